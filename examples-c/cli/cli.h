@@ -1,0 +1,24 @@
+/* Shared helpers for the `hostfirst` command-line program (public header only). */
+#ifndef HOSTFIRST_CLI_H
+#define HOSTFIRST_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include "hostfirst.h"
+
+/* Prints `hostfirst: <what>: <STATUS>: <message>` on stderr and returns 1. */
+int cli_fail(const char *what, hostfirst_status st);
+
+/* Writes s as a JSON string literal (quotes included), escaping as RFC 8259 requires; UTF-8 is kept. */
+void cli_json_string(FILE *out, const char *s);
+
+/* Formats a device spec into buf (at least 32 bytes). */
+const char *cli_device_spec(hostfirst_device d, char *buf, size_t cap);
+
+/* Formats a byte count with binary units into buf. */
+const char *cli_bytes(uint64_t n, char *buf, size_t cap);
+
+/* Subcommands: each returns the process exit status. argv[0] is the subcommand name. */
+int cmd_devices(int argc, char **argv);
+
+#endif

@@ -1,0 +1,95 @@
+/* hostfirst devices [--json]: the backend census, the devices, and the effective default with its source. */
+#include <string.h>
+#include "cli.h"
+
+#define MAX_DEVICES 64
+
+int cmd_devices(int argc, char **argv) {
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else {
+            fprintf(stderr, "hostfirst devices: unknown option '%s'\nusage: hostfirst devices [--json]\n", argv[i]);
+            return 2;
+        }
+    }
+    /* The default first: an invalid HOSTFIRST_DEFAULT_DEVICE is an error, not something to ignore. */
+    hostfirst_device def;
+    uint32_t source = 0, depth = 0;
+    hostfirst_status st = hostfirst_default_device(&def, &source, &depth);
+    if (st != HOSTFIRST_STATUS_OK) return cli_fail("default device", st);
+
+    size_t nwarn = hostfirst_census_warning_count();
+    for (size_t i = 0; i < nwarn; i++) fprintf(stderr, "hostfirst: warning: %s\n", hostfirst_census_warning(i));
+
+    hostfirst_device devs[MAX_DEVICES];
+    size_t ndev = 0;
+    st = hostfirst_devices(devs, MAX_DEVICES, &ndev);
+    if (st != HOSTFIRST_STATUS_OK) return cli_fail("devices", st);
+
+    char spec[64], b1[32], b2[32];
+    size_t nb = hostfirst_backend_count();
+    if (json) printf("{\"backends\":[");
+    else printf("%-7s %-18s %-7s %-8s %s\n", "BACKEND", "STATUS", "DEVICES", "DRIVER", "REASON");
+    for (size_t i = 0; i < nb; i++) {
+        hostfirst_backend_info b;
+        st = hostfirst_backend_describe(i, &b);
+        if (st != HOSTFIRST_STATUS_OK) return cli_fail("backend", st);
+        const char *status = hostfirst_backend_status_name(b.status);
+        if (json) {
+            printf("%s{\"name\":", i ? "," : "");
+            cli_json_string(stdout, b.name);
+            printf(",\"status\":\"%s\",\"reason\":", status);
+            cli_json_string(stdout, b.reason);
+            printf(",\"devices\":%u,\"driver_version\":", b.device_count);
+            cli_json_string(stdout, b.driver_version);
+            printf("}");
+        } else {
+            printf("%-7s %-18s %-7u %-8s %s\n", b.name, status, b.device_count,
+                   b.driver_version[0] ? b.driver_version : "-", b.reason[0] ? b.reason : "-");
+        }
+    }
+    if (json) printf("],\"devices\":[");
+    else printf("\n%-10s %-34s %-12s %-12s %s\n", "DEVICE", "NAME", "TOTAL", "FREE", "DETAILS");
+    for (size_t i = 0; i < ndev; i++) {
+        hostfirst_device_info info;
+        memset(&info, 0, sizeof info);
+        info.struct_size = sizeof info;
+        st = hostfirst_device_describe(devs[i], &info);
+        if (st != HOSTFIRST_STATUS_OK) return cli_fail("device", st);
+        uint64_t free_b = 0, total_b = info.total_memory;
+        /* For CUDA this retains the primary context: fine for a CLI, documented in the header. */
+        st = hostfirst_device_memory(devs[i], &free_b, &total_b);
+        if (st != HOSTFIRST_STATUS_OK) return cli_fail(cli_device_spec(devs[i], spec, sizeof spec), st);
+        cli_device_spec(devs[i], spec, sizeof spec);
+        int is_cuda = devs[i].kind == HOSTFIRST_DEVICE_CUDA;
+        if (json) {
+            printf("%s{\"spec\":\"%s\",\"kind\":\"%s\",\"name\":", i ? "," : "", spec, is_cuda ? "cuda" : "cpu");
+            cli_json_string(stdout, info.name);
+            printf(",\"total_memory\":%llu,\"free_memory\":%llu", (unsigned long long)total_b,
+                   (unsigned long long)free_b);
+            if (is_cuda) {
+                printf(",\"uuid\":");
+                cli_json_string(stdout, info.uuid);
+                printf(",\"pci_bus_id\":");
+                cli_json_string(stdout, info.pci_bus_id);
+                printf(",\"compute_capability\":\"%d.%d\",\"multiprocessors\":%u", info.compute_capability_major,
+                       info.compute_capability_minor, info.multiprocessor_count);
+            }
+            printf("}");
+        } else {
+            char details[160];
+            if (is_cuda)
+                snprintf(details, sizeof details, "%s  pci %s  sm_%d%d  %u SMs", info.uuid, info.pci_bus_id,
+                         info.compute_capability_major, info.compute_capability_minor, info.multiprocessor_count);
+            else
+                snprintf(details, sizeof details, "%u logical CPUs", info.multiprocessor_count);
+            printf("%-10s %-34.34s %-12s %-12s %s\n", spec, info.name, cli_bytes(total_b, b1, sizeof b1),
+                   cli_bytes(free_b, b2, sizeof b2), details);
+        }
+    }
+    cli_device_spec(def, spec, sizeof spec);
+    if (json) printf("],\"default\":{\"spec\":\"%s\",\"source\":\"%s\"}}\n", spec, hostfirst_default_source_name(source));
+    else printf("\ndefault device: %s (source: %s)\n", spec, hostfirst_default_source_name(source));
+    return 0;
+}

@@ -1,0 +1,33 @@
+/* hostfirst: the command-line face of the library, written against the public C header only. */
+#include <string.h>
+#include "cli.h"
+
+static int usage(FILE *out) {
+    fprintf(out,
+            "usage: hostfirst <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  devices [--json]     backends (and why one is missing), devices, the default device\n"
+            "\n"
+            "environment: HOSTFIRST_PLATFORMS (e.g. cpu), HOSTFIRST_DEFAULT_DEVICE (e.g. cuda:1),\n"
+            "             CUDA_VISIBLE_DEVICES\n");
+    return out == stderr ? 2 : 0;
+}
+
+int main(int argc, char **argv) {
+    if (hostfirst_version_number() != HOSTFIRST_VERSION_NUMBER) {
+        fprintf(stderr, "hostfirst: header version %d does not match library version %u\n",
+                HOSTFIRST_VERSION_NUMBER, hostfirst_version_number());
+        return 1;
+    }
+    if (argc < 2) return usage(stderr);
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) return usage(stdout);
+    if (!strcmp(cmd, "--version")) {
+        printf("hostfirst %s\n", hostfirst_version());
+        return 0;
+    }
+    if (!strcmp(cmd, "devices")) return cmd_devices(argc - 1, argv + 1);
+    fprintf(stderr, "hostfirst: unknown command '%s'\n", cmd);
+    return usage(stderr);
+}

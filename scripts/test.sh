@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The whole hostfirst test suite, on a fresh machine: installs what the tests need when it is missing
+# (a C and C++ compiler, binutils, Python packages), then runs every test:
+#   Rust unit and property tests, C ABI programs (-Wall -Wextra -Werror), header checks, the stand-in CUDA
+#   driver tests, the CLI, the fuzz corpus replay, the Python binding tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+have() { command -v "$1" >/dev/null 2>&1; }
+apt_install() {
+    if have apt-get; then
+        echo "test.sh: installing $*" >&2
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@") >&2
+    else
+        echo "test.sh: please install: $*" >&2
+        exit 1
+    fi
+}
+have cc && have c++ && have nm || apt_install gcc g++ binutils
+have cargo || { echo "test.sh: cargo (Rust) is required" >&2; exit 1; }
+
+# Python packages for the binding tests and the reference-reader fixtures (quiet, idempotent).
+if have python3 && [ -f scripts/python-requirements.txt ]; then
+    python3 -m pip install -q --disable-pip-version-check -r scripts/python-requirements.txt >&2
+fi
+
+cargo test --features test-hooks 2>&1
+
+if [ -d bindings/python/tests ] && have python3; then
+    python3 -m pytest -q bindings/python/tests 2>&1
+fi

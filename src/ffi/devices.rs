@@ -1,0 +1,326 @@
+//! Backends, devices and device specs.
+
+use super::{c_str, in_ref, out_ptr, static_cstr, write_array, write_string};
+use crate::device::{census, census::memory, BackendStatus, Device, DeviceKind};
+use crate::error::{Error, Result, Status};
+use crate::scope::resolve_target;
+use std::ffi::c_char;
+
+/// Device kind: host memory (equals DLPack `kDLCPU`).
+pub const HOSTFIRST_DEVICE_CPU: i32 = 1;
+/// Device kind: CUDA device memory (equals DLPack `kDLCUDA`).
+pub const HOSTFIRST_DEVICE_CUDA: i32 = 2;
+/// Device kind: page-locked host memory registered with CUDA (equals DLPack `kDLCUDAHost`).
+pub const HOSTFIRST_DEVICE_CUDA_HOST: i32 = 3;
+
+/// A device: a kind (`HOSTFIRST_DEVICE_CPU`, `_CUDA`, `_CUDA_HOST`, equal to DLPack's device types) and an
+/// ordinal (0 for cpu and cuda_host). A plain value: copy it freely, compare it field by field. Its layout
+/// equals DLPack's `DLDevice`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct hostfirst_device {
+    /// One of the `HOSTFIRST_DEVICE_*` kinds.
+    pub kind: i32,
+    /// Ordinal within the kind.
+    pub ordinal: i32,
+}
+
+impl From<Device> for hostfirst_device {
+    fn from(d: Device) -> Self {
+        hostfirst_device { kind: d.kind as i32, ordinal: d.ordinal as i32 }
+    }
+}
+
+impl hostfirst_device {
+    /// Validates a device value from C (kind known, ordinal non-negative) without checking presence.
+    pub(crate) fn to_device(self, param: &str) -> Result<Device> {
+        let kind = DeviceKind::from_i32(self.kind).ok_or_else(|| {
+            Error::new(
+                Status::InvalidArgument,
+                format!("{param}: unknown device kind {} (expected 1 = cpu, 2 = cuda, 3 = cuda_host)", self.kind),
+            )
+        })?;
+        if self.ordinal < 0 {
+            return Err(Error::new(Status::InvalidArgument, format!("{param}: negative device ordinal {}", self.ordinal)));
+        }
+        Ok(Device { kind, ordinal: self.ordinal as u32 })
+    }
+
+    /// Validates and checks the device is present.
+    pub(crate) fn to_present(self, param: &str) -> Result<Device> {
+        self.to_device(param)?.validate()
+    }
+}
+
+/// One backend of the census. All strings are owned by the library and live for the process lifetime.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct hostfirst_backend_info {
+    /// `"cpu"` or `"cuda"`.
+    pub name: *const c_char,
+    /// A `HOSTFIRST_BACKEND_STATUS_*` value.
+    pub status: u32,
+    /// Why the backend is not available ("" when it is). For `LIBRARY_NOT_FOUND`, the names searched.
+    pub reason: *const c_char,
+    /// Driver version `"major.minor"` when known, else "".
+    pub driver_version: *const c_char,
+    /// Devices the backend exposes (0 unless available).
+    pub device_count: u32,
+}
+
+/// Properties of one device. Set `struct_size = sizeof(hostfirst_device_info)` before the call; fields may be
+/// appended in later minor versions and are then only written when the caller's struct is large enough.
+/// Strings are owned by the library and live for the process lifetime.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct hostfirst_device_info {
+    /// In: the caller's `sizeof(hostfirst_device_info)`. Out: the number of bytes written.
+    pub struct_size: usize,
+    /// The device.
+    pub device: hostfirst_device,
+    /// Marketing name (CUDA) or CPU model (cpu, cuda_host).
+    pub name: *const c_char,
+    /// Total bytes of memory (CUDA: device memory; cpu and cuda_host: MemTotal).
+    pub total_memory: u64,
+    /// CUDA: `"GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"`; "" otherwise.
+    pub uuid: *const c_char,
+    /// CUDA: PCI bus id such as `"0000:3b:00.0"`; "" otherwise.
+    pub pci_bus_id: *const c_char,
+    /// CUDA: compute capability major; 0 otherwise.
+    pub compute_capability_major: i32,
+    /// CUDA: compute capability minor; 0 otherwise.
+    pub compute_capability_minor: i32,
+    /// CUDA: multiprocessor count; cpu: logical CPUs available to the process.
+    pub multiprocessor_count: u32,
+}
+
+/// Backend status: usable.
+pub const HOSTFIRST_BACKEND_STATUS_AVAILABLE: u32 = 0;
+/// Backend status: support not compiled in.
+pub const HOSTFIRST_BACKEND_STATUS_NOT_COMPILED: u32 = 1;
+/// Backend status: driver library not found (the reason lists the names searched).
+pub const HOSTFIRST_BACKEND_STATUS_LIBRARY_NOT_FOUND: u32 = 2;
+/// Backend status: the driver reports no devices.
+pub const HOSTFIRST_BACKEND_STATUS_NO_DEVICES: u32 = 3;
+/// Backend status: hidden by `HOSTFIRST_PLATFORMS` or `CUDA_VISIBLE_DEVICES`.
+pub const HOSTFIRST_BACKEND_STATUS_HIDDEN_BY_ENV: u32 = 4;
+/// Backend status: driver initialisation failed.
+pub const HOSTFIRST_BACKEND_STATUS_INIT_FAILED: u32 = 5;
+/// Backend status: the driver is too old.
+pub const HOSTFIRST_BACKEND_STATUS_DRIVER_TOO_OLD: u32 = 6;
+
+/// Returns the number of backends hostfirst knows (cpu and cuda), whatever their status.
+///
+/// Takes the census on first use (see `hostfirst_backend_describe`). Never fails. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_backend_count() -> usize {
+    hostfirst_boundary!("hostfirst_backend_count", default = 0, { census().backends.len() })
+}
+
+/// Describes backend `index` (0 = cpu, 1 = cuda) into `*out`.
+///
+/// The census is taken once per process on first use of any device function: it reads
+/// `HOSTFIRST_PLATFORMS` and `CUDA_VISIBLE_DEVICES` then, loads the CUDA driver library if present and calls
+/// `cuInit`, but creates no CUDA context and allocates no device memory. Later changes to the environment
+/// are not seen. Errors: `NULL_ARGUMENT`, `OUT_OF_RANGE` for `index >= hostfirst_backend_count()`.
+/// Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_backend_describe(index: usize, out: *mut hostfirst_backend_info) -> Status {
+    hostfirst_boundary!("hostfirst_backend_describe", {
+        let out = out_ptr(out, "out")?;
+        let c = census();
+        let b = c.backends.get(index).ok_or_else(|| {
+            Error::new(Status::OutOfRange, format!("backend index {index}: there are {} backends", c.backends.len()))
+        })?;
+        *out = hostfirst_backend_info {
+            name: static_cstr(b.name),
+            status: b.status as u32,
+            reason: static_cstr(&b.reason),
+            driver_version: static_cstr(&b.driver_version),
+            device_count: b.device_count,
+        };
+        Ok(())
+    })
+}
+
+/// Returns the static lower-case name of a backend status (`"available"`, `"library_not_found"`, ...);
+/// `"unknown"` for values this library does not define. Never NULL.
+#[no_mangle]
+pub extern "C" fn hostfirst_backend_status_name(status: u32) -> *const c_char {
+    hostfirst_boundary!("hostfirst_backend_status_name", default = c"unknown".as_ptr(), {
+        let all = [
+            BackendStatus::Available,
+            BackendStatus::NotCompiled,
+            BackendStatus::LibraryNotFound,
+            BackendStatus::NoDevices,
+            BackendStatus::HiddenByEnv,
+            BackendStatus::InitFailed,
+            BackendStatus::DriverTooOld,
+        ];
+        match all.iter().find(|s| **s as u32 == status) {
+            Some(s) => static_cstr(s.name()),
+            None => c"unknown".as_ptr(),
+        }
+    })
+}
+
+/// Returns the number of warnings the census raised about the environment (e.g. an unknown name in
+/// `HOSTFIRST_PLATFORMS`). Read them with `hostfirst_census_warning`.
+#[no_mangle]
+pub extern "C" fn hostfirst_census_warning_count() -> usize {
+    hostfirst_boundary!("hostfirst_census_warning_count", default = 0, { census().warnings.len() })
+}
+
+/// Returns census warning `index`, or NULL when out of range. The string lives for the process lifetime.
+#[no_mangle]
+pub extern "C" fn hostfirst_census_warning(index: usize) -> *const c_char {
+    hostfirst_boundary!("hostfirst_census_warning", default = std::ptr::null(), {
+        census().warnings.get(index).map(|w| static_cstr(w)).unwrap_or(std::ptr::null())
+    })
+}
+
+/// Lists the devices of every available backend: `cpu:0` first, then `cuda:0..N-1`. (`cuda_host` is a
+/// memory kind, not a listed device; it is usable whenever CUDA is available.)
+///
+/// `*out_count` always receives the number of devices. `out == NULL` with `capacity == 0` is a count query
+/// and returns OK; if `capacity` is smaller than the count, no element is written and
+/// `HOSTFIRST_STATUS_BUFFER_TOO_SMALL` is returned. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_devices(out: *mut hostfirst_device, capacity: usize, out_count: *mut usize) -> Status {
+    hostfirst_boundary!("hostfirst_devices", {
+        let list: Vec<hostfirst_device> = census().devices.iter().map(|d| d.device.into()).collect();
+        write_array(&list, out, capacity, out_count, "devices")
+    })
+}
+
+/// Describes a present device into `*out` (set `out->struct_size` first).
+///
+/// `cuda_host` reports the host's properties. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for an unknown
+/// kind, a negative ordinal or `out->struct_size` smaller than the first version of the struct;
+/// `UNAVAILABLE` when the device's backend is not available; `NO_SUCH_DEVICE` for an ordinal out of range.
+/// Creates no CUDA context. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_device_describe(device: hostfirst_device, out: *mut hostfirst_device_info) -> Status {
+    hostfirst_boundary!("hostfirst_device_describe", {
+        let out = out_ptr(out, "out")?;
+        let size = out.struct_size;
+        if size < std::mem::size_of::<hostfirst_device_info>() {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!(
+                    "out->struct_size is {size}; set it to sizeof(hostfirst_device_info) ({} in this version)",
+                    std::mem::size_of::<hostfirst_device_info>()
+                ),
+            ));
+        }
+        let dev = device.to_present("device")?;
+        let c = census();
+        let lookup = if dev.kind == DeviceKind::CudaHost { Device::CPU } else { dev };
+        let d = c.info(lookup).ok_or_else(|| Error::new(Status::NoSuchDevice, format!("{dev} is not present")))?;
+        *out = hostfirst_device_info {
+            struct_size: std::mem::size_of::<hostfirst_device_info>(),
+            device: dev.into(),
+            name: static_cstr(&d.name),
+            total_memory: d.total_memory,
+            uuid: static_cstr(&d.uuid),
+            pci_bus_id: static_cstr(&d.pci_bus_id),
+            compute_capability_major: d.compute_capability.0,
+            compute_capability_minor: d.compute_capability.1,
+            multiprocessor_count: d.multiprocessor_count,
+        };
+        Ok(())
+    })
+}
+
+/// Writes a device's live free and total memory in bytes.
+///
+/// cpu and cuda_host: `MemAvailable` and `MemTotal` from `/proc/meminfo`. CUDA: `cuMemGetInfo`, which needs
+/// a context: **this retains the device's primary context** (creating it on first use costs time and a few
+/// hundred MiB of device memory; it is kept for the process lifetime, shared with the runtime API and
+/// frameworks that use primary contexts). Either output may be NULL if not wanted. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_device_memory(device: hostfirst_device, out_free: *mut u64, out_total: *mut u64) -> Status {
+    hostfirst_boundary!("hostfirst_device_memory", {
+        let dev = device.to_present("device")?;
+        let (free, total) = memory(dev)?;
+        if let Some(f) = super::opt_out(out_free) {
+            *f = free;
+        }
+        if let Some(t) = super::opt_out(out_total) {
+            *t = total;
+        }
+        Ok(())
+    })
+}
+
+/// Parses a device spec and resolves it against the census into `*out`.
+///
+/// Accepted forms (case-insensitive, surrounding whitespace ignored): `cpu`, `cpu:0`, `cuda`, `cuda:N`, `gpu`,
+/// `gpu:N` (alias of cuda), `cuda:GPU-<uuid>` (stable under `CUDA_VISIBLE_DEVICES` renumbering), `cuda_host`.
+/// Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a malformed spec (the message lists the accepted forms);
+/// `UNAVAILABLE` when the backend is not available (the message says why); `NO_SUCH_DEVICE` when the
+/// ordinal or UUID names no present device (the message lists the devices present). Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_device_parse(spec: *const c_char, out: *mut hostfirst_device) -> Status {
+    hostfirst_boundary!("hostfirst_device_parse", {
+        let spec = c_str(spec, "spec")?;
+        let out = out_ptr(out, "out")?;
+        *out = Device::parse(spec)?.into();
+        Ok(())
+    })
+}
+
+/// Like `hostfirst_device_parse`, but also accepts `"default"`, resolved through the default-device stack
+/// (and refused with `IMPLICIT_PLACEMENT` in strict mode). This is how placement targets are read.
+#[no_mangle]
+pub extern "C" fn hostfirst_target_parse(spec: *const c_char, out: *mut hostfirst_device) -> Status {
+    hostfirst_boundary!("hostfirst_target_parse", {
+        let spec = c_str(spec, "spec")?;
+        let out = out_ptr(out, "out")?;
+        *out = resolve_target(spec, &format!("target '{}'", spec.trim()))?.into();
+        Ok(())
+    })
+}
+
+/// Writes the canonical spec of a device (`"cpu:0"`, `"cuda:1"`, `"cuda_host"`) into `buf`.
+///
+/// `*out_len` (if not NULL) always receives the length without the NUL; `(NULL, 0)` is a length query;
+/// a too-small buffer gives `BUFFER_TOO_SMALL` and writes nothing. The device need not be present, but its
+/// kind must be valid (`INVALID_ARGUMENT`). Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_device_format(device: hostfirst_device, buf: *mut c_char, capacity: usize, out_len: *mut usize) -> Status {
+    hostfirst_boundary!("hostfirst_device_format", {
+        let dev = device.to_device("device")?;
+        write_string(&dev.to_string(), buf, capacity, out_len, "device spec")
+    })
+}
+
+/// Returns 1 when two devices are the same (same kind and ordinal), else 0. NULL pointers compare unequal.
+#[no_mangle]
+pub extern "C" fn hostfirst_device_equal(a: *const hostfirst_device, b: *const hostfirst_device) -> i32 {
+    hostfirst_boundary!("hostfirst_device_equal", default = 0, {
+        match (in_ref(a, "a"), in_ref(b, "b")) {
+            (Ok(a), Ok(b)) => (a == b) as i32,
+            _ => 0,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constants_match_core() {
+        assert_eq!(HOSTFIRST_BACKEND_STATUS_AVAILABLE, BackendStatus::Available as u32);
+        assert_eq!(HOSTFIRST_BACKEND_STATUS_NOT_COMPILED, BackendStatus::NotCompiled as u32);
+        assert_eq!(HOSTFIRST_BACKEND_STATUS_LIBRARY_NOT_FOUND, BackendStatus::LibraryNotFound as u32);
+        assert_eq!(HOSTFIRST_BACKEND_STATUS_NO_DEVICES, BackendStatus::NoDevices as u32);
+        assert_eq!(HOSTFIRST_BACKEND_STATUS_HIDDEN_BY_ENV, BackendStatus::HiddenByEnv as u32);
+        assert_eq!(HOSTFIRST_BACKEND_STATUS_INIT_FAILED, BackendStatus::InitFailed as u32);
+        assert_eq!(HOSTFIRST_BACKEND_STATUS_DRIVER_TOO_OLD, BackendStatus::DriverTooOld as u32);
+        assert_eq!(HOSTFIRST_DEVICE_CPU, DeviceKind::Cpu as i32);
+        assert_eq!(HOSTFIRST_DEVICE_CUDA, DeviceKind::Cuda as i32);
+        assert_eq!(HOSTFIRST_DEVICE_CUDA_HOST, DeviceKind::CudaHost as i32);
+    }
+}

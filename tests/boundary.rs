@@ -1,0 +1,84 @@
+//! Every exported function goes through the one panic boundary, and every exported symbol is prefixed.
+
+mod common;
+use std::path::Path;
+
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// (file, function name, first statement of its body) for every `#[no_mangle]` extern "C" function.
+fn exported_functions() -> Vec<(String, String, String)> {
+    let mut files = Vec::new();
+    rust_files(&common::root().join("src"), &mut files);
+    let mut found = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let t = line.trim();
+            if !(t == "#[no_mangle]" || t == "#[unsafe(no_mangle)]") {
+                continue;
+            }
+            // Find the signature's opening brace, then the first non-blank line after it.
+            let mut j = i + 1;
+            let mut sig = String::new();
+            while j < lines.len() && !lines[j].trim_end().ends_with('{') {
+                sig.push_str(lines[j]);
+                j += 1;
+            }
+            sig.push_str(lines.get(j).copied().unwrap_or(""));
+            assert!(sig.contains("extern \"C\" fn"), "{}:{}: #[no_mangle] on a non-function: {sig}", f.display(), i + 1);
+            let name = sig.split("fn ").nth(1).unwrap().split('(').next().unwrap().trim().to_string();
+            let body = lines[j + 1..].iter().find(|l| !l.trim().is_empty()).map(|l| l.trim().to_string()).unwrap_or_default();
+            found.push((format!("{}:{}", f.display(), i + 1), name, body));
+        }
+    }
+    found
+}
+
+#[test]
+fn every_export_starts_with_the_boundary() {
+    let fns = exported_functions();
+    assert!(fns.len() > 30, "found only {} exported functions", fns.len());
+    let mut bad = Vec::new();
+    for (loc, name, body) in &fns {
+        let expected = format!("hostfirst_boundary!(\"{name}\"");
+        if !body.starts_with(&expected) {
+            bad.push(format!("{loc}: {name} starts with `{body}`, not `{expected}, ...`"));
+        }
+        if !name.starts_with("hostfirst_") {
+            bad.push(format!("{loc}: exported function {name} lacks the hostfirst_ prefix"));
+        }
+    }
+    assert!(bad.is_empty(), "exports without the panic boundary:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn shared_library_exports_only_prefixed_symbols() {
+    let lib = common::lib_dir().join("libhostfirst.so");
+    let out = std::process::Command::new("nm").args(["-D", "--defined-only"]).arg(&lib).output();
+    let Ok(out) = out else {
+        panic!("nm not available to inspect {}", lib.display());
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut exported = 0;
+    for line in text.lines() {
+        let mut parts = line.split_whitespace();
+        let (Some(_addr), Some(kind), Some(sym)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        if kind == "T" {
+            exported += 1;
+            assert!(sym.starts_with("hostfirst_"), "unprefixed exported function {sym}");
+        }
+    }
+    let fns = exported_functions();
+    let expected = fns.iter().filter(|(_, n, _)| cfg!(feature = "test-hooks") || !n.starts_with("hostfirst__test")).count();
+    assert_eq!(exported, expected, "exported functions in the .so vs #[no_mangle] functions in src");
+}

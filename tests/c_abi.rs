@@ -1,0 +1,48 @@
+//! C programs compiled with -Wall -Wextra -Werror against include/hostfirst.h and libhostfirst, run, and
+//! their exit status asserted. CUDA-path programs run against the stand-in driver in tests/cuda_stub.rs.
+
+mod common;
+use common::*;
+
+#[test]
+fn c_core_without_cuda() {
+    assert!(have_cc(), "no C compiler ('{}'); install gcc (the test script does)", cc());
+    let bin = compile_c_test("test_core");
+    run_ok(&bin, &[], &[("EXPECT_CUDA_STATUS", Some("library_not_found"))]);
+    run_ok(&bin, &[], &[("HOSTFIRST_PLATFORMS", Some("cpu")), ("EXPECT_CUDA_STATUS", Some("hidden_by_env"))]);
+}
+
+#[test]
+fn header_compiles_standalone_in_every_mode() {
+    assert!(have_cc(), "no C compiler");
+    let dir = scratch("header");
+    let inc = root().join("include");
+    let one = dir.join("one.c");
+    let two = dir.join("two.c");
+    std::fs::write(&one, "#include \"hostfirst.h\"\n#include \"hostfirst.h\"\nint one(void) { return (int)hostfirst_version_number(); }\n").unwrap();
+    std::fs::write(&two, "#include \"hostfirst.h\"\nint one(void);\nint main(void) { return one() == HOSTFIRST_VERSION_NUMBER ? 0 : 1; }\n").unwrap();
+    for std in ["c99", "c11"] {
+        let out = std::process::Command::new(cc())
+            .args([&format!("-std={std}"), "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-c"])
+            .arg(format!("-I{}", inc.display()))
+            .arg(&one)
+            .arg("-o")
+            .arg(dir.join(format!("one-{std}.o")))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{std}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let out = std::process::Command::new(&cxx)
+        .args(["-x", "c++", "-std=c++17", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-c"])
+        .arg(format!("-I{}", inc.display()))
+        .arg(&one)
+        .arg("-o")
+        .arg(dir.join("one-cxx.o"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "c++17: {}", String::from_utf8_lossy(&out.stderr));
+    // Two translation units, each including the header (one of them twice), linked and run.
+    let bin = compile_c(&[&one, &two], "header_two_tu", &["-Wpedantic"]);
+    run_ok(&bin, &[], &[]);
+}
