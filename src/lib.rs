@@ -13,6 +13,8 @@ pub mod error;
 pub mod device;
 /// cbindgen:ignore
 pub mod scope;
+/// cbindgen:ignore
+pub mod place;
 #[macro_use]
 pub mod ffi;
 

@@ -1,0 +1,81 @@
+//! The fit check made before any allocation: does `needed` fit in what the device has free now?
+//!
+//! Host memory (`cpu`, `cuda_host`): `needed ≤ MemAvailable − margin`, margin = max(512 MiB, 5 % of MemTotal),
+//! so a put never drives the machine into swap or the OOM killer. CUDA: `needed ≤ free − 32 MiB` where
+//! `free` is `cuMemGetInfo`'s, the margin covering allocation granularity.
+
+use crate::device::{census::memory, Device, DeviceKind};
+use crate::error::{human_bytes, Error, FitFailure, Result};
+
+/// Host safety margin for a machine with `total` bytes.
+pub fn host_margin(total: u64) -> u64 {
+    (512u64 << 20).max(total / 20)
+}
+
+/// CUDA safety margin.
+pub const CUDA_MARGIN: u64 = 32 << 20;
+
+/// Free bytes usable by a new allocation on `device` (after the margin) and the device's total.
+pub fn usable(device: Device) -> Result<(u64, u64)> {
+    let (free, total) = memory(device)?;
+    let margin = match device.kind {
+        DeviceKind::Cpu | DeviceKind::CudaHost => host_margin(total),
+        DeviceKind::Cuda => CUDA_MARGIN,
+    };
+    Ok((free.saturating_sub(margin), total))
+}
+
+/// Checks `needed` bytes for `what` (e.g. `tensor 'tokens'`) fit on `device`, else an `OutOfMemory` error
+/// carrying the numbers, e.g. `tensor 'tokens' (19.09 GiB) does not fit on cuda:0: 4.20 GiB free of 24.00 GiB`.
+pub fn check(what: &str, needed: u64, device: Device) -> Result<()> {
+    let (free, total) = usable(device)?;
+    check_against(what, needed, device, free, total)
+}
+
+/// The comparison and message, separated for testing.
+pub fn check_against(what: &str, needed: u64, device: Device, free: u64, total: u64) -> Result<()> {
+    if needed <= free {
+        return Ok(());
+    }
+    let note = match device.kind {
+        DeviceKind::Cpu | DeviceKind::CudaHost => {
+            format!(" (available host memory less a {} safety margin)", human_bytes(host_margin(total)))
+        }
+        DeviceKind::Cuda => String::new(),
+    };
+    Err(Error::out_of_memory(
+        format!(
+            "{what} ({}) does not fit on {device}: {} free of {}{note}",
+            human_bytes(needed),
+            human_bytes(free),
+            human_bytes(total)
+        ),
+        FitFailure { needed, free, total, device: device.to_string() },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Status;
+
+    #[test]
+    fn message_has_the_numbers() {
+        let gib = 1u64 << 30;
+        let e = check_against("tensor 'tokens'", 19 * gib + gib / 10, Device::cuda(0), 4 * gib + gib / 5, 24 * gib)
+            .unwrap_err();
+        assert_eq!(e.status(), Status::OutOfMemory);
+        assert_eq!(e.message(), "tensor 'tokens' (19.10 GiB) does not fit on cuda:0: 4.20 GiB free of 24.00 GiB");
+        let f = e.fit().unwrap();
+        assert_eq!((f.needed, f.free, f.total, f.device.as_str()), (19 * gib + gib / 10, 4 * gib + gib / 5, 24 * gib, "cuda:0"));
+        assert!(check_against("x", 10, Device::CPU, 10, 100).is_ok());
+    }
+
+    #[test]
+    fn host_check_is_live() {
+        assert!(check("small", 4096, Device::CPU).is_ok());
+        let e = check("huge", u64::MAX / 2, Device::CPU).unwrap_err();
+        assert_eq!(e.status(), Status::OutOfMemory);
+        assert!(e.message().contains("safety margin"), "{}", e.message());
+    }
+}
