@@ -109,6 +109,137 @@
 #define HOSTFIRST_BACKEND_STATUS_DRIVER_TOO_OLD 6
 
 /**
+ * Element type: boolean (1 byte). Values of `HOSTFIRST_DTYPE_*` are stable and never renumbered; 0 is no
+ * dtype.
+ */
+#define HOSTFIRST_DTYPE_BOOL 1
+
+/**
+ * Element type: unsigned 8-bit integer.
+ */
+#define HOSTFIRST_DTYPE_U8 2
+
+/**
+ * Element type: signed 8-bit integer.
+ */
+#define HOSTFIRST_DTYPE_I8 3
+
+/**
+ * Element type: signed 16-bit integer.
+ */
+#define HOSTFIRST_DTYPE_I16 4
+
+/**
+ * Element type: unsigned 16-bit integer.
+ */
+#define HOSTFIRST_DTYPE_U16 5
+
+/**
+ * Element type: signed 32-bit integer.
+ */
+#define HOSTFIRST_DTYPE_I32 6
+
+/**
+ * Element type: unsigned 32-bit integer.
+ */
+#define HOSTFIRST_DTYPE_U32 7
+
+/**
+ * Element type: signed 64-bit integer.
+ */
+#define HOSTFIRST_DTYPE_I64 8
+
+/**
+ * Element type: unsigned 64-bit integer.
+ */
+#define HOSTFIRST_DTYPE_U64 9
+
+/**
+ * Element type: IEEE half precision.
+ */
+#define HOSTFIRST_DTYPE_F16 10
+
+/**
+ * Element type: bfloat16.
+ */
+#define HOSTFIRST_DTYPE_BF16 11
+
+/**
+ * Element type: IEEE single precision.
+ */
+#define HOSTFIRST_DTYPE_F32 12
+
+/**
+ * Element type: IEEE double precision.
+ */
+#define HOSTFIRST_DTYPE_F64 13
+
+/**
+ * Element type: complex with two f32 parts (8 bytes).
+ */
+#define HOSTFIRST_DTYPE_C64 14
+
+/**
+ * Element type: FP8 E5M2.
+ */
+#define HOSTFIRST_DTYPE_F8_E5M2 15
+
+/**
+ * Element type: FP8 E4M3 (fn: no infinities).
+ */
+#define HOSTFIRST_DTYPE_F8_E4M3 16
+
+/**
+ * Element type: FP8 E8M0 (MX scale).
+ */
+#define HOSTFIRST_DTYPE_F8_E8M0 17
+
+/**
+ * Element type: MXFP4 E2M1, 4 bits per element (two per byte).
+ */
+#define HOSTFIRST_DTYPE_F4 18
+
+/**
+ * Element type: MXFP6 E2M3, 6 bits per element.
+ */
+#define HOSTFIRST_DTYPE_F6_E2M3 19
+
+/**
+ * Element type: MXFP6 E3M2, 6 bits per element.
+ */
+#define HOSTFIRST_DTYPE_F6_E3M2 20
+
+/**
+ * Element type: FP8 E4M3 FNUZ.
+ */
+#define HOSTFIRST_DTYPE_F8_E4M3FNUZ 21
+
+/**
+ * Element type: FP8 E5M2 FNUZ.
+ */
+#define HOSTFIRST_DTYPE_F8_E5M2FNUZ 22
+
+/**
+ * Cap on tensors in one safetensors file (larger headers give `HOSTFIRST_STATUS_LIMIT_EXCEEDED`).
+ */
+#define HOSTFIRST_MAX_TENSORS 262144
+
+/**
+ * Cap on tensors in a sharded set.
+ */
+#define HOSTFIRST_MAX_SET_TENSORS 1048576
+
+/**
+ * Cap on a tensor's rank.
+ */
+#define HOSTFIRST_MAX_RANK 32
+
+/**
+ * Cap on a tensor name's length in bytes.
+ */
+#define HOSTFIRST_MAX_NAME_LEN 4096
+
+/**
  * Source of the default: a scope pushed on the calling thread.
  */
 #define HOSTFIRST_DEFAULT_SOURCE_SCOPE 0
@@ -285,6 +416,24 @@ typedef uint32_t hostfirst_status;
 #endif // __cplusplus
 
 /**
+ * An open safetensors file, memory buffer or sharded set (`*.safetensors.index.json`).
+ *
+ * Created by `hostfirst_file_open`, `hostfirst_file_open_index` or `hostfirst_file_open_memory`; released by
+ * `hostfirst_file_free`. Immutable once open: every function taking a `const hostfirst_file*` is thread-safe
+ * and may run concurrently on the same handle. Views made from it stay valid after it is freed.
+ */
+typedef struct hostfirst_file hostfirst_file;
+
+/**
+ * A read-only view of one tensor, or of a row range of one (`hostfirst_view_slice_rows`).
+ *
+ * Created by `hostfirst_file_view`, `hostfirst_file_view_at` or `hostfirst_view_slice_rows`; released by
+ * `hostfirst_view_free`. A view keeps its file's mapping and descriptor alive: freeing the file handle first
+ * is safe. Immutable: every function taking a `const hostfirst_view*` is thread-safe.
+ */
+typedef struct hostfirst_view hostfirst_view;
+
+/**
  * A device: a kind (`HOSTFIRST_DEVICE_CPU`, `_CUDA`, `_CUDA_HOST`, equal to DLPack's device types) and an
  * ordinal (0 for cpu and cuda_host). A plain value: copy it freely, compare it field by field. Its layout
  * equals DLPack's `DLDevice`.
@@ -391,6 +540,65 @@ typedef struct hostfirst_device_info {
    */
   uint32_t multiprocessor_count;
 } hostfirst_device_info;
+
+/**
+ * Everything about a view, filled by `hostfirst_view_describe`.
+ *
+ * Set `struct_size = sizeof(hostfirst_view_info)` before the call; fields may be appended in later minor
+ * versions. Pointers are owned by the library and stay valid until the view is freed.
+ */
+typedef struct hostfirst_view_info {
+  /**
+   * In: the caller's `sizeof(hostfirst_view_info)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
+  /**
+   * The tensor's name (NUL-terminated UTF-8); valid until the view is freed.
+   */
+  const char *name;
+  /**
+   * A `HOSTFIRST_DTYPE_*` value.
+   */
+  uint32_t dtype;
+  /**
+   * Number of dimensions (0 for a scalar).
+   */
+  uint32_t rank;
+  /**
+   * `rank` dimensions, C order; NULL when `rank` is 0. Valid until the view is freed. For a row slice,
+   * `shape[0]` is the number of rows in the slice.
+   */
+  const uint64_t *shape;
+  /**
+   * Size of the data in bytes (0 for an empty tensor).
+   */
+  uint64_t nbytes;
+  /**
+   * Absolute offset of the first byte in its file (or memory buffer).
+   */
+  uint64_t file_offset;
+  /**
+   * Offset of the first byte within the file's data section (the header's `data_offsets[0]` for a whole
+   * tensor; what `hostfirst inspect` prints as "offset").
+   */
+  uint64_t data_offset;
+  /**
+   * Read-only pointer to the data, zero-copy: straight into the file's read-only mapping (or into the
+   * caller's buffer for `hostfirst_file_open_memory`). Pages are read from disk when first touched.
+   * Valid until the view is freed. May be misaligned for the dtype: check `alignment`.
+   *
+   * **SIGBUS hazard:** if the file is truncated (by any process) while this pointer is in use, touching a
+   * page past the new end of file raises SIGBUS, which kills the process unless it handles that signal.
+   * hostfirst installs no signal handler. Where files may change underneath you, read with
+   * `hostfirst_view_copy` / `hostfirst_view_read`, which use `pread` and return `HOSTFIRST_STATUS_TRUNCATED`
+   * instead.
+   */
+  const void *data;
+  /**
+   * Alignment of `data` in bytes: the largest power of two dividing its address, capped at 4096.
+   */
+  uint64_t alignment;
+} hostfirst_view_info;
 
 /**
  * A thread's default device and strictness, captured by `hostfirst_scope_capture` to be entered on another
@@ -605,6 +813,230 @@ hostfirst_status hostfirst_device_format(struct hostfirst_device device,
  */
 int32_t hostfirst_device_equal(const struct hostfirst_device *a,
                                const struct hostfirst_device *b);
+
+/**
+ * Returns the safetensors name of a dtype (`"F32"`, `"BF16"`, `"F8_E4M3"`, ...), or NULL for a value that is
+ * not a `HOSTFIRST_DTYPE_*` constant. The string is static. Thread-safe.
+ */
+const char *hostfirst_dtype_name(uint32_t dtype);
+
+/**
+ * Returns the size of one element in bits (4 for F4, 6 for the F6 types, otherwise 8, 16, 32 or 64), or 0
+ * for a value that is not a `HOSTFIRST_DTYPE_*` constant. Thread-safe.
+ */
+uint32_t hostfirst_dtype_bits(uint32_t dtype);
+
+/**
+ * Parses a safetensors dtype name (exact, e.g. `"BF16"`) into `*out_dtype`.
+ *
+ * Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for an unknown name. Thread-safe.
+ */
+hostfirst_status hostfirst_dtype_from_name(const char *name, uint32_t *out_dtype);
+
+/**
+ * Opens a safetensors file, or a sharded set when `path` is an index, and writes a new handle to `*out`.
+ *
+ * An index is recognised by a name ending in `.json` or by content (JSON text that cannot be a safetensors
+ * length prefix); see `hostfirst_file_open_index` for its rules. Opening reads only the header(s) with
+ * `pread` and maps each file read-only without reading its data, so its cost and memory do not grow with
+ * the data size; it never initialises an accelerator. The file must be a regular file whose size is
+ * exactly 8 + header + data bytes.
+ *
+ * Validation follows the safetensors format strictly (reliability catalogue): every failure names the
+ * file, the tensor when there is one, and what is wrong. Statuses: `NULL_ARGUMENT`; `INVALID_ARGUMENT`
+ * (path not UTF-8); `IO` (cannot open or stat, not a regular file); `TRUNCATED` (the file is shorter than
+ * its header declares); `HEADER_TOO_SMALL`, `HEADER_TOO_LARGE`, `INVALID_HEADER_LENGTH`,
+ * `INVALID_HEADER_UTF8`, `INVALID_HEADER_JSON` (syntax, types, unknown dtype, non-string metadata, a tensor
+ * named `__metadata__`, a name containing NUL), `INVALID_OFFSET`, `DUPLICATE_TENSOR` (even identical
+ * entries), `VALIDATION_OVERFLOW`, `MISALIGNED_SLICE`, `TENSOR_INVALID_INFO`, `INCOMPLETE_BUFFER` (bytes
+ * after the last tensor), `LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_TENSORS` tensors, rank above
+ * `HOSTFIRST_MAX_RANK`, a name longer than `HOSTFIRST_MAX_NAME_LEN` bytes); for sets also `INVALID_INDEX`.
+ * Leading and trailing JSON whitespace around the header object is accepted (as the reference crate does).
+ *
+ * On failure `*out` is left unchanged and no handle or file descriptor is left open. Free the handle with
+ * `hostfirst_file_free`. Thread-safe.
+ */
+hostfirst_status hostfirst_file_open(const char *path,
+                                     struct hostfirst_file **out);
+
+/**
+ * Opens a sharded set from its `*.safetensors.index.json` (the Hugging Face `weight_map` format) as one
+ * logical file, whatever the file is called.
+ *
+ * Shard paths in `weight_map` are relative to the index's directory (absolute paths and `..` are refused);
+ * each shard is opened once and validated like `hostfirst_file_open`. Tensors are ordered by shard file
+ * name, then in file order within each shard. Statuses beyond those of `hostfirst_file_open`:
+ * `INVALID_INDEX` (not an index, a missing shard, an indexed tensor not in its shard, a shard tensor the
+ * index does not list), `DUPLICATE_TENSOR` (a name twice in `weight_map`, or a tensor in two shards),
+ * `LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_SET_TENSORS` tensors). Metadata of a set: the index's
+ * `metadata` object (non-string values as JSON text, e.g. `total_size`), then each shard's `__metadata__`
+ * keys not already present. On failure `*out` is unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_file_open_index(const char *path,
+                                           struct hostfirst_file **out);
+
+/**
+ * Validates a safetensors image in caller memory `(data, len)` and writes a new handle to `*out`, without
+ * copying the data.
+ *
+ * **Ownership:** the caller keeps the memory alive and unmodified until the file handle and every view
+ * made from it are freed; view data pointers point into it. Same validation and statuses as
+ * `hostfirst_file_open`, except that a buffer shorter than its header declares gives
+ * `INVALID_HEADER_LENGTH` (header) or `INCOMPLETE_BUFFER` (data) instead of `TRUNCATED`. `(NULL, 0)` is an
+ * empty buffer (`HEADER_TOO_SMALL`); `(NULL, len > 0)` is `NULL_ARGUMENT`. Used by tests and fuzzing.
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_file_open_memory(const void *data,
+                                            size_t len,
+                                            struct hostfirst_file **out);
+
+/**
+ * Releases a file handle. NULL is a no-op returning OK; a handle already freed (or not a file handle)
+ * gives `INVALID_HANDLE` and frees nothing.
+ *
+ * Views made from the file stay valid (they keep the mapping alive); strings returned by the file's
+ * accessors (`hostfirst_file_tensor_name`, metadata, path) become invalid. Thread-safe, but do not free a
+ * handle while another thread may still pass it to a call that returns such strings.
+ */
+hostfirst_status hostfirst_file_free(struct hostfirst_file *file);
+
+/**
+ * Writes the number of tensors (all shards of a set) to `*out_count`. Thread-safe.
+ */
+hostfirst_status hostfirst_file_tensor_count(const struct hostfirst_file *file, size_t *out_count);
+
+/**
+ * Writes the name of tensor `index` (file order: by data offset; for a set, shards by file name) to
+ * `*out_name`.
+ *
+ * The string is owned by the file and valid until `hostfirst_file_free`. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`, `OUT_OF_RANGE` for `index >= count`. Thread-safe.
+ */
+hostfirst_status hostfirst_file_tensor_name(const struct hostfirst_file *file,
+                                            size_t index,
+                                            const char **out_name);
+
+/**
+ * Looks a tensor up by name (a hash lookup, fast for any number of tensors) and writes its index to
+ * `*out_index`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (name not UTF-8), `NOT_FOUND`.
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_file_find(const struct hostfirst_file *file,
+                                     const char *name,
+                                     size_t *out_index);
+
+/**
+ * Writes the number of `__metadata__` entries to `*out_count`. Thread-safe.
+ */
+hostfirst_status hostfirst_file_metadata_count(const struct hostfirst_file *file,
+                                               size_t *out_count);
+
+/**
+ * Writes metadata entry `index` (header order) to `*out_key` and `*out_value`; either may be NULL if not
+ * wanted.
+ *
+ * Strings are owned by the file and valid until `hostfirst_file_free`. Errors: `NULL_ARGUMENT` (file),
+ * `INVALID_HANDLE`, `OUT_OF_RANGE`. Thread-safe.
+ */
+hostfirst_status hostfirst_file_metadata_get(const struct hostfirst_file *file,
+                                             size_t index,
+                                             const char **out_key,
+                                             const char **out_value);
+
+/**
+ * Writes the metadata value for `key` to `*out_value` (valid until `hostfirst_file_free`).
+ * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`, `NOT_FOUND`. Thread-safe.
+ */
+hostfirst_status hostfirst_file_metadata_find(const struct hostfirst_file *file,
+                                              const char *key,
+                                              const char **out_value);
+
+/**
+ * Writes the total bytes of tensor data (all shards of a set) to `*out_bytes`. Thread-safe.
+ */
+hostfirst_status hostfirst_file_data_bytes(const struct hostfirst_file *file, uint64_t *out_bytes);
+
+/**
+ * Writes the path the file was opened with (the index path for a set) to `*out_path`; valid until
+ * `hostfirst_file_free`. A file opened from memory has no path: `NOT_FOUND`. Thread-safe.
+ */
+hostfirst_status hostfirst_file_path(const struct hostfirst_file *file, const char **out_path);
+
+/**
+ * Creates a view of the tensor called `name` and writes it to `*out_view` (free it with
+ * `hostfirst_view_free`). Cheap: no data is read. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
+ * `INVALID_ARGUMENT`, `NOT_FOUND`. Thread-safe: views may be created from many threads at once.
+ */
+hostfirst_status hostfirst_file_view(const struct hostfirst_file *file,
+                                     const char *name,
+                                     struct hostfirst_view **out_view);
+
+/**
+ * Creates a view of tensor `index` (file order) and writes it to `*out_view`. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`, `OUT_OF_RANGE`. Thread-safe.
+ */
+hostfirst_status hostfirst_file_view_at(const struct hostfirst_file *file,
+                                        size_t index,
+                                        struct hostfirst_view **out_view);
+
+/**
+ * Releases a view. NULL is a no-op returning OK; a view already freed gives `INVALID_HANDLE`. Pointers from
+ * `hostfirst_view_describe` become invalid. Thread-safe.
+ */
+hostfirst_status hostfirst_view_free(struct hostfirst_view *view);
+
+/**
+ * Describes a view into `*out` (set `out->struct_size = sizeof(hostfirst_view_info)` first).
+ *
+ * See `hostfirst_view_info` for each field, including the **SIGBUS hazard of `data`**: the pointer goes
+ * straight into a read-only mapping of the file, and touching it after the file was truncated kills the
+ * process with SIGBUS; use `hostfirst_view_copy` when the file may change. The data may be misaligned for
+ * its dtype (`alignment` says). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` when
+ * `struct_size` is smaller than this version's struct. On failure `*out` is unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_view_describe(const struct hostfirst_view *view,
+                                         struct hostfirst_view_info *out);
+
+/**
+ * Creates a zero-copy view of rows `start..stop` (dimension 0) of `view` and writes it to `*out_view`.
+ *
+ * The new view has the same name and dtype, `shape[0] = stop - start`, and is independent of `view` (free
+ * both). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`; `OUT_OF_RANGE` when `start > stop` or `stop > shape[0]`;
+ * `UNSUPPORTED` for a scalar; `MISALIGNED_SLICE` when a row boundary of a sub-byte dtype (F4, F6) is not on
+ * a byte. Thread-safe.
+ */
+hostfirst_status hostfirst_view_slice_rows(const struct hostfirst_view *view,
+                                           uint64_t start,
+                                           uint64_t stop,
+                                           struct hostfirst_view **out_view);
+
+/**
+ * Copies the view's bytes into the caller's buffer `(dst, capacity)`.
+ *
+ * `*out_nbytes` (if not NULL) always receives the view's size. Files are read with `pread` on the file
+ * descriptor, not through the mapping, so a file truncated after opening gives `HOSTFIRST_STATUS_TRUNCATED`
+ * (never SIGBUS); other read failures give `IO`. If `capacity < nbytes`, nothing is written and
+ * `BUFFER_TOO_SMALL` is returned. `(NULL, 0)` is valid: a size query, or the copy of an empty tensor.
+ * Errors also: `NULL_ARGUMENT` (`dst` NULL with a capacity), `INVALID_HANDLE`. On an I/O failure the
+ * buffer's contents are unspecified. Thread-safe; many threads may copy from one view at once.
+ */
+hostfirst_status hostfirst_view_copy(const struct hostfirst_view *view,
+                                     void *dst,
+                                     size_t capacity,
+                                     uint64_t *out_nbytes);
+
+/**
+ * Copies `len` bytes starting `offset` bytes into the view into `dst` (a ranged `hostfirst_view_copy`, for
+ * streaming large tensors in chunks).
+ *
+ * Same reading rules as `hostfirst_view_copy` (`pread`, `TRUNCATED` instead of SIGBUS). Errors:
+ * `NULL_ARGUMENT` (`dst` NULL with `len > 0`), `INVALID_HANDLE`, `OUT_OF_RANGE` when
+ * `offset + len > nbytes`, `TRUNCATED`, `IO`. Thread-safe.
+ */
+hostfirst_status hostfirst_view_read(const struct hostfirst_view *view,
+                                     uint64_t offset,
+                                     void *dst,
+                                     size_t len);
 
 /**
  * Writes the calling thread's effective default device and where it came from.

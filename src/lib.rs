@@ -15,8 +15,14 @@ pub mod device;
 pub mod scope;
 /// cbindgen:ignore
 pub mod place;
+/// cbindgen:ignore
+pub mod dtype;
+/// cbindgen:ignore
+pub mod load;
 #[macro_use]
 pub mod ffi;
 
 pub use device::{Device, DeviceKind};
 pub use error::{Error, Result, Status};
+pub use dtype::DType;
+pub use load::{TensorFile, TensorView};

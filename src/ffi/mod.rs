@@ -29,6 +29,7 @@ pub mod core;
 pub mod devices;
 #[allow(dead_code)]
 pub mod handle;
+pub mod load;
 pub mod scope;
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;

@@ -1,0 +1,354 @@
+//! `TensorFile`: one safetensors file, a memory buffer, or a sharded set, behind one set of accessors.
+
+use super::header::Entry;
+use super::index;
+use super::names::CName;
+use super::shard::{RawMemory, Shard};
+use super::view::TensorView;
+use super::MAX_SET_TENSORS;
+use crate::error::{Error, Result, Status};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// An open safetensors file, memory buffer or sharded set. Cloning is cheap (an `Arc`); it is `Send + Sync`
+/// and every accessor may be called from many threads at once.
+#[derive(Clone)]
+pub struct TensorFile {
+    inner: Arc<Inner>,
+}
+
+struct SetIndex {
+    /// (shard, entry) in set order: shards by file name, tensors in file order within each.
+    order: Vec<(u32, u32)>,
+    by_name: HashMap<CName, u32>,
+}
+
+struct Inner {
+    display: String,
+    path: Option<PathBuf>,
+    path_c: Option<CName>,
+    shards: Vec<Arc<Shard>>,
+    set: Option<SetIndex>,
+    metadata: Vec<(CName, CName)>,
+    data_bytes: u64,
+}
+
+impl std::fmt::Debug for TensorFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TensorFile")
+            .field("file", &self.inner.display)
+            .field("tensors", &self.len())
+            .field("shards", &self.inner.shards.len())
+            .finish()
+    }
+}
+
+/// True when `path` should be read as a sharded index: its name ends in `.json`, or its content starts (after
+/// JSON whitespace) with `{` while its first 8 bytes cannot be a safetensors length prefix for this file.
+fn looks_like_index(path: &Path) -> bool {
+    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json")) {
+        return true;
+    }
+    let Ok(f) = std::fs::File::open(path) else { return false };
+    let Ok(meta) = f.metadata() else { return false };
+    if !meta.is_file() {
+        return false;
+    }
+    let mut head = [0u8; 64];
+    let have = {
+        use std::os::unix::fs::FileExt;
+        f.read_at(&mut head, 0).unwrap_or(0)
+    };
+    let head = &head[..have];
+    let starts_json = head.iter().find(|b| !b" \t\r\n".contains(b)) == Some(&b'{');
+    let prefix_ok = head.len() >= 8
+        && u64::from_le_bytes(head[..8].try_into().expect("8 bytes")).checked_add(8).is_some_and(|s| s <= meta.len());
+    starts_json && !prefix_ok
+}
+
+impl TensorFile {
+    /// Opens a `.safetensors` file, or a sharded set when the path is an index (see [`TensorFile::open_index`];
+    /// detected by a `.json` name or by content). Reads only headers; never touches an accelerator.
+    pub fn open(path: impl AsRef<Path>) -> Result<TensorFile> {
+        let path = path.as_ref();
+        if looks_like_index(path) {
+            return TensorFile::open_index(path);
+        }
+        TensorFile::open_safetensors(path)
+    }
+
+    /// Opens one `.safetensors` file (never an index).
+    pub fn open_safetensors(path: impl AsRef<Path>) -> Result<TensorFile> {
+        let shard = Arc::new(Shard::open_file(path.as_ref())?);
+        Ok(TensorFile::single(shard))
+    }
+
+    /// Validates a safetensors image held in memory (owned by the returned object).
+    pub fn from_bytes(bytes: impl AsRef<[u8]> + Send + Sync + 'static) -> Result<TensorFile> {
+        let shard = Arc::new(Shard::from_memory(Box::new(bytes))?);
+        Ok(TensorFile::single(shard))
+    }
+
+    /// Validates a safetensors image in caller memory, without copying it.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of `len` bytes (any pointer when `len == 0`), and the memory must stay
+    /// valid and unmodified until this object and every view made from it are dropped.
+    pub(crate) unsafe fn from_raw(ptr: *const u8, len: usize) -> Result<TensorFile> {
+        // SAFETY: forwarded from this function's contract.
+        let mem = unsafe { RawMemory::new(ptr, len) };
+        let shard = Arc::new(Shard::from_memory(Box::new(mem))?);
+        Ok(TensorFile::single(shard))
+    }
+
+    fn single(shard: Arc<Shard>) -> TensorFile {
+        TensorFile {
+            inner: Arc::new(Inner {
+                display: shard.display.clone(),
+                path: shard.path.clone(),
+                path_c: shard.path_c.clone(),
+                metadata: shard.header.metadata.clone(),
+                data_bytes: shard.header.data_len,
+                set: None,
+                shards: vec![shard],
+            }),
+        }
+    }
+
+    /// Opens a sharded set from its `*.safetensors.index.json` (the Hugging Face `weight_map` format).
+    ///
+    /// Each shard named in `weight_map` is opened once (shard paths are relative to the index's directory).
+    /// The set's tensors are ordered by shard file name, then in file order within each shard. Rules:
+    /// every indexed tensor must be in the shard the index names (`INVALID_INDEX` otherwise); a tensor in
+    /// two shards is `DUPLICATE_TENSOR`; a shard tensor missing from the index is `INVALID_INDEX`; a shard
+    /// that does not exist is `INVALID_INDEX`; a malformed shard gives its own format status. Metadata: the
+    /// index's `metadata` object (non-string values as JSON text), then each shard's `__metadata__` keys not
+    /// already present (first shard by name wins).
+    pub fn open_index(path: impl AsRef<Path>) -> Result<TensorFile> {
+        let path = path.as_ref();
+        let display = path.display().to_string();
+        let ctx = |e: Error| e.context(&display);
+        let text = index::read(path)?;
+        let idx = index::parse(&text).map_err(ctx)?;
+        drop(text);
+        let dir = path.parent().unwrap_or(Path::new("."));
+
+        // Shards, sorted by file name, each opened once.
+        let mut shard_names: BTreeMap<&str, u32> = idx.weight_map.iter().map(|(_, s)| (s.as_str(), 0)).collect();
+        let mut shards = Vec::with_capacity(shard_names.len());
+        for (i, (name, slot)) in shard_names.iter_mut().enumerate() {
+            *slot = i as u32;
+            let p = dir.join(name);
+            if !p.exists() {
+                return Err(Error::new(
+                    Status::InvalidIndex,
+                    format!("{display}: shard '{name}' ({}) does not exist", p.display()),
+                ));
+            }
+            let s = Shard::open_file(&p).map_err(|e| e.context(format!("{display}: shard '{name}'")))?;
+            shards.push(Arc::new(s));
+        }
+
+        let total: usize = shards.iter().map(|s| s.header.entries.len()).sum();
+        if total > MAX_SET_TENSORS {
+            return Err(Error::new(
+                Status::LimitExceeded,
+                format!("{display}: the shards hold {total} tensors; the hostfirst cap for a set is {MAX_SET_TENSORS}"),
+            ));
+        }
+        let mut order: Vec<(u32, u32)> = Vec::with_capacity(total);
+        let mut by_name: HashMap<CName, u32> = HashMap::with_capacity(total);
+        for (si, s) in shards.iter().enumerate() {
+            for (ei, e) in s.header.entries.iter().enumerate() {
+                if let Some(&prev) = by_name.get(e.name.as_str()) {
+                    let other = &shards[order[prev as usize].0 as usize];
+                    return Err(Error::new(
+                        Status::DuplicateTensor,
+                        format!("{display}: tensor '{}' is in two shards: {} and {}", e.name, other.display, s.display),
+                    ));
+                }
+                by_name.insert(e.name.clone(), order.len() as u32);
+                order.push((si as u32, ei as u32));
+            }
+        }
+
+        // The index and the shards must agree exactly.
+        let mut indexed: HashMap<&str, &str> = HashMap::with_capacity(idx.weight_map.len());
+        for (t, s) in &idx.weight_map {
+            indexed.insert(t.as_str(), s.as_str());
+            let Some(&gi) = by_name.get(t.as_str()) else {
+                return Err(Error::new(
+                    Status::InvalidIndex,
+                    format!("{display}: the index maps tensor '{t}' to shard '{s}', which does not contain it"),
+                ));
+            };
+            let actual = order[gi as usize].0;
+            if actual != shard_names[s.as_str()] {
+                return Err(Error::new(
+                    Status::InvalidIndex,
+                    format!("{display}: the index maps tensor '{t}' to shard '{s}', but it is in {}", shards[actual as usize].display),
+                ));
+            }
+        }
+        for (si, ei) in &order {
+            let s = &shards[*si as usize];
+            let e = &s.header.entries[*ei as usize];
+            if !indexed.contains_key(e.name.as_str()) {
+                return Err(Error::new(
+                    Status::InvalidIndex,
+                    format!("{display}: shard {} holds tensor '{}', which the index does not list", s.display, e.name),
+                ));
+            }
+        }
+
+        let mut metadata: Vec<(CName, CName)> = Vec::new();
+        let mut keys = std::collections::HashSet::new();
+        for (k, v) in idx.metadata {
+            let (Some(kc), Some(vc)) = (CName::new(k.clone()), CName::new(v)) else {
+                return Err(Error::new(Status::InvalidIndex, format!("{display}: metadata key '{}' contains a NUL", k.escape_debug())));
+            };
+            if keys.insert(k) {
+                metadata.push((kc, vc));
+            }
+        }
+        for s in &shards {
+            for (k, v) in &s.header.metadata {
+                if keys.insert(k.as_str().to_string()) {
+                    metadata.push((k.clone(), v.clone()));
+                }
+            }
+        }
+        let data_bytes = shards.iter().map(|s| s.header.data_len).fold(0u64, |a, b| a.saturating_add(b));
+        Ok(TensorFile {
+            inner: Arc::new(Inner {
+                path_c: CName::new(display.clone()),
+                display,
+                path: Some(path.to_path_buf()),
+                shards,
+                set: Some(SetIndex { order, by_name }),
+                metadata,
+                data_bytes,
+            }),
+        })
+    }
+
+    fn entry(&self, i: usize) -> Option<(&Arc<Shard>, &Entry)> {
+        match &self.inner.set {
+            None => {
+                let s = &self.inner.shards[0];
+                s.header.entries.get(i).map(|e| (s, e))
+            }
+            Some(set) => {
+                let &(si, ei) = set.order.get(i)?;
+                let s = &self.inner.shards[si as usize];
+                Some((s, &s.header.entries[ei as usize]))
+            }
+        }
+    }
+
+    /// The path given at open (the index for a set); `None` for memory buffers.
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
+    }
+
+    /// The path for messages (`"<memory>"` for buffers).
+    pub fn display_name(&self) -> &str {
+        &self.inner.display
+    }
+
+    /// True for a sharded set.
+    pub fn is_set(&self) -> bool {
+        self.inner.set.is_some()
+    }
+
+    /// Number of files (1 unless this is a set).
+    pub fn shard_count(&self) -> usize {
+        self.inner.shards.len()
+    }
+
+    /// Number of tensors.
+    pub fn len(&self) -> usize {
+        match &self.inner.set {
+            None => self.inner.shards[0].header.entries.len(),
+            Some(s) => s.order.len(),
+        }
+    }
+
+    /// True when there are no tensors.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Name of tensor `i` in file order.
+    pub fn name(&self, i: usize) -> Option<&str> {
+        self.entry(i).map(|(_, e)| e.name.as_str())
+    }
+
+    /// All names in file order.
+    pub fn names(&self) -> impl Iterator<Item = &str> + '_ {
+        (0..self.len()).filter_map(move |i| self.name(i))
+    }
+
+    /// Index of a tensor by name (a hash lookup).
+    pub fn find(&self, name: &str) -> Option<usize> {
+        match &self.inner.set {
+            None => self.inner.shards[0].header.by_name.get(name).map(|&i| i as usize),
+            Some(s) => s.by_name.get(name).map(|&i| i as usize),
+        }
+    }
+
+    /// Number of metadata entries.
+    pub fn metadata_len(&self) -> usize {
+        self.inner.metadata.len()
+    }
+
+    /// Metadata entry `i` as (key, value), in header order.
+    pub fn metadata_entry(&self, i: usize) -> Option<(&str, &str)> {
+        self.inner.metadata.get(i).map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// The metadata value for `key`.
+    pub fn metadata(&self, key: &str) -> Option<&str> {
+        self.inner.metadata.iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v.as_str())
+    }
+
+    /// Total bytes of tensor data (all shards of a set).
+    pub fn data_bytes(&self) -> u64 {
+        self.inner.data_bytes
+    }
+
+    /// A view of tensor `i` (file order). `OUT_OF_RANGE` past the end.
+    pub fn view_at(&self, i: usize) -> Result<TensorView> {
+        let (s, e) = self.entry(i).ok_or_else(|| {
+            Error::new(Status::OutOfRange, format!("{}: tensor index {i}, but there are {} tensors", self.inner.display, self.len()))
+        })?;
+        Ok(TensorView { shard: Arc::clone(s), name: e.name.clone(), dtype: e.dtype, shape: Arc::clone(&e.shape), start: e.start, nbytes: e.nbytes })
+    }
+
+    /// A view of the tensor called `name`. `NOT_FOUND` if there is none.
+    pub fn view(&self, name: &str) -> Result<TensorView> {
+        let i = self.find(name).ok_or_else(|| {
+            Error::new(Status::NotFound, format!("{}: no tensor named '{name}'", self.inner.display))
+        })?;
+        self.view_at(i)
+    }
+
+    // ---- C helpers: pointers valid while this object (or a clone) lives ----
+
+    pub(crate) fn name_ptr(&self, i: usize) -> Option<*const std::ffi::c_char> {
+        self.entry(i).map(|(_, e)| e.name.as_ptr())
+    }
+
+    pub(crate) fn metadata_ptrs(&self, i: usize) -> Option<(*const std::ffi::c_char, *const std::ffi::c_char)> {
+        self.inner.metadata.get(i).map(|(k, v)| (k.as_ptr(), v.as_ptr()))
+    }
+
+    pub(crate) fn metadata_value_ptr(&self, key: &str) -> Option<*const std::ffi::c_char> {
+        self.inner.metadata.iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v.as_ptr())
+    }
+
+    pub(crate) fn path_ptr(&self) -> Option<*const std::ffi::c_char> {
+        self.inner.path_c.as_ref().map(|c| c.as_ptr())
+    }
+}

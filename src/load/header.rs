@@ -1,0 +1,480 @@
+//! Parsing and validating a safetensors header.
+//!
+//! Our own pass does every check with checked arithmetic and keeps what the reference crate throws away
+//! (header key order, duplicate keys); the reference crate (`safetensors::SafeTensors::read_metadata`) is
+//! then run over the same buffer inside `catch_unwind` as a cross-check, so we are never laxer than it and
+//! its panics become format errors.
+
+use super::names::CName;
+use super::{MAX_HEADER_SIZE, MAX_NAME_LEN, MAX_RANK, MAX_TENSORS};
+use crate::dtype::DType;
+use crate::error::{Error, Result, Status};
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+
+/// One validated tensor entry. `start` is relative to the data section.
+#[derive(Clone, Debug)]
+pub(crate) struct Entry {
+    pub name: CName,
+    pub dtype: DType,
+    pub shape: std::sync::Arc<[u64]>,
+    pub start: u64,
+    pub nbytes: u64,
+}
+
+/// A validated header: tensors in file order (by data offset; ties between empty tensors keep header order).
+#[derive(Debug)]
+pub(crate) struct Header {
+    /// Bytes of JSON after the 8-byte length prefix.
+    pub header_len: u64,
+    /// Bytes of the data section (the end of the last tensor).
+    pub data_len: u64,
+    pub entries: Vec<Entry>,
+    pub by_name: HashMap<CName, u32>,
+    pub metadata: Vec<(CName, CName)>,
+}
+
+impl Header {
+    /// Offset of the data section in the file: `8 + header_len`.
+    pub fn data_start(&self) -> u64 {
+        8 + self.header_len
+    }
+}
+
+/// The outcome of reading the 8-byte prefix: how many header bytes follow.
+///
+/// `total_len` is the length of the whole file or buffer. `truncated_status` is what a header that runs past
+/// the end gives: `TRUNCATED` for files, `INVALID_HEADER_LENGTH` for memory buffers.
+pub(crate) fn header_len(prefix: &[u8], total_len: u64, truncated_status: Status) -> Result<u64> {
+    let Some(p) = prefix.get(..8) else {
+        return Err(Error::new(
+            Status::HeaderTooSmall,
+            format!("{} bytes is shorter than the 8-byte header-length prefix", prefix.len()),
+        ));
+    };
+    let n = u64::from_le_bytes(p.try_into().expect("8 bytes"));
+    // Checked first so that a prefix near u64::MAX is reported as the overflow it is (catalogue row 4).
+    let Some(stop) = n.checked_add(8) else {
+        return Err(Error::new(Status::InvalidHeaderLength, format!("header length {n} + 8 overflows")));
+    };
+    if n > MAX_HEADER_SIZE {
+        return Err(Error::new(
+            Status::HeaderTooLarge,
+            format!("header length {n} exceeds the safetensors limit of {MAX_HEADER_SIZE} bytes"),
+        ));
+    }
+    if stop > total_len {
+        return Err(Error::new(
+            truncated_status,
+            format!("header length {n} needs {stop} bytes but there are only {total_len}"),
+        ));
+    }
+    Ok(n)
+}
+
+// ---- raw parse ---------------------------------------------------------------------------------------
+
+struct RawEntry {
+    name: String,
+    dtype: String,
+    shape: Vec<u64>,
+    offsets: [u64; 2],
+}
+
+struct RawHeader {
+    entries: Vec<RawEntry>,
+    metadata: Option<Vec<(String, serde_json::Value)>>,
+}
+
+/// Where a semantic failure found during the serde pass is parked (serde errors carry only text).
+#[derive(Default)]
+struct Side {
+    error: RefCell<Option<Error>>,
+    tensor: RefCell<Option<String>>,
+}
+
+impl Side {
+    fn fail<E: de::Error>(&self, e: Error) -> E {
+        *self.error.borrow_mut() = Some(e);
+        E::custom("hostfirst validation error")
+    }
+}
+
+struct TopSeed<'s>(&'s Side);
+
+impl<'de> DeserializeSeed<'de> for TopSeed<'_> {
+    type Value = RawHeader;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<RawHeader, D::Error> {
+        d.deserialize_map(TopVisitor(self.0))
+    }
+}
+
+struct TopVisitor<'s>(&'s Side);
+
+impl<'de> Visitor<'de> for TopVisitor<'_> {
+    type Value = RawHeader;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object mapping tensor names to {dtype, shape, data_offsets}")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<RawHeader, A::Error> {
+        let side = self.0;
+        let mut entries = Vec::new();
+        let mut metadata = None;
+        let mut seen_metadata = false;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "__metadata__" {
+                if seen_metadata {
+                    return Err(side.fail(Error::new(Status::InvalidHeaderJson, "`__metadata__` appears twice")));
+                }
+                seen_metadata = true;
+                metadata = map.next_value_seed(MetaSeed)?;
+                continue;
+            }
+            if entries.len() >= MAX_TENSORS {
+                return Err(side.fail(Error::new(
+                    Status::LimitExceeded,
+                    format!("more than {MAX_TENSORS} tensors in one header (the hostfirst cap)"),
+                )));
+            }
+            *side.tensor.borrow_mut() = Some(key);
+            let (dtype, shape, offsets) = map.next_value_seed(EntrySeed)?;
+            let name = side.tensor.borrow_mut().take().unwrap_or_default();
+            entries.push(RawEntry { name, dtype, shape, offsets });
+        }
+        Ok(RawHeader { entries, metadata })
+    }
+}
+
+struct MetaSeed;
+
+impl<'de> DeserializeSeed<'de> for MetaSeed {
+    type Value = Option<Vec<(String, serde_json::Value)>>;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_any(MetaVisitor)
+    }
+}
+
+struct MetaVisitor;
+
+impl<'de> Visitor<'de> for MetaVisitor {
+    type Value = Option<Vec<(String, serde_json::Value)>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("`__metadata__` as an object of strings")
+    }
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+        let mut v = Vec::new();
+        while let Some(k) = map.next_key::<String>()? {
+            let val: serde_json::Value = map.next_value()?;
+            v.push((k, val));
+        }
+        Ok(Some(v))
+    }
+}
+
+struct EntrySeed;
+
+impl<'de> DeserializeSeed<'de> for EntrySeed {
+    type Value = (String, Vec<u64>, [u64; 2]);
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_map(EntryVisitor)
+    }
+}
+
+struct EntryVisitor;
+
+impl<'de> Visitor<'de> for EntryVisitor {
+    type Value = (String, Vec<u64>, [u64; 2]);
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a tensor entry {\"dtype\", \"shape\", \"data_offsets\"}")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+        let (mut dtype, mut shape, mut offsets) = (None, None, None);
+        while let Some(k) = map.next_key::<String>()? {
+            match k.as_str() {
+                "dtype" if dtype.is_none() => dtype = Some(map.next_value::<String>()?),
+                "shape" if shape.is_none() => shape = Some(map.next_value::<Vec<u64>>()?),
+                "data_offsets" if offsets.is_none() => offsets = Some(map.next_value_seed(PairSeed)?),
+                "dtype" | "shape" | "data_offsets" => return Err(de::Error::duplicate_field("dtype, shape or data_offsets")),
+                // Unknown fields are accepted, as the reference crate does (catalogue row 17).
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok((
+            dtype.ok_or_else(|| de::Error::missing_field("dtype"))?,
+            shape.ok_or_else(|| de::Error::missing_field("shape"))?,
+            offsets.ok_or_else(|| de::Error::missing_field("data_offsets"))?,
+        ))
+    }
+}
+
+struct PairSeed;
+
+impl<'de> DeserializeSeed<'de> for PairSeed {
+    type Value = [u64; 2];
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<[u64; 2], D::Error> {
+        d.deserialize_seq(PairSeed)
+    }
+}
+
+impl<'de> Visitor<'de> for PairSeed {
+    type Value = [u64; 2];
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("data_offsets as [begin, end]")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<[u64; 2], A::Error> {
+        let a = seq.next_element::<u64>()?.ok_or_else(|| de::Error::invalid_length(0, &self))?;
+        let b = seq.next_element::<u64>()?.ok_or_else(|| de::Error::invalid_length(1, &self))?;
+        let mut extra = 2;
+        while seq.next_element::<IgnoredAny>()?.is_some() {
+            extra += 1;
+        }
+        if extra != 2 {
+            return Err(de::Error::invalid_length(extra, &self));
+        }
+        Ok([a, b])
+    }
+}
+
+fn parse_raw(json: &str) -> Result<RawHeader> {
+    let side = Side::default();
+    let mut de = serde_json::Deserializer::from_str(json);
+    let parsed = TopSeed(&side).deserialize(&mut de).and_then(|h| de.end().map(|_| h));
+    match parsed {
+        Ok(h) => Ok(h),
+        Err(e) => {
+            if let Some(err) = side.error.borrow_mut().take() {
+                return Err(err);
+            }
+            let msg = match side.tensor.borrow().as_deref() {
+                Some(t) => format!("tensor '{t}': header JSON: {e}"),
+                None => format!("header is not a valid safetensors JSON object: {e}"),
+            };
+            Err(Error::new(Status::InvalidHeaderJson, msg))
+        }
+    }
+}
+
+// ---- validation --------------------------------------------------------------------------------------
+
+fn cname(s: String, what: impl FnOnce() -> String) -> Result<CName> {
+    CName::new(s).ok_or_else(|| {
+        Error::new(Status::InvalidHeaderJson, format!("{} contains a NUL character, which C cannot represent", what()))
+    })
+}
+
+fn convert_metadata(raw: Vec<(String, serde_json::Value)>) -> Result<Vec<(CName, CName)>> {
+    // A tensor named `__metadata__` lands here: the key is reserved for the string map (catalogue row 14).
+    let looks_like_tensor = raw.iter().any(|(k, v)| k == "dtype" && v.is_string())
+        && raw.iter().any(|(k, _)| k == "data_offsets" || k == "shape");
+    if looks_like_tensor {
+        return Err(Error::new(
+            Status::InvalidHeaderJson,
+            "a tensor may not be named `__metadata__` (the key is reserved for the string-to-string metadata map)",
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(raw.len());
+    for (k, v) in raw {
+        let serde_json::Value::String(s) = v else {
+            return Err(Error::new(
+                Status::InvalidHeaderJson,
+                format!("`__metadata__` key '{k}' has a {} value; safetensors metadata values must be strings", json_kind(&v)),
+            ));
+        };
+        if !seen.insert(k.clone()) {
+            return Err(Error::new(Status::InvalidHeaderJson, format!("`__metadata__` key '{k}' appears twice")));
+        }
+        let key = cname(k.clone(), || format!("`__metadata__` key '{}'", k.escape_debug()))?;
+        let val = cname(s, || format!("the value of `__metadata__` key '{k}'"))?;
+        out.push((key, val));
+    }
+    Ok(out)
+}
+
+pub(crate) fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "boolean",
+        serde_json::Value::Number(_) => "number",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "array",
+        serde_json::Value::Object(_) => "object",
+    }
+}
+
+/// Element count and byte size of a tensor, with checked arithmetic.
+pub(crate) fn tensor_bytes(name: &str, dtype: DType, shape: &[u64]) -> Result<u64> {
+    let overflow = || {
+        Error::new(Status::ValidationOverflow, format!("tensor '{name}': {dtype} shape {shape:?} overflows 64-bit size arithmetic"))
+    };
+    let n = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).ok_or_else(overflow)?;
+    let bits = n.checked_mul(dtype.bits() as u64).ok_or_else(overflow)?;
+    if bits % 8 != 0 {
+        return Err(Error::new(
+            Status::MisalignedSlice,
+            format!("tensor '{name}': {n} elements of {dtype} are {bits} bits, not a whole number of bytes"),
+        ));
+    }
+    Ok(bits / 8)
+}
+
+/// Parses and validates the header JSON (the bytes after the length prefix). `total_len` is the length of
+/// the whole file or buffer; `short_status` is what a data section shorter than declared gives.
+pub(crate) fn parse(header: &[u8], total_len: u64, short_status: Status) -> Result<Header> {
+    let header_len = header.len() as u64;
+    let json = std::str::from_utf8(header).map_err(|e| {
+        Error::new(Status::InvalidHeaderUtf8, format!("header is not valid UTF-8 ({e})"))
+    })?;
+    let raw = parse_raw(json)?;
+    let metadata = match raw.metadata {
+        Some(m) => convert_metadata(m)?,
+        None => Vec::new(),
+    };
+
+    // Per-entry checks in header order: name, dtype, rank.
+    let mut entries = Vec::with_capacity(raw.entries.len());
+    let mut offsets = Vec::with_capacity(raw.entries.len());
+    for r in raw.entries {
+        if r.name.len() > MAX_NAME_LEN {
+            return Err(Error::new(
+                Status::LimitExceeded,
+                format!("tensor name '{}...' is {} bytes; the hostfirst cap is {MAX_NAME_LEN}", truncate(&r.name, 64), r.name.len()),
+            ));
+        }
+        let dtype = DType::from_name(&r.dtype).ok_or_else(|| {
+            Error::new(Status::InvalidHeaderJson, format!("tensor '{}': unknown dtype '{}'", r.name, r.dtype.escape_debug()))
+        })?;
+        if r.shape.len() > MAX_RANK {
+            return Err(Error::new(
+                Status::LimitExceeded,
+                format!("tensor '{}': rank {} exceeds the hostfirst cap of {MAX_RANK}", r.name, r.shape.len()),
+            ));
+        }
+        let shown = r.name.escape_debug().to_string();
+        let name = cname(r.name, || format!("tensor name '{shown}'"))?;
+        offsets.push(r.offsets);
+        entries.push(Entry { name, dtype, shape: r.shape.into(), start: 0, nbytes: 0 });
+    }
+
+    // File order: by (begin, end), ties (empty tensors) in header order (the sort is stable).
+    let mut order: Vec<u32> = (0..entries.len() as u32).collect();
+    order.sort_by_key(|&i| offsets[i as usize]);
+
+    let mut by_name = HashMap::with_capacity(entries.len());
+    for (file_idx, &i) in order.iter().enumerate() {
+        let name = &entries[i as usize].name;
+        if by_name.insert(name.clone(), file_idx as u32).is_some() {
+            return Err(Error::new(
+                Status::DuplicateTensor,
+                format!("tensor '{name}' appears more than once in the header (safetensors forbids duplicate names)"),
+            ));
+        }
+    }
+
+    // Contiguous, hole-free offsets from 0, sizes matching shapes (the reference `validate`, checked).
+    let mut expected = 0u64;
+    let mut sorted = Vec::with_capacity(entries.len());
+    let mut slots: Vec<Option<Entry>> = entries.into_iter().map(Some).collect();
+    for &i in &order {
+        let mut e = slots[i as usize].take().expect("each index once");
+        let [b, end] = offsets[i as usize];
+        if b != expected || end < b {
+            let why = if end < b {
+                "ends before it begins".to_string()
+            } else if b < expected {
+                format!("overlaps the previous tensor (which ends at {expected})")
+            } else {
+                format!("leaves a gap (expected it to begin at {expected})")
+            };
+            return Err(Error::new(Status::InvalidOffset, format!("tensor '{}': data_offsets [{b}, {end}] {why}", e.name)));
+        }
+        expected = end;
+        let nbytes = tensor_bytes(e.name.as_str(), e.dtype, &e.shape)?;
+        if end - b != nbytes {
+            return Err(Error::new(
+                Status::TensorInvalidInfo,
+                format!(
+                    "tensor '{}': {} {:?} needs {nbytes} bytes but data_offsets [{b}, {end}] span {}",
+                    e.name,
+                    e.dtype,
+                    &e.shape[..],
+                    end - b
+                ),
+            ));
+        }
+        e.start = b;
+        e.nbytes = nbytes;
+        sorted.push(e);
+    }
+    let data_len = expected;
+
+    // The file must be exactly covered: 8 + header + data == length, in checked arithmetic (catalogue row 27).
+    let need = 8u64.checked_add(header_len).and_then(|x| x.checked_add(data_len)).ok_or_else(|| {
+        Error::new(
+            Status::ValidationOverflow,
+            format!("8 + header length {header_len} + data length {data_len} overflows 64 bits"),
+        )
+    })?;
+    if need > total_len {
+        return Err(Error::new(
+            short_status,
+            format!("the header declares {data_len} data bytes ({need} in all) but there are only {total_len}"),
+        ));
+    }
+    if need < total_len {
+        return Err(Error::new(
+            Status::IncompleteBuffer,
+            format!("{} bytes follow the last tensor (expected exactly {need} bytes in all, found {total_len})", total_len - need),
+        ));
+    }
+    Ok(Header { header_len, data_len, entries: sorted, by_name, metadata })
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    let mut end = max.min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Maps an error of the reference crate to our status.
+pub(crate) fn reference_status(e: &safetensors::SafeTensorError) -> Status {
+    use safetensors::SafeTensorError as E;
+    match e {
+        E::InvalidHeader(_) => Status::InvalidHeaderUtf8,
+        E::InvalidHeaderDeserialization(_) => Status::InvalidHeaderJson,
+        E::HeaderTooLarge => Status::HeaderTooLarge,
+        E::HeaderTooSmall => Status::HeaderTooSmall,
+        E::InvalidHeaderLength => Status::InvalidHeaderLength,
+        E::TensorNotFound(_) => Status::NotFound,
+        E::TensorInvalidInfo => Status::TensorInvalidInfo,
+        E::InvalidOffset(_) => Status::InvalidOffset,
+        E::MetadataIncompleteBuffer => Status::IncompleteBuffer,
+        E::ValidationOverflow => Status::ValidationOverflow,
+        E::MisalignedSlice => Status::MisalignedSlice,
+        _ => Status::InvalidHeaderJson,
+    }
+}
+
+/// Runs the reference crate's validation over the whole buffer inside `catch_unwind`. A panic (the crate
+/// has unchecked additions, catalogue rows 27-28) becomes `VALIDATION_OVERFLOW`. Returns the reference's
+/// data length on success.
+pub(crate) fn reference_check(buffer: &[u8]) -> Result<u64> {
+    let r = std::panic::catch_unwind(|| safetensors::SafeTensors::read_metadata(buffer).map(|(_, m)| m.data_len() as u64));
+    match r {
+        Ok(Ok(n)) => Ok(n),
+        Ok(Err(e)) => Err(Error::new(reference_status(&e), format!("rejected by the reference safetensors parser: {e}"))),
+        Err(_) => Err(Error::new(
+            Status::ValidationOverflow,
+            "the reference safetensors parser panicked on this header (arithmetic overflow); treated as a format error",
+        )),
+    }
+}

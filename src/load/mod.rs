@@ -1,0 +1,49 @@
+//! Host-first loading: safetensors files, memory buffers and sharded sets opened zero-copy and validated
+//! strictly, with cheap thread-safe tensor views.
+//!
+//! Opening reads only the header (with `pread`) and maps the file read-only without populating it, so its
+//! cost and memory do not grow with the data size. Validation is at least as strict as the reference crate
+//! (which is also run, inside `catch_unwind`, as a cross-check) and stricter where it is lax: duplicate
+//! names, a tensor named `__metadata__`, and the caps below. Leading and trailing JSON whitespace around the
+//! header object is accepted, as the reference crate does, although the format text says the header must
+//! begin with `{` (interoperability over the letter of the spec).
+//!
+//! ```no_run
+//! use hostfirst::load::TensorFile;
+//! let f = TensorFile::open("model.safetensors")?;
+//! let v = f.view("embed.weight")?;
+//! let first_rows = v.slice_rows(0, 16)?;
+//! let mut buf = vec![0u8; first_rows.nbytes() as usize];
+//! first_rows.read_at(0, &mut buf)?; // pread: a truncated file gives TRUNCATED, never SIGBUS
+//! # Ok::<(), hostfirst::Error>(())
+//! ```
+
+mod file;
+mod header;
+mod index;
+mod names;
+mod shard;
+mod view;
+
+pub use file::TensorFile;
+pub use names::CName;
+pub use view::{alignment_of, TensorView};
+
+/// The safetensors limit on the JSON header (bytes), as in the reference crate.
+pub const MAX_HEADER_SIZE: u64 = 100_000_000;
+/// Cap on tensors in one file: 262,144. Real checkpoints hold at most a few tens of thousands per file;
+/// header-bloat files (catalogue row 34) beyond this give `LIMIT_EXCEEDED`.
+pub const MAX_TENSORS: usize = 1 << 18;
+/// Cap on tensors in a sharded set: 1,048,576.
+pub const MAX_SET_TENSORS: usize = 1 << 20;
+/// Cap on a tensor's rank: 32 (NumPy 1.x's limit).
+pub const MAX_RANK: usize = 32;
+/// Cap on a tensor name's length in bytes: 4096.
+pub const MAX_NAME_LEN: usize = 4096;
+/// Cap on the size of a `*.index.json` file: 100,000,000 bytes.
+pub const MAX_INDEX_SIZE: u64 = 100_000_000;
+/// Cap on the number of shard files in a set: 65,536.
+pub const MAX_SHARDS: usize = 1 << 16;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,175 @@
+//! One safetensors file (or memory buffer): its validated header and where its bytes live.
+
+use super::header::{self, Header};
+use super::names::CName;
+use crate::error::{Error, Result, Status};
+use memmap2::Mmap;
+use std::fs;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Caller memory borrowed through the C API (`hostfirst_file_open_memory`): the caller promises it stays
+/// valid and unmodified until every handle that uses it is freed.
+pub(crate) struct RawMemory {
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: the memory is only read, and the C contract makes the caller keep it alive and unmodified while
+// any handle uses it, from any thread.
+unsafe impl Send for RawMemory {}
+// SAFETY: as above; shared reads of immutable memory.
+unsafe impl Sync for RawMemory {}
+
+impl RawMemory {
+    /// # Safety
+    /// `ptr` must be valid for reads of `len` bytes (or `len == 0`) and stay valid and unmodified for the
+    /// lifetime of every object built over it.
+    pub(crate) unsafe fn new(ptr: *const u8, len: usize) -> RawMemory {
+        RawMemory { ptr: if len == 0 { std::ptr::NonNull::<u8>::dangling().as_ptr() } else { ptr }, len }
+    }
+}
+
+impl AsRef<[u8]> for RawMemory {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: guaranteed by the constructor's contract; a zero length uses a dangling non-null pointer.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+pub(crate) enum Source {
+    File { file: fs::File, map: Mmap },
+    Memory(Box<dyn AsRef<[u8]> + Send + Sync>),
+}
+
+/// A validated safetensors file or buffer.
+pub(crate) struct Shard {
+    pub display: String,
+    pub path: Option<PathBuf>,
+    pub path_c: Option<CName>,
+    pub source: Source,
+    pub header: Header,
+}
+
+fn io_error(display: &str, what: &str, e: &std::io::Error) -> Error {
+    Error::new(Status::Io, format!("{display}: {what}: {e}"))
+}
+
+/// Reads exactly `dst.len()` bytes at `offset` with pread; a short file gives `TRUNCATED`.
+pub(crate) fn pread_exact(file: &fs::File, mut offset: u64, mut dst: &mut [u8], display: &str, what: &dyn Fn() -> String) -> Result<()> {
+    while !dst.is_empty() {
+        match file.read_at(dst, offset) {
+            Ok(0) => {
+                let now = file.metadata().map(|m| m.len().to_string()).unwrap_or_else(|_| "?".into());
+                return Err(Error::new(
+                    Status::Truncated,
+                    format!(
+                        "{display}: {}: the file ends before byte {} (it is now {now} bytes; was it truncated after opening?)",
+                        what(),
+                        offset + dst.len() as u64
+                    ),
+                ));
+            }
+            Ok(k) => {
+                offset += k as u64;
+                dst = &mut dst[k..];
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io_error(display, &what(), &e)),
+        }
+    }
+    Ok(())
+}
+
+impl Shard {
+    /// Opens and validates a safetensors file. Reads only the header (with pread); maps the file read-only
+    /// without populating it, so no data page is touched.
+    pub(crate) fn open_file(path: &Path) -> Result<Shard> {
+        let display = path.display().to_string();
+        // O_NONBLOCK so that opening a FIFO cannot hang; it has no effect on regular files.
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|e| io_error(&display, "cannot open", &e))?;
+        let meta = file.metadata().map_err(|e| io_error(&display, "cannot stat", &e))?;
+        if !meta.is_file() {
+            return Err(Error::new(Status::Io, format!("{display}: not a regular file")));
+        }
+        let len = meta.len();
+        let ctx = |e: Error| e.context(&display);
+        let mut prefix = [0u8; 8];
+        let have = len.min(8) as usize;
+        pread_exact(&file, 0, &mut prefix[..have], &display, &|| "reading the header length".into())?;
+        let n = header::header_len(&prefix[..have], len, Status::Truncated).map_err(ctx)?;
+        let mut json = vec![0u8; n as usize];
+        pread_exact(&file, 8, &mut json, &display, &|| "reading the header".into())?;
+        let header = header::parse(&json, len, Status::Truncated).map_err(ctx)?;
+        drop(json);
+        // SAFETY: a read-only shared mapping. If another process truncates the file while it is mapped, reads
+        // through the mapping fault (SIGBUS); that hazard is documented on every API returning mapped memory,
+        // and the pread paths (`read_at`) never touch the mapping.
+        let map = unsafe { memmap2::MmapOptions::new().map(&file) }.map_err(|e| io_error(&display, "cannot map", &e))?;
+        if map.len() as u64 != len {
+            return Err(Error::new(Status::Io, format!("{display}: the file changed size while it was opened")));
+        }
+        let shard = Shard {
+            path_c: CName::new(display.clone()),
+            display,
+            path: Some(path.to_path_buf()),
+            source: Source::File { file, map },
+            header,
+        };
+        shard.cross_check()?;
+        Ok(shard)
+    }
+
+    /// Validates a memory buffer (owned by `owner`).
+    pub(crate) fn from_memory(owner: Box<dyn AsRef<[u8]> + Send + Sync>) -> Result<Shard> {
+        let display = "<memory>".to_string();
+        let bytes = (*owner).as_ref();
+        let len = bytes.len() as u64;
+        let ctx = |e: Error| e.context("<memory>");
+        let n = header::header_len(bytes, len, Status::InvalidHeaderLength).map_err(ctx)?;
+        let header = header::parse(&bytes[8..8 + n as usize], len, Status::IncompleteBuffer).map_err(ctx)?;
+        let shard = Shard { display, path: None, path_c: None, source: Source::Memory(owner), header };
+        shard.cross_check()?;
+        Ok(shard)
+    }
+
+    /// The reference crate must agree (it runs inside `catch_unwind`).
+    fn cross_check(&self) -> Result<()> {
+        let data_len = header::reference_check(self.bytes()).map_err(|e| e.context(&self.display))?;
+        if data_len != self.header.data_len {
+            return Err(Error::new(
+                Status::Internal,
+                format!("{}: hostfirst and the reference parser disagree on the data length ({} vs {data_len})", self.display, self.header.data_len),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The whole file or buffer (file: the read-only mapping).
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match &self.source {
+            Source::File { map, .. } => &map[..],
+            Source::Memory(m) => (**m).as_ref(),
+        }
+    }
+
+    /// Copies `dst.len()` bytes at absolute `offset`: pread for files, memcpy for memory.
+    pub(crate) fn read_at(&self, offset: u64, dst: &mut [u8], what: &dyn Fn() -> String) -> Result<()> {
+        match &self.source {
+            Source::File { file, .. } => pread_exact(file, offset, dst, &self.display, what),
+            Source::Memory(m) => {
+                let b = (**m).as_ref();
+                let src = usize::try_from(offset)
+                    .ok()
+                    .and_then(|o| b.get(o..o.checked_add(dst.len())?))
+                    .ok_or_else(|| Error::new(Status::Internal, format!("{}: {}: read outside the buffer", self.display, what())))?;
+                dst.copy_from_slice(src);
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! Unit tests of the safe core (the catalogue, property and C tests live under tests/).
+
+use super::*;
+use crate::dtype::DType;
+use crate::error::Status;
+
+fn image(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut v = (header.len() as u64).to_le_bytes().to_vec();
+    v.extend_from_slice(header.as_bytes());
+    v.extend_from_slice(data);
+    v
+}
+
+fn status(r: crate::Result<TensorFile>) -> Status {
+    match r {
+        Ok(_) => Status::Ok,
+        Err(e) => e.status(),
+    }
+}
+
+#[test]
+fn opens_views_and_slices() {
+    let data: Vec<u8> = (0u8..24).collect();
+    let h = r#"{"__metadata__":{"format":"pt","b":"x"},"w":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]},"s":{"dtype":"I32","shape":[],"data_offsets":[4,8]},"e":{"dtype":"U8","shape":[0,3],"data_offsets":[0,0]},"t":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}"#;
+    let f = TensorFile::from_bytes(image(h, &data)).unwrap();
+    assert_eq!(f.len(), 4);
+    // File order: by offset, the empty tensor (0,0) before t (0,4).
+    assert_eq!(f.names().collect::<Vec<_>>(), ["e", "t", "s", "w"]);
+    assert_eq!(f.find("w"), Some(3));
+    assert_eq!(f.find("nope"), None);
+    assert_eq!(f.metadata_len(), 2);
+    assert_eq!(f.metadata_entry(0), Some(("format", "pt")));
+    assert_eq!(f.metadata("b"), Some("x"));
+    assert_eq!(f.data_bytes(), 24);
+    let w = f.view("w").unwrap();
+    assert_eq!((w.dtype(), w.shape(), w.nbytes(), w.data_offset()), (DType::F32, &[2u64, 2][..], 16, 8));
+    assert_eq!(w.file_offset(), 8 + h.len() as u64 + 8);
+    assert_eq!(w.mapped(), &data[8..24]);
+    let r1 = w.slice_rows(1, 2).unwrap();
+    assert_eq!(r1.shape(), &[1, 2]);
+    assert_eq!(r1.mapped(), &data[16..24]);
+    let mut buf = [0u8; 4];
+    r1.read_at(4, &mut buf).unwrap();
+    assert_eq!(buf, [20, 21, 22, 23]);
+    assert_eq!(r1.read_at(5, &mut buf).unwrap_err().status(), Status::OutOfRange);
+    assert_eq!(w.slice_rows(2, 1).unwrap_err().status(), Status::OutOfRange);
+    assert_eq!(w.slice_rows(0, 3).unwrap_err().status(), Status::OutOfRange);
+    assert_eq!(f.view("s").unwrap().slice_rows(0, 0).unwrap_err().status(), Status::Unsupported);
+    let e = f.view("e").unwrap();
+    assert_eq!(e.nbytes(), 0);
+    assert_eq!(e.to_vec().unwrap(), Vec::<u8>::new());
+    assert_eq!(f.view("zz").unwrap_err().status(), Status::NotFound);
+    assert_eq!(f.view_at(4).unwrap_err().status(), Status::OutOfRange);
+    drop(f);
+    assert_eq!(w.to_vec().unwrap(), &data[8..24]); // the view outlives its file
+}
+
+#[test]
+fn sub_byte_slices_need_byte_boundaries() {
+    // F4 [4, 3]: 12 nibbles = 6 bytes; a row is 12 bits.
+    let f = TensorFile::from_bytes(image(r#"{"q":{"dtype":"F4","shape":[4,3],"data_offsets":[0,6]}}"#, &[0; 6])).unwrap();
+    let q = f.view("q").unwrap();
+    assert_eq!(q.slice_rows(0, 2).unwrap().nbytes(), 3);
+    assert_eq!(q.slice_rows(1, 2).unwrap_err().status(), Status::MisalignedSlice);
+}
+
+#[test]
+fn views_are_send_sync_and_cheap() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<TensorView>();
+    assert_send_sync::<TensorFile>();
+}
+
+#[test]
+fn reference_panic_is_a_format_error() {
+    // Catalogue row 27 fed straight to the reference crate (bypassing our own checks): with overflow checks
+    // on it panics inside; our wrapper must turn that into VALIDATION_OVERFLOW, and without overflow checks
+    // it reports an incomplete buffer.
+    let big = 1u64 << 60;
+    let mut h = String::from("{");
+    for i in 0..16u64 {
+        let b = i * big;
+        let e = if i == 15 { u64::MAX } else { (i + 1) * big };
+        if i > 0 {
+            h.push(',');
+        }
+        h.push_str(&format!(r#""t{i:02}":{{"dtype":"U8","shape":[{}],"data_offsets":[{b},{e}]}}"#, e - b));
+    }
+    h.push('}');
+    let buf = image(&h, &[]);
+    let e = header::reference_check(&buf).unwrap_err();
+    assert!(matches!(e.status(), Status::ValidationOverflow | Status::IncompleteBuffer), "{e}");
+    assert_eq!(status(TensorFile::from_bytes(buf)), Status::ValidationOverflow);
+}
+
+#[test]
+fn header_len_checks_in_order() {
+    assert_eq!(header::header_len(b"", 0, Status::Truncated).unwrap_err().status(), Status::HeaderTooSmall);
+    assert_eq!(header::header_len(&u64::MAX.to_le_bytes(), 8, Status::Truncated).unwrap_err().status(), Status::InvalidHeaderLength);
+    assert_eq!(header::header_len(&100_000_001u64.to_le_bytes(), 8, Status::Truncated).unwrap_err().status(), Status::HeaderTooLarge);
+    assert_eq!(header::header_len(&10u64.to_le_bytes(), 12, Status::Truncated).unwrap_err().status(), Status::Truncated);
+    assert_eq!(header::header_len(&4u64.to_le_bytes(), 12, Status::Truncated).unwrap(), 4);
+}
+
+#[test]
+fn alignment_is_capped_power_of_two() {
+    assert_eq!(alignment_of(0), 4096);
+    assert_eq!(alignment_of(1), 1);
+    assert_eq!(alignment_of(24), 8);
+    assert_eq!(alignment_of(1 << 20), 4096);
+}

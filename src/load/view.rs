@@ -1,0 +1,193 @@
+//! Tensor views: cheap, thread-safe handles on one tensor (or a row range of it) that keep its file alive.
+
+use super::names::CName;
+use super::shard::Shard;
+use crate::dtype::DType;
+use crate::error::{Error, Result, Status};
+use std::path::Path;
+use std::sync::Arc;
+
+/// A read-only view of one tensor, or of a row range (`slice_rows`) of one.
+///
+/// Cloning is a few reference-count increments; a view keeps its file's mapping and descriptor alive, so
+/// it stays valid after the `TensorFile` it came from is dropped. `Send + Sync`: any number of threads may
+/// read one view at once.
+#[derive(Clone)]
+pub struct TensorView {
+    pub(crate) shard: Arc<Shard>,
+    pub(crate) name: CName,
+    pub(crate) dtype: DType,
+    pub(crate) shape: Arc<[u64]>,
+    /// Offset in the data section.
+    pub(crate) start: u64,
+    pub(crate) nbytes: u64,
+}
+
+impl std::fmt::Debug for TensorView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TensorView")
+            .field("file", &self.shard.display)
+            .field("name", &self.name.as_str())
+            .field("dtype", &self.dtype)
+            .field("shape", &&self.shape[..])
+            .field("file_offset", &self.file_offset())
+            .field("nbytes", &self.nbytes)
+            .finish()
+    }
+}
+
+impl TensorView {
+    /// The tensor's name.
+    pub fn name(&self) -> &str {
+        self.name.as_str()
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The shape (empty for a scalar). For a row slice, dimension 0 is the number of rows in the slice.
+    pub fn shape(&self) -> &[u64] {
+        &self.shape
+    }
+
+    /// Size of the data in bytes.
+    pub fn nbytes(&self) -> u64 {
+        self.nbytes
+    }
+
+    /// Absolute offset of the first byte in its file (or buffer).
+    pub fn file_offset(&self) -> u64 {
+        self.shard.header.data_start() + self.start
+    }
+
+    /// Offset of the first byte within the file's data section (the header's `data_offsets[0]` for a whole
+    /// tensor).
+    pub fn data_offset(&self) -> u64 {
+        self.start
+    }
+
+    /// The file this view reads from; `None` for a buffer opened from memory.
+    pub fn path(&self) -> Option<&Path> {
+        self.shard.path.as_deref()
+    }
+
+    /// The file's name for messages (`"<memory>"` for buffers).
+    pub fn file_display(&self) -> &str {
+        &self.shard.display
+    }
+
+    /// The bytes, zero-copy, straight from the read-only mapping (or the memory buffer).
+    ///
+    /// No page is read until it is touched. **Hazard:** if the file is truncated by anyone while the mapping
+    /// is in use, touching a page past the new end raises SIGBUS in this process; use [`TensorView::read_at`]
+    /// (pread) where that matters. The data is not necessarily aligned for its dtype (see
+    /// [`TensorView::alignment`]).
+    pub fn mapped(&self) -> &[u8] {
+        let off = self.file_offset() as usize;
+        &self.shard.bytes()[off..off + self.nbytes as usize]
+    }
+
+    /// Alignment of the mapped data in bytes: the largest power of two dividing its address, capped at 4096.
+    pub fn alignment(&self) -> u64 {
+        alignment_of(self.mapped().as_ptr() as usize)
+    }
+
+    /// Copies `dst.len()` bytes starting `offset` bytes into this view.
+    ///
+    /// Files are read with positioned reads (`pread`) on the file descriptor, never through the mapping, so a
+    /// file that shrank since it was opened gives `TRUNCATED` instead of SIGBUS. Safe to call from many
+    /// threads at once. A range outside the view gives `OUT_OF_RANGE`.
+    pub fn read_at(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
+        let end = offset.checked_add(dst.len() as u64);
+        if end.map_or(true, |e| e > self.nbytes) {
+            return Err(Error::new(
+                Status::OutOfRange,
+                format!(
+                    "{}: tensor '{}': bytes [{offset}, {offset} + {}) are outside its {} bytes",
+                    self.shard.display,
+                    self.name,
+                    dst.len(),
+                    self.nbytes
+                ),
+            ));
+        }
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let abs = self.file_offset() + offset;
+        self.shard.read_at(abs, dst, &|| format!("tensor '{}'", self.name))
+    }
+
+    /// Copies the whole view into a new vector (pread for files).
+    pub fn to_vec(&self) -> Result<Vec<u8>> {
+        let mut v = vec![0u8; usize::try_from(self.nbytes).map_err(|_| Error::new(Status::OutOfMemory, "tensor too large"))?];
+        self.read_at(0, &mut v)?;
+        Ok(v)
+    }
+
+    /// Rows `start..stop` along dimension 0, zero-copy.
+    ///
+    /// Errors: `UNSUPPORTED` for a scalar; `OUT_OF_RANGE` when `start > stop` or `stop > shape[0]`;
+    /// `MISALIGNED_SLICE` when a row boundary of a sub-byte dtype does not fall on a byte.
+    pub fn slice_rows(&self, start: u64, stop: u64) -> Result<TensorView> {
+        let Some(&rows) = self.shape.first() else {
+            return Err(Error::new(
+                Status::Unsupported,
+                format!("{}: tensor '{}' is a scalar and has no rows to slice", self.shard.display, self.name),
+            ));
+        };
+        if start > stop || stop > rows {
+            return Err(Error::new(
+                Status::OutOfRange,
+                format!("{}: tensor '{}': rows {start}..{stop} are not within 0..{rows}", self.shard.display, self.name),
+            ));
+        }
+        let mut shape: Vec<u64> = self.shape.to_vec();
+        shape[0] = stop - start;
+        let (offset, nbytes) = if start == stop {
+            // No row arithmetic: the inner dimensions of an empty tensor may not even fit 64 bits.
+            (0, 0)
+        } else {
+            let overflow = || Error::new(Status::ValidationOverflow, "row size overflows");
+            let row_bits = self.shape[1..]
+                .iter()
+                .try_fold(self.dtype.bits() as u64, |a, &d| a.checked_mul(d))
+                .ok_or_else(overflow)?;
+            let b0 = start.checked_mul(row_bits).ok_or_else(overflow)?;
+            let b1 = stop.checked_mul(row_bits).ok_or_else(overflow)?;
+            if b0 % 8 != 0 || b1 % 8 != 0 {
+                return Err(Error::new(
+                    Status::MisalignedSlice,
+                    format!(
+                        "{}: tensor '{}': rows {start}..{stop} of {} do not start and end on byte boundaries",
+                        self.shard.display, self.name, self.dtype
+                    ),
+                ));
+            }
+            (b0 / 8, (b1 - b0) / 8)
+        };
+        Ok(TensorView {
+            shard: Arc::clone(&self.shard),
+            name: self.name.clone(),
+            dtype: self.dtype,
+            shape: shape.into(),
+            start: self.start + offset,
+            nbytes,
+        })
+    }
+
+    /// The name as a NUL-terminated C string, valid while this view lives.
+    pub(crate) fn name_ptr(&self) -> *const std::ffi::c_char {
+        self.name.as_ptr()
+    }
+}
+
+/// The largest power of two dividing `addr`, capped at 4096 (an address of 0 gives 4096).
+pub fn alignment_of(addr: usize) -> u64 {
+    if addr == 0 {
+        return 4096;
+    }
+    (1u64 << addr.trailing_zeros().min(12)).min(4096)
+}
