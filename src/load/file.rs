@@ -8,6 +8,7 @@ use super::view::TensorView;
 use super::MAX_SET_TENSORS;
 use crate::error::{Error, Result, Status};
 use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -50,11 +51,12 @@ fn looks_like_index(path: &Path) -> bool {
     if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json")) {
         return true;
     }
-    let Ok(f) = std::fs::File::open(path) else { return false };
-    let Ok(meta) = f.metadata() else { return false };
-    if !meta.is_file() {
+    // Never open anything but a regular file here (opening a FIFO would block).
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
         return false;
     }
+    let Ok(f) = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path) else { return false };
+    let Ok(meta) = f.metadata() else { return false };
     let mut head = [0u8; 64];
     let have = {
         use std::os::unix::fs::FileExt;
