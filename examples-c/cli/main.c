@@ -8,6 +8,8 @@ static int usage(FILE *out) {
             "\n"
             "commands:\n"
             "  devices [--json]     backends (and why one is missing), devices, the default device\n"
+            "  inspect FILE [--json] [--checksum]\n"
+            "                       tensors and metadata of a .safetensors file or *.index.json set\n"
             "\n"
             "environment: HOSTFIRST_PLATFORMS (e.g. cpu), HOSTFIRST_DEFAULT_DEVICE (e.g. cuda:1),\n"
             "             CUDA_VISIBLE_DEVICES\n");
@@ -28,6 +30,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "devices")) return cmd_devices(argc - 1, argv + 1);
+    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
     fprintf(stderr, "hostfirst: unknown command '%s'\n", cmd);
     return usage(stderr);
 }

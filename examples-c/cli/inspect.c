@@ -1,0 +1,164 @@
+/* hostfirst inspect FILE [--json] [--checksum]: the tensors and metadata of a safetensors file or a sharded
+ * set (*.safetensors.index.json), read host-first through the public C API.
+ *
+ * Output is assembled in memory and written only when everything succeeded, so a failure prints nothing on
+ * stdout and exactly one line on stderr: "hostfirst: <path>: <STATUS>: <message>", exit status 1. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+
+#define CHUNK ((size_t)64 << 20)
+
+static const char *usage_line = "usage: hostfirst inspect FILE [--json] [--checksum]\n";
+
+/* FNV-1a 64 of the view's bytes, read with hostfirst_view_copy (or hostfirst_view_read in 64 MiB chunks for
+ * large tensors). */
+static hostfirst_status checksum(const hostfirst_view *v, uint64_t nbytes, uint64_t *out) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    size_t cap = nbytes < CHUNK ? (size_t)nbytes : CHUNK;
+    unsigned char *buf = malloc(cap ? cap : 1);
+    if (!buf) return HOSTFIRST_STATUS_OUT_OF_MEMORY;
+    hostfirst_status st = HOSTFIRST_STATUS_OK;
+    if (nbytes <= CHUNK) {
+        uint64_t need = 0;
+        st = hostfirst_view_copy(v, buf, cap, &need);
+        for (size_t i = 0; st == HOSTFIRST_STATUS_OK && i < need; i++) h = (h ^ buf[i]) * 0x100000001b3ULL;
+    } else {
+        for (uint64_t off = 0; st == HOSTFIRST_STATUS_OK && off < nbytes; off += cap) {
+            size_t n = nbytes - off < cap ? (size_t)(nbytes - off) : cap;
+            st = hostfirst_view_read(v, off, buf, n);
+            for (size_t i = 0; st == HOSTFIRST_STATUS_OK && i < n; i++) h = (h ^ buf[i]) * 0x100000001b3ULL;
+        }
+    }
+    free(buf);
+    if (st == HOSTFIRST_STATUS_OK) *out = h;
+    return st;
+}
+
+static void print_shape(FILE *o, const hostfirst_view_info *info, int json) {
+    fputc('[', o);
+    for (uint32_t d = 0; d < info->rank; d++)
+        fprintf(o, "%s%llu", d ? (json ? "," : ", ") : "", (unsigned long long)info->shape[d]);
+    fputc(']', o);
+}
+
+int cmd_inspect(int argc, char **argv) {
+    int json = 0, sums = 0;
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--checksum")) sums = 1;
+        else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            fprintf(stderr, "hostfirst inspect: unknown option '%s'\n%s", argv[i], usage_line);
+            return 2;
+        } else if (!path) path = argv[i];
+        else {
+            fprintf(stderr, "hostfirst inspect: more than one FILE\n%s", usage_line);
+            return 2;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "%s", usage_line);
+        return 2;
+    }
+
+    hostfirst_file *f = NULL;
+    hostfirst_status st = hostfirst_file_open(path, &f);
+    if (st != HOSTFIRST_STATUS_OK) return cli_fail(path, st);
+
+    char *text = NULL;
+    size_t text_len = 0;
+    FILE *o = open_memstream(&text, &text_len);
+    if (!o) {
+        hostfirst_file_free(f);
+        fprintf(stderr, "hostfirst: %s: cannot allocate the output buffer\n", path);
+        return 1;
+    }
+    size_t n = 0, nmeta = 0;
+    uint64_t total = 0;
+    hostfirst_file_tensor_count(f, &n);
+    hostfirst_file_metadata_count(f, &nmeta);
+    hostfirst_file_data_bytes(f, &total);
+
+    if (json) {
+        fputs("{\"file\":", o);
+        cli_json_string(o, path);
+        fputs(",\"metadata\":{", o);
+        for (size_t i = 0; i < nmeta; i++) {
+            const char *k = NULL, *v = NULL;
+            hostfirst_file_metadata_get(f, i, &k, &v);
+            if (i) fputc(',', o);
+            cli_json_string(o, k);
+            fputc(':', o);
+            cli_json_string(o, v);
+        }
+        fputs("},\"tensors\":[", o);
+    } else {
+        char b[32];
+        fprintf(o, "file: %s\ntensors: %zu, data: %s (%llu bytes)\n\n", path, n, cli_bytes(total, b, sizeof b),
+                (unsigned long long)total);
+        fprintf(o, "%-40s %-11s %-24s %12s %14s%s\n", "NAME", "DTYPE", "SHAPE", "SIZE", "OFFSET",
+                sums ? "  FNV1A64" : "");
+    }
+
+    for (size_t i = 0; i < n && st == HOSTFIRST_STATUS_OK; i++) {
+        hostfirst_view *v = NULL;
+        st = hostfirst_file_view_at(f, i, &v);
+        if (st != HOSTFIRST_STATUS_OK) break;
+        hostfirst_view_info info;
+        memset(&info, 0, sizeof info);
+        info.struct_size = sizeof info;
+        st = hostfirst_view_describe(v, &info);
+        uint64_t sum = 0;
+        if (st == HOSTFIRST_STATUS_OK && sums) st = checksum(v, info.nbytes, &sum);
+        if (st == HOSTFIRST_STATUS_OK) {
+            const char *dt = hostfirst_dtype_name(info.dtype);
+            if (json) {
+                fprintf(o, "%s{\"name\":", i ? "," : "");
+                cli_json_string(o, info.name);
+                fprintf(o, ",\"dtype\":\"%s\",\"shape\":", dt);
+                print_shape(o, &info, 1);
+                fprintf(o, ",\"offset\":%llu,\"nbytes\":%llu", (unsigned long long)info.data_offset,
+                        (unsigned long long)info.nbytes);
+                if (sums) fprintf(o, ",\"fnv1a64\":\"%016llx\"", (unsigned long long)sum);
+                fputc('}', o);
+            } else {
+                char shape[256], b[32];
+                FILE *s = fmemopen(shape, sizeof shape, "w");
+                if (s) {
+                    print_shape(s, &info, 0);
+                    fputc('\0', s);
+                    fclose(s);
+                    shape[sizeof shape - 1] = '\0';
+                } else {
+                    shape[0] = '\0';
+                }
+                fprintf(o, "%-40s %-11s %-24s %12s %14llu", info.name, dt, shape, cli_bytes(info.nbytes, b, sizeof b),
+                        (unsigned long long)info.data_offset);
+                if (sums) fprintf(o, "  %016llx", (unsigned long long)sum);
+                fputc('\n', o);
+            }
+        }
+        hostfirst_view_free(v);
+    }
+    if (json) {
+        fputs("]}\n", o);
+    } else if (st == HOSTFIRST_STATUS_OK) {
+        fprintf(o, "\nmetadata: %zu entr%s\n", nmeta, nmeta == 1 ? "y" : "ies");
+        for (size_t i = 0; i < nmeta; i++) {
+            const char *k = NULL, *v = NULL;
+            hostfirst_file_metadata_get(f, i, &k, &v);
+            fprintf(o, "  %s: %s\n", k, v);
+        }
+    }
+    fclose(o);
+    hostfirst_file_free(f);
+    if (st != HOSTFIRST_STATUS_OK) {
+        free(text);
+        return cli_fail(path, st);
+    }
+    fwrite(text, 1, text_len, stdout);
+    free(text);
+    return 0;
+}
