@@ -46,3 +46,11 @@ fn header_compiles_standalone_in_every_mode() {
     let bin = compile_c(&[&one, &two], "header_two_tu", &["-Wpedantic"]);
     run_ok(&bin, &[], &[]);
 }
+
+#[test]
+fn c_load() {
+    assert!(have_cc(), "no C compiler");
+    let bin = compile_c_test("test_load");
+    let dir = scratch("c_load");
+    run_ok(&bin, &[dir.to_str().unwrap()], &[]);
+}
