@@ -75,11 +75,15 @@ pub(crate) fn header_len(prefix: &[u8], total_len: u64, truncated_status: Status
 }
 
 // ---- raw parse ---------------------------------------------------------------------------------------
+//
+// One serde pass over the JSON with hand-written visitors: keys are read borrowed where the text allows,
+// dtypes and shapes are decoded in place, and the caps (tensor count, name length, rank) and C-string rule
+// (no NUL in names) are enforced as entries are met, so header-bloat input stops early.
 
 struct RawEntry {
-    name: String,
-    dtype: String,
-    shape: Vec<u64>,
+    name: CName,
+    dtype: DType,
+    shape: std::sync::Arc<[u64]>,
     offsets: [u64; 2],
 }
 
@@ -88,11 +92,12 @@ struct RawHeader {
     metadata: Option<Vec<(String, serde_json::Value)>>,
 }
 
-/// Where a semantic failure found during the serde pass is parked (serde errors carry only text).
+/// Where a semantic failure found during the serde pass is parked (serde errors carry only text), and the
+/// tensor being read (to name it in syntax errors).
 #[derive(Default)]
 struct Side {
     error: RefCell<Option<Error>>,
-    tensor: RefCell<Option<String>>,
+    tensor: RefCell<Option<CName>>,
 }
 
 impl Side {
@@ -111,6 +116,45 @@ impl<'de> DeserializeSeed<'de> for TopSeed<'_> {
     }
 }
 
+enum Key {
+    Metadata,
+    Tensor(CName),
+}
+
+struct KeySeed<'s>(&'s Side);
+
+impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
+    type Value = Key;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Key, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed<'_> {
+    type Value = Key;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a tensor name")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Key, E> {
+        if v == "__metadata__" {
+            return Ok(Key::Metadata);
+        }
+        if v.len() > MAX_NAME_LEN {
+            return Err(self.0.fail(Error::new(
+                Status::LimitExceeded,
+                format!("tensor name '{}...' is {} bytes; the hostfirst cap is {MAX_NAME_LEN}", truncate(v, 64), v.len()),
+            )));
+        }
+        match CName::from_str(v) {
+            Some(c) => Ok(Key::Tensor(c)),
+            None => Err(self.0.fail(Error::new(
+                Status::InvalidHeaderJson,
+                format!("tensor name '{}' contains a NUL character, which C cannot represent", v.escape_debug()),
+            ))),
+        }
+    }
+}
+
 struct TopVisitor<'s>(&'s Side);
 
 impl<'de> Visitor<'de> for TopVisitor<'_> {
@@ -123,24 +167,27 @@ impl<'de> Visitor<'de> for TopVisitor<'_> {
         let mut entries = Vec::new();
         let mut metadata = None;
         let mut seen_metadata = false;
-        while let Some(key) = map.next_key::<String>()? {
-            if key == "__metadata__" {
-                if seen_metadata {
-                    return Err(side.fail(Error::new(Status::InvalidHeaderJson, "`__metadata__` appears twice")));
+        while let Some(key) = map.next_key_seed(KeySeed(side))? {
+            let name = match key {
+                Key::Metadata => {
+                    if seen_metadata {
+                        return Err(side.fail(Error::new(Status::InvalidHeaderJson, "`__metadata__` appears twice")));
+                    }
+                    seen_metadata = true;
+                    metadata = map.next_value_seed(MetaSeed)?;
+                    continue;
                 }
-                seen_metadata = true;
-                metadata = map.next_value_seed(MetaSeed)?;
-                continue;
-            }
+                Key::Tensor(name) => name,
+            };
             if entries.len() >= MAX_TENSORS {
                 return Err(side.fail(Error::new(
                     Status::LimitExceeded,
                     format!("more than {MAX_TENSORS} tensors in one header (the hostfirst cap)"),
                 )));
             }
-            *side.tensor.borrow_mut() = Some(key);
-            let (dtype, shape, offsets) = map.next_value_seed(EntrySeed)?;
-            let name = side.tensor.borrow_mut().take().unwrap_or_default();
+            *side.tensor.borrow_mut() = Some(name.clone());
+            let (dtype, shape, offsets) = map.next_value_seed(EntrySeed(side))?;
+            *side.tensor.borrow_mut() = None;
             entries.push(RawEntry { name, dtype, shape, offsets });
         }
         Ok(RawHeader { entries, metadata })
@@ -176,32 +223,114 @@ impl<'de> Visitor<'de> for MetaVisitor {
     }
 }
 
-struct EntrySeed;
+struct EntrySeed<'s>(&'s Side);
 
-impl<'de> DeserializeSeed<'de> for EntrySeed {
-    type Value = (String, Vec<u64>, [u64; 2]);
+impl<'de> DeserializeSeed<'de> for EntrySeed<'_> {
+    type Value = (DType, std::sync::Arc<[u64]>, [u64; 2]);
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
-        d.deserialize_map(EntryVisitor)
+        d.deserialize_map(self)
     }
 }
 
-struct EntryVisitor;
+enum Field {
+    Dtype,
+    Shape,
+    Offsets,
+    Other,
+}
 
-impl<'de> Visitor<'de> for EntryVisitor {
-    type Value = (String, Vec<u64>, [u64; 2]);
+struct FieldSeed;
+
+impl<'de> DeserializeSeed<'de> for FieldSeed {
+    type Value = Field;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Field, D::Error> {
+        d.deserialize_identifier(self)
+    }
+}
+
+impl<'de> Visitor<'de> for FieldSeed {
+    type Value = Field;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a field name")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Field, E> {
+        Ok(match v {
+            "dtype" => Field::Dtype,
+            "shape" => Field::Shape,
+            "data_offsets" => Field::Offsets,
+            _ => Field::Other,
+        })
+    }
+}
+
+struct DTypeSeed;
+
+impl<'de> DeserializeSeed<'de> for DTypeSeed {
+    type Value = DType;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<DType, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DTypeSeed {
+    type Value = DType;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a safetensors dtype name")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<DType, E> {
+        DType::from_name(v).ok_or_else(|| E::custom(format!("unknown dtype '{}'", v.escape_debug())))
+    }
+}
+
+struct ShapeSeed<'s>(&'s Side);
+
+impl<'de> DeserializeSeed<'de> for ShapeSeed<'_> {
+    type Value = std::sync::Arc<[u64]>;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ShapeSeed<'_> {
+    type Value = std::sync::Arc<[u64]>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a shape: an array of non-negative integers")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Self::Value, A::Error> {
+        let mut dims = [0u64; MAX_RANK];
+        let mut rank = 0;
+        while let Some(d) = seq.next_element::<u64>()? {
+            if rank == MAX_RANK {
+                let name = self.0.tensor.borrow().as_ref().map(|c| c.to_string()).unwrap_or_default();
+                return Err(self.0.fail(Error::new(
+                    Status::LimitExceeded,
+                    format!("tensor '{name}': rank exceeds the hostfirst cap of {MAX_RANK}"),
+                )));
+            }
+            dims[rank] = d;
+            rank += 1;
+        }
+        Ok(std::sync::Arc::from(&dims[..rank]))
+    }
+}
+
+impl<'de> Visitor<'de> for EntrySeed<'_> {
+    type Value = (DType, std::sync::Arc<[u64]>, [u64; 2]);
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a tensor entry {\"dtype\", \"shape\", \"data_offsets\"}")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
         let (mut dtype, mut shape, mut offsets) = (None, None, None);
-        while let Some(k) = map.next_key::<String>()? {
-            match k.as_str() {
-                "dtype" if dtype.is_none() => dtype = Some(map.next_value::<String>()?),
-                "shape" if shape.is_none() => shape = Some(map.next_value::<Vec<u64>>()?),
-                "data_offsets" if offsets.is_none() => offsets = Some(map.next_value_seed(PairSeed)?),
-                "dtype" | "shape" | "data_offsets" => return Err(de::Error::duplicate_field("dtype, shape or data_offsets")),
+        while let Some(k) = map.next_key_seed(FieldSeed)? {
+            match k {
+                Field::Dtype if dtype.is_none() => dtype = Some(map.next_value_seed(DTypeSeed)?),
+                Field::Shape if shape.is_none() => shape = Some(map.next_value_seed(ShapeSeed(self.0))?),
+                Field::Offsets if offsets.is_none() => offsets = Some(map.next_value_seed(PairSeed)?),
+                Field::Dtype => return Err(de::Error::duplicate_field("dtype")),
+                Field::Shape => return Err(de::Error::duplicate_field("shape")),
+                Field::Offsets => return Err(de::Error::duplicate_field("data_offsets")),
                 // Unknown fields are accepted, as the reference crate does (catalogue row 17).
-                _ => {
+                Field::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
@@ -252,7 +381,7 @@ fn parse_raw(json: &str) -> Result<RawHeader> {
             if let Some(err) = side.error.borrow_mut().take() {
                 return Err(err);
             }
-            let msg = match side.tensor.borrow().as_deref() {
+            let msg = match side.tensor.borrow().as_ref() {
                 Some(t) => format!("tensor '{t}': header JSON: {e}"),
                 None => format!("header is not a valid safetensors JSON object: {e}"),
             };
@@ -338,29 +467,11 @@ pub(crate) fn parse(header: &[u8], total_len: u64, short_status: Status) -> Resu
         None => Vec::new(),
     };
 
-    // Per-entry checks in header order: name, dtype, rank.
     let mut entries = Vec::with_capacity(raw.entries.len());
     let mut offsets = Vec::with_capacity(raw.entries.len());
     for r in raw.entries {
-        if r.name.len() > MAX_NAME_LEN {
-            return Err(Error::new(
-                Status::LimitExceeded,
-                format!("tensor name '{}...' is {} bytes; the hostfirst cap is {MAX_NAME_LEN}", truncate(&r.name, 64), r.name.len()),
-            ));
-        }
-        let dtype = DType::from_name(&r.dtype).ok_or_else(|| {
-            Error::new(Status::InvalidHeaderJson, format!("tensor '{}': unknown dtype '{}'", r.name, r.dtype.escape_debug()))
-        })?;
-        if r.shape.len() > MAX_RANK {
-            return Err(Error::new(
-                Status::LimitExceeded,
-                format!("tensor '{}': rank {} exceeds the hostfirst cap of {MAX_RANK}", r.name, r.shape.len()),
-            ));
-        }
-        let shown = r.name.escape_debug().to_string();
-        let name = cname(r.name, || format!("tensor name '{shown}'"))?;
         offsets.push(r.offsets);
-        entries.push(Entry { name, dtype, shape: r.shape.into(), start: 0, nbytes: 0 });
+        entries.push(Entry { name: r.name, dtype: r.dtype, shape: r.shape, start: 0, nbytes: 0 });
     }
 
     // File order: by (begin, end), ties (empty tensors) in header order (the sort is stable).
@@ -476,5 +587,33 @@ pub(crate) fn reference_check(buffer: &[u8]) -> Result<u64> {
             Status::ValidationOverflow,
             "the reference safetensors parser panicked on this header (arithmetic overflow); treated as a format error",
         )),
+    }
+}
+
+/// Headers up to this size are cross-checked by the reference crate's full `read_metadata` (its own JSON
+/// parse included). Larger ones (tens of thousands of tensors) are cross-checked by its `Metadata::new`
+/// validation over the entries our stricter pass parsed: its JSON pass (a flattened `HashMap`) alone costs
+/// more than 100 ms for 100,000 tensors, which would defeat "open is cheap".
+pub(crate) const REFERENCE_FULL_PARSE_MAX: u64 = 1 << 20;
+
+/// The reference crate's offset/size validation (`Metadata::new`) over our parsed entries, inside
+/// `catch_unwind`. Returns its data length.
+pub(crate) fn reference_validate(h: &Header) -> Result<u64> {
+    let mut tensors = Vec::with_capacity(h.entries.len());
+    for e in &h.entries {
+        let conv = |v: u64| usize::try_from(v).map_err(|_| Error::new(Status::ValidationOverflow, "size does not fit usize"));
+        let shape = e.shape.iter().map(|&d| conv(d)).collect::<Result<Vec<usize>>>()?;
+        let info = safetensors::tensor::TensorInfo {
+            dtype: e.dtype.to_safetensors(),
+            shape,
+            data_offsets: (conv(e.start)?, conv(e.start + e.nbytes)?),
+        };
+        tensors.push((e.name.as_str().to_string(), info));
+    }
+    let r = std::panic::catch_unwind(move || safetensors::tensor::Metadata::new(None, tensors).map(|m| m.data_len() as u64));
+    match r {
+        Ok(Ok(n)) => Ok(n),
+        Ok(Err(e)) => Err(Error::new(reference_status(&e), format!("rejected by the reference safetensors validation: {e}"))),
+        Err(_) => Err(Error::new(Status::ValidationOverflow, "the reference safetensors validation panicked; treated as a format error")),
     }
 }

@@ -22,6 +22,18 @@ impl CName {
         Some(CName(Arc::from(s)))
     }
 
+    /// Builds a name from borrowed text; `None` if it contains a NUL.
+    #[allow(clippy::should_implement_trait)]
+    pub fn from_str(s: &str) -> Option<CName> {
+        if s.as_bytes().contains(&0) {
+            return None;
+        }
+        let mut owned = String::with_capacity(s.len() + 1);
+        owned.push_str(s);
+        owned.push('\0');
+        Some(CName(Arc::from(owned)))
+    }
+
     /// The text, without the NUL.
     pub fn as_str(&self) -> &str {
         &self.0[..self.0.len() - 1]

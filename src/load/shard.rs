@@ -137,9 +137,14 @@ impl Shard {
         Ok(shard)
     }
 
-    /// The reference crate must agree (it runs inside `catch_unwind`).
+    /// The reference crate must agree (it runs inside `catch_unwind`; see `REFERENCE_FULL_PARSE_MAX`).
     fn cross_check(&self) -> Result<()> {
-        let data_len = header::reference_check(self.bytes()).map_err(|e| e.context(&self.display))?;
+        let data_len = if self.header.header_len <= header::REFERENCE_FULL_PARSE_MAX {
+            header::reference_check(self.bytes())
+        } else {
+            header::reference_validate(&self.header)
+        }
+        .map_err(|e| e.context(&self.display))?;
         if data_len != self.header.data_len {
             return Err(Error::new(
                 Status::Internal,
