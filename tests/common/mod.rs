@@ -180,34 +180,47 @@ fn profile_dir() -> PathBuf {
 /// running at the same time never race on the file.
 pub fn stand_in_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        assert!(have_cc(), "no C compiler ('{}'): the stand-in CUDA driver cannot be built", cc());
-        let exe = std::env::current_exe().expect("current exe");
-        let stem = exe.file_stem().unwrap().to_string_lossy().into_owned();
-        let dir = profile_dir().join("hostfirst-tests").join(format!("stand-in-{stem}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let src = root().join("tests/cuda_stub/stand_in_cuda.c");
-        let lib = dir.join("libcuda.so.1");
-        let mut cmd = Command::new(cc());
-        cmd.args(["-shared", "-fPIC", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-Wl,-soname,libcuda.so.1"])
-            .arg("-o")
-            .arg(&lib)
-            .arg(&src)
-            .arg("-lpthread");
-        check(cmd.output().expect("run the C compiler"), "compiling the stand-in CUDA driver");
-        let link = dir.join("libcuda.so");
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink("libcuda.so.1", &link).expect("symlink libcuda.so");
-        dir
-    })
-    .clone()
+    DIR.get_or_init(|| build_stand_in("", &[])).clone()
+}
+
+/// A variant of the stand-in compiled with extra `-D` defines (e.g. `STAND_IN_WITHOUT_UUID_V2`), in its own
+/// directory named after `variant`. Builds every time it is called: call it once per test.
+pub fn stand_in_variant_dir(variant: &str, defines: &[&str]) -> PathBuf {
+    build_stand_in(variant, defines)
+}
+
+fn build_stand_in(variant: &str, defines: &[&str]) -> PathBuf {
+    assert!(have_cc(), "no C compiler ('{}'): the stand-in CUDA driver cannot be built", cc());
+    let exe = std::env::current_exe().expect("current exe");
+    let stem = exe.file_stem().unwrap().to_string_lossy().into_owned();
+    let name = if variant.is_empty() { format!("stand-in-{stem}") } else { format!("stand-in-{stem}-{variant}") };
+    let dir = profile_dir().join("hostfirst-tests").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = root().join("tests/cuda_stub/stand_in_cuda.c");
+    let lib = dir.join("libcuda.so.1");
+    let mut cmd = Command::new(cc());
+    cmd.args(["-shared", "-fPIC", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-Wl,-soname,libcuda.so.1"])
+        .args(defines.iter().map(|d| format!("-D{d}")))
+        .arg("-o")
+        .arg(&lib)
+        .arg(&src)
+        .arg("-lpthread");
+    check(cmd.output().expect("run the C compiler"), "compiling the stand-in CUDA driver");
+    let link = dir.join("libcuda.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("libcuda.so.1", &link).expect("symlink libcuda.so");
+    dir
 }
 
 /// The environment for a child that should load the stand-in: `LD_LIBRARY_PATH` with the stand-in's
 /// directory first, every `STAND_IN_*` knob inherited from the caller's environment removed, then `knobs`
 /// (`None` removes a variable).
 pub fn stand_in_env(knobs: &[(&str, Option<&str>)]) -> Vec<(String, Option<String>)> {
-    let dir = stand_in_dir();
+    stand_in_env_in(&stand_in_dir(), knobs)
+}
+
+/// [`stand_in_env`] for a stand-in built into `dir` (see [`stand_in_variant_dir`]).
+pub fn stand_in_env_in(dir: &Path, knobs: &[(&str, Option<&str>)]) -> Vec<(String, Option<String>)> {
     let path = match std::env::var("LD_LIBRARY_PATH") {
         Ok(p) if !p.is_empty() => format!("{}:{p}", dir.display()),
         _ => dir.display().to_string(),

@@ -9,7 +9,8 @@
  * <dir> is prepended to LD_LIBRARY_PATH.
  *
  * It implements exactly the entry points hostfirst resolves (src/device/cuda/driver.rs, SYMBOLS) plus a few
- * neighbours (cuDeviceGetUuid, cuDevicePrimaryCtxRelease_v2). Device memory is simulated in host memory: a
+ * neighbours (cuDeviceGetUuid, cuDevicePrimaryCtxRelease_v2); built with -DSTAND_IN_WITHOUT_UUID_V2 it lacks
+ * cuDeviceGetUuid_v2, to test a driver missing an entry point. Device memory is simulated in host memory: a
  * device pointer is a host address with bit 60 set, so copies are real memcpy, and dereferencing a device
  * pointer on the host faults. Every pointer, handle and range is validated (CUDA_ERROR_INVALID_VALUE /
  * _INVALID_HANDLE / _INVALID_CONTEXT on misuse). Everything except cuInit, cuDriverGetVersion and
@@ -507,7 +508,7 @@ EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
     return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) {
+static CUresult get_uuid(CUuuid *uuid, CUdevice dev) {
     CUresult r = check_device(dev);
     if (r) return r;
     if (!uuid) return CUDA_ERROR_INVALID_VALUE;
@@ -515,7 +516,12 @@ EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) {
     return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) { return cuDeviceGetUuid_v2(uuid, dev); }
+EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) { return get_uuid(uuid, dev); }
+
+/* Built with -DSTAND_IN_WITHOUT_UUID_V2, the library lacks this entry point, like a pre-11.4 driver. */
+#ifndef STAND_IN_WITHOUT_UUID_V2
+EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) { return get_uuid(uuid, dev); }
+#endif
 
 EXPORT CUresult cuDeviceGetPCIBusId(char *buf, int len, CUdevice dev) {
     CUresult r = check_device(dev);
