@@ -176,7 +176,13 @@ fn cli_default_device_env_with_cuda() {
 fn c_census_with_two_devices() {
     let src = root().join("tests/c/test_cuda_census.c");
     let bin = compile_c(&[&src], "test_cuda_census", &["-ldl"]);
-    run_ok_with_stand_in(&bin, &[], &[("STAND_IN_DEVICES", Some("2")), ("STAND_IN_LEAK_REPORT", Some("1"))]);
+    let out = run_with_stand_in(&bin, &[], &[("STAND_IN_DEVICES", Some("2")), ("STAND_IN_LEAK_REPORT", Some("1"))]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("0 device allocations (0 bytes), 0 pinned, 0 registrations, 0 streams, 0 events live; 2 primary contexts retained"),
+        "the stand-in's exit report: {err}"
+    );
 }
 
 #[test]
