@@ -104,7 +104,8 @@
 #define HOSTFIRST_BACKEND_STATUS_INIT_FAILED 5
 
 /**
- * Backend status: the driver is too old.
+ * Backend status: the driver is too old (hostfirst needs a driver for CUDA 11.4 or newer; the reason gives
+ * both versions).
  */
 #define HOSTFIRST_BACKEND_STATUS_DRIVER_TOO_OLD 6
 
@@ -771,7 +772,8 @@ hostfirst_status hostfirst_device_describe(struct hostfirst_device device,
  * cpu and cuda_host: `MemAvailable` and `MemTotal` from `/proc/meminfo`. CUDA: `cuMemGetInfo`, which needs
  * a context: **this retains the device's primary context** (creating it on first use costs time and a few
  * hundred MiB of device memory; it is kept for the process lifetime, shared with the runtime API and
- * frameworks that use primary contexts). Either output may be NULL if not wanted. Thread-safe.
+ * frameworks that use primary contexts). The context is current only during the call: the calling thread's
+ * previous current context is restored. Either output may be NULL if not wanted. Thread-safe.
  */
 hostfirst_status hostfirst_device_memory(struct hostfirst_device device,
                                          uint64_t *out_free,

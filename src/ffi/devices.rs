@@ -106,7 +106,8 @@ pub const HOSTFIRST_BACKEND_STATUS_NO_DEVICES: u32 = 3;
 pub const HOSTFIRST_BACKEND_STATUS_HIDDEN_BY_ENV: u32 = 4;
 /// Backend status: driver initialisation failed.
 pub const HOSTFIRST_BACKEND_STATUS_INIT_FAILED: u32 = 5;
-/// Backend status: the driver is too old.
+/// Backend status: the driver is too old (hostfirst needs a driver for CUDA 11.4 or newer; the reason gives
+/// both versions).
 pub const HOSTFIRST_BACKEND_STATUS_DRIVER_TOO_OLD: u32 = 6;
 
 /// Returns the number of backends hostfirst knows (cpu and cuda), whatever their status.
@@ -237,7 +238,8 @@ pub extern "C" fn hostfirst_device_describe(device: hostfirst_device, out: *mut 
 /// cpu and cuda_host: `MemAvailable` and `MemTotal` from `/proc/meminfo`. CUDA: `cuMemGetInfo`, which needs
 /// a context: **this retains the device's primary context** (creating it on first use costs time and a few
 /// hundred MiB of device memory; it is kept for the process lifetime, shared with the runtime API and
-/// frameworks that use primary contexts). Either output may be NULL if not wanted. Thread-safe.
+/// frameworks that use primary contexts). The context is current only during the call: the calling thread's
+/// previous current context is restored. Either output may be NULL if not wanted. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_device_memory(device: hostfirst_device, out_free: *mut u64, out_total: *mut u64) -> Status {
     hostfirst_boundary!("hostfirst_device_memory", {

@@ -161,3 +161,147 @@ pub fn cli() -> PathBuf {
 pub fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not one JSON document ({e}):\n{text}"))
 }
+
+// ---- the stand-in CUDA driver (tests/cuda_stub/stand_in_cuda.c) ------------------------------------------
+
+/// The environment variable that tells a re-executed test binary which test body to run (see
+/// [`in_stand_in_child`]).
+pub const STAND_IN_CHILD: &str = "HOSTFIRST_STAND_IN_CHILD";
+
+/// target/<profile> of this test binary, found without building anything.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    exe.parent().and_then(|d| d.parent()).expect("profile dir").to_path_buf()
+}
+
+/// Builds the stand-in driver once per test binary (`cc -shared -fPIC -Wall -Wextra -Werror`, SONAME
+/// libcuda.so.1) into its own directory, next to a `libcuda.so -> libcuda.so.1` symlink (cudarc tries
+/// `libcuda.so` first), and returns that directory. Each test binary gets its own directory, so binaries
+/// running at the same time never race on the file.
+pub fn stand_in_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| build_stand_in("", &[])).clone()
+}
+
+/// A variant of the stand-in compiled with extra `-D` defines (e.g. `STAND_IN_WITHOUT_UUID_V2`), in its own
+/// directory named after `variant`. Builds every time it is called: call it once per test.
+pub fn stand_in_variant_dir(variant: &str, defines: &[&str]) -> PathBuf {
+    build_stand_in(variant, defines)
+}
+
+fn build_stand_in(variant: &str, defines: &[&str]) -> PathBuf {
+    assert!(have_cc(), "no C compiler ('{}'): the stand-in CUDA driver cannot be built", cc());
+    let exe = std::env::current_exe().expect("current exe");
+    let stem = exe.file_stem().unwrap().to_string_lossy().into_owned();
+    let name = if variant.is_empty() { format!("stand-in-{stem}") } else { format!("stand-in-{stem}-{variant}") };
+    let dir = profile_dir().join("hostfirst-tests").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = root().join("tests/cuda_stub/stand_in_cuda.c");
+    let lib = dir.join("libcuda.so.1");
+    let mut cmd = Command::new(cc());
+    cmd.args(["-shared", "-fPIC", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-Wl,-soname,libcuda.so.1"])
+        .args(defines.iter().map(|d| format!("-D{d}")))
+        .arg("-o")
+        .arg(&lib)
+        .arg(&src)
+        .arg("-lpthread");
+    check(cmd.output().expect("run the C compiler"), "compiling the stand-in CUDA driver");
+    let link = dir.join("libcuda.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("libcuda.so.1", &link).expect("symlink libcuda.so");
+    dir
+}
+
+/// The environment for a child that should load the stand-in: `LD_LIBRARY_PATH` with the stand-in's
+/// directory first, every `STAND_IN_*` knob inherited from the caller's environment removed, then `knobs`
+/// (`None` removes a variable).
+pub fn stand_in_env(knobs: &[(&str, Option<&str>)]) -> Vec<(String, Option<String>)> {
+    stand_in_env_in(&stand_in_dir(), knobs)
+}
+
+/// [`stand_in_env`] for a stand-in built into `dir` (see [`stand_in_variant_dir`]).
+pub fn stand_in_env_in(dir: &Path, knobs: &[(&str, Option<&str>)]) -> Vec<(String, Option<String>)> {
+    let path = match std::env::var("LD_LIBRARY_PATH") {
+        Ok(p) if !p.is_empty() => format!("{}:{p}", dir.display()),
+        _ => dir.display().to_string(),
+    };
+    let mut env: Vec<(String, Option<String>)> =
+        std::env::vars().filter(|(k, _)| k.starts_with("STAND_IN_")).map(|(k, _)| (k, None)).collect();
+    env.push(("LD_LIBRARY_PATH".to_string(), Some(path)));
+    env.extend(knobs.iter().map(|(k, v)| (k.to_string(), v.map(|s| s.to_string()))));
+    env
+}
+
+/// Runs a program with the stand-in driver on the library path and the given knobs (see [`run`]).
+pub fn run_with_stand_in(bin: &Path, args: &[&str], knobs: &[(&str, Option<&str>)]) -> Output {
+    let env = stand_in_env(knobs);
+    let refs: Vec<(&str, Option<&str>)> = env.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect();
+    run(bin, args, &refs)
+}
+
+/// Like [`run_with_stand_in`], asserting exit status 0; returns stdout.
+pub fn run_ok_with_stand_in(bin: &Path, args: &[&str], knobs: &[(&str, Option<&str>)]) -> String {
+    let out = check(run_with_stand_in(bin, args, knobs), &format!("{} {} (stand-in, {knobs:?})", bin.display(), args.join(" ")));
+    String::from_utf8(out.stdout).expect("utf-8 stdout")
+}
+
+/// Runs `body` in a child process that has the stand-in driver loaded with `knobs`.
+///
+/// The driver library is loaded once per process and the census is taken once, so every CUDA configuration
+/// needs its own process. Call this as the whole body of a `#[test]` whose function name is `test` (the
+/// path as `cargo test --exact` knows it): in the parent it re-executes this test binary for exactly that
+/// test with the stand-in on `LD_LIBRARY_PATH` and [`STAND_IN_CHILD`] set, and asserts that the child ran one
+/// test and passed; in the child it runs `body`.
+pub fn in_stand_in_child(test: &str, knobs: &[(&str, Option<&str>)], body: impl FnOnce()) {
+    if std::env::var(STAND_IN_CHILD).as_deref() == Ok(test) {
+        body();
+        return;
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    let mut all: Vec<(&str, Option<&str>)> = knobs.to_vec();
+    all.push((STAND_IN_CHILD, Some(test)));
+    let out = run_with_stand_in(&exe, &[test, "--exact", "--nocapture", "--test-threads=1"], &all);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "child for {test} ({knobs:?}) failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        out.status
+    );
+}
+
+/// Reads one of the stand-in's counters (`stand_in_live_allocations`, ...) in a process that has loaded it.
+/// Panics when the stand-in is not loaded or lacks the function.
+pub fn stand_in_query(name: &str) -> u64 {
+    let lib = std::ffi::CString::new("libcuda.so.1").unwrap();
+    let sym = std::ffi::CString::new(name).unwrap();
+    // SAFETY: dlopen of an already-loaded library returns its handle; the symbol, if present, is one of the
+    // stand-in's `unsigned long long f(void)` query functions.
+    unsafe {
+        let h = libc::dlopen(lib.as_ptr(), libc::RTLD_NOW);
+        assert!(!h.is_null(), "the stand-in driver is not loadable in this process");
+        let f = libc::dlsym(h, sym.as_ptr());
+        assert!(!f.is_null(), "the stand-in driver has no {name}");
+        let f: extern "C" fn() -> u64 = std::mem::transmute(f);
+        let v = f();
+        libc::dlclose(h);
+        v
+    }
+}
+
+/// The stand-in's current context on the calling thread (`cuCtxGetCurrent`), as an address (0 = none).
+pub fn stand_in_current_context() -> usize {
+    let lib = std::ffi::CString::new("libcuda.so.1").unwrap();
+    // SAFETY: as in `stand_in_query`; cuCtxGetCurrent is `CUresult (CUcontext*)`.
+    unsafe {
+        let h = libc::dlopen(lib.as_ptr(), libc::RTLD_NOW);
+        assert!(!h.is_null());
+        let f = libc::dlsym(h, c"cuCtxGetCurrent".as_ptr());
+        assert!(!f.is_null());
+        let f: extern "C" fn(*mut *mut std::ffi::c_void) -> i32 = std::mem::transmute(f);
+        let mut ctx = std::ptr::null_mut();
+        assert_eq!(f(&mut ctx), 0, "cuCtxGetCurrent");
+        libc::dlclose(h);
+        ctx as usize
+    }
+}

@@ -1,0 +1,265 @@
+//! The CUDA driver entry points hostfirst calls, resolved once, up front, from the library cudarc loads.
+//!
+//! Why not call `cudarc::driver::sys::cu*` directly? With `dynamic-loading`, each of those resolves its symbol
+//! lazily on first call and **panics** when the symbol is missing, and declares the return type as a Rust
+//! `enum`, so a driver newer than cudarc's bindings returning an error code the enum lacks would be undefined
+//! behaviour. Here every entry point is resolved eagerly through `cudarc::driver::sys::culib()` (after
+//! `is_culib_present()` said the library loads, so `culib()` cannot panic), a missing one is an ordinary error
+//! naming it, and every result is a plain `u32`.
+//!
+//! The table lists exactly the symbols hostfirst calls; the stand-in driver (`tests/cuda_stub/`) implements
+//! each of them. They all exist in drivers for CUDA 11.4 and newer ([`MIN_DRIVER_VERSION`]).
+
+use crate::error::{Error, Result, Status};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+
+/// A `CUresult` as the driver returns it. Kept as an integer: never converted to a Rust enum.
+pub(crate) type CuResult = c_uint;
+/// `CUDA_SUCCESS`.
+pub(crate) const CUDA_SUCCESS: CuResult = 0;
+/// `CUDA_ERROR_OUT_OF_MEMORY`.
+pub(crate) const CUDA_ERROR_OUT_OF_MEMORY: CuResult = 2;
+/// `CUDA_ERROR_NO_DEVICE`.
+pub(crate) const CUDA_ERROR_NO_DEVICE: CuResult = 100;
+/// `CUDA_ERROR_NOT_READY`.
+pub(crate) const CUDA_ERROR_NOT_READY: CuResult = 600;
+
+/// The oldest driver hostfirst accepts, as `cuDriverGetVersion` reports it (1000 * major + 10 * minor): 11.4.
+///
+/// Why 11.4: `cuDeviceGetUuid_v2` (the UUID nvidia-smi shows, 11.4), `CU_MEMHOSTREGISTER_READ_ONLY` (11.1,
+/// needed to pin read-only file mappings) and `cuDevicePrimaryCtxRelease_v2` (11.0) all exist from 11.4 on.
+pub const MIN_DRIVER_VERSION: i32 = 11040;
+
+/// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`.
+pub(crate) const ATTR_MULTIPROCESSOR_COUNT: c_int = 16;
+/// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR`.
+pub(crate) const ATTR_CC_MAJOR: c_int = 75;
+/// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR`.
+pub(crate) const ATTR_CC_MINOR: c_int = 76;
+/// `CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED`.
+pub(crate) const ATTR_READ_ONLY_HOST_REGISTER_SUPPORTED: c_int = 113;
+
+/// `CU_MEMHOSTALLOC_PORTABLE` / `CU_MEMHOSTREGISTER_PORTABLE`: pinned for every context, not only the current.
+pub(crate) const HOST_PORTABLE: c_uint = 0x01;
+/// `CU_MEMHOSTREGISTER_READ_ONLY`: the device only reads the range (required for read-only mappings).
+pub(crate) const HOST_REGISTER_READ_ONLY: c_uint = 0x08;
+/// `CU_STREAM_NON_BLOCKING`: no implicit synchronisation with the legacy default stream.
+pub(crate) const STREAM_NON_BLOCKING: c_uint = 0x01;
+/// `CU_EVENT_DISABLE_TIMING`: cheaper events, used only for completion.
+pub(crate) const EVENT_DISABLE_TIMING: c_uint = 0x02;
+
+/// Opaque driver handles (`CUcontext`, `CUstream`, `CUevent`) as raw pointers.
+pub(crate) type RawHandle = *mut c_void;
+
+macro_rules! driver_api {
+    ($( $(#[$doc:meta])* $field:ident = $sym:literal : fn($($arg:ty),* $(,)?); )*) => {
+        /// The resolved entry points. Function pointers into a library that stays loaded for the process
+        /// lifetime (cudarc keeps it in a `static`), so they never dangle.
+        pub(crate) struct Api {
+            $( $(#[$doc])* pub(crate) $field: unsafe extern "C" fn($($arg),*) -> CuResult, )*
+        }
+
+        /// Every symbol the table resolves, in order (the stand-in must export all of them).
+        pub const SYMBOLS: &[&str] = &[$($sym),*];
+
+        impl Api {
+            /// Resolves every entry point, or names the first one missing.
+            ///
+            /// # Safety
+            /// The caller must have checked `cudarc::driver::sys::is_culib_present()` (otherwise `culib()`
+            /// panics), and the loaded library must be a CUDA driver whose symbols have the C signatures
+            /// declared here (those of `cuda.h`).
+            pub(crate) unsafe fn load() -> std::result::Result<Api, String> {
+                // SAFETY: the caller checked the library loads, so culib() returns it instead of panicking.
+                let lib = unsafe { cudarc::driver::sys::culib() };
+                Ok(Api {
+                    $(
+                        // SAFETY: the declared type is the symbol's C signature (caller's contract); the
+                        // pointer is copied out of the `Symbol` and stays valid because `lib` is 'static.
+                        $field: unsafe {
+                            *lib.get::<unsafe extern "C" fn($($arg),*) -> CuResult>($sym.as_bytes())
+                                .map_err(|_| $sym.to_string())?
+                        },
+                    )*
+                })
+            }
+        }
+    };
+}
+
+driver_api! {
+    /// `cuInit(flags)`.
+    init = "cuInit": fn(c_uint);
+    /// `cuDriverGetVersion(&version)`.
+    driver_get_version = "cuDriverGetVersion": fn(*mut c_int);
+    /// `cuGetErrorName(code, &str)`.
+    get_error_name = "cuGetErrorName": fn(CuResult, *mut *const c_char);
+    /// `cuGetErrorString(code, &str)`.
+    get_error_string = "cuGetErrorString": fn(CuResult, *mut *const c_char);
+    /// `cuDeviceGetCount(&n)`.
+    device_get_count = "cuDeviceGetCount": fn(*mut c_int);
+    /// `cuDeviceGet(&dev, ordinal)`.
+    device_get = "cuDeviceGet": fn(*mut c_int, c_int);
+    /// `cuDeviceGetName(buf, len, dev)`.
+    device_get_name = "cuDeviceGetName": fn(*mut c_char, c_int, c_int);
+    /// `cuDeviceGetUuid_v2(&uuid, dev)` (the UUID nvidia-smi prints; `CUuuid` is 16 bytes).
+    device_get_uuid = "cuDeviceGetUuid_v2": fn(*mut [u8; 16], c_int);
+    /// `cuDeviceGetPCIBusId(buf, len, dev)`.
+    device_get_pci_bus_id = "cuDeviceGetPCIBusId": fn(*mut c_char, c_int, c_int);
+    /// `cuDeviceGetAttribute(&value, attribute, dev)`.
+    device_get_attribute = "cuDeviceGetAttribute": fn(*mut c_int, c_int, c_int);
+    /// `cuDeviceTotalMem_v2(&bytes, dev)`.
+    device_total_mem = "cuDeviceTotalMem_v2": fn(*mut usize, c_int);
+    /// `cuDevicePrimaryCtxRetain(&ctx, dev)`.
+    primary_ctx_retain = "cuDevicePrimaryCtxRetain": fn(*mut RawHandle, c_int);
+    /// `cuCtxSetCurrent(ctx)`.
+    ctx_set_current = "cuCtxSetCurrent": fn(RawHandle);
+    /// `cuCtxGetCurrent(&ctx)`.
+    ctx_get_current = "cuCtxGetCurrent": fn(*mut RawHandle);
+    /// `cuMemGetInfo_v2(&free, &total)` (current context's device).
+    mem_get_info = "cuMemGetInfo_v2": fn(*mut usize, *mut usize);
+    /// `cuMemAlloc_v2(&dptr, bytes)`.
+    mem_alloc = "cuMemAlloc_v2": fn(*mut u64, usize);
+    /// `cuMemFree_v2(dptr)`.
+    mem_free = "cuMemFree_v2": fn(u64);
+    /// `cuMemHostAlloc(&ptr, bytes, flags)`.
+    mem_host_alloc = "cuMemHostAlloc": fn(*mut *mut c_void, usize, c_uint);
+    /// `cuMemFreeHost(ptr)`.
+    mem_free_host = "cuMemFreeHost": fn(*mut c_void);
+    /// `cuMemHostRegister_v2(ptr, bytes, flags)`.
+    mem_host_register = "cuMemHostRegister_v2": fn(*mut c_void, usize, c_uint);
+    /// `cuMemHostUnregister(ptr)`.
+    mem_host_unregister = "cuMemHostUnregister": fn(*mut c_void);
+    /// `cuMemcpyHtoD_v2(dst, src, bytes)`.
+    memcpy_htod = "cuMemcpyHtoD_v2": fn(u64, *const c_void, usize);
+    /// `cuMemcpyHtoDAsync_v2(dst, src, bytes, stream)`.
+    memcpy_htod_async = "cuMemcpyHtoDAsync_v2": fn(u64, *const c_void, usize, RawHandle);
+    /// `cuMemcpyDtoH_v2(dst, src, bytes)`.
+    memcpy_dtoh = "cuMemcpyDtoH_v2": fn(*mut c_void, u64, usize);
+    /// `cuMemcpyDtoHAsync_v2(dst, src, bytes, stream)`.
+    memcpy_dtoh_async = "cuMemcpyDtoHAsync_v2": fn(*mut c_void, u64, usize, RawHandle);
+    /// `cuMemcpyDtoD_v2(dst, src, bytes)`.
+    memcpy_dtod = "cuMemcpyDtoD_v2": fn(u64, u64, usize);
+    /// `cuStreamCreate(&stream, flags)`.
+    stream_create = "cuStreamCreate": fn(*mut RawHandle, c_uint);
+    /// `cuStreamDestroy_v2(stream)`.
+    stream_destroy = "cuStreamDestroy_v2": fn(RawHandle);
+    /// `cuStreamSynchronize(stream)`.
+    stream_synchronize = "cuStreamSynchronize": fn(RawHandle);
+    /// `cuEventCreate(&event, flags)`.
+    event_create = "cuEventCreate": fn(*mut RawHandle, c_uint);
+    /// `cuEventRecord(event, stream)`.
+    event_record = "cuEventRecord": fn(RawHandle, RawHandle);
+    /// `cuEventQuery(event)`.
+    event_query = "cuEventQuery": fn(RawHandle);
+    /// `cuEventSynchronize(event)`.
+    event_synchronize = "cuEventSynchronize": fn(RawHandle);
+    /// `cuEventDestroy_v2(event)`.
+    event_destroy = "cuEventDestroy_v2": fn(RawHandle);
+}
+
+impl Api {
+    /// The driver's name for an error code (`"CUDA_ERROR_OUT_OF_MEMORY"`), or `"CUDA error <n>"` when the
+    /// driver does not know it.
+    pub(crate) fn error_name(&self, code: CuResult) -> String {
+        let mut p: *const c_char = std::ptr::null();
+        // SAFETY: valid out-pointer; on success the driver returns a static NUL-terminated string.
+        let r = unsafe { (self.get_error_name)(code, &mut p) };
+        if r == CUDA_SUCCESS && !p.is_null() {
+            // SAFETY: non-NULL static string from the driver.
+            return unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+        }
+        format!("CUDA error {code}")
+    }
+
+    /// The driver's description of an error code, or "" when it has none.
+    pub(crate) fn error_string(&self, code: CuResult) -> String {
+        let mut p: *const c_char = std::ptr::null();
+        // SAFETY: as in `error_name`.
+        let r = unsafe { (self.get_error_string)(code, &mut p) };
+        if r == CUDA_SUCCESS && !p.is_null() {
+            // SAFETY: non-NULL static string from the driver.
+            return unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+        }
+        String::new()
+    }
+
+    /// `Ok(())` for `CUDA_SUCCESS`, else a `DEVICE_ERROR` whose message is `"<what>: <NAME> (<description>)"`.
+    /// `what` names the call, the device and the byte counts.
+    pub(crate) fn check(&self, code: CuResult, what: impl FnOnce() -> String) -> Result<()> {
+        if code == CUDA_SUCCESS {
+            return Ok(());
+        }
+        Err(Error::new(Status::DeviceError, self.describe(code, &what())))
+    }
+
+    /// `"<what>: <NAME> (<description>)"`.
+    pub(crate) fn describe(&self, code: CuResult, what: &str) -> String {
+        let desc = self.error_string(code);
+        if desc.is_empty() {
+            format!("{what} failed: {}", self.error_name(code))
+        } else {
+            format!("{what} failed: {} ({desc})", self.error_name(code))
+        }
+    }
+}
+
+/// Formats a `cuDriverGetVersion` number as `major.minor` (12080 → `"12.8"`).
+pub fn format_driver_version(v: i32) -> String {
+    format!("{}.{}", v / 1000, (v % 1000) / 10)
+}
+
+/// Formats a `CUuuid` the way nvidia-smi does: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, lower-case hex.
+pub fn format_uuid(bytes: &[u8; 16]) -> String {
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("GPU-{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+}
+
+/// Reads a NUL-terminated string the driver wrote into `buf` (lossy UTF-8, trimmed).
+pub(crate) fn c_buf_to_string(buf: &[u8]) -> String {
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions() {
+        assert_eq!(format_driver_version(12080), "12.8");
+        assert_eq!(format_driver_version(11040), "11.4");
+        assert_eq!(format_driver_version(13000), "13.0");
+        assert_eq!(format_driver_version(MIN_DRIVER_VERSION), "11.4");
+    }
+
+    #[test]
+    fn uuid_like_nvidia_smi() {
+        let mut b = [0u8; 16];
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = 0xa0 + i as u8;
+        }
+        assert_eq!(format_uuid(&b), "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf");
+        let u = format_uuid(&[0xff; 16]);
+        assert_eq!(u.len(), 40);
+        assert_eq!(u, u.to_ascii_lowercase().replace("gpu-", "GPU-"));
+    }
+
+    #[test]
+    fn c_buffers() {
+        assert_eq!(c_buf_to_string(b"0000:3b:00.0\0garbage"), "0000:3b:00.0");
+        assert_eq!(c_buf_to_string(b"no nul"), "no nul");
+        assert_eq!(c_buf_to_string(b"\0"), "");
+    }
+
+    #[test]
+    fn symbols_are_the_driver_names() {
+        assert!(SYMBOLS.contains(&"cuMemAlloc_v2"));
+        assert!(SYMBOLS.contains(&"cuDeviceGetUuid_v2"));
+        assert!(SYMBOLS.iter().all(|s| s.starts_with("cu")));
+        let mut sorted = SYMBOLS.to_vec();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), SYMBOLS.len(), "no symbol listed twice");
+    }
+}

@@ -1,0 +1,426 @@
+//! Streams, events and asynchronous copies.
+//!
+//! An asynchronous copy keeps using host memory after the call returns, so a borrowed slice cannot be lent
+//! to it safely. Instead the copy takes the host buffer **by value** (anything implementing [`HostBytes`] /
+//! [`HostBytesMut`]: [`PinnedHostMemory`], `Vec<u8>`, `Box<[u8]>`, `Arc<[u8]>`, ...) and returns it inside an
+//! [`InFlight`], together with an event recorded right after the copy. [`InFlight::wait`] gives the buffer
+//! back once the copy has completed; dropping an `InFlight` waits too; if the driver reports an error while
+//! waiting, the buffer is leaked rather than freed under a possibly running DMA. Forgetting an `InFlight`
+//! (`mem::forget`) leaks the buffer, which is safe for the same reason (the `'static` bound on the buffer
+//! types rules out borrowed memory).
+
+use super::api;
+use super::driver::{self, RawHandle, CUDA_ERROR_NOT_READY, CUDA_SUCCESS};
+use super::memory::{check_range, Context, DeviceMemory, PinnedHostMemory};
+use crate::error::{Error, Result, Status};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// A CUDA stream on one device (`cuStreamCreate` with `CU_STREAM_NON_BLOCKING`: no implicit synchronisation
+/// with the legacy default stream), destroyed on drop (`cuStreamDestroy_v2`; work already queued still
+/// completes). Operations on one stream run in order; different streams may overlap.
+pub struct Stream {
+    ctx: &'static Context,
+    raw: RawHandle,
+}
+
+// SAFETY: a `CUstream` is a driver handle; the driver API is thread-safe, and enqueueing work on the same
+// stream from several threads is allowed (the order between threads is then up to the callers). The handle
+// is destroyed only in `Drop`, which has exclusive access.
+unsafe impl Send for Stream {}
+// SAFETY: see `Send`; every `&self` method is a thread-safe driver call.
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    /// Creates a non-blocking stream on `cuda:<ordinal>` (retaining its primary context if needed).
+    pub fn new(ordinal: u32) -> Result<Stream> {
+        let ctx = Context::get(ordinal)?;
+        let api = api()?;
+        let _current = ctx.enter()?;
+        let mut raw: RawHandle = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the device's context is current.
+        let r = unsafe { (api.stream_create)(&mut raw, driver::STREAM_NON_BLOCKING) };
+        api.check(r, || format!("cuStreamCreate(cuda:{ordinal}, non-blocking)"))?;
+        Ok(Stream { ctx, raw })
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> u32 {
+        self.ctx.ordinal()
+    }
+
+    /// Blocks until everything queued on the stream has completed (`cuStreamSynchronize`); an error from any
+    /// of that work is reported here as `DEVICE_ERROR`.
+    pub fn synchronize(&self) -> Result<()> {
+        let api = api()?;
+        let _current = self.ctx.enter()?;
+        // SAFETY: a live stream handle of the current context.
+        api.check(unsafe { (api.stream_synchronize)(self.raw) }, || format!("cuStreamSynchronize(cuda:{})", self.ordinal()))
+    }
+
+    fn same_device(&self, what: &str, other: u32) -> Result<()> {
+        if other == self.ordinal() {
+            return Ok(());
+        }
+        Err(Error::new(
+            Status::InvalidArgument,
+            format!("{what}: the memory is on cuda:{other} but the stream on cuda:{}", self.ordinal()),
+        ))
+    }
+
+    /// After a copy was enqueued: records an event that completes with it. If even that fails, waits for the
+    /// whole stream so `value` can be released; if that fails too, leaks `value` (never frees memory a
+    /// transfer may still use).
+    fn track<B>(&self, value: B, ev: Event) -> Result<InFlight<B>> {
+        match ev.record(self) {
+            Ok(()) => Ok(InFlight { value: Some(value), event: ev }),
+            Err(e) => {
+                if self.synchronize().is_err() {
+                    std::mem::forget(value);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Enqueues a host-to-device copy of `len` bytes from `src` at `src_offset` to `dst` at `dst_offset`
+    /// (`cuMemcpyHtoDAsync_v2`) and returns `src` in an [`InFlight`] that completes with the copy.
+    ///
+    /// For the copy to be asynchronous `src` should be page-locked ([`PinnedHostMemory`], or memory covered
+    /// by a [`super::HostRegistration`]); pageable memory works but the driver stages it synchronously.
+    /// Errors: `OUT_OF_RANGE` (no copy enqueued) when either range does not fit; `INVALID_ARGUMENT` when `dst`
+    /// is on another device than the stream; `DEVICE_ERROR` from the driver. On error `src` is dropped.
+    pub fn copy_to_device_async<B: HostBytes>(
+        &self,
+        src: B,
+        src_offset: usize,
+        dst: &DeviceMemory,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<InFlight<B>> {
+        let what = || {
+            format!(
+                "cuMemcpyHtoDAsync_v2(host -> cuda:{}, {len} bytes from offset {src_offset} of a {}-byte host buffer to offset {dst_offset} of {})",
+                dst.ordinal(),
+                src.host_bytes().len(),
+                dst.len()
+            )
+        };
+        self.same_device(&what(), dst.ordinal())?;
+        check_range(&what(), src_offset, len, src.host_bytes().len())?;
+        check_range(&what(), dst_offset, len, dst.len())?;
+        let ev = Event::new(self.ordinal())?;
+        if len > 0 {
+            let api = api()?;
+            let _current = self.ctx.enter()?;
+            let host = src.host_bytes()[src_offset..src_offset + len].as_ptr();
+            // SAFETY: ranges checked; `src` is moved into the returned InFlight, which keeps it alive and
+            // unmodified (HostBytes contract) until the event recorded after this copy completes.
+            let r = unsafe { (api.memcpy_htod_async)(dst.device_ptr() + dst_offset as u64, host as *const c_void, len, self.raw) };
+            api.check(r, what)?;
+        }
+        self.track(src, ev)
+    }
+
+    /// Enqueues a device-to-host copy of `len` bytes from `src` at `src_offset` into `dst` at `dst_offset`
+    /// (`cuMemcpyDtoHAsync_v2`) and returns `dst` in an [`InFlight`]; its bytes are readable after
+    /// [`InFlight::wait`]. Errors as for [`Stream::copy_to_device_async`]; on error `dst` is dropped.
+    pub fn copy_to_host_async<B: HostBytesMut>(
+        &self,
+        src: &DeviceMemory,
+        src_offset: usize,
+        mut dst: B,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<InFlight<B>> {
+        let dst_len = dst.host_bytes_mut().len();
+        let what = || {
+            format!(
+                "cuMemcpyDtoHAsync_v2(cuda:{} -> host, {len} bytes from offset {src_offset} of {} to offset {dst_offset} of a {dst_len}-byte host buffer)",
+                src.ordinal(),
+                src.len()
+            )
+        };
+        self.same_device(&what(), src.ordinal())?;
+        check_range(&what(), src_offset, len, src.len())?;
+        check_range(&what(), dst_offset, len, dst_len)?;
+        let ev = Event::new(self.ordinal())?;
+        if len > 0 {
+            let api = api()?;
+            let _current = self.ctx.enter()?;
+            let host = dst.host_bytes_mut()[dst_offset..dst_offset + len].as_mut_ptr();
+            // SAFETY: ranges checked; `dst` is moved into the returned InFlight, which hands it out again only
+            // after the event recorded after this copy has completed (HostBytesMut contract: the address is
+            // stable across the move and nobody else can reach the bytes meanwhile).
+            let r = unsafe { (api.memcpy_dtoh_async)(host as *mut c_void, src.device_ptr() + src_offset as u64, len, self.raw) };
+            api.check(r, what)?;
+        }
+        self.track(dst, ev)
+    }
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Stream(cuda:{}, {:p})", self.ordinal(), self.raw)
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if let Ok(api) = api() {
+            if let Ok(_current) = self.ctx.enter() {
+                // SAFETY: created by cuStreamCreate, destroyed exactly once, here.
+                let _ = unsafe { (api.stream_destroy)(self.raw) };
+            }
+        }
+    }
+}
+
+/// A CUDA event (`cuEventCreate` with `CU_EVENT_DISABLE_TIMING`), destroyed on drop (`cuEventDestroy_v2`).
+/// Used to know when work queued on a stream has completed.
+pub struct Event {
+    ctx: &'static Context,
+    raw: RawHandle,
+}
+
+// SAFETY: a `CUevent` is a driver handle; recording, querying and synchronising are thread-safe driver calls.
+// It is destroyed only in `Drop`, which has exclusive access.
+unsafe impl Send for Event {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// Creates an event on `cuda:<ordinal>` (retaining its primary context if needed).
+    pub fn new(ordinal: u32) -> Result<Event> {
+        let ctx = Context::get(ordinal)?;
+        let api = api()?;
+        let _current = ctx.enter()?;
+        let mut raw: RawHandle = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the device's context is current.
+        let r = unsafe { (api.event_create)(&mut raw, driver::EVENT_DISABLE_TIMING) };
+        api.check(r, || format!("cuEventCreate(cuda:{ordinal}, disable-timing)"))?;
+        Ok(Event { ctx, raw })
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> u32 {
+        self.ctx.ordinal()
+    }
+
+    /// Records the event on `stream` (`cuEventRecord`): it completes when all work queued on the stream so far
+    /// has. `INVALID_ARGUMENT` when the stream is on another device.
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        if stream.ordinal() != self.ordinal() {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!("cuEventRecord: the event is on cuda:{} but the stream on cuda:{}", self.ordinal(), stream.ordinal()),
+            ));
+        }
+        let api = api()?;
+        let _current = self.ctx.enter()?;
+        // SAFETY: live event and stream handles of the same (current) context.
+        api.check(unsafe { (api.event_record)(self.raw, stream.raw) }, || format!("cuEventRecord(cuda:{})", self.ordinal()))
+    }
+
+    /// `Ok(true)` when the recorded work has completed (or the event was never recorded), `Ok(false)` while it
+    /// is still running (`CUDA_ERROR_NOT_READY`), `DEVICE_ERROR` for any other result (`cuEventQuery`).
+    pub fn query(&self) -> Result<bool> {
+        let api = api()?;
+        let _current = self.ctx.enter()?;
+        // SAFETY: a live event handle.
+        let r = unsafe { (api.event_query)(self.raw) };
+        if r == CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        api.check(r, || format!("cuEventQuery(cuda:{})", self.ordinal()))?;
+        Ok(r == CUDA_SUCCESS)
+    }
+
+    /// Blocks until the recorded work has completed (`cuEventSynchronize`).
+    pub fn synchronize(&self) -> Result<()> {
+        let api = api()?;
+        let _current = self.ctx.enter()?;
+        // SAFETY: a live event handle.
+        api.check(unsafe { (api.event_synchronize)(self.raw) }, || format!("cuEventSynchronize(cuda:{})", self.ordinal()))
+    }
+}
+
+impl std::fmt::Debug for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Event(cuda:{}, {:p})", self.ordinal(), self.raw)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if let Ok(api) = api() {
+            if let Ok(_current) = self.ctx.enter() {
+                // SAFETY: created by cuEventCreate, destroyed exactly once, here.
+                let _ = unsafe { (api.event_destroy)(self.raw) };
+            }
+        }
+    }
+}
+
+/// A host buffer lent to an asynchronous copy, returned by [`InFlight::wait`] once the copy has completed.
+#[must_use = "dropping an InFlight blocks until its copy completes; call wait() to get the buffer back"]
+pub struct InFlight<B> {
+    value: Option<B>,
+    event: Event,
+}
+
+impl<B> InFlight<B> {
+    /// `Ok(true)` once the copy has completed (then [`InFlight::wait`] returns without blocking).
+    pub fn is_done(&self) -> Result<bool> {
+        self.event.query()
+    }
+
+    /// The event recorded after the copy (e.g. to make another stream wait for it later).
+    pub fn event(&self) -> &Event {
+        &self.event
+    }
+
+    /// Blocks until the copy has completed and returns the buffer. On a driver error the buffer is leaked
+    /// (the transfer's state is unknown, so it is never freed) and the error returned.
+    pub fn wait(mut self) -> Result<B> {
+        let r = self.event.synchronize();
+        let value = self.value.take().expect("an InFlight holds its buffer until waited");
+        match r {
+            Ok(()) => Ok(value),
+            Err(e) => {
+                std::mem::forget(value);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl<B> std::fmt::Debug for InFlight<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "InFlight({:?}, pending: {})", self.event, self.value.is_some())
+    }
+}
+
+impl<B> Drop for InFlight<B> {
+    fn drop(&mut self) {
+        if let Some(value) = self.value.take() {
+            if self.event.synchronize().is_err() {
+                std::mem::forget(value);
+            }
+        }
+    }
+}
+
+/// Host bytes an asynchronous host-to-device copy may read after the call that enqueued it returns.
+///
+/// # Safety
+/// Implementors guarantee that `host_bytes` returns the same memory every time it is called on a value, that
+/// this memory stays valid and is not written through any path while the value is alive, and that moving
+/// the value does not move the memory (it lives on the heap or in a mapping, not inline).
+pub unsafe trait HostBytes: Send + 'static {
+    /// The bytes.
+    fn host_bytes(&self) -> &[u8];
+}
+
+/// Host bytes an asynchronous device-to-host copy may write after the call that enqueued it returns.
+///
+/// # Safety
+/// As [`HostBytes`], and nothing but the holder of the value can read or write the memory.
+pub unsafe trait HostBytesMut: Send + 'static {
+    /// The bytes, writable.
+    fn host_bytes_mut(&mut self) -> &mut [u8];
+}
+
+// SAFETY: the allocation is owned by the value, heap-allocated (not moved with it) and reachable only
+// through it; `&self` access cannot write.
+unsafe impl HostBytes for PinnedHostMemory {
+    fn host_bytes(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+// SAFETY: as above; `&mut self` is the only access.
+unsafe impl HostBytesMut for PinnedHostMemory {
+    fn host_bytes_mut(&mut self) -> &mut [u8] {
+        self.as_mut_slice()
+    }
+}
+// SAFETY: a Vec's buffer is on the heap and stays put while the Vec is moved and not resized; nothing can
+// resize or write it while the InFlight owns it.
+unsafe impl HostBytes for Vec<u8> {
+    fn host_bytes(&self) -> &[u8] {
+        self
+    }
+}
+// SAFETY: as above, with exclusive ownership.
+unsafe impl HostBytesMut for Vec<u8> {
+    fn host_bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+// SAFETY: heap allocation owned by the box.
+unsafe impl HostBytes for Box<[u8]> {
+    fn host_bytes(&self) -> &[u8] {
+        self
+    }
+}
+// SAFETY: heap allocation owned exclusively by the box.
+unsafe impl HostBytesMut for Box<[u8]> {
+    fn host_bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+// SAFETY: shared and immutable while any clone (including the InFlight's) lives.
+unsafe impl HostBytes for Arc<[u8]> {
+    fn host_bytes(&self) -> &[u8] {
+        self
+    }
+}
+// SAFETY: the pointee is shared and never mutably reachable while the InFlight holds a clone; it satisfies
+// HostBytes itself, and `Sync` makes reading it from the driver thread fine.
+unsafe impl<T: HostBytes + Sync> HostBytes for Arc<T> {
+    fn host_bytes(&self) -> &[u8] {
+        (**self).host_bytes()
+    }
+}
+// SAFETY: static memory is never freed; `&'static [u8]` cannot be written.
+unsafe impl HostBytes for &'static [u8] {
+    fn host_bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn thread_safety_markers() {
+        assert_send_sync::<Stream>();
+        assert_send_sync::<Event>();
+        assert_send_sync::<InFlight<Vec<u8>>>();
+    }
+
+    #[test]
+    fn without_a_driver_streams_are_unavailable() {
+        if crate::device::census().cuda_available() {
+            return;
+        }
+        assert_eq!(Stream::new(0).err().map(|e| e.status()), Some(Status::Unavailable));
+        assert_eq!(Event::new(0).err().map(|e| e.status()), Some(Status::Unavailable));
+    }
+
+    #[test]
+    fn host_bytes_views() {
+        let v = vec![1u8, 2, 3];
+        assert_eq!(v.host_bytes(), &[1, 2, 3]);
+        let a: Arc<[u8]> = Arc::from(vec![4u8, 5]);
+        assert_eq!(a.host_bytes(), &[4, 5]);
+        let s: &'static [u8] = b"xyz";
+        assert_eq!(s.host_bytes(), b"xyz");
+        let mut b: Box<[u8]> = vec![0u8; 2].into_boxed_slice();
+        b.host_bytes_mut()[1] = 9;
+        assert_eq!(&*b, &[0, 9]);
+    }
+}

@@ -1,0 +1,547 @@
+//! The CUDA path against the stand-in driver (tests/cuda_stub/stand_in_cuda.c).
+//!
+//! The CLI and C programs run as child processes with the stand-in on `LD_LIBRARY_PATH`; the Rust API tests
+//! re-execute this test binary for one test at a time (`in_stand_in_child`), because the driver library is
+//! loaded, and the census taken, once per process.
+
+mod common;
+use common::*;
+use hostfirst::device::census::census;
+use hostfirst::device::cuda::{
+    mem_info, Context, DeviceMemory, Event, HostRegistration, InFlight, PinnedHostMemory, Stream,
+};
+use hostfirst::device::{BackendStatus, Device, DeviceKind};
+use hostfirst::Status;
+
+const UUID0: &str = "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf";
+const UUID1: &str = "GPU-b0b1b2b3-b4b5-b6b7-b8b9-babbbcbdbebf";
+const GIB: u64 = 1 << 30;
+const RESERVE: u64 = 256 << 20;
+
+fn cuda_backend(v: &serde_json::Value) -> &serde_json::Value {
+    let b = &v["backends"][1];
+    assert_eq!(b["name"], "cuda");
+    b
+}
+
+fn devices_json(knobs: &[(&str, Option<&str>)]) -> serde_json::Value {
+    let out = run_ok_with_stand_in(&cli(), &["devices", "--json"], knobs);
+    assert_eq!(out.trim().lines().count(), 1, "one JSON object: {out}");
+    json(&out)
+}
+
+// ---- the CLI and the C ABI -------------------------------------------------------------------------------
+
+#[test]
+fn cli_two_devices() {
+    let v = devices_json(&[("STAND_IN_DEVICES", Some("2"))]);
+    let b = cuda_backend(&v);
+    assert_eq!(b["status"], "available");
+    assert_eq!(b["reason"], "");
+    assert_eq!(b["devices"], 2);
+    assert_eq!(b["driver_version"], "12.8");
+    let devs = v["devices"].as_array().unwrap();
+    assert_eq!(devs.len(), 3);
+    assert_eq!(devs[0]["spec"], "cpu:0");
+    for (i, uuid, pci) in [(0usize, UUID0, "0000:17:00.0"), (1, UUID1, "0000:37:00.0")] {
+        let d = &devs[i + 1];
+        assert_eq!(d["spec"], format!("cuda:{i}"));
+        assert_eq!(d["kind"], "cuda");
+        assert_eq!(d["name"], format!("Stand-in GPU {i}"));
+        assert_eq!(d["uuid"], uuid);
+        assert_eq!(d["pci_bus_id"], pci);
+        assert_eq!(d["compute_capability"], "9.0");
+        assert_eq!(d["multiprocessors"], 132);
+        assert_eq!(d["total_memory"], 16 * GIB);
+        assert_eq!(d["free_memory"], 16 * GIB - RESERVE, "free = total - the retained context's reserve");
+    }
+    assert_eq!(v["default"]["spec"], "cuda:0");
+    assert_eq!(v["default"]["source"], "built-in");
+}
+
+#[test]
+fn cli_properties_from_knobs() {
+    let v = devices_json(&[
+        ("STAND_IN_DEVICES", Some("2")),
+        ("STAND_IN_NAMES", Some("Big One, Small One")),
+        ("STAND_IN_TOTAL_MEMORY", Some("80G,24G")),
+        ("STAND_IN_COMPUTE_CAPABILITY", Some("9.0,8.6")),
+        ("STAND_IN_UUIDS", Some("GPU-12345678-9abc-def0-1234-56789abcdef0")),
+        ("STAND_IN_DRIVER_VERSION", Some("13000")),
+    ]);
+    assert_eq!(cuda_backend(&v)["driver_version"], "13.0");
+    let d = &v["devices"];
+    assert_eq!(d[1]["name"], "Big One");
+    assert_eq!(d[2]["name"], "Small One");
+    assert_eq!(d[1]["total_memory"], 80 * GIB);
+    assert_eq!(d[2]["total_memory"], 24 * GIB);
+    assert_eq!(d[2]["compute_capability"], "8.6");
+    assert_eq!(d[1]["uuid"], "GPU-12345678-9abc-def0-1234-56789abcdef0");
+    assert_eq!(d[2]["uuid"], UUID1, "devices without a UUID knob keep the deterministic default");
+}
+
+#[test]
+fn cli_human_table_with_devices() {
+    let out = run_ok_with_stand_in(&cli(), &["devices"], &[("STAND_IN_DEVICES", Some("2"))]);
+    assert!(out.contains("cuda:1") && out.contains(UUID1) && out.contains("sm_90"), "{out}");
+    assert!(out.contains("default device: cuda:0 (source: built-in)"), "{out}");
+}
+
+#[test]
+fn cli_platforms_cpu_hides_the_driver() {
+    let v = devices_json(&[("STAND_IN_DEVICES", Some("2")), ("HOSTFIRST_PLATFORMS", Some("cpu"))]);
+    let b = cuda_backend(&v);
+    assert_eq!(b["status"], "hidden_by_env");
+    assert!(b["reason"].as_str().unwrap().contains("HOSTFIRST_PLATFORMS"));
+    assert_eq!(v["devices"].as_array().unwrap().len(), 1);
+    assert_eq!(v["default"]["spec"], "cpu:0");
+}
+
+#[test]
+fn cli_visible_devices_that_hide_everything() {
+    for value in ["", " ", "-1", "NoDevFiles"] {
+        let v = devices_json(&[("STAND_IN_DEVICES", Some("2")), ("CUDA_VISIBLE_DEVICES", Some(value))]);
+        let b = cuda_backend(&v);
+        assert_eq!(b["status"], "hidden_by_env", "CUDA_VISIBLE_DEVICES={value:?}");
+        let reason = b["reason"].as_str().unwrap();
+        assert!(reason.contains(&format!("CUDA_VISIBLE_DEVICES=\"{value}\"")), "{reason}");
+        assert_eq!(b["driver_version"], "", "nothing was loaded");
+    }
+}
+
+#[test]
+fn cli_visible_devices_reorder_and_select() {
+    let v = devices_json(&[("STAND_IN_DEVICES", Some("3")), ("CUDA_VISIBLE_DEVICES", Some("2,0"))]);
+    assert_eq!(cuda_backend(&v)["devices"], 2);
+    assert_eq!(v["devices"][1]["name"], "Stand-in GPU 2");
+    assert_eq!(v["devices"][2]["uuid"], UUID0);
+    let v = devices_json(&[("STAND_IN_DEVICES", Some("2")), ("CUDA_VISIBLE_DEVICES", Some("GPU-b0b1"))]);
+    assert_eq!(cuda_backend(&v)["devices"], 1);
+    assert_eq!(v["devices"][1]["uuid"], UUID1);
+}
+
+#[test]
+fn cli_init_failure_names_the_driver_error() {
+    let v = devices_json(&[("STAND_IN_INIT_ERROR", Some("CUDA_ERROR_OPERATING_SYSTEM"))]);
+    let b = cuda_backend(&v);
+    assert_eq!(b["status"], "init_failed");
+    let reason = b["reason"].as_str().unwrap();
+    assert!(reason.contains("cuInit") && reason.contains("CUDA_ERROR_OPERATING_SYSTEM"), "{reason}");
+    assert_eq!(b["driver_version"], "12.8", "the version is known even when cuInit fails");
+    assert_eq!(v["default"]["spec"], "cpu:0");
+    let v = devices_json(&[("STAND_IN_INIT_ERROR", Some("999"))]);
+    assert!(cuda_backend(&v)["reason"].as_str().unwrap().contains("CUDA_ERROR_UNKNOWN"));
+}
+
+#[test]
+fn cli_old_driver() {
+    let v = devices_json(&[("STAND_IN_DRIVER_VERSION", Some("11020"))]);
+    let b = cuda_backend(&v);
+    assert_eq!(b["status"], "driver_too_old");
+    let reason = b["reason"].as_str().unwrap();
+    assert!(reason.contains("11.2") && reason.contains("11.4"), "both versions: {reason}");
+    assert_eq!(b["driver_version"], "11.2");
+    assert_eq!(cuda_backend(&devices_json(&[("STAND_IN_DRIVER_VERSION", Some("11040"))]))["status"], "available");
+}
+
+#[test]
+fn cli_no_devices() {
+    let v = devices_json(&[("STAND_IN_DEVICES", Some("0"))]);
+    assert_eq!(cuda_backend(&v)["status"], "no_devices");
+    assert!(cuda_backend(&v)["reason"].as_str().unwrap().contains("0 devices"));
+    let v = devices_json(&[("STAND_IN_INIT_ERROR", Some("CUDA_ERROR_NO_DEVICE"))]);
+    assert_eq!(cuda_backend(&v)["status"], "no_devices");
+    let v = devices_json(&[("STAND_IN_DEVICES", Some("2")), ("CUDA_VISIBLE_DEVICES", Some("7"))]);
+    let b = cuda_backend(&v);
+    assert_eq!(b["status"], "no_devices");
+    assert!(b["reason"].as_str().unwrap().contains("CUDA_VISIBLE_DEVICES=\"7\""), "{b}");
+    assert_eq!(v["default"]["spec"], "cpu:0");
+}
+
+#[test]
+fn cli_default_device_env_with_cuda() {
+    let v = devices_json(&[("STAND_IN_DEVICES", Some("2")), ("HOSTFIRST_DEFAULT_DEVICE", Some("gpu:1"))]);
+    assert_eq!(v["default"]["spec"], "cuda:1");
+    assert_eq!(v["default"]["source"], "env");
+    let spec = format!("cuda:{UUID1}");
+    let v = devices_json(&[("STAND_IN_DEVICES", Some("2")), ("HOSTFIRST_DEFAULT_DEVICE", Some(spec.as_str()))]);
+    assert_eq!(v["default"]["spec"], "cuda:1");
+    let out = run_with_stand_in(&cli(), &["devices", "--json"], &[("STAND_IN_DEVICES", Some("2")), ("HOSTFIRST_DEFAULT_DEVICE", Some("cuda:2"))]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cuda:2") && err.contains("cuda:1"), "names the value and the devices present: {err}");
+}
+
+#[test]
+fn c_census_with_two_devices() {
+    let src = root().join("tests/c/test_cuda_census.c");
+    let bin = compile_c(&[&src], "test_cuda_census", &["-ldl"]);
+    let out = run_with_stand_in(&bin, &[], &[("STAND_IN_DEVICES", Some("2")), ("STAND_IN_LEAK_REPORT", Some("1"))]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("0 device allocations (0 bytes), 0 pinned, 0 registrations, 0 streams, 0 events live; 2 primary contexts retained"),
+        "the stand-in's exit report: {err}"
+    );
+}
+
+#[test]
+fn c_core_with_the_stand_in() {
+    let bin = compile_c_test("test_core");
+    run_ok_with_stand_in(&bin, &[], &[("STAND_IN_DEVICES", Some("2")), ("EXPECT_CUDA_STATUS", Some("available"))]);
+}
+
+// ---- the Rust API in child processes ---------------------------------------------------------------------
+
+#[test]
+fn census_creates_no_context_and_specs_follow_uuids() {
+    // Physical devices 0 and 1, made visible in reverse order.
+    in_stand_in_child(
+        "census_creates_no_context_and_specs_follow_uuids",
+        &[("STAND_IN_DEVICES", Some("2")), ("CUDA_VISIBLE_DEVICES", Some("1,0"))],
+        || {
+            let c = census();
+            assert!(c.cuda_available());
+            assert_eq!(c.backend("cuda").unwrap().status, BackendStatus::Available);
+            assert_eq!(c.info(Device::cuda(0)).unwrap().uuid, UUID1);
+            assert_eq!(stand_in_query("stand_in_context_retains"), 0, "the census retains no context");
+            assert_eq!(Device::parse(&format!("cuda:{UUID1}")).unwrap(), Device::cuda(0));
+            assert_eq!(Device::parse(&format!("gpu:{}", UUID0.to_uppercase())).unwrap(), Device::cuda(1));
+            assert_eq!(Device::parse("cuda:1").unwrap(), Device::cuda(1));
+            assert_eq!(Device::parse("cuda_host").unwrap().kind, DeviceKind::CudaHost);
+            let e = Device::parse("cuda:2").unwrap_err();
+            assert_eq!(e.status(), Status::NoSuchDevice);
+            assert!(e.message().contains("cpu:0, cuda:0, cuda:1"), "{}", e.message());
+            assert_eq!(stand_in_query("stand_in_context_retains"), 0);
+            assert!(!Context::is_retained(0));
+
+            let (free, total) = mem_info(0).unwrap();
+            assert_eq!((free, total), (16 * GIB - RESERVE, 16 * GIB));
+            assert_eq!(stand_in_query("stand_in_context_retains"), 1);
+            mem_info(0).unwrap();
+            assert_eq!(stand_in_query("stand_in_context_retains"), 1, "retained once per device");
+            assert!(Context::is_retained(0) && !Context::is_retained(1));
+            assert_eq!(mem_info(2).unwrap_err().status(), Status::NoSuchDevice);
+            assert_eq!(stand_in_current_context(), 0, "the calling thread's context is restored");
+        },
+    );
+}
+
+#[test]
+fn platforms_cpu_makes_the_wrapper_unavailable() {
+    in_stand_in_child("platforms_cpu_makes_the_wrapper_unavailable", &[("HOSTFIRST_PLATFORMS", Some("cpu"))], || {
+        assert_eq!(DeviceMemory::alloc(0, 8).unwrap_err().status(), Status::Unavailable);
+        let e = PinnedHostMemory::alloc(8).unwrap_err();
+        assert_eq!(e.status(), Status::Unavailable);
+        assert!(e.message().contains("hidden_by_env"), "{}", e.message());
+        assert_eq!(Stream::new(0).unwrap_err().status(), Status::Unavailable);
+    });
+}
+
+#[test]
+fn device_memory_round_trip() {
+    in_stand_in_child("device_memory_round_trip", &[("STAND_IN_DEVICES", Some("2"))], || {
+        let n = 1 << 20;
+        let data: Vec<u8> = (0..n).map(|i| (i * 7 + i / 251) as u8).collect();
+        let a = DeviceMemory::alloc(0, n).unwrap();
+        assert_eq!((a.ordinal(), a.len()), (0, n));
+        assert_ne!(a.device_ptr(), 0);
+        assert_eq!(stand_in_query("stand_in_live_allocations"), 1);
+        assert_eq!(mem_info(0).unwrap().0, 16 * GIB - RESERVE - n as u64);
+        a.copy_from_host(0, &data).unwrap();
+        let mut back = vec![0u8; n];
+        a.copy_to_host(0, &mut back).unwrap();
+        assert!(back == data, "byte-for-byte");
+
+        // Offsets, device-to-device, bounds.
+        let b = DeviceMemory::alloc(0, 4096).unwrap();
+        b.copy_from_device(0, &a, 1000, 4096).unwrap();
+        let mut part = vec![0u8; 100];
+        b.copy_to_host(50, &mut part).unwrap();
+        assert_eq!(part, data[1050..1150]);
+        b.copy_from_host(4000, &[9; 96]).unwrap();
+        b.copy_to_host(3990, &mut part[..20]).unwrap();
+        assert_eq!(&part[..20], &[&data[4990..5000], &[9u8; 10][..]].concat()[..]);
+        let before = stand_in_query("stand_in_bytes_copied");
+        let e = b.copy_from_host(4000, &[1; 97]).unwrap_err();
+        assert_eq!(e.status(), Status::OutOfRange);
+        assert!(e.message().contains("97 bytes at offset 4000") && e.message().contains("4096"), "{}", e.message());
+        assert_eq!(b.copy_to_host(usize::MAX, &mut part).unwrap_err().status(), Status::OutOfRange);
+        assert_eq!(b.copy_from_device(0, &a, n - 10, 20).unwrap_err().status(), Status::OutOfRange);
+        assert_eq!(a.copy_from_device(0, &a, 10, 20).unwrap_err().status(), Status::InvalidArgument, "overlap");
+        assert_eq!(stand_in_query("stand_in_bytes_copied"), before, "refused copies reach no driver");
+
+        let c = DeviceMemory::alloc(1, 16).unwrap();
+        assert_eq!(c.copy_from_device(0, &b, 0, 16).unwrap_err().status(), Status::Unsupported);
+        assert_eq!(DeviceMemory::alloc(2, 16).unwrap_err().status(), Status::NoSuchDevice);
+        let empty = DeviceMemory::alloc(1, 0).unwrap();
+        assert!(empty.is_empty());
+        empty.copy_from_host(0, &[]).unwrap();
+        assert_eq!(stand_in_query("stand_in_live_allocations"), 3);
+        drop((a, b, c, empty));
+        assert_eq!(stand_in_query("stand_in_live_allocations"), 0);
+        assert_eq!(stand_in_query("stand_in_live_device_bytes"), 0);
+        assert_eq!(stand_in_current_context(), 0);
+    });
+}
+
+#[test]
+fn pinned_streams_events_and_async_copies() {
+    in_stand_in_child("pinned_streams_events_and_async_copies", &[("STAND_IN_EVENT_NOT_READY", Some("2"))], || {
+        let n = 64 * 1024;
+        let mut pinned = PinnedHostMemory::alloc(n).unwrap();
+        assert_eq!(stand_in_query("stand_in_live_pinned"), 1);
+        assert!(pinned.iter().all(|b| *b == 0), "zero-filled");
+        for (i, b) in pinned.iter_mut().enumerate() {
+            *b = (i % 253) as u8;
+        }
+        let expect = pinned.to_vec();
+        let dev = DeviceMemory::alloc(0, n).unwrap();
+        let stream = Stream::new(0).unwrap();
+        assert_eq!(stand_in_query("stand_in_live_streams"), 1);
+
+        let flight: InFlight<PinnedHostMemory> = stream.copy_to_device_async(pinned, 0, &dev, 0, n).unwrap();
+        assert!(!flight.is_done().unwrap(), "the stand-in reports NOT_READY twice after a record");
+        assert!(!flight.is_done().unwrap());
+        assert!(flight.is_done().unwrap());
+        let pinned = flight.wait().unwrap();
+        assert_eq!(pinned.as_slice(), &expect[..], "the buffer comes back untouched");
+
+        let out = PinnedHostMemory::alloc(n).unwrap();
+        let out = stream.copy_to_host_async(&dev, 0, out, 0, n).unwrap().wait().unwrap();
+        assert_eq!(out.as_slice(), &expect[..]);
+        assert_eq!(stand_in_query("stand_in_pageable_async_copies"), 0, "both copies were from page-locked memory");
+
+        // Pageable buffers work too (the stand-in counts them) and sub-ranges land where asked.
+        let v = stream.copy_to_host_async(&dev, 100, vec![0u8; 10], 2, 5).unwrap().wait().unwrap();
+        assert_eq!(&v[2..7], &expect[100..105]);
+        assert_eq!(&v[..2], &[0, 0]);
+        assert_eq!(stand_in_query("stand_in_pageable_async_copies"), 1);
+        let e = stream.copy_to_device_async(vec![1u8; 10], 5, &dev, 0, 6).unwrap_err();
+        assert_eq!(e.status(), Status::OutOfRange);
+
+        // Events directly; dropping an InFlight waits for it.
+        let ev = Event::new(0).unwrap();
+        assert!(ev.query().unwrap(), "an event never recorded is complete");
+        ev.record(&stream).unwrap();
+        assert!(!ev.query().unwrap());
+        ev.synchronize().unwrap();
+        assert!(ev.query().unwrap());
+        stream.synchronize().unwrap();
+        let dropped = stream.copy_to_device_async(out, 0, &dev, 0, n).unwrap();
+        assert_eq!(stand_in_query("stand_in_live_events"), 2);
+        drop(dropped);
+        assert_eq!(stand_in_query("stand_in_live_pinned"), 1, "the InFlight released its buffer");
+        drop((pinned, ev, stream, dev));
+        for q in ["stand_in_live_pinned", "stand_in_live_streams", "stand_in_live_events", "stand_in_live_allocations"] {
+            assert_eq!(stand_in_query(q), 0, "{q}");
+        }
+    });
+}
+
+#[test]
+fn streams_and_events_check_devices() {
+    in_stand_in_child("streams_and_events_check_devices", &[("STAND_IN_DEVICES", Some("2"))], || {
+        let s1 = Stream::new(1).unwrap();
+        let ev0 = Event::new(0).unwrap();
+        assert_eq!(ev0.record(&s1).unwrap_err().status(), Status::InvalidArgument);
+        let d0 = DeviceMemory::alloc(0, 16).unwrap();
+        let e = s1.copy_to_device_async(vec![0u8; 16], 0, &d0, 0, 16).unwrap_err();
+        assert_eq!(e.status(), Status::InvalidArgument);
+        assert!(e.message().contains("cuda:0") && e.message().contains("cuda:1"), "{}", e.message());
+        let d1 = DeviceMemory::alloc(1, 16).unwrap();
+        s1.copy_to_device_async(vec![3u8; 16], 0, &d1, 0, 16).unwrap().wait().unwrap();
+        let mut b = [0u8; 16];
+        d1.copy_to_host(0, &mut b).unwrap();
+        assert_eq!(b, [3u8; 16]);
+    });
+}
+
+#[test]
+fn host_registration() {
+    in_stand_in_child("host_registration", &[], || {
+        let data = vec![5u8; 8192];
+        let reg = HostRegistration::register(&data).unwrap();
+        assert!(reg.is_read_only());
+        assert_eq!(reg.len(), 8192);
+        assert_eq!(stand_in_query("stand_in_live_registrations"), 1);
+        assert_eq!(stand_in_query("stand_in_last_register_flags"), 0x01 | 0x08, "portable | read-only");
+        let e = HostRegistration::register(&data[100..200]).unwrap_err();
+        assert_eq!(e.status(), Status::DeviceError);
+        assert!(e.message().contains("CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"), "{}", e.message());
+        assert!(e.message().contains("100 bytes"), "{}", e.message());
+
+        // An async copy from registered memory counts as page-locked.
+        let dev = DeviceMemory::alloc(0, 8192).unwrap();
+        let stream = Stream::new(0).unwrap();
+        let shared: std::sync::Arc<[u8]> = std::sync::Arc::from(vec![7u8; 4096]);
+        let reg2 = HostRegistration::register(&shared).unwrap();
+        stream.copy_to_device_async(shared.clone(), 0, &dev, 0, 4096).unwrap().wait().unwrap();
+        assert_eq!(stand_in_query("stand_in_pageable_async_copies"), 0);
+        drop((reg, reg2));
+        assert_eq!(stand_in_query("stand_in_live_registrations"), 0);
+        let empty = HostRegistration::register(&[]).unwrap();
+        assert!(empty.is_empty());
+        assert_eq!(stand_in_query("stand_in_live_registrations"), 0);
+    });
+}
+
+#[test]
+fn host_registration_without_read_only_support() {
+    in_stand_in_child("host_registration_without_read_only_support", &[("STAND_IN_READ_ONLY_REGISTER", Some("0"))], || {
+        let data = vec![1u8; 4096];
+        let reg = HostRegistration::register(&data).unwrap();
+        assert!(!reg.is_read_only());
+        assert_eq!(stand_in_query("stand_in_last_register_flags"), 0x01);
+    });
+}
+
+#[test]
+fn copy_failure_is_a_device_error_and_leaks_nothing() {
+    in_stand_in_child("copy_failure_is_a_device_error_and_leaks_nothing", &[("STAND_IN_FAIL_COPY_AFTER", Some("6000"))], || {
+        let dev = DeviceMemory::alloc(0, 8192).unwrap();
+        dev.copy_from_host(0, &[1u8; 4096]).unwrap();
+        let e = dev.copy_from_host(4096, &[2u8; 4096]).unwrap_err();
+        assert_eq!(e.status(), Status::DeviceError);
+        let m = e.message();
+        assert!(m.contains("CUDA_ERROR_ILLEGAL_ADDRESS") && m.contains("cuMemcpyHtoD_v2") && m.contains("4096 bytes"), "{m}");
+
+        let stream = Stream::new(0).unwrap();
+        let pinned = PinnedHostMemory::alloc(4096).unwrap();
+        let e = stream.copy_to_device_async(pinned, 0, &dev, 0, 4096).unwrap_err();
+        assert_eq!(e.status(), Status::DeviceError);
+        assert!(e.message().contains("cuMemcpyHtoDAsync_v2"), "{}", e.message());
+        assert_eq!(stand_in_query("stand_in_live_pinned"), 0, "the failed copy's buffer was released");
+        let e = stream.copy_to_host_async(&dev, 0, PinnedHostMemory::alloc(64).unwrap(), 0, 64).unwrap_err();
+        assert!(e.message().contains("CUDA_ERROR_ILLEGAL_ADDRESS"));
+        let mut out = [0u8; 16];
+        assert_eq!(dev.copy_to_host(0, &mut out).unwrap_err().status(), Status::DeviceError);
+        drop((dev, stream));
+        for q in ["stand_in_live_allocations", "stand_in_live_pinned", "stand_in_live_streams", "stand_in_live_events"] {
+            assert_eq!(stand_in_query(q), 0, "{q}");
+        }
+    });
+}
+
+#[test]
+fn allocation_failure_when_memory_is_exhausted() {
+    in_stand_in_child(
+        "allocation_failure_when_memory_is_exhausted",
+        &[("STAND_IN_TOTAL_MEMORY", Some("64M")), ("STAND_IN_CONTEXT_RESERVE", Some("16M"))],
+        || {
+            let mib = 1usize << 20;
+            let a = DeviceMemory::alloc(0, 40 * mib).unwrap();
+            let b = DeviceMemory::alloc(0, 7 * mib).unwrap();
+            assert_eq!(mem_info(0).unwrap(), (mib as u64, 64 * mib as u64));
+            let e = DeviceMemory::alloc(0, 2 * mib).unwrap_err();
+            assert_eq!(e.status(), Status::OutOfMemory);
+            assert!(e.message().contains("CUDA_ERROR_OUT_OF_MEMORY") && e.message().contains("2097152 bytes"), "{}", e.message());
+            let fit = e.fit().expect("fit numbers");
+            assert_eq!((fit.needed, fit.free, fit.total), (2 * mib as u64, mib as u64, 64 * mib as u64));
+            assert_eq!(fit.device, "cuda:0");
+            drop(a);
+            let c = DeviceMemory::alloc(0, 2 * mib).unwrap();
+            drop((b, c));
+            assert_eq!(stand_in_query("stand_in_live_allocations"), 0);
+        },
+    );
+}
+
+#[test]
+fn nth_allocation_failure() {
+    in_stand_in_child("nth_allocation_failure", &[("STAND_IN_FAIL_ALLOC", Some("2"))], || {
+        let a = DeviceMemory::alloc(0, 16).unwrap();
+        let e = DeviceMemory::alloc(0, 16).unwrap_err();
+        assert_eq!(e.status(), Status::OutOfMemory);
+        let c = DeviceMemory::alloc(0, 16).unwrap();
+        drop((a, c));
+        assert_eq!(stand_in_query("stand_in_live_allocations"), 0);
+    });
+}
+
+#[test]
+fn contexts_bind_and_restore() {
+    in_stand_in_child("contexts_bind_and_restore", &[("STAND_IN_DEVICES", Some("2"))], || {
+        assert!(census().cuda_available()); // cuInit, before asking the stand-in for the current context
+        assert_eq!(stand_in_current_context(), 0);
+        let m = DeviceMemory::alloc(1, 64).unwrap();
+        assert_eq!(stand_in_current_context(), 0, "wrapper calls leave the thread's context as it was");
+        let c0 = Context::get(0).unwrap();
+        c0.bind().unwrap();
+        let bound = stand_in_current_context();
+        assert_ne!(bound, 0);
+        m.copy_from_host(0, &[1; 64]).unwrap();
+        assert_eq!(stand_in_current_context(), bound, "restored to the caller's context, not cleared");
+        assert!(std::ptr::eq(c0, Context::get(0).unwrap()), "one context per device");
+        assert_eq!(stand_in_query("stand_in_context_retains"), 2);
+        drop(m);
+        assert_eq!(stand_in_current_context(), bound);
+    });
+}
+
+#[test]
+fn many_threads() {
+    in_stand_in_child("many_threads", &[("STAND_IN_DEVICES", Some("2"))], || {
+        std::thread::scope(|s| {
+            for t in 0..4u8 {
+                s.spawn(move || {
+                    let ordinal = (t % 2) as u32;
+                    let stream = Stream::new(ordinal).unwrap();
+                    for i in 0..50u8 {
+                        let m = DeviceMemory::alloc(ordinal, 256).unwrap();
+                        let v = vec![t ^ i; 256];
+                        let back = stream.copy_to_device_async(v.clone(), 0, &m, 0, 256).unwrap().wait().unwrap();
+                        assert_eq!(back, v);
+                        let out = stream.copy_to_host_async(&m, 0, vec![0u8; 256], 0, 256).unwrap().wait().unwrap();
+                        assert_eq!(out, v);
+                    }
+                });
+            }
+        });
+        assert_eq!(stand_in_query("stand_in_context_retains"), 2);
+        for q in ["stand_in_live_allocations", "stand_in_live_streams", "stand_in_live_events"] {
+            assert_eq!(stand_in_query(q), 0, "{q}");
+        }
+    });
+}
+
+#[test]
+fn stand_in_exports_every_entry_point_hostfirst_resolves() {
+    in_stand_in_child("stand_in_exports_every_entry_point_hostfirst_resolves", &[], || {
+        let lib = std::ffi::CString::new("libcuda.so.1").unwrap();
+        // SAFETY: loads the stand-in (on LD_LIBRARY_PATH) and only looks symbols up.
+        let h = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_NOW) };
+        assert!(!h.is_null());
+        let missing: Vec<&str> = hostfirst::device::cuda::driver::SYMBOLS
+            .iter()
+            .copied()
+            .filter(|s| {
+                let c = std::ffi::CString::new(*s).unwrap();
+                // SAFETY: a live handle and a NUL-terminated name.
+                unsafe { libc::dlsym(h, c.as_ptr()) }.is_null()
+            })
+            .collect();
+        assert!(missing.is_empty(), "the stand-in lacks {missing:?}");
+    });
+}
+
+#[test]
+fn a_driver_missing_an_entry_point_is_init_failed_not_a_panic() {
+    let dir = stand_in_variant_dir("without-uuid-v2", &["STAND_IN_WITHOUT_UUID_V2"]);
+    let run_cli = |knobs: &[(&str, Option<&str>)]| {
+        let env = stand_in_env_in(&dir, knobs);
+        let refs: Vec<(&str, Option<&str>)> = env.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect();
+        let out = run(&cli(), &["devices", "--json"], &refs);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stderr.is_empty(), "no panic message: {}", String::from_utf8_lossy(&out.stderr));
+        json(&String::from_utf8_lossy(&out.stdout))
+    };
+    let v = run_cli(&[]);
+    let b = cuda_backend(&v);
+    assert_eq!(b["status"], "init_failed");
+    assert!(b["reason"].as_str().unwrap().contains("cuDeviceGetUuid_v2"), "{b}");
+    assert_eq!(b["driver_version"], "12.8");
+    // An old driver lacking the symbol is reported as too old, which is the actionable reason.
+    let v = run_cli(&[("STAND_IN_DRIVER_VERSION", Some("11020"))]);
+    assert_eq!(cuda_backend(&v)["status"], "driver_too_old");
+}
