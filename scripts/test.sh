@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole hostfirst test suite, on a fresh machine: installs what the tests need when it is missing
-# (a C and C++ compiler, binutils, Python packages), then runs every test:
+# (a C and C++ compiler, binutils, cmake and pkg-config, Python packages), then runs every test:
 #   Rust unit and property tests, C ABI programs (-Wall -Wextra -Werror), header checks, the stand-in CUDA
-#   driver tests, the CLI, the fuzz corpus replay, the Python binding tests.
+#   driver tests, the CLI, the fuzz corpus replay, the install tests (tests/install.rs), the Python binding tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +16,8 @@ apt_install() {
         exit 1
     fi
 }
-have cc && have c++ && have nm || apt_install gcc g++ binutils
+have cc && have c++ && have nm && have readelf && have cmake && have pkg-config \
+    || apt_install gcc g++ binutils cmake pkg-config
 have cargo || { echo "test.sh: cargo (Rust) is required" >&2; exit 1; }
 
 # Python packages for the binding tests and the reference-reader fixtures (quiet, idempotent).
