@@ -69,7 +69,13 @@ fn have_tool(tool: &str, version_arg: &str) -> bool {
     if !ok {
         let ci = std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false);
         assert!(!ci, "{tool} is missing (CI=true): install it (scripts/test.sh does: apt-get install {tool})");
-        eprintln!("SKIPPED: {tool} is not installed (scripts/test.sh installs it; under CI=true this fails)");
+        // Written to the real stderr, past the test harness's capture of eprintln!, so the skip is seen.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED ({}): {tool} is not installed (scripts/test.sh installs it; under CI=true this fails)",
+            std::thread::current().name().unwrap_or("install test")
+        );
     }
     ok
 }
@@ -196,7 +202,7 @@ fn installed_tree_has_soname_symlinks_and_headers() {
 
 #[test]
 fn c_program_via_pkg_config_shared() {
-    if !common::have_cc() || !have_tool("pkg-config", "--version") || !have_tool("readelf", "--version") {
+    if !have_tool(&common::cc(), "--version") || !have_tool("pkg-config", "--version") || !have_tool("readelf", "--version") {
         return;
     }
     assert_eq!(pkg_config(&["--modversion", "hostfirst"]), env!("CARGO_PKG_VERSION"));
@@ -210,7 +216,7 @@ fn c_program_via_pkg_config_shared() {
 
 #[test]
 fn c_program_via_pkg_config_static() {
-    if !common::have_cc() || !have_tool("pkg-config", "--version") || !have_tool("readelf", "--version") {
+    if !have_tool(&common::cc(), "--version") || !have_tool("pkg-config", "--version") || !have_tool("readelf", "--version") {
         return;
     }
     let libs = pkg_config(&["--static", "--libs", "hostfirst"]);
@@ -231,7 +237,7 @@ fn c_program_via_pkg_config_static() {
 
 #[test]
 fn c_program_via_cmake_package_from_a_moved_prefix() {
-    if !common::have_cc() || !have_tool("cmake", "--version") {
+    if !have_tool(&common::cc(), "--version") || !have_tool("cmake", "--version") {
         return;
     }
     // Copy the installed tree elsewhere: the package must find everything relative to itself.
