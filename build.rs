@@ -4,6 +4,7 @@
 //!   * `MAJOR >= 1`         -> `libhostfirst.so.MAJOR`          (any 1.x is ABI-compatible with 1.0)
 //!   * `0.MINOR.PATCH`, MINOR >= 1 -> `libhostfirst.so.0.MINOR` (every 0.x minor may break the ABI)
 //!   * `0.0.PATCH`          -> `libhostfirst.so.0.0.PATCH`      (every 0.0.x release may break it)
+//!
 //! This is also cargo-c's default rule, so `cargo cinstall` and `scripts/install.sh` agree.
 //!
 //! Under cargo-c (which enables the `capi` feature) the script adds nothing: cargo-c passes its own

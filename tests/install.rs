@@ -202,7 +202,10 @@ fn installed_tree_has_soname_symlinks_and_headers() {
 
 #[test]
 fn c_program_via_pkg_config_shared() {
-    if !have_tool(&common::cc(), "--version") || !have_tool("pkg-config", "--version") || !have_tool("readelf", "--version") {
+    if !have_tool(&common::cc(), "--version")
+        || !have_tool("pkg-config", "--version")
+        || !have_tool("readelf", "--version")
+    {
         return;
     }
     assert_eq!(pkg_config(&["--modversion", "hostfirst"]), env!("CARGO_PKG_VERSION"));
@@ -210,13 +213,19 @@ fn c_program_via_pkg_config_shared() {
     assert!(flags.contains("-lhostfirst"), "{flags}");
     let bin = compile_version("version_pkg_shared", &flags);
     // The program asks the loader for the SONAME, which only the symlink provides.
-    assert_eq!(dynamic_entries(&bin, "NEEDED").iter().filter(|n| n.starts_with("libhostfirst")).collect::<Vec<_>>(), vec![&soname()]);
+    assert_eq!(
+        dynamic_entries(&bin, "NEEDED").iter().filter(|n| n.starts_with("libhostfirst")).collect::<Vec<_>>(),
+        vec![&soname()]
+    );
     run_version(&bin, Some(&prefix().join("lib")));
 }
 
 #[test]
 fn c_program_via_pkg_config_static() {
-    if !have_tool(&common::cc(), "--version") || !have_tool("pkg-config", "--version") || !have_tool("readelf", "--version") {
+    if !have_tool(&common::cc(), "--version")
+        || !have_tool("pkg-config", "--version")
+        || !have_tool("readelf", "--version")
+    {
         return;
     }
     let libs = pkg_config(&["--static", "--libs", "hostfirst"]);
@@ -257,7 +266,10 @@ fn c_program_via_cmake_package_from_a_moved_prefix() {
         .output()
         .unwrap();
     let configure = stdout(check(out, "cmake configure"));
-    assert!(configure.contains(&format!("hostfirst {} (SONAME {})", env!("CARGO_PKG_VERSION"), soname())), "{configure}");
+    assert!(
+        configure.contains(&format!("hostfirst {} (SONAME {})", env!("CARGO_PKG_VERSION"), soname())),
+        "{configure}"
+    );
     assert!(configure.contains("moved prefix"), "the package was not found in the moved prefix:\n{configure}");
     check(Command::new("cmake").arg("--build").arg(&build).output().unwrap(), "cmake --build");
 
