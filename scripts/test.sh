@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole hostfirst test suite, on a fresh machine: installs what the tests need when it is missing
-# (a C and C++ compiler, binutils, Python packages), then runs every test:
+# (a C and C++ compiler, binutils, cmake and pkg-config, Python packages), then runs every test:
 #   Rust unit and property tests, C ABI programs (-Wall -Wextra -Werror), header checks, the stand-in CUDA
-#   driver tests, the CLI, the fuzz corpus replay, the Python binding tests.
+#   driver tests, the CLI, the fuzz corpus replay, the install tests (tests/install.rs), the Python binding tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +16,8 @@ apt_install() {
         exit 1
     fi
 }
-have cc && have c++ && have nm || apt_install gcc g++ binutils
+have cc && have c++ && have nm && have readelf && have cmake && have pkg-config \
+    || apt_install gcc g++ binutils cmake pkg-config
 have cargo || { echo "test.sh: cargo (Rust) is required" >&2; exit 1; }
 
 # Python packages for the binding tests and the reference-reader fixtures (quiet, idempotent).
@@ -24,7 +25,7 @@ if have python3 && [ -f scripts/python-requirements.txt ]; then
     python3 -m pip install -q --disable-pip-version-check -r scripts/python-requirements.txt >&2
 fi
 
-cargo test --features test-hooks 2>&1
+cargo test --features test-hooks --no-fail-fast 2>&1
 
 if [ -d bindings/python/tests ] && have python3; then
     python3 -m pytest -q bindings/python/tests 2>&1

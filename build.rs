@@ -1,0 +1,59 @@
+//! Build script: gives `libhostfirst.so` a versioned SONAME on ELF targets.
+//!
+//! SONAME policy (docs/PACKAGING.md): the SONAME names the ABI, not the release.
+//!   * `MAJOR >= 1`         -> `libhostfirst.so.MAJOR`          (any 1.x is ABI-compatible with 1.0)
+//!   * `0.MINOR.PATCH`, MINOR >= 1 -> `libhostfirst.so.0.MINOR` (every 0.x minor may break the ABI)
+//!   * `0.0.PATCH`          -> `libhostfirst.so.0.0.PATCH`      (every 0.0.x release may break it)
+//!
+//! This is also cargo-c's default rule, so `cargo cinstall` and `scripts/install.sh` agree.
+//!
+//! Under cargo-c (which enables the `capi` feature) the script adds nothing: cargo-c passes its own
+//! `-soname`, computed from `[package.metadata.capi.library]`, and two `-soname` flags must not race.
+
+use std::env;
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+
+    let major: u64 = version_part("CARGO_PKG_VERSION_MAJOR");
+    let minor: u64 = version_part("CARGO_PKG_VERSION_MINOR");
+    let patch: u64 = version_part("CARGO_PKG_VERSION_PATCH");
+    let soversion = soversion(major, minor, patch);
+
+    let os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    let family = env::var("CARGO_CFG_TARGET_FAMILY").unwrap_or_default();
+    // ELF systems whose loaders use versioned SONAMEs. Android loads libraries by plain file name (apps ship
+    // them in the APK), macOS uses install names and Windows has no SONAME: nothing is added there.
+    let elf_versioned = family.split(',').any(|f| f == "unix")
+        && matches!(
+            os.as_str(),
+            "linux" | "freebsd" | "dragonfly" | "netbsd" | "openbsd" | "illumos" | "solaris" | "hurd"
+        );
+    if !elf_versioned {
+        return;
+    }
+
+    let soname = format!("libhostfirst.so.{soversion}");
+    // Made visible to the crate's own targets (the integration tests use it to find and check the SONAME).
+    println!("cargo:rustc-env=HOSTFIRST_SONAME={soname}");
+    if env::var_os("CARGO_FEATURE_CAPI").is_some() {
+        return;
+    }
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{soname}");
+}
+
+fn version_part(var: &str) -> u64 {
+    let text = env::var(var).unwrap_or_else(|_| panic!("{var} is not set (cargo sets it for build scripts)"));
+    text.parse().unwrap_or_else(|_| panic!("{var}={text:?} is not a number"))
+}
+
+/// The ABI part of the version that goes after `libhostfirst.so.`.
+fn soversion(major: u64, minor: u64, patch: u64) -> String {
+    if major >= 1 {
+        format!("{major}")
+    } else if minor >= 1 {
+        format!("0.{minor}")
+    } else {
+        format!("0.0.{patch}")
+    }
+}

@@ -1,0 +1,45 @@
+/*
+ * version.c - the smallest program against an installed hostfirst: checks that the header and the library
+ * agree on the version, then prints the library version and the backend census.
+ *
+ *   cc version.c $(pkg-config --cflags --libs hostfirst) -o version      (see docs/PACKAGING.md)
+ *
+ * Exits 0 on success, 1 on a header/library version mismatch or a failed call.
+ */
+#include <stdio.h>
+
+#include "hostfirst.h"
+
+int main(void) {
+    if (hostfirst_version_number() != HOSTFIRST_VERSION_NUMBER) {
+        fprintf(stderr, "version.c: built against hostfirst.h %u but running libhostfirst %s (%u)\n",
+                (unsigned)HOSTFIRST_VERSION_NUMBER, hostfirst_version(), (unsigned)hostfirst_version_number());
+        return 1;
+    }
+    printf("hostfirst %s (header %d.%d.%d)\n", hostfirst_version(), HOSTFIRST_VERSION_MAJOR,
+           HOSTFIRST_VERSION_MINOR, HOSTFIRST_VERSION_PATCH);
+
+    size_t count = hostfirst_backend_count();
+    for (size_t i = 0; i < count; i++) {
+        hostfirst_backend_info info;
+        hostfirst_status st = hostfirst_backend_describe(i, &info);
+        if (st != HOSTFIRST_STATUS_OK) {
+            fprintf(stderr, "version.c: hostfirst_backend_describe(%zu): %s: %s\n", i, hostfirst_status_name(st),
+                    hostfirst_last_error());
+            return 1;
+        }
+        printf("backend %s: %s, %u device(s)", info.name, hostfirst_backend_status_name(info.status),
+               (unsigned)info.device_count);
+        if (info.driver_version[0] != '\0') {
+            printf(", driver %s", info.driver_version);
+        }
+        if (info.reason[0] != '\0') {
+            printf(" (%s)", info.reason);
+        }
+        printf("\n");
+    }
+    for (size_t i = 0; i < hostfirst_census_warning_count(); i++) {
+        printf("warning: %s\n", hostfirst_census_warning(i));
+    }
+    return 0;
+}
