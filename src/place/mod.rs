@@ -4,3 +4,9 @@
 pub mod fit;
 pub mod host;
 pub mod parallel;
+pub mod buffer;
+pub mod put;
+pub mod staging;
+
+pub use buffer::{Buffer, Memory};
+pub use put::{put, PutOptions, Target};
