@@ -417,6 +417,13 @@ typedef uint32_t hostfirst_status;
 #endif // __cplusplus
 
 /**
+ * A buffer: memory owned on one device (cpu, cuda:N or cuda_host) holding one tensor's bytes. Created by a
+ * put (or a load, or a gather); released with `hostfirst_buffer_free`. Buffers outlive the file they came
+ * from. Read-only calls on one buffer may run from several threads at once.
+ */
+typedef struct hostfirst_buffer hostfirst_buffer;
+
+/**
  * An open safetensors file, memory buffer or sharded set (`*.safetensors.index.json`).
  *
  * Created by `hostfirst_file_open`, `hostfirst_file_open_index` or `hostfirst_file_open_memory`; released by
@@ -1039,6 +1046,12 @@ hostfirst_status hostfirst_view_read(const struct hostfirst_view *view,
                                      uint64_t offset,
                                      void *dst,
                                      size_t len);
+
+/**
+ * Frees a buffer and its device or host memory. NULL is a no-op; a freed or foreign handle gives
+ * `INVALID_HANDLE` and frees nothing. Memory is released once no call in flight still uses the buffer.
+ */
+hostfirst_status hostfirst_buffer_free(struct hostfirst_buffer *buffer);
 
 /**
  * Writes the calling thread's effective default device and where it came from.

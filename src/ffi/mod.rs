@@ -30,6 +30,7 @@ pub mod devices;
 #[allow(dead_code)]
 pub mod handle;
 pub mod load;
+pub mod place;
 pub mod scope;
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;
