@@ -8,6 +8,8 @@
 //! - handles are registry ids, never raw addresses: a freed, stale or wrong-type handle gives `INVALID_HANDLE`.
 
 #![allow(non_camel_case_types)]
+// Exported functions take raw pointers from C by design; every one is NULL-checked by the helpers below.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 /// The one panic boundary. Every exported function's body is exactly one invocation:
 ///
