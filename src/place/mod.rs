@@ -5,6 +5,7 @@ pub mod fit;
 pub mod host;
 pub mod parallel;
 pub mod buffer;
+pub mod op;
 pub mod put;
 pub mod resident;
 pub mod staging;
