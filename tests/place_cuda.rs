@@ -219,3 +219,14 @@ fn resident_round_trip() {
         assert_nothing_live();
     });
 }
+
+#[test]
+fn c_place_with_the_stand_in() {
+    assert!(have_cc(), "no C compiler");
+    let bin = compile_c_test("test_place");
+    let dir = scratch("c_place_stand_in");
+    let out = run_ok_with_stand_in(&bin, &[dir.to_str().unwrap(), "cuda"], &[("STAND_IN_DEVICES", Some("2"))]);
+    assert!(out.contains("ok"), "{out}");
+    let out = run_ok_with_stand_in(&bin, &[dir.to_str().unwrap(), "small"], &[("STAND_IN_TOTAL_MEMORY", Some("1M"))]);
+    assert!(out.contains("ok"), "{out}");
+}
