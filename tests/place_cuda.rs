@@ -51,6 +51,9 @@ fn round_trip_one_and_two_devices() {
             let mut back = vec![0u8; n];
             b.copy_to_host(&mut back).unwrap();
             assert!(back == data, "byte-for-byte on {dev}");
+            // Host memory bounded by the ring: 256 KiB as 4 slabs of 64 KiB, reused by the second put.
+            assert_eq!(stand_in_query("stand_in_live_pinned"), 4);
+            assert_eq!(hostfirst::place::staging::cached_bytes(), 256 << 10);
         }
         // Defaults (one slab of a rounded size), a slice, and the empty tensor.
         let d = put(&v, Target::Device(Device::cuda(1)), PutOptions::default()).unwrap();

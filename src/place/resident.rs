@@ -138,20 +138,41 @@ pub fn to_cuda(
     let piece = piece.max(1 << 20);
     let mut off = 0usize;
     let mut last = Instant::now();
-    while (off as u64) < total {
-        let n = (total as usize - off).min(piece);
-        let f = stream.copy_to_device_async(Arc::clone(&res), off, dst, off, n)?;
-        drop(f.wait()?);
-        off += n;
-        if let Some(p) = progress.as_mut() {
-            if last.elapsed() >= super::parallel::PROGRESS_INTERVAL && (off as u64) < total {
-                last = Instant::now();
-                if p(off as u64, total) {
-                    return Err(Error::new(Status::Cancelled, "cancelled by the progress callback".to_string()));
+    // Up to four pieces queued on the stream at once; each completion is a progress point.
+    let mut queued = std::collections::VecDeque::new();
+    let mut copied = 0u64;
+    let mut result = Ok(());
+    while copied < total {
+        while result.is_ok() && (off as u64) < total && queued.len() < 4 {
+            let n = (total as usize - off).min(piece);
+            match stream.copy_to_device_async(Arc::clone(&res), off, dst, off, n) {
+                Ok(f) => queued.push_back((n, f)),
+                Err(e) => result = Err(e),
+            }
+            off += n;
+        }
+        let Some((n, f)) = queued.pop_front() else { break };
+        if let Err(e) = f.wait() {
+            result = result.and(Err(e));
+        }
+        copied += n as u64;
+        if result.is_ok() && copied < total {
+            if let Some(p) = progress.as_mut() {
+                if last.elapsed() >= super::parallel::PROGRESS_INTERVAL {
+                    last = Instant::now();
+                    if p(copied, total) {
+                        result = Err(Error::new(Status::Cancelled, "cancelled by the progress callback".to_string()));
+                    }
                 }
             }
         }
+        if result.is_err() {
+            // Wait for what is queued (dropping an InFlight waits), then report.
+            queued.clear();
+            break;
+        }
     }
+    result?;
     if let Some(p) = progress.as_mut() {
         if p(total, total) {
             return Err(Error::new(Status::Cancelled, "cancelled by the progress callback at completion".to_string()));
