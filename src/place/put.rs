@@ -27,6 +27,7 @@ impl Target {
 }
 
 /// Options of a put.
+#[derive(Default)]
 pub struct PutOptions<'a> {
     /// Reader threads (0: the default, the CPUs available, at most 16).
     pub threads: usize,
@@ -50,11 +51,6 @@ pub struct PutStats {
     pub reused_registration: bool,
 }
 
-impl Default for PutOptions<'_> {
-    fn default() -> Self {
-        PutOptions { threads: 0, chunk: 0, staging_bytes: 0, resident: false, progress: None }
-    }
-}
 
 /// Puts `view` on `target`: fit check, allocation, copy. On any failure nothing stays allocated.
 pub fn put(view: &TensorView, target: Target, opts: PutOptions<'_>) -> Result<Buffer> {

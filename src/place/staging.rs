@@ -277,10 +277,8 @@ where
         stop.store(true, Ordering::Relaxed);
         drop(free_tx);
         // Readers exit; drain whatever they still hand over.
-        for r in filled_rx.iter() {
-            if let Ok(f) = r {
-                give_slab(f.slab);
-            }
+        for f in filled_rx.iter().flatten() {
+            give_slab(f.slab);
         }
     });
     // Slabs left in the ring go back to the pool.
