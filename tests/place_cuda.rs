@@ -233,3 +233,42 @@ fn c_place_with_the_stand_in() {
     let out = run_ok_with_stand_in(&bin, &[dir.to_str().unwrap(), "small"], &[("STAND_IN_TOTAL_MEMORY", Some("1M"))]);
     assert!(out.contains("ok"), "{out}");
 }
+
+#[test]
+fn cancel_mid_transfer_and_truncated_file() {
+    in_stand_in_child("cancel_mid_transfer_and_truncated_file", &[], || {
+        // A slow source: the first progress report (after 50 ms) comes long before the end, and cancels.
+        let total = 3u64 << 20;
+        let dst = hostfirst::device::cuda::DeviceMemory::alloc(0, total as usize).unwrap();
+        let slow = |off: u64, d: &mut [u8]| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            d.fill((off >> 16) as u8);
+            Ok(())
+        };
+        let mut calls = Vec::new();
+        let mut cb = |done: u64, t: u64| {
+            calls.push((done, t));
+            true
+        };
+        let e = hostfirst::place::staging::transfer(total, &dst, &small_ring(), slow, Some(&mut cb)).unwrap_err();
+        assert_eq!(e.status(), Status::Cancelled);
+        assert_eq!(calls.len(), 1);
+        assert!(calls[0].0 < total, "cancelled before the end: {calls:?}");
+        assert!(stand_in_query("stand_in_bytes_copied") < total);
+        drop(dst);
+
+        // A file truncated between open and put: an I/O status, nothing leaked.
+        let (img, _) = image(1 << 20);
+        let path = scratch("place_cuda_trunc").join("t.safetensors");
+        std::fs::write(&path, &img).unwrap();
+        let f = TensorFile::open(&path).unwrap();
+        let v = f.view("t").unwrap();
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(img.len() as u64 / 2).unwrap();
+        let e = put(&v, Target::Device(Device::cuda(0)), opts(&small_ring())).unwrap_err();
+        assert!(matches!(e.status(), Status::Truncated | Status::Io), "{e:?}");
+        let e = put(&v, Target::Device(Device::cuda(0)), PutOptions { resident: true, ..PutOptions::default() }).unwrap_err();
+        assert!(matches!(e.status(), Status::Truncated | Status::Io), "{e:?}");
+        drop((v, f));
+        assert_nothing_live();
+    });
+}
