@@ -433,6 +433,12 @@ typedef struct hostfirst_buffer hostfirst_buffer;
 typedef struct hostfirst_file hostfirst_file;
 
 /**
+ * An asynchronous put in progress (`hostfirst_put_start`); released with `hostfirst_put_op_free`.
+ * `hostfirst_put_poll` and `hostfirst_put_wait` may be called from any thread.
+ */
+typedef struct hostfirst_put_op hostfirst_put_op;
+
+/**
  * A read-only view of one tensor, or of a row range of one (`hostfirst_view_slice_rows`).
  *
  * Created by `hostfirst_file_view`, `hostfirst_file_view_at` or `hostfirst_view_slice_rows`; released by
@@ -607,6 +613,111 @@ typedef struct hostfirst_view_info {
    */
   uint64_t alignment;
 } hostfirst_view_info;
+
+/**
+ * A progress callback: `done` of `total` bytes have reached the destination. Return 0 to go on, nonzero
+ * to cancel (the put then frees everything it took and returns `HOSTFIRST_STATUS_CANCELLED`). Called at
+ * most every 50 ms, with `done` non-decreasing, and once at the end with `done == total` (cancelling then
+ * still cancels). Synchronous puts call it on the calling thread; asynchronous ones on the put's worker
+ * thread. It must not call `hostfirst_put_wait` or `hostfirst_put_op_free` on its own operation.
+ */
+typedef int32_t (*hostfirst_progress_fn)(uint64_t done, uint64_t total, void *user);
+
+/**
+ * Options of a put. Zero-initialise, set `struct_size = sizeof(hostfirst_put_options)`, then set what you
+ * need; zero fields mean the defaults. A smaller `struct_size` from an older header is accepted: fields past
+ * it take their defaults.
+ */
+typedef struct hostfirst_put_options {
+  /**
+   * `sizeof(hostfirst_put_options)`.
+   */
+  size_t struct_size;
+  /**
+   * Reader threads (0: the CPUs available to the process, at most 16).
+   */
+  uint32_t threads;
+  /**
+   * Nonzero: resident mode for CUDA targets — page-lock the tensor's mapped range once (read-only
+   * registration, cached until `hostfirst_release_cached_memory`) and copy straight from it. Pays off only
+   * for data transferred many times (registration costs ≥ 0.1 s/GB); the default is the staging ring.
+   */
+  int32_t resident;
+  /**
+   * Total bytes of page-locked staging for CUDA puts (0: 256 MiB). Host memory used by a put to CUDA stays
+   * within this bound whatever the tensor size.
+   */
+  uint64_t staging_bytes;
+  /**
+   * Bytes per read / per staging slab (0: 8 MiB reads for host targets, 16 MiB slabs for CUDA).
+   */
+  uint64_t chunk_bytes;
+  /**
+   * Progress callback, or NULL.
+   */
+  hostfirst_progress_fn progress;
+  /**
+   * Passed to `progress` unchanged.
+   */
+  void *user;
+} hostfirst_put_options;
+
+/**
+ * What a put did. Set `struct_size = sizeof(hostfirst_put_stats)` before passing it.
+ */
+typedef struct hostfirst_put_stats {
+  /**
+   * `sizeof(hostfirst_put_stats)`.
+   */
+  size_t struct_size;
+  /**
+   * Resident mode: seconds spent faulting in and registering the mapped range (0 when reused or not resident).
+   */
+  double register_seconds;
+  /**
+   * Resident mode: 1 when a cached registration was reused.
+   */
+  int32_t reused_registration;
+} hostfirst_put_stats;
+
+/**
+ * Everything a buffer is (`hostfirst_buffer_describe`). Set `struct_size = sizeof(hostfirst_buffer_info)`.
+ */
+typedef struct hostfirst_buffer_info {
+  /**
+   * `sizeof(hostfirst_buffer_info)`.
+   */
+  size_t struct_size;
+  /**
+   * The device holding the bytes.
+   */
+  struct hostfirst_device device;
+  /**
+   * One of `HOSTFIRST_DTYPE_*`.
+   */
+  uint32_t dtype;
+  /**
+   * Number of dimensions.
+   */
+  uint32_t rank;
+  /**
+   * `rank` dimensions (NULL when rank is 0); valid while the buffer lives.
+   */
+  const uint64_t *shape;
+  /**
+   * Size in bytes.
+   */
+  uint64_t nbytes;
+  /**
+   * The data: a host pointer (cpu, cuda_host) or the CUDA device address (`CUdeviceptr`), as an integer;
+   * 0 for an empty CUDA buffer. Valid while the buffer lives.
+   */
+  uint64_t address;
+  /**
+   * The tensor name, NUL-terminated; valid while the buffer lives.
+   */
+  const char *name;
+} hostfirst_buffer_info;
 
 /**
  * A thread's default device and strictness, captured by `hostfirst_scope_capture` to be entered on another
@@ -1048,10 +1159,117 @@ hostfirst_status hostfirst_view_read(const struct hostfirst_view *view,
                                      size_t len);
 
 /**
+ * Fills `*out` with the default options (`struct_size` set, everything else zero/NULL). Errors:
+ * `NULL_ARGUMENT`. Thread-safe.
+ */
+hostfirst_status hostfirst_put_options_init(struct hostfirst_put_options *out);
+
+/**
+ * Puts a view (a tensor or a row slice) onto a device as a new buffer in `*out`, synchronously.
+ *
+ * `target` NULL means the default device of the calling thread (scopes, process default,
+ * `HOSTFIRST_DEFAULT_DEVICE`); in strict mode that is refused with `IMPLICIT_PLACEMENT`. `opts` NULL means
+ * all defaults. The fit check runs before anything is allocated: a tensor that does not fit gives
+ * `OUT_OF_MEMORY` with a message such as `tensor 'tokens' (19.09 GiB) does not fit on cuda:0: 4.20 GiB free
+ * of 24.00 GiB`, details in `hostfirst_last_fit`, and allocates nothing. cpu targets are filled by parallel
+ * `pread`s straight into the destination; cuda:N targets through the bounded page-locked staging ring (or
+ * the resident registration, see `opts->resident`); the driver never copies from pageable memory.
+ * Errors also: `NULL_ARGUMENT` (`view`, `out`), `INVALID_HANDLE`, `INVALID_ARGUMENT` (unknown device kind,
+ * bad options), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `DEVICE_ERROR` (message names the driver's error),
+ * `TRUNCATED`/`IO` (the file changed), `CANCELLED` (the progress callback asked). On any failure nothing
+ * stays allocated and `*out` is unchanged. The buffer is the caller's; free it with `hostfirst_buffer_free`.
+ * Thread-safe: many puts may run at once.
+ */
+hostfirst_status hostfirst_put(const struct hostfirst_view *view,
+                               const struct hostfirst_device *target,
+                               const struct hostfirst_put_options *opts,
+                               struct hostfirst_buffer **out);
+
+/**
+ * `hostfirst_put`, also describing what the transfer did in `*out_stats` (NULL: not wanted; otherwise set
+ * its `struct_size` first).
+ */
+hostfirst_status hostfirst_put_ex(const struct hostfirst_view *view,
+                                  const struct hostfirst_device *target,
+                                  const struct hostfirst_put_options *opts,
+                                  struct hostfirst_buffer **out,
+                                  struct hostfirst_put_stats *out_stats);
+
+/**
+ * Starts putting a view on a worker thread; `*out_op` receives the operation. Arguments as for
+ * `hostfirst_put`; the target (including the default device and strict mode) is resolved now, on the
+ * calling thread, and errors found before the worker starts are returned here (then `*out_op` is
+ * unchanged). The view may be freed right after the call (the operation keeps what it needs). The progress
+ * callback runs on the worker thread. Free the operation with `hostfirst_put_op_free` in every case.
+ */
+hostfirst_status hostfirst_put_start(const struct hostfirst_view *view,
+                                     const struct hostfirst_device *target,
+                                     const struct hostfirst_put_options *opts,
+                                     struct hostfirst_put_op **out_op);
+
+/**
+ * Polls an operation without blocking: `OK` once it has finished (successfully or not; `hostfirst_put_wait`
+ * then returns at once with its result), `NOT_READY` while it runs, `ALREADY_USED` after its result was
+ * taken. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_put_poll(const struct hostfirst_put_op *op);
+
+/**
+ * Blocks until the operation finishes and moves its buffer into `*out` (the caller's, free with
+ * `hostfirst_buffer_free`), or returns the put's error (`OUT_OF_MEMORY`, `DEVICE_ERROR`, `CANCELLED`, ...;
+ * nothing stays allocated). The result is handed out once: a second wait gives `ALREADY_USED`. Errors also:
+ * `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe; the operation must still be freed.
+ */
+hostfirst_status hostfirst_put_wait(const struct hostfirst_put_op *op,
+                                    struct hostfirst_buffer **out);
+
+/**
+ * Frees an operation: a running put is cancelled and waited for; a result never taken is freed. NULL is a
+ * no-op; a freed handle gives `INVALID_HANDLE`. Buffers already taken with `hostfirst_put_wait` are not
+ * affected. Thread-safe (a concurrent `hostfirst_put_wait` on the same operation returns first).
+ */
+hostfirst_status hostfirst_put_op_free(struct hostfirst_put_op *op);
+
+/**
  * Frees a buffer and its device or host memory. NULL is a no-op; a freed or foreign handle gives
  * `INVALID_HANDLE` and frees nothing. Memory is released once no call in flight still uses the buffer.
  */
 hostfirst_status hostfirst_buffer_free(struct hostfirst_buffer *buffer);
+
+/**
+ * Describes a buffer into `*out` (set `out->struct_size = sizeof(hostfirst_buffer_info)` first). The
+ * `shape` and `name` pointers stay valid while the buffer lives. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
+ * `INVALID_ARGUMENT` (`struct_size` too small). On failure `*out` is unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_buffer_describe(const struct hostfirst_buffer *buffer,
+                                           struct hostfirst_buffer_info *out);
+
+/**
+ * Copies the whole buffer (from any device) into the caller's host memory `(dst, capacity)`. A capacity
+ * below the buffer's size gives `BUFFER_TOO_SMALL` and writes nothing; `(NULL, 0)` copies an empty buffer.
+ * Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`, `DEVICE_ERROR`. Thread-safe.
+ */
+hostfirst_status hostfirst_buffer_copy_to_host(const struct hostfirst_buffer *buffer,
+                                               void *dst,
+                                               size_t capacity);
+
+/**
+ * Copies a buffer onto another device (cpu, cuda_host, cuda:N; `device` NULL: the default device, refused in
+ * strict mode) as a new buffer in `*out`, fit-checked before anything is allocated (`OUT_OF_MEMORY`,
+ * `hostfirst_last_fit`). The source is unchanged. Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`,
+ * `INVALID_ARGUMENT` (unknown device kind), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `DEVICE_ERROR`. On failure
+ * nothing stays allocated and `*out` is unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_buffer_to(const struct hostfirst_buffer *buffer,
+                                     const struct hostfirst_device *device,
+                                     struct hostfirst_buffer **out);
+
+/**
+ * Frees the process-wide caches of page-locked memory: idle staging slabs kept for reuse by CUDA puts, and
+ * resident-mode registrations (unregistered once no transfer uses them). Puts in progress are not affected;
+ * later puts allocate again. Thread-safe; never fails.
+ */
+hostfirst_status hostfirst_release_cached_memory(void);
 
 /**
  * Writes the calling thread's effective default device and where it came from.

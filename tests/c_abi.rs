@@ -54,3 +54,8 @@ fn c_load() {
     let dir = scratch("c_load");
     run_ok(&bin, &[dir.to_str().unwrap()], &[]);
 }
+
+#[test]
+fn c_place() {
+    run_ok(&compile_c_test("test_place"), &[scratch("c_place").to_str().unwrap()], &[]);
+}

@@ -10,6 +10,8 @@ static int usage(FILE *out) {
             "  devices [--json]     backends (and why one is missing), devices, the default device\n"
             "  inspect FILE [--json] [--checksum]\n"
             "                       tensors and metadata of a .safetensors file or *.index.json set\n"
+            "  put FILE TENSOR [--device SPEC] [--rows A:B] [--json]\n"
+            "                       put a tensor on a device, copy it back, verify, time it\n"
             "\n"
             "environment: HOSTFIRST_PLATFORMS (e.g. cpu), HOSTFIRST_DEFAULT_DEVICE (e.g. cuda:1),\n"
             "             CUDA_VISIBLE_DEVICES\n");
@@ -31,6 +33,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "devices")) return cmd_devices(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "put")) return cmd_put(argc - 1, argv + 1);
     fprintf(stderr, "hostfirst: unknown command '%s'\n", cmd);
     return usage(stderr);
 }

@@ -1,8 +1,13 @@
 //! Buffers and puts.
 
+use super::devices::hostfirst_device;
 use super::handle::{self, Handle};
-use crate::error::Status;
-use crate::place::Buffer;
+use super::load::hostfirst_view;
+use super::{in_ref, out_bytes, out_ptr};
+use crate::error::{Error, Result, Status};
+use crate::place::op::{AsyncPutOptions, PutOp};
+use crate::place::{Buffer, PutOptions, PutStats, Target};
+use std::ffi::{c_char, c_void};
 
 /// A buffer: memory owned on one device (cpu, cuda:N or cuda_host) holding one tensor's bytes. Created by a
 /// put (or a load, or a gather); released with `hostfirst_buffer_free`. Buffers outlive the file they came
@@ -16,9 +21,414 @@ impl Handle for hostfirst_buffer {
     const NAME: &'static str = "hostfirst_buffer";
 }
 
+/// An asynchronous put in progress (`hostfirst_put_start`); released with `hostfirst_put_op_free`.
+/// `hostfirst_put_poll` and `hostfirst_put_wait` may be called from any thread.
+pub struct hostfirst_put_op {
+    _private: [u8; 0],
+}
+
+impl Handle for hostfirst_put_op {
+    type Target = PutOp;
+    const NAME: &'static str = "hostfirst_put_op";
+}
+
+/// A progress callback: `done` of `total` bytes have reached the destination. Return 0 to go on, nonzero
+/// to cancel (the put then frees everything it took and returns `HOSTFIRST_STATUS_CANCELLED`). Called at
+/// most every 50 ms, with `done` non-decreasing, and once at the end with `done == total` (cancelling then
+/// still cancels). Synchronous puts call it on the calling thread; asynchronous ones on the put's worker
+/// thread. It must not call `hostfirst_put_wait` or `hostfirst_put_op_free` on its own operation.
+pub type hostfirst_progress_fn = Option<unsafe extern "C" fn(done: u64, total: u64, user: *mut c_void) -> i32>;
+
+/// Options of a put. Zero-initialise, set `struct_size = sizeof(hostfirst_put_options)`, then set what you
+/// need; zero fields mean the defaults. A smaller `struct_size` from an older header is accepted: fields past
+/// it take their defaults.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct hostfirst_put_options {
+    /// `sizeof(hostfirst_put_options)`.
+    pub struct_size: usize,
+    /// Reader threads (0: the CPUs available to the process, at most 16).
+    pub threads: u32,
+    /// Nonzero: resident mode for CUDA targets — page-lock the tensor's mapped range once (read-only
+    /// registration, cached until `hostfirst_release_cached_memory`) and copy straight from it. Pays off only
+    /// for data transferred many times (registration costs ≥ 0.1 s/GB); the default is the staging ring.
+    pub resident: i32,
+    /// Total bytes of page-locked staging for CUDA puts (0: 256 MiB). Host memory used by a put to CUDA stays
+    /// within this bound whatever the tensor size.
+    pub staging_bytes: u64,
+    /// Bytes per read / per staging slab (0: 8 MiB reads for host targets, 16 MiB slabs for CUDA).
+    pub chunk_bytes: u64,
+    /// Progress callback, or NULL.
+    pub progress: hostfirst_progress_fn,
+    /// Passed to `progress` unchanged.
+    pub user: *mut c_void,
+}
+
+impl Default for hostfirst_put_options {
+    fn default() -> Self {
+        hostfirst_put_options {
+            struct_size: std::mem::size_of::<hostfirst_put_options>(),
+            threads: 0,
+            resident: 0,
+            staging_bytes: 0,
+            chunk_bytes: 0,
+            progress: None,
+            user: std::ptr::null_mut(),
+        }
+    }
+}
+
+/// What a put did. Set `struct_size = sizeof(hostfirst_put_stats)` before passing it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct hostfirst_put_stats {
+    /// `sizeof(hostfirst_put_stats)`.
+    pub struct_size: usize,
+    /// Resident mode: seconds spent faulting in and registering the mapped range (0 when reused or not resident).
+    pub register_seconds: f64,
+    /// Resident mode: 1 when a cached registration was reused.
+    pub reused_registration: i32,
+}
+
+/// Everything a buffer is (`hostfirst_buffer_describe`). Set `struct_size = sizeof(hostfirst_buffer_info)`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct hostfirst_buffer_info {
+    /// `sizeof(hostfirst_buffer_info)`.
+    pub struct_size: usize,
+    /// The device holding the bytes.
+    pub device: hostfirst_device,
+    /// One of `HOSTFIRST_DTYPE_*`.
+    pub dtype: u32,
+    /// Number of dimensions.
+    pub rank: u32,
+    /// `rank` dimensions (NULL when rank is 0); valid while the buffer lives.
+    pub shape: *const u64,
+    /// Size in bytes.
+    pub nbytes: u64,
+    /// The data: a host pointer (cpu, cuda_host) or the CUDA device address (`CUdeviceptr`), as an integer;
+    /// 0 for an empty CUDA buffer. Valid while the buffer lives.
+    pub address: u64,
+    /// The tensor name, NUL-terminated; valid while the buffer lives.
+    pub name: *const c_char,
+}
+
+struct CProgress {
+    f: unsafe extern "C" fn(u64, u64, *mut c_void) -> i32,
+    user: *mut c_void,
+}
+
+// SAFETY: the C caller promises (hostfirst_progress_fn's contract) that the callback and its user pointer
+// may be used from the put's worker thread.
+unsafe impl Send for CProgress {}
+
+impl CProgress {
+    fn call(&self, done: u64, total: u64) -> bool {
+        // SAFETY: a function pointer given by the caller with this signature.
+        unsafe { (self.f)(done, total, self.user) != 0 }
+    }
+}
+
+struct Opts {
+    threads: usize,
+    resident: bool,
+    staging_bytes: usize,
+    chunk: usize,
+    progress: Option<CProgress>,
+}
+
+fn read_opts(p: *const hostfirst_put_options) -> Result<Opts> {
+    let mut o = hostfirst_put_options::default();
+    if !p.is_null() {
+        // SAFETY: non-NULL; the caller promises at least struct_size readable bytes (and struct_size first).
+        let size = unsafe { *(p as *const usize) };
+        if size < std::mem::size_of::<usize>() {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!("opts->struct_size is {size}; set it to sizeof(hostfirst_put_options) ({})", std::mem::size_of::<hostfirst_put_options>()),
+            ));
+        }
+        let n = size.min(std::mem::size_of::<hostfirst_put_options>());
+        // SAFETY: copies the first n ≤ sizeof bytes the caller provided over a valid default value; every
+        // field type accepts any bit pattern except the callback, which is a nullable function pointer the
+        // caller set (or zeroed).
+        unsafe { std::ptr::copy_nonoverlapping(p as *const u8, &mut o as *mut hostfirst_put_options as *mut u8, n) };
+    }
+    let to_usize = |v: u64, what: &str| {
+        usize::try_from(v).map_err(|_| Error::new(Status::InvalidArgument, format!("opts->{what} {v} is too large")))
+    };
+    if o.resident != 0 && o.resident != 1 {
+        return Err(Error::new(Status::InvalidArgument, format!("opts->resident is {}; expected 0 or 1", o.resident)));
+    }
+    if o.threads > 1024 {
+        return Err(Error::new(Status::InvalidArgument, format!("opts->threads is {}; at most 1024", o.threads)));
+    }
+    Ok(Opts {
+        threads: o.threads as usize,
+        resident: o.resident == 1,
+        staging_bytes: to_usize(o.staging_bytes, "staging_bytes")?,
+        chunk: to_usize(o.chunk_bytes, "chunk_bytes")?,
+        progress: o.progress.map(|f| CProgress { f, user: o.user }),
+    })
+}
+
+fn target_of(p: *const hostfirst_device) -> Result<Target> {
+    if p.is_null() {
+        return Ok(Target::Default);
+    }
+    Ok(Target::Device(in_ref(p, "target")?.to_device("target")?))
+}
+
+fn write_stats(out: *mut hostfirst_put_stats, s: PutStats) -> Result<()> {
+    if let Some(o) = super::opt_out(out) {
+        if o.struct_size < std::mem::size_of::<hostfirst_put_stats>() {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!("out_stats->struct_size is {}; set it to sizeof(hostfirst_put_stats) ({})", o.struct_size, std::mem::size_of::<hostfirst_put_stats>()),
+            ));
+        }
+        *o = hostfirst_put_stats {
+            struct_size: std::mem::size_of::<hostfirst_put_stats>(),
+            register_seconds: s.register_seconds,
+            reused_registration: s.reused_registration as i32,
+        };
+    }
+    Ok(())
+}
+
+/// Fills `*out` with the default options (`struct_size` set, everything else zero/NULL). Errors:
+/// `NULL_ARGUMENT`. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_put_options_init(out: *mut hostfirst_put_options) -> Status {
+    hostfirst_boundary!("hostfirst_put_options_init", {
+        *out_ptr(out, "out")? = hostfirst_put_options::default();
+        Ok(())
+    })
+}
+
+/// Puts a view (a tensor or a row slice) onto a device as a new buffer in `*out`, synchronously.
+///
+/// `target` NULL means the default device of the calling thread (scopes, process default,
+/// `HOSTFIRST_DEFAULT_DEVICE`); in strict mode that is refused with `IMPLICIT_PLACEMENT`. `opts` NULL means
+/// all defaults. The fit check runs before anything is allocated: a tensor that does not fit gives
+/// `OUT_OF_MEMORY` with a message such as `tensor 'tokens' (19.09 GiB) does not fit on cuda:0: 4.20 GiB free
+/// of 24.00 GiB`, details in `hostfirst_last_fit`, and allocates nothing. cpu targets are filled by parallel
+/// `pread`s straight into the destination; cuda:N targets through the bounded page-locked staging ring (or
+/// the resident registration, see `opts->resident`); the driver never copies from pageable memory.
+/// Errors also: `NULL_ARGUMENT` (`view`, `out`), `INVALID_HANDLE`, `INVALID_ARGUMENT` (unknown device kind,
+/// bad options), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `DEVICE_ERROR` (message names the driver's error),
+/// `TRUNCATED`/`IO` (the file changed), `CANCELLED` (the progress callback asked). On any failure nothing
+/// stays allocated and `*out` is unchanged. The buffer is the caller's; free it with `hostfirst_buffer_free`.
+/// Thread-safe: many puts may run at once.
+#[no_mangle]
+pub extern "C" fn hostfirst_put(
+    view: *const hostfirst_view,
+    target: *const hostfirst_device,
+    opts: *const hostfirst_put_options,
+    out: *mut *mut hostfirst_buffer,
+) -> Status {
+    hostfirst_boundary!("hostfirst_put", { hostfirst_put_ex_impl(view, target, opts, out, std::ptr::null_mut()) })
+}
+
+/// `hostfirst_put`, also describing what the transfer did in `*out_stats` (NULL: not wanted; otherwise set
+/// its `struct_size` first).
+#[no_mangle]
+pub extern "C" fn hostfirst_put_ex(
+    view: *const hostfirst_view,
+    target: *const hostfirst_device,
+    opts: *const hostfirst_put_options,
+    out: *mut *mut hostfirst_buffer,
+    out_stats: *mut hostfirst_put_stats,
+) -> Status {
+    hostfirst_boundary!("hostfirst_put_ex", { hostfirst_put_ex_impl(view, target, opts, out, out_stats) })
+}
+
+fn hostfirst_put_ex_impl(
+    view: *const hostfirst_view,
+    target: *const hostfirst_device,
+    opts: *const hostfirst_put_options,
+    out: *mut *mut hostfirst_buffer,
+    out_stats: *mut hostfirst_put_stats,
+) -> Result<()> {
+    let v = handle::get::<hostfirst_view>(view, "view")?;
+    let out = out_ptr(out, "out")?;
+    let target = target_of(target)?;
+    let o = read_opts(opts)?;
+    if let Some(s) = super::opt_out(out_stats) {
+        if s.struct_size < std::mem::size_of::<hostfirst_put_stats>() {
+            return write_stats(out_stats, PutStats::default());
+        }
+    }
+    let mut cb = o.progress.map(|p| move |d: u64, t: u64| p.call(d, t));
+    let progress = cb.as_mut().map(|c| c as &mut dyn FnMut(u64, u64) -> bool);
+    let (buf, stats) = crate::place::put_with_stats(
+        &v,
+        target,
+        PutOptions { threads: o.threads, chunk: o.chunk, staging_bytes: o.staging_bytes, resident: o.resident, progress },
+    )?;
+    write_stats(out_stats, stats)?;
+    *out = handle::insert_new::<hostfirst_buffer>(std::sync::Mutex::new(buf));
+    Ok(())
+}
+
+/// Starts putting a view on a worker thread; `*out_op` receives the operation. Arguments as for
+/// `hostfirst_put`; the target (including the default device and strict mode) is resolved now, on the
+/// calling thread, and errors found before the worker starts are returned here (then `*out_op` is
+/// unchanged). The view may be freed right after the call (the operation keeps what it needs). The progress
+/// callback runs on the worker thread. Free the operation with `hostfirst_put_op_free` in every case.
+#[no_mangle]
+pub extern "C" fn hostfirst_put_start(
+    view: *const hostfirst_view,
+    target: *const hostfirst_device,
+    opts: *const hostfirst_put_options,
+    out_op: *mut *mut hostfirst_put_op,
+) -> Status {
+    hostfirst_boundary!("hostfirst_put_start", {
+        let v = handle::get::<hostfirst_view>(view, "view")?;
+        let out = out_ptr(out_op, "out_op")?;
+        let target = target_of(target)?;
+        let o = read_opts(opts)?;
+        let progress = o.progress.map(|p| Box::new(move |d: u64, t: u64| p.call(d, t)) as crate::place::op::SendProgress);
+        let op = PutOp::start(
+            &v,
+            target,
+            AsyncPutOptions { threads: o.threads, chunk: o.chunk, staging_bytes: o.staging_bytes, resident: o.resident, progress },
+        )?;
+        *out = handle::insert_new::<hostfirst_put_op>(op);
+        Ok(())
+    })
+}
+
+/// Polls an operation without blocking: `OK` once it has finished (successfully or not; `hostfirst_put_wait`
+/// then returns at once with its result), `NOT_READY` while it runs, `ALREADY_USED` after its result was
+/// taken. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_put_poll(op: *const hostfirst_put_op) -> Status {
+    hostfirst_boundary!("hostfirst_put_poll", {
+        let op = handle::get::<hostfirst_put_op>(op, "op")?;
+        if op.is_done()? {
+            Ok(())
+        } else {
+            Err(Error::new(Status::NotReady, "the put is still running".to_string()))
+        }
+    })
+}
+
+/// Blocks until the operation finishes and moves its buffer into `*out` (the caller's, free with
+/// `hostfirst_buffer_free`), or returns the put's error (`OUT_OF_MEMORY`, `DEVICE_ERROR`, `CANCELLED`, ...;
+/// nothing stays allocated). The result is handed out once: a second wait gives `ALREADY_USED`. Errors also:
+/// `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe; the operation must still be freed.
+#[no_mangle]
+pub extern "C" fn hostfirst_put_wait(op: *const hostfirst_put_op, out: *mut *mut hostfirst_buffer) -> Status {
+    hostfirst_boundary!("hostfirst_put_wait", {
+        let op = handle::get::<hostfirst_put_op>(op, "op")?;
+        let out = out_ptr(out, "out")?;
+        let (buf, _) = op.wait()?;
+        *out = handle::insert_new::<hostfirst_buffer>(std::sync::Mutex::new(buf));
+        Ok(())
+    })
+}
+
+/// Frees an operation: a running put is cancelled and waited for; a result never taken is freed. NULL is a
+/// no-op; a freed handle gives `INVALID_HANDLE`. Buffers already taken with `hostfirst_put_wait` are not
+/// affected. Thread-safe (a concurrent `hostfirst_put_wait` on the same operation returns first).
+#[no_mangle]
+pub extern "C" fn hostfirst_put_op_free(op: *mut hostfirst_put_op) -> Status {
+    hostfirst_boundary!("hostfirst_put_op_free", {
+        if let Some(op) = handle::remove::<hostfirst_put_op>(op, "op")? {
+            op.cancel();
+            drop(op);
+        }
+        Ok(())
+    })
+}
+
 /// Frees a buffer and its device or host memory. NULL is a no-op; a freed or foreign handle gives
 /// `INVALID_HANDLE` and frees nothing. Memory is released once no call in flight still uses the buffer.
 #[no_mangle]
 pub extern "C" fn hostfirst_buffer_free(buffer: *mut hostfirst_buffer) -> Status {
     hostfirst_boundary!("hostfirst_buffer_free", { handle::remove(buffer, "buffer").map(|_| ()) })
+}
+
+/// Describes a buffer into `*out` (set `out->struct_size = sizeof(hostfirst_buffer_info)` first). The
+/// `shape` and `name` pointers stay valid while the buffer lives. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
+/// `INVALID_ARGUMENT` (`struct_size` too small). On failure `*out` is unchanged. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_buffer_describe(buffer: *const hostfirst_buffer, out: *mut hostfirst_buffer_info) -> Status {
+    hostfirst_boundary!("hostfirst_buffer_describe", {
+        let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
+        let out = out_ptr(out, "out")?;
+        if out.struct_size < std::mem::size_of::<hostfirst_buffer_info>() {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!(
+                    "out->struct_size is {}; set it to sizeof(hostfirst_buffer_info) ({} in this version)",
+                    out.struct_size,
+                    std::mem::size_of::<hostfirst_buffer_info>()
+                ),
+            ));
+        }
+        let b = b.lock().unwrap_or_else(|p| p.into_inner());
+        *out = hostfirst_buffer_info {
+            struct_size: std::mem::size_of::<hostfirst_buffer_info>(),
+            device: b.device().into(),
+            dtype: b.dtype() as u32,
+            rank: b.shape().len() as u32,
+            shape: if b.shape().is_empty() { std::ptr::null() } else { b.shape().as_ptr() },
+            nbytes: b.nbytes(),
+            address: b.address(),
+            name: b.c_name().as_ptr(),
+        };
+        Ok(())
+    })
+}
+
+/// Copies the whole buffer (from any device) into the caller's host memory `(dst, capacity)`. A capacity
+/// below the buffer's size gives `BUFFER_TOO_SMALL` and writes nothing; `(NULL, 0)` copies an empty buffer.
+/// Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`, `DEVICE_ERROR`. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_buffer_copy_to_host(buffer: *const hostfirst_buffer, dst: *mut c_void, capacity: usize) -> Status {
+    hostfirst_boundary!("hostfirst_buffer_copy_to_host", {
+        let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
+        let b = b.lock().unwrap_or_else(|p| p.into_inner());
+        if (capacity as u64) < b.nbytes() {
+            return Err(Error::new(
+                Status::BufferTooSmall,
+                format!("buffer '{}' has {} bytes; the destination holds {capacity}", b.name(), b.nbytes()),
+            ));
+        }
+        let dst = out_bytes(dst as *mut u8, capacity, "dst")?;
+        b.copy_to_host(dst)
+    })
+}
+
+/// Copies a buffer onto another device (cpu, cuda_host, cuda:N; `device` NULL: the default device, refused in
+/// strict mode) as a new buffer in `*out`, fit-checked before anything is allocated (`OUT_OF_MEMORY`,
+/// `hostfirst_last_fit`). The source is unchanged. Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`,
+/// `INVALID_ARGUMENT` (unknown device kind), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `DEVICE_ERROR`. On failure
+/// nothing stays allocated and `*out` is unchanged. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_buffer_to(buffer: *const hostfirst_buffer, device: *const hostfirst_device, out: *mut *mut hostfirst_buffer) -> Status {
+    hostfirst_boundary!("hostfirst_buffer_to", {
+        let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
+        let out = out_ptr(out, "out")?;
+        let target = target_of(device)?;
+        let nb = {
+            let b = b.lock().unwrap_or_else(|p| p.into_inner());
+            crate::place::buffer_to(&b, target)?
+        };
+        *out = handle::insert_new::<hostfirst_buffer>(std::sync::Mutex::new(nb));
+        Ok(())
+    })
+}
+
+/// Frees the process-wide caches of page-locked memory: idle staging slabs kept for reuse by CUDA puts, and
+/// resident-mode registrations (unregistered once no transfer uses them). Puts in progress are not affected;
+/// later puts allocate again. Thread-safe; never fails.
+#[no_mangle]
+pub extern "C" fn hostfirst_release_cached_memory() -> Status {
+    hostfirst_boundary!("hostfirst_release_cached_memory", {
+        crate::place::release_cached_memory();
+        Ok(())
+    })
 }

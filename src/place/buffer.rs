@@ -19,6 +19,7 @@ pub enum Memory {
 /// Memory on one device with a dtype and shape. Buffers own their memory and outlive the file they came from.
 pub struct Buffer {
     name: String,
+    cname: std::ffi::CString,
     dtype: DType,
     shape: Vec<u64>,
     nbytes: u64,
@@ -36,7 +37,7 @@ impl Buffer {
             DeviceKind::CudaHost => Memory::Pinned(PinnedHostMemory::alloc(len).map_err(|e| e.context(&what))?),
             DeviceKind::Cuda => Memory::Cuda(DeviceMemory::alloc(device.ordinal, len).map_err(|e| e.context(&what))?),
         };
-        Ok(Buffer { name: name.to_string(), dtype, shape: shape.to_vec(), nbytes, mem })
+        Ok(Buffer { name: name.to_string(), cname: c_name(name), dtype, shape: shape.to_vec(), nbytes, mem })
     }
 
     /// The tensor name it was made from (or given).
@@ -127,7 +128,17 @@ impl Buffer {
     /// Renames (used when a buffer is made for a named tensor).
     pub fn set_name(&mut self, name: &str) {
         self.name = name.to_string();
+        self.cname = c_name(name);
     }
+
+    /// The name as a C string (interior NULs escaped), stable while the buffer lives and is not renamed.
+    pub fn c_name(&self) -> &std::ffi::CStr {
+        &self.cname
+    }
+}
+
+fn c_name(name: &str) -> std::ffi::CString {
+    std::ffi::CString::new(name.replace('\0', "\\0")).unwrap_or_default()
 }
 
 impl std::fmt::Debug for Buffer {

@@ -5,8 +5,11 @@ pub mod fit;
 pub mod host;
 pub mod parallel;
 pub mod buffer;
+pub mod op;
 pub mod put;
+pub mod resident;
 pub mod staging;
 
 pub use buffer::{Buffer, Memory};
-pub use put::{put, PutOptions, Target};
+pub use put::{buffer_to, put, put_with_stats, PutOptions, PutStats, Target};
+pub use staging::release_cached_memory;

@@ -27,44 +27,122 @@ impl Target {
 }
 
 /// Options of a put.
+#[derive(Default)]
 pub struct PutOptions<'a> {
     /// Reader threads (0: the default, the CPUs available, at most 16).
     pub threads: usize,
     /// Chunk size for reads (0: default 8 MiB).
     pub chunk: usize,
+    /// Total bytes of page-locked staging for CUDA puts (0: 256 MiB, see [`super::staging`]).
+    pub staging_bytes: usize,
+    /// Resident mode for CUDA puts: page-lock the mapped range once and copy from it (see
+    /// [`super::resident`] for why the default is the staging ring).
+    pub resident: bool,
     /// Progress sink (bytes done, total) → true to cancel; called at a bounded rate from the calling thread.
     pub progress: Option<&'a mut dyn FnMut(u64, u64) -> bool>,
 }
 
-impl Default for PutOptions<'_> {
-    fn default() -> Self {
-        PutOptions { threads: 0, chunk: 0, progress: None }
-    }
+/// What a put did (for the resident mode: the registration cost).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PutStats {
+    /// Seconds spent registering the mapped range (resident mode, first transfer only).
+    pub register_seconds: f64,
+    /// True when a resident put reused a cached registration.
+    pub reused_registration: bool,
 }
+
 
 /// Puts `view` on `target`: fit check, allocation, copy. On any failure nothing stays allocated.
 pub fn put(view: &TensorView, target: Target, opts: PutOptions<'_>) -> Result<Buffer> {
+    put_with_stats(view, target, opts).map(|(b, _)| b)
+}
+
+/// [`put`], also returning what the transfer did.
+pub fn put_with_stats(view: &TensorView, target: Target, opts: PutOptions<'_>) -> Result<(Buffer, PutStats)> {
     let what = format!("tensor '{}'", view.name());
     let device = target.resolve(&what)?;
     fit::check(&what, view.nbytes(), device)?;
     let mut buf = Buffer::alloc(view.name(), view.dtype(), view.shape(), view.nbytes(), device)?;
-    fill(view, &mut buf, opts)?;
-    Ok(buf)
+    let stats = fill_with_stats(view, &mut buf, opts)?;
+    Ok((buf, stats))
 }
 
 /// Copies the view's bytes into an allocated buffer of the same size.
 pub fn fill(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>) -> Result<()> {
+    fill_with_stats(view, buf, opts).map(|_| ())
+}
+
+/// [`fill`], also returning what the transfer did.
+pub fn fill_with_stats(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>) -> Result<PutStats> {
     let threads = if opts.threads == 0 { default_threads() } else { opts.threads };
     let chunk = if opts.chunk == 0 { DEFAULT_CHUNK } else { opts.chunk };
     let device = buf.device();
     match buf.memory_mut() {
         Memory::Host(_) | Memory::Pinned(_) => {
             let dst = buf.host_bytes_mut().expect("host memory");
-            parallel_fill(dst, threads, chunk, |off, d| view.read_at(off, d), opts.progress)
+            parallel_fill(dst, threads, chunk, |off, d| view.read_at(off, d), opts.progress)?;
+            Ok(PutStats::default())
         }
         Memory::Cuda(dev) => {
             debug_assert_eq!(device.kind, DeviceKind::Cuda);
-            super::staging::to_cuda(view, dev, threads, chunk, opts.progress)
+            if opts.resident && view.nbytes() > 0 {
+                let s = super::resident::to_cuda(view, dev, 64 << 20, opts.progress)?;
+                return Ok(PutStats { register_seconds: s.register_seconds, reused_registration: s.reused });
+            }
+            let cfg = super::staging::RingConfig { threads, staging_bytes: opts.staging_bytes, slab_bytes: opts.chunk };
+            super::staging::to_cuda(view, dev, &cfg, opts.progress)?;
+            Ok(PutStats::default())
         }
     }
+}
+
+/// Copies `buf` onto `device` as a new buffer (cpu ↔ cuda_host ↔ cuda:N), fit-checked first. CUDA sources go
+/// through a host bounce for copies between different CUDA devices.
+pub fn buffer_to(buf: &Buffer, target: Target) -> Result<Buffer> {
+    let what = format!("buffer '{}'", buf.name());
+    let device = target.resolve(&what)?;
+    fit::check(&what, buf.nbytes(), device)?;
+    let mut out = Buffer::alloc(buf.name(), buf.dtype(), buf.shape(), buf.nbytes(), device)?;
+    let n = buf.nbytes() as usize;
+    if n == 0 {
+        return Ok(out);
+    }
+    match (buf.memory(), out.memory_mut()) {
+        (Memory::Cuda(s), Memory::Cuda(d)) if s.ordinal() == d.ordinal() => d.copy_from_device(0, s, 0, n)?,
+        (src, Memory::Cuda(d)) => match src {
+            Memory::Host(h) => copy_host_to_cuda(h.as_slice(), d)?,
+            Memory::Pinned(p) => d.copy_from_host(0, p.as_slice())?,
+            Memory::Cuda(s) => {
+                // Between devices: through page-locked staging, slab by slab.
+                let cfg = super::staging::RingConfig::default();
+                let (slab, _) = super::staging::geometry(n as u64, &cfg);
+                let mut tmp = crate::device::cuda::PinnedHostMemory::alloc(slab)?;
+                let mut off = 0;
+                while off < n {
+                    let k = (n - off).min(slab);
+                    s.copy_to_host(off, &mut tmp.as_mut_slice()[..k])?;
+                    d.copy_from_host(off, &tmp.as_slice()[..k])?;
+                    off += k;
+                }
+            }
+        },
+        (_, Memory::Host(h)) => buf.read_at(0, h.as_mut_slice())?,
+        (_, Memory::Pinned(p)) => buf.read_at(0, p.as_mut_slice())?,
+    }
+    Ok(out)
+}
+
+/// Pageable host bytes to CUDA through the staging ring (never DMA from pageable memory).
+fn copy_host_to_cuda(src: &[u8], dst: &crate::device::cuda::DeviceMemory) -> Result<()> {
+    let cfg = super::staging::RingConfig::default();
+    super::staging::transfer(
+        src.len() as u64,
+        dst,
+        &cfg,
+        |off, d| {
+            d.copy_from_slice(&src[off as usize..off as usize + d.len()]);
+            Ok(())
+        },
+        None,
+    )
 }

@@ -1,0 +1,182 @@
+//! Resident mode: the tensor's mapped range page-locked once (read-only `cuMemHostRegister`) and copied to
+//! the device straight from the mapping, for data transferred many times.
+//!
+//! **Why it is not the default.** Registering pins every page: the kernel must fault the whole range in and
+//! the driver must map it for the device, which costs on the order of 0.1 s per GB or more (plus the read
+//! from disk for a cold file) before the first byte moves, and the pages stay locked (unswappable) while
+//! registered. A single put through the staging ring costs only the copy itself with bounded host memory, so
+//! registration pays off only after many transfers of the same range. Registrations are cached by (address,
+//! length) of the mapped range — the cache entry keeps the file's mapping alive — and freed by
+//! [`super::staging::release_cached_memory`].
+
+use crate::device::cuda::{DeviceMemory, HostBytes, HostRegistration, Stream};
+use crate::error::{Error, Result, Status};
+use crate::load::TensorView;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+/// A page-locked mapped range, with the view that keeps its mapping alive.
+pub struct Resident {
+    // Field order: the registration is dropped (unregistered) before the view (and with it the mapping).
+    reg: HostRegistration<'static>,
+    view: TensorView,
+    /// Seconds spent faulting and registering the range.
+    pub register_seconds: f64,
+}
+
+// SAFETY: the bytes are the view's read-only mapping, kept alive (and at a fixed address) by the view the
+// value owns; nothing writes through it.
+unsafe impl HostBytes for Resident {
+    fn host_bytes(&self) -> &[u8] {
+        self.view.mapped()
+    }
+}
+
+impl Resident {
+    /// The registration.
+    pub fn registration(&self) -> &HostRegistration<'static> {
+        &self.reg
+    }
+}
+
+/// What a resident transfer did.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ResidentStats {
+    /// Seconds spent registering for this transfer (0 when a cached registration was reused).
+    pub register_seconds: f64,
+    /// True when a cached registration was reused.
+    pub reused: bool,
+}
+
+type Key = (usize, usize);
+
+fn cache() -> &'static Mutex<HashMap<Key, Arc<Resident>>> {
+    static C: OnceLock<Mutex<HashMap<Key, Arc<Resident>>>> = OnceLock::new();
+    C.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Drops every cached registration (unregistering once no transfer still uses it).
+pub fn release_all() {
+    let all = std::mem::take(&mut *cache().lock().unwrap_or_else(|p| p.into_inner()));
+    drop(all);
+}
+
+/// Number of cached registrations.
+pub fn cached_count() -> usize {
+    cache().lock().unwrap_or_else(|p| p.into_inner()).len()
+}
+
+/// Faults the range in before registration: `MADV_POPULATE_READ` (Linux ≥ 5.14; fails cleanly with EFAULT on
+/// a truncated file instead of SIGBUS), else reads every page through `pread` into a scratch buffer (which
+/// also warms the page cache without touching the mapping).
+fn populate(view: &TensorView) -> Result<()> {
+    let bytes = view.mapped();
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    #[cfg(target_os = "linux")]
+    {
+        const MADV_POPULATE_READ: libc::c_int = 22;
+        let page = 4096usize;
+        let start = bytes.as_ptr() as usize & !(page - 1);
+        let end = bytes.as_ptr() as usize + bytes.len();
+        // SAFETY: advice on a range of our own live mapping (page-rounded start is inside the same mapping).
+        let r = unsafe { libc::madvise(start as *mut libc::c_void, end - start, MADV_POPULATE_READ) };
+        if r == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::EFAULT) {
+            return Err(Error::new(
+                Status::Truncated,
+                format!("{}: tensor '{}': the mapped range cannot be read (file truncated?)", view.file_display(), view.name()),
+            ));
+        }
+    }
+    // Fallback: verify the file still holds the range with positioned reads (no SIGBUS possible).
+    let mut scratch = vec![0u8; 1 << 20];
+    let mut off = 0u64;
+    while off < view.nbytes() {
+        let n = (view.nbytes() - off).min(scratch.len() as u64) as usize;
+        view.read_at(off, &mut scratch[..n])?;
+        off += n as u64;
+    }
+    Ok(())
+}
+
+/// The cached registration of `view`'s mapped range, registering it (and timing that) when needed.
+pub fn get(view: &TensorView) -> Result<(Arc<Resident>, ResidentStats)> {
+    let m = view.mapped();
+    let key = (m.as_ptr() as usize, m.len());
+    if let Some(r) = cache().lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Ok((Arc::clone(r), ResidentStats { register_seconds: 0.0, reused: true }));
+    }
+    let t = Instant::now();
+    populate(view)?;
+    // SAFETY: the mapping is kept alive by `view`, stored beside the registration and dropped after it.
+    let reg = unsafe { HostRegistration::register_raw(m.as_ptr(), m.len()) }
+        .map_err(|e| e.context(format!("registering tensor '{}' for resident transfers", view.name())))?;
+    let secs = t.elapsed().as_secs_f64();
+    let r = Arc::new(Resident { reg, view: view.clone(), register_seconds: secs });
+    let mut c = cache().lock().unwrap_or_else(|p| p.into_inner());
+    let r = Arc::clone(c.entry(key).or_insert(r));
+    Ok((r, ResidentStats { register_seconds: secs, reused: false }))
+}
+
+/// Copies `view` into `dst` from its registered mapping, in pieces of `piece` bytes (progress and cancel
+/// between pieces).
+pub fn to_cuda(
+    view: &TensorView,
+    dst: &DeviceMemory,
+    piece: usize,
+    mut progress: Option<&mut dyn FnMut(u64, u64) -> bool>,
+) -> Result<ResidentStats> {
+    let total = view.nbytes();
+    let (res, stats) = get(view)?;
+    let stream = Stream::new(dst.ordinal())?;
+    let piece = piece.max(1 << 20);
+    let mut off = 0usize;
+    let mut last = Instant::now();
+    // Up to four pieces queued on the stream at once; each completion is a progress point.
+    let mut queued = std::collections::VecDeque::new();
+    let mut copied = 0u64;
+    let mut result = Ok(());
+    while copied < total {
+        while result.is_ok() && (off as u64) < total && queued.len() < 4 {
+            let n = (total as usize - off).min(piece);
+            match stream.copy_to_device_async(Arc::clone(&res), off, dst, off, n) {
+                Ok(f) => queued.push_back((n, f)),
+                Err(e) => result = Err(e),
+            }
+            off += n;
+        }
+        let Some((n, f)) = queued.pop_front() else { break };
+        if let Err(e) = f.wait() {
+            result = result.and(Err(e));
+        }
+        copied += n as u64;
+        if result.is_ok() && copied < total {
+            if let Some(p) = progress.as_mut() {
+                if last.elapsed() >= super::parallel::PROGRESS_INTERVAL {
+                    last = Instant::now();
+                    if p(copied, total) {
+                        result = Err(Error::new(Status::Cancelled, "cancelled by the progress callback".to_string()));
+                    }
+                }
+            }
+        }
+        if result.is_err() {
+            // Wait for what is queued (dropping an InFlight waits), then report.
+            queued.clear();
+            break;
+        }
+    }
+    result?;
+    if let Some(p) = progress.as_mut() {
+        if p(total, total) {
+            return Err(Error::new(Status::Cancelled, "cancelled by the progress callback at completion".to_string()));
+        }
+    }
+    Ok(stats)
+}

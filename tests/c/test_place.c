@@ -1,0 +1,272 @@
+/* C ABI of placement: puts (sync and async), options, progress and cancellation, buffers (describe, copy back,
+ * to another device), NULLs, invalid device kinds, stale handles, strict mode, the cached-memory release.
+ * argv[1]: a scratch directory. argv[2] (optional): "cuda" when a (stand-in) CUDA driver with 2 devices is
+ * present, "small" when its device is too small for the tensor. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include "check.h"
+
+static char path[1200];
+#define N 100000 /* u16 elements */
+static uint16_t data[N];
+
+static void write_file(const char *dir) {
+    snprintf(path, sizeof path, "%s/place.safetensors", dir);
+    char header[512];
+    snprintf(header, sizeof header,
+             "{\"tokens\":{\"dtype\":\"U16\",\"shape\":[%d],\"data_offsets\":[0,%d]},"
+             "\"e\":{\"dtype\":\"F32\",\"shape\":[0,4],\"data_offsets\":[%d,%d]}}",
+             N, 2 * N, 2 * N, 2 * N);
+    for (int i = 0; i < N; i++) data[i] = (uint16_t)(i * 7 + 3);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    uint64_t len = strlen(header);
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++) le[i] = (unsigned char)(len >> (8 * i));
+    CHECK(fwrite(le, 1, 8, f) == 8);
+    CHECK(fwrite(header, 1, len, f) == len);
+    CHECK(fwrite(data, 1, sizeof data, f) == sizeof data);
+    CHECK(fclose(f) == 0);
+}
+
+typedef struct {
+    uint64_t last, total;
+    int calls, monotonic, cancel;
+} progress_state;
+
+static int on_progress(uint64_t done, uint64_t total, void *user) {
+    progress_state *p = user;
+    if (done < p->last) p->monotonic = 0;
+    p->last = done;
+    p->total = total;
+    p->calls++;
+    return p->cancel;
+}
+
+static void check_round_trip(hostfirst_buffer *b, const void *expect, size_t n) {
+    static unsigned char back[2 * N];
+    CHECK(n <= sizeof back);
+    memset(back, 0xee, sizeof back);
+    if (n > 0) {
+        CHECK_STATUS(hostfirst_buffer_copy_to_host(b, back, n - 1), HOSTFIRST_STATUS_BUFFER_TOO_SMALL);
+        CHECK(back[0] == 0xee); /* nothing written */
+    }
+    CHECK_OK(hostfirst_buffer_copy_to_host(b, back, sizeof back));
+    CHECK(memcmp(back, expect, n) == 0);
+}
+
+static void test_cpu(hostfirst_view *tokens, hostfirst_view *empty) {
+    hostfirst_device cpu = {HOSTFIRST_DEVICE_CPU, 0};
+    hostfirst_buffer *b = NULL;
+    CHECK_OK(hostfirst_put(tokens, &cpu, NULL, &b));
+    hostfirst_buffer_info info = {.struct_size = sizeof info};
+    CHECK_OK(hostfirst_buffer_describe(b, &info));
+    CHECK(info.device.kind == HOSTFIRST_DEVICE_CPU && info.dtype == HOSTFIRST_DTYPE_U16);
+    CHECK(info.rank == 1 && info.shape[0] == N && info.nbytes == sizeof data);
+    CHECK(strcmp(info.name, "tokens") == 0);
+    CHECK(memcmp((const void *)(uintptr_t)info.address, data, sizeof data) == 0);
+    check_round_trip(b, data, sizeof data);
+    hostfirst_buffer_info small = {.struct_size = 8};
+    CHECK_STATUS(hostfirst_buffer_describe(b, &small), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+
+    /* buffer_to cpu and copy of a slice */
+    hostfirst_buffer *c = NULL;
+    CHECK_OK(hostfirst_buffer_to(b, &cpu, &c));
+    check_round_trip(c, data, sizeof data);
+    CHECK_OK(hostfirst_buffer_free(c));
+    hostfirst_view *rows = NULL;
+    CHECK_OK(hostfirst_view_slice_rows(tokens, 10, 1010, &rows));
+    CHECK_OK(hostfirst_put(rows, &cpu, NULL, &c));
+    check_round_trip(c, data + 10, 2000);
+    CHECK_OK(hostfirst_buffer_free(c));
+    CHECK_OK(hostfirst_view_free(rows));
+
+    /* empty tensor */
+    CHECK_OK(hostfirst_put(empty, &cpu, NULL, &c));
+    CHECK_OK(hostfirst_buffer_describe(c, &info));
+    CHECK(info.nbytes == 0 && info.rank == 2 && info.shape[0] == 0 && info.shape[1] == 4);
+    CHECK_OK(hostfirst_buffer_copy_to_host(c, NULL, 0));
+    CHECK_OK(hostfirst_buffer_free(c));
+
+    /* options and progress */
+    hostfirst_put_options o;
+    CHECK_OK(hostfirst_put_options_init(&o));
+    CHECK(o.struct_size == sizeof o && o.threads == 0 && o.progress == NULL);
+    progress_state ps = {0, 0, 0, 1, 0};
+    o.threads = 3;
+    o.chunk_bytes = 4096;
+    o.progress = on_progress;
+    o.user = &ps;
+    CHECK_OK(hostfirst_put(tokens, &cpu, &o, &c));
+    CHECK(ps.calls >= 1 && ps.monotonic && ps.last == sizeof data && ps.total == sizeof data);
+    check_round_trip(c, data, sizeof data);
+    CHECK_OK(hostfirst_buffer_free(c));
+    ps.cancel = 1;
+    c = NULL;
+    CHECK_STATUS(hostfirst_put(tokens, &cpu, &o, &c), HOSTFIRST_STATUS_CANCELLED);
+    CHECK(c == NULL);
+    hostfirst_put_stats stats = {.struct_size = sizeof stats};
+    CHECK_OK(hostfirst_put_ex(tokens, &cpu, NULL, &c, &stats));
+    CHECK(stats.register_seconds == 0.0 && stats.reused_registration == 0);
+    CHECK_OK(hostfirst_buffer_free(c));
+
+    /* misuse */
+    hostfirst_device bad = {99, 0}, neg = {HOSTFIRST_DEVICE_CPU, -1};
+    c = NULL;
+    CHECK_STATUS(hostfirst_put(NULL, &cpu, NULL, &c), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_put(tokens, &cpu, NULL, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_put(tokens, &bad, NULL, &c), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("unknown device kind 99");
+    CHECK_STATUS(hostfirst_put(tokens, &neg, NULL, &c), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(hostfirst_buffer_to(b, &bad, &c), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    hostfirst_put_options zero = {0};
+    CHECK_STATUS(hostfirst_put(tokens, &cpu, &zero, &c), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    hostfirst_put_options res = o;
+    res.resident = 2;
+    CHECK_STATUS(hostfirst_put(tokens, &cpu, &res, &c), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK(c == NULL);
+    CHECK_STATUS(hostfirst_buffer_describe(NULL, &info), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_buffer_describe(b, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_buffer_copy_to_host(b, NULL, sizeof data), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_buffer_describe((hostfirst_buffer *)tokens, &info), HOSTFIRST_STATUS_INVALID_HANDLE);
+    CHECK_STATUS(hostfirst_buffer_free((hostfirst_buffer *)tokens), HOSTFIRST_STATUS_INVALID_HANDLE);
+    CHECK_OK(hostfirst_buffer_free(NULL));
+    CHECK_OK(hostfirst_buffer_free(b));
+    CHECK_STATUS(hostfirst_buffer_free(b), HOSTFIRST_STATUS_INVALID_HANDLE);
+    CHECK_STATUS(hostfirst_buffer_describe(b, &info), HOSTFIRST_STATUS_INVALID_HANDLE);
+    CHECK_STATUS(hostfirst_buffer_copy_to_host(b, NULL, 0), HOSTFIRST_STATUS_INVALID_HANDLE);
+
+    /* the default device and strict mode */
+    CHECK_OK(hostfirst_put(tokens, NULL, NULL, &c));
+    CHECK_OK(hostfirst_buffer_free(c));
+    CHECK_OK(hostfirst_strict_thread_set(1));
+    CHECK_STATUS(hostfirst_put(tokens, NULL, NULL, &c), HOSTFIRST_STATUS_IMPLICIT_PLACEMENT);
+    CHECK_STATUS(hostfirst_put_start(tokens, NULL, NULL, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    hostfirst_put_op *op = NULL;
+    CHECK_STATUS(hostfirst_put_start(tokens, NULL, NULL, &op), HOSTFIRST_STATUS_IMPLICIT_PLACEMENT);
+    CHECK(op == NULL);
+    CHECK_OK(hostfirst_strict_thread_set(0));
+}
+
+static void test_async(hostfirst_view *tokens, hostfirst_device target) {
+    hostfirst_put_op *op = NULL;
+    hostfirst_buffer *b = NULL;
+    CHECK_OK(hostfirst_put_start(tokens, &target, NULL, &op));
+    hostfirst_status st;
+    while ((st = hostfirst_put_poll(op)) == HOSTFIRST_STATUS_NOT_READY) {
+    }
+    CHECK_OK(st);
+    CHECK_OK(hostfirst_put_wait(op, &b));
+    CHECK_STATUS(hostfirst_put_wait(op, &b), HOSTFIRST_STATUS_ALREADY_USED);
+    CHECK_STATUS(hostfirst_put_poll(op), HOSTFIRST_STATUS_ALREADY_USED);
+    CHECK_STATUS(hostfirst_put_wait(op, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_OK(hostfirst_put_op_free(op));
+    CHECK_STATUS(hostfirst_put_poll(op), HOSTFIRST_STATUS_INVALID_HANDLE);
+    CHECK_STATUS(hostfirst_put_op_free(op), HOSTFIRST_STATUS_INVALID_HANDLE);
+    CHECK_STATUS(hostfirst_put_poll((hostfirst_put_op *)b), HOSTFIRST_STATUS_INVALID_HANDLE);
+    CHECK_STATUS(hostfirst_put_poll(NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_OK(hostfirst_put_op_free(NULL));
+    check_round_trip(b, data, sizeof data);
+    CHECK_OK(hostfirst_buffer_free(b));
+
+    /* cancelled from the callback (on the worker thread) */
+    progress_state ps = {0, 0, 0, 1, 1};
+    hostfirst_put_options o;
+    CHECK_OK(hostfirst_put_options_init(&o));
+    o.progress = on_progress;
+    o.user = &ps;
+    CHECK_OK(hostfirst_put_start(tokens, &target, &o, &op));
+    b = NULL;
+    CHECK_STATUS(hostfirst_put_wait(op, &b), HOSTFIRST_STATUS_CANCELLED);
+    CHECK(b == NULL && ps.calls >= 1);
+    CHECK_OK(hostfirst_put_op_free(op));
+
+    /* freed without waiting */
+    CHECK_OK(hostfirst_put_start(tokens, &target, NULL, &op));
+    CHECK_OK(hostfirst_put_op_free(op));
+}
+
+static void test_cuda(hostfirst_view *tokens) {
+    hostfirst_device d0 = {HOSTFIRST_DEVICE_CUDA, 0}, d1 = {HOSTFIRST_DEVICE_CUDA, 1}, pinned = {HOSTFIRST_DEVICE_CUDA_HOST, 0},
+                     cpu = {HOSTFIRST_DEVICE_CPU, 0};
+    hostfirst_buffer *b = NULL, *c = NULL, *d = NULL, *e = NULL;
+    hostfirst_put_options o;
+    CHECK_OK(hostfirst_put_options_init(&o));
+    o.staging_bytes = 256 << 10;
+    o.chunk_bytes = 64 << 10;
+    CHECK_OK(hostfirst_put(tokens, &d0, &o, &b));
+    hostfirst_buffer_info info = {.struct_size = sizeof info};
+    CHECK_OK(hostfirst_buffer_describe(b, &info));
+    CHECK(info.device.kind == HOSTFIRST_DEVICE_CUDA && info.device.ordinal == 0 && info.address != 0);
+    check_round_trip(b, data, sizeof data);
+    CHECK_OK(hostfirst_buffer_to(b, &d1, &c));
+    CHECK_OK(hostfirst_buffer_to(c, &pinned, &d));
+    CHECK_OK(hostfirst_buffer_describe(d, &info));
+    CHECK(info.device.kind == HOSTFIRST_DEVICE_CUDA_HOST);
+    CHECK(memcmp((const void *)(uintptr_t)info.address, data, sizeof data) == 0);
+    CHECK_OK(hostfirst_buffer_to(d, &cpu, &e));
+    check_round_trip(c, data, sizeof data);
+    check_round_trip(e, data, sizeof data);
+    hostfirst_put_stats stats = {.struct_size = sizeof stats};
+    hostfirst_buffer *r1 = NULL, *r2 = NULL;
+    o.resident = 1;
+    CHECK_OK(hostfirst_put_ex(tokens, &d1, &o, &r1, &stats));
+    CHECK(stats.reused_registration == 0 && stats.register_seconds > 0.0);
+    CHECK_OK(hostfirst_put_ex(tokens, &d1, &o, &r2, &stats));
+    CHECK(stats.reused_registration == 1);
+    check_round_trip(r2, data, sizeof data);
+    CHECK_OK(hostfirst_buffer_free(b));
+    CHECK_OK(hostfirst_buffer_free(c));
+    CHECK_OK(hostfirst_buffer_free(d));
+    CHECK_OK(hostfirst_buffer_free(e));
+    CHECK_OK(hostfirst_buffer_free(r1));
+    CHECK_OK(hostfirst_buffer_free(r2));
+    test_async(tokens, d0);
+    hostfirst_device d7 = {HOSTFIRST_DEVICE_CUDA, 7};
+    CHECK_STATUS(hostfirst_put(tokens, &d7, NULL, &b), HOSTFIRST_STATUS_NO_SUCH_DEVICE);
+    CHECK_OK(hostfirst_release_cached_memory());
+}
+
+static void test_small(hostfirst_view *tokens) {
+    hostfirst_device d0 = {HOSTFIRST_DEVICE_CUDA, 0};
+    hostfirst_buffer *b = NULL;
+    CHECK_STATUS(hostfirst_put(tokens, &d0, NULL, &b), HOSTFIRST_STATUS_OUT_OF_MEMORY);
+    CHECK_MSG("tensor 'tokens' (195.31 KiB) does not fit on cuda:0: ");
+    CHECK(b == NULL);
+    hostfirst_fit_info fit;
+    CHECK_OK(hostfirst_last_fit(&fit));
+    CHECK(fit.needed == sizeof data && fit.device.kind == HOSTFIRST_DEVICE_CUDA && fit.device.ordinal == 0);
+}
+
+int main(int argc, char **argv) {
+    CHECK(argc >= 2);
+    write_file(argv[1]);
+    const char *mode = argc >= 3 ? argv[2] : "cpu";
+    hostfirst_file *f = NULL;
+    hostfirst_view *tokens = NULL, *empty = NULL;
+    CHECK_OK(hostfirst_file_open(path, &f));
+    CHECK_OK(hostfirst_file_view(f, "tokens", &tokens));
+    CHECK_OK(hostfirst_file_view(f, "e", &empty));
+    CHECK_OK(hostfirst_file_free(f)); /* views and buffers outlive the file handle */
+    if (strcmp(mode, "small") == 0) {
+        test_small(tokens);
+    } else {
+        test_cpu(tokens, empty);
+        hostfirst_device cpu = {HOSTFIRST_DEVICE_CPU, 0};
+        test_async(tokens, cpu);
+        if (strcmp(mode, "cuda") == 0) {
+            test_cuda(tokens);
+        } else {
+            hostfirst_device d0 = {HOSTFIRST_DEVICE_CUDA, 0};
+            hostfirst_buffer *b = NULL;
+            hostfirst_status st = hostfirst_put(tokens, &d0, NULL, &b);
+            CHECK(st == HOSTFIRST_STATUS_UNAVAILABLE || st == HOSTFIRST_STATUS_NO_SUCH_DEVICE);
+            CHECK(b == NULL);
+        }
+    }
+    CHECK_OK(hostfirst_release_cached_memory());
+    CHECK_OK(hostfirst_view_free(tokens));
+    CHECK_OK(hostfirst_view_free(empty));
+    printf("ok\n");
+    return 0;
+}

@@ -1,0 +1,78 @@
+//! `hostfirst put`: puts, copies back, verifies, prints bytes/seconds/GB/s and the FNV-1a 64 of the copy
+//! (equal to `inspect --checksum`'s); errors are one line `hostfirst: <what>: <STATUS>: <message>`, exit 1.
+//! cpu here; cuda through the stand-in driver.
+
+mod common;
+use common::*;
+
+fn file() -> (std::path::PathBuf, Vec<u8>) {
+    let n = 300_001usize; // rows of 1 U8 column... as shape [n]
+    let data: Vec<u8> = (0..n).map(|i| (i * 13 + i / 7) as u8).collect();
+    let h = format!(r#"{{"tokens":{{"dtype":"U8","shape":[{n}],"data_offsets":[0,{n}]}}}}"#);
+    let mut img = (h.len() as u64).to_le_bytes().to_vec();
+    img.extend_from_slice(h.as_bytes());
+    img.extend_from_slice(&data);
+    let p = scratch("cli_put").join("t.safetensors");
+    std::fs::write(&p, img).unwrap();
+    (p, data)
+}
+
+fn fnv(b: &[u8]) -> String {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for x in b {
+        h = (h ^ *x as u64).wrapping_mul(0x100000001b3);
+    }
+    format!("{h:016x}")
+}
+
+#[test]
+fn put_cpu_json_and_text() {
+    let (p, data) = file();
+    let ps = p.to_str().unwrap();
+    let out = run_ok(&cli(), &["put", ps, "tokens", "--device", "cpu", "--json"], &[]);
+    let v = json(&out);
+    assert_eq!(v["device"], "cpu:0");
+    assert_eq!(v["bytes"], data.len() as u64);
+    assert_eq!(v["fnv1a64"], fnv(&data));
+    assert_eq!(v["verified"], true);
+    assert!(v["seconds"].as_f64().unwrap() >= 0.0 && v["gb_per_s"].as_f64().is_some());
+    let out = run_ok(&cli(), &["put", ps, "tokens", "--rows", "10:1010"], &[("HOSTFIRST_PLATFORMS", Some("cpu"))]);
+    assert!(out.contains("1000 bytes") && out.contains(&fnv(&data[10..1010])) && out.contains("GB/s"), "{out}");
+}
+
+#[test]
+fn put_errors() {
+    let (p, _) = file();
+    let ps = p.to_str().unwrap();
+    let o = run(&cli(), &["put", ps, "nope"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.starts_with(&format!("hostfirst: {ps}: NOT_FOUND: ")), "{err}");
+    let o = run(&cli(), &["put", ps, "tokens", "--device", "cuda:0"], &[("HOSTFIRST_PLATFORMS", Some("cpu"))]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.starts_with("hostfirst: "), "{err}");
+    assert!(o.stdout.is_empty());
+    let o = run(&cli(), &["put", ps, "tokens", "--rows", "5"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = run(&cli(), &["put", ps], &[]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn put_cuda_with_the_stand_in() {
+    let (p, data) = file();
+    let ps = p.to_str().unwrap();
+    let out = run_ok_with_stand_in(&cli(), &["put", ps, "tokens", "--device", "cuda:1", "--json"], &[("STAND_IN_DEVICES", Some("2"))]);
+    let v = json(&out);
+    assert_eq!(v["device"], "cuda:1");
+    assert_eq!(v["fnv1a64"], fnv(&data));
+    let o = run_with_stand_in(&cli(), &["put", ps, "tokens", "--device", "cuda:0"], &[("STAND_IN_TOTAL_MEMORY", Some("1M"))]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.starts_with("hostfirst: put: OUT_OF_MEMORY: tensor 'tokens' (292.97 KiB) does not fit on cuda:0: "), "{err}");
+    let o = run_with_stand_in(&cli(), &["put", ps, "tokens", "--device", "cuda:0"], &[("STAND_IN_FAIL_COPY_AFTER", Some("1000"))]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.starts_with("hostfirst: put: DEVICE_ERROR: ") && err.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{err}");
+}

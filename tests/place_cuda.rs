@@ -1,0 +1,274 @@
+//! Puts to CUDA against the stand-in driver: the staging ring, fit check, failures, cancellation,
+//! progress, strict mode, async operations, buffer_to, resident mode. Each test runs in its own child process
+//! (`in_stand_in_child`) because the driver is loaded once per process.
+
+mod common;
+use common::*;
+use hostfirst::device::Device;
+use hostfirst::place::op::{AsyncPutOptions, PutOp};
+use hostfirst::place::staging::RingConfig;
+use hostfirst::place::{buffer_to, put, put_with_stats, release_cached_memory, PutOptions, Target};
+use hostfirst::{Status, TensorFile};
+
+/// A safetensors image with one U8 tensor `t` of `n` bytes of a pattern, plus an empty tensor `e`.
+fn image(n: usize) -> (Vec<u8>, Vec<u8>) {
+    let data: Vec<u8> = (0..n).map(|i| (i.wrapping_mul(31) ^ (i >> 9)) as u8).collect();
+    let h = format!(
+        r#"{{"t":{{"dtype":"U8","shape":[{n}],"data_offsets":[0,{n}]}},"e":{{"dtype":"F32","shape":[0,4],"data_offsets":[{n},{n}]}}}}"#
+    );
+    let mut v = (h.len() as u64).to_le_bytes().to_vec();
+    v.extend_from_slice(h.as_bytes());
+    v.extend_from_slice(&data);
+    (v, data)
+}
+
+fn small_ring() -> RingConfig {
+    RingConfig { threads: 3, staging_bytes: 256 << 10, slab_bytes: 64 << 10 }
+}
+
+fn opts(cfg: &RingConfig) -> PutOptions<'static> {
+    PutOptions { threads: cfg.threads, chunk: cfg.slab_bytes, staging_bytes: cfg.staging_bytes, ..PutOptions::default() }
+}
+
+fn assert_nothing_live() {
+    release_cached_memory();
+    for q in ["stand_in_live_allocations", "stand_in_live_pinned", "stand_in_live_registrations"] {
+        assert_eq!(stand_in_query(q), 0, "{q}");
+    }
+}
+
+#[test]
+fn round_trip_one_and_two_devices() {
+    in_stand_in_child("round_trip_one_and_two_devices", &[("STAND_IN_DEVICES", Some("2"))], || {
+        // Not a multiple of the slab, and 4× the ring.
+        let n = (1 << 20) + 12345;
+        let (img, data) = image(n);
+        let f = TensorFile::from_bytes(img).unwrap();
+        let v = f.view("t").unwrap();
+        for dev in [Device::cuda(0), Device::cuda(1)] {
+            let b = put(&v, Target::Device(dev), opts(&small_ring())).unwrap();
+            assert_eq!((b.device(), b.nbytes()), (dev, n as u64));
+            let mut back = vec![0u8; n];
+            b.copy_to_host(&mut back).unwrap();
+            assert!(back == data, "byte-for-byte on {dev}");
+            // Host memory bounded by the ring: 256 KiB as 4 slabs of 64 KiB, reused by the second put.
+            assert_eq!(stand_in_query("stand_in_live_pinned"), 4);
+            assert_eq!(hostfirst::place::staging::cached_bytes(), 256 << 10);
+        }
+        // Defaults (one slab of a rounded size), a slice, and the empty tensor.
+        let d = put(&v, Target::Device(Device::cuda(1)), PutOptions::default()).unwrap();
+        let mut back = vec![0u8; n];
+        d.copy_to_host(&mut back).unwrap();
+        assert!(back == data);
+        let s = v.slice_rows(1000, 70000).unwrap();
+        let b = put(&s, Target::Device(Device::cuda(0)), opts(&small_ring())).unwrap();
+        let mut back = vec![0u8; 69000];
+        b.copy_to_host(&mut back).unwrap();
+        assert!(back == data[1000..70000]);
+        let e = put(&f.view("e").unwrap(), Target::Device(Device::cuda(0)), PutOptions::default()).unwrap();
+        assert_eq!((e.nbytes(), e.shape()), (0, &[0u64, 4][..]));
+        assert_eq!(stand_in_query("stand_in_pageable_async_copies"), 0, "never DMA from pageable memory");
+        assert!(hostfirst::place::staging::cached_bytes() > 0, "slabs kept for reuse");
+        drop((b, d, e));
+        assert_nothing_live();
+    });
+}
+
+#[test]
+fn fit_check_on_a_small_device() {
+    in_stand_in_child("fit_check_on_a_small_device", &[("STAND_IN_TOTAL_MEMORY", Some("1M"))], || {
+        // 1 MiB device: the context reserve (256 MiB by default) exceeds it, so nothing fits.
+        let (img, _) = image(300 << 10);
+        let f = TensorFile::from_bytes(img).unwrap();
+        let e = put(&f.view("t").unwrap(), Target::Device(Device::cuda(0)), PutOptions::default()).unwrap_err();
+        assert_eq!(e.status(), Status::OutOfMemory);
+        assert!(e.message().starts_with("tensor 't' (300.00 KiB) does not fit on cuda:0: "), "{}", e.message());
+        assert!(e.message().contains(" free of 1.00 MiB"), "{}", e.message());
+        let fit = e.fit().unwrap();
+        assert_eq!((fit.needed, fit.total, fit.device.as_str()), (300 << 10, 1 << 20, "cuda:0"));
+        assert_eq!(stand_in_query("stand_in_total_allocations"), 0, "nothing allocated");
+        assert_nothing_live();
+    });
+}
+
+#[test]
+fn copy_failure_mid_put_frees_everything() {
+    in_stand_in_child("copy_failure_mid_put_frees_everything", &[("STAND_IN_FAIL_COPY_AFTER", Some("300000"))], || {
+        let (img, _) = image(1 << 20);
+        let f = TensorFile::from_bytes(img).unwrap();
+        let e = put(&f.view("t").unwrap(), Target::Device(Device::cuda(0)), opts(&small_ring())).unwrap_err();
+        assert_eq!(e.status(), Status::DeviceError);
+        assert!(e.message().contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{}", e.message());
+        assert_nothing_live();
+    });
+}
+
+#[test]
+fn progress_and_cancellation() {
+    in_stand_in_child("progress_and_cancellation", &[], || {
+        let n = 3 << 20;
+        let (img, _) = image(n);
+        let f = TensorFile::from_bytes(img).unwrap();
+        let v = f.view("t").unwrap();
+        let mut seen = Vec::new();
+        let mut cb = |d: u64, t: u64| {
+            seen.push((d, t));
+            false
+        };
+        put(&v, Target::Device(Device::cuda(0)), PutOptions { progress: Some(&mut cb), ..opts(&small_ring()) }).unwrap();
+        assert_eq!(*seen.last().unwrap(), (n as u64, n as u64));
+        assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0), "monotonic");
+        let mut cancel = |_d: u64, _t: u64| true;
+        let e = put(&v, Target::Device(Device::cuda(0)), PutOptions { progress: Some(&mut cancel), ..opts(&small_ring()) })
+            .unwrap_err();
+        assert_eq!(e.status(), Status::Cancelled);
+        assert_nothing_live();
+    });
+}
+
+#[test]
+fn strict_mode_and_default_target() {
+    in_stand_in_child("strict_mode_and_default_target", &[("HOSTFIRST_DEFAULT_DEVICE", Some("cuda:0"))], || {
+        let (img, data) = image(5000);
+        let f = TensorFile::from_bytes(img).unwrap();
+        let v = f.view("t").unwrap();
+        let b = put(&v, Target::Default, PutOptions::default()).unwrap();
+        assert_eq!(b.device(), Device::cuda(0));
+        let mut back = vec![0u8; 5000];
+        b.copy_to_host(&mut back).unwrap();
+        assert!(back == data);
+        hostfirst::scope::set_thread_strict(true);
+        assert_eq!(put(&v, Target::Default, PutOptions::default()).unwrap_err().status(), Status::ImplicitPlacement);
+        assert!(put(&v, Target::Device(Device::cuda(0)), PutOptions::default()).is_ok(), "explicit targets still work");
+        hostfirst::scope::set_thread_strict(false);
+        drop(b);
+        assert_nothing_live();
+    });
+}
+
+#[test]
+fn async_put_poll_wait_already_used() {
+    in_stand_in_child("async_put_poll_wait_already_used", &[], || {
+        let n = 2 << 20;
+        let (img, data) = image(n);
+        let f = TensorFile::from_bytes(img).unwrap();
+        let v = f.view("t").unwrap();
+        let cfg = small_ring();
+        let mk = || AsyncPutOptions { threads: cfg.threads, chunk: cfg.slab_bytes, staging_bytes: cfg.staging_bytes, ..Default::default() };
+        let op = PutOp::start(&v, Target::Device(Device::cuda(0)), mk()).unwrap();
+        let (b, _) = op.wait().unwrap();
+        assert!(op.is_done().is_err());
+        assert_eq!(op.wait().unwrap_err().status(), Status::AlreadyUsed);
+        let mut back = vec![0u8; n];
+        b.copy_to_host(&mut back).unwrap();
+        assert!(back == data);
+        // Cancelled from the callback.
+        let op = PutOp::start(&v, Target::Device(Device::cuda(0)), AsyncPutOptions { progress: Some(Box::new(|_, _| true)), ..mk() })
+            .unwrap();
+        while !op.is_done().unwrap() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(op.wait().unwrap_err().status(), Status::Cancelled);
+        // Dropped while running: cancelled and joined.
+        drop(PutOp::start(&v, Target::Device(Device::cuda(0)), mk()).unwrap());
+        drop((b, op));
+        assert_nothing_live();
+    });
+}
+
+#[test]
+fn buffer_to_between_devices() {
+    in_stand_in_child("buffer_to_between_devices", &[("STAND_IN_DEVICES", Some("2"))], || {
+        let n = 700_001;
+        let (img, data) = image(n);
+        let f = TensorFile::from_bytes(img).unwrap();
+        let a = put(&f.view("t").unwrap(), Target::Device(Device::CPU), PutOptions::default()).unwrap();
+        let mut cur = a;
+        for dev in [Device::cuda(0), Device::cuda(1), Device::CUDA_HOST, Device::cuda(0), Device::cuda(0), Device::CPU] {
+            cur = buffer_to(&cur, Target::Device(dev)).unwrap();
+            assert_eq!(cur.device(), dev);
+            let mut back = vec![0u8; n];
+            cur.copy_to_host(&mut back).unwrap();
+            assert!(back == data, "via {dev}");
+        }
+        assert_eq!(stand_in_query("stand_in_pageable_async_copies"), 0);
+        drop(cur);
+        assert_nothing_live();
+    });
+}
+
+#[test]
+fn resident_round_trip() {
+    in_stand_in_child("resident_round_trip", &[], || {
+        let n = (3 << 20) + 7;
+        let (img, data) = image(n);
+        let path = scratch("place_cuda_resident").join("t.safetensors");
+        std::fs::write(&path, &img).unwrap();
+        let f = TensorFile::open(&path).unwrap();
+        let v = f.view("t").unwrap();
+        let o = || PutOptions { resident: true, ..PutOptions::default() };
+        let (b, s1) = put_with_stats(&v, Target::Device(Device::cuda(0)), o()).unwrap();
+        assert!(!s1.reused_registration && s1.register_seconds > 0.0, "{s1:?}");
+        assert_eq!(stand_in_query("stand_in_live_registrations"), 1);
+        let (b2, s2) = put_with_stats(&v, Target::Device(Device::cuda(0)), o()).unwrap();
+        assert!(s2.reused_registration && s2.register_seconds == 0.0, "{s2:?}");
+        for b in [&b, &b2] {
+            let mut back = vec![0u8; n];
+            b.copy_to_host(&mut back).unwrap();
+            assert!(back == data);
+        }
+        assert_eq!(stand_in_query("stand_in_pageable_async_copies"), 0, "copied from the registered mapping");
+        drop((b, b2, v, f));
+        assert_nothing_live();
+    });
+}
+
+#[test]
+fn c_place_with_the_stand_in() {
+    assert!(have_cc(), "no C compiler");
+    let bin = compile_c_test("test_place");
+    let dir = scratch("c_place_stand_in");
+    let out = run_ok_with_stand_in(&bin, &[dir.to_str().unwrap(), "cuda"], &[("STAND_IN_DEVICES", Some("2"))]);
+    assert!(out.contains("ok"), "{out}");
+    let out = run_ok_with_stand_in(&bin, &[dir.to_str().unwrap(), "small"], &[("STAND_IN_TOTAL_MEMORY", Some("1M"))]);
+    assert!(out.contains("ok"), "{out}");
+}
+
+#[test]
+fn cancel_mid_transfer_and_truncated_file() {
+    in_stand_in_child("cancel_mid_transfer_and_truncated_file", &[], || {
+        // A slow source: the first progress report (after 50 ms) comes long before the end, and cancels.
+        let total = 3u64 << 20;
+        let dst = hostfirst::device::cuda::DeviceMemory::alloc(0, total as usize).unwrap();
+        let slow = |off: u64, d: &mut [u8]| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            d.fill((off >> 16) as u8);
+            Ok(())
+        };
+        let mut calls = Vec::new();
+        let mut cb = |done: u64, t: u64| {
+            calls.push((done, t));
+            true
+        };
+        let e = hostfirst::place::staging::transfer(total, &dst, &small_ring(), slow, Some(&mut cb)).unwrap_err();
+        assert_eq!(e.status(), Status::Cancelled);
+        assert_eq!(calls.len(), 1);
+        assert!(calls[0].0 < total, "cancelled before the end: {calls:?}");
+        assert!(stand_in_query("stand_in_bytes_copied") < total);
+        drop(dst);
+
+        // A file truncated between open and put: an I/O status, nothing leaked.
+        let (img, _) = image(1 << 20);
+        let path = scratch("place_cuda_trunc").join("t.safetensors");
+        std::fs::write(&path, &img).unwrap();
+        let f = TensorFile::open(&path).unwrap();
+        let v = f.view("t").unwrap();
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(img.len() as u64 / 2).unwrap();
+        let e = put(&v, Target::Device(Device::cuda(0)), opts(&small_ring())).unwrap_err();
+        assert!(matches!(e.status(), Status::Truncated | Status::Io), "{e:?}");
+        let e = put(&v, Target::Device(Device::cuda(0)), PutOptions { resident: true, ..PutOptions::default() }).unwrap_err();
+        assert!(matches!(e.status(), Status::Truncated | Status::Io), "{e:?}");
+        drop((v, f));
+        assert_nothing_live();
+    });
+}
