@@ -10,3 +10,12 @@ pub mod staging;
 
 pub use buffer::{Buffer, Memory};
 pub use put::{put, PutOptions, Target};
+pub mod rules;
+pub mod plan;
+pub mod placed;
+pub mod gather;
+
+pub use gather::Gather;
+pub use placed::{load, Loaded, Placed};
+pub use plan::{Placement, Plan};
+pub use rules::Rules;
