@@ -117,7 +117,7 @@ pub struct hostfirst_plan_device_info {
 }
 
 /// Progress of a load: `done` and `total` bytes moved to devices so far; return nonzero to cancel.
-pub type hostfirst_progress_fn = Option<unsafe extern "C" fn(done: u64, total: u64, user: *mut c_void) -> c_int>;
+pub type hostfirst_load_progress_fn = Option<unsafe extern "C" fn(done: u64, total: u64, user: *mut c_void) -> c_int>;
 
 fn check_struct_size(got: usize, want: usize, ty: &str) -> Result<()> {
     if got < want {
@@ -300,8 +300,8 @@ pub const HOSTFIRST_LOADED_BUFFER: u32 = 2;
 /// Applies `plan` (made from `file`) and writes a new load handle to `*out` (free with `hostfirst_load_free`).
 ///
 /// Before the first byte moves, every device of the plan is fit-checked against its memory free *now*; the
-/// first that does not fit gives `OUT_OF_MEMORY` naming the device with the numbers (also in
-/// `hostfirst_last_fit_failure`-style structured form), and nothing is allocated. Then each device tensor is
+/// first that does not fit gives `OUT_OF_MEMORY` naming the device with the numbers (structured: `hostfirst_last_fit`),
+/// and nothing is allocated. Then each device tensor is
 /// put (fit check, allocation, parallel reads / pinned staging); host tensors become views.
 ///
 /// `progress` (may be NULL) is called on the calling thread at a bounded rate with the bytes moved to
@@ -314,7 +314,7 @@ pub const HOSTFIRST_LOADED_BUFFER: u32 = 2;
 pub extern "C" fn hostfirst_load_run(
     file: *const hostfirst_file,
     plan: *const hostfirst_plan,
-    progress: hostfirst_progress_fn,
+    progress: hostfirst_load_progress_fn,
     user: *mut c_void,
     out: *mut *mut hostfirst_load,
 ) -> Status {
