@@ -731,7 +731,7 @@ typedef struct hostfirst_plan_device_info {
 /**
  * Progress of a load: `done` and `total` bytes moved to devices so far; return nonzero to cancel.
  */
-typedef int (*hostfirst_progress_fn)(uint64_t done, uint64_t total, void *user);
+typedef int (*hostfirst_load_progress_fn)(uint64_t done, uint64_t total, void *user);
 
 /**
  * A thread's default device and strictness, captured by `hostfirst_scope_capture` to be entered on another
@@ -1264,8 +1264,8 @@ hostfirst_status hostfirst_plan_free(struct hostfirst_plan *plan);
  * Applies `plan` (made from `file`) and writes a new load handle to `*out` (free with `hostfirst_load_free`).
  *
  * Before the first byte moves, every device of the plan is fit-checked against its memory free *now*; the
- * first that does not fit gives `OUT_OF_MEMORY` naming the device with the numbers (also in
- * `hostfirst_last_fit_failure`-style structured form), and nothing is allocated. Then each device tensor is
+ * first that does not fit gives `OUT_OF_MEMORY` naming the device with the numbers (structured: `hostfirst_last_fit`),
+ * and nothing is allocated. Then each device tensor is
  * put (fit check, allocation, parallel reads / pinned staging); host tensors become views.
  *
  * `progress` (may be NULL) is called on the calling thread at a bounded rate with the bytes moved to
@@ -1277,7 +1277,7 @@ hostfirst_status hostfirst_plan_free(struct hostfirst_plan *plan);
  */
 hostfirst_status hostfirst_load_run(const struct hostfirst_file *file,
                                     const struct hostfirst_plan *plan,
-                                    hostfirst_progress_fn progress,
+                                    hostfirst_load_progress_fn progress,
                                     void *user,
                                     struct hostfirst_load **out);
 
