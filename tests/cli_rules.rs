@@ -8,11 +8,9 @@ use std::path::PathBuf;
 fn model() -> PathBuf {
     let tok: Vec<u8> = (0..40000u32).map(|i| (i.wrapping_mul(2654435761) >> 7) as u8).collect();
     let w: Vec<u8> = (0..1024u32).map(|i| i as u8).collect();
-    let header = format!(
-        "{{\"tokens\":{{\"dtype\":\"U16\",\"shape\":[20000],\"data_offsets\":[0,40000]}},\
-         \"w\":{{\"dtype\":\"F32\",\"shape\":[16,16],\"data_offsets\":[40000,41024]}},\
-         \"b\":{{\"dtype\":\"U8\",\"shape\":[5],\"data_offsets\":[41024,41029]}}}}"
-    );
+    let header = "{\"tokens\":{\"dtype\":\"U16\",\"shape\":[20000],\"data_offsets\":[0,40000]},\
+         \"w\":{\"dtype\":\"F32\",\"shape\":[16,16],\"data_offsets\":[40000,41024]},\
+         \"b\":{\"dtype\":\"U8\",\"shape\":[5],\"data_offsets\":[41024,41029]}}";
     let mut img = (header.len() as u64).to_le_bytes().to_vec();
     img.extend_from_slice(header.as_bytes());
     img.extend_from_slice(&tok);
