@@ -5,7 +5,7 @@ use common::*;
 use std::path::PathBuf;
 
 /// tokens: U16[20000]; w: F32[16, 16]; b: U8[5].
-fn model() -> PathBuf {
+fn model(name: &str) -> PathBuf {
     let tok: Vec<u8> = (0..40000u32).map(|i| (i.wrapping_mul(2654435761) >> 7) as u8).collect();
     let w: Vec<u8> = (0..1024u32).map(|i| i as u8).collect();
     let header = "{\"tokens\":{\"dtype\":\"U16\",\"shape\":[20000],\"data_offsets\":[0,40000]},\
@@ -16,14 +16,14 @@ fn model() -> PathBuf {
     img.extend_from_slice(&tok);
     img.extend_from_slice(&w);
     img.extend_from_slice(&[1, 2, 3, 4, 5]);
-    let p = scratch("cli_rules").join("model.safetensors");
+    let p = scratch("cli_rules").join(format!("{name}.safetensors"));
     std::fs::write(&p, img).unwrap();
     p
 }
 
 #[test]
 fn plan_json_shape() {
-    let m = model();
+    let m = model("plan_json_shape");
     let out = run_ok(&cli(), &["plan", m.to_str().unwrap(), "--rule", "tokens=host", "--rule", "*=cpu", "--json"], &[]);
     let v = json(&out);
     let t = v["tensors"].as_array().unwrap();
@@ -49,7 +49,7 @@ fn plan_json_shape() {
 
 #[test]
 fn load_json_reports_placement_and_time() {
-    let m = model();
+    let m = model("load_json_reports_placement_and_time");
     let out = run_ok(&cli(), &["load", m.to_str().unwrap(), "--rule", "tokens=host", "--rule", "w=cpu", "--json"], &[]);
     let v = json(&out);
     assert_eq!(v["bytes_moved"].as_u64(), Some(1024));
@@ -63,7 +63,7 @@ fn load_json_reports_placement_and_time() {
 
 #[test]
 fn gather_json_fields() {
-    let m = model();
+    let m = model("gather_json_fields");
     let out = run_ok(
         &cli(),
         &["gather", m.to_str().unwrap(), "tokens", "--batch", "8", "--window", "65", "--device", "cpu", "--iters", "20", "--seed", "3", "--json"],
@@ -85,7 +85,7 @@ fn gather_json_fields() {
 
 #[test]
 fn stand_in_plan_load_and_gather_on_two_devices() {
-    let m = model();
+    let m = model("stand_in_plan_load_and_gather_on_two_devices");
     let ms = m.to_str().unwrap();
     let knobs = [("STAND_IN_DEVICES", Some("2")), ("STAND_IN_TOTAL_MEMORY", Some("16G,40K")), ("STAND_IN_CONTEXT_RESERVE", Some("0"))];
     let v = json(&run_ok_with_stand_in(&cli(), &["plan", ms, "--rule", "tokens=cuda:1", "--rule", "*=cuda:0", "--json"], &knobs));

@@ -84,6 +84,7 @@ pub fn load(file: &TensorFile, plan: &Plan, mut progress: Option<&mut dyn FnMut(
     let mut entries = Vec::with_capacity(plan.entries.len());
     let mut by_name = HashMap::with_capacity(plan.entries.len());
     let mut base = 0u64;
+    let mut last_call = std::time::Instant::now();
     for e in &plan.entries {
         let view = file.view_at(e.index)?;
         let placed = match e.placement {
@@ -98,11 +99,14 @@ pub fn load(file: &TensorFile, plan: &Plan, mut progress: Option<&mut dyn FnMut(
                     if err.status() == Status::Cancelled {
                         cancelled()
                     } else {
-                        err.context(format!("load of {}", file.display_name()))
+                        err // already names the file and the tensor
                     }
                 })?;
                 base += e.nbytes;
-                if let Some(p) = progress.as_mut() {
+                // Between tensors: at most every 20 ms (many small tensors), and always at the end.
+                let due = base == total || last_call.elapsed() >= std::time::Duration::from_millis(20);
+                if let (true, Some(p)) = (due, progress.as_mut()) {
+                    last_call = std::time::Instant::now();
                     if p(base, total) {
                         return Err(cancelled());
                     }
