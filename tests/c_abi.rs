@@ -59,3 +59,11 @@ fn c_load() {
 fn c_place() {
     run_ok(&compile_c_test("test_place"), &[scratch("c_place").to_str().unwrap()], &[]);
 }
+
+#[test]
+fn c_rules() {
+    assert!(have_cc(), "no C compiler");
+    let bin = compile_c_test("test_rules");
+    let dir = scratch("c_rules");
+    run_ok(&bin, &[dir.to_str().unwrap()], &[]);
+}

@@ -22,5 +22,8 @@ const char *cli_bytes(uint64_t n, char *buf, size_t cap);
 int cmd_devices(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_put(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+int cmd_load(int argc, char **argv);
+int cmd_gather(int argc, char **argv);
 
 #endif

@@ -12,6 +12,12 @@ static int usage(FILE *out) {
             "                       tensors and metadata of a .safetensors file or *.index.json set\n"
             "  put FILE TENSOR [--device SPEC] [--rows A:B] [--json]\n"
             "                       put a tensor on a device, copy it back, verify, time it\n"
+            "  plan FILE --rule PATTERN=TARGET ... [--json]\n"
+            "                       where each tensor would go (first match wins; unmatched stay on the host)\n"
+            "  load FILE --rule PATTERN=TARGET ... [--json]\n"
+            "                       place the file by the rules; per-tensor placement and time\n"
+            "  gather FILE TENSOR --batch B --window T [--device SPEC] [--iters N] [--seed S] [--json]\n"
+            "                       random [B, T] batches of a 1-D tensor onto a device; p50/p99 per batch\n"
             "\n"
             "environment: HOSTFIRST_PLATFORMS (e.g. cpu), HOSTFIRST_DEFAULT_DEVICE (e.g. cuda:1),\n"
             "             CUDA_VISIBLE_DEVICES\n");
@@ -34,6 +40,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "devices")) return cmd_devices(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "put")) return cmd_put(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan")) return cmd_plan(argc - 1, argv + 1);
+    if (!strcmp(cmd, "load")) return cmd_load(argc - 1, argv + 1);
+    if (!strcmp(cmd, "gather")) return cmd_gather(argc - 1, argv + 1);
     fprintf(stderr, "hostfirst: unknown command '%s'\n", cmd);
     return usage(stderr);
 }

@@ -33,6 +33,7 @@ pub mod devices;
 pub mod handle;
 pub mod load;
 pub mod place;
+pub mod rules;
 pub mod scope;
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;

@@ -13,3 +13,12 @@ pub mod staging;
 pub use buffer::{Buffer, Memory};
 pub use put::{buffer_to, put, put_with_stats, PutOptions, PutStats, Target};
 pub use staging::release_cached_memory;
+pub mod rules;
+pub mod plan;
+pub mod placed;
+pub mod gather;
+
+pub use gather::Gather;
+pub use placed::{load, Loaded, Placed};
+pub use plan::{Placement, Plan};
+pub use rules::Rules;

@@ -1,0 +1,166 @@
+/* hostfirst gather FILE TENSOR --batch B --window T [--device SPEC] [--iters N] [--seed S] [--json]
+ *
+ * The data-loader loop: B random windows of T elements of a 1-D tensor (nanoGPT's get_batch, offsets from a
+ * seeded splitmix64 stream) assembled as a [B, T] batch on the device, N times, into one reused destination.
+ * Prints p50/p99 per batch. The first batch is checked against a direct computation (each window read with
+ * hostfirst_view_copy); a mismatch exits 1. The device defaults to the default device. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "cli.h"
+
+static const char *usage_line =
+    "usage: hostfirst gather FILE TENSOR --batch B --window T [--device SPEC] [--iters N] [--seed S] [--json]\n";
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+    char *end = NULL;
+    if (!s || !*s || *s == '-') return 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end) return 0;
+    *out = v;
+    return 1;
+}
+
+/* Checks the current batch against windows read directly with hostfirst_view_copy. */
+static int check_first(hostfirst_gather *g, const hostfirst_view *v, const uint64_t *offs, uint64_t b, uint64_t t,
+                       size_t elem, int *ok) {
+    uint64_t nbytes = 0;
+    hostfirst_gather_nbytes(g, &nbytes);
+    unsigned char *got = malloc((size_t)nbytes), *want = malloc((size_t)(t * elem));
+    int rc = 0;
+    *ok = 1;
+    hostfirst_status st = got && want ? hostfirst_gather_copy_to_host(g, got, (size_t)nbytes) : HOSTFIRST_STATUS_OUT_OF_MEMORY;
+    if (st != HOSTFIRST_STATUS_OK) rc = cli_fail("copy the batch back", st);
+    for (uint64_t i = 0; rc == 0 && i < b; i++) {
+        hostfirst_view *row = NULL;
+        st = hostfirst_view_slice_rows(v, offs[i], offs[i] + t, &row);
+        if (st == HOSTFIRST_STATUS_OK) st = hostfirst_view_copy(row, want, (size_t)(t * elem), NULL);
+        hostfirst_view_free(row);
+        if (st != HOSTFIRST_STATUS_OK) rc = cli_fail("direct read", st);
+        else if (memcmp(got + i * t * elem, want, (size_t)(t * elem)) != 0) *ok = 0;
+    }
+    free(got);
+    free(want);
+    return rc;
+}
+
+int cmd_gather(int argc, char **argv) {
+    const char *path = NULL, *tensor = NULL, *spec = "default";
+    uint64_t batch = 0, window = 0, iters = 100, seed = 1337;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int more = i + 1 < argc;
+        if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--batch") && more) {
+            if (!parse_u64(argv[++i], &batch)) goto bad;
+        } else if (!strcmp(a, "--window") && more) {
+            if (!parse_u64(argv[++i], &window)) goto bad;
+        } else if (!strcmp(a, "--iters") && more) {
+            if (!parse_u64(argv[++i], &iters)) goto bad;
+        } else if (!strcmp(a, "--seed") && more) {
+            if (!parse_u64(argv[++i], &seed)) goto bad;
+        } else if (!strcmp(a, "--device") && more) spec = argv[++i];
+        else if (a[0] == '-' && a[1] != '\0') goto bad;
+        else if (!path) path = a;
+        else if (!tensor) tensor = a;
+        else goto bad;
+    }
+    if (!path || !tensor || batch == 0 || window == 0 || iters == 0) goto bad;
+
+    hostfirst_device dev;
+    hostfirst_status st = hostfirst_target_parse(spec, &dev);
+    if (st != HOSTFIRST_STATUS_OK) return cli_fail(spec, st);
+    hostfirst_file *file = NULL;
+    hostfirst_view *view = NULL;
+    hostfirst_gather *g = NULL;
+    uint64_t *offs = NULL;
+    double *times = NULL;
+    int rc = 0;
+    st = hostfirst_file_open(path, &file);
+    if (st == HOSTFIRST_STATUS_OK) st = hostfirst_file_view(file, tensor, &view);
+    if (st != HOSTFIRST_STATUS_OK) {
+        rc = cli_fail(path, st);
+        goto done;
+    }
+    hostfirst_view_info info = {.struct_size = sizeof info};
+    hostfirst_view_describe(view, &info);
+    if (info.rank != 1) {
+        fprintf(stderr, "hostfirst gather: tensor '%s' has rank %u; gather needs a 1-D tensor\n", tensor, info.rank);
+        rc = 1;
+        goto done;
+    }
+    size_t elem = hostfirst_dtype_bits(info.dtype) / 8;
+    st = hostfirst_gather_new(dev, info.dtype, batch, window, &g);
+    if (st != HOSTFIRST_STATUS_OK) {
+        rc = cli_fail("gather", st);
+        goto done;
+    }
+    offs = malloc((size_t)batch * sizeof *offs);
+    times = malloc((size_t)iters * sizeof *times);
+    if (!offs || !times) {
+        fprintf(stderr, "hostfirst gather: out of memory\n");
+        rc = 1;
+        goto done;
+    }
+    uint64_t state = seed;
+    int ok = 1;
+    for (uint64_t it = 0; it < iters; it++) {
+        st = hostfirst_random_offsets(&state, info.shape[0], window, offs, (size_t)batch);
+        if (st != HOSTFIRST_STATUS_OK) {
+            rc = cli_fail("offsets", st);
+            goto done;
+        }
+        double t0 = now_s();
+        st = hostfirst_gather_run(g, view, offs, (size_t)batch);
+        times[it] = now_s() - t0;
+        if (st != HOSTFIRST_STATUS_OK) {
+            rc = cli_fail("gather", st);
+            goto done;
+        }
+        if (it == 0 && (rc = check_first(g, view, offs, batch, window, elem, &ok)) != 0) goto done;
+    }
+    qsort(times, (size_t)iters, sizeof *times, cmp_double);
+    double p50 = times[(iters - 1) / 2], p99 = times[(size_t)((double)(iters - 1) * 0.99)];
+    double bytes = (double)batch * (double)window * (double)elem;
+    char dspec[64];
+    cli_device_spec(dev, dspec, sizeof dspec);
+    if (json) {
+        printf("{\"file\":");
+        cli_json_string(stdout, path);
+        printf(",\"tensor\":");
+        cli_json_string(stdout, tensor);
+        printf(",\"device\":\"%s\",\"dtype\":\"%s\",\"batch\":%llu,\"window\":%llu,\"iters\":%llu,\"seed\":%llu,"
+               "\"batch_bytes\":%.0f,\"p50_us\":%.3f,\"p99_us\":%.3f,\"gb_per_s_p50\":%.3f,\"check\":%s}\n",
+               dspec, hostfirst_dtype_name(info.dtype), (unsigned long long)batch, (unsigned long long)window,
+               (unsigned long long)iters, (unsigned long long)seed, bytes, p50 * 1e6, p99 * 1e6,
+               p50 > 0 ? bytes / p50 / 1e9 : 0.0, ok ? "\"ok\"" : "\"MISMATCH\"");
+    } else {
+        printf("gather %s [%llu, %llu] %s -> %s: %llu iterations, p50 %.1f us, p99 %.1f us per batch; first batch %s\n",
+               tensor, (unsigned long long)batch, (unsigned long long)window, hostfirst_dtype_name(info.dtype), dspec,
+               (unsigned long long)iters, p50 * 1e6, p99 * 1e6, ok ? "matches a direct read" : "DOES NOT MATCH");
+    }
+    if (!ok) rc = 1;
+done:
+    free(offs);
+    free(times);
+    hostfirst_gather_free(g);
+    hostfirst_view_free(view);
+    hostfirst_file_free(file);
+    return rc;
+bad:
+    fprintf(stderr, "hostfirst gather: bad arguments\n%s", usage_line);
+    return 2;
+}

@@ -1,0 +1,128 @@
+//! Loading a whole file by a plan: every device fit-checked up front, then the puts, one progress callback.
+
+use super::buffer::Buffer;
+use super::fit;
+use super::plan::{Placement, Plan};
+use super::put::{put, PutOptions, Target};
+use crate::error::{human_bytes, Error, FitFailure, Result, Status};
+use crate::load::{TensorFile, TensorView};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// One loaded tensor.
+#[derive(Clone)]
+pub enum Placed {
+    /// A zero-copy host view of the mapping.
+    View(TensorView),
+    /// A buffer on a device (shared: the C API hands out new references to it).
+    Buffer(Arc<Mutex<Buffer>>),
+}
+
+/// The result of a load: every tensor of the file by name.
+pub struct Loaded {
+    entries: Vec<(String, Placed)>,
+    by_name: HashMap<String, usize>,
+}
+
+impl Loaded {
+    /// Number of tensors.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+    /// True for a file without tensors.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+    /// The tensor called `name`.
+    pub fn get(&self, name: &str) -> Option<&Placed> {
+        self.by_name.get(name).map(|&i| &self.entries[i].1)
+    }
+    /// The `i`-th tensor (file order) with its name.
+    pub fn at(&self, i: usize) -> Option<(&str, &Placed)> {
+        self.entries.get(i).map(|(n, p)| (n.as_str(), p))
+    }
+}
+
+/// Checks every device of `plan` against its memory free now; the first that does not fit gives
+/// `OUT_OF_MEMORY` with the numbers and the structured fit failure.
+pub fn check_plan(plan: &Plan) -> Result<()> {
+    for d in &plan.devices {
+        let (usable, total) = fit::usable(d.device)?;
+        if d.bytes > usable {
+            let msg = format!(
+                "load: {} tensor(s), {} in all (largest '{}', {}), do not fit on {}: {} free of {}",
+                d.tensors,
+                human_bytes(d.bytes),
+                d.largest.0,
+                human_bytes(d.largest.1),
+                d.device,
+                human_bytes(usable),
+                human_bytes(total)
+            );
+            return Err(Error::out_of_memory(
+                msg,
+                FitFailure { needed: d.bytes, free: usable, total, device: d.device.to_string() },
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Applies `plan` (made from `file`): fit-checks every device before the first byte moves, then puts each
+/// device tensor; host tensors become views. `progress(done, total)` covers the bytes moved to devices,
+/// is called at a bounded rate, at least once, and last with `done == total`; returning true cancels
+/// (`CANCELLED`, everything already placed is freed). Any failure frees everything the load had taken.
+pub fn load(file: &TensorFile, plan: &Plan, mut progress: Option<&mut dyn FnMut(u64, u64) -> bool>) -> Result<Loaded> {
+    if plan.entries.len() != file.len()
+        || plan.entries.iter().any(|e| file.name(e.index) != Some(e.name.as_str()))
+    {
+        return Err(Error::new(Status::InvalidArgument, format!("the plan was not made for {}", file.display_name())));
+    }
+    check_plan(plan)?;
+    let total = plan.device_bytes();
+    let cancelled = || Error::new(Status::Cancelled, "load cancelled by the progress callback; nothing kept");
+    let mut entries = Vec::with_capacity(plan.entries.len());
+    let mut by_name = HashMap::with_capacity(plan.entries.len());
+    let mut base = 0u64;
+    let mut last_call = std::time::Instant::now();
+    for e in &plan.entries {
+        let view = file.view_at(e.index)?;
+        let placed = match e.placement {
+            Placement::Host => Placed::View(view),
+            Placement::Device(d) => {
+                let mut sink = |done: u64, _t: u64| match progress.as_mut() {
+                    Some(p) => p(base + done, total),
+                    None => false,
+                };
+                let opts = PutOptions { progress: Some(&mut sink), ..PutOptions::default() };
+                let buf = put(&view, Target::Device(d), opts).map_err(|err| {
+                    if err.status() == Status::Cancelled {
+                        cancelled()
+                    } else {
+                        err // already names the file and the tensor
+                    }
+                })?;
+                base += e.nbytes;
+                // Between tensors: at most every 20 ms (many small tensors), and always at the end.
+                let due = base == total || last_call.elapsed() >= std::time::Duration::from_millis(20);
+                if let (true, Some(p)) = (due, progress.as_mut()) {
+                    last_call = std::time::Instant::now();
+                    if p(base, total) {
+                        return Err(cancelled());
+                    }
+                }
+                Placed::Buffer(Arc::new(Mutex::new(buf)))
+            }
+        };
+        by_name.insert(e.name.clone(), entries.len());
+        entries.push((e.name.clone(), placed));
+    }
+    if total == 0 {
+        if let Some(p) = progress.as_mut() {
+            if p(0, 0) {
+                return Err(cancelled());
+            }
+        }
+    }
+    Ok(Loaded { entries, by_name })
+}
