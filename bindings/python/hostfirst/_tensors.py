@@ -109,8 +109,11 @@ def _call_deleter(ptr):
 def _capsule_destructor(capsule):
     # Runs when the capsule dies. A consumer that took the tensor renamed it to "used_dltensor_versioned"
     # and owns the deleter call; otherwise (never consumed) we release it here.
-    if _py.PyCapsule_IsValid(capsule, _VERSIONED):
-        _call_deleter(_py.PyCapsule_GetPointer(capsule, _VERSIONED))
+    try:
+        if _py.PyCapsule_IsValid(capsule, _VERSIONED):
+            _call_deleter(_py.PyCapsule_GetPointer(capsule, _VERSIONED))
+    except Exception:  # noqa: BLE001 - at interpreter exit the module may be half torn down; never raise here
+        pass
 
 
 def _capsule(managed_ptr):
