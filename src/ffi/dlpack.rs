@@ -135,9 +135,8 @@ extern "C" fn dlpack_deleter(t: *mut hostfirst_dlpack_managed_tensor_versioned) 
         // SAFETY: non-NULL; the consumer passes the pointer we returned. We read only manager_ctx, and free
         // the allocation only when the registry confirms it is live and belongs to this very struct.
         let ctx = unsafe { (*t).manager_ctx };
-        let Ok(Some(e)) = handle::get::<dlpack_export_handle>(ctx as *const dlpack_export_handle, "manager_ctx").map(Some)
-        else {
-            return;
+        let Ok(e) = handle::get::<dlpack_export_handle>(ctx as *const dlpack_export_handle, "manager_ctx") else {
+            return; // already deleted, or not ours: nothing to free
         };
         if e.managed != t as usize {
             return;
