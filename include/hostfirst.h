@@ -810,7 +810,8 @@ typedef struct hostfirst_dlpack_managed_tensor_versioned {
    */
   void *manager_ctx;
   /**
-   * Releases the tensor. Calling it twice is detected and ignored (the second call changes nothing).
+   * Releases the tensor and frees this struct: call it exactly once, then never touch the pointer again.
+   * A NULL argument, or a struct hostfirst did not make, is ignored.
    */
   void (*deleter)(struct hostfirst_dlpack_managed_tensor_versioned*);
   /**

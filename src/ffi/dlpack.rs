@@ -98,7 +98,8 @@ pub struct hostfirst_dlpack_managed_tensor_versioned {
     pub version: hostfirst_dlpack_version,
     /// Owned by hostfirst (a registry id); counted by `hostfirst_handle_count` until the deleter runs.
     pub manager_ctx: *mut c_void,
-    /// Releases the tensor. Calling it twice is detected and ignored (the second call changes nothing).
+    /// Releases the tensor and frees this struct: call it exactly once, then never touch the pointer again.
+    /// A NULL argument, or a struct hostfirst did not make, is ignored.
     pub deleter: Option<extern "C" fn(*mut hostfirst_dlpack_managed_tensor_versioned)>,
     /// `HOSTFIRST_DLPACK_FLAG_*` bits: READ_ONLY for views.
     pub flags: u64,
