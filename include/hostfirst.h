@@ -38,6 +38,127 @@
 
 
 /**
+ * `DLPACK_FLAG_BITMASK_READ_ONLY`: the consumer must not write the data.
+ */
+#define FLAG_READ_ONLY (1 << 0)
+
+/**
+ * `DLPACK_FLAG_BITMASK_IS_COPIED`: the data is a copy the consumer owns.
+ */
+#define FLAG_IS_COPIED (1 << 1)
+
+/**
+ * `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED` (1.1): sub-byte elements each padded to a byte. Never set by
+ * hostfirst: safetensors packs F4 and F6 elements.
+ */
+#define FLAG_IS_SUBBYTE_TYPE_PADDED (1 << 2)
+
+/**
+ * `kDLCPU`.
+ */
+#define CPU 1
+
+/**
+ * `kDLCUDA`.
+ */
+#define CUDA 2
+
+/**
+ * `kDLCUDAHost`.
+ */
+#define CUDA_HOST 3
+
+/**
+ * `kDLInt`.
+ */
+#define INT 0
+
+/**
+ * `kDLUInt`.
+ */
+#define UINT 1
+
+/**
+ * `kDLFloat`.
+ */
+#define FLOAT 2
+
+/**
+ * `kDLOpaqueHandle`.
+ */
+#define OPAQUE_HANDLE 3
+
+/**
+ * `kDLBfloat`.
+ */
+#define BFLOAT 4
+
+/**
+ * `kDLComplex`.
+ */
+#define COMPLEX 5
+
+/**
+ * `kDLBool`.
+ */
+#define BOOL 6
+
+/**
+ * `kDLFloat8_e3m4`.
+ */
+#define FLOAT8_E3M4 7
+
+/**
+ * `kDLFloat8_e4m3`.
+ */
+#define FLOAT8_E4M3 8
+
+/**
+ * `kDLFloat8_e4m3b11fnuz`.
+ */
+#define FLOAT8_E4M3B11FNUZ 9
+
+/**
+ * `kDLFloat8_e4m3fn`.
+ */
+#define FLOAT8_E4M3FN 10
+
+/**
+ * `kDLFloat8_e4m3fnuz`.
+ */
+#define FLOAT8_E4M3FNUZ 11
+
+/**
+ * `kDLFloat8_e5m2`.
+ */
+#define FLOAT8_E5M2 12
+
+/**
+ * `kDLFloat8_e5m2fnuz`.
+ */
+#define FLOAT8_E5M2FNUZ 13
+
+/**
+ * `kDLFloat8_e8m0fnu`.
+ */
+#define FLOAT8_E8M0FNU 14
+
+/**
+ * `kDLFloat6_e2m3fn`.
+ */
+#define FLOAT6_E2M3FN 15
+
+/**
+ * `kDLFloat6_e3m2fn`.
+ */
+#define FLOAT6_E3M2FN 16
+
+/**
+ * `kDLFloat4_e2m1fn`.
+ */
+#define FLOAT4_E2M1FN 17
+
+/**
  * Major version of this header. See `hostfirst_version_number()` for the library's.
  */
 #define HOSTFIRST_VERSION_MAJOR 0
@@ -108,6 +229,47 @@
  * both versions).
  */
 #define HOSTFIRST_BACKEND_STATUS_DRIVER_TOO_OLD 6
+
+/**
+ * DLPack major version of the tensors hostfirst exports (`DLPACK_MAJOR_VERSION`).
+ */
+#define HOSTFIRST_DLPACK_MAJOR_VERSION 1
+
+/**
+ * DLPack minor version of the tensors hostfirst exports (`DLPACK_MINOR_VERSION`).
+ */
+#define HOSTFIRST_DLPACK_MINOR_VERSION 1
+
+/**
+ * `DLPACK_FLAG_BITMASK_READ_ONLY`: the data must not be written (set for views of mapped files).
+ */
+#define HOSTFIRST_DLPACK_FLAG_READ_ONLY 1
+
+/**
+ * `DLPACK_FLAG_BITMASK_IS_COPIED`: the data is a private copy (never set by hostfirst).
+ */
+#define HOSTFIRST_DLPACK_FLAG_IS_COPIED 2
+
+/**
+ * `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED`: sub-byte elements padded to bytes (never set: F4 and F6
+ * data is packed as in the file).
+ */
+#define HOSTFIRST_DLPACK_FLAG_IS_SUBBYTE_TYPE_PADDED 4
+
+/**
+ * `kDLCPU`.
+ */
+#define HOSTFIRST_DLPACK_DEVICE_CPU 1
+
+/**
+ * `kDLCUDA`.
+ */
+#define HOSTFIRST_DLPACK_DEVICE_CUDA 2
+
+/**
+ * `kDLCUDAHost`.
+ */
+#define HOSTFIRST_DLPACK_DEVICE_CUDA_HOST 3
 
 /**
  * Element type: boolean (1 byte). Values of `HOSTFIRST_DTYPE_*` are stable and never renumbered; 0 is no
@@ -556,6 +718,119 @@ typedef struct hostfirst_device_info {
 } hostfirst_device_info;
 
 /**
+ * Layout-identical to dlpack.h's `DLPackVersion`.
+ */
+typedef struct hostfirst_dlpack_version {
+  /**
+   * `major`.
+   */
+  uint32_t major;
+  /**
+   * `minor`.
+   */
+  uint32_t minor;
+} hostfirst_dlpack_version;
+
+/**
+ * Layout-identical to dlpack.h's `DLDevice` (`device_type` is a `DLDeviceType`).
+ */
+typedef struct hostfirst_dlpack_device {
+  /**
+   * `HOSTFIRST_DLPACK_DEVICE_*` (kDLCPU 1, kDLCUDA 2, kDLCUDAHost 3).
+   */
+  int32_t device_type;
+  /**
+   * The device ordinal (0 for cpu and cuda_host).
+   */
+  int32_t device_id;
+} hostfirst_dlpack_device;
+
+/**
+ * Layout-identical to dlpack.h's `DLDataType`.
+ */
+typedef struct hostfirst_dlpack_dtype {
+  /**
+   * A `DLDataTypeCode` (kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLComplex 5, kDLBool 6,
+   * kDLFloat8_e4m3fn 10, kDLFloat8_e4m3fnuz 11, kDLFloat8_e5m2 12, kDLFloat8_e5m2fnuz 13,
+   * kDLFloat8_e8m0fnu 14, kDLFloat6_e2m3fn 15, kDLFloat6_e3m2fn 16, kDLFloat4_e2m1fn 17).
+   */
+  uint8_t code;
+  /**
+   * Bits per element.
+   */
+  uint8_t bits;
+  /**
+   * Lanes (always 1).
+   */
+  uint16_t lanes;
+} hostfirst_dlpack_dtype;
+
+/**
+ * Layout-identical to dlpack.h's `DLTensor`.
+ */
+typedef struct hostfirst_dlpack_tensor {
+  /**
+   * The data: a host pointer (cpu, cuda_host) or a CUDA device address.
+   */
+  void *data;
+  /**
+   * Where the data lives.
+   */
+  struct hostfirst_dlpack_device device;
+  /**
+   * Number of dimensions.
+   */
+  int32_t ndim;
+  /**
+   * Element type.
+   */
+  struct hostfirst_dlpack_dtype dtype;
+  /**
+   * `ndim` dimensions (NULL when `ndim` is 0); owned by the managed tensor.
+   */
+  int64_t *shape;
+  /**
+   * Always NULL: the data is compact, C order.
+   */
+  int64_t *strides;
+  /**
+   * Always 0: `data` points at the first element.
+   */
+  uint64_t byte_offset;
+} hostfirst_dlpack_tensor;
+
+/**
+ * Layout-identical to dlpack.h's `DLManagedTensorVersioned` (DLPack >= 1.0).
+ *
+ * Made by `hostfirst_view_to_dlpack` / `hostfirst_buffer_to_dlpack`; the consumer calls `deleter(self)`
+ * exactly once when done. Until then it keeps the file mapping (or the buffer's memory) alive on its own,
+ * whatever happens to the handle it was made from.
+ */
+typedef struct hostfirst_dlpack_managed_tensor_versioned {
+  /**
+   * {HOSTFIRST_DLPACK_MAJOR_VERSION, HOSTFIRST_DLPACK_MINOR_VERSION}.
+   */
+  struct hostfirst_dlpack_version version;
+  /**
+   * Owned by hostfirst (a registry id); counted by `hostfirst_handle_count` until the deleter runs.
+   */
+  void *manager_ctx;
+  /**
+   * Releases the tensor and frees this struct: call it exactly once, then never touch the pointer again.
+   * A NULL argument, or a struct hostfirst did not make, is ignored.
+   */
+  void (*deleter)(struct hostfirst_dlpack_managed_tensor_versioned*);
+  /**
+   * `HOSTFIRST_DLPACK_FLAG_*` bits: READ_ONLY for views.
+   */
+  uint64_t flags;
+  /**
+   * The tensor.
+   */
+  struct hostfirst_dlpack_tensor dl_tensor;
+} hostfirst_dlpack_managed_tensor_versioned;
+
+/**
  * Everything about a view, filled by `hostfirst_view_describe`.
  *
  * Set `struct_size = sizeof(hostfirst_view_info)` before the call; fields may be appended in later minor
@@ -933,6 +1208,42 @@ hostfirst_status hostfirst_device_format(struct hostfirst_device device,
  */
 int32_t hostfirst_device_equal(const struct hostfirst_device *a,
                                const struct hostfirst_device *b);
+
+/**
+ * Exports a view (or row slice) as a DLPack 1.1 managed tensor and writes it to `*out`.
+ *
+ * Zero-copy: `dl_tensor.data` points into the file's read-only mapping (the same pointer as
+ * `hostfirst_view_info.data`, with the same SIGBUS hazard), device kDLCPU 0, compact C order (strides NULL,
+ * byte_offset 0), `flags` has `HOSTFIRST_DLPACK_FLAG_READ_ONLY`: never write through it. The data may be
+ * misaligned for its dtype (see `hostfirst_view_info.alignment`). The tensor keeps the mapping alive until
+ * its `deleter` is called, even after the view and file handles are freed; until then it counts in
+ * `hostfirst_handle_count`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED` for a dtype DLPack has
+ * no code for (none in this version), `VALIDATION_OVERFLOW` for a dimension above INT64_MAX. On failure
+ * `*out` is unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_view_to_dlpack(const struct hostfirst_view *view,
+                                          struct hostfirst_dlpack_managed_tensor_versioned **out);
+
+/**
+ * Exports a buffer as a DLPack 1.1 managed tensor and writes it to `*out`.
+ *
+ * Zero-copy and writable (`flags` 0): device kDLCUDA with its ordinal for `cuda:N`, kDLCUDAHost 0 for
+ * `cuda_host`, kDLCPU 0 for `cpu`; compact C order. The tensor keeps the buffer's memory alive until its
+ * `deleter` is called, even after `hostfirst_buffer_free`; until then it counts in `hostfirst_handle_count`.
+ * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED`, `VALIDATION_OVERFLOW` (as for views). On failure
+ * `*out` is unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_buffer_to_dlpack(const struct hostfirst_buffer *buffer,
+                                            struct hostfirst_dlpack_managed_tensor_versioned **out);
+
+/**
+ * Writes the DLPack `DLDataType` of a `HOSTFIRST_DTYPE_*` value to `*out`.
+ *
+ * Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a value that is not a dtype; `UNSUPPORTED` for a dtype
+ * DLPack has no code for (none in this version: every safetensors dtype has a DLPack 1.1 code). Thread-safe.
+ */
+hostfirst_status hostfirst_dtype_to_dlpack(uint32_t dtype,
+                                           struct hostfirst_dlpack_dtype *out);
 
 /**
  * Returns the safetensors name of a dtype (`"F32"`, `"BF16"`, `"F8_E4M3"`, ...), or NULL for a value that is

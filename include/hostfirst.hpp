@@ -4,12 +4,22 @@
  * Every failing call throws hostfirst::error (status + the library's message). Handles are move-only
  * owners that free themselves; scopes are RAII guards that pop themselves (checked) on destruction.
  *
+ *   auto f = hostfirst::file::open("tokens.safetensors");   // header only; data mapped read-only
+ *   hostfirst::view tokens = f.view("tokens");              // zero-copy; outlives f
+ *   hostfirst::view head = tokens.slice_rows(0, 1024);      // zero-copy rows
+ *   std::vector<uint16_t> v = head.to_vector<uint16_t>();   // pread copy: TRUNCATED instead of SIGBUS
+ *   hostfirst::dlpack_tensor t = tokens.to_dlpack();        // DLPack 1.1, read-only, kDLCPU
+ *
+ * Placement (put/load) wrappers are pending: the C API has only hostfirst_buffer_free and
+ * hostfirst_buffer_to_dlpack so far; hostfirst::buffer adopts a handle made by C code.
+ *
  * SPDX-License-Identifier: MIT OR Apache-2.0
  */
 #ifndef HOSTFIRST_HPP
 #define HOSTFIRST_HPP
 
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -194,6 +204,230 @@ public:
 private:
     int32_t prev_ = 0;
 };
+
+/// Owner of one exported DLPack 1.1 tensor (layout of dlpack.h's DLManagedTensorVersioned). Calls the
+/// deleter on destruction unless release()d to a consumer, which then owns the deleter call. Move-only.
+class dlpack_tensor {
+public:
+    explicit dlpack_tensor(hostfirst_dlpack_managed_tensor_versioned *t) noexcept : t_(t) {}
+    dlpack_tensor(const dlpack_tensor &) = delete;
+    dlpack_tensor &operator=(const dlpack_tensor &) = delete;
+    dlpack_tensor(dlpack_tensor &&o) noexcept : t_(std::exchange(o.t_, nullptr)) {}
+    dlpack_tensor &operator=(dlpack_tensor &&o) noexcept {
+        if (this != &o) {
+            reset();
+            t_ = std::exchange(o.t_, nullptr);
+        }
+        return *this;
+    }
+    ~dlpack_tensor() { reset(); }
+    hostfirst_dlpack_managed_tensor_versioned *get() const noexcept { return t_; }
+    hostfirst_dlpack_managed_tensor_versioned *operator->() const noexcept { return t_; }
+    /// Hands the tensor to a consumer (e.g. cast to DLManagedTensorVersioned*); it must call the deleter.
+    hostfirst_dlpack_managed_tensor_versioned *release() noexcept { return std::exchange(t_, nullptr); }
+    bool read_only() const noexcept { return t_ && (t_->flags & HOSTFIRST_DLPACK_FLAG_READ_ONLY) != 0; }
+    void reset() noexcept {
+        if (t_ && t_->deleter) t_->deleter(t_);
+        t_ = nullptr;
+    }
+
+private:
+    hostfirst_dlpack_managed_tensor_versioned *t_ = nullptr;
+};
+
+/// A read-only, zero-copy view of one tensor (or a row range of one). Keeps its file mapping alive; valid
+/// after the file is closed. Move-only; all const members are thread-safe.
+class view {
+public:
+    /// Adopts a handle (freed by the destructor).
+    explicit view(hostfirst_view *v) noexcept : v_(v) {}
+    view(const view &) = delete;
+    view &operator=(const view &) = delete;
+    view(view &&o) noexcept : v_(std::exchange(o.v_, nullptr)) {}
+    view &operator=(view &&o) noexcept {
+        if (this != &o) {
+            (void)hostfirst_view_free(v_);
+            v_ = std::exchange(o.v_, nullptr);
+        }
+        return *this;
+    }
+    ~view() { (void)hostfirst_view_free(v_); }
+
+    /// Everything at once (pointers valid while this view lives).
+    hostfirst_view_info info() const {
+        hostfirst_view_info i{};
+        i.struct_size = sizeof i;
+        check(hostfirst_view_describe(v_, &i));
+        return i;
+    }
+    std::string name() const { return info().name; }
+    uint32_t dtype() const { return info().dtype; }
+    std::string dtype_name() const { return hostfirst_dtype_name(info().dtype); }
+    std::vector<uint64_t> shape() const {
+        auto i = info();
+        return i.rank ? std::vector<uint64_t>(i.shape, i.shape + i.rank) : std::vector<uint64_t>();
+    }
+    uint64_t nbytes() const { return info().nbytes; }
+    /// Zero-copy pointer into the read-only mapping (SIGBUS if the file is truncated meanwhile; see
+    /// hostfirst_view_info). Check alignment() before casting to an element type.
+    const void *data() const { return info().data; }
+    uint64_t alignment() const { return info().alignment; }
+
+    /// Rows [start, stop) of dimension 0, zero-copy, as an independent view.
+    view slice_rows(uint64_t start, uint64_t stop) const {
+        hostfirst_view *out = nullptr;
+        check(hostfirst_view_slice_rows(v_, start, stop, &out));
+        return view(out);
+    }
+    /// Copies the bytes with pread into dst (capacity bytes); TRUNCATED instead of SIGBUS.
+    void copy_to(void *dst, size_t capacity) const { check(hostfirst_view_copy(v_, dst, capacity, nullptr)); }
+    /// A copy of the bytes (pread).
+    std::vector<uint8_t> bytes() const {
+        std::vector<uint8_t> out(static_cast<size_t>(nbytes()));
+        copy_to(out.data(), out.size());
+        return out;
+    }
+    /// A copy as elements of T; throws INVALID_ARGUMENT if nbytes is not a multiple of sizeof(T).
+    template <class T>
+    std::vector<T> to_vector() const {
+        uint64_t n = nbytes();
+        if (n % sizeof(T) != 0)
+            throw error(HOSTFIRST_STATUS_INVALID_ARGUMENT, name() + ": " + std::to_string(n) +
+                                                               " bytes is not a whole number of elements of this size");
+        std::vector<T> out(static_cast<size_t>(n / sizeof(T)));
+        copy_to(out.data(), static_cast<size_t>(n));
+        return out;
+    }
+    /// Exports as a DLPack 1.1 tensor: zero-copy, read-only, kDLCPU; keeps the mapping alive on its own.
+    dlpack_tensor to_dlpack() const {
+        hostfirst_dlpack_managed_tensor_versioned *t = nullptr;
+        check(hostfirst_view_to_dlpack(v_, &t));
+        return dlpack_tensor(t);
+    }
+    const hostfirst_view *c() const noexcept { return v_; }
+
+private:
+    hostfirst_view *v_ = nullptr;
+};
+
+/// An open safetensors file or sharded set (*.safetensors.index.json). Move-only; const members are
+/// thread-safe. Views outlive it; strings it returns do not.
+class file {
+public:
+    /// Opens a file or an index (header only; the data is mapped read-only, not read).
+    static file open(const std::string &path) {
+        hostfirst_file *f = nullptr;
+        check(hostfirst_file_open(path.c_str(), &f));
+        return file(f);
+    }
+    /// Opens a safetensors image in caller memory, which must outlive the file and its views.
+    static file open_memory(const void *data, size_t len) {
+        hostfirst_file *f = nullptr;
+        check(hostfirst_file_open_memory(data, len, &f));
+        return file(f);
+    }
+    explicit file(hostfirst_file *f) noexcept : f_(f) {}
+    file(const file &) = delete;
+    file &operator=(const file &) = delete;
+    file(file &&o) noexcept : f_(std::exchange(o.f_, nullptr)) {}
+    file &operator=(file &&o) noexcept {
+        if (this != &o) {
+            (void)hostfirst_file_free(f_);
+            f_ = std::exchange(o.f_, nullptr);
+        }
+        return *this;
+    }
+    ~file() { (void)hostfirst_file_free(f_); }
+
+    size_t size() const {
+        size_t n = 0;
+        check(hostfirst_file_tensor_count(f_, &n));
+        return n;
+    }
+    /// Tensor names in file order.
+    std::vector<std::string> names() const {
+        std::vector<std::string> out;
+        for (size_t i = 0, n = size(); i < n; i++) {
+            const char *p = nullptr;
+            check(hostfirst_file_tensor_name(f_, i, &p));
+            out.emplace_back(p);
+        }
+        return out;
+    }
+    bool contains(const std::string &name) const {
+        size_t i = 0;
+        hostfirst_status st = hostfirst_file_find(f_, name.c_str(), &i);
+        if (st == HOSTFIRST_STATUS_NOT_FOUND) return false;
+        check(st);
+        return true;
+    }
+    hostfirst::view view(const std::string &name) const {
+        hostfirst_view *v = nullptr;
+        check(hostfirst_file_view(f_, name.c_str(), &v));
+        return hostfirst::view(v);
+    }
+    hostfirst::view view_at(size_t index) const {
+        hostfirst_view *v = nullptr;
+        check(hostfirst_file_view_at(f_, index, &v));
+        return hostfirst::view(v);
+    }
+    /// `__metadata__` (for a set: the index's metadata, then the shards').
+    std::map<std::string, std::string> metadata() const {
+        std::map<std::string, std::string> out;
+        size_t n = 0;
+        check(hostfirst_file_metadata_count(f_, &n));
+        for (size_t i = 0; i < n; i++) {
+            const char *k = nullptr, *v = nullptr;
+            check(hostfirst_file_metadata_get(f_, i, &k, &v));
+            out.emplace(k, v);
+        }
+        return out;
+    }
+    uint64_t data_bytes() const {
+        uint64_t n = 0;
+        check(hostfirst_file_data_bytes(f_, &n));
+        return n;
+    }
+    const hostfirst_file *c() const noexcept { return f_; }
+
+private:
+    hostfirst_file *f_ = nullptr;
+};
+
+/// Memory owned on one device (cpu, cuda_host, cuda:N). Adopts a hostfirst_buffer* made by the C API and
+/// frees it. Move-only. (The put/load wrappers that create buffers are pending: not in the C API yet.)
+class buffer {
+public:
+    explicit buffer(hostfirst_buffer *b) noexcept : b_(b) {}
+    buffer(const buffer &) = delete;
+    buffer &operator=(const buffer &) = delete;
+    buffer(buffer &&o) noexcept : b_(std::exchange(o.b_, nullptr)) {}
+    buffer &operator=(buffer &&o) noexcept {
+        if (this != &o) {
+            (void)hostfirst_buffer_free(b_);
+            b_ = std::exchange(o.b_, nullptr);
+        }
+        return *this;
+    }
+    ~buffer() { (void)hostfirst_buffer_free(b_); }
+    /// Exports as a DLPack 1.1 tensor: zero-copy, writable; kDLCUDA / kDLCUDAHost / kDLCPU.
+    dlpack_tensor to_dlpack() const {
+        hostfirst_dlpack_managed_tensor_versioned *t = nullptr;
+        check(hostfirst_buffer_to_dlpack(b_, &t));
+        return dlpack_tensor(t);
+    }
+    const hostfirst_buffer *c() const noexcept { return b_; }
+
+private:
+    hostfirst_buffer *b_ = nullptr;
+};
+
+/// The number of live handles (files, views, buffers, unreleased DLPack exports): a leak check.
+inline size_t handle_count() {
+    size_t n = 0;
+    check(hostfirst_handle_count(&n));
+    return n;
+}
 
 }  // namespace hostfirst
 

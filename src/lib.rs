@@ -17,6 +17,7 @@ pub mod scope;
 pub mod place;
 /// cbindgen:ignore
 pub mod dtype;
+pub mod dlpack;
 /// cbindgen:ignore
 pub mod load;
 #[macro_use]

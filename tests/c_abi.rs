@@ -67,3 +67,10 @@ fn c_rules() {
     let dir = scratch("c_rules");
     run_ok(&bin, &[dir.to_str().unwrap()], &[]);
 }
+
+#[test]
+fn c_dlpack() {
+    assert!(have_cc(), "no C compiler");
+    let bin = compile_c_test("test_dlpack");
+    run_ok(&bin, &[root().join("tests/fixtures").to_str().unwrap()], &[]);
+}

@@ -29,6 +29,7 @@ macro_rules! hostfirst_boundary {
 
 pub mod core;
 pub mod devices;
+pub mod dlpack;
 #[allow(dead_code)]
 pub mod handle;
 pub mod load;

@@ -6,6 +6,12 @@
     hostfirst.default_device()            # DefaultDevice(device=Device('cuda:0'), source='built-in', depth=0)
     with hostfirst.default_device("cpu"):
         ...
+    f = hostfirst.open("tokens.safetensors")  # header only; data mapped read-only
+    t = f["tokens"]; t.dtype, t.shape         # zero-copy view; t[0:1024] is a zero-copy row slice
+    numpy.from_dlpack(t)                      # zero-copy, read-only (or t.numpy(), bf16/fp8 via ml_dtypes)
+
+Pending (need the placement C API, not in libhostfirst yet): Tensor.to("cuda:0") -> Buffer with __dlpack__,
+and hostfirst.load(path, rules=[("tokens", "cpu"), ("*", "default")]). Both raise NotImplementedError.
 """
 
 from ._core import lib as native
@@ -24,6 +30,7 @@ from ._devices import (
     set_default_device,
     strict,
 )
+from ._tensors import File, Tensor, load, open  # noqa: A004
 from ._errors import *  # noqa: F401,F403 - one exception class per status
 from ._errors import FormatError, HostfirstError, OutOfMemoryError
 

@@ -1,0 +1,153 @@
+"""hostfirst.open, tensors, row slices, NumPy arrays and DLPack, against the reference-written fixtures."""
+
+import ctypes
+import gc
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hostfirst
+
+FIX = Path(__file__).resolve().parents[3] / "tests" / "fixtures"
+EXPECTED = json.loads((FIX / "expected.json").read_text())
+
+
+def fnv1a64(b):
+    h = 0xCBF29CE484222325
+    for x in b:
+        h = ((h ^ x) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_open_matches_reference(name):
+    exp = EXPECTED[name]
+    with hostfirst.open(FIX / name) as f:
+        assert list(f) == [t["name"] for t in exp["tensors"]]  # file order
+        assert len(f) == len(exp["tensors"])
+        assert f.metadata == exp["metadata"]
+        for e in exp["tensors"]:
+            assert e["name"] in f
+            t = f[e["name"]]
+            assert (t.name, t.dtype, t.shape) == (e["name"], e["dtype"], tuple(e["shape"]))
+            assert fnv1a64(t.tobytes()) == e["fnv1a64"]
+        assert "nope" not in f
+        with pytest.raises(KeyError):
+            f["nope"]
+
+
+def test_numpy_from_dlpack_is_zero_copy_and_read_only():
+    from safetensors.numpy import load_file
+
+    ref = load_file(str(FIX / "basic.safetensors"))
+    f = hostfirst.open(FIX / "basic.safetensors")
+    for name in ("i32", "f32", "u64", "f16", "bool", "c64", "scalar", "rank8", "empty"):
+        t = f[name]
+        a = np.from_dlpack(t)
+        assert a.dtype == ref[name].dtype and a.shape == ref[name].shape
+        np.testing.assert_array_equal(a, ref[name])
+        assert not a.flags.writeable
+        if t.nbytes:
+            assert a.ctypes.data == t.data_ptr  # the mapping itself, no copy
+            with pytest.raises(ValueError):
+                a.flat[0] = a.flat[0]
+        b = t.numpy()
+        np.testing.assert_array_equal(b, ref[name])
+        assert not b.flags.writeable and (not t.nbytes or b.ctypes.data == t.data_ptr)
+    assert f["i32"].__dlpack_device__() == (1, 0)
+
+
+def test_row_slices_are_views():
+    with hostfirst.open(FIX / "tokens.safetensors") as f:
+        tokens = f["tokens"]
+    ref = np.frombuffer(tokens.tobytes(), dtype=np.uint16)
+    head = tokens[0:1024]
+    assert head.shape == (1024,) and head.nbytes == 2048
+    assert head.data_ptr == tokens.data_ptr
+    mid = tokens[100:200]
+    assert mid.data_ptr == tokens.data_ptr + 200
+    np.testing.assert_array_equal(np.from_dlpack(mid), ref[100:200])
+    assert tokens[-5:].shape == (5,) and tokens[10:5].shape == (0,)
+    with pytest.raises(ValueError):
+        tokens[::2]
+    with pytest.raises(TypeError):
+        tokens[3]
+    with hostfirst.open(FIX / "basic.safetensors") as f:
+        with pytest.raises(hostfirst.UnsupportedError):
+            f["scalar"][0:1]
+
+
+def test_low_precision_via_ml_dtypes():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from safetensors.numpy import load_file
+
+    ref = load_file(str(FIX / "sharded" / "model-00001-of-00002.safetensors"))
+    f = hostfirst.open(FIX / "sharded" / "model.safetensors.index.json")
+    e = f["embed"].numpy()
+    assert e.dtype == ml_dtypes.bfloat16 and not e.flags.writeable
+    np.testing.assert_array_equal(e.view(np.uint16), ref["embed"].view(np.uint16))
+    lowp = hostfirst.open(FIX / "lowp.safetensors")
+    assert lowp["f8_e4m3"].numpy().dtype == ml_dtypes.float8_e4m3fn
+    assert lowp["f8_e5m2fnuz"].numpy().dtype == ml_dtypes.float8_e5m2fnuz
+    with pytest.raises(TypeError):
+        lowp["f4"].numpy()  # packed 4-bit: no NumPy dtype; DLPack still describes it
+
+
+def test_dlpack_capsule_fields_and_lifetime():
+    base = hostfirst.handle_count()
+    f = hostfirst.open(FIX / "lowp.safetensors")
+    cap = f["f4"].__dlpack__(max_version=(1, 1))
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    from hostfirst._tensors import DLManagedTensorVersioned
+
+    m = ctypes.cast(get(cap, b"dltensor_versioned"), ctypes.POINTER(DLManagedTensorVersioned)).contents
+    assert (m.major, m.minor, m.flags) == (1, 1, 1)
+    t = m.dl_tensor
+    assert (t.dtype.code, t.dtype.bits, t.dtype.lanes) == (17, 4, 1)  # kDLFloat4_e2m1fn
+    assert (t.device.device_type, t.device.device_id, t.ndim) == (1, 0, 2) and not t.strides
+    f.close()
+    del f
+    gc.collect()
+    assert hostfirst.handle_count() == base + 1  # the unconsumed export
+    del cap, m, t
+    gc.collect()
+    assert hostfirst.handle_count() == base  # the capsule's destructor called the deleter
+
+    f = hostfirst.open(FIX / "basic.safetensors")
+    a = np.from_dlpack(f["f64"])
+    f.close()
+    del f
+    gc.collect()
+    assert a.sum() == pytest.approx(np.sum(a))  # still mapped
+    assert hostfirst.handle_count() == base + 1
+    del a
+    gc.collect()
+    assert hostfirst.handle_count() == base
+
+
+def test_dlpack_requests_it_cannot_serve():
+    t = hostfirst.open(FIX / "basic.safetensors")["i32"]
+    with pytest.raises(BufferError):
+        t.__dlpack__()  # legacy unversioned: no read-only flag
+    with pytest.raises(BufferError):
+        t.__dlpack__(max_version=(1, 0), copy=True)
+    with pytest.raises(BufferError):
+        t.__dlpack__(max_version=(1, 0), dl_device=(2, 0))
+    with pytest.raises(NotImplementedError):
+        t.to("cpu")
+    with pytest.raises(NotImplementedError):
+        hostfirst.load(FIX / "basic.safetensors", rules=[("*", "default")])
+
+
+def test_errors_raise_status_classes(tmp_path):
+    with pytest.raises(hostfirst.IoError) as e:
+        hostfirst.open(tmp_path / "missing.safetensors")
+    assert "missing.safetensors" in str(e.value) and isinstance(e.value, OSError)
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes((4).to_bytes(8, "little") + b"{x}\x00")
+    with pytest.raises(hostfirst.FormatError) as e:
+        hostfirst.open(bad)
+    assert e.value.status_name == "INVALID_HEADER_JSON"
