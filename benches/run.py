@@ -6,7 +6,7 @@
 Generates real-data safetensors files (deleted afterwards unless --keep), warms the page cache and checks residency
 with mincore, runs every measurement in a fresh process (hostfirst and peers interleaved, >= 5 reps), writes raw
 records to benches/results/<stamp>.json (and latest.json), the tables to BENCHMARKS.md, and the plot to
-benches/plot.png. `python3 benches/run.py --peer OP ...` is the Python-peer side (one op per process).
+benches/plot.png. Every run (also --quick and --only) rewrites BENCHMARKS.md from latest.json: commit full runs. `python3 benches/run.py --peer OP ...` is the Python-peer side (one op per process).
 """
 import json
 import os
@@ -350,11 +350,12 @@ def main():
         if "gather" in only:
             m_prev["gather_build"] = m["gather_build"]
         doc = dict(machine=m_prev, records=[r for r in prev["records"] if r["op"] not in drop] + recs)
-    with open(os.path.join(outdir, f"{stamp}{'-quick' if quick else ''}{'-only-' + '-'.join(sorted(only)) if '--only' in argv else ''}.json"), "w") as f:
+    raw = f"{stamp}{'-quick' if quick else ''}{'-only-' + '-'.join(sorted(only)) if '--only' in argv else ''}.json"
+    with open(os.path.join(outdir, raw), "w") as f:
         json.dump(dict(machine=m, records=recs), f, indent=1)
     with open(latest, "w") as f:
         json.dump(doc, f, indent=1)
-    print(f"wrote benches/results/{stamp}.json ({len(recs)} records, {m['wall_s']} s)")
+    print(f"wrote benches/results/{raw} ({len(recs)} records, {m['wall_s']} s)")
     if not keep:
         for p in list(files.values()) + [many]:
             os.remove(p)
