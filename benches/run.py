@@ -1,0 +1,366 @@
+#!/usr/bin/env python3
+"""hostfirst benchmarks against peers, measured in the same run (issue 6). Not a test.
+
+    bash benches/run.sh [--quick] [--reps N] [--data DIR] [--keep]
+
+Generates real-data safetensors files (deleted afterwards unless --keep), warms the page cache and checks residency
+with mincore, runs every measurement in a fresh process (hostfirst and peers interleaved, >= 5 reps), writes raw
+records to benches/results/<stamp>.json (and latest.json), the tables to BENCHMARKS.md, and the plot to
+benches/plot.png. Every run (also --quick and --only) rewrites BENCHMARKS.md from latest.json: commit full runs. `python3 benches/run.py --peer OP ...` is the Python-peer side (one op per process).
+"""
+import json
+import os
+import platform
+import statistics
+import struct
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+MiB, GiB = 1 << 20, 1 << 30
+
+
+# ---------------------------------------------------------------------------------------------- peers (child side)
+def status_kib(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def header_len(path):
+    with open(path, "rb") as f:
+        return struct.unpack("<Q", f.read(8))[0]
+
+
+def peer(op, args):
+    import numpy as np
+
+    if op == "safe_open":
+        from safetensors import safe_open
+
+        path = args[0]
+        a0, f0, r0 = status_kib("RssAnon"), status_kib("RssFile"), status_kib("VmRSS")
+        t = time.perf_counter()
+        with safe_open(path, framework="np") as f:
+            keys = list(f.keys())
+            md = f.metadata()
+            dt = time.perf_counter() - t
+            a1, f1, r1 = status_kib("RssAnon"), status_kib("RssFile"), status_kib("VmRSS")
+        rec = dict(op="open", impl="py-safe_open", file=path, tensors=len(keys), header_bytes=header_len(path),
+                   t_open_list_meta_s=dt, rss_before_kib=r0, rss_after_kib=r1, anon_growth_kib=a1 - a0,
+                   file_growth_kib=f1 - f0, meta=len(md or {}))
+    elif op == "load_file":
+        from safetensors.numpy import load_file
+
+        path = args[0]
+        r0 = status_kib("VmRSS")
+        t = time.perf_counter()
+        d = load_file(path)
+        dt = time.perf_counter() - t
+        nbytes = sum(v.nbytes for v in d.values())
+        rec = dict(op=args[1] if len(args) > 1 else "put-cpu", impl="py-safetensors.numpy.load_file", file=path,
+                   bytes=nbytes, tensors=len(d), t_s=dt, gbps=nbytes / 1e9 / dt, rss_before_kib=r0,
+                   vmhwm_kib=status_kib("VmHWM"), us_per_tensor=dt * 1e6 / len(d))
+    elif op == "get_tensor_loop":
+        from safetensors import safe_open
+
+        path = args[0]
+        t = time.perf_counter()
+        out = {}
+        with safe_open(path, framework="np") as f:
+            for k in f.keys():
+                out[k] = f.get_tensor(k)
+        dt = time.perf_counter() - t
+        nbytes = sum(v.nbytes for v in out.values())
+        rec = dict(op="load-all", impl="py-safe_open.get_tensor", file=path, bytes=nbytes, tensors=len(out), t_s=dt,
+                   us_per_tensor=dt * 1e6 / len(out), vmhwm_kib=status_kib("VmHWM"))
+    elif op == "fromfile":
+        path = args[0]
+        hl = header_len(path)
+        n = os.path.getsize(path) - 8 - hl
+        r0 = status_kib("VmRSS")
+        t = time.perf_counter()
+        a = np.fromfile(path, dtype=np.uint8, count=n, offset=8 + hl)
+        dt = time.perf_counter() - t
+        rec = dict(op="put-cpu", impl="py-numpy.fromfile", file=path, bytes=a.nbytes, t_s=dt, gbps=a.nbytes / 1e9 / dt,
+                   rss_before_kib=r0, vmhwm_kib=status_kib("VmHWM"))
+    elif op == "get_batch":
+        # nanoGPT train.py get_batch, minus torch: a new np.memmap per batch (nanoGPT does this to avoid a memory
+        # leak), B random windows, x and y stacked as int64.
+        path, B, T, iters, seed = args[0], int(args[1]), int(args[2]), int(args[3]), int(args[4])
+        off = 8 + header_len(path)
+        n = (os.path.getsize(path) - off) // 2
+        rng = np.random.default_rng(seed)
+        lat = []
+        for it in range(iters + 3):
+            t = time.perf_counter()
+            data = np.memmap(path, dtype=np.uint16, mode="r", offset=off, shape=(n,))
+            ix = rng.integers(0, len(data) - T - 1, size=B)
+            x = np.stack([data[i:i + T].astype(np.int64) for i in ix])
+            y = np.stack([data[i + 1:i + 1 + T].astype(np.int64) for i in ix])
+            dt = time.perf_counter() - t
+            del data
+            if it >= 3:
+                lat.append(dt)
+        lat.sort()
+        q = lambda p: lat[round((len(lat) - 1) * p)]
+        rec = dict(op="gather", impl="py-nanoGPT-get_batch", B=B, T=T, iters=iters, p50_s=q(0.5), p99_s=q(0.99),
+                   mean_s=sum(lat) / len(lat), checksum=int(x[0, 0] + y[-1, -1]))
+    else:
+        sys.exit(f"unknown peer op {op}")
+    print(json.dumps(rec))
+
+
+# ---------------------------------------------------------------------------------------------- driver
+def sh(cmd):
+    return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
+
+
+def machine():
+    mem = sh("awk '/MemTotal/{print $2}' /proc/meminfo")
+    import numpy, safetensors
+
+    return dict(
+        cpu=sh("lscpu | sed -n 's/^Model name: *//p'") or platform.processor(),
+        cores=os.cpu_count(), mem_gib=round(int(mem) / 1024 / 1024, 1) if mem else None,
+        kernel=platform.release(), date_utc=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        rustc=sh("rustc --version"), python=platform.python_version(), numpy=numpy.__version__,
+        safetensors_py=safetensors.__version__, safetensors_rust="0.8.0 (crate)",
+        loadavg_start=open("/proc/loadavg").read().split()[:3],
+        gpu="none (no GPU was available to this task)", git=sh(f"git -C {ROOT} rev-parse --short HEAD"))
+
+
+def build():
+    p = subprocess.run(["cargo", "build", "--release", "--bench", "hostfirst-bench", "--message-format=json"],
+                       cwd=ROOT, capture_output=True, text=True)
+    exe = None
+    for line in p.stdout.splitlines():
+        try:
+            m = json.loads(line)
+        except ValueError:
+            continue
+        if m.get("reason") == "compiler-artifact" and m.get("target", {}).get("name") == "hostfirst-bench":
+            exe = m.get("executable") or exe
+    if p.returncode != 0 or not exe:
+        sys.stderr.write(p.stderr)
+        sys.exit("build failed")
+    return exe
+
+
+def build_gather(rev):
+    """Builds benches/bench.rs with the gather op against `rev` (a commit or branch that has place::Gather: the
+    primitive is on branch `rules`, not yet on main) from a `git archive` copy; nothing is merged or checked out."""
+    ok = subprocess.run(["git", "-C", ROOT, "cat-file", "-e", f"{rev}:src/place/gather.rs"], capture_output=True)
+    if ok.returncode != 0:
+        return None, None
+    commit = sh(f"git -C {ROOT} rev-parse --short {rev}")
+    src = os.path.join(ROOT, "bench-out", "gather-src")
+    subprocess.run(f"rm -rf {src} && mkdir -p {src}/benches && git -C {ROOT} archive {rev} | tar -x -C {src}",
+                   shell=True, check=True)
+    subprocess.run(["cp", os.path.join(HERE, "bench.rs"), os.path.join(src, "benches", "bench.rs")], check=True)
+    cargo = open(os.path.join(src, "Cargo.toml")).read()
+    if "hostfirst-bench" not in cargo:
+        with open(os.path.join(src, "Cargo.toml"), "a") as f:
+            f.write('\n[[bench]]\nname = "hostfirst-bench"\npath = "benches/bench.rs"\nharness = false\n')
+    env = dict(os.environ, RUSTFLAGS="--cfg hostfirst_gather",
+               CARGO_TARGET_DIR=os.path.join(ROOT, "bench-out", "gather-target"))
+    p = subprocess.run(["cargo", "build", "--release", "--bench", "hostfirst-bench", "--message-format=json"],
+                       cwd=src, capture_output=True, text=True, env=env)
+    exe = None
+    for line in p.stdout.splitlines():
+        try:
+            m = json.loads(line)
+        except ValueError:
+            continue
+        if m.get("reason") == "compiler-artifact" and m.get("target", {}).get("name") == "hostfirst-bench":
+            exe = m.get("executable") or exe
+    if p.returncode != 0 or not exe:
+        sys.stderr.write(p.stderr[-3000:])
+        return None, None
+    return exe, commit
+
+
+def write_single(path, nbytes, name="tokens"):
+    """One u16 tensor of nbytes real (non-sparse) bytes."""
+    import numpy as np
+
+    hdr = {"__metadata__": {"format": "np", "source": "hostfirst benches"},
+           name: {"dtype": "U16", "shape": [nbytes // 2], "data_offsets": [0, nbytes]}}
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    rng = np.random.default_rng(1)
+    block = rng.integers(0, 50257, size=min(nbytes, 64 * MiB) // 2, dtype=np.uint16)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        left, i = nbytes, 0
+        while left:
+            b = (block ^ np.uint16(i & 0xFFFF)).tobytes()[:left]
+            f.write(b)
+            left -= len(b)
+            i += 1
+
+
+def write_many(path, count, elems):
+    """count f32[elems] tensors, names t.000000..."""
+    import numpy as np
+
+    nb = elems * 4
+    hdr = {"__metadata__": {"format": "np"}}
+    for i in range(count):
+        hdr[f"t.{i:06d}"] = {"dtype": "F32", "shape": [elems], "data_offsets": [i * nb, (i + 1) * nb]}
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    data = np.arange(count * elems, dtype=np.float32).tobytes()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        f.write(data)
+
+
+def warm(exe, path):
+    with open(path, "rb", buffering=0) as f:
+        while f.read(64 * MiB):
+            pass
+    return json.loads(sh(f"{exe} resident {path}"))["fraction"]
+
+
+def run1(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(f"FAILED {cmd}: {p.stderr[-2000:]}\n")
+        return None
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main():
+    argv = sys.argv[1:]
+    if argv and argv[0] == "--peer":
+        return peer(argv[1], argv[2:])
+    quick = "--quick" in argv
+    keep = "--keep" in argv
+    reps = int(argv[argv.index("--reps") + 1]) if "--reps" in argv else (3 if quick else 5)
+    data = argv[argv.index("--data") + 1] if "--data" in argv else os.path.join(ROOT, "bench-out", "data")
+    os.makedirs(data, exist_ok=True)
+    py = [sys.executable, os.path.abspath(__file__), "--peer"]
+    t_start = time.time()
+    only = set(argv[argv.index("--only") + 1].split(",")) if "--only" in argv else {"open", "put", "gather", "many"}
+    gather_rev = argv[argv.index("--gather-rev") + 1] if "--gather-rev" in argv else "rules"
+    exe = build()
+    gexe, gcommit = build_gather(gather_rev) if "gather" in only else (None, None)
+    m = machine()
+    m["gather_build"] = (f"hostfirst gather op built from {gather_rev} @ {gcommit} (git archive; main has no gather yet)"
+                         if gexe else f"gather primitive not found at {gather_rev}: pending")
+    m["reps"] = reps
+    m["quick"] = quick
+    m["command"] = "bash benches/run.sh" + (" --quick" if quick else "") + (
+        f" --only {','.join(sorted(only))}" if "--only" in argv else "")
+    print(f"machine: {m}", flush=True)
+    recs = []
+
+    def add(r, **extra):
+        if r:
+            r.update(extra)
+            recs.append(r)
+
+    sizes = [2 * MiB, 64 * MiB, 512 * MiB, 2 * GiB, 4 * GiB] if not quick else [2 * MiB, 64 * MiB, 2 * GiB]
+    counts = [10, 100, 1000, 10000, 100000] if not quick else [10, 1000, 100000]
+    files = {}
+    print("generating files ...", flush=True)
+    for s in sizes:
+        p = os.path.join(data, f"single-{s // MiB}MiB.safetensors")
+        if not os.path.exists(p) or os.path.getsize(p) < s:
+            write_single(p, s)
+        files[("size", s)] = p
+    for c in counts:
+        p = os.path.join(data, f"count-{c}.safetensors")
+        if not os.path.exists(p):
+            write_many(p, c, 16)
+        files[("count", c)] = p
+    many = os.path.join(data, "many-20000x4KiB.safetensors")
+    if not os.path.exists(many):
+        write_many(many, 20000, 1024)
+    big = files[("size", 2 * GiB)]  # the put tensor and the token file (u16, 1 Gi tokens)
+
+    # 1. open vs size and vs count
+    print("1. open ...", flush=True)
+    for key, path in files.items() if "open" in only else []:
+        res = warm(exe, path)
+        for r in range(reps):
+            add(run1([exe, "open", path]), series=key[0], x=key[1], rep=r, resident=res)
+            add(run1([exe, "rust-safetensors", path]), series=key[0], x=key[1], rep=r, resident=res)
+            add(run1(py + ["safe_open", path]), series=key[0], x=key[1], rep=r, resident=res)
+
+    # 2. host materialise of the 2 GiB tensor
+    print("2. put-cpu ...", flush=True)
+    n = os.path.getsize(big) - 8 - header_len(big)
+    thr = str(os.cpu_count())
+    put_reps = reps if quick else max(reps, 7)  # the noisiest section on a shared VM: two more processes
+    for r in range(put_reps) if "put" in only else []:
+        res = warm(exe, big)
+        add(run1([exe, "put-cpu", big, "tokens"]), rep=r, resident=res)
+        add(run1([exe, "fill-cpu", big, "tokens"]), rep=r, resident=res)
+        add(run1([exe, "memcpy", str(n), thr]), rep=r)
+        add(run1([exe, "memcpy", str(n), thr, "fresh"]), rep=r)
+        add(run1([exe, "memcpy", str(n), thr, "fresh-thp"]), rep=r)
+        add(run1([exe, "pread", big, thr]), rep=r, resident=res)
+        add(run1(py + ["fromfile", big]), rep=r, resident=res)
+        add(run1(py + ["load_file", big]), rep=r, resident=res)
+
+    # 3. gather: nanoGPT get_batch vs hostfirst (gather primitive pending; read_at loop measured as a stand-in row)
+    print("3. gather ...", flush=True)
+    warm(exe, big)
+    for B in (12, 64, 512) if "gather" in only else ():
+        for T in (1024, 8192):
+            iters = 200 if B * T <= 64 * 1024 else (60 if B * T <= 64 * 8192 else 25)
+            if quick:
+                iters = max(10, iters // 4)
+            for r in range(reps):
+                add(run1(py + ["get_batch", big, str(B), str(T), str(iters), str(r + 1)]), rep=r)
+                if gexe:
+                    add(run1([gexe, "gather", big, "tokens", str(B), str(T), str(iters), str(r + 1)]), rep=r)
+                    add(run1([gexe, "gather1", big, "tokens", str(B), str(T), str(iters), str(r + 1)]), rep=r)
+                add(run1([exe, "gather-readat", big, "tokens", str(B), str(T), str(iters), str(r + 1)]), rep=r)
+
+    # 4. many-tensor whole-file load to cpu
+    print("4. many-tensor ...", flush=True)
+    res = warm(exe, many)
+    for r in range(reps) if "many" in only else []:
+        add(run1([exe, "load-all", many]), rep=r, resident=res)
+        add(run1([exe, "rust-safetensors-load-all", many]), rep=r, resident=res)
+        add(run1(py + ["load_file", many, "load-all"]), rep=r, resident=res)
+        add(run1(py + ["get_tensor_loop", many]), rep=r, resident=res)
+
+    m["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
+    m["wall_s"] = round(time.time() - t_start, 1)
+    outdir = os.path.join(HERE, "results")
+    os.makedirs(outdir, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    doc = dict(machine=m, records=recs)
+    latest = os.path.join(outdir, "latest.json")
+    if "--only" in argv and os.path.exists(latest):
+        # A partial re-run replaces those sections' records in latest.json and is noted in its machine block.
+        prev = json.load(open(latest))
+        ops = {"open": {"open"}, "put": {"put-cpu", "memcpy", "pread"}, "gather": {"gather"}, "many": {"load-all"}}
+        drop = set().union(*(ops[o] for o in only))
+        m_prev = prev["machine"]
+        m_prev.setdefault("partial_reruns", []).append(m)
+        if "gather" in only:
+            m_prev["gather_build"] = m["gather_build"]
+        doc = dict(machine=m_prev, records=[r for r in prev["records"] if r["op"] not in drop] + recs)
+    raw = f"{stamp}{'-quick' if quick else ''}{'-only-' + '-'.join(sorted(only)) if '--only' in argv else ''}.json"
+    with open(os.path.join(outdir, raw), "w") as f:
+        json.dump(dict(machine=m, records=recs), f, indent=1)
+    with open(latest, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(f"wrote benches/results/{raw} ({len(recs)} records, {m['wall_s']} s)")
+    if not keep:
+        for p in list(files.values()) + [many]:
+            os.remove(p)
+    subprocess.run([sys.executable, os.path.join(HERE, "report.py"), os.path.join(outdir, "latest.json")], check=True)
+
+
+if __name__ == "__main__":
+    main()
