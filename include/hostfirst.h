@@ -403,6 +403,26 @@
 #define HOSTFIRST_MAX_NAME_LEN 4096
 
 /**
+ * Placement of a tensor: it stays a zero-copy host view of the file's mapping.
+ */
+#define HOSTFIRST_PLACEMENT_HOST 1
+
+/**
+ * Placement of a tensor: it is copied into a buffer on a device.
+ */
+#define HOSTFIRST_PLACEMENT_DEVICE 2
+
+/**
+ * Loads a tensor through `hostfirst_load_get`: it is a zero-copy host view.
+ */
+#define HOSTFIRST_LOADED_VIEW 1
+
+/**
+ * Loads a tensor through `hostfirst_load_get`: it is a buffer on a device.
+ */
+#define HOSTFIRST_LOADED_BUFFER 2
+
+/**
  * Source of the default: a scope pushed on the calling thread.
  */
 #define HOSTFIRST_DEFAULT_SOURCE_SCOPE 0
@@ -595,10 +615,36 @@ typedef struct hostfirst_buffer hostfirst_buffer;
 typedef struct hostfirst_file hostfirst_file;
 
 /**
+ * A reusable batch gather: a `[batch, window]` destination on one device (plus page-locked staging for
+ * CUDA). Created by `hostfirst_gather_new`, released by `hostfirst_gather_free`. Calls on one handle are
+ * serialised internally.
+ */
+typedef struct hostfirst_gather hostfirst_gather;
+
+/**
+ * The result of a whole-file load: every tensor of the file by name, as a buffer or a host view. Created by
+ * `hostfirst_load_run`, released by `hostfirst_load_free`. Immutable: every call on it is thread-safe.
+ */
+typedef struct hostfirst_load hostfirst_load;
+
+/**
+ * A placement plan: the dry run of rules over a file. Created by `hostfirst_plan_make`, released by
+ * `hostfirst_plan_free`. Immutable: every call on it is thread-safe.
+ */
+typedef struct hostfirst_plan hostfirst_plan;
+
+/**
  * An asynchronous put in progress (`hostfirst_put_start`); released with `hostfirst_put_op_free`.
  * `hostfirst_put_poll` and `hostfirst_put_wait` may be called from any thread.
  */
 typedef struct hostfirst_put_op hostfirst_put_op;
+
+/**
+ * An ordered list of placement rules (glob pattern on tensor names → target). Created by
+ * `hostfirst_rules_new`, released by `hostfirst_rules_free`. Calls on one handle are serialised internally
+ * and may come from any thread.
+ */
+typedef struct hostfirst_rules hostfirst_rules;
 
 /**
  * A read-only view of one tensor, or of a row range of one (`hostfirst_view_slice_rows`).
@@ -993,6 +1039,85 @@ typedef struct hostfirst_buffer_info {
    */
   const char *name;
 } hostfirst_buffer_info;
+
+/**
+ * One tensor of a plan, filled by `hostfirst_plan_tensor`. Set `struct_size = sizeof(hostfirst_plan_tensor_info)`
+ * before the call; fields may be appended in later minor versions.
+ */
+typedef struct hostfirst_plan_tensor_info {
+  /**
+   * In: the caller's `sizeof(hostfirst_plan_tensor_info)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
+  /**
+   * The tensor name (NUL-terminated UTF-8), valid until the plan is freed.
+   */
+  const char *name;
+  /**
+   * `HOSTFIRST_PLACEMENT_HOST` or `HOSTFIRST_PLACEMENT_DEVICE`.
+   */
+  uint32_t placement;
+  /**
+   * The index of the rule that matched, or -1 when none did (the tensor stays on the host).
+   */
+  int32_t rule;
+  /**
+   * The device for `HOSTFIRST_PLACEMENT_DEVICE` (`{0, 0}` for host).
+   */
+  struct hostfirst_device device;
+  /**
+   * Size in bytes.
+   */
+  uint64_t nbytes;
+} hostfirst_plan_tensor_info;
+
+/**
+ * One device of a plan, filled by `hostfirst_plan_device`. Set `struct_size` as for
+ * `hostfirst_plan_tensor_info`.
+ */
+typedef struct hostfirst_plan_device_info {
+  /**
+   * In: the caller's `sizeof(hostfirst_plan_device_info)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
+  /**
+   * The device.
+   */
+  struct hostfirst_device device;
+  /**
+   * Bytes the plan puts on it.
+   */
+  uint64_t bytes;
+  /**
+   * Number of tensors the plan puts on it.
+   */
+  uint64_t tensors;
+  /**
+   * Bytes usable on it when the plan was made: free memory less the fit check's safety margin.
+   */
+  uint64_t usable;
+  /**
+   * Its total memory.
+   */
+  uint64_t total;
+  /**
+   * 1 when `bytes <= usable`, else 0.
+   */
+  uint32_t fits;
+  /**
+   * The largest tensor it receives (NUL-terminated UTF-8), valid until the plan is freed.
+   */
+  const char *largest_name;
+  /**
+   * That tensor's size in bytes.
+   */
+  uint64_t largest_bytes;
+} hostfirst_plan_device_info;
+
+/**
+ * Progress of a load: `done` and `total` bytes moved to devices so far; return nonzero to cancel.
+ */
+typedef int (*hostfirst_load_progress_fn)(uint64_t done, uint64_t total, void *user);
 
 /**
  * A thread's default device and strictness, captured by `hostfirst_scope_capture` to be entered on another
@@ -1581,6 +1706,207 @@ hostfirst_status hostfirst_buffer_to(const struct hostfirst_buffer *buffer,
  * later puts allocate again. Thread-safe; never fails.
  */
 hostfirst_status hostfirst_release_cached_memory(void);
+
+/**
+ * Creates an empty rule list and writes its handle to `*out`. With no rules every tensor stays on the host.
+ * Free it with `hostfirst_rules_free`. Errors: `NULL_ARGUMENT`. Thread-safe.
+ */
+hostfirst_status hostfirst_rules_new(struct hostfirst_rules **out);
+
+/**
+ * Appends the rule `pattern` → `target` (lower priority than every rule already added: the first match
+ * wins). `pattern` is a glob on tensor names: `*` any run of characters, `?` one character, `[a-z]`,
+ * `[!a-z]` a character class, `\x` a literal `x`. `target` is a device spec (`cpu`, `cuda:0`, `cuda_host`,
+ * ...), `default` (the default device, resolved through the calling thread's default stack when a plan is
+ * made; strict mode refuses it) or `host` (stay a zero-copy view). Device presence is checked when a plan is
+ * made, not here. Both strings are copied. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`
+ * (empty or malformed pattern, unknown target). On error the list is unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_rules_add(struct hostfirst_rules *rules,
+                                     const char *pattern,
+                                     const char *target);
+
+/**
+ * Appends a rule written `pattern=target` (the CLI's `--rule` form; the last `=` separates the two), with
+ * the rules of `hostfirst_rules_add`. Thread-safe.
+ */
+hostfirst_status hostfirst_rules_add_spec(struct hostfirst_rules *rules,
+                                          const char *spec);
+
+/**
+ * Frees a rule list. NULL is a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Plans made from it
+ * are independent of it. Thread-safe.
+ */
+hostfirst_status hostfirst_rules_free(struct hostfirst_rules *rules);
+
+/**
+ * Makes a plan (a dry run: nothing is allocated, no byte moves): applies `rules` to every tensor of
+ * `file` — the first matching rule decides, unmatched tensors stay on the host — and takes, once per device
+ * that receives tensors, its usable memory now. `default` targets resolve through the calling thread's
+ * default stack. Writes a new handle to `*out` (free with `hostfirst_plan_free`); the plan does not keep
+ * `file` or `rules` alive. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `IMPLICIT_PLACEMENT` (a tensor
+ * matched a `default` rule in strict mode; the message names tensor and rule), `NO_SUCH_DEVICE` /
+ * `UNAVAILABLE` (a rule's device is absent), `DEVICE_ERROR`. A plan that does not fit is not an error: see
+ * `hostfirst_plan_device`'s `fits`. Thread-safe.
+ */
+hostfirst_status hostfirst_plan_make(const struct hostfirst_file *file,
+                                     const struct hostfirst_rules *rules,
+                                     struct hostfirst_plan **out);
+
+/**
+ * Writes the number of tensors of the plan (the file's tensors, in file order) to `*out_count`.
+ * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_plan_tensor_count(const struct hostfirst_plan *plan, size_t *out_count);
+
+/**
+ * Fills `*out` for the plan's `index`-th tensor (file order). Set `out->struct_size` first. Strings stay
+ * valid until the plan is freed. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `OUT_OF_RANGE`,
+ * `INVALID_ARGUMENT` (struct_size too small). Thread-safe.
+ */
+hostfirst_status hostfirst_plan_tensor(const struct hostfirst_plan *plan,
+                                       size_t index,
+                                       struct hostfirst_plan_tensor_info *out);
+
+/**
+ * Writes the number of devices receiving at least one tensor to `*out_count`. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_plan_device_count(const struct hostfirst_plan *plan,
+                                             size_t *out_count);
+
+/**
+ * Fills `*out` with the `index`-th device summary (order of first use): bytes, tensors, usable and total
+ * memory when the plan was made, whether it fits, the largest tensor. Set `out->struct_size` first. Errors
+ * as for `hostfirst_plan_tensor`. Thread-safe.
+ */
+hostfirst_status hostfirst_plan_device(const struct hostfirst_plan *plan,
+                                       size_t index,
+                                       struct hostfirst_plan_device_info *out);
+
+/**
+ * Frees a plan. NULL is a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_plan_free(struct hostfirst_plan *plan);
+
+/**
+ * Applies `plan` (made from `file`) and writes a new load handle to `*out` (free with `hostfirst_load_free`).
+ *
+ * Before the first byte moves, every device of the plan is fit-checked against its memory free *now*; the
+ * first that does not fit gives `OUT_OF_MEMORY` naming the device with the numbers (structured: `hostfirst_last_fit`),
+ * and nothing is allocated. Then each device tensor is
+ * put (fit check, allocation, parallel reads / pinned staging); host tensors become views.
+ *
+ * `progress` (may be NULL) is called on the calling thread at a bounded rate with the bytes moved to
+ * devices so far and in all, at least once, last with `done == total`; returning nonzero cancels:
+ * `CANCELLED`, and everything the load had allocated is freed. Any other failure also frees everything.
+ * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (the plan was made for another file),
+ * `OUT_OF_MEMORY`, `CANCELLED`, `DEVICE_ERROR`, `IO`, `TRUNCATED`. On error `*out` is unchanged.
+ * Thread-safe; `user` is passed through untouched.
+ */
+hostfirst_status hostfirst_load_run(const struct hostfirst_file *file,
+                                    const struct hostfirst_plan *plan,
+                                    hostfirst_load_progress_fn progress,
+                                    void *user,
+                                    struct hostfirst_load **out);
+
+/**
+ * Writes the number of tensors of a load (every tensor of the file) to `*out_count`. Errors:
+ * `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_load_count(const struct hostfirst_load *load, size_t *out_count);
+
+/**
+ * Finds the tensor `name` of a load. Writes `HOSTFIRST_LOADED_VIEW` or `HOSTFIRST_LOADED_BUFFER` to
+ * `*out_kind`; then, for a buffer, a **new** `hostfirst_buffer` handle to `*out_buffer` (when non-NULL),
+ * and for a view a **new** `hostfirst_view` handle to `*out_view` (when non-NULL); the other output is set
+ * to NULL. The caller frees each returned handle (`hostfirst_buffer_free`, `hostfirst_view_free`); a
+ * returned buffer shares its memory with the load, and that memory is released when the load and every
+ * handle to it are freed, in any order. Pass NULL for both to ask only for the kind. Errors:
+ * `NULL_ARGUMENT` (load, name, out_kind), `INVALID_HANDLE`, `NOT_FOUND`. Thread-safe.
+ */
+hostfirst_status hostfirst_load_get(const struct hostfirst_load *load,
+                                    const char *name,
+                                    uint32_t *out_kind,
+                                    struct hostfirst_buffer **out_buffer,
+                                    struct hostfirst_view **out_view);
+
+/**
+ * Frees a load. NULL is a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Buffers and views
+ * obtained with `hostfirst_load_get` stay valid. Thread-safe.
+ */
+hostfirst_status hostfirst_load_free(struct hostfirst_load *load);
+
+/**
+ * Creates a reusable gather of `[batch, window]` elements of `dtype` (a `HOSTFIRST_DTYPE_*` of whole bytes)
+ * on `device`: allocates, after a fit check, the destination (and for CUDA one page-locked staging buffer
+ * of the same size and a stream). Later `hostfirst_gather_run` calls allocate nothing. Writes a new handle
+ * to `*out` (free with `hostfirst_gather_free`). Errors: `NULL_ARGUMENT`, `INVALID_ARGUMENT` (batch or window
+ * 0, unknown or sub-byte dtype, bad device value), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `OUT_OF_MEMORY`,
+ * `DEVICE_ERROR`. Thread-safe.
+ */
+hostfirst_status hostfirst_gather_new(struct hostfirst_device device,
+                                      uint32_t dtype,
+                                      uint64_t batch,
+                                      uint64_t window,
+                                      struct hostfirst_gather **out);
+
+/**
+ * Assembles one batch: row `i` of the destination = elements `offsets[i] .. offsets[i] + window` of the
+ * 1-D tensor `source`, for `i < n` (`n` must equal the batch). The windows are copied from the mapping
+ * (cpu and cuda_host: straight into the destination; cuda: into the staging buffer, then one asynchronous
+ * copy). Returns once the batch is in place. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`
+ * (source not 1-D, dtype differs, `n` differs from the batch), `OUT_OF_RANGE` naming the first offset
+ * (index and value) whose window runs past the end, `DEVICE_ERROR`. Reads go through the file's mapping:
+ * see `hostfirst_view_info.data` for the truncation hazard. Calls on one gather are serialised.
+ */
+hostfirst_status hostfirst_gather_run(struct hostfirst_gather *gather,
+                                      const struct hostfirst_view *source,
+                                      const uint64_t *offsets,
+                                      size_t n);
+
+/**
+ * Writes the gather's destination as a **borrowed** `hostfirst_buffer` handle to `*out` (the same handle
+ * on every call): usable with every buffer function while the gather lives; do not free it —
+ * `hostfirst_gather_free` does, after which it is stale (`INVALID_HANDLE`). Its contents change with each
+ * `hostfirst_gather_run`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_gather_buffer(struct hostfirst_gather *gather,
+                                         struct hostfirst_buffer **out);
+
+/**
+ * Copies the current batch (`batch * window * element size` bytes, C order) into `dst`, which holds `cap`
+ * bytes. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `BUFFER_TOO_SMALL`, `DEVICE_ERROR`. Thread-safe.
+ */
+hostfirst_status hostfirst_gather_copy_to_host(const struct hostfirst_gather *gather,
+                                               void *dst,
+                                               size_t cap);
+
+/**
+ * Writes the size of one batch in bytes to `*out_nbytes`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`.
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_gather_nbytes(const struct hostfirst_gather *gather,
+                                         uint64_t *out_nbytes);
+
+/**
+ * Frees a gather, its destination, staging and stream, and makes its borrowed buffer handle stale. NULL is
+ * a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Memory is released once no call in flight uses
+ * it. Thread-safe.
+ */
+hostfirst_status hostfirst_gather_free(struct hostfirst_gather *gather);
+
+/**
+ * Draws `n` start offsets uniform in `[0, len - window)` into `out` (nanoGPT's `get_batch`: each window
+ * and its one-shifted target fit), from the splitmix64 stream whose state is `*state` (seed it with any
+ * value; it advances, so successive calls give successive batches, reproducibly). Errors:
+ * `NULL_ARGUMENT`, `INVALID_ARGUMENT` (`window >= len`). Thread-safe (each caller owns its state).
+ */
+hostfirst_status hostfirst_random_offsets(uint64_t *state,
+                                          uint64_t len,
+                                          uint64_t window,
+                                          uint64_t *out,
+                                          size_t n);
 
 /**
  * Writes the calling thread's effective default device and where it came from.

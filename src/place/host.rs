@@ -1,8 +1,8 @@
 //! Owned host memory for buffers: page-aligned, zero-initialised, lazily faulted.
 //!
 //! Large allocations (≥ 1 MiB) come straight from anonymous `mmap` on Unix: page-aligned, zero pages the kernel
-//! supplies on first touch (no memset pass), and transparent huge pages requested so faulting 19 GiB costs
-//! 512× fewer faults. Small ones use the global allocator with 64-byte alignment.
+//! supplies on first touch (no memset pass). Transparent huge pages are not requested: on the benchmark VM
+//! (BENCHMARKS.md) `MADV_HUGEPAGE` made first-touch writes 2.6× slower. Small ones use the global allocator with 64-byte alignment.
 
 use crate::error::{Error, Result, Status};
 use std::alloc::Layout;
@@ -56,11 +56,6 @@ impl HostAlloc {
                     Status::OutOfMemory,
                     format!("{what}: mapping {} of host memory failed: {}", crate::error::human_bytes(len as u64), std::io::Error::last_os_error()),
                 ));
-            }
-            #[cfg(target_os = "linux")]
-            // SAFETY: advice on our own fresh mapping; failure is harmless.
-            unsafe {
-                libc::madvise(p, len, libc::MADV_HUGEPAGE);
             }
             return Ok(HostAlloc { ptr: NonNull::new(p as *mut u8).expect("mmap non-null"), len, kind: Kind::Mapped });
         }
