@@ -10,8 +10,8 @@
     t = f["tokens"]; t.dtype, t.shape         # zero-copy view; t[0:1024] is a zero-copy row slice
     numpy.from_dlpack(t)                      # zero-copy, read-only (or t.numpy(), bf16/fp8 via ml_dtypes)
 
-Pending (need the placement C API, not in libhostfirst yet): Tensor.to("cuda:0") -> Buffer with __dlpack__,
-and hostfirst.load(path, rules=[("tokens", "cpu"), ("*", "default")]). Both raise NotImplementedError.
+    t.to("cuda:0")                            # Buffer on the device, fit-checked; __dlpack__ for torch/jax/cupy
+    hostfirst.load(path, rules=[("tokens", "host"), ("*", "default")])
 """
 
 from ._core import lib as native
@@ -30,7 +30,7 @@ from ._devices import (
     set_default_device,
     strict,
 )
-from ._tensors import File, Tensor, load, open  # noqa: A004
+from ._tensors import Buffer, File, Tensor, load, open  # noqa: A004
 from ._errors import *  # noqa: F401,F403 - one exception class per status
 from ._errors import FormatError, HostfirstError, OutOfMemoryError
 

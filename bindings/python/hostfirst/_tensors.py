@@ -1,9 +1,7 @@
 """Host-first loading: files (a read-only mapping of name -> Tensor), zero-copy tensor views and row slices,
 NumPy arrays and DLPack export.
 
-Placement from Python (`Tensor.to("cuda:0")` -> Buffer, `hostfirst.load(path, rules=[...])`) is **pending**:
-it needs the placement C API (hostfirst_put, hostfirst_load), which is not in libhostfirst yet. `Tensor.to`
-and `load` raise NotImplementedError until then; nothing is faked.
+Placement: `Tensor.to("cuda:0")` -> Buffer (DLPack-exportable), `hostfirst.load(path, rules=[...])`.
 """
 
 import ctypes
@@ -235,9 +233,90 @@ class Tensor:
         check(lib.hostfirst_view_to_dlpack(self._h, ctypes.byref(out)))
         return _capsule(out)
 
-    def to(self, device):
-        """Pending: placement needs the C put API (hostfirst_put), not in libhostfirst yet."""
-        raise NotImplementedError("Tensor.to(device) is pending: libhostfirst has no placement (put) C API yet")
+    def to(self, device="default"):
+        """Puts this tensor on a device ("cpu", "cuda:0", "cuda_host", or "default" through the default stack;
+        strict mode refuses "default"): fit-checked before allocating; returns a Buffer (DLPack-exportable)."""
+        out = ctypes.c_void_p()
+        if str(device).strip().lower() == "default":
+            check(lib.hostfirst_put(self._h, None, None, ctypes.byref(out)))
+        else:
+            from ._devices import as_device
+
+            d = as_device(device)._c()
+            check(lib.hostfirst_put(self._h, ctypes.byref(d), None, ctypes.byref(out)))
+        return Buffer(out.value)
+
+
+class BufferInfo(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("device", _lib.Device),
+        ("dtype", ctypes.c_uint32),
+        ("rank", ctypes.c_uint32),
+        ("shape", P(ctypes.c_uint64)),
+        ("nbytes", ctypes.c_uint64),
+        ("address", ctypes.c_uint64),
+        ("name", ctypes.c_char_p),
+    ]
+
+
+_lib.declare_more(lib, {
+    "hostfirst_put": (ctypes.c_uint32, [ctypes.c_void_p, P(_lib.Device), ctypes.c_void_p, P(ctypes.c_void_p)]),
+    "hostfirst_buffer_describe": (ctypes.c_uint32, [ctypes.c_void_p, P(BufferInfo)]),
+    "hostfirst_buffer_free": (ctypes.c_uint32, [ctypes.c_void_p]),
+    "hostfirst_buffer_copy_to_host": (ctypes.c_uint32, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]),
+    "hostfirst_buffer_to_dlpack": (ctypes.c_uint32, [ctypes.c_void_p, P(P(DLManagedTensorVersioned))]),
+    "hostfirst_rules_new": (ctypes.c_uint32, [P(ctypes.c_void_p)]),
+    "hostfirst_rules_add": (ctypes.c_uint32, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]),
+    "hostfirst_rules_free": (ctypes.c_uint32, [ctypes.c_void_p]),
+    "hostfirst_plan_make": (ctypes.c_uint32, [ctypes.c_void_p, ctypes.c_void_p, P(ctypes.c_void_p)]),
+    "hostfirst_plan_free": (ctypes.c_uint32, [ctypes.c_void_p]),
+    "hostfirst_load_run": (ctypes.c_uint32, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, P(ctypes.c_void_p)]),
+    "hostfirst_load_get": (ctypes.c_uint32, [ctypes.c_void_p, ctypes.c_char_p, P(ctypes.c_uint32), P(ctypes.c_void_p), P(ctypes.c_void_p)]),
+    "hostfirst_load_free": (ctypes.c_uint32, [ctypes.c_void_p]),
+})
+
+
+class Buffer:
+    """Memory owned on one device (cpu, cuda:N, cuda_host) holding a tensor's bytes. `.device .dtype .shape
+    .nbytes .address`; `tobytes()` copies back to the host; `__dlpack__` exports it (writable) to torch, JAX,
+    CuPy or NumPy (host kinds)."""
+
+    def __init__(self, handle):
+        self._h = handle
+        i = BufferInfo()
+        i.struct_size = ctypes.sizeof(i)
+        check(lib.hostfirst_buffer_describe(handle, ctypes.byref(i)))
+        from ._devices import Device
+
+        self.device = Device._from_c(i.device)
+        self.name = text(i.name)
+        self.dtype = text(lib.hostfirst_dtype_name(i.dtype))
+        self.shape = tuple(i.shape[k] for k in range(i.rank))
+        self.nbytes = i.nbytes
+        self.address = i.address
+
+    def __del__(self):
+        h, self._h = getattr(self, "_h", None), None
+        if h and lib is not None:
+            lib.hostfirst_buffer_free(h)
+
+    def __repr__(self):
+        return f"Buffer('{self.name}', {self.dtype}, shape={self.shape}, device='{self.device}')"
+
+    def tobytes(self):
+        buf = ctypes.create_string_buffer(max(self.nbytes, 1))
+        check(lib.hostfirst_buffer_copy_to_host(self._h, buf, self.nbytes))
+        return buf.raw[: self.nbytes]
+
+    def __dlpack_device__(self):
+        return self.device.dlpack_device
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        _check_dlpack_request(max_version, dl_device, copy, stream, self.device.dlpack_device)
+        out = P(DLManagedTensorVersioned)()
+        check(lib.hostfirst_buffer_to_dlpack(self._h, ctypes.byref(out)))
+        return _capsule(out)
 
 
 class File(Mapping):
@@ -318,6 +397,25 @@ def open(path):  # noqa: A001 - hostfirst.open, like builtins.open for tensors
 
 
 def load(path, rules=None):
-    """Pending: rule-driven placement (e.g. rules=[("tokens", "cpu"), ("*", "default")]) needs the C load API
-    (hostfirst_load), not in libhostfirst yet."""
-    raise NotImplementedError("hostfirst.load(path, rules=...) is pending: libhostfirst has no load C API yet")
+    """Places a whole file by rules: `rules` is a list of (glob pattern, target) with targets a device spec,
+    "default" or "host"; the first match wins and unmatched tensors stay on the host (zero-copy views).
+    Every device is fit-checked before the first byte moves. Returns a dict name -> Tensor (host) or Buffer."""
+    f = File(path)
+    rh, ph, lh = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    try:
+        check(lib.hostfirst_rules_new(ctypes.byref(rh)))
+        for pattern, target in rules or []:
+            check(lib.hostfirst_rules_add(rh, str(pattern).encode(), str(target).encode()))
+        check(lib.hostfirst_plan_make(f._handle(), rh, ctypes.byref(ph)))
+        check(lib.hostfirst_load_run(f._handle(), ph, None, None, ctypes.byref(lh)))
+        out = {}
+        for name in f:
+            kind, buf, view = ctypes.c_uint32(), ctypes.c_void_p(), ctypes.c_void_p()
+            check(lib.hostfirst_load_get(lh, name.encode(), ctypes.byref(kind), ctypes.byref(buf), ctypes.byref(view)))
+            out[name] = Buffer(buf.value) if buf.value else Tensor(view.value)
+        return out
+    finally:
+        for h, free in ((lh, lib.hostfirst_load_free), (ph, lib.hostfirst_plan_free), (rh, lib.hostfirst_rules_free)):
+            if h.value:
+                free(h)
+        f.close()

@@ -136,10 +136,35 @@ def test_dlpack_requests_it_cannot_serve():
         t.__dlpack__(max_version=(1, 0), copy=True)
     with pytest.raises(BufferError):
         t.__dlpack__(max_version=(1, 0), dl_device=(2, 0))
-    with pytest.raises(NotImplementedError):
-        t.to("cpu")
-    with pytest.raises(NotImplementedError):
-        hostfirst.load(FIX / "basic.safetensors", rules=[("*", "default")])
+
+
+def test_put_to_cpu_and_dlpack_of_the_buffer():
+    f = hostfirst.open(FIX / "basic.safetensors")
+    t = f["i32"]
+    b = t.to("cpu")
+    assert b.device == "cpu:0" and b.shape == t.shape and b.dtype == t.dtype
+    assert b.tobytes() == t.tobytes()
+    a = np.from_dlpack(b)
+    assert a.flags.writeable and a.tobytes() == t.tobytes()
+    assert a.__array_interface__["data"][0] == b.address
+    with hostfirst.default_device("cpu"):
+        assert t.to().device == "cpu:0"
+        with hostfirst.strict():
+            with pytest.raises(hostfirst.ImplicitPlacementError):
+                t.to("default")
+    with pytest.raises(hostfirst.NoSuchDeviceError):
+        t.to("cpu:4")
+
+
+def test_load_by_rules_keeps_unmatched_on_the_host():
+    names = list(hostfirst.open(FIX / "basic.safetensors"))
+    placed = hostfirst.load(FIX / "basic.safetensors", rules=[(names[0], "cpu")])
+    assert list(placed) == names
+    assert isinstance(placed[names[0]], hostfirst.Buffer)
+    assert all(isinstance(placed[n], hostfirst.Tensor) for n in names[1:])
+    with hostfirst.strict():
+        with pytest.raises(hostfirst.ImplicitPlacementError):
+            hostfirst.load(FIX / "basic.safetensors", rules=[("*", "default")])
 
 
 def test_errors_raise_status_classes(tmp_path):
