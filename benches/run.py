@@ -153,7 +153,7 @@ def build():
 
 def build_gather(rev):
     """Builds benches/bench.rs with the gather op against `rev` (a commit or branch that has place::Gather: the
-    primitive is on branch `rules`, not yet on main) from a `git archive` copy; nothing is merged or checked out."""
+    primitive, by default at HEAD) from a `git archive` copy of a git revision."""
     ok = subprocess.run(["git", "-C", ROOT, "cat-file", "-e", f"{rev}:src/place/gather.rs"], capture_output=True)
     if ok.returncode != 0:
         return None, None
@@ -247,11 +247,11 @@ def main():
     py = [sys.executable, os.path.abspath(__file__), "--peer"]
     t_start = time.time()
     only = set(argv[argv.index("--only") + 1].split(",")) if "--only" in argv else {"open", "put", "gather", "many"}
-    gather_rev = argv[argv.index("--gather-rev") + 1] if "--gather-rev" in argv else "rules"
+    gather_rev = argv[argv.index("--gather-rev") + 1] if "--gather-rev" in argv else "HEAD"
     exe = build()
     gexe, gcommit = build_gather(gather_rev) if "gather" in only else (None, None)
     m = machine()
-    m["gather_build"] = (f"hostfirst gather op built from {gather_rev} @ {gcommit} (git archive; main has no gather yet)"
+    m["gather_build"] = (f"hostfirst gather op built from {gather_rev} @ {gcommit} (git archive)"
                          if gexe else f"gather primitive not found at {gather_rev}: pending")
     m["reps"] = reps
     m["quick"] = quick
