@@ -3,7 +3,7 @@
 use super::buffer::Buffer;
 use super::fit;
 use super::plan::{Placement, Plan};
-use super::put::{put, PutOptions, Target};
+use super::put::{fill, PutOptions};
 use crate::error::{human_bytes, Error, FitFailure, Result, Status};
 use crate::load::{TensorFile, TensorView};
 use std::collections::HashMap;
@@ -95,7 +95,11 @@ pub fn load(file: &TensorFile, plan: &Plan, mut progress: Option<&mut dyn FnMut(
                     None => false,
                 };
                 let opts = PutOptions { progress: Some(&mut sink), ..PutOptions::default() };
-                let buf = put(&view, Target::Device(d), opts).map_err(|err| {
+                // The whole load was fit-checked up front; a per-tensor check would read /proc/meminfo (or ask
+                // the driver) once per tensor, which dominated many-tensor loads.
+                let buf = Buffer::alloc(view.name(), view.dtype(), view.shape(), view.nbytes(), d)
+                    .and_then(|mut b| fill(&view, &mut b, opts).map(|_| b))
+                    .map_err(|err| {
                     if err.status() == Status::Cancelled {
                         cancelled()
                     } else {

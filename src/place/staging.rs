@@ -80,6 +80,18 @@ fn take_slab(len: usize) -> Result<PinnedHostMemory> {
     PinnedHostMemory::alloc(len).map_err(|e| e.context("allocating a page-locked staging slab"))
 }
 
+/// Hands a slab whose copy completed back to the readers, or to the pool once they have stopped.
+fn recycle(free_tx: &Option<mpsc::Sender<PinnedHostMemory>>, slab: PinnedHostMemory) {
+    match free_tx {
+        Some(tx) => {
+            if let Err(mpsc::SendError(slab)) = tx.send(slab) {
+                give_slab(slab);
+            }
+        }
+        None => give_slab(slab),
+    }
+}
+
 fn give_slab(slab: PinnedHostMemory) {
     let mut p = pool().lock().unwrap_or_else(|p| p.into_inner());
     let held: usize = p.iter().map(|s| s.len()).sum();
@@ -199,14 +211,7 @@ where
                 match f.wait() {
                     Ok(slab) => {
                         copied += n;
-                        match &free_tx {
-                            Some(tx) => {
-                                if let Err(mpsc::SendError(slab)) = tx.send(slab) {
-                                    give_slab(slab);
-                                }
-                            }
-                            None => give_slab(slab),
-                        }
+                        recycle(&free_tx, slab);
                     }
                     Err(e) => fail(&mut outcome, e, &stop, &mut free_tx),
                 }
@@ -249,14 +254,7 @@ where
                         match f.wait() {
                             Ok(slab) => {
                                 copied += n;
-                                match &free_tx {
-                                    Some(tx) => {
-                                        if let Err(mpsc::SendError(slab)) = tx.send(slab) {
-                                            give_slab(slab);
-                                        }
-                                    }
-                                    None => give_slab(slab),
-                                }
+                                recycle(&free_tx, slab);
                             }
                             Err(e) => fail(&mut outcome, e, &stop, &mut free_tx),
                         }
