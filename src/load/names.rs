@@ -34,6 +34,17 @@ impl CName {
         Some(CName(Arc::from(owned)))
     }
 
+    /// [`CName::from_str`] building the text in `scratch` (cleared first) so the name costs one allocation.
+    pub fn from_str_with(s: &str, scratch: &mut String) -> Option<CName> {
+        if s.as_bytes().contains(&0) {
+            return None;
+        }
+        scratch.clear();
+        scratch.push_str(s);
+        scratch.push('\0');
+        Some(CName(Arc::from(scratch.as_str())))
+    }
+
     /// The text, without the NUL.
     pub fn as_str(&self) -> &str {
         &self.0[..self.0.len() - 1]

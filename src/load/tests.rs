@@ -109,3 +109,64 @@ fn alignment_is_capped_power_of_two() {
     assert_eq!(alignment_of(24), 8);
     assert_eq!(alignment_of(1 << 20), 4096);
 }
+
+/// A header over `header::REFERENCE_FULL_PARSE_MAX` is not cross-checked by the reference crate at open, so
+/// our verdict must equal the reference's on such headers: valid, and each kind of damage the reference
+/// detects (gap, overlap, end before begin, size mismatch, trailing bytes, short data, unknown dtype, bad
+/// JSON), plus a duplicate name, which only we reject (the reference keeps the last).
+#[test]
+fn large_headers_agree_with_the_reference() {
+    const N: u64 = 20_000;
+    const K: u64 = N / 2;
+    // `edit(i, begin)` may return (entry JSON, next begin) for tensor i instead of the regular 16-byte F32 [2, 2].
+    let build = |edit: &dyn Fn(u64, u64) -> Option<(String, u64)>| -> Vec<u8> {
+        let mut h = String::from("{\"__metadata__\":{\"format\":\"pt\"}");
+        let mut off = 0u64;
+        let mut data_end = 0u64;
+        for i in 0..N {
+            let (e, next) = edit(i, off).unwrap_or_else(|| {
+                (format!("\"model.layers.{i}.mlp.weight\":{{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[{off},{}]}}", off + 16), off + 16)
+            });
+            h.push(',');
+            h.push_str(&e);
+            off = next;
+            data_end = data_end.max(off);
+        }
+        h.push('}');
+        image(&h, &vec![7u8; data_end as usize])
+    };
+    let entry = |i: u64, dtype: &str, shape: &str, b: u64, e: u64| {
+        format!("\"model.layers.{i}.mlp.weight\":{{\"dtype\":\"{dtype}\",\"shape\":{shape},\"data_offsets\":[{b},{e}]}}")
+    };
+    let ours = |bytes: &[u8]| status(TensorFile::from_bytes(bytes.to_vec()));
+    let reference = |bytes: &[u8]| match header::reference_check(bytes) {
+        Ok(_) => Status::Ok,
+        Err(e) => e.status(),
+    };
+    let valid = build(&|_, _| None);
+    let cases: Vec<(&str, Vec<u8>, Status)> = vec![
+        ("valid", valid.clone(), Status::Ok),
+        ("gap", build(&|i, o| (i == K).then(|| (entry(i, "F32", "[2,2]", o + 4, o + 20), o + 20))), Status::InvalidOffset),
+        ("overlap", build(&|i, o| (i == K).then(|| (entry(i, "F32", "[2,2]", o - 8, o + 8), o + 8))), Status::InvalidOffset),
+        ("end before begin", build(&|i, o| (i == K).then(|| (entry(i, "F32", "[2,2]", o, o - 1), o + 16))), Status::InvalidOffset),
+        ("size mismatch", build(&|i, o| (i == K).then(|| (entry(i, "F32", "[2,3]", o, o + 16), o + 16))), Status::TensorInvalidInfo),
+        ("unknown dtype", build(&|i, o| (i == K).then(|| (entry(i, "F31", "[2,2]", o, o + 16), o + 16))), Status::InvalidHeaderJson),
+        ("bad json", build(&|i, o| (i == K).then(|| (entry(i, "F32", "[2,2]", o, o + 16).replace("\"shape\"", "shape"), o + 16))), Status::InvalidHeaderJson),
+    ];
+    for (what, bytes, want) in &cases {
+        assert!(bytes.len() as u64 > header::REFERENCE_FULL_PARSE_MAX + 8, "{what}: the header must take the large path");
+        let (a, b) = (ours(bytes), reference(bytes));
+        assert_eq!(a, *want, "{what}: ours");
+        assert_eq!(b == Status::Ok, *want == Status::Ok, "{what}: the reference says {}", b.name());
+    }
+    // Trailing bytes and short data.
+    let mut long = valid.clone();
+    long.push(0);
+    assert_eq!((ours(&long), reference(&long)), (Status::IncompleteBuffer, Status::IncompleteBuffer));
+    let short = &valid[..valid.len() - 1];
+    assert_ne!(ours(short), Status::Ok);
+    assert_ne!(reference(short), Status::Ok);
+    // A duplicate name: stricter than the reference, never laxer.
+    let dup = build(&|i, o| (i == K).then(|| (entry(i - 1, "F32", "[2,2]", o, o + 16), o + 16)));
+    assert_eq!(ours(&dup), Status::DuplicateTensor);
+}
