@@ -13,17 +13,17 @@
 //!   fill-cpu FILE TENSOR           hostfirst: place::put::fill into a pre-faulted cpu Buffer (reused destination)
 //!   pread FILE THREADS             baseline: page-cache pread of the whole file into a pre-faulted buffer
 //!   load-all FILE                  hostfirst: open + put every tensor to cpu (many-tensor files)
+//!   load-rules FILE                hostfirst: open + plan + place::load with the one rule `*=cpu` (the whole-file API)
 //!   rust-safetensors-load-all FILE peer: safetensors crate deserialize + to_vec every tensor
 //!   gather-readat FILE TENSOR B T ITERS SEED
 //!                                  B random T+1-token windows of a u16 tensor with hostfirst's existing
 //!                                  TensorView::read_at (NOT the gather primitive); p50/p99 per batch
 //!   gather FILE TENSOR B T ITERS SEED
-//!                                  hostfirst's gather primitive (place::Gather, branch `rules`; compiled only with
-//!                                  `--cfg hostfirst_gather`, see run.py): x and y = two [B, T] u16 gathers at
+//!                                  hostfirst's gather primitive (place::Gather): x and y = two [B, T] u16 gathers at
 //!                                  offsets and offsets+1, offsets drawn by place::gather::random_offsets; p50/p99
+//!   gather1 FILE TENSOR B T ITERS SEED
+//!                                  the same with one [B, T+1] gather (x = row[..T], y = row[1..] as views)
 //!   resident FILE                  fraction of the file's pages in the page cache (mincore)
-
-#![allow(unexpected_cfgs)]
 
 use hostfirst::place::{put, PutOptions, Target};
 use hostfirst::{Device, TensorFile};
@@ -87,12 +87,11 @@ fn main() {
         "fill-cpu" => op_fill(&args[1], &args[2]),
         "pread" => op_pread(&args[1], args[2].parse().unwrap()),
         "load-all" => op_load_all(&args[1]),
+        "load-rules" => op_load_rules(&args[1]),
         "rust-safetensors-load-all" => op_rust_st_load_all(&args[1]),
         "gather-readat" => op_gather_readat(&args[1..]),
         "resident" => op_resident(&args[1]),
-        #[cfg(hostfirst_gather)]
         "gather" => op_gather(&args[1..], false),
-        #[cfg(hostfirst_gather)]
         "gather1" => op_gather(&args[1..], true),
         _ => {
             eprintln!("usage: see the top of benches/bench.rs");
@@ -319,6 +318,25 @@ fn op_load_all(path: &str) -> String {
     )
 }
 
+fn op_load_rules(path: &str) -> String {
+    use hostfirst::place::{load, Plan, Rules};
+    let t = Instant::now();
+    let file = TensorFile::open(path).expect("open");
+    let t_open = secs(t);
+    let rules = Rules::parse(["*=cpu"]).expect("rules");
+    let plan = Plan::make(&file, &rules).expect("plan");
+    let loaded = load(&file, &plan, None).expect("load");
+    let t_all = secs(t);
+    let n = loaded.len();
+    let bytes = file.data_bytes();
+    let hwm = status_kib("VmHWM");
+    drop(loaded);
+    format!(
+        r#"{{"op":"load-all","impl":"hostfirst-load-rules","file":"{path}","tensors":{n},"bytes":{bytes},"t_open_s":{t_open:.9},"t_s":{t_all:.9},"us_per_tensor":{:.3},"vmhwm_kib":{hwm}}}"#,
+        t_all * 1e6 / n as f64
+    )
+}
+
 fn op_rust_st_load_all(path: &str) -> String {
     let t = Instant::now();
     let f = File::open(path).expect("open");
@@ -397,7 +415,6 @@ fn op_resident(path: &str) -> String {
     format!(r#"{{"op":"resident","file":"{path}","pages":{pages},"resident":{res},"fraction":{:.6}}}"#, res as f64 / pages as f64)
 }
 
-#[cfg(hostfirst_gather)]
 fn op_gather(a: &[String], one: bool) -> String {
     use hostfirst::place::gather::{random_offsets, Gather};
     let (path, tensor) = (&a[0], &a[1]);
@@ -444,7 +461,6 @@ fn op_gather(a: &[String], one: bool) -> String {
     gather_json("hostfirst-gather", b, t, iters, lat)
 }
 
-#[cfg(hostfirst_gather)]
 fn gather_json(name: &str, b: usize, t: usize, iters: usize, mut lat: Vec<f64>) -> String {
     lat.sort_by(|x, y| x.partial_cmp(y).unwrap());
     let p = |q: f64| lat[((lat.len() as f64 - 1.0) * q).round() as usize];

@@ -123,12 +123,12 @@ def main(path):
     # ------------------------------------------------------------------ 2. put
     w("## 2. Materialise a 2 GiB tensor to host (put to cpu)\n")
     w("One u16 tensor of 2 GiB (real data), page cache warm. Timing boundary: the copy into new host memory, in the process")
-    w("(hostfirst: `place::put(view, Device::CPU)` = fit check + page-aligned mmap + parallel pread, destination pages")
-    w("faulted by the copy; open excluded). Baselines: memcpy between two pre-faulted buffers (second pass), memcpy into a")
+    w("(hostfirst: `place::put(view, Device::CPU)` = fit check + page-aligned anonymous mmap + parallel readers, each")
+    w("populating its 8 MiB chunk with `MADV_POPULATE_WRITE` and then `pread`ing into it; open excluded). Baselines: memcpy between two pre-faulted buffers (second pass), memcpy into a")
     w("freshly allocated destination (faults included, like any loader's new buffer), pread of the whole file into a")
     w("pre-faulted buffer. `put::fill` into a reused buffer: hostfirst's copy into a cpu")
     w("`Buffer` whose pages were faulted beforehand (steady state of repeated loads), like for like with pread/memcpy.")
-    w("The fresh `MADV_HUGEPAGE` memcpy allocates the way hostfirst's host buffers are allocated.")
+    w("The fresh `MADV_HUGEPAGE` memcpy shows what transparent huge pages do on this machine (hostfirst does not request them).")
     w("hostfirst and the baselines use as many threads as cores (2 here); the Python peers are single-threaded. Peak RSS: VmHWM / data bytes (Python: includes the ~30 MiB")
     w("interpreter).\n")
     w("| loader | GB/s (median) | spread | time | peak RSS / data | hostfirst put ÷ this |")
@@ -137,7 +137,7 @@ def main(path):
             ("hostfirst-fill-prefaulted", "put-cpu", "hostfirst `put::fill` into a reused (pre-faulted) cpu buffer"),
             ("memcpy-prefaulted", "memcpy", "memcpy, pre-faulted buffers"),
             ("memcpy-fresh-dst", "memcpy", "memcpy into a fresh buffer (4 KiB pages)"),
-            ("memcpy-fresh-dst-thp", "memcpy", "memcpy into a fresh MADV_HUGEPAGE mapping (as hostfirst allocates)"),
+            ("memcpy-fresh-dst-thp", "memcpy", "memcpy into a fresh MADV_HUGEPAGE mapping (not used by hostfirst)"),
             ("pread-prefaulted", "pread", "pread into a pre-faulted buffer"),
             ("py-numpy.fromfile", "put-cpu", "Python `numpy.fromfile`"),
             ("py-safetensors.numpy.load_file", "put-cpu", "Python `safetensors.numpy.load_file`")]
@@ -177,7 +177,6 @@ def main(path):
 
     # ------------------------------------------------------------------ 3. gather
     w("## 3. Gather B×T random windows from the 2 GiB u16 token tensor (1 Gi tokens)\n")
-    gb_ = m.get("gather_build", "")
     pending = not any(r["impl"] == "hostfirst-gather" for r in recs)
     w("Per-batch latency inside one process (3 warm-up batches dropped), p50 and p99 over the batches, then the median")
     w("over the processes (with few batches per process p99 is close to the maximum). nanoGPT `get_batch` (train.py,")
@@ -186,8 +185,7 @@ def main(path):
     w("`place::gather::random_offsets` and `y` at offsets + 1 (same information as nanoGPT's x and y, kept as u16: a")
     w("quarter of the bytes). `one window`: a single `[B, T+1]` u16 gather, x = row[..T] and y = row[1..] as views (half")
     w("the copying; what a caller of the primitive would do). The `read_at loop` column is *not* the primitive: B")
-    w("`TensorView::read_at` (pread) calls of T+1 tokens each into one reused buffer, the API main already has.\n")
-    w(f"Build: {gb_}.\n")
+    w("`TensorView::read_at` (pread) calls of T+1 tokens each into one reused buffer.\n")
     w("| B | T | batches/process | nanoGPT p50 | nanoGPT p99 | hostfirst gather x+y p50 | p99 | nanoGPT ÷ hostfirst x+y (p50) | hostfirst gather one window p50 | p99 | nanoGPT ÷ one window (p50) | read_at loop p50 | nanoGPT ÷ read_at (p50) |")
     w("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     ratios, rratios, ratios1 = [], [], []
@@ -229,14 +227,16 @@ def main(path):
 
     # ------------------------------------------------------------------ 4. many tensors
     w("## 4. Many-tensor file: 20,000 × f32[1024] (4 KiB each, 80 MiB), whole-file load to cpu\n")
-    w("Timing boundary: open through the last tensor in its own host memory. hostfirst: `TensorFile::open` + `put` of every")
-    w("tensor to `Device::CPU` (one buffer per tensor). Peers: safetensors crate `deserialize` + `data().to_vec()` per")
+    w("Timing boundary: open through the last tensor in its own host memory. hostfirst `load`: `TensorFile::open` +")
+    w("`Plan::make` with the one rule `*=cpu` + `place::load` (the whole-file API; one buffer per tensor, one fit check per")
+    w("device for the whole file). hostfirst put each: `TensorFile::open` + `put` of every tensor to `Device::CPU` (a fit")
+    w("check per put). Peers: safetensors crate `deserialize` + `data().to_vec()` per")
     w("tensor; Python `safetensors.numpy.load_file`; Python `safe_open` + `get_tensor` per key.\n")
     w("| loader | total (median) | spread | per tensor | this ÷ hostfirst (time) |")
     w("|---|---|---|---|---|")
-    hl = by[("load-all", "hostfirst", None, None, None, None)]
+    hl = by[("load-all", "hostfirst-load-rules", None, None, None, None)] or by[("load-all", "hostfirst", None, None, None, None)]
     ht = med([r["t_s"] for r in hl]) if hl else float("nan")
-    for impl, label in (("hostfirst", "hostfirst open + put each"), ("rust-safetensors", "safetensors crate, to_vec each"),
+    for impl, label in (("hostfirst-load-rules", "hostfirst `load` (rule `*=cpu`)"), ("hostfirst", "hostfirst open + put each"), ("rust-safetensors", "safetensors crate, to_vec each"),
                         ("py-safetensors.numpy.load_file", "Python `safetensors.numpy.load_file`"),
                         ("py-safe_open.get_tensor", "Python `safe_open` + `get_tensor` each")):
         g = by[("load-all", impl, None, None, None, None)]

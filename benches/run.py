@@ -151,39 +151,6 @@ def build():
     return exe
 
 
-def build_gather(rev):
-    """Builds benches/bench.rs with the gather op against `rev` (a commit or branch that has place::Gather: the
-    primitive, by default at HEAD) from a `git archive` copy of a git revision."""
-    ok = subprocess.run(["git", "-C", ROOT, "cat-file", "-e", f"{rev}:src/place/gather.rs"], capture_output=True)
-    if ok.returncode != 0:
-        return None, None
-    commit = sh(f"git -C {ROOT} rev-parse --short {rev}")
-    src = os.path.join(ROOT, "bench-out", "gather-src")
-    subprocess.run(f"rm -rf {src} && mkdir -p {src}/benches && git -C {ROOT} archive {rev} | tar -x -C {src}",
-                   shell=True, check=True)
-    subprocess.run(["cp", os.path.join(HERE, "bench.rs"), os.path.join(src, "benches", "bench.rs")], check=True)
-    cargo = open(os.path.join(src, "Cargo.toml")).read()
-    if "hostfirst-bench" not in cargo:
-        with open(os.path.join(src, "Cargo.toml"), "a") as f:
-            f.write('\n[[bench]]\nname = "hostfirst-bench"\npath = "benches/bench.rs"\nharness = false\n')
-    env = dict(os.environ, RUSTFLAGS="--cfg hostfirst_gather",
-               CARGO_TARGET_DIR=os.path.join(ROOT, "bench-out", "gather-target"))
-    p = subprocess.run(["cargo", "build", "--release", "--bench", "hostfirst-bench", "--message-format=json"],
-                       cwd=src, capture_output=True, text=True, env=env)
-    exe = None
-    for line in p.stdout.splitlines():
-        try:
-            m = json.loads(line)
-        except ValueError:
-            continue
-        if m.get("reason") == "compiler-artifact" and m.get("target", {}).get("name") == "hostfirst-bench":
-            exe = m.get("executable") or exe
-    if p.returncode != 0 or not exe:
-        sys.stderr.write(p.stderr[-3000:])
-        return None, None
-    return exe, commit
-
-
 def write_single(path, nbytes, name="tokens"):
     """One u16 tensor of nbytes real (non-sparse) bytes."""
     import numpy as np
@@ -247,12 +214,8 @@ def main():
     py = [sys.executable, os.path.abspath(__file__), "--peer"]
     t_start = time.time()
     only = set(argv[argv.index("--only") + 1].split(",")) if "--only" in argv else {"open", "put", "gather", "many"}
-    gather_rev = argv[argv.index("--gather-rev") + 1] if "--gather-rev" in argv else "HEAD"
     exe = build()
-    gexe, gcommit = build_gather(gather_rev) if "gather" in only else (None, None)
     m = machine()
-    m["gather_build"] = (f"hostfirst gather op built from {gather_rev} @ {gcommit} (git archive)"
-                         if gexe else f"gather primitive not found at {gather_rev}: pending")
     m["reps"] = reps
     m["quick"] = quick
     m["command"] = "bash benches/run.sh" + (" --quick" if quick else "") + (
@@ -309,7 +272,7 @@ def main():
         add(run1(py + ["fromfile", big]), rep=r, resident=res)
         add(run1(py + ["load_file", big]), rep=r, resident=res)
 
-    # 3. gather: nanoGPT get_batch vs hostfirst (gather primitive pending; read_at loop measured as a stand-in row)
+    # 3. gather: nanoGPT get_batch vs hostfirst's gather primitive (and a read_at loop for comparison)
     print("3. gather ...", flush=True)
     warm(exe, big)
     for B in (12, 64, 512) if "gather" in only else ():
@@ -319,15 +282,15 @@ def main():
                 iters = max(10, iters // 4)
             for r in range(reps):
                 add(run1(py + ["get_batch", big, str(B), str(T), str(iters), str(r + 1)]), rep=r)
-                if gexe:
-                    add(run1([gexe, "gather", big, "tokens", str(B), str(T), str(iters), str(r + 1)]), rep=r)
-                    add(run1([gexe, "gather1", big, "tokens", str(B), str(T), str(iters), str(r + 1)]), rep=r)
+                add(run1([exe, "gather", big, "tokens", str(B), str(T), str(iters), str(r + 1)]), rep=r)
+                add(run1([exe, "gather1", big, "tokens", str(B), str(T), str(iters), str(r + 1)]), rep=r)
                 add(run1([exe, "gather-readat", big, "tokens", str(B), str(T), str(iters), str(r + 1)]), rep=r)
 
     # 4. many-tensor whole-file load to cpu
     print("4. many-tensor ...", flush=True)
     res = warm(exe, many)
     for r in range(reps) if "many" in only else []:
+        add(run1([exe, "load-rules", many]), rep=r, resident=res)
         add(run1([exe, "load-all", many]), rep=r, resident=res)
         add(run1([exe, "rust-safetensors-load-all", many]), rep=r, resident=res)
         add(run1(py + ["load_file", many, "load-all"]), rep=r, resident=res)
@@ -347,8 +310,6 @@ def main():
         drop = set().union(*(ops[o] for o in only))
         m_prev = prev["machine"]
         m_prev.setdefault("partial_reruns", []).append(m)
-        if "gather" in only:
-            m_prev["gather_build"] = m["gather_build"]
         doc = dict(machine=m_prev, records=[r for r in prev["records"] if r["op"] not in drop] + recs)
     raw = f"{stamp}{'-quick' if quick else ''}{'-only-' + '-'.join(sorted(only)) if '--only' in argv else ''}.json"
     with open(os.path.join(outdir, raw), "w") as f:

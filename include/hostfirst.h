@@ -1595,6 +1595,25 @@ hostfirst_status hostfirst_view_read(const struct hostfirst_view *view,
                                      size_t len);
 
 /**
+ * Maps every page of the view into the process now (Linux `MADV_POPULATE_READ`), reading from storage what
+ * is not in the page cache, so that later reads through the mapping, such as `hostfirst_gather_run`'s,
+ * take no page faults. Call it once on a data loader's token tensor before the training loop: a one-time
+ * cost (one pass over the tensor) that makes every later gather several times faster (BENCHMARKS.md).
+ *
+ * Nothing is allocated: the pages belong to the page cache, which the kernel may reclaim again under memory
+ * pressure. A view larger than available host memory less the fit check's margin gives `OUT_OF_MEMORY`
+ * (message and `hostfirst_last_fit` as for a put) and reads nothing. When `populated` is not NULL it
+ * receives, on success, `true` when the pages were mapped and `false` when the system offers only
+ * read-ahead advice (Linux before 5.14, other systems) or the view is over a memory buffer (nothing to do).
+ *
+ * Errors: `NULL_ARGUMENT` (`view`), `INVALID_HANDLE`, `OUT_OF_MEMORY`, `TRUNCATED` (the file is now
+ * shorter than when it was opened; never SIGBUS), `IO`. Thread-safe; may take seconds for a large tensor
+ * that is not in the page cache.
+ */
+hostfirst_status hostfirst_view_prefault(const struct hostfirst_view *view,
+                                         bool *populated);
+
+/**
  * Fills `*out` with the default options (`struct_size` set, everything else zero/NULL). Errors:
  * `NULL_ARGUMENT`. Thread-safe.
  */

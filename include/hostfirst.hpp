@@ -279,6 +279,13 @@ public:
         check(hostfirst_view_slice_rows(v_, start, stop, &out));
         return view(out);
     }
+    /// Maps the view's pages now (hostfirst_view_prefault) so gathers through the mapping take no page
+    /// faults; returns true when the pages were mapped, false for read-ahead advice only or memory buffers.
+    bool prefault() const {
+        bool populated = false;
+        check(hostfirst_view_prefault(v_, &populated));
+        return populated;
+    }
     /// Copies the bytes with pread into dst (capacity bytes); TRUNCATED instead of SIGBUS.
     void copy_to(void *dst, size_t capacity) const { check(hostfirst_view_copy(v_, dst, capacity, nullptr)); }
     /// A copy of the bytes (pread).

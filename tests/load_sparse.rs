@@ -123,3 +123,67 @@ fn views_from_many_threads() {
     });
     std::fs::remove_file(&path).unwrap();
 }
+
+/// `TensorView::prefault` maps a view's pages (reads through the mapping then find them present), refuses a
+/// tensor larger than available memory before reading anything (the fit message and numbers), reports
+/// TRUNCATED, not SIGBUS, for a file that shrank, and is a no-op over memory buffers.
+#[test]
+fn prefault_maps_pages_and_refuses_what_cannot_fit() {
+    let _g = serial();
+    // 64 MiB of real data: after prefault, every page of the view is resident and mapped (mincore).
+    let n = 64usize << 20;
+    let data: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
+    let h = format!(r#"{{"tokens":{{"dtype":"U16","shape":[{}],"data_offsets":[0,{n}]}}}}"#, n / 2);
+    let path = tmp("prefault.safetensors");
+    std::fs::write(&path, image(&h, &data)).unwrap();
+    let f = TensorFile::open(&path).unwrap();
+    let v = f.view("tokens").unwrap();
+    let faults = |v: &hostfirst::TensorView| {
+        // Minor faults taken by reading one byte of every page through the mapping.
+        let before = minor_faults();
+        let m = v.mapped();
+        let mut sum = 0u64;
+        for i in (0..m.len()).step_by(4096) {
+            sum += m[i] as u64;
+        }
+        std::hint::black_box(sum);
+        minor_faults() - before
+    };
+    assert!(v.prefault().unwrap(), "MADV_POPULATE_READ is available on the kernels CI runs");
+    let after = faults(&v);
+    assert!(after < 64, "{after} faults reading a prefaulted 64 MiB view");
+    // A second file handle on the same data has its own mapping: without prefault it faults.
+    let f2 = TensorFile::open(&path).unwrap();
+    let v2 = f2.view("tokens").unwrap();
+    let cold = faults(&v2);
+    assert!(cold > after, "a fresh mapping took {cold} faults, the prefaulted one {after}");
+    assert_eq!(&v.mapped()[..8], &data[..8]);
+
+    // Far larger than any CI machine: refused by the fit check with the numbers, nothing read.
+    let big = sparse_token_file("prefault-1t.safetensors", 1 << 40);
+    let fb = TensorFile::open(&big).unwrap();
+    let e = fb.view("tokens").unwrap().prefault().unwrap_err();
+    assert_eq!(e.status(), Status::OutOfMemory);
+    assert!(e.message().contains("prefault of tensor 'tokens' (1024.00 GiB) does not fit on cpu:0"), "{}", e.message());
+    assert_eq!(e.fit().unwrap().needed, 1 << 40);
+
+    // Shrunk after open: TRUNCATED.
+    let fv = f.view("tokens").unwrap();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(1000).unwrap();
+    assert_eq!(fv.prefault().unwrap_err().status(), Status::Truncated);
+
+    // Memory buffers: nothing to do.
+    let mem = TensorFile::from_bytes(image(&h, &data)).unwrap();
+    assert!(!mem.view("tokens").unwrap().prefault().unwrap());
+    for p in [path, big] {
+        std::fs::remove_file(p).unwrap();
+    }
+}
+
+fn minor_faults() -> u64 {
+    // This thread's minor faults (other tests run on other threads).
+    // SAFETY: getrusage writes one rusage struct, which we own.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut r) }, 0);
+    r.ru_minflt as u64
+}

@@ -1,9 +1,10 @@
-/* hostfirst gather FILE TENSOR --batch B --window T [--device SPEC] [--iters N] [--seed S] [--json]
+/* hostfirst gather FILE TENSOR --batch B --window T [--device SPEC] [--iters N] [--seed S] [--prefault] [--json]
  *
  * The data-loader loop: B random windows of T elements of a 1-D tensor (nanoGPT's get_batch, offsets from a
  * seeded splitmix64 stream) assembled as a [B, T] batch on the device, N times, into one reused destination.
  * Prints p50/p99 per batch. The first batch is checked against a direct computation (each window read with
- * hostfirst_view_copy); a mismatch exits 1. The device defaults to the default device. */
+ * hostfirst_view_copy); a mismatch exits 1. The device defaults to the default device. --prefault maps the
+ * tensor's pages first (hostfirst_view_prefault) and reports how long that took. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,8 @@
 #include "cli.h"
 
 static const char *usage_line =
-    "usage: hostfirst gather FILE TENSOR --batch B --window T [--device SPEC] [--iters N] [--seed S] [--json]\n";
+    "usage: hostfirst gather FILE TENSOR --batch B --window T [--device SPEC] [--iters N] [--seed S] [--prefault]\n"
+    "                       [--json]\n";
 
 static double now_s(void) {
     struct timespec ts;
@@ -59,11 +61,12 @@ static int check_first(hostfirst_gather *g, const hostfirst_view *v, const uint6
 int cmd_gather(int argc, char **argv) {
     const char *path = NULL, *tensor = NULL, *spec = "default";
     uint64_t batch = 0, window = 0, iters = 100, seed = 1337;
-    int json = 0;
+    int json = 0, prefault = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
         if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--prefault")) prefault = 1;
         else if (!strcmp(a, "--batch") && more) {
             if (!parse_u64(argv[++i], &batch)) goto bad;
         } else if (!strcmp(a, "--window") && more) {
@@ -103,6 +106,17 @@ int cmd_gather(int argc, char **argv) {
         goto done;
     }
     size_t elem = hostfirst_dtype_bits(info.dtype) / 8;
+    double prefault_s = -1;
+    bool populated = false;
+    if (prefault) {
+        double t0 = now_s();
+        st = hostfirst_view_prefault(view, &populated);
+        prefault_s = now_s() - t0;
+        if (st != HOSTFIRST_STATUS_OK) {
+            rc = cli_fail("prefault", st);
+            goto done;
+        }
+    }
     st = hostfirst_gather_new(dev, info.dtype, batch, window, &g);
     if (st != HOSTFIRST_STATUS_OK) {
         rc = cli_fail("gather", st);
@@ -143,11 +157,16 @@ int cmd_gather(int argc, char **argv) {
         printf(",\"tensor\":");
         cli_json_string(stdout, tensor);
         printf(",\"device\":\"%s\",\"dtype\":\"%s\",\"batch\":%llu,\"window\":%llu,\"iters\":%llu,\"seed\":%llu,"
-               "\"batch_bytes\":%.0f,\"p50_us\":%.3f,\"p99_us\":%.3f,\"gb_per_s_p50\":%.3f,\"check\":%s}\n",
+               "\"batch_bytes\":%.0f,\"p50_us\":%.3f,\"p99_us\":%.3f,\"gb_per_s_p50\":%.3f,\"check\":%s",
                dspec, hostfirst_dtype_name(info.dtype), (unsigned long long)batch, (unsigned long long)window,
                (unsigned long long)iters, (unsigned long long)seed, bytes, p50 * 1e6, p99 * 1e6,
                p50 > 0 ? bytes / p50 / 1e9 : 0.0, ok ? "\"ok\"" : "\"MISMATCH\"");
+        if (prefault) printf(",\"prefault_s\":%.6f,\"prefault_populated\":%s", prefault_s, populated ? "true" : "false");
+        printf("}\n");
     } else {
+        if (prefault)
+            printf("prefault %s: %.1f ms (%s)\n", tensor, prefault_s * 1e3,
+                   populated ? "pages mapped" : "read-ahead advice only");
         printf("gather %s [%llu, %llu] %s -> %s: %llu iterations, p50 %.1f us, p99 %.1f us per batch; first batch %s\n",
                tensor, (unsigned long long)batch, (unsigned long long)window, hostfirst_dtype_name(info.dtype), dspec,
                (unsigned long long)iters, p50 * 1e6, p99 * 1e6, ok ? "matches a direct read" : "DOES NOT MATCH");

@@ -1,7 +1,7 @@
 //! Host-first loading: safetensors files, memory buffers and sharded sets; tensor views; dtypes.
 
 use super::handle::{self, Handle};
-use super::{c_str, in_bytes, out_bytes, out_ptr};
+use super::{c_str, in_bytes, opt_out, out_bytes, out_ptr};
 use crate::dtype::DType;
 use crate::error::{Error, Status};
 use crate::load::{TensorFile, TensorView};
@@ -520,6 +520,32 @@ pub extern "C" fn hostfirst_view_read(view: *const hostfirst_view, offset: u64, 
         let v = handle::get::<hostfirst_view>(view, "view")?;
         let buf = out_bytes(dst as *mut u8, len, "dst")?;
         v.read_at(offset, buf)
+    })
+}
+
+/// Maps every page of the view into the process now (Linux `MADV_POPULATE_READ`), reading from storage what
+/// is not in the page cache, so that later reads through the mapping, such as `hostfirst_gather_run`'s,
+/// take no page faults. Call it once on a data loader's token tensor before the training loop: a one-time
+/// cost (one pass over the tensor) that makes every later gather several times faster (BENCHMARKS.md).
+///
+/// Nothing is allocated: the pages belong to the page cache, which the kernel may reclaim again under memory
+/// pressure. A view larger than available host memory less the fit check's margin gives `OUT_OF_MEMORY`
+/// (message and `hostfirst_last_fit` as for a put) and reads nothing. When `populated` is not NULL it
+/// receives, on success, `true` when the pages were mapped and `false` when the system offers only
+/// read-ahead advice (Linux before 5.14, other systems) or the view is over a memory buffer (nothing to do).
+///
+/// Errors: `NULL_ARGUMENT` (`view`), `INVALID_HANDLE`, `OUT_OF_MEMORY`, `TRUNCATED` (the file is now
+/// shorter than when it was opened; never SIGBUS), `IO`. Thread-safe; may take seconds for a large tensor
+/// that is not in the page cache.
+#[no_mangle]
+pub extern "C" fn hostfirst_view_prefault(view: *const hostfirst_view, populated: *mut bool) -> Status {
+    hostfirst_boundary!("hostfirst_view_prefault", {
+        let v = handle::get::<hostfirst_view>(view, "view")?;
+        let p = v.prefault()?;
+        if let Some(out) = opt_out(populated) {
+            *out = p;
+        }
+        Ok(())
     })
 }
 

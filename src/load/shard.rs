@@ -161,6 +161,75 @@ impl Shard {
         }
     }
 
+    /// Maps the file pages of `[offset, offset + len)` (absolute) into this process now, reading any that are
+    /// not in the page cache, so later reads through the mapping take no page faults. Returns `true` when the
+    /// pages were populated, `false` when the kernel offers only read-ahead advice (Linux before 5.14, other
+    /// systems) or the source is a memory buffer. A file now shorter than the range gives `TRUNCATED`.
+    pub(crate) fn prefault(&self, offset: u64, len: u64, what: &dyn Fn() -> String) -> Result<bool> {
+        let Source::File { file, map } = &self.source else { return Ok(false) };
+        if len == 0 {
+            return Ok(true);
+        }
+        let now = file.metadata().map_err(|e| io_error(&self.display, "cannot stat", &e))?.len();
+        let end = offset.saturating_add(len);
+        if end > now {
+            return Err(Error::new(
+                Status::Truncated,
+                format!("{}: {}: the file is now {now} bytes, shorter than the {end} bytes it had when opened", self.display, what()),
+            ));
+        }
+        #[cfg(target_os = "linux")]
+        {
+            const MADV_POPULATE_READ: libc::c_int = 22;
+            const STEP: usize = 1 << 30;
+            let base = map.as_ptr() as usize;
+            let lo = (base + offset as usize) / 4096 * 4096;
+            let hi = base + end as usize;
+            let mut at = lo;
+            while at < hi {
+                let n = (hi - at).min(STEP);
+                // SAFETY: [at, at + n) lies within our live read-only mapping (page-aligned start, length
+                // rounded up by the kernel within the mapping); populating changes no contents.
+                let rc = unsafe { libc::madvise(at as *mut libc::c_void, n, MADV_POPULATE_READ) };
+                if rc == 0 {
+                    at += n;
+                    continue;
+                }
+                let e = std::io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EINVAL) if at == lo => {
+                        // No MADV_POPULATE_READ (Linux < 5.14): ask for read-ahead instead.
+                        // SAFETY: as above; advice only.
+                        unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_WILLNEED) };
+                        return Ok(false);
+                    }
+                    Some(libc::EFAULT) => {
+                        return Err(Error::new(
+                            Status::Truncated,
+                            format!("{}: {}: the file shrank while its pages were being mapped", self.display, what()),
+                        ))
+                    }
+                    _ => return Err(io_error(&self.display, &format!("{}: populating the mapping", what()), &e)),
+                }
+            }
+            Ok(true)
+        }
+        #[cfg(all(unix, not(target_os = "linux")))]
+        {
+            let base = map.as_ptr() as usize;
+            let lo = (base + offset as usize) / 4096 * 4096;
+            // SAFETY: advice only, within our live mapping.
+            unsafe { libc::madvise(lo as *mut libc::c_void, base + end as usize - lo, libc::MADV_WILLNEED) };
+            Ok(false)
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = map;
+            Ok(false)
+        }
+    }
+
     /// Copies `dst.len()` bytes at absolute `offset`: pread for files, memcpy for memory.
     pub(crate) fn read_at(&self, offset: u64, dst: &mut [u8], what: &dyn Fn() -> String) -> Result<()> {
         match &self.source {

@@ -94,6 +94,25 @@ impl TensorView {
         alignment_of(self.mapped().as_ptr() as usize)
     }
 
+    /// Maps every page of this view into the process now (`MADV_POPULATE_READ`), reading from storage what
+    /// is not in the page cache, so that reads through [`TensorView::mapped`] (the gather primitive's) take
+    /// no page faults afterwards. For a data loader this is a one-time cost that makes each later batch
+    /// several times faster (BENCHMARKS.md, section 3, has both).
+    ///
+    /// The pages stay in the page cache, which the kernel may reclaim again under memory pressure, so call it
+    /// for tensors that fit in available memory: a tensor larger than available host memory less the fit
+    /// check's margin gives `OUT_OF_MEMORY` with the numbers, and nothing is read. Returns `true` when the
+    /// pages were mapped, `false` when the system offers only read-ahead advice (Linux before 5.14, other
+    /// systems) or the view is over a memory buffer (nothing to do). A file that shrank since it was opened
+    /// gives `TRUNCATED`, never SIGBUS.
+    pub fn prefault(&self) -> Result<bool> {
+        if self.shard.path.is_some() {
+            let (free, total) = crate::place::fit::usable(crate::Device::CPU)?;
+            crate::place::fit::check_against(&format!("prefault of tensor '{}'", self.name), self.nbytes, crate::Device::CPU, free, total)?;
+        }
+        self.shard.prefault(self.file_offset(), self.nbytes, &|| format!("tensor '{}'", self.name))
+    }
+
     /// Copies `dst.len()` bytes starting `offset` bytes into this view.
     ///
     /// Files are read with positioned reads (`pread`) on the file descriptor, never through the mapping, so a

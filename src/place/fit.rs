@@ -3,9 +3,47 @@
 //! Host memory (`cpu`, `cuda_host`): `needed ≤ MemAvailable − margin`, margin = max(512 MiB, 5 % of MemTotal),
 //! so a put never drives the machine into swap or the OOM killer. CUDA: `needed ≤ free − 32 MiB` where
 //! `free` is `cuMemGetInfo`'s, the margin covering allocation granularity.
+//!
+//! Reading `MemAvailable` costs a few microseconds (open, read and parse `/proc/meminfo`), which dominated
+//! puts of small tensors one by one. A reading is therefore reused for [`HOST_READING_TTL`], less every
+//! byte that host fit checks have passed since it was taken (counted as taken whether or not it has been
+//! freed since), so back-to-back puts cannot together overcommit what one reading saw.
 
 use crate::device::{census::memory, Device, DeviceKind};
 use crate::error::{human_bytes, Error, FitFailure, Result};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long one reading of host memory serves fit checks.
+pub const HOST_READING_TTL: Duration = Duration::from_millis(10);
+
+struct HostReading {
+    at: Instant,
+    free: u64,
+    total: u64,
+    /// Bytes passed by host fit checks since `at`.
+    taken: u64,
+}
+
+static HOST: Mutex<Option<HostReading>> = Mutex::new(None);
+
+/// Host (available, total), from a fresh or recent reading, less what has been passed since.
+fn host_memory() -> Result<(u64, u64)> {
+    let mut g = HOST.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(r) = g.as_ref().filter(|r| r.at.elapsed() < HOST_READING_TTL) {
+        return Ok((r.free.saturating_sub(r.taken), r.total));
+    }
+    let (free, total) = memory(Device::CPU)?;
+    *g = Some(HostReading { at: Instant::now(), free, total, taken: 0 });
+    Ok((free, total))
+}
+
+/// Records `n` bytes passed by a host fit check against the current reading.
+fn host_take(n: u64) {
+    if let Some(r) = HOST.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        r.taken = r.taken.saturating_add(n);
+    }
+}
 
 /// Host safety margin for a machine with `total` bytes.
 pub fn host_margin(total: u64) -> u64 {
@@ -17,7 +55,10 @@ pub const CUDA_MARGIN: u64 = 32 << 20;
 
 /// Free bytes usable by a new allocation on `device` (after the margin) and the device's total.
 pub fn usable(device: Device) -> Result<(u64, u64)> {
-    let (free, total) = memory(device)?;
+    let (free, total) = match device.kind {
+        DeviceKind::Cpu | DeviceKind::CudaHost => host_memory()?,
+        DeviceKind::Cuda => memory(device)?,
+    };
     let margin = match device.kind {
         DeviceKind::Cpu | DeviceKind::CudaHost => host_margin(total),
         DeviceKind::Cuda => CUDA_MARGIN,
@@ -29,7 +70,11 @@ pub fn usable(device: Device) -> Result<(u64, u64)> {
 /// carrying the numbers, e.g. `tensor 'tokens' (19.09 GiB) does not fit on cuda:0: 4.20 GiB free of 24.00 GiB`.
 pub fn check(what: &str, needed: u64, device: Device) -> Result<()> {
     let (free, total) = usable(device)?;
-    check_against(what, needed, device, free, total)
+    check_against(what, needed, device, free, total)?;
+    if matches!(device.kind, DeviceKind::Cpu | DeviceKind::CudaHost) {
+        host_take(needed);
+    }
+    Ok(())
 }
 
 /// The comparison and message, separated for testing.
@@ -69,6 +114,20 @@ mod tests {
         let f = e.fit().unwrap();
         assert_eq!((f.needed, f.free, f.total, f.device.as_str()), (19 * gib + gib / 10, 4 * gib + gib / 5, 24 * gib, "cuda:0"));
         assert!(check_against("x", 10, Device::CPU, 10, 100).is_ok());
+    }
+
+    #[test]
+    fn passed_checks_count_against_a_reused_reading() {
+        let (free, _) = usable(Device::CPU).unwrap();
+        // Two checks of 60 % each within one reading's lifetime: the second sees the first's bytes as
+        // taken. (A reading can expire in between on a slow machine; then the live value decides.)
+        let part = free / 10 * 6;
+        let t = Instant::now();
+        check("first", part, Device::CPU).unwrap();
+        let second = check("second", part, Device::CPU);
+        if t.elapsed() < HOST_READING_TTL {
+            assert_eq!(second.unwrap_err().status(), Status::OutOfMemory);
+        }
     }
 
     #[test]

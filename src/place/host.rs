@@ -112,6 +112,26 @@ impl Drop for HostAlloc {
     }
 }
 
+/// Faults in `bytes` for writing in one system call (`MADV_POPULATE_WRITE`, Linux 5.14+) instead of one
+/// page fault per 4 KiB page taken inside the copy that follows. Best effort: on older kernels, other
+/// systems, or memory that is not page-aligned at both ends, nothing happens and the copy faults as before.
+pub fn populate_write(bytes: &mut [u8]) {
+    #[cfg(target_os = "linux")]
+    {
+        const MADV_POPULATE_WRITE: libc::c_int = 23;
+        let page = 4096usize;
+        let start = bytes.as_mut_ptr() as usize;
+        let (lo, hi) = (start.next_multiple_of(page), (start + bytes.len()) / page * page);
+        if hi > lo {
+            // SAFETY: [lo, hi) lies inside `bytes`, which we borrow mutably; populating writable private
+            // memory changes no contents (zero pages stay zero, existing pages are left as they are).
+            unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, MADV_POPULATE_WRITE) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = bytes;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,6 +141,8 @@ mod tests {
         for len in [0usize, 1, 63, 4096, MMAP_THRESHOLD - 1, MMAP_THRESHOLD, 3 << 20] {
             let mut a = HostAlloc::zeroed(len, "t").unwrap();
             assert_eq!(a.len(), len);
+            assert!(a.as_slice().iter().all(|b| *b == 0));
+            populate_write(a.as_mut_slice());
             assert!(a.as_slice().iter().all(|b| *b == 0));
             if len > 0 {
                 assert_eq!(a.as_ptr() as usize % SMALL_ALIGN, 0);

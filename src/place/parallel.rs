@@ -23,9 +23,10 @@ pub fn default_threads() -> usize {
 pub const DEFAULT_CHUNK: usize = 8 << 20;
 
 /// Fills `dst` with `read(offset, chunk)` calls over `threads` threads in `chunk`-byte pieces; `read` gets
-/// the offset relative to the start of `dst`. Progress is reported from the calling thread at most every
-/// [`PROGRESS_INTERVAL`] and once at the end with `done == total`; returning `true` cancels (remaining chunks
-/// are skipped; the result is `Cancelled`). The first read error wins and stops the others.
+/// the offset relative to the start of `dst`. The calling thread is one of the readers (`threads - 1` more
+/// are started, none when there is a single chunk), and it alone reports progress: between its chunks, at
+/// most every [`PROGRESS_INTERVAL`], and once at the end with `done == total`. Returning `true` cancels
+/// (remaining chunks are skipped; the result is `Cancelled`). The first read error wins and stops the others.
 pub fn parallel_fill<R>(dst: &mut [u8], threads: usize, chunk: usize, read: R, mut progress: Option<Progress<'_>>) -> Result<()>
 where
     R: Fn(u64, &mut [u8]) -> Result<()> + Sync,
@@ -33,52 +34,49 @@ where
     let total = dst.len() as u64;
     let chunk = chunk.max(4096);
     let threads = threads.max(1).min(dst.len().div_ceil(chunk).max(1));
-    if threads == 1 && progress.is_none() {
-        for (i, piece) in dst.chunks_mut(chunk).enumerate() {
-            read((i * chunk) as u64, piece)?;
-        }
-        return Ok(());
-    }
     let queue = Mutex::new(dst.chunks_mut(chunk).enumerate());
     let done = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let first_error: Mutex<Option<Error>> = Mutex::new(None);
-    let finished = AtomicU64::new(0);
+    // One reader's loop; `on_chunk` runs after each of its chunks and returns true to cancel.
+    let reader = |on_chunk: &mut dyn FnMut() -> bool| loop {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
+        let Some((i, piece)) = next else { break };
+        let n = piece.len() as u64;
+        if let Err(e) = read((i * chunk) as u64, piece) {
+            stop.store(true, Ordering::Relaxed);
+            first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+            break;
+        }
+        done.fetch_add(n, Ordering::Relaxed);
+        if on_chunk() {
+            stop.store(true, Ordering::Relaxed);
+            break;
+        }
+    };
     let mut cancelled = false;
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                loop {
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
-                    let Some((i, piece)) = next else { break };
-                    let n = piece.len() as u64;
-                    if let Err(e) = read((i * chunk) as u64, piece) {
-                        stop.store(true, Ordering::Relaxed);
-                        first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
-                        break;
-                    }
-                    done.fetch_add(n, Ordering::Relaxed);
-                }
-                finished.fetch_add(1, Ordering::Release);
-            });
+    let mut last = Instant::now();
+    let mut report = || match progress.as_mut() {
+        Some(p) if last.elapsed() >= PROGRESS_INTERVAL && !stop.load(Ordering::Relaxed) => {
+            last = Instant::now();
+            cancelled = p(done.load(Ordering::Relaxed), total);
+            cancelled
         }
-        if let Some(p) = progress.as_mut() {
-            let mut last = Instant::now();
-            while finished.load(Ordering::Acquire) < threads as u64 {
-                std::thread::sleep(Duration::from_millis(5));
-                if last.elapsed() >= PROGRESS_INTERVAL && !stop.load(Ordering::Relaxed) {
-                    last = Instant::now();
-                    if p(done.load(Ordering::Relaxed), total) {
-                        cancelled = true;
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                }
+        _ => false,
+    };
+    if threads == 1 {
+        reader(&mut report);
+    } else {
+        std::thread::scope(|s| {
+            for _ in 1..threads {
+                s.spawn(|| reader(&mut || false));
             }
-        }
-    });
+            reader(&mut report);
+        });
+    }
     if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e);
     }

@@ -63,7 +63,7 @@ pub fn put_with_stats(view: &TensorView, target: Target, opts: PutOptions<'_>) -
     let device = target.resolve(&what)?;
     fit::check(&what, view.nbytes(), device)?;
     let mut buf = Buffer::alloc(view.name(), view.dtype(), view.shape(), view.nbytes(), device)?;
-    let stats = fill_with_stats(view, &mut buf, opts)?;
+    let stats = fill_impl(view, &mut buf, opts, true)?;
     Ok((buf, stats))
 }
 
@@ -74,13 +74,31 @@ pub fn fill(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>) -> Result
 
 /// [`fill`], also returning what the transfer did.
 pub fn fill_with_stats(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>) -> Result<PutStats> {
+    fill_impl(view, buf, opts, false)
+}
+
+/// `fresh`: the buffer was just allocated, so its host pages are not faulted in yet; each reader populates
+/// its chunk in one call before reading into it (see [`super::host::populate_write`]).
+fn fill_impl(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>, fresh: bool) -> Result<PutStats> {
     let threads = if opts.threads == 0 { default_threads() } else { opts.threads };
     let chunk = if opts.chunk == 0 { DEFAULT_CHUNK } else { opts.chunk };
     let device = buf.device();
     match buf.memory_mut() {
         Memory::Host(_) | Memory::Pinned(_) => {
             let dst = buf.host_bytes_mut().expect("host memory");
-            parallel_fill(dst, threads, chunk, |off, d| view.read_at(off, d), opts.progress)?;
+            let populate = fresh && matches!(device.kind, DeviceKind::Cpu);
+            parallel_fill(
+                dst,
+                threads,
+                chunk,
+                |off, d| {
+                    if populate {
+                        super::host::populate_write(d);
+                    }
+                    view.read_at(off, d)
+                },
+                opts.progress,
+            )?;
             Ok(PutStats::default())
         }
         Memory::Cuda(dev) => {

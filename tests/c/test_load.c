@@ -164,6 +164,14 @@ static void test_file_api(void) {
     CHECK_STATUS(hostfirst_view_read(vw, 0, NULL, 8), HOSTFIRST_STATUS_NULL_ARGUMENT);
     CHECK_OK(hostfirst_view_read(vw, 24, NULL, 0));
 
+    /* Prefault: maps the view's pages (Linux 5.14+ on CI); the flag is written only on success. */
+    bool populated = false;
+    CHECK_OK(hostfirst_view_prefault(vw, &populated));
+    CHECK(populated);
+    CHECK_OK(hostfirst_view_prefault(vs, NULL));
+    CHECK_STATUS(hostfirst_view_prefault(NULL, &populated), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_view_prefault((const hostfirst_view *)f, &populated), HOSTFIRST_STATUS_INVALID_HANDLE);
+
     /* Empty tensor: copy 0 bytes, NULL dst allowed. */
     hostfirst_view *ve = NULL;
     CHECK_OK(hostfirst_file_view(f, "e", &ve));
@@ -203,6 +211,7 @@ static void test_file_api(void) {
     CHECK_OK(hostfirst_view_free(vs));
     CHECK_OK(hostfirst_view_free(vw));
     CHECK_STATUS(hostfirst_view_free(vw), HOSTFIRST_STATUS_INVALID_HANDLE);
+    CHECK_STATUS(hostfirst_view_prefault(vw, NULL), HOSTFIRST_STATUS_INVALID_HANDLE); /* use after free */
     CHECK_STATUS(hostfirst_view_copy(vw, out, sizeof out, NULL), HOSTFIRST_STATUS_INVALID_HANDLE);
     CHECK_OK(hostfirst_view_free(NULL));
     CHECK_OK(hostfirst_file_free(NULL));

@@ -30,6 +30,7 @@ static int files_views_dlpack(const std::string &fixtures) {
         REQUIRE(v.shape() == std::vector<uint64_t>({2, 3}) && v.nbytes() == 24);
         want = v.to_vector<int32_t>();
         REQUIRE(want.size() == 6);
+        REQUIRE(v.prefault()); /* a file view: its pages are mapped */
         hostfirst::view rows = v.slice_rows(1, 2);
         REQUIRE(rows.shape() == std::vector<uint64_t>({1, 3}));
         REQUIRE(static_cast<const char *>(rows.data()) == static_cast<const char *>(v.data()) + 12);

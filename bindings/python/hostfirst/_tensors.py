@@ -79,6 +79,7 @@ _lib.declare_more(lib, {
     "hostfirst_view_free": (c_status, [ctypes.c_void_p]),
     "hostfirst_view_describe": (c_status, [ctypes.c_void_p, P(ViewInfo)]),
     "hostfirst_view_slice_rows": (c_status, [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, P(ctypes.c_void_p)]),
+    "hostfirst_view_prefault": (c_status, [ctypes.c_void_p, P(ctypes.c_bool)]),
     "hostfirst_view_copy": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, P(ctypes.c_uint64)]),
     "hostfirst_dtype_name": (ctypes.c_char_p, [ctypes.c_uint32]),
     "hostfirst_view_to_dlpack": (c_status, [ctypes.c_void_p, P(P(DLManagedTensorVersioned))]),
@@ -205,6 +206,15 @@ class Tensor:
         out = ctypes.c_void_p()
         check(lib.hostfirst_view_slice_rows(self._h, start, max(start, stop), ctypes.byref(out)))
         return Tensor(out.value)
+
+    def prefault(self):
+        """Maps this tensor's pages now (before a training loop gathers from it), so reads through the mapping
+        take no page faults. Returns True when the pages were mapped, False when the system offers only
+        read-ahead advice or the tensor is over a memory buffer. Raises OutOfMemoryError (with the fit numbers)
+        for a tensor larger than available memory, TruncatedError for a file that shrank."""
+        populated = ctypes.c_bool(False)
+        check(lib.hostfirst_view_prefault(self._h, ctypes.byref(populated)))
+        return populated.value
 
     def tobytes(self):
         """A copy of the bytes, read with pread (a truncated file raises TruncatedError, never SIGBUS)."""

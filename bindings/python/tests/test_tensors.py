@@ -63,6 +63,7 @@ def test_row_slices_are_views():
     with hostfirst.open(FIX / "tokens.safetensors") as f:
         tokens = f["tokens"]
     ref = np.frombuffer(tokens.tobytes(), dtype=np.uint16)
+    assert tokens.prefault() is True
     head = tokens[0:1024]
     assert head.shape == (1024,) and head.nbytes == 2048
     assert head.data_ptr == tokens.data_ptr
