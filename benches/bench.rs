@@ -23,6 +23,8 @@
 //!                                  offsets and offsets+1, offsets drawn by place::gather::random_offsets; p50/p99
 //!   gather1 FILE TENSOR B T ITERS SEED
 //!                                  the same with one [B, T+1] gather (x = row[..T], y = row[1..] as views)
+//!   gather1p FILE TENSOR B T ITERS SEED
+//!                                  gather1 after TensorView::prefault (its one-time cost reported as prefault_s)
 //!   resident FILE                  fraction of the file's pages in the page cache (mincore)
 
 use hostfirst::place::{put, PutOptions, Target};
@@ -91,8 +93,9 @@ fn main() {
         "rust-safetensors-load-all" => op_rust_st_load_all(&args[1]),
         "gather-readat" => op_gather_readat(&args[1..]),
         "resident" => op_resident(&args[1]),
-        "gather" => op_gather(&args[1..], false),
-        "gather1" => op_gather(&args[1..], true),
+        "gather" => op_gather(&args[1..], false, false),
+        "gather1" => op_gather(&args[1..], true, false),
+        "gather1p" => op_gather(&args[1..], true, true),
         _ => {
             eprintln!("usage: see the top of benches/bench.rs");
             std::process::exit(2);
@@ -415,7 +418,7 @@ fn op_resident(path: &str) -> String {
     format!(r#"{{"op":"resident","file":"{path}","pages":{pages},"resident":{res},"fraction":{:.6}}}"#, res as f64 / pages as f64)
 }
 
-fn op_gather(a: &[String], one: bool) -> String {
+fn op_gather(a: &[String], one: bool, prefault: bool) -> String {
     use hostfirst::place::gather::{random_offsets, Gather};
     let (path, tensor) = (&a[0], &a[1]);
     let (b, t, iters, seed): (usize, usize, usize, u64) =
@@ -424,6 +427,12 @@ fn op_gather(a: &[String], one: bool) -> String {
     let view = file.view(tensor).expect("view");
     let ntok = view.nbytes() / 2;
     let mut state = seed;
+    let mut pre = String::new();
+    if prefault {
+        let t0 = Instant::now();
+        let populated = view.prefault().expect("prefault");
+        pre = format!(r#","prefault_s":{:.6},"prefault_populated":{populated}"#, secs(t0));
+    }
     if one {
         // One [B, T+1] gather: x = row[..T], y = row[1..] (what the read_at loop does).
         let mut g = Gather::new(Device::CPU, hostfirst::DType::U16, b as u64, t as u64 + 1).expect("gather");
@@ -438,7 +447,9 @@ fn op_gather(a: &[String], one: bool) -> String {
                 lat.push(dt);
             }
         }
-        return gather_json("hostfirst-gather-one-window", b, t, iters, lat);
+        let name = if prefault { "hostfirst-gather-one-window-prefaulted" } else { "hostfirst-gather-one-window" };
+        let j = gather_json(name, b, t, iters, lat);
+        return format!("{}{pre}}}", &j[..j.len() - 1]);
     }
     let mut gx = Gather::new(Device::CPU, hostfirst::DType::U16, b as u64, t as u64).expect("gather x");
     let mut gy = Gather::new(Device::CPU, hostfirst::DType::U16, b as u64, t as u64).expect("gather y");

@@ -284,6 +284,7 @@ def main():
                 add(run1(py + ["get_batch", big, str(B), str(T), str(iters), str(r + 1)]), rep=r)
                 add(run1([exe, "gather", big, "tokens", str(B), str(T), str(iters), str(r + 1)]), rep=r)
                 add(run1([exe, "gather1", big, "tokens", str(B), str(T), str(iters), str(r + 1)]), rep=r)
+                add(run1([exe, "gather1p", big, "tokens", str(B), str(T), str(iters), str(r + 1)]), rep=r)
                 add(run1([exe, "gather-readat", big, "tokens", str(B), str(T), str(iters), str(r + 1)]), rep=r)
 
     # 4. many-tensor whole-file load to cpu

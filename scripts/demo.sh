@@ -47,7 +47,7 @@ $HF load "$TOK" --rule 'tokens=host' --rule '*=default'
 
 echo
 echo "== 4. Gather random [64, 1025] token batches onto the default device (one transfer per batch)"
-$HF gather "$TOK" tokens --batch 64 --window 1025 --iters 200 --seed 1
+$HF gather "$TOK" tokens --batch 64 --window 1025 --iters 200 --seed 1 --prefault
 
 echo
 echo "== 5. Put a 256 MiB slice of the tokens, with a progress bar on a terminal"
