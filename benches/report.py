@@ -50,13 +50,13 @@ def main(path):
     w("**Command:** `" + cmd + "` (one command; `--quick` for a shorter run). Benchmarks are not tests: `cargo test` and")
     w("`scripts/test.sh` never run them.\n")
     w("| machine | |\n|---|---|")
-    w(f"| CPU | {m['cpu']} (a VM; lscpu names no model), {m['cores']} cores (shared with 3 other engineers compiling: numbers are noisy) |")
+    w(f"| CPU | {m['cpu']} (a VM; lscpu names no model), {m['cores']} cores of a shared VM (other engineers' builds run beside it; numbers are noisy) |")
     w(f"| RAM | {m['mem_gib']} GiB |")
     w(f"| GPU | {m['gpu']} |")
     w(f"| date | {m['date_utc']} (run took {m.get('wall_s')} s; load average {' '.join(m['loadavg_start'])} at start, "
       f"{' '.join(m.get('loadavg_end', []))} at end) |")
     w(f"| software | kernel {m['kernel']}, {m['rustc']}, Python {m['python']}, numpy {m['numpy']}, safetensors (Python) "
-      f"{m['safetensors_py']}, safetensors crate {m['safetensors_rust']}, hostfirst {m['git']} (main; the gather column is built from branch `rules`, see section 3) |")
+      f"{m['safetensors_py']}, safetensors crate {m['safetensors_rust']}, hostfirst {m['git']} (main, built from the working tree) |")
     for pr in m.get("partial_reruns", []):
         w(f"| partial re-run | `{pr['command']}` on {pr['date_utc']} (load average {' '.join(pr['loadavg_start'])}); its records replace those sections' |")
     w("| cache state | warm: every file read once in 64 MiB reads, residency checked with mincore (column `resident`) |\n")
