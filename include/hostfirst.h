@@ -999,6 +999,12 @@ typedef struct hostfirst_put_stats {
    * Resident mode: 1 when a cached registration was reused.
    */
   int32_t reused_registration;
+  /**
+   * Resident mode: 1 when the put went through the staging ring instead, because the tensor shares
+   * memory pages with cached registrations that do not cover it (a slice registered before the whole
+   * tensor, or a neighbouring tensor); the copy is complete and correct either way.
+   */
+  int32_t staged_instead;
 } hostfirst_put_stats;
 
 /**

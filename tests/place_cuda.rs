@@ -223,6 +223,61 @@ fn resident_round_trip() {
     });
 }
 
+/// Resident puts of views that share pages: a slice inside a registered tensor reuses its registration; a
+/// tensor that only partly overlaps registered ranges (the whole tensor after a slice, or a neighbour sharing a
+/// boundary page) goes through the staging ring and says so; every copy is byte-exact.
+#[test]
+fn resident_overlapping_views_reuse_or_stage() {
+    in_stand_in_child("resident_overlapping_views_reuse_or_stage", &[], || {
+        let n = (3 << 20) + 7;
+        let (img, data) = image(n);
+        let path = scratch("place_cuda_resident_overlap").join("t.safetensors");
+        std::fs::write(&path, &img).unwrap();
+        let f = TensorFile::open(&path).unwrap();
+        let v = f.view("t").unwrap();
+        let o = || PutOptions { resident: true, ..PutOptions::default() };
+        let check = |b: &hostfirst::place::Buffer, want: &[u8]| {
+            let mut back = vec![0u8; want.len()];
+            b.copy_to_host(&mut back).unwrap();
+            assert!(back == want);
+        };
+        // A slice first (U8 [n]: rows are bytes), then the whole tensor: partial overlap -> staged.
+        let (lo, hi) = (100_000u64, 2_000_000u64);
+        let s = v.slice_rows(lo, hi).unwrap();
+        let (bs, st) = put_with_stats(&s, Target::Device(Device::cuda(0)), o()).unwrap();
+        assert!(!st.reused_registration && !st.staged_instead, "{st:?}");
+        check(&bs, &data[lo as usize..hi as usize]);
+        let (bw, st) = put_with_stats(&v, Target::Device(Device::cuda(0)), o()).unwrap();
+        assert!(st.staged_instead && !st.reused_registration && st.register_seconds == 0.0, "{st:?}");
+        check(&bw, &data);
+        // A neighbour sharing the slice's last page: staged as well.
+        let nb = v.slice_rows(hi, hi + 10).unwrap();
+        let (bn, st) = put_with_stats(&nb, Target::Device(Device::cuda(0)), o()).unwrap();
+        assert!(st.staged_instead, "{st:?}");
+        check(&bn, &data[hi as usize..hi as usize + 10]);
+        // A slice inside the registered one: reused, at an offset.
+        let inner = v.slice_rows(lo + 5, lo + 70_000).unwrap();
+        let (bi, st) = put_with_stats(&inner, Target::Device(Device::cuda(0)), o()).unwrap();
+        assert!(st.reused_registration && !st.staged_instead, "{st:?}");
+        check(&bi, &data[lo as usize + 5..lo as usize + 70_000]);
+        assert_eq!(stand_in_query("stand_in_live_registrations"), 1);
+        // After the cache is released, the whole tensor registers (the slice then reuses it).
+        drop((bs, bw, bn, bi, s, nb, inner));
+        hostfirst::place::release_cached_memory();
+        assert_eq!(stand_in_query("stand_in_live_registrations"), 0);
+        let (bw, st) = put_with_stats(&v, Target::Device(Device::cuda(0)), o()).unwrap();
+        assert!(!st.staged_instead && !st.reused_registration, "{st:?}");
+        check(&bw, &data);
+        let s = v.slice_rows(lo, hi).unwrap();
+        let (bs, st) = put_with_stats(&s, Target::Device(Device::cuda(0)), o()).unwrap();
+        assert!(st.reused_registration, "{st:?}");
+        check(&bs, &data[lo as usize..hi as usize]);
+        assert_eq!(stand_in_query("stand_in_pageable_async_copies"), 0);
+        drop((bw, bs, s, v, f));
+        assert_nothing_live();
+    });
+}
+
 #[test]
 fn c_place_with_the_stand_in() {
     assert!(have_cc(), "no C compiler");

@@ -88,6 +88,10 @@ pub struct hostfirst_put_stats {
     pub register_seconds: f64,
     /// Resident mode: 1 when a cached registration was reused.
     pub reused_registration: i32,
+    /// Resident mode: 1 when the put went through the staging ring instead, because the tensor shares
+    /// memory pages with cached registrations that do not cover it (a slice registered before the whole
+    /// tensor, or a neighbouring tensor); the copy is complete and correct either way.
+    pub staged_instead: i32,
 }
 
 /// Everything a buffer is (`hostfirst_buffer_describe`). Set `struct_size = sizeof(hostfirst_buffer_info)`.
@@ -191,6 +195,7 @@ fn write_stats(out: *mut hostfirst_put_stats, s: PutStats) -> Result<()> {
             struct_size: std::mem::size_of::<hostfirst_put_stats>(),
             register_seconds: s.register_seconds,
             reused_registration: s.reused_registration as i32,
+            staged_instead: s.staged_instead as i32,
         };
     }
     Ok(())

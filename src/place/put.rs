@@ -49,6 +49,9 @@ pub struct PutStats {
     pub register_seconds: f64,
     /// True when a resident put reused a cached registration.
     pub reused_registration: bool,
+    /// True when a resident put went through the staging ring instead, because the view shares pages with
+    /// cached registrations that do not cover it (see [`super::resident`]).
+    pub staged_instead: bool,
 }
 
 
@@ -103,13 +106,23 @@ fn fill_impl(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>, fresh: b
         }
         Memory::Cuda(dev) => {
             debug_assert_eq!(device.kind, DeviceKind::Cuda);
+            let mut progress = opts.progress;
+            let mut stats = PutStats::default();
             if opts.resident && view.nbytes() > 0 {
-                let s = super::resident::to_cuda(view, dev, 64 << 20, opts.progress)?;
-                return Ok(PutStats { register_seconds: s.register_seconds, reused_registration: s.reused });
+                let reborrowed: Option<&mut dyn FnMut(u64, u64) -> bool> = match progress {
+                    Some(ref mut p) => Some(&mut **p),
+                    None => None,
+                };
+                match super::resident::to_cuda(view, dev, 64 << 20, reborrowed)? {
+                    Some(s) => {
+                        return Ok(PutStats { register_seconds: s.register_seconds, reused_registration: s.reused, staged_instead: false })
+                    }
+                    None => stats.staged_instead = true,
+                }
             }
             let cfg = super::staging::RingConfig { threads, staging_bytes: opts.staging_bytes, slab_bytes: opts.chunk };
-            super::staging::to_cuda(view, dev, &cfg, opts.progress)?;
-            Ok(PutStats::default())
+            super::staging::to_cuda(view, dev, &cfg, progress)?;
+            Ok(stats)
         }
     }
 }

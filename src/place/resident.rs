@@ -8,6 +8,11 @@
 //! registration pays off only after many transfers of the same range. Registrations are cached by (address,
 //! length) of the mapped range — the cache entry keeps the file's mapping alive — and freed by
 //! [`super::staging::release_cached_memory`].
+//!
+//! **Overlaps.** The driver locks whole pages and refuses a range that shares a page with a registered one.
+//! A view inside a cached registration (a row slice of a registered tensor) reuses it at an offset. A view
+//! that only partly overlaps cached registrations (including a neighbour sharing a boundary page) is not
+//! registered: its put goes through the staging ring instead, and the put's stats say so.
 
 use crate::device::cuda::{DeviceMemory, HostBytes, HostRegistration, Stream};
 use crate::error::{Error, Result, Status};
@@ -38,6 +43,14 @@ impl Resident {
     pub fn registration(&self) -> &HostRegistration<'static> {
         &self.reg
     }
+}
+
+/// The outcome of looking a view up for a resident transfer.
+pub enum Lookup {
+    /// A registration covering the view, and the view's offset within the registration's bytes.
+    Ready(Arc<Resident>, usize, ResidentStats),
+    /// The view partly overlaps (shares pages with) cached registrations: use the staging ring.
+    Overlaps,
 }
 
 /// What a resident transfer did.
@@ -105,35 +118,62 @@ fn populate(view: &TensorView) -> Result<()> {
     Ok(())
 }
 
-/// The cached registration of `view`'s mapped range, registering it (and timing that) when needed.
-pub fn get(view: &TensorView) -> Result<(Arc<Resident>, ResidentStats)> {
+const PAGE: usize = 4096;
+
+/// The page-rounded range a registration of `[a, a + len)` locks.
+fn pages(a: usize, len: usize) -> (usize, usize) {
+    (a / PAGE * PAGE, (a + len).div_ceil(PAGE) * PAGE)
+}
+
+/// The cached registration covering `view`'s mapped range, registering it (and timing that) when no cached one
+/// touches its pages; [`Lookup::Overlaps`] when cached ones touch them without covering the view.
+pub fn get(view: &TensorView) -> Result<Lookup> {
     let m = view.mapped();
-    let key = (m.as_ptr() as usize, m.len());
-    if let Some(r) = cache().lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-        return Ok((Arc::clone(r), ResidentStats { register_seconds: 0.0, reused: true }));
+    let (a, len) = (m.as_ptr() as usize, m.len());
+    let from_file = view.path().is_some();
+    {
+        let c = cache().lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((&(b, _), r)) = c.iter().find(|(&(b, n), _)| b <= a && a + len <= b + n) {
+            return Ok(Lookup::Ready(Arc::clone(r), a - b, ResidentStats { register_seconds: 0.0, reused: true }));
+        }
+        let (lo, hi) = pages(a, len);
+        if c.keys().any(|&(b, n)| {
+            let (blo, bhi) = pages(b, n);
+            blo < hi && lo < bhi
+        }) {
+            return Ok(Lookup::Overlaps);
+        }
     }
     let t = Instant::now();
     populate(view)?;
-    // SAFETY: the mapping is kept alive by `view`, stored beside the registration and dropped after it.
-    let reg = unsafe { HostRegistration::register_raw(m.as_ptr(), m.len()) }
+    // File mappings are registered by whole pages (the mapping starts on a page and its last page is mapped
+    // whole), so the registration is exactly what the driver locks; memory buffers by their exact range.
+    let (lo, hi) = if from_file { pages(a, len) } else { (a, a + len) };
+    // SAFETY: the mapping is kept alive by `view`, stored beside the registration and dropped after it; the
+    // page-rounded range lies within the same mapping.
+    let reg = unsafe { HostRegistration::register_raw(lo as *const u8, hi - lo) }
         .map_err(|e| e.context(format!("registering tensor '{}' for resident transfers", view.name())))?;
     let secs = t.elapsed().as_secs_f64();
     let r = Arc::new(Resident { reg, view: view.clone(), register_seconds: secs });
     let mut c = cache().lock().unwrap_or_else(|p| p.into_inner());
-    let r = Arc::clone(c.entry(key).or_insert(r));
-    Ok((r, ResidentStats { register_seconds: secs, reused: false }))
+    let r = Arc::clone(c.entry((a, len)).or_insert(r));
+    Ok(Lookup::Ready(r, 0, ResidentStats { register_seconds: secs, reused: false }))
 }
 
 /// Copies `view` into `dst` from its registered mapping, in pieces of `piece` bytes (progress and cancel
-/// between pieces).
+/// between pieces). `Ok(None)`: the view partly overlaps cached registrations and nothing was copied (the
+/// caller uses the staging ring).
 pub fn to_cuda(
     view: &TensorView,
     dst: &DeviceMemory,
     piece: usize,
     mut progress: Option<&mut dyn FnMut(u64, u64) -> bool>,
-) -> Result<ResidentStats> {
+) -> Result<Option<ResidentStats>> {
     let total = view.nbytes();
-    let (res, stats) = get(view)?;
+    let (res, base, stats) = match get(view)? {
+        Lookup::Ready(r, base, s) => (r, base, s),
+        Lookup::Overlaps => return Ok(None),
+    };
     let stream = Stream::new(dst.ordinal())?;
     let piece = piece.max(1 << 20);
     let mut off = 0usize;
@@ -145,7 +185,7 @@ pub fn to_cuda(
     while copied < total {
         while result.is_ok() && (off as u64) < total && queued.len() < 4 {
             let n = (total as usize - off).min(piece);
-            match stream.copy_to_device_async(Arc::clone(&res), off, dst, off, n) {
+            match stream.copy_to_device_async(Arc::clone(&res), base + off, dst, off, n) {
                 Ok(f) => queued.push_back((n, f)),
                 Err(e) => result = Err(e),
             }
@@ -178,5 +218,5 @@ pub fn to_cuda(
             return Err(Error::new(Status::Cancelled, "cancelled by the progress callback at completion".to_string()));
         }
     }
-    Ok(stats)
+    Ok(Some(stats))
 }

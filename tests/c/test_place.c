@@ -213,8 +213,17 @@ static void test_cuda(hostfirst_view *tokens) {
     CHECK_OK(hostfirst_put_ex(tokens, &d1, &o, &r1, &stats));
     CHECK(stats.reused_registration == 0 && stats.register_seconds > 0.0);
     CHECK_OK(hostfirst_put_ex(tokens, &d1, &o, &r2, &stats));
-    CHECK(stats.reused_registration == 1);
+    CHECK(stats.reused_registration == 1 && stats.staged_instead == 0);
     check_round_trip(r2, data, sizeof data);
+    /* A row slice inside the registered tensor reuses the registration at an offset. */
+    hostfirst_view *inner = NULL;
+    hostfirst_buffer *r3 = NULL;
+    CHECK_OK(hostfirst_view_slice_rows(tokens, 10, 1010, &inner));
+    CHECK_OK(hostfirst_put_ex(inner, &d1, &o, &r3, &stats));
+    CHECK(stats.reused_registration == 1 && stats.staged_instead == 0);
+    check_round_trip(r3, data + 10, 1000 * sizeof data[0]);
+    CHECK_OK(hostfirst_buffer_free(r3));
+    CHECK_OK(hostfirst_view_free(inner));
     CHECK_OK(hostfirst_buffer_free(b));
     CHECK_OK(hostfirst_buffer_free(c));
     CHECK_OK(hostfirst_buffer_free(d));

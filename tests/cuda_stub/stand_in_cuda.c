@@ -672,10 +672,12 @@ static CUresult host_register(void *p, size_t size, unsigned int flags) {
     if (r) return r;
     if (!p || size == 0 || (flags & ~0xfu)) return CUDA_ERROR_INVALID_VALUE;
     if ((flags & 0x08u) && !cfg.read_only_register) return CUDA_ERROR_NOT_SUPPORTED;
-    uintptr_t a = (uintptr_t)p;
+    /* Like the real driver, registration locks whole pages: ranges that share a page conflict. */
+    uintptr_t lo = (uintptr_t)p & ~(uintptr_t)4095, hi = ((uintptr_t)p + size + 4095) & ~(uintptr_t)4095;
     for (size_t i = 0; i < registrations.len; i++) {
-        uintptr_t b = (uintptr_t)registrations.items[i].base;
-        if (a < b + registrations.items[i].size && b < a + size) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+        uintptr_t b = (uintptr_t)registrations.items[i].base & ~(uintptr_t)4095;
+        uintptr_t e = ((uintptr_t)registrations.items[i].base + registrations.items[i].size + 4095) & ~(uintptr_t)4095;
+        if (lo < e && b < hi) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
     }
     if (!list_push(&registrations, (struct region){p, size, (int)flags})) return CUDA_ERROR_OUT_OF_MEMORY;
     last_register_flags = flags;
