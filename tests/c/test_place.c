@@ -3,6 +3,7 @@
  * argv[1]: a scratch directory. argv[2] (optional): "cuda" when a (stand-in) CUDA driver with 2 devices is
  * present, "small" when its device is too small for the tensor. */
 #define _POSIX_C_SOURCE 200809L
+#include <stdatomic.h>
 #include <stdint.h>
 #include "check.h"
 
@@ -41,6 +42,17 @@ static int on_progress(uint64_t done, uint64_t total, void *user) {
     p->total = total;
     p->calls++;
     return p->cancel;
+}
+
+/* Holds an async put open (the final progress call always comes) until the main thread opens the gate. */
+static atomic_int gate_open;
+static int gated_progress(uint64_t done, uint64_t total, void *user) {
+    (void)done;
+    (void)total;
+    (void)user;
+    while (!atomic_load(&gate_open)) {
+    }
+    return 0;
 }
 
 static void check_round_trip(hostfirst_buffer *b, const void *expect, size_t n) {
@@ -168,6 +180,21 @@ static void test_async(hostfirst_view *tokens, hostfirst_device target) {
     CHECK_OK(hostfirst_put_op_free(NULL));
     check_round_trip(b, data, sizeof data);
     CHECK_OK(hostfirst_buffer_free(b));
+
+    /* NOT_READY, deterministically: the callback holds the put open until the gate opens */
+    hostfirst_put_options og;
+    CHECK_OK(hostfirst_put_options_init(&og));
+    og.progress = gated_progress;
+    atomic_store(&gate_open, 0);
+    CHECK_OK(hostfirst_put_start(tokens, &target, &og, &op));
+    CHECK_STATUS(hostfirst_put_poll(op), HOSTFIRST_STATUS_NOT_READY);
+    CHECK_STATUS(hostfirst_put_poll(op), HOSTFIRST_STATUS_NOT_READY);
+    atomic_store(&gate_open, 1);
+    b = NULL;
+    CHECK_OK(hostfirst_put_wait(op, &b));
+    check_round_trip(b, data, sizeof data);
+    CHECK_OK(hostfirst_buffer_free(b));
+    CHECK_OK(hostfirst_put_op_free(op));
 
     /* cancelled from the callback (on the worker thread) */
     progress_state ps = {0, 0, 0, 1, 1};
