@@ -1883,7 +1883,9 @@ hostfirst_status hostfirst_gather_new(struct hostfirst_device device,
  * copy). Returns once the batch is in place. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`
  * (source not 1-D, dtype differs, `n` differs from the batch), `OUT_OF_RANGE` naming the first offset
  * (index and value) whose window runs past the end, `DEVICE_ERROR`. Reads go through the file's mapping:
- * see `hostfirst_view_info.data` for the truncation hazard. Calls on one gather are serialised.
+ * see `hostfirst_view_info.data` for the truncation hazard. Each window's first touch of an unmapped page is
+ * a page fault; call `hostfirst_view_prefault` on the source once before a training loop to avoid them
+ * (several times faster per batch, BENCHMARKS.md section 3). Calls on one gather are serialised.
  */
 hostfirst_status hostfirst_gather_run(struct hostfirst_gather *gather,
                                       const struct hostfirst_view *source,

@@ -12,6 +12,10 @@
 
     t.to("cuda:0")                            # Buffer on the device, fit-checked; __dlpack__ for torch/jax/cupy
     hostfirst.load(path, rules=[("tokens", "host"), ("*", "default")])
+
+    t.prefault()                              # once, before a training loop gathers from t
+    g = hostfirst.Gather("default", "U16", batch=64, window=1025)
+    batch = g.run(t, hostfirst.OffsetStream(1337).next(t.shape[0], 1025, 64))   # a Buffer, reused per step
 """
 
 from ._core import lib as native
@@ -30,7 +34,7 @@ from ._devices import (
     set_default_device,
     strict,
 )
-from ._tensors import Buffer, File, Tensor, load, open  # noqa: A004
+from ._tensors import Buffer, File, Gather, OffsetStream, Tensor, load, open  # noqa: A004
 from ._errors import *  # noqa: F401,F403 - one exception class per status
 from ._errors import FormatError, HostfirstError, OutOfMemoryError
 

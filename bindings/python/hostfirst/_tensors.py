@@ -308,7 +308,7 @@ class Buffer:
 
     def __del__(self):
         h, self._h = getattr(self, "_h", None), None
-        if h and lib is not None:
+        if h and lib is not None and getattr(self, "_owner", None) is None:
             lib.hostfirst_buffer_free(h)
 
     def __repr__(self):
@@ -429,3 +429,75 @@ def load(path, rules=None):
             if h.value:
                 free(h)
         f.close()
+
+
+_lib.declare_more(lib, {
+    "hostfirst_dtype_from_name": (ctypes.c_uint32, [ctypes.c_char_p, P(ctypes.c_uint32)]),
+    "hostfirst_gather_new": (ctypes.c_uint32, [_lib.Device, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint64,
+                                               P(ctypes.c_void_p)]),
+    "hostfirst_gather_run": (ctypes.c_uint32, [ctypes.c_void_p, ctypes.c_void_p, P(ctypes.c_uint64), ctypes.c_size_t]),
+    "hostfirst_gather_buffer": (ctypes.c_uint32, [ctypes.c_void_p, P(ctypes.c_void_p)]),
+    "hostfirst_gather_free": (ctypes.c_uint32, [ctypes.c_void_p]),
+    "hostfirst_random_offsets": (ctypes.c_uint32, [P(ctypes.c_uint64), ctypes.c_uint64, ctypes.c_uint64,
+                                                   P(ctypes.c_uint64), ctypes.c_size_t]),
+})
+
+
+class Gather:
+    """The data-loader primitive: B windows of T elements of a 1-D host tensor, assembled as a [B, T] batch on
+    `device` in one transfer, into one destination reused by every `run` (no allocation per step).
+
+        g = hostfirst.Gather("cuda:0", "U16", batch=64, window=1025)   # or "cpu", "default"
+        tokens.prefault()                      # once: later batches take no page faults
+        batch = g.run(tokens, offsets)         # a Buffer; jax.dlpack.from_dlpack(batch), torch.from_dlpack(...)
+
+    `run` returns the same Buffer every time; its contents change with the next `run`, so copy what must
+    outlive a step. `device` may be "default" (resolved now through the default stack)."""
+
+    def __init__(self, device, dtype, batch, window):
+        from ._devices import resolve_target
+
+        d = resolve_target(device)
+        code = ctypes.c_uint32()
+        check(lib.hostfirst_dtype_from_name(str(dtype).encode(), ctypes.byref(code)))
+        h = ctypes.c_void_p()
+        check(lib.hostfirst_gather_new(d._c(), code.value, int(batch), int(window), ctypes.byref(h)))
+        self._h = h.value
+        self.device, self.dtype, self.batch, self.window = d, str(dtype), int(batch), int(window)
+        self._offsets = (ctypes.c_uint64 * self.batch)()
+        b = ctypes.c_void_p()
+        check(lib.hostfirst_gather_buffer(self._h, ctypes.byref(b)))
+        self.buffer = Buffer.__new__(Buffer)
+        self.buffer._owner = self  # borrowed: the gather frees it
+        Buffer.__init__(self.buffer, b.value)
+
+    def run(self, tensor, offsets):
+        """Row i = tensor[offsets[i] : offsets[i] + window] for every i; returns `self.buffer` once in place.
+        OutOfRangeError names the first offset whose window runs past the end."""
+        if len(offsets) != self.batch:
+            raise ValueError(f"{len(offsets)} offsets for a batch of {self.batch}")
+        for i, o in enumerate(offsets):
+            self._offsets[i] = int(o)
+        check(lib.hostfirst_gather_run(self._h, tensor._h, self._offsets, self.batch))
+        return self.buffer
+
+    def __del__(self):
+        h, self._h = getattr(self, "_h", None), None
+        if h and lib is not None:
+            lib.hostfirst_gather_free(h)
+
+    def __repr__(self):
+        return f"Gather([{self.batch}, {self.window}] {self.dtype} on '{self.device}')"
+
+
+class OffsetStream:
+    """nanoGPT's `torch.randint(len - window, (n,))`, reproducible: successive `next(...)` calls draw from one
+    seeded splitmix64 stream (the same numbers as `hostfirst_random_offsets` and the CLI's `--seed`)."""
+
+    def __init__(self, seed):
+        self._state = ctypes.c_uint64(int(seed))
+
+    def next(self, length, window, n):
+        out = (ctypes.c_uint64 * int(n))()
+        check(lib.hostfirst_random_offsets(ctypes.byref(self._state), int(length), int(window), out, int(n)))
+        return list(out)
