@@ -6,7 +6,6 @@ use super::plan::{Placement, Plan};
 use super::put::{fill, PutOptions};
 use crate::error::{human_bytes, Error, FitFailure, Result, Status};
 use crate::load::{TensorFile, TensorView};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// One loaded tensor.
@@ -18,10 +17,10 @@ pub enum Placed {
     Buffer(Arc<Mutex<Buffer>>),
 }
 
-/// The result of a load: every tensor of the file by name.
+/// The result of a load: every tensor of the file by name (names and lookups come from the file itself).
 pub struct Loaded {
-    entries: Vec<(String, Placed)>,
-    by_name: HashMap<String, usize>,
+    file: TensorFile,
+    entries: Vec<Placed>,
 }
 
 impl Loaded {
@@ -35,11 +34,11 @@ impl Loaded {
     }
     /// The tensor called `name`.
     pub fn get(&self, name: &str) -> Option<&Placed> {
-        self.by_name.get(name).map(|&i| &self.entries[i].1)
+        self.file.find(name).and_then(|i| self.entries.get(i))
     }
     /// The `i`-th tensor (file order) with its name.
     pub fn at(&self, i: usize) -> Option<(&str, &Placed)> {
-        self.entries.get(i).map(|(n, p)| (n.as_str(), p))
+        Some((self.file.name(i)?, self.entries.get(i)?))
     }
 }
 
@@ -82,7 +81,6 @@ pub fn load(file: &TensorFile, plan: &Plan, mut progress: Option<&mut dyn FnMut(
     let total = plan.device_bytes();
     let cancelled = || Error::new(Status::Cancelled, "load cancelled by the progress callback; nothing kept");
     let mut entries = Vec::with_capacity(plan.entries.len());
-    let mut by_name = HashMap::with_capacity(plan.entries.len());
     let mut base = 0u64;
     let mut last_call = std::time::Instant::now();
     for e in &plan.entries {
@@ -90,11 +88,15 @@ pub fn load(file: &TensorFile, plan: &Plan, mut progress: Option<&mut dyn FnMut(
         let placed = match e.placement {
             Placement::Host => Placed::View(view),
             Placement::Device(d) => {
+                let has_progress = progress.is_some();
                 let mut sink = |done: u64, _t: u64| match progress.as_mut() {
                     Some(p) => p(base + done, total),
                     None => false,
                 };
-                let opts = PutOptions { progress: Some(&mut sink), ..PutOptions::default() };
+                let opts = PutOptions {
+                    progress: if has_progress { Some(&mut sink) } else { None },
+                    ..PutOptions::default()
+                };
                 // The whole load was fit-checked up front; a per-tensor check would read /proc/meminfo (or ask
                 // the driver) once per tensor, which dominated many-tensor loads.
                 let buf = Buffer::alloc(view.name(), view.dtype(), view.shape(), view.nbytes(), d)
@@ -118,8 +120,7 @@ pub fn load(file: &TensorFile, plan: &Plan, mut progress: Option<&mut dyn FnMut(
                 Placed::Buffer(Arc::new(Mutex::new(buf)))
             }
         };
-        by_name.insert(e.name.clone(), entries.len());
-        entries.push((e.name.clone(), placed));
+        entries.push(placed);
     }
     if total == 0 {
         if let Some(p) = progress.as_mut() {
@@ -128,5 +129,5 @@ pub fn load(file: &TensorFile, plan: &Plan, mut progress: Option<&mut dyn FnMut(
             }
         }
     }
-    Ok(Loaded { entries, by_name })
+    Ok(Loaded { file: file.clone(), entries })
 }

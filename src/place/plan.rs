@@ -65,19 +65,27 @@ impl Plan {
     pub fn make(file: &TensorFile, rules: &Rules) -> Result<Plan> {
         let mut entries = Vec::with_capacity(file.len());
         let mut devices: Vec<DeviceSummary> = Vec::new();
+        let mut resolved: std::collections::HashMap<usize, Device> = std::collections::HashMap::new();
         for (index, name) in file.names().enumerate() {
-            let view = file.view_at(index)?;
-            let nbytes = view.nbytes();
+            let nbytes = file.view_at(index)?.nbytes();
             let found = rules.find(name);
             let placement = match found.map(|(_, r)| &r.target) {
                 None | Some(RuleTarget::Host) => Placement::Host,
                 Some(t) => {
                     let (ri, rule) = found.expect("matched");
-                    let what = format!("tensor '{name}' (rule {ri}: '{}={}')", rule.pattern, rule.target);
-                    let dev = match t {
-                        RuleTarget::Default => crate::scope::resolve_default(&what)?,
-                        RuleTarget::Spec(s) => crate::scope::resolve_target(s, &what).map_err(|e| e.context(&what))?,
-                        RuleTarget::Host => unreachable!(),
+                    // Each rule's target resolves once per plan (the first tensor it matches names it in errors).
+                    let dev = match resolved.get(&ri) {
+                        Some(&d) => d,
+                        None => {
+                            let what = format!("tensor '{name}' (rule {ri}: '{}={}')", rule.pattern, rule.target);
+                            let d = match t {
+                                RuleTarget::Default => crate::scope::resolve_default(&what)?,
+                                RuleTarget::Spec(s) => crate::scope::resolve_target(s, &what).map_err(|e| e.context(&what))?,
+                                RuleTarget::Host => unreachable!(),
+                            };
+                            resolved.insert(ri, d);
+                            d
+                        }
                     };
                     Placement::Device(dev)
                 }
