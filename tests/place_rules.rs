@@ -32,9 +32,8 @@ fn write_file(name: &str, tensors: &[(&str, &str, Vec<u64>, Vec<u8>)]) -> PathBu
     let mut img = (header.len() as u64).to_le_bytes().to_vec();
     img.extend_from_slice(header.as_bytes());
     img.extend_from_slice(&data);
-    let dir = std::env::temp_dir().join(format!("hostfirst-place-rules-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
+    // Under target/ (one folder per process: stand-in tests run in child processes), not the system temp dir.
+    let p = scratch(&format!("place_rules-{}", std::process::id())).join(name);
     std::fs::write(&p, img).unwrap();
     p
 }
