@@ -1717,7 +1717,9 @@ hostfirst_status hostfirst_buffer_copy_to_host(const struct hostfirst_buffer *bu
 /**
  * Copies a buffer onto another device (cpu, cuda_host, cuda:N; `device` NULL: the default device, refused in
  * strict mode) as a new buffer in `*out`, fit-checked before anything is allocated (`OUT_OF_MEMORY`,
- * `hostfirst_last_fit`). The source is unchanged. Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`,
+ * `hostfirst_last_fit`). The source is unchanged. Host to CUDA goes through the pinned staging ring (never
+ * DMA from pageable memory); CUDA to CUDA on another device is one peer copy (`cuMemcpyPeer`: direct where
+ * the devices can reach each other, staged by the driver where not). Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`,
  * `INVALID_ARGUMENT` (unknown device kind), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `DEVICE_ERROR`. On failure
  * nothing stays allocated and `*out` is unchanged. Thread-safe.
  */

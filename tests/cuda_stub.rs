@@ -272,7 +272,14 @@ fn device_memory_round_trip() {
         assert_eq!(stand_in_query("stand_in_bytes_copied"), before, "refused copies reach no driver");
 
         let c = DeviceMemory::alloc(1, 16).unwrap();
-        assert_eq!(c.copy_from_device(0, &b, 0, 16).unwrap_err().status(), Status::Unsupported);
+        // Between devices: a peer copy (cuMemcpyPeer with both primary contexts).
+        c.copy_from_device(0, &b, 50, 16).unwrap();
+        let mut peer_back = [0u8; 16];
+        c.copy_to_host(0, &mut peer_back).unwrap();
+        assert_eq!(peer_back[..], data[1050..1066]);
+        assert_eq!(stand_in_query("stand_in_peer_copies"), 1);
+        assert_eq!(c.copy_from_device(0, &b, 4090, 16).unwrap_err().status(), Status::OutOfRange);
+        assert_eq!(stand_in_query("stand_in_peer_copies"), 1, "refused before the driver");
         assert_eq!(DeviceMemory::alloc(2, 16).unwrap_err().status(), Status::NoSuchDevice);
         let empty = DeviceMemory::alloc(1, 0).unwrap();
         assert!(empty.is_empty());

@@ -192,6 +192,7 @@ fn buffer_to_between_devices() {
             assert!(back == data, "via {dev}");
         }
         assert_eq!(stand_in_query("stand_in_pageable_async_copies"), 0);
+        assert_eq!(stand_in_query("stand_in_peer_copies"), 1, "cuda:0 -> cuda:1 went peer to peer");
         drop(cur);
         assert_nothing_live();
     });

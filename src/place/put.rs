@@ -127,8 +127,8 @@ fn fill_impl(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>, fresh: b
     }
 }
 
-/// Copies `buf` onto `device` as a new buffer (cpu ↔ cuda_host ↔ cuda:N), fit-checked first. CUDA sources go
-/// through a host bounce for copies between different CUDA devices.
+/// Copies `buf` onto `device` as a new buffer (cpu ↔ cuda_host ↔ cuda:N), fit-checked first. Between two CUDA
+/// devices the driver copies peer to peer (`cuMemcpyPeer`).
 pub fn buffer_to(buf: &Buffer, target: Target) -> Result<Buffer> {
     let what = format!("buffer '{}'", buf.name());
     let device = target.resolve(&what)?;
@@ -139,23 +139,11 @@ pub fn buffer_to(buf: &Buffer, target: Target) -> Result<Buffer> {
         return Ok(out);
     }
     match (buf.memory(), out.memory_mut()) {
-        (Memory::Cuda(s), Memory::Cuda(d)) if s.ordinal() == d.ordinal() => d.copy_from_device(0, s, 0, n)?,
+        (Memory::Cuda(s), Memory::Cuda(d)) => d.copy_from_device(0, s, 0, n)?, // same device or peer
         (src, Memory::Cuda(d)) => match src {
             Memory::Host(h) => copy_host_to_cuda(h.as_slice(), d)?,
             Memory::Pinned(p) => d.copy_from_host(0, p.as_slice())?,
-            Memory::Cuda(s) => {
-                // Between devices: through page-locked staging, slab by slab.
-                let cfg = super::staging::RingConfig::default();
-                let (slab, _) = super::staging::geometry(n as u64, &cfg);
-                let mut tmp = crate::device::cuda::PinnedHostMemory::alloc(slab)?;
-                let mut off = 0;
-                while off < n {
-                    let k = (n - off).min(slab);
-                    s.copy_to_host(off, &mut tmp.as_mut_slice()[..k])?;
-                    d.copy_from_host(off, &tmp.as_slice()[..k])?;
-                    off += k;
-                }
-            }
+            Memory::Cuda(_) => unreachable!("CUDA to CUDA is matched above"),
         },
         (_, Memory::Host(h)) => buf.read_at(0, h.as_mut_slice())?,
         (_, Memory::Pinned(p)) => buf.read_at(0, p.as_mut_slice())?,

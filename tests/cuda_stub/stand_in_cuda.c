@@ -55,7 +55,7 @@
  *   stand_in_live_streams       stand_in_live_events         stand_in_context_retains (cuDevicePrimaryCtxRetain
  *   calls so far)               stand_in_live_contexts (devices whose primary context is retained)
  *   stand_in_bytes_copied       stand_in_pageable_async_copies (async copies whose host side was neither
- *   pinned nor registered)
+ *   pinned nor registered)      stand_in_peer_copies (cuMemcpyPeer calls that copied)
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -322,7 +322,7 @@ static struct stand_in_ctx contexts[MAX_DEVICES];
 static struct list allocations, pinned, registrations;
 static void **streams, **events;
 static size_t n_streams, cap_streams, n_events, cap_events;
-static unsigned long long total_allocs, retains, bytes_copied, pageable_async, last_register_flags;
+static unsigned long long total_allocs, retains, bytes_copied, pageable_async, last_register_flags, peer_copies;
 static __thread CUcontext current;
 
 static int list_push(struct list *l, struct region r) {
@@ -740,6 +740,35 @@ static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n) {
 }
 EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) { LOCKED(dtod(dst, src, n)); }
 
+/* With the lock held: the visible device owning [dptr, dptr + n), or -1. */
+static int device_of(CUdeviceptr dptr, size_t n) {
+    unsigned char *p = device_range(dptr, n);
+    if (!p) return -1;
+    for (size_t i = 0; i < allocations.len; i++) {
+        unsigned char *b = allocations.items[i].base;
+        if (p >= b && (size_t)(p - b) <= allocations.items[i].size) return allocations.items[i].device;
+    }
+    return -1;
+}
+
+/* Each pointer must belong to its context's device; the contexts must be live primary contexts. */
+static CUresult peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n) {
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    CUcontext both[2] = {dctx, sctx};
+    for (int k = 0; k < 2; k++)
+        if (!both[k] || both[k] < &contexts[0] || both[k] >= &contexts[cfg.n_visible] || both[k]->refcount <= 0)
+            return CUDA_ERROR_INVALID_CONTEXT;
+    if (n == 0) return CUDA_SUCCESS;
+    if (device_of(dst, n) != dctx->device || device_of(src, n) != sctx->device) return CUDA_ERROR_INVALID_VALUE;
+    unsigned char *d = device_range(dst, n), *s = device_range(src, n);
+    if (d < s + n && s < d + n) return CUDA_ERROR_INVALID_VALUE;
+    peer_copies++;
+    return do_copy(d, s, n);
+}
+EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n) {
+    LOCKED(peer(dst, dctx, src, sctx, n));
+}
+
 /* ---- streams and events ------------------------------------------------------------------------------- */
 
 static CUresult stream_create(CUstream *ps, unsigned int flags) {
@@ -873,6 +902,7 @@ QUERY(stand_in_context_retains, retains)
 QUERY(stand_in_live_contexts, live_contexts())
 QUERY(stand_in_bytes_copied, bytes_copied)
 QUERY(stand_in_pageable_async_copies, pageable_async)
+QUERY(stand_in_peer_copies, peer_copies)
 
 __attribute__((destructor)) static void leak_report(void) {
     if (!cfg.leak_report) return;

@@ -140,6 +140,8 @@ driver_api! {
     memcpy_dtoh_async = "cuMemcpyDtoHAsync_v2": fn(*mut c_void, u64, usize, RawHandle);
     /// `cuMemcpyDtoD_v2(dst, src, bytes)`.
     memcpy_dtod = "cuMemcpyDtoD_v2": fn(u64, u64, usize);
+    /// `cuMemcpyPeer(dst, dst_ctx, src, src_ctx, bytes)`.
+    memcpy_peer = "cuMemcpyPeer": fn(u64, RawHandle, u64, RawHandle, usize);
     /// `cuStreamCreate(&stream, flags)`.
     stream_create = "cuStreamCreate": fn(*mut RawHandle, c_uint);
     /// `cuStreamDestroy_v2(stream)`.

@@ -238,9 +238,10 @@ impl DeviceMemory {
         api.check(r, what)
     }
 
-    /// Copies `len` bytes from `src` at `src_offset` into this allocation at `dst_offset` (`cuMemcpyDtoD_v2`).
-    /// Both must be on the same device (`UNSUPPORTED` otherwise: peer copies are not implemented). The copy is
-    /// ordered on the legacy default stream; overlapping ranges are not allowed (`INVALID_ARGUMENT`).
+    /// Copies `len` bytes from `src` at `src_offset` into this allocation at `dst_offset`: `cuMemcpyDtoD_v2` on
+    /// one device, `cuMemcpyPeer` between two (the driver uses a direct peer path where the devices have one
+    /// and stages through host memory itself where not). Synchronous with respect to the host; overlapping
+    /// ranges are not allowed (`INVALID_ARGUMENT`).
     pub fn copy_from_device(&self, dst_offset: usize, src: &DeviceMemory, src_offset: usize, len: usize) -> Result<()> {
         let what = || {
             format!(
@@ -251,9 +252,6 @@ impl DeviceMemory {
                 self.len
             )
         };
-        if src.ordinal() != self.ordinal() {
-            return Err(Error::new(Status::Unsupported, format!("{}: copies between devices are not supported", what())));
-        }
         check_range(&what(), src_offset, len, src.len)?;
         check_range(&what(), dst_offset, len, self.len)?;
         if len == 0 {
@@ -265,6 +263,12 @@ impl DeviceMemory {
         }
         let api = api()?;
         let _current = self.ctx.enter()?;
+        if src.ordinal() != self.ordinal() {
+            let peer_what = || what().replacen("cuMemcpyDtoD_v2", "cuMemcpyPeer", 1);
+            // SAFETY: both ranges checked against live allocations, each in its own device's retained primary
+            // context; no host memory involved.
+            return api.check(unsafe { (api.memcpy_peer)(d, self.ctx.raw, s, src.ctx.raw, len) }, peer_what);
+        }
         // SAFETY: both ranges checked against live allocations on this device; no host memory involved.
         api.check(unsafe { (api.memcpy_dtod)(d, s, len) }, what)
     }
