@@ -57,6 +57,45 @@ fn put_errors() {
     assert_eq!(o.status.code(), Some(2));
     let o = run(&cli(), &["put", ps], &[]);
     assert_eq!(o.status.code(), Some(2));
+    for bad in [["--repeat", "0"], ["--repeat", "1001"], ["--repeat", "x"], ["--threads", "-1"], ["--staging-mib", "1e3"]] {
+        let o = run(&cli(), &["put", ps, "tokens", bad[0], bad[1]], &[]);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains(bad[0]), "{bad:?}");
+    }
+}
+
+#[test]
+fn put_repeat_threads_and_resident_report_every_time() {
+    let (p, data) = file();
+    let ps = p.to_str().unwrap();
+    // cpu: three timed puts, the first verified; resident has no effect on cpu and registers nothing.
+    let out = run_ok(&cli(), &["put", ps, "tokens", "--device", "cpu", "--repeat", "3", "--threads", "2", "--json"], &[]);
+    let v = json(&out);
+    let times: Vec<f64> = v["times"].as_array().unwrap().iter().map(|t| t.as_f64().unwrap()).collect();
+    assert_eq!(times.len(), 3);
+    assert!((v["seconds"].as_f64().unwrap() - times[0]).abs() < 1e-6, "{v}");
+    let best = times.iter().cloned().fold(f64::INFINITY, f64::min);
+    let want = data.len() as f64 / best / 1e9;
+    // Times are printed to the microsecond, so a sub-millisecond best is off by up to 0.5 µs of it.
+    let tol = 0.001 + want * (0.6e-6 / best);
+    assert!((v["best_gb_per_s"].as_f64().unwrap() - want).abs() <= tol, "{v}");
+    assert_eq!((v["resident"].as_bool(), v["staged_instead"].as_bool()), (Some(false), Some(false)));
+    assert_eq!(v["fnv1a64"], fnv(&data));
+    // cuda, resident: the first put registers (its cost reported), later ones reuse; a small ring works too.
+    let out = run_ok_with_stand_in(
+        &cli(),
+        &["put", ps, "tokens", "--device", "cuda:0", "--resident", "--repeat", "2", "--json"],
+        &[],
+    );
+    let v = json(&out);
+    assert_eq!((v["resident"].as_bool(), v["staged_instead"].as_bool()), (Some(true), Some(false)));
+    assert!(v["register_seconds"].as_f64().unwrap() > 0.0, "{v}");
+    assert_eq!(v["times"].as_array().unwrap().len(), 2);
+    assert_eq!(v["fnv1a64"], fnv(&data));
+    let out = run_ok_with_stand_in(&cli(), &["put", ps, "tokens", "--device", "cuda:0", "--staging-mib", "1", "--repeat", "2"], &[]);
+    assert!(out.contains("copy verified") && out.contains("2 puts: best "), "{out}");
+    let out = run_ok_with_stand_in(&cli(), &["put", ps, "tokens", "--device", "cuda:0", "--resident"], &[]);
+    assert!(out.contains("resident: registration "), "{out}");
 }
 
 #[test]
