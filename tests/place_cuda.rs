@@ -279,6 +279,39 @@ fn resident_overlapping_views_reuse_or_stage() {
     });
 }
 
+/// Small tensors of different sizes, put one after another: each is one slab read and copied on the calling
+/// thread, and the pool's slabs are reused when large enough, so the whole sequence page-locks one slab.
+#[test]
+fn small_puts_reuse_one_pooled_slab() {
+    in_stand_in_child("small_puts_reuse_one_pooled_slab", &[], || {
+        let sizes = [300_000usize, 200_000, 100_000, 50_000, 10_000, 250_000, 1];
+        let mut h = String::from("{");
+        let mut data = Vec::new();
+        for (i, n) in sizes.iter().enumerate() {
+            let b = data.len();
+            h.push_str(&format!(r#"{}"s{i}":{{"dtype":"U8","shape":[{n}],"data_offsets":[{b},{}]}}"#, if i > 0 { "," } else { "" }, b + n));
+            data.extend((0..*n).map(|k| (k * 7 + i) as u8));
+        }
+        h.push('}');
+        let mut img = (h.len() as u64).to_le_bytes().to_vec();
+        img.extend_from_slice(h.as_bytes());
+        img.extend_from_slice(&data);
+        let f = TensorFile::from_bytes(img).unwrap();
+        let mut off = 0;
+        for (i, n) in sizes.iter().enumerate() {
+            let b = put(&f.view(&format!("s{i}")).unwrap(), Target::Device(Device::cuda(0)), PutOptions::default()).unwrap();
+            let mut back = vec![0u8; *n];
+            b.copy_to_host(&mut back).unwrap();
+            assert!(back == data[off..off + n], "s{i}");
+            off += n;
+        }
+        assert_eq!(stand_in_query("stand_in_live_pinned"), 1, "one slab, pooled and reused");
+        assert_eq!(stand_in_query("stand_in_pageable_async_copies"), 0);
+        drop(f);
+        assert_nothing_live();
+    });
+}
+
 #[test]
 fn c_place_with_the_stand_in() {
     assert!(have_cc(), "no C compiler");

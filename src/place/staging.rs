@@ -70,10 +70,14 @@ fn pool() -> &'static Mutex<Vec<PinnedHostMemory>> {
     POOL.get_or_init(|| Mutex::new(Vec::new()))
 }
 
+/// A slab of at least `len` bytes: the smallest pooled one that is large enough (a transfer uses only the
+/// first `len` bytes), else a new one. Reusing larger slabs keeps loads of many small tensors of different
+/// sizes from page-locking new memory for each.
 fn take_slab(len: usize) -> Result<PinnedHostMemory> {
     {
         let mut p = pool().lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(i) = p.iter().position(|s| s.len() == len) {
+        let best = p.iter().enumerate().filter(|(_, s)| s.len() >= len).min_by_key(|(_, s)| s.len()).map(|(i, _)| i);
+        if let Some(i) = best {
             return Ok(p.swap_remove(i));
         }
     }
@@ -155,6 +159,23 @@ where
     let pieces = total.div_ceil(slab_len as u64);
     let threads = threads.clamp(1, count.min(pieces as usize).max(1));
     let stream = Stream::new(dst.ordinal())?;
+    if pieces == 1 {
+        // One slab's worth (small tensors): read and copy on this thread, without reader threads or channels.
+        let len = total as usize;
+        let mut slab = take_slab(slab_len)?;
+        if let Err(e) = read(0, &mut slab.as_mut_slice()[..len]) {
+            give_slab(slab);
+            return Err(e);
+        }
+        // A failed enqueue or copy frees the slab with the error (a slab the driver may still use is not pooled).
+        give_slab(stream.copy_to_device_async(slab, 0, dst, 0, len)?.wait()?);
+        if let Some(p) = progress.as_mut() {
+            if p(total, total) {
+                return Err(Error::new(Status::Cancelled, "cancelled by the progress callback at completion".to_string()));
+            }
+        }
+        return Ok(());
+    }
 
     // The ring: slabs allocated (or taken from the pool) up front, so failure to pin is reported before any read.
     let (free_tx, free_rx) = mpsc::channel::<PinnedHostMemory>();
