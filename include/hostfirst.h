@@ -1604,7 +1604,9 @@ hostfirst_status hostfirst_view_read(const struct hostfirst_view *view,
  * Maps every page of the view into the process now (Linux `MADV_POPULATE_READ`), reading from storage what
  * is not in the page cache, so that later reads through the mapping, such as `hostfirst_gather_run`'s,
  * take no page faults. Call it once on a data loader's token tensor before the training loop: a one-time
- * cost (one pass over the tensor) that makes every later gather several times faster (BENCHMARKS.md).
+ * cost (one pass over the tensor) that makes every later gather several times faster (BENCHMARKS.md):
+ * after it, `hostfirst_gather_run` copies windows of this tensor (and of any view inside it) from the
+ * mapping instead of reading each with `pread`.
  *
  * Nothing is allocated: the pages belong to the page cache, which the kernel may reclaim again under memory
  * pressure. A view larger than available host memory less the fit check's margin gives `OUT_OF_MEMORY`
@@ -1880,14 +1882,21 @@ hostfirst_status hostfirst_gather_new(struct hostfirst_device device,
 
 /**
  * Assembles one batch: row `i` of the destination = elements `offsets[i] .. offsets[i] + window` of the
- * 1-D tensor `source`, for `i < n` (`n` must equal the batch). The windows are copied from the mapping
- * (cpu and cuda_host: straight into the destination; cuda: into the staging buffer, then one asynchronous
- * copy). Returns once the batch is in place. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`
- * (source not 1-D, dtype differs, `n` differs from the batch), `OUT_OF_RANGE` naming the first offset
- * (index and value) whose window runs past the end, `DEVICE_ERROR`. Reads go through the file's mapping:
- * see `hostfirst_view_info.data` for the truncation hazard. Each window's first touch of an unmapped page is
- * a page fault; call `hostfirst_view_prefault` on the source once before a training loop to avoid them
- * (several times faster per batch, BENCHMARKS.md section 3). Calls on one gather are serialised.
+ * 1-D tensor `source`, for `i < n` (`n` must equal the batch). The windows are read into the destination
+ * (cpu and cuda_host) or into the staging buffer followed by one asynchronous copy (cuda). Returns once the
+ * batch is in place.
+ *
+ * How windows are read: if `hostfirst_view_prefault` populated the source's pages (on this view or another
+ * view of the same file) or the source is over a memory buffer, each window is a memcpy from the mapping,
+ * the fastest way (see `hostfirst_view_info.data` for the truncation hazard of mapped reads). Otherwise each
+ * window is one positioned read (`pread`), which avoids a page fault per window and turns a file truncated
+ * after opening into `TRUNCATED` instead of SIGBUS. For a training loop over a tensor that fits in memory,
+ * call `hostfirst_view_prefault` once first (BENCHMARKS.md section 3 has both).
+ *
+ * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (source not 1-D, dtype differs, `n`
+ * differs from the batch), `OUT_OF_RANGE` naming the first offset (index and value) whose window runs past
+ * the end: the destination is unchanged. `TRUNCATED` or `IO` while reading, `DEVICE_ERROR` while copying:
+ * the destination then holds a partly assembled batch. Calls on one gather are serialised.
  */
 hostfirst_status hostfirst_gather_run(struct hostfirst_gather *gather,
                                       const struct hostfirst_view *source,

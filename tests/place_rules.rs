@@ -5,6 +5,7 @@ mod common;
 use common::*;
 use hostfirst::place::gather::random_offsets;
 use hostfirst::place::{load, Gather, Placed, Placement, Plan, Rules};
+use hostfirst::device::DeviceKind;
 use hostfirst::{DType, Device, Status, TensorFile};
 use std::path::PathBuf;
 
@@ -170,9 +171,15 @@ fn check_gather(device: Device) {
         let v = f.view(name).unwrap();
         let mut state = 7u64;
         let mut offs = vec![0u64; b as usize];
-        for step in 0..3 {
+        // Both ways of reading windows: pread (not prefaulted), then memcpy from the populated mapping.
+        assert!(!v.is_prefaulted(), "{name}: nothing prefaulted yet");
+        for step in 0..6 {
+            if step == 3 {
+                assert!(v.prefault().unwrap(), "{name}: MADV_POPULATE_READ (Linux >= 5.14)");
+                assert!(v.is_prefaulted() && f.view(name).unwrap().is_prefaulted(), "{name}: recorded on the file");
+            }
             random_offsets(&mut state, shape[0], w, &mut offs).unwrap();
-            if step == 0 {
+            if step % 3 == 0 {
                 offs[0] = 0;
                 offs[1] = shape[0] - w; // the last full window
             }
@@ -203,6 +210,36 @@ fn check_gather(device: Device) {
 #[test]
 fn gather_on_cpu_matches_a_direct_computation() {
     check_gather(Device::CPU);
+}
+
+/// A file truncated after opening: an unprefaulted gather reads with pread and reports `TRUNCATED` naming the
+/// tensor (no SIGBUS); windows before the new end still gather; a run after the error works.
+fn check_truncated_gather(device: Device) {
+    let n = 1u64 << 16; // u16 elements
+    let path = write_file(&format!("gather-trunc-{device}.safetensors"), &[("tok", "U16", vec![n], pattern(2 * n as usize, 3))]);
+    let f = TensorFile::open(&path).unwrap();
+    let v = f.view("tok").unwrap();
+    let full = std::fs::metadata(&path).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(full - n).unwrap(); // the second half goes
+    let mut g = Gather::new(device, DType::U16, 2, 64).unwrap();
+    let pinned = || if device.kind == DeviceKind::Cuda { stand_in_query("stand_in_live_pinned") } else { 0 };
+    let staging = pinned();
+    let e = g.run(&v, &[0, n - 64]).unwrap_err();
+    assert_eq!(e.status(), Status::Truncated, "{}", e.message());
+    assert!(e.message().contains("'tok'"), "{}", e.message());
+    assert_eq!(pinned(), staging, "the staging buffer is kept, not freed, after TRUNCATED");
+    g.run(&v, &[0, 100]).unwrap();
+    assert_eq!(pinned(), staging, "and reused by the next run");
+    let mut got = vec![0u8; g.nbytes() as usize];
+    g.copy_to_host(&mut got).unwrap();
+    assert!(got == direct(&pattern(2 * n as usize, 3), 2, &[0, 100], 64), "windows before the new end on {device}");
+    assert_eq!(v.prefault().unwrap_err().status(), Status::Truncated, "prefault checks the length too");
+    assert!(!v.is_prefaulted());
+}
+
+#[test]
+fn gather_from_a_truncated_file_gives_truncated() {
+    check_truncated_gather(Device::CPU);
 }
 
 const GIB: u64 = 1 << 30;
@@ -268,6 +305,8 @@ fn stand_in_load_fit_failure_allocates_nothing() {
 fn stand_in_gather_matches_and_allocates_nothing_per_step() {
     in_stand_in_child("stand_in_gather_matches_and_allocates_nothing_per_step", &[("STAND_IN_DEVICES", Some("1"))], || {
         check_gather(Device::cuda(0));
+        assert_eq!(hostfirst_live(), 0);
+        check_truncated_gather(Device::cuda(0));
         assert_eq!(hostfirst_live(), 0);
         let path = write_file("steps.safetensors", &[("t", "U16", vec![4096], pattern(8192, 1))]);
         let f = TensorFile::open(&path).unwrap();

@@ -526,7 +526,9 @@ pub extern "C" fn hostfirst_view_read(view: *const hostfirst_view, offset: u64, 
 /// Maps every page of the view into the process now (Linux `MADV_POPULATE_READ`), reading from storage what
 /// is not in the page cache, so that later reads through the mapping, such as `hostfirst_gather_run`'s,
 /// take no page faults. Call it once on a data loader's token tensor before the training loop: a one-time
-/// cost (one pass over the tensor) that makes every later gather several times faster (BENCHMARKS.md).
+/// cost (one pass over the tensor) that makes every later gather several times faster (BENCHMARKS.md):
+/// after it, `hostfirst_gather_run` copies windows of this tensor (and of any view inside it) from the
+/// mapping instead of reading each with `pread`.
 ///
 /// Nothing is allocated: the pages belong to the page cache, which the kernel may reclaim again under memory
 /// pressure. A view larger than available host memory less the fit check's margin gives `OUT_OF_MEMORY`

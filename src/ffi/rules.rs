@@ -420,14 +420,21 @@ pub extern "C" fn hostfirst_gather_new(
 }
 
 /// Assembles one batch: row `i` of the destination = elements `offsets[i] .. offsets[i] + window` of the
-/// 1-D tensor `source`, for `i < n` (`n` must equal the batch). The windows are copied from the mapping
-/// (cpu and cuda_host: straight into the destination; cuda: into the staging buffer, then one asynchronous
-/// copy). Returns once the batch is in place. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`
-/// (source not 1-D, dtype differs, `n` differs from the batch), `OUT_OF_RANGE` naming the first offset
-/// (index and value) whose window runs past the end, `DEVICE_ERROR`. Reads go through the file's mapping:
-/// see `hostfirst_view_info.data` for the truncation hazard. Each window's first touch of an unmapped page is
-/// a page fault; call `hostfirst_view_prefault` on the source once before a training loop to avoid them
-/// (several times faster per batch, BENCHMARKS.md section 3). Calls on one gather are serialised.
+/// 1-D tensor `source`, for `i < n` (`n` must equal the batch). The windows are read into the destination
+/// (cpu and cuda_host) or into the staging buffer followed by one asynchronous copy (cuda). Returns once the
+/// batch is in place.
+///
+/// How windows are read: if `hostfirst_view_prefault` populated the source's pages (on this view or another
+/// view of the same file) or the source is over a memory buffer, each window is a memcpy from the mapping,
+/// the fastest way (see `hostfirst_view_info.data` for the truncation hazard of mapped reads). Otherwise each
+/// window is one positioned read (`pread`), which avoids a page fault per window and turns a file truncated
+/// after opening into `TRUNCATED` instead of SIGBUS. For a training loop over a tensor that fits in memory,
+/// call `hostfirst_view_prefault` once first (BENCHMARKS.md section 3 has both).
+///
+/// Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (source not 1-D, dtype differs, `n`
+/// differs from the batch), `OUT_OF_RANGE` naming the first offset (index and value) whose window runs past
+/// the end: the destination is unchanged. `TRUNCATED` or `IO` while reading, `DEVICE_ERROR` while copying:
+/// the destination then holds a partly assembled batch. Calls on one gather are serialised.
 #[no_mangle]
 pub extern "C" fn hostfirst_gather_run(gather: *mut hostfirst_gather, source: *const hostfirst_view, offsets: *const u64, n: usize) -> Status {
     hostfirst_boundary!("hostfirst_gather_run", {

@@ -7,6 +7,7 @@ use memmap2::Mmap;
 use std::fs;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// Caller memory borrowed through the C API (`hostfirst_file_open_memory`): the caller promises it stays
 /// valid and unmodified until every handle that uses it is freed.
@@ -38,7 +39,8 @@ impl AsRef<[u8]> for RawMemory {
 }
 
 pub(crate) enum Source {
-    File { file: fs::File, map: Mmap },
+    /// `populated`: the absolute byte ranges `[lo, hi)` that [`Shard::prefault`] mapped, merged and sorted.
+    File { file: fs::File, map: Mmap, populated: Mutex<Vec<(u64, u64)>> },
     Memory(Box<dyn AsRef<[u8]> + Send + Sync>),
 }
 
@@ -117,7 +119,7 @@ impl Shard {
             path_c: CName::new(display.clone()),
             display,
             path: Some(path.to_path_buf()),
-            source: Source::File { file, map },
+            source: Source::File { file, map, populated: Mutex::new(Vec::new()) },
             header,
         };
         shard.cross_check()?;
@@ -166,7 +168,7 @@ impl Shard {
     /// pages were populated, `false` when the kernel offers only read-ahead advice (Linux before 5.14, other
     /// systems) or the source is a memory buffer. A file now shorter than the range gives `TRUNCATED`.
     pub(crate) fn prefault(&self, offset: u64, len: u64, what: &dyn Fn() -> String) -> Result<bool> {
-        let Source::File { file, map } = &self.source else { return Ok(false) };
+        let Source::File { file, map, populated } = &self.source else { return Ok(false) };
         if len == 0 {
             return Ok(true);
         }
@@ -213,6 +215,7 @@ impl Shard {
                     _ => return Err(io_error(&self.display, &format!("{}: populating the mapping", what()), &e)),
                 }
             }
+            add_range(&mut populated.lock().unwrap_or_else(|p| p.into_inner()), offset, end);
             Ok(true)
         }
         #[cfg(all(unix, not(target_os = "linux")))]
@@ -230,6 +233,19 @@ impl Shard {
         }
     }
 
+    /// Whether reads of `[offset, offset + len)` (absolute) through the mapping are expected to take no page
+    /// faults: a memory buffer, or a file range that [`Shard::prefault`] populated (the kernel may still
+    /// reclaim such pages under memory pressure; a read then faults them in again, correctly but slower).
+    pub(crate) fn is_populated(&self, offset: u64, len: u64) -> bool {
+        match &self.source {
+            Source::Memory(_) => true,
+            Source::File { populated, .. } => {
+                let end = offset.saturating_add(len);
+                populated.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|&(lo, hi)| lo <= offset && end <= hi)
+            }
+        }
+    }
+
     /// Copies `dst.len()` bytes at absolute `offset`: pread for files, memcpy for memory.
     pub(crate) fn read_at(&self, offset: u64, dst: &mut [u8], what: &dyn Fn() -> String) -> Result<()> {
         match &self.source {
@@ -244,5 +260,41 @@ impl Shard {
                 Ok(())
             }
         }
+    }
+}
+
+/// Adds `[lo, hi)` to a sorted list of disjoint ranges, merging it with every range it overlaps or touches.
+fn add_range(ranges: &mut Vec<(u64, u64)>, mut lo: u64, mut hi: u64) {
+    ranges.retain(|&(a, b)| {
+        if b < lo || a > hi {
+            return true;
+        }
+        lo = lo.min(a);
+        hi = hi.max(b);
+        false
+    });
+    let at = ranges.partition_point(|&(a, _)| a < lo);
+    ranges.insert(at, (lo, hi));
+}
+
+#[cfg(test)]
+mod range_tests {
+    use super::add_range;
+
+    #[test]
+    fn ranges_merge_when_they_overlap_or_touch() {
+        let mut r = Vec::new();
+        add_range(&mut r, 10, 20);
+        add_range(&mut r, 30, 40);
+        assert_eq!(r, [(10, 20), (30, 40)]);
+        add_range(&mut r, 20, 25);
+        assert_eq!(r, [(10, 25), (30, 40)]);
+        add_range(&mut r, 0, 5);
+        assert_eq!(r, [(0, 5), (10, 25), (30, 40)]);
+        add_range(&mut r, 4, 31);
+        assert_eq!(r, [(0, 40)]);
+        add_range(&mut r, 50, 60);
+        add_range(&mut r, 45, 46);
+        assert_eq!(r, [(0, 40), (45, 46), (50, 60)]);
     }
 }

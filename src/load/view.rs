@@ -113,6 +113,14 @@ impl TensorView {
         self.shard.prefault(self.file_offset(), self.nbytes, &|| format!("tensor '{}'", self.name))
     }
 
+    /// Whether reads of this view through [`TensorView::mapped`] take no page faults: the view lies inside a
+    /// range that [`TensorView::prefault`] populated (on this view or another view of the same file), or it is
+    /// over a memory buffer. The gather primitive uses it to choose between copying from the mapping (when
+    /// true) and positioned reads.
+    pub fn is_prefaulted(&self) -> bool {
+        self.shard.is_populated(self.file_offset(), self.nbytes)
+    }
+
     /// Copies `dst.len()` bytes starting `offset` bytes into this view.
     ///
     /// Files are read with positioned reads (`pread`) on the file descriptor, never through the mapping, so a

@@ -1,9 +1,16 @@
 //! The data-loader primitive: B windows of T elements from a 1-D host tensor, assembled as a [B, T] batch on
 //! a device in one transfer, into a destination that is reused step after step.
 //!
-//! cpu / cuda_host: the windows are copied from the mapping straight into the destination. cuda:N: they are
-//! copied into one page-locked staging buffer, then one asynchronous host-to-device copy on the gather's
-//! own stream moves the batch, and `run` returns once it has completed. A step allocates nothing.
+//! cpu / cuda_host: the windows are read straight into the destination. cuda:N: they are read into one
+//! page-locked staging buffer, then one asynchronous host-to-device copy on the gather's own stream moves
+//! the batch, and `run` returns once it has completed. A step allocates nothing.
+//!
+//! How a window is read depends on the source. A tensor whose pages were mapped by
+//! [`TensorView::prefault`] (or one over a memory buffer) is copied from the mapping: a memcpy per window,
+//! the fastest way. Otherwise each window is one positioned read (`pread`): a window's first touch of an
+//! unpopulated mapping costs a page fault, which on the benchmark machine made a window 1.5-4x slower than
+//! a `pread` of it (BENCHMARKS.md, section 3), and a file truncated under the gather gives `TRUNCATED`
+//! instead of SIGBUS.
 
 use super::buffer::{Buffer, Memory};
 use super::fit;
@@ -118,32 +125,46 @@ impl Gather {
         Ok(())
     }
 
-    fn fill(&self, source: &[u8], offsets: &[u64], dst: &mut [u8]) {
+    /// Reads the windows at `offsets` (already checked) into `dst`, row after row: memcpy from the mapping
+    /// when the source is prefaulted, else one `pread` per window.
+    fn fill(&self, source: &TensorView, offsets: &[u64], dst: &mut [u8]) -> Result<()> {
         let row = self.window as usize * self.elem;
-        for (i, &o) in offsets.iter().enumerate() {
-            let s = o as usize * self.elem;
-            dst[i * row..(i + 1) * row].copy_from_slice(&source[s..s + row]);
+        let rows = dst.chunks_exact_mut(row).zip(offsets);
+        if source.is_prefaulted() {
+            let src = source.mapped();
+            for (d, &o) in rows {
+                let s = o as usize * self.elem;
+                d.copy_from_slice(&src[s..s + row]);
+            }
+        } else {
+            for (d, &o) in rows {
+                source.read_at(o * self.elem as u64, d)?;
+            }
         }
+        Ok(())
     }
 
     /// Assembles row `i` = `source[offsets[i] .. offsets[i] + window]` for every `i` into the destination.
     /// Returns once the batch is in place (for CUDA: the copy has completed). Errors: `INVALID_ARGUMENT`
     /// (source not 1-D, another dtype, `offsets.len() != batch`), `OUT_OF_RANGE` naming the first offset
-    /// whose window runs past the end, `DEVICE_ERROR`. On an error before the copy the destination is
-    /// unchanged. Reads through the mapping (see [`TensorView::mapped`] for the truncation hazard).
+    /// whose window runs past the end: with these the destination is unchanged. `TRUNCATED` (the file
+    /// shrank since it was opened) or `IO` while reading, `DEVICE_ERROR` while copying: the destination then
+    /// holds a partly assembled batch. A prefaulted source is read through the mapping (see
+    /// [`TensorView::mapped`] for its truncation hazard); any other is read with `pread`.
     pub fn run(&mut self, source: &TensorView, offsets: &[u64]) -> Result<()> {
         self.check(source, offsets)?;
-        let src = source.mapped();
         let mut dest = self.dest.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(d) = dest.host_bytes_mut() {
-            self.fill(src, offsets, d);
-            return Ok(());
+            return self.fill(source, offsets, d);
         }
         let mut staging = match self.staging.take() {
             Some(s) => s,
             None => PinnedHostMemory::alloc(self.nbytes() as usize)?, // only after a failed copy leaked it
         };
-        self.fill(src, offsets, staging.as_mut_slice());
+        if let Err(e) = self.fill(source, offsets, staging.as_mut_slice()) {
+            self.staging = Some(staging);
+            return Err(e);
+        }
         let stream = self.stream.as_ref().expect("a CUDA gather has a stream");
         let Memory::Cuda(mem) = dest.memory() else { unreachable!("non-host memory is CUDA memory") };
         let n = self.nbytes() as usize;
