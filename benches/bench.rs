@@ -26,6 +26,9 @@
 //!   gather1p FILE TENSOR B T ITERS SEED
 //!                                  gather1 after TensorView::prefault (its one-time cost reported as prefault_s)
 //!   resident FILE                  fraction of the file's pages in the page cache (mincore)
+//!   gpu-put, gpu-gather, gpu-seeds the GPU section (benches/gpu_ops.rs; run on a GPU by benches/gpu/run.sh)
+
+mod gpu_ops;
 
 use hostfirst::place::{put, PutOptions, Target};
 use hostfirst::{Device, TensorFile};
@@ -96,6 +99,9 @@ fn main() {
         "gather" => op_gather(&args[1..], false, false),
         "gather1" => op_gather(&args[1..], true, false),
         "gather1p" => op_gather(&args[1..], true, true),
+        "gpu-put" => gpu_ops::op_gpu_put(&args[1..]),
+        "gpu-gather" => gpu_ops::op_gpu_gather(&args[1..]),
+        "gpu-seeds" => gpu_ops::op_gpu_seeds(&args[1..]),
         _ => {
             eprintln!("usage: see the top of benches/bench.rs");
             std::process::exit(2);

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Renders the GPU section of BENCHMARKS.md from the raw records of benches/gpu/run.py.
+
+benches/report.py calls `section(paths)` with every benches/results/gpu-*.json made on a real GPU (stand-in runs are
+refused there). Run directly, it prints the section for any file, a stand-in dry run included (with a banner saying
+its numbers are host memcpy, not GPU figures):
+
+    python3 benches/gpu/report_gpu.py FILE.json [FILE.json ...]
+"""
+import json
+import os
+import statistics
+import sys
+from collections import defaultdict
+
+GiB = 1 << 30
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def spread(xs, fmt):
+    return f"{fmt(min(xs))}–{fmt(max(xs))}" if xs else "–"
+
+
+def gb(x):
+    return f"{x:.2f}"
+
+
+def us(s):
+    return f"{s * 1e6:,.0f} µs" if s < 0.01 else f"{s * 1e3:,.1f} ms"
+
+
+def load(paths):
+    docs = [json.load(open(p)) for p in paths]
+    recs = []
+    for p, d in zip(paths, docs):
+        for r in d["records"]:
+            r["_file"] = os.path.basename(p)
+            recs.append(r)
+    return docs, recs
+
+
+def section(paths, allow_stand_in=False):
+    """(markdown lines, verdict rows) for the GPU section; verdict rows are (target, measured, verdict)."""
+    docs, recs = load(paths)
+    if not allow_stand_in and any(d["machine"].get("stand_in") for d in docs):
+        raise SystemExit("report_gpu: stand-in records are not GPU figures; pass only files made on a real GPU")
+    out, verdict = [], []
+    w = out.append
+    ok = [r for r in recs if "failed" not in r and "skipped" not in r]
+    bad = [r for r in recs if "failed" in r or "skipped" in r]
+    w("## 5. GPU\n")
+    if docs[0]["machine"].get("stand_in"):
+        w("**STAND-IN DRY RUN: host memory behind the CUDA entry points. These are not GPU figures.**\n")
+    w("Measured on the GPU machine with the driver built here and carried there (`benches/gpu/README.md`). Each row is the")
+    w("median over fresh processes (spread = min–max). Timing starts after the CUDA context exists (hostfirst: its")
+    w("creation is reported apart; peers: a first tiny allocation) and ends with the data on the device, synchronised.\n")
+    w("| run | machine | |\n|---|---|---|")
+    for p, d in zip(paths, docs):
+        m = d["machine"]
+        v = m.get("versions", {})
+        w(f"| `{os.path.basename(p)}` | GPU ({m.get('gpu_fields', '')}) | {m['gpu']} |")
+        w(f"| | host | {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB, kernel {m['kernel']} |")
+        w(f"| | software | Python {m['python']}, " + ", ".join(f"{k} {x}" for k, x in v.items() if x) + f"; hostfirst {m['git']} |")
+        w(f"| | date, command | {m['date_utc']}, {m.get('wall_s')} s: `{m['command']}` (tensor {m['gib']} GiB, {m['reps']} reps) |")
+    w("")
+
+    by = defaultdict(list)
+    for r in ok:
+        by[(r["op"], r["impl"], r.get("cache"), r.get("B"), r.get("T"))].append(r)
+
+    # ---- H2D of one large tensor
+    puts = {k: v for k, v in by.items() if k[0] == "gpu-put"}
+    if puts:
+        any_put = next(iter(puts.values()))[0]
+        n = any_put["bytes"]
+        w(f"### H2D of one {n / GiB:.2f} GiB u16 tensor\n")
+        w("`ceiling`: pinned host → device `cuMemcpyHtoD` of min(tensor, 1 GiB), best of 5, in the same process as the")
+        w("put. `first`: the process's first put (it also pays the staging ring's page-locked allocation, or the")
+        w("registration in resident mode); `best`: best of 3 puts in the process. Anonymous RSS growth: the peak of")
+        w("`RssAnon` (sampled every ms) during the puts, over its value before, against the 256 MiB staging ring.\n")
+        w("| hostfirst | cache | processes | ceiling GB/s | first GB/s | first ÷ ceiling | best GB/s | best ÷ ceiling | registration | anon RSS growth | ÷ ring | verified |")
+        w("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for impl in ("hostfirst-put-ring", "hostfirst-put-resident"):
+            for cache in ("warm", "cold"):
+                g = by.get(("gpu-put", impl, cache, None, None), [])
+                if not g:
+                    continue
+                c = [r["ceiling_gbps_best"] for r in g]
+                f1 = [r["gbps_first"] for r in g]
+                b = [r["gbps_best"] for r in g]
+                rf = [r["ratio_first_to_ceiling"] for r in g]
+                rb = [r["ratio_best_to_ceiling"] for r in g]
+                a = [r["anon_growth_kib"] for r in g]
+                ar = [r["anon_growth_over_ring"] for r in g]
+                reg = [r["register_s"] for r in g]
+                ver = [r["verified"] for r in g if r.get("verified") is not None]
+                res = [r.get("resident", float("nan")) for r in g]
+                label = "staging ring" if impl.endswith("ring") else "resident (registered mapping)"
+                w(f"| {label} | {cache} (resident {min(res):.3f}–{max(res):.3f}) | {len(g)} | {gb(med(c))} | {gb(med(f1))} ({spread(f1, gb)}) | "
+                  f"{med(rf):.2f}× | {gb(med(b))} | {med(rb):.2f}× | {med(reg):.3f} s | {med(a) / 1024:,.0f} MiB (max {max(a) / 1024:,.0f}) | "
+                  f"{max(ar):.2f}× | {'yes' if ver and all(ver) else ('NO' if ver else '–')} |")
+        w("")
+        ring = by.get(("gpu-put", "hostfirst-put-ring", "warm", None, None), [])
+        if ring:
+            rb = med([r["ratio_best_to_ceiling"] for r in ring])
+            rf = med([r["ratio_first_to_ceiling"] for r in ring])
+            verdict.append(("GPU: warm H2D ≥ 0.92× the pinned `cuMemcpyHtoD` peak (same process)",
+                            f"staging ring, best of 3 puts: {rb:.2f}×; first put of a process: {rf:.2f}×",
+                            "met" if rb >= 0.92 else "missed"))
+            mx = max(r["anon_growth_over_ring"] for r in ring)
+            verdict.append(("GPU: anonymous host RSS during the put ≤ the staging ring",
+                            f"largest growth {mx:.2f}× the ring over {len(ring)} warm processes", "met" if mx <= 1.0 else "missed"))
+
+        # peers
+        peers = [(k, v) for k, v in by.items() if k[0] == "gpu-peer" and k[1] != "jax-seeds"]
+        if peers and ring:
+            hf = med([r["gbps_first"] for r in ring])
+            w("Peers on the same file, warm, one process each (`first` put of hostfirst's staging ring for the ratio: a whole")
+            w("process's single load, one-time costs included, as for the peers):\n")
+            w("| peer | processes | GB/s | spread | landed on | peak RSS (VmHWM) | anon RSS growth | hostfirst ÷ peer |")
+            w("|---|---|---|---|---|---|---|---|")
+            ratios = []
+            for (_, impl, *_), g in sorted(peers):
+                s = [r["gbps"] for r in g]
+                ratios.append((hf / med(s), impl))
+                w(f"| `{impl}` | {len(g)} | {gb(med(s))} | {spread(s, gb)} | {g[0].get('landed', '?')} | "
+                  f"{med([r['vmhwm_kib'] for r in g]) / 1024:,.0f} MiB | {med([r.get('anon_growth_kib', 0) for r in g]) / 1024:,.0f} MiB | "
+                  f"**{hf / med(s):.1f}×** |")
+            w("")
+            lo = min(ratios)
+            verdict.append(("GPU: ≥ 5× the torch and JAX safetensors paths",
+                            f"{lo[0]:.1f}× (lowest, vs `{lo[1]}`) – {max(ratios)[0]:.1f}×", "met" if lo[0] >= 5 else "missed"))
+
+    # ---- gather to cuda
+    gat = [k for k in by if k[0] == "gpu-gather"]
+    if gat:
+        w("### Gather B × (T+1) random windows to cuda:0\n")
+        w("hostfirst: `place::Gather` to cuda:0, pinned staging + one async copy, returned when the copy completed; `prefaulted`")
+        w("after one `TensorView::prefault`. nanoGPT: `get_batch` with `x.pin_memory().to('cuda', non_blocking=True)` (and y),")
+        w("then `torch.cuda.synchronize()`; it ships x and y as int64.\n")
+        w("| B | T | nanoGPT p50 | hostfirst p50 | p99 | nanoGPT ÷ hostfirst | prefaulted p50 | nanoGPT ÷ prefaulted | tokens/s (hostfirst) |")
+        w("|---|---|---|---|---|---|---|---|---|")
+        for B, T in sorted({(k[3], k[4]) for k in gat}):
+            n = by.get(("gpu-gather", "py-nanoGPT-get_batch-cuda", None, B, T), [])
+            h = by.get(("gpu-gather", "hostfirst-gather-cuda", None, B, T), [])
+            p = by.get(("gpu-gather", "hostfirst-gather-cuda-prefaulted", None, B, T), [])
+            n50 = med([r["p50_s"] for r in n]) if n else float("nan")
+            h50 = med([r["p50_s"] for r in h]) if h else float("nan")
+            p50 = med([r["p50_s"] for r in p]) if p else float("nan")
+            w(f"| {B} | {T} | {us(n50) if n else '–'} | {us(h50) if h else '–'} | {us(med([r['p99_s'] for r in h])) if h else '–'} | "
+              f"{n50 / h50:.1f}× | {us(p50) if p else '–'} | {n50 / p50:.1f}× | {B * T / h50 / 1e6:,.1f} M |")
+        w("")
+
+    # ---- the seeds' scenario
+    seeds = by.get(("gpu-seeds", "hostfirst", None, 64, 1024), [])
+    jseeds = by.get(("gpu-peer", "jax-seeds", None, None, None), [])
+    if seeds:
+        s = seeds[0]
+        w("### The seeds' scenario: a token file larger than the GPU memory left free\n")
+        w(f"GPU memory filled by one ballast allocation until {s['free_with_ballast'] / GiB:.2f} GiB were free; the token tensor is "
+          f"{s['bytes'] / GiB:.2f} GiB.\n")
+        w(f"- hostfirst put of the whole tensor: `{s['put_status']}`, \"{s['put_message']}\"; free memory after it "
+          f"{s['free_after_failed_put'] / GiB:.2f} GiB (nothing allocated).")
+        w(f"- The tensor stays on the host and batches flow: {s['iters']} batches of {s['B']} × {s['T'] + 1} tokens at "
+          f"{s['batches_per_s']:,.0f} batches/s ({s['tokens_per_s'] / 1e6:,.0f} M tokens/s); a batch checked against the file: "
+          f"{'yes' if s['batch_checked'] else 'NO'}.")
+        for j in jseeds:
+            w(f"- JAX `safetensors.flax.load_file` with the same memory left: {j['outcome']}"
+              + (f" (`{j['error_type']}`: {j['error'][:200]})" if j.get("outcome") == "failed" else f", on {j.get('landed')}") + ".")
+        w("")
+    if bad:
+        why = {}
+        for r in bad:
+            why.setdefault(str(r.get("impl", r.get("cmd"))), (r.get("skipped") or r.get("failed", "")).strip().splitlines()[-1][:160])
+        w("Not measured in these runs: " + "; ".join(f"`{k}`: {v}" for k, v in why.items()) + "\n")
+    return out, verdict
+
+
+if __name__ == "__main__":
+    lines, verdicts = section(sys.argv[1:], allow_stand_in=True)
+    print("\n".join(lines))
+    for v in verdicts:
+        print(f"| {v[0]} | {v[1]} | **{v[2]}** |")
