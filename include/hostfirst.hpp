@@ -279,8 +279,9 @@ public:
         check(hostfirst_view_slice_rows(v_, start, stop, &out));
         return view(out);
     }
-    /// Maps the view's pages now (hostfirst_view_prefault) so gathers through the mapping take no page
-    /// faults; returns true when the pages were mapped, false for read-ahead advice only or memory buffers.
+    /// Maps the view's pages now (hostfirst_view_prefault); afterwards gathers copy its windows from the
+    /// mapping with no page faults instead of one pread each. Returns true when the pages were mapped, false
+    /// for read-ahead advice only or memory buffers.
     bool prefault() const {
         bool populated = false;
         check(hostfirst_view_prefault(v_, &populated));
