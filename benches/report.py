@@ -59,7 +59,8 @@ def main(path):
     w(f"| software | kernel {m['kernel']}, {m['rustc']}, Python {m['python']}, numpy {m['numpy']}, safetensors (Python) "
       f"{m['safetensors_py']}, safetensors crate {m['safetensors_rust']}, hostfirst {m['git']} (main, built from the working tree) |")
     for pr in m.get("partial_reruns", []):
-        w(f"| partial re-run | `{pr['command']}` on {pr['date_utc']} (load average {' '.join(pr['loadavg_start'])}); its records replace those sections' |")
+        other = f"; CPU: {pr['cpu']}, {pr['cores']} cores (another VM than the full run's)" if pr.get("cpu") != m["cpu"] else ""
+        w(f"| partial re-run | `{pr['command']}` on {pr['date_utc']} (load average {' '.join(pr['loadavg_start'])}{other}); its records replace those sections' |")
     w("| cache state | warm: every file read once in 64 MiB reads, residency checked with mincore (column `resident`) |\n")
     w("![open time vs file size; host materialise GB/s per loader](benches/plot.png)\n")
 
