@@ -396,14 +396,7 @@ fn op_gather_readat(a: &[String]) -> String {
         }
     }
     std::hint::black_box(&out);
-    lat.sort_by(|x, y| x.partial_cmp(y).unwrap());
-    let p = |q: f64| lat[((lat.len() as f64 - 1.0) * q).round() as usize];
-    format!(
-        r#"{{"op":"gather","impl":"hostfirst-read_at-loop","B":{b},"T":{t},"iters":{iters},"p50_s":{:.9},"p99_s":{:.9},"mean_s":{:.9}}}"#,
-        p(0.5),
-        p(0.99),
-        lat.iter().sum::<f64>() / lat.len() as f64
-    )
+    gather_json("hostfirst-read_at-loop", b, t, iters, lat)
 }
 
 fn op_resident(path: &str) -> String {
@@ -478,13 +471,19 @@ fn op_gather(a: &[String], one: bool, prefault: bool) -> String {
     gather_json("hostfirst-gather", b, t, iters, lat)
 }
 
+/// The `q` quantile (0..=1, nearest rank) of `v`, which it sorts.
+fn quantile(v: &mut [f64], q: f64) -> f64 {
+    v.sort_by(|x, y| x.partial_cmp(y).unwrap());
+    v[((v.len() as f64 - 1.0) * q).round() as usize]
+}
+
 fn gather_json(name: &str, b: usize, t: usize, iters: usize, mut lat: Vec<f64>) -> String {
-    lat.sort_by(|x, y| x.partial_cmp(y).unwrap());
-    let p = |q: f64| lat[((lat.len() as f64 - 1.0) * q).round() as usize];
+    let mut p = |q: f64| quantile(&mut lat, q);
+    let (p50, p99) = (p(0.5), p(0.99));
     format!(
         r#"{{"op":"gather","impl":"{name}","B":{b},"T":{t},"iters":{iters},"p50_s":{:.9},"p99_s":{:.9},"mean_s":{:.9}}}"#,
-        p(0.5),
-        p(0.99),
+        p50,
+        p99,
         lat.iter().sum::<f64>() / lat.len() as f64
     )
 }

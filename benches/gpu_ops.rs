@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::status_kib;
+use crate::{quantile, status_kib};
 
 const MIB: usize = 1 << 20;
 const GIB: usize = 1 << 30;
@@ -36,9 +36,7 @@ fn arg<T: std::str::FromStr>(a: &[String], i: usize, what: &str) -> T {
 }
 
 fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    s[s.len() / 2]
+    quantile(&mut v.to_vec(), 0.5)
 }
 
 /// Peak RSS fields (KiB) seen by a thread reading /proc/self/status every millisecond until stopped.
@@ -209,13 +207,13 @@ pub fn op_gpu_gather(a: &[String]) -> String {
             lat.push(s.elapsed().as_secs_f64());
         }
     }
-    lat.sort_by(|x, y| x.partial_cmp(y).unwrap());
-    let q = |p: f64| lat[((lat.len() - 1) as f64 * p).round() as usize];
+    let mut q = |p: f64| quantile(&mut lat, p);
+    let (p50, p99) = (q(0.5), q(0.99));
     let name = if prefault { "hostfirst-gather-cuda-prefaulted" } else { "hostfirst-gather-cuda" };
     serde_json::json!({
-        "op": "gpu-gather", "impl": name, "B": b, "T": t, "iters": iters, "p50_s": q(0.5), "p99_s": q(0.99),
+        "op": "gpu-gather", "impl": name, "B": b, "T": t, "iters": iters, "p50_s": p50, "p99_s": p99,
         "mean_s": lat.iter().sum::<f64>() / lat.len() as f64, "prefault_s": prefault_s, "context_s": context_s,
-        "tokens_per_s": (b as u64 * t) as f64 / q(0.5),
+        "tokens_per_s": (b as u64 * t) as f64 / p50,
     })
     .to_string()
 }

@@ -187,11 +187,17 @@ def write_many(path, count, elems):
         f.write(data)
 
 
-def warm(exe, path):
+def resident(exe, path, env=None):
+    """Fraction of the file's pages in the page cache (the driver's mincore op); env: for a stand-in driver."""
+    out = subprocess.run([exe, "resident", path], capture_output=True, text=True, env=env).stdout
+    return json.loads(out)["fraction"]
+
+
+def warm(exe, path, env=None):
     with open(path, "rb", buffering=0) as f:
         while f.read(64 * MiB):
             pass
-    return json.loads(sh(f"{exe} resident {path}"))["fraction"]
+    return resident(exe, path, env)
 
 
 def run1(cmd):

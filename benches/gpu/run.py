@@ -24,15 +24,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHES = os.path.dirname(HERE)
 ROOT = os.path.dirname(BENCHES)
 sys.path.insert(0, BENCHES)
-from run import write_single  # noqa: E402  (the same real-data u16 token file as the cpu sections)
+from run import resident, sh, warm, write_single  # noqa: E402  (the same token file and cache helpers as the cpu sections)
 
 MiB, GiB = 1 << 20, 1 << 30
 SECTIONS = ("put", "cold", "peers", "gather", "seeds")
-
-
-def sh(cmd):
-    p = subprocess.run(cmd, shell=True, capture_output=True, text=True)
-    return p.stdout.strip()
 
 
 def machine(stand_in):
@@ -51,18 +46,6 @@ def machine(stand_in):
         versions=versions, date_utc=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         git=sh(f"git -C {ROOT} rev-parse --short HEAD") or os.environ.get("HOSTFIRST_GIT", "?"),
         loadavg_start=open("/proc/loadavg").read().split()[:3])
-
-
-def resident(exe, path, env):
-    out = subprocess.run([exe, "resident", path], capture_output=True, text=True, env=env).stdout
-    return json.loads(out)["fraction"]
-
-
-def warm(exe, path, env):
-    with open(path, "rb", buffering=0) as f:
-        while f.read(64 * MiB):
-            pass
-    return resident(exe, path, env)
 
 
 def evict(exe, path, env):
