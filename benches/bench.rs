@@ -88,7 +88,9 @@ fn main() {
         "open" => op_open(&args[1]),
         "rust-safetensors" => op_rust_st(&args[1]),
         "put-cpu" => op_put(&args[1], &args[2]),
-        "memcpy" => op_memcpy(args[1].parse().unwrap(), args[2].parse().unwrap(), args.get(3).map(String::as_str).unwrap_or("")),
+        "memcpy" => {
+            op_memcpy(args[1].parse().unwrap(), args[2].parse().unwrap(), args.get(3).map(String::as_str).unwrap_or(""))
+        }
         "fill-cpu" => op_fill(&args[1], &args[2]),
         "pread" => op_pread(&args[1], args[2].parse().unwrap()),
         "load-all" => op_load_all(&args[1]),
@@ -213,7 +215,14 @@ fn op_memcpy(n: usize, threads: usize, mode: &str) -> String {
         // A fresh anonymous mapping with MADV_HUGEPAGE, as hostfirst's host allocations are made.
         // SAFETY: anonymous private mapping, checked; unmapped below.
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), n, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                n,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
         assert_ne!(p, libc::MAP_FAILED);
         // SAFETY: advice on our own mapping.
@@ -246,7 +255,11 @@ fn op_memcpy(n: usize, threads: usize, mode: &str) -> String {
     let hwm = status_kib("VmHWM");
     format!(
         r#"{{"op":"memcpy","impl":"{}","bytes":{n},"threads":{threads},"t_s":{t:.9},"gbps":{:.4},"vmhwm_kib":{hwm}}}"#,
-        match mode { "fresh-thp" => "memcpy-fresh-dst-thp", "fresh" => "memcpy-fresh-dst", _ => "memcpy-prefaulted" },
+        match mode {
+            "fresh-thp" => "memcpy-fresh-dst-thp",
+            "fresh" => "memcpy-fresh-dst",
+            _ => "memcpy-prefaulted",
+        },
         n as f64 / 1e9 / t
     )
 }
@@ -256,7 +269,8 @@ fn op_memcpy(n: usize, threads: usize, mode: &str) -> String {
 fn op_fill(path: &str, tensor: &str) -> String {
     let file = TensorFile::open(path).expect("open");
     let view = file.view(tensor).expect("view");
-    let mut buf = hostfirst::place::Buffer::alloc(view.name(), view.dtype(), view.shape(), view.nbytes(), Device::CPU).expect("alloc");
+    let mut buf = hostfirst::place::Buffer::alloc(view.name(), view.dtype(), view.shape(), view.nbytes(), Device::CPU)
+        .expect("alloc");
     let host = buf.host_bytes_mut().expect("host");
     for i in (0..host.len()).step_by(4096) {
         host[i] = 1;
@@ -414,7 +428,10 @@ fn op_resident(path: &str) -> String {
     let rc = unsafe { libc::mincore(mmap.as_ptr() as *mut libc::c_void, n, vec.as_mut_ptr()) };
     assert_eq!(rc, 0, "mincore");
     let res = vec.iter().filter(|&&b| b & 1 == 1).count();
-    format!(r#"{{"op":"resident","file":"{path}","pages":{pages},"resident":{res},"fraction":{:.6}}}"#, res as f64 / pages as f64)
+    format!(
+        r#"{{"op":"resident","file":"{path}","pages":{pages},"resident":{res},"fraction":{:.6}}}"#,
+        res as f64 / pages as f64
+    )
 }
 
 fn op_gather(a: &[String], one: bool, prefault: bool) -> String {

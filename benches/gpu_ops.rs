@@ -182,7 +182,8 @@ fn batch_offsets(state: &mut u64, len: u64, window: u64, b: usize) -> Vec<u64> {
 pub fn op_gpu_gather(a: &[String]) -> String {
     let (path, name) = (&a[0], &a[1]);
     let ordinal: u32 = arg(a, 2, "ordinal");
-    let (b, t, iters, seed): (usize, u64, usize, u64) = (arg(a, 3, "B"), arg(a, 4, "T"), arg(a, 5, "iters"), arg(a, 6, "seed"));
+    let (b, t, iters, seed): (usize, u64, usize, u64) =
+        (arg(a, 3, "B"), arg(a, 4, "T"), arg(a, 5, "iters"), arg(a, 6, "seed"));
     let prefault = a.get(7).map(String::as_str) == Some("1");
     let f = TensorFile::open(path).expect("open");
     let view = f.view(name).expect("tensor");
@@ -232,7 +233,9 @@ pub fn op_gpu_seeds(a: &[String]) -> String {
     assert!(free1 < view.nbytes(), "the tensor ({} bytes) must not fit in the {free1} bytes left", view.nbytes());
 
     // 1. Putting the whole tensor on the device fails the fit check, allocating nothing.
-    let e = put_with_stats(&view, Target::Device(Device::cuda(ordinal)), PutOptions::default()).err().expect("the put must fail");
+    let e = put_with_stats(&view, Target::Device(Device::cuda(ordinal)), PutOptions::default())
+        .err()
+        .expect("the put must fail");
     assert_eq!(e.status(), Status::OutOfMemory, "{}", e.message());
     let fit = e.fit().expect("fit numbers");
     let (free2, _) = mem_info(ordinal).expect("cuMemGetInfo");

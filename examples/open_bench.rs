@@ -29,7 +29,8 @@ fn best<F: FnMut()>(mut f: F) -> Duration {
 }
 
 fn main() {
-    let dir = std::path::PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| std::env::temp_dir().display().to_string()));
+    let dir =
+        std::path::PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| std::env::temp_dir().display().to_string()));
     for (name, len) in [("bench-2m.safetensors", 2u64 << 20), ("bench-2g.safetensors", 2 << 30)] {
         let p = dir.join(name);
         let h = format!(r#"{{"tokens":{{"dtype":"U16","shape":[{}],"data_offsets":[0,{len}]}}}}"#, len / 2);
@@ -49,7 +50,11 @@ fn main() {
         if i > 0 {
             h.push(',');
         }
-        h.push_str(&format!(r#""model.layers.{i}.mlp.weight":{{"dtype":"BF16","shape":[2],"data_offsets":[{},{}]}}"#, i * 4, i * 4 + 4));
+        h.push_str(&format!(
+            r#""model.layers.{i}.mlp.weight":{{"dtype":"BF16","shape":[2],"data_offsets":[{},{}]}}"#,
+            i * 4,
+            i * 4 + 4
+        ));
     }
     h.push('}');
     let p = dir.join("bench-100k.safetensors");

@@ -11,19 +11,19 @@
 pub mod error;
 /// cbindgen:ignore
 pub mod device;
+pub mod dlpack;
 /// cbindgen:ignore
-pub mod scope;
+pub mod dtype;
+/// cbindgen:ignore
+pub mod load;
 /// cbindgen:ignore
 pub mod place;
 /// cbindgen:ignore
-pub mod dtype;
-pub mod dlpack;
-/// cbindgen:ignore
-pub mod load;
+pub mod scope;
 #[macro_use]
 pub mod ffi;
 
 pub use device::{Device, DeviceKind};
-pub use error::{Error, Result, Status};
 pub use dtype::DType;
+pub use error::{Error, Result, Status};
 pub use load::{TensorFile, TensorView};

@@ -35,9 +35,15 @@ fn exported_functions() -> Vec<(String, String, String)> {
                 j += 1;
             }
             sig.push_str(lines.get(j).copied().unwrap_or(""));
-            assert!(sig.contains("extern \"C\" fn"), "{}:{}: #[no_mangle] on a non-function: {sig}", f.display(), i + 1);
+            assert!(
+                sig.contains("extern \"C\" fn"),
+                "{}:{}: #[no_mangle] on a non-function: {sig}",
+                f.display(),
+                i + 1
+            );
             let name = sig.split("fn ").nth(1).unwrap().split('(').next().unwrap().trim().to_string();
-            let body = lines[j + 1..].iter().find(|l| !l.trim().is_empty()).map(|l| l.trim().to_string()).unwrap_or_default();
+            let body =
+                lines[j + 1..].iter().find(|l| !l.trim().is_empty()).map(|l| l.trim().to_string()).unwrap_or_default();
             found.push((format!("{}:{}", f.display(), i + 1), name, body));
         }
     }
@@ -79,6 +85,7 @@ fn shared_library_exports_only_prefixed_symbols() {
         }
     }
     let fns = exported_functions();
-    let expected = fns.iter().filter(|(_, n, _)| cfg!(feature = "test-hooks") || !n.starts_with("hostfirst__test")).count();
+    let expected =
+        fns.iter().filter(|(_, n, _)| cfg!(feature = "test-hooks") || !n.starts_with("hostfirst__test")).count();
     assert_eq!(exported, expected, "exported functions in the .so vs #[no_mangle] functions in src");
 }

@@ -92,7 +92,10 @@ fn human_output_has_a_table_and_the_metadata() {
     let path = fixtures().join("basic.safetensors");
     let out = run_ok(&cli(), &["inspect", path.to_str().unwrap()], &[]);
     assert!(out.contains("NAME") && out.contains("DTYPE") && out.contains("SHAPE") && out.contains("SIZE"), "{out}");
-    assert!(out.lines().any(|l| l.starts_with("f32 ") && l.contains("F32") && l.contains("[2, 2]") && l.contains("16 B")), "{out}");
+    assert!(
+        out.lines().any(|l| l.starts_with("f32 ") && l.contains("F32") && l.contains("[2, 2]") && l.contains("16 B")),
+        "{out}"
+    );
     assert!(out.lines().any(|l| l.starts_with("scalar ") && l.contains("[]")), "{out}");
     assert!(out.contains("metadata: 2 entries") && out.contains("  format: pt"), "{out}");
     let set = fixtures().join("sharded/model.safetensors.index.json");

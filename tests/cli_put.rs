@@ -57,7 +57,9 @@ fn put_errors() {
     assert_eq!(o.status.code(), Some(2));
     let o = run(&cli(), &["put", ps], &[]);
     assert_eq!(o.status.code(), Some(2));
-    for bad in [["--repeat", "0"], ["--repeat", "1001"], ["--repeat", "x"], ["--threads", "-1"], ["--staging-mib", "1e3"]] {
+    for bad in
+        [["--repeat", "0"], ["--repeat", "1001"], ["--repeat", "x"], ["--threads", "-1"], ["--staging-mib", "1e3"]]
+    {
         let o = run(&cli(), &["put", ps, "tokens", bad[0], bad[1]], &[]);
         assert_eq!(o.status.code(), Some(2), "{bad:?}");
         assert!(String::from_utf8_lossy(&o.stderr).contains(bad[0]), "{bad:?}");
@@ -69,7 +71,8 @@ fn put_repeat_threads_and_resident_report_every_time() {
     let (p, data) = file();
     let ps = p.to_str().unwrap();
     // cpu: three timed puts, the first verified; resident has no effect on cpu and registers nothing.
-    let out = run_ok(&cli(), &["put", ps, "tokens", "--device", "cpu", "--repeat", "3", "--threads", "2", "--json"], &[]);
+    let out =
+        run_ok(&cli(), &["put", ps, "tokens", "--device", "cpu", "--repeat", "3", "--threads", "2", "--json"], &[]);
     let v = json(&out);
     let times: Vec<f64> = v["times"].as_array().unwrap().iter().map(|t| t.as_f64().unwrap()).collect();
     assert_eq!(times.len(), 3);
@@ -92,7 +95,11 @@ fn put_repeat_threads_and_resident_report_every_time() {
     assert!(v["register_seconds"].as_f64().unwrap() > 0.0, "{v}");
     assert_eq!(v["times"].as_array().unwrap().len(), 2);
     assert_eq!(v["fnv1a64"], fnv(&data));
-    let out = run_ok_with_stand_in(&cli(), &["put", ps, "tokens", "--device", "cuda:0", "--staging-mib", "1", "--repeat", "2"], &[]);
+    let out = run_ok_with_stand_in(
+        &cli(),
+        &["put", ps, "tokens", "--device", "cuda:0", "--staging-mib", "1", "--repeat", "2"],
+        &[],
+    );
     assert!(out.contains("copy verified") && out.contains("2 puts: best "), "{out}");
     let out = run_ok_with_stand_in(&cli(), &["put", ps, "tokens", "--device", "cuda:0", "--resident"], &[]);
     assert!(out.contains("resident: registration "), "{out}");
@@ -102,15 +109,30 @@ fn put_repeat_threads_and_resident_report_every_time() {
 fn put_cuda_with_the_stand_in() {
     let (p, data) = file();
     let ps = p.to_str().unwrap();
-    let out = run_ok_with_stand_in(&cli(), &["put", ps, "tokens", "--device", "cuda:1", "--json"], &[("STAND_IN_DEVICES", Some("2"))]);
+    let out = run_ok_with_stand_in(
+        &cli(),
+        &["put", ps, "tokens", "--device", "cuda:1", "--json"],
+        &[("STAND_IN_DEVICES", Some("2"))],
+    );
     let v = json(&out);
     assert_eq!(v["device"], "cuda:1");
     assert_eq!(v["fnv1a64"], fnv(&data));
-    let o = run_with_stand_in(&cli(), &["put", ps, "tokens", "--device", "cuda:0"], &[("STAND_IN_TOTAL_MEMORY", Some("1M"))]);
+    let o = run_with_stand_in(
+        &cli(),
+        &["put", ps, "tokens", "--device", "cuda:0"],
+        &[("STAND_IN_TOTAL_MEMORY", Some("1M"))],
+    );
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.starts_with("hostfirst: put: OUT_OF_MEMORY: tensor 'tokens' (292.97 KiB) does not fit on cuda:0: "), "{err}");
-    let o = run_with_stand_in(&cli(), &["put", ps, "tokens", "--device", "cuda:0"], &[("STAND_IN_FAIL_COPY_AFTER", Some("1000"))]);
+    assert!(
+        err.starts_with("hostfirst: put: OUT_OF_MEMORY: tensor 'tokens' (292.97 KiB) does not fit on cuda:0: "),
+        "{err}"
+    );
+    let o = run_with_stand_in(
+        &cli(),
+        &["put", ps, "tokens", "--device", "cuda:0"],
+        &[("STAND_IN_FAIL_COPY_AFTER", Some("1000"))],
+    );
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.starts_with("hostfirst: put: DEVICE_ERROR: ") && err.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{err}");

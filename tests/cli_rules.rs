@@ -28,8 +28,14 @@ fn plan_json_shape() {
     let v = json(&out);
     let t = v["tensors"].as_array().unwrap();
     assert_eq!(t.len(), 3);
-    assert_eq!((t[0]["name"].as_str(), t[0]["target"].as_str(), t[0]["rule"].as_i64()), (Some("tokens"), Some("host"), Some(0)));
-    assert_eq!((t[1]["name"].as_str(), t[1]["target"].as_str(), t[1]["rule"].as_i64()), (Some("w"), Some("cpu:0"), Some(1)));
+    assert_eq!(
+        (t[0]["name"].as_str(), t[0]["target"].as_str(), t[0]["rule"].as_i64()),
+        (Some("tokens"), Some("host"), Some(0))
+    );
+    assert_eq!(
+        (t[1]["name"].as_str(), t[1]["target"].as_str(), t[1]["rule"].as_i64()),
+        (Some("w"), Some("cpu:0"), Some(1))
+    );
     assert_eq!(t[1]["nbytes"].as_u64(), Some(1024));
     let d = v["devices"].as_array().unwrap();
     assert_eq!(d.len(), 1);
@@ -66,7 +72,22 @@ fn gather_json_fields() {
     let m = model("gather_json_fields");
     let out = run_ok(
         &cli(),
-        &["gather", m.to_str().unwrap(), "tokens", "--batch", "8", "--window", "65", "--device", "cpu", "--iters", "20", "--seed", "3", "--json"],
+        &[
+            "gather",
+            m.to_str().unwrap(),
+            "tokens",
+            "--batch",
+            "8",
+            "--window",
+            "65",
+            "--device",
+            "cpu",
+            "--iters",
+            "20",
+            "--seed",
+            "3",
+            "--json",
+        ],
         &[],
     );
     let v = json(&out);
@@ -80,14 +101,45 @@ fn gather_json_fields() {
     // --prefault: timed and reported; the batch still matches a direct read.
     let out = run_ok(
         &cli(),
-        &["gather", m.to_str().unwrap(), "tokens", "--batch", "4", "--window", "9", "--device", "cpu", "--iters", "3", "--prefault", "--json"],
+        &[
+            "gather",
+            m.to_str().unwrap(),
+            "tokens",
+            "--batch",
+            "4",
+            "--window",
+            "9",
+            "--device",
+            "cpu",
+            "--iters",
+            "3",
+            "--prefault",
+            "--json",
+        ],
         &[],
     );
     let v = json(&out);
     assert_eq!(v["check"].as_str(), Some("ok"));
     assert!(v["prefault_s"].as_f64().unwrap() >= 0.0, "{v}");
     assert_eq!(v["prefault_populated"].as_bool(), Some(true), "{v}");
-    let out = run_ok(&cli(), &["gather", m.to_str().unwrap(), "tokens", "--batch", "4", "--window", "9", "--device", "cpu", "--iters", "3", "--prefault"], &[]);
+    let out = run_ok(
+        &cli(),
+        &[
+            "gather",
+            m.to_str().unwrap(),
+            "tokens",
+            "--batch",
+            "4",
+            "--window",
+            "9",
+            "--device",
+            "cpu",
+            "--iters",
+            "3",
+            "--prefault",
+        ],
+        &[],
+    );
     assert!(out.starts_with("prefault tokens: ") && out.contains("pages mapped"), "{out}");
     // 2-D tensor and missing arguments.
     let o = run(&cli(), &["gather", m.to_str().unwrap(), "w", "--batch", "2", "--window", "2", "--device", "cpu"], &[]);
@@ -100,8 +152,16 @@ fn gather_json_fields() {
 fn stand_in_plan_load_and_gather_on_two_devices() {
     let m = model("stand_in_plan_load_and_gather_on_two_devices");
     let ms = m.to_str().unwrap();
-    let knobs = [("STAND_IN_DEVICES", Some("2")), ("STAND_IN_TOTAL_MEMORY", Some("16G,40K")), ("STAND_IN_CONTEXT_RESERVE", Some("0"))];
-    let v = json(&run_ok_with_stand_in(&cli(), &["plan", ms, "--rule", "tokens=cuda:1", "--rule", "*=cuda:0", "--json"], &knobs));
+    let knobs = [
+        ("STAND_IN_DEVICES", Some("2")),
+        ("STAND_IN_TOTAL_MEMORY", Some("16G,40K")),
+        ("STAND_IN_CONTEXT_RESERVE", Some("0")),
+    ];
+    let v = json(&run_ok_with_stand_in(
+        &cli(),
+        &["plan", ms, "--rule", "tokens=cuda:1", "--rule", "*=cuda:0", "--json"],
+        &knobs,
+    ));
     let d = v["devices"].as_array().unwrap();
     assert_eq!((d[0]["device"].as_str(), d[0]["fits"].as_bool()), (Some("cuda:1"), Some(false)));
     assert_eq!((d[1]["device"].as_str(), d[1]["fits"].as_bool()), (Some("cuda:0"), Some(true)));
@@ -110,7 +170,11 @@ fn stand_in_plan_load_and_gather_on_two_devices() {
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("OUT_OF_MEMORY") && err.contains("cuda:1"), "{err}");
-    let v = json(&run_ok_with_stand_in(&cli(), &["load", ms, "--rule", "tokens=host", "--rule", "*=cuda:0", "--json"], &knobs));
+    let v = json(&run_ok_with_stand_in(
+        &cli(),
+        &["load", ms, "--rule", "tokens=host", "--rule", "*=cuda:0", "--json"],
+        &knobs,
+    ));
     assert_eq!(v["bytes_moved"].as_u64(), Some(1029));
     let v = json(&run_ok_with_stand_in(
         &cli(),

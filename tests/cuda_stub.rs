@@ -166,7 +166,11 @@ fn cli_default_device_env_with_cuda() {
     let spec = format!("cuda:{UUID1}");
     let v = devices_json(&[("STAND_IN_DEVICES", Some("2")), ("HOSTFIRST_DEFAULT_DEVICE", Some(spec.as_str()))]);
     assert_eq!(v["default"]["spec"], "cuda:1");
-    let out = run_with_stand_in(&cli(), &["devices", "--json"], &[("STAND_IN_DEVICES", Some("2")), ("HOSTFIRST_DEFAULT_DEVICE", Some("cuda:2"))]);
+    let out = run_with_stand_in(
+        &cli(),
+        &["devices", "--json"],
+        &[("STAND_IN_DEVICES", Some("2")), ("HOSTFIRST_DEFAULT_DEVICE", Some("cuda:2"))],
+    );
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cuda:2") && err.contains("cuda:1"), "names the value and the devices present: {err}");
@@ -340,7 +344,8 @@ fn pinned_streams_events_and_async_copies() {
         drop(dropped);
         assert_eq!(stand_in_query("stand_in_live_pinned"), 1, "the InFlight released its buffer");
         drop((pinned, ev, stream, dev));
-        for q in ["stand_in_live_pinned", "stand_in_live_streams", "stand_in_live_events", "stand_in_live_allocations"] {
+        for q in ["stand_in_live_pinned", "stand_in_live_streams", "stand_in_live_events", "stand_in_live_allocations"]
+        {
             assert_eq!(stand_in_query(q), 0, "{q}");
         }
     });
@@ -395,39 +400,52 @@ fn host_registration() {
 
 #[test]
 fn host_registration_without_read_only_support() {
-    in_stand_in_child("host_registration_without_read_only_support", &[("STAND_IN_READ_ONLY_REGISTER", Some("0"))], || {
-        let data = vec![1u8; 4096];
-        let reg = HostRegistration::register(&data).unwrap();
-        assert!(!reg.is_read_only());
-        assert_eq!(stand_in_query("stand_in_last_register_flags"), 0x01);
-    });
+    in_stand_in_child(
+        "host_registration_without_read_only_support",
+        &[("STAND_IN_READ_ONLY_REGISTER", Some("0"))],
+        || {
+            let data = vec![1u8; 4096];
+            let reg = HostRegistration::register(&data).unwrap();
+            assert!(!reg.is_read_only());
+            assert_eq!(stand_in_query("stand_in_last_register_flags"), 0x01);
+        },
+    );
 }
 
 #[test]
 fn copy_failure_is_a_device_error_and_leaks_nothing() {
-    in_stand_in_child("copy_failure_is_a_device_error_and_leaks_nothing", &[("STAND_IN_FAIL_COPY_AFTER", Some("6000"))], || {
-        let dev = DeviceMemory::alloc(0, 8192).unwrap();
-        dev.copy_from_host(0, &[1u8; 4096]).unwrap();
-        let e = dev.copy_from_host(4096, &[2u8; 4096]).unwrap_err();
-        assert_eq!(e.status(), Status::DeviceError);
-        let m = e.message();
-        assert!(m.contains("CUDA_ERROR_ILLEGAL_ADDRESS") && m.contains("cuMemcpyHtoD_v2") && m.contains("4096 bytes"), "{m}");
+    in_stand_in_child(
+        "copy_failure_is_a_device_error_and_leaks_nothing",
+        &[("STAND_IN_FAIL_COPY_AFTER", Some("6000"))],
+        || {
+            let dev = DeviceMemory::alloc(0, 8192).unwrap();
+            dev.copy_from_host(0, &[1u8; 4096]).unwrap();
+            let e = dev.copy_from_host(4096, &[2u8; 4096]).unwrap_err();
+            assert_eq!(e.status(), Status::DeviceError);
+            let m = e.message();
+            assert!(
+                m.contains("CUDA_ERROR_ILLEGAL_ADDRESS") && m.contains("cuMemcpyHtoD_v2") && m.contains("4096 bytes"),
+                "{m}"
+            );
 
-        let stream = Stream::new(0).unwrap();
-        let pinned = PinnedHostMemory::alloc(4096).unwrap();
-        let e = stream.copy_to_device_async(pinned, 0, &dev, 0, 4096).unwrap_err();
-        assert_eq!(e.status(), Status::DeviceError);
-        assert!(e.message().contains("cuMemcpyHtoDAsync_v2"), "{}", e.message());
-        assert_eq!(stand_in_query("stand_in_live_pinned"), 0, "the failed copy's buffer was released");
-        let e = stream.copy_to_host_async(&dev, 0, PinnedHostMemory::alloc(64).unwrap(), 0, 64).unwrap_err();
-        assert!(e.message().contains("CUDA_ERROR_ILLEGAL_ADDRESS"));
-        let mut out = [0u8; 16];
-        assert_eq!(dev.copy_to_host(0, &mut out).unwrap_err().status(), Status::DeviceError);
-        drop((dev, stream));
-        for q in ["stand_in_live_allocations", "stand_in_live_pinned", "stand_in_live_streams", "stand_in_live_events"] {
-            assert_eq!(stand_in_query(q), 0, "{q}");
-        }
-    });
+            let stream = Stream::new(0).unwrap();
+            let pinned = PinnedHostMemory::alloc(4096).unwrap();
+            let e = stream.copy_to_device_async(pinned, 0, &dev, 0, 4096).unwrap_err();
+            assert_eq!(e.status(), Status::DeviceError);
+            assert!(e.message().contains("cuMemcpyHtoDAsync_v2"), "{}", e.message());
+            assert_eq!(stand_in_query("stand_in_live_pinned"), 0, "the failed copy's buffer was released");
+            let e = stream.copy_to_host_async(&dev, 0, PinnedHostMemory::alloc(64).unwrap(), 0, 64).unwrap_err();
+            assert!(e.message().contains("CUDA_ERROR_ILLEGAL_ADDRESS"));
+            let mut out = [0u8; 16];
+            assert_eq!(dev.copy_to_host(0, &mut out).unwrap_err().status(), Status::DeviceError);
+            drop((dev, stream));
+            for q in
+                ["stand_in_live_allocations", "stand_in_live_pinned", "stand_in_live_streams", "stand_in_live_events"]
+            {
+                assert_eq!(stand_in_query(q), 0, "{q}");
+            }
+        },
+    );
 }
 
 #[test]
@@ -442,7 +460,11 @@ fn allocation_failure_when_memory_is_exhausted() {
             assert_eq!(mem_info(0).unwrap(), (mib as u64, 64 * mib as u64));
             let e = DeviceMemory::alloc(0, 2 * mib).unwrap_err();
             assert_eq!(e.status(), Status::OutOfMemory);
-            assert!(e.message().contains("CUDA_ERROR_OUT_OF_MEMORY") && e.message().contains("2097152 bytes"), "{}", e.message());
+            assert!(
+                e.message().contains("CUDA_ERROR_OUT_OF_MEMORY") && e.message().contains("2097152 bytes"),
+                "{}",
+                e.message()
+            );
             let fit = e.fit().expect("fit numbers");
             assert_eq!((fit.needed, fit.free, fit.total), (2 * mib as u64, mib as u64, 64 * mib as u64));
             assert_eq!(fit.device, "cuda:0");

@@ -35,7 +35,10 @@ fn committed_header_is_current() {
 fn header_version_matches_cargo() {
     let header = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("include/hostfirst.h")).unwrap();
     let get = |name: &str| -> u32 {
-        let line = header.lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap_or_else(|| panic!("{name} missing"));
+        let line = header
+            .lines()
+            .find(|l| l.starts_with(&format!("#define {name} ")))
+            .unwrap_or_else(|| panic!("{name} missing"));
         line.split_whitespace().nth(2).unwrap().parse().unwrap()
     };
     let major: u32 = env!("CARGO_PKG_VERSION_MAJOR").parse().unwrap();

@@ -40,8 +40,11 @@ fn catalogue_cases_are_in_the_corpus() {
 #[test]
 fn replay_corpus() {
     let mut n = 0;
-    let mut entries: Vec<PathBuf> =
-        std::fs::read_dir(corpus_dir()).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "bin")).collect();
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(corpus_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "bin"))
+        .collect();
     entries.sort();
     let _g = serial();
     let hs = handles();

@@ -17,30 +17,29 @@ struct T {
 }
 
 fn tensor() -> impl Strategy<Value = T> {
-    (0..ALL_DTYPES.len(), prop::collection::vec(0usize..4, 0..=8), any::<u64>())
-        .prop_map(|(d, mut shape, seed)| {
-            let dtype = ALL_DTYPES[d];
-            let mut n: usize = shape.iter().product();
-            while (n * dtype.bits() as usize) % 8 != 0 {
-                // Sub-byte dtypes must fill whole bytes: double the last dimension (or add one of 2).
-                match shape.last_mut() {
-                    Some(l) => *l *= 2,
-                    None => shape.push(2),
-                }
-                n = shape.iter().product();
+    (0..ALL_DTYPES.len(), prop::collection::vec(0usize..4, 0..=8), any::<u64>()).prop_map(|(d, mut shape, seed)| {
+        let dtype = ALL_DTYPES[d];
+        let mut n: usize = shape.iter().product();
+        while (n * dtype.bits() as usize) % 8 != 0 {
+            // Sub-byte dtypes must fill whole bytes: double the last dimension (or add one of 2).
+            match shape.last_mut() {
+                Some(l) => *l *= 2,
+                None => shape.push(2),
             }
-            let nbytes = n * dtype.bits() as usize / 8;
-            let mut x = seed | 1;
-            let data = (0..nbytes)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
-            T { dtype, shape, data }
-        })
+            n = shape.iter().product();
+        }
+        let nbytes = n * dtype.bits() as usize / 8;
+        let mut x = seed | 1;
+        let data = (0..nbytes)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        T { dtype, shape, data }
+    })
 }
 
 fn files() -> impl Strategy<Value = (Vec<(String, T)>, Vec<(String, String)>)> {
@@ -54,9 +53,15 @@ fn files() -> impl Strategy<Value = (Vec<(String, T)>, Vec<(String, String)>)> {
 fn serialize(tensors: &[(String, T)], meta: &[(String, String)]) -> Vec<u8> {
     let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
         .iter()
-        .map(|(n, t)| (n.clone(), safetensors::tensor::TensorView::new(t.dtype.to_safetensors(), t.shape.clone(), &t.data).unwrap()))
+        .map(|(n, t)| {
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(t.dtype.to_safetensors(), t.shape.clone(), &t.data).unwrap(),
+            )
+        })
         .collect();
-    let meta: Option<HashMap<String, String>> = if meta.is_empty() { None } else { Some(meta.iter().cloned().collect()) };
+    let meta: Option<HashMap<String, String>> =
+        if meta.is_empty() { None } else { Some(meta.iter().cloned().collect()) };
     safetensors::serialize(views, meta).unwrap()
 }
 

@@ -13,7 +13,12 @@ fn shard(dir: &Path, name: &str, tensors: &[(&str, &[u8])]) {
     h.push_str("\"}");
     let mut data = Vec::new();
     for (n, bytes) in tensors {
-        h.push_str(&format!(r#","{n}":{{"dtype":"U8","shape":[{}],"data_offsets":[{},{}]}}"#, bytes.len(), data.len(), data.len() + bytes.len()));
+        h.push_str(&format!(
+            r#","{n}":{{"dtype":"U8","shape":[{}],"data_offsets":[{},{}]}}"#,
+            bytes.len(),
+            data.len(),
+            data.len() + bytes.len()
+        ));
         data.extend_from_slice(bytes);
     }
     h.push('}');
@@ -95,7 +100,10 @@ fn tensor_in_two_shards() {
 fn index_names_a_missing_tensor() {
     let _g = serial();
     let d = set_dir("set-missing-tensor");
-    let p = index(&d, &GOOD.replace(r#""d":"b-00002.safetensors""#, r#""d":"b-00002.safetensors","e":"b-00002.safetensors""#));
+    let p = index(
+        &d,
+        &GOOD.replace(r#""d":"b-00002.safetensors""#, r#""d":"b-00002.safetensors","e":"b-00002.safetensors""#),
+    );
     expect(&p, Status::InvalidIndex, "'e'");
 }
 

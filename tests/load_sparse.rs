@@ -15,7 +15,10 @@ fn rss_bytes() -> u64 {
 
 /// A token file: one U16 tensor of `data_len` bytes, written sparse (ftruncate) after the header.
 fn sparse_token_file(name: &str, data_len: u64) -> std::path::PathBuf {
-    let h = format!(r#"{{"__metadata__":{{"format":"tokens"}},"tokens":{{"dtype":"U16","shape":[{}],"data_offsets":[0,{data_len}]}}}}"#, data_len / 2);
+    let h = format!(
+        r#"{{"__metadata__":{{"format":"tokens"}},"tokens":{{"dtype":"U16","shape":[{}],"data_offsets":[0,{data_len}]}}}}"#,
+        data_len / 2
+    );
     let path = tmp(name);
     std::fs::write(&path, image(&h, b"")).unwrap();
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();

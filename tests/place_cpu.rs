@@ -4,7 +4,7 @@ mod common;
 use common::*;
 use hostfirst::dtype::ALL_DTYPES;
 use hostfirst::place::{buffer_to, put, PutOptions, Target};
-use hostfirst::{Device, DType, Status, TensorFile};
+use hostfirst::{DType, Device, Status, TensorFile};
 
 fn bits(d: DType) -> usize {
     match d.name() {
@@ -26,7 +26,8 @@ fn every_dtype_and_slices() {
     let mut expect = Vec::new();
     for (i, d) in ALL_DTYPES.iter().enumerate() {
         let n = 8 * 24 * bits(*d) / 8;
-        let bytes: Vec<u8> = (0..n).map(|k| if *d == DType::BOOL { (k % 2) as u8 } else { (k * 7 + i * 13) as u8 }).collect();
+        let bytes: Vec<u8> =
+            (0..n).map(|k| if *d == DType::BOOL { (k % 2) as u8 } else { (k * 7 + i * 13) as u8 }).collect();
         if i > 0 {
             header.push(',');
         }
@@ -48,7 +49,8 @@ fn every_dtype_and_slices() {
     let f = TensorFile::open(&path).unwrap();
     for (i, d) in ALL_DTYPES.iter().enumerate() {
         let v = f.view(&format!("t{i}")).unwrap();
-        let b = put(&v, Target::Device(Device::CPU), PutOptions { threads: 3, chunk: 4096, ..PutOptions::default() }).unwrap();
+        let b = put(&v, Target::Device(Device::CPU), PutOptions { threads: 3, chunk: 4096, ..PutOptions::default() })
+            .unwrap();
         assert_eq!((b.dtype(), b.shape(), b.device()), (*d, &shape[..], Device::CPU));
         assert_eq!(b.host_bytes().unwrap(), &expect[i][..], "{d:?}");
         // Rows 2..5 of it.

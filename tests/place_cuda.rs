@@ -27,7 +27,12 @@ fn small_ring() -> RingConfig {
 }
 
 fn opts(cfg: &RingConfig) -> PutOptions<'static> {
-    PutOptions { threads: cfg.threads, chunk: cfg.slab_bytes, staging_bytes: cfg.staging_bytes, ..PutOptions::default() }
+    PutOptions {
+        threads: cfg.threads,
+        chunk: cfg.slab_bytes,
+        staging_bytes: cfg.staging_bytes,
+        ..PutOptions::default()
+    }
 }
 
 fn assert_nothing_live() {
@@ -115,12 +120,14 @@ fn progress_and_cancellation() {
             seen.push((d, t));
             false
         };
-        put(&v, Target::Device(Device::cuda(0)), PutOptions { progress: Some(&mut cb), ..opts(&small_ring()) }).unwrap();
+        put(&v, Target::Device(Device::cuda(0)), PutOptions { progress: Some(&mut cb), ..opts(&small_ring()) })
+            .unwrap();
         assert_eq!(*seen.last().unwrap(), (n as u64, n as u64));
         assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0), "monotonic");
         let mut cancel = |_d: u64, _t: u64| true;
-        let e = put(&v, Target::Device(Device::cuda(0)), PutOptions { progress: Some(&mut cancel), ..opts(&small_ring()) })
-            .unwrap_err();
+        let e =
+            put(&v, Target::Device(Device::cuda(0)), PutOptions { progress: Some(&mut cancel), ..opts(&small_ring()) })
+                .unwrap_err();
         assert_eq!(e.status(), Status::Cancelled);
         assert_nothing_live();
     });
@@ -154,7 +161,12 @@ fn async_put_poll_wait_already_used() {
         let f = TensorFile::from_bytes(img).unwrap();
         let v = f.view("t").unwrap();
         let cfg = small_ring();
-        let mk = || AsyncPutOptions { threads: cfg.threads, chunk: cfg.slab_bytes, staging_bytes: cfg.staging_bytes, ..Default::default() };
+        let mk = || AsyncPutOptions {
+            threads: cfg.threads,
+            chunk: cfg.slab_bytes,
+            staging_bytes: cfg.staging_bytes,
+            ..Default::default()
+        };
         let op = PutOp::start(&v, Target::Device(Device::cuda(0)), mk()).unwrap();
         let (b, _) = op.wait().unwrap();
         assert!(op.is_done().is_err());
@@ -163,8 +175,12 @@ fn async_put_poll_wait_already_used() {
         b.copy_to_host(&mut back).unwrap();
         assert!(back == data);
         // Cancelled from the callback.
-        let op = PutOp::start(&v, Target::Device(Device::cuda(0)), AsyncPutOptions { progress: Some(Box::new(|_, _| true)), ..mk() })
-            .unwrap();
+        let op = PutOp::start(
+            &v,
+            Target::Device(Device::cuda(0)),
+            AsyncPutOptions { progress: Some(Box::new(|_, _| true)), ..mk() },
+        )
+        .unwrap();
         while !op.is_done().unwrap() {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
@@ -184,7 +200,8 @@ fn buffer_to_between_devices() {
         let f = TensorFile::from_bytes(img).unwrap();
         let a = put(&f.view("t").unwrap(), Target::Device(Device::CPU), PutOptions::default()).unwrap();
         let mut cur = a;
-        for dev in [Device::cuda(0), Device::cuda(1), Device::CUDA_HOST, Device::cuda(0), Device::cuda(0), Device::CPU] {
+        for dev in [Device::cuda(0), Device::cuda(1), Device::CUDA_HOST, Device::cuda(0), Device::cuda(0), Device::CPU]
+        {
             cur = buffer_to(&cur, Target::Device(dev)).unwrap();
             assert_eq!(cur.device(), dev);
             let mut back = vec![0u8; n];
@@ -289,7 +306,11 @@ fn small_puts_reuse_one_pooled_slab() {
         let mut data = Vec::new();
         for (i, n) in sizes.iter().enumerate() {
             let b = data.len();
-            h.push_str(&format!(r#"{}"s{i}":{{"dtype":"U8","shape":[{n}],"data_offsets":[{b},{}]}}"#, if i > 0 { "," } else { "" }, b + n));
+            h.push_str(&format!(
+                r#"{}"s{i}":{{"dtype":"U8","shape":[{n}],"data_offsets":[{b},{}]}}"#,
+                if i > 0 { "," } else { "" },
+                b + n
+            ));
             data.extend((0..*n).map(|k| (k * 7 + i) as u8));
         }
         h.push('}');
@@ -299,7 +320,8 @@ fn small_puts_reuse_one_pooled_slab() {
         let f = TensorFile::from_bytes(img).unwrap();
         let mut off = 0;
         for (i, n) in sizes.iter().enumerate() {
-            let b = put(&f.view(&format!("s{i}")).unwrap(), Target::Device(Device::cuda(0)), PutOptions::default()).unwrap();
+            let b = put(&f.view(&format!("s{i}")).unwrap(), Target::Device(Device::cuda(0)), PutOptions::default())
+                .unwrap();
             let mut back = vec![0u8; *n];
             b.copy_to_host(&mut back).unwrap();
             assert!(back == data[off..off + n], "s{i}");
@@ -355,7 +377,8 @@ fn cancel_mid_transfer_and_truncated_file() {
         std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(img.len() as u64 / 2).unwrap();
         let e = put(&v, Target::Device(Device::cuda(0)), opts(&small_ring())).unwrap_err();
         assert!(matches!(e.status(), Status::Truncated | Status::Io), "{e:?}");
-        let e = put(&v, Target::Device(Device::cuda(0)), PutOptions { resident: true, ..PutOptions::default() }).unwrap_err();
+        let e = put(&v, Target::Device(Device::cuda(0)), PutOptions { resident: true, ..PutOptions::default() })
+            .unwrap_err();
         assert!(matches!(e.status(), Status::Truncated | Status::Io), "{e:?}");
         drop((v, f));
         assert_nothing_live();

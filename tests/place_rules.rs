@@ -3,9 +3,9 @@
 
 mod common;
 use common::*;
+use hostfirst::device::DeviceKind;
 use hostfirst::place::gather::random_offsets;
 use hostfirst::place::{load, Gather, Placed, Placement, Plan, Rules};
-use hostfirst::device::DeviceKind;
 use hostfirst::{DType, Device, Status, TensorFile};
 use std::path::PathBuf;
 
@@ -216,7 +216,10 @@ fn gather_on_cpu_matches_a_direct_computation() {
 /// tensor (no SIGBUS); windows before the new end still gather; a run after the error works.
 fn check_truncated_gather(device: Device) {
     let n = 1u64 << 16; // u16 elements
-    let path = write_file(&format!("gather-trunc-{device}.safetensors"), &[("tok", "U16", vec![n], pattern(2 * n as usize, 3))]);
+    let path = write_file(
+        &format!("gather-trunc-{device}.safetensors"),
+        &[("tok", "U16", vec![n], pattern(2 * n as usize, 3))],
+    );
     let f = TensorFile::open(&path).unwrap();
     let v = f.view("tok").unwrap();
     let full = std::fs::metadata(&path).unwrap().len();
@@ -249,7 +252,8 @@ fn stand_in_load_on_two_devices_byte_for_byte() {
     in_stand_in_child("stand_in_load_on_two_devices_byte_for_byte", &[("STAND_IN_DEVICES", Some("2"))], || {
         let (path, tensors) = model();
         let f = TensorFile::open(&path).unwrap();
-        let plan = Plan::make(&f, &Rules::parse(["tokens=host", "w1=cuda:0", "w2=cuda:1", "bias=cpu"]).unwrap()).unwrap();
+        let plan =
+            Plan::make(&f, &Rules::parse(["tokens=host", "w1=cuda:0", "w2=cuda:1", "bias=cpu"]).unwrap()).unwrap();
         assert_eq!(plan.devices.len(), 3);
         {
             let loaded = load(&f, &plan, None).unwrap();
@@ -280,7 +284,11 @@ fn hostfirst_live() -> u64 {
 fn stand_in_load_fit_failure_allocates_nothing() {
     in_stand_in_child(
         "stand_in_load_fit_failure_allocates_nothing",
-        &[("STAND_IN_DEVICES", Some("2")), ("STAND_IN_TOTAL_MEMORY", Some("16G,48K")), ("STAND_IN_CONTEXT_RESERVE", Some("0"))],
+        &[
+            ("STAND_IN_DEVICES", Some("2")),
+            ("STAND_IN_TOTAL_MEMORY", Some("16G,48K")),
+            ("STAND_IN_CONTEXT_RESERVE", Some("0")),
+        ],
         || {
             let (path, _) = model();
             let f = TensorFile::open(&path).unwrap();
@@ -288,7 +296,10 @@ fn stand_in_load_fit_failure_allocates_nothing() {
             let plan = Plan::make(&f, &Rules::parse(["w1=cuda:0", "tokens=cuda:1"]).unwrap()).unwrap();
             let on = |d: Device| plan.devices.iter().find(|s| s.device == d).unwrap();
             assert!(on(Device::cuda(0)).fits && !on(Device::cuda(1)).fits, "{:?}", plan.devices);
-            assert_eq!((plan.devices[0].device, plan.devices[0].usable, plan.devices[0].total), (Device::cuda(1), 0, 48 << 10));
+            assert_eq!(
+                (plan.devices[0].device, plan.devices[0].usable, plan.devices[0].total),
+                (Device::cuda(1), 0, 48 << 10)
+            );
             assert!(!plan.fits());
             let e = load(&f, &plan, None).err().unwrap();
             assert_eq!(e.status(), Status::OutOfMemory);
@@ -303,26 +314,31 @@ fn stand_in_load_fit_failure_allocates_nothing() {
 
 #[test]
 fn stand_in_gather_matches_and_allocates_nothing_per_step() {
-    in_stand_in_child("stand_in_gather_matches_and_allocates_nothing_per_step", &[("STAND_IN_DEVICES", Some("1"))], || {
-        check_gather(Device::cuda(0));
-        assert_eq!(hostfirst_live(), 0);
-        check_truncated_gather(Device::cuda(0));
-        assert_eq!(hostfirst_live(), 0);
-        let path = write_file("steps.safetensors", &[("t", "U16", vec![4096], pattern(8192, 1))]);
-        let f = TensorFile::open(&path).unwrap();
-        let v = f.view("t").unwrap();
-        let mut g = Gather::new(Device::cuda(0), DType::U16, 4, 64).unwrap();
-        g.run(&v, &[0, 1, 2, 3]).unwrap();
-        let (allocs, pinned) = (stand_in_query("stand_in_total_allocations"), stand_in_query("stand_in_live_pinned"));
-        let mut state = 1;
-        let mut offs = [0u64; 4];
-        for _ in 0..20 {
-            random_offsets(&mut state, 4096, 64, &mut offs).unwrap();
-            g.run(&v, &offs).unwrap();
-        }
-        assert_eq!(stand_in_query("stand_in_total_allocations"), allocs, "no device allocation per step");
-        assert_eq!(stand_in_query("stand_in_live_pinned"), pinned, "no staging allocation per step");
-        drop(g);
-        assert_eq!(hostfirst_live(), 0);
-    });
+    in_stand_in_child(
+        "stand_in_gather_matches_and_allocates_nothing_per_step",
+        &[("STAND_IN_DEVICES", Some("1"))],
+        || {
+            check_gather(Device::cuda(0));
+            assert_eq!(hostfirst_live(), 0);
+            check_truncated_gather(Device::cuda(0));
+            assert_eq!(hostfirst_live(), 0);
+            let path = write_file("steps.safetensors", &[("t", "U16", vec![4096], pattern(8192, 1))]);
+            let f = TensorFile::open(&path).unwrap();
+            let v = f.view("t").unwrap();
+            let mut g = Gather::new(Device::cuda(0), DType::U16, 4, 64).unwrap();
+            g.run(&v, &[0, 1, 2, 3]).unwrap();
+            let (allocs, pinned) =
+                (stand_in_query("stand_in_total_allocations"), stand_in_query("stand_in_live_pinned"));
+            let mut state = 1;
+            let mut offs = [0u64; 4];
+            for _ in 0..20 {
+                random_offsets(&mut state, 4096, 64, &mut offs).unwrap();
+                g.run(&v, &offs).unwrap();
+            }
+            assert_eq!(stand_in_query("stand_in_total_allocations"), allocs, "no device allocation per step");
+            assert_eq!(stand_in_query("stand_in_live_pinned"), pinned, "no staging allocation per step");
+            drop(g);
+            assert_eq!(hostfirst_live(), 0);
+        },
+    );
 }

@@ -13,5 +13,8 @@ fn readme_c_example_compiles_and_runs() {
     let bin = compile_c(&[&src], "readme_example", &[]);
     let out = run_ok(&bin, &[], &[]);
     assert!(out.contains("cpu: available"), "{out}");
-    assert!(out.contains("SCOPE_MISMATCH") || out.contains("not the innermost") || out.contains("not on this thread"), "{out}");
+    assert!(
+        out.contains("SCOPE_MISMATCH") || out.contains("not the innermost") || out.contains("not on this thread"),
+        "{out}"
+    );
 }

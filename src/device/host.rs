@@ -25,8 +25,9 @@ pub fn parse_meminfo(text: &str) -> Option<(u64, u64)> {
 #[cfg(unix)]
 fn sysconf_memory() -> (u64, u64) {
     // SAFETY: sysconf has no preconditions; negative results mean "unknown".
-    let (pages, avail, size) =
-        unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_AVPHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let (pages, avail, size) = unsafe {
+        (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_AVPHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE))
+    };
     if pages <= 0 || size <= 0 {
         return (0, 0);
     }

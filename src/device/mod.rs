@@ -118,8 +118,7 @@ pub enum DeviceSpec {
 }
 
 /// The accepted spec forms, quoted in error messages.
-pub const ACCEPTED_SPECS: &str =
-    "cpu, cpu:0, cuda, cuda:N, gpu, gpu:N, cuda:GPU-<uuid>, cuda_host";
+pub const ACCEPTED_SPECS: &str = "cpu, cpu:0, cuda, cuda:N, gpu, gpu:N, cuda:GPU-<uuid>, cuda_host";
 
 /// Longest spec we look at; longer input is rejected without being echoed whole.
 const MAX_SPEC_LEN: usize = 128;
@@ -128,7 +127,9 @@ fn parse_ordinal(s: &str, whole: &str) -> Result<u32> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) || s.len() > 9 {
         return Err(Error::new(
             Status::InvalidArgument,
-            format!("device spec '{whole}': ordinal '{s}' is not a non-negative integer; accepted forms: {ACCEPTED_SPECS}"),
+            format!(
+                "device spec '{whole}': ordinal '{s}' is not a non-negative integer; accepted forms: {ACCEPTED_SPECS}"
+            ),
         ));
     }
     Ok(s.parse::<u32>().expect("digits checked"))
@@ -211,7 +212,8 @@ mod tests {
 
     #[test]
     fn parse_rejects() {
-        for bad in ["", "  ", "tpu", "cuda:-1", "cuda:x", "cuda:1:2", "cuda:GPU-12", "cuda_host:1", "cuda:99999999999"] {
+        for bad in ["", "  ", "tpu", "cuda:-1", "cuda:x", "cuda:1:2", "cuda:GPU-12", "cuda_host:1", "cuda:99999999999"]
+        {
             let e = DeviceSpec::parse(bad).unwrap_err();
             assert_eq!(e.status(), Status::InvalidArgument, "{bad}");
         }

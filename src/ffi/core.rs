@@ -112,9 +112,7 @@ pub extern "C" fn hostfirst_last_error() -> *const c_char {
 #[no_mangle]
 pub extern "C" fn hostfirst_last_error_message(buf: *mut c_char, capacity: usize, out_len: *mut usize) -> Status {
     hostfirst_boundary!("hostfirst_last_error_message", default = Status::Panic, {
-        let msg = LAST_ERROR
-            .try_with(|l| l.borrow().message.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let msg = LAST_ERROR.try_with(|l| l.borrow().message.to_string_lossy().into_owned()).unwrap_or_default();
         if let Some(l) = opt_out(out_len) {
             *l = msg.len();
         }

@@ -41,7 +41,10 @@ impl hostfirst_device {
             )
         })?;
         if self.ordinal < 0 {
-            return Err(Error::new(Status::InvalidArgument, format!("{param}: negative device ordinal {}", self.ordinal)));
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!("{param}: negative device ordinal {}", self.ordinal),
+            ));
         }
         Ok(Device { kind, ordinal: self.ordinal as u32 })
     }
@@ -290,7 +293,12 @@ pub extern "C" fn hostfirst_target_parse(spec: *const c_char, out: *mut hostfirs
 /// a too-small buffer gives `BUFFER_TOO_SMALL` and writes nothing. The device need not be present, but its
 /// kind must be valid (`INVALID_ARGUMENT`). Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_device_format(device: hostfirst_device, buf: *mut c_char, capacity: usize, out_len: *mut usize) -> Status {
+pub extern "C" fn hostfirst_device_format(
+    device: hostfirst_device,
+    buf: *mut c_char,
+    capacity: usize,
+    out_len: *mut usize,
+) -> Status {
     hostfirst_boundary!("hostfirst_device_format", {
         let dev = device.to_device("device")?;
         write_string(&dev.to_string(), buf, capacity, out_len, "device spec")

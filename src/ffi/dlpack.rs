@@ -179,7 +179,11 @@ fn export(
             byte_offset: 0,
         },
     }));
-    let id = handle::insert_new::<dlpack_export_handle>(DlpackExport { _keep: keep, _shape: dims, managed: managed as usize });
+    let id = handle::insert_new::<dlpack_export_handle>(DlpackExport {
+        _keep: keep,
+        _shape: dims,
+        managed: managed as usize,
+    });
     // SAFETY: just allocated above, not yet shared.
     unsafe { (*managed).manager_ctx = id as *mut c_void };
     Ok(managed)
@@ -229,7 +233,13 @@ pub extern "C" fn hostfirst_buffer_to_dlpack(
         let out = out_ptr(out, "out")?;
         let (data, device, dtype, shape, what) = {
             let g = b.lock().unwrap_or_else(|p| p.into_inner());
-            (g.address() as usize as *mut c_void, g.device(), g.dtype(), g.shape().to_vec(), format!("buffer '{}'", g.name()))
+            (
+                g.address() as usize as *mut c_void,
+                g.device(),
+                g.dtype(),
+                g.shape().to_vec(),
+                format!("buffer '{}'", g.name()),
+            )
         };
         *out = export(Keep::Buffer(b), data, device, dtype, &shape, 0, &what)?;
         Ok(())
@@ -318,7 +328,10 @@ mod tests {
         assert!(handle::get::<dlpack_export_handle>(ctx as *const dlpack_export_handle, "c").is_ok());
         (m.deleter.unwrap())(t);
         assert_eq!(
-            handle::get::<dlpack_export_handle>(ctx as *const dlpack_export_handle, "c").map(|_| ()).unwrap_err().status(),
+            handle::get::<dlpack_export_handle>(ctx as *const dlpack_export_handle, "c")
+                .map(|_| ())
+                .unwrap_err()
+                .status(),
             Status::InvalidHandle
         );
     }

@@ -273,12 +273,19 @@ pub extern "C" fn hostfirst_file_tensor_count(file: *const hostfirst_file, out_c
 /// The string is owned by the file and valid until `hostfirst_file_free`. Errors: `NULL_ARGUMENT`,
 /// `INVALID_HANDLE`, `OUT_OF_RANGE` for `index >= count`. Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_file_tensor_name(file: *const hostfirst_file, index: usize, out_name: *mut *const c_char) -> Status {
+pub extern "C" fn hostfirst_file_tensor_name(
+    file: *const hostfirst_file,
+    index: usize,
+    out_name: *mut *const c_char,
+) -> Status {
     hostfirst_boundary!("hostfirst_file_tensor_name", {
         let f = handle::get::<hostfirst_file>(file, "file")?;
         let out = out_ptr(out_name, "out_name")?;
         let p = f.name_ptr(index).ok_or_else(|| {
-            Error::new(Status::OutOfRange, format!("{}: tensor index {index}, but there are {} tensors", f.display_name(), f.len()))
+            Error::new(
+                Status::OutOfRange,
+                format!("{}: tensor index {index}, but there are {} tensors", f.display_name(), f.len()),
+            )
         })?;
         *out = p;
         Ok(())
@@ -289,7 +296,11 @@ pub extern "C" fn hostfirst_file_tensor_name(file: *const hostfirst_file, index:
 /// `*out_index`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (name not UTF-8), `NOT_FOUND`.
 /// Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_file_find(file: *const hostfirst_file, name: *const c_char, out_index: *mut usize) -> Status {
+pub extern "C" fn hostfirst_file_find(
+    file: *const hostfirst_file,
+    name: *const c_char,
+    out_index: *mut usize,
+) -> Status {
     hostfirst_boundary!("hostfirst_file_find", {
         let f = handle::get::<hostfirst_file>(file, "file")?;
         let name = c_str(name, "name")?;
@@ -344,7 +355,11 @@ pub extern "C" fn hostfirst_file_metadata_get(
 /// Writes the metadata value for `key` to `*out_value` (valid until `hostfirst_file_free`).
 /// Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`, `NOT_FOUND`. Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_file_metadata_find(file: *const hostfirst_file, key: *const c_char, out_value: *mut *const c_char) -> Status {
+pub extern "C" fn hostfirst_file_metadata_find(
+    file: *const hostfirst_file,
+    key: *const c_char,
+    out_value: *mut *const c_char,
+) -> Status {
     hostfirst_boundary!("hostfirst_file_metadata_find", {
         let f = handle::get::<hostfirst_file>(file, "file")?;
         let key = c_str(key, "key")?;
@@ -384,7 +399,11 @@ pub extern "C" fn hostfirst_file_path(file: *const hostfirst_file, out_path: *mu
 /// `hostfirst_view_free`). Cheap: no data is read. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
 /// `INVALID_ARGUMENT`, `NOT_FOUND`. Thread-safe: views may be created from many threads at once.
 #[no_mangle]
-pub extern "C" fn hostfirst_file_view(file: *const hostfirst_file, name: *const c_char, out_view: *mut *mut hostfirst_view) -> Status {
+pub extern "C" fn hostfirst_file_view(
+    file: *const hostfirst_file,
+    name: *const c_char,
+    out_view: *mut *mut hostfirst_view,
+) -> Status {
     hostfirst_boundary!("hostfirst_file_view", {
         let f = handle::get::<hostfirst_file>(file, "file")?;
         let name = c_str(name, "name")?;
@@ -398,7 +417,11 @@ pub extern "C" fn hostfirst_file_view(file: *const hostfirst_file, name: *const 
 /// Creates a view of tensor `index` (file order) and writes it to `*out_view`. Errors: `NULL_ARGUMENT`,
 /// `INVALID_HANDLE`, `OUT_OF_RANGE`. Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_file_view_at(file: *const hostfirst_file, index: usize, out_view: *mut *mut hostfirst_view) -> Status {
+pub extern "C" fn hostfirst_file_view_at(
+    file: *const hostfirst_file,
+    index: usize,
+    out_view: *mut *mut hostfirst_view,
+) -> Status {
     hostfirst_boundary!("hostfirst_file_view_at", {
         let f = handle::get::<hostfirst_file>(file, "file")?;
         let out = out_ptr(out_view, "out_view")?;
@@ -464,7 +487,12 @@ pub extern "C" fn hostfirst_view_describe(view: *const hostfirst_view, out: *mut
 /// `UNSUPPORTED` for a scalar; `MISALIGNED_SLICE` when a row boundary of a sub-byte dtype (F4, F6) is not on
 /// a byte. Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_view_slice_rows(view: *const hostfirst_view, start: u64, stop: u64, out_view: *mut *mut hostfirst_view) -> Status {
+pub extern "C" fn hostfirst_view_slice_rows(
+    view: *const hostfirst_view,
+    start: u64,
+    stop: u64,
+    out_view: *mut *mut hostfirst_view,
+) -> Status {
     hostfirst_boundary!("hostfirst_view_slice_rows", {
         let v = handle::get::<hostfirst_view>(view, "view")?;
         let out = out_ptr(out_view, "out_view")?;
@@ -483,7 +511,12 @@ pub extern "C" fn hostfirst_view_slice_rows(view: *const hostfirst_view, start: 
 /// Errors also: `NULL_ARGUMENT` (`dst` NULL with a capacity), `INVALID_HANDLE`. On an I/O failure the
 /// buffer's contents are unspecified. Thread-safe; many threads may copy from one view at once.
 #[no_mangle]
-pub extern "C" fn hostfirst_view_copy(view: *const hostfirst_view, dst: *mut c_void, capacity: usize, out_nbytes: *mut u64) -> Status {
+pub extern "C" fn hostfirst_view_copy(
+    view: *const hostfirst_view,
+    dst: *mut c_void,
+    capacity: usize,
+    out_nbytes: *mut u64,
+) -> Status {
     hostfirst_boundary!("hostfirst_view_copy", {
         let v = handle::get::<hostfirst_view>(view, "view")?;
         if let Some(n) = super::opt_out(out_nbytes) {
@@ -515,7 +548,12 @@ pub extern "C" fn hostfirst_view_copy(view: *const hostfirst_view, dst: *mut c_v
 /// `NULL_ARGUMENT` (`dst` NULL with `len > 0`), `INVALID_HANDLE`, `OUT_OF_RANGE` when
 /// `offset + len > nbytes`, `TRUNCATED`, `IO`. Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_view_read(view: *const hostfirst_view, offset: u64, dst: *mut c_void, len: usize) -> Status {
+pub extern "C" fn hostfirst_view_read(
+    view: *const hostfirst_view,
+    offset: u64,
+    dst: *mut c_void,
+    len: usize,
+) -> Status {
     hostfirst_boundary!("hostfirst_view_read", {
         let v = handle::get::<hostfirst_view>(view, "view")?;
         let buf = out_bytes(dst as *mut u8, len, "dst")?;

@@ -26,7 +26,6 @@ macro_rules! hostfirst_boundary {
     };
 }
 
-
 pub mod core;
 pub mod devices;
 pub mod dlpack;
@@ -89,7 +88,10 @@ pub fn run_status<F: FnOnce() -> Result<()>>(name: &'static str, f: F) -> Status
             e.status()
         }
         Err(p) => {
-            let e = Error::new(Status::Panic, format!("{name}: internal panic caught at the C boundary: {}", panic_message(&*p)));
+            let e = Error::new(
+                Status::Panic,
+                format!("{name}: internal panic caught at the C boundary: {}", panic_message(&*p)),
+            );
             set_last_error(&e);
             Status::Panic
         }
@@ -102,7 +104,10 @@ pub fn run_value<T, F: FnOnce() -> T>(name: &'static str, default: T, f: F) -> T
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(p) => {
-            let e = Error::new(Status::Panic, format!("{name}: internal panic caught at the C boundary: {}", panic_message(&*p)));
+            let e = Error::new(
+                Status::Panic,
+                format!("{name}: internal panic caught at the C boundary: {}", panic_message(&*p)),
+            );
             set_last_error(&e);
             default
         }
@@ -157,9 +162,8 @@ pub(crate) fn c_str<'a>(p: *const c_char, name: &str) -> Result<&'a str> {
         }
         std::slice::from_raw_parts(p as *const u8, n)
     };
-    std::str::from_utf8(bytes).map_err(|e| {
-        Error::new(Status::InvalidArgument, format!("string parameter '{name}' is not valid UTF-8 ({e})"))
-    })
+    std::str::from_utf8(bytes)
+        .map_err(|e| Error::new(Status::InvalidArgument, format!("string parameter '{name}' is not valid UTF-8 ({e})")))
 }
 
 /// A caller byte buffer `(ptr, len)`: `(NULL, 0)` is empty, `(NULL, n > 0)` is `NULL_ARGUMENT`.
@@ -210,7 +214,13 @@ pub(crate) fn write_string(s: &str, buf: *mut c_char, cap: usize, out_len: *mut 
 
 /// Copies `items` into a caller array `(out, cap)`, always reporting the count in `*out_count`. `(NULL, 0)`
 /// is a count query and succeeds; a too-small array gives `BUFFER_TOO_SMALL` and writes no element.
-pub(crate) fn write_array<T: Copy>(items: &[T], out: *mut T, cap: usize, out_count: *mut usize, what: &str) -> Result<()> {
+pub(crate) fn write_array<T: Copy>(
+    items: &[T],
+    out: *mut T,
+    cap: usize,
+    out_count: *mut usize,
+    what: &str,
+) -> Result<()> {
     let count = out_ptr(out_count, "out_count")?;
     *count = items.len();
     if out.is_null() && cap == 0 {
@@ -241,8 +251,7 @@ pub(crate) fn static_cstr(s: &str) -> *const c_char {
     if let Some(c) = map.get(s) {
         return c.as_ptr();
     }
-    let leaked: &'static CStr =
-        Box::leak(CString::new(s.replace('\0', "\\0")).unwrap_or_default().into_boxed_c_str());
+    let leaked: &'static CStr = Box::leak(CString::new(s.replace('\0', "\\0")).unwrap_or_default().into_boxed_c_str());
     map.insert(s.to_string(), leaked);
     leaked.as_ptr()
 }

@@ -149,7 +149,10 @@ fn read_opts(p: *const hostfirst_put_options) -> Result<Opts> {
         if size < std::mem::size_of::<usize>() {
             return Err(Error::new(
                 Status::InvalidArgument,
-                format!("opts->struct_size is {size}; set it to sizeof(hostfirst_put_options) ({})", std::mem::size_of::<hostfirst_put_options>()),
+                format!(
+                    "opts->struct_size is {size}; set it to sizeof(hostfirst_put_options) ({})",
+                    std::mem::size_of::<hostfirst_put_options>()
+                ),
             ));
         }
         let n = size.min(std::mem::size_of::<hostfirst_put_options>());
@@ -188,7 +191,11 @@ fn write_stats(out: *mut hostfirst_put_stats, s: PutStats) -> Result<()> {
         if o.struct_size < std::mem::size_of::<hostfirst_put_stats>() {
             return Err(Error::new(
                 Status::InvalidArgument,
-                format!("out_stats->struct_size is {}; set it to sizeof(hostfirst_put_stats) ({})", o.struct_size, std::mem::size_of::<hostfirst_put_stats>()),
+                format!(
+                    "out_stats->struct_size is {}; set it to sizeof(hostfirst_put_stats) ({})",
+                    o.struct_size,
+                    std::mem::size_of::<hostfirst_put_stats>()
+                ),
             ));
         }
         *o = hostfirst_put_stats {
@@ -269,7 +276,13 @@ fn hostfirst_put_ex_impl(
     let (buf, stats) = crate::place::put_with_stats(
         &v,
         target,
-        PutOptions { threads: o.threads, chunk: o.chunk, staging_bytes: o.staging_bytes, resident: o.resident, progress },
+        PutOptions {
+            threads: o.threads,
+            chunk: o.chunk,
+            staging_bytes: o.staging_bytes,
+            resident: o.resident,
+            progress,
+        },
     )?;
     write_stats(out_stats, stats)?;
     *out = handle::insert_new::<hostfirst_buffer>(std::sync::Mutex::new(buf));
@@ -293,11 +306,18 @@ pub extern "C" fn hostfirst_put_start(
         let out = out_ptr(out_op, "out_op")?;
         let target = target_of(target)?;
         let o = read_opts(opts)?;
-        let progress = o.progress.map(|p| Box::new(move |d: u64, t: u64| p.call(d, t)) as crate::place::op::SendProgress);
+        let progress =
+            o.progress.map(|p| Box::new(move |d: u64, t: u64| p.call(d, t)) as crate::place::op::SendProgress);
         let op = PutOp::start(
             &v,
             target,
-            AsyncPutOptions { threads: o.threads, chunk: o.chunk, staging_bytes: o.staging_bytes, resident: o.resident, progress },
+            AsyncPutOptions {
+                threads: o.threads,
+                chunk: o.chunk,
+                staging_bytes: o.staging_bytes,
+                resident: o.resident,
+                progress,
+            },
         )?;
         *out = handle::insert_new::<hostfirst_put_op>(op);
         Ok(())
@@ -359,7 +379,10 @@ pub extern "C" fn hostfirst_buffer_free(buffer: *mut hostfirst_buffer) -> Status
 /// `shape` and `name` pointers stay valid while the buffer lives. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
 /// `INVALID_ARGUMENT` (`struct_size` too small). On failure `*out` is unchanged. Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_buffer_describe(buffer: *const hostfirst_buffer, out: *mut hostfirst_buffer_info) -> Status {
+pub extern "C" fn hostfirst_buffer_describe(
+    buffer: *const hostfirst_buffer,
+    out: *mut hostfirst_buffer_info,
+) -> Status {
     hostfirst_boundary!("hostfirst_buffer_describe", {
         let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
         let out = out_ptr(out, "out")?;
@@ -392,7 +415,11 @@ pub extern "C" fn hostfirst_buffer_describe(buffer: *const hostfirst_buffer, out
 /// below the buffer's size gives `BUFFER_TOO_SMALL` and writes nothing; `(NULL, 0)` copies an empty buffer.
 /// Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`, `DEVICE_ERROR`. Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_buffer_copy_to_host(buffer: *const hostfirst_buffer, dst: *mut c_void, capacity: usize) -> Status {
+pub extern "C" fn hostfirst_buffer_copy_to_host(
+    buffer: *const hostfirst_buffer,
+    dst: *mut c_void,
+    capacity: usize,
+) -> Status {
     hostfirst_boundary!("hostfirst_buffer_copy_to_host", {
         let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
         let b = b.lock().unwrap_or_else(|p| p.into_inner());
@@ -415,7 +442,11 @@ pub extern "C" fn hostfirst_buffer_copy_to_host(buffer: *const hostfirst_buffer,
 /// `INVALID_ARGUMENT` (unknown device kind), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `DEVICE_ERROR`. On failure
 /// nothing stays allocated and `*out` is unchanged. Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_buffer_to(buffer: *const hostfirst_buffer, device: *const hostfirst_device, out: *mut *mut hostfirst_buffer) -> Status {
+pub extern "C" fn hostfirst_buffer_to(
+    buffer: *const hostfirst_buffer,
+    device: *const hostfirst_device,
+    out: *mut *mut hostfirst_buffer,
+) -> Status {
     hostfirst_boundary!("hostfirst_buffer_to", {
         let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
         let out = out_ptr(out, "out")?;

@@ -154,7 +154,11 @@ pub extern "C" fn hostfirst_rules_new(out: *mut *mut hostfirst_rules) -> Status 
 /// made, not here. Both strings are copied. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`
 /// (empty or malformed pattern, unknown target). On error the list is unchanged. Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_rules_add(rules: *mut hostfirst_rules, pattern: *const c_char, target: *const c_char) -> Status {
+pub extern "C" fn hostfirst_rules_add(
+    rules: *mut hostfirst_rules,
+    pattern: *const c_char,
+    target: *const c_char,
+) -> Status {
     hostfirst_boundary!("hostfirst_rules_add", {
         let r = handle::get::<hostfirst_rules>(rules, "rules")?;
         let (p, t) = (c_str(pattern, "pattern")?, c_str(target, "target")?);
@@ -193,7 +197,11 @@ pub extern "C" fn hostfirst_rules_free(rules: *mut hostfirst_rules) -> Status {
 /// `UNAVAILABLE` (a rule's device is absent), `DEVICE_ERROR`. A plan that does not fit is not an error: see
 /// `hostfirst_plan_device`'s `fits`. Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_plan_make(file: *const hostfirst_file, rules: *const hostfirst_rules, out: *mut *mut hostfirst_plan) -> Status {
+pub extern "C" fn hostfirst_plan_make(
+    file: *const hostfirst_file,
+    rules: *const hostfirst_rules,
+    out: *mut *mut hostfirst_plan,
+) -> Status {
     hostfirst_boundary!("hostfirst_plan_make", {
         let f = handle::get::<hostfirst_file>(file, "file")?;
         let r = handle::get::<hostfirst_rules>(rules, "rules")?;
@@ -222,13 +230,24 @@ pub extern "C" fn hostfirst_plan_tensor_count(plan: *const hostfirst_plan, out_c
 /// valid until the plan is freed. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `OUT_OF_RANGE`,
 /// `INVALID_ARGUMENT` (struct_size too small). Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_plan_tensor(plan: *const hostfirst_plan, index: usize, out: *mut hostfirst_plan_tensor_info) -> Status {
+pub extern "C" fn hostfirst_plan_tensor(
+    plan: *const hostfirst_plan,
+    index: usize,
+    out: *mut hostfirst_plan_tensor_info,
+) -> Status {
     hostfirst_boundary!("hostfirst_plan_tensor", {
         let p = handle::get::<hostfirst_plan>(plan, "plan")?;
         let out = out_ptr(out, "out")?;
-        check_struct_size(out.struct_size, std::mem::size_of::<hostfirst_plan_tensor_info>(), "hostfirst_plan_tensor_info")?;
+        check_struct_size(
+            out.struct_size,
+            std::mem::size_of::<hostfirst_plan_tensor_info>(),
+            "hostfirst_plan_tensor_info",
+        )?;
         let e = p.plan.entries.get(index).ok_or_else(|| {
-            Error::new(Status::OutOfRange, format!("tensor index {index}: the plan has {} tensors", p.plan.entries.len()))
+            Error::new(
+                Status::OutOfRange,
+                format!("tensor index {index}: the plan has {} tensors", p.plan.entries.len()),
+            )
         })?;
         let (placement, device) = match e.placement {
             Placement::Host => (HOSTFIRST_PLACEMENT_HOST, hostfirst_device { kind: 0, ordinal: 0 }),
@@ -261,13 +280,24 @@ pub extern "C" fn hostfirst_plan_device_count(plan: *const hostfirst_plan, out_c
 /// memory when the plan was made, whether it fits, the largest tensor. Set `out->struct_size` first. Errors
 /// as for `hostfirst_plan_tensor`. Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_plan_device(plan: *const hostfirst_plan, index: usize, out: *mut hostfirst_plan_device_info) -> Status {
+pub extern "C" fn hostfirst_plan_device(
+    plan: *const hostfirst_plan,
+    index: usize,
+    out: *mut hostfirst_plan_device_info,
+) -> Status {
     hostfirst_boundary!("hostfirst_plan_device", {
         let p = handle::get::<hostfirst_plan>(plan, "plan")?;
         let out = out_ptr(out, "out")?;
-        check_struct_size(out.struct_size, std::mem::size_of::<hostfirst_plan_device_info>(), "hostfirst_plan_device_info")?;
+        check_struct_size(
+            out.struct_size,
+            std::mem::size_of::<hostfirst_plan_device_info>(),
+            "hostfirst_plan_device_info",
+        )?;
         let d = p.plan.devices.get(index).ok_or_else(|| {
-            Error::new(Status::OutOfRange, format!("device index {index}: the plan uses {} devices", p.plan.devices.len()))
+            Error::new(
+                Status::OutOfRange,
+                format!("device index {index}: the plan uses {} devices", p.plan.devices.len()),
+            )
         })?;
         *out = hostfirst_plan_device_info {
             struct_size: std::mem::size_of::<hostfirst_plan_device_info>(),
@@ -363,14 +393,23 @@ pub extern "C" fn hostfirst_load_get(
         let l = handle::get::<hostfirst_load>(load, "load")?;
         let name = c_str(name, "name")?;
         let kind = out_ptr(out_kind, "out_kind")?;
-        let placed = l.get(name).ok_or_else(|| Error::new(Status::NotFound, format!("no tensor '{name}' in this load")))?;
+        let placed =
+            l.get(name).ok_or_else(|| Error::new(Status::NotFound, format!("no tensor '{name}' in this load")))?;
         let (k, b, v) = match placed {
             Placed::View(view) => {
-                let v = if out_view.is_null() { std::ptr::null_mut() } else { handle::insert_new::<hostfirst_view>(view.clone()) };
+                let v = if out_view.is_null() {
+                    std::ptr::null_mut()
+                } else {
+                    handle::insert_new::<hostfirst_view>(view.clone())
+                };
                 (HOSTFIRST_LOADED_VIEW, std::ptr::null_mut(), v)
             }
             Placed::Buffer(buf) => {
-                let b = if out_buffer.is_null() { std::ptr::null_mut() } else { handle::insert::<hostfirst_buffer>(buf.clone()) };
+                let b = if out_buffer.is_null() {
+                    std::ptr::null_mut()
+                } else {
+                    handle::insert::<hostfirst_buffer>(buf.clone())
+                };
                 (HOSTFIRST_LOADED_BUFFER, b, std::ptr::null_mut())
             }
         };
@@ -411,8 +450,9 @@ pub extern "C" fn hostfirst_gather_new(
     hostfirst_boundary!("hostfirst_gather_new", {
         let out = out_ptr(out, "out")?;
         let d = device.to_device("device")?;
-        let dt = DType::from_u32(dtype)
-            .ok_or_else(|| Error::new(Status::InvalidArgument, format!("dtype {dtype} is not a HOSTFIRST_DTYPE_* value")))?;
+        let dt = DType::from_u32(dtype).ok_or_else(|| {
+            Error::new(Status::InvalidArgument, format!("dtype {dtype} is not a HOSTFIRST_DTYPE_* value"))
+        })?;
         let g = Gather::new(d, dt, batch, window)?;
         *out = handle::insert_new::<hostfirst_gather>(Mutex::new(GatherC { gather: g, buffer_handle: 0 }));
         Ok(())
@@ -436,7 +476,12 @@ pub extern "C" fn hostfirst_gather_new(
 /// the end: the destination is unchanged. `TRUNCATED` or `IO` while reading, `DEVICE_ERROR` while copying:
 /// the destination then holds a partly assembled batch. Calls on one gather are serialised.
 #[no_mangle]
-pub extern "C" fn hostfirst_gather_run(gather: *mut hostfirst_gather, source: *const hostfirst_view, offsets: *const u64, n: usize) -> Status {
+pub extern "C" fn hostfirst_gather_run(
+    gather: *mut hostfirst_gather,
+    source: *const hostfirst_view,
+    offsets: *const u64,
+    n: usize,
+) -> Status {
     hostfirst_boundary!("hostfirst_gather_run", {
         let g = handle::get::<hostfirst_gather>(gather, "gather")?;
         let v = handle::get::<hostfirst_view>(source, "source")?;
@@ -462,7 +507,8 @@ pub extern "C" fn hostfirst_gather_buffer(gather: *mut hostfirst_gather, out: *m
         let g = handle::get::<hostfirst_gather>(gather, "gather")?;
         let out = out_ptr(out, "out")?;
         let mut g = g.lock().unwrap_or_else(|e| e.into_inner());
-        let live = g.buffer_handle != 0 && handle::get::<hostfirst_buffer>(g.buffer_handle as *const _, "buffer").is_ok();
+        let live =
+            g.buffer_handle != 0 && handle::get::<hostfirst_buffer>(g.buffer_handle as *const _, "buffer").is_ok();
         if !live {
             g.buffer_handle = handle::insert::<hostfirst_buffer>(g.gather.buffer().clone()) as usize;
         }
@@ -474,7 +520,11 @@ pub extern "C" fn hostfirst_gather_buffer(gather: *mut hostfirst_gather, out: *m
 /// Copies the current batch (`batch * window * element size` bytes, C order) into `dst`, which holds `cap`
 /// bytes. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `BUFFER_TOO_SMALL`, `DEVICE_ERROR`. Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_gather_copy_to_host(gather: *const hostfirst_gather, dst: *mut c_void, cap: usize) -> Status {
+pub extern "C" fn hostfirst_gather_copy_to_host(
+    gather: *const hostfirst_gather,
+    dst: *mut c_void,
+    cap: usize,
+) -> Status {
     hostfirst_boundary!("hostfirst_gather_copy_to_host", {
         let g = handle::get::<hostfirst_gather>(gather, "gather")?;
         let dst = out_bytes(dst as *mut u8, cap, "dst")?;

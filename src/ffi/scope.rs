@@ -35,7 +35,11 @@ pub struct hostfirst_carried_scope {
 /// `HOSTFIRST_DEFAULT_DEVICE` is invalid, its parse error (`INVALID_ARGUMENT`, `UNAVAILABLE` or
 /// `NO_SUCH_DEVICE`, the message naming the variable and value). Thread-safe; scopes are per thread.
 #[no_mangle]
-pub extern "C" fn hostfirst_default_device(out_device: *mut hostfirst_device, out_source: *mut u32, out_depth: *mut u32) -> Status {
+pub extern "C" fn hostfirst_default_device(
+    out_device: *mut hostfirst_device,
+    out_source: *mut u32,
+    out_depth: *mut u32,
+) -> Status {
     hostfirst_boundary!("hostfirst_default_device", {
         let out = out_ptr(out_device, "out_device")?;
         let cur = scope::current()?;

@@ -189,7 +189,10 @@ impl TensorFile {
             if actual != shard_names[s.as_str()] {
                 return Err(Error::new(
                     Status::InvalidIndex,
-                    format!("{display}: the index maps tensor '{t}' to shard '{s}', but it is in {}", shards[actual as usize].display),
+                    format!(
+                        "{display}: the index maps tensor '{t}' to shard '{s}', but it is in {}",
+                        shards[actual as usize].display
+                    ),
                 ));
             }
         }
@@ -208,7 +211,10 @@ impl TensorFile {
         let mut keys = std::collections::HashSet::new();
         for (k, v) in idx.metadata {
             let (Some(kc), Some(vc)) = (CName::new(k.clone()), CName::new(v)) else {
-                return Err(Error::new(Status::InvalidIndex, format!("{display}: metadata key '{}' contains a NUL", k.escape_debug())));
+                return Err(Error::new(
+                    Status::InvalidIndex,
+                    format!("{display}: metadata key '{}' contains a NUL", k.escape_debug()),
+                ));
             };
             if keys.insert(k) {
                 metadata.push((kc, vc));
@@ -323,16 +329,26 @@ impl TensorFile {
     /// A view of tensor `i` (file order). `OUT_OF_RANGE` past the end.
     pub fn view_at(&self, i: usize) -> Result<TensorView> {
         let (s, e) = self.entry(i).ok_or_else(|| {
-            Error::new(Status::OutOfRange, format!("{}: tensor index {i}, but there are {} tensors", self.inner.display, self.len()))
+            Error::new(
+                Status::OutOfRange,
+                format!("{}: tensor index {i}, but there are {} tensors", self.inner.display, self.len()),
+            )
         })?;
-        Ok(TensorView { shard: Arc::clone(s), name: e.name.clone(), dtype: e.dtype, shape: Arc::clone(&e.shape), start: e.start, nbytes: e.nbytes })
+        Ok(TensorView {
+            shard: Arc::clone(s),
+            name: e.name.clone(),
+            dtype: e.dtype,
+            shape: Arc::clone(&e.shape),
+            start: e.start,
+            nbytes: e.nbytes,
+        })
     }
 
     /// A view of the tensor called `name`. `NOT_FOUND` if there is none.
     pub fn view(&self, name: &str) -> Result<TensorView> {
-        let i = self.find(name).ok_or_else(|| {
-            Error::new(Status::NotFound, format!("{}: no tensor named '{name}'", self.inner.display))
-        })?;
+        let i = self
+            .find(name)
+            .ok_or_else(|| Error::new(Status::NotFound, format!("{}: no tensor named '{name}'", self.inner.display)))?;
         self.view_at(i)
     }
 

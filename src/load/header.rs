@@ -146,7 +146,11 @@ impl<'de> Visitor<'de> for KeySeed<'_> {
         if v.len() > MAX_NAME_LEN {
             return Err(self.0.fail(Error::new(
                 Status::LimitExceeded,
-                format!("tensor name '{}...' is {} bytes; the hostfirst cap is {MAX_NAME_LEN}", truncate(v, 64), v.len()),
+                format!(
+                    "tensor name '{}...' is {} bytes; the hostfirst cap is {MAX_NAME_LEN}",
+                    truncate(v, 64),
+                    v.len()
+                ),
             )));
         }
         match CName::from_str_with(v, &mut self.0.scratch.borrow_mut()) {
@@ -424,7 +428,10 @@ fn convert_metadata(raw: Vec<(String, serde_json::Value)>) -> Result<Vec<(CName,
         let serde_json::Value::String(s) = v else {
             return Err(Error::new(
                 Status::InvalidHeaderJson,
-                format!("`__metadata__` key '{k}' has a {} value; safetensors metadata values must be strings", json_kind(&v)),
+                format!(
+                    "`__metadata__` key '{k}' has a {} value; safetensors metadata values must be strings",
+                    json_kind(&v)
+                ),
             ));
         };
         if !seen.insert(k.clone()) {
@@ -451,7 +458,10 @@ pub(crate) fn json_kind(v: &serde_json::Value) -> &'static str {
 /// Element count and byte size of a tensor, with checked arithmetic.
 pub(crate) fn tensor_bytes(name: &str, dtype: DType, shape: &[u64]) -> Result<u64> {
     let overflow = || {
-        Error::new(Status::ValidationOverflow, format!("tensor '{name}': {dtype} shape {shape:?} overflows 64-bit size arithmetic"))
+        Error::new(
+            Status::ValidationOverflow,
+            format!("tensor '{name}': {dtype} shape {shape:?} overflows 64-bit size arithmetic"),
+        )
     };
     let n = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).ok_or_else(overflow)?;
     let bits = n.checked_mul(dtype.bits() as u64).ok_or_else(overflow)?;
@@ -468,9 +478,8 @@ pub(crate) fn tensor_bytes(name: &str, dtype: DType, shape: &[u64]) -> Result<u6
 /// the whole file or buffer; `short_status` is what a data section shorter than declared gives.
 pub(crate) fn parse(header: &[u8], total_len: u64, short_status: Status) -> Result<Header> {
     let header_len = header.len() as u64;
-    let json = std::str::from_utf8(header).map_err(|e| {
-        Error::new(Status::InvalidHeaderUtf8, format!("header is not valid UTF-8 ({e})"))
-    })?;
+    let json = std::str::from_utf8(header)
+        .map_err(|e| Error::new(Status::InvalidHeaderUtf8, format!("header is not valid UTF-8 ({e})")))?;
     let raw = parse_raw(json)?;
     let metadata = match raw.metadata {
         Some(m) => convert_metadata(m)?,
@@ -487,7 +496,10 @@ pub(crate) fn parse(header: &[u8], total_len: u64, short_status: Status) -> Resu
         if by_name.insert(r.name.clone(), file_idx as u32).is_some() {
             return Err(Error::new(
                 Status::DuplicateTensor,
-                format!("tensor '{}' appears more than once in the header (safetensors forbids duplicate names)", r.name),
+                format!(
+                    "tensor '{}' appears more than once in the header (safetensors forbids duplicate names)",
+                    r.name
+                ),
             ));
         }
     }
@@ -505,7 +517,10 @@ pub(crate) fn parse(header: &[u8], total_len: u64, short_status: Status) -> Resu
             } else {
                 format!("leaves a gap (expected it to begin at {expected})")
             };
-            return Err(Error::new(Status::InvalidOffset, format!("tensor '{}': data_offsets [{b}, {end}] {why}", r.name)));
+            return Err(Error::new(
+                Status::InvalidOffset,
+                format!("tensor '{}': data_offsets [{b}, {end}] {why}", r.name),
+            ));
         }
         expected = end;
         let nbytes = tensor_bytes(r.name.as_str(), r.dtype, &r.shape)?;
@@ -541,7 +556,10 @@ pub(crate) fn parse(header: &[u8], total_len: u64, short_status: Status) -> Resu
     if need < total_len {
         return Err(Error::new(
             Status::IncompleteBuffer,
-            format!("{} bytes follow the last tensor (expected exactly {need} bytes in all, found {total_len})", total_len - need),
+            format!(
+                "{} bytes follow the last tensor (expected exactly {need} bytes in all, found {total_len})",
+                total_len - need
+            ),
         ));
     }
     Ok(Header { header_len, data_len, entries: sorted, by_name, metadata })
@@ -578,10 +596,13 @@ pub(crate) fn reference_status(e: &safetensors::SafeTensorError) -> Status {
 /// has unchecked additions, catalogue rows 27-28) becomes `VALIDATION_OVERFLOW`. Returns the reference's
 /// data length on success.
 pub(crate) fn reference_check(buffer: &[u8]) -> Result<u64> {
-    let r = std::panic::catch_unwind(|| safetensors::SafeTensors::read_metadata(buffer).map(|(_, m)| m.data_len() as u64));
+    let r =
+        std::panic::catch_unwind(|| safetensors::SafeTensors::read_metadata(buffer).map(|(_, m)| m.data_len() as u64));
     match r {
         Ok(Ok(n)) => Ok(n),
-        Ok(Err(e)) => Err(Error::new(reference_status(&e), format!("rejected by the reference safetensors parser: {e}"))),
+        Ok(Err(e)) => {
+            Err(Error::new(reference_status(&e), format!("rejected by the reference safetensors parser: {e}")))
+        }
         Err(_) => Err(Error::new(
             Status::ValidationOverflow,
             "the reference safetensors parser panicked on this header (arithmetic overflow); treated as a format error",

@@ -136,7 +136,10 @@ pub(crate) fn parse(text: &[u8]) -> Result<Index> {
         }
         shards.insert(s.as_str());
         if shards.len() > MAX_SHARDS {
-            return Err(Error::new(Status::LimitExceeded, format!("more than {MAX_SHARDS} shards (the hostfirst cap)")));
+            return Err(Error::new(
+                Status::LimitExceeded,
+                format!("more than {MAX_SHARDS} shards (the hostfirst cap)"),
+            ));
         }
     }
     Ok(index)

@@ -40,7 +40,11 @@ impl AsRef<[u8]> for RawMemory {
 
 pub(crate) enum Source {
     /// `populated`: the absolute byte ranges `[lo, hi)` that [`Shard::prefault`] mapped, merged and sorted.
-    File { file: fs::File, map: Mmap, populated: Mutex<Vec<(u64, u64)>> },
+    File {
+        file: fs::File,
+        map: Mmap,
+        populated: Mutex<Vec<(u64, u64)>>,
+    },
     Memory(Box<dyn AsRef<[u8]> + Send + Sync>),
 }
 
@@ -58,7 +62,13 @@ fn io_error(display: &str, what: &str, e: &std::io::Error) -> Error {
 }
 
 /// Reads exactly `dst.len()` bytes at `offset` with pread; a short file gives `TRUNCATED`.
-pub(crate) fn pread_exact(file: &fs::File, mut offset: u64, mut dst: &mut [u8], display: &str, what: &dyn Fn() -> String) -> Result<()> {
+pub(crate) fn pread_exact(
+    file: &fs::File,
+    mut offset: u64,
+    mut dst: &mut [u8],
+    display: &str,
+    what: &dyn Fn() -> String,
+) -> Result<()> {
     while !dst.is_empty() {
         match file.read_at(dst, offset) {
             Ok(0) => {
@@ -111,7 +121,8 @@ impl Shard {
         // SAFETY: a read-only shared mapping. If another process truncates the file while it is mapped, reads
         // through the mapping fault (SIGBUS); that hazard is documented on every API returning mapped memory,
         // and the pread paths (`read_at`) never touch the mapping.
-        let map = unsafe { memmap2::MmapOptions::new().map(&file) }.map_err(|e| io_error(&display, "cannot map", &e))?;
+        let map =
+            unsafe { memmap2::MmapOptions::new().map(&file) }.map_err(|e| io_error(&display, "cannot map", &e))?;
         if map.len() as u64 != len {
             return Err(Error::new(Status::Io, format!("{display}: the file changed size while it was opened")));
         }
@@ -149,7 +160,10 @@ impl Shard {
         if data_len != self.header.data_len {
             return Err(Error::new(
                 Status::Internal,
-                format!("{}: hostfirst and the reference parser disagree on the data length ({} vs {data_len})", self.display, self.header.data_len),
+                format!(
+                    "{}: hostfirst and the reference parser disagree on the data length ({} vs {data_len})",
+                    self.display, self.header.data_len
+                ),
             ));
         }
         Ok(())
@@ -177,7 +191,11 @@ impl Shard {
         if end > now {
             return Err(Error::new(
                 Status::Truncated,
-                format!("{}: {}: the file is now {now} bytes, shorter than the {end} bytes it had when opened", self.display, what()),
+                format!(
+                    "{}: {}: the file is now {now} bytes, shorter than the {end} bytes it had when opened",
+                    self.display,
+                    what()
+                ),
             ));
         }
         #[cfg(target_os = "linux")]
@@ -252,10 +270,9 @@ impl Shard {
             Source::File { file, .. } => pread_exact(file, offset, dst, &self.display, what),
             Source::Memory(m) => {
                 let b = (**m).as_ref();
-                let src = usize::try_from(offset)
-                    .ok()
-                    .and_then(|o| b.get(o..o.checked_add(dst.len())?))
-                    .ok_or_else(|| Error::new(Status::Internal, format!("{}: {}: read outside the buffer", self.display, what())))?;
+                let src = usize::try_from(offset).ok().and_then(|o| b.get(o..o.checked_add(dst.len())?)).ok_or_else(
+                    || Error::new(Status::Internal, format!("{}: {}: read outside the buffer", self.display, what())),
+                )?;
                 dst.copy_from_slice(src);
                 Ok(())
             }

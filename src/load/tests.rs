@@ -58,7 +58,8 @@ fn opens_views_and_slices() {
 #[test]
 fn sub_byte_slices_need_byte_boundaries() {
     // F4 [4, 3]: 12 nibbles = 6 bytes; a row is 12 bits.
-    let f = TensorFile::from_bytes(image(r#"{"q":{"dtype":"F4","shape":[4,3],"data_offsets":[0,6]}}"#, &[0; 6])).unwrap();
+    let f =
+        TensorFile::from_bytes(image(r#"{"q":{"dtype":"F4","shape":[4,3],"data_offsets":[0,6]}}"#, &[0; 6])).unwrap();
     let q = f.view("q").unwrap();
     assert_eq!(q.slice_rows(0, 2).unwrap().nbytes(), 3);
     assert_eq!(q.slice_rows(1, 2).unwrap_err().status(), Status::MisalignedSlice);
@@ -96,9 +97,18 @@ fn reference_panic_is_a_format_error() {
 #[test]
 fn header_len_checks_in_order() {
     assert_eq!(header::header_len(b"", 0, Status::Truncated).unwrap_err().status(), Status::HeaderTooSmall);
-    assert_eq!(header::header_len(&u64::MAX.to_le_bytes(), 8, Status::Truncated).unwrap_err().status(), Status::InvalidHeaderLength);
-    assert_eq!(header::header_len(&100_000_001u64.to_le_bytes(), 8, Status::Truncated).unwrap_err().status(), Status::HeaderTooLarge);
-    assert_eq!(header::header_len(&10u64.to_le_bytes(), 12, Status::Truncated).unwrap_err().status(), Status::Truncated);
+    assert_eq!(
+        header::header_len(&u64::MAX.to_le_bytes(), 8, Status::Truncated).unwrap_err().status(),
+        Status::InvalidHeaderLength
+    );
+    assert_eq!(
+        header::header_len(&100_000_001u64.to_le_bytes(), 8, Status::Truncated).unwrap_err().status(),
+        Status::HeaderTooLarge
+    );
+    assert_eq!(
+        header::header_len(&10u64.to_le_bytes(), 12, Status::Truncated).unwrap_err().status(),
+        Status::Truncated
+    );
     assert_eq!(header::header_len(&4u64.to_le_bytes(), 12, Status::Truncated).unwrap(), 4);
 }
 
@@ -136,7 +146,9 @@ fn large_headers_agree_with_the_reference() {
         image(&h, &vec![7u8; data_end as usize])
     };
     let entry = |i: u64, dtype: &str, shape: &str, b: u64, e: u64| {
-        format!("\"model.layers.{i}.mlp.weight\":{{\"dtype\":\"{dtype}\",\"shape\":{shape},\"data_offsets\":[{b},{e}]}}")
+        format!(
+            "\"model.layers.{i}.mlp.weight\":{{\"dtype\":\"{dtype}\",\"shape\":{shape},\"data_offsets\":[{b},{e}]}}"
+        )
     };
     let ours = |bytes: &[u8]| status(TensorFile::from_bytes(bytes.to_vec()));
     let reference = |bytes: &[u8]| match header::reference_check(bytes) {
@@ -146,15 +158,44 @@ fn large_headers_agree_with_the_reference() {
     let valid = build(&|_, _| None);
     let cases: Vec<(&str, Vec<u8>, Status)> = vec![
         ("valid", valid.clone(), Status::Ok),
-        ("gap", build(&|i, o| (i == K).then(|| (entry(i, "F32", "[2,2]", o + 4, o + 20), o + 20))), Status::InvalidOffset),
-        ("overlap", build(&|i, o| (i == K).then(|| (entry(i, "F32", "[2,2]", o - 8, o + 8), o + 8))), Status::InvalidOffset),
-        ("end before begin", build(&|i, o| (i == K).then(|| (entry(i, "F32", "[2,2]", o, o - 1), o + 16))), Status::InvalidOffset),
-        ("size mismatch", build(&|i, o| (i == K).then(|| (entry(i, "F32", "[2,3]", o, o + 16), o + 16))), Status::TensorInvalidInfo),
-        ("unknown dtype", build(&|i, o| (i == K).then(|| (entry(i, "F31", "[2,2]", o, o + 16), o + 16))), Status::InvalidHeaderJson),
-        ("bad json", build(&|i, o| (i == K).then(|| (entry(i, "F32", "[2,2]", o, o + 16).replace("\"shape\"", "shape"), o + 16))), Status::InvalidHeaderJson),
+        (
+            "gap",
+            build(&|i, o| (i == K).then(|| (entry(i, "F32", "[2,2]", o + 4, o + 20), o + 20))),
+            Status::InvalidOffset,
+        ),
+        (
+            "overlap",
+            build(&|i, o| (i == K).then(|| (entry(i, "F32", "[2,2]", o - 8, o + 8), o + 8))),
+            Status::InvalidOffset,
+        ),
+        (
+            "end before begin",
+            build(&|i, o| (i == K).then(|| (entry(i, "F32", "[2,2]", o, o - 1), o + 16))),
+            Status::InvalidOffset,
+        ),
+        (
+            "size mismatch",
+            build(&|i, o| (i == K).then(|| (entry(i, "F32", "[2,3]", o, o + 16), o + 16))),
+            Status::TensorInvalidInfo,
+        ),
+        (
+            "unknown dtype",
+            build(&|i, o| (i == K).then(|| (entry(i, "F31", "[2,2]", o, o + 16), o + 16))),
+            Status::InvalidHeaderJson,
+        ),
+        (
+            "bad json",
+            build(&|i, o| {
+                (i == K).then(|| (entry(i, "F32", "[2,2]", o, o + 16).replace("\"shape\"", "shape"), o + 16))
+            }),
+            Status::InvalidHeaderJson,
+        ),
     ];
     for (what, bytes, want) in &cases {
-        assert!(bytes.len() as u64 > header::REFERENCE_FULL_PARSE_MAX + 8, "{what}: the header must take the large path");
+        assert!(
+            bytes.len() as u64 > header::REFERENCE_FULL_PARSE_MAX + 8,
+            "{what}: the header must take the large path"
+        );
         let (a, b) = (ours(bytes), reference(bytes));
         assert_eq!(a, *want, "{what}: ours");
         assert_eq!(b == Status::Ok, *want == Status::Ok, "{what}: the reference says {}", b.name());

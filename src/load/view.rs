@@ -108,7 +108,13 @@ impl TensorView {
     pub fn prefault(&self) -> Result<bool> {
         if self.shard.path.is_some() {
             let (free, total) = crate::place::fit::usable(crate::Device::CPU)?;
-            crate::place::fit::check_against(&format!("prefault of tensor '{}'", self.name), self.nbytes, crate::Device::CPU, free, total)?;
+            crate::place::fit::check_against(
+                &format!("prefault of tensor '{}'", self.name),
+                self.nbytes,
+                crate::Device::CPU,
+                free,
+                total,
+            )?;
         }
         self.shard.prefault(self.file_offset(), self.nbytes, &|| format!("tensor '{}'", self.name))
     }
@@ -149,7 +155,8 @@ impl TensorView {
 
     /// Copies the whole view into a new vector (pread for files).
     pub fn to_vec(&self) -> Result<Vec<u8>> {
-        let mut v = vec![0u8; usize::try_from(self.nbytes).map_err(|_| Error::new(Status::OutOfMemory, "tensor too large"))?];
+        let mut v =
+            vec![0u8; usize::try_from(self.nbytes).map_err(|_| Error::new(Status::OutOfMemory, "tensor too large"))?];
         self.read_at(0, &mut v)?;
         Ok(v)
     }
@@ -168,7 +175,10 @@ impl TensorView {
         if start > stop || stop > rows {
             return Err(Error::new(
                 Status::OutOfRange,
-                format!("{}: tensor '{}': rows {start}..{stop} are not within 0..{rows}", self.shard.display, self.name),
+                format!(
+                    "{}: tensor '{}': rows {start}..{stop} are not within 0..{rows}",
+                    self.shard.display, self.name
+                ),
             ));
         }
         let mut shape: Vec<u64> = self.shape.to_vec();

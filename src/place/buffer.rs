@@ -143,6 +143,14 @@ fn c_name(name: &str) -> std::ffi::CString {
 
 impl std::fmt::Debug for Buffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Buffer('{}', {:?}, {:?}, {} bytes on {})", self.name, self.dtype, self.shape, self.nbytes, self.device())
+        write!(
+            f,
+            "Buffer('{}', {:?}, {:?}, {} bytes on {})",
+            self.name,
+            self.dtype,
+            self.shape,
+            self.nbytes,
+            self.device()
+        )
     }
 }

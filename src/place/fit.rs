@@ -112,7 +112,10 @@ mod tests {
         assert_eq!(e.status(), Status::OutOfMemory);
         assert_eq!(e.message(), "tensor 'tokens' (19.10 GiB) does not fit on cuda:0: 4.20 GiB free of 24.00 GiB");
         let f = e.fit().unwrap();
-        assert_eq!((f.needed, f.free, f.total, f.device.as_str()), (19 * gib + gib / 10, 4 * gib + gib / 5, 24 * gib, "cuda:0"));
+        assert_eq!(
+            (f.needed, f.free, f.total, f.device.as_str()),
+            (19 * gib + gib / 10, 4 * gib + gib / 5, 24 * gib, "cuda:0")
+        );
         assert!(check_against("x", 10, Device::CPU, 10, 100).is_ok());
     }
 

@@ -40,17 +40,25 @@ impl Gather {
     pub fn new(device: Device, dtype: DType, batch: u64, window: u64) -> Result<Gather> {
         let device = device.validate()?;
         if batch == 0 || window == 0 {
-            return Err(Error::new(Status::InvalidArgument, format!("gather: batch ({batch}) and window ({window}) must be positive")));
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!("gather: batch ({batch}) and window ({window}) must be positive"),
+            ));
         }
         if dtype.bits() % 8 != 0 {
-            return Err(Error::new(Status::InvalidArgument, format!("gather: dtype {} is not a whole number of bytes", dtype.name())));
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!("gather: dtype {} is not a whole number of bytes", dtype.name()),
+            ));
         }
         let elem = (dtype.bits() / 8) as usize;
         let nbytes = batch
             .checked_mul(window)
             .and_then(|n| n.checked_mul(elem as u64))
             .filter(|&n| usize::try_from(n).is_ok())
-            .ok_or_else(|| Error::new(Status::InvalidArgument, format!("gather: {batch} x {window} elements overflow")))?;
+            .ok_or_else(|| {
+                Error::new(Status::InvalidArgument, format!("gather: {batch} x {window} elements overflow"))
+            })?;
         let what = format!("gather batch [{batch}, {window}] {}", dtype.name());
         let staging_bytes = if device.kind == DeviceKind::Cuda { nbytes } else { 0 };
         fit::check(&what, nbytes, device)?;
@@ -102,7 +110,12 @@ impl Gather {
         if source.dtype() != self.dtype {
             return Err(Error::new(
                 Status::InvalidArgument,
-                format!("gather: tensor '{}' is {}, the gather was made for {}", source.name(), source.dtype().name(), self.dtype.name()),
+                format!(
+                    "gather: tensor '{}' is {}, the gather was made for {}",
+                    source.name(),
+                    source.dtype().name(),
+                    self.dtype.name()
+                ),
             ));
         }
         if offsets.len() as u64 != self.batch {
@@ -112,7 +125,9 @@ impl Gather {
             ));
         }
         let len = source.shape()[0];
-        if let Some((i, &o)) = offsets.iter().enumerate().find(|(_, &o)| o.checked_add(self.window).map_or(true, |e| e > len)) {
+        if let Some((i, &o)) =
+            offsets.iter().enumerate().find(|(_, &o)| o.checked_add(self.window).map_or(true, |e| e > len))
+        {
             return Err(Error::new(
                 Status::OutOfRange,
                 format!(

@@ -54,7 +54,11 @@ impl HostAlloc {
             if p == libc::MAP_FAILED {
                 return Err(Error::new(
                     Status::OutOfMemory,
-                    format!("{what}: mapping {} of host memory failed: {}", crate::error::human_bytes(len as u64), std::io::Error::last_os_error()),
+                    format!(
+                        "{what}: mapping {} of host memory failed: {}",
+                        crate::error::human_bytes(len as u64),
+                        std::io::Error::last_os_error()
+                    ),
                 ));
             }
             return Ok(HostAlloc { ptr: NonNull::new(p as *mut u8).expect("mmap non-null"), len, kind: Kind::Mapped });
@@ -64,7 +68,10 @@ impl HostAlloc {
         // SAFETY: layout has non-zero size.
         let p = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(p).ok_or_else(|| {
-            Error::new(Status::OutOfMemory, format!("{what}: allocating {} of host memory failed", crate::error::human_bytes(len as u64)))
+            Error::new(
+                Status::OutOfMemory,
+                format!("{what}: allocating {} of host memory failed", crate::error::human_bytes(len as u64)),
+            )
         })?;
         Ok(HostAlloc { ptr, len, kind: Kind::Heap(layout) })
     }

@@ -1,11 +1,11 @@
 //! Placement: buffers that own memory on a device, puts with a fit check, the staging pipeline to CUDA,
 //! whole-file placement rules, and the batch gather.
 
+pub mod buffer;
 pub mod fit;
 pub mod host;
-pub mod parallel;
-pub mod buffer;
 pub mod op;
+pub mod parallel;
 pub mod put;
 pub mod resident;
 pub mod staging;
@@ -13,10 +13,10 @@ pub mod staging;
 pub use buffer::{Buffer, Memory};
 pub use put::{buffer_to, put, put_with_stats, PutOptions, PutStats, Target};
 pub use staging::release_cached_memory;
-pub mod rules;
-pub mod plan;
-pub mod placed;
 pub mod gather;
+pub mod placed;
+pub mod plan;
+pub mod rules;
 
 pub use gather::Gather;
 pub use placed::{load, Loaded, Placed};

@@ -48,7 +48,8 @@ impl PutOp {
     /// default-device scope and strict mode apply); errors found before the worker starts are returned here.
     pub fn start(view: &TensorView, target: Target, opts: AsyncPutOptions) -> Result<PutOp> {
         let device = target.resolve(&format!("tensor '{}'", view.name()))?;
-        let shared = Arc::new(Shared { state: Mutex::new(State::Running), cv: Condvar::new(), cancel: AtomicBool::new(false) });
+        let shared =
+            Arc::new(Shared { state: Mutex::new(State::Running), cv: Condvar::new(), cancel: AtomicBool::new(false) });
         let (sh, view) = (Arc::clone(&shared), view.clone());
         let worker = std::thread::Builder::new()
             .name("hostfirst-put".to_string())

@@ -27,7 +27,13 @@ pub const DEFAULT_CHUNK: usize = 8 << 20;
 /// are started, none when there is a single chunk), and it alone reports progress: between its chunks, at
 /// most every [`PROGRESS_INTERVAL`], and once at the end with `done == total`. Returning `true` cancels
 /// (remaining chunks are skipped; the result is `Cancelled`). The first read error wins and stops the others.
-pub fn parallel_fill<R>(dst: &mut [u8], threads: usize, chunk: usize, read: R, mut progress: Option<Progress<'_>>) -> Result<()>
+pub fn parallel_fill<R>(
+    dst: &mut [u8],
+    threads: usize,
+    chunk: usize,
+    read: R,
+    mut progress: Option<Progress<'_>>,
+) -> Result<()>
 where
     R: Fn(u64, &mut [u8]) -> Result<()> + Sync,
 {

@@ -72,9 +72,7 @@ pub fn check_plan(plan: &Plan) -> Result<()> {
 /// is called at a bounded rate, at least once, and last with `done == total`; returning true cancels
 /// (`CANCELLED`, everything already placed is freed). Any failure frees everything the load had taken.
 pub fn load(file: &TensorFile, plan: &Plan, mut progress: Option<&mut dyn FnMut(u64, u64) -> bool>) -> Result<Loaded> {
-    if plan.entries.len() != file.len()
-        || plan.entries.iter().any(|e| file.name(e.index) != Some(e.name.as_str()))
-    {
+    if plan.entries.len() != file.len() || plan.entries.iter().any(|e| file.name(e.index) != Some(e.name.as_str())) {
         return Err(Error::new(Status::InvalidArgument, format!("the plan was not made for {}", file.display_name())));
     }
     check_plan(plan)?;
@@ -93,21 +91,19 @@ pub fn load(file: &TensorFile, plan: &Plan, mut progress: Option<&mut dyn FnMut(
                     Some(p) => p(base + done, total),
                     None => false,
                 };
-                let opts = PutOptions {
-                    progress: if has_progress { Some(&mut sink) } else { None },
-                    ..PutOptions::default()
-                };
+                let opts =
+                    PutOptions { progress: if has_progress { Some(&mut sink) } else { None }, ..PutOptions::default() };
                 // The whole load was fit-checked up front; a per-tensor check would read /proc/meminfo (or ask
                 // the driver) once per tensor, which dominated many-tensor loads.
                 let buf = Buffer::alloc(view.name(), view.dtype(), view.shape(), view.nbytes(), d)
                     .and_then(|mut b| fill(&view, &mut b, opts).map(|_| b))
                     .map_err(|err| {
-                    if err.status() == Status::Cancelled {
-                        cancelled()
-                    } else {
-                        err // already names the file and the tensor
-                    }
-                })?;
+                        if err.status() == Status::Cancelled {
+                            cancelled()
+                        } else {
+                            err // already names the file and the tensor
+                        }
+                    })?;
                 base += e.nbytes;
                 // Between tensors: at most every 20 ms (many small tensors), and always at the end.
                 let due = base == total || last_call.elapsed() >= std::time::Duration::from_millis(20);

@@ -80,7 +80,9 @@ impl Plan {
                             let what = format!("tensor '{name}' (rule {ri}: '{}={}')", rule.pattern, rule.target);
                             let d = match t {
                                 RuleTarget::Default => crate::scope::resolve_default(&what)?,
-                                RuleTarget::Spec(s) => crate::scope::resolve_target(s, &what).map_err(|e| e.context(&what))?,
+                                RuleTarget::Spec(s) => {
+                                    crate::scope::resolve_target(s, &what).map_err(|e| e.context(&what))?
+                                }
                                 RuleTarget::Host => unreachable!(),
                             };
                             resolved.insert(ri, d);

@@ -1,8 +1,8 @@
 //! Puts: a tensor view (or slice) onto a device as a new buffer, fit-checked before anything is allocated.
 
 use super::buffer::{Buffer, Memory};
-use super::parallel::{default_threads, parallel_fill, DEFAULT_CHUNK};
 use super::fit;
+use super::parallel::{default_threads, parallel_fill, DEFAULT_CHUNK};
 use crate::device::{Device, DeviceKind};
 use crate::error::Result;
 use crate::load::TensorView;
@@ -53,7 +53,6 @@ pub struct PutStats {
     /// cached registrations that do not cover it (see [`super::resident`]).
     pub staged_instead: bool,
 }
-
 
 /// Puts `view` on `target`: fit check, allocation, copy. On any failure nothing stays allocated.
 pub fn put(view: &TensorView, target: Target, opts: PutOptions<'_>) -> Result<Buffer> {
@@ -115,7 +114,11 @@ fn fill_impl(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>, fresh: b
                 };
                 match super::resident::to_cuda(view, dev, 64 << 20, reborrowed)? {
                     Some(s) => {
-                        return Ok(PutStats { register_seconds: s.register_seconds, reused_registration: s.reused, staged_instead: false })
+                        return Ok(PutStats {
+                            register_seconds: s.register_seconds,
+                            reused_registration: s.reused,
+                            staged_instead: false,
+                        })
                     }
                     None => stats.staged_instead = true,
                 }

@@ -103,7 +103,11 @@ fn populate(view: &TensorView) -> Result<()> {
         if err.raw_os_error() == Some(libc::EFAULT) {
             return Err(Error::new(
                 Status::Truncated,
-                format!("{}: tensor '{}': the mapped range cannot be read (file truncated?)", view.file_display(), view.name()),
+                format!(
+                    "{}: tensor '{}': the mapped range cannot be read (file truncated?)",
+                    view.file_display(),
+                    view.name()
+                ),
             ));
         }
     }

@@ -70,7 +70,10 @@ fn check_pattern(pattern: &str) -> Result<()> {
     while i < b.len() {
         match b[i] {
             b'\\' if i + 1 >= b.len() => {
-                return Err(Error::new(Status::InvalidArgument, format!("rule pattern '{pattern}' ends with a lone '\\'")))
+                return Err(Error::new(
+                    Status::InvalidArgument,
+                    format!("rule pattern '{pattern}' ends with a lone '\\'"),
+                ))
             }
             b'\\' => i += 2,
             b'[' => match class_end(b, i) {
@@ -141,13 +144,11 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
                     continue;
                 }
                 '?' => Some(pi + 1),
-                '[' => {
-                    match class_end(&p, pi) {
-                        Some(e) if class_matches(&p[pi + 1..e], n[ni]) => Some(e + 1),
-                        Some(_) => None,
-                        None => (p[pi] == n[ni]).then_some(pi + 1),
-                    }
-                }
+                '[' => match class_end(&p, pi) {
+                    Some(e) if class_matches(&p[pi + 1..e], n[ni]) => Some(e + 1),
+                    Some(_) => None,
+                    None => (p[pi] == n[ni]).then_some(pi + 1),
+                },
                 '\\' if pi + 1 < p.len() => (p[pi + 1] == n[ni]).then_some(pi + 2),
                 c => (c == n[ni]).then_some(pi + 1),
             }

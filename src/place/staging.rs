@@ -124,7 +124,12 @@ struct Filled {
 }
 
 /// Copies all of `view` into `dst` (which must hold `view.nbytes()` bytes) through the staging ring.
-pub fn to_cuda(view: &TensorView, dst: &DeviceMemory, cfg: &RingConfig, progress: Option<&mut dyn FnMut(u64, u64) -> bool>) -> Result<()> {
+pub fn to_cuda(
+    view: &TensorView,
+    dst: &DeviceMemory,
+    cfg: &RingConfig,
+    progress: Option<&mut dyn FnMut(u64, u64) -> bool>,
+) -> Result<()> {
     let total = view.nbytes();
     if (dst.len() as u64) < total {
         return Err(Error::new(
@@ -171,7 +176,10 @@ where
         give_slab(stream.copy_to_device_async(slab, 0, dst, 0, len)?.wait()?);
         if let Some(p) = progress.as_mut() {
             if p(total, total) {
-                return Err(Error::new(Status::Cancelled, "cancelled by the progress callback at completion".to_string()));
+                return Err(Error::new(
+                    Status::Cancelled,
+                    "cancelled by the progress callback at completion".to_string(),
+                ));
             }
         }
         return Ok(());
@@ -285,7 +293,12 @@ where
                     if enqueued < total && outcome.is_ok() {
                         // Every reader exited without an error and without covering the range: cannot happen,
                         // but never report success for bytes that were not copied.
-                        fail(&mut outcome, Error::new(Status::Internal, "staging readers stopped early".to_string()), &stop, &mut free_tx);
+                        fail(
+                            &mut outcome,
+                            Error::new(Status::Internal, "staging readers stopped early".to_string()),
+                            &stop,
+                            &mut free_tx,
+                        );
                     }
                     if inflight.is_empty() {
                         break;

@@ -260,7 +260,10 @@ pub fn run_with_stand_in(bin: &Path, args: &[&str], knobs: &[(&str, Option<&str>
 
 /// Like [`run_with_stand_in`], asserting exit status 0; returns stdout.
 pub fn run_ok_with_stand_in(bin: &Path, args: &[&str], knobs: &[(&str, Option<&str>)]) -> String {
-    let out = check(run_with_stand_in(bin, args, knobs), &format!("{} {} (stand-in, {knobs:?})", bin.display(), args.join(" ")));
+    let out = check(
+        run_with_stand_in(bin, args, knobs),
+        &format!("{} {} (stand-in, {knobs:?})", bin.display(), args.join(" ")),
+    );
     String::from_utf8(out.stdout).expect("utf-8 stdout")
 }
 

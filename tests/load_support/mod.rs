@@ -85,10 +85,26 @@ pub fn catalogue() -> Vec<Case> {
         case("row10-unknown-dtype", image(&format!("{{{}}}", t("a", "Q8", "4", 0, 4)), &[0; 4]), InvalidHeaderJson),
         case("row11-negative-dim", image(&format!("{{{}}}", t("a", "U8", "-1", 0, 4)), &[0; 4]), InvalidHeaderJson),
         case("row11-fractional-dim", image(&format!("{{{}}}", t("a", "U8", "1.5", 0, 4)), &[0; 4]), InvalidHeaderJson),
-        case("row12-offsets-three", image(r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4,8]}}"#, &[0; 4]), InvalidHeaderJson),
-        case("row12-offsets-one", image(r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0]}}"#, &[0; 4]), InvalidHeaderJson),
-        case("row13-metadata-number", image(&format!(r#"{{"__metadata__":{{"k":0}},{ok4}}}"#), &[0; 4]), InvalidHeaderJson),
-        case("row14-tensor-named-metadata", image(&format!("{{{}}}", t("__metadata__", "F32", "", 0, 4)), &[0; 4]), InvalidHeaderJson),
+        case(
+            "row12-offsets-three",
+            image(r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4,8]}}"#, &[0; 4]),
+            InvalidHeaderJson,
+        ),
+        case(
+            "row12-offsets-one",
+            image(r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0]}}"#, &[0; 4]),
+            InvalidHeaderJson,
+        ),
+        case(
+            "row13-metadata-number",
+            image(&format!(r#"{{"__metadata__":{{"k":0}},{ok4}}}"#), &[0; 4]),
+            InvalidHeaderJson,
+        ),
+        case(
+            "row14-tensor-named-metadata",
+            image(&format!("{{{}}}", t("__metadata__", "F32", "", 0, 4)), &[0; 4]),
+            InvalidHeaderJson,
+        ),
         case("row15-nul-padding", image(&format!("{{{ok4}}}\0\0\0"), &[0; 4]), InvalidHeaderJson),
         case("row16-whitespace-empty", image("\t\n{}\r ", b""), Ok),
         case("row16-whitespace-tensor", image(&format!("  {{{ok4}}}    "), &[0; 4]), Ok),
@@ -123,14 +139,26 @@ pub fn catalogue() -> Vec<Case> {
             image(&format!("{{{},{}}}", t("a", "U8", "4", 0, 4), t("a", "U8", "4", 0, 4)), &[0; 4]),
             DuplicateTensor,
         ),
-        case("row21-shape-product-overflow", image(&format!("{{{}}}", t("a", "U8", "2,18446744073709551614", 0, 4)), &[0; 4]), ValidationOverflow),
-        case("row22-bits-overflow", image(&format!("{{{}}}", t("a", "U8", "2,9223372036854775807", 0, 4)), &[0; 4]), ValidationOverflow),
+        case(
+            "row21-shape-product-overflow",
+            image(&format!("{{{}}}", t("a", "U8", "2,18446744073709551614", 0, 4)), &[0; 4]),
+            ValidationOverflow,
+        ),
+        case(
+            "row22-bits-overflow",
+            image(&format!("{{{}}}", t("a", "U8", "2,9223372036854775807", 0, 4)), &[0; 4]),
+            ValidationOverflow,
+        ),
         case("row23-f4-odd-elements", image(&format!("{{{}}}", t("a", "F4", "3", 0, 2)), &[0; 2]), MisalignedSlice),
         case("row24-span-mismatch", image(&format!("{{{}}}", t("a", "I32", "2,2", 0, 4)), &[0; 4]), TensorInvalidInfo),
         case("row25-extra-bytes", image(&format!("{{{ok4}}}"), &[0; 5]), IncompleteBuffer),
         case2("row26-short-data", image(&format!("{{{ok4}}}"), &[0; 3]), IncompleteBuffer, Truncated),
         case("row27-offsets-end-at-u64-max", image(&row27_header(), b""), ValidationOverflow),
-        case("row28-i32-usize-max-rows", image(&format!("{{{}}}", t("a", "I32", "18446744073709551615,2", 0, 0)), b""), ValidationOverflow),
+        case(
+            "row28-i32-usize-max-rows",
+            image(&format!("{{{}}}", t("a", "I32", "18446744073709551615,2", 0, 0)), b""),
+            ValidationOverflow,
+        ),
         case(
             "row29-zero-sized",
             image(&format!("{{{},{}}}", t("a", "F32", "2,0", 0, 0), t("b", "F32", "0,0", 0, 0)), b""),
@@ -138,21 +166,32 @@ pub fn catalogue() -> Vec<Case> {
         ),
         case("row30-scalar", image(&format!("{{{ok4}}}"), &1.5f32.to_le_bytes()), Ok),
         case("row31-no-tensors", image("{}", b""), Ok),
-        case(
-            "row35-misaligned-data",
-            image(&format!("{{{}}}", t("a", "F64", "1", 0, 8)), &2.5f64.to_le_bytes()),
-            Ok,
-        ),
+        case("row35-misaligned-data", image(&format!("{{{}}}", t("a", "F64", "1", 0, 8)), &2.5f64.to_le_bytes()), Ok),
         case(
             "row36-nan-inf",
-            image(&format!("{{{}}}", t("a", "F32", "3", 0, 12)), &[f32::NAN, f32::INFINITY, f32::NEG_INFINITY].map(f32::to_le_bytes).concat()),
+            image(
+                &format!("{{{}}}", t("a", "F32", "3", 0, 12)),
+                &[f32::NAN, f32::INFINITY, f32::NEG_INFINITY].map(f32::to_le_bytes).concat(),
+            ),
             Ok,
         ),
         // Beyond the catalogue: stricter-than-reference cases.
-        case("extra-name-with-nul", image(&format!("{{{}}}", t("a\\u0000b", "U8", "1", 0, 1)), &[0]), InvalidHeaderJson),
+        case(
+            "extra-name-with-nul",
+            image(&format!("{{{}}}", t("a\\u0000b", "U8", "1", 0, 1)), &[0]),
+            InvalidHeaderJson,
+        ),
         case("extra-rank-33", image(&format!("{{{}}}", t("a", "U8", &["1"; 33].join(","), 0, 1)), &[0]), LimitExceeded),
-        case("extra-name-too-long", image(&format!("{{{}}}", t(&"n".repeat(4097), "U8", "1", 0, 1)), &[0]), LimitExceeded),
-        case("extra-duplicate-metadata", image(&format!(r#"{{"__metadata__":{{}},"__metadata__":{{}},{ok4}}}"#), &[0; 4]), InvalidHeaderJson),
+        case(
+            "extra-name-too-long",
+            image(&format!("{{{}}}", t(&"n".repeat(4097), "U8", "1", 0, 1)), &[0]),
+            LimitExceeded,
+        ),
+        case(
+            "extra-duplicate-metadata",
+            image(&format!(r#"{{"__metadata__":{{}},"__metadata__":{{}},{ok4}}}"#), &[0; 4]),
+            InvalidHeaderJson,
+        ),
         case("extra-missing-dtype", image(r#"{"a":{"shape":[1],"data_offsets":[0,1]}}"#, &[0]), InvalidHeaderJson),
     ]
 }
@@ -231,7 +270,8 @@ pub fn walk(f: *mut hostfirst_file) -> Status {
         let mut info: hostfirst_view_info = unsafe { std::mem::zeroed() };
         info.struct_size = std::mem::size_of::<hostfirst_view_info>();
         assert_eq!(hostfirst_view_describe(v, &mut info), Status::Ok);
-        let shape: &[u64] = if info.rank == 0 { &[] } else { unsafe { std::slice::from_raw_parts(info.shape, info.rank as usize) } };
+        let shape: &[u64] =
+            if info.rank == 0 { &[] } else { unsafe { std::slice::from_raw_parts(info.shape, info.rank as usize) } };
         let elems: u128 = shape.iter().map(|&d| d as u128).product();
         let bits = hostfirst_dtype_bits(info.dtype) as u128;
         assert_eq!(elems * bits / 8, info.nbytes as u128, "nbytes = shape x dtype (catalogue row 33)");

@@ -177,7 +177,12 @@ impl DeviceMemory {
             let (free, total) = current_mem_info(api);
             let device = format!("cuda:{ordinal}");
             return Err(Error::out_of_memory(
-                format!("{}; {device} has {} free of {}", api.describe(r, &what()), human_bytes(free), human_bytes(total)),
+                format!(
+                    "{}; {device} has {} free of {}",
+                    api.describe(r, &what()),
+                    human_bytes(free),
+                    human_bytes(total)
+                ),
                 FitFailure { needed: len as u64, free, total, device },
             ));
         }
@@ -208,7 +213,14 @@ impl DeviceMemory {
     /// Copies `src` into this allocation at `offset`, synchronously (`cuMemcpyHtoD_v2`): when it returns,
     /// `src` may be reused. `src` may be pageable, pinned or registered memory.
     pub fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()> {
-        let what = || format!("cuMemcpyHtoD_v2(host -> cuda:{}, {} bytes at offset {offset} of {})", self.ordinal(), src.len(), self.len);
+        let what = || {
+            format!(
+                "cuMemcpyHtoD_v2(host -> cuda:{}, {} bytes at offset {offset} of {})",
+                self.ordinal(),
+                src.len(),
+                self.len
+            )
+        };
         check_range(&what(), offset, src.len(), self.len)?;
         if src.is_empty() {
             return Ok(());
@@ -225,7 +237,9 @@ impl DeviceMemory {
     /// On failure the contents of `dst` are unspecified.
     pub fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         let len = dst.len();
-        let what = || format!("cuMemcpyDtoH_v2(cuda:{} -> host, {len} bytes at offset {offset} of {})", self.ordinal(), self.len);
+        let what = || {
+            format!("cuMemcpyDtoH_v2(cuda:{} -> host, {len} bytes at offset {offset} of {})", self.ordinal(), self.len)
+        };
         check_range(&what(), offset, len, self.len)?;
         if len == 0 {
             return Ok(());

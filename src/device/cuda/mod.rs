@@ -242,9 +242,10 @@ fn query_device(api: &Api, ordinal: c_int) -> Result<DeviceInfo> {
     let mut uuid = [0u8; 16];
     api.check(unsafe { (api.device_get_uuid)(&mut uuid, dev) }, || "cuDeviceGetUuid_v2".to_string())?;
     let mut pci = [0u8; 64];
-    api.check(unsafe { (api.device_get_pci_bus_id)(pci.as_mut_ptr() as *mut c_char, pci.len() as c_int, dev) }, || {
-        "cuDeviceGetPCIBusId".to_string()
-    })?;
+    api.check(
+        unsafe { (api.device_get_pci_bus_id)(pci.as_mut_ptr() as *mut c_char, pci.len() as c_int, dev) },
+        || "cuDeviceGetPCIBusId".to_string(),
+    )?;
     let attr = |a: c_int, what: &str| -> Result<i32> {
         let mut v: c_int = 0;
         api.check(unsafe { (api.device_get_attribute)(&mut v, a, dev) }, || format!("cuDeviceGetAttribute({what})"))?;

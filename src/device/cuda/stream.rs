@@ -55,7 +55,9 @@ impl Stream {
         let api = api()?;
         let _current = self.ctx.enter()?;
         // SAFETY: a live stream handle of the current context.
-        api.check(unsafe { (api.stream_synchronize)(self.raw) }, || format!("cuStreamSynchronize(cuda:{})", self.ordinal()))
+        api.check(unsafe { (api.stream_synchronize)(self.raw) }, || {
+            format!("cuStreamSynchronize(cuda:{})", self.ordinal())
+        })
     }
 
     fn same_device(&self, what: &str, other: u32) -> Result<()> {
@@ -116,7 +118,9 @@ impl Stream {
             let host = src.host_bytes()[src_offset..src_offset + len].as_ptr();
             // SAFETY: ranges checked; `src` is moved into the returned InFlight, which keeps it alive and
             // unmodified (HostBytes contract) until the event recorded after this copy completes.
-            let r = unsafe { (api.memcpy_htod_async)(dst.device_ptr() + dst_offset as u64, host as *const c_void, len, self.raw) };
+            let r = unsafe {
+                (api.memcpy_htod_async)(dst.device_ptr() + dst_offset as u64, host as *const c_void, len, self.raw)
+            };
             api.check(r, what)?;
         }
         self.track(src, ev)
@@ -152,7 +156,9 @@ impl Stream {
             // SAFETY: ranges checked; `dst` is moved into the returned InFlight, which hands it out again only
             // after the event recorded after this copy has completed (HostBytesMut contract: the address is
             // stable across the move and nobody else can reach the bytes meanwhile).
-            let r = unsafe { (api.memcpy_dtoh_async)(host as *mut c_void, src.device_ptr() + src_offset as u64, len, self.raw) };
+            let r = unsafe {
+                (api.memcpy_dtoh_async)(host as *mut c_void, src.device_ptr() + src_offset as u64, len, self.raw)
+            };
             api.check(r, what)?;
         }
         self.track(dst, ev)
@@ -213,13 +219,19 @@ impl Event {
         if stream.ordinal() != self.ordinal() {
             return Err(Error::new(
                 Status::InvalidArgument,
-                format!("cuEventRecord: the event is on cuda:{} but the stream on cuda:{}", self.ordinal(), stream.ordinal()),
+                format!(
+                    "cuEventRecord: the event is on cuda:{} but the stream on cuda:{}",
+                    self.ordinal(),
+                    stream.ordinal()
+                ),
             ));
         }
         let api = api()?;
         let _current = self.ctx.enter()?;
         // SAFETY: live event and stream handles of the same (current) context.
-        api.check(unsafe { (api.event_record)(self.raw, stream.raw) }, || format!("cuEventRecord(cuda:{})", self.ordinal()))
+        api.check(unsafe { (api.event_record)(self.raw, stream.raw) }, || {
+            format!("cuEventRecord(cuda:{})", self.ordinal())
+        })
     }
 
     /// `Ok(true)` when the recorded work has completed (or the event was never recorded), `Ok(false)` while it
@@ -241,7 +253,9 @@ impl Event {
         let api = api()?;
         let _current = self.ctx.enter()?;
         // SAFETY: a live event handle.
-        api.check(unsafe { (api.event_synchronize)(self.raw) }, || format!("cuEventSynchronize(cuda:{})", self.ordinal()))
+        api.check(unsafe { (api.event_synchronize)(self.raw) }, || {
+            format!("cuEventSynchronize(cuda:{})", self.ordinal())
+        })
     }
 }
 
