@@ -210,7 +210,7 @@ fn op_put(path: &str, tensor: &str) -> String {
 fn op_memcpy(n: usize, threads: usize, mode: &str) -> String {
     let src = prefaulted(n);
     let t;
-    let fresh = mode != "";
+    let fresh = !mode.is_empty();
     if mode == "fresh-thp" {
         // A fresh anonymous mapping with MADV_HUGEPAGE, as hostfirst's host allocations are made.
         // SAFETY: anonymous private mapping, checked; unmapped below.

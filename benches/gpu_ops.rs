@@ -234,8 +234,7 @@ pub fn op_gpu_seeds(a: &[String]) -> String {
 
     // 1. Putting the whole tensor on the device fails the fit check, allocating nothing.
     let e = put_with_stats(&view, Target::Device(Device::cuda(ordinal)), PutOptions::default())
-        .err()
-        .expect("the put must fail");
+        .expect_err("the put must fail");
     assert_eq!(e.status(), Status::OutOfMemory, "{}", e.message());
     let fit = e.fit().expect("fit numbers");
     let (free2, _) = mem_info(ordinal).expect("cuMemGetInfo");

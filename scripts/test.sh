@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole hostfirst test suite, on a fresh machine: installs what the tests need when it is missing
 # (a C and C++ compiler, binutils, cmake and pkg-config, Python packages), then runs every test:
-#   Rust unit and property tests, C ABI programs (-Wall -Wextra -Werror), header checks, the stand-in CUDA
+#   formatting, clippy and every target building; Rust unit and property tests, C ABI programs (-Wall -Wextra -Werror), header checks, the stand-in CUDA
 #   driver tests, the CLI, the fuzz corpus replay, the install tests (tests/install.rs), the Python binding tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +24,12 @@ have cargo || { echo "test.sh: cargo (Rust) is required" >&2; exit 1; }
 if have python3 && [ -f scripts/python-requirements.txt ]; then
     python3 -m pip install -q --disable-pip-version-check -r scripts/python-requirements.txt >&2
 fi
+
+# The house rules: formatted, clippy-clean on every target, every target (benches included) builds.
+cargo fmt --check
+cargo clippy --all-targets --features test-hooks -- -D warnings 2>&1
+cargo build --all-targets 2>&1
+cargo bench --no-run 2>&1
 
 cargo test --features test-hooks --no-fail-fast 2>&1
 

@@ -43,8 +43,7 @@ use std::cell::RefCell;
 use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-/// The status every fallible hostfirst function returns (`HOSTFIRST_STATUS_OK` is 0).
-// `Status` is exported to C as `hostfirst_status` (cbindgen.toml renames it).
+// `Status` (src/error.rs) is exported to C as `hostfirst_status` (cbindgen.toml renames it).
 
 /// The last failure on this thread.
 pub(crate) struct LastError {

@@ -3,7 +3,7 @@
  * Never installed or shipped. It proves hostfirst's logic (census, error paths, bookkeeping), not real-driver
  * behaviour or speed.
  *
- * The test harness (tests/common/mod.rs, stand_in_dir()) builds it with
+ * The test harness (tests/it/common.rs, stand_in_dir()) builds it with
  *     cc -shared -fPIC -Wall -Wextra -Werror -Wl,-soname,libcuda.so.1 -o <dir>/libcuda.so.1 stand_in_cuda.c -lpthread
  * and adds the symlink <dir>/libcuda.so -> libcuda.so.1 (cudarc tries "libcuda.so" first). Programs see it when
  * <dir> is prepended to LD_LIBRARY_PATH.

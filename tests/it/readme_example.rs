@@ -1,7 +1,6 @@
 //! The README's first C example ("C in 20 lines") is compiled with -Werror straight out of README.md and run.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 #[test]
 fn readme_c_example_compiles_and_runs() {

@@ -1,7 +1,6 @@
 //! examples-c/host_first.c (the README's loading example) builds with -Werror and runs on a token file.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 #[test]
 fn host_first_example_runs() {

@@ -1,7 +1,6 @@
 //! `hostfirst plan`, `hostfirst load` and `hostfirst gather`: output shapes, on cpu and on stand-in devices.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::PathBuf;
 
 /// tokens: U16[20000]; w: F32[16, 16]; b: U8[5].

@@ -2,8 +2,7 @@
 //! progress, strict mode, async operations, buffer_to, resident mode. Each test runs in its own child process
 //! (`in_stand_in_child`) because the driver is loaded once per process.
 
-mod common;
-use common::*;
+use crate::common::*;
 use hostfirst::device::Device;
 use hostfirst::place::op::{AsyncPutOptions, PutOp};
 use hostfirst::place::staging::RingConfig;
@@ -44,73 +43,85 @@ fn assert_nothing_live() {
 
 #[test]
 fn round_trip_one_and_two_devices() {
-    in_stand_in_child("round_trip_one_and_two_devices", &[("STAND_IN_DEVICES", Some("2"))], || {
-        // Not a multiple of the slab, and 4× the ring.
-        let n = (1 << 20) + 12345;
-        let (img, data) = image(n);
-        let f = TensorFile::from_bytes(img).unwrap();
-        let v = f.view("t").unwrap();
-        for dev in [Device::cuda(0), Device::cuda(1)] {
-            let b = put(&v, Target::Device(dev), opts(&small_ring())).unwrap();
-            assert_eq!((b.device(), b.nbytes()), (dev, n as u64));
+    in_stand_in_child(
+        concat!(module_path!(), "::round_trip_one_and_two_devices"),
+        &[("STAND_IN_DEVICES", Some("2"))],
+        || {
+            // Not a multiple of the slab, and 4× the ring.
+            let n = (1 << 20) + 12345;
+            let (img, data) = image(n);
+            let f = TensorFile::from_bytes(img).unwrap();
+            let v = f.view("t").unwrap();
+            for dev in [Device::cuda(0), Device::cuda(1)] {
+                let b = put(&v, Target::Device(dev), opts(&small_ring())).unwrap();
+                assert_eq!((b.device(), b.nbytes()), (dev, n as u64));
+                let mut back = vec![0u8; n];
+                b.copy_to_host(&mut back).unwrap();
+                assert!(back == data, "byte-for-byte on {dev}");
+                // Host memory bounded by the ring: 256 KiB as 4 slabs of 64 KiB, reused by the second put.
+                assert_eq!(stand_in_query("stand_in_live_pinned"), 4);
+                assert_eq!(hostfirst::place::staging::cached_bytes(), 256 << 10);
+            }
+            // Defaults (one slab of a rounded size), a slice, and the empty tensor.
+            let d = put(&v, Target::Device(Device::cuda(1)), PutOptions::default()).unwrap();
             let mut back = vec![0u8; n];
+            d.copy_to_host(&mut back).unwrap();
+            assert!(back == data);
+            let s = v.slice_rows(1000, 70000).unwrap();
+            let b = put(&s, Target::Device(Device::cuda(0)), opts(&small_ring())).unwrap();
+            let mut back = vec![0u8; 69000];
             b.copy_to_host(&mut back).unwrap();
-            assert!(back == data, "byte-for-byte on {dev}");
-            // Host memory bounded by the ring: 256 KiB as 4 slabs of 64 KiB, reused by the second put.
-            assert_eq!(stand_in_query("stand_in_live_pinned"), 4);
-            assert_eq!(hostfirst::place::staging::cached_bytes(), 256 << 10);
-        }
-        // Defaults (one slab of a rounded size), a slice, and the empty tensor.
-        let d = put(&v, Target::Device(Device::cuda(1)), PutOptions::default()).unwrap();
-        let mut back = vec![0u8; n];
-        d.copy_to_host(&mut back).unwrap();
-        assert!(back == data);
-        let s = v.slice_rows(1000, 70000).unwrap();
-        let b = put(&s, Target::Device(Device::cuda(0)), opts(&small_ring())).unwrap();
-        let mut back = vec![0u8; 69000];
-        b.copy_to_host(&mut back).unwrap();
-        assert!(back == data[1000..70000]);
-        let e = put(&f.view("e").unwrap(), Target::Device(Device::cuda(0)), PutOptions::default()).unwrap();
-        assert_eq!((e.nbytes(), e.shape()), (0, &[0u64, 4][..]));
-        assert_eq!(stand_in_query("stand_in_pageable_async_copies"), 0, "never DMA from pageable memory");
-        assert!(hostfirst::place::staging::cached_bytes() > 0, "slabs kept for reuse");
-        drop((b, d, e));
-        assert_nothing_live();
-    });
+            assert!(back == data[1000..70000]);
+            let e = put(&f.view("e").unwrap(), Target::Device(Device::cuda(0)), PutOptions::default()).unwrap();
+            assert_eq!((e.nbytes(), e.shape()), (0, &[0u64, 4][..]));
+            assert_eq!(stand_in_query("stand_in_pageable_async_copies"), 0, "never DMA from pageable memory");
+            assert!(hostfirst::place::staging::cached_bytes() > 0, "slabs kept for reuse");
+            drop((b, d, e));
+            assert_nothing_live();
+        },
+    );
 }
 
 #[test]
 fn fit_check_on_a_small_device() {
-    in_stand_in_child("fit_check_on_a_small_device", &[("STAND_IN_TOTAL_MEMORY", Some("1M"))], || {
-        // 1 MiB device: the context reserve (256 MiB by default) exceeds it, so nothing fits.
-        let (img, _) = image(300 << 10);
-        let f = TensorFile::from_bytes(img).unwrap();
-        let e = put(&f.view("t").unwrap(), Target::Device(Device::cuda(0)), PutOptions::default()).unwrap_err();
-        assert_eq!(e.status(), Status::OutOfMemory);
-        assert!(e.message().starts_with("tensor 't' (300.00 KiB) does not fit on cuda:0: "), "{}", e.message());
-        assert!(e.message().contains(" free of 1.00 MiB"), "{}", e.message());
-        let fit = e.fit().unwrap();
-        assert_eq!((fit.needed, fit.total, fit.device.as_str()), (300 << 10, 1 << 20, "cuda:0"));
-        assert_eq!(stand_in_query("stand_in_total_allocations"), 0, "nothing allocated");
-        assert_nothing_live();
-    });
+    in_stand_in_child(
+        concat!(module_path!(), "::fit_check_on_a_small_device"),
+        &[("STAND_IN_TOTAL_MEMORY", Some("1M"))],
+        || {
+            // 1 MiB device: the context reserve (256 MiB by default) exceeds it, so nothing fits.
+            let (img, _) = image(300 << 10);
+            let f = TensorFile::from_bytes(img).unwrap();
+            let e = put(&f.view("t").unwrap(), Target::Device(Device::cuda(0)), PutOptions::default()).unwrap_err();
+            assert_eq!(e.status(), Status::OutOfMemory);
+            assert!(e.message().starts_with("tensor 't' (300.00 KiB) does not fit on cuda:0: "), "{}", e.message());
+            assert!(e.message().contains(" free of 1.00 MiB"), "{}", e.message());
+            let fit = e.fit().unwrap();
+            assert_eq!((fit.needed, fit.total, fit.device.as_str()), (300 << 10, 1 << 20, "cuda:0"));
+            assert_eq!(stand_in_query("stand_in_total_allocations"), 0, "nothing allocated");
+            assert_nothing_live();
+        },
+    );
 }
 
 #[test]
 fn copy_failure_mid_put_frees_everything() {
-    in_stand_in_child("copy_failure_mid_put_frees_everything", &[("STAND_IN_FAIL_COPY_AFTER", Some("300000"))], || {
-        let (img, _) = image(1 << 20);
-        let f = TensorFile::from_bytes(img).unwrap();
-        let e = put(&f.view("t").unwrap(), Target::Device(Device::cuda(0)), opts(&small_ring())).unwrap_err();
-        assert_eq!(e.status(), Status::DeviceError);
-        assert!(e.message().contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{}", e.message());
-        assert_nothing_live();
-    });
+    in_stand_in_child(
+        concat!(module_path!(), "::copy_failure_mid_put_frees_everything"),
+        &[("STAND_IN_FAIL_COPY_AFTER", Some("300000"))],
+        || {
+            let (img, _) = image(1 << 20);
+            let f = TensorFile::from_bytes(img).unwrap();
+            let e = put(&f.view("t").unwrap(), Target::Device(Device::cuda(0)), opts(&small_ring())).unwrap_err();
+            assert_eq!(e.status(), Status::DeviceError);
+            assert!(e.message().contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{}", e.message());
+            assert_nothing_live();
+        },
+    );
 }
 
 #[test]
 fn progress_and_cancellation() {
-    in_stand_in_child("progress_and_cancellation", &[], || {
+    in_stand_in_child(concat!(module_path!(), "::progress_and_cancellation"), &[], || {
         let n = 3 << 20;
         let (img, _) = image(n);
         let f = TensorFile::from_bytes(img).unwrap();
@@ -135,27 +146,37 @@ fn progress_and_cancellation() {
 
 #[test]
 fn strict_mode_and_default_target() {
-    in_stand_in_child("strict_mode_and_default_target", &[("HOSTFIRST_DEFAULT_DEVICE", Some("cuda:0"))], || {
-        let (img, data) = image(5000);
-        let f = TensorFile::from_bytes(img).unwrap();
-        let v = f.view("t").unwrap();
-        let b = put(&v, Target::Default, PutOptions::default()).unwrap();
-        assert_eq!(b.device(), Device::cuda(0));
-        let mut back = vec![0u8; 5000];
-        b.copy_to_host(&mut back).unwrap();
-        assert!(back == data);
-        hostfirst::scope::set_thread_strict(true);
-        assert_eq!(put(&v, Target::Default, PutOptions::default()).unwrap_err().status(), Status::ImplicitPlacement);
-        assert!(put(&v, Target::Device(Device::cuda(0)), PutOptions::default()).is_ok(), "explicit targets still work");
-        hostfirst::scope::set_thread_strict(false);
-        drop(b);
-        assert_nothing_live();
-    });
+    in_stand_in_child(
+        concat!(module_path!(), "::strict_mode_and_default_target"),
+        &[("HOSTFIRST_DEFAULT_DEVICE", Some("cuda:0"))],
+        || {
+            let (img, data) = image(5000);
+            let f = TensorFile::from_bytes(img).unwrap();
+            let v = f.view("t").unwrap();
+            let b = put(&v, Target::Default, PutOptions::default()).unwrap();
+            assert_eq!(b.device(), Device::cuda(0));
+            let mut back = vec![0u8; 5000];
+            b.copy_to_host(&mut back).unwrap();
+            assert!(back == data);
+            hostfirst::scope::set_thread_strict(true);
+            assert_eq!(
+                put(&v, Target::Default, PutOptions::default()).unwrap_err().status(),
+                Status::ImplicitPlacement
+            );
+            assert!(
+                put(&v, Target::Device(Device::cuda(0)), PutOptions::default()).is_ok(),
+                "explicit targets still work"
+            );
+            hostfirst::scope::set_thread_strict(false);
+            drop(b);
+            assert_nothing_live();
+        },
+    );
 }
 
 #[test]
 fn async_put_poll_wait_already_used() {
-    in_stand_in_child("async_put_poll_wait_already_used", &[], || {
+    in_stand_in_child(concat!(module_path!(), "::async_put_poll_wait_already_used"), &[], || {
         let n = 2 << 20;
         let (img, data) = image(n);
         let f = TensorFile::from_bytes(img).unwrap();
@@ -194,30 +215,35 @@ fn async_put_poll_wait_already_used() {
 
 #[test]
 fn buffer_to_between_devices() {
-    in_stand_in_child("buffer_to_between_devices", &[("STAND_IN_DEVICES", Some("2"))], || {
-        let n = 700_001;
-        let (img, data) = image(n);
-        let f = TensorFile::from_bytes(img).unwrap();
-        let a = put(&f.view("t").unwrap(), Target::Device(Device::CPU), PutOptions::default()).unwrap();
-        let mut cur = a;
-        for dev in [Device::cuda(0), Device::cuda(1), Device::CUDA_HOST, Device::cuda(0), Device::cuda(0), Device::CPU]
-        {
-            cur = buffer_to(&cur, Target::Device(dev)).unwrap();
-            assert_eq!(cur.device(), dev);
-            let mut back = vec![0u8; n];
-            cur.copy_to_host(&mut back).unwrap();
-            assert!(back == data, "via {dev}");
-        }
-        assert_eq!(stand_in_query("stand_in_pageable_async_copies"), 0);
-        assert_eq!(stand_in_query("stand_in_peer_copies"), 1, "cuda:0 -> cuda:1 went peer to peer");
-        drop(cur);
-        assert_nothing_live();
-    });
+    in_stand_in_child(
+        concat!(module_path!(), "::buffer_to_between_devices"),
+        &[("STAND_IN_DEVICES", Some("2"))],
+        || {
+            let n = 700_001;
+            let (img, data) = image(n);
+            let f = TensorFile::from_bytes(img).unwrap();
+            let a = put(&f.view("t").unwrap(), Target::Device(Device::CPU), PutOptions::default()).unwrap();
+            let mut cur = a;
+            for dev in
+                [Device::cuda(0), Device::cuda(1), Device::CUDA_HOST, Device::cuda(0), Device::cuda(0), Device::CPU]
+            {
+                cur = buffer_to(&cur, Target::Device(dev)).unwrap();
+                assert_eq!(cur.device(), dev);
+                let mut back = vec![0u8; n];
+                cur.copy_to_host(&mut back).unwrap();
+                assert!(back == data, "via {dev}");
+            }
+            assert_eq!(stand_in_query("stand_in_pageable_async_copies"), 0);
+            assert_eq!(stand_in_query("stand_in_peer_copies"), 1, "cuda:0 -> cuda:1 went peer to peer");
+            drop(cur);
+            assert_nothing_live();
+        },
+    );
 }
 
 #[test]
 fn resident_round_trip() {
-    in_stand_in_child("resident_round_trip", &[], || {
+    in_stand_in_child(concat!(module_path!(), "::resident_round_trip"), &[], || {
         let n = (3 << 20) + 7;
         let (img, data) = image(n);
         let path = scratch("place_cuda_resident").join("t.safetensors");
@@ -246,7 +272,7 @@ fn resident_round_trip() {
 /// boundary page) goes through the staging ring and says so; every copy is byte-exact.
 #[test]
 fn resident_overlapping_views_reuse_or_stage() {
-    in_stand_in_child("resident_overlapping_views_reuse_or_stage", &[], || {
+    in_stand_in_child(concat!(module_path!(), "::resident_overlapping_views_reuse_or_stage"), &[], || {
         let n = (3 << 20) + 7;
         let (img, data) = image(n);
         let path = scratch("place_cuda_resident_overlap").join("t.safetensors");
@@ -300,7 +326,7 @@ fn resident_overlapping_views_reuse_or_stage() {
 /// thread, and the pool's slabs are reused when large enough, so the whole sequence page-locks one slab.
 #[test]
 fn small_puts_reuse_one_pooled_slab() {
-    in_stand_in_child("small_puts_reuse_one_pooled_slab", &[], || {
+    in_stand_in_child(concat!(module_path!(), "::small_puts_reuse_one_pooled_slab"), &[], || {
         let sizes = [300_000usize, 200_000, 100_000, 50_000, 10_000, 250_000, 1];
         let mut h = String::from("{");
         let mut data = Vec::new();
@@ -347,7 +373,7 @@ fn c_place_with_the_stand_in() {
 
 #[test]
 fn cancel_mid_transfer_and_truncated_file() {
-    in_stand_in_child("cancel_mid_transfer_and_truncated_file", &[], || {
+    in_stand_in_child(concat!(module_path!(), "::cancel_mid_transfer_and_truncated_file"), &[], || {
         // A slow source: the first progress report (after 50 ms) comes long before the end, and cancels.
         let total = 3u64 << 20;
         let dst = hostfirst::device::cuda::DeviceMemory::alloc(0, total as usize).unwrap();

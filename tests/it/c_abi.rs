@@ -1,8 +1,7 @@
 //! C programs compiled with -Wall -Wextra -Werror against include/hostfirst.h and libhostfirst, run, and
 //! their exit status asserted. CUDA-path programs run against the stand-in driver in tests/cuda_stub.rs.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 #[test]
 fn c_core_without_cuda() {

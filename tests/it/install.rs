@@ -6,8 +6,6 @@
 //! (`CI=true`) and otherwise skips with a message. ELF systems only (install.sh installs ELF shared libraries).
 #![cfg(all(unix, not(any(target_os = "macos", target_os = "ios", target_os = "android"))))]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -44,7 +42,7 @@ fn build_script_and_cargo_c_metadata_follow_the_policy() {
         assert_eq!(option_env!("HOSTFIRST_SONAME"), Some(format!("libhostfirst.so.{soversion}").as_str()));
     }
     // cargo-c computes its SONAME from version_suffix_components; it must give the same name.
-    let manifest = std::fs::read_to_string(common::root().join("Cargo.toml")).unwrap();
+    let manifest = std::fs::read_to_string(crate::common::root().join("Cargo.toml")).unwrap();
     let components: usize = manifest
         .lines()
         .find_map(|l| l.trim().strip_prefix("version_suffix_components"))
@@ -108,7 +106,7 @@ fn prefix() -> &'static Path {
         let prefix = work_dir().join("prefix");
         let _ = std::fs::remove_dir_all(&prefix);
         let out = Command::new("bash")
-            .arg(common::root().join("scripts/install.sh"))
+            .arg(crate::common::root().join("scripts/install.sh"))
             .arg("--prefix")
             .arg(&prefix)
             .args(["--libdir", "lib"])
@@ -146,9 +144,9 @@ fn pkg_config(args: &[&str]) -> String {
 /// Compiles examples-c/version.c with the given flags (split like a shell would for these simple values).
 fn compile_version(out_name: &str, flags: &str) -> PathBuf {
     let out = work_dir().join(out_name);
-    let mut cmd = Command::new(common::cc());
+    let mut cmd = Command::new(crate::common::cc());
     cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
-        .arg(common::root().join("examples-c/version.c"))
+        .arg(crate::common::root().join("examples-c/version.c"))
         .arg("-o")
         .arg(&out)
         .args(flags.split_whitespace());
@@ -159,7 +157,7 @@ fn compile_version(out_name: &str, flags: &str) -> PathBuf {
 /// Runs the version example and checks its report.
 fn run_version(bin: &Path, lib_path: Option<&Path>) -> String {
     let lib_path = lib_path.map(|p| p.to_str().unwrap().to_string());
-    let text = common::run_ok(bin, &[], &[("LD_LIBRARY_PATH", lib_path.as_deref())]);
+    let text = crate::common::run_ok(bin, &[], &[("LD_LIBRARY_PATH", lib_path.as_deref())]);
     let first = format!("hostfirst {} (header ", env!("CARGO_PKG_VERSION"));
     assert!(text.starts_with(&first), "unexpected output of {}:\n{text}", bin.display());
     assert!(text.contains("backend cpu: available, 1 device(s)"), "no cpu backend in:\n{text}");
@@ -184,7 +182,7 @@ fn installed_tree_has_soname_symlinks_and_headers() {
     assert!(lib.join("libhostfirst.a").is_file());
 
     // The installed header is the committed one, byte for byte (and so is every other public header).
-    for entry in std::fs::read_dir(common::root().join("include")).unwrap() {
+    for entry in std::fs::read_dir(crate::common::root().join("include")).unwrap() {
         let src = entry.unwrap().path();
         if src.extension().is_some_and(|e| e == "h" || e == "hpp") {
             let installed = prefix().join("include").join(src.file_name().unwrap());
@@ -202,7 +200,7 @@ fn installed_tree_has_soname_symlinks_and_headers() {
 
 #[test]
 fn c_program_via_pkg_config_shared() {
-    if !have_tool(&common::cc(), "--version")
+    if !have_tool(&crate::common::cc(), "--version")
         || !have_tool("pkg-config", "--version")
         || !have_tool("readelf", "--version")
     {
@@ -222,7 +220,7 @@ fn c_program_via_pkg_config_shared() {
 
 #[test]
 fn c_program_via_pkg_config_static() {
-    if !have_tool(&common::cc(), "--version")
+    if !have_tool(&crate::common::cc(), "--version")
         || !have_tool("pkg-config", "--version")
         || !have_tool("readelf", "--version")
     {
@@ -246,7 +244,7 @@ fn c_program_via_pkg_config_static() {
 
 #[test]
 fn c_program_via_cmake_package_from_a_moved_prefix() {
-    if !have_tool(&common::cc(), "--version") || !have_tool("cmake", "--version") {
+    if !have_tool(&crate::common::cc(), "--version") || !have_tool("cmake", "--version") {
         return;
     }
     // Copy the installed tree elsewhere: the package must find everything relative to itself.
@@ -257,11 +255,11 @@ fn c_program_via_cmake_package_from_a_moved_prefix() {
     let _ = std::fs::remove_dir_all(&build);
     let out = Command::new("cmake")
         .arg("-S")
-        .arg(common::root().join("examples-c/cmake"))
+        .arg(crate::common::root().join("examples-c/cmake"))
         .arg("-B")
         .arg(&build)
         .arg(format!("-DCMAKE_PREFIX_PATH={}", moved.display()))
-        .arg(format!("-DCMAKE_C_COMPILER={}", common::cc()))
+        .arg(format!("-DCMAKE_C_COMPILER={}", crate::common::cc()))
         .arg("-DCMAKE_BUILD_TYPE=Release")
         .output()
         .unwrap();

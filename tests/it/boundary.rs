@@ -1,6 +1,5 @@
 //! Every exported function goes through the one panic boundary, and every exported symbol is prefixed.
 
-mod common;
 use std::path::Path;
 
 fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
@@ -17,7 +16,7 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
 /// (file, function name, first statement of its body) for every `#[no_mangle]` extern "C" function.
 fn exported_functions() -> Vec<(String, String, String)> {
     let mut files = Vec::new();
-    rust_files(&common::root().join("src"), &mut files);
+    rust_files(&crate::common::root().join("src"), &mut files);
     let mut found = Vec::new();
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
@@ -69,7 +68,7 @@ fn every_export_starts_with_the_boundary() {
 
 #[test]
 fn shared_library_exports_only_prefixed_symbols() {
-    let lib = common::lib_dir().join("libhostfirst.so");
+    let lib = crate::common::lib_dir().join("libhostfirst.so");
     let out = std::process::Command::new("nm").args(["-D", "--defined-only"]).arg(&lib).output();
     let Ok(out) = out else {
         panic!("nm not available to inspect {}", lib.display());

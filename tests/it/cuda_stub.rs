@@ -4,8 +4,7 @@
 //! re-execute this test binary for one test at a time (`in_stand_in_child`), because the driver library is
 //! loaded, and the census taken, once per process.
 
-mod common;
-use common::*;
+use crate::common::*;
 use hostfirst::device::census::census;
 use hostfirst::device::cuda::{
     mem_info, Context, DeviceMemory, Event, HostRegistration, InFlight, PinnedHostMemory, Stream,
@@ -201,7 +200,7 @@ fn c_core_with_the_stand_in() {
 fn census_creates_no_context_and_specs_follow_uuids() {
     // Physical devices 0 and 1, made visible in reverse order.
     in_stand_in_child(
-        "census_creates_no_context_and_specs_follow_uuids",
+        concat!(module_path!(), "::census_creates_no_context_and_specs_follow_uuids"),
         &[("STAND_IN_DEVICES", Some("2")), ("CUDA_VISIBLE_DEVICES", Some("1,0"))],
         || {
             let c = census();
@@ -233,145 +232,162 @@ fn census_creates_no_context_and_specs_follow_uuids() {
 
 #[test]
 fn platforms_cpu_makes_the_wrapper_unavailable() {
-    in_stand_in_child("platforms_cpu_makes_the_wrapper_unavailable", &[("HOSTFIRST_PLATFORMS", Some("cpu"))], || {
-        assert_eq!(DeviceMemory::alloc(0, 8).unwrap_err().status(), Status::Unavailable);
-        let e = PinnedHostMemory::alloc(8).unwrap_err();
-        assert_eq!(e.status(), Status::Unavailable);
-        assert!(e.message().contains("hidden_by_env"), "{}", e.message());
-        assert_eq!(Stream::new(0).unwrap_err().status(), Status::Unavailable);
-    });
+    in_stand_in_child(
+        concat!(module_path!(), "::platforms_cpu_makes_the_wrapper_unavailable"),
+        &[("HOSTFIRST_PLATFORMS", Some("cpu"))],
+        || {
+            assert_eq!(DeviceMemory::alloc(0, 8).unwrap_err().status(), Status::Unavailable);
+            let e = PinnedHostMemory::alloc(8).unwrap_err();
+            assert_eq!(e.status(), Status::Unavailable);
+            assert!(e.message().contains("hidden_by_env"), "{}", e.message());
+            assert_eq!(Stream::new(0).unwrap_err().status(), Status::Unavailable);
+        },
+    );
 }
 
 #[test]
 fn device_memory_round_trip() {
-    in_stand_in_child("device_memory_round_trip", &[("STAND_IN_DEVICES", Some("2"))], || {
-        let n = 1 << 20;
-        let data: Vec<u8> = (0..n).map(|i| (i * 7 + i / 251) as u8).collect();
-        let a = DeviceMemory::alloc(0, n).unwrap();
-        assert_eq!((a.ordinal(), a.len()), (0, n));
-        assert_ne!(a.device_ptr(), 0);
-        assert_eq!(stand_in_query("stand_in_live_allocations"), 1);
-        assert_eq!(mem_info(0).unwrap().0, 16 * GIB - RESERVE - n as u64);
-        a.copy_from_host(0, &data).unwrap();
-        let mut back = vec![0u8; n];
-        a.copy_to_host(0, &mut back).unwrap();
-        assert!(back == data, "byte-for-byte");
+    in_stand_in_child(
+        concat!(module_path!(), "::device_memory_round_trip"),
+        &[("STAND_IN_DEVICES", Some("2"))],
+        || {
+            let n = 1 << 20;
+            let data: Vec<u8> = (0..n).map(|i| (i * 7 + i / 251) as u8).collect();
+            let a = DeviceMemory::alloc(0, n).unwrap();
+            assert_eq!((a.ordinal(), a.len()), (0, n));
+            assert_ne!(a.device_ptr(), 0);
+            assert_eq!(stand_in_query("stand_in_live_allocations"), 1);
+            assert_eq!(mem_info(0).unwrap().0, 16 * GIB - RESERVE - n as u64);
+            a.copy_from_host(0, &data).unwrap();
+            let mut back = vec![0u8; n];
+            a.copy_to_host(0, &mut back).unwrap();
+            assert!(back == data, "byte-for-byte");
 
-        // Offsets, device-to-device, bounds.
-        let b = DeviceMemory::alloc(0, 4096).unwrap();
-        b.copy_from_device(0, &a, 1000, 4096).unwrap();
-        let mut part = vec![0u8; 100];
-        b.copy_to_host(50, &mut part).unwrap();
-        assert_eq!(part, data[1050..1150]);
-        b.copy_from_host(4000, &[9; 96]).unwrap();
-        b.copy_to_host(3990, &mut part[..20]).unwrap();
-        assert_eq!(&part[..20], &[&data[4990..5000], &[9u8; 10][..]].concat()[..]);
-        let before = stand_in_query("stand_in_bytes_copied");
-        let e = b.copy_from_host(4000, &[1; 97]).unwrap_err();
-        assert_eq!(e.status(), Status::OutOfRange);
-        assert!(e.message().contains("97 bytes at offset 4000") && e.message().contains("4096"), "{}", e.message());
-        assert_eq!(b.copy_to_host(usize::MAX, &mut part).unwrap_err().status(), Status::OutOfRange);
-        assert_eq!(b.copy_from_device(0, &a, n - 10, 20).unwrap_err().status(), Status::OutOfRange);
-        assert_eq!(a.copy_from_device(0, &a, 10, 20).unwrap_err().status(), Status::InvalidArgument, "overlap");
-        assert_eq!(stand_in_query("stand_in_bytes_copied"), before, "refused copies reach no driver");
+            // Offsets, device-to-device, bounds.
+            let b = DeviceMemory::alloc(0, 4096).unwrap();
+            b.copy_from_device(0, &a, 1000, 4096).unwrap();
+            let mut part = vec![0u8; 100];
+            b.copy_to_host(50, &mut part).unwrap();
+            assert_eq!(part, data[1050..1150]);
+            b.copy_from_host(4000, &[9; 96]).unwrap();
+            b.copy_to_host(3990, &mut part[..20]).unwrap();
+            assert_eq!(&part[..20], &[&data[4990..5000], &[9u8; 10][..]].concat()[..]);
+            let before = stand_in_query("stand_in_bytes_copied");
+            let e = b.copy_from_host(4000, &[1; 97]).unwrap_err();
+            assert_eq!(e.status(), Status::OutOfRange);
+            assert!(e.message().contains("97 bytes at offset 4000") && e.message().contains("4096"), "{}", e.message());
+            assert_eq!(b.copy_to_host(usize::MAX, &mut part).unwrap_err().status(), Status::OutOfRange);
+            assert_eq!(b.copy_from_device(0, &a, n - 10, 20).unwrap_err().status(), Status::OutOfRange);
+            assert_eq!(a.copy_from_device(0, &a, 10, 20).unwrap_err().status(), Status::InvalidArgument, "overlap");
+            assert_eq!(stand_in_query("stand_in_bytes_copied"), before, "refused copies reach no driver");
 
-        let c = DeviceMemory::alloc(1, 16).unwrap();
-        // Between devices: a peer copy (cuMemcpyPeer with both primary contexts).
-        c.copy_from_device(0, &b, 50, 16).unwrap();
-        let mut peer_back = [0u8; 16];
-        c.copy_to_host(0, &mut peer_back).unwrap();
-        assert_eq!(peer_back[..], data[1050..1066]);
-        assert_eq!(stand_in_query("stand_in_peer_copies"), 1);
-        assert_eq!(c.copy_from_device(0, &b, 4090, 16).unwrap_err().status(), Status::OutOfRange);
-        assert_eq!(stand_in_query("stand_in_peer_copies"), 1, "refused before the driver");
-        assert_eq!(DeviceMemory::alloc(2, 16).unwrap_err().status(), Status::NoSuchDevice);
-        let empty = DeviceMemory::alloc(1, 0).unwrap();
-        assert!(empty.is_empty());
-        empty.copy_from_host(0, &[]).unwrap();
-        assert_eq!(stand_in_query("stand_in_live_allocations"), 3);
-        drop((a, b, c, empty));
-        assert_eq!(stand_in_query("stand_in_live_allocations"), 0);
-        assert_eq!(stand_in_query("stand_in_live_device_bytes"), 0);
-        assert_eq!(stand_in_current_context(), 0);
-    });
+            let c = DeviceMemory::alloc(1, 16).unwrap();
+            // Between devices: a peer copy (cuMemcpyPeer with both primary contexts).
+            c.copy_from_device(0, &b, 50, 16).unwrap();
+            let mut peer_back = [0u8; 16];
+            c.copy_to_host(0, &mut peer_back).unwrap();
+            assert_eq!(peer_back[..], data[1050..1066]);
+            assert_eq!(stand_in_query("stand_in_peer_copies"), 1);
+            assert_eq!(c.copy_from_device(0, &b, 4090, 16).unwrap_err().status(), Status::OutOfRange);
+            assert_eq!(stand_in_query("stand_in_peer_copies"), 1, "refused before the driver");
+            assert_eq!(DeviceMemory::alloc(2, 16).unwrap_err().status(), Status::NoSuchDevice);
+            let empty = DeviceMemory::alloc(1, 0).unwrap();
+            assert!(empty.is_empty());
+            empty.copy_from_host(0, &[]).unwrap();
+            assert_eq!(stand_in_query("stand_in_live_allocations"), 3);
+            drop((a, b, c, empty));
+            assert_eq!(stand_in_query("stand_in_live_allocations"), 0);
+            assert_eq!(stand_in_query("stand_in_live_device_bytes"), 0);
+            assert_eq!(stand_in_current_context(), 0);
+        },
+    );
 }
 
 #[test]
 fn pinned_streams_events_and_async_copies() {
-    in_stand_in_child("pinned_streams_events_and_async_copies", &[("STAND_IN_EVENT_NOT_READY", Some("2"))], || {
-        let n = 64 * 1024;
-        let mut pinned = PinnedHostMemory::alloc(n).unwrap();
-        assert_eq!(stand_in_query("stand_in_live_pinned"), 1);
-        assert!(pinned.iter().all(|b| *b == 0), "zero-filled");
-        for (i, b) in pinned.iter_mut().enumerate() {
-            *b = (i % 253) as u8;
-        }
-        let expect = pinned.to_vec();
-        let dev = DeviceMemory::alloc(0, n).unwrap();
-        let stream = Stream::new(0).unwrap();
-        assert_eq!(stand_in_query("stand_in_live_streams"), 1);
+    in_stand_in_child(
+        concat!(module_path!(), "::pinned_streams_events_and_async_copies"),
+        &[("STAND_IN_EVENT_NOT_READY", Some("2"))],
+        || {
+            let n = 64 * 1024;
+            let mut pinned = PinnedHostMemory::alloc(n).unwrap();
+            assert_eq!(stand_in_query("stand_in_live_pinned"), 1);
+            assert!(pinned.iter().all(|b| *b == 0), "zero-filled");
+            for (i, b) in pinned.iter_mut().enumerate() {
+                *b = (i % 253) as u8;
+            }
+            let expect = pinned.to_vec();
+            let dev = DeviceMemory::alloc(0, n).unwrap();
+            let stream = Stream::new(0).unwrap();
+            assert_eq!(stand_in_query("stand_in_live_streams"), 1);
 
-        let flight: InFlight<PinnedHostMemory> = stream.copy_to_device_async(pinned, 0, &dev, 0, n).unwrap();
-        assert!(!flight.is_done().unwrap(), "the stand-in reports NOT_READY twice after a record");
-        assert!(!flight.is_done().unwrap());
-        assert!(flight.is_done().unwrap());
-        let pinned = flight.wait().unwrap();
-        assert_eq!(pinned.as_slice(), &expect[..], "the buffer comes back untouched");
+            let flight: InFlight<PinnedHostMemory> = stream.copy_to_device_async(pinned, 0, &dev, 0, n).unwrap();
+            assert!(!flight.is_done().unwrap(), "the stand-in reports NOT_READY twice after a record");
+            assert!(!flight.is_done().unwrap());
+            assert!(flight.is_done().unwrap());
+            let pinned = flight.wait().unwrap();
+            assert_eq!(pinned.as_slice(), &expect[..], "the buffer comes back untouched");
 
-        let out = PinnedHostMemory::alloc(n).unwrap();
-        let out = stream.copy_to_host_async(&dev, 0, out, 0, n).unwrap().wait().unwrap();
-        assert_eq!(out.as_slice(), &expect[..]);
-        assert_eq!(stand_in_query("stand_in_pageable_async_copies"), 0, "both copies were from page-locked memory");
+            let out = PinnedHostMemory::alloc(n).unwrap();
+            let out = stream.copy_to_host_async(&dev, 0, out, 0, n).unwrap().wait().unwrap();
+            assert_eq!(out.as_slice(), &expect[..]);
+            assert_eq!(stand_in_query("stand_in_pageable_async_copies"), 0, "both copies were from page-locked memory");
 
-        // Pageable buffers work too (the stand-in counts them) and sub-ranges land where asked.
-        let v = stream.copy_to_host_async(&dev, 100, vec![0u8; 10], 2, 5).unwrap().wait().unwrap();
-        assert_eq!(&v[2..7], &expect[100..105]);
-        assert_eq!(&v[..2], &[0, 0]);
-        assert_eq!(stand_in_query("stand_in_pageable_async_copies"), 1);
-        let e = stream.copy_to_device_async(vec![1u8; 10], 5, &dev, 0, 6).unwrap_err();
-        assert_eq!(e.status(), Status::OutOfRange);
+            // Pageable buffers work too (the stand-in counts them) and sub-ranges land where asked.
+            let v = stream.copy_to_host_async(&dev, 100, vec![0u8; 10], 2, 5).unwrap().wait().unwrap();
+            assert_eq!(&v[2..7], &expect[100..105]);
+            assert_eq!(&v[..2], &[0, 0]);
+            assert_eq!(stand_in_query("stand_in_pageable_async_copies"), 1);
+            let e = stream.copy_to_device_async(vec![1u8; 10], 5, &dev, 0, 6).unwrap_err();
+            assert_eq!(e.status(), Status::OutOfRange);
 
-        // Events directly; dropping an InFlight waits for it.
-        let ev = Event::new(0).unwrap();
-        assert!(ev.query().unwrap(), "an event never recorded is complete");
-        ev.record(&stream).unwrap();
-        assert!(!ev.query().unwrap());
-        ev.synchronize().unwrap();
-        assert!(ev.query().unwrap());
-        stream.synchronize().unwrap();
-        let dropped = stream.copy_to_device_async(out, 0, &dev, 0, n).unwrap();
-        assert_eq!(stand_in_query("stand_in_live_events"), 2);
-        drop(dropped);
-        assert_eq!(stand_in_query("stand_in_live_pinned"), 1, "the InFlight released its buffer");
-        drop((pinned, ev, stream, dev));
-        for q in ["stand_in_live_pinned", "stand_in_live_streams", "stand_in_live_events", "stand_in_live_allocations"]
-        {
-            assert_eq!(stand_in_query(q), 0, "{q}");
-        }
-    });
+            // Events directly; dropping an InFlight waits for it.
+            let ev = Event::new(0).unwrap();
+            assert!(ev.query().unwrap(), "an event never recorded is complete");
+            ev.record(&stream).unwrap();
+            assert!(!ev.query().unwrap());
+            ev.synchronize().unwrap();
+            assert!(ev.query().unwrap());
+            stream.synchronize().unwrap();
+            let dropped = stream.copy_to_device_async(out, 0, &dev, 0, n).unwrap();
+            assert_eq!(stand_in_query("stand_in_live_events"), 2);
+            drop(dropped);
+            assert_eq!(stand_in_query("stand_in_live_pinned"), 1, "the InFlight released its buffer");
+            drop((pinned, ev, stream, dev));
+            for q in
+                ["stand_in_live_pinned", "stand_in_live_streams", "stand_in_live_events", "stand_in_live_allocations"]
+            {
+                assert_eq!(stand_in_query(q), 0, "{q}");
+            }
+        },
+    );
 }
 
 #[test]
 fn streams_and_events_check_devices() {
-    in_stand_in_child("streams_and_events_check_devices", &[("STAND_IN_DEVICES", Some("2"))], || {
-        let s1 = Stream::new(1).unwrap();
-        let ev0 = Event::new(0).unwrap();
-        assert_eq!(ev0.record(&s1).unwrap_err().status(), Status::InvalidArgument);
-        let d0 = DeviceMemory::alloc(0, 16).unwrap();
-        let e = s1.copy_to_device_async(vec![0u8; 16], 0, &d0, 0, 16).unwrap_err();
-        assert_eq!(e.status(), Status::InvalidArgument);
-        assert!(e.message().contains("cuda:0") && e.message().contains("cuda:1"), "{}", e.message());
-        let d1 = DeviceMemory::alloc(1, 16).unwrap();
-        s1.copy_to_device_async(vec![3u8; 16], 0, &d1, 0, 16).unwrap().wait().unwrap();
-        let mut b = [0u8; 16];
-        d1.copy_to_host(0, &mut b).unwrap();
-        assert_eq!(b, [3u8; 16]);
-    });
+    in_stand_in_child(
+        concat!(module_path!(), "::streams_and_events_check_devices"),
+        &[("STAND_IN_DEVICES", Some("2"))],
+        || {
+            let s1 = Stream::new(1).unwrap();
+            let ev0 = Event::new(0).unwrap();
+            assert_eq!(ev0.record(&s1).unwrap_err().status(), Status::InvalidArgument);
+            let d0 = DeviceMemory::alloc(0, 16).unwrap();
+            let e = s1.copy_to_device_async(vec![0u8; 16], 0, &d0, 0, 16).unwrap_err();
+            assert_eq!(e.status(), Status::InvalidArgument);
+            assert!(e.message().contains("cuda:0") && e.message().contains("cuda:1"), "{}", e.message());
+            let d1 = DeviceMemory::alloc(1, 16).unwrap();
+            s1.copy_to_device_async(vec![3u8; 16], 0, &d1, 0, 16).unwrap().wait().unwrap();
+            let mut b = [0u8; 16];
+            d1.copy_to_host(0, &mut b).unwrap();
+            assert_eq!(b, [3u8; 16]);
+        },
+    );
 }
 
 #[test]
 fn host_registration() {
-    in_stand_in_child("host_registration", &[], || {
+    in_stand_in_child(concat!(module_path!(), "::host_registration"), &[], || {
         let data = vec![5u8; 8192];
         let reg = HostRegistration::register(&data).unwrap();
         assert!(reg.is_read_only());
@@ -401,7 +417,7 @@ fn host_registration() {
 #[test]
 fn host_registration_without_read_only_support() {
     in_stand_in_child(
-        "host_registration_without_read_only_support",
+        concat!(module_path!(), "::host_registration_without_read_only_support"),
         &[("STAND_IN_READ_ONLY_REGISTER", Some("0"))],
         || {
             let data = vec![1u8; 4096];
@@ -415,7 +431,7 @@ fn host_registration_without_read_only_support() {
 #[test]
 fn copy_failure_is_a_device_error_and_leaks_nothing() {
     in_stand_in_child(
-        "copy_failure_is_a_device_error_and_leaks_nothing",
+        concat!(module_path!(), "::copy_failure_is_a_device_error_and_leaks_nothing"),
         &[("STAND_IN_FAIL_COPY_AFTER", Some("6000"))],
         || {
             let dev = DeviceMemory::alloc(0, 8192).unwrap();
@@ -451,7 +467,7 @@ fn copy_failure_is_a_device_error_and_leaks_nothing() {
 #[test]
 fn allocation_failure_when_memory_is_exhausted() {
     in_stand_in_child(
-        "allocation_failure_when_memory_is_exhausted",
+        concat!(module_path!(), "::allocation_failure_when_memory_is_exhausted"),
         &[("STAND_IN_TOTAL_MEMORY", Some("64M")), ("STAND_IN_CONTEXT_RESERVE", Some("16M"))],
         || {
             let mib = 1usize << 20;
@@ -478,39 +494,47 @@ fn allocation_failure_when_memory_is_exhausted() {
 
 #[test]
 fn nth_allocation_failure() {
-    in_stand_in_child("nth_allocation_failure", &[("STAND_IN_FAIL_ALLOC", Some("2"))], || {
-        let a = DeviceMemory::alloc(0, 16).unwrap();
-        let e = DeviceMemory::alloc(0, 16).unwrap_err();
-        assert_eq!(e.status(), Status::OutOfMemory);
-        let c = DeviceMemory::alloc(0, 16).unwrap();
-        drop((a, c));
-        assert_eq!(stand_in_query("stand_in_live_allocations"), 0);
-    });
+    in_stand_in_child(
+        concat!(module_path!(), "::nth_allocation_failure"),
+        &[("STAND_IN_FAIL_ALLOC", Some("2"))],
+        || {
+            let a = DeviceMemory::alloc(0, 16).unwrap();
+            let e = DeviceMemory::alloc(0, 16).unwrap_err();
+            assert_eq!(e.status(), Status::OutOfMemory);
+            let c = DeviceMemory::alloc(0, 16).unwrap();
+            drop((a, c));
+            assert_eq!(stand_in_query("stand_in_live_allocations"), 0);
+        },
+    );
 }
 
 #[test]
 fn contexts_bind_and_restore() {
-    in_stand_in_child("contexts_bind_and_restore", &[("STAND_IN_DEVICES", Some("2"))], || {
-        assert!(census().cuda_available()); // cuInit, before asking the stand-in for the current context
-        assert_eq!(stand_in_current_context(), 0);
-        let m = DeviceMemory::alloc(1, 64).unwrap();
-        assert_eq!(stand_in_current_context(), 0, "wrapper calls leave the thread's context as it was");
-        let c0 = Context::get(0).unwrap();
-        c0.bind().unwrap();
-        let bound = stand_in_current_context();
-        assert_ne!(bound, 0);
-        m.copy_from_host(0, &[1; 64]).unwrap();
-        assert_eq!(stand_in_current_context(), bound, "restored to the caller's context, not cleared");
-        assert!(std::ptr::eq(c0, Context::get(0).unwrap()), "one context per device");
-        assert_eq!(stand_in_query("stand_in_context_retains"), 2);
-        drop(m);
-        assert_eq!(stand_in_current_context(), bound);
-    });
+    in_stand_in_child(
+        concat!(module_path!(), "::contexts_bind_and_restore"),
+        &[("STAND_IN_DEVICES", Some("2"))],
+        || {
+            assert!(census().cuda_available()); // cuInit, before asking the stand-in for the current context
+            assert_eq!(stand_in_current_context(), 0);
+            let m = DeviceMemory::alloc(1, 64).unwrap();
+            assert_eq!(stand_in_current_context(), 0, "wrapper calls leave the thread's context as it was");
+            let c0 = Context::get(0).unwrap();
+            c0.bind().unwrap();
+            let bound = stand_in_current_context();
+            assert_ne!(bound, 0);
+            m.copy_from_host(0, &[1; 64]).unwrap();
+            assert_eq!(stand_in_current_context(), bound, "restored to the caller's context, not cleared");
+            assert!(std::ptr::eq(c0, Context::get(0).unwrap()), "one context per device");
+            assert_eq!(stand_in_query("stand_in_context_retains"), 2);
+            drop(m);
+            assert_eq!(stand_in_current_context(), bound);
+        },
+    );
 }
 
 #[test]
 fn many_threads() {
-    in_stand_in_child("many_threads", &[("STAND_IN_DEVICES", Some("2"))], || {
+    in_stand_in_child(concat!(module_path!(), "::many_threads"), &[("STAND_IN_DEVICES", Some("2"))], || {
         std::thread::scope(|s| {
             for t in 0..4u8 {
                 s.spawn(move || {
@@ -536,7 +560,7 @@ fn many_threads() {
 
 #[test]
 fn stand_in_exports_every_entry_point_hostfirst_resolves() {
-    in_stand_in_child("stand_in_exports_every_entry_point_hostfirst_resolves", &[], || {
+    in_stand_in_child(concat!(module_path!(), "::stand_in_exports_every_entry_point_hostfirst_resolves"), &[], || {
         let lib = std::ffi::CString::new("libcuda.so.1").unwrap();
         // SAFETY: loads the stand-in (on LD_LIBRARY_PATH) and only looks symbols up.
         let h = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_NOW) };

@@ -2,16 +2,15 @@
 //! file through the C API, asserting the exact status, no panic, no handle created and no descriptor leaked.
 //! Rows 32-34 (lookups, view sizes, header bloat) have their own tests at the end.
 
-mod load_support;
+use crate::common::alone;
+use crate::load_support::*;
 use hostfirst::ffi::load::*;
 use hostfirst::Status;
-use load_support::*;
 use std::ffi::CString;
 
 fn check(name: &str) {
     let cases = catalogue();
     let c = cases.iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no case {name}"));
-    let _g = serial();
     let panics = panics_on_this_thread();
     let (fds, hs) = (open_fds(), handles());
 
@@ -38,7 +37,7 @@ fn check(name: &str) {
 
 macro_rules! cases {
     ($($f:ident => $name:literal,)*) => {
-        $( #[test] fn $f() { check($name) } )*
+        $( #[test] fn $f() { alone(concat!(module_path!(), "::", stringify!($f)), || check($name)) } )*
         const ALL: &[&str] = &[$($name),*];
     };
 }
@@ -101,29 +100,31 @@ fn every_case_has_a_test() {
 
 #[test]
 fn row32_tensor_not_found() {
-    let _g = serial();
-    let hs = handles();
-    let bytes = image(r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}"#, &[7]);
-    let mut f: *mut hostfirst_file = std::ptr::null_mut();
-    assert_eq!(hostfirst_file_open_memory(bytes.as_ptr().cast(), bytes.len(), &mut f), Status::Ok);
-    let name = CString::new("b").unwrap();
-    let mut v: *mut hostfirst_view = std::ptr::null_mut();
-    let mut idx = 99usize;
-    assert_eq!(hostfirst_file_view(f, name.as_ptr(), &mut v), Status::NotFound);
-    assert!(v.is_null());
-    assert_eq!(hostfirst_file_find(f, name.as_ptr(), &mut idx), Status::NotFound);
-    assert_eq!(idx, 99);
-    assert!(last_error().contains("'b'"), "{}", last_error());
-    assert_eq!(hostfirst_file_free(f), Status::Ok);
-    assert_eq!(handles(), hs);
+    alone(concat!(module_path!(), "::row32_tensor_not_found"), || {
+        let hs = handles();
+        let bytes = image(r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}"#, &[7]);
+        let mut f: *mut hostfirst_file = std::ptr::null_mut();
+        assert_eq!(hostfirst_file_open_memory(bytes.as_ptr().cast(), bytes.len(), &mut f), Status::Ok);
+        let name = CString::new("b").unwrap();
+        let mut v: *mut hostfirst_view = std::ptr::null_mut();
+        let mut idx = 99usize;
+        assert_eq!(hostfirst_file_view(f, name.as_ptr(), &mut v), Status::NotFound);
+        assert!(v.is_null());
+        assert_eq!(hostfirst_file_find(f, name.as_ptr(), &mut idx), Status::NotFound);
+        assert_eq!(idx, 99);
+        assert!(last_error().contains("'b'"), "{}", last_error());
+        assert_eq!(hostfirst_file_free(f), Status::Ok);
+        assert_eq!(handles(), hs);
+    });
 }
 
 #[test]
 fn row33_view_sizes_match_shapes() {
-    // The walk asserts nbytes == shape x dtype size and copy == mapped bytes for every tensor.
-    let h = r#"{"a":{"dtype":"F4","shape":[2,3],"data_offsets":[0,3]},"b":{"dtype":"F6_E2M3","shape":[4],"data_offsets":[3,6]},"c":{"dtype":"C64","shape":[1,1],"data_offsets":[6,14]}}"#;
-    let _g = serial();
-    assert_eq!(open_memory_and_walk(&image(h, &[9; 14])), Status::Ok);
+    alone(concat!(module_path!(), "::row33_view_sizes_match_shapes"), || {
+        // The walk asserts nbytes == shape x dtype size and copy == mapped bytes for every tensor.
+        let h = r#"{"a":{"dtype":"F4","shape":[2,3],"data_offsets":[0,3]},"b":{"dtype":"F6_E2M3","shape":[4],"data_offsets":[3,6]},"c":{"dtype":"C64","shape":[1,1],"data_offsets":[6,14]}}"#;
+        assert_eq!(open_memory_and_walk(&image(h, &[9; 14])), Status::Ok);
+    });
 }
 
 fn many_tensors(n: usize) -> Vec<u8> {
@@ -141,12 +142,13 @@ fn many_tensors(n: usize) -> Vec<u8> {
 
 #[test]
 fn row34_header_bloat_over_the_cap_is_limit_exceeded() {
-    let bytes = many_tensors(hostfirst::load::MAX_TENSORS + 1);
-    let _g = serial();
-    let hs = handles();
-    assert_eq!(open_memory_and_walk(&bytes), Status::LimitExceeded);
-    assert!(last_error().contains("262144"), "{}", last_error());
-    assert_eq!(handles(), hs);
+    alone(concat!(module_path!(), "::row34_header_bloat_over_the_cap_is_limit_exceeded"), || {
+        let bytes = many_tensors(hostfirst::load::MAX_TENSORS + 1);
+        let hs = handles();
+        assert_eq!(open_memory_and_walk(&bytes), Status::LimitExceeded);
+        assert!(last_error().contains("262144"), "{}", last_error());
+        assert_eq!(handles(), hs);
+    });
 }
 
 #[test]
@@ -169,22 +171,23 @@ fn row34_hundred_thousand_tensors_are_accepted_and_fast_to_look_up() {
 
 #[test]
 fn non_regular_files_are_refused_without_hanging() {
-    let _g = serial();
-    let fds = open_fds();
-    let dir = tmp("a-directory");
-    std::fs::create_dir_all(&dir).unwrap();
-    assert_eq!(open_path_and_walk(&dir), Status::Io);
-    assert!(last_error().contains("not a regular file"), "{}", last_error());
-    assert_eq!(open_path_and_walk(std::path::Path::new("/dev/null")), Status::Io);
-    let fifo = tmp("a-fifo");
-    let c = CString::new(fifo.to_str().unwrap()).unwrap();
-    let _ = std::fs::remove_file(&fifo);
-    assert_eq!(unsafe { libc_mkfifo(c.as_ptr(), 0o600) }, 0);
-    assert_eq!(open_path_and_walk(&fifo), Status::Io);
-    std::fs::remove_file(&fifo).unwrap();
-    assert_eq!(open_path_and_walk(&tmp("does-not-exist")), Status::Io);
-    assert!(last_error().contains("does-not-exist"), "{}", last_error());
-    assert_eq!(open_fds(), fds);
+    alone(concat!(module_path!(), "::non_regular_files_are_refused_without_hanging"), || {
+        let fds = open_fds();
+        let dir = tmp("a-directory");
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(open_path_and_walk(&dir), Status::Io);
+        assert!(last_error().contains("not a regular file"), "{}", last_error());
+        assert_eq!(open_path_and_walk(std::path::Path::new("/dev/null")), Status::Io);
+        let fifo = tmp("a-fifo");
+        let c = CString::new(fifo.to_str().unwrap()).unwrap();
+        let _ = std::fs::remove_file(&fifo);
+        assert_eq!(unsafe { libc_mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert_eq!(open_path_and_walk(&fifo), Status::Io);
+        std::fs::remove_file(&fifo).unwrap();
+        assert_eq!(open_path_and_walk(&tmp("does-not-exist")), Status::Io);
+        assert!(last_error().contains("does-not-exist"), "{}", last_error());
+        assert_eq!(open_fds(), fds);
+    });
 }
 
 extern "C" {
@@ -194,14 +197,15 @@ extern "C" {
 
 #[test]
 fn c_string_arguments_are_validated() {
-    let _g = serial();
-    let mut f: *mut hostfirst_file = std::ptr::null_mut();
-    assert_eq!(hostfirst_file_open(std::ptr::null(), &mut f), Status::NullArgument);
-    let bad = [0xffu8, 0xfe, 0];
-    assert_eq!(hostfirst_file_open(bad.as_ptr().cast(), &mut f), Status::InvalidArgument);
-    let p = CString::new("x.safetensors").unwrap();
-    assert_eq!(hostfirst_file_open(p.as_ptr(), std::ptr::null_mut()), Status::NullArgument);
-    assert_eq!(hostfirst_file_open_memory(std::ptr::null(), 5, &mut f), Status::NullArgument);
-    assert_eq!(hostfirst_file_open_memory(std::ptr::null(), 0, &mut f), Status::HeaderTooSmall);
-    assert!(f.is_null());
+    alone(concat!(module_path!(), "::c_string_arguments_are_validated"), || {
+        let mut f: *mut hostfirst_file = std::ptr::null_mut();
+        assert_eq!(hostfirst_file_open(std::ptr::null(), &mut f), Status::NullArgument);
+        let bad = [0xffu8, 0xfe, 0];
+        assert_eq!(hostfirst_file_open(bad.as_ptr().cast(), &mut f), Status::InvalidArgument);
+        let p = CString::new("x.safetensors").unwrap();
+        assert_eq!(hostfirst_file_open(p.as_ptr(), std::ptr::null_mut()), Status::NullArgument);
+        assert_eq!(hostfirst_file_open_memory(std::ptr::null(), 5, &mut f), Status::NullArgument);
+        assert_eq!(hostfirst_file_open_memory(std::ptr::null(), 0, &mut f), Status::HeaderTooSmall);
+        assert!(f.is_null());
+    });
 }

@@ -270,11 +270,24 @@ pub fn run_ok_with_stand_in(bin: &Path, args: &[&str], knobs: &[(&str, Option<&s
 /// Runs `body` in a child process that has the stand-in driver loaded with `knobs`.
 ///
 /// The driver library is loaded once per process and the census is taken once, so every CUDA configuration
-/// needs its own process. Call this as the whole body of a `#[test]` whose function name is `test` (the
-/// path as `cargo test --exact` knows it): in the parent it re-executes this test binary for exactly that
+/// needs its own process. Call this as the whole body of a `#[test]`, naming it
+/// `concat!(module_path!(), "::test_fn")`: in the parent it re-executes this test binary for exactly that
 /// test with the stand-in on `LD_LIBRARY_PATH` and [`STAND_IN_CHILD`] set, and asserts that the child ran one
 /// test and passed; in the child it runs `body`.
 pub fn in_stand_in_child(test: &str, knobs: &[(&str, Option<&str>)], body: impl FnOnce()) {
+    in_child(test, knobs, true, body)
+}
+
+/// Runs `body` alone in a child process (no stand-in): for tests that count what is per process (open
+/// descriptors, live handles), which other tests of this binary would disturb. Named as for
+/// [`in_stand_in_child`].
+pub fn alone(test: &str, body: impl FnOnce()) {
+    in_child(test, &[], false, body)
+}
+
+fn in_child(test: &str, knobs: &[(&str, Option<&str>)], stand_in: bool, body: impl FnOnce()) {
+    // `module_path!()` starts with the crate's name; the test harness names tests without it.
+    let test = test.split_once("::").map_or(test, |(_, rest)| rest);
     if std::env::var(STAND_IN_CHILD).as_deref() == Ok(test) {
         body();
         return;
@@ -282,7 +295,8 @@ pub fn in_stand_in_child(test: &str, knobs: &[(&str, Option<&str>)], body: impl 
     let exe = std::env::current_exe().expect("current exe");
     let mut all: Vec<(&str, Option<&str>)> = knobs.to_vec();
     all.push((STAND_IN_CHILD, Some(test)));
-    let out = run_with_stand_in(&exe, &[test, "--exact", "--nocapture", "--test-threads=1"], &all);
+    let args = [test, "--exact", "--nocapture", "--test-threads=1"];
+    let out = if stand_in { run_with_stand_in(&exe, &args, &all) } else { run(&exe, &args, &all) };
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

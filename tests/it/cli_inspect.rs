@@ -2,9 +2,7 @@
 //! (tests/fixtures/expected.json, written by scripts/gen_fixtures.py), and fails cleanly on every file the
 //! library rejects: exit 1, nothing on stdout, one line `hostfirst: <path>: <STATUS>: <message>` on stderr.
 
-mod common;
-mod load_support;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -105,11 +103,11 @@ fn human_output_has_a_table_and_the_metadata() {
 
 #[test]
 fn rejected_files_fail_cleanly() {
-    for c in load_support::catalogue() {
+    for c in crate::load_support::catalogue() {
         if c.file == hostfirst::Status::Ok {
             continue;
         }
-        let path = load_support::tmp(&format!("cli-{}.safetensors", c.name));
+        let path = crate::load_support::tmp(&format!("cli-{}.safetensors", c.name));
         std::fs::write(&path, &c.bytes).unwrap();
         let p = path.to_str().unwrap();
         for args in [vec!["inspect", p], vec!["inspect", "--json", "--checksum", p]] {

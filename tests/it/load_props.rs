@@ -2,10 +2,9 @@
 //! the reference serializer, opened from memory and from a file, compared byte for byte; random mutations
 //! of valid files never panic and either open or give a format error.
 
-mod load_support;
+use crate::load_support::*;
 use hostfirst::dtype::{DType, ALL_DTYPES};
 use hostfirst::{Status, TensorFile};
-use load_support::*;
 use proptest::prelude::*;
 use std::collections::HashMap;
 
@@ -42,7 +41,10 @@ fn tensor() -> impl Strategy<Value = T> {
     })
 }
 
-fn files() -> impl Strategy<Value = (Vec<(String, T)>, Vec<(String, String)>)> {
+/// Named tensors and `__metadata__` pairs of one generated file.
+type FileSpec = (Vec<(String, T)>, Vec<(String, String)>);
+
+fn files() -> impl Strategy<Value = FileSpec> {
     (
         prop::collection::btree_map("[a-z][a-z0-9._]{0,11}", tensor(), 0..7),
         prop::collection::vec(("[a-z]{1,6}", "\\PC{0,12}"), 0..3),

@@ -1,8 +1,7 @@
 //! Placement rules, plans, whole-file loads and the batch gather: on cpu, and on simulated CUDA devices
 //! through the stand-in driver.
 
-mod common;
-use common::*;
+use crate::common::*;
 use hostfirst::device::DeviceKind;
 use hostfirst::place::gather::random_offsets;
 use hostfirst::place::{load, Gather, Placed, Placement, Plan, Rules};
@@ -249,31 +248,35 @@ const GIB: u64 = 1 << 30;
 
 #[test]
 fn stand_in_load_on_two_devices_byte_for_byte() {
-    in_stand_in_child("stand_in_load_on_two_devices_byte_for_byte", &[("STAND_IN_DEVICES", Some("2"))], || {
-        let (path, tensors) = model();
-        let f = TensorFile::open(&path).unwrap();
-        let plan =
-            Plan::make(&f, &Rules::parse(["tokens=host", "w1=cuda:0", "w2=cuda:1", "bias=cpu"]).unwrap()).unwrap();
-        assert_eq!(plan.devices.len(), 3);
-        {
-            let loaded = load(&f, &plan, None).unwrap();
-            assert_eq!(hostfirst_live(), 2);
-            for (n, b) in &tensors {
-                assert!(bytes_of(loaded.get(n).unwrap()) == *b, "{n} byte-for-byte");
+    in_stand_in_child(
+        concat!(module_path!(), "::stand_in_load_on_two_devices_byte_for_byte"),
+        &[("STAND_IN_DEVICES", Some("2"))],
+        || {
+            let (path, tensors) = model();
+            let f = TensorFile::open(&path).unwrap();
+            let plan =
+                Plan::make(&f, &Rules::parse(["tokens=host", "w1=cuda:0", "w2=cuda:1", "bias=cpu"]).unwrap()).unwrap();
+            assert_eq!(plan.devices.len(), 3);
+            {
+                let loaded = load(&f, &plan, None).unwrap();
+                assert_eq!(hostfirst_live(), 2);
+                for (n, b) in &tensors {
+                    assert!(bytes_of(loaded.get(n).unwrap()) == *b, "{n} byte-for-byte");
+                }
+                let Placed::Buffer(w2) = loaded.get("w2").unwrap() else { panic!("w2 is a buffer") };
+                assert_eq!(w2.lock().unwrap().device(), Device::cuda(1));
             }
-            let Placed::Buffer(w2) = loaded.get("w2").unwrap() else { panic!("w2 is a buffer") };
-            assert_eq!(w2.lock().unwrap().device(), Device::cuda(1));
-        }
-        assert_eq!(hostfirst_live(), 0, "everything freed with the load");
-        // Cancellation after the first device tensor frees it.
-        let mut n = 0;
-        let mut cancel = |_: u64, _: u64| {
-            n += 1;
-            n > 1
-        };
-        assert_eq!(load(&f, &plan, Some(&mut cancel)).err().unwrap().status(), Status::Cancelled);
-        assert_eq!(hostfirst_live(), 0);
-    });
+            assert_eq!(hostfirst_live(), 0, "everything freed with the load");
+            // Cancellation after the first device tensor frees it.
+            let mut n = 0;
+            let mut cancel = |_: u64, _: u64| {
+                n += 1;
+                n > 1
+            };
+            assert_eq!(load(&f, &plan, Some(&mut cancel)).err().unwrap().status(), Status::Cancelled);
+            assert_eq!(hostfirst_live(), 0);
+        },
+    );
 }
 
 fn hostfirst_live() -> u64 {
@@ -283,7 +286,7 @@ fn hostfirst_live() -> u64 {
 #[test]
 fn stand_in_load_fit_failure_allocates_nothing() {
     in_stand_in_child(
-        "stand_in_load_fit_failure_allocates_nothing",
+        concat!(module_path!(), "::stand_in_load_fit_failure_allocates_nothing"),
         &[
             ("STAND_IN_DEVICES", Some("2")),
             ("STAND_IN_TOTAL_MEMORY", Some("16G,48K")),
@@ -315,7 +318,7 @@ fn stand_in_load_fit_failure_allocates_nothing() {
 #[test]
 fn stand_in_gather_matches_and_allocates_nothing_per_step() {
     in_stand_in_child(
-        "stand_in_gather_matches_and_allocates_nothing_per_step",
+        concat!(module_path!(), "::stand_in_gather_matches_and_allocates_nothing_per_step"),
         &[("STAND_IN_DEVICES", Some("1"))],
         || {
             check_gather(Device::cuda(0));

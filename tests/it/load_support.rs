@@ -9,7 +9,7 @@ use hostfirst::Status;
 use std::cell::Cell;
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, Once};
+use std::sync::Once;
 
 /// `len (u64 LE) | header | data`.
 pub fn image(header: &str, data: &[u8]) -> Vec<u8> {
@@ -213,12 +213,6 @@ pub fn panics_on_this_thread() -> usize {
         }));
     });
     PANICS.with(|p| p.get())
-}
-
-/// Tests that count descriptors or handles hold this lock (the counts are per process).
-pub fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 pub fn open_fds() -> usize {

@@ -1,7 +1,6 @@
 //! `hostfirst devices` without CUDA: census, devices, default and its source, env handling.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 #[test]
 fn devices_json_without_cuda() {

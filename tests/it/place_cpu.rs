@@ -1,7 +1,6 @@
 //! Puts to cpu: every dtype, slices, a ≥ 1 GiB sparse tensor, a file truncated between open and put.
 
-mod common;
-use common::*;
+use crate::common::*;
 use hostfirst::dtype::ALL_DTYPES;
 use hostfirst::place::{buffer_to, put, PutOptions, Target};
 use hostfirst::{DType, Device, Status, TensorFile};

@@ -2,8 +2,7 @@
 //! (equal to `inspect --checksum`'s); errors are one line `hostfirst: <what>: <STATUS>: <message>`, exit 1.
 //! cpu here; cuda through the stand-in driver.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 fn file() -> (std::path::PathBuf, Vec<u8>) {
     let n = 300_001usize; // rows of 1 U8 column... as shape [n]

@@ -1,5 +1,5 @@
 //! The committed include/hostfirst.h must equal what cbindgen generates from the sources.
-//! Regenerate it with: HOSTFIRST_UPDATE_HEADER=1 cargo test --test header
+//! Regenerate it with: HOSTFIRST_UPDATE_HEADER=1 cargo test --test it header::
 
 use std::path::Path;
 
@@ -27,7 +27,7 @@ fn committed_header_is_current() {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == fresh,
-        "include/hostfirst.h is stale; regenerate it with: HOSTFIRST_UPDATE_HEADER=1 cargo test --test header"
+        "include/hostfirst.h is stale; regenerate it with: HOSTFIRST_UPDATE_HEADER=1 cargo test --test it header::"
     );
 }
 

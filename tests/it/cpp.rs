@@ -1,7 +1,6 @@
 //! include/hostfirst.hpp: compiled as C++17 with -Wall -Wextra -Wpedantic -Werror, linked and run.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::PathBuf;
 use std::process::Command;
 

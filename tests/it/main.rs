@@ -1,0 +1,25 @@
+//! The integration tests, one binary (each file below was its own binary; one link of the crate instead of
+//! twenty). Run one group with `cargo test --test it cuda_stub::`, one test with its full path.
+
+mod boundary;
+mod c_abi;
+mod cli_devices;
+mod cli_inspect;
+mod cli_put;
+mod cli_rules;
+mod common;
+mod cpp;
+mod cuda_stub;
+mod example_host_first;
+mod header;
+mod install;
+mod load_catalogue;
+mod load_corpus;
+mod load_props;
+mod load_sets;
+mod load_sparse;
+mod load_support;
+mod place_cpu;
+mod place_cuda;
+mod place_rules;
+mod readme_example;
