@@ -80,7 +80,8 @@ pub struct hostfirst_dlpack_tensor {
     pub dtype: hostfirst_dlpack_dtype,
     /// `ndim` dimensions (NULL when `ndim` is 0); owned by the managed tensor.
     pub shape: *mut i64,
-    /// Always NULL: the data is compact, C order.
+    /// NULL for compact C order (every buffer, every contiguous view); `ndim` element strides for a strided
+    /// view (`hostfirst_view_narrow` on an inner dimension); owned by the managed tensor.
     pub strides: *mut i64,
     /// Always 0: `data` points at the first element.
     pub byte_offset: u64,
@@ -117,6 +118,7 @@ enum Keep {
 pub(crate) struct DlpackExport {
     _keep: Keep,
     _shape: Box<[i64]>,
+    _strides: Option<Box<[i64]>>,
     managed: usize,
 }
 
@@ -151,17 +153,30 @@ extern "C" fn dlpack_deleter(t: *mut hostfirst_dlpack_managed_tensor_versioned) 
     })
 }
 
+#[allow(clippy::too_many_arguments)] // one call per exported kind; a struct would only rename these
 fn export(
     keep: Keep,
     data: *mut c_void,
     device: crate::device::Device,
     dtype: crate::dtype::DType,
     shape: &[u64],
+    strides: Option<&[u64]>,
     flags: u64,
     what: &str,
 ) -> crate::error::Result<*mut hostfirst_dlpack_managed_tensor_versioned> {
     let dt = dlpack::dl_dtype_or_err(dtype, what)?;
     let mut dims = dlpack::dl_shape(shape, what)?.into_boxed_slice();
+    let mut strides = match strides {
+        Some(_) if dtype.bits() % 8 != 0 => {
+            return Err(Error::new(
+                Status::Unsupported,
+                format!("{what}: a strided view of {dtype} (sub-byte elements) has no DLPack form; copy it out"),
+            ))
+        }
+        Some(s) => Some(dlpack::dl_shape(s, what)?.into_boxed_slice()),
+        None => None,
+    };
+    let strides_ptr = strides.as_mut().map_or(std::ptr::null_mut(), |s| s.as_mut_ptr());
     let (device_type, device_id) = dlpack::dl_device(device);
     let shape_ptr = if dims.is_empty() { std::ptr::null_mut() } else { dims.as_mut_ptr() };
     let managed = Box::into_raw(Box::new(hostfirst_dlpack_managed_tensor_versioned {
@@ -175,13 +190,14 @@ fn export(
             ndim: dims.len() as i32,
             dtype: hostfirst_dlpack_dtype { code: dt.code, bits: dt.bits, lanes: dt.lanes },
             shape: shape_ptr,
-            strides: std::ptr::null_mut(),
+            strides: strides_ptr,
             byte_offset: 0,
         },
     }));
     let id = handle::insert_new::<dlpack_export_handle>(DlpackExport {
         _keep: keep,
         _shape: dims,
+        _strides: strides,
         managed: managed as usize,
     });
     // SAFETY: just allocated above, not yet shared.
@@ -189,15 +205,16 @@ fn export(
     Ok(managed)
 }
 
-/// Exports a view (or row slice) as a DLPack 1.1 managed tensor and writes it to `*out`.
+/// Exports a view (or row slice, or narrowed view) as a DLPack 1.1 managed tensor and writes it to `*out`.
 ///
 /// Zero-copy: `dl_tensor.data` points into the file's read-only mapping (the same pointer as
-/// `hostfirst_view_info.data`, with the same SIGBUS hazard), device kDLCPU 0, compact C order (strides NULL,
-/// byte_offset 0), `flags` has `HOSTFIRST_DLPACK_FLAG_READ_ONLY`: never write through it. The data may be
+/// `hostfirst_view_info.data`, with the same SIGBUS hazard), device kDLCPU 0, byte_offset 0; strides NULL
+/// (compact C order) for a contiguous view, the view's element strides for a strided one (a consumer that
+/// cannot take strides should copy with `hostfirst_view_copy` instead), `flags` has `HOSTFIRST_DLPACK_FLAG_READ_ONLY`: never write through it. The data may be
 /// misaligned for its dtype (see `hostfirst_view_info.alignment`). The tensor keeps the mapping alive until
 /// its `deleter` is called, even after the view and file handles are freed; until then it counts in
 /// `hostfirst_handle_count`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED` for a dtype DLPack has
-/// no code for (none in this version), `VALIDATION_OVERFLOW` for a dimension above INT64_MAX. On failure
+/// no code for (none in this version) or a strided view of a sub-byte dtype (F4, F6), `VALIDATION_OVERFLOW` for a dimension above INT64_MAX. On failure
 /// `*out` is unchanged. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_view_to_dlpack(
@@ -211,7 +228,9 @@ pub extern "C" fn hostfirst_view_to_dlpack(
         let data = v.mapped().as_ptr() as *mut c_void;
         let v = TensorView::clone(&v);
         let (dtype, shape) = (v.dtype(), v.shape().to_vec());
-        *out = export(Keep::View(v), data, crate::device::Device::CPU, dtype, &shape, dlpack::FLAG_READ_ONLY, &what)?;
+        let strides = if v.is_contiguous() { None } else { Some(v.strides()) };
+        let cpu = crate::device::Device::CPU;
+        *out = export(Keep::View(v), data, cpu, dtype, &shape, strides.as_deref(), dlpack::FLAG_READ_ONLY, &what)?;
         Ok(())
     })
 }
@@ -241,7 +260,7 @@ pub extern "C" fn hostfirst_buffer_to_dlpack(
                 format!("buffer '{}'", g.name()),
             )
         };
-        *out = export(Keep::Buffer(b), data, device, dtype, &shape, 0, &what)?;
+        *out = export(Keep::Buffer(b), data, device, dtype, &shape, None, 0, &what)?;
         Ok(())
     })
 }

@@ -16,9 +16,11 @@ pub struct hostfirst_file {
     _private: [u8; 0],
 }
 
-/// A read-only view of one tensor, or of a row range of one (`hostfirst_view_slice_rows`).
+/// A read-only view of one tensor, or of a part of one: a row range (`hostfirst_view_slice_rows`) or a range
+/// of any dimension (`hostfirst_view_narrow`, strided for inner dimensions).
 ///
-/// Created by `hostfirst_file_view`, `hostfirst_file_view_at` or `hostfirst_view_slice_rows`; released by
+/// Created by `hostfirst_file_view`, `hostfirst_file_view_at`, `hostfirst_view_slice_rows` or
+/// `hostfirst_view_narrow`; released by
 /// `hostfirst_view_free`. A view keeps its file's mapping and descriptor alive: freeing the file handle first
 /// is safe. Immutable: every function taking a `const hostfirst_view*` is thread-safe.
 pub struct hostfirst_view {
@@ -127,6 +129,11 @@ pub struct hostfirst_view_info {
     pub data: *const c_void,
     /// Alignment of `data` in bytes: the largest power of two dividing its address, capped at 4096.
     pub alignment: u64,
+    /// NULL when the view is one contiguous C-order block (every whole tensor, every row slice). For a
+    /// strided view (`hostfirst_view_narrow` on an inner dimension): `rank` element strides, so element
+    /// `(i0, i1, ...)` is at element offset `sum(ik * strides[k])` from `data`; `nbytes` is still the packed
+    /// size, which copies (`hostfirst_view_copy`) and puts produce. Valid until the view is freed.
+    pub strides: *const u64,
 }
 
 fn dtype_arg(v: u32) -> Option<DType> {
@@ -475,6 +482,7 @@ pub extern "C" fn hostfirst_view_describe(view: *const hostfirst_view, out: *mut
             data_offset: v.data_offset(),
             data: data as *const c_void,
             alignment: crate::load::alignment_of(data as usize),
+            strides: v.strides_ptr(),
         };
         Ok(())
     })
@@ -502,7 +510,36 @@ pub extern "C" fn hostfirst_view_slice_rows(
     })
 }
 
-/// Copies the view's bytes into the caller's buffer `(dst, capacity)`.
+/// Creates a zero-copy view of elements `[start, start + len)` along dimension `dim` of `view` (other
+/// dimensions kept) and writes it to `*out_view`.
+///
+/// Narrowing composes: offsets are relative to `view`, which may itself be narrowed; `dim` 0 is
+/// `hostfirst_view_slice_rows`. A narrow of an inner dimension is strided (`hostfirst_view_info.strides`
+/// non-NULL): nothing is read or copied now, and copies (`hostfirst_view_copy`, `hostfirst_view_read`), puts
+/// and loads produce its packed C-order bytes, reading only the runs it covers (neighbouring runs are
+/// merged into one `pread` when that costs at most 1.25 times the pages they need). DLPack export gives the
+/// strides. The new view is independent of `view` (free both). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`;
+/// `OUT_OF_RANGE` when `dim` is not below the view's rank or `start + len > shape[dim]`; `MISALIGNED_SLICE`
+/// when a run of a sub-byte dtype (F4, F6) would start or end inside a byte. On failure `*out_view` is
+/// unchanged. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_view_narrow(
+    view: *const hostfirst_view,
+    dim: u32,
+    start: u64,
+    len: u64,
+    out_view: *mut *mut hostfirst_view,
+) -> Status {
+    hostfirst_boundary!("hostfirst_view_narrow", {
+        let v = handle::get::<hostfirst_view>(view, "view")?;
+        let out = out_ptr(out_view, "out_view")?;
+        let s = v.narrow(dim as usize, start, len)?;
+        *out = handle::insert_new::<hostfirst_view>(s);
+        Ok(())
+    })
+}
+
+/// Copies the view's bytes (packed, C order) into the caller's buffer `(dst, capacity)`.
 ///
 /// `*out_nbytes` (if not NULL) always receives the view's size. Files are read with `pread` on the file
 /// descriptor, not through the mapping, so a file truncated after opening gives `HOSTFIRST_STATUS_TRUNCATED`

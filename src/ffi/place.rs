@@ -90,7 +90,8 @@ pub struct hostfirst_put_stats {
     pub reused_registration: i32,
     /// Resident mode: 1 when the put went through the staging ring instead, because the tensor shares
     /// memory pages with cached registrations that do not cover it (a slice registered before the whole
-    /// tensor, or a neighbouring tensor); the copy is complete and correct either way.
+    /// tensor, or a neighbouring tensor), or because the view is strided (`hostfirst_view_narrow` on an inner
+    /// dimension); the copy is complete and correct either way.
     pub staged_instead: i32,
 }
 

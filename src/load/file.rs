@@ -341,6 +341,7 @@ impl TensorFile {
             shape: Arc::clone(&e.shape),
             start: e.start,
             nbytes: e.nbytes,
+            strides: None,
         })
     }
 

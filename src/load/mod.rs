@@ -21,11 +21,13 @@
 mod file;
 mod header;
 mod index;
+pub mod layout;
 mod names;
 mod shard;
 mod view;
 
 pub use file::TensorFile;
+pub use layout::{ReadPolicy, Runs};
 pub use names::CName;
 pub use view::{alignment_of, TensorView};
 

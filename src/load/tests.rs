@@ -211,3 +211,144 @@ fn large_headers_agree_with_the_reference() {
     let dup = build(&|i, o| (i == K).then(|| (entry(i - 1, "F32", "[2,2]", o, o + 16), o + 16)));
     assert_eq!(ours(&dup), Status::DuplicateTensor);
 }
+
+/// Narrowed views against a reference: the packed bytes of per-dimension ranges of a C-order array.
+mod narrow {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The packed C-order bytes of `ranges` (offset, len per dim) of a C-order array of `shape`.
+    pub(crate) fn reference(data: &[u8], shape: &[u64], elem: usize, ranges: &[(u64, u64)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        if ranges.iter().any(|r| r.1 == 0) {
+            return out;
+        }
+        let rank = shape.len();
+        let mut idx = vec![0u64; rank];
+        loop {
+            let mut lin = 0u64;
+            for k in 0..rank {
+                lin = lin * shape[k] + ranges[k].0 + idx[k];
+            }
+            let at = lin as usize * elem;
+            out.extend_from_slice(&data[at..at + elem]);
+            let mut k = rank;
+            loop {
+                if k == 0 {
+                    return out;
+                }
+                k -= 1;
+                idx[k] += 1;
+                if idx[k] < ranges[k].1 {
+                    break;
+                }
+                idx[k] = 0;
+            }
+        }
+    }
+
+    pub(crate) fn file_of(shape: &[u64], dtype: &str, elem: usize) -> (TensorFile, Vec<u8>) {
+        let n: u64 = shape.iter().product::<u64>() * elem as u64;
+        let data: Vec<u8> = (0..n).map(|i| (i.wrapping_mul(2654435761) >> 7) as u8).collect();
+        let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+        let h = format!(r#"{{"t":{{"dtype":"{dtype}","shape":[{}],"data_offsets":[0,{n}]}}}}"#, dims.join(","));
+        (TensorFile::from_bytes(image(&h, &data)).unwrap(), data)
+    }
+
+    #[test]
+    fn inner_narrow_is_strided_and_composes() {
+        let (f, data) = file_of(&[4, 6], "F32", 4);
+        let t = f.view("t").unwrap();
+        let c = t.narrow(1, 2, 3).unwrap();
+        assert!(!c.is_contiguous());
+        assert_eq!((c.shape(), c.strides(), c.nbytes()), (&[4u64, 3][..], vec![6, 1], 48));
+        assert_eq!(c.data_offset(), 8);
+        assert_eq!(c.span_bytes(), 3 * 24 + 12);
+        assert_eq!(c.to_vec().unwrap(), reference(&data, &[4, 6], 4, &[(0, 4), (2, 3)]));
+        // Narrow the narrow: rows 1..3, then column 1 of those (column 3 of the tensor).
+        let cc = c.narrow(0, 1, 2).unwrap().narrow(1, 1, 1).unwrap();
+        assert_eq!(cc.to_vec().unwrap(), reference(&data, &[4, 6], 4, &[(1, 2), (3, 1)]));
+        // One row of a column narrow is contiguous again.
+        let one = c.narrow(0, 2, 1).unwrap();
+        assert!(one.is_contiguous());
+        assert_eq!(one.mapped(), &reference(&data, &[4, 6], 4, &[(2, 1), (2, 3)])[..]);
+        // slice_rows is narrow(0, ..).
+        let r = t.slice_rows(1, 3).unwrap();
+        assert!(r.is_contiguous());
+        assert_eq!(r.to_vec().unwrap(), t.narrow(0, 1, 2).unwrap().to_vec().unwrap());
+        // A ranged read of a strided view starts and ends inside runs.
+        let mut part = [0u8; 20];
+        c.read_at(5, &mut part).unwrap();
+        assert_eq!(&part[..], &reference(&data, &[4, 6], 4, &[(0, 4), (2, 3)])[5..25]);
+        assert_eq!(c.read_at(40, &mut part).unwrap_err().status(), Status::OutOfRange);
+    }
+
+    #[test]
+    fn narrow_bounds() {
+        let (f, _) = file_of(&[4, 6], "U8", 1);
+        let t = f.view("t").unwrap();
+        assert_eq!(t.narrow(2, 0, 1).unwrap_err().status(), Status::OutOfRange);
+        assert_eq!(t.narrow(1, 5, 2).unwrap_err().status(), Status::OutOfRange);
+        assert_eq!(t.narrow(1, u64::MAX, 2).unwrap_err().status(), Status::OutOfRange);
+        assert!(t.narrow(1, 6, 0).unwrap().to_vec().unwrap().is_empty());
+        let e = t.narrow(1, 6, 0).unwrap().narrow(0, 1, 2).unwrap();
+        assert_eq!((e.shape(), e.nbytes()), (&[2u64, 0][..], 0));
+        let msg = t.narrow(3, 0, 1).unwrap_err().message().to_string();
+        assert!(msg.contains("'t'") && msg.contains("dimension 3"), "{msg}");
+        let (s, _) = file_of(&[], "U8", 1);
+        assert_eq!(s.view("t").unwrap().narrow(0, 0, 1).unwrap_err().status(), Status::OutOfRange);
+        assert_eq!(s.view("t").unwrap().slice_rows(0, 0).unwrap_err().status(), Status::Unsupported);
+    }
+
+    #[test]
+    fn sub_byte_inner_narrows_need_whole_bytes() {
+        // F4 [4, 4]: a row is 2 bytes; columns 0..2 are whole bytes, columns 1..3 are not.
+        let f = TensorFile::from_bytes(image(
+            r#"{"q":{"dtype":"F4","shape":[4,4],"data_offsets":[0,8]}}"#,
+            &[0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe],
+        ))
+        .unwrap();
+        let q = f.view("q").unwrap();
+        assert_eq!(q.narrow(1, 2, 2).unwrap().to_vec().unwrap(), vec![0x32, 0x76, 0xba, 0xfe]);
+        assert_eq!(q.narrow(1, 1, 2).unwrap_err().status(), Status::MisalignedSlice);
+        assert_eq!(q.narrow(1, 0, 1).unwrap_err().status(), Status::MisalignedSlice);
+    }
+
+    fn shape_and_narrows() -> impl Strategy<Value = (Vec<u64>, Vec<(usize, u64, u64)>)> {
+        proptest::collection::vec(1u64..6, 1..5).prop_flat_map(|shape| {
+            let rank = shape.len();
+            let ops = proptest::collection::vec((0..rank, 0u64..6, 0u64..6), 0..4);
+            (Just(shape), ops)
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn copy_out_equals_numpy_slicing((shape, ops) in shape_and_narrows(), elem in prop::sample::select(vec![1usize, 2, 4])) {
+            let dtype = match elem { 1 => "U8", 2 => "U16", _ => "F32" };
+            let (f, data) = file_of(&shape, dtype, elem);
+            let mut v = f.view("t").unwrap();
+            let mut ranges: Vec<(u64, u64)> = shape.iter().map(|&d| (0, d)).collect();
+            for (dim, start, len) in ops {
+                let size = ranges[dim].1;
+                // Clamp into range (out-of-range narrows are tested above).
+                let start = start.min(size);
+                let len = len.min(size - start);
+                v = v.narrow(dim, start, len).unwrap();
+                ranges[dim] = (ranges[dim].0 + start, len);
+            }
+            let want = reference(&data, &shape, elem, &ranges);
+            prop_assert_eq!(v.nbytes() as usize, want.len());
+            prop_assert_eq!(v.shape(), &ranges.iter().map(|r| r.1).collect::<Vec<_>>()[..]);
+            prop_assert_eq!(&v.to_vec().unwrap(), &want);
+            // Any sub-range of the packed bytes.
+            if !want.is_empty() {
+                let a = want.len() / 3;
+                let b = want.len() - want.len() / 5;
+                let mut part = vec![0u8; b - a];
+                v.read_at(a as u64, &mut part).unwrap();
+                prop_assert_eq!(&part[..], &want[a..b]);
+            }
+        }
+    }
+}

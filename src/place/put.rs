@@ -50,7 +50,7 @@ pub struct PutStats {
     /// True when a resident put reused a cached registration.
     pub reused_registration: bool,
     /// True when a resident put went through the staging ring instead, because the view shares pages with
-    /// cached registrations that do not cover it (see [`super::resident`]).
+    /// cached registrations that do not cover it (see [`super::resident`]), or because it is strided.
     pub staged_instead: bool,
 }
 
@@ -107,7 +107,10 @@ fn fill_impl(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>, fresh: b
             debug_assert_eq!(device.kind, DeviceKind::Cuda);
             let mut progress = opts.progress;
             let mut stats = PutStats::default();
-            if opts.resident && view.nbytes() > 0 {
+            if opts.resident && view.nbytes() > 0 && !view.is_contiguous() {
+                // A strided view is not one range to register: its runs go through the ring.
+                stats.staged_instead = true;
+            } else if opts.resident && view.nbytes() > 0 {
                 let reborrowed: Option<&mut dyn FnMut(u64, u64) -> bool> = match progress {
                     Some(ref mut p) => Some(&mut **p),
                     None => None,
