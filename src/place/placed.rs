@@ -2,7 +2,7 @@
 
 use super::buffer::Buffer;
 use super::fit;
-use super::plan::{Placement, Plan};
+use super::plan::{DeviceSummary, Placement, Plan};
 use super::put::{fill, PutOptions};
 use crate::error::{human_bytes, Error, FitFailure, Result, Status};
 use crate::load::{TensorFile, TensorView};
@@ -45,11 +45,16 @@ impl Loaded {
 /// Checks every device of `plan` against its memory free now; the first that does not fit gives
 /// `OUT_OF_MEMORY` with the numbers and the structured fit failure.
 pub fn check_plan(plan: &Plan) -> Result<()> {
-    for d in &plan.devices {
+    check_devices(&plan.devices, "load")
+}
+
+/// [`check_plan`] for any list of device totals; `what` starts the message (`load`, `shard load`).
+pub fn check_devices(devices: &[DeviceSummary], what: &str) -> Result<()> {
+    for d in devices {
         let (usable, total) = fit::usable(d.device)?;
         if d.bytes > usable {
             let msg = format!(
-                "load: {} tensor(s), {} in all (largest '{}', {}), do not fit on {}: {} free of {}",
+                "{what}: {} tensor(s), {} in all (largest '{}', {}), do not fit on {}: {} free of {}",
                 d.tensors,
                 human_bytes(d.bytes),
                 d.largest.0,

@@ -1,0 +1,227 @@
+//! The shard-on-read plan: for the mesh positions a process owns, the part of every tensor each position
+//! holds, as a narrowed view, with the byte runs it needs from its file and what the coalesced reads cost.
+//! Making a plan reads no tensor data and allocates nothing on a device.
+
+use super::mesh::Mesh;
+use super::rules::ShardRules;
+use crate::device::Device;
+use crate::error::{Error, Result, Status};
+use crate::load::layout::coalesce;
+use crate::load::{ReadPolicy, TensorFile, TensorView};
+use crate::place::fit;
+use crate::place::plan::DeviceSummary;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A mesh position this process owns and the device its shards go to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owned {
+    /// The position (row-major over the mesh axes, see [`Mesh`]).
+    pub position: u64,
+    /// Where its shards are placed (`cpu`, `cuda_host`, `cuda:N`).
+    pub device: Device,
+}
+
+/// One shard: the part of one tensor that one owned position holds.
+#[derive(Clone, Debug)]
+pub struct ShardEntry {
+    /// The tensor's index in the file (file order).
+    pub tensor: usize,
+    /// The owned position.
+    pub position: u64,
+    /// Its device.
+    pub device: Device,
+    /// The rule that matched (index), `None` when none did (replicated).
+    pub rule: Option<usize>,
+    /// Per tensor dimension, `(start, len)` of the part held.
+    pub ranges: Vec<(u64, u64)>,
+    /// The part, as a (possibly strided) view of the file.
+    pub view: TensorView,
+    /// Contiguous byte runs the part consists of in its file.
+    pub runs: u64,
+    /// File bytes the coalesced reads of those runs take (0 when `copy_of` is set).
+    pub planned_read: u64,
+    /// An earlier entry holding the same part of the same tensor (another owned position along a replicated
+    /// axis): this one is copied from that entry's buffer instead of being read again.
+    pub copy_of: Option<usize>,
+}
+
+impl ShardEntry {
+    /// The tensor name.
+    pub fn name(&self) -> &str {
+        self.view.name()
+    }
+    /// Bytes of the shard (packed).
+    pub fn nbytes(&self) -> u64 {
+        self.view.nbytes()
+    }
+    /// The shard's shape.
+    pub fn shape(&self) -> &[u64] {
+        self.view.shape()
+    }
+}
+
+/// What the plan takes from one file of the set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileSummary {
+    /// The file (its path as opened, `<memory>` for a buffer).
+    pub file: String,
+    /// Bytes of the shards read from it (without copies of replicated parts).
+    pub needed: u64,
+    /// Bytes the coalesced reads take from it.
+    pub planned_read: u64,
+}
+
+/// A shard-on-read plan.
+#[derive(Clone, Debug)]
+pub struct ShardPlan {
+    /// The file (or set) it was made for.
+    pub file: TensorFile,
+    /// The mesh of its rules.
+    pub mesh: Arc<Mesh>,
+    /// The shards: tensors in file order, for each the owned positions in the order given.
+    pub entries: Vec<ShardEntry>,
+    /// Per device, the bytes it receives and whether they fit now (order of first use).
+    pub devices: Vec<DeviceSummary>,
+    /// Per file, the bytes needed and the bytes the reads take (order of first use).
+    pub files: Vec<FileSummary>,
+    /// How runs are merged into reads.
+    pub policy: ReadPolicy,
+}
+
+/// The runs of `view` and the file bytes its coalesced reads take under `policy` (the packed bytes for a
+/// memory buffer, which is copied piece by piece).
+pub fn read_cost(view: &TensorView, policy: &ReadPolicy) -> (u64, u64) {
+    let Some(runs) = view.runs() else { return (0, 0) };
+    if view.path().is_none() || runs.outer.is_empty() {
+        return (runs.count(), runs.nbytes());
+    }
+    let mut bytes = 0u64;
+    coalesce(runs.pieces(0, runs.nbytes()), policy, |lo, hi, _| {
+        bytes += hi - lo;
+        Ok(())
+    })
+    .expect("counting cannot fail");
+    (runs.count(), bytes)
+}
+
+impl ShardPlan {
+    /// Plans the shards of every tensor of `file` for the `owned` positions of `rules`' mesh.
+    ///
+    /// Errors: `OUT_OF_RANGE` for a position not on the mesh; `INVALID_ARGUMENT` for a position owned twice,
+    /// an invalid policy, a rule whose spec has more entries than a tensor it matches has dimensions, or a
+    /// split dimension that does not divide evenly (the message names the tensor, the dimension, its size
+    /// and the axes); `MISALIGNED_SLICE` when a shard of a sub-byte tensor starts inside a byte;
+    /// `NO_SUCH_DEVICE` / `UNAVAILABLE` for an absent device.
+    pub fn make(file: &TensorFile, rules: &ShardRules, owned: &[Owned], policy: ReadPolicy) -> Result<ShardPlan> {
+        policy.validate()?;
+        let mesh = Arc::clone(rules.mesh());
+        let mut coords = Vec::with_capacity(owned.len());
+        for (i, o) in owned.iter().enumerate() {
+            if owned[..i].iter().any(|p| p.position == o.position) {
+                return Err(Error::new(
+                    Status::InvalidArgument,
+                    format!("mesh position {} is owned twice", o.position),
+                ));
+            }
+            coords.push(mesh.coords(o.position)?);
+            o.device.validate()?;
+        }
+        let mut entries: Vec<ShardEntry> = Vec::with_capacity(file.len() * owned.len());
+        let mut devices: Vec<DeviceSummary> = Vec::new();
+        let mut files: Vec<FileSummary> = Vec::new();
+        for tensor in 0..file.len() {
+            let whole = file.view_at(tensor)?;
+            let found = rules.find(whole.name());
+            let what = format!("{}: tensor '{}'", whole.file_display(), whole.name());
+            let mut first: HashMap<Vec<(u64, u64)>, usize> = HashMap::new();
+            for (o, c) in owned.iter().zip(&coords) {
+                let ranges = match found {
+                    Some((ri, r)) => r
+                        .spec
+                        .ranges(whole.shape(), &mesh, c, &what)
+                        .map_err(|e| e.context(format!("rule {ri} '{}'", r.pattern)))?,
+                    None => whole.shape().iter().map(|&d| (0, d)).collect(),
+                };
+                let mut view = whole.clone();
+                for (d, &(start, len)) in ranges.iter().enumerate() {
+                    if (start, len) != (0, whole.shape()[d]) {
+                        view = view.narrow(d, start, len)?;
+                    }
+                }
+                let copy_of = first.get(&ranges).copied();
+                let (runs, planned_read) = match copy_of {
+                    Some(_) => (view.runs().map_or(0, |r| r.count()), 0),
+                    None => read_cost(&view, &policy),
+                };
+                if copy_of.is_none() {
+                    first.insert(ranges.clone(), entries.len());
+                    let f = match files.iter().position(|f| f.file == view.file_display()) {
+                        Some(i) => &mut files[i],
+                        None => {
+                            files.push(FileSummary {
+                                file: view.file_display().to_string(),
+                                needed: 0,
+                                planned_read: 0,
+                            });
+                            files.last_mut().expect("just pushed")
+                        }
+                    };
+                    f.needed += view.nbytes();
+                    f.planned_read += planned_read;
+                }
+                let d = match devices.iter().position(|s| s.device == o.device) {
+                    Some(p) => &mut devices[p],
+                    None => {
+                        let (usable, total) = fit::usable(o.device)?;
+                        devices.push(DeviceSummary {
+                            device: o.device,
+                            bytes: 0,
+                            tensors: 0,
+                            usable,
+                            total,
+                            fits: true,
+                            largest: (String::new(), 0),
+                        });
+                        devices.last_mut().expect("just pushed")
+                    }
+                };
+                d.bytes = d.bytes.saturating_add(view.nbytes());
+                d.tensors += 1;
+                if d.tensors == 1 || view.nbytes() > d.largest.1 {
+                    d.largest = (view.name().to_string(), view.nbytes());
+                }
+                entries.push(ShardEntry {
+                    tensor,
+                    position: o.position,
+                    device: o.device,
+                    rule: found.map(|(i, _)| i),
+                    ranges,
+                    view,
+                    runs,
+                    planned_read,
+                    copy_of,
+                });
+            }
+        }
+        for d in &mut devices {
+            d.fits = d.bytes <= d.usable;
+        }
+        Ok(ShardPlan { file: file.clone(), mesh, entries, devices, files, policy })
+    }
+
+    /// Bytes of every shard (copies of replicated parts included).
+    pub fn shard_bytes(&self) -> u64 {
+        self.entries.iter().map(|e| e.nbytes()).sum()
+    }
+
+    /// File bytes the plan's reads take, over all files.
+    pub fn planned_read(&self) -> u64 {
+        self.files.iter().map(|f| f.planned_read).sum()
+    }
+
+    /// Whether every device fits now.
+    pub fn fits(&self) -> bool {
+        self.devices.iter().all(|d| d.fits)
+    }
+}

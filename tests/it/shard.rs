@@ -1,0 +1,380 @@
+//! Narrowed views and shard-on-read against whole-file slicing: puts of strided views on cpu and (through
+//! the stand-in driver) CUDA, shard plans over a sharded set on a 2x4 mesh, the bytes each read takes,
+//! errors with their exact statuses, progress and cancel, the fit check before anything moves.
+
+use crate::common::*;
+use hostfirst::load::ReadPolicy;
+use hostfirst::place::{put, put_with_stats, PutOptions, Target};
+use hostfirst::shard::{self, Mesh, Owned, ShardOptions, ShardPlan, ShardRules};
+use hostfirst::{Device, Status, TensorFile};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A tensor to write: name, dtype, bits per element, shape.
+struct T(&'static str, &'static str, u64, Vec<u64>);
+
+fn bytes_for(t: &T, salt: u64) -> Vec<u8> {
+    let n = (t.3.iter().product::<u64>() * t.2).div_ceil(8);
+    (0..n).map(|i| ((i ^ salt).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8).collect()
+}
+
+/// Writes one safetensors file of `tensors` (header built with serde_json) and returns each tensor's bytes.
+fn write_st(path: &Path, tensors: &[&T], salt: u64) -> Vec<(String, Vec<u8>)> {
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    let mut out = Vec::new();
+    for t in tensors {
+        let b = bytes_for(t, salt ^ t.0.len() as u64);
+        header.insert(
+            t.0.into(),
+            serde_json::json!({"dtype": t.1, "shape": t.3, "data_offsets": [data.len(), data.len() + b.len()]}),
+        );
+        data.extend_from_slice(&b);
+        out.push((t.0.to_string(), b));
+    }
+    let h = serde_json::Value::Object(header).to_string();
+    let mut img = (h.len() as u64).to_le_bytes().to_vec();
+    img.extend_from_slice(h.as_bytes());
+    img.extend_from_slice(&data);
+    std::fs::write(path, img).unwrap();
+    out
+}
+
+/// A sharded set in two files; returns the index path and every tensor's bytes.
+fn write_set(tag: &str, tensors: &[T]) -> (PathBuf, Vec<(String, Vec<u8>)>) {
+    let dir = scratch(&format!("shard-{tag}-{}", std::process::id()));
+    let half = tensors.len() / 2;
+    let (a, b): (Vec<&T>, Vec<&T>) = (tensors[..half].iter().collect(), tensors[half..].iter().collect());
+    let mut all = write_st(&dir.join("m-00001.safetensors"), &a, 1);
+    all.extend(write_st(&dir.join("m-00002.safetensors"), &b, 2));
+    let map: serde_json::Map<String, serde_json::Value> = tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.0.to_string(), (if i < half { "m-00001.safetensors" } else { "m-00002.safetensors" }).into()))
+        .collect();
+    let idx = dir.join("m.safetensors.index.json");
+    std::fs::write(&idx, serde_json::json!({"metadata": {}, "weight_map": map}).to_string()).unwrap();
+    (idx, all)
+}
+
+/// Packed bytes of the block `ranges` (start, len per dim) of a C-order array of `shape`, `bits` per element
+/// (each innermost run a whole number of bytes): recursive over dimensions.
+fn block(data: &[u8], shape: &[u64], bits: u64, ranges: &[(u64, u64)]) -> Vec<u8> {
+    fn rec(data: &[u8], shape: &[u64], bits: u64, ranges: &[(u64, u64)], base_bits: u64, out: &mut Vec<u8>) {
+        let (start, len) = ranges[0];
+        if shape.len() == 1 {
+            let (lo, hi) = (base_bits + start * bits, base_bits + (start + len) * bits);
+            assert!(lo % 8 == 0 && hi % 8 == 0, "the reference needs whole bytes");
+            out.extend_from_slice(&data[(lo / 8) as usize..(hi / 8) as usize]);
+            return;
+        }
+        let inner: u64 = shape[1..].iter().product::<u64>() * bits;
+        for i in start..start + len {
+            rec(data, &shape[1..], bits, &ranges[1..], base_bits + i * inner, out);
+        }
+    }
+    let mut out = Vec::new();
+    if !ranges.iter().any(|r| r.1 == 0) {
+        rec(data, shape, bits, ranges, 0, &mut out);
+    }
+    out
+}
+
+fn tensors() -> Vec<T> {
+    vec![
+        T("layer.0.w", "F32", 32, vec![8, 12]),
+        T("layer.0.col", "BF16", 16, vec![6, 16]),
+        T("layer.0.row", "U8", 8, vec![4, 10]),
+        T("embed", "U16", 16, vec![16, 4]),
+        T("bias", "F32", 32, vec![12]),
+        T("q", "F4", 4, vec![4, 16]),
+        T("cube", "I32", 32, vec![2, 4, 8]),
+        T("empty", "F32", 32, vec![0, 8]),
+    ]
+}
+
+fn rules(mesh: &Arc<Mesh>) -> ShardRules {
+    let mut r = ShardRules::new(Arc::clone(mesh));
+    for (p, s) in [
+        ("layer.*.w", "x,y"),
+        ("*.col", "_,y"),
+        ("*.row", "x"),
+        ("embed", "x+y"),
+        ("q", "_,y"),
+        ("cube", "x,_,y"),
+        ("empty", "_,y"),
+    ] {
+        r.add(p, s).unwrap();
+    }
+    r
+}
+
+fn buffer_bytes(b: &std::sync::Mutex<hostfirst::place::Buffer>) -> Vec<u8> {
+    let b = b.lock().unwrap();
+    let mut v = vec![0u8; b.nbytes() as usize];
+    b.copy_to_host(&mut v).unwrap();
+    v
+}
+
+/// Runs the 2x4 plan with every position owned by `devices[pos % len]` and checks every shard against
+/// whole-file slicing.
+fn load_all_and_compare(tag: &str, devices: &[Device]) {
+    let all = tensors();
+    let (idx, bytes) = write_set(tag, &all);
+    let f = TensorFile::open(&idx).unwrap();
+    assert!(f.is_set());
+    let mesh = Arc::new(Mesh::new(&[("x", 2), ("y", 4)]).unwrap());
+    let owned: Vec<Owned> =
+        (0..8).map(|p| Owned { position: p, device: devices[p as usize % devices.len()] }).collect();
+    let plan = ShardPlan::make(&f, &rules(&mesh), &owned, ReadPolicy::default()).unwrap();
+    assert_eq!(plan.entries.len(), 8 * all.len());
+    assert_eq!(plan.files.len(), 2);
+    let mut seen = Vec::new();
+    let mut cb = |d: u64, t: u64| {
+        seen.push((d, t));
+        false
+    };
+    let load =
+        shard::run(&plan, ShardOptions { threads: 2, chunk: 4096, progress: Some(&mut cb), ..Default::default() })
+            .unwrap();
+    assert_eq!(*seen.last().unwrap(), (plan.shard_bytes(), plan.shard_bytes()));
+    assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0));
+    for (e, s) in plan.entries.iter().zip(&load.shards) {
+        let t = all.iter().find(|t| t.0 == e.name()).unwrap();
+        let data = &bytes.iter().find(|(n, _)| n == e.name()).unwrap().1;
+        let want = block(data, &t.3, t.2, &e.ranges);
+        assert_eq!(buffer_bytes(&s.buffer), want, "{} at position {}", e.name(), e.position);
+        let b = s.buffer.lock().unwrap();
+        assert_eq!((b.device(), b.shape()), (e.device, e.shape()));
+        if e.copy_of.is_some() {
+            assert_eq!(s.bytes_read, 0);
+        } else {
+            assert!(s.bytes_read >= e.nbytes() && s.bytes_read <= e.view.span_bytes(), "{}", e.name());
+        }
+    }
+    // P('x','y') on [8, 12]: position 6 = (x=1, y=2) holds rows 4..8, columns 6..9.
+    let w6 = plan.entries.iter().find(|e| e.name() == "layer.0.w" && e.position == 6).unwrap();
+    assert_eq!(w6.ranges, vec![(4, 4), (6, 3)]);
+    // Unmatched (bias) is replicated: one read, seven copies.
+    let bias: Vec<_> = plan.entries.iter().filter(|e| e.name() == "bias").collect();
+    assert_eq!(bias.iter().filter(|e| e.copy_of.is_none()).count(), 1);
+    assert!(bias.iter().all(|e| e.rule.is_none() && e.ranges == vec![(0, 12)]));
+    // P('x') on a 2x4 mesh: the 4 positions of one x coordinate share a part.
+    let rows: Vec<_> = plan.entries.iter().filter(|e| e.name() == "layer.0.row").collect();
+    assert_eq!(rows.iter().filter(|e| e.copy_of.is_none()).count(), 2);
+    assert_eq!(load.bytes_read(), load.shards.iter().map(|s| s.bytes_read).sum::<u64>());
+}
+
+#[test]
+fn shards_of_a_set_equal_whole_file_slicing_on_cpu() {
+    load_all_and_compare("cpu", &[Device::CPU]);
+}
+
+#[test]
+fn shards_to_cuda_through_the_stand_in() {
+    in_stand_in_child(
+        concat!(module_path!(), "::shards_to_cuda_through_the_stand_in"),
+        &[("STAND_IN_DEVICES", Some("2"))],
+        || {
+            load_all_and_compare("cuda", &[Device::cuda(0), Device::cuda(1), Device::CUDA_HOST]);
+            hostfirst::place::release_cached_memory();
+            assert_eq!(stand_in_query("stand_in_live_allocations"), 0);
+            assert_eq!(stand_in_query("stand_in_live_pinned"), 0);
+        },
+    );
+}
+
+#[test]
+fn strided_puts_pack_the_runs_on_cpu_and_cuda() {
+    in_stand_in_child(concat!(module_path!(), "::strided_puts_pack_the_runs_on_cpu_and_cuda"), &[], || {
+        // 3 MiB of f32 [48, 16384]: columns 1000..9192 are 48 runs of 32 KiB.
+        let t = T("w", "F32", 32, vec![48, 16384]);
+        let dir = scratch(&format!("shard-puts-{}", std::process::id()));
+        let data = write_st(&dir.join("w.safetensors"), &[&t], 7).remove(0).1;
+        let f = TensorFile::open(dir.join("w.safetensors")).unwrap();
+        let v = f.view("w").unwrap().narrow(1, 1000, 8192).unwrap().narrow(0, 3, 40).unwrap();
+        assert!(!v.is_contiguous());
+        let want = block(&data, &t.3, 32, &[(3, 40), (1000, 8192)]);
+        for dev in [Device::CPU, Device::CUDA_HOST, Device::cuda(0)] {
+            // Small slabs: runs are split across slabs and slabs hold parts of several runs.
+            let opts = PutOptions { threads: 3, chunk: 100_000, staging_bytes: 400_000, ..PutOptions::default() };
+            let b = put(&v, Target::Device(dev), opts).unwrap();
+            assert_eq!((b.shape(), b.nbytes()), (&[40u64, 8192][..], want.len() as u64));
+            let mut back = vec![0u8; want.len()];
+            b.copy_to_host(&mut back).unwrap();
+            assert!(back == want, "{dev}");
+        }
+        // Resident mode cannot register a strided view: it is staged, and says so.
+        let opts = PutOptions { resident: true, ..PutOptions::default() };
+        let (b, stats) = put_with_stats(&v, Target::Device(Device::cuda(0)), opts).unwrap();
+        assert!(stats.staged_instead);
+        let mut back = vec![0u8; want.len()];
+        b.copy_to_host(&mut back).unwrap();
+        assert!(back == want);
+    });
+}
+
+#[test]
+fn ranks_of_a_one_axis_mesh_cover_each_tensor_once() {
+    let all = tensors();
+    let (idx, bytes) = write_set("ranks", &all);
+    let f = TensorFile::open(&idx).unwrap();
+    let mesh = Arc::new(Mesh::new(&[("rank", 4)]).unwrap());
+    let mut r = ShardRules::new(Arc::clone(&mesh));
+    r.add("layer.0.w", "_,rank").unwrap();
+    r.add("embed", "rank").unwrap();
+    for name in ["layer.0.w", "embed"] {
+        let t = all.iter().find(|t| t.0 == name).unwrap();
+        let data = &bytes.iter().find(|(n, _)| n == name).unwrap().1;
+        let mut pieces = Vec::new();
+        for rank in 0..4 {
+            let plan = ShardPlan::make(&f, &r, &[Owned { position: rank, device: Device::CPU }], ReadPolicy::default())
+                .unwrap();
+            let load = shard::run(&plan, ShardOptions::default()).unwrap();
+            let (e, s) = plan.entries.iter().zip(&load.shards).find(|(e, _)| e.name() == name).unwrap();
+            pieces.push((e.ranges.clone(), buffer_bytes(&s.buffer)));
+        }
+        // Reassemble: concatenating along the split dimension gives the tensor back.
+        let dim = if name == "embed" { 0 } else { 1 };
+        let mut whole = Vec::new();
+        let rows = if dim == 0 { 1 } else { t.3[0] };
+        for row in 0..rows {
+            for (ranges, b) in &pieces {
+                let run = (b.len() as u64 / rows) as usize;
+                assert_eq!(ranges[dim].1 * 4, t.3[dim]);
+                whole.extend_from_slice(&b[row as usize * run..(row as usize + 1) * run]);
+            }
+        }
+        assert!(&whole == data, "{name}");
+    }
+}
+
+#[test]
+fn bad_plans_fail_with_exact_statuses() {
+    let all = tensors();
+    let (idx, _) = write_set("bad", &all);
+    let f = TensorFile::open(&idx).unwrap();
+    let mesh = Arc::new(Mesh::new(&[("x", 2), ("y", 4)]).unwrap());
+    let cpu = |p| Owned { position: p, device: Device::CPU };
+    let plan = |r: &ShardRules, owned: &[Owned]| ShardPlan::make(&f, r, owned, ReadPolicy::default()).map(|_| ());
+    // Uneven: 12 columns of layer.0.w over x+y (8 parts).
+    let mut r = ShardRules::new(Arc::clone(&mesh));
+    r.add("layer.0.w", "_,x+y").unwrap();
+    let e = plan(&r, &[cpu(0)]).unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument);
+    for needle in ["tensor 'layer.0.w'", "dimension 1 has size 12", "'x+y' (8 parts)"] {
+        assert!(e.message().contains(needle), "{needle}: {}", e.message());
+    }
+    // A spec longer than the tensor's rank.
+    let mut r = ShardRules::new(Arc::clone(&mesh));
+    r.add("bias", "x,y").unwrap();
+    assert_eq!(plan(&r, &[cpu(0)]).unwrap_err().status(), Status::InvalidArgument);
+    // Positions: past the mesh, owned twice; a bad policy.
+    let r = rules(&mesh);
+    assert_eq!(plan(&r, &[cpu(8)]).unwrap_err().status(), Status::OutOfRange);
+    assert_eq!(plan(&r, &[cpu(1), cpu(1)]).unwrap_err().status(), Status::InvalidArgument);
+    let p = ReadPolicy { max_over_read: 0.5, ..ReadPolicy::default() };
+    assert_eq!(ShardPlan::make(&f, &r, &[cpu(0)], p).unwrap_err().status(), Status::InvalidArgument);
+    // A sub-byte shard starting inside a byte: F4 [4, 16] columns over 16 parts are half-byte runs.
+    let big = Arc::new(Mesh::new(&[("z", 16)]).unwrap());
+    let mut r = ShardRules::new(big);
+    r.add("q", "_,z").unwrap();
+    let e = ShardPlan::make(&f, &r, &[cpu(1)], ReadPolicy::default()).unwrap_err();
+    assert_eq!(e.status(), Status::MisalignedSlice);
+    // An empty owned list is a plan with nothing to do.
+    let plan = ShardPlan::make(&f, &rules(&mesh), &[], ReadPolicy::default()).unwrap();
+    assert!(plan.entries.is_empty());
+    assert_eq!(shard::run(&plan, ShardOptions::default()).unwrap().shards.len(), 0);
+}
+
+#[test]
+fn reads_take_the_shard_bytes_not_the_tensor() {
+    // 4 MiB f32 [64, 16384] (64 KiB rows) and 256 KiB u8 [4096, 64] (64-byte rows).
+    let wide = T("wide", "F32", 32, vec![64, 16384]);
+    let narrow = T("narrow", "U8", 8, vec![4096, 64]);
+    let dir = scratch(&format!("shard-bytes-{}", std::process::id()));
+    write_st(&dir.join("b.safetensors"), &[&wide, &narrow], 3);
+    let f = TensorFile::open(dir.join("b.safetensors")).unwrap();
+    let mesh = Arc::new(Mesh::new(&[("r", 4)]).unwrap());
+    for (spec, wide_read) in [("r", 1u64 << 20), ("_,r", 1 << 20)] {
+        let mut r = ShardRules::new(Arc::clone(&mesh));
+        r.add("*", spec).unwrap();
+        let plan =
+            ShardPlan::make(&f, &r, &[Owned { position: 2, device: Device::CPU }], ReadPolicy::default()).unwrap();
+        let load = shard::run(&plan, ShardOptions::default()).unwrap();
+        let (w, n) = (&load.shards[0], &load.shards[1]);
+        assert_eq!(plan.entries[0].name(), "wide");
+        // 64 KiB rows split 4 ways: 16 KiB runs 48 KiB apart are read one by one, exactly.
+        assert_eq!((w.bytes_read, plan.entries[0].planned_read), (wide_read, wide_read), "{spec}");
+        if spec == "_,r" {
+            assert_eq!(plan.entries[0].runs, 64);
+            // 16-byte runs 48 bytes apart share pages: merged, reading the span once.
+            assert_eq!(plan.entries[1].runs, 4096);
+            assert_eq!(n.bytes_read, plan.entries[1].view.span_bytes());
+            assert!(n.bytes_read < 4096 * 64 / 4 * 4);
+        } else {
+            assert_eq!(n.bytes_read, 4096 * 64 / 4);
+        }
+    }
+    // A policy of 1.0 merges only gaps that cost no page; 3.0 merges 16 KiB runs 48 KiB apart.
+    let mut r = ShardRules::new(Arc::clone(&mesh));
+    r.add("wide", "_,r").unwrap();
+    let own = [Owned { position: 0, device: Device::CPU }];
+    let loose = ShardPlan::make(&f, &r, &own, ReadPolicy { max_over_read: 4.0, max_read: 1 << 20 }).unwrap();
+    assert!(loose.entries[0].planned_read > 1 << 20, "{}", loose.entries[0].planned_read);
+    let got = shard::run(&loose, ShardOptions::default()).unwrap();
+    assert!(got.shards[0].bytes_read > 1 << 20);
+}
+
+#[test]
+fn cancel_and_fit_failure_keep_nothing() {
+    in_stand_in_child(
+        concat!(module_path!(), "::cancel_and_fit_failure_keep_nothing"),
+        &[("STAND_IN_TOTAL_MEMORY", Some("512M"))],
+        || {
+            let all = tensors();
+            let (idx, _) = write_set("cancel", &all);
+            let f = TensorFile::open(&idx).unwrap();
+            let mesh = Arc::new(Mesh::new(&[("x", 2), ("y", 4)]).unwrap());
+            let owned: Vec<Owned> = (0..8).map(|p| Owned { position: p, device: Device::cuda(0) }).collect();
+            let plan = ShardPlan::make(&f, &rules(&mesh), &owned, ReadPolicy::default()).unwrap();
+            let mut calls = 0;
+            let mut cancel = |_d: u64, _t: u64| {
+                calls += 1;
+                calls > 2
+            };
+            let e =
+                shard::run(&plan, ShardOptions { progress: Some(&mut cancel), ..Default::default() }).err().unwrap();
+            assert_eq!(e.status(), Status::Cancelled);
+            hostfirst::place::release_cached_memory();
+            assert_eq!(stand_in_query("stand_in_live_allocations"), 0);
+            // 300 MiB on a 512 MiB device less its 256 MiB context: refused before any allocation, with the numbers.
+            let dir = scratch(&format!("shard-fit-{}", std::process::id()));
+            let big = T("big", "U8", 8, vec![300 << 20]);
+            let path = dir.join("big.safetensors");
+            write_sparse(&path, &big);
+            let f = TensorFile::open(&path).unwrap();
+            let r = ShardRules::new(Arc::new(Mesh::new(&[("r", 1)]).unwrap()));
+            let plan =
+                ShardPlan::make(&f, &r, &[Owned { position: 0, device: Device::cuda(0) }], ReadPolicy::default())
+                    .unwrap();
+            assert!(!plan.fits());
+            let e = shard::run(&plan, ShardOptions::default()).err().unwrap();
+            assert_eq!(e.status(), Status::OutOfMemory);
+            assert!(e.message().contains("shard load") && e.message().contains("cuda:0"), "{}", e.message());
+            assert_eq!(stand_in_query("stand_in_live_allocations"), 0);
+        },
+    );
+}
+
+/// A one-tensor file whose data is a hole (sparse): large without writing its bytes.
+fn write_sparse(path: &Path, t: &T) {
+    let n = t.3.iter().product::<u64>() * t.2 / 8;
+    let mut m = serde_json::Map::new();
+    m.insert(t.0.into(), serde_json::json!({"dtype": t.1, "shape": t.3, "data_offsets": [0, n]}));
+    let h = serde_json::Value::Object(m).to_string();
+    let mut img = (h.len() as u64).to_le_bytes().to_vec();
+    img.extend_from_slice(h.as_bytes());
+    std::fs::write(path, &img).unwrap();
+    std::fs::OpenOptions::new().write(true).open(path).unwrap().set_len(img.len() as u64 + n).unwrap();
+}
