@@ -647,9 +647,36 @@ typedef struct hostfirst_put_op hostfirst_put_op;
 typedef struct hostfirst_rules hostfirst_rules;
 
 /**
- * A read-only view of one tensor, or of a row range of one (`hostfirst_view_slice_rows`).
+ * A device mesh: named axes with sizes (like JAX's `Mesh`). Created by `hostfirst_shard_mesh_new`, released by
+ * `hostfirst_shard_mesh_free`; immutable, so every function taking it is thread-safe. Rules made over it keep
+ * what they need: it may be freed right after.
+ */
+typedef struct hostfirst_shard_mesh hostfirst_shard_mesh;
+
+/**
+ * A shard plan: for the positions a process owns, every tensor's part, its byte runs and the reads they
+ * take. Created by `hostfirst_shard_plan_make`, released by `hostfirst_shard_plan_free`; immutable.
+ */
+typedef struct hostfirst_shard_plan hostfirst_shard_plan;
+
+/**
+ * The buffers of a run of a shard plan (`hostfirst_shard_run`), released by `hostfirst_shard_result_free`.
+ */
+typedef struct hostfirst_shard_result hostfirst_shard_result;
+
+/**
+ * Sharding rules over one mesh: glob patterns on tensor names → partition specs. Created by
+ * `hostfirst_shard_rules_new`, released by `hostfirst_shard_rules_free`. Adding rules while another thread
+ * makes a plan from the same handle is safe (the plan sees the rules before or after the addition).
+ */
+typedef struct hostfirst_shard_rules hostfirst_shard_rules;
+
+/**
+ * A read-only view of one tensor, or of a part of one: a row range (`hostfirst_view_slice_rows`) or a range
+ * of any dimension (`hostfirst_view_narrow`, strided for inner dimensions).
  *
- * Created by `hostfirst_file_view`, `hostfirst_file_view_at` or `hostfirst_view_slice_rows`; released by
+ * Created by `hostfirst_file_view`, `hostfirst_file_view_at`, `hostfirst_view_slice_rows` or
+ * `hostfirst_view_narrow`; released by
  * `hostfirst_view_free`. A view keeps its file's mapping and descriptor alive: freeing the file handle first
  * is safe. Immutable: every function taking a `const hostfirst_view*` is thread-safe.
  */
@@ -836,7 +863,8 @@ typedef struct hostfirst_dlpack_tensor {
    */
   int64_t *shape;
   /**
-   * Always NULL: the data is compact, C order.
+   * NULL for compact C order (every buffer, every contiguous view); `ndim` element strides for a strided
+   * view (`hostfirst_view_narrow` on an inner dimension); owned by the managed tensor.
    */
   int64_t *strides;
   /**
@@ -933,6 +961,13 @@ typedef struct hostfirst_view_info {
    * Alignment of `data` in bytes: the largest power of two dividing its address, capped at 4096.
    */
   uint64_t alignment;
+  /**
+   * NULL when the view is one contiguous C-order block (every whole tensor, every row slice). For a
+   * strided view (`hostfirst_view_narrow` on an inner dimension): `rank` element strides, so element
+   * `(i0, i1, ...)` is at element offset `sum(ik * strides[k])` from `data`; `nbytes` is still the packed
+   * size, which copies (`hostfirst_view_copy`) and puts produce. Valid until the view is freed.
+   */
+  const uint64_t *strides;
 } hostfirst_view_info;
 
 /**
@@ -1002,7 +1037,8 @@ typedef struct hostfirst_put_stats {
   /**
    * Resident mode: 1 when the put went through the staging ring instead, because the tensor shares
    * memory pages with cached registrations that do not cover it (a slice registered before the whole
-   * tensor, or a neighbouring tensor); the copy is complete and correct either way.
+   * tensor, or a neighbouring tensor), or because the view is strided (`hostfirst_view_narrow` on an inner
+   * dimension); the copy is complete and correct either way.
    */
   int32_t staged_instead;
 } hostfirst_put_stats;
@@ -1139,6 +1175,110 @@ typedef struct hostfirst_carried_scope {
    */
   int32_t strict;
 } hostfirst_carried_scope;
+
+/**
+ * Options of a shard plan and its run. Zero-initialise (or call `hostfirst_shard_options_init`), set
+ * `struct_size = sizeof(hostfirst_shard_options)`, then what you need; zero fields mean the defaults. A
+ * smaller `struct_size` from an older header is accepted: fields past it take their defaults.
+ */
+typedef struct hostfirst_shard_options {
+  /**
+   * `sizeof(hostfirst_shard_options)`.
+   */
+  size_t struct_size;
+  /**
+   * Largest ratio of file pages one merged read may take to the pages its runs need (0: 1.25; otherwise
+   * at least 1.0). Neighbouring runs of a strided shard are read with one `pread` while the merged read
+   * stays within it: 1.0 merges only gaps that cost no extra page (shorter than a page).
+   */
+  double max_over_read;
+  /**
+   * Largest merged read in bytes (0: 1 MiB).
+   */
+  uint64_t max_read_bytes;
+  /**
+   * Reader threads (0: the CPUs available to the process, at most 16).
+   */
+  uint32_t threads;
+  /**
+   * Bytes per parallel read task for host devices and per staging slab for CUDA (0: 8 MiB / 16 MiB).
+   */
+  uint64_t chunk_bytes;
+  /**
+   * Total page-locked staging for CUDA devices (0: 256 MiB).
+   */
+  uint64_t staging_bytes;
+} hostfirst_shard_options;
+
+/**
+ * One shard of a plan, filled by `hostfirst_shard_plan_describe`. Set `struct_size =
+ * sizeof(hostfirst_shard_info)` before the call; fields may be appended in later minor versions. Pointers
+ * are owned by the plan and valid until it is freed.
+ */
+typedef struct hostfirst_shard_info {
+  /**
+   * In: the caller's `sizeof(hostfirst_shard_info)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
+  /**
+   * The tensor name (NUL-terminated UTF-8).
+   */
+  const char *name;
+  /**
+   * The tensor's index in the file (file order, as `hostfirst_file_view_at`).
+   */
+  size_t tensor;
+  /**
+   * The owned mesh position holding this shard.
+   */
+  uint64_t position;
+  /**
+   * The device it goes to.
+   */
+  struct hostfirst_device device;
+  /**
+   * The index of the rule that matched, or -1 when none did (the tensor is replicated).
+   */
+  int32_t rule;
+  /**
+   * The tensor's rank (0 for a scalar).
+   */
+  uint32_t rank;
+  /**
+   * `rank` dimensions of the whole tensor (NULL when rank is 0).
+   */
+  const uint64_t *shape;
+  /**
+   * `rank` dimensions of the shard.
+   */
+  const uint64_t *shard_shape;
+  /**
+   * `rank` offsets: the shard is `[start[d], start[d] + shard_shape[d])` along each dimension `d`.
+   */
+  const uint64_t *start;
+  /**
+   * Bytes of the shard (packed, C order).
+   */
+  uint64_t nbytes;
+  /**
+   * Contiguous byte runs the shard consists of in its file (1 for a whole tensor or a dimension-0 split,
+   * the number of rows for an inner-dimension split; 0 for an empty shard).
+   */
+  uint64_t runs;
+  /**
+   * File bytes the shard's merged reads take (0 when `copy_of` is not -1).
+   */
+  uint64_t read_bytes;
+  /**
+   * -1, or the index of an earlier shard of this plan holding the same part of the same tensor (another
+   * owned position along a replicated axis): this one is copied from that one's buffer, not read again.
+   */
+  int64_t copy_of;
+  /**
+   * The file the tensor is in (for a sharded set, the shard file's path; `<memory>` for a buffer).
+   */
+  const char *file;
+} hostfirst_shard_info;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1341,15 +1481,16 @@ int32_t hostfirst_device_equal(const struct hostfirst_device *a,
                                const struct hostfirst_device *b);
 
 /**
- * Exports a view (or row slice) as a DLPack 1.1 managed tensor and writes it to `*out`.
+ * Exports a view (or row slice, or narrowed view) as a DLPack 1.1 managed tensor and writes it to `*out`.
  *
  * Zero-copy: `dl_tensor.data` points into the file's read-only mapping (the same pointer as
- * `hostfirst_view_info.data`, with the same SIGBUS hazard), device kDLCPU 0, compact C order (strides NULL,
- * byte_offset 0), `flags` has `HOSTFIRST_DLPACK_FLAG_READ_ONLY`: never write through it. The data may be
+ * `hostfirst_view_info.data`, with the same SIGBUS hazard), device kDLCPU 0, byte_offset 0; strides NULL
+ * (compact C order) for a contiguous view, the view's element strides for a strided one (a consumer that
+ * cannot take strides should copy with `hostfirst_view_copy` instead), `flags` has `HOSTFIRST_DLPACK_FLAG_READ_ONLY`: never write through it. The data may be
  * misaligned for its dtype (see `hostfirst_view_info.alignment`). The tensor keeps the mapping alive until
  * its `deleter` is called, even after the view and file handles are freed; until then it counts in
  * `hostfirst_handle_count`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED` for a dtype DLPack has
- * no code for (none in this version), `VALIDATION_OVERFLOW` for a dimension above INT64_MAX. On failure
+ * no code for (none in this version) or a strided view of a sub-byte dtype (F4, F6), `VALIDATION_OVERFLOW` for a dimension above INT64_MAX. On failure
  * `*out` is unchanged. Thread-safe.
  */
 hostfirst_status hostfirst_view_to_dlpack(const struct hostfirst_view *view,
@@ -1573,7 +1714,27 @@ hostfirst_status hostfirst_view_slice_rows(const struct hostfirst_view *view,
                                            struct hostfirst_view **out_view);
 
 /**
- * Copies the view's bytes into the caller's buffer `(dst, capacity)`.
+ * Creates a zero-copy view of elements `[start, start + len)` along dimension `dim` of `view` (other
+ * dimensions kept) and writes it to `*out_view`.
+ *
+ * Narrowing composes: offsets are relative to `view`, which may itself be narrowed; `dim` 0 is
+ * `hostfirst_view_slice_rows`. A narrow of an inner dimension is strided (`hostfirst_view_info.strides`
+ * non-NULL): nothing is read or copied now, and copies (`hostfirst_view_copy`, `hostfirst_view_read`), puts
+ * and loads produce its packed C-order bytes, reading only the runs it covers (neighbouring runs are
+ * merged into one `pread` when that costs at most 1.25 times the pages they need). DLPack export gives the
+ * strides. The new view is independent of `view` (free both). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`;
+ * `OUT_OF_RANGE` when `dim` is not below the view's rank or `start + len > shape[dim]`; `MISALIGNED_SLICE`
+ * when a run of a sub-byte dtype (F4, F6) would start or end inside a byte. On failure `*out_view` is
+ * unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_view_narrow(const struct hostfirst_view *view,
+                                       uint32_t dim,
+                                       uint64_t start,
+                                       uint64_t len,
+                                       struct hostfirst_view **out_view);
+
+/**
+ * Copies the view's bytes (packed, C order) into the caller's buffer `(dst, capacity)`.
  *
  * `*out_nbytes` (if not NULL) always receives the view's size. Files are read with `pread` on the file
  * descriptor, not through the mapping, so a file truncated after opening gives `HOSTFIRST_STATUS_TRUNCATED`
@@ -2045,6 +2206,206 @@ hostfirst_status hostfirst_strict_process_set(int32_t on);
  * Writes the calling thread's and the process's strict flags (1 or 0); either output may be NULL.
  */
 hostfirst_status hostfirst_strict_get(int32_t *out_thread, int32_t *out_process);
+
+/**
+ * Fills `*out` with the default options (`struct_size` set, everything else zero). Errors: `NULL_ARGUMENT`.
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_shard_options_init(struct hostfirst_shard_options *out);
+
+/**
+ * Creates a mesh of `count` axes, outermost first: axis `i` is called `names[i]` and has `sizes[i]`
+ * positions. Writes a new handle to `*out` (free it with `hostfirst_shard_mesh_free`).
+ *
+ * Positions are numbered row-major over the axes (the last axis varies fastest), as `numpy.reshape` orders
+ * the devices of a JAX mesh: on a mesh `{"x", "y"}` of sizes `{2, 4}`, position 5 is `x = 1, y = 1`. An MPI
+ * job typically uses one axis of size `world` and owns position `rank`.
+ *
+ * Errors: `NULL_ARGUMENT` (`names`, `sizes` or a name NULL with `count > 0`, `out`); `INVALID_ARGUMENT` for
+ * no axis, an empty or repeated name, a reserved name (`_`, `None`), a name containing `,` `+` `=` `(` `)`,
+ * a quote or white space, a size of 0; `LIMIT_EXCEEDED` for more than 16 axes or more than 1,048,576
+ * positions. On failure `*out` is unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_shard_mesh_new(const char *const *names,
+                                          const uint64_t *sizes,
+                                          size_t count,
+                                          struct hostfirst_shard_mesh **out);
+
+/**
+ * Releases a mesh. NULL is a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Rules and plans made
+ * from it stay valid. Thread-safe.
+ */
+hostfirst_status hostfirst_shard_mesh_free(struct hostfirst_shard_mesh *mesh);
+
+/**
+ * Writes the number of positions of the mesh (the product of its sizes) to `*out_count`. Errors:
+ * `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_shard_mesh_positions(const struct hostfirst_shard_mesh *mesh,
+                                                uint64_t *out_count);
+
+/**
+ * Writes the position at coordinates `coords[0..count]` (one per axis, outermost first) to
+ * `*out_position`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` when `count` is not the
+ * number of axes, `OUT_OF_RANGE` for a coordinate not below its axis size. Thread-safe.
+ */
+hostfirst_status hostfirst_shard_mesh_position(const struct hostfirst_shard_mesh *mesh,
+                                               const uint64_t *coords,
+                                               size_t count,
+                                               uint64_t *out_position);
+
+/**
+ * Creates an empty rule list over `mesh` and writes its handle to `*out` (free it with
+ * `hostfirst_shard_rules_free`). With no rules every tensor is replicated: each owned position gets all of
+ * it. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_shard_rules_new(const struct hostfirst_shard_mesh *mesh,
+                                           struct hostfirst_shard_rules **out);
+
+/**
+ * Appends a rule: tensors whose name matches the glob `pattern` (the syntax of `hostfirst_rules_add`: `*`,
+ * `?`, `[a-z]`, `[!a-z]`, `\x`) are split by `spec`, unless an earlier rule matched them.
+ *
+ * `spec` is a partition spec in text: comma-separated entries, one per tensor dimension from dimension 0;
+ * an entry is a mesh axis name, several joined with `+` (the dimension is split over their product, the
+ * first major), or `_` / `None` / nothing for a dimension that is not split. `""` replicates. JAX's
+ * `P('x', 'y')` is `"x,y"`, `P(None, 'y')` is `"_,y"`, `P(('x', 'y'))` is `"x+y"`; mesh axes a spec does not
+ * name replicate. Splits must be even: a tensor dimension that the axes do not divide makes
+ * `hostfirst_shard_plan_make` fail naming the tensor, the dimension, its size and the axes.
+ *
+ * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (empty or malformed pattern, an axis the
+ * mesh does not have, an axis named twice, text not UTF-8); the rule list is unchanged on error.
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_shard_rules_add(struct hostfirst_shard_rules *rules,
+                                           const char *pattern,
+                                           const char *spec);
+
+/**
+ * Releases a rule list. NULL is a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Plans made from
+ * it stay valid. Thread-safe.
+ */
+hostfirst_status hostfirst_shard_rules_free(struct hostfirst_shard_rules *rules);
+
+/**
+ * Plans the shards this process loads from `file` (a safetensors file, a buffer, or a sharded set): it
+ * owns the mesh positions `positions[0..count]`, whose shards go to `devices[0..count]`
+ * (`HOSTFIRST_DEVICE_CPU`, `_CUDA_HOST` or `_CUDA` with an ordinal). Writes a new handle to `*out` (free it
+ * with `hostfirst_shard_plan_free`).
+ *
+ * For every tensor (file order) and every owned position (in the order given), the plan holds the part of
+ * the tensor that position holds under `rules` (unmatched tensors: all of it), as the contiguous byte runs
+ * it needs from its file, and the reads those take once neighbouring runs are merged under
+ * `options->max_over_read` (default 1.25 pages read per page needed). A part several owned positions hold
+ * (along a replicated mesh axis) is read once and copied (`hostfirst_shard_info.copy_of`). Making a plan
+ * reads no tensor data and allocates nothing on a device; it records each device's free memory now
+ * (`hostfirst_shard_plan_totals`). No communication with other processes: each process makes its own
+ * plan from the same rules.
+ *
+ * `options` may be NULL (defaults). Errors: `NULL_ARGUMENT` (`file`, `rules`, `out`; `positions` or
+ * `devices` NULL with `count > 0`), `INVALID_HANDLE`; `OUT_OF_RANGE` for a position not below
+ * `hostfirst_shard_mesh_positions` (e.g. an MPI rank ≥ the mesh size); `INVALID_ARGUMENT` for a position
+ * listed twice, an unknown device kind, bad options, a spec with more entries than a tensor it matches has
+ * dimensions, or a split dimension that is not even (the message names the tensor, the dimension, its
+ * size and the axes); `MISALIGNED_SLICE` when a shard of a sub-byte (F4, F6) tensor would start inside a
+ * byte; `NO_SUCH_DEVICE`, `UNAVAILABLE` for an absent device. On failure `*out` is unchanged.
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_shard_plan_make(const struct hostfirst_file *file,
+                                           const struct hostfirst_shard_rules *rules,
+                                           const uint64_t *positions,
+                                           const struct hostfirst_device *devices,
+                                           size_t count,
+                                           const struct hostfirst_shard_options *options,
+                                           struct hostfirst_shard_plan **out);
+
+/**
+ * Writes the number of shards of the plan (tensors × owned positions) to `*out_count`. Errors:
+ * `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_shard_plan_count(const struct hostfirst_shard_plan *plan,
+                                            size_t *out_count);
+
+/**
+ * Describes shard `index` of the plan into `*out` (set `out->struct_size = sizeof(hostfirst_shard_info)`
+ * first). Shards are ordered by tensor (file order), then by owned position in the order given to
+ * `hostfirst_shard_plan_make`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `OUT_OF_RANGE`,
+ * `INVALID_ARGUMENT` (`struct_size` too small). On failure `*out` is unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_shard_plan_describe(const struct hostfirst_shard_plan *plan,
+                                               size_t index,
+                                               struct hostfirst_shard_info *out);
+
+/**
+ * Writes the plan's totals: `*out_shard_bytes` the bytes of every shard (copies included), `*out_read_bytes`
+ * the file bytes its merged reads take, `*out_fits` 1 when every device had room for its shards when the plan
+ * was made (free memory less the fit check's margin), else 0. Any output may be NULL. Errors:
+ * `NULL_ARGUMENT` (plan), `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_shard_plan_totals(const struct hostfirst_shard_plan *plan,
+                                             uint64_t *out_shard_bytes,
+                                             uint64_t *out_read_bytes,
+                                             int32_t *out_fits);
+
+/**
+ * Releases a plan. NULL is a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Results of its runs
+ * stay valid; pointers from `hostfirst_shard_plan_describe` become invalid. Thread-safe.
+ */
+hostfirst_status hostfirst_shard_plan_free(struct hostfirst_shard_plan *plan);
+
+/**
+ * Runs a plan: loads every shard into its own new buffer (one contiguous C-order buffer per shard) on its
+ * device and writes a new result handle to `*out` (free it with `hostfirst_shard_result_free`).
+ *
+ * Before the first byte moves, every device is fit-checked against its memory free *now*; the first that
+ * does not fit gives `OUT_OF_MEMORY` naming the device with the numbers (`hostfirst_last_fit`), and nothing
+ * is allocated. Then each shard is read from its runs only, with parallel `pread`s straight into host
+ * buffers (`cpu`, `cuda_host`) or through the bounded page-locked staging ring for `cuda:N` (runs packed
+ * into the slabs); a part held by several owned positions is read once and copied. Files are never read
+ * through the mapping: a file truncated since it was opened gives `TRUNCATED`, not SIGBUS.
+ *
+ * `progress` (may be NULL) is called on the calling thread at a bounded rate with the shard bytes placed so
+ * far and in all, at least once, last with `done == total`; returning nonzero cancels: `CANCELLED`, and
+ * everything the run had allocated is freed. Any other failure (`IO`, `TRUNCATED`, `DEVICE_ERROR`) also
+ * frees everything. Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`. On failure `*out` is unchanged.
+ * Thread-safe; `user` is passed through untouched. The same plan may be run more than once.
+ */
+hostfirst_status hostfirst_shard_run(const struct hostfirst_shard_plan *plan,
+                                     hostfirst_progress_fn progress,
+                                     void *user,
+                                     struct hostfirst_shard_result **out);
+
+/**
+ * Writes the number of shards of a result (that of its plan) to `*out_count`. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_shard_result_count(const struct hostfirst_shard_result *result,
+                                              size_t *out_count);
+
+/**
+ * Gets shard `index` (the plan's order) of a result: a **new** `hostfirst_buffer` handle to `*out_buffer`
+ * (when non-NULL; the caller frees it with `hostfirst_buffer_free`; its memory is released when the result
+ * and every handle to it are freed, in any order) and the file bytes read for it to `*out_bytes_read` (when
+ * non-NULL; 0 for a copy). The buffer's name is the tensor's, its shape the shard's. Errors:
+ * `NULL_ARGUMENT` (result), `INVALID_HANDLE`, `OUT_OF_RANGE`. Thread-safe.
+ */
+hostfirst_status hostfirst_shard_result_get(const struct hostfirst_shard_result *result,
+                                            size_t index,
+                                            struct hostfirst_buffer **out_buffer,
+                                            uint64_t *out_bytes_read);
+
+/**
+ * Writes the file bytes the run read, over all shards, to `*out_bytes`. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_shard_result_bytes_read(const struct hostfirst_shard_result *result,
+                                                   uint64_t *out_bytes);
+
+/**
+ * Releases a result. NULL is a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Buffers obtained with
+ * `hostfirst_shard_result_get` stay valid. Thread-safe.
+ */
+hostfirst_status hostfirst_shard_result_free(struct hostfirst_shard_result *result);
 
 #if defined(HOSTFIRST_TEST_HOOKS)
 /**

@@ -35,6 +35,7 @@ pub mod load;
 pub mod place;
 pub mod rules;
 pub mod scope;
+pub mod shard;
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;
 

@@ -119,7 +119,7 @@ pub struct hostfirst_plan_device_info {
 /// Progress of a load: `done` and `total` bytes moved to devices so far; return nonzero to cancel.
 pub type hostfirst_load_progress_fn = Option<unsafe extern "C" fn(done: u64, total: u64, user: *mut c_void) -> c_int>;
 
-fn check_struct_size(got: usize, want: usize, ty: &str) -> Result<()> {
+pub(crate) fn check_struct_size(got: usize, want: usize, ty: &str) -> Result<()> {
     if got < want {
         return Err(Error::new(
             Status::InvalidArgument,
@@ -129,7 +129,7 @@ fn check_struct_size(got: usize, want: usize, ty: &str) -> Result<()> {
     Ok(())
 }
 
-fn cstring(s: &str) -> CString {
+pub(crate) fn cstring(s: &str) -> CString {
     CString::new(s.replace('\0', "\\0")).unwrap_or_default()
 }
 

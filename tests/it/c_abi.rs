@@ -73,3 +73,10 @@ fn c_dlpack() {
     let bin = compile_c_test("test_dlpack");
     run_ok(&bin, &[root().join("tests/fixtures").to_str().unwrap()], &[]);
 }
+
+#[test]
+fn c_shard() {
+    assert!(have_cc(), "no C compiler");
+    let bin = compile_c_test("test_shard");
+    run_ok(&bin, &[scratch("c_shard").to_str().unwrap()], &[]);
+}
