@@ -19,6 +19,7 @@ mod load_props;
 mod load_sets;
 mod load_sparse;
 mod load_support;
+mod mpi;
 mod place_cpu;
 mod place_cuda;
 mod place_rules;

@@ -1,0 +1,73 @@
+//! examples-c/mpi_shard.c under OpenMPI: 4 ranks on one machine each load only their shards of every tensor
+//! of a sharded set; rank 0 verifies every shard of every rank against the whole file (MPI_Gather of
+//! checksums). The library never links MPI: the example does. scripts/test.sh installs OpenMPI (Debian's
+//! openmpi-bin, libopenmpi-dev).
+
+use crate::common::*;
+use std::process::Command;
+
+fn have(tool: &str) -> bool {
+    Command::new(tool).arg("--version").output().map(|o| o.status.success()).unwrap_or(false)
+}
+
+/// Builds the example with `mpicc` (the same warnings as every C test).
+fn build() -> std::path::PathBuf {
+    let out = scratch("bin").join("mpi_shard");
+    let lib = lib_dir();
+    let o = Command::new("mpicc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g"])
+        .arg(format!("-I{}", root().join("include").display()))
+        .arg(root().join("examples-c/mpi_shard.c"))
+        .arg("-o")
+        .arg(&out)
+        .arg(format!("-L{}", lib.display()))
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-lhostfirst")
+        .output()
+        .expect("run mpicc");
+    assert!(o.status.success(), "mpicc failed:\n{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+fn mpirun(bin: &std::path::Path, np: &str, args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new("mpirun");
+    // Root in CI containers; more ranks than the 2 cores; no network but loopback.
+    cmd.args(["--allow-run-as-root", "--oversubscribe", "-np", np, "--mca", "btl", "self,vader"])
+        .arg(bin)
+        .args(args)
+        .env("OMPI_MCA_plm_rsh_agent", "")
+        .env_remove("HOSTFIRST_PLATFORMS");
+    cmd.output().expect("run mpirun")
+}
+
+#[test]
+fn four_ranks_load_their_shards_and_rank0_verifies() {
+    assert!(
+        have("mpicc") && have("mpirun"),
+        "OpenMPI is missing: apt-get install openmpi-bin libopenmpi-dev (scripts/test.sh does)"
+    );
+    let bin = build();
+    let dir = scratch(&format!("mpi-{}", std::process::id()));
+    let index = dir.join("model.safetensors.index.json");
+    let _ = std::fs::remove_file(&index);
+    let out = mpirun(&bin, "4", &[index.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "mpirun failed ({}):\n{stdout}\n{stderr}", out.status);
+    assert!(stdout.contains("wrote a demo set"), "{stdout}");
+    for r in 0..4 {
+        assert!(stdout.contains(&format!("rank {r} on cpu: 6 shards")), "{stdout}");
+    }
+    assert!(stdout.contains("6 tensors x 4 ranks verified against the whole file: every checksum matches"), "{stdout}");
+    // The set now exists: a second run (2 ranks) reads it as it is.
+    let out = mpirun(&bin, "2", &[index.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && !stdout.contains("wrote a demo set"), "{stdout}");
+    assert!(stdout.contains("6 tensors x 2 ranks verified"), "{stdout}");
+    // 5 ranks cannot split the 512 embedding rows evenly: every rank's plan fails with INVALID_ARGUMENT
+    // naming the tensor, and the job fails.
+    let out = mpirun(&bin, "5", &[index.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("INVALID_ARGUMENT") && stderr.contains("'embed.weight'"), "{stderr}");
+}
