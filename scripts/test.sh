@@ -2,7 +2,7 @@
 # The whole hostfirst test suite, on a fresh machine: installs what the tests need when it is missing
 # (a C and C++ compiler, binutils, cmake and pkg-config, Python packages), then runs every test:
 #   formatting, clippy and every target building; Rust unit and property tests, C ABI programs (-Wall -Wextra -Werror), header checks, the stand-in CUDA
-#   driver tests, the CLI, the MPI example (OpenMPI), the fuzz corpus replay, the install tests (tests/install.rs), the Python binding tests.
+#   driver tests, the CLI, the fuzz corpus replay, the install tests (tests/install.rs), the Python binding tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
