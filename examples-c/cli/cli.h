@@ -25,5 +25,6 @@ int cmd_put(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_load(int argc, char **argv);
 int cmd_gather(int argc, char **argv);
+int cmd_shard(int argc, char **argv);
 
 #endif

@@ -18,6 +18,9 @@ static int usage(FILE *out) {
             "                       place the file by the rules; per-tensor placement and time\n"
             "  gather FILE TENSOR --batch B --window T [--device SPEC] [--iters N] [--seed S] [--json]\n"
             "                       random [B, T] batches of a 1-D tensor onto a device; p50/p99 per batch\n"
+            "  shard FILE --world W --rank R --rule PATTERN=DIM ... [--device SPEC] [--json]\n"
+            "                       load rank R's shards (DIM split W ways; unmatched tensors whole), reading\n"
+            "                       only their bytes; per tensor shapes, start, checksum, bytes read\n"
             "\n"
             "environment: HOSTFIRST_PLATFORMS (e.g. cpu), HOSTFIRST_DEFAULT_DEVICE (e.g. cuda:1),\n"
             "             CUDA_VISIBLE_DEVICES\n");
@@ -43,6 +46,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "load")) return cmd_load(argc - 1, argv + 1);
     if (!strcmp(cmd, "gather")) return cmd_gather(argc - 1, argv + 1);
+    if (!strcmp(cmd, "shard")) return cmd_shard(argc - 1, argv + 1);
     fprintf(stderr, "hostfirst: unknown command '%s'\n", cmd);
     return usage(stderr);
 }

@@ -7,6 +7,7 @@ mod cli_devices;
 mod cli_inspect;
 mod cli_put;
 mod cli_rules;
+mod cli_shard;
 mod common;
 mod cpp;
 mod cuda_stub;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// A tensor to write: name, dtype, bits per element, shape.
-struct T(&'static str, &'static str, u64, Vec<u64>);
+pub(crate) struct T(pub &'static str, pub &'static str, pub u64, pub Vec<u64>);
 
 fn bytes_for(t: &T, salt: u64) -> Vec<u8> {
     let n = (t.3.iter().product::<u64>() * t.2).div_ceil(8);
@@ -41,7 +41,7 @@ fn write_st(path: &Path, tensors: &[&T], salt: u64) -> Vec<(String, Vec<u8>)> {
 }
 
 /// A sharded set in two files; returns the index path and every tensor's bytes.
-fn write_set(tag: &str, tensors: &[T]) -> (PathBuf, Vec<(String, Vec<u8>)>) {
+pub(crate) fn write_set(tag: &str, tensors: &[T]) -> (PathBuf, Vec<(String, Vec<u8>)>) {
     let dir = scratch(&format!("shard-{tag}-{}", std::process::id()));
     let half = tensors.len() / 2;
     let (a, b): (Vec<&T>, Vec<&T>) = (tensors[..half].iter().collect(), tensors[half..].iter().collect());
@@ -59,7 +59,7 @@ fn write_set(tag: &str, tensors: &[T]) -> (PathBuf, Vec<(String, Vec<u8>)>) {
 
 /// Packed bytes of the block `ranges` (start, len per dim) of a C-order array of `shape`, `bits` per element
 /// (each innermost run a whole number of bytes): recursive over dimensions.
-fn block(data: &[u8], shape: &[u64], bits: u64, ranges: &[(u64, u64)]) -> Vec<u8> {
+pub(crate) fn block(data: &[u8], shape: &[u64], bits: u64, ranges: &[(u64, u64)]) -> Vec<u8> {
     fn rec(data: &[u8], shape: &[u64], bits: u64, ranges: &[(u64, u64)], base_bits: u64, out: &mut Vec<u8>) {
         let (start, len) = ranges[0];
         if shape.len() == 1 {
@@ -80,7 +80,7 @@ fn block(data: &[u8], shape: &[u64], bits: u64, ranges: &[(u64, u64)]) -> Vec<u8
     out
 }
 
-fn tensors() -> Vec<T> {
+pub(crate) fn tensors() -> Vec<T> {
     vec![
         T("layer.0.w", "F32", 32, vec![8, 12]),
         T("layer.0.col", "BF16", 16, vec![6, 16]),

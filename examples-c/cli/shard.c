@@ -1,0 +1,229 @@
+/* hostfirst shard FILE --world W --rank R --rule PATTERN=DIM [--rule ...] [--device SPEC] [--json]: loads rank
+ * R's shard (an even split along DIM into W parts) of every tensor a rule matches, and every other tensor
+ * whole, reading only those bytes (shard-on-read); prints per tensor its global shape, the shard's shape and
+ * start along DIM, its size, the FNV-1a 64 of its C-order bytes (the hash of `inspect --checksum`) and the
+ * file bytes read for it, then the totals.
+ *
+ * The rules become a one-axis mesh ("rank", W) and partition specs splitting DIM over it; the first rule
+ * matching a name wins. Output is written only when everything succeeded; a failure prints one line on
+ * stderr ("hostfirst: <what>: <STATUS>: <message>"), exit status 1; bad usage exits 2. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+
+#define MAX_RULES 64
+
+static const char *usage_line =
+    "usage: hostfirst shard FILE --world W --rank R --rule PATTERN=DIM [--rule ...] [--device SPEC] [--json]\n";
+
+static int usage_error(const char *why, const char *arg) {
+    fprintf(stderr, "hostfirst shard: %s%s%s\n%s", why, arg ? " " : "", arg ? arg : "", usage_line);
+    return 2;
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+    char *end = NULL;
+    if (!s || !*s || *s == '-') return 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end) return 0;
+    *out = (uint64_t)v;
+    return 1;
+}
+
+static uint64_t fnv1a64(const unsigned char *p, uint64_t n, uint64_t h) {
+    for (uint64_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* FNV-1a 64 of a buffer's bytes: straight from host memory, else copied back in one piece. */
+static hostfirst_status buffer_checksum(const hostfirst_buffer *b, uint64_t *out) {
+    hostfirst_buffer_info bi;
+    memset(&bi, 0, sizeof bi);
+    bi.struct_size = sizeof bi;
+    hostfirst_status st = hostfirst_buffer_describe(b, &bi);
+    if (st != HOSTFIRST_STATUS_OK) return st;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    if (bi.device.kind != HOSTFIRST_DEVICE_CUDA) {
+        *out = fnv1a64((const unsigned char *)(uintptr_t)bi.address, bi.nbytes, h);
+        return HOSTFIRST_STATUS_OK;
+    }
+    unsigned char *tmp = malloc(bi.nbytes ? (size_t)bi.nbytes : 1);
+    if (!tmp) return HOSTFIRST_STATUS_OUT_OF_MEMORY;
+    st = hostfirst_buffer_copy_to_host(b, tmp, (size_t)bi.nbytes);
+    if (st == HOSTFIRST_STATUS_OK) *out = fnv1a64(tmp, bi.nbytes, h);
+    free(tmp);
+    return st;
+}
+
+static void print_dims(FILE *o, const uint64_t *d, uint32_t rank, int json) {
+    fputc('[', o);
+    for (uint32_t i = 0; i < rank; i++) fprintf(o, "%s%llu", i ? (json ? "," : ", ") : "", (unsigned long long)d[i]);
+    fputc(']', o);
+}
+
+/* The dims as text into buf (for the table). */
+static const char *dims_text(const uint64_t *d, uint32_t rank, char *buf, size_t cap) {
+    FILE *s = fmemopen(buf, cap, "w");
+    if (!s) return "";
+    print_dims(s, d, rank, 0);
+    fputc('\0', s);
+    fclose(s);
+    buf[cap - 1] = '\0';
+    return buf;
+}
+
+int cmd_shard(int argc, char **argv) {
+    const char *path = NULL, *device = "cpu";
+    const char *rules_text[MAX_RULES];
+    uint64_t rule_dim[MAX_RULES];
+    size_t nrules = 0;
+    uint64_t world = 0, rank = 0;
+    int json = 0, have_world = 0, have_rank = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int last = i + 1 >= argc;
+        if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--world") || !strcmp(a, "--rank")) {
+            uint64_t v = 0;
+            if (last || !parse_u64(argv[i + 1], &v)) return usage_error(a, "needs a non-negative integer");
+            if (a[2] == 'w') world = v, have_world = 1;
+            else rank = v, have_rank = 1;
+            i++;
+        } else if (!strcmp(a, "--device")) {
+            if (last) return usage_error("--device needs a SPEC", NULL);
+            device = argv[++i];
+        } else if (!strcmp(a, "--rule")) {
+            if (last) return usage_error("--rule needs PATTERN=DIM", NULL);
+            const char *r = argv[++i], *eq = strrchr(r, '=');
+            uint64_t dim = 0;
+            if (!eq || eq == r || !parse_u64(eq + 1, &dim) || dim > 31)
+                return usage_error("a rule is PATTERN=DIM with DIM a dimension (0-31), not", r);
+            if (nrules == MAX_RULES) return usage_error("too many rules", NULL);
+            rules_text[nrules] = r;
+            rule_dim[nrules++] = dim;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            return usage_error("unknown option", a);
+        } else if (!path) {
+            path = a;
+        } else {
+            return usage_error("more than one FILE", NULL);
+        }
+    }
+    if (!path || !have_world || !have_rank) return usage_error("FILE, --world and --rank are required", NULL);
+
+    hostfirst_device dev;
+    hostfirst_status st = hostfirst_device_parse(device, &dev);
+    if (st != HOSTFIRST_STATUS_OK) return cli_fail(device, st);
+    hostfirst_file *f = NULL;
+    st = hostfirst_file_open(path, &f);
+    if (st != HOSTFIRST_STATUS_OK) return cli_fail(path, st);
+
+    /* One axis, "rank", of size W; each rule splits its DIM over it. */
+    const char *axis = "rank";
+    hostfirst_shard_mesh *mesh = NULL;
+    hostfirst_shard_rules *rules = NULL;
+    hostfirst_shard_plan *plan = NULL;
+    hostfirst_shard_result *res = NULL;
+    const char *what = path;
+    st = hostfirst_shard_mesh_new(&axis, &world, 1, &mesh);
+    if (st == HOSTFIRST_STATUS_OK) st = hostfirst_shard_rules_new(mesh, &rules);
+    for (size_t i = 0; i < nrules && st == HOSTFIRST_STATUS_OK; i++) {
+        char pattern[1024], spec[128] = "";
+        size_t plen = (size_t)(strrchr(rules_text[i], '=') - rules_text[i]);
+        if (plen >= sizeof pattern) plen = sizeof pattern - 1;
+        memcpy(pattern, rules_text[i], plen);
+        pattern[plen] = '\0';
+        for (uint64_t d = 0; d < rule_dim[i]; d++) strcat(spec, "_,");
+        strcat(spec, "rank");
+        what = rules_text[i];
+        st = hostfirst_shard_rules_add(rules, pattern, spec);
+    }
+    if (st == HOSTFIRST_STATUS_OK) what = path, st = hostfirst_shard_plan_make(f, rules, &rank, &dev, 1, NULL, &plan);
+    if (st == HOSTFIRST_STATUS_OK) st = hostfirst_shard_run(plan, NULL, NULL, &res);
+
+    char *text = NULL;
+    size_t text_len = 0;
+    FILE *o = st == HOSTFIRST_STATUS_OK ? open_memstream(&text, &text_len) : NULL;
+    if (st == HOSTFIRST_STATUS_OK && !o) st = HOSTFIRST_STATUS_OUT_OF_MEMORY;
+    size_t n = 0;
+    uint64_t file_bytes = 0, tot_bytes = 0, tot_read = 0;
+    char spec[64];
+    if (st == HOSTFIRST_STATUS_OK) {
+        hostfirst_shard_plan_count(plan, &n);
+        hostfirst_file_data_bytes(f, &file_bytes);
+        cli_device_spec(dev, spec, sizeof spec);
+        if (json) {
+            fputs("{\"file\":", o);
+            cli_json_string(o, path);
+            fprintf(o, ",\"world\":%llu,\"rank\":%llu,\"device\":\"%s\",\"tensors\":[", (unsigned long long)world,
+                    (unsigned long long)rank, spec);
+        } else {
+            fprintf(o, "file: %s\nrank %llu of %llu on %s\n\n", path, (unsigned long long)rank,
+                    (unsigned long long)world, spec);
+            fprintf(o, "%-40s %4s %-20s %-20s %10s %12s %12s  %s\n", "NAME", "DIM", "SHAPE", "SHARD", "START", "NBYTES",
+                    "READ", "FNV1A64");
+        }
+    }
+    for (size_t i = 0; i < n && st == HOSTFIRST_STATUS_OK; i++) {
+        hostfirst_shard_info si;
+        memset(&si, 0, sizeof si);
+        si.struct_size = sizeof si;
+        hostfirst_buffer *b = NULL;
+        uint64_t read = 0, sum = 0;
+        st = hostfirst_shard_plan_describe(plan, i, &si);
+        if (st == HOSTFIRST_STATUS_OK) st = hostfirst_shard_result_get(res, i, &b, &read);
+        if (st == HOSTFIRST_STATUS_OK) st = buffer_checksum(b, &sum);
+        hostfirst_buffer_free(b);
+        if (st != HOSTFIRST_STATUS_OK) break;
+        int dim = si.rule >= 0 ? (int)rule_dim[si.rule] : -1;
+        uint64_t start = dim >= 0 ? si.start[dim] : 0;
+        tot_bytes += si.nbytes;
+        tot_read += read;
+        if (json) {
+            fprintf(o, "%s{\"name\":", i ? "," : "");
+            cli_json_string(o, si.name);
+            if (dim >= 0) fprintf(o, ",\"dim\":%d", dim);
+            else fputs(",\"dim\":null", o);
+            fputs(",\"shape\":", o);
+            print_dims(o, si.shape, si.rank, 1);
+            fputs(",\"shard_shape\":", o);
+            print_dims(o, si.shard_shape, si.rank, 1);
+            fprintf(o, ",\"start\":%llu,\"nbytes\":%llu,\"fnv1a64\":\"%016llx\",\"bytes_read\":%llu}",
+                    (unsigned long long)start, (unsigned long long)si.nbytes, (unsigned long long)sum,
+                    (unsigned long long)read);
+        } else {
+            char a[128], c[128], d[16];
+            if (dim >= 0) snprintf(d, sizeof d, "%d", dim);
+            else snprintf(d, sizeof d, "-");
+            fprintf(o, "%-40s %4s %-20s %-20s %10llu %12llu %12llu  %016llx\n", si.name, d,
+                    dims_text(si.shape, si.rank, a, sizeof a), dims_text(si.shard_shape, si.rank, c, sizeof c),
+                    (unsigned long long)start, (unsigned long long)si.nbytes, (unsigned long long)read,
+                    (unsigned long long)sum);
+        }
+    }
+    if (o) {
+        if (json) {
+            fprintf(o, "],\"totals\":{\"tensors\":%zu,\"nbytes\":%llu,\"bytes_read\":%llu,\"file_bytes\":%llu}}\n", n,
+                    (unsigned long long)tot_bytes, (unsigned long long)tot_read, (unsigned long long)file_bytes);
+        } else {
+            char a[32], b[32], c[32];
+            fprintf(o, "\ntotal: %zu tensors, %s of shards (%llu bytes), %s read (%llu bytes) of the files' %s\n", n,
+                    cli_bytes(tot_bytes, a, sizeof a), (unsigned long long)tot_bytes, cli_bytes(tot_read, b, sizeof b),
+                    (unsigned long long)tot_read, cli_bytes(file_bytes, c, sizeof c));
+        }
+        fclose(o);
+    }
+    hostfirst_shard_result_free(res);
+    hostfirst_shard_plan_free(plan);
+    hostfirst_shard_rules_free(rules);
+    hostfirst_shard_mesh_free(mesh);
+    hostfirst_file_free(f);
+    if (st != HOSTFIRST_STATUS_OK) {
+        free(text);
+        return cli_fail(what, st);
+    }
+    fwrite(text, 1, text_len, stdout);
+    free(text);
+    return 0;
+}
