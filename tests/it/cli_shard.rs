@@ -5,7 +5,6 @@
 
 use crate::common::*;
 use crate::shard::{block, tensors, write_set};
-use serde_json::Value;
 
 fn fnv(b: &[u8]) -> String {
     let h = b.iter().fold(0xcbf29ce484222325u64, |h, &x| (h ^ x as u64).wrapping_mul(0x100000001b3));
