@@ -266,6 +266,9 @@ def main(path):
         w("larger-than-GPU token file) stays empty until `benches/gpu/run.sh` runs on a real GPU (`benches/gpu/README.md`);")
         w("no figure is estimated. The harness has run end to end only against the stand-in driver (`--dry-run`).\n")
 
+    # ------------------------------------------------------------------ 6. shard-on-read
+    shard_verdict = shard_section(w, recs)
+
     # ------------------------------------------------------------------ targets
     w("## Targets of issue 6\n")
     w("| target | measured | verdict |\n|---|---|---|")
@@ -276,6 +279,12 @@ def main(path):
     if not gpu_verdict:
         w("| GPU: H2D ≥ 0.92× pinned memcpy; ≥ 5× torch/JAX paths; anon RSS ≤ staging ring | not measured: no GPU run yet | **not measured** |")
     w("")
+    if shard_verdict:
+        w("## Targets of issue 14 (shard-on-read)\n")
+        w("| target | measured | verdict |\n|---|---|---|")
+        for name, val, v in shard_verdict:
+            w(f"| {name} | {val} | **{v}** |")
+        w("")
     notes = os.path.join(HERE, "notes.md")
     if os.path.exists(notes):
         w(open(notes).read())
@@ -283,6 +292,69 @@ def main(path):
         f.write("\n".join(out) + "\n")
     plot(m, recs, by)
     print("wrote BENCHMARKS.md and benches/plot.png")
+
+
+def shard_section(w, recs):
+    """Section 6: one rank of 4 loading its shards (shard-on-read) vs reading every tensor whole and slicing."""
+    rs = [r for r in recs if r["op"] == "shard"]
+    if not rs:
+        return []
+    f = rs[0]
+    w("## 6. Shard-on-read: one rank of 4 loads its shards of a 2 GiB file\n")
+    w(f"The file: {f['tensors'] if f['impl'] != 'full-load' else 16} f32 [2048, 16384] tensors (64 KiB rows), "
+      f"{f['file_bytes'] / GiB:.2f} GiB of data. Rank 1 of 4 loads its part of every tensor to cpu, split along "
+      "dim 0 (rows: 16 contiguous 32 MiB ranges) or dim 1 (columns: 32,768 runs of 16 KiB, 64 KiB apart), with "
+      "`ShardPlan` + `shard::run` (default read policy: merged reads span ≤ 1.25× the pages they need). "
+      "Baseline *read-then-slice*: put every whole tensor on cpu, then copy the rank's part out in memory (what a "
+      "loader without shard-on-read does). *Full load*: every tensor whole (`load-all`).\n")
+    w("**Bytes taken from the file** (cold): the file's pages are evicted first (sync + `posix_fadvise(DONTNEED)`, "
+      "residency checked ≤ 1 % with mincore), one process loads, then the resident pages are counted (mincore). "
+      "`read_bytes` is the process's /proc/self/io counter (bytes it made the kernel fetch from storage); `bytes_read` is "
+      "what hostfirst's preads asked for.\n")
+    w("| split | loader | shard bytes | taken from the file (pages resident after) | taken ÷ shard | read_bytes ÷ shard "
+      "| preads ÷ shard | resident before | cold time |")
+    w("|---|---|---|---|---|---|---|---|---|")
+    verdict = []
+    for dim in (0, 1):
+        for impl, label in (("hostfirst-shard", "hostfirst shard-on-read"), ("read-then-slice", "read-then-slice")):
+            g = [r for r in rs if r["impl"] == impl and r["dim"] == dim and r.get("state") == "cold"]
+            if not g:
+                continue
+            sb = g[0]["shard_bytes"]
+            taken = [r["taken_bytes"] / r["shard_bytes"] for r in g]
+            io = [r["io_read_bytes"] / r["shard_bytes"] for r in g]
+            rd = [r["bytes_read"] / r["shard_bytes"] for r in g]
+            t = [r["t_s"] for r in g]
+            w(f"| dim {dim} | {label} | {sb / MiB:.0f} MiB | {med([r['taken_bytes'] for r in g]) / MiB:.1f} MiB | "
+              f"**{med(taken):.3f}×** ({spread(taken, lambda x: f'{x:.3f}')}) | {med(io):.3f}× | {med(rd):.3f}× | "
+              f"{max(r['resident_before'] for r in g) * 100:.2f} % | {med(t):.2f} s |")
+            if impl == "hostfirst-shard":
+                bound = 1.25 if dim == 0 else 2.0
+                base = [r["taken_bytes"] / r["shard_bytes"] for r in rs
+                        if r["impl"] == "read-then-slice" and r["dim"] == dim and r.get("state") == "cold"]
+                verdict.append((f"Bytes taken by one rank, dim-{dim} split: ≤ {bound}× its shard bytes"
+                                + ("" if dim == 0 else " (rows ≥ 64 KiB)") + " vs W× for read-then-slice",
+                                f"{med(taken):.3f}× (max {max(taken):.3f}×); read-then-slice {med(base):.2f}×" if base
+                                else f"{med(taken):.3f}×", "met" if max(taken) <= bound else "missed"))
+    w("")
+    w("**Time** (warm: the file read once and checked resident first; open + plan + load of every shard, in the "
+      "process). Full load and read-then-slice ran in the same run, alternating with the shard loads.\n")
+    w("| split | hostfirst shard-on-read | read-then-slice | full load | shard ÷ full load | read-then-slice ÷ full load |")
+    w("|---|---|---|---|---|---|")
+    for dim in (0, 1):
+        sh = [r["t_s"] for r in rs if r["impl"] == "hostfirst-shard" and r["dim"] == dim and r.get("state") == "warm"]
+        rt = [r["t_s"] for r in rs if r["impl"] == "read-then-slice" and r["dim"] == dim and r.get("state") == "warm"]
+        fl = [r["t_s"] for r in rs if r["impl"] == "full-load" and r.get("dim") == dim]
+        if not (sh and fl):
+            continue
+        sec = lambda x: f"{x:.2f} s"
+        w(f"| dim {dim} | {sec(med(sh))} ({spread(sh, sec)}) | {sec(med(rt)) if rt else '–'} | {sec(med(fl))} "
+          f"({spread(fl, sec)}) | **{med(sh) / med(fl):.2f}×** | {med(rt) / med(fl) if rt else float('nan'):.2f}× |")
+        verdict.append((f"Time for one of 4 ranks to load its shards (dim-{dim} split) from a warm 2 GiB file: ≤ 0.35× a "
+                        "full load in the same run", f"{med(sh) / med(fl):.2f}× (medians {med(sh):.2f} s vs {med(fl):.2f} s)",
+                        "met" if med(sh) / med(fl) <= 0.35 else "missed"))
+    w("")
+    return verdict
 
 
 def plot(m, recs, by):

@@ -187,6 +187,36 @@ def write_many(path, count, elems):
         f.write(data)
 
 
+def write_sharded(path, tensors, rows, cols):
+    """tensors x f32[rows, cols] of real bytes (the shard section's file: rows of cols * 4 bytes)."""
+    import numpy as np
+
+    nb = rows * cols * 4
+    hdr = {"__metadata__": {"format": "np", "source": "hostfirst benches (shard)"}}
+    for i in range(tensors):
+        hdr[f"layer.{i:02d}.weight"] = {"dtype": "F32", "shape": [rows, cols], "data_offsets": [i * nb, (i + 1) * nb]}
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    rng = np.random.default_rng(2)
+    block = rng.standard_normal(nb // 4, dtype=np.float32)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for i in range(tensors):
+            f.write((block + np.float32(i)).tobytes())
+
+
+def drop_cache(exe, path):
+    """Evicts the file from the page cache (sync, then posix_fadvise DONTNEED) and returns the resident fraction
+    left (mincore), which must be <= 1 % for a cold measurement."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return resident(exe, path)
+
+
 def resident(exe, path, env=None):
     """Fraction of the file's pages in the page cache (the driver's mincore op); env: for a stand-in driver."""
     out = subprocess.run([exe, "resident", path], capture_output=True, text=True, env=env).stdout
@@ -219,7 +249,8 @@ def main():
     os.makedirs(data, exist_ok=True)
     py = [sys.executable, os.path.abspath(__file__), "--peer"]
     t_start = time.time()
-    only = set(argv[argv.index("--only") + 1].split(",")) if "--only" in argv else {"open", "put", "gather", "many"}
+    only = set(argv[argv.index("--only") + 1].split(",")) if "--only" in argv else {"open", "put", "gather", "many",
+                                                                                  "shard"}
     exe = build()
     m = machine()
     m["reps"] = reps
@@ -237,6 +268,8 @@ def main():
     sizes = [2 * MiB, 64 * MiB, 512 * MiB, 2 * GiB, 4 * GiB] if not quick else [2 * MiB, 64 * MiB, 2 * GiB]
     counts = [10, 100, 1000, 10000, 100000] if not quick else [10, 1000, 100000]
     files = {}
+    if only <= {"shard"}:  # the shard section writes its own file
+        sizes, counts = [], []
     print("generating files ...", flush=True)
     for s in sizes:
         p = os.path.join(data, f"single-{s // MiB}MiB.safetensors")
@@ -249,9 +282,9 @@ def main():
             write_many(p, c, 16)
         files[("count", c)] = p
     many = os.path.join(data, "many-20000x4KiB.safetensors")
-    if not os.path.exists(many):
+    if not os.path.exists(many) and sizes:
         write_many(many, 20000, 1024)
-    big = files[("size", 2 * GiB)]  # the put tensor and the token file (u16, 1 Gi tokens)
+    big = files.get(("size", 2 * GiB))  # the put tensor and the token file (u16, 1 Gi tokens)
 
     # 1. open vs size and vs count
     print("1. open ...", flush=True)
@@ -280,7 +313,8 @@ def main():
 
     # 3. gather: nanoGPT get_batch vs hostfirst's gather primitive (and a read_at loop for comparison)
     print("3. gather ...", flush=True)
-    warm(exe, big)
+    if "gather" in only:
+        warm(exe, big)
     for B in (12, 64, 512) if "gather" in only else ():
         for T in (1024, 8192):
             iters = 200 if B * T <= 64 * 1024 else (60 if B * T <= 64 * 8192 else 25)
@@ -295,13 +329,37 @@ def main():
 
     # 4. many-tensor whole-file load to cpu
     print("4. many-tensor ...", flush=True)
-    res = warm(exe, many)
+    res = warm(exe, many) if "many" in only else None
     for r in range(reps) if "many" in only else []:
         add(run1([exe, "load-rules", many]), rep=r, resident=res)
         add(run1([exe, "load-all", many]), rep=r, resident=res)
         add(run1([exe, "rust-safetensors-load-all", many]), rep=r, resident=res)
         add(run1(py + ["load_file", many, "load-all"]), rep=r, resident=res)
         add(run1(py + ["get_tensor_loop", many]), rep=r, resident=res)
+
+    # 5. shard-on-read: one rank of 4 (rank 1) loads its shards of a 2 GiB file of 16 f32 [2048, 16384] tensors
+    # (64 KiB rows), split along dim 0 or dim 1, vs reading every tensor whole and slicing it in memory.
+    shard_file = os.path.join(data, "shard-16x2048x16384-f32.safetensors")
+    if "shard" in only:
+        print("5. shard ...", flush=True)
+        if not os.path.exists(shard_file):
+            write_sharded(shard_file, 16, 2048, 16384)
+        size = os.path.getsize(shard_file)
+        for r in range(reps):
+            for dim in (0, 1):
+                # Cold: bytes taken from the file = pages resident afterwards (the file was evicted first).
+                for op in ("shard-load", "read-then-slice"):
+                    left = drop_cache(exe, shard_file)
+                    rec = run1([exe, op, shard_file, "4", "1", str(dim)])
+                    after = resident(exe, shard_file)
+                    add(rec, rep=r, state="cold", resident_before=left, resident_after=after,
+                        taken_bytes=round(after * size))
+                # Warm: time one rank's shards vs a full load, alternating, in this run.
+                res = warm(exe, shard_file)
+                add(run1([exe, "shard-load", shard_file, "4", "1", str(dim)]), rep=r, state="warm", resident=res)
+                add(run1([exe, "load-all", shard_file]), rep=r, state="warm", resident=res, dim=dim, op="shard",
+                    impl="full-load")
+                add(run1([exe, "read-then-slice", shard_file, "4", "1", str(dim)]), rep=r, state="warm", resident=res)
 
     m["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
     m["wall_s"] = round(time.time() - t_start, 1)
@@ -313,7 +371,8 @@ def main():
     if "--only" in argv and os.path.exists(latest):
         # A partial re-run replaces those sections' records in latest.json and is noted in its machine block.
         prev = json.load(open(latest))
-        ops = {"open": {"open"}, "put": {"put-cpu", "memcpy", "pread"}, "gather": {"gather"}, "many": {"load-all"}}
+        ops = {"open": {"open"}, "put": {"put-cpu", "memcpy", "pread"}, "gather": {"gather"}, "many": {"load-all"},
+               "shard": {"shard"}}
         drop = set().union(*(ops[o] for o in only))
         m_prev = prev["machine"]
         m_prev.setdefault("partial_reruns", []).append(m)
@@ -325,8 +384,9 @@ def main():
         json.dump(doc, f, indent=1)
     print(f"wrote benches/results/{raw} ({len(recs)} records, {m['wall_s']} s)")
     if not keep:
-        for p in list(files.values()) + [many]:
-            os.remove(p)
+        for p in list(files.values()) + [many, shard_file]:
+            if os.path.exists(p):
+                os.remove(p)
     subprocess.run([sys.executable, os.path.join(HERE, "report.py"), os.path.join(outdir, "latest.json")], check=True)
 
 

@@ -28,6 +28,7 @@ mod view;
 
 pub use file::TensorFile;
 pub use layout::{ReadPolicy, Runs};
+pub(crate) use shard::ReadaheadOff;
 pub use names::CName;
 pub use view::{alignment_of, TensorView};
 

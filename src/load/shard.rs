@@ -44,6 +44,8 @@ pub(crate) enum Source {
         file: fs::File,
         map: Mmap,
         populated: Mutex<Vec<(u64, u64)>>,
+        /// Live [`ReadaheadOff`] guards on this descriptor.
+        no_readahead: Mutex<usize>,
     },
     Memory(Box<dyn AsRef<[u8]> + Send + Sync>),
 }
@@ -130,7 +132,7 @@ impl Shard {
             path_c: CName::new(display.clone()),
             display,
             path: Some(path.to_path_buf()),
-            source: Source::File { file, map, populated: Mutex::new(Vec::new()) },
+            source: Source::File { file, map, populated: Mutex::new(Vec::new()), no_readahead: Mutex::new(0) },
             header,
         };
         shard.cross_check()?;
@@ -182,7 +184,7 @@ impl Shard {
     /// pages were populated, `false` when the kernel offers only read-ahead advice (Linux before 5.14, other
     /// systems) or the source is a memory buffer. A file now shorter than the range gives `TRUNCATED`.
     pub(crate) fn prefault(&self, offset: u64, len: u64, what: &dyn Fn() -> String) -> Result<bool> {
-        let Source::File { file, map, populated } = &self.source else { return Ok(false) };
+        let Source::File { file, map, populated, .. } = &self.source else { return Ok(false) };
         if len == 0 {
             return Ok(true);
         }
@@ -277,6 +279,43 @@ impl Shard {
                 Ok(())
             }
         }
+    }
+}
+
+/// While it lives, the kernel reads only the pages asked for from its file (`POSIX_FADV_RANDOM` on the
+/// descriptor): shard-on-read reads a few ranges of a file, and read-ahead past the end of each range took
+/// half as many bytes again from storage for dimension-0 shards (BENCHMARKS.md, shard-on-read). Guards nest;
+/// the last one dropped restores the default advice. Advice only: reads are correct either way.
+pub(crate) struct ReadaheadOff(std::sync::Arc<Shard>);
+
+impl ReadaheadOff {
+    pub(crate) fn new(shard: &std::sync::Arc<Shard>) -> ReadaheadOff {
+        shard.advise_random(true);
+        ReadaheadOff(std::sync::Arc::clone(shard))
+    }
+}
+
+impl Drop for ReadaheadOff {
+    fn drop(&mut self) {
+        self.0.advise_random(false);
+    }
+}
+
+impl Shard {
+    fn advise_random(&self, on: bool) {
+        let Source::File { file, no_readahead, .. } = &self.source else { return };
+        let mut n = no_readahead.lock().unwrap_or_else(|p| p.into_inner());
+        let before = *n;
+        *n = if on { before + 1 } else { before.saturating_sub(1) };
+        #[cfg(target_os = "linux")]
+        if (before == 0) != (*n == 0) {
+            use std::os::fd::AsRawFd;
+            let advice = if on { libc::POSIX_FADV_RANDOM } else { libc::POSIX_FADV_NORMAL };
+            // SAFETY: advice on our own open descriptor; no memory is involved.
+            unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, advice) };
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = file;
     }
 }
 

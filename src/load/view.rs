@@ -328,6 +328,11 @@ impl TensorView {
         })
     }
 
+    /// Turns off read-ahead on this view's file while the guard lives (see [`super::shard::ReadaheadOff`]).
+    pub(crate) fn readahead_off(&self) -> super::shard::ReadaheadOff {
+        super::shard::ReadaheadOff::new(&self.shard)
+    }
+
     /// The element strides of a strided view (NULL when contiguous), valid while this view lives.
     pub(crate) fn strides_ptr(&self) -> *const u64 {
         self.strides.as_ref().map_or(std::ptr::null(), |s| s.as_ptr())

@@ -56,6 +56,13 @@ pub fn run(plan: &ShardPlan, mut opts: ShardOptions<'_>) -> Result<ShardLoad> {
     let total = plan.shard_bytes();
     let threads = if opts.threads == 0 { default_threads() } else { opts.threads };
     let cancelled = || Error::new(Status::Cancelled, "shard load cancelled by the progress callback; nothing kept");
+    // Read-ahead off on every file the plan reads: it would take pages past the end of each shard's range.
+    let mut guards: Vec<(String, crate::load::ReadaheadOff)> = Vec::new();
+    for e in plan.entries.iter().filter(|e| e.copy_of.is_none() && e.nbytes() > 0) {
+        if !guards.iter().any(|(f, _)| f == e.view.file_display()) {
+            guards.push((e.view.file_display().to_string(), e.view.readahead_off()));
+        }
+    }
     let mut shards: Vec<LoadedShard> = Vec::with_capacity(plan.entries.len());
     let mut base = 0u64;
     let mut last_call = std::time::Instant::now();
