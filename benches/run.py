@@ -297,7 +297,7 @@ def main():
 
     # 2. host materialise of the 2 GiB tensor
     print("2. put-cpu ...", flush=True)
-    n = os.path.getsize(big) - 8 - header_len(big)
+    n = os.path.getsize(big) - 8 - header_len(big) if big else 0
     thr = str(os.cpu_count())
     put_reps = reps if quick else max(reps, 7)  # the noisiest section on a shared VM: two more processes
     for r in range(put_reps) if "put" in only else []:
