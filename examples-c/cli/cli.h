@@ -15,6 +15,9 @@ void cli_json_string(FILE *out, const char *s);
 /* Formats a device spec into buf (at least 32 bytes). */
 const char *cli_device_spec(hostfirst_device d, char *buf, size_t cap);
 
+/* Parses a whole decimal string as a non-negative integer into *out; returns 1 on success, 0 otherwise. */
+int cli_parse_u64(const char *s, uint64_t *out);
+
 /* Formats a byte count with binary units into buf. */
 const char *cli_bytes(uint64_t n, char *buf, size_t cap);
 

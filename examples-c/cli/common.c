@@ -1,3 +1,4 @@
+#include <stdlib.h>
 #include <string.h>
 #include "cli.h"
 
@@ -38,4 +39,13 @@ const char *cli_bytes(uint64_t n, char *buf, size_t cap) {
     else if (x >= k) snprintf(buf, cap, "%.2f KiB", x / k);
     else snprintf(buf, cap, "%llu B", (unsigned long long)n);
     return buf;
+}
+
+int cli_parse_u64(const char *s, uint64_t *out) {
+    char *end = NULL;
+    if (!s || !*s || *s == '-') return 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end) return 0;
+    *out = (uint64_t)v;
+    return 1;
 }

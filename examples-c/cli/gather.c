@@ -26,15 +26,6 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static int parse_u64(const char *s, uint64_t *out) {
-    char *end = NULL;
-    if (!s || !*s || *s == '-') return 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end) return 0;
-    *out = v;
-    return 1;
-}
-
 /* Checks the current batch against windows read directly with hostfirst_view_copy. */
 static int check_first(hostfirst_gather *g, const hostfirst_view *v, const uint64_t *offs, uint64_t b, uint64_t t,
                        size_t elem, int *ok) {
@@ -68,13 +59,13 @@ int cmd_gather(int argc, char **argv) {
         if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--prefault")) prefault = 1;
         else if (!strcmp(a, "--batch") && more) {
-            if (!parse_u64(argv[++i], &batch)) goto bad;
+            if (!cli_parse_u64(argv[++i], &batch)) goto bad;
         } else if (!strcmp(a, "--window") && more) {
-            if (!parse_u64(argv[++i], &window)) goto bad;
+            if (!cli_parse_u64(argv[++i], &window)) goto bad;
         } else if (!strcmp(a, "--iters") && more) {
-            if (!parse_u64(argv[++i], &iters)) goto bad;
+            if (!cli_parse_u64(argv[++i], &iters)) goto bad;
         } else if (!strcmp(a, "--seed") && more) {
-            if (!parse_u64(argv[++i], &seed)) goto bad;
+            if (!cli_parse_u64(argv[++i], &seed)) goto bad;
         } else if (!strcmp(a, "--device") && more) spec = argv[++i];
         else if (a[0] == '-' && a[1] != '\0') goto bad;
         else if (!path) path = a;

@@ -22,15 +22,6 @@ static int usage_error(const char *why, const char *arg) {
     return 2;
 }
 
-static int parse_u64(const char *s, uint64_t *out) {
-    char *end = NULL;
-    if (!s || !*s || *s == '-') return 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end) return 0;
-    *out = (uint64_t)v;
-    return 1;
-}
-
 static uint64_t fnv1a64(const unsigned char *p, uint64_t n, uint64_t h) {
     for (uint64_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
     return h;
@@ -86,7 +77,7 @@ int cmd_shard(int argc, char **argv) {
         if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--world") || !strcmp(a, "--rank")) {
             uint64_t v = 0;
-            if (last || !parse_u64(argv[i + 1], &v)) return usage_error(a, "needs a non-negative integer");
+            if (last || !cli_parse_u64(argv[i + 1], &v)) return usage_error(a, "needs a non-negative integer");
             if (a[2] == 'w') world = v, have_world = 1;
             else rank = v, have_rank = 1;
             i++;
@@ -97,7 +88,7 @@ int cmd_shard(int argc, char **argv) {
             if (last) return usage_error("--rule needs PATTERN=DIM", NULL);
             const char *r = argv[++i], *eq = strrchr(r, '=');
             uint64_t dim = 0;
-            if (!eq || eq == r || !parse_u64(eq + 1, &dim) || dim > 31)
+            if (!eq || eq == r || !cli_parse_u64(eq + 1, &dim) || dim > 31)
                 return usage_error("a rule is PATTERN=DIM with DIM a dimension (0-31), not", r);
             if (nrules == MAX_RULES) return usage_error("too many rules", NULL);
             rules_text[nrules] = r;

@@ -190,6 +190,31 @@ pub(crate) fn out_bytes<'a>(p: *mut u8, len: usize, name: &str) -> Result<&'a mu
     Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
 }
 
+/// Reads a caller's options struct `T` (`#[repr(C)]`, `struct_size` its first field): NULL gives
+/// `T::default()`; a `struct_size` smaller than this version's (an older header) fills only the fields it
+/// covers, the rest keep their defaults; a `struct_size` smaller than the field itself is `INVALID_ARGUMENT`.
+/// `T`'s fields must accept whatever the caller may store in them: integers, floats and nullable function
+/// pointers (the caller's contract covers the latter).
+pub(crate) fn read_options<T: Copy + Default>(p: *const T, param: &str, type_name: &str) -> Result<T> {
+    let mut o = T::default();
+    if p.is_null() {
+        return Ok(o);
+    }
+    // SAFETY: non-NULL; the caller promises at least struct_size readable bytes, struct_size first.
+    let size = unsafe { *(p as *const usize) };
+    if size < std::mem::size_of::<usize>() {
+        return Err(Error::new(
+            Status::InvalidArgument,
+            format!("{param}->struct_size is {size}; set it to sizeof({type_name}) ({})", std::mem::size_of::<T>()),
+        ));
+    }
+    let n = size.min(std::mem::size_of::<T>());
+    // SAFETY: copies the first n ≤ sizeof(T) bytes the caller provided over a valid default value; every
+    // field accepts the bytes the caller stored (see above).
+    unsafe { std::ptr::copy_nonoverlapping(p as *const u8, &mut o as *mut T as *mut u8, n) };
+    Ok(o)
+}
+
 /// Copies `s` plus a NUL into `(buf, cap)`. Always writes `*out_len = s.len()` (when non-NULL); when
 /// `cap < s.len() + 1` nothing is written to `buf` and the status is `BUFFER_TOO_SMALL`. `(NULL, 0)` is a
 /// length query and succeeds.

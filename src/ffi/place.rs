@@ -143,25 +143,7 @@ struct Opts {
 }
 
 fn read_opts(p: *const hostfirst_put_options) -> Result<Opts> {
-    let mut o = hostfirst_put_options::default();
-    if !p.is_null() {
-        // SAFETY: non-NULL; the caller promises at least struct_size readable bytes (and struct_size first).
-        let size = unsafe { *(p as *const usize) };
-        if size < std::mem::size_of::<usize>() {
-            return Err(Error::new(
-                Status::InvalidArgument,
-                format!(
-                    "opts->struct_size is {size}; set it to sizeof(hostfirst_put_options) ({})",
-                    std::mem::size_of::<hostfirst_put_options>()
-                ),
-            ));
-        }
-        let n = size.min(std::mem::size_of::<hostfirst_put_options>());
-        // SAFETY: copies the first n ≤ sizeof bytes the caller provided over a valid default value; every
-        // field type accepts any bit pattern except the callback, which is a nullable function pointer the
-        // caller set (or zeroed).
-        unsafe { std::ptr::copy_nonoverlapping(p as *const u8, &mut o as *mut hostfirst_put_options as *mut u8, n) };
-    }
+    let o = super::read_options(p, "opts", "hostfirst_put_options")?;
     let to_usize = |v: u64, what: &str| {
         usize::try_from(v).map_err(|_| Error::new(Status::InvalidArgument, format!("opts->{what} {v} is too large")))
     };

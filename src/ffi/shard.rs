@@ -148,24 +148,7 @@ pub struct hostfirst_shard_info {
 }
 
 fn read_options(p: *const hostfirst_shard_options) -> Result<(ReadPolicy, RunOpts)> {
-    let mut o = hostfirst_shard_options::default();
-    if !p.is_null() {
-        // SAFETY: non-NULL; the caller promises at least struct_size readable bytes, struct_size first.
-        let size = unsafe { *(p as *const usize) };
-        if size < std::mem::size_of::<usize>() {
-            return Err(Error::new(
-                Status::InvalidArgument,
-                format!(
-                    "options->struct_size is {size}; set it to sizeof(hostfirst_shard_options) ({})",
-                    std::mem::size_of::<hostfirst_shard_options>()
-                ),
-            ));
-        }
-        let n = size.min(std::mem::size_of::<hostfirst_shard_options>());
-        // SAFETY: copies the first n ≤ sizeof bytes the caller provided over a valid default; every field
-        // accepts any bit pattern (a NaN ratio is refused below).
-        unsafe { std::ptr::copy_nonoverlapping(p as *const u8, &mut o as *mut _ as *mut u8, n) };
-    }
+    let o = super::read_options(p, "options", "hostfirst_shard_options")?;
     let mut policy = ReadPolicy::default();
     if o.max_over_read != 0.0 {
         policy.max_over_read = o.max_over_read;

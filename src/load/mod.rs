@@ -28,8 +28,8 @@ mod view;
 
 pub use file::TensorFile;
 pub use layout::{ReadPolicy, Runs};
-pub(crate) use shard::ReadaheadOff;
 pub use names::CName;
+pub(crate) use shard::ReadaheadOff;
 pub use view::{alignment_of, TensorView};
 
 /// The safetensors limit on the JSON header (bytes), as in the reference crate.

@@ -49,6 +49,36 @@ pub struct DeviceSummary {
     pub largest: (String, u64),
 }
 
+impl DeviceSummary {
+    /// Counts a tensor of `nbytes` called `name` on `device` in `devices`, adding the device (with its memory
+    /// figures taken now) on first use. `fits` is left to the caller, once every tensor is counted.
+    pub fn add(devices: &mut Vec<DeviceSummary>, device: Device, name: &str, nbytes: u64) -> Result<()> {
+        let pos = match devices.iter().position(|s| s.device == device) {
+            Some(p) => p,
+            None => {
+                let (usable, total) = fit::usable(device)?;
+                devices.push(DeviceSummary {
+                    device,
+                    bytes: 0,
+                    tensors: 0,
+                    usable,
+                    total,
+                    fits: true,
+                    largest: (String::new(), 0),
+                });
+                devices.len() - 1
+            }
+        };
+        let s = &mut devices[pos];
+        s.bytes = s.bytes.saturating_add(nbytes);
+        s.tensors += 1;
+        if s.tensors == 1 || nbytes > s.largest.1 {
+            s.largest = (name.to_string(), nbytes);
+        }
+        Ok(())
+    }
+}
+
 /// A plan: per tensor its placement (file order), per device its totals (order of first use).
 #[derive(Clone, Debug)]
 pub struct Plan {
@@ -93,28 +123,7 @@ impl Plan {
                 }
             };
             if let Placement::Device(d) = placement {
-                let pos = match devices.iter().position(|s| s.device == d) {
-                    Some(p) => p,
-                    None => {
-                        let (usable, total) = fit::usable(d)?;
-                        devices.push(DeviceSummary {
-                            device: d,
-                            bytes: 0,
-                            tensors: 0,
-                            usable,
-                            total,
-                            fits: true,
-                            largest: (String::new(), 0),
-                        });
-                        devices.len() - 1
-                    }
-                };
-                let s = &mut devices[pos];
-                s.bytes = s.bytes.saturating_add(nbytes);
-                s.tensors += 1;
-                if s.tensors == 1 || nbytes > s.largest.1 {
-                    s.largest = (name.to_string(), nbytes);
-                }
+                DeviceSummary::add(&mut devices, d, name, nbytes)?;
             }
             entries.push(PlanEntry { name: name.to_string(), index, nbytes, placement, rule: found.map(|(i, _)| i) });
         }

@@ -8,7 +8,6 @@ use crate::device::Device;
 use crate::error::{Error, Result, Status};
 use crate::load::layout::coalesce;
 use crate::load::{ReadPolicy, TensorFile, TensorView};
-use crate::place::fit;
 use crate::place::plan::DeviceSummary;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -170,27 +169,7 @@ impl ShardPlan {
                     f.needed += view.nbytes();
                     f.planned_read += planned_read;
                 }
-                let d = match devices.iter().position(|s| s.device == o.device) {
-                    Some(p) => &mut devices[p],
-                    None => {
-                        let (usable, total) = fit::usable(o.device)?;
-                        devices.push(DeviceSummary {
-                            device: o.device,
-                            bytes: 0,
-                            tensors: 0,
-                            usable,
-                            total,
-                            fits: true,
-                            largest: (String::new(), 0),
-                        });
-                        devices.last_mut().expect("just pushed")
-                    }
-                };
-                d.bytes = d.bytes.saturating_add(view.nbytes());
-                d.tensors += 1;
-                if d.tensors == 1 || view.nbytes() > d.largest.1 {
-                    d.largest = (view.name().to_string(), view.nbytes());
-                }
+                DeviceSummary::add(&mut devices, o.device, view.name(), view.nbytes())?;
                 entries.push(ShardEntry {
                     tensor,
                     position: o.position,

@@ -10,23 +10,20 @@ fn have(tool: &str) -> bool {
     Command::new(tool).arg("--version").output().map(|o| o.status.success()).unwrap_or(false)
 }
 
-/// Builds the example with `mpicc` (the same warnings as every C test).
+/// Builds the example with the C compiler and the flags `mpicc` would add (the same warnings as every C test).
 fn build() -> std::path::PathBuf {
-    let out = scratch("bin").join("mpi_shard");
-    let lib = lib_dir();
-    let o = Command::new("mpicc")
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g"])
-        .arg(format!("-I{}", root().join("include").display()))
-        .arg(root().join("examples-c/mpi_shard.c"))
-        .arg("-o")
-        .arg(&out)
-        .arg(format!("-L{}", lib.display()))
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-lhostfirst")
-        .output()
-        .expect("run mpicc");
-    assert!(o.status.success(), "mpicc failed:\n{}", String::from_utf8_lossy(&o.stderr));
-    out
+    let showme = |what: &str| {
+        let o = Command::new("mpicc").arg(format!("--showme:{what}")).output().expect("run mpicc");
+        assert!(o.status.success(), "mpicc --showme:{what}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap().split_whitespace().map(str::to_string).collect::<Vec<_>>()
+    };
+    // The MPI libraries come before the source on the command line: keep them even where --as-needed is the
+    // default.
+    let mut flags = vec!["-Wl,--no-as-needed".to_string()];
+    flags.extend(showme("compile"));
+    flags.extend(showme("link"));
+    let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    compile_c(&[&root().join("examples-c/mpi_shard.c")], "mpi_shard", &refs)
 }
 
 fn mpirun(bin: &std::path::Path, np: &str, args: &[&str]) -> std::process::Output {
