@@ -962,7 +962,8 @@ typedef struct hostfirst_view_info {
    */
   uint64_t alignment;
   /**
-   * NULL when the view is one contiguous C-order block (every whole tensor, every row slice). For a
+   * Appended after the first release of this struct: a caller built against an older header (its
+   * `struct_size` ending at `alignment`) gets every field but this one. NULL when the view is one contiguous C-order block (every whole tensor, every row slice). For a
    * strided view (`hostfirst_view_narrow` on an inner dimension): `rank` element strides, so element
    * `(i0, i1, ...)` is at element offset `sum(ik * strides[k])` from `data`; `nbytes` is still the packed
    * size, which copies (`hostfirst_view_copy`) and puts produce. Valid until the view is freed.
@@ -1694,8 +1695,10 @@ hostfirst_status hostfirst_view_free(struct hostfirst_view *view);
  * See `hostfirst_view_info` for each field, including the **SIGBUS hazard of `data`**: the pointer goes
  * straight into a read-only mapping of the file, and touching it after the file was truncated kills the
  * process with SIGBUS; use `hostfirst_view_copy` when the file may change. The data may be misaligned for
- * its dtype (`alignment` says). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` when
- * `struct_size` is smaller than this version's struct. On failure `*out` is unchanged. Thread-safe.
+ * its dtype (`alignment` says). A `struct_size` from an older header (ending at `alignment`) gets the fields
+ * it covers, and `struct_size` is set to the bytes written. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
+ * `INVALID_ARGUMENT` when `struct_size` does not reach `alignment`. On failure `*out` is unchanged.
+ * Thread-safe.
  */
 hostfirst_status hostfirst_view_describe(const struct hostfirst_view *view,
                                          struct hostfirst_view_info *out);

@@ -129,7 +129,8 @@ pub struct hostfirst_view_info {
     pub data: *const c_void,
     /// Alignment of `data` in bytes: the largest power of two dividing its address, capped at 4096.
     pub alignment: u64,
-    /// NULL when the view is one contiguous C-order block (every whole tensor, every row slice). For a
+    /// Appended after the first release of this struct: a caller built against an older header (its
+    /// `struct_size` ending at `alignment`) gets every field but this one. NULL when the view is one contiguous C-order block (every whole tensor, every row slice). For a
     /// strided view (`hostfirst_view_narrow` on an inner dimension): `rank` element strides, so element
     /// `(i0, i1, ...)` is at element offset `sum(ik * strides[k])` from `data`; `nbytes` is still the packed
     /// size, which copies (`hostfirst_view_copy`) and puts produce. Valid until the view is freed.
@@ -453,15 +454,19 @@ pub extern "C" fn hostfirst_view_free(view: *mut hostfirst_view) -> Status {
 /// See `hostfirst_view_info` for each field, including the **SIGBUS hazard of `data`**: the pointer goes
 /// straight into a read-only mapping of the file, and touching it after the file was truncated kills the
 /// process with SIGBUS; use `hostfirst_view_copy` when the file may change. The data may be misaligned for
-/// its dtype (`alignment` says). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` when
-/// `struct_size` is smaller than this version's struct. On failure `*out` is unchanged. Thread-safe.
+/// its dtype (`alignment` says). A `struct_size` from an older header (ending at `alignment`) gets the fields
+/// it covers, and `struct_size` is set to the bytes written. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
+/// `INVALID_ARGUMENT` when `struct_size` does not reach `alignment`. On failure `*out` is unchanged.
+/// Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_view_describe(view: *const hostfirst_view, out: *mut hostfirst_view_info) -> Status {
     hostfirst_boundary!("hostfirst_view_describe", {
         let v = handle::get::<hostfirst_view>(view, "view")?;
         let out = out_ptr(out, "out")?;
         let size = out.struct_size;
-        if size < std::mem::size_of::<hostfirst_view_info>() {
+        // Callers built against 0.1 headers (no `strides`) get the fields they know.
+        let oldest = std::mem::offset_of!(hostfirst_view_info, strides);
+        if size < oldest {
             return Err(Error::new(
                 Status::InvalidArgument,
                 format!(
@@ -471,8 +476,9 @@ pub extern "C" fn hostfirst_view_describe(view: *const hostfirst_view, out: *mut
             ));
         }
         let data = v.mapped().as_ptr();
-        *out = hostfirst_view_info {
-            struct_size: std::mem::size_of::<hostfirst_view_info>(),
+        let n = size.min(std::mem::size_of::<hostfirst_view_info>());
+        let info = hostfirst_view_info {
+            struct_size: n,
             name: v.name_ptr(),
             dtype: v.dtype() as u32,
             rank: v.shape().len() as u32,
@@ -484,6 +490,9 @@ pub extern "C" fn hostfirst_view_describe(view: *const hostfirst_view, out: *mut
             alignment: crate::load::alignment_of(data as usize),
             strides: v.strides_ptr(),
         };
+        // SAFETY: `out` holds at least `n` bytes (the caller's struct_size, at most this struct's size); the
+        // first `n` bytes of `info` are whole fields.
+        unsafe { std::ptr::copy_nonoverlapping(&info as *const _ as *const u8, out as *mut _ as *mut u8, n) };
         Ok(())
     })
 }
