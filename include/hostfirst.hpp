@@ -6,7 +6,7 @@
  *
  *   auto f = hostfirst::file::open("tokens.safetensors");   // header only; data mapped read-only
  *   hostfirst::view tokens = f.view("tokens");              // zero-copy; outlives f
- *   hostfirst::view head = tokens.slice_rows(0, 1024);      // zero-copy rows
+ *   hostfirst::view head = tokens.slice_rows(0, 1024);      // zero-copy rows (narrow(dim, start, len): any dim)
  *   std::vector<uint16_t> v = head.to_vector<uint16_t>();   // pread copy: TRUNCATED instead of SIGBUS
  *   hostfirst::dlpack_tensor t = tokens.to_dlpack();        // DLPack 1.1, read-only, kDLCPU
  *
@@ -277,6 +277,13 @@ public:
     view slice_rows(uint64_t start, uint64_t stop) const {
         hostfirst_view *out = nullptr;
         check(hostfirst_view_slice_rows(v_, start, stop, &out));
+        return view(out);
+    }
+    /// Elements [start, start + len) of dimension `dim`, zero-copy, as an independent view; strided for an
+    /// inner dimension (to_vector() and puts give its packed C-order elements, reading only its runs).
+    view narrow(uint32_t dim, uint64_t start, uint64_t len) const {
+        hostfirst_view *out = nullptr;
+        check(hostfirst_view_narrow(v_, dim, start, len, &out));
         return view(out);
     }
     /// Maps the view's pages now (hostfirst_view_prefault); afterwards gathers copy its windows from the

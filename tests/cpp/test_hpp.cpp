@@ -35,6 +35,9 @@ static int files_views_dlpack(const std::string &fixtures) {
         REQUIRE(rows.shape() == std::vector<uint64_t>({1, 3}));
         REQUIRE(static_cast<const char *>(rows.data()) == static_cast<const char *>(v.data()) + 12);
         REQUIRE(rows.to_vector<int32_t>() == std::vector<int32_t>(want.begin() + 3, want.end()));
+        hostfirst::view col = v.narrow(1, 1, 2); /* columns 1..3: strided, packed on copy */
+        REQUIRE(col.shape() == std::vector<uint64_t>({2, 2}) && col.nbytes() == 16 && col.info().strides != nullptr);
+        REQUIRE(col.to_vector<int32_t>() == std::vector<int32_t>({want[1], want[2], want[4], want[5]}));
         hostfirst::view moved = std::move(rows);
         REQUIRE(moved.nbytes() == 12);
         info = v.info();
