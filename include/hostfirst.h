@@ -180,21 +180,6 @@
 #define HOSTFIRST_VERSION_NUMBER 1000
 
 /**
- * Device kind: host memory (equals DLPack `kDLCPU`).
- */
-#define HOSTFIRST_DEVICE_CPU 1
-
-/**
- * Device kind: CUDA device memory (equals DLPack `kDLCUDA`).
- */
-#define HOSTFIRST_DEVICE_CUDA 2
-
-/**
- * Device kind: page-locked host memory registered with CUDA (equals DLPack `kDLCUDAHost`).
- */
-#define HOSTFIRST_DEVICE_CUDA_HOST 3
-
-/**
  * Backend status: usable.
  */
 #define HOSTFIRST_BACKEND_STATUS_AVAILABLE 0
@@ -231,45 +216,39 @@
 #define HOSTFIRST_BACKEND_STATUS_DRIVER_TOO_OLD 6
 
 /**
- * DLPack major version of the tensors hostfirst exports (`DLPACK_MAJOR_VERSION`).
+ * Device kind: host memory (equals DLPack `kDLCPU`).
  */
-#define HOSTFIRST_DLPACK_MAJOR_VERSION 1
+#define HOSTFIRST_DEVICE_CPU 1
 
 /**
- * DLPack minor version of the tensors hostfirst exports (`DLPACK_MINOR_VERSION`).
+ * Device kind: CUDA device memory (equals DLPack `kDLCUDA`).
  */
-#define HOSTFIRST_DLPACK_MINOR_VERSION 1
+#define HOSTFIRST_DEVICE_CUDA 2
 
 /**
- * `DLPACK_FLAG_BITMASK_READ_ONLY`: the data must not be written (set for views of mapped files).
+ * Device kind: page-locked host memory registered with CUDA (equals DLPack `kDLCUDAHost`).
  */
-#define HOSTFIRST_DLPACK_FLAG_READ_ONLY 1
+#define HOSTFIRST_DEVICE_CUDA_HOST 3
 
 /**
- * `DLPACK_FLAG_BITMASK_IS_COPIED`: the data is a private copy (never set by hostfirst).
+ * Source of the default: a scope pushed on the calling thread.
  */
-#define HOSTFIRST_DLPACK_FLAG_IS_COPIED 2
+#define HOSTFIRST_DEFAULT_SOURCE_SCOPE 0
 
 /**
- * `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED`: sub-byte elements padded to bytes (never set: F4 and F6
- * data is packed as in the file).
+ * Source of the default: the process setting (`hostfirst_default_device_set`).
  */
-#define HOSTFIRST_DLPACK_FLAG_IS_SUBBYTE_TYPE_PADDED 4
+#define HOSTFIRST_DEFAULT_SOURCE_PROCESS 1
 
 /**
- * `kDLCPU`.
+ * Source of the default: the `HOSTFIRST_DEFAULT_DEVICE` environment variable.
  */
-#define HOSTFIRST_DLPACK_DEVICE_CPU 1
+#define HOSTFIRST_DEFAULT_SOURCE_ENV 2
 
 /**
- * `kDLCUDA`.
+ * Source of the default: the built-in rule (first CUDA device if available, else cpu:0).
  */
-#define HOSTFIRST_DLPACK_DEVICE_CUDA 2
-
-/**
- * `kDLCUDAHost`.
- */
-#define HOSTFIRST_DLPACK_DEVICE_CUDA_HOST 3
+#define HOSTFIRST_DEFAULT_SOURCE_BUILT_IN 3
 
 /**
  * Element type: boolean (1 byte). Values of `HOSTFIRST_DTYPE_*` are stable and never renumbered; 0 is no
@@ -423,24 +402,45 @@
 #define HOSTFIRST_LOADED_BUFFER 2
 
 /**
- * Source of the default: a scope pushed on the calling thread.
+ * DLPack major version of the tensors hostfirst exports (`DLPACK_MAJOR_VERSION`).
  */
-#define HOSTFIRST_DEFAULT_SOURCE_SCOPE 0
+#define HOSTFIRST_DLPACK_MAJOR_VERSION 1
 
 /**
- * Source of the default: the process setting (`hostfirst_default_device_set`).
+ * DLPack minor version of the tensors hostfirst exports (`DLPACK_MINOR_VERSION`).
  */
-#define HOSTFIRST_DEFAULT_SOURCE_PROCESS 1
+#define HOSTFIRST_DLPACK_MINOR_VERSION 1
 
 /**
- * Source of the default: the `HOSTFIRST_DEFAULT_DEVICE` environment variable.
+ * `DLPACK_FLAG_BITMASK_READ_ONLY`: the data must not be written (set for views of mapped files).
  */
-#define HOSTFIRST_DEFAULT_SOURCE_ENV 2
+#define HOSTFIRST_DLPACK_FLAG_READ_ONLY 1
 
 /**
- * Source of the default: the built-in rule (first CUDA device if available, else cpu:0).
+ * `DLPACK_FLAG_BITMASK_IS_COPIED`: the data is a private copy (never set by hostfirst).
  */
-#define HOSTFIRST_DEFAULT_SOURCE_BUILT_IN 3
+#define HOSTFIRST_DLPACK_FLAG_IS_COPIED 2
+
+/**
+ * `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED`: sub-byte elements padded to bytes (never set: F4 and F6
+ * data is packed as in the file).
+ */
+#define HOSTFIRST_DLPACK_FLAG_IS_SUBBYTE_TYPE_PADDED 4
+
+/**
+ * `kDLCPU`.
+ */
+#define HOSTFIRST_DLPACK_DEVICE_CPU 1
+
+/**
+ * `kDLCUDA`.
+ */
+#define HOSTFIRST_DLPACK_DEVICE_CUDA 2
+
+/**
+ * `kDLCUDAHost`.
+ */
+#define HOSTFIRST_DLPACK_DEVICE_CUDA_HOST 3
 
 /**
  * The outcome of every fallible hostfirst call.
@@ -764,6 +764,270 @@ typedef struct hostfirst_device_info {
 } hostfirst_device_info;
 
 /**
+ * A thread's default device and strictness, captured by `hostfirst_scope_capture` to be entered on another
+ * thread with `hostfirst_scope_enter`. A plain value: copy it into the worker's arguments.
+ */
+typedef struct hostfirst_carried_scope {
+  /**
+   * The device that becomes the worker's default.
+   */
+  struct hostfirst_device device;
+  /**
+   * 1 if the capturing thread was in strict mode (its per-thread flag), else 0.
+   */
+  int32_t strict;
+} hostfirst_carried_scope;
+
+/**
+ * Everything about a view, filled by `hostfirst_view_describe`.
+ *
+ * Set `struct_size = sizeof(hostfirst_view_info)` before the call; fields may be appended in later minor
+ * versions. Pointers are owned by the library and stay valid until the view is freed.
+ */
+typedef struct hostfirst_view_info {
+  /**
+   * In: the caller's `sizeof(hostfirst_view_info)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
+  /**
+   * The tensor's name (NUL-terminated UTF-8); valid until the view is freed.
+   */
+  const char *name;
+  /**
+   * A `HOSTFIRST_DTYPE_*` value.
+   */
+  uint32_t dtype;
+  /**
+   * Number of dimensions (0 for a scalar).
+   */
+  uint32_t rank;
+  /**
+   * `rank` dimensions, C order; NULL when `rank` is 0. Valid until the view is freed. For a row slice,
+   * `shape[0]` is the number of rows in the slice.
+   */
+  const uint64_t *shape;
+  /**
+   * Size of the data in bytes (0 for an empty tensor).
+   */
+  uint64_t nbytes;
+  /**
+   * Absolute offset of the first byte in its file (or memory buffer).
+   */
+  uint64_t file_offset;
+  /**
+   * Offset of the first byte within the file's data section (the header's `data_offsets[0]` for a whole
+   * tensor; what `hostfirst inspect` prints as "offset").
+   */
+  uint64_t data_offset;
+  /**
+   * Read-only pointer to the data, zero-copy: straight into the file's read-only mapping (or into the
+   * caller's buffer for `hostfirst_file_open_memory`). Pages are read from disk when first touched.
+   * Valid until the view is freed. May be misaligned for the dtype: check `alignment`.
+   *
+   * **SIGBUS hazard:** if the file is truncated (by any process) while this pointer is in use, touching a
+   * page past the new end of file raises SIGBUS, which kills the process unless it handles that signal.
+   * hostfirst installs no signal handler. Where files may change underneath you, read with
+   * `hostfirst_view_copy` / `hostfirst_view_read`, which use `pread` and return `HOSTFIRST_STATUS_TRUNCATED`
+   * instead.
+   */
+  const void *data;
+  /**
+   * Alignment of `data` in bytes: the largest power of two dividing its address, capped at 4096.
+   */
+  uint64_t alignment;
+} hostfirst_view_info;
+
+/**
+ * Everything a buffer is (`hostfirst_buffer_describe`). Set `struct_size = sizeof(hostfirst_buffer_info)`.
+ */
+typedef struct hostfirst_buffer_info {
+  /**
+   * `sizeof(hostfirst_buffer_info)`.
+   */
+  size_t struct_size;
+  /**
+   * The device holding the bytes.
+   */
+  struct hostfirst_device device;
+  /**
+   * One of `HOSTFIRST_DTYPE_*`.
+   */
+  uint32_t dtype;
+  /**
+   * Number of dimensions.
+   */
+  uint32_t rank;
+  /**
+   * `rank` dimensions (NULL when rank is 0); valid while the buffer lives.
+   */
+  const uint64_t *shape;
+  /**
+   * Size in bytes.
+   */
+  uint64_t nbytes;
+  /**
+   * The data: a host pointer (cpu, cuda_host) or the CUDA device address (`CUdeviceptr`), as an integer;
+   * 0 for an empty CUDA buffer. Valid while the buffer lives.
+   */
+  uint64_t address;
+  /**
+   * The tensor name, NUL-terminated; valid while the buffer lives.
+   */
+  const char *name;
+} hostfirst_buffer_info;
+
+/**
+ * A progress callback: `done` of `total` bytes have reached the destination. Return 0 to go on, nonzero
+ * to cancel (the put then frees everything it took and returns `HOSTFIRST_STATUS_CANCELLED`). Called at
+ * most every 50 ms, with `done` non-decreasing, and once at the end with `done == total` (cancelling then
+ * still cancels). Synchronous puts call it on the calling thread; asynchronous ones on the put's worker
+ * thread. It must not call `hostfirst_put_wait` or `hostfirst_put_op_free` on its own operation.
+ */
+typedef int32_t (*hostfirst_progress_fn)(uint64_t done, uint64_t total, void *user);
+
+/**
+ * Options of a put. Zero-initialise, set `struct_size = sizeof(hostfirst_put_options)`, then set what you
+ * need; zero fields mean the defaults. A smaller `struct_size` from an older header is accepted: fields past
+ * it take their defaults.
+ */
+typedef struct hostfirst_put_options {
+  /**
+   * `sizeof(hostfirst_put_options)`.
+   */
+  size_t struct_size;
+  /**
+   * Reader threads (0: the CPUs available to the process, at most 16).
+   */
+  uint32_t threads;
+  /**
+   * Nonzero: resident mode for CUDA targets — page-lock the tensor's mapped range once (read-only
+   * registration, cached until `hostfirst_release_cached_memory`) and copy straight from it. Pays off only
+   * for data transferred many times (registration costs ≥ 0.1 s/GB); the default is the staging ring.
+   */
+  int32_t resident;
+  /**
+   * Total bytes of page-locked staging for CUDA puts (0: 256 MiB). Host memory used by a put to CUDA stays
+   * within this bound whatever the tensor size.
+   */
+  uint64_t staging_bytes;
+  /**
+   * Bytes per read / per staging slab (0: 8 MiB reads for host targets, 16 MiB slabs for CUDA).
+   */
+  uint64_t chunk_bytes;
+  /**
+   * Progress callback, or NULL.
+   */
+  hostfirst_progress_fn progress;
+  /**
+   * Passed to `progress` unchanged.
+   */
+  void *user;
+} hostfirst_put_options;
+
+/**
+ * What a put did. Set `struct_size = sizeof(hostfirst_put_stats)` before passing it.
+ */
+typedef struct hostfirst_put_stats {
+  /**
+   * `sizeof(hostfirst_put_stats)`.
+   */
+  size_t struct_size;
+  /**
+   * Resident mode: seconds spent faulting in and registering the mapped range (0 when reused or not resident).
+   */
+  double register_seconds;
+  /**
+   * Resident mode: 1 when a cached registration was reused.
+   */
+  int32_t reused_registration;
+  /**
+   * Resident mode: 1 when the put went through the staging ring instead, because the tensor shares
+   * memory pages with cached registrations that do not cover it (a slice registered before the whole
+   * tensor, or a neighbouring tensor); the copy is complete and correct either way.
+   */
+  int32_t staged_instead;
+} hostfirst_put_stats;
+
+/**
+ * One tensor of a plan, filled by `hostfirst_plan_tensor`. Set `struct_size = sizeof(hostfirst_plan_tensor_info)`
+ * before the call; fields may be appended in later minor versions.
+ */
+typedef struct hostfirst_plan_tensor_info {
+  /**
+   * In: the caller's `sizeof(hostfirst_plan_tensor_info)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
+  /**
+   * The tensor name (NUL-terminated UTF-8), valid until the plan is freed.
+   */
+  const char *name;
+  /**
+   * `HOSTFIRST_PLACEMENT_HOST` or `HOSTFIRST_PLACEMENT_DEVICE`.
+   */
+  uint32_t placement;
+  /**
+   * The index of the rule that matched, or -1 when none did (the tensor stays on the host).
+   */
+  int32_t rule;
+  /**
+   * The device for `HOSTFIRST_PLACEMENT_DEVICE` (`{0, 0}` for host).
+   */
+  struct hostfirst_device device;
+  /**
+   * Size in bytes.
+   */
+  uint64_t nbytes;
+} hostfirst_plan_tensor_info;
+
+/**
+ * One device of a plan, filled by `hostfirst_plan_device`. Set `struct_size` as for
+ * `hostfirst_plan_tensor_info`.
+ */
+typedef struct hostfirst_plan_device_info {
+  /**
+   * In: the caller's `sizeof(hostfirst_plan_device_info)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
+  /**
+   * The device.
+   */
+  struct hostfirst_device device;
+  /**
+   * Bytes the plan puts on it.
+   */
+  uint64_t bytes;
+  /**
+   * Number of tensors the plan puts on it.
+   */
+  uint64_t tensors;
+  /**
+   * Bytes usable on it when the plan was made: free memory less the fit check's safety margin.
+   */
+  uint64_t usable;
+  /**
+   * Its total memory.
+   */
+  uint64_t total;
+  /**
+   * 1 when `bytes <= usable`, else 0.
+   */
+  uint32_t fits;
+  /**
+   * The largest tensor it receives (NUL-terminated UTF-8), valid until the plan is freed.
+   */
+  const char *largest_name;
+  /**
+   * That tensor's size in bytes.
+   */
+  uint64_t largest_bytes;
+} hostfirst_plan_device_info;
+
+/**
+ * Progress of a load: `done` and `total` bytes moved to devices so far; return nonzero to cancel.
+ */
+typedef int (*hostfirst_load_progress_fn)(uint64_t done, uint64_t total, void *user);
+
+/**
  * Layout-identical to dlpack.h's `DLPackVersion`.
  */
 typedef struct hostfirst_dlpack_version {
@@ -876,287 +1140,9 @@ typedef struct hostfirst_dlpack_managed_tensor_versioned {
   struct hostfirst_dlpack_tensor dl_tensor;
 } hostfirst_dlpack_managed_tensor_versioned;
 
-/**
- * Everything about a view, filled by `hostfirst_view_describe`.
- *
- * Set `struct_size = sizeof(hostfirst_view_info)` before the call; fields may be appended in later minor
- * versions. Pointers are owned by the library and stay valid until the view is freed.
- */
-typedef struct hostfirst_view_info {
-  /**
-   * In: the caller's `sizeof(hostfirst_view_info)`. Out: the number of bytes written.
-   */
-  size_t struct_size;
-  /**
-   * The tensor's name (NUL-terminated UTF-8); valid until the view is freed.
-   */
-  const char *name;
-  /**
-   * A `HOSTFIRST_DTYPE_*` value.
-   */
-  uint32_t dtype;
-  /**
-   * Number of dimensions (0 for a scalar).
-   */
-  uint32_t rank;
-  /**
-   * `rank` dimensions, C order; NULL when `rank` is 0. Valid until the view is freed. For a row slice,
-   * `shape[0]` is the number of rows in the slice.
-   */
-  const uint64_t *shape;
-  /**
-   * Size of the data in bytes (0 for an empty tensor).
-   */
-  uint64_t nbytes;
-  /**
-   * Absolute offset of the first byte in its file (or memory buffer).
-   */
-  uint64_t file_offset;
-  /**
-   * Offset of the first byte within the file's data section (the header's `data_offsets[0]` for a whole
-   * tensor; what `hostfirst inspect` prints as "offset").
-   */
-  uint64_t data_offset;
-  /**
-   * Read-only pointer to the data, zero-copy: straight into the file's read-only mapping (or into the
-   * caller's buffer for `hostfirst_file_open_memory`). Pages are read from disk when first touched.
-   * Valid until the view is freed. May be misaligned for the dtype: check `alignment`.
-   *
-   * **SIGBUS hazard:** if the file is truncated (by any process) while this pointer is in use, touching a
-   * page past the new end of file raises SIGBUS, which kills the process unless it handles that signal.
-   * hostfirst installs no signal handler. Where files may change underneath you, read with
-   * `hostfirst_view_copy` / `hostfirst_view_read`, which use `pread` and return `HOSTFIRST_STATUS_TRUNCATED`
-   * instead.
-   */
-  const void *data;
-  /**
-   * Alignment of `data` in bytes: the largest power of two dividing its address, capped at 4096.
-   */
-  uint64_t alignment;
-} hostfirst_view_info;
-
-/**
- * A progress callback: `done` of `total` bytes have reached the destination. Return 0 to go on, nonzero
- * to cancel (the put then frees everything it took and returns `HOSTFIRST_STATUS_CANCELLED`). Called at
- * most every 50 ms, with `done` non-decreasing, and once at the end with `done == total` (cancelling then
- * still cancels). Synchronous puts call it on the calling thread; asynchronous ones on the put's worker
- * thread. It must not call `hostfirst_put_wait` or `hostfirst_put_op_free` on its own operation.
- */
-typedef int32_t (*hostfirst_progress_fn)(uint64_t done, uint64_t total, void *user);
-
-/**
- * Options of a put. Zero-initialise, set `struct_size = sizeof(hostfirst_put_options)`, then set what you
- * need; zero fields mean the defaults. A smaller `struct_size` from an older header is accepted: fields past
- * it take their defaults.
- */
-typedef struct hostfirst_put_options {
-  /**
-   * `sizeof(hostfirst_put_options)`.
-   */
-  size_t struct_size;
-  /**
-   * Reader threads (0: the CPUs available to the process, at most 16).
-   */
-  uint32_t threads;
-  /**
-   * Nonzero: resident mode for CUDA targets — page-lock the tensor's mapped range once (read-only
-   * registration, cached until `hostfirst_release_cached_memory`) and copy straight from it. Pays off only
-   * for data transferred many times (registration costs ≥ 0.1 s/GB); the default is the staging ring.
-   */
-  int32_t resident;
-  /**
-   * Total bytes of page-locked staging for CUDA puts (0: 256 MiB). Host memory used by a put to CUDA stays
-   * within this bound whatever the tensor size.
-   */
-  uint64_t staging_bytes;
-  /**
-   * Bytes per read / per staging slab (0: 8 MiB reads for host targets, 16 MiB slabs for CUDA).
-   */
-  uint64_t chunk_bytes;
-  /**
-   * Progress callback, or NULL.
-   */
-  hostfirst_progress_fn progress;
-  /**
-   * Passed to `progress` unchanged.
-   */
-  void *user;
-} hostfirst_put_options;
-
-/**
- * What a put did. Set `struct_size = sizeof(hostfirst_put_stats)` before passing it.
- */
-typedef struct hostfirst_put_stats {
-  /**
-   * `sizeof(hostfirst_put_stats)`.
-   */
-  size_t struct_size;
-  /**
-   * Resident mode: seconds spent faulting in and registering the mapped range (0 when reused or not resident).
-   */
-  double register_seconds;
-  /**
-   * Resident mode: 1 when a cached registration was reused.
-   */
-  int32_t reused_registration;
-  /**
-   * Resident mode: 1 when the put went through the staging ring instead, because the tensor shares
-   * memory pages with cached registrations that do not cover it (a slice registered before the whole
-   * tensor, or a neighbouring tensor); the copy is complete and correct either way.
-   */
-  int32_t staged_instead;
-} hostfirst_put_stats;
-
-/**
- * Everything a buffer is (`hostfirst_buffer_describe`). Set `struct_size = sizeof(hostfirst_buffer_info)`.
- */
-typedef struct hostfirst_buffer_info {
-  /**
-   * `sizeof(hostfirst_buffer_info)`.
-   */
-  size_t struct_size;
-  /**
-   * The device holding the bytes.
-   */
-  struct hostfirst_device device;
-  /**
-   * One of `HOSTFIRST_DTYPE_*`.
-   */
-  uint32_t dtype;
-  /**
-   * Number of dimensions.
-   */
-  uint32_t rank;
-  /**
-   * `rank` dimensions (NULL when rank is 0); valid while the buffer lives.
-   */
-  const uint64_t *shape;
-  /**
-   * Size in bytes.
-   */
-  uint64_t nbytes;
-  /**
-   * The data: a host pointer (cpu, cuda_host) or the CUDA device address (`CUdeviceptr`), as an integer;
-   * 0 for an empty CUDA buffer. Valid while the buffer lives.
-   */
-  uint64_t address;
-  /**
-   * The tensor name, NUL-terminated; valid while the buffer lives.
-   */
-  const char *name;
-} hostfirst_buffer_info;
-
-/**
- * One tensor of a plan, filled by `hostfirst_plan_tensor`. Set `struct_size = sizeof(hostfirst_plan_tensor_info)`
- * before the call; fields may be appended in later minor versions.
- */
-typedef struct hostfirst_plan_tensor_info {
-  /**
-   * In: the caller's `sizeof(hostfirst_plan_tensor_info)`. Out: the number of bytes written.
-   */
-  size_t struct_size;
-  /**
-   * The tensor name (NUL-terminated UTF-8), valid until the plan is freed.
-   */
-  const char *name;
-  /**
-   * `HOSTFIRST_PLACEMENT_HOST` or `HOSTFIRST_PLACEMENT_DEVICE`.
-   */
-  uint32_t placement;
-  /**
-   * The index of the rule that matched, or -1 when none did (the tensor stays on the host).
-   */
-  int32_t rule;
-  /**
-   * The device for `HOSTFIRST_PLACEMENT_DEVICE` (`{0, 0}` for host).
-   */
-  struct hostfirst_device device;
-  /**
-   * Size in bytes.
-   */
-  uint64_t nbytes;
-} hostfirst_plan_tensor_info;
-
-/**
- * One device of a plan, filled by `hostfirst_plan_device`. Set `struct_size` as for
- * `hostfirst_plan_tensor_info`.
- */
-typedef struct hostfirst_plan_device_info {
-  /**
-   * In: the caller's `sizeof(hostfirst_plan_device_info)`. Out: the number of bytes written.
-   */
-  size_t struct_size;
-  /**
-   * The device.
-   */
-  struct hostfirst_device device;
-  /**
-   * Bytes the plan puts on it.
-   */
-  uint64_t bytes;
-  /**
-   * Number of tensors the plan puts on it.
-   */
-  uint64_t tensors;
-  /**
-   * Bytes usable on it when the plan was made: free memory less the fit check's safety margin.
-   */
-  uint64_t usable;
-  /**
-   * Its total memory.
-   */
-  uint64_t total;
-  /**
-   * 1 when `bytes <= usable`, else 0.
-   */
-  uint32_t fits;
-  /**
-   * The largest tensor it receives (NUL-terminated UTF-8), valid until the plan is freed.
-   */
-  const char *largest_name;
-  /**
-   * That tensor's size in bytes.
-   */
-  uint64_t largest_bytes;
-} hostfirst_plan_device_info;
-
-/**
- * Progress of a load: `done` and `total` bytes moved to devices so far; return nonzero to cancel.
- */
-typedef int (*hostfirst_load_progress_fn)(uint64_t done, uint64_t total, void *user);
-
-/**
- * A thread's default device and strictness, captured by `hostfirst_scope_capture` to be entered on another
- * thread with `hostfirst_scope_enter`. A plain value: copy it into the worker's arguments.
- */
-typedef struct hostfirst_carried_scope {
-  /**
-   * The device that becomes the worker's default.
-   */
-  struct hostfirst_device device;
-  /**
-   * 1 if the capturing thread was in strict mode (its per-thread flag), else 0.
-   */
-  int32_t strict;
-} hostfirst_carried_scope;
-
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
-
-/**
- * Returns the library version as a static string such as `"0.1.0"`.
- *
- * Never fails; the string lives for the process lifetime. Thread-safe.
- */
-const char *hostfirst_version(void);
-
-/**
- * Returns the library version as `MAJOR * 1000000 + MINOR * 1000 + PATCH`.
- *
- * Compare with `HOSTFIRST_VERSION_NUMBER` to detect a header/library mismatch. Never fails. Thread-safe.
- */
-uint32_t hostfirst_version_number(void);
 
 /**
  * Returns the static name of a status without its prefix, e.g. `"OUT_OF_MEMORY"` for
@@ -1217,11 +1203,18 @@ hostfirst_status hostfirst_last_error_message(char *buf,
 hostfirst_status hostfirst_last_fit(struct hostfirst_fit_info *out);
 
 /**
- * Writes the number of live handles of all types (files, views, buffers, loads, ...) to `*out`.
+ * Returns the library version as a static string such as `"0.1.0"`.
  *
- * Useful for leak checks: after every handle is freed the count returns to what it was. Thread-safe.
+ * Never fails; the string lives for the process lifetime. Thread-safe.
  */
-hostfirst_status hostfirst_handle_count(size_t *out);
+const char *hostfirst_version(void);
+
+/**
+ * Returns the library version as `MAJOR * 1000000 + MINOR * 1000 + PATCH`.
+ *
+ * Compare with `HOSTFIRST_VERSION_NUMBER` to detect a header/library mismatch. Never fails. Thread-safe.
+ */
+uint32_t hostfirst_version_number(void);
 
 /**
  * Copies a string describing the build (version, features, CUDA API level) into `buf`, with the same
@@ -1230,6 +1223,13 @@ hostfirst_status hostfirst_handle_count(size_t *out);
 hostfirst_status hostfirst_build_info(char *buf,
                                       size_t capacity,
                                       size_t *out_len);
+
+/**
+ * Writes the number of live handles of all types (files, views, buffers, loads, ...) to `*out`.
+ *
+ * Useful for leak checks: after every handle is freed the count returns to what it was. Thread-safe.
+ */
+hostfirst_status hostfirst_handle_count(size_t *out);
 
 /**
  * Returns the number of backends hostfirst knows (cpu and cuda), whatever their status.
@@ -1341,40 +1341,104 @@ int32_t hostfirst_device_equal(const struct hostfirst_device *a,
                                const struct hostfirst_device *b);
 
 /**
- * Exports a view (or row slice) as a DLPack 1.1 managed tensor and writes it to `*out`.
+ * Writes the calling thread's effective default device and where it came from.
  *
- * Zero-copy: `dl_tensor.data` points into the file's read-only mapping (the same pointer as
- * `hostfirst_view_info.data`, with the same SIGBUS hazard), device kDLCPU 0, compact C order (strides NULL,
- * byte_offset 0), `flags` has `HOSTFIRST_DLPACK_FLAG_READ_ONLY`: never write through it. The data may be
- * misaligned for its dtype (see `hostfirst_view_info.alignment`). The tensor keeps the mapping alive until
- * its `deleter` is called, even after the view and file handles are freed; until then it counts in
- * `hostfirst_handle_count`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED` for a dtype DLPack has
- * no code for (none in this version), `VALIDATION_OVERFLOW` for a dimension above INT64_MAX. On failure
- * `*out` is unchanged. Thread-safe.
+ * Resolution order: the innermost scope of this thread, the process setting, `HOSTFIRST_DEFAULT_DEVICE` (read
+ * once, at first use), the built-in rule (`cuda:0` if CUDA is available, else `cpu:0`). `*out_source`
+ * receives a `HOSTFIRST_DEFAULT_SOURCE_*` value and `*out_depth` the number of scopes on this thread; both
+ * may be NULL. Strict mode does not affect this query (see `hostfirst_default_resolve`).
+ * Errors: `NULL_ARGUMENT` for `out_device`; when no scope or process setting applies and
+ * `HOSTFIRST_DEFAULT_DEVICE` is invalid, its parse error (`INVALID_ARGUMENT`, `UNAVAILABLE` or
+ * `NO_SUCH_DEVICE`, the message naming the variable and value). Thread-safe; scopes are per thread.
  */
-hostfirst_status hostfirst_view_to_dlpack(const struct hostfirst_view *view,
-                                          struct hostfirst_dlpack_managed_tensor_versioned **out);
+hostfirst_status hostfirst_default_device(struct hostfirst_device *out_device,
+                                          uint32_t *out_source,
+                                          uint32_t *out_depth);
 
 /**
- * Exports a buffer as a DLPack 1.1 managed tensor and writes it to `*out`.
- *
- * Zero-copy and writable (`flags` 0): device kDLCUDA with its ordinal for `cuda:N`, kDLCUDAHost 0 for
- * `cuda_host`, kDLCPU 0 for `cpu`; compact C order. The tensor keeps the buffer's memory alive until its
- * `deleter` is called, even after `hostfirst_buffer_free`; until then it counts in `hostfirst_handle_count`.
- * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED`, `VALIDATION_OVERFLOW` (as for views). On failure
- * `*out` is unchanged. Thread-safe.
+ * Returns the static name of a default source: `"scope"`, `"process"`, `"env"`, `"built-in"`; `"unknown"`
+ * otherwise. Never NULL.
  */
-hostfirst_status hostfirst_buffer_to_dlpack(const struct hostfirst_buffer *buffer,
-                                            struct hostfirst_dlpack_managed_tensor_versioned **out);
+const char *hostfirst_default_source_name(uint32_t source);
 
 /**
- * Writes the DLPack `DLDataType` of a `HOSTFIRST_DTYPE_*` value to `*out`.
+ * Sets the process-wide default device (overrides the environment and the built-in rule, not scopes).
  *
- * Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a value that is not a dtype; `UNSUPPORTED` for a dtype
- * DLPack has no code for (none in this version: every safetensors dtype has a DLPack 1.1 code). Thread-safe.
+ * The device must be present (`INVALID_ARGUMENT`, `UNAVAILABLE`, `NO_SUCH_DEVICE` otherwise; nothing changes).
+ * Thread-safe.
  */
-hostfirst_status hostfirst_dtype_to_dlpack(uint32_t dtype,
-                                           struct hostfirst_dlpack_dtype *out);
+hostfirst_status hostfirst_default_device_set(struct hostfirst_device device);
+
+/**
+ * Clears the process-wide default device, so the environment or built-in rule applies again. Never fails.
+ */
+hostfirst_status hostfirst_default_device_clear(void);
+
+/**
+ * Resolves "the default device" as a placement would: like `hostfirst_default_device`, but fails with
+ * `IMPLICIT_PLACEMENT` when strict mode is on for this thread or the process.
+ */
+hostfirst_status hostfirst_default_resolve(struct hostfirst_device *out_device);
+
+/**
+ * Pushes a scope that makes `device` the calling thread's default, and writes its token.
+ *
+ * Other threads never see it. Pop it with `hostfirst_scope_pop(token)`. Errors: `NULL_ARGUMENT`; the
+ * device must be present (`INVALID_ARGUMENT`, `UNAVAILABLE`, `NO_SUCH_DEVICE`); `LIMIT_EXCEEDED` past 65536
+ * nested scopes on one thread.
+ */
+hostfirst_status hostfirst_scope_push(struct hostfirst_device device,
+                                      uint64_t *out_token);
+
+/**
+ * Pops the calling thread's innermost scope, which must be the one `token` names.
+ *
+ * If `token` is not the innermost scope of this thread (out of order, from another thread, already
+ * popped) or the thread has no scope, nothing changes and `SCOPE_MISMATCH` is returned with a message
+ * saying which scope is innermost.
+ */
+hostfirst_status hostfirst_scope_pop(uint64_t token);
+
+/**
+ * Captures the calling thread's effective default device and per-thread strict flag into `*out`, to be
+ * entered on a worker thread with `hostfirst_scope_enter`.
+ *
+ * Errors: `NULL_ARGUMENT`; an invalid `HOSTFIRST_DEFAULT_DEVICE` as in `hostfirst_default_device`.
+ */
+hostfirst_status hostfirst_scope_capture(struct hostfirst_carried_scope *out);
+
+/**
+ * Enters a carried scope on the calling thread: pushes its device as a scope and adopts its strict flag.
+ *
+ * Leave with `hostfirst_scope_leave(token)`, which is checked like `hostfirst_scope_pop` and restores this
+ * thread's previous strict flag. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a malformed device or a
+ * strict value other than 0 or 1; device presence as in `hostfirst_scope_push`.
+ */
+hostfirst_status hostfirst_scope_enter(const struct hostfirst_carried_scope *carried,
+                                       uint64_t *out_token);
+
+/**
+ * Leaves a scope entered with `hostfirst_scope_enter` (checked like `hostfirst_scope_pop`; restores the
+ * thread's strict flag as it was before the enter).
+ */
+hostfirst_status hostfirst_scope_leave(uint64_t token);
+
+/**
+ * Turns strict mode on (`on != 0`) or off for the calling thread. In strict mode any operation that would
+ * resolve the implicit default device fails with `IMPLICIT_PLACEMENT` (the analogue of JAX's
+ * transfer guard). Never fails.
+ */
+hostfirst_status hostfirst_strict_thread_set(int32_t on);
+
+/**
+ * Turns strict mode on (`on != 0`) or off for the whole process (every thread). Never fails.
+ */
+hostfirst_status hostfirst_strict_process_set(int32_t on);
+
+/**
+ * Writes the calling thread's and the process's strict flags (1 or 0); either output may be NULL.
+ */
+hostfirst_status hostfirst_strict_get(int32_t *out_thread, int32_t *out_process);
 
 /**
  * Returns the safetensors name of a dtype (`"F32"`, `"BF16"`, `"F8_E4M3"`, ...), or NULL for a value that is
@@ -1622,6 +1686,49 @@ hostfirst_status hostfirst_view_prefault(const struct hostfirst_view *view,
                                          bool *populated);
 
 /**
+ * Frees a buffer and its device or host memory. NULL is a no-op; a freed or foreign handle gives
+ * `INVALID_HANDLE` and frees nothing. Memory is released once no call in flight still uses the buffer.
+ */
+hostfirst_status hostfirst_buffer_free(struct hostfirst_buffer *buffer);
+
+/**
+ * Describes a buffer into `*out` (set `out->struct_size = sizeof(hostfirst_buffer_info)` first). The
+ * `shape` and `name` pointers stay valid while the buffer lives. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
+ * `INVALID_ARGUMENT` (`struct_size` too small). On failure `*out` is unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_buffer_describe(const struct hostfirst_buffer *buffer,
+                                           struct hostfirst_buffer_info *out);
+
+/**
+ * Copies the whole buffer (from any device) into the caller's host memory `(dst, capacity)`. A capacity
+ * below the buffer's size gives `BUFFER_TOO_SMALL` and writes nothing; `(NULL, 0)` copies an empty buffer.
+ * Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`, `DEVICE_ERROR`. Thread-safe.
+ */
+hostfirst_status hostfirst_buffer_copy_to_host(const struct hostfirst_buffer *buffer,
+                                               void *dst,
+                                               size_t capacity);
+
+/**
+ * Copies a buffer onto another device (cpu, cuda_host, cuda:N; `device` NULL: the default device, refused in
+ * strict mode) as a new buffer in `*out`, fit-checked before anything is allocated (`OUT_OF_MEMORY`,
+ * `hostfirst_last_fit`). The source is unchanged. Host to CUDA goes through the pinned staging ring (never
+ * DMA from pageable memory); CUDA to CUDA on another device is one peer copy (`cuMemcpyPeer`: direct where
+ * the devices can reach each other, staged by the driver where not). Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`,
+ * `INVALID_ARGUMENT` (unknown device kind), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `DEVICE_ERROR`. On failure
+ * nothing stays allocated and `*out` is unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_buffer_to(const struct hostfirst_buffer *buffer,
+                                     const struct hostfirst_device *device,
+                                     struct hostfirst_buffer **out);
+
+/**
+ * Frees the process-wide caches of page-locked memory: idle staging slabs kept for reuse by CUDA puts, and
+ * resident-mode registrations (unregistered once no transfer uses them). Puts in progress are not affected;
+ * later puts allocate again. Thread-safe; never fails.
+ */
+hostfirst_status hostfirst_release_cached_memory(void);
+
+/**
  * Fills `*out` with the default options (`struct_size` set, everything else zero/NULL). Errors:
  * `NULL_ARGUMENT`. Thread-safe.
  */
@@ -1692,49 +1799,6 @@ hostfirst_status hostfirst_put_wait(const struct hostfirst_put_op *op,
  * affected. Thread-safe (a concurrent `hostfirst_put_wait` on the same operation returns first).
  */
 hostfirst_status hostfirst_put_op_free(struct hostfirst_put_op *op);
-
-/**
- * Frees a buffer and its device or host memory. NULL is a no-op; a freed or foreign handle gives
- * `INVALID_HANDLE` and frees nothing. Memory is released once no call in flight still uses the buffer.
- */
-hostfirst_status hostfirst_buffer_free(struct hostfirst_buffer *buffer);
-
-/**
- * Describes a buffer into `*out` (set `out->struct_size = sizeof(hostfirst_buffer_info)` first). The
- * `shape` and `name` pointers stay valid while the buffer lives. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
- * `INVALID_ARGUMENT` (`struct_size` too small). On failure `*out` is unchanged. Thread-safe.
- */
-hostfirst_status hostfirst_buffer_describe(const struct hostfirst_buffer *buffer,
-                                           struct hostfirst_buffer_info *out);
-
-/**
- * Copies the whole buffer (from any device) into the caller's host memory `(dst, capacity)`. A capacity
- * below the buffer's size gives `BUFFER_TOO_SMALL` and writes nothing; `(NULL, 0)` copies an empty buffer.
- * Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`, `DEVICE_ERROR`. Thread-safe.
- */
-hostfirst_status hostfirst_buffer_copy_to_host(const struct hostfirst_buffer *buffer,
-                                               void *dst,
-                                               size_t capacity);
-
-/**
- * Copies a buffer onto another device (cpu, cuda_host, cuda:N; `device` NULL: the default device, refused in
- * strict mode) as a new buffer in `*out`, fit-checked before anything is allocated (`OUT_OF_MEMORY`,
- * `hostfirst_last_fit`). The source is unchanged. Host to CUDA goes through the pinned staging ring (never
- * DMA from pageable memory); CUDA to CUDA on another device is one peer copy (`cuMemcpyPeer`: direct where
- * the devices can reach each other, staged by the driver where not). Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`,
- * `INVALID_ARGUMENT` (unknown device kind), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `DEVICE_ERROR`. On failure
- * nothing stays allocated and `*out` is unchanged. Thread-safe.
- */
-hostfirst_status hostfirst_buffer_to(const struct hostfirst_buffer *buffer,
-                                     const struct hostfirst_device *device,
-                                     struct hostfirst_buffer **out);
-
-/**
- * Frees the process-wide caches of page-locked memory: idle staging slabs kept for reuse by CUDA puts, and
- * resident-mode registrations (unregistered once no transfer uses them). Puts in progress are not affected;
- * later puts allocate again. Thread-safe; never fails.
- */
-hostfirst_status hostfirst_release_cached_memory(void);
 
 /**
  * Creates an empty rule list and writes its handle to `*out`. With no rules every tensor stays on the host.
@@ -1947,104 +2011,40 @@ hostfirst_status hostfirst_random_offsets(uint64_t *state,
                                           size_t n);
 
 /**
- * Writes the calling thread's effective default device and where it came from.
+ * Exports a view (or row slice) as a DLPack 1.1 managed tensor and writes it to `*out`.
  *
- * Resolution order: the innermost scope of this thread, the process setting, `HOSTFIRST_DEFAULT_DEVICE` (read
- * once, at first use), the built-in rule (`cuda:0` if CUDA is available, else `cpu:0`). `*out_source`
- * receives a `HOSTFIRST_DEFAULT_SOURCE_*` value and `*out_depth` the number of scopes on this thread; both
- * may be NULL. Strict mode does not affect this query (see `hostfirst_default_resolve`).
- * Errors: `NULL_ARGUMENT` for `out_device`; when no scope or process setting applies and
- * `HOSTFIRST_DEFAULT_DEVICE` is invalid, its parse error (`INVALID_ARGUMENT`, `UNAVAILABLE` or
- * `NO_SUCH_DEVICE`, the message naming the variable and value). Thread-safe; scopes are per thread.
+ * Zero-copy: `dl_tensor.data` points into the file's read-only mapping (the same pointer as
+ * `hostfirst_view_info.data`, with the same SIGBUS hazard), device kDLCPU 0, compact C order (strides NULL,
+ * byte_offset 0), `flags` has `HOSTFIRST_DLPACK_FLAG_READ_ONLY`: never write through it. The data may be
+ * misaligned for its dtype (see `hostfirst_view_info.alignment`). The tensor keeps the mapping alive until
+ * its `deleter` is called, even after the view and file handles are freed; until then it counts in
+ * `hostfirst_handle_count`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED` for a dtype DLPack has
+ * no code for (none in this version), `VALIDATION_OVERFLOW` for a dimension above INT64_MAX. On failure
+ * `*out` is unchanged. Thread-safe.
  */
-hostfirst_status hostfirst_default_device(struct hostfirst_device *out_device,
-                                          uint32_t *out_source,
-                                          uint32_t *out_depth);
+hostfirst_status hostfirst_view_to_dlpack(const struct hostfirst_view *view,
+                                          struct hostfirst_dlpack_managed_tensor_versioned **out);
 
 /**
- * Returns the static name of a default source: `"scope"`, `"process"`, `"env"`, `"built-in"`; `"unknown"`
- * otherwise. Never NULL.
- */
-const char *hostfirst_default_source_name(uint32_t source);
-
-/**
- * Sets the process-wide default device (overrides the environment and the built-in rule, not scopes).
+ * Exports a buffer as a DLPack 1.1 managed tensor and writes it to `*out`.
  *
- * The device must be present (`INVALID_ARGUMENT`, `UNAVAILABLE`, `NO_SUCH_DEVICE` otherwise; nothing changes).
- * Thread-safe.
+ * Zero-copy and writable (`flags` 0): device kDLCUDA with its ordinal for `cuda:N`, kDLCUDAHost 0 for
+ * `cuda_host`, kDLCPU 0 for `cpu`; compact C order. The tensor keeps the buffer's memory alive until its
+ * `deleter` is called, even after `hostfirst_buffer_free`; until then it counts in `hostfirst_handle_count`.
+ * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED`, `VALIDATION_OVERFLOW` (as for views). On failure
+ * `*out` is unchanged. Thread-safe.
  */
-hostfirst_status hostfirst_default_device_set(struct hostfirst_device device);
+hostfirst_status hostfirst_buffer_to_dlpack(const struct hostfirst_buffer *buffer,
+                                            struct hostfirst_dlpack_managed_tensor_versioned **out);
 
 /**
- * Clears the process-wide default device, so the environment or built-in rule applies again. Never fails.
- */
-hostfirst_status hostfirst_default_device_clear(void);
-
-/**
- * Resolves "the default device" as a placement would: like `hostfirst_default_device`, but fails with
- * `IMPLICIT_PLACEMENT` when strict mode is on for this thread or the process.
- */
-hostfirst_status hostfirst_default_resolve(struct hostfirst_device *out_device);
-
-/**
- * Pushes a scope that makes `device` the calling thread's default, and writes its token.
+ * Writes the DLPack `DLDataType` of a `HOSTFIRST_DTYPE_*` value to `*out`.
  *
- * Other threads never see it. Pop it with `hostfirst_scope_pop(token)`. Errors: `NULL_ARGUMENT`; the
- * device must be present (`INVALID_ARGUMENT`, `UNAVAILABLE`, `NO_SUCH_DEVICE`); `LIMIT_EXCEEDED` past 65536
- * nested scopes on one thread.
+ * Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a value that is not a dtype; `UNSUPPORTED` for a dtype
+ * DLPack has no code for (none in this version: every safetensors dtype has a DLPack 1.1 code). Thread-safe.
  */
-hostfirst_status hostfirst_scope_push(struct hostfirst_device device,
-                                      uint64_t *out_token);
-
-/**
- * Pops the calling thread's innermost scope, which must be the one `token` names.
- *
- * If `token` is not the innermost scope of this thread (out of order, from another thread, already
- * popped) or the thread has no scope, nothing changes and `SCOPE_MISMATCH` is returned with a message
- * saying which scope is innermost.
- */
-hostfirst_status hostfirst_scope_pop(uint64_t token);
-
-/**
- * Captures the calling thread's effective default device and per-thread strict flag into `*out`, to be
- * entered on a worker thread with `hostfirst_scope_enter`.
- *
- * Errors: `NULL_ARGUMENT`; an invalid `HOSTFIRST_DEFAULT_DEVICE` as in `hostfirst_default_device`.
- */
-hostfirst_status hostfirst_scope_capture(struct hostfirst_carried_scope *out);
-
-/**
- * Enters a carried scope on the calling thread: pushes its device as a scope and adopts its strict flag.
- *
- * Leave with `hostfirst_scope_leave(token)`, which is checked like `hostfirst_scope_pop` and restores this
- * thread's previous strict flag. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a malformed device or a
- * strict value other than 0 or 1; device presence as in `hostfirst_scope_push`.
- */
-hostfirst_status hostfirst_scope_enter(const struct hostfirst_carried_scope *carried,
-                                       uint64_t *out_token);
-
-/**
- * Leaves a scope entered with `hostfirst_scope_enter` (checked like `hostfirst_scope_pop`; restores the
- * thread's strict flag as it was before the enter).
- */
-hostfirst_status hostfirst_scope_leave(uint64_t token);
-
-/**
- * Turns strict mode on (`on != 0`) or off for the calling thread. In strict mode any operation that would
- * resolve the implicit default device fails with `IMPLICIT_PLACEMENT` (the analogue of JAX's
- * transfer guard). Never fails.
- */
-hostfirst_status hostfirst_strict_thread_set(int32_t on);
-
-/**
- * Turns strict mode on (`on != 0`) or off for the whole process (every thread). Never fails.
- */
-hostfirst_status hostfirst_strict_process_set(int32_t on);
-
-/**
- * Writes the calling thread's and the process's strict flags (1 or 0); either output may be NULL.
- */
-hostfirst_status hostfirst_strict_get(int32_t *out_thread, int32_t *out_process);
+hostfirst_status hostfirst_dtype_to_dlpack(uint32_t dtype,
+                                           struct hostfirst_dlpack_dtype *out);
 
 #if defined(HOSTFIRST_TEST_HOOKS)
 /**

@@ -26,46 +26,74 @@ macro_rules! hostfirst_boundary {
     };
 }
 
-pub mod core;
-pub mod devices;
-pub mod dlpack;
+// One module per C prefix, in the header's order (cbindgen emits functions in the order it reads them).
+
+/// `hostfirst_status_*`, `hostfirst_last_*`, `hostfirst_fit_info`.
+pub mod status;
+
+/// `hostfirst_version*`, `hostfirst_build_info`.
+pub mod version;
+
+/// The handle registry and `hostfirst_handle_count`.
 #[allow(dead_code)]
 pub mod handle;
-pub mod load;
-pub mod place;
-pub mod rules;
+
+/// `hostfirst_backend_*`, `hostfirst_census_*`.
+pub mod backend;
+
+/// `hostfirst_device*`, `hostfirst_devices`, `hostfirst_target_parse`.
+pub mod device;
+
+/// The default-device stack: `hostfirst_scope_*`, `hostfirst_default_*`, `hostfirst_strict_*`.
 pub mod scope;
+
+/// `hostfirst_dtype_*`.
+pub mod dtype;
+
+/// `hostfirst_file_*`.
+pub mod file;
+
+/// `hostfirst_view_*`.
+pub mod view;
+
+/// `hostfirst_buffer_*`, `hostfirst_release_cached_memory`.
+pub mod buffer;
+
+/// `hostfirst_put_*`.
+pub mod put;
+
+/// `hostfirst_rules_*`.
+pub mod rules;
+
+/// `hostfirst_plan_*`.
+pub mod plan;
+
+/// `hostfirst_load_*` (whole-file placement).
+pub mod load;
+
+/// `hostfirst_gather_*`, `hostfirst_random_offsets`.
+pub mod gather;
+
+/// `*_to_dlpack` and the DLPack structs.
+pub mod dlpack;
+
+/// `hostfirst__test_*` (feature `test-hooks`).
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;
 
-use crate::error::{Error, FitFailure, Result, Status};
-use std::cell::RefCell;
+// The whole C API at `hostfirst::ffi::*`, for Rust callers and tests that use it as C does.
+pub use self::{
+    backend::*, buffer::*, device::*, dlpack::*, dtype::*, file::*, gather::*, load::*, plan::*, put::*, rules::*,
+    scope::*, status::*, version::*, view::*,
+};
+pub use handle::hostfirst_handle_count;
+#[cfg(feature = "test-hooks")]
+pub use test_hooks::*;
+
+use crate::error::{Error, Result, Status};
+use status::set_last_error;
 use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-
-// `Status` (src/error.rs) is exported to C as `hostfirst_status` (cbindgen.toml renames it).
-
-/// The last failure on this thread.
-pub(crate) struct LastError {
-    pub status: Status,
-    pub message: CString,
-    pub fit: Option<FitFailure>,
-}
-
-thread_local! {
-    pub(crate) static LAST_ERROR: RefCell<LastError> =
-        RefCell::new(LastError { status: Status::Ok, message: CString::default(), fit: None });
-}
-
-/// Records `e` as the calling thread's last error.
-pub(crate) fn set_last_error(e: &Error) {
-    let msg = CString::new(e.message().replace('\0', "\\0")).unwrap_or_default();
-    let _ = LAST_ERROR.try_with(|l| {
-        if let Ok(mut l) = l.try_borrow_mut() {
-            *l = LastError { status: e.status(), message: msg, fit: e.fit().cloned() };
-        }
-    });
-}
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
@@ -253,4 +281,18 @@ pub(crate) fn static_cstr(s: &str) -> *const c_char {
     let leaked: &'static CStr = Box::leak(CString::new(s.replace('\0', "\\0")).unwrap_or_default().into_boxed_c_str());
     map.insert(s.to_string(), leaked);
     leaked.as_ptr()
+}
+
+pub(crate) fn check_struct_size(got: usize, want: usize, ty: &str) -> Result<()> {
+    if got < want {
+        return Err(Error::new(
+            Status::InvalidArgument,
+            format!("out->struct_size is {got}; set it to sizeof({ty}) ({want} in this version)"),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn cstring(s: &str) -> CString {
+    CString::new(s.replace('\0', "\\0")).unwrap_or_default()
 }

@@ -1,6 +1,7 @@
-//! The default device: process setting, per-thread scopes, carried scopes, strict mode.
+//! The default-device stack: the process default and the queries (`hostfirst_default_*`), per-thread and
+//! carried scopes (`hostfirst_scope_*`), strict mode (`hostfirst_strict_*`).
 
-use super::devices::hostfirst_device;
+use super::device::hostfirst_device;
 use super::{in_ref, opt_out, out_ptr};
 use crate::error::Status;
 use crate::scope::{self, CarriedScope, DefaultSource, ScopeToken};

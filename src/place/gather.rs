@@ -18,7 +18,7 @@ use crate::device::cuda::{PinnedHostMemory, Stream};
 use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result, Status};
-use crate::load::TensorView;
+use crate::file::TensorView;
 use std::sync::{Arc, Mutex};
 
 /// A reusable gather: the [batch, window] destination buffer on its device, plus staging for CUDA.

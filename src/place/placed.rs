@@ -5,7 +5,7 @@ use super::fit;
 use super::plan::{Placement, Plan};
 use super::put::{fill, PutOptions};
 use crate::error::{human_bytes, Error, FitFailure, Result, Status};
-use crate::load::{TensorFile, TensorView};
+use crate::file::{TensorFile, TensorView};
 use std::sync::{Arc, Mutex};
 
 /// One loaded tensor.

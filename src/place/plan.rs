@@ -4,7 +4,7 @@ use super::fit;
 use super::rules::{RuleTarget, Rules};
 use crate::device::Device;
 use crate::error::Result;
-use crate::load::TensorFile;
+use crate::file::TensorFile;
 
 /// Where one tensor goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

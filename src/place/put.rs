@@ -5,7 +5,7 @@ use super::fit;
 use super::parallel::{default_threads, parallel_fill, DEFAULT_CHUNK};
 use crate::device::{Device, DeviceKind};
 use crate::error::Result;
-use crate::load::TensorView;
+use crate::file::TensorView;
 
 /// Where a put goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,8 +3,7 @@
 
 #![allow(dead_code)]
 
-use hostfirst::ffi::core::hostfirst_handle_count;
-use hostfirst::ffi::load::*;
+use hostfirst::ffi::*;
 use hostfirst::Status;
 use std::cell::Cell;
 use std::ffi::CString;
@@ -232,7 +231,7 @@ pub fn tmp(name: &str) -> PathBuf {
 }
 
 pub fn last_error() -> String {
-    let p = hostfirst::ffi::core::hostfirst_last_error();
+    let p = hostfirst::ffi::hostfirst_last_error();
     // SAFETY: the library returns a valid NUL-terminated string.
     unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }

@@ -9,7 +9,7 @@
 //! begin with `{` (interoperability over the letter of the spec).
 //!
 //! ```no_run
-//! use hostfirst::load::TensorFile;
+//! use hostfirst::file::TensorFile;
 //! let f = TensorFile::open("model.safetensors")?;
 //! let v = f.view("embed.weight")?;
 //! let first_rows = v.slice_rows(0, 16)?;
@@ -18,15 +18,15 @@
 //! # Ok::<(), hostfirst::Error>(())
 //! ```
 
-mod file;
 mod header;
 mod index;
 mod names;
 mod shard;
+mod tensor_file;
 mod view;
 
-pub use file::TensorFile;
 pub use names::CName;
+pub use tensor_file::TensorFile;
 pub use view::{alignment_of, TensorView};
 
 /// The safetensors limit on the JSON header (bytes), as in the reference crate.
