@@ -21,28 +21,6 @@ pub struct hostfirst_backend_info {
     pub device_count: u32,
 }
 
-/// Backend status: usable.
-pub const HOSTFIRST_BACKEND_STATUS_AVAILABLE: u32 = 0;
-
-/// Backend status: support not compiled in.
-pub const HOSTFIRST_BACKEND_STATUS_NOT_COMPILED: u32 = 1;
-
-/// Backend status: driver library not found (the reason lists the names searched).
-pub const HOSTFIRST_BACKEND_STATUS_LIBRARY_NOT_FOUND: u32 = 2;
-
-/// Backend status: the driver reports no devices.
-pub const HOSTFIRST_BACKEND_STATUS_NO_DEVICES: u32 = 3;
-
-/// Backend status: hidden by `HOSTFIRST_PLATFORMS` or `CUDA_VISIBLE_DEVICES`.
-pub const HOSTFIRST_BACKEND_STATUS_HIDDEN_BY_ENV: u32 = 4;
-
-/// Backend status: driver initialisation failed.
-pub const HOSTFIRST_BACKEND_STATUS_INIT_FAILED: u32 = 5;
-
-/// Backend status: the driver is too old (hostfirst needs a driver for CUDA 11.4 or newer; the reason gives
-/// both versions).
-pub const HOSTFIRST_BACKEND_STATUS_DRIVER_TOO_OLD: u32 = 6;
-
 /// Returns the number of backends hostfirst knows (cpu and cuda), whatever their status.
 ///
 /// Takes the census on first use (see `hostfirst_backend_describe`). Never fails. Thread-safe.
@@ -82,16 +60,7 @@ pub extern "C" fn hostfirst_backend_describe(index: usize, out: *mut hostfirst_b
 #[no_mangle]
 pub extern "C" fn hostfirst_backend_status_name(status: u32) -> *const c_char {
     hostfirst_boundary!("hostfirst_backend_status_name", default = c"unknown".as_ptr(), {
-        let all = [
-            BackendStatus::Available,
-            BackendStatus::NotCompiled,
-            BackendStatus::LibraryNotFound,
-            BackendStatus::NoDevices,
-            BackendStatus::HiddenByEnv,
-            BackendStatus::InitFailed,
-            BackendStatus::DriverTooOld,
-        ];
-        match all.iter().find(|s| **s as u32 == status) {
+        match BackendStatus::from_repr(status) {
             Some(s) => static_cstr(s.name()),
             None => c"unknown".as_ptr(),
         }

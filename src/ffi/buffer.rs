@@ -3,6 +3,7 @@
 
 use super::device::{hostfirst_device, target_of};
 use super::handle::{self, Handle};
+use super::{end_of_field, out_struct_size, write_out_struct, OutStruct};
 use super::{out_bytes, out_ptr};
 use crate::error::{Error, Status};
 use crate::place::Buffer;
@@ -43,6 +44,11 @@ pub struct hostfirst_buffer_info {
     pub name: *const c_char,
 }
 
+impl OutStruct for hostfirst_buffer_info {
+    const NAME: &'static str = "hostfirst_buffer_info";
+    const SIZE_V1: usize = end_of_field!(hostfirst_buffer_info, name);
+}
+
 /// Frees a buffer and its device or host memory. NULL is a no-op; a freed or foreign handle gives
 /// `INVALID_HANDLE` and frees nothing. Memory is released once no call in flight still uses the buffer.
 #[no_mangle]
@@ -60,28 +66,22 @@ pub extern "C" fn hostfirst_buffer_describe(
 ) -> Status {
     hostfirst_boundary!("hostfirst_buffer_describe", {
         let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
-        let out = out_ptr(out, "out")?;
-        if out.struct_size < std::mem::size_of::<hostfirst_buffer_info>() {
-            return Err(Error::new(
-                Status::InvalidArgument,
-                format!(
-                    "out->struct_size is {}; set it to sizeof(hostfirst_buffer_info) ({} in this version)",
-                    out.struct_size,
-                    std::mem::size_of::<hostfirst_buffer_info>()
-                ),
-            ));
-        }
+        let size = out_struct_size(out, "out")?;
         let b = b.lock().unwrap_or_else(|p| p.into_inner());
-        *out = hostfirst_buffer_info {
-            struct_size: std::mem::size_of::<hostfirst_buffer_info>(),
-            device: b.device().into(),
-            dtype: b.dtype() as u32,
-            rank: b.shape().len() as u32,
-            shape: if b.shape().is_empty() { std::ptr::null() } else { b.shape().as_ptr() },
-            nbytes: b.nbytes(),
-            address: b.address(),
-            name: b.c_name().as_ptr(),
-        };
+        write_out_struct(
+            out,
+            size,
+            hostfirst_buffer_info {
+                struct_size: 0,
+                device: b.device().into(),
+                dtype: b.dtype() as u32,
+                rank: b.shape().len() as u32,
+                shape: if b.shape().is_empty() { std::ptr::null() } else { b.shape().as_ptr() },
+                nbytes: b.nbytes(),
+                address: b.address(),
+                name: b.c_name().as_ptr(),
+            },
+        );
         Ok(())
     })
 }

@@ -2,20 +2,12 @@
 //! `hostfirst_target_parse`.
 
 use super::{c_str, in_ref, out_ptr, static_cstr, write_array, write_string};
+use super::{end_of_field, out_struct_size, write_out_struct, OutStruct};
 use crate::device::{census, census::memory, Device, DeviceKind};
 use crate::error::{Error, Result, Status};
 use crate::place::Target;
 use crate::scope::resolve_target;
 use std::ffi::c_char;
-
-/// Device kind: host memory (equals DLPack `kDLCPU`).
-pub const HOSTFIRST_DEVICE_CPU: i32 = 1;
-
-/// Device kind: CUDA device memory (equals DLPack `kDLCUDA`).
-pub const HOSTFIRST_DEVICE_CUDA: i32 = 2;
-
-/// Device kind: page-locked host memory registered with CUDA (equals DLPack `kDLCUDAHost`).
-pub const HOSTFIRST_DEVICE_CUDA_HOST: i32 = 3;
 
 /// A device: a kind (`HOSTFIRST_DEVICE_CPU`, `_CUDA`, `_CUDA_HOST`, equal to DLPack's device types) and an
 /// ordinal (0 for cpu and cuda_host). A plain value: copy it freely, compare it field by field. Its layout
@@ -85,6 +77,11 @@ pub struct hostfirst_device_info {
     pub multiprocessor_count: u32,
 }
 
+impl OutStruct for hostfirst_device_info {
+    const NAME: &'static str = "hostfirst_device_info";
+    const SIZE_V1: usize = end_of_field!(hostfirst_device_info, multiprocessor_count);
+}
+
 pub(crate) fn target_of(p: *const hostfirst_device) -> Result<Target> {
     if p.is_null() {
         return Ok(Target::Default);
@@ -115,32 +112,26 @@ pub extern "C" fn hostfirst_devices(out: *mut hostfirst_device, capacity: usize,
 #[no_mangle]
 pub extern "C" fn hostfirst_device_describe(device: hostfirst_device, out: *mut hostfirst_device_info) -> Status {
     hostfirst_boundary!("hostfirst_device_describe", {
-        let out = out_ptr(out, "out")?;
-        let size = out.struct_size;
-        if size < std::mem::size_of::<hostfirst_device_info>() {
-            return Err(Error::new(
-                Status::InvalidArgument,
-                format!(
-                    "out->struct_size is {size}; set it to sizeof(hostfirst_device_info) ({} in this version)",
-                    std::mem::size_of::<hostfirst_device_info>()
-                ),
-            ));
-        }
+        let size = out_struct_size(out, "out")?;
         let dev = device.to_present("device")?;
         let c = census();
-        let lookup = if dev.kind == DeviceKind::CudaHost { Device::CPU } else { dev };
+        let lookup = if dev.kind == DeviceKind::CUDA_HOST { Device::CPU } else { dev };
         let d = c.info(lookup).ok_or_else(|| Error::new(Status::NoSuchDevice, format!("{dev} is not present")))?;
-        *out = hostfirst_device_info {
-            struct_size: std::mem::size_of::<hostfirst_device_info>(),
-            device: dev.into(),
-            name: static_cstr(&d.name),
-            total_memory: d.total_memory,
-            uuid: static_cstr(&d.uuid),
-            pci_bus_id: static_cstr(&d.pci_bus_id),
-            compute_capability_major: d.compute_capability.0,
-            compute_capability_minor: d.compute_capability.1,
-            multiprocessor_count: d.multiprocessor_count,
-        };
+        write_out_struct(
+            out,
+            size,
+            hostfirst_device_info {
+                struct_size: 0,
+                device: dev.into(),
+                name: static_cstr(&d.name),
+                total_memory: d.total_memory,
+                uuid: static_cstr(&d.uuid),
+                pci_bus_id: static_cstr(&d.pci_bus_id),
+                compute_capability_major: d.compute_capability.0,
+                compute_capability_minor: d.compute_capability.1,
+                multiprocessor_count: d.multiprocessor_count,
+            },
+        );
         Ok(())
     })
 }
@@ -223,25 +214,4 @@ pub extern "C" fn hostfirst_device_equal(a: *const hostfirst_device, b: *const h
             _ => 0,
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::device::BackendStatus;
-    use crate::ffi::backend::*;
-
-    #[test]
-    fn constants_match_core() {
-        assert_eq!(HOSTFIRST_BACKEND_STATUS_AVAILABLE, BackendStatus::Available as u32);
-        assert_eq!(HOSTFIRST_BACKEND_STATUS_NOT_COMPILED, BackendStatus::NotCompiled as u32);
-        assert_eq!(HOSTFIRST_BACKEND_STATUS_LIBRARY_NOT_FOUND, BackendStatus::LibraryNotFound as u32);
-        assert_eq!(HOSTFIRST_BACKEND_STATUS_NO_DEVICES, BackendStatus::NoDevices as u32);
-        assert_eq!(HOSTFIRST_BACKEND_STATUS_HIDDEN_BY_ENV, BackendStatus::HiddenByEnv as u32);
-        assert_eq!(HOSTFIRST_BACKEND_STATUS_INIT_FAILED, BackendStatus::InitFailed as u32);
-        assert_eq!(HOSTFIRST_BACKEND_STATUS_DRIVER_TOO_OLD, BackendStatus::DriverTooOld as u32);
-        assert_eq!(HOSTFIRST_DEVICE_CPU, DeviceKind::Cpu as i32);
-        assert_eq!(HOSTFIRST_DEVICE_CUDA, DeviceKind::Cuda as i32);
-        assert_eq!(HOSTFIRST_DEVICE_CUDA_HOST, DeviceKind::CudaHost as i32);
-    }
 }

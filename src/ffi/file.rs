@@ -33,6 +33,12 @@ pub const HOSTFIRST_MAX_RANK: u32 = 32;
 /// Cap on a tensor name's length in bytes.
 pub const HOSTFIRST_MAX_NAME_LEN: u32 = 4096;
 
+// The caps above are literals for cbindgen; the core's values are the ones enforced.
+const _: () = assert!(HOSTFIRST_MAX_TENSORS as usize == crate::file::MAX_TENSORS);
+const _: () = assert!(HOSTFIRST_MAX_SET_TENSORS as usize == crate::file::MAX_SET_TENSORS);
+const _: () = assert!(HOSTFIRST_MAX_RANK as usize == crate::file::MAX_RANK);
+const _: () = assert!(HOSTFIRST_MAX_NAME_LEN as usize == crate::file::MAX_NAME_LEN);
+
 /// Opens a safetensors file, or a sharded set when `path` is an index, and writes a new handle to `*out`.
 ///
 /// An index is recognised by a name ending in `.json` or by content (JSON text that cannot be a safetensors

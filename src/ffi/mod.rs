@@ -283,16 +283,111 @@ pub(crate) fn static_cstr(s: &str) -> *const c_char {
     leaked.as_ptr()
 }
 
-pub(crate) fn check_struct_size(got: usize, want: usize, ty: &str) -> Result<()> {
-    if got < want {
+/// An output struct that starts with `size_t struct_size` and grows only by appending fields.
+pub(crate) trait OutStruct: Copy {
+    /// The C type name, for messages.
+    const NAME: &'static str;
+    /// The oldest size the library accepts: the struct's size in hostfirst 0.1.0, through the last field it
+    /// had then. Appending a field raises `size_of::<Self>()`, never this.
+    const SIZE_V1: usize;
+}
+
+/// The end of field `$field` of `$t`: `SIZE_V1` is the end of the last field a struct had in 0.1.0.
+macro_rules! end_of_field {
+    ($t:ty, $field:ident) => {{
+        const fn pointee_size<F>(_: *const F) -> usize {
+            std::mem::size_of::<F>()
+        }
+        let u = std::mem::MaybeUninit::<$t>::uninit();
+        // SAFETY: only the field's address is taken (to learn its type's size); nothing is read.
+        std::mem::offset_of!($t, $field) + pointee_size(unsafe { std::ptr::addr_of!((*u.as_ptr()).$field) })
+    }};
+}
+pub(crate) use end_of_field;
+
+/// Checks a caller's output struct before any work (the PJRT rule): `out` is not NULL and its `struct_size`
+/// is at least the oldest supported size ([`OutStruct::SIZE_V1`]). Returns that `struct_size`.
+pub(crate) fn out_struct_size<T: OutStruct>(out: *mut T, param: &str) -> Result<usize> {
+    if out.is_null() {
+        return Err(Error::new(Status::NullArgument, format!("output parameter '{param}' is NULL")));
+    }
+    // SAFETY: non-NULL; every such struct begins with the `size_t struct_size` the caller set, so at least a
+    // usize is readable even when the caller's struct is older (smaller) than `T`.
+    let size = unsafe { (out as *const usize).read() };
+    if size < T::SIZE_V1 {
         return Err(Error::new(
             Status::InvalidArgument,
-            format!("out->struct_size is {got}; set it to sizeof({ty}) ({want} in this version)"),
+            format!(
+                "{param}->struct_size is {size}; set it to sizeof({}) ({} in this version, at least {})",
+                T::NAME,
+                std::mem::size_of::<T>(),
+                T::SIZE_V1
+            ),
         ));
     }
-    Ok(())
+    Ok(size)
+}
+
+/// Writes `value` into a caller's output struct of `size` bytes (from [`out_struct_size`]): the fields that fit
+/// are written, nothing past `size`, and `struct_size` becomes the number of bytes written.
+pub(crate) fn write_out_struct<T: OutStruct>(out: *mut T, size: usize, value: T) {
+    let n = size.min(std::mem::size_of::<T>());
+    let mut v = value;
+    // SAFETY: `v` is a T, which starts with its usize `struct_size`; then the first `n` bytes of it go to the
+    // caller's struct, which holds at least `size >= n` bytes (checked by `out_struct_size`).
+    unsafe {
+        (&mut v as *mut T as *mut usize).write(n);
+        std::ptr::copy_nonoverlapping(&v as *const T as *const u8, out as *mut u8, n);
+    }
 }
 
 pub(crate) fn cstring(s: &str) -> CString {
     CString::new(s.replace('\0', "\\0")).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A struct as 0.1.0 had it (`struct_size`, `a`) plus a field appended later (`b`).
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Grown {
+        struct_size: usize,
+        a: u64,
+        b: u64,
+    }
+    impl OutStruct for Grown {
+        const NAME: &'static str = "grown";
+        const SIZE_V1: usize = end_of_field!(Grown, a);
+    }
+
+    const FILL: u64 = 0xAAAA_AAAA_AAAA_AAAA;
+
+    #[test]
+    fn an_old_struct_gets_the_fields_it_has() {
+        assert_eq!(Grown::SIZE_V1, 16);
+        // The caller's struct is the 0.1.0 one (16 bytes), followed by memory it does not own.
+        let mut mem = [16, FILL, FILL, FILL];
+        let out = mem.as_mut_ptr() as *mut Grown;
+        let size = out_struct_size(out, "out").unwrap();
+        write_out_struct(out, size, Grown { struct_size: 0, a: 7, b: 9 });
+        assert_eq!(mem, [16, 7, FILL, FILL], "wrote past the caller's struct");
+    }
+
+    #[test]
+    fn a_newer_or_too_small_struct() {
+        // A caller with a newer, larger struct: our fields are written and struct_size says how many.
+        let mut mem = [40, FILL, FILL, FILL, FILL];
+        let out = mem.as_mut_ptr() as *mut Grown;
+        let size = out_struct_size(out, "out").unwrap();
+        write_out_struct(out, size, Grown { struct_size: 0, a: 7, b: 9 });
+        assert_eq!(mem, [24, 7, 9, FILL, FILL]);
+        // Smaller than the oldest size: refused, nothing written.
+        let mut small = Grown { struct_size: 15, a: 1, b: 2 };
+        let e = out_struct_size(&mut small, "out").unwrap_err();
+        assert_eq!(e.status(), Status::InvalidArgument);
+        assert!(e.message().contains("at least 16"), "{}", e.message());
+        assert_eq!(out_struct_size::<Grown>(std::ptr::null_mut(), "out").unwrap_err().status(), Status::NullArgument);
+    }
 }

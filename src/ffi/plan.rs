@@ -4,7 +4,8 @@ use super::device::hostfirst_device;
 use super::file::hostfirst_file;
 use super::handle::{self, Handle};
 use super::rules::hostfirst_rules;
-use super::{check_struct_size, cstring, out_ptr};
+use super::{cstring, out_ptr};
+use super::{end_of_field, out_struct_size, write_out_struct, OutStruct};
 use crate::error::{Error, Status};
 use crate::place::{Placement, Plan};
 use std::ffi::{c_char, CString};
@@ -51,6 +52,11 @@ pub struct hostfirst_plan_tensor_info {
     pub nbytes: u64,
 }
 
+impl OutStruct for hostfirst_plan_tensor_info {
+    const NAME: &'static str = "hostfirst_plan_tensor_info";
+    const SIZE_V1: usize = end_of_field!(hostfirst_plan_tensor_info, nbytes);
+}
+
 /// One device of a plan, filled by `hostfirst_plan_device`. Set `struct_size` as for
 /// `hostfirst_plan_tensor_info`.
 #[repr(C)]
@@ -74,6 +80,11 @@ pub struct hostfirst_plan_device_info {
     pub largest_name: *const c_char,
     /// That tensor's size in bytes.
     pub largest_bytes: u64,
+}
+
+impl OutStruct for hostfirst_plan_device_info {
+    const NAME: &'static str = "hostfirst_plan_device_info";
+    const SIZE_V1: usize = end_of_field!(hostfirst_plan_device_info, largest_bytes);
 }
 
 /// Makes a plan (a dry run: nothing is allocated, no byte moves): applies `rules` to every tensor of
@@ -125,12 +136,7 @@ pub extern "C" fn hostfirst_plan_tensor(
 ) -> Status {
     hostfirst_boundary!("hostfirst_plan_tensor", {
         let p = handle::get::<hostfirst_plan>(plan, "plan")?;
-        let out = out_ptr(out, "out")?;
-        check_struct_size(
-            out.struct_size,
-            std::mem::size_of::<hostfirst_plan_tensor_info>(),
-            "hostfirst_plan_tensor_info",
-        )?;
+        let size = out_struct_size(out, "out")?;
         let e = p.plan.entries.get(index).ok_or_else(|| {
             Error::new(
                 Status::OutOfRange,
@@ -141,14 +147,18 @@ pub extern "C" fn hostfirst_plan_tensor(
             Placement::Host => (HOSTFIRST_PLACEMENT_HOST, hostfirst_device { kind: 0, ordinal: 0 }),
             Placement::Device(d) => (HOSTFIRST_PLACEMENT_DEVICE, d.into()),
         };
-        *out = hostfirst_plan_tensor_info {
-            struct_size: std::mem::size_of::<hostfirst_plan_tensor_info>(),
-            name: p.names[index].as_ptr(),
-            placement,
-            rule: e.rule.map_or(-1, |r| r as i32),
-            device,
-            nbytes: e.nbytes,
-        };
+        write_out_struct(
+            out,
+            size,
+            hostfirst_plan_tensor_info {
+                struct_size: 0,
+                name: p.names[index].as_ptr(),
+                placement,
+                rule: e.rule.map_or(-1, |r| r as i32),
+                device,
+                nbytes: e.nbytes,
+            },
+        );
         Ok(())
     })
 }
@@ -175,29 +185,28 @@ pub extern "C" fn hostfirst_plan_device(
 ) -> Status {
     hostfirst_boundary!("hostfirst_plan_device", {
         let p = handle::get::<hostfirst_plan>(plan, "plan")?;
-        let out = out_ptr(out, "out")?;
-        check_struct_size(
-            out.struct_size,
-            std::mem::size_of::<hostfirst_plan_device_info>(),
-            "hostfirst_plan_device_info",
-        )?;
+        let size = out_struct_size(out, "out")?;
         let d = p.plan.devices.get(index).ok_or_else(|| {
             Error::new(
                 Status::OutOfRange,
                 format!("device index {index}: the plan uses {} devices", p.plan.devices.len()),
             )
         })?;
-        *out = hostfirst_plan_device_info {
-            struct_size: std::mem::size_of::<hostfirst_plan_device_info>(),
-            device: d.device.into(),
-            bytes: d.bytes,
-            tensors: d.tensors as u64,
-            usable: d.usable,
-            total: d.total,
-            fits: d.fits as u32,
-            largest_name: p.largest[index].as_ptr(),
-            largest_bytes: d.largest.1,
-        };
+        write_out_struct(
+            out,
+            size,
+            hostfirst_plan_device_info {
+                struct_size: 0,
+                device: d.device.into(),
+                bytes: d.bytes,
+                tensors: d.tensors as u64,
+                usable: d.usable,
+                total: d.total,
+                fits: d.fits as u32,
+                largest_name: p.largest[index].as_ptr(),
+                largest_bytes: d.largest.1,
+            },
+        );
         Ok(())
     })
 }

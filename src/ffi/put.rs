@@ -5,6 +5,7 @@ use super::device::{hostfirst_device, target_of};
 use super::handle::{self, Handle};
 use super::out_ptr;
 use super::view::hostfirst_view;
+use super::{end_of_field, out_struct_size, write_out_struct, OutStruct};
 use crate::error::{Error, Result, Status};
 use crate::place::op::{AsyncPutOptions, PutOp};
 use crate::place::{PutOptions, PutStats};
@@ -83,6 +84,11 @@ pub struct hostfirst_put_stats {
     pub staged_instead: i32,
 }
 
+impl OutStruct for hostfirst_put_stats {
+    const NAME: &'static str = "hostfirst_put_stats";
+    const SIZE_V1: usize = end_of_field!(hostfirst_put_stats, staged_instead);
+}
+
 struct CProgress {
     f: unsafe extern "C" fn(u64, u64, *mut c_void) -> i32,
     user: *mut c_void,
@@ -145,26 +151,24 @@ fn read_opts(p: *const hostfirst_put_options) -> Result<Opts> {
     })
 }
 
-fn write_stats(out: *mut hostfirst_put_stats, s: PutStats) -> Result<()> {
-    if let Some(o) = super::opt_out(out) {
-        if o.struct_size < std::mem::size_of::<hostfirst_put_stats>() {
-            return Err(Error::new(
-                Status::InvalidArgument,
-                format!(
-                    "out_stats->struct_size is {}; set it to sizeof(hostfirst_put_stats) ({})",
-                    o.struct_size,
-                    std::mem::size_of::<hostfirst_put_stats>()
-                ),
-            ));
-        }
-        *o = hostfirst_put_stats {
-            struct_size: std::mem::size_of::<hostfirst_put_stats>(),
+/// Checks the optional `out_stats` struct before a put (NULL: not wanted); returns its `struct_size`.
+fn stats_size(out: *mut hostfirst_put_stats) -> Result<Option<usize>> {
+    if out.is_null() {
+        return Ok(None);
+    }
+    out_struct_size(out, "out_stats").map(Some)
+}
+
+fn write_stats(out: *mut hostfirst_put_stats, size: Option<usize>, s: PutStats) {
+    if let Some(size) = size {
+        let stats = hostfirst_put_stats {
+            struct_size: 0,
             register_seconds: s.register_seconds,
             reused_registration: s.reused_registration as i32,
             staged_instead: s.staged_instead as i32,
         };
+        write_out_struct(out, size, stats);
     }
-    Ok(())
 }
 
 /// Fills `*out` with the default options (`struct_size` set, everything else zero/NULL). Errors:
@@ -225,11 +229,7 @@ fn hostfirst_put_ex_impl(
     let out = out_ptr(out, "out")?;
     let target = target_of(target)?;
     let o = read_opts(opts)?;
-    if let Some(s) = super::opt_out(out_stats) {
-        if s.struct_size < std::mem::size_of::<hostfirst_put_stats>() {
-            return write_stats(out_stats, PutStats::default());
-        }
-    }
+    let stats_size = stats_size(out_stats)?;
     let mut cb = o.progress.map(|p| move |d: u64, t: u64| p.call(d, t));
     let progress = cb.as_mut().map(|c| c as &mut dyn FnMut(u64, u64) -> bool);
     let (buf, stats) = crate::place::put_with_stats(
@@ -243,7 +243,7 @@ fn hostfirst_put_ex_impl(
             progress,
         },
     )?;
-    write_stats(out_stats, stats)?;
+    write_stats(out_stats, stats_size, stats);
     *out = handle::insert_new::<hostfirst_buffer>(std::sync::Mutex::new(buf));
     Ok(())
 }

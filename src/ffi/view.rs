@@ -1,6 +1,7 @@
 //! Tensor views: `hostfirst_view_*` (the DLPack export, `hostfirst_view_to_dlpack`, is in `dlpack.rs`).
 
 use super::handle::{self, Handle};
+use super::{end_of_field, out_struct_size, write_out_struct, OutStruct};
 use super::{opt_out, out_bytes, out_ptr};
 use crate::error::{Error, Status};
 use crate::file::TensorView;
@@ -59,6 +60,11 @@ pub struct hostfirst_view_info {
     pub alignment: u64,
 }
 
+impl OutStruct for hostfirst_view_info {
+    const NAME: &'static str = "hostfirst_view_info";
+    const SIZE_V1: usize = end_of_field!(hostfirst_view_info, alignment);
+}
+
 /// Releases a view. NULL is a no-op returning OK; a view already freed gives `INVALID_HANDLE`. Pointers from
 /// `hostfirst_view_describe` become invalid. Thread-safe.
 #[no_mangle]
@@ -75,35 +81,30 @@ pub extern "C" fn hostfirst_view_free(view: *mut hostfirst_view) -> Status {
 /// straight into a read-only mapping of the file, and touching it after the file was truncated kills the
 /// process with SIGBUS; use `hostfirst_view_copy` when the file may change. The data may be misaligned for
 /// its dtype (`alignment` says). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` when
-/// `struct_size` is smaller than this version's struct. On failure `*out` is unchanged. Thread-safe.
+/// `struct_size` is smaller than the oldest supported size (see CONVENTIONS). On failure `*out` is unchanged.
+/// Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_view_describe(view: *const hostfirst_view, out: *mut hostfirst_view_info) -> Status {
     hostfirst_boundary!("hostfirst_view_describe", {
         let v = handle::get::<hostfirst_view>(view, "view")?;
-        let out = out_ptr(out, "out")?;
-        let size = out.struct_size;
-        if size < std::mem::size_of::<hostfirst_view_info>() {
-            return Err(Error::new(
-                Status::InvalidArgument,
-                format!(
-                    "out->struct_size is {size}; set it to sizeof(hostfirst_view_info) ({} in this version)",
-                    std::mem::size_of::<hostfirst_view_info>()
-                ),
-            ));
-        }
+        let size = out_struct_size(out, "out")?;
         let data = v.mapped().as_ptr();
-        *out = hostfirst_view_info {
-            struct_size: std::mem::size_of::<hostfirst_view_info>(),
-            name: v.name_ptr(),
-            dtype: v.dtype() as u32,
-            rank: v.shape().len() as u32,
-            shape: if v.shape().is_empty() { std::ptr::null() } else { v.shape().as_ptr() },
-            nbytes: v.nbytes(),
-            file_offset: v.file_offset(),
-            data_offset: v.data_offset(),
-            data: data as *const c_void,
-            alignment: crate::file::alignment_of(data as usize),
-        };
+        write_out_struct(
+            out,
+            size,
+            hostfirst_view_info {
+                struct_size: 0,
+                name: v.name_ptr(),
+                dtype: v.dtype() as u32,
+                rank: v.shape().len() as u32,
+                shape: if v.shape().is_empty() { std::ptr::null() } else { v.shape().as_ptr() },
+                nbytes: v.nbytes(),
+                file_offset: v.file_offset(),
+                data_offset: v.data_offset(),
+                data: data as *const c_void,
+                alignment: crate::file::alignment_of(data as usize),
+            },
+        );
         Ok(())
     })
 }

@@ -1,5 +1,6 @@
-//! Every case of shared/design/reliability-catalogue.md §2 as its own test: opened from memory and from a
-//! file through the C API, asserting the exact status, no panic, no handle created and no descriptor leaked.
+//! Every case of the malformed-file catalogue (docs/malformed-files.md) as its own test: opened from memory and
+//! from a file through the C API, asserting the exact status, no panic, no handle created and no descriptor
+//! leaked.
 //! Rows 32-34 (lookups, view sizes, header bloat) have their own tests at the end.
 
 use crate::common::alone;

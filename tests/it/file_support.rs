@@ -25,7 +25,7 @@ pub fn prefixed(n: u64, rest: &[u8]) -> Vec<u8> {
     v
 }
 
-/// One row of shared/design/reliability-catalogue.md §2 (possibly one of several variants).
+/// One row of the malformed-file catalogue, docs/malformed-files.md (possibly one of several variants).
 pub struct Case {
     /// Corpus file stem, e.g. `row05-header-past-end`.
     pub name: &'static str,
