@@ -1,9 +1,12 @@
 //! Devices: the `{kind, ordinal}` value, device specs (`cpu`, `cuda:1`, `gpu`, `cuda:GPU-<uuid>`, `cuda_host`),
-//! the backend census and device properties.
+//! the backend census, device properties, and memory readings with the fit check made before allocating
+//! ([`fit`]).
 
 pub mod census;
 /// cbindgen:ignore
 pub mod cuda;
+/// cbindgen:ignore
+pub mod fit;
 /// cbindgen:ignore
 pub mod host;
 

@@ -1,6 +1,6 @@
 //! The backend census: `hostfirst_backend_*`, `hostfirst_census_*`.
 
-use super::{out_ptr, static_cstr};
+use super::args::{out_ptr, static_cstr};
 use crate::device::{census, BackendStatus};
 use crate::error::{Error, Status};
 use std::ffi::c_char;

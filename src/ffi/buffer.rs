@@ -1,10 +1,9 @@
 //! Buffers: `hostfirst_buffer_*` and `hostfirst_release_cached_memory` (buffers are made by puts, loads and
 //! gathers; the DLPack export, `hostfirst_buffer_to_dlpack`, is in `dlpack.rs`).
 
+use super::args::{out_bytes, out_ptr, out_struct, out_struct_size, write_out_struct};
 use super::device::{hostfirst_device, target_of};
 use super::handle::{self, Handle};
-use super::{end_of_field, out_struct_size, write_out_struct, OutStruct};
-use super::{out_bytes, out_ptr};
 use crate::error::{Error, Status};
 use crate::place::Buffer;
 use std::ffi::{c_char, c_void};
@@ -44,10 +43,7 @@ pub struct hostfirst_buffer_info {
     pub name: *const c_char,
 }
 
-impl OutStruct for hostfirst_buffer_info {
-    const NAME: &'static str = "hostfirst_buffer_info";
-    const SIZE_V1: usize = end_of_field!(hostfirst_buffer_info, name);
-}
+out_struct!(hostfirst_buffer_info, name);
 
 /// Frees a buffer and its device or host memory. NULL is a no-op; a freed or foreign handle gives
 /// `INVALID_HANDLE` and frees nothing. Memory is released once no call in flight still uses the buffer.

@@ -1,8 +1,9 @@
 //! Devices and device specs: the `hostfirst_device` value, `hostfirst_device_*`, `hostfirst_devices`,
 //! `hostfirst_target_parse`.
 
-use super::{c_str, in_ref, out_ptr, static_cstr, write_array, write_string};
-use super::{end_of_field, out_struct_size, write_out_struct, OutStruct};
+use super::args::{
+    c_str, in_ref, out_ptr, out_struct, out_struct_size, static_cstr, write_array, write_out_struct, write_string,
+};
 use crate::device::{census, census::memory, Device, DeviceKind};
 use crate::error::{Error, Result, Status};
 use crate::place::Target;
@@ -77,10 +78,7 @@ pub struct hostfirst_device_info {
     pub multiprocessor_count: u32,
 }
 
-impl OutStruct for hostfirst_device_info {
-    const NAME: &'static str = "hostfirst_device_info";
-    const SIZE_V1: usize = end_of_field!(hostfirst_device_info, multiprocessor_count);
-}
+out_struct!(hostfirst_device_info, multiprocessor_count);
 
 pub(crate) fn target_of(p: *const hostfirst_device) -> Result<Target> {
     if p.is_null() {
@@ -148,10 +146,10 @@ pub extern "C" fn hostfirst_device_memory(device: hostfirst_device, out_free: *m
     hostfirst_boundary!("hostfirst_device_memory", {
         let dev = device.to_present("device")?;
         let (free, total) = memory(dev)?;
-        if let Some(f) = super::opt_out(out_free) {
+        if let Some(f) = super::args::opt_out(out_free) {
             *f = free;
         }
-        if let Some(t) = super::opt_out(out_total) {
+        if let Some(t) = super::args::opt_out(out_total) {
             *t = total;
         }
         Ok(())

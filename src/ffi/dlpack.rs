@@ -3,9 +3,9 @@
 //! The structs below are written by us from the DLPack specification and are layout-identical to
 //! `dlpack.h`'s types; a program that includes `dlpack.h` may cast between them.
 
+use super::args::out_ptr;
 use super::buffer::hostfirst_buffer;
 use super::handle::{self, Handle};
-use super::out_ptr;
 use super::view::hostfirst_view;
 use crate::dlpack;
 use crate::error::{Error, Status};

@@ -1,7 +1,7 @@
 //! Element types: `hostfirst_dtype_*` (the DLPack spelling, `hostfirst_dtype_to_dlpack`, is in `dlpack.rs` with
 //! the other `*_to_dlpack` exports).
 
-use super::{c_str, out_ptr};
+use super::args::{c_str, out_ptr};
 use crate::dtype::DType;
 use crate::error::{Error, Status};
 use std::ffi::c_char;
@@ -16,7 +16,7 @@ fn dtype_arg(v: u32) -> Option<DType> {
 pub extern "C" fn hostfirst_dtype_name(dtype: u32) -> *const c_char {
     hostfirst_boundary!("hostfirst_dtype_name", default = std::ptr::null(), {
         match dtype_arg(dtype) {
-            Some(d) => super::static_cstr(d.name()),
+            Some(d) => super::args::static_cstr(d.name()),
             None => std::ptr::null(),
         }
     })

@@ -1,8 +1,8 @@
 //! Opening safetensors files, memory buffers and sharded sets: `hostfirst_file_*` (the core is `crate::file`).
 
+use super::args::{c_str, in_bytes, out_ptr};
 use super::handle::{self, Handle};
 use super::view::hostfirst_view;
-use super::{c_str, in_bytes, out_ptr};
 use crate::error::{Error, Status};
 use crate::file::TensorFile;
 use std::ffi::{c_char, c_void};
@@ -214,10 +214,10 @@ pub extern "C" fn hostfirst_file_metadata_get(
                 format!("{}: metadata index {index}, but there are {} entries", f.display_name(), f.metadata_len()),
             )
         })?;
-        if let Some(o) = super::opt_out(out_key) {
+        if let Some(o) = super::args::opt_out(out_key) {
             *o = k;
         }
-        if let Some(o) = super::opt_out(out_value) {
+        if let Some(o) = super::args::opt_out(out_value) {
             *o = v;
         }
         Ok(())

@@ -1,10 +1,10 @@
 //! The batch gather for training loops: `hostfirst_gather_*`, `hostfirst_random_offsets`.
 
+use super::args::{in_ref, out_bytes, out_ptr};
 use super::buffer::hostfirst_buffer;
 use super::device::hostfirst_device;
 use super::handle::{self, Handle};
 use super::view::hostfirst_view;
-use super::{in_ref, out_bytes, out_ptr};
 use crate::dtype::DType;
 use crate::error::{Error, Status};
 use crate::place::gather::{random_offsets, Gather};

@@ -6,7 +6,7 @@
 //! holds an `Arc` of the core object, so a call in flight on one thread keeps its object alive while another
 //! thread frees the handle.
 
-use super::out_ptr;
+use super::args::out_ptr;
 use crate::error::{Error, Result, Status};
 use std::any::Any;
 use std::collections::HashMap;

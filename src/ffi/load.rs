@@ -1,12 +1,12 @@
 //! Whole-file loads, a plan applied to its file: `hostfirst_load_*`. ("Load" means only this: opening and
 //! validating files is `hostfirst_file_*`.)
 
+use super::args::{c_str, opt_out, out_ptr};
 use super::buffer::hostfirst_buffer;
 use super::file::hostfirst_file;
 use super::handle::{self, Handle};
 use super::plan::hostfirst_plan;
 use super::view::hostfirst_view;
-use super::{c_str, opt_out, out_ptr};
 use crate::error::{Error, Status};
 use crate::place::Placed;
 use std::ffi::{c_char, c_int, c_void};

@@ -1,11 +1,10 @@
 //! Placement plans, the dry run of rules over a file: `hostfirst_plan_*`.
 
+use super::args::{cstring, out_ptr, out_struct, out_struct_size, write_out_struct};
 use super::device::hostfirst_device;
 use super::file::hostfirst_file;
 use super::handle::{self, Handle};
 use super::rules::hostfirst_rules;
-use super::{cstring, out_ptr};
-use super::{end_of_field, out_struct_size, write_out_struct, OutStruct};
 use crate::error::{Error, Status};
 use crate::place::{Placement, Plan};
 use std::ffi::{c_char, CString};
@@ -52,10 +51,7 @@ pub struct hostfirst_plan_tensor_info {
     pub nbytes: u64,
 }
 
-impl OutStruct for hostfirst_plan_tensor_info {
-    const NAME: &'static str = "hostfirst_plan_tensor_info";
-    const SIZE_V1: usize = end_of_field!(hostfirst_plan_tensor_info, nbytes);
-}
+out_struct!(hostfirst_plan_tensor_info, nbytes);
 
 /// One device of a plan, filled by `hostfirst_plan_device`. Set `struct_size` as for
 /// `hostfirst_plan_tensor_info`.
@@ -82,10 +78,7 @@ pub struct hostfirst_plan_device_info {
     pub largest_bytes: u64,
 }
 
-impl OutStruct for hostfirst_plan_device_info {
-    const NAME: &'static str = "hostfirst_plan_device_info";
-    const SIZE_V1: usize = end_of_field!(hostfirst_plan_device_info, largest_bytes);
-}
+out_struct!(hostfirst_plan_device_info, largest_bytes);
 
 /// Makes a plan (a dry run: nothing is allocated, no byte moves): applies `rules` to every tensor of
 /// `file` — the first matching rule decides, unmatched tensors stay on the host — and takes, once per device

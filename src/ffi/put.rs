@@ -1,11 +1,10 @@
 //! Puts of one tensor onto a device, synchronous and asynchronous: `hostfirst_put_*`.
 
+use super::args::{out_ptr, out_struct, out_struct_size, write_out_struct};
 use super::buffer::hostfirst_buffer;
 use super::device::{hostfirst_device, target_of};
 use super::handle::{self, Handle};
-use super::out_ptr;
 use super::view::hostfirst_view;
-use super::{end_of_field, out_struct_size, write_out_struct, OutStruct};
 use crate::error::{Error, Result, Status};
 use crate::place::op::{AsyncPutOptions, PutOp};
 use crate::place::{PutOptions, PutStats};
@@ -84,10 +83,7 @@ pub struct hostfirst_put_stats {
     pub staged_instead: i32,
 }
 
-impl OutStruct for hostfirst_put_stats {
-    const NAME: &'static str = "hostfirst_put_stats";
-    const SIZE_V1: usize = end_of_field!(hostfirst_put_stats, staged_instead);
-}
+out_struct!(hostfirst_put_stats, staged_instead);
 
 struct CProgress {
     f: unsafe extern "C" fn(u64, u64, *mut c_void) -> i32,

@@ -1,8 +1,7 @@
 //! Placement rules (tensor-name pattern → target): `hostfirst_rules_*`.
 
-use super::c_str;
+use super::args::{c_str, out_ptr};
 use super::handle::{self, Handle};
-use super::out_ptr;
 use crate::error::Status;
 use crate::place::Rules;
 use std::ffi::c_char;

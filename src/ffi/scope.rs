@@ -1,8 +1,8 @@
 //! The default-device stack: the process default and the queries (`hostfirst_default_*`), per-thread and
 //! carried scopes (`hostfirst_scope_*`), strict mode (`hostfirst_strict_*`).
 
+use super::args::{in_ref, opt_out, out_ptr};
 use super::device::hostfirst_device;
-use super::{in_ref, opt_out, out_ptr};
 use crate::error::Status;
 use crate::scope::{self, CarriedScope, DefaultSource, ScopeToken};
 
@@ -52,7 +52,7 @@ pub extern "C" fn hostfirst_default_device(
 pub extern "C" fn hostfirst_default_source_name(source: u32) -> *const std::ffi::c_char {
     hostfirst_boundary!("hostfirst_default_source_name", default = c"unknown".as_ptr(), {
         match DefaultSource::from_repr(source) {
-            Some(s) => super::static_cstr(s.name()),
+            Some(s) => super::args::static_cstr(s.name()),
             None => c"unknown".as_ptr(),
         }
     })

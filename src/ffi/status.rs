@@ -1,8 +1,8 @@
 //! Statuses and the calling thread's last failure: `hostfirst_status_*`, `hostfirst_last_*` and the fit-check
 //! details (`hostfirst_fit_info`). The last error is recorded here by the panic boundary (`super::run_status`).
 
+use super::args::opt_out;
 use super::device::hostfirst_device;
-use super::opt_out;
 use crate::device::DeviceSpec;
 use crate::error::{Error, FitFailure, Status, ALL_STATUSES};
 use std::cell::RefCell;
@@ -54,7 +54,7 @@ pub struct hostfirst_fit_info {
 pub extern "C" fn hostfirst_status_name(status: u32) -> *const c_char {
     hostfirst_boundary!("hostfirst_status_name", default = c"UNKNOWN".as_ptr(), {
         match Status::from_u32(status) {
-            Some(s) => super::static_cstr(s.name()),
+            Some(s) => super::args::static_cstr(s.name()),
             None => c"UNKNOWN".as_ptr(),
         }
     })

@@ -1,6 +1,6 @@
 //! Versions and build information: `hostfirst_version*`, `hostfirst_build_info`.
 
-use super::write_string;
+use super::args::write_string;
 use crate::error::Status;
 use std::ffi::c_char;
 

@@ -1,8 +1,7 @@
 //! Tensor views: `hostfirst_view_*` (the DLPack export, `hostfirst_view_to_dlpack`, is in `dlpack.rs`).
 
+use super::args::{opt_out, out_bytes, out_ptr, out_struct, out_struct_size, write_out_struct};
 use super::handle::{self, Handle};
-use super::{end_of_field, out_struct_size, write_out_struct, OutStruct};
-use super::{opt_out, out_bytes, out_ptr};
 use crate::error::{Error, Status};
 use crate::file::TensorView;
 use std::ffi::{c_char, c_void};
@@ -60,10 +59,7 @@ pub struct hostfirst_view_info {
     pub alignment: u64,
 }
 
-impl OutStruct for hostfirst_view_info {
-    const NAME: &'static str = "hostfirst_view_info";
-    const SIZE_V1: usize = end_of_field!(hostfirst_view_info, alignment);
-}
+out_struct!(hostfirst_view_info, alignment);
 
 /// Releases a view. NULL is a no-op returning OK; a view already freed gives `INVALID_HANDLE`. Pointers from
 /// `hostfirst_view_describe` become invalid. Thread-safe.
@@ -148,7 +144,7 @@ pub extern "C" fn hostfirst_view_copy(
 ) -> Status {
     hostfirst_boundary!("hostfirst_view_copy", {
         let v = handle::get::<hostfirst_view>(view, "view")?;
-        if let Some(n) = super::opt_out(out_nbytes) {
+        if let Some(n) = super::args::opt_out(out_nbytes) {
             *n = v.nbytes();
         }
         if dst.is_null() && capacity == 0 {

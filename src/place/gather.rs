@@ -13,8 +13,8 @@
 //! instead of SIGBUS.
 
 use super::buffer::{Buffer, Memory};
-use super::fit;
 use crate::device::cuda::{PinnedHostMemory, Stream};
+use crate::device::fit;
 use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result, Status};

@@ -1,7 +1,7 @@
 //! A placement plan: the dry run of a set of rules over a file. It allocates nothing and moves no byte.
 
-use super::fit;
 use super::rules::{RuleTarget, Rules};
+use crate::device::fit;
 use crate::device::Device;
 use crate::error::Result;
 use crate::file::TensorFile;

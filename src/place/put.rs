@@ -1,8 +1,8 @@
 //! Puts: a tensor view (or slice) onto a device as a new buffer, fit-checked before anything is allocated.
 
 use super::buffer::{Buffer, Memory};
-use super::fit;
 use super::parallel::{default_threads, parallel_fill, DEFAULT_CHUNK};
+use crate::device::fit;
 use crate::device::{Device, DeviceKind};
 use crate::error::Result;
 use crate::file::TensorView;
