@@ -10,7 +10,7 @@
 //!       baseline: what a loader without shard-on-read does: put each whole tensor on cpu, then copy rank
 //!       RANK's part out of it (numpy-style slicing in memory).
 
-use hostfirst::load::ReadPolicy;
+use hostfirst::file::ReadPolicy;
 use hostfirst::place::{put, PutOptions, Target};
 use hostfirst::shard::{self, Mesh, Owned, ShardOptions, ShardPlan, ShardRules};
 use hostfirst::{Device, TensorFile};

@@ -1,12 +1,13 @@
 //! Shard-on-read: meshes, sharding rules, shard plans and their runs (`hostfirst_shard_*`).
 
-use super::devices::hostfirst_device;
+use super::args::{c_str, cstring, opt_out, out_ptr, out_struct, out_struct_size, read_options, write_out_struct};
+use super::buffer::hostfirst_buffer;
+use super::device::hostfirst_device;
+use super::file::hostfirst_file;
 use super::handle::{self, Handle};
-use super::load::hostfirst_file;
-use super::place::{hostfirst_buffer, hostfirst_progress_fn};
-use super::{c_str, opt_out, out_ptr};
+use super::put::hostfirst_progress_fn;
 use crate::error::{Error, Result, Status};
-use crate::load::ReadPolicy;
+use crate::file::ReadPolicy;
 use crate::shard::{self, Mesh, Owned, ShardLoad, ShardOptions, ShardPlan, ShardRules};
 use std::ffi::{c_char, c_void, CString};
 use std::sync::{Arc, Mutex};
@@ -147,8 +148,11 @@ pub struct hostfirst_shard_info {
     pub file: *const c_char,
 }
 
-fn read_options(p: *const hostfirst_shard_options) -> Result<(ReadPolicy, RunOpts)> {
-    let o = super::read_options(p, "options", "hostfirst_shard_options")?;
+// New after 0.1.0: the whole struct is its oldest size.
+out_struct!(hostfirst_shard_info, file);
+
+fn shard_options(p: *const hostfirst_shard_options) -> Result<(ReadPolicy, RunOpts)> {
+    let o = read_options(p, "options", "hostfirst_shard_options")?;
     let mut policy = ReadPolicy::default();
     if o.max_over_read != 0.0 {
         policy.max_over_read = o.max_over_read;
@@ -357,14 +361,14 @@ pub extern "C" fn hostfirst_shard_plan_make(
         let positions = in_array(positions, count, "positions")?;
         let devices = in_array(devices, count, "devices")?;
         let out = out_ptr(out, "out")?;
-        let (policy, opts) = read_options(options)?;
+        let (policy, opts) = shard_options(options)?;
         let mut owned = Vec::with_capacity(count);
         for (i, (&position, d)) in positions.iter().zip(devices).enumerate() {
             owned.push(Owned { position, device: d.to_device(&format!("devices[{i}]"))? });
         }
         let rules = r.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let plan = ShardPlan::make(&f, &rules, &owned, policy)?;
-        let files: Vec<CString> = plan.files.iter().map(|s| super::rules::cstring(&s.file)).collect();
+        let files: Vec<CString> = plan.files.iter().map(|s| cstring(&s.file)).collect();
         let mut rows = Vec::with_capacity(plan.entries.len());
         for e in &plan.entries {
             let fi = plan.files.iter().position(|s| s.file == e.view.file_display()).unwrap_or(0);
@@ -400,35 +404,34 @@ pub extern "C" fn hostfirst_shard_plan_describe(
 ) -> Status {
     hostfirst_boundary!("hostfirst_shard_plan_describe", {
         let p = handle::get::<hostfirst_shard_plan>(plan, "plan")?;
-        let out = out_ptr(out, "out")?;
-        super::rules::check_struct_size(
-            out.struct_size,
-            std::mem::size_of::<hostfirst_shard_info>(),
-            "hostfirst_shard_info",
-        )?;
+        let size = out_struct_size(out, "out")?;
         let n = p.plan.entries.len();
         let e = p.plan.entries.get(index).ok_or_else(|| {
             Error::new(Status::OutOfRange, format!("shard index {index}, but the plan has {n} shards"))
         })?;
         let Row(fi, starts, global) = &p.rows[index];
         let ptr = |s: &[u64]| if s.is_empty() { std::ptr::null() } else { s.as_ptr() };
-        *out = hostfirst_shard_info {
-            struct_size: std::mem::size_of::<hostfirst_shard_info>(),
-            name: e.view.name_ptr(),
-            tensor: e.tensor,
-            position: e.position,
-            device: e.device.into(),
-            rule: e.rule.map_or(-1, |r| r as i32),
-            rank: global.len() as u32,
-            shape: ptr(global),
-            shard_shape: ptr(e.shape()),
-            start: ptr(starts),
-            nbytes: e.nbytes(),
-            runs: e.runs,
-            read_bytes: e.planned_read,
-            copy_of: e.copy_of.map_or(-1, |c| c as i64),
-            file: p.files.get(*fi).map_or(std::ptr::null(), |c| c.as_ptr()),
-        };
+        write_out_struct(
+            out,
+            size,
+            hostfirst_shard_info {
+                struct_size: 0,
+                name: e.view.name_ptr(),
+                tensor: e.tensor,
+                position: e.position,
+                device: e.device.into(),
+                rule: e.rule.map_or(-1, |r| r as i32),
+                rank: global.len() as u32,
+                shape: ptr(global),
+                shard_shape: ptr(e.shape()),
+                start: ptr(starts),
+                nbytes: e.nbytes(),
+                runs: e.runs,
+                read_bytes: e.planned_read,
+                copy_of: e.copy_of.map_or(-1, |c| c as i64),
+                file: p.files.get(*fi).map_or(std::ptr::null(), |c| c.as_ptr()),
+            },
+        );
         Ok(())
     })
 }

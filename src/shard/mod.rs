@@ -8,7 +8,7 @@
 //! - [`ShardRules`]: glob patterns on tensor names → specs, first match wins, unmatched tensors replicated.
 //! - [`ShardPlan`]: for the positions a process owns (and the device of each), each tensor's part as a
 //!   narrowed view of the file (sharded `*.index.json` sets included), its byte runs, and what the coalesced
-//!   reads cost under a [`ReadPolicy`](crate::load::ReadPolicy) (neighbouring runs merged while a read spans at most 1.25×
+//!   reads cost under a [`ReadPolicy`](crate::file::ReadPolicy) (neighbouring runs merged while a read spans at most 1.25×
 //!   the pages it needs, by default).
 //! - [`run`]: fit check per device before anything moves, then one contiguous buffer per shard, read by the
 //!   parallel readers or the CUDA staging ring, with progress and cancel as for loads.

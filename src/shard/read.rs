@@ -57,7 +57,7 @@ pub fn run(plan: &ShardPlan, mut opts: ShardOptions<'_>) -> Result<ShardLoad> {
     let threads = if opts.threads == 0 { default_threads() } else { opts.threads };
     let cancelled = || Error::new(Status::Cancelled, "shard load cancelled by the progress callback; nothing kept");
     // Read-ahead off on every file the plan reads: it would take pages past the end of each shard's range.
-    let mut guards: Vec<(String, crate::load::ReadaheadOff)> = Vec::new();
+    let mut guards: Vec<(String, crate::file::ReadaheadOff)> = Vec::new();
     for e in plan.entries.iter().filter(|e| e.copy_of.is_none() && e.nbytes() > 0) {
         if !guards.iter().any(|(f, _)| f == e.view.file_display()) {
             guards.push((e.view.file_display().to_string(), e.view.readahead_off()));
@@ -87,7 +87,7 @@ pub fn run(plan: &ShardPlan, mut opts: ShardOptions<'_>) -> Result<ShardLoad> {
                     None => false,
                 };
                 let sink: Option<&mut dyn FnMut(u64, u64) -> bool> = if has_progress { Some(&mut sink) } else { None };
-                let fresh_cpu = e.device.kind == DeviceKind::Cpu;
+                let fresh_cpu = e.device.kind == DeviceKind::CPU;
                 let r = match buf.memory_mut() {
                     Memory::Cuda(dev) => {
                         let cfg = RingConfig { threads, staging_bytes: opts.staging_bytes, slab_bytes: opts.chunk };

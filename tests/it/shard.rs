@@ -3,7 +3,7 @@
 //! errors with their exact statuses, progress and cancel, the fit check before anything moves.
 
 use crate::common::*;
-use hostfirst::load::ReadPolicy;
+use hostfirst::file::ReadPolicy;
 use hostfirst::place::{put, put_with_stats, PutOptions, Target};
 use hostfirst::shard::{self, Mesh, Owned, ShardOptions, ShardPlan, ShardRules};
 use hostfirst::{Device, Status, TensorFile};

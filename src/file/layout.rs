@@ -308,7 +308,7 @@ pub(crate) fn read_packed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::load::view::c_strides;
+    use crate::file::view::c_strides;
 
     type Piece = (u64, u64, u64);
 
