@@ -29,8 +29,8 @@
  *   follow the PJRT rule: any struct_size at least the struct's size in hostfirst 0.1.0 (through the last
  *   field it had then; for this version, every field) is accepted, the fields that fit are written, nothing
  *   past struct_size is touched, and struct_size is set to the number of bytes written. A smaller struct_size
- *   gives HOSTFIRST_STATUS_INVALID_ARGUMENT. Input structs (hostfirst_put_options) may be older too: the
- *   fields past their struct_size take their defaults.
+ *   gives HOSTFIRST_STATUS_INVALID_ARGUMENT. Input structs (hostfirst_put_options, hostfirst_shard_options)
+ *   may be older too: the fields past their struct_size take their defaults.
  * Integers from C.  Enum-like integers (device kinds, dtypes, statuses) are validated; unknown values give
  *   HOSTFIRST_STATUS_INVALID_ARGUMENT, never undefined behaviour.
  * Strings.  Input strings are NUL-terminated UTF-8 (at most 65536 bytes). Returned const char* strings are
