@@ -1,7 +1,7 @@
 //! Backends, devices and device specs.
 
 use super::{c_str, in_ref, out_ptr, static_cstr, write_array, write_string};
-use crate::device::{census, census::memory, BackendStatus, Device, DeviceKind};
+use crate::device::{census, memory, BackendStatus, Device, DeviceKind};
 use crate::error::{Error, Result, Status};
 use crate::scope::resolve_target;
 use std::ffi::c_char;
