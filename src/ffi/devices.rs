@@ -85,7 +85,8 @@ pub struct hostfirst_device_info {
     pub name: *const c_char,
     /// Total bytes of memory (CUDA: device memory; cpu and cuda_host: MemTotal).
     pub total_memory: u64,
-    /// CUDA: `"GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"`; "" otherwise.
+    /// CUDA: `"GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"` (`"MIG-…"` for a MIG instance, as `nvidia-smi -L`
+    /// prints it); "" otherwise.
     pub uuid: *const c_char,
     /// CUDA: PCI bus id such as `"0000:3b:00.0"`; "" otherwise.
     pub pci_bus_id: *const c_char,
@@ -107,7 +108,8 @@ pub const HOSTFIRST_BACKEND_STATUS_LIBRARY_NOT_FOUND: u32 = 2;
 pub const HOSTFIRST_BACKEND_STATUS_NO_DEVICES: u32 = 3;
 /// Backend status: hidden by `HOSTFIRST_PLATFORMS` or `CUDA_VISIBLE_DEVICES`.
 pub const HOSTFIRST_BACKEND_STATUS_HIDDEN_BY_ENV: u32 = 4;
-/// Backend status: driver initialisation failed.
+/// Backend status: driver initialisation failed, or the driver cannot be used in this process (a child forked
+/// after its parent initialised CUDA; the reason says so).
 pub const HOSTFIRST_BACKEND_STATUS_INIT_FAILED: u32 = 5;
 /// Backend status: the driver is too old (hostfirst needs a driver for CUDA 11.4 or newer; the reason gives
 /// both versions).
@@ -123,11 +125,14 @@ pub extern "C" fn hostfirst_backend_count() -> usize {
 
 /// Describes backend `index` (0 = cpu, 1 = cuda) into `*out`.
 ///
-/// The census is taken once per process on first use of any device function: it reads
-/// `HOSTFIRST_PLATFORMS` and `CUDA_VISIBLE_DEVICES` then, loads the CUDA driver library if present and calls
-/// `cuInit`, but creates no CUDA context and allocates no device memory. Later changes to the environment
-/// are not seen. Errors: `NULL_ARGUMENT`, `OUT_OF_RANGE` for `index >= hostfirst_backend_count()`.
-/// Thread-safe.
+/// The census is taken once per process on first use of any function that needs it (the backend and device
+/// functions, a CUDA or `cuda_host` spec, the built-in default device): it reads `HOSTFIRST_PLATFORMS` and
+/// `CUDA_VISIBLE_DEVICES` then, loads the CUDA driver library (`libcuda.so.1`, then `libcuda.so`) if present
+/// and calls `cuInit`, but creates no CUDA context and allocates no device memory. Opening files and work on
+/// cpu (specs `cpu`, puts and gathers to cpu) never take it and never load the driver. Later changes to the
+/// environment are not seen. In a child process forked after CUDA was initialised, CUDA is reported as
+/// `INIT_FAILED` with a reason naming fork() (the driver cannot be used after fork); cpu stays available.
+/// Errors: `NULL_ARGUMENT`, `OUT_OF_RANGE` for `index >= hostfirst_backend_count()`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_backend_describe(index: usize, out: *mut hostfirst_backend_info) -> Status {
     hostfirst_boundary!("hostfirst_backend_describe", {
@@ -238,11 +243,16 @@ pub extern "C" fn hostfirst_device_describe(device: hostfirst_device, out: *mut 
 
 /// Writes a device's live free and total memory in bytes.
 ///
-/// cpu and cuda_host: `MemAvailable` and `MemTotal` from `/proc/meminfo`. CUDA: `cuMemGetInfo`, which needs
-/// a context: **this retains the device's primary context** (creating it on first use costs time and a few
+/// cpu and cuda_host: `MemAvailable` and `MemTotal` from `/proc/meminfo`. CUDA: **no context is created**
+/// where NVML answers: while this process has not retained the device's primary context, the numbers come from
+/// NVML (`libnvidia-ml.so.1`, installed with the NVIDIA driver; device-wide, found by the device's UUID, a MIG
+/// instance by its `MIG-` UUID). Once the context is retained (any allocation, put or gather on the device
+/// retains it), or where NVML is missing or does not know the device, they come from `cuMemGetInfo`, which
+/// needs a context: the call then **retains the device's primary context** (creating it costs time and a few
 /// hundred MiB of device memory; it is kept for the process lifetime, shared with the runtime API and
-/// frameworks that use primary contexts). The context is current only during the call: the calling thread's
-/// previous current context is restored. Either output may be NULL if not wanted. Thread-safe.
+/// frameworks that use primary contexts), current only during the call (the calling thread's previous context
+/// is restored). The fit check before an allocation always reads `cuMemGetInfo` in the context. Either output
+/// may be NULL if not wanted. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_device_memory(device: hostfirst_device, out_free: *mut u64, out_total: *mut u64) -> Status {
     hostfirst_boundary!("hostfirst_device_memory", {
@@ -261,7 +271,8 @@ pub extern "C" fn hostfirst_device_memory(device: hostfirst_device, out_free: *m
 /// Parses a device spec and resolves it against the census into `*out`.
 ///
 /// Accepted forms (case-insensitive, surrounding whitespace ignored): `cpu`, `cpu:0`, `cuda`, `cuda:N`, `gpu`,
-/// `gpu:N` (alias of cuda), `cuda:GPU-<uuid>` (stable under `CUDA_VISIBLE_DEVICES` renumbering), `cuda_host`.
+/// `gpu:N` (alias of cuda), `cuda:GPU-<uuid>` and `cuda:MIG-<uuid>` (stable under `CUDA_VISIBLE_DEVICES`
+/// renumbering), `cuda_host`.
 /// Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a malformed spec (the message lists the accepted forms);
 /// `UNAVAILABLE` when the backend is not available (the message says why); `NO_SUCH_DEVICE` when the
 /// ordinal or UUID names no present device (the message lists the devices present). Thread-safe.

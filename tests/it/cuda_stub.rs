@@ -810,3 +810,29 @@ fn forked_child_reports_cuda_unusable_and_works_on_cpu() {
     assert!(out.status.success(), "{err}");
     assert_clean_exit_report(&err, "fork");
 }
+
+/// scripts/test.sh runs the CUDA tests a second time on the deferred stand-in, selecting them by name
+/// (`cargo test --test it -- cuda stand_in`): every test that uses the stand-in must have `cuda` or
+/// `stand_in` in its path, or it would silently run in one mode only.
+#[test]
+fn every_stand_in_test_is_selected_by_the_deferred_pass() {
+    let uses = ["in_stand_in_child", "run_with_stand_in", "run_ok_with_stand_in", "stand_in_env", "stand_in_dir()"];
+    let mut missed = Vec::new();
+    for entry in std::fs::read_dir(root().join("tests/it")).unwrap() {
+        let path = entry.unwrap().path();
+        let module = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if module == "common" || path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for body in text.split("\n#[test]\n").skip(1) {
+            let Some(name) = body.strip_prefix("fn ").and_then(|b| b.split('(').next()) else { continue };
+            let end = body.find("\n}\n").unwrap_or(body.len());
+            let full = format!("{module}::{name}");
+            if uses.iter().any(|u| body[..end].contains(u)) && !full.contains("cuda") && !full.contains("stand_in") {
+                missed.push(full);
+            }
+        }
+    }
+    assert!(missed.is_empty(), "tests using the stand-in but not selected by `-- cuda stand_in`: {missed:?}");
+}
