@@ -1,10 +1,11 @@
-/* How hostfirst touches the CUDA driver over a process's life, through the C ABI:
- *   test_cuda_process cpu-only DIR   opens a file, puts a tensor to cpu, gathers on cpu, parses "cpu": the
+/* How hostfirst touches the CUDA driver over a process's life, through the C ABI. FILE is a safetensors file
+ * with one u16 tensor "tokens" of 4096 elements, element i = i * 5 + 1 (written by the Rust test).
+ *   test_cuda_process cpu-only FILE  opens the file, puts a tensor to cpu, gathers on cpu, parses "cpu": the
  *                                    driver library is never loaded (the Rust test runs this with LD_DEBUG=libs
  *                                    and the stand-in on LD_LIBRARY_PATH, and checks no libcuda was opened);
  *                                    with a second argument "census" it then takes the census, which does load
  *                                    it (the control showing the check can fail).
- *   test_cuda_process fork DIR       takes the census (CUDA initialised), forks: the child reports CUDA as
+ *   test_cuda_process fork FILE      takes the census (CUDA initialised), forks: the child reports CUDA as
  *                                    unusable with a reason naming fork(), cpu work goes on, a put to cuda:0 is
  *                                    UNAVAILABLE and the driver is never called; the parent still uses CUDA. */
 #define _GNU_SOURCE
@@ -14,25 +15,14 @@
 #include <unistd.h>
 #include "check.h"
 
-static char path[1200];
+static const char *path;
 #define N 4096 /* u16 elements */
 static uint16_t data[N];
 
-static void write_file(const char *dir) {
-    snprintf(path, sizeof path, "%s/process.safetensors", dir);
-    char header[256];
-    snprintf(header, sizeof header, "{\"tokens\":{\"dtype\":\"U16\",\"shape\":[%d],\"data_offsets\":[0,%d]}}", N,
-             2 * N);
-    for (int i = 0; i < N; i++) data[i] = (uint16_t)(i * 5 + 1);
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    uint64_t len = strlen(header);
-    unsigned char le[8];
-    for (int i = 0; i < 8; i++) le[i] = (unsigned char)(len >> (8 * i));
-    CHECK(fwrite(le, 1, 8, f) == 8);
-    CHECK(fwrite(header, 1, len, f) == len);
-    CHECK(fwrite(data, 1, sizeof data, f) == sizeof data);
-    CHECK(fclose(f) == 0);
+/* The file's tensor as views: *file and *view must be freed by the caller. */
+static void open_tokens(hostfirst_file **file, hostfirst_view **view) {
+    CHECK_OK(hostfirst_file_open(path, file));
+    CHECK_OK(hostfirst_file_view(*file, "tokens", view));
 }
 
 /* Open, put to cpu, gather on cpu; checks the bytes. */
@@ -41,8 +31,7 @@ static void cpu_work(void) {
     hostfirst_view *view = NULL;
     hostfirst_buffer *buf = NULL;
     hostfirst_gather *g = NULL;
-    CHECK_OK(hostfirst_file_open(path, &file));
-    CHECK_OK(hostfirst_file_view(file, "tokens", &view));
+    open_tokens(&file, &view);
     hostfirst_device cpu;
     CHECK_OK(hostfirst_device_parse("cpu", &cpu));
     CHECK(cpu.kind == HOSTFIRST_DEVICE_CPU);
@@ -88,8 +77,7 @@ static void fork_test(void) {
         hostfirst_file *file = NULL;
         hostfirst_view *view = NULL;
         hostfirst_buffer *buf = NULL;
-        CHECK_OK(hostfirst_file_open(path, &file));
-        CHECK_OK(hostfirst_file_view(file, "tokens", &view));
+        open_tokens(&file, &view);
         hostfirst_device gpu = {HOSTFIRST_DEVICE_CUDA, 0};
         CHECK_STATUS(hostfirst_put(view, &gpu, NULL, &buf), HOSTFIRST_STATUS_UNAVAILABLE);
         CHECK_MSG("fork()");
@@ -109,8 +97,7 @@ static void fork_test(void) {
     hostfirst_file *file = NULL;
     hostfirst_view *view = NULL;
     hostfirst_buffer *buf = NULL;
-    CHECK_OK(hostfirst_file_open(path, &file));
-    CHECK_OK(hostfirst_file_view(file, "tokens", &view));
+    open_tokens(&file, &view);
     hostfirst_device gpu = {HOSTFIRST_DEVICE_CUDA, 0};
     CHECK_OK(hostfirst_put(view, &gpu, NULL, &buf));
     uint16_t back[N];
@@ -124,7 +111,8 @@ static void fork_test(void) {
 
 int main(int argc, char **argv) {
     CHECK(argc >= 3);
-    write_file(argv[2]);
+    path = argv[2];
+    for (int i = 0; i < N; i++) data[i] = (uint16_t)(i * 5 + 1);
     if (!strcmp(argv[1], "cpu-only")) {
         cpu_work();
         if (argc > 3 && !strcmp(argv[3], "census")) CHECK(hostfirst_backend_count() == 2);

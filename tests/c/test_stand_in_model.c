@@ -17,13 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define EXPECT(cond)                                                              \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            fprintf(stderr, "%s:%d: EXPECT failed: %s\n", __FILE__, __LINE__, #cond); \
-            exit(1);                                                              \
-        }                                                                         \
-    } while (0)
+#include "check.h"
+#define EXPECT(cond) CHECK(cond)
 
 #define EXPECT_CU(call, code)                                                                       \
     do {                                                                                            \
@@ -105,6 +100,12 @@ static int all(const unsigned char *p, unsigned char v) {
     return 1;
 }
 
+/* Reads N bytes of device memory into page-locked `out` on stream s and waits for that stream. */
+static void read_on(unsigned char *out, dptr src, handle s) {
+    OK(cuMemcpyDtoHAsync_v2(out, src, N, s));
+    OK(cuStreamSynchronize(s));
+}
+
 /* Queued work runs only at synchronisation points, in the order streams impose, and only as far as needed. */
 static void order(void) {
     const char *mode = getenv("STAND_IN_DEFERRED");
@@ -129,27 +130,23 @@ static void order(void) {
     OK(cuMemcpyDtoD_v2(b, a, N));
     /* A non-blocking stream does not wait for the legacy stream: stale bytes when deferred. */
     memset(out, 0, N);
-    OK(cuMemcpyDtoHAsync_v2(out, b, N, nb));
-    OK(cuStreamSynchronize(nb));
+    read_on(out, b, nb);
     EXPECT(deferred ? all(out, 0) : all(out, 1));
     /* A blocking stream does. */
-    OK(cuMemcpyDtoHAsync_v2(out, b, N, blocking));
-    OK(cuStreamSynchronize(blocking));
+    read_on(out, b, blocking);
     EXPECT(all(out, 1));
 
     /* Work on x is not seen by another stream without an event wait... */
     memset(host, 3, N);
     OK(cuMemcpyHtoDAsync_v2(a, host, N, x));
     OK(cuEventRecord(ev, x));
-    OK(cuMemcpyDtoHAsync_v2(out, a, N, blocking));
-    OK(cuStreamSynchronize(blocking));
+    read_on(out, a, blocking);
     EXPECT(deferred ? all(out, 1) : all(out, 3));
     /* ...and is with one (counted for the DLPack stream handshake). */
     unsigned long long waits = counter("stand_in_stream_wait_events");
     OK(cuStreamWaitEvent(nb, ev, 0));
     EXPECT(counter("stand_in_stream_wait_events") == waits + 1);
-    OK(cuMemcpyDtoHAsync_v2(out, a, N, nb));
-    OK(cuStreamSynchronize(nb));
+    read_on(out, a, nb);
     EXPECT(all(out, 3));
 
     /* Page-locked sources are read when the copy runs, so the host must not touch them before. */
@@ -204,15 +201,20 @@ static void order(void) {
     OK(cuMemFree_v2(b));
 }
 
+/* A device buffer, a page-locked host buffer and a non-blocking stream, N bytes each. */
+static void copy_setup(dptr *a, unsigned char **host, handle *s) {
+    OK(cuMemAlloc_v2(a, N));
+    OK(cuMemHostAlloc((void **)host, N, 1));
+    OK(cuStreamCreate(s, 1));
+}
+
 /* A failing queued copy (non-sticky code): the enqueue succeeds, the next synchronisation reports it once. Run
  * deferred with STAND_IN_FAIL_COPY_AFTER=0 STAND_IN_COPY_ERROR=CUDA_ERROR_INVALID_VALUE. */
 static void errors(void) {
     dptr a;
     unsigned char *host;
     handle s;
-    OK(cuMemAlloc_v2(&a, N));
-    OK(cuMemHostAlloc((void **)&host, N, 1));
-    OK(cuStreamCreate(&s, 1));
+    copy_setup(&a, &host, &s);
     OK(cuMemcpyHtoDAsync_v2(a, host, N, s));
     EXPECT_CU(cuStreamSynchronize(s), 1);
     OK(cuStreamSynchronize(s)); /* reported once: the context is usable */
@@ -230,9 +232,7 @@ static void sticky(void) {
     dptr a;
     unsigned char *host;
     handle s, ev;
-    OK(cuMemAlloc_v2(&a, N));
-    OK(cuMemHostAlloc((void **)&host, N, 1));
-    OK(cuStreamCreate(&s, 1));
+    copy_setup(&a, &host, &s);
     OK(cuEventCreate(&ev, 0x3));
     int r = cuMemcpyHtoDAsync_v2(a, host, N, s);
     const char *mode = getenv("STAND_IN_DEFERRED");

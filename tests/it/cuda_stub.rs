@@ -737,6 +737,18 @@ fn stand_in_models_the_driver_strictly() {
 
 // ---- when the driver is loaded, and fork() -------------------------------------------------------------
 
+/// The file tests/c/test_cuda_process.c expects: one u16 tensor "tokens" of 4096 elements, element i = i * 5 + 1.
+fn process_test_file(dir: &str) -> String {
+    let n = 4096usize;
+    let h = format!(r#"{{"tokens":{{"dtype":"U16","shape":[{n}],"data_offsets":[0,{}]}}}}"#, 2 * n);
+    let mut img = (h.len() as u64).to_le_bytes().to_vec();
+    img.extend_from_slice(h.as_bytes());
+    img.extend((0..n).flat_map(|i| ((i * 5 + 1) as u16).to_le_bytes()));
+    let path = scratch(dir).join("process.safetensors");
+    std::fs::write(&path, img).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
 /// Opening a file, putting to cpu, gathering on cpu and parsing "cpu" never load the CUDA driver, even with one
 /// on the library path (`LD_DEBUG=libs` shows every library the loader opens); taking the census does (the
 /// control: the check can fail).
@@ -744,10 +756,9 @@ fn stand_in_models_the_driver_strictly() {
 fn cpu_work_never_loads_libcuda() {
     let src = root().join("tests/c/test_cuda_process.c");
     let bin = compile_c(&[&src], "test_cuda_process_cpu_only", &["-ldl"]);
-    let dir = scratch("cuda_process_cpu_only");
-    let dir = dir.to_str().unwrap();
+    let file = process_test_file("cuda_process_cpu_only");
     let loads = |extra: &[&str]| {
-        let mut args = vec!["cpu-only", dir];
+        let mut args = vec!["cpu-only", file.as_str()];
         args.extend_from_slice(extra);
         let out = run_with_stand_in(&bin, &args, &[("LD_DEBUG", Some("libs"))]);
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -804,8 +815,8 @@ fn library_not_found_reason_is_short() {
 fn forked_child_reports_cuda_unusable_and_works_on_cpu() {
     let src = root().join("tests/c/test_cuda_process.c");
     let bin = compile_c(&[&src], "test_cuda_process_fork", &["-ldl"]);
-    let dir = scratch("cuda_process_fork");
-    let out = run_with_stand_in(&bin, &["fork", dir.to_str().unwrap()], &[("STAND_IN_LEAK_REPORT", Some("1"))]);
+    let file = process_test_file("cuda_process_fork");
+    let out = run_with_stand_in(&bin, &["fork", &file], &[("STAND_IN_LEAK_REPORT", Some("1"))]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert_clean_exit_report(&err, "fork");
