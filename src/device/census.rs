@@ -55,7 +55,7 @@ pub fn census() -> &'static Census {
         None => c,
         Some(reason) => FORKED.get_or_init(|| {
             let mut f = c.clone();
-            f.devices.retain(|d| d.device.kind != DeviceKind::Cuda);
+            f.devices.retain(|d| d.device.kind != DeviceKind::CUDA);
             if let Some(b) = f.backends.iter_mut().find(|b| b.name == "cuda") {
                 b.status = BackendStatus::InitFailed;
                 b.reason = reason;
@@ -182,7 +182,7 @@ impl Census {
                     return Err(self.cuda_unavailable(text));
                 }
                 let found = self.devices.iter().find(|d| {
-                    d.device.kind == DeviceKind::Cuda
+                    d.device.kind == DeviceKind::CUDA
                         && match sel {
                             CudaSelector::Ordinal(n) => d.device.ordinal == *n,
                             CudaSelector::Uuid(u) => uuid_hex(&d.uuid) == u.replace('-', ""),

@@ -1,17 +1,25 @@
 //! Devices: the `{kind, ordinal}` value, device specs (`cpu`, `cuda:1`, `gpu`, `cuda:GPU-<uuid>`, `cuda_host`),
-//! the backend census, device properties and live memory readings.
+//! the backend census, device properties, live memory readings, and the fit check made before allocating
+//! ([`fit`]).
 //!
 //! Layers, bottom up (no module imports one above it):
 //! - [`types`] (the plain values) and [`platforms`] (`HOSTFIRST_PLATFORMS`): leaves;
 //! - [`spec`] (text forms), [`host`] (host memory and CPU facts);
 //! - [`cuda`]: the CUDA backend, which owns its probe result;
 //! - [`census`]: every backend's status, built from the CUDA probe;
-//! - this module: resolving specs against the census and live memory readings.
+//! - this module: resolving specs against the census and live memory readings; [`fit`] on top of them.
 
+/// cbindgen:ignore
 pub mod census;
+/// cbindgen:ignore
 pub mod cuda;
+/// cbindgen:ignore
+pub mod fit;
+/// cbindgen:ignore
 pub mod host;
+/// cbindgen:ignore
 pub mod platforms;
+/// cbindgen:ignore
 pub mod spec;
 pub mod types;
 
@@ -21,6 +29,7 @@ pub use census::{census, Backend, Census};
 pub use spec::{CudaSelector, DeviceSpec, ACCEPTED_SPECS};
 pub use types::{BackendStatus, Device, DeviceInfo, DeviceKind};
 
+/// cbindgen:ignore
 impl Device {
     /// Parses a spec and resolves it against the census: the device must exist and its backend be available.
     /// `cpu` and `cpu:0` resolve without taking the census (no CUDA driver is loaded for them).
@@ -33,9 +42,9 @@ impl Device {
     /// always present and needs no census.
     pub fn validate(self) -> Result<Device> {
         let spec = match self.kind {
-            DeviceKind::Cpu => DeviceSpec::Cpu(self.ordinal),
-            DeviceKind::Cuda => DeviceSpec::Cuda(CudaSelector::Ordinal(self.ordinal)),
-            DeviceKind::CudaHost => DeviceSpec::CudaHost,
+            DeviceKind::CPU => DeviceSpec::Cpu(self.ordinal),
+            DeviceKind::CUDA => DeviceSpec::Cuda(CudaSelector::Ordinal(self.ordinal)),
+            DeviceKind::CUDA_HOST => DeviceSpec::CudaHost,
         };
         resolve(&spec, &self.to_string())
     }
@@ -61,11 +70,11 @@ impl DeviceInfo {
 /// context).
 pub fn memory(device: Device) -> Result<(u64, u64)> {
     match device.kind {
-        DeviceKind::Cpu | DeviceKind::CudaHost => {
+        DeviceKind::CPU | DeviceKind::CUDA_HOST => {
             let (total, avail) = host::memory();
             Ok((avail, total))
         }
-        DeviceKind::Cuda => cuda::mem_info(device.ordinal),
+        DeviceKind::CUDA => cuda::mem_info(device.ordinal),
     }
 }
 
@@ -74,7 +83,7 @@ pub fn memory(device: Device) -> Result<(u64, u64)> {
 /// creating it takes device memory that a reading without it would count as free).
 pub fn memory_for_allocation(device: Device) -> Result<(u64, u64)> {
     match device.kind {
-        DeviceKind::Cuda => cuda::context_mem_info(device.ordinal),
+        DeviceKind::CUDA => cuda::context_mem_info(device.ordinal),
         _ => memory(device),
     }
 }

@@ -140,9 +140,9 @@ mod tests {
             let s = d.to_string();
             let p = DeviceSpec::parse(&s).unwrap();
             match (d.kind, p) {
-                (DeviceKind::Cpu, DeviceSpec::Cpu(0)) => {}
-                (DeviceKind::Cuda, DeviceSpec::Cuda(CudaSelector::Ordinal(2))) => {}
-                (DeviceKind::CudaHost, DeviceSpec::CudaHost) => {}
+                (DeviceKind::CPU, DeviceSpec::Cpu(0)) => {}
+                (DeviceKind::CUDA, DeviceSpec::Cuda(CudaSelector::Ordinal(2))) => {}
+                (DeviceKind::CUDA_HOST, DeviceSpec::CudaHost) => {}
                 other => panic!("{other:?}"),
             }
         }

@@ -2,45 +2,45 @@
 //! device's static [`DeviceInfo`].
 //!
 //! A leaf: it imports nothing from the rest of the crate, so the census, the CUDA backend and the C API can
-//! all use these types without importing one another.
+//! all use these types without importing one another. `DeviceKind` and `BackendStatus` are the one definition
+//! of their C enums (cbindgen exports them).
 
 use std::fmt;
+use strum::{FromRepr, IntoStaticStr, VariantArray};
 
-/// Where memory lives. The numbers equal DLPack's `DLDeviceType` values.
+// The one definition of the device kinds: cbindgen exports it as `hostfirst_device_kind`
+// (`HOSTFIRST_DEVICE_<variant>`); the names and the mapping from C integers are derived from it (strum).
+/// Where memory lives: the kinds of `hostfirst_device.kind` (an `int32_t`, checked on every call). The
+/// values equal DLPack's `DLDeviceType` values.
+/// cbindgen:prefix-with-name=false
+/// cbindgen:rename-all=prefix:HOSTFIRST_DEVICE_
 #[repr(i32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, FromRepr, IntoStaticStr, VariantArray)]
+#[strum(serialize_all = "lowercase")]
+#[allow(non_camel_case_types)]
 pub enum DeviceKind {
-    /// Host memory (DLPack kDLCPU).
-    Cpu = 1,
-    /// CUDA device memory (DLPack kDLCUDA).
-    Cuda = 2,
-    /// Page-locked host memory registered with CUDA (DLPack kDLCUDAHost).
-    CudaHost = 3,
+    /// Host memory (equals DLPack `kDLCPU`).
+    CPU = 1,
+    /// CUDA device memory (equals DLPack `kDLCUDA`).
+    CUDA = 2,
+    /// Page-locked host memory registered with CUDA (equals DLPack `kDLCUDAHost`).
+    CUDA_HOST = 3,
 }
 
 impl DeviceKind {
     /// Validates an integer from C.
     pub fn from_i32(v: i32) -> Option<DeviceKind> {
-        match v {
-            1 => Some(DeviceKind::Cpu),
-            2 => Some(DeviceKind::Cuda),
-            3 => Some(DeviceKind::CudaHost),
-            _ => None,
-        }
+        DeviceKind::from_repr(v)
     }
 
     /// Lower-case name as used in specs and JSON: `cpu`, `cuda`, `cuda_host`.
     pub fn name(self) -> &'static str {
-        match self {
-            DeviceKind::Cpu => "cpu",
-            DeviceKind::Cuda => "cuda",
-            DeviceKind::CudaHost => "cuda_host",
-        }
+        self.into()
     }
 
     /// True when memory of this kind is directly addressable by the host.
     pub fn is_host(self) -> bool {
-        matches!(self, DeviceKind::Cpu | DeviceKind::CudaHost)
+        matches!(self, DeviceKind::CPU | DeviceKind::CUDA_HOST)
     }
 }
 
@@ -53,15 +53,16 @@ pub struct Device {
     pub ordinal: u32,
 }
 
+/// cbindgen:ignore
 impl Device {
     /// The host CPU device, `cpu:0`.
-    pub const CPU: Device = Device { kind: DeviceKind::Cpu, ordinal: 0 };
+    pub const CPU: Device = Device { kind: DeviceKind::CPU, ordinal: 0 };
     /// Page-locked host memory, `cuda_host`.
-    pub const CUDA_HOST: Device = Device { kind: DeviceKind::CudaHost, ordinal: 0 };
+    pub const CUDA_HOST: Device = Device { kind: DeviceKind::CUDA_HOST, ordinal: 0 };
 
     /// CUDA device `n`.
     pub fn cuda(n: u32) -> Device {
-        Device { kind: DeviceKind::Cuda, ordinal: n }
+        Device { kind: DeviceKind::CUDA, ordinal: n }
     }
 }
 
@@ -69,46 +70,44 @@ impl fmt::Display for Device {
     /// The canonical spec: `cpu:0`, `cuda:N`, `cuda_host`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.kind {
-            DeviceKind::Cpu => write!(f, "cpu:{}", self.ordinal),
-            DeviceKind::Cuda => write!(f, "cuda:{}", self.ordinal),
-            DeviceKind::CudaHost => write!(f, "cuda_host"),
+            DeviceKind::CPU => write!(f, "cpu:{}", self.ordinal),
+            DeviceKind::CUDA => write!(f, "cuda:{}", self.ordinal),
+            DeviceKind::CUDA_HOST => write!(f, "cuda_host"),
         }
     }
 }
 
-/// Why a backend is or is not usable. Values cross the C ABI; never renumber.
+// The one definition of the backend statuses: cbindgen exports it as `hostfirst_backend_status`
+// (`HOSTFIRST_BACKEND_STATUS_*`); the names (`hostfirst_backend_status_name`, JSON, CLI) and the list of values
+// are derived from it (strum).
+/// Why a backend is or is not usable: the values of `hostfirst_backend_info.status` (a `uint32_t`). Stable,
+/// never renumbered.
 #[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, FromRepr, IntoStaticStr, VariantArray)]
+#[strum(serialize_all = "snake_case")]
 pub enum BackendStatus {
     /// Usable.
     Available = 0,
     /// Support was not compiled into this build.
     NotCompiled = 1,
-    /// The backend's driver library could not be loaded (the reason lists the names searched).
+    /// The backend's driver library could not be loaded (the reason names the libraries tried).
     LibraryNotFound = 2,
     /// The driver loaded but reports no devices.
     NoDevices = 3,
     /// Hidden by the environment (`HOSTFIRST_PLATFORMS`, `CUDA_VISIBLE_DEVICES`).
     HiddenByEnv = 4,
     /// The driver failed to initialise (the reason carries its error name), or it cannot be used in this
-    /// process (a child forked after the parent initialised CUDA).
+    /// process (a child forked after its parent initialised CUDA; the reason says so).
     InitFailed = 5,
-    /// The driver is older than hostfirst needs.
+    /// The driver is older than hostfirst needs (a driver for CUDA 11.4 or newer; the reason gives both
+    /// versions).
     DriverTooOld = 6,
 }
 
 impl BackendStatus {
     /// The JSON / CLI name: `available`, `not_compiled`, `library_not_found`, ...
     pub fn name(self) -> &'static str {
-        match self {
-            BackendStatus::Available => "available",
-            BackendStatus::NotCompiled => "not_compiled",
-            BackendStatus::LibraryNotFound => "library_not_found",
-            BackendStatus::NoDevices => "no_devices",
-            BackendStatus::HiddenByEnv => "hidden_by_env",
-            BackendStatus::InitFailed => "init_failed",
-            BackendStatus::DriverTooOld => "driver_too_old",
-        }
+        self.into()
     }
 }
 

@@ -27,15 +27,15 @@ pub struct Buffer {
 }
 
 impl Buffer {
-    /// Allocates (zeroed for host kinds) memory for `nbytes` on `device`. No fit check: see [`super::fit`].
+    /// Allocates (zeroed for host kinds) memory for `nbytes` on `device`. No fit check: see [`crate::device::fit`].
     pub fn alloc(name: &str, dtype: DType, shape: &[u64], nbytes: u64, device: Device) -> Result<Buffer> {
         let len = usize::try_from(nbytes)
             .map_err(|_| Error::new(Status::OutOfMemory, format!("{name}: {nbytes} bytes does not fit in memory")))?;
         let what = format!("tensor '{name}'");
         let mem = match device.kind {
-            DeviceKind::Cpu => Memory::Host(HostAlloc::zeroed(len, &what)?),
-            DeviceKind::CudaHost => Memory::Pinned(PinnedHostMemory::alloc(len).map_err(|e| e.context(&what))?),
-            DeviceKind::Cuda => Memory::Cuda(DeviceMemory::alloc(device.ordinal, len).map_err(|e| e.context(&what))?),
+            DeviceKind::CPU => Memory::Host(HostAlloc::zeroed(len, &what)?),
+            DeviceKind::CUDA_HOST => Memory::Pinned(PinnedHostMemory::alloc(len).map_err(|e| e.context(&what))?),
+            DeviceKind::CUDA => Memory::Cuda(DeviceMemory::alloc(device.ordinal, len).map_err(|e| e.context(&what))?),
         };
         Ok(Buffer { name: name.to_string(), cname: c_name(name), dtype, shape: shape.to_vec(), nbytes, mem })
     }
