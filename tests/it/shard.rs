@@ -327,9 +327,9 @@ fn reads_take_the_shard_bytes_not_the_tensor() {
 }
 
 #[test]
-fn cancel_and_fit_failure_keep_nothing() {
+fn cancel_and_fit_failure_on_cuda_keep_nothing() {
     in_stand_in_child(
-        concat!(module_path!(), "::cancel_and_fit_failure_keep_nothing"),
+        concat!(module_path!(), "::cancel_and_fit_failure_on_cuda_keep_nothing"),
         &[("STAND_IN_TOTAL_MEMORY", Some("512M"))],
         || {
             let all = tensors();
