@@ -224,7 +224,8 @@ pub extern "C" fn hostfirst_view_read(
     })
 }
 
-/// Maps every page of the view into the process now (Linux `MADV_POPULATE_READ`), reading from storage what
+/// Maps every page of the view (of a strided view: every page from its first to its last byte) into the
+/// process now (Linux `MADV_POPULATE_READ`), reading from storage what
 /// is not in the page cache, so that later reads through the mapping, such as `hostfirst_gather_run`'s,
 /// take no page faults. Call it once on a data loader's token tensor before the training loop: a one-time
 /// cost (one pass over the tensor) that makes every later gather several times faster (BENCHMARKS.md):
