@@ -12,6 +12,7 @@
 
     t.to("cuda:0")                            # Buffer on the device, fit-checked; __dlpack__ for torch/jax/cupy
     hostfirst.load(path, rules=[("tokens", "host"), ("*", "default")])
+    hostfirst.load_shards(path, mesh={"x": 2, "y": 4}, rules=[("*.weight", ("x", "y"))], owned={5: "cpu"})
 
     t.prefault()                              # once, before a training loop gathers from t
     g = hostfirst.Gather("default", "U16", batch=64, window=1025)
@@ -35,6 +36,7 @@ from ._devices import (
     strict,
 )
 from ._tensors import Buffer, File, Gather, OffsetStream, Tensor, load, open  # noqa: A004
+from ._shard import Shard, load_shards
 from ._errors import *  # noqa: F401,F403 - one exception class per status
 from ._errors import FormatError, HostfirstError, OutOfMemoryError
 

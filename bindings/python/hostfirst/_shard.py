@@ -1,0 +1,162 @@
+"""Shard-on-read from Python over libhostfirst's hostfirst_shard_* API: a device mesh, partition specs chosen by
+tensor-name patterns, and the shards of the mesh positions this process owns, read from the files without the
+rest of each tensor. Engines (JAX, MPI, torch.distributed) do the communication; this reads."""
+
+import ctypes
+
+from . import _lib
+from ._core import check, lib, text
+from ._tensors import Buffer, _numpy_dtype
+
+P = ctypes.POINTER
+c_status = _lib.c_status
+
+
+class ShardInfo(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("name", ctypes.c_char_p),
+        ("tensor", ctypes.c_size_t),
+        ("position", ctypes.c_uint64),
+        ("device", _lib.Device),
+        ("rule", ctypes.c_int32),
+        ("rank", ctypes.c_uint32),
+        ("shape", P(ctypes.c_uint64)),
+        ("shard_shape", P(ctypes.c_uint64)),
+        ("start", P(ctypes.c_uint64)),
+        ("nbytes", ctypes.c_uint64),
+        ("runs", ctypes.c_uint64),
+        ("read_bytes", ctypes.c_uint64),
+        ("copy_of", ctypes.c_int64),
+        ("file", ctypes.c_char_p),
+    ]
+
+
+class ShardOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("max_over_read", ctypes.c_double),
+        ("max_read_bytes", ctypes.c_uint64),
+        ("threads", ctypes.c_uint32),
+        ("chunk_bytes", ctypes.c_uint64),
+        ("staging_bytes", ctypes.c_uint64),
+    ]
+
+
+_vp = ctypes.c_void_p
+_lib.declare_more(lib, {
+    "hostfirst_shard_mesh_new": (c_status, [P(ctypes.c_char_p), P(ctypes.c_uint64), ctypes.c_size_t, P(_vp)]),
+    "hostfirst_shard_mesh_free": (c_status, [_vp]),
+    "hostfirst_shard_rules_new": (c_status, [_vp, P(_vp)]),
+    "hostfirst_shard_rules_add": (c_status, [_vp, ctypes.c_char_p, ctypes.c_char_p]),
+    "hostfirst_shard_rules_free": (c_status, [_vp]),
+    "hostfirst_shard_plan_make": (c_status, [_vp, _vp, P(ctypes.c_uint64), P(_lib.Device), ctypes.c_size_t,
+                                             P(ShardOptions), P(_vp)]),
+    "hostfirst_shard_plan_count": (c_status, [_vp, P(ctypes.c_size_t)]),
+    "hostfirst_shard_plan_describe": (c_status, [_vp, ctypes.c_size_t, P(ShardInfo)]),
+    "hostfirst_shard_plan_free": (c_status, [_vp]),
+    "hostfirst_shard_run": (c_status, [_vp, _vp, _vp, P(_vp)]),
+    "hostfirst_shard_result_get": (c_status, [_vp, ctypes.c_size_t, P(_vp), P(ctypes.c_uint64)]),
+    "hostfirst_shard_result_free": (c_status, [_vp]),
+})
+
+
+def spec_text(spec):
+    """The C text form of a partition spec: a str is taken as it is ("x,y", "_,y", "x+y", ""); a sequence is
+    read like JAX's PartitionSpec, one entry per dimension: None (not split), an axis name, or a tuple of axis
+    names (split over their product, the first major)."""
+    if isinstance(spec, str):
+        return spec
+    parts = []
+    for entry in spec:
+        if entry is None:
+            parts.append("_")
+        elif isinstance(entry, str):
+            parts.append(entry)
+        else:
+            parts.append("+".join(entry) if len(entry) else "_")
+    return ",".join(parts)
+
+
+class Shard:
+    """One shard: the part of tensor `name` that mesh `position` holds, in its own `buffer` on `device`.
+    `index` is the tuple of slices it covers in the whole tensor (of shape `shape`), `bytes_read` the file bytes
+    read for it (0 when it was copied from another owned position's identical part, `copy_of`)."""
+
+    __slots__ = ("name", "position", "device", "rule", "shape", "index", "buffer", "bytes_read", "copy_of")
+
+    def numpy(self):
+        """The shard as a NumPy array (zero-copy on a host buffer for NumPy's own dtypes, else a copy); bf16 and
+        fp8 via ml_dtypes."""
+        import numpy as np
+
+        shape = tuple(s.stop - s.start for s in self.index)
+        dt = _numpy_dtype(self.buffer.dtype)
+        if self.buffer.device.kind in ("cpu", "cuda_host") and dt.kind in "biufc":
+            return np.from_dlpack(self.buffer).reshape(shape)
+        return np.frombuffer(self.buffer.tobytes(), dtype=dt).reshape(shape)
+
+    def __repr__(self):
+        return f"Shard('{self.name}', position={self.position}, index={self.index}, device='{self.device}')"
+
+
+def _mesh_axes(mesh):
+    items = list(mesh.items()) if hasattr(mesh, "items") else list(mesh)
+    return [str(a) for a, _ in items], [int(n) for _, n in items]
+
+
+def load_shards(path, mesh, rules, owned, *, max_over_read=None, threads=0):
+    """Loads the shards of the mesh positions this process owns from a safetensors file or sharded set.
+
+    mesh: {axis: size} in order (or a sequence of (axis, size)), like JAX's Mesh; positions are numbered
+    row-major over the axes. rules: [(glob pattern, spec)], the first match wins, unmatched tensors are
+    replicated; spec as in `spec_text`. owned: {position: device spec} (or a sequence of positions, all on
+    "cpu"). Every device is fit-checked before anything moves; each shard is read from its byte runs only.
+    Returns the shards, by tensor (file order), then by owned position (the order given)."""
+    from ._devices import as_device
+
+    names, sizes = _mesh_axes(mesh)
+    owned = dict(owned) if hasattr(owned, "items") else {int(p): "cpu" for p in owned}
+    positions = (ctypes.c_uint64 * max(len(owned), 1))(*[int(p) for p in owned])
+    devices = (_lib.Device * max(len(owned), 1))(*[as_device(d)._c() for d in owned.values()])
+    opts = ShardOptions()
+    opts.struct_size = ctypes.sizeof(opts)
+    opts.max_over_read = float(max_over_read or 0.0)
+    opts.threads = int(threads)
+    fh, mh, rh, ph, res = _vp(), _vp(), _vp(), _vp(), _vp()
+    try:
+        check(lib.hostfirst_file_open(str(path).encode(), ctypes.byref(fh)))
+        c_names = (ctypes.c_char_p * len(names))(*[n.encode() for n in names])
+        check(lib.hostfirst_shard_mesh_new(c_names, (ctypes.c_uint64 * len(sizes))(*sizes), len(names),
+                                           ctypes.byref(mh)))
+        check(lib.hostfirst_shard_rules_new(mh, ctypes.byref(rh)))
+        for pattern, spec in rules:
+            check(lib.hostfirst_shard_rules_add(rh, str(pattern).encode(), spec_text(spec).encode()))
+        check(lib.hostfirst_shard_plan_make(fh, rh, positions, devices, len(owned), ctypes.byref(opts),
+                                            ctypes.byref(ph)))
+        check(lib.hostfirst_shard_run(ph, None, None, ctypes.byref(res)))
+        n = ctypes.c_size_t()
+        check(lib.hostfirst_shard_plan_count(ph, ctypes.byref(n)))
+        out = []
+        for i in range(n.value):
+            info = ShardInfo()
+            info.struct_size = ctypes.sizeof(info)
+            check(lib.hostfirst_shard_plan_describe(ph, i, ctypes.byref(info)))
+            b, read = _vp(), ctypes.c_uint64()
+            check(lib.hostfirst_shard_result_get(res, i, ctypes.byref(b), ctypes.byref(read)))
+            s = Shard()
+            s.buffer = Buffer(b.value)
+            s.name, s.position, s.rule = text(info.name), info.position, (info.rule if info.rule >= 0 else None)
+            s.device = s.buffer.device
+            s.shape = tuple(info.shape[k] for k in range(info.rank))
+            s.index = tuple(slice(info.start[k], info.start[k] + info.shard_shape[k]) for k in range(info.rank))
+            s.bytes_read = read.value
+            s.copy_of = info.copy_of if info.copy_of >= 0 else None
+            out.append(s)
+        return out
+    finally:
+        for h, free in ((res, lib.hostfirst_shard_result_free), (ph, lib.hostfirst_shard_plan_free),
+                        (rh, lib.hostfirst_shard_rules_free), (mh, lib.hostfirst_shard_mesh_free),
+                        (fh, lib.hostfirst_file_free)):
+            if h.value:
+                free(h)
