@@ -2218,6 +2218,17 @@ hostfirst_status hostfirst_shard_rules_add(struct hostfirst_shard_rules *rules,
                                            const char *spec);
 
 /**
+ * Appends a skip rule: tensors whose name matches the glob `pattern` (unless an earlier rule matched them) are
+ * left out of the plans made from these rules: no shard, nothing read. With a last skip rule `"*"`, a plan
+ * holds only the tensors the other rules name (instead of replicating the rest); with skip rules for the
+ * patterns another mesh handles, one process can make one plan per mesh and load every tensor once. Errors:
+ * `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (empty or malformed pattern, not UTF-8); the rule list
+ * is unchanged on error. Thread-safe.
+ */
+hostfirst_status hostfirst_shard_rules_skip(struct hostfirst_shard_rules *rules,
+                                            const char *pattern);
+
+/**
  * Releases a rule list. NULL is a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Plans made from
  * it stay valid. Thread-safe.
  */
@@ -2229,8 +2240,9 @@ hostfirst_status hostfirst_shard_rules_free(struct hostfirst_shard_rules *rules)
  * (`HOSTFIRST_DEVICE_CPU`, `_CUDA_HOST` or `_CUDA` with an ordinal). Writes a new handle to `*out` (free it
  * with `hostfirst_shard_plan_free`).
  *
- * For every tensor (file order) and every owned position (in the order given), the plan holds the part of
- * the tensor that position holds under `rules` (unmatched tensors: all of it), as the contiguous byte runs
+ * For every tensor (file order; but those a skip rule matches) and every owned position (in the order
+ * given), the plan holds the part of the tensor that position holds under `rules` (unmatched tensors: all
+ * of it), as the contiguous byte runs
  * it needs from its file, and the reads those take once neighbouring runs are merged under
  * `options->max_over_read` (default 1.25 pages read per page needed). A part several owned positions hold
  * (along a replicated mesh axis) is read once and copied (`hostfirst_shard_info.copy_of`). Making a plan

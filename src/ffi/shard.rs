@@ -314,6 +314,22 @@ pub extern "C" fn hostfirst_shard_rules_add(
     })
 }
 
+/// Appends a skip rule: tensors whose name matches the glob `pattern` (unless an earlier rule matched them) are
+/// left out of the plans made from these rules: no shard, nothing read. With a last skip rule `"*"`, a plan
+/// holds only the tensors the other rules name (instead of replicating the rest); with skip rules for the
+/// patterns another mesh handles, one process can make one plan per mesh and load every tensor once. Errors:
+/// `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (empty or malformed pattern, not UTF-8); the rule list
+/// is unchanged on error. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_shard_rules_skip(rules: *mut hostfirst_shard_rules, pattern: *const c_char) -> Status {
+    hostfirst_boundary!("hostfirst_shard_rules_skip", {
+        let r = handle::get::<hostfirst_shard_rules>(rules, "rules")?;
+        let pattern = c_str(pattern, "pattern")?;
+        let mut g = r.lock().unwrap_or_else(|p| p.into_inner());
+        g.skip(pattern)
+    })
+}
+
 /// Releases a rule list. NULL is a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Plans made from
 /// it stay valid. Thread-safe.
 #[no_mangle]
@@ -328,8 +344,9 @@ pub extern "C" fn hostfirst_shard_rules_free(rules: *mut hostfirst_shard_rules) 
 /// (`HOSTFIRST_DEVICE_CPU`, `_CUDA_HOST` or `_CUDA` with an ordinal). Writes a new handle to `*out` (free it
 /// with `hostfirst_shard_plan_free`).
 ///
-/// For every tensor (file order) and every owned position (in the order given), the plan holds the part of
-/// the tensor that position holds under `rules` (unmatched tensors: all of it), as the contiguous byte runs
+/// For every tensor (file order; but those a skip rule matches) and every owned position (in the order
+/// given), the plan holds the part of the tensor that position holds under `rules` (unmatched tensors: all
+/// of it), as the contiguous byte runs
 /// it needs from its file, and the reads those take once neighbouring runs are merged under
 /// `options->max_over_read` (default 1.25 pages read per page needed). A part several owned positions hold
 /// (along a replicated mesh axis) is read once and copied (`hostfirst_shard_info.copy_of`). Making a plan

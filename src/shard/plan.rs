@@ -105,7 +105,8 @@ pub fn read_cost(view: &TensorView, policy: &ReadPolicy) -> (u64, u64) {
 }
 
 impl ShardPlan {
-    /// Plans the shards of every tensor of `file` for the `owned` positions of `rules`' mesh.
+    /// Plans the shards of every tensor of `file` (but those a skip rule matches) for the `owned` positions of
+    /// `rules`' mesh.
     ///
     /// Errors: `OUT_OF_RANGE` for a position not on the mesh; `INVALID_ARGUMENT` for a position owned twice,
     /// an invalid policy, a rule whose spec has more entries than a tensor it matches has dimensions, or a
@@ -132,12 +133,17 @@ impl ShardPlan {
         for tensor in 0..file.len() {
             let whole = file.view_at(tensor)?;
             let found = rules.find(whole.name());
+            if found.is_some_and(|(_, r)| r.spec.is_none()) {
+                continue; // a skip rule: not in this plan
+            }
             let what = format!("{}: tensor '{}'", whole.file_display(), whole.name());
             let mut first: HashMap<Vec<(u64, u64)>, usize> = HashMap::new();
             for (o, c) in owned.iter().zip(&coords) {
                 let ranges = match found {
                     Some((ri, r)) => r
                         .spec
+                        .as_ref()
+                        .expect("skip rules are left out above")
                         .ranges(whole.shape(), &mesh, c, &what)
                         .map_err(|e| e.context(format!("rule {ri} '{}'", r.pattern)))?,
                     None => whole.shape().iter().map(|&d| (0, d)).collect(),

@@ -1,6 +1,7 @@
 //! Sharding rules: an ordered list of (glob pattern on tensor names, partition spec) over one mesh, the way
 //! placement rules ([`crate::place::Rules`]) map names to devices. The first matching rule wins; a tensor no
-//! rule matches is replicated (every position holds all of it).
+//! rule matches is replicated (every position holds all of it). A skip rule leaves the tensors it matches out
+//! of a plan (a process loading only some tensors this way, e.g. one plan per mesh).
 
 use super::mesh::{Mesh, Spec};
 use crate::error::{Error, Result, Status};
@@ -12,8 +13,8 @@ use std::sync::Arc;
 pub struct ShardRule {
     /// Glob pattern on tensor names (the syntax of [`crate::place::rules`]).
     pub pattern: String,
-    /// The spec of the tensors it matches.
-    pub spec: Spec,
+    /// The spec of the tensors it matches; `None` for a skip rule (they are not loaded).
+    pub spec: Option<Spec>,
 }
 
 /// Rules over one mesh.
@@ -43,6 +44,15 @@ impl ShardRules {
 
     /// Appends a rule with a spec already made for this mesh.
     pub fn add_spec(&mut self, pattern: &str, spec: Spec) -> Result<()> {
+        self.push(pattern, Some(spec))
+    }
+
+    /// Appends a skip rule: the tensors it matches (unless an earlier rule matched them) are left out of plans.
+    pub fn skip(&mut self, pattern: &str) -> Result<()> {
+        self.push(pattern, None)
+    }
+
+    fn push(&mut self, pattern: &str, spec: Option<Spec>) -> Result<()> {
         if pattern.is_empty() {
             return Err(Error::new(Status::InvalidArgument, "empty sharding rule pattern"));
         }
@@ -74,13 +84,15 @@ mod tests {
         r.add("*.bias", "").unwrap();
         r.add("layer.*", "x,y").unwrap();
         assert_eq!(r.find("layer.0.bias").unwrap().0, 0);
-        assert_eq!(r.find("layer.0.w").unwrap().1.spec.dims(), &[vec![0], vec![1]]);
-        assert!(r.find("embed").is_none());
+        assert_eq!(r.find("layer.0.w").unwrap().1.spec.as_ref().unwrap().dims(), &[vec![0], vec![1]]);
+        r.skip("emb*").unwrap();
+        assert_eq!(r.find("embed").map(|(i, r)| (i, r.spec.is_none())), Some((2, true)));
+        assert_eq!(r.skip("").unwrap_err().status(), Status::InvalidArgument);
         assert_eq!(r.add("", "x").unwrap_err().status(), Status::InvalidArgument);
         assert_eq!(r.add("[a", "x").unwrap_err().status(), Status::InvalidArgument);
         let e = r.add("w", "z").unwrap_err();
         assert_eq!(e.status(), Status::InvalidArgument);
         assert!(e.message().contains("rule 'w'"), "{}", e.message());
-        assert_eq!(r.rules().len(), 2);
+        assert_eq!(r.rules().len(), 3);
     }
 }

@@ -245,6 +245,31 @@ int main(int argc, char **argv) {
     CHECK_STATUS(hostfirst_shard_result_free(res), HOSTFIRST_STATUS_INVALID_HANDLE);
     CHECK_OK(hostfirst_buffer_free(kept));
 
+    /* Skip rules: only w and row are planned (row skipped by an earlier rule would not be). */
+    hostfirst_shard_rules *some = NULL;
+    hostfirst_shard_mesh *m2 = NULL;
+    CHECK_OK(hostfirst_shard_mesh_new(names, sizes, 2, &m2));
+    CHECK_OK(hostfirst_shard_rules_new(m2, &some));
+    CHECK_OK(hostfirst_shard_rules_skip(some, "col"));
+    CHECK_OK(hostfirst_shard_rules_add(some, "w", "x,y"));
+    CHECK_OK(hostfirst_shard_rules_add(some, "row", "x"));
+    CHECK_OK(hostfirst_shard_rules_skip(some, "*"));
+    CHECK_STATUS(hostfirst_shard_rules_skip(some, ""), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(hostfirst_shard_rules_skip(some, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    hostfirst_shard_plan *sp = NULL;
+    uint64_t six = 6;
+    CHECK_OK(hostfirst_shard_plan_make(file, some, &six, &cpu, 1, NULL, &sp));
+    size_t sn = 0;
+    CHECK_OK(hostfirst_shard_plan_count(sp, &sn));
+    CHECK(sn == 2);
+    hostfirst_shard_info s0 = {.struct_size = sizeof s0}, s1 = {.struct_size = sizeof s1};
+    CHECK_OK(hostfirst_shard_plan_describe(sp, 0, &s0));
+    CHECK_OK(hostfirst_shard_plan_describe(sp, 1, &s1));
+    CHECK(!strcmp(s0.name, "w") && s0.rule == 1 && !strcmp(s1.name, "row") && s1.rule == 2);
+    CHECK_OK(hostfirst_shard_plan_free(sp));
+    CHECK_OK(hostfirst_shard_rules_free(some));
+    CHECK_OK(hostfirst_shard_mesh_free(m2));
+
     /* Bad plans: position >= mesh size (an MPI rank >= world), owned twice, uneven split, bad options. */
     hostfirst_shard_plan *bad = NULL;
     uint64_t eight = 8, twice[2] = {3, 3};
