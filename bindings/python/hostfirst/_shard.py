@@ -49,6 +49,7 @@ _lib.declare_more(lib, {
     "hostfirst_shard_mesh_free": (c_status, [_vp]),
     "hostfirst_shard_rules_new": (c_status, [_vp, P(_vp)]),
     "hostfirst_shard_rules_add": (c_status, [_vp, ctypes.c_char_p, ctypes.c_char_p]),
+    "hostfirst_shard_rules_skip": (c_status, [_vp, ctypes.c_char_p]),
     "hostfirst_shard_rules_free": (c_status, [_vp]),
     "hostfirst_shard_plan_make": (c_status, [_vp, _vp, P(ctypes.c_uint64), P(_lib.Device), ctypes.c_size_t,
                                              P(ShardOptions), P(_vp)]),
@@ -100,6 +101,10 @@ class Shard:
         return f"Shard('{self.name}', position={self.position}, index={self.index}, device='{self.device}')"
 
 
+SKIP = None
+"""The spec of a rule whose tensors are left out (hostfirst_shard_rules_skip)."""
+
+
 def _mesh_axes(mesh):
     items = list(mesh.items()) if hasattr(mesh, "items") else list(mesh)
     return [str(a) for a, _ in items], [int(n) for _, n in items]
@@ -110,7 +115,7 @@ def load_shards(path, mesh, rules, owned, *, max_over_read=None, threads=0):
 
     mesh: {axis: size} in order (or a sequence of (axis, size)), like JAX's Mesh; positions are numbered
     row-major over the axes. rules: [(glob pattern, spec)], the first match wins, unmatched tensors are
-    replicated; spec as in `spec_text`. owned: {position: device spec} (or a sequence of positions, all on
+    replicated; spec as in `spec_text`, or SKIP (None) to leave the tensors a rule matches out. owned: {position: device spec} (or a sequence of positions, all on
     "cpu"). Every device is fit-checked before anything moves; each shard is read from its byte runs only.
     Returns the shards, by tensor (file order), then by owned position (the order given)."""
     from ._devices import as_device
@@ -131,7 +136,10 @@ def load_shards(path, mesh, rules, owned, *, max_over_read=None, threads=0):
                                            ctypes.byref(mh)))
         check(lib.hostfirst_shard_rules_new(mh, ctypes.byref(rh)))
         for pattern, spec in rules:
-            check(lib.hostfirst_shard_rules_add(rh, str(pattern).encode(), spec_text(spec).encode()))
+            if spec is SKIP:
+                check(lib.hostfirst_shard_rules_skip(rh, str(pattern).encode()))
+            else:
+                check(lib.hostfirst_shard_rules_add(rh, str(pattern).encode(), spec_text(spec).encode()))
         check(lib.hostfirst_shard_plan_make(fh, rh, positions, devices, len(owned), ctypes.byref(opts),
                                             ctypes.byref(ph)))
         check(lib.hostfirst_shard_run(ph, None, None, ctypes.byref(res)))
@@ -160,3 +168,51 @@ def load_shards(path, mesh, rules, owned, *, max_over_read=None, threads=0):
                         (fh, lib.hostfirst_file_free)):
             if h.value:
                 free(h)
+
+
+def load_jax(path, shardings, *, max_over_read=None):
+    """{glob pattern: jax Sharding} -> {name: jax.Array} for every tensor a pattern matches (the first pattern
+    wins; tensors no pattern matches are not loaded). Each array is global, built with
+    `jax.make_array_from_single_device_arrays` from the shards of this process's addressable devices only:
+    each is read from its byte runs into host memory by libhostfirst and put on its JAX device. Works in one
+    process and under `jax.distributed` (each process reads its own shards; no communication here).
+
+    Shardings: `NamedSharding` (any mesh and PartitionSpec; several meshes may be mixed, one plan each) and
+    `SingleDeviceSharding`. Other kinds raise TypeError. Splits must be even (JAX's rule too): an uneven
+    dimension raises InvalidArgumentError naming the tensor, the dimension, its size and the mesh axes."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
+
+    rules = []  # (pattern, the caller's sharding, an equivalent NamedSharding)
+    for pattern, sh in shardings.items():
+        if isinstance(sh, NamedSharding):
+            named = sh
+        elif isinstance(sh, SingleDeviceSharding):
+            (dev,) = sh.device_set
+            named = NamedSharding(Mesh(np.array([dev]), ("one",)), PartitionSpec())
+        else:
+            raise TypeError(f"hostfirst: sharding for '{pattern}' is a {type(sh).__name__}; use a NamedSharding "
+                            "(Mesh + PartitionSpec) or a SingleDeviceSharding")
+        rules.append((pattern, sh, named))
+    meshes = []  # one plan per distinct mesh: its own patterns split, every other pattern skipped
+    for pattern, _, named in rules:
+        if not any(m == named.mesh for m in meshes):
+            meshes.append(named.mesh)
+    me = jax.process_index()
+    out = {}
+    for mesh in meshes:
+        flat = list(mesh.devices.flat)
+        specs = [(p, tuple(n.spec) if n.mesh == mesh else SKIP) for p, _, n in rules] + [("*", SKIP)]
+        owned = {k: "cpu" for k, d in enumerate(flat) if d.process_index == me}
+        if not owned:
+            continue
+        axes = list(zip(mesh.axis_names, mesh.devices.shape))
+        by_name = {}
+        for s in load_shards(path, axes, specs, owned, max_over_read=max_over_read):
+            by_name.setdefault(s.name, []).append(s)
+        for name, parts in by_name.items():
+            sharding = rules[parts[0].rule][1]
+            arrays = [jax.device_put(s.numpy(), flat[s.position]) for s in parts]
+            out[name] = jax.make_array_from_single_device_arrays(parts[0].shape, sharding, arrays)
+    return out

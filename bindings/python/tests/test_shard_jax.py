@@ -1,0 +1,55 @@
+"""hostfirst's JAX shard loading (hostfirst._shard.load_jax): global jax.Arrays on a 2x4 mesh of 8 CPU devices
+(XLA_FLAGS=--xla_force_host_platform_device_count=8) built from each device's shard only, for P('x','y'),
+P(None,'y'), P('x'), replicated, a second mesh and a single device, values against NumPy; then the same under
+jax.distributed with two processes on localhost (4 devices each), each reading only its own shards, and a jitted
+sum across both. Each case runs in fresh processes (XLA_FLAGS is read when JAX starts)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("jax")
+
+HERE = Path(__file__).resolve().parent
+SCRIPT = HERE / "jax_shard_check.py"
+
+
+def env(devices):
+    e = dict(os.environ)
+    e["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    e["JAX_PLATFORMS"] = "cpu"
+    e["PYTHONPATH"] = os.pathsep.join([str(HERE.parent)] + [p for p in [e.get("PYTHONPATH")] if p])
+    return e
+
+
+def result(p):
+    out, err = p.communicate(timeout=240)
+    assert p.returncode == 0, err[-3000:]
+    # JAX's collectives (gloo) print progress lines on stdout too: take our JSON line.
+    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+
+
+def test_one_process_2x4_mesh(tmp_path):
+    p = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], env=env(8), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    r = result(p)
+    assert (r["devices"], r["local"], r["tensors"]) == (8, 8, 6)
+    assert r["shards_checked"] == 5 * 8 + 1
+
+
+def test_two_processes_jax_distributed(tmp_path):
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = str(s.getsockname()[1])
+    procs = [subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path), port, str(rank)], env=env(4),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    rs = [result(p) for p in procs]
+    for rank, r in enumerate(rs):
+        assert (r["process"], r["devices"], r["local"], r["tensors"]) == (rank, 8, 4, 5)
+        assert r["shards_checked"] == 5 * 4  # its own 4 devices' shards, not the other process's
+        assert r["sum"] is not None
