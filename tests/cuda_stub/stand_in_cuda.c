@@ -56,6 +56,10 @@
  *   calls so far)               stand_in_live_contexts (devices whose primary context is retained)
  *   stand_in_bytes_copied       stand_in_pageable_async_copies (async copies whose host side was neither
  *   pinned nor registered)      stand_in_peer_copies (cuMemcpyPeer calls that copied)
+ *   stand_in_stream_wait_events (successful cuStreamWaitEvent calls)
+ *
+ * Stream handles: NULL, CU_STREAM_LEGACY ((CUstream)0x1) and CU_STREAM_PER_THREAD ((CUstream)0x2) name the
+ * current context's default streams; any other value must be a live stream of the current context.
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -323,6 +327,7 @@ static struct list allocations, pinned, registrations;
 static void **streams, **events;
 static size_t n_streams, cap_streams, n_events, cap_events;
 static unsigned long long total_allocs, retains, bytes_copied, pageable_async, last_register_flags, peer_copies;
+static unsigned long long stream_wait_events;
 static __thread CUcontext current;
 
 static int list_push(struct list *l, struct region r) {
@@ -401,9 +406,10 @@ static int host_is_locked(const void *p, size_t n) {
     return 0;
 }
 
-/* With the lock held: validates a stream against the current context (NULL = default stream). */
+/* With the lock held: validates a stream against the current context (NULL, CU_STREAM_LEGACY = 0x1 and
+ * CU_STREAM_PER_THREAD = 0x2: the current context's default streams). */
 static CUresult check_stream(CUstream s) {
-    if (!s) return CUDA_SUCCESS;
+    if ((uintptr_t)s <= 2) return CUDA_SUCCESS;
     if (handles_find(streams, n_streams, s) < 0) return CUDA_ERROR_INVALID_HANDLE;
     return s->ctx == current ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
@@ -806,6 +812,19 @@ static CUresult stream_sync(CUstream s) {
 }
 EXPORT CUresult cuStreamSynchronize(CUstream s) { LOCKED(stream_sync(s)); }
 
+/* The event may belong to another context than the stream (as with the real driver); work runs at enqueue
+ * time here, so there is nothing to wait for beyond validating and counting. */
+static CUresult stream_wait_event(CUstream s, CUevent e, unsigned int flags) {
+    CUresult r = need_ctx();
+    if (r) return r;
+    if ((r = check_stream(s))) return r;
+    if (!e || handles_find(events, n_events, e) < 0) return CUDA_ERROR_INVALID_HANDLE;
+    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    stream_wait_events++;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) { LOCKED(stream_wait_event(s, e, flags)); }
+
 static CUresult event_create(CUevent *pe, unsigned int flags) {
     CUresult r = need_ctx();
     if (r) return r;
@@ -903,6 +922,7 @@ QUERY(stand_in_live_contexts, live_contexts())
 QUERY(stand_in_bytes_copied, bytes_copied)
 QUERY(stand_in_pageable_async_copies, pageable_async)
 QUERY(stand_in_peer_copies, peer_copies)
+QUERY(stand_in_stream_wait_events, stream_wait_events)
 
 __attribute__((destructor)) static void leak_report(void) {
     if (!cfg.leak_report) return;

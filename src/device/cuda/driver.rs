@@ -148,6 +148,8 @@ driver_api! {
     stream_destroy = "cuStreamDestroy_v2": fn(RawHandle);
     /// `cuStreamSynchronize(stream)`.
     stream_synchronize = "cuStreamSynchronize": fn(RawHandle);
+    /// `cuStreamWaitEvent(stream, event, flags)`.
+    stream_wait_event = "cuStreamWaitEvent": fn(RawHandle, RawHandle, c_uint);
     /// `cuEventCreate(&event, flags)`.
     event_create = "cuEventCreate": fn(*mut RawHandle, c_uint);
     /// `cuEventRecord(event, stream)`.

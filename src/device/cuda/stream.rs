@@ -60,6 +60,17 @@ impl Stream {
         })
     }
 
+    /// Makes the work queued on this stream from now on wait until `event` has completed
+    /// (`cuStreamWaitEvent`); the host is not blocked. The event may be on another device.
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        let api = api()?;
+        let _current = self.ctx.enter()?;
+        // SAFETY: live stream and event handles; the stream's context is current.
+        api.check(unsafe { (api.stream_wait_event)(self.raw, event.raw, 0) }, || {
+            format!("cuStreamWaitEvent(cuda:{} stream, event of cuda:{})", self.ordinal(), event.ordinal())
+        })
+    }
+
     fn same_device(&self, what: &str, other: u32) -> Result<()> {
         if other == self.ordinal() {
             return Ok(());
@@ -231,6 +242,31 @@ impl Event {
         // SAFETY: live event and stream handles of the same (current) context.
         api.check(unsafe { (api.event_record)(self.raw, stream.raw) }, || {
             format!("cuEventRecord(cuda:{})", self.ordinal())
+        })
+    }
+
+    /// Records the event on a stream that hostfirst did not create, given as its raw `CUstream` value: a
+    /// consumer's stream, or `CU_STREAM_LEGACY` (1) / `CU_STREAM_PER_THREAD` (2) for the default streams of
+    /// this event's context. The stream must belong to this event's device (`DEVICE_ERROR` from the driver
+    /// otherwise).
+    pub fn record_on_raw(&self, stream: usize) -> Result<()> {
+        let api = api()?;
+        let _current = self.ctx.enter()?;
+        // SAFETY: a live event; the stream value comes from the caller, and the driver validates it.
+        api.check(unsafe { (api.event_record)(self.raw, stream as RawHandle) }, || {
+            format!("cuEventRecord(cuda:{}, consumer stream {stream:#x})", self.ordinal())
+        })
+    }
+
+    /// Makes a stream hostfirst did not create (raw `CUstream` value, as for [`Event::record_on_raw`]) wait
+    /// until this event has completed (`cuStreamWaitEvent`, entered in this event's context); the host is
+    /// not blocked.
+    pub fn make_raw_stream_wait(&self, stream: usize) -> Result<()> {
+        let api = api()?;
+        let _current = self.ctx.enter()?;
+        // SAFETY: a live event; the stream value comes from the caller, and the driver validates it.
+        api.check(unsafe { (api.stream_wait_event)(stream as RawHandle, self.raw, 0) }, || {
+            format!("cuStreamWaitEvent(consumer stream {stream:#x}, event of cuda:{})", self.ordinal())
         })
     }
 
