@@ -34,6 +34,9 @@ pub enum Status {
     AlreadyUsed = 9,
     /// The operation is not supported for this dtype, device or object.
     Unsupported = 10,
+    /// Every reusable resource is still held by a consumer (all batches of a gather's ring are exported or
+    /// referenced); release one, or raise the bound, and retry.
+    Busy = 11,
 
     /// A scope pop or leave did not name the innermost scope of this thread, or the thread had no scope.
     ScopeMismatch = 20,
@@ -100,6 +103,7 @@ pub const ALL_STATUSES: &[Status] = &[
     Status::NotReady,
     Status::AlreadyUsed,
     Status::Unsupported,
+    Status::Busy,
     Status::ScopeMismatch,
     Status::ImplicitPlacement,
     Status::Unavailable,
@@ -140,6 +144,7 @@ impl Status {
             Status::NotReady => "NOT_READY",
             Status::AlreadyUsed => "ALREADY_USED",
             Status::Unsupported => "UNSUPPORTED",
+            Status::Busy => "BUSY",
             Status::ScopeMismatch => "SCOPE_MISMATCH",
             Status::ImplicitPlacement => "IMPLICIT_PLACEMENT",
             Status::Unavailable => "UNAVAILABLE",
@@ -292,7 +297,7 @@ mod tests {
             assert!(!s.name().is_empty());
         }
         assert_eq!(Status::from_u32(12345), None);
-        assert_eq!(Status::from_u32(11), None);
+        assert_eq!(Status::from_u32(12), None);
     }
 
     #[test]

@@ -62,6 +62,12 @@ pub struct hostfirst_put_options {
     pub progress: hostfirst_progress_fn,
     /// Passed to `progress` unchanged.
     pub user: *mut c_void,
+    /// 1: copy-on-write host put. When the target is `cpu` and the view reads from a file, the buffer is a
+    /// private, writable mapping of the tensor's pages in the file (`MAP_PRIVATE`) instead of a copy: it costs
+    /// a page table, not a copy (milliseconds for gigabytes in the page cache). 0 (the default): an eager
+    /// copy. Other targets, and views over memory (`hostfirst_file_open_memory`), always copy. See
+    /// `hostfirst_put` for the contract and `hostfirst_buffer_is_file_backed` to ask a buffer which it got.
+    pub copy_on_write: i32,
 }
 
 impl Default for hostfirst_put_options {
@@ -74,6 +80,7 @@ impl Default for hostfirst_put_options {
             chunk_bytes: 0,
             progress: None,
             user: std::ptr::null_mut(),
+            copy_on_write: 0,
         }
     }
 }
@@ -136,36 +143,25 @@ impl CProgress {
 struct Opts {
     threads: usize,
     resident: bool,
+    copy_on_write: bool,
     staging_bytes: usize,
     chunk: usize,
     progress: Option<CProgress>,
 }
 
 fn read_opts(p: *const hostfirst_put_options) -> Result<Opts> {
-    let mut o = hostfirst_put_options::default();
-    if !p.is_null() {
-        // SAFETY: non-NULL; the caller promises at least struct_size readable bytes (and struct_size first).
-        let size = unsafe { *(p as *const usize) };
-        if size < std::mem::size_of::<usize>() {
-            return Err(Error::new(
-                Status::InvalidArgument,
-                format!(
-                    "opts->struct_size is {size}; set it to sizeof(hostfirst_put_options) ({})",
-                    std::mem::size_of::<hostfirst_put_options>()
-                ),
-            ));
-        }
-        let n = size.min(std::mem::size_of::<hostfirst_put_options>());
-        // SAFETY: copies the first n ≤ sizeof bytes the caller provided over a valid default value; every
-        // field type accepts any bit pattern except the callback, which is a nullable function pointer the
-        // caller set (or zeroed).
-        unsafe { std::ptr::copy_nonoverlapping(p as *const u8, &mut o as *mut hostfirst_put_options as *mut u8, n) };
-    }
+    let o = super::read_options(p, hostfirst_put_options::default(), "opts")?;
     let to_usize = |v: u64, what: &str| {
         usize::try_from(v).map_err(|_| Error::new(Status::InvalidArgument, format!("opts->{what} {v} is too large")))
     };
     if o.resident != 0 && o.resident != 1 {
         return Err(Error::new(Status::InvalidArgument, format!("opts->resident is {}; expected 0 or 1", o.resident)));
+    }
+    if o.copy_on_write != 0 && o.copy_on_write != 1 {
+        return Err(Error::new(
+            Status::InvalidArgument,
+            format!("opts->copy_on_write is {}; expected 0 or 1", o.copy_on_write),
+        ));
     }
     if o.threads > 1024 {
         return Err(Error::new(Status::InvalidArgument, format!("opts->threads is {}; at most 1024", o.threads)));
@@ -173,6 +169,7 @@ fn read_opts(p: *const hostfirst_put_options) -> Result<Opts> {
     Ok(Opts {
         threads: o.threads as usize,
         resident: o.resident == 1,
+        copy_on_write: o.copy_on_write == 1,
         staging_bytes: to_usize(o.staging_bytes, "staging_bytes")?,
         chunk: to_usize(o.chunk_bytes, "chunk_bytes")?,
         progress: o.progress.map(|f| CProgress { f, user: o.user }),
@@ -232,6 +229,27 @@ pub extern "C" fn hostfirst_put_options_init(out: *mut hostfirst_put_options) ->
 /// `TRUNCATED`/`IO` (the file changed), `CANCELLED` (the progress callback asked). On any failure nothing
 /// stays allocated and `*out` is unchanged. The buffer is the caller's; free it with `hostfirst_buffer_free`.
 /// Thread-safe: many puts may run at once.
+///
+/// **Eager copies and copy-on-write puts to cpu.** By default a put copies: the buffer is new memory the
+/// caller owns, and nothing anyone does to the file afterwards can change it or fault it. That is why it is
+/// the default: nothing hostfirst hands out changes under the consumer. A copy into new memory runs at the
+/// speed of first-touch page zeroing (about 3-4 GB/s on the benchmark machine, BENCHMARKS.md).
+/// With `opts->copy_on_write = 1` a put to cpu of a view that reads from a file maps the tensor's pages
+/// privately instead (`MAP_PRIVATE`, readable and writable, populated for reading up front with
+/// `MADV_POPULATE_READ` so later reads take no page faults and a truncated file is found now): a 2 GiB
+/// tensor in the page cache takes milliseconds, and the process's anonymous memory grows only as pages are
+/// written. The buffer behaves like any cpu buffer (writable, `hostfirst_buffer_to_dlpack`,
+/// `hostfirst_buffer_free`); a write copies the 4 KiB page it touches, and **nothing is ever written to the
+/// file**. Its data address is where the tensor sits in its first page (alignment as the file gives it,
+/// see `hostfirst_view_info.alignment`). The fit check counts what can become private: every page the tensor
+/// touches. The ties to the file, on Linux: pages not yet written still read the file's page cache, so
+/// **another process writing the file may change them**; **truncating the file raises SIGBUS** when a page
+/// past the new end is touched (even one already written: the kernel discards those too). Prefer the eager
+/// copy (the default, `copy_on_write = 0`) when the file may be rewritten or truncated while the buffer
+/// lives (shared or network storage, checkpoints replaced in place, files you do not control), when the
+/// buffer must be isolated from the file, or when you will overwrite most of it anyway (a fault per written
+/// page costs more than a bulk copy). For gathering training batches from a tensor without the SIGBUS hazard,
+/// put it to cpu with an eager copy and use `hostfirst_gather_run_from_buffer`.
 #[no_mangle]
 pub extern "C" fn hostfirst_put(
     view: *const hostfirst_view,
@@ -281,6 +299,7 @@ fn hostfirst_put_ex_impl(
             chunk: o.chunk,
             staging_bytes: o.staging_bytes,
             resident: o.resident,
+            copy_on_write: o.copy_on_write,
             progress,
         },
     )?;
@@ -316,6 +335,7 @@ pub extern "C" fn hostfirst_put_start(
                 chunk: o.chunk,
                 staging_bytes: o.staging_bytes,
                 resident: o.resident,
+                copy_on_write: o.copy_on_write,
                 progress,
             },
         )?;
@@ -408,6 +428,58 @@ pub extern "C" fn hostfirst_buffer_describe(
             name: b.c_name().as_ptr(),
         };
         Ok(())
+    })
+}
+
+/// Writes 1 to `*out` when the buffer's bytes are a private copy-on-write mapping of a file (a put with
+/// `opts->copy_on_write`, see `hostfirst_put`): pages not yet written still come from the file, with the
+/// ties that brings. 0 for memory of its own (every other buffer). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`.
+/// Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_buffer_is_file_backed(buffer: *const hostfirst_buffer, out: *mut i32) -> Status {
+    hostfirst_boundary!("hostfirst_buffer_is_file_backed", {
+        let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
+        let out = out_ptr(out, "out")?;
+        *out = b.lock().unwrap_or_else(|p| p.into_inner()).is_file_backed() as i32;
+        Ok(())
+    })
+}
+
+/// The consumer side of the CUDA stream handshake, for consumers that do not go through DLPack (e.g. the
+/// `__cuda_array_interface__`): makes `stream` wait, on the device and without blocking the host
+/// (`cuStreamWaitEvent`), until hostfirst's last write into the buffer has completed.
+///
+/// `stream` takes DLPack's values: 1 the legacy default stream, 2 the per-thread default stream, > 2 a
+/// `CUstream` of the buffer's device (cast to an integer), -1 nothing to do; 0 and other negative values are
+/// `INVALID_ARGUMENT`. Host buffers (cpu, cuda_host) need nothing: every hostfirst write into them has
+/// completed when the call that made it returned. Today that is true of CUDA buffers too (puts and gather runs
+/// return once their copy has completed), so the wait is enqueued only where hostfirst recorded an event of
+/// its last write (gather batches); calling it is always correct and cheap. Errors: `NULL_ARGUMENT`,
+/// `INVALID_HANDLE`, `INVALID_ARGUMENT`, `DEVICE_ERROR` (e.g. a `CUstream` the driver rejects). Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_buffer_sync_stream(buffer: *const hostfirst_buffer, stream: i64) -> Status {
+    hostfirst_boundary!("hostfirst_buffer_sync_stream", {
+        let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
+        let s = crate::place::export::ConsumerStream::from_dlpack(Some(stream))?;
+        let r = b.lock().unwrap_or_else(|p| p.into_inner()).sync_stream(s).map(|_| ());
+        r
+    })
+}
+
+/// The release side of the CUDA stream handshake (like torch's `record_stream`): records an event on
+/// `stream` now; before hostfirst next rewrites this buffer's memory (a gather reusing the batch), its copy
+/// waits on the device for that event. Call it after enqueuing the last work that uses the buffer on that
+/// stream and before freeing your reference, when the buffer went to a consumer by its address rather than
+/// through DLPack (DLPack exports do this themselves when their deleter runs). `stream` as for
+/// `hostfirst_buffer_sync_stream`; -1 and host buffers: nothing to do. Errors: `NULL_ARGUMENT`,
+/// `INVALID_HANDLE`, `INVALID_ARGUMENT`, `DEVICE_ERROR`. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_buffer_record_stream(buffer: *const hostfirst_buffer, stream: i64) -> Status {
+    hostfirst_boundary!("hostfirst_buffer_record_stream", {
+        let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
+        let s = crate::place::export::ConsumerStream::from_dlpack(Some(stream))?;
+        let r = b.lock().unwrap_or_else(|p| p.into_inner()).record_stream(s);
+        r
     })
 }
 

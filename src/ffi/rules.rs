@@ -31,9 +31,9 @@ pub struct hostfirst_load {
     _private: [u8; 0],
 }
 
-/// A reusable batch gather: a `[batch, window]` destination on one device (plus page-locked staging for
-/// CUDA). Created by `hostfirst_gather_new`, released by `hostfirst_gather_free`. Calls on one handle are
-/// serialised internally.
+/// A reusable batch gather: a bounded ring of `[batch, window]` batches on one device (plus page-locked
+/// staging and a stream for CUDA). Created by `hostfirst_gather_new`, released by `hostfirst_gather_free`.
+/// Calls on one handle are serialised internally.
 pub struct hostfirst_gather {
     _private: [u8; 0],
 }
@@ -46,8 +46,6 @@ pub(crate) struct PlanC {
 
 pub(crate) struct GatherC {
     gather: Gather,
-    /// The borrowed `hostfirst_buffer` handle for the destination, issued on first request (0: none yet).
-    buffer_handle: usize,
 }
 
 impl Handle for hostfirst_rules {
@@ -348,19 +346,82 @@ pub extern "C" fn hostfirst_load_run(
     user: *mut c_void,
     out: *mut *mut hostfirst_load,
 ) -> Status {
-    hostfirst_boundary!("hostfirst_load_run", {
-        let f = handle::get::<hostfirst_file>(file, "file")?;
-        let p = handle::get::<hostfirst_plan>(plan, "plan")?;
-        let out = out_ptr(out, "out")?;
-        let mut cb = |done: u64, total: u64| match progress {
-            // SAFETY: the caller's callback with the caller's user pointer, as documented.
-            Some(f) => unsafe { f(done, total, user) != 0 },
-            None => false,
-        };
-        let loaded = crate::place::load(&f, &p.plan, Some(&mut cb))?;
-        *out = handle::insert_new::<hostfirst_load>(loaded);
-        Ok(())
+    hostfirst_boundary!("hostfirst_load_run", { load_run(file, plan, progress, user, false, out) })
+}
+
+/// Options of `hostfirst_load_run_ex`. Zero-initialise, set `struct_size = sizeof(hostfirst_load_options)`,
+/// then set what you need; a smaller `struct_size` from an older header is accepted (later fields take their
+/// defaults).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct hostfirst_load_options {
+    /// `sizeof(hostfirst_load_options)`.
+    pub struct_size: usize,
+    /// 1: tensors the plan puts on `cpu` become copy-on-write mappings of their pages in the file instead of
+    /// copies (`hostfirst_put` documents the contract: writable, never written back, pages not yet written
+    /// tied to the file). 0 (the default): copies. Other devices always copy.
+    pub copy_on_write: i32,
+    /// Progress callback (as for `hostfirst_load_run`), or NULL.
+    pub progress: hostfirst_load_progress_fn,
+    /// Passed to `progress` unchanged.
+    pub user: *mut c_void,
+}
+
+impl Default for hostfirst_load_options {
+    fn default() -> Self {
+        hostfirst_load_options {
+            struct_size: std::mem::size_of::<hostfirst_load_options>(),
+            copy_on_write: 0,
+            progress: None,
+            user: std::ptr::null_mut(),
+        }
+    }
+}
+
+/// `hostfirst_load_run` with options (`opts` NULL: the defaults, no progress callback): with
+/// `opts->copy_on_write = 1`, tensors placed on `cpu` are mapped copy-on-write instead of copied; the fit
+/// check still runs before anything is mapped. Errors as for `hostfirst_load_run`, plus `INVALID_ARGUMENT`
+/// for a bad `opts` (struct_size, copy_on_write not 0 or 1). Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_load_run_ex(
+    file: *const hostfirst_file,
+    plan: *const hostfirst_plan,
+    opts: *const hostfirst_load_options,
+    out: *mut *mut hostfirst_load,
+) -> Status {
+    hostfirst_boundary!("hostfirst_load_run_ex", {
+        let o = super::read_options(opts, hostfirst_load_options::default(), "opts")?;
+        if o.copy_on_write != 0 && o.copy_on_write != 1 {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!("opts->copy_on_write is {}; expected 0 or 1", o.copy_on_write),
+            ));
+        }
+        load_run(file, plan, o.progress, o.user, o.copy_on_write == 1, out)
     })
+}
+
+fn load_run(
+    file: *const hostfirst_file,
+    plan: *const hostfirst_plan,
+    progress: hostfirst_load_progress_fn,
+    user: *mut c_void,
+    copy_on_write: bool,
+    out: *mut *mut hostfirst_load,
+) -> Result<()> {
+    let f = handle::get::<hostfirst_file>(file, "file")?;
+    let p = handle::get::<hostfirst_plan>(plan, "plan")?;
+    let out = out_ptr(out, "out")?;
+    let mut cb = |done: u64, total: u64| match progress {
+        // SAFETY: the caller's callback with the caller's user pointer, as documented.
+        Some(f) => unsafe { f(done, total, user) != 0 },
+        None => false,
+    };
+    let progress = if progress.is_some() { Some(&mut cb as &mut dyn FnMut(u64, u64) -> bool) } else { None };
+    let opts = crate::place::LoadOptions { copy_on_write, progress };
+    let loaded = crate::place::load_with(&f, &p.plan, opts)?;
+    *out = handle::insert_new::<hostfirst_load>(loaded);
+    Ok(())
 }
 
 /// Writes the number of tensors of a load (every tensor of the file) to `*out_count`. Errors:
@@ -434,11 +495,23 @@ pub extern "C" fn hostfirst_load_free(load: *mut hostfirst_load) -> Status {
 // ---- gather --------------------------------------------------------------------------------------------
 
 /// Creates a reusable gather of `[batch, window]` elements of `dtype` (a `HOSTFIRST_DTYPE_*` of whole bytes)
-/// on `device`: allocates, after a fit check, the destination (and for CUDA one page-locked staging buffer
-/// of the same size and a stream). Later `hostfirst_gather_run` calls allocate nothing. Writes a new handle
-/// to `*out` (free with `hostfirst_gather_free`). Errors: `NULL_ARGUMENT`, `INVALID_ARGUMENT` (batch or window
-/// 0, unknown or sub-byte dtype, bad device value), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `OUT_OF_MEMORY`,
-/// `DEVICE_ERROR`. Thread-safe.
+/// on `device`: allocates, after a fit check, the first batch (and for CUDA one page-locked staging buffer
+/// of the same size and a stream). Writes a new handle to `*out` (free with `hostfirst_gather_free`).
+///
+/// **Batch ownership: the ring.** Each run fills a batch that no one else holds and makes it the gather's
+/// current batch. A batch handed out — a `hostfirst_buffer` handle from `hostfirst_gather_run_batch` or
+/// `hostfirst_gather_batch`, or a DLPack export of one — is never rewritten while any such reference to it
+/// remains (the handle not freed, the export's deleter not run), on cpu or on CUDA; on CUDA the rewrite also
+/// waits, on the device, for the events recorded on the consumers' streams when they released it (see
+/// `hostfirst_buffer_to_dlpack_ex` and `hostfirst_buffer_record_stream`). When every batch is held, the ring
+/// grows by one batch (fit-checked: `OUT_OF_MEMORY` if it does not fit) up to its bound,
+/// `HOSTFIRST_GATHER_DEFAULT_RING_BOUND` (4) unless set with `hostfirst_gather_set_ring_bound`; at the bound
+/// a run returns `HOSTFIRST_STATUS_BUSY` and changes nothing. A consumer that releases each batch before the
+/// next run keeps one batch; one that holds the previous batch while the next is filled keeps two. Once the
+/// ring has grown to what the consumer holds at once, runs allocate nothing.
+///
+/// Errors: `NULL_ARGUMENT`, `INVALID_ARGUMENT` (batch or window 0, unknown or sub-byte dtype, bad device
+/// value), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `OUT_OF_MEMORY`, `DEVICE_ERROR`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_gather_new(
     device: hostfirst_device,
@@ -454,27 +527,56 @@ pub extern "C" fn hostfirst_gather_new(
             Error::new(Status::InvalidArgument, format!("dtype {dtype} is not a HOSTFIRST_DTYPE_* value"))
         })?;
         let g = Gather::new(d, dt, batch, window)?;
-        *out = handle::insert_new::<hostfirst_gather>(Mutex::new(GatherC { gather: g, buffer_handle: 0 }));
+        *out = handle::insert_new::<hostfirst_gather>(Mutex::new(GatherC { gather: g }));
         Ok(())
     })
 }
 
-/// Assembles one batch: row `i` of the destination = elements `offsets[i] .. offsets[i] + window` of the
-/// 1-D tensor `source`, for `i < n` (`n` must equal the batch). The windows are read into the destination
-/// (cpu and cuda_host) or into the staging buffer followed by one asynchronous copy (cuda). Returns once the
-/// batch is in place.
+/// The ring bound of a new gather (`hostfirst_gather_new`).
+pub const HOSTFIRST_GATHER_DEFAULT_RING_BOUND: usize = 4;
+/// The largest bound `hostfirst_gather_set_ring_bound` accepts.
+pub const HOSTFIRST_GATHER_MAX_RING_BOUND: usize = 1024;
+const _: () = assert!(
+    HOSTFIRST_GATHER_DEFAULT_RING_BOUND == crate::place::gather::DEFAULT_RING_BOUND
+        && HOSTFIRST_GATHER_MAX_RING_BOUND == crate::place::gather::MAX_RING_BOUND
+);
+
+fn offsets_arg<'a>(offsets: *const u64, n: usize) -> Result<&'a [u64]> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    in_ref(offsets, "offsets")?;
+    // SAFETY: non-NULL with the caller's promise of `n` readable values.
+    Ok(unsafe { std::slice::from_raw_parts(offsets, n) })
+}
+
+/// Writes a new buffer handle for `batch` to `*out` when `out` is non-NULL.
+fn hand_out(batch: crate::place::gather::Batch, out: *mut *mut hostfirst_buffer) {
+    if let Some(o) = opt_out(out) {
+        *o = handle::insert::<hostfirst_buffer>(batch);
+    }
+}
+
+/// Assembles one batch: row `i` = elements `offsets[i] .. offsets[i] + window` of the 1-D tensor `source`,
+/// for `i < n` (`n` must equal the batch), into a batch of the ring no one holds (see `hostfirst_gather_new`),
+/// which becomes the gather's current batch. The windows are read into the batch (cpu and cuda_host) or into
+/// the staging buffer followed by one asynchronous copy (cuda). Returns once the batch is in place.
 ///
 /// How windows are read: if `hostfirst_view_prefault` populated the source's pages (on this view or another
 /// view of the same file) or the source is over a memory buffer, each window is a memcpy from the mapping,
-/// the fastest way (see `hostfirst_view_info.data` for the truncation hazard of mapped reads). Otherwise each
-/// window is one positioned read (`pread`), which avoids a page fault per window and turns a file truncated
-/// after opening into `TRUNCATED` instead of SIGBUS. For a training loop over a tensor that fits in memory,
-/// call `hostfirst_view_prefault` once first (BENCHMARKS.md section 3 has both).
+/// the fastest way — but a file truncated under the mapping raises SIGBUS (see `hostfirst_view_info.data`).
+/// Otherwise each window is one positioned read (`pread`), which avoids a page fault per window and turns a
+/// file truncated after opening into `TRUNCATED` instead of SIGBUS. **For a training loop over a tensor that
+/// fits in memory, the fast and truncation-proof way** is to put it to cpu once (an eager copy,
+/// `hostfirst_put`) and gather from that buffer with `hostfirst_gather_run_from_buffer`: memcpy speed, and
+/// nothing done to the file can fault or fail it. BENCHMARKS.md section 3 has the speeds.
 ///
 /// Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (source not 1-D, dtype differs, `n`
-/// differs from the batch), `OUT_OF_RANGE` naming the first offset (index and value) whose window runs past
-/// the end: the destination is unchanged. `TRUNCATED` or `IO` while reading, `DEVICE_ERROR` while copying:
-/// the destination then holds a partly assembled batch. Calls on one gather are serialised.
+/// differs from the batch), `OUT_OF_RANGE` (a window longer than the tensor, or the first offset — index and
+/// value — whose window runs past the end), `BUSY` (every batch held at the ring's bound), `OUT_OF_MEMORY`
+/// (growing the ring): with these no batch changed. `TRUNCATED` or `IO` while reading, `DEVICE_ERROR` while
+/// copying: a batch no one holds then has a partly assembled batch and the current batch stays the previous
+/// one. Calls on one gather are serialised. `hostfirst_gather_run_batch` also hands out the batch.
 #[no_mangle]
 pub extern "C" fn hostfirst_gather_run(
     gather: *mut hostfirst_gather,
@@ -482,37 +584,121 @@ pub extern "C" fn hostfirst_gather_run(
     offsets: *const u64,
     n: usize,
 ) -> Status {
-    hostfirst_boundary!("hostfirst_gather_run", {
+    hostfirst_boundary!("hostfirst_gather_run", { gather_view(gather, source, offsets, n, std::ptr::null_mut()) })
+}
+
+/// `hostfirst_gather_run`, and writes a **new** `hostfirst_buffer` handle for the batch it filled to
+/// `*out_batch` (NULL: not wanted). The handle is the caller's (free it with `hostfirst_buffer_free`); while it
+/// lives — or any DLPack export made from it — that batch is never rewritten, so the data a consumer took
+/// cannot change under it. Free it when done, or the ring grows to its bound and then reports `BUSY`. On
+/// failure `*out_batch` is unchanged. Thread-safe; calls on one gather are serialised.
+#[no_mangle]
+pub extern "C" fn hostfirst_gather_run_batch(
+    gather: *mut hostfirst_gather,
+    source: *const hostfirst_view,
+    offsets: *const u64,
+    n: usize,
+    out_batch: *mut *mut hostfirst_buffer,
+) -> Status {
+    hostfirst_boundary!("hostfirst_gather_run_batch", { gather_view(gather, source, offsets, n, out_batch) })
+}
+
+fn gather_view(
+    gather: *mut hostfirst_gather,
+    source: *const hostfirst_view,
+    offsets: *const u64,
+    n: usize,
+    out: *mut *mut hostfirst_buffer,
+) -> Result<()> {
+    let g = handle::get::<hostfirst_gather>(gather, "gather")?;
+    let v = handle::get::<hostfirst_view>(source, "source")?;
+    let offsets = offsets_arg(offsets, n)?;
+    let batch = g.lock().unwrap_or_else(|e| e.into_inner()).gather.run(&v, offsets)?;
+    hand_out(batch, out);
+    Ok(())
+}
+
+/// Gathers from a 1-D host buffer (`cpu` or `cuda_host`) instead of a view: rows as for
+/// `hostfirst_gather_run`, each window a memcpy from the buffer. The truncation-proof fast path: put the token
+/// tensor to cpu once with an eager copy (`hostfirst_put`), then gather from that buffer at memory speed;
+/// nothing done to the file afterwards can fault or fail the gather (a copy-on-write buffer,
+/// `opts->copy_on_write`, is as fast but keeps its file's SIGBUS hazard for pages not written). The source
+/// buffer is only read. Writes a new handle for the filled batch to `*out_batch` (NULL: not wanted; see
+/// `hostfirst_gather_run_batch`). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`,
+/// `OUT_OF_RANGE`, `BUSY`, `OUT_OF_MEMORY` as for `hostfirst_gather_run`; `UNSUPPORTED` for a CUDA source
+/// buffer; `DEVICE_ERROR` while copying to CUDA. Thread-safe; calls on one gather are serialised.
+#[no_mangle]
+pub extern "C" fn hostfirst_gather_run_from_buffer(
+    gather: *mut hostfirst_gather,
+    source: *const hostfirst_buffer,
+    offsets: *const u64,
+    n: usize,
+    out_batch: *mut *mut hostfirst_buffer,
+) -> Status {
+    hostfirst_boundary!("hostfirst_gather_run_from_buffer", {
         let g = handle::get::<hostfirst_gather>(gather, "gather")?;
-        let v = handle::get::<hostfirst_view>(source, "source")?;
-        let offsets: &[u64] = if n == 0 {
-            &[]
-        } else {
-            in_ref(offsets, "offsets")?;
-            // SAFETY: non-NULL with the caller's promise of `n` readable values.
-            unsafe { std::slice::from_raw_parts(offsets, n) }
+        let src = handle::get::<hostfirst_buffer>(source, "source")?;
+        let offsets = offsets_arg(offsets, n)?;
+        let batch = {
+            let src = src.lock().unwrap_or_else(|e| e.into_inner());
+            let mut g = g.lock().unwrap_or_else(|e| e.into_inner());
+            g.gather.run_from_buffer(&src, offsets)?
         };
-        let mut g = g.lock().unwrap_or_else(|e| e.into_inner());
-        g.gather.run(&v, offsets)
+        hand_out(batch, out_batch);
+        Ok(())
     })
 }
 
-/// Writes the gather's destination as a **borrowed** `hostfirst_buffer` handle to `*out` (the same handle
-/// on every call): usable with every buffer function while the gather lives; do not free it —
-/// `hostfirst_gather_free` does, after which it is stale (`INVALID_HANDLE`). Its contents change with each
-/// `hostfirst_gather_run`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+/// Writes a **new** `hostfirst_buffer` handle for the gather's current batch (the one the last successful run
+/// filled; before the first run, the first batch, zero-filled) to `*out`. The caller frees it with
+/// `hostfirst_buffer_free`; while it lives that batch is not rewritten (see `hostfirst_gather_new`).
+/// (This replaces 0.1's `hostfirst_gather_buffer`, which lent one borrowed handle whose contents changed
+/// with every run.) Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_gather_buffer(gather: *mut hostfirst_gather, out: *mut *mut hostfirst_buffer) -> Status {
-    hostfirst_boundary!("hostfirst_gather_buffer", {
+pub extern "C" fn hostfirst_gather_batch(gather: *const hostfirst_gather, out: *mut *mut hostfirst_buffer) -> Status {
+    hostfirst_boundary!("hostfirst_gather_batch", {
         let g = handle::get::<hostfirst_gather>(gather, "gather")?;
         let out = out_ptr(out, "out")?;
-        let mut g = g.lock().unwrap_or_else(|e| e.into_inner());
-        let live =
-            g.buffer_handle != 0 && handle::get::<hostfirst_buffer>(g.buffer_handle as *const _, "buffer").is_ok();
-        if !live {
-            g.buffer_handle = handle::insert::<hostfirst_buffer>(g.gather.buffer().clone()) as usize;
+        let batch = g.lock().unwrap_or_else(|e| e.into_inner()).gather.current();
+        *out = handle::insert::<hostfirst_buffer>(batch);
+        Ok(())
+    })
+}
+
+/// Sets the most batches the gather's ring may hold (1 to `HOSTFIRST_GATHER_MAX_RING_BOUND`; a new gather
+/// has `HOSTFIRST_GATHER_DEFAULT_RING_BOUND`). 1 gives one batch, rewritten by every run and `BUSY` while it
+/// is held. Lowering the bound drops batches beyond it from the ring, idle ones first: idle ones are freed
+/// now, held ones when their last reference is released; the current batch stays. Errors: `NULL_ARGUMENT`,
+/// `INVALID_HANDLE`, `INVALID_ARGUMENT` (bound out of range; nothing changed). Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_gather_set_ring_bound(gather: *mut hostfirst_gather, bound: usize) -> Status {
+    hostfirst_boundary!("hostfirst_gather_set_ring_bound", {
+        let g = handle::get::<hostfirst_gather>(gather, "gather")?;
+        let r = g.lock().unwrap_or_else(|e| e.into_inner()).gather.set_ring_bound(bound);
+        r
+    })
+}
+
+/// Describes the gather's ring: its bound, the batches allocated now, and how many of them are held by
+/// consumers (buffer handles not freed, DLPack exports not deleted). Each output may be NULL. Errors:
+/// `NULL_ARGUMENT` (gather), `INVALID_HANDLE`. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_gather_ring(
+    gather: *const hostfirst_gather,
+    out_bound: *mut usize,
+    out_allocated: *mut usize,
+    out_held: *mut usize,
+) -> Status {
+    hostfirst_boundary!("hostfirst_gather_ring", {
+        let g = handle::get::<hostfirst_gather>(gather, "gather")?;
+        let g = g.lock().unwrap_or_else(|e| e.into_inner());
+        let (bound, len, held) = (g.gather.ring_bound(), g.gather.ring_len(), g.gather.held());
+        drop(g);
+        for (p, v) in [(out_bound, bound), (out_allocated, len), (out_held, held)] {
+            if let Some(o) = opt_out(p) {
+                *o = v;
+            }
         }
-        *out = g.buffer_handle as *mut hostfirst_buffer;
         Ok(())
     })
 }
@@ -528,8 +714,9 @@ pub extern "C" fn hostfirst_gather_copy_to_host(
     hostfirst_boundary!("hostfirst_gather_copy_to_host", {
         let g = handle::get::<hostfirst_gather>(gather, "gather")?;
         let dst = out_bytes(dst as *mut u8, cap, "dst")?;
-        let g = g.lock().unwrap_or_else(|e| e.into_inner());
-        g.gather.copy_to_host(dst)
+        let batch = g.lock().unwrap_or_else(|e| e.into_inner()).gather.current();
+        let r = batch.lock().unwrap_or_else(|e| e.into_inner()).copy_to_host(dst);
+        r
     })
 }
 
@@ -544,20 +731,12 @@ pub extern "C" fn hostfirst_gather_nbytes(gather: *const hostfirst_gather, out_n
     })
 }
 
-/// Frees a gather, its destination, staging and stream, and makes its borrowed buffer handle stale. NULL is
-/// a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Memory is released once no call in flight uses
-/// it. Thread-safe.
+/// Frees a gather: its staging and stream, and the batches no one holds. Batches still held (buffer handles,
+/// DLPack exports) stay valid and are freed with their last reference. NULL is a no-op; a freed or foreign
+/// handle gives `INVALID_HANDLE`. Memory is released once no call in flight uses it. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_gather_free(gather: *mut hostfirst_gather) -> Status {
-    hostfirst_boundary!("hostfirst_gather_free", {
-        if let Some(g) = handle::remove::<hostfirst_gather>(gather, "gather")? {
-            let h = g.lock().unwrap_or_else(|e| e.into_inner()).buffer_handle;
-            if h != 0 {
-                let _ = handle::remove::<hostfirst_buffer>(h as *mut _, "buffer");
-            }
-        }
-        Ok(())
-    })
+    hostfirst_boundary!("hostfirst_gather_free", { handle::remove(gather, "gather").map(|_| ()) })
 }
 
 /// Draws `n` start offsets uniform in `[0, len - window)` into `out` (nanoGPT's `get_batch`: each window

@@ -215,6 +215,15 @@ impl TensorView {
         })
     }
 
+    /// The open file this view reads from and the absolute offset of its first byte in it; `None` for a view
+    /// over a memory buffer. (For private mappings of the view's pages: copy-on-write puts and exports.)
+    pub(crate) fn file_and_offset(&self) -> Option<(&std::fs::File, u64)> {
+        match &self.shard.source {
+            super::shard::Source::File { file, .. } => Some((file, self.file_offset())),
+            super::shard::Source::Memory(_) => None,
+        }
+    }
+
     /// The name as a NUL-terminated C string, valid while this view lives.
     pub(crate) fn name_ptr(&self) -> *const std::ffi::c_char {
         self.name.as_ptr()

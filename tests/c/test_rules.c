@@ -150,9 +150,14 @@ int main(int argc, char **argv) {
     CHECK_OK(hostfirst_gather_nbytes(g, &nbytes));
     CHECK(nbytes == 4 * 16 * 2);
     hostfirst_buffer *gb = NULL, *gb2 = NULL;
-    CHECK_OK(hostfirst_gather_buffer(g, &gb));
-    CHECK_OK(hostfirst_gather_buffer(g, &gb2));
-    CHECK(gb == gb2);
+    CHECK_OK(hostfirst_gather_batch(g, &gb));
+    CHECK_OK(hostfirst_gather_batch(g, &gb2));
+    CHECK(gb != gb2); /* two new references to the first batch */
+    hostfirst_buffer_info i1 = {.struct_size = sizeof i1}, i2 = {.struct_size = sizeof i2};
+    CHECK_OK(hostfirst_buffer_describe(gb, &i1));
+    CHECK_OK(hostfirst_buffer_describe(gb2, &i2));
+    CHECK(i1.address == i2.address && i1.nbytes == 4 * 16 * 2 && i1.rank == 2);
+    CHECK_OK(hostfirst_buffer_free(gb2));
     uint64_t state = 42, offs[4];
     for (int step = 0; step < 5; step++) {
         CHECK_OK(hostfirst_random_offsets(&state, NTOK, 16, offs, 4));
@@ -185,7 +190,8 @@ int main(int argc, char **argv) {
     CHECK_STATUS(hostfirst_gather_new(cpu, 999, 4, 16, &g), HOSTFIRST_STATUS_INVALID_ARGUMENT);
     CHECK_STATUS(hostfirst_gather_new(cpu, HOSTFIRST_DTYPE_U16, 0, 16, &g), HOSTFIRST_STATUS_INVALID_ARGUMENT);
     CHECK_OK(hostfirst_gather_free(g));
-    CHECK_STATUS(hostfirst_buffer_free(gb), HOSTFIRST_STATUS_INVALID_HANDLE); /* borrowed: stale with its gather */
+    CHECK_OK(hostfirst_buffer_describe(gb, &i1)); /* a reference of its own: valid after the gather is freed */
+    CHECK_OK(hostfirst_buffer_free(gb));
     CHECK_STATUS(hostfirst_gather_run(g, view, offs, 4), HOSTFIRST_STATUS_INVALID_HANDLE);
     CHECK_STATUS(hostfirst_gather_free(g), HOSTFIRST_STATUS_INVALID_HANDLE);
     CHECK_OK(hostfirst_gather_free(NULL));

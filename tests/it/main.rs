@@ -11,6 +11,7 @@ mod common;
 mod cpp;
 mod cuda_stub;
 mod example_host_first;
+mod handoff;
 mod header;
 mod install;
 mod load_catalogue;
