@@ -17,24 +17,16 @@ static uint16_t tok[N];
 static long data_start;
 
 static void write_file(const char *dir) {
-    snprintf(path, sizeof path, "%s/handoff.safetensors", dir);
-    char header[512];
-    /* a header length that leaves the data off a page boundary */
-    snprintf(header, sizeof header,
-             "{\"tok\":{\"dtype\":\"U16\",\"shape\":[%d],\"data_offsets\":[0,%d]},"
-             "\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[%d,%d]}}  ",
-             N, 2 * N, 2 * N, 2 * N + 24);
     for (int i = 0; i < N; i++) tok[i] = (uint16_t)(i * 13 + 5);
-    float w[6] = {1, 2, 3, 4, 5, 6};
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    uint64_t len = strlen(header);
-    unsigned char le[8];
-    for (int i = 0; i < 8; i++) le[i] = (unsigned char)(len >> (8 * i));
-    CHECK(fwrite(le, 1, 8, f) == 8 && fwrite(header, 1, len, f) == len);
-    CHECK(fwrite(tok, 1, sizeof tok, f) == sizeof tok && fwrite(w, 1, sizeof w, f) == sizeof w);
-    CHECK(fclose(f) == 0);
-    data_start = (long)(8 + len);
+    static const float w[6] = {1, 2, 3, 4, 5, 6};
+    char header[512]; /* two trailing spaces: the data starts off a page boundary */
+    int len = snprintf(header, sizeof header, "{\"tok\":{\"dtype\":\"U16\",\"shape\":[%d],\"data_offsets\":[0,%d]},"
+                       "\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[%d,%d]}}  ", N, 2 * N, 2 * N, 2 * N + 24);
+    data_start = 8 + len;
+    snprintf(path, sizeof path, "%s/handoff.safetensors", dir);
+    const void *parts[] = {tok, w};
+    const size_t sizes[] = {sizeof tok, sizeof w};
+    write_safetensors(path, header, 2, parts, sizes);
 }
 
 /* The file's tok bytes now, read with stdio. */

@@ -23,17 +23,9 @@ static void write_model(void) {
              "\"w\":{\"dtype\":\"F32\",\"shape\":[4,6],\"data_offsets\":[%d,%d]},"
              "\"b\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[%d,%d]}}",
              NTOK, 2 * NTOK, 2 * NTOK, 2 * NTOK + 4 * NW, 2 * NTOK + 4 * NW, 2 * NTOK + 4 * NW + 8);
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    uint64_t len = strlen(hdr);
-    unsigned char le[8];
-    for (int i = 0; i < 8; i++) le[i] = (unsigned char)(len >> (8 * i));
-    CHECK(fwrite(le, 1, 8, f) == 8);
-    CHECK(fwrite(hdr, 1, len, f) == len);
-    CHECK(fwrite(tok, 2, NTOK, f) == NTOK);
-    CHECK(fwrite(w, 4, NW, f) == NW);
-    CHECK(fwrite(b, 1, 8, f) == 8);
-    CHECK(fclose(f) == 0);
+    const void *parts[] = {tok, w, b};
+    const size_t sizes[] = {sizeof tok, sizeof w, sizeof b};
+    write_safetensors(path, hdr, 3, parts, sizes);
 }
 
 static int calls;
