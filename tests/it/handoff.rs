@@ -501,3 +501,28 @@ fn c_handoff_with_the_stand_in() {
     let out = run_ok_with_stand_in(&bin, &[dir.to_str().unwrap(), "cuda"], &[]);
     assert!(out.contains("cuda ok"), "{out}");
 }
+
+#[test]
+fn cli_put_copy_on_write_and_gather_from_host() {
+    let path = write_file("cli.safetensors", &[("tok", "U16", vec![20_000], pattern(40_000, 10))]);
+    let p = path.to_str().unwrap();
+    let v = json(&run_ok(&cli(), &["put", p, "tok", "--device", "cpu", "--copy-on-write", "--json"], &[]));
+    assert_eq!((v["copy_on_write"].as_bool(), v["verified"].as_bool()), (Some(true), Some(true)), "{v}");
+    let v = json(&run_ok(&cli(), &["put", p, "tok", "--device", "cpu", "--json"], &[]));
+    assert_eq!(v["copy_on_write"].as_bool(), Some(false), "eager unless asked");
+    let out = run_ok(&cli(), &["put", p, "tok", "--device", "cpu", "--copy-on-write"], &[]);
+    assert!(out.contains("copy-on-write: the buffer maps the file's pages privately"), "{out}");
+
+    let args = ["gather", p, "tok", "--batch", "4", "--window", "100", "--device", "cpu", "--iters", "5"];
+    let v = json(&run_ok(&cli(), &[&args[..], &["--from-host", "--json"]].concat(), &[]));
+    assert_eq!((v["check"].as_str(), v["from_host"].as_bool()), (Some("ok"), Some(true)), "{v}");
+    assert!(v["put_s"].as_f64().unwrap() >= 0.0);
+    // A window as long as the tensor, or far longer: a clear error, not an out-of-memory one.
+    for w in ["20000", "1000000000000000"] {
+        let o = run(&cli(), &["gather", p, "tok", "--batch", "4", "--window", w, "--device", "cpu"], &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains("must be shorter than tensor 'tok' (20000 elements)"), "{err}");
+        assert!(!err.contains("OUT_OF_MEMORY"), "{err}");
+    }
+}
