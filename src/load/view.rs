@@ -82,7 +82,8 @@ impl TensorView {
     ///
     /// No page is read until it is touched. **Hazard:** if the file is truncated by anyone while the mapping
     /// is in use, touching a page past the new end raises SIGBUS in this process; use [`TensorView::read_at`]
-    /// (pread) where that matters. The data is not necessarily aligned for its dtype (see
+    /// (pread) where that matters, and for a data loader gather from a cpu copy
+    /// (`place::Gather::run_from_buffer`). The data is not necessarily aligned for its dtype (see
     /// [`TensorView::alignment`]).
     pub fn mapped(&self) -> &[u8] {
         let off = self.file_offset() as usize;
