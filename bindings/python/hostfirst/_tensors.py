@@ -446,7 +446,7 @@ _lib.declare_more(lib, {
 
 class Gather:
     """The data-loader primitive: B windows of T elements of a 1-D host tensor, assembled as a [B, T] batch on
-    `device` in one transfer, into one destination reused by every `run` (no allocation per step).
+    `device` in one transfer, into a small ring of batches reused once released (no allocation per step).
 
         g = hostfirst.Gather("cuda:0", "U16", batch=64, window=1025)   # or "cpu", "default"
         tokens.prefault()                      # once: later batches take no page faults
