@@ -235,10 +235,12 @@ pub extern "C" fn hostfirst_put_options_init(out: *mut hostfirst_put_options) ->
 /// the default: nothing hostfirst hands out changes under the consumer. A copy into new memory runs at the
 /// speed of first-touch page zeroing (about 3-4 GB/s on the benchmark machine, BENCHMARKS.md).
 /// With `opts->copy_on_write = 1` a put to cpu of a view that reads from a file maps the tensor's pages
-/// privately instead (`MAP_PRIVATE`, readable and writable, populated for reading up front with
-/// `MADV_POPULATE_READ` so later reads take no page faults and a truncated file is found now): a 2 GiB
-/// tensor in the page cache takes milliseconds, and the process's anonymous memory grows only as pages are
-/// written. The buffer behaves like any cpu buffer (writable, `hostfirst_buffer_to_dlpack`,
+/// privately instead (`MAP_PRIVATE`, readable and writable): a 2 GiB tensor in the page cache takes
+/// milliseconds, and the process's anonymous memory grows only as pages are written. The pages are populated
+/// for reading up front (`MADV_POPULATE_READ`; read-ahead advice on kernels before 5.14), not lazily, because a
+/// put promises data in memory: what is not cached is read now, as a copy would read it, instead of one page
+/// fault at a time inside the consumer's loop; later reads take no page faults; and a file already truncated
+/// is reported now (`TRUNCATED`) instead of by a SIGBUS later. Populating copies nothing. The buffer behaves like any cpu buffer (writable, `hostfirst_buffer_to_dlpack`,
 /// `hostfirst_buffer_free`); a write copies the 4 KiB page it touches, and **nothing is ever written to the
 /// file**. Its data address is where the tensor sits in its first page (alignment as the file gives it,
 /// see `hostfirst_view_info.alignment`). The fit check counts what can become private: every page the tensor

@@ -508,7 +508,9 @@ pub extern "C" fn hostfirst_load_free(load: *mut hostfirst_load) -> Status {
 /// `HOSTFIRST_GATHER_DEFAULT_RING_BOUND` (4) unless set with `hostfirst_gather_set_ring_bound`; at the bound
 /// a run returns `HOSTFIRST_STATUS_BUSY` and changes nothing. A consumer that releases each batch before the
 /// next run keeps one batch; one that holds the previous batch while the next is filled keeps two. Once the
-/// ring has grown to what the consumer holds at once, runs allocate nothing.
+/// ring has grown to what the consumer holds at once, runs allocate nothing. Batches are the only memory
+/// hostfirst both reuses and hands out: its staging slabs, resident registrations and the gather's staging
+/// buffer are internal and never reach a consumer; every other buffer it hands out is never rewritten.
 ///
 /// Errors: `NULL_ARGUMENT`, `INVALID_ARGUMENT` (batch or window 0, unknown or sub-byte dtype, bad device
 /// value), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `OUT_OF_MEMORY`, `DEVICE_ERROR`. Thread-safe.
