@@ -485,20 +485,13 @@ fn stand_in_ring_and_stream_handshake() {
     });
 }
 
+/// The C program, compiled once (two tests compiling one output path would race), on cpu and on the stand-in.
 #[test]
-fn c_handoff() {
+fn c_handoff_on_cpu_and_the_stand_in() {
     assert!(have_cc(), "no C compiler");
     let bin = compile_c_test("test_handoff");
-    let dir = scratch("c_handoff");
-    run_ok(&bin, &[dir.to_str().unwrap()], &[]);
-}
-
-#[test]
-fn c_handoff_with_the_stand_in() {
-    assert!(have_cc(), "no C compiler");
-    let bin = compile_c_test("test_handoff");
-    let dir = scratch("c_handoff_stand_in");
-    let out = run_ok_with_stand_in(&bin, &[dir.to_str().unwrap(), "cuda"], &[]);
+    run_ok(&bin, &[scratch("c_handoff").to_str().unwrap()], &[]);
+    let out = run_ok_with_stand_in(&bin, &[scratch("c_handoff_stand_in").to_str().unwrap(), "cuda"], &[]);
     assert!(out.contains("cuda ok"), "{out}");
 }
 
