@@ -11,7 +11,7 @@ use crate::device::cuda::{DeviceMemory, Event, PinnedHostMemory, Stream};
 use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result, Status};
-use crate::load::TensorView;
+use crate::file::TensorView;
 
 /// Where a buffer's bytes live.
 pub enum Memory {
@@ -44,9 +44,9 @@ impl Buffer {
             .map_err(|_| Error::new(Status::OutOfMemory, format!("{name}: {nbytes} bytes does not fit in memory")))?;
         let what = format!("tensor '{name}'");
         let mem = match device.kind {
-            DeviceKind::Cpu => Memory::Host(HostAlloc::zeroed(len, &what)?),
-            DeviceKind::CudaHost => Memory::Pinned(PinnedHostMemory::alloc(len).map_err(|e| e.context(&what))?),
-            DeviceKind::Cuda => Memory::Cuda(DeviceMemory::alloc(device.ordinal, len).map_err(|e| e.context(&what))?),
+            DeviceKind::CPU => Memory::Host(HostAlloc::zeroed(len, &what)?),
+            DeviceKind::CUDA_HOST => Memory::Pinned(PinnedHostMemory::alloc(len).map_err(|e| e.context(&what))?),
+            DeviceKind::CUDA => Memory::Cuda(DeviceMemory::alloc(device.ordinal, len).map_err(|e| e.context(&what))?),
         };
         Ok(Buffer::with_memory(name, dtype, shape, nbytes, mem))
     }

@@ -23,7 +23,7 @@ use super::put::{buffer_to, put, PutOptions, Target};
 use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result, Status};
-use crate::load::TensorView;
+use crate::file::TensorView;
 use std::sync::{Arc, Mutex};
 
 /// `CU_STREAM_LEGACY`: the legacy default stream of the current context.
@@ -146,7 +146,7 @@ fn from_buffer(b: Buffer, read_only: bool, copied: bool) -> Export {
 pub fn export_view(view: &TensorView, form: Form, copy: CopyPolicy, device: Option<Device>) -> Result<Export> {
     let what = format!("{}: tensor '{}'", view.file_display(), view.name());
     let target = device.unwrap_or(Device::CPU);
-    if target.kind != DeviceKind::Cpu || copy == CopyPolicy::Always {
+    if target.kind != DeviceKind::CPU || copy == CopyPolicy::Always {
         if copy == CopyPolicy::Never {
             return Err(never(&what, &format!("the view is in host memory and {target} was asked")));
         }
@@ -207,7 +207,7 @@ pub fn export_buffer(
         Arc::clone(buf)
     };
     let e = exported.lock().unwrap_or_else(|p| p.into_inner());
-    let cuda = e.device().kind == DeviceKind::Cuda;
+    let cuda = e.device().kind == DeviceKind::CUDA;
     if cuda {
         e.sync_stream(stream)?;
     }
@@ -275,7 +275,7 @@ mod tests {
         let mut v = (header.len() as u64).to_le_bytes().to_vec();
         v.extend_from_slice(header);
         v.extend([1u8, 2, 3, 4]);
-        let f = crate::load::TensorFile::from_bytes(v).unwrap();
+        let f = crate::file::TensorFile::from_bytes(v).unwrap();
         let view = f.view("x").unwrap();
         let e = export_view(&view, Form::Legacy, CopyPolicy::IfNeeded, None).unwrap();
         assert!(e.copied && !e.read_only);

@@ -23,12 +23,12 @@
 //! under the gather gives `TRUNCATED` instead of SIGBUS.
 
 use super::buffer::{Buffer, Memory};
-use super::fit;
 use crate::device::cuda::{Event, PinnedHostMemory, Stream};
+use crate::device::fit;
 use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
 use crate::error::{human_bytes, Error, Result, Status};
-use crate::load::TensorView;
+use crate::file::TensorView;
 use std::sync::{Arc, Mutex};
 
 /// Batches a gather's ring may hold unless told otherwise: the one being filled, the one the consumer
@@ -110,12 +110,12 @@ impl Gather {
                 Error::new(Status::InvalidArgument, format!("gather: {batch} x {window} elements overflow"))
             })?;
         let what = format!("gather batch [{batch}, {window}] {}", dtype.name());
-        let staging_bytes = if device.kind == DeviceKind::Cuda { nbytes } else { 0 };
+        let staging_bytes = if device.kind == DeviceKind::CUDA { nbytes } else { 0 };
         fit::check(&what, nbytes, device)?;
         if staging_bytes > 0 {
             fit::check(&format!("{what} staging"), staging_bytes, Device::CUDA_HOST)?;
         }
-        let (staging, stream) = if device.kind == DeviceKind::Cuda {
+        let (staging, stream) = if device.kind == DeviceKind::CUDA {
             (Some(PinnedHostMemory::alloc(nbytes as usize)?), Some(Stream::new(device.ordinal)?))
         } else {
             (None, None)
@@ -139,7 +139,7 @@ impl Gather {
     /// One more batch buffer (with, for CUDA, the event its writes are recorded on). No fit check here.
     fn new_batch(&self) -> Result<Batch> {
         let mut b = Buffer::alloc("batch", self.dtype, &[self.batch, self.window], self.nbytes(), self.device)?;
-        if self.device.kind == DeviceKind::Cuda {
+        if self.device.kind == DeviceKind::CUDA {
             b.set_ready_event(Event::new(self.device.ordinal)?);
         }
         Ok(Arc::new(Mutex::new(b)))

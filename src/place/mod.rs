@@ -3,7 +3,6 @@
 
 pub mod buffer;
 pub mod export;
-pub mod fit;
 pub mod host;
 pub mod op;
 pub mod parallel;

@@ -1,11 +1,11 @@
 //! Loading a whole file by a plan: every device fit-checked up front, then the puts, one progress callback.
 
 use super::buffer::Buffer;
-use super::fit;
 use super::plan::{Placement, Plan};
 use super::put::{fill, PutOptions};
+use crate::device::fit;
 use crate::error::{human_bytes, Error, FitFailure, Result, Status};
-use crate::load::{TensorFile, TensorView};
+use crate::file::{TensorFile, TensorView};
 use std::sync::{Arc, Mutex};
 
 /// One loaded tensor.
@@ -111,7 +111,7 @@ pub fn load_with(file: &TensorFile, plan: &Plan, opts: LoadOptions<'_>) -> Resul
                     PutOptions { progress: if has_progress { Some(&mut sink) } else { None }, ..PutOptions::default() };
                 // The whole load was fit-checked up front; a per-tensor check would read /proc/meminfo (or ask
                 // the driver) once per tensor, which dominated many-tensor loads.
-                let cow = copy_on_write && d.kind == crate::device::DeviceKind::Cpu && view.file_and_offset().is_some();
+                let cow = copy_on_write && d.kind == crate::device::DeviceKind::CPU && view.file_and_offset().is_some();
                 let made = if cow {
                     Buffer::map_private(&view, true)
                 } else {

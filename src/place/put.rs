@@ -1,11 +1,11 @@
 //! Puts: a tensor view (or slice) onto a device as a new buffer, fit-checked before anything is allocated.
 
 use super::buffer::{Buffer, Memory};
-use super::fit;
 use super::parallel::{default_threads, parallel_fill, DEFAULT_CHUNK};
+use crate::device::fit;
 use crate::device::{Device, DeviceKind};
 use crate::error::Result;
-use crate::load::TensorView;
+use crate::file::TensorView;
 
 /// Where a put goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,7 +75,7 @@ pub fn put(view: &TensorView, target: Target, opts: PutOptions<'_>) -> Result<Bu
 pub fn put_with_stats(view: &TensorView, target: Target, opts: PutOptions<'_>) -> Result<(Buffer, PutStats)> {
     let what = format!("tensor '{}'", view.name());
     let device = target.resolve(&what)?;
-    if let (true, DeviceKind::Cpu, Some((_, offset))) = (opts.copy_on_write, device.kind, view.file_and_offset()) {
+    if let (true, DeviceKind::CPU, Some((_, offset))) = (opts.copy_on_write, device.kind, view.file_and_offset()) {
         fit::check(&what, super::host::private_span(offset, view.nbytes()), device)?;
         return Ok((map_private(view, opts.progress)?, PutStats::default()));
     }
@@ -119,7 +119,7 @@ fn fill_impl(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>, fresh: b
     match buf.memory_mut() {
         Memory::Host(_) | Memory::Pinned(_) => {
             let dst = buf.host_bytes_mut().expect("host memory");
-            let populate = fresh && matches!(device.kind, DeviceKind::Cpu);
+            let populate = fresh && matches!(device.kind, DeviceKind::CPU);
             parallel_fill(
                 dst,
                 threads,
@@ -135,7 +135,7 @@ fn fill_impl(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>, fresh: b
             Ok(PutStats::default())
         }
         Memory::Cuda(dev) => {
-            debug_assert_eq!(device.kind, DeviceKind::Cuda);
+            debug_assert_eq!(device.kind, DeviceKind::CUDA);
             let mut progress = opts.progress;
             let mut stats = PutStats::default();
             if opts.resident && view.nbytes() > 0 {
