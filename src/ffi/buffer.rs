@@ -111,7 +111,7 @@ pub extern "C" fn hostfirst_buffer_is_file_backed(buffer: *const hostfirst_buffe
 pub extern "C" fn hostfirst_buffer_sync_stream(buffer: *const hostfirst_buffer, stream: i64) -> Status {
     hostfirst_boundary!("hostfirst_buffer_sync_stream", {
         let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
-        let s = crate::place::export::ConsumerStream::from_dlpack(Some(stream))?;
+        let s = crate::place::consumer::ConsumerStream::from_dlpack(Some(stream))?;
         let r = b.lock().unwrap_or_else(|p| p.into_inner()).sync_stream(s).map(|_| ());
         r
     })
@@ -128,7 +128,7 @@ pub extern "C" fn hostfirst_buffer_sync_stream(buffer: *const hostfirst_buffer, 
 pub extern "C" fn hostfirst_buffer_record_stream(buffer: *const hostfirst_buffer, stream: i64) -> Status {
     hostfirst_boundary!("hostfirst_buffer_record_stream", {
         let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
-        let s = crate::place::export::ConsumerStream::from_dlpack(Some(stream))?;
+        let s = crate::place::consumer::ConsumerStream::from_dlpack(Some(stream))?;
         let r = b.lock().unwrap_or_else(|p| p.into_inner()).record_stream(s);
         r
     })

@@ -5,7 +5,7 @@
 //! consumers' streams when they released the buffer (hostfirst's next write waits on them). See
 //! [`super::export`].
 
-use super::export::ConsumerStream;
+use super::consumer::ConsumerStream;
 use super::host::HostAlloc;
 use crate::device::cuda::{DeviceMemory, Event, PinnedHostMemory, Stream};
 use crate::device::{Device, DeviceKind};

@@ -2,6 +2,7 @@
 //! whole-file placement rules, and the batch gather.
 
 pub mod buffer;
+pub mod consumer;
 pub mod export;
 pub mod host;
 pub mod op;
