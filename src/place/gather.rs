@@ -116,7 +116,7 @@ impl Gather {
             fit::check(&format!("{what} staging"), staging_bytes, Device::CUDA_HOST)?;
         }
         let (staging, stream) = if device.kind == DeviceKind::CUDA {
-            (Some(PinnedHostMemory::alloc(nbytes as usize)?), Some(Stream::new(device.ordinal)?))
+            (Some(PinnedHostMemory::alloc_on(device.ordinal, nbytes as usize)?), Some(Stream::new(device.ordinal)?))
         } else {
             (None, None)
         };
@@ -363,7 +363,7 @@ impl Gather {
     fn fill_cuda(&mut self, source: &Source<'_>, offsets: &[u64], dest: &mut Buffer) -> Result<()> {
         let mut staging = match self.staging.take() {
             Some(s) => s,
-            None => PinnedHostMemory::alloc(self.nbytes() as usize)?, // only after a failed copy leaked it
+            None => PinnedHostMemory::alloc_on(self.device.ordinal, self.nbytes() as usize)?, // after a failed copy
         };
         if let Err(e) = self.fill(source, offsets, staging.as_mut_slice()) {
             self.staging = Some(staging);
