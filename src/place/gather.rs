@@ -379,7 +379,9 @@ impl Gather {
         let inflight = stream.copy_to_device_async(staging, 0, mem, 0, n)?;
         let recorded = dest.ready_event().map_or(Ok(()), |ev| ev.record(stream));
         self.staging = Some(inflight.wait()?);
-        recorded
+        // `run` returns with the batch in place: the batch's own event has completed too (nothing of this run
+        // stays queued on the stream).
+        recorded.and_then(|()| dest.ready_event().map_or(Ok(()), |ev| ev.synchronize()))
     }
 
     /// Copies the batch the last run filled into `dst` (at least [`Gather::nbytes`] bytes, else

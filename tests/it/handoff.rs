@@ -479,6 +479,9 @@ fn stand_in_ring_and_stream_handshake() {
         let e = export_buffer(&h, CopyPolicy::IfNeeded, None, ConsumerStream::Legacy).unwrap();
         assert!(e.release_on.is_none());
         assert_eq!(waits(), w2);
+        // The consumer's stream work (the waits and release records queued on the default stream) runs at its
+        // next synchronisation; a synchronous copy from the device is one.
+        assert!(bytes_of(&g.current()) == direct(&pattern(2000, 8), 2, &[7, 8], 8));
         drop((g, f, e, cuda_src));
         assert_eq!(stand_in_query("stand_in_live_allocations"), 0);
         assert_eq!(stand_in_query("stand_in_live_pinned"), 0);
