@@ -249,7 +249,7 @@ def main():
     os.makedirs(data, exist_ok=True)
     py = [sys.executable, os.path.abspath(__file__), "--peer"]
     t_start = time.time()
-    only = set(argv[argv.index("--only") + 1].split(",")) if "--only" in argv else {"open", "put", "gather", "many",
+    only = set(argv[argv.index("--only") + 1].split(",")) if "--only" in argv else {"open", "put", "gather", "many", "cow",
                                                                                   "shard"}
     exe = build()
     m = machine()
@@ -267,6 +267,8 @@ def main():
 
     sizes = [2 * MiB, 64 * MiB, 512 * MiB, 2 * GiB, 4 * GiB] if not quick else [2 * MiB, 64 * MiB, 2 * GiB]
     counts = [10, 100, 1000, 10000, 100000] if not quick else [10, 1000, 100000]
+    if "open" not in only:  # the other sections use only the 2 GiB token file (and "many" its own)
+        sizes, counts = [2 * GiB], []
     files = {}
     if only <= {"shard"}:  # the shard section writes its own file
         sizes, counts = [], []
@@ -282,7 +284,7 @@ def main():
             write_many(p, c, 16)
         files[("count", c)] = p
     many = os.path.join(data, "many-20000x4KiB.safetensors")
-    if not os.path.exists(many) and sizes:
+    if "many" in only and not os.path.exists(many):
         write_many(many, 20000, 1024)
     big = files.get(("size", 2 * GiB))  # the put tensor and the token file (u16, 1 Gi tokens)
 
@@ -337,11 +339,21 @@ def main():
         add(run1(py + ["load_file", many, "load-all"]), rep=r, resident=res)
         add(run1(py + ["get_tensor_loop", many]), rep=r, resident=res)
 
-    # 5. shard-on-read: one rank of 4 (rank 1) loads its shards of a 2 GiB file of 16 f32 [2048, 16384] tensors
+    # 6. copy-on-write put to cpu vs the best copy into fresh memory vs Python (issue 15), interleaved
+    print("6. copy-on-write put ...", flush=True)
+    for r in range(put_reps) if "cow" in only else []:
+        res = warm(exe, big)
+        add(run1([exe, "put-cow", big, "tokens"]), rep=r, resident=res, series="cow")
+        add(run1([exe, "put-cpu", big, "tokens"]), rep=r, resident=res, series="cow")
+        add(run1([exe, "memcpy", str(n), thr, "fresh"]), rep=r, series="cow")
+        add(run1([exe, "pread", big, thr, "fresh"]), rep=r, resident=res, series="cow")
+        add(run1(py + ["load_file", big]), rep=r, resident=res, series="cow")
+
+    # 7. shard-on-read: one rank of 4 (rank 1) loads its shards of a 2 GiB file of 16 f32 [2048, 16384] tensors
     # (64 KiB rows), split along dim 0 or dim 1, vs reading every tensor whole and slicing it in memory.
     shard_file = os.path.join(data, "shard-16x2048x16384-f32.safetensors")
     if "shard" in only:
-        print("5. shard ...", flush=True)
+        print("7. shard ...", flush=True)
         if not os.path.exists(shard_file):
             write_sharded(shard_file, 16, 2048, 16384)
         size = os.path.getsize(shard_file)
@@ -372,11 +384,17 @@ def main():
         # A partial re-run replaces those sections' records in latest.json and is noted in its machine block.
         prev = json.load(open(latest))
         ops = {"open": {"open"}, "put": {"put-cpu", "memcpy", "pread"}, "gather": {"gather"}, "many": {"load-all"},
-               "shard": {"shard"}}
+               "cow": set(), "shard": {"shard"}}
         drop = set().union(*(ops[o] for o in only))
+
+        def dropped(r):  # the cow section's records are its series (it shares ops with the put section)
+            if r.get("series") == "cow":
+                return "cow" in only
+            return r["op"] in drop
+
         m_prev = prev["machine"]
         m_prev.setdefault("partial_reruns", []).append(m)
-        doc = dict(machine=m_prev, records=[r for r in prev["records"] if r["op"] not in drop] + recs)
+        doc = dict(machine=m_prev, records=[r for r in prev["records"] if not dropped(r)] + recs)
     raw = f"{stamp}{'-quick' if quick else ''}{'-only-' + '-'.join(sorted(only)) if '--only' in argv else ''}.json"
     with open(os.path.join(outdir, raw), "w") as f:
         json.dump(dict(machine=m, records=recs), f, indent=1)

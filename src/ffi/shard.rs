@@ -152,7 +152,7 @@ pub struct hostfirst_shard_info {
 out_struct!(hostfirst_shard_info, file);
 
 fn shard_options(p: *const hostfirst_shard_options) -> Result<(ReadPolicy, RunOpts)> {
-    let o = read_options(p, "options", "hostfirst_shard_options")?;
+    let o = read_options(p, hostfirst_shard_options::default(), "options")?;
     let mut policy = ReadPolicy::default();
     if o.max_over_read != 0.0 {
         policy.max_over_read = o.max_over_read;

@@ -378,3 +378,31 @@ fn write_sparse(path: &Path, t: &T) {
     std::fs::write(path, &img).unwrap();
     std::fs::OpenOptions::new().write(true).open(path).unwrap().set_len(img.len() as u64 + n).unwrap();
 }
+
+#[test]
+fn strided_views_export_with_strides_or_as_packed_copies() {
+    use hostfirst::place::export::{export_view, CopyPolicy, Form, Keep};
+    let t = T("w", "F32", 32, vec![6, 10]);
+    let dir = scratch(&format!("shard-export-{}", std::process::id()));
+    let data = write_st(&dir.join("e.safetensors"), &[&t], 5).remove(0).1;
+    let f = TensorFile::open(dir.join("e.safetensors")).unwrap();
+    let v = f.view("w").unwrap().narrow(1, 2, 5).unwrap();
+    let want = block(&data, &t.3, 32, &[(0, 6), (2, 5)]);
+    // Versioned: zero-copy into the mapping, with the tensor's element strides.
+    let e = export_view(&v, Form::Versioned, CopyPolicy::IfNeeded, None).unwrap();
+    assert!(e.read_only && !e.copied && e.strides.as_deref() == Some(&[10, 1][..]));
+    assert_eq!(e.data, v.mapped().as_ptr() as u64);
+    // Legacy (no read-only flag, no copy-on-write mapping of a strided view): a packed copy.
+    let e = export_view(&v, Form::Legacy, CopyPolicy::IfNeeded, None).unwrap();
+    assert!(e.copied && e.strides.is_none() && e.shape == [6, 5]);
+    let Keep::Buffer(b) = &e.keep else { panic!("a copy is a buffer") };
+    assert_eq!(buffer_bytes(b), want);
+    let e = export_view(&v, Form::Legacy, CopyPolicy::Never, None).err().unwrap();
+    assert_eq!(e.status(), Status::Unsupported);
+    // A copy-on-write put of a strided view is an ordinary packed copy.
+    let b = put(&v, Target::Device(Device::CPU), PutOptions { copy_on_write: true, ..PutOptions::default() }).unwrap();
+    assert!(!b.is_file_backed());
+    let mut back = vec![0u8; want.len()];
+    b.copy_to_host(&mut back).unwrap();
+    assert_eq!(back, want);
+}
