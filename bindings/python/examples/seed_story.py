@@ -18,11 +18,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a source checkout: bindings/python
-
 import numpy as np
 
-import hostfirst
+try:
+    import hostfirst
+except ImportError:  # not installed: a source checkout's bindings/python
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import hostfirst
 
 
 def rss_mib():
