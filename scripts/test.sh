@@ -2,7 +2,8 @@
 # The whole hostfirst test suite, on a fresh machine: installs what the tests need when it is missing
 # (a C and C++ compiler, binutils, cmake and pkg-config, Python packages), then runs every test:
 #   formatting, clippy and every target building; Rust unit and property tests, C ABI programs (-Wall -Wextra -Werror), header checks, the stand-in CUDA
-#   driver tests, the CLI, the fuzz corpus replay, the install tests (tests/install.rs), the Python binding tests.
+#   driver tests, the CLI, the fuzz corpus replay, the install tests (tests/install.rs), the Python wheel and its tests
+#   in fresh venvs (scripts/test-python.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,11 +21,6 @@ have cc && have c++ && have nm && have readelf && have cmake && have pkg-config 
     || apt_install gcc g++ binutils cmake pkg-config
 have cargo || { echo "test.sh: cargo (Rust) is required" >&2; exit 1; }
 
-# Python packages for the binding tests and the reference-reader fixtures (quiet, idempotent).
-if have python3 && [ -f scripts/python-requirements.txt ]; then
-    python3 -m pip install -q --disable-pip-version-check -r scripts/python-requirements.txt >&2
-fi
-
 # The house rules: formatted, clippy-clean on every target, every target (benches included) builds.
 cargo fmt --check
 cargo clippy --all-targets --features test-hooks -- -D warnings 2>&1
@@ -33,6 +29,6 @@ cargo bench --no-run 2>&1
 
 cargo test --features test-hooks --no-fail-fast 2>&1
 
-if [ -d bindings/python/tests ] && have python3; then
-    python3 -m pytest -q bindings/python/tests 2>&1
-fi
+# Python: the manylinux wheel, installed into fresh venvs (numpy 2 with JAX, and numpy 1.26), tested as users get it.
+have python3 || apt_install python3 python3-venv
+bash scripts/test-python.sh

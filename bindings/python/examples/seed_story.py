@@ -96,7 +96,7 @@ def main():
     per = args.batch * args.seq
     for step in range(min(args.steps, len(tokens) // per)):
         rows = tokens[step * per:(step + 1) * per]  # zero-copy row slice of the file
-        batch = np.from_dlpack(rows).reshape(args.batch, args.seq)  # still zero-copy, read-only
+        batch = np.asarray(rows).reshape(args.batch, args.seq)  # still zero-copy, read-only
         arr, where = to_default_device(batch)
         print(f"step {step}: batch {tuple(batch.shape)} -> {where}, first token {int(batch[0, 0])}")
     if tmp is not None:

@@ -4,13 +4,31 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import List, Sequence, Union
+from typing import Any, List, Sequence, Union
+
+import numpy as np
 
 from . import _dtypes
 from ._core import Device, check
 from ._devices import resolve_target
 from ._lib import lib
-from ._tensors import Buffer, Tensor
+from ._tensors import Buffer, Tensor, _Carrier
+
+
+def source_tensor(x: Union[Tensor, np.ndarray]) -> Tensor:
+    """The Tensor to gather from: a Tensor, or a whole-tensor numpy array made from one (the host arrays
+    `hostfirst.jax.load_file` returns for host rules, `np.asarray(tensor)`)."""
+    if isinstance(x, Tensor):
+        return x
+    base: Any = x
+    while isinstance(base, np.ndarray):
+        base = base.base
+    owner = getattr(base, "owner", None) if isinstance(base, _Carrier) else None
+    if isinstance(x, np.ndarray) and isinstance(owner, Tensor) and x.flags.c_contiguous \
+            and x.ctypes.data == owner.data_ptr and x.nbytes == owner.nbytes:
+        return owner
+    raise TypeError("Gather.run takes a hostfirst Tensor, or a whole-tensor numpy array made from one "
+                    "(such as a host entry of hostfirst.jax.load_file)")
 
 
 class Gather:
@@ -39,9 +57,11 @@ class Gather:
         check(lib.hostfirst_gather_buffer(self._h, ctypes.byref(b)))
         self.buffer = Buffer(b.value, owner=self)  # borrowed: the gather frees it; the Buffer keeps us alive
 
-    def run(self, tensor: Tensor, offsets: Sequence[int]) -> Buffer:
+    def run(self, tensor: Union[Tensor, np.ndarray], offsets: Sequence[int]) -> Buffer:
         """Row i = tensor[offsets[i] : offsets[i] + window] for every i; returns `self.buffer` once in place.
-        OutOfRangeError names the first offset whose window runs past the end."""
+        `tensor`: a Tensor or a numpy array on one (see `source_tensor`). OutOfRangeError names the first
+        offset whose window runs past the end."""
+        tensor = source_tensor(tensor)
         if len(offsets) != self.batch:
             raise ValueError(f"{len(offsets)} offsets for a batch of {self.batch}")
         for i, o in enumerate(offsets):

@@ -10,7 +10,8 @@ Rules take the forms people write: a dict {"tokens": "host", "*": "default"}, a 
 strings (the CLI's form) or a list of (pattern, target) pairs; the first match wins, tensors no rule matches
 stay on the host. Targets and the JAX device each becomes:
 
-    host        a zero-copy, read-only numpy array on the file mapping (not a jax.Array: nothing moves)
+    host        a zero-copy, read-only numpy array on the file mapping (not a jax.Array: nothing moves); the
+                packed F4/F6 dtypes, which numpy cannot hold, stay a hostfirst Tensor (DLPack, tobytes())
     cpu         a jax.Array on jax.devices("cpu")[0] (read into RAM by hostfirst, then handed to JAX)
     cuda:N      a jax.Array on JAX's GPU N (jax.devices("gpu")[N])
     default     hostfirst's default device (HOSTFIRST_DEFAULT_DEVICE, scopes, ...), then as above
@@ -40,7 +41,7 @@ from ._lib import lib
 from ._tensors import Buffer, File, RuleList, Rules, Tensor
 
 HostArray = np.ndarray
-Placed = Union["jax.Array", HostArray]
+Placed = Union["jax.Array", HostArray, Tensor]
 
 
 def jax_device(device: Device) -> Any:
@@ -117,7 +118,7 @@ def place(p: Placement) -> Placed:
     the buffer, without a copy where it can); cuda:N -> a jax.Array on JAX's GPU N, copied by JAX from the
     mapping."""
     if p.device is None:
-        return p.tensor.numpy()
+        return p.tensor if _dtypes.numpy_dtype(p.tensor.dtype_code) is None else p.tensor.numpy()
     if p.device.kind == "cuda_host":
         return p.tensor.to(p.device).numpy()
     if p.device.kind == "cpu":

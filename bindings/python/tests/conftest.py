@@ -14,7 +14,8 @@ if os.environ.get("HOSTFIRST_TEST_INSTALLED") == "1":
     import hostfirst
 
     here = Path(hostfirst.__file__).resolve().parent
-    assert ROOT not in here.parents, f"testing the source tree ({here}), not the installed package"
+    assert here != ROOT / "bindings" / "python" / "hostfirst", f"testing the source tree ({here}), not the wheel"
+    assert "site-packages" in here.parts, here
     assert Path(hostfirst.library_path).resolve().parent == here, hostfirst.library_path
 else:
     sys.path.insert(0, str(ROOT / "bindings" / "python"))

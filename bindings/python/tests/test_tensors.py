@@ -10,6 +10,11 @@ import pytest
 
 import hostfirst
 
+# numpy < 2.1 asks for the legacy "dltensor" capsule, which hostfirst cannot export yet (the C API has no
+# legacy export; issue 11.1): those numpy versions take tensors through __array_interface__ (test_numpy.py).
+versioned_dlpack = pytest.mark.skipif(tuple(map(int, np.__version__.split(".")[:2])) < (2, 1),
+                                      reason="numpy < 2.1 asks for the legacy DLPack capsule (not exported yet)")
+
 FIX = Path(__file__).resolve().parents[3] / "tests" / "fixtures"
 EXPECTED = json.loads((FIX / "expected.json").read_text())
 
@@ -38,6 +43,7 @@ def test_open_matches_reference(name):
             f["nope"]
 
 
+@versioned_dlpack
 def test_numpy_from_dlpack_is_zero_copy_and_read_only():
     from safetensors.numpy import load_file
 
@@ -69,7 +75,7 @@ def test_row_slices_are_views():
     assert head.data_ptr == tokens.data_ptr
     mid = tokens[100:200]
     assert mid.data_ptr == tokens.data_ptr + 200
-    np.testing.assert_array_equal(np.from_dlpack(mid), ref[100:200])
+    np.testing.assert_array_equal(np.asarray(mid), ref[100:200])
     assert tokens[-5:].shape == (5,) and tokens[10:5].shape == (0,)
     with pytest.raises(ValueError):
         tokens[::2]
@@ -96,6 +102,7 @@ def test_low_precision_via_ml_dtypes():
         lowp["f4"].numpy()  # packed 4-bit: no NumPy dtype; DLPack still describes it
 
 
+@versioned_dlpack
 def test_dlpack_capsule_fields_and_lifetime():
     gc.collect()
     base = hostfirst.handle_count()
@@ -140,6 +147,7 @@ def test_dlpack_requests_it_cannot_serve():
         t.__dlpack__(max_version=(1, 0), dl_device=(2, 0))
 
 
+@versioned_dlpack
 def test_put_to_cpu_and_dlpack_of_the_buffer():
     f = hostfirst.open(FIX / "basic.safetensors")
     t = f["i32"]
@@ -183,7 +191,7 @@ def test_errors_raise_status_classes(tmp_path):
 def test_gather_batches_match_numpy_and_reuse_one_buffer():
     with hostfirst.open(FIX / "tokens.safetensors") as f:
         tokens = f["tokens"]
-    ref = np.from_dlpack(tokens)
+    ref = np.asarray(tokens)
     n = tokens.shape[0]
     import gc
 
@@ -197,7 +205,7 @@ def test_gather_batches_match_numpy_and_reuse_one_buffer():
     b = g.run(tokens, first)
     assert b is g.buffer and b.shape == (4, 33) and b.dtype_name == "U16" and str(b.device) == "cpu:0"
     want = np.stack([ref[o:o + 33] for o in first])
-    np.testing.assert_array_equal(np.from_dlpack(b), want)
+    np.testing.assert_array_equal(np.asarray(b), want)
     second = stream.next(n, 33, 4)
     assert second != first
     g.run(tokens, second)
