@@ -78,6 +78,8 @@ class Device:
     """A device: `kind` ('cpu', 'cuda', 'cuda_host') and `ordinal`. Compare with == or with a spec string."""
 
     __slots__ = ("kind_code", "ordinal")
+    kind_code: int
+    ordinal: int
 
     def __init__(self, spec: "Device | str"):
         if isinstance(spec, Device):

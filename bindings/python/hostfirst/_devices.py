@@ -55,9 +55,8 @@ class _Scope:
         stack.append(tok.value)
         return self.device
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> None:
         check(lib.hostfirst_scope_pop(self._tokens.stack.pop()))
-        return False
 
 
 def default_device(device: Union[Device, str, None] = None) -> "Union[DefaultDevice, _Scope]":
@@ -103,9 +102,8 @@ class CarriedScope:
         self._tokens.__dict__.setdefault("stack", []).append(tok.value)
         return self.device
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> None:
         check(lib.hostfirst_scope_leave(self._tokens.stack.pop()))
-        return False
 
 
 def capture_scope() -> CarriedScope:
@@ -127,10 +125,9 @@ class strict:
         check(fn(1))
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> None:
         fn = lib.hostfirst_strict_process_set if self.process else lib.hostfirst_strict_thread_set
         check(fn(self._prev))
-        return False
 
 
 def handle_count() -> int:

@@ -21,7 +21,7 @@ Status codes and names come from the loaded library (`hostfirst_status_name`), n
 from __future__ import annotations
 
 import errno as _errno
-from typing import Dict, Optional, Type
+from typing import Any, Dict, Optional, Type
 
 from ._lib import lib
 
@@ -95,7 +95,7 @@ class OutOfMemoryError(HostfirstError, MemoryError):
     needed: Optional[int] = None
     free: Optional[int] = None
     total: Optional[int] = None
-    device = None
+    device: Optional[Any] = None  # a hostfirst.Device
 
 
 class MissingFileError(IoError, FileNotFoundError):

@@ -73,7 +73,7 @@ def load_library() -> ctypes.CDLL:
                 f"{path} is libhostfirst {lib.hostfirst_version().decode()} but this binding was written for "
                 f"{'.'.join(map(str, HEADER_VERSION))}: versions differ in major or minor"
             )
-        lib._hostfirst_path = str(path)
+        setattr(lib, "_hostfirst_path", str(path))
         return lib
     raise ImportError("libhostfirst not found; set HOSTFIRST_LIBRARY to its path. Tried:\n  " + "\n  ".join(errors))
 

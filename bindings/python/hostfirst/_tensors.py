@@ -90,7 +90,8 @@ class Tensor(_HostArrayMixin):
     __slots__ = ("_h", "_finalizer", "name", "dtype", "dtype_name", "dtype_code", "shape", "nbytes", "data_ptr",
                  "alignment", "__weakref__")
 
-    def __init__(self, handle: int):
+    def __init__(self, handle: Optional[int]):
+        """`handle`: a hostfirst_view* the library returned; this Tensor owns it."""
         self._h = handle
         self._finalizer = weakref.finalize(self, lib.hostfirst_view_free, handle)
         i = _abi.ViewInfo()
@@ -174,7 +175,7 @@ class Buffer(_HostArrayMixin):
     .dtype_name .shape .nbytes .address`; `tobytes()` copies back to the host; `__dlpack__` exports it
     (writable); host buffers also speak `__array_interface__`/`__array__` (writable)."""
 
-    def __init__(self, handle: int, owner: Any = None):
+    def __init__(self, handle: Optional[int], owner: Any = None):
         """`owner`: an object that frees the handle itself (a Gather's batch); the Buffer then keeps it alive."""
         self._h = handle
         self._owner = owner
@@ -287,9 +288,8 @@ class File(Mapping):
     def __enter__(self) -> "File":
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> None:
         self.close()
-        return False
 
     def __repr__(self) -> str:
         return f"hostfirst.File('{self.path}', {len(self)} tensors)"

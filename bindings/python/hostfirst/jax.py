@@ -69,7 +69,7 @@ class Placement:
     name: str
     tensor: Tensor
     device: Optional[Device]
-    jax_device: Any = None
+    jax_device: Optional[Any] = None
 
 
 def plan(file: File, rules: Optional[Rules] = None) -> List[Placement]:
@@ -142,7 +142,7 @@ def _host_leaf(x: Union[Tensor, Buffer]) -> Any:
 def _register() -> None:
     for cls in (Tensor, Buffer):
         try:
-            jax.tree_util.register_pytree_node(cls, _host_leaf, lambda _aux, children: children[0])
+            jax.tree_util.register_pytree_node(cls, _host_leaf, lambda _aux, children: children[0])  # type: ignore
         except ValueError:  # registered already (the module was reloaded)
             pass
 

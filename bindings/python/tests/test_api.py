@@ -160,3 +160,17 @@ def test_finalizers_free_handles():
     del f, ts, b
     gc.collect()
     assert hostfirst.handle_count() == base
+
+
+def test_the_type_hints_check():
+    """py.typed promises hints that hold: mypy over the package as installed (scripts/test-python.sh's main venv)."""
+    pytest.importorskip("mypy")
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    if "site-packages" not in PKG.parts:  # a source tree: show mypy where the package is
+        env["MYPYPATH"] = str(PKG.parent)
+    cmd = [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--no-incremental", "-p", "hostfirst"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=PKG.parents[1])
+    assert out.returncode == 0, out.stdout + out.stderr
