@@ -3,7 +3,7 @@
 //! exact status, creates no handle and leaks no descriptor.
 
 use crate::common::alone;
-use crate::load_support::*;
+use crate::file_support::*;
 use hostfirst::{Status, TensorFile};
 use std::path::{Path, PathBuf};
 
