@@ -290,7 +290,7 @@ pub fn resolve_target(spec: &str, what: &str) -> Result<Device> {
         resolve_default(what)
     } else {
         let parsed = DeviceSpec::parse(spec)?;
-        census().resolve(&parsed, spec)
+        crate::device::resolve(&parsed, spec)
     }
 }
 
