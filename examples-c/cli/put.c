@@ -1,12 +1,14 @@
-/* hostfirst put FILE TENSOR [--device SPEC] [--rows A:B] [--resident] [--repeat N] [--threads N]
- *                           [--staging-mib M] [--json]
+/* hostfirst put FILE TENSOR [--device SPEC] [--rows A:B] [--resident] [--copy-on-write] [--repeat N]
+ *                           [--threads N] [--staging-mib M] [--json]
  * Puts a tensor (or a row range) on a device (the default device without --device), copies it back into host
  * memory, checks the copy equals the source (read with hostfirst_view_copy / hostfirst_view_read), and prints
  * bytes, seconds, GB/s and the FNV-1a 64 of the copied-back bytes (the same hash as `inspect --checksum`).
  * --resident uses the registered-mapping mode (the first put pays the registration, reported apart);
  * --repeat N puts N times (each new buffer freed before the next) and reports every time and the best rate,
  * which is how ring and resident compare; --threads and --staging-mib set the reader threads and the staging
- * ring's size. A progress bar goes to stderr when it is a terminal. Errors: one line
+ * ring's size. --copy-on-write maps the tensor's pages privately instead of copying when the target is cpu
+ * (hostfirst_put_options.copy_on_write; the output says which the buffer got). A progress bar goes to stderr
+ * when it is a terminal. Errors: one line
  * "hostfirst: <what>: <STATUS>: <message>" on stderr, exit status 1. */
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
@@ -19,8 +21,8 @@
 #define CHUNK ((size_t)64 << 20)
 
 static const char *usage_line =
-    "usage: hostfirst put FILE TENSOR [--device SPEC] [--rows A:B] [--resident] [--repeat N] [--threads N]\n"
-    "                     [--staging-mib M] [--json]\n";
+    "usage: hostfirst put FILE TENSOR [--device SPEC] [--rows A:B] [--resident] [--copy-on-write] [--repeat N]\n"
+    "                     [--threads N] [--staging-mib M] [--json]\n";
 
 #define MAX_REPEAT 1000
 
@@ -58,11 +60,12 @@ static int fail_msg(const char *what, const char *msg) {
 
 int cmd_put(int argc, char **argv) {
     const char *path = NULL, *tensor = NULL, *spec = NULL, *rows = NULL;
-    int json = 0, resident = 0;
+    int json = 0, resident = 0, cow = 0;
     unsigned long long repeat = 1, threads = 0, staging_mib = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--resident")) resident = 1;
+        else if (!strcmp(argv[i], "--copy-on-write")) cow = 1;
         else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
             if (!parse_count(argv[++i], MAX_REPEAT, &repeat) || repeat == 0) {
                 fprintf(stderr, "hostfirst put: --repeat wants 1..%d, got '%s'\n%s", MAX_REPEAT, argv[i], usage_line);
@@ -137,6 +140,7 @@ int cmd_put(int argc, char **argv) {
     hostfirst_put_options_init(&opts);
     if (isatty(2)) opts.progress = bar;
     opts.resident = resident;
+    opts.copy_on_write = cow;
     opts.threads = (uint32_t)threads;
     opts.staging_bytes = staging_mib << 20;
     hostfirst_buffer *buf = NULL;
@@ -163,6 +167,8 @@ int cmd_put(int argc, char **argv) {
     }
     hostfirst_buffer_info bi = {.struct_size = sizeof bi};
     hostfirst_buffer_describe(buf, &bi);
+    int32_t file_backed = 0;
+    hostfirst_buffer_is_file_backed(buf, &file_backed);
     char devbuf[64];
     cli_device_spec(bi.device, devbuf, sizeof devbuf);
 
@@ -205,7 +211,8 @@ int cmd_put(int argc, char **argv) {
         printf(",\"resident\":%s,\"register_seconds\":%.6f,\"staged_instead\":%s,\"times\":[", resident ? "true" : "false",
                first.register_seconds, first.staged_instead ? "true" : "false");
         for (unsigned long long r = 0; r < repeat; r++) printf("%s%.6f", r ? "," : "", times[r]);
-        printf("],\"best_gb_per_s\":%.3f}\n", best > 0 ? (double)nbytes / best / 1e9 : 0.0);
+        printf("],\"best_gb_per_s\":%.3f,\"copy_on_write\":%s}\n", best > 0 ? (double)nbytes / best / 1e9 : 0.0,
+               file_backed ? "true" : "false");
     } else {
         char hb[32];
         printf("%s -> %s: %" PRIu64 " bytes (%s) in %.6f s, %.3f GB/s, fnv1a64 %016" PRIx64 ", copy verified\n", tensor,
@@ -213,6 +220,8 @@ int cmd_put(int argc, char **argv) {
         if (resident)
             printf("resident: registration %.6f s (in the first put)%s\n", first.register_seconds,
                    first.staged_instead ? "; shares pages with another registration, went through the staging ring" : "");
+        if (file_backed) printf("copy-on-write: the buffer maps the file's pages privately (nothing copied until written)\n");
+        else if (cow) printf("copy-on-write asked, but the target is not cpu: copied\n");
         if (repeat > 1)
             printf("%llu puts: best %.6f s, %.3f GB/s\n", repeat, best, best > 0 ? (double)nbytes / best / 1e9 : 0.0);
     }

@@ -16,7 +16,7 @@
 
     t.prefault()                              # once, before a training loop gathers from t
     g = hostfirst.Gather("default", "uint16", batch=64, window=1025)
-    batch = g.run(t, hostfirst.OffsetStream(1337).next(t.shape[0], 1025, 64))   # a Buffer, reused per step
+    batch = g.run(t, hostfirst.OffsetStream(1337).next(t.shape[0], 1025, 64))   # a Buffer, unchanged while held
 
 Exceptions derive from hostfirst.Error and from the builtin a Python user catches (KeyError, ValueError,
 FileNotFoundError, MemoryError, ...): see hostfirst._errors for the mapping.

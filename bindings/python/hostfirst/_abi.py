@@ -21,7 +21,14 @@ HOSTFIRST_DEVICE_CUDA_HOST = 3
 HOSTFIRST_DLPACK_MAJOR_VERSION = 1
 HOSTFIRST_DLPACK_MINOR_VERSION = 1
 HOSTFIRST_DLPACK_FLAG_READ_ONLY = 1
+HOSTFIRST_DLPACK_FLAG_IS_COPIED = 2
 HOSTFIRST_DLPACK_DEVICE_CPU = 1
+HOSTFIRST_DLPACK_DEVICE_CUDA = 2
+HOSTFIRST_DLPACK_DEVICE_CUDA_HOST = 3
+HOSTFIRST_DLPACK_COPY_IF_NEEDED = 0
+HOSTFIRST_DLPACK_COPY_ALWAYS = 1
+HOSTFIRST_DLPACK_COPY_NEVER = 2
+HOSTFIRST_GATHER_DEFAULT_RING_BOUND = 4
 HOSTFIRST_PLACEMENT_HOST = 1
 HOSTFIRST_PLACEMENT_DEVICE = 2
 HOSTFIRST_LOADED_VIEW = 1
@@ -177,6 +184,32 @@ class DLPackManagedTensorVersioned(_Mirror):
     ]
 
 
+class DLPackManagedTensor(_Mirror):
+    """The unversioned ("legacy") form, dlpack.h's DLManagedTensor: the capsule "dltensor"."""
+
+    _c_name_ = "hostfirst_dlpack_managed_tensor"
+    _fields_ = [
+        ("dl_tensor", DLPackTensor),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),  # void (*)(hostfirst_dlpack_managed_tensor *)
+    ]
+
+
+class DLPackOptions(_Mirror):
+    """What a DLPack consumer asked for (`__dlpack__`'s arguments)."""
+
+    _c_name_ = "hostfirst_dlpack_options"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("max_version", DLPackVersion),
+        ("stream", ctypes.c_int64),
+        ("has_stream", ctypes.c_int32),
+        ("copy", ctypes.c_uint32),
+        ("has_dl_device", ctypes.c_int32),
+        ("dl_device", DLPackDevice),
+    ]
+
+
 MIRRORS = [c for c in list(globals().values()) if isinstance(c, type) and issubclass(c, _Mirror) and c._c_name_]
 
 # ---- the one table of C signatures: name -> (restype, argtypes) -------------------------------------------
@@ -237,12 +270,18 @@ SIGNATURES = {
     "hostfirst_view_prefault": (c_status, [_h, P(ctypes.c_bool)]),
     "hostfirst_view_copy": (c_status, [_h, ctypes.c_void_p, _size, P(_u64)]),
     "hostfirst_view_to_dlpack": (c_status, [_h, P(P(DLPackManagedTensorVersioned))]),
+    "hostfirst_view_to_dlpack_ex": (c_status, [_h, P(DLPackOptions), P(P(DLPackManagedTensorVersioned)),
+                                               P(P(DLPackManagedTensor))]),
     # placement: buffers, rules, plans, whole-file loads
     "hostfirst_put": (c_status, [_h, P(Device), ctypes.c_void_p, _ph]),
     "hostfirst_buffer_describe": (c_status, [_h, P(BufferInfo)]),
     "hostfirst_buffer_free": (c_status, [_h]),
     "hostfirst_buffer_copy_to_host": (c_status, [_h, ctypes.c_void_p, _size]),
     "hostfirst_buffer_to_dlpack": (c_status, [_h, P(P(DLPackManagedTensorVersioned))]),
+    "hostfirst_buffer_to_dlpack_ex": (c_status, [_h, P(DLPackOptions), P(P(DLPackManagedTensorVersioned)),
+                                                 P(P(DLPackManagedTensor))]),
+    "hostfirst_buffer_sync_stream": (c_status, [_h, ctypes.c_int64]),
+    "hostfirst_buffer_record_stream": (c_status, [_h, ctypes.c_int64]),
     "hostfirst_rules_new": (c_status, [_ph]),
     "hostfirst_rules_add": (c_status, [_h, _str, _str]),
     "hostfirst_rules_add_spec": (c_status, [_h, _str]),
@@ -259,7 +298,11 @@ SIGNATURES = {
     # gather
     "hostfirst_gather_new": (c_status, [Device, _u32, _u64, _u64, _ph]),
     "hostfirst_gather_run": (c_status, [_h, _h, P(_u64), _size]),
-    "hostfirst_gather_buffer": (c_status, [_h, _ph]),
+    "hostfirst_gather_run_batch": (c_status, [_h, _h, P(_u64), _size, _ph]),
+    "hostfirst_gather_run_from_buffer": (c_status, [_h, _h, P(_u64), _size, _ph]),
+    "hostfirst_gather_batch": (c_status, [_h, _ph]),
+    "hostfirst_gather_set_ring_bound": (c_status, [_h, _size]),
+    "hostfirst_gather_ring": (c_status, [_h, P(_size), P(_size), P(_size)]),
     "hostfirst_gather_free": (c_status, [_h]),
     "hostfirst_random_offsets": (c_status, [P(_u64), _u64, _u64, P(_u64), _size]),
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import Any, List, Sequence, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -32,42 +32,66 @@ def source_tensor(x: Union[Tensor, np.ndarray]) -> Tensor:
 
 
 class Gather:
-    """B windows of T elements of a 1-D host tensor, assembled as a [B, T] batch on `device` in one transfer,
-    into one destination reused by every `run` (no allocation per step).
+    """B windows of T elements of a 1-D host tensor, assembled as a [B, T] batch on `device` in one transfer.
 
         g = hostfirst.Gather("cuda:0", "uint16", batch=64, window=1025)   # or "cpu", "default"; any dtype form
         tokens.prefault()                      # once: later batches take no page faults
-        batch = g.run(tokens, offsets)         # a Buffer; np.asarray(batch) on cpu, __dlpack__ anywhere
+        batch = g.run(tokens, offsets)         # a Buffer: np.asarray / jnp.asarray / __dlpack__ / jax.device_put
 
-    `run` returns the same Buffer every time; its contents change with the next `run`, so copy what must
-    outlive a step. `device` may be "default" (resolved now through the default stack)."""
+    Each `run` returns the batch it filled, a Buffer of its own: it, and anything exported from it (a numpy or
+    JAX array made zero-copy, a DLPack capsule), never changes while it lives. The gather fills a batch no one
+    holds, from a small ring: a loop that drops each batch before the next run keeps one or two batches and
+    allocates nothing per step. When every batch is held at the ring's bound (`ring_bound`, default
+    HOSTFIRST_GATHER_DEFAULT_RING_BOUND = 4), `run` raises BusyError and changes nothing. `device` may be
+    "default" (resolved now through the default stack)."""
 
-    def __init__(self, device: Union[Device, str], dtype: _dtypes.DTypeLike, batch: int, window: int):
+    def __init__(self, device: Union[Device, str], dtype: _dtypes.DTypeLike, batch: int, window: int,
+                 ring_bound: Optional[int] = None):
         d = resolve_target(device)
         code = _dtypes.code_of(dtype)
         h = ctypes.c_void_p()
         check(lib.hostfirst_gather_new(d._c(), code, int(batch), int(window), ctypes.byref(h)))
         self._h = h.value
         self._finalizer = weakref.finalize(self, lib.hostfirst_gather_free, h.value)
+        if ring_bound is not None:
+            check(lib.hostfirst_gather_set_ring_bound(self._h, int(ring_bound)))
         self.device, self.batch, self.window = d, int(batch), int(window)
         self.dtype = _dtypes.reported(code)
         self.dtype_name = _dtypes.NAMES[code]
         self._offsets = (ctypes.c_uint64 * self.batch)()
-        b = ctypes.c_void_p()
-        check(lib.hostfirst_gather_buffer(self._h, ctypes.byref(b)))
-        self.buffer = Buffer(b.value, owner=self)  # borrowed: the gather frees it; the Buffer keeps us alive
+        self._offsets_np = np.ctypeslib.as_array(self._offsets)
 
-    def run(self, tensor: Union[Tensor, np.ndarray], offsets: Sequence[int]) -> Buffer:
-        """Row i = tensor[offsets[i] : offsets[i] + window] for every i; returns `self.buffer` once in place.
-        `tensor`: a Tensor or a numpy array on one (see `source_tensor`). OutOfRangeError names the first
-        offset whose window runs past the end."""
-        tensor = source_tensor(tensor)
+    def run(self, source: Union[Tensor, Buffer, np.ndarray], offsets: Sequence[int]) -> Buffer:
+        """Row i = source[offsets[i] : offsets[i] + window] for every i; returns the batch it filled.
+        `source`: a Tensor (or a numpy array on one, see `source_tensor`), or a 1-D host Buffer (`t.to("cpu")`:
+        the truncation-proof fast path, each window a memcpy). OutOfRangeError names the first offset whose
+        window runs past the end."""
         if len(offsets) != self.batch:
             raise ValueError(f"{len(offsets)} offsets for a batch of {self.batch}")
-        for i, o in enumerate(offsets):
-            self._offsets[i] = int(o)
-        check(lib.hostfirst_gather_run(self._h, tensor._h, self._offsets, self.batch))
-        return self.buffer
+        o = np.asarray(offsets)
+        if o.dtype.kind not in "iu":
+            raise TypeError(f"offsets must be integers, not {o.dtype}")
+        np.copyto(self._offsets_np, o, casting="unsafe")  # a negative offset wraps, and the library refuses it
+        out = ctypes.c_void_p()
+        if isinstance(source, Buffer):
+            check(lib.hostfirst_gather_run_from_buffer(self._h, source._h, self._offsets, self.batch,
+                                                       ctypes.byref(out)))
+        else:
+            check(lib.hostfirst_gather_run_batch(self._h, source_tensor(source)._h, self._offsets, self.batch,
+                                                 ctypes.byref(out)))
+        return Buffer(out.value)
+
+    def current(self) -> Buffer:
+        """The batch the last run filled (before any run, the first batch, zero-filled), as a Buffer of its own."""
+        out = ctypes.c_void_p()
+        check(lib.hostfirst_gather_batch(self._h, ctypes.byref(out)))
+        return Buffer(out.value)
+
+    def ring(self) -> Tuple[int, int, int]:
+        """(bound, batches allocated now, batches held by consumers)."""
+        bound, allocated, held = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
+        check(lib.hostfirst_gather_ring(self._h, ctypes.byref(bound), ctypes.byref(allocated), ctypes.byref(held)))
+        return bound.value, allocated.value, held.value
 
     def __repr__(self) -> str:
         return f"Gather([{self.batch}, {self.window}] {self.dtype_name} on '{self.device}')"

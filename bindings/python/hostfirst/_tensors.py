@@ -56,7 +56,12 @@ class _HostArrayMixin:
         return self._interface(typestr)
 
     def numpy(self) -> np.ndarray:
-        """A numpy array on the same memory (zero-copy; read-only for file views); bf16/fp8 via ml_dtypes."""
+        """A numpy array on the same memory (zero-copy; read-only for file views); bf16/fp8 via ml_dtypes.
+        TypeError for device memory (use __dlpack__, or tobytes() to copy) and dtypes numpy cannot hold."""
+        try:
+            self._host_memory()
+        except AttributeError as e:
+            raise TypeError(str(e)) from None
         dt = _dtypes.require_numpy_dtype(self.dtype_code)
         typestr = _dtypes.builtin_typestr(self.dtype_code)
         if typestr is not None:
@@ -153,10 +158,11 @@ class Tensor(_HostArrayMixin):
 
     def __dlpack__(self, *, stream: Optional[int] = None, max_version: Optional[Tuple[int, int]] = None,
                    dl_device: Optional[Tuple[int, int]] = None, copy: Optional[bool] = None) -> Any:
-        _dlpack.check_request(max_version, dl_device, copy, stream, (_dlpack.KDLCPU, 0))
-        out = _dlpack.new_out()
-        check(lib.hostfirst_view_to_dlpack(self._h, ctypes.byref(out)))
-        return _dlpack.capsule(out)
+        """DLPack export as the consumer asks: max_version >= (1, 0) -> the versioned capsule on the read-only
+        mapping (READ_ONLY flag); otherwise the legacy "dltensor" capsule on a private copy-on-write mapping
+        (writable, a write never reaches the file). copy=True: a copy; copy=False where a copy is needed, or a
+        device it cannot reach: BufferError. See hostfirst_view_to_dlpack_ex in the C header."""
+        return _dlpack.export(lib.hostfirst_view_to_dlpack_ex, self._h, stream, max_version, dl_device, copy)
 
     def to(self, device: Union[Device, str] = "default") -> "Buffer":
         """Puts this tensor on a device ("cpu", "cuda:0", "cuda_host", or "default" through the default stack;
@@ -175,12 +181,11 @@ class Buffer(_HostArrayMixin):
     .dtype_name .shape .nbytes .address`; `tobytes()` copies back to the host; `__dlpack__` exports it
     (writable); host buffers also speak `__array_interface__`/`__array__` (writable)."""
 
-    def __init__(self, handle: Optional[int], owner: Any = None):
-        """`owner`: an object that frees the handle itself (a Gather's batch); the Buffer then keeps it alive."""
+    def __init__(self, handle: Optional[int]):
+        """`handle`: a hostfirst_buffer* the library returned; this Buffer owns it."""
         self._h = handle
-        self._owner = owner
-        if owner is None:
-            self._finalizer = weakref.finalize(self, lib.hostfirst_buffer_free, handle)
+        self._release_stream: List[Optional[int]] = [None]
+        self._finalizer = weakref.finalize(self, _free_buffer, handle, self._release_stream)
         i = _abi.BufferInfo()
         i.struct_size = ctypes.sizeof(i)
         check(lib.hostfirst_buffer_describe(handle, ctypes.byref(i)))
@@ -215,10 +220,33 @@ class Buffer(_HostArrayMixin):
 
     def __dlpack__(self, *, stream: Optional[int] = None, max_version: Optional[Tuple[int, int]] = None,
                    dl_device: Optional[Tuple[int, int]] = None, copy: Optional[bool] = None) -> Any:
-        _dlpack.check_request(max_version, dl_device, copy, stream, self.device.dlpack_device)
-        out = _dlpack.new_out()
-        check(lib.hostfirst_buffer_to_dlpack(self._h, ctypes.byref(out)))
-        return _dlpack.capsule(out)
+        """DLPack export of the buffer's own memory (writable), versioned for max_version >= (1, 0), else
+        legacy. On CUDA the consumer's `stream` (1: legacy default, 2: per-thread default, > 2: a CUstream,
+        -1: the consumer synchronises; None: the legacy default) waits on the device for hostfirst's last
+        write, and hostfirst's next write into a released batch waits for that stream. copy as for Tensor."""
+        return _dlpack.export(lib.hostfirst_buffer_to_dlpack_ex, self._h, stream, max_version, dl_device, copy)
+
+    @property
+    def __cuda_array_interface__(self) -> Dict[str, Any]:
+        """CUDA Array Interface v3 (CuPy, Numba, torch) for buffers on cuda:N. Reading it makes the legacy
+        default stream wait for hostfirst's last write and reports that stream (1) to the consumer, and the
+        buffer's release later records the legacy default stream for hostfirst's next write."""
+        typestr = _dtypes.builtin_typestr(self.dtype_code)
+        if self.device.kind != "cuda" or typestr is None:
+            raise AttributeError("__cuda_array_interface__ (CUDA buffers of numpy's builtin dtypes only)")
+        check(lib.hostfirst_buffer_sync_stream(self._h, _LEGACY_DEFAULT_STREAM))
+        self._release_stream[0] = _LEGACY_DEFAULT_STREAM
+        return {"version": 3, "shape": self.shape, "typestr": typestr, "data": (self.address, False),
+                "strides": None, "stream": _LEGACY_DEFAULT_STREAM}
+
+
+_LEGACY_DEFAULT_STREAM = 1  # DLPack's and the CUDA Array Interface's value for CUDA's legacy default stream
+
+
+def _free_buffer(handle: Optional[int], release_stream: List[Optional[int]]) -> None:
+    if release_stream[0] is not None:  # handed out by address: hostfirst's next write waits for that stream
+        lib.hostfirst_buffer_record_stream(handle, release_stream[0])
+    lib.hostfirst_buffer_free(handle)
 
 
 class File(Mapping):

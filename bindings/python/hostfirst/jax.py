@@ -12,15 +12,16 @@ stay on the host. Targets and the JAX device each becomes:
 
     host        a zero-copy, read-only numpy array on the file mapping (not a jax.Array: nothing moves); the
                 packed F4/F6 dtypes, which numpy cannot hold, stay a hostfirst Tensor (DLPack, tobytes())
-    cpu         a jax.Array on jax.devices("cpu")[0] (read into RAM by hostfirst, then handed to JAX)
-    cuda:N      a jax.Array on JAX's GPU N (jax.devices("gpu")[N])
+    cpu         a jax.Array on jax.devices("cpu")[0] (read into RAM by hostfirst, handed to JAX by DLPack)
+    cuda:N      a jax.Array on JAX's GPU N (jax.devices("gpu")[N]; put by hostfirst, handed over by DLPack)
     default     hostfirst's default device (HOSTFIRST_DEFAULT_DEVICE, scopes, ...), then as above
     cuda_host   a writable numpy array in hostfirst's page-locked host memory
 
 Before any byte moves, the plan is fit-checked on every device it uses (OutOfMemoryError, a MemoryError, with
 the numbers), every device target is matched to a JAX device (UnavailableError when JAX has none) and every
 device tensor's dtype to one JAX holds (TypeError). Importing this module also registers hostfirst's Tensor and
-Buffer with JAX as pytrees, so `jax.device_put(tensor_or_buffer)` gives a jax.Array.
+Buffer with JAX as pytrees, so `jax.device_put(tensor_or_buffer)` gives a jax.Array; `jax.dlpack.from_dlpack`
+and `jnp.asarray` take them directly. A gather's batch stays unchanged while any array made from it lives.
 
 The placement runs tensor by tensor (`place`): a later `shardings=` argument adds its own placement step there.
 """
@@ -114,16 +115,14 @@ def plan(file: File, rules: Optional[Rules] = None) -> List[Placement]:
 
 def place(p: Placement) -> Placed:
     """Places one tensor of a plan: host -> the zero-copy read-only numpy view; cuda_host -> hostfirst's
-    pinned buffer as numpy; cpu -> read into RAM by hostfirst, then a jax.Array on JAX's CPU device (JAX takes
-    the buffer, without a copy where it can); cuda:N -> a jax.Array on JAX's GPU N, copied by JAX from the
-    mapping."""
+    pinned buffer as numpy; cpu and cuda:N -> hostfirst puts it there (fit-checked; to CUDA through the pinned
+    staging ring) and JAX takes that buffer through DLPack, without a copy where JAX can."""
     if p.device is None:
         return p.tensor if _dtypes.numpy_dtype(p.tensor.dtype_code) is None else p.tensor.numpy()
+    buffer = p.tensor.to(p.device)
     if p.device.kind == "cuda_host":
-        return p.tensor.to(p.device).numpy()
-    if p.device.kind == "cpu":
-        return jax.device_put(p.tensor.to(p.device).numpy(), p.jax_device)
-    return jax.device_put(p.tensor.numpy(), p.jax_device)
+        return buffer.numpy()
+    return jax.dlpack.from_dlpack(buffer)
 
 
 def load_file(path: PathLike, rules: Optional[Rules] = None) -> Dict[str, Placed]:
@@ -135,14 +134,17 @@ def load_file(path: PathLike, rules: Optional[Rules] = None) -> Dict[str, Placed
     return {p.name: place(p) for p in placements}
 
 
-def _host_leaf(x: Union[Tensor, Buffer]) -> Any:
+def _leaf(x: Union[Tensor, Buffer]) -> Any:
+    """The pytree child JAX places: host memory as a zero-copy numpy array, CUDA buffers through DLPack."""
+    if isinstance(x, Buffer) and not x.device.is_host:
+        return ((jax.dlpack.from_dlpack(x),), None)
     return ((x.numpy(),), None)
 
 
 def _register() -> None:
     for cls in (Tensor, Buffer):
         try:
-            jax.tree_util.register_pytree_node(cls, _host_leaf, lambda _aux, children: children[0])  # type: ignore
+            jax.tree_util.register_pytree_node(cls, _leaf, lambda _aux, children: children[0])  # type: ignore
         except ValueError:  # registered already (the module was reloaded)
             pass
 
