@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import hostfirst
+
 ROOT = Path(__file__).resolve().parents[3]
 FIX = ROOT / "tests" / "fixtures"
 
@@ -89,6 +91,7 @@ def stand_in(tmp_path_factory):
 
 def run_child(stand_in, **knobs):
     env = {k: v for k, v in os.environ.items() if not k.startswith("STAND_IN_")}
+    env["PYTHONPATH"] = str(Path(hostfirst.__file__).resolve().parents[1])  # the package under test
     env["LD_LIBRARY_PATH"] = f"{stand_in}:{env.get('LD_LIBRARY_PATH', '')}".rstrip(":")
     env.update(knobs)
     out = subprocess.run([sys.executable, "-c", CHILD, str(FIX / "tokens.safetensors")], env=env,
