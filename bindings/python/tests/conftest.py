@@ -25,3 +25,18 @@ else:
             if p.exists():
                 os.environ["HOSTFIRST_LIBRARY"] = str(p)
                 break
+
+
+def compile_c(args):
+    """Runs the C compiler ($CC or cc) with -std=c11 -Wall -Wextra -Werror and `args`; skips the test where there
+    is none (scripts/test.sh installs one)."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    cc = os.environ.get("CC", "cc")
+    if shutil.which(cc) is None:
+        pytest.skip(f"no C compiler ({cc}); scripts/test.sh installs one")
+    subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", *map(str, args)], check=True, capture_output=True,
+                   text=True)

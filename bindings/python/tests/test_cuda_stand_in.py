@@ -5,13 +5,13 @@ held batch unchanged. Each configuration runs in a child process, which loads th
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import compile_c
 
 import hostfirst
 
@@ -78,13 +78,9 @@ CHILD = textwrap.dedent(r"""
 
 @pytest.fixture(scope="module")
 def stand_in(tmp_path_factory):
-    cc = os.environ.get("CC", "cc")
-    if shutil.which(cc) is None:
-        pytest.skip(f"no C compiler ({cc}); scripts/test.sh installs one")
     d = tmp_path_factory.mktemp("stand-in")
-    subprocess.run([cc, "-shared", "-fPIC", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1",
-                    "-Wl,-soname,libcuda.so.1", "-o", str(d / "libcuda.so.1"),
-                    str(ROOT / "tests" / "cuda_stub" / "stand_in_cuda.c"), "-lpthread"], check=True)
+    compile_c(["-shared", "-fPIC", "-O1", "-Wl,-soname,libcuda.so.1", "-o", d / "libcuda.so.1",
+               ROOT / "tests" / "cuda_stub" / "stand_in_cuda.c", "-lpthread"])
     (d / "libcuda.so").symlink_to("libcuda.so.1")
     return d
 

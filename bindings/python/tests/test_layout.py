@@ -3,12 +3,11 @@ prints sizeof, alignof and every field's offsetof and size for each mirrored str
 header constant the package uses; the mirrors must agree exactly."""
 
 import ctypes
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import compile_c
 
 from hostfirst import _abi
 
@@ -32,13 +31,9 @@ def _probe_source():
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
-    cc = os.environ.get("CC", "cc")
-    if shutil.which(cc) is None:
-        pytest.skip(f"no C compiler ({cc}); scripts/test.sh installs one")
     d = tmp_path_factory.mktemp("layout")
     (d / "probe.c").write_text(_probe_source())
-    subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", f"-I{ROOT / 'include'}", str(d / "probe.c"),
-                    "-o", str(d / "probe")], check=True, capture_output=True, text=True)
+    compile_c([f"-I{ROOT / 'include'}", d / "probe.c", "-o", d / "probe"])
     out = subprocess.run([str(d / "probe")], check=True, capture_output=True, text=True).stdout
     return {k: tuple(int(x) for x in v) for k, *v in (line.split() for line in out.splitlines())}
 
