@@ -132,6 +132,11 @@ def markdown(doc):
              f"{doc['cpu'].strip()}; {doc['reps']} rounds of {doc['iters']} batches, p50 per contender per round, the "
              f"median round shown (range over rounds in brackets). Command: `python benches/python_gather.py` "
              f"in the venv scripts/test-python.sh makes.", "",
+             "Peer: nanoGPT's `get_batch` without torch (`nanogpt_get_batch` in benches/run.py: a new np.memmap per "
+             "batch, x and y of [64, 1024] stacked as int64), and for JAX its x and y through `jnp.asarray`. "
+             "hostfirst: one [64, 1025] u16 batch (x and y are its views), gathered to cpu from the prefaulted mapping "
+             "or from a cpu Buffer of the tokens; each batch is dropped before the next run (the ring keeps one or "
+             "two). CPU only: no GPU here.", "",
              "| hostfirst | peer | peer p50 | hostfirst p50 | peer ÷ hostfirst | target |", "|---|---|---|---|---|---|"]
     for name, s in doc["summary"].items():
         peer = "nanoGPT get_batch" if s["kind"] == "host" else "get_batch → jnp.asarray(x), jnp.asarray(y)"
