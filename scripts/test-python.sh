@@ -10,7 +10,9 @@ cd "$(dirname "$0")/.."
 root="$PWD"
 py="${PYTHON:-python3}"
 
-wheel="$(bash scripts/wheel.sh | tail -n 1)"
+mkdir -p target
+bash scripts/wheel.sh | tee target/wheel.log   # the tag, the glibc check and `auditwheel show`, in the log
+wheel="$(tail -n 1 target/wheel.log)"
 case "$wheel" in
     *-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl) ;;
     *-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl) ;;
