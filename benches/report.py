@@ -339,7 +339,17 @@ def main(path):
             w(f"| {name} | {val} | **{v}** |")
         w("")
 
-    # ------------------------------------------------------------------ 7. shard-on-read
+    # ------------------------------------------------------------------ Python gather (its own run)
+    py_gather = os.path.join(HERE, "results", "python-gather.json")
+    if os.path.exists(py_gather):
+        sys.path.insert(0, HERE)
+        import python_gather
+
+        w("## 7. Python: Gather.run and batch → jax.Array vs nanoGPT get_batch (issue 11.7)\n")
+        w(python_gather.markdown(json.load(open(py_gather))))
+
+
+    # ------------------------------------------------------------------ 8. shard-on-read
     shard_verdict = shard_section(w, recs)
 
     # ------------------------------------------------------------------ targets
@@ -373,7 +383,7 @@ def shard_section(w, recs):
     if not rs:
         return []
     f = rs[0]
-    w("## 7. Shard-on-read: one rank of 4 loads its shards of a 2 GiB file\n")
+    w("## 8. Shard-on-read: one rank of 4 loads its shards of a 2 GiB file\n")
     w(f"The file: {f['tensors'] if f['impl'] != 'full-load' else 16} f32 [2048, 16384] tensors (64 KiB rows), "
       f"{f['file_bytes'] / GiB:.2f} GiB of data. Rank 1 of 4 loads its part of every tensor to cpu, split along "
       "dim 0 (rows: 16 contiguous 32 MiB ranges) or dim 1 (columns: 32,768 runs of 16 KiB, 64 KiB apart), with "

@@ -2,67 +2,20 @@
 tensor-name patterns, and the shards of the mesh positions this process owns, read from the files without the
 rest of each tensor. Engines (JAX, MPI, torch.distributed) do the communication; this reads."""
 
+from __future__ import annotations
+
 import ctypes
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import _lib
-from ._core import check, lib, text
-from ._tensors import Buffer, _numpy_dtype
-
-P = ctypes.POINTER
-c_status = _lib.c_status
-
-
-class ShardInfo(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("name", ctypes.c_char_p),
-        ("tensor", ctypes.c_size_t),
-        ("position", ctypes.c_uint64),
-        ("device", _lib.Device),
-        ("rule", ctypes.c_int32),
-        ("rank", ctypes.c_uint32),
-        ("shape", P(ctypes.c_uint64)),
-        ("shard_shape", P(ctypes.c_uint64)),
-        ("start", P(ctypes.c_uint64)),
-        ("nbytes", ctypes.c_uint64),
-        ("runs", ctypes.c_uint64),
-        ("read_bytes", ctypes.c_uint64),
-        ("copy_of", ctypes.c_int64),
-        ("file", ctypes.c_char_p),
-    ]
-
-
-class ShardOptions(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("max_over_read", ctypes.c_double),
-        ("max_read_bytes", ctypes.c_uint64),
-        ("threads", ctypes.c_uint32),
-        ("chunk_bytes", ctypes.c_uint64),
-        ("staging_bytes", ctypes.c_uint64),
-    ]
-
+from . import _abi
+from ._core import PathLike, as_device, c_path, check_path, check, text
+from ._lib import lib
+from ._tensors import Buffer
 
 _vp = ctypes.c_void_p
-_lib.declare_more(lib, {
-    "hostfirst_shard_mesh_new": (c_status, [P(ctypes.c_char_p), P(ctypes.c_uint64), ctypes.c_size_t, P(_vp)]),
-    "hostfirst_shard_mesh_free": (c_status, [_vp]),
-    "hostfirst_shard_rules_new": (c_status, [_vp, P(_vp)]),
-    "hostfirst_shard_rules_add": (c_status, [_vp, ctypes.c_char_p, ctypes.c_char_p]),
-    "hostfirst_shard_rules_skip": (c_status, [_vp, ctypes.c_char_p]),
-    "hostfirst_shard_rules_free": (c_status, [_vp]),
-    "hostfirst_shard_plan_make": (c_status, [_vp, _vp, P(ctypes.c_uint64), P(_lib.Device), ctypes.c_size_t,
-                                             P(ShardOptions), P(_vp)]),
-    "hostfirst_shard_plan_count": (c_status, [_vp, P(ctypes.c_size_t)]),
-    "hostfirst_shard_plan_describe": (c_status, [_vp, ctypes.c_size_t, P(ShardInfo)]),
-    "hostfirst_shard_plan_free": (c_status, [_vp]),
-    "hostfirst_shard_run": (c_status, [_vp, _vp, _vp, P(_vp)]),
-    "hostfirst_shard_result_get": (c_status, [_vp, ctypes.c_size_t, P(_vp), P(ctypes.c_uint64)]),
-    "hostfirst_shard_result_free": (c_status, [_vp]),
-})
 
 
-def spec_text(spec):
+def spec_text(spec: Any) -> str:
     """The C text form of a partition spec: a str is taken as it is ("x,y", "_,y", "x+y", ""); a sequence is
     read like JAX's PartitionSpec, one entry per dimension: None (not split), an axis name, or a tuple of axis
     names (split over their product, the first major)."""
@@ -86,16 +39,9 @@ class Shard:
 
     __slots__ = ("name", "position", "device", "rule", "shape", "index", "buffer", "bytes_read", "copy_of")
 
-    def numpy(self):
-        """The shard as a NumPy array (zero-copy on a host buffer for NumPy's own dtypes, else a copy); bf16 and
-        fp8 via ml_dtypes."""
-        import numpy as np
-
-        shape = tuple(s.stop - s.start for s in self.index)
-        dt = _numpy_dtype(self.buffer.dtype)
-        if self.buffer.device.kind in ("cpu", "cuda_host") and dt.kind in "biufc":
-            return np.from_dlpack(self.buffer).reshape(shape)
-        return np.frombuffer(self.buffer.tobytes(), dtype=dt).reshape(shape)
+    def numpy(self) -> Any:
+        """The shard as a numpy array: zero-copy on a host buffer (bf16/fp8 via ml_dtypes)."""
+        return self.buffer.numpy()
 
     def __repr__(self):
         return f"Shard('{self.name}', position={self.position}, index={self.index}, device='{self.device}')"
@@ -105,12 +51,14 @@ SKIP = None
 """The spec of a rule whose tensors are left out (hostfirst_shard_rules_skip)."""
 
 
-def _mesh_axes(mesh):
+def _mesh_axes(mesh: Union[Mapping[str, int], Iterable[Tuple[str, int]]]) -> Tuple[List[str], List[int]]:
     items = list(mesh.items()) if hasattr(mesh, "items") else list(mesh)
     return [str(a) for a, _ in items], [int(n) for _, n in items]
 
 
-def load_shards(path, mesh, rules, owned, *, max_over_read=None, threads=0):
+def load_shards(path: PathLike, mesh: Union[Mapping[str, int], Iterable[Tuple[str, int]]],
+                rules: Sequence[Tuple[str, Any]], owned: Union[Mapping[int, Any], Iterable[int]], *,
+                max_over_read: Optional[float] = None, threads: int = 0) -> List[Shard]:
     """Loads the shards of the mesh positions this process owns from a safetensors file or sharded set.
 
     mesh: {axis: size} in order (or a sequence of (axis, size)), like JAX's Mesh; positions are numbered
@@ -118,19 +66,17 @@ def load_shards(path, mesh, rules, owned, *, max_over_read=None, threads=0):
     replicated; spec as in `spec_text`, or SKIP (None) to leave the tensors a rule matches out. owned: {position: device spec} (or a sequence of positions, all on
     "cpu"). Every device is fit-checked before anything moves; each shard is read from its byte runs only.
     Returns the shards, by tensor (file order), then by owned position (the order given)."""
-    from ._devices import as_device
-
     names, sizes = _mesh_axes(mesh)
     owned = dict(owned) if hasattr(owned, "items") else {int(p): "cpu" for p in owned}
     positions = (ctypes.c_uint64 * max(len(owned), 1))(*[int(p) for p in owned])
-    devices = (_lib.Device * max(len(owned), 1))(*[as_device(d)._c() for d in owned.values()])
-    opts = ShardOptions()
+    devices = (_abi.Device * max(len(owned), 1))(*[as_device(d)._c() for d in owned.values()])
+    opts = _abi.ShardOptions()
     opts.struct_size = ctypes.sizeof(opts)
     opts.max_over_read = float(max_over_read or 0.0)
     opts.threads = int(threads)
     fh, mh, rh, ph, res = _vp(), _vp(), _vp(), _vp(), _vp()
     try:
-        check(lib.hostfirst_file_open(str(path).encode(), ctypes.byref(fh)))
+        check_path(lib.hostfirst_file_open(c_path(path), ctypes.byref(fh)), path)
         c_names = (ctypes.c_char_p * len(names))(*[n.encode() for n in names])
         check(lib.hostfirst_shard_mesh_new(c_names, (ctypes.c_uint64 * len(sizes))(*sizes), len(names),
                                            ctypes.byref(mh)))
@@ -147,7 +93,7 @@ def load_shards(path, mesh, rules, owned, *, max_over_read=None, threads=0):
         check(lib.hostfirst_shard_plan_count(ph, ctypes.byref(n)))
         out = []
         for i in range(n.value):
-            info = ShardInfo()
+            info = _abi.ShardInfo()
             info.struct_size = ctypes.sizeof(info)
             check(lib.hostfirst_shard_plan_describe(ph, i, ctypes.byref(info)))
             b, read = _vp(), ctypes.c_uint64()
@@ -170,7 +116,7 @@ def load_shards(path, mesh, rules, owned, *, max_over_read=None, threads=0):
                 free(h)
 
 
-def load_jax(path, shardings, *, max_over_read=None):
+def load_jax(path: PathLike, shardings: Mapping[str, Any], *, max_over_read: Optional[float] = None) -> Dict[str, Any]:
     """{glob pattern: jax Sharding} -> {name: jax.Array} for every tensor a pattern matches (the first pattern
     wins; tensors no pattern matches are not loaded). Each array is global, built with
     `jax.make_array_from_single_device_arrays` from the shards of this process's addressable devices only:
