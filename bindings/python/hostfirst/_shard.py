@@ -5,10 +5,11 @@ rest of each tensor. Engines (JAX, MPI, torch.distributed) do the communication;
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _abi
-from ._core import PathLike, as_device, c_path, check_path, check, text
+from ._core import Device, PathLike, as_device, c_path, check, check_path, text
 from ._lib import lib
 from ._tensors import Buffer
 
@@ -32,18 +33,28 @@ def spec_text(spec: Any) -> str:
     return ",".join(parts)
 
 
+@dataclass(eq=False)
 class Shard:
     """One shard: the part of tensor `name` that mesh `position` holds, in its own `buffer` on `device`.
     `index` is the tuple of slices it covers in the whole tensor (of shape `shape`), `bytes_read` the file bytes
-    read for it (0 when it was copied from another owned position's identical part, `copy_of`)."""
+    read for it (0 when it was copied from another owned position's identical part, `copy_of`); `rule` is the
+    index of the rule that matched (None: replicated)."""
 
-    __slots__ = ("name", "position", "device", "rule", "shape", "index", "buffer", "bytes_read", "copy_of")
+    name: str
+    position: int
+    device: Device
+    rule: Optional[int]
+    shape: Tuple[int, ...]
+    index: Tuple[slice, ...]
+    buffer: Buffer
+    bytes_read: int
+    copy_of: Optional[int]
 
     def numpy(self) -> Any:
         """The shard as a numpy array: zero-copy on a host buffer (bf16/fp8 via ml_dtypes)."""
         return self.buffer.numpy()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Shard('{self.name}', position={self.position}, index={self.index}, device='{self.device}')"
 
 
@@ -52,7 +63,7 @@ SKIP = None
 
 
 def _mesh_axes(mesh: Union[Mapping[str, int], Iterable[Tuple[str, int]]]) -> Tuple[List[str], List[int]]:
-    items = list(mesh.items()) if hasattr(mesh, "items") else list(mesh)
+    items = list(mesh.items()) if isinstance(mesh, Mapping) else list(mesh)
     return [str(a) for a, _ in items], [int(n) for _, n in items]
 
 
@@ -63,13 +74,13 @@ def load_shards(path: PathLike, mesh: Union[Mapping[str, int], Iterable[Tuple[st
 
     mesh: {axis: size} in order (or a sequence of (axis, size)), like JAX's Mesh; positions are numbered
     row-major over the axes. rules: [(glob pattern, spec)], the first match wins, unmatched tensors are
-    replicated; spec as in `spec_text`, or SKIP (None) to leave the tensors a rule matches out. owned: {position: device spec} (or a sequence of positions, all on
-    "cpu"). Every device is fit-checked before anything moves; each shard is read from its byte runs only.
+    replicated; spec as in `spec_text`, or SKIP (None) to leave the tensors a rule matches out. owned:
+    {position: device spec} (or a sequence of positions, all on "cpu"). Every device is fit-checked before anything moves; each shard is read from its byte runs only.
     Returns the shards, by tensor (file order), then by owned position (the order given)."""
     names, sizes = _mesh_axes(mesh)
-    owned = dict(owned) if hasattr(owned, "items") else {int(p): "cpu" for p in owned}
-    positions = (ctypes.c_uint64 * max(len(owned), 1))(*[int(p) for p in owned])
-    devices = (_abi.Device * max(len(owned), 1))(*[as_device(d)._c() for d in owned.values()])
+    where: Dict[int, Any] = dict(owned) if isinstance(owned, Mapping) else {int(p): "cpu" for p in owned}
+    positions = (ctypes.c_uint64 * max(len(where), 1))(*[int(p) for p in where])
+    devices = (_abi.Device * max(len(where), 1))(*[as_device(d)._c() for d in where.values()])
     opts = _abi.ShardOptions()
     opts.struct_size = ctypes.sizeof(opts)
     opts.max_over_read = float(max_over_read or 0.0)
@@ -86,26 +97,30 @@ def load_shards(path: PathLike, mesh: Union[Mapping[str, int], Iterable[Tuple[st
                 check(lib.hostfirst_shard_rules_skip(rh, str(pattern).encode()))
             else:
                 check(lib.hostfirst_shard_rules_add(rh, str(pattern).encode(), spec_text(spec).encode()))
-        check(lib.hostfirst_shard_plan_make(fh, rh, positions, devices, len(owned), ctypes.byref(opts),
+        check(lib.hostfirst_shard_plan_make(fh, rh, positions, devices, len(where), ctypes.byref(opts),
                                             ctypes.byref(ph)))
         check(lib.hostfirst_shard_run(ph, None, None, ctypes.byref(res)))
         n = ctypes.c_size_t()
         check(lib.hostfirst_shard_plan_count(ph, ctypes.byref(n)))
-        out = []
+        out: List[Shard] = []
         for i in range(n.value):
             info = _abi.ShardInfo()
             info.struct_size = ctypes.sizeof(info)
             check(lib.hostfirst_shard_plan_describe(ph, i, ctypes.byref(info)))
             b, read = _vp(), ctypes.c_uint64()
             check(lib.hostfirst_shard_result_get(res, i, ctypes.byref(b), ctypes.byref(read)))
-            s = Shard()
-            s.buffer = Buffer(b.value)
-            s.name, s.position, s.rule = text(info.name), info.position, (info.rule if info.rule >= 0 else None)
-            s.device = s.buffer.device
-            s.shape = tuple(info.shape[k] for k in range(info.rank))
-            s.index = tuple(slice(info.start[k], info.start[k] + info.shard_shape[k]) for k in range(info.rank))
-            s.bytes_read = read.value
-            s.copy_of = info.copy_of if info.copy_of >= 0 else None
+            buf = Buffer(b.value)
+            s = Shard(
+                name=text(info.name),
+                position=info.position,
+                device=buf.device,
+                rule=info.rule if info.rule >= 0 else None,
+                shape=tuple(info.shape[k] for k in range(info.rank)),
+                index=tuple(slice(info.start[k], info.start[k] + info.shard_shape[k]) for k in range(info.rank)),
+                buffer=buf,
+                bytes_read=read.value,
+                copy_of=info.copy_of if info.copy_of >= 0 else None,
+            )
             out.append(s)
         return out
     finally:
@@ -141,7 +156,7 @@ def load_jax(path: PathLike, shardings: Mapping[str, Any], *, max_over_read: Opt
             raise TypeError(f"hostfirst: sharding for '{pattern}' is a {type(sh).__name__}; use a NamedSharding "
                             "(Mesh + PartitionSpec) or a SingleDeviceSharding")
         rules.append((pattern, sh, named))
-    meshes = []  # one plan per distinct mesh: its own patterns split, every other pattern skipped
+    meshes: List[Any] = []  # one plan per distinct mesh: its own patterns split, every other pattern skipped
     for pattern, _, named in rules:
         if not any(m == named.mesh for m in meshes):
             meshes.append(named.mesh)
@@ -154,11 +169,13 @@ def load_jax(path: PathLike, shardings: Mapping[str, Any], *, max_over_read: Opt
         if not owned:
             continue
         axes = list(zip(mesh.axis_names, mesh.devices.shape))
-        by_name = {}
+        by_name: Dict[str, List[Shard]] = {}
         for s in load_shards(path, axes, specs, owned, max_over_read=max_over_read):
             by_name.setdefault(s.name, []).append(s)
         for name, parts in by_name.items():
-            sharding = rules[parts[0].rule][1]
+            rule = parts[0].rule
+            assert rule is not None, "the plan holds only tensors its rules name (a last skip rule '*')"
+            sharding = rules[rule][1]
             arrays = [jax.device_put(s.numpy(), flat[s.position]) for s in parts]
             out[name] = jax.make_array_from_single_device_arrays(parts[0].shape, sharding, arrays)
     return out
