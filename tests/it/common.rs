@@ -32,28 +32,13 @@ pub fn lib_dir() -> PathBuf {
         }
         check(cmd.output().expect("run cargo build"), "cargo build --lib");
         assert!(dir.join("libhostfirst.so").exists(), "libhostfirst.so not found in {}", dir.display());
-        link_soname(&dir);
+        // Programs linked here record the versioned SONAME; build.rs puts that name beside the library.
+        if let Some(soname) = option_env!("HOSTFIRST_SONAME") {
+            assert!(dir.join(soname).exists(), "build.rs did not create {soname} in {}", dir.display());
+        }
         dir
     })
     .clone()
-}
-
-/// Programs linked against a library with a versioned SONAME (build.rs) ask the loader for
-/// `libhostfirst.so.<soversion>`, not `libhostfirst.so`: put that name beside the built library, as an
-/// installed tree has it (docs/PACKAGING.md).
-fn link_soname(dir: &Path) {
-    let Some(soname) = option_env!("HOSTFIRST_SONAME") else { return };
-    let link = dir.join(soname);
-    if std::fs::symlink_metadata(&link).is_ok() {
-        return;
-    }
-    #[cfg(unix)]
-    {
-        let tmp = dir.join(format!("{soname}.tmp{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink("libhostfirst.so", &tmp).expect("create the SONAME link");
-        std::fs::rename(&tmp, &link).expect("create the SONAME link");
-    }
 }
 
 /// A scratch directory for this test binary's outputs.
