@@ -2,7 +2,8 @@
 # The whole hostfirst test suite, on a fresh machine: installs what the tests need when it is missing
 # (a C and C++ compiler, binutils, cmake and pkg-config, Python packages), then runs every test:
 #   formatting, clippy and every target building; Rust unit and property tests, C ABI programs (-Wall -Wextra -Werror), header checks, the stand-in CUDA
-#   driver tests, the CLI, the fuzz corpus replay, the install tests (tests/install.rs), the Python binding tests.
+#   driver tests, the CLI, the fuzz corpus replay, the install tests (tests/install.rs), the C programs again under valgrind
+#   memcheck (tests/it/valgrind.rs), the Python binding tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +20,8 @@ apt_install() {
 have cc && have c++ && have nm && have readelf && have cmake && have pkg-config \
     || apt_install gcc g++ binutils cmake pkg-config
 have cargo || { echo "test.sh: cargo (Rust) is required" >&2; exit 1; }
+# valgrind: the C programs run again under memcheck (tests/it/valgrind.rs).
+have valgrind || apt_install valgrind
 
 # Python packages for the binding tests and the reference-reader fixtures (quiet, idempotent).
 if have python3 && [ -f scripts/python-requirements.txt ]; then

@@ -23,3 +23,4 @@ mod place_cpu;
 mod place_cuda;
 mod place_rules;
 mod readme_example;
+mod valgrind;
