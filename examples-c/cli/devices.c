@@ -4,15 +4,21 @@
 
 #define MAX_DEVICES 64
 
+static int on_option(void *ctx, int id, const char *value) {
+    (void)value;
+    if (id == CLI_OPT_JSON) *(int *)ctx = 1;
+    return 0;
+}
+
+static int on_operand(void *ctx, const char *arg) {
+    (void)ctx;
+    return cli_usage_error("devices", "unexpected argument '%s'", arg);
+}
+
 int cmd_devices(int argc, char **argv) {
     int json = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else {
-            fprintf(stderr, "hostfirst devices: unknown option '%s'\nusage: hostfirst devices [--json]\n", argv[i]);
-            return 2;
-        }
-    }
+    int rc = cli_parse("devices", argc, argv, &json, on_option, on_operand);
+    if (rc) return rc;
     /* The default first: an invalid HOSTFIRST_DEFAULT_DEVICE is an error, not something to ignore. */
     hostfirst_device def;
     uint32_t source = 0, depth = 0;

@@ -16,37 +16,46 @@ static double now_s(void) {
 }
 
 typedef struct {
-    int json;
+    int json, strict;
     const char *path;
     hostfirst_file *file;
     hostfirst_rules *rules;
     hostfirst_plan *plan;
 } plan_args;
 
+typedef struct {
+    plan_args *a;
+    const char *cmd;
+} parse_ctx;
+
+static int on_option(void *ctx, int id, const char *value) {
+    parse_ctx *p = ctx;
+    if (id == CLI_OPT_JSON) p->a->json = 1;
+    else if (id == CLI_OPT_STRICT) p->a->strict = 1;
+    else if (id == CLI_OPT_RULE) {
+        hostfirst_status st = hostfirst_rules_add_spec(p->a->rules, value);
+        if (st != HOSTFIRST_STATUS_OK) return cli_fail(value, st) + 1;
+    }
+    return 0;
+}
+
+static int on_operand(void *ctx, const char *arg) {
+    parse_ctx *p = ctx;
+    if (p->a->path) return cli_usage_error(p->cmd, "more than one FILE ('%s')", arg);
+    p->a->path = arg;
+    return 0;
+}
+
 /* Parses the arguments, opens the file, adds the rules and makes the plan. Returns 0 or an exit status. */
 static int setup(const char *cmd, int argc, char **argv, plan_args *a) {
     memset(a, 0, sizeof *a);
     hostfirst_status st = hostfirst_rules_new(&a->rules);
     if (st != HOSTFIRST_STATUS_OK) return cli_fail("rules", st);
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) a->json = 1;
-        else if (!strcmp(argv[i], "--rule") && i + 1 < argc) {
-            st = hostfirst_rules_add_spec(a->rules, argv[++i]);
-            if (st != HOSTFIRST_STATUS_OK) return cli_fail(argv[i], st) + 1;
-        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            fprintf(stderr, "hostfirst %s: unknown option '%s'\nusage: hostfirst %s FILE --rule PATTERN=TARGET ... [--json]\n",
-                    cmd, argv[i], cmd);
-            return 2;
-        } else if (!a->path) a->path = argv[i];
-        else {
-            fprintf(stderr, "hostfirst %s: more than one FILE\n", cmd);
-            return 2;
-        }
-    }
-    if (!a->path) {
-        fprintf(stderr, "usage: hostfirst %s FILE --rule PATTERN=TARGET ... [--json]\n", cmd);
-        return 2;
-    }
+    parse_ctx p = {a, cmd};
+    int rc = cli_parse(cmd, argc, argv, &p, on_option, on_operand);
+    if (rc) return rc;
+    if (!a->path) return cli_usage_error(cmd, "FILE is missing");
+    if (a->strict && (st = hostfirst_strict_thread_set(1)) != HOSTFIRST_STATUS_OK) return cli_fail("strict", st);
     st = hostfirst_file_open(a->path, &a->file);
     if (st != HOSTFIRST_STATUS_OK) return cli_fail(a->path, st);
     st = hostfirst_plan_make(a->file, a->rules, &a->plan);

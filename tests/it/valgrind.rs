@@ -23,6 +23,7 @@ const PASS: &[&str] = &[
     "example_host_first::",
     "readme_example::readme_c_example",
     "cli_devices::",
+    "cli_help::",
     "cli_inspect::",
     "cli_put::",
     "cli_rules::",
