@@ -1,4 +1,6 @@
-/* hostfirst devices [--json]: the backend census, the devices, and the effective default with its source. */
+/* hostfirst devices [--json]: the backend census, the devices, and the effective default with its source.
+ * An invalid HOSTFIRST_DEFAULT_DEVICE is an error (exit 1, one line on stderr), reported after the census
+ * and the devices: the diagnostic still shows what is there when the default is what is wrong. */
 #include <string.h>
 #include "cli.h"
 
@@ -19,11 +21,14 @@ int cmd_devices(int argc, char **argv) {
     int json = 0;
     int rc = cli_parse("devices", argc, argv, &json, on_option, on_operand);
     if (rc) return rc;
-    /* The default first: an invalid HOSTFIRST_DEFAULT_DEVICE is an error, not something to ignore. */
+    /* The default is resolved first (its message is kept: later calls replace the thread's last error) and
+     * reported last. */
     hostfirst_device def;
     uint32_t source = 0, depth = 0;
-    hostfirst_status st = hostfirst_default_device(&def, &source, &depth);
-    if (st != HOSTFIRST_STATUS_OK) return cli_fail("default device", st);
+    hostfirst_status def_st = hostfirst_default_device(&def, &source, &depth);
+    char def_err[1024] = "";
+    if (def_st != HOSTFIRST_STATUS_OK) snprintf(def_err, sizeof def_err, "%s", hostfirst_last_error());
+    hostfirst_status st;
 
     size_t nwarn = hostfirst_census_warning_count();
     for (size_t i = 0; i < nwarn; i++) fprintf(stderr, "hostfirst: warning: %s\n", hostfirst_census_warning(i));
@@ -93,6 +98,18 @@ int cmd_devices(int argc, char **argv) {
             printf("%-10s %-34.34s %-12s %-12s %s\n", spec, info.name, cli_bytes(total_b, b1, sizeof b1),
                    cli_bytes(free_b, b2, sizeof b2), details);
         }
+    }
+    if (def_st != HOSTFIRST_STATUS_OK) {
+        if (json) {
+            printf("],\"default\":null,\"default_error\":{\"status\":\"%s\",\"message\":", hostfirst_status_name(def_st));
+            cli_json_string(stdout, def_err);
+            printf("}}\n");
+        } else {
+            printf("\ndefault device: none (%s)\n", hostfirst_status_name(def_st));
+        }
+        fflush(stdout);
+        fprintf(stderr, "hostfirst: default device: %s: %s\n", hostfirst_status_name(def_st), def_err);
+        return 1;
     }
     cli_device_spec(def, spec, sizeof spec);
     if (json) printf("],\"default\":{\"spec\":\"%s\",\"source\":\"%s\"}}\n", spec, hostfirst_default_source_name(source));
