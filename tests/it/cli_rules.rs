@@ -50,6 +50,22 @@ fn plan_json_shape() {
     let o = run(&cli(), &["plan", m.to_str().unwrap(), "--rule", "x=tpu"], &[]);
     assert_eq!(o.status.code(), Some(2));
     assert!(o.stdout.is_empty() && String::from_utf8_lossy(&o.stderr).contains("INVALID_ARGUMENT"));
+    // A typo in a target is answered with the complete list of targets, host and default included.
+    for (args, what) in [(["plan", "--rule", "x=hots"], "rule target 'hots'"), (["gather", "--device", "defualt"], "")]
+    {
+        let mut args = args.to_vec();
+        args.insert(1, m.to_str().unwrap());
+        if args[0] == "gather" {
+            args.extend(["tokens", "--batch", "2", "--window", "4"]);
+        }
+        let o = run(&cli(), &args, &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(what), "{args:?}: {err}");
+        for form in ["default", "cpu", "cuda:N", "cuda_host"] {
+            assert!(err.contains(form), "{args:?}: '{form}' missing from: {err}");
+        }
+        assert_eq!(err.contains("host (stay"), args[0] == "plan", "host is a rule target only: {err}");
+    }
 }
 
 #[test]
