@@ -582,6 +582,11 @@ enum hostfirst_status
    */
   HOSTFIRST_STATUS_INVALID_INDEX = 72,
   /**
+   * The input is not a safetensors file at all: its first 8 bytes are no possible header length and no JSON
+   * object follows them (the message says what it looks like: a zip archive, a Git LFS pointer, text, ...).
+   */
+  HOSTFIRST_STATUS_NOT_SAFETENSORS = 73,
+  /**
    * An internal invariant failed (a bug in hostfirst).
    */
   HOSTFIRST_STATUS_INTERNAL = 100,

@@ -80,6 +80,9 @@ pub enum Status {
     LimitExceeded = 71,
     /// A sharded index (`*.safetensors.index.json`) is malformed or disagrees with its shards.
     InvalidIndex = 72,
+    /// The input is not a safetensors file at all: its first 8 bytes are no possible header length and no JSON
+    /// object follows them (the message says what it looks like: a zip archive, a Git LFS pointer, text, ...).
+    NotSafetensors = 73,
 
     /// An internal invariant failed (a bug in hostfirst).
     Internal = 100,
@@ -121,6 +124,7 @@ pub const ALL_STATUSES: &[Status] = &[
     Status::IncompleteBuffer,
     Status::LimitExceeded,
     Status::InvalidIndex,
+    Status::NotSafetensors,
     Status::Internal,
     Status::Panic,
 ];
@@ -161,6 +165,7 @@ impl Status {
             Status::IncompleteBuffer => "INCOMPLETE_BUFFER",
             Status::LimitExceeded => "LIMIT_EXCEEDED",
             Status::InvalidIndex => "INVALID_INDEX",
+            Status::NotSafetensors => "NOT_SAFETENSORS",
             Status::Internal => "INTERNAL",
             Status::Panic => "PANIC",
         }

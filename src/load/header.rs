@@ -43,10 +43,17 @@ impl Header {
     }
 }
 
+/// How many leading bytes of a file [`header_len`] looks at: the length prefix, and enough of what follows to
+/// say what a file that is not safetensors looks like.
+pub(crate) const PREFIX_PEEK: usize = 64;
+
 /// The outcome of reading the 8-byte prefix: how many header bytes follow.
 ///
-/// `total_len` is the length of the whole file or buffer. `truncated_status` is what a header that runs past
-/// the end gives: `TRUNCATED` for files, `INVALID_HEADER_LENGTH` for memory buffers.
+/// `prefix` is the start of the file or buffer (at least its first 8 bytes; up to [`PREFIX_PEEK`] are used),
+/// `total_len` the length of the whole. `truncated_status` is what a header that runs past the end gives:
+/// `TRUNCATED` for files, `INVALID_HEADER_LENGTH` for memory buffers. When the length is impossible and the
+/// bytes after the prefix do not begin a JSON object either, the input is not safetensors at all:
+/// `NOT_SAFETENSORS`, saying what it looks like (a zip archive, a Git LFS pointer, text, ...).
 pub(crate) fn header_len(prefix: &[u8], total_len: u64, truncated_status: Status) -> Result<u64> {
     let Some(p) = prefix.get(..8) else {
         return Err(Error::new(
@@ -56,22 +63,71 @@ pub(crate) fn header_len(prefix: &[u8], total_len: u64, truncated_status: Status
     };
     let n = u64::from_le_bytes(p.try_into().expect("8 bytes"));
     // Checked first so that a prefix near u64::MAX is reported as the overflow it is (catalogue row 4).
-    let Some(stop) = n.checked_add(8) else {
-        return Err(Error::new(Status::InvalidHeaderLength, format!("header length {n} + 8 overflows")));
-    };
-    if n > MAX_HEADER_SIZE {
-        return Err(Error::new(
+    let problem = match n.checked_add(8) {
+        None => Error::new(Status::InvalidHeaderLength, format!("header length {n} + 8 overflows")),
+        Some(_) if n > MAX_HEADER_SIZE => Error::new(
             Status::HeaderTooLarge,
             format!("header length {n} exceeds the safetensors limit of {MAX_HEADER_SIZE} bytes"),
-        ));
+        ),
+        Some(stop) if stop > total_len => {
+            Error::new(truncated_status, format!("header length {n} needs {stop} bytes but there are only {total_len}"))
+        }
+        Some(_) => return Ok(n),
+    };
+    Err(not_safetensors(prefix, n, total_len).unwrap_or(problem))
+}
+
+/// `NOT_SAFETENSORS` when the bytes after the (impossible) length prefix do not begin a JSON object; `None`
+/// when they might (then the length itself is the problem, or there is nothing after it to look at).
+fn not_safetensors(prefix: &[u8], n: u64, total_len: u64) -> Option<Error> {
+    let peek = &prefix[..prefix.len().min(PREFIX_PEEK)];
+    let after = peek[8..].iter().find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))?;
+    if *after == b'{' {
+        return None;
     }
-    if stop > total_len {
-        return Err(Error::new(
-            truncated_status,
-            format!("header length {n} needs {stop} bytes but there are only {total_len}"),
-        ));
+    let looks = looks_like(peek);
+    Some(Error::new(
+        Status::NotSafetensors,
+        format!(
+            "not a safetensors file: it looks like {looks}. A safetensors file begins with an 8-byte little-endian \
+             header length followed by a JSON object; here the first 8 bytes read as length {n} (the file has \
+             {total_len} bytes) and '{{' does not follow. Check the path, or convert the file to safetensors"
+        ),
+    ))
+}
+
+/// What the first bytes of a file that is not safetensors look like, for the message.
+fn looks_like(b: &[u8]) -> String {
+    let starts = |m: &[u8]| b.starts_with(m);
+    let known = if starts(b"version https://git-lfs") {
+        Some("a Git LFS pointer, not the file's content (run `git lfs pull` in its repository)")
+    } else if starts(b"PK\x03\x04") {
+        Some("a zip archive (a PyTorch .pt/.bin checkpoint or a NumPy .npz is one)")
+    } else if starts(b"GGUF") {
+        Some("a GGUF file (llama.cpp)")
+    } else if starts(b"\x93NUMPY") {
+        Some("a NumPy .npy file")
+    } else if starts(b"\x89HDF\r\n\x1a\n") {
+        Some("an HDF5 file (e.g. Keras .h5)")
+    } else if b.len() >= 2 && b[0] == 0x80 && (2..=5).contains(&b[1]) {
+        Some("a Python pickle (e.g. a PyTorch checkpoint saved without zip)")
+    } else if starts(b"\x1f\x8b") {
+        Some("gzip-compressed data")
+    } else {
+        None
+    };
+    if let Some(k) = known {
+        return k.to_string();
     }
-    Ok(n)
+    let text = String::from_utf8_lossy(b);
+    let printable = text.chars().filter(|c| !c.is_control() || c.is_whitespace()).count();
+    if printable * 10 >= text.chars().count() * 9 && !text.contains('\u{fffd}') {
+        let first: String = text.trim_start().chars().take(32).collect();
+        let kind = if first.starts_with('<') { "HTML or XML text (a failed download?)" } else { "text" };
+        return format!("{kind} (it begins \"{}\")", first.escape_debug());
+    }
+    let hex: Vec<String> = b.iter().take(8).map(|x| format!("{x:02x}")).collect();
+    format!("binary data of another format (it begins {})", hex.join(" "))
 }
 
 // ---- raw parse ---------------------------------------------------------------------------------------

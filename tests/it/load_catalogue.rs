@@ -90,6 +90,9 @@ cases! {
     extra_name_too_long => "extra-name-too-long",
     extra_duplicate_metadata => "extra-duplicate-metadata",
     extra_missing_dtype => "extra-missing-dtype",
+    extra_not_safetensors_text => "extra-not-safetensors-text",
+    extra_not_safetensors_zip => "extra-not-safetensors-zip",
+    extra_not_safetensors_lfs_pointer => "extra-not-safetensors-lfs-pointer",
 }
 
 #[test]
