@@ -34,6 +34,9 @@ pub enum Status {
     AlreadyUsed = 9,
     /// The operation is not supported for this dtype, device or object.
     Unsupported = 10,
+    /// Strict mode: a placement rule places no tensor (its pattern matches none, or earlier rules take every
+    /// tensor it matches). Outside strict mode such rules are listed by the plan, not refused.
+    UnmatchedRule = 11,
 
     /// A scope pop or leave did not name the innermost scope of this thread, or the thread had no scope.
     ScopeMismatch = 20,
@@ -103,6 +106,7 @@ pub const ALL_STATUSES: &[Status] = &[
     Status::NotReady,
     Status::AlreadyUsed,
     Status::Unsupported,
+    Status::UnmatchedRule,
     Status::ScopeMismatch,
     Status::ImplicitPlacement,
     Status::Unavailable,
@@ -144,6 +148,7 @@ impl Status {
             Status::NotReady => "NOT_READY",
             Status::AlreadyUsed => "ALREADY_USED",
             Status::Unsupported => "UNSUPPORTED",
+            Status::UnmatchedRule => "UNMATCHED_RULE",
             Status::ScopeMismatch => "SCOPE_MISMATCH",
             Status::ImplicitPlacement => "IMPLICIT_PLACEMENT",
             Status::Unavailable => "UNAVAILABLE",
@@ -297,7 +302,7 @@ mod tests {
             assert!(!s.name().is_empty());
         }
         assert_eq!(Status::from_u32(12345), None);
-        assert_eq!(Status::from_u32(11), None);
+        assert_eq!(Status::from_u32(12), None);
     }
 
     #[test]
