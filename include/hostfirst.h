@@ -403,6 +403,13 @@
 #define HOSTFIRST_MAX_NAME_LEN 4096
 
 /**
+ * Cap on the entries of a file's metadata (a header's `__metadata__`, a set's index `metadata` and the
+ * set's merged metadata): more give `HOSTFIRST_STATUS_METADATA_LIMIT_EXCEEDED`, found while parsing, before
+ * the rest is read (a header of millions of tiny entries costs neither time nor memory).
+ */
+#define HOSTFIRST_MAX_METADATA_ENTRIES 65536
+
+/**
  * Placement of a tensor: it stays a zero-copy host view of the file's mapping.
  */
 #define HOSTFIRST_PLACEMENT_HOST 1
@@ -498,6 +505,11 @@ enum hostfirst_status
    */
   HOSTFIRST_STATUS_UNSUPPORTED = 10,
   /**
+   * Strict mode: a placement rule places no tensor (its pattern matches none, or earlier rules take every
+   * tensor it matches). Outside strict mode such rules are listed by the plan, not refused.
+   */
+  HOSTFIRST_STATUS_UNMATCHED_RULE = 11,
+  /**
    * A scope pop or leave did not name the innermost scope of this thread, or the thread had no scope.
    */
   HOSTFIRST_STATUS_SCOPE_MISMATCH = 20,
@@ -586,6 +598,11 @@ enum hostfirst_status
    * object follows them (the message says what it looks like: a zip archive, a Git LFS pointer, text, ...).
    */
   HOSTFIRST_STATUS_NOT_SAFETENSORS = 73,
+  /**
+   * A file's metadata (a header's `__metadata__`, an index's `metadata`, or a set's merged metadata) has
+   * more entries than the hostfirst cap (`HOSTFIRST_MAX_METADATA_ENTRIES`).
+   */
+  HOSTFIRST_STATUS_METADATA_LIMIT_EXCEEDED = 74,
   /**
    * An internal invariant failed (a bug in hostfirst).
    */
@@ -1417,7 +1434,9 @@ hostfirst_status hostfirst_dtype_from_name(const char *name, uint32_t *out_dtype
  * named `__metadata__`, a name containing NUL), `INVALID_OFFSET`, `DUPLICATE_TENSOR` (even identical
  * entries), `VALIDATION_OVERFLOW`, `MISALIGNED_SLICE`, `TENSOR_INVALID_INFO`, `INCOMPLETE_BUFFER` (bytes
  * after the last tensor), `LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_TENSORS` tensors, rank above
- * `HOSTFIRST_MAX_RANK`, a name longer than `HOSTFIRST_MAX_NAME_LEN` bytes); for sets also `INVALID_INDEX`.
+ * `HOSTFIRST_MAX_RANK`, a name longer than `HOSTFIRST_MAX_NAME_LEN` bytes), `METADATA_LIMIT_EXCEEDED`
+ * (more than `HOSTFIRST_MAX_METADATA_ENTRIES` metadata entries), `NOT_SAFETENSORS` (not a safetensors file at
+ * all: the message says what it looks like); for sets also `INVALID_INDEX`.
  * Leading and trailing JSON whitespace around the header object is accepted (as the reference crate does).
  *
  * On failure `*out` is left unchanged and no handle or file descriptor is left open. Free the handle with

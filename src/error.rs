@@ -86,6 +86,9 @@ pub enum Status {
     /// The input is not a safetensors file at all: its first 8 bytes are no possible header length and no JSON
     /// object follows them (the message says what it looks like: a zip archive, a Git LFS pointer, text, ...).
     NotSafetensors = 73,
+    /// A file's metadata (a header's `__metadata__`, an index's `metadata`, or a set's merged metadata) has
+    /// more entries than the hostfirst cap (`HOSTFIRST_MAX_METADATA_ENTRIES`).
+    MetadataLimitExceeded = 74,
 
     /// An internal invariant failed (a bug in hostfirst).
     Internal = 100,
@@ -129,6 +132,7 @@ pub const ALL_STATUSES: &[Status] = &[
     Status::LimitExceeded,
     Status::InvalidIndex,
     Status::NotSafetensors,
+    Status::MetadataLimitExceeded,
     Status::Internal,
     Status::Panic,
 ];
@@ -171,6 +175,7 @@ impl Status {
             Status::LimitExceeded => "LIMIT_EXCEEDED",
             Status::InvalidIndex => "INVALID_INDEX",
             Status::NotSafetensors => "NOT_SAFETENSORS",
+            Status::MetadataLimitExceeded => "METADATA_LIMIT_EXCEEDED",
             Status::Internal => "INTERNAL",
             Status::Panic => "PANIC",
         }

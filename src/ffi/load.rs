@@ -89,6 +89,10 @@ pub const HOSTFIRST_MAX_SET_TENSORS: u32 = 1048576;
 pub const HOSTFIRST_MAX_RANK: u32 = 32;
 /// Cap on a tensor name's length in bytes.
 pub const HOSTFIRST_MAX_NAME_LEN: u32 = 4096;
+/// Cap on the entries of a file's metadata (a header's `__metadata__`, a set's index `metadata` and the
+/// set's merged metadata): more give `HOSTFIRST_STATUS_METADATA_LIMIT_EXCEEDED`, found while parsing, before
+/// the rest is read (a header of millions of tiny entries costs neither time nor memory).
+pub const HOSTFIRST_MAX_METADATA_ENTRIES: u32 = 65536;
 
 /// Everything about a view, filled by `hostfirst_view_describe`.
 ///
@@ -183,7 +187,9 @@ pub extern "C" fn hostfirst_dtype_from_name(name: *const c_char, out_dtype: *mut
 /// named `__metadata__`, a name containing NUL), `INVALID_OFFSET`, `DUPLICATE_TENSOR` (even identical
 /// entries), `VALIDATION_OVERFLOW`, `MISALIGNED_SLICE`, `TENSOR_INVALID_INFO`, `INCOMPLETE_BUFFER` (bytes
 /// after the last tensor), `LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_TENSORS` tensors, rank above
-/// `HOSTFIRST_MAX_RANK`, a name longer than `HOSTFIRST_MAX_NAME_LEN` bytes); for sets also `INVALID_INDEX`.
+/// `HOSTFIRST_MAX_RANK`, a name longer than `HOSTFIRST_MAX_NAME_LEN` bytes), `METADATA_LIMIT_EXCEEDED`
+/// (more than `HOSTFIRST_MAX_METADATA_ENTRIES` metadata entries), `NOT_SAFETENSORS` (not a safetensors file at
+/// all: the message says what it looks like); for sets also `INVALID_INDEX`.
 /// Leading and trailing JSON whitespace around the header object is accepted (as the reference crate does).
 ///
 /// On failure `*out` is left unchanged and no handle or file descriptor is left open. Free the handle with
@@ -628,5 +634,6 @@ mod tests {
         assert_eq!(HOSTFIRST_MAX_SET_TENSORS as usize, crate::load::MAX_SET_TENSORS);
         assert_eq!(HOSTFIRST_MAX_RANK as usize, crate::load::MAX_RANK);
         assert_eq!(HOSTFIRST_MAX_NAME_LEN as usize, crate::load::MAX_NAME_LEN);
+        assert_eq!(HOSTFIRST_MAX_METADATA_ENTRIES as usize, crate::load::MAX_METADATA_ENTRIES);
     }
 }

@@ -6,7 +6,7 @@
 //! its panics become format errors.
 
 use super::names::CName;
-use super::{MAX_HEADER_SIZE, MAX_NAME_LEN, MAX_RANK, MAX_TENSORS};
+use super::{MAX_HEADER_SIZE, MAX_METADATA_ENTRIES, MAX_NAME_LEN, MAX_RANK, MAX_TENSORS};
 use crate::dtype::DType;
 use crate::error::{Error, Result, Status};
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -145,7 +145,7 @@ struct RawEntry {
 
 struct RawHeader {
     entries: Vec<RawEntry>,
-    metadata: Option<Vec<(String, serde_json::Value)>>,
+    metadata: Option<Vec<(String, MetaValue)>>,
 }
 
 /// Where a semantic failure found during the serde pass is parked (serde errors carry only text), and the
@@ -238,7 +238,7 @@ impl<'de> Visitor<'de> for TopVisitor<'_> {
                         return Err(side.fail(Error::new(Status::InvalidHeaderJson, "`__metadata__` appears twice")));
                     }
                     seen_metadata = true;
-                    metadata = map.next_value_seed(MetaSeed)?;
+                    metadata = map.next_value_seed(MetaSeed(side))?;
                     continue;
                 }
                 Key::Tensor(name) => name,
@@ -258,19 +258,21 @@ impl<'de> Visitor<'de> for TopVisitor<'_> {
     }
 }
 
-struct MetaSeed;
+/// A `__metadata__` value: the string, or the JSON kind of a value that is not one (skipped unbuilt: an
+/// array or object value is walked, never materialised).
+pub(crate) type MetaValue = std::result::Result<String, &'static str>;
 
-impl<'de> DeserializeSeed<'de> for MetaSeed {
-    type Value = Option<Vec<(String, serde_json::Value)>>;
+struct MetaSeed<'s>(&'s Side);
+
+impl<'de> DeserializeSeed<'de> for MetaSeed<'_> {
+    type Value = Option<Vec<(String, MetaValue)>>;
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
-        d.deserialize_any(MetaVisitor)
+        d.deserialize_any(self)
     }
 }
 
-struct MetaVisitor;
-
-impl<'de> Visitor<'de> for MetaVisitor {
-    type Value = Option<Vec<(String, serde_json::Value)>>;
+impl<'de> Visitor<'de> for MetaSeed<'_> {
+    type Value = Option<Vec<(String, MetaValue)>>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("`__metadata__` as an object of strings")
     }
@@ -280,10 +282,70 @@ impl<'de> Visitor<'de> for MetaVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
         let mut v = Vec::new();
         while let Some(k) = map.next_key::<String>()? {
-            let val: serde_json::Value = map.next_value()?;
+            // Stops at the cap before reading further: millions of tiny entries cost neither time nor memory.
+            if v.len() == MAX_METADATA_ENTRIES {
+                return Err(self.0.fail(metadata_cap_error("`__metadata__`")));
+            }
+            let val = map.next_value_seed(MetaValueSeed)?;
             v.push((k, val));
         }
         Ok(Some(v))
+    }
+}
+
+/// The error of a metadata map over [`MAX_METADATA_ENTRIES`].
+pub(crate) fn metadata_cap_error(what: &str) -> Error {
+    Error::new(
+        Status::MetadataLimitExceeded,
+        format!(
+            "{what} has more than {MAX_METADATA_ENTRIES} entries (the hostfirst cap on metadata entries; real \
+             checkpoints carry a few dozen): refused before reading the rest"
+        ),
+    )
+}
+
+struct MetaValueSeed;
+
+impl<'de> DeserializeSeed<'de> for MetaValueSeed {
+    type Value = MetaValue;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<MetaValue, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MetaValueSeed {
+    type Value = MetaValue;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a metadata value")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<MetaValue, E> {
+        Ok(Ok(v.to_string()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> std::result::Result<MetaValue, E> {
+        Ok(Ok(v))
+    }
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<MetaValue, E> {
+        Ok(Err("null"))
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> std::result::Result<MetaValue, E> {
+        Ok(Err("boolean"))
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> std::result::Result<MetaValue, E> {
+        Ok(Err("number"))
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> std::result::Result<MetaValue, E> {
+        Ok(Err("number"))
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> std::result::Result<MetaValue, E> {
+        Ok(Err("number"))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<MetaValue, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Err("array"))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<MetaValue, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Err("object"))
     }
 }
 
@@ -468,9 +530,9 @@ fn cname(s: String, what: impl FnOnce() -> String) -> Result<CName> {
     })
 }
 
-fn convert_metadata(raw: Vec<(String, serde_json::Value)>) -> Result<Vec<(CName, CName)>> {
+fn convert_metadata(raw: Vec<(String, MetaValue)>) -> Result<Vec<(CName, CName)>> {
     // A tensor named `__metadata__` lands here: the key is reserved for the string map (catalogue row 14).
-    let looks_like_tensor = raw.iter().any(|(k, v)| k == "dtype" && v.is_string())
+    let looks_like_tensor = raw.iter().any(|(k, v)| k == "dtype" && v.is_ok())
         && raw.iter().any(|(k, _)| k == "data_offsets" || k == "shape");
     if looks_like_tensor {
         return Err(Error::new(
@@ -481,15 +543,12 @@ fn convert_metadata(raw: Vec<(String, serde_json::Value)>) -> Result<Vec<(CName,
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::with_capacity(raw.len());
     for (k, v) in raw {
-        let serde_json::Value::String(s) = v else {
-            return Err(Error::new(
+        let s = v.map_err(|kind| {
+            Error::new(
                 Status::InvalidHeaderJson,
-                format!(
-                    "`__metadata__` key '{k}' has a {} value; safetensors metadata values must be strings",
-                    json_kind(&v)
-                ),
-            ));
-        };
+                format!("`__metadata__` key '{k}' has a {kind} value; safetensors metadata values must be strings"),
+            )
+        })?;
         if !seen.insert(k.clone()) {
             return Err(Error::new(Status::InvalidHeaderJson, format!("`__metadata__` key '{k}' appears twice")));
         }
@@ -498,17 +557,6 @@ fn convert_metadata(raw: Vec<(String, serde_json::Value)>) -> Result<Vec<(CName,
         out.push((key, val));
     }
     Ok(out)
-}
-
-pub(crate) fn json_kind(v: &serde_json::Value) -> &'static str {
-    match v {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "boolean",
-        serde_json::Value::Number(_) => "number",
-        serde_json::Value::String(_) => "string",
-        serde_json::Value::Array(_) => "array",
-        serde_json::Value::Object(_) => "object",
-    }
 }
 
 /// Element count and byte size of a tensor, with checked arithmetic.
