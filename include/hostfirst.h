@@ -1674,7 +1674,9 @@ hostfirst_status hostfirst_put(const struct hostfirst_view *view,
 
 /**
  * `hostfirst_put`, also describing what the transfer did in `*out_stats` (NULL: not wanted; otherwise set
- * its `struct_size` first).
+ * its `struct_size` first). The stats are written only when the put succeeds, together with `*out`: on any
+ * failure (a bad argument, the fit check, a driver error, a cancelled put) `*out_stats` is left exactly as
+ * the caller passed it, so stale numbers from an earlier call are never mistaken for this one's.
  */
 hostfirst_status hostfirst_put_ex(const struct hostfirst_view *view,
                                   const struct hostfirst_device *target,
@@ -1697,7 +1699,9 @@ hostfirst_status hostfirst_put_start(const struct hostfirst_view *view,
 /**
  * Polls an operation without blocking: `OK` once it has finished (successfully or not; `hostfirst_put_wait`
  * then returns at once with its result), `NOT_READY` while it runs, `ALREADY_USED` after its result was
- * taken. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+ * taken. `NOT_READY` is an answer, not a failure: it leaves the thread's last error alone, so a polling loop
+ * does not overwrite the message of an earlier failure. Errors (which do replace it): `ALREADY_USED`,
+ * `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
  */
 hostfirst_status hostfirst_put_poll(const struct hostfirst_put_op *op);
 
@@ -2016,6 +2020,13 @@ hostfirst_status hostfirst_default_resolve(struct hostfirst_device *out_device);
  * Other threads never see it. Pop it with `hostfirst_scope_pop(token)`. Errors: `NULL_ARGUMENT`; the
  * device must be present (`INVALID_ARGUMENT`, `UNAVAILABLE`, `NO_SUCH_DEVICE`); `LIMIT_EXCEEDED` past 65536
  * nested scopes on one thread.
+ *
+ * Scopes belong to their thread. When a thread exits with scopes still pushed (and its strict flag set),
+ * they are discarded with it: nothing leaks, no other thread and not the process default change, and their
+ * tokens pop nowhere afterwards (`SCOPE_MISMATCH` on any thread). A thread that lives on, such as a pool
+ * worker, keeps a scope its task forgot to pop for the next task: pop (or `hostfirst_scope_leave`) before the
+ * task returns. Scope calls made while the thread itself is being torn down (from a thread-local destructor)
+ * fail with `INTERNAL`; they never crash.
  */
 hostfirst_status hostfirst_scope_push(struct hostfirst_device device,
                                       uint64_t *out_token);

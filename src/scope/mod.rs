@@ -331,6 +331,39 @@ mod tests {
         .unwrap();
     }
 
+    /// What the header promises about a thread that exits with scopes pushed: they go with it.
+    #[test]
+    fn scopes_left_on_an_exiting_thread_go_with_it() {
+        std::thread::spawn(|| {
+            let base = current().unwrap();
+            let depth_before = depth();
+            let (a, b) = std::thread::spawn(|| {
+                let a = push(Device::CPU).unwrap();
+                let b = push(Device::CPU).unwrap();
+                set_thread_strict(true);
+                (a, b) // exits without popping
+            })
+            .join()
+            .unwrap();
+            // This thread is untouched, and the dead thread's tokens pop nowhere.
+            assert_eq!(depth(), depth_before);
+            assert!(!thread_strict());
+            assert_eq!(current().unwrap().source, base.source);
+            assert_eq!(pop(b).unwrap_err().status(), Status::ScopeMismatch);
+            assert_eq!(pop(a).unwrap_err().status(), Status::ScopeMismatch);
+            // A new thread starts clean.
+            std::thread::spawn(move || {
+                assert_eq!(depth(), 0);
+                assert!(!thread_strict());
+                assert_eq!(pop(a).unwrap_err().status(), Status::ScopeMismatch);
+            })
+            .join()
+            .unwrap();
+        })
+        .join()
+        .unwrap();
+    }
+
     #[test]
     fn scopes_are_per_thread() {
         std::thread::spawn(|| {
