@@ -10,8 +10,10 @@
  *   std::vector<uint16_t> v = head.to_vector<uint16_t>();   // pread copy: TRUNCATED instead of SIGBUS
  *   hostfirst::dlpack_tensor t = tokens.to_dlpack();        // DLPack 1.1, read-only, kDLCPU
  *
- * Placement (put/load) wrappers are pending: the C API has only hostfirst_buffer_free and
- * hostfirst_buffer_to_dlpack so far; hostfirst::buffer adopts a handle made by C code.
+ * The wrappers cover files, views, devices, default-device scopes and DLPack. Placement (hostfirst_put*,
+ * hostfirst_rules_* / hostfirst_plan_* / hostfirst_load_*, hostfirst_gather_*) is called through the C API
+ * directly; hostfirst::buffer adopts the hostfirst_buffer* those calls return. Enum values (statuses, dtypes,
+ * device kinds) are the C header's HOSTFIRST_* constants.
  *
  * SPDX-License-Identifier: MIT OR Apache-2.0
  */
@@ -408,8 +410,8 @@ private:
     hostfirst_file *f_ = nullptr;
 };
 
-/// Memory owned on one device (cpu, cuda_host, cuda:N). Adopts a hostfirst_buffer* made by the C API and
-/// frees it. Move-only. (The put/load wrappers that create buffers are pending: not in the C API yet.)
+/// Memory owned on one device (cpu, cuda_host, cuda:N). Adopts a hostfirst_buffer* made by the C API
+/// (hostfirst_put, hostfirst_buffer_to, hostfirst_load_get) and frees it. Move-only.
 class buffer {
 public:
     explicit buffer(hostfirst_buffer *b) noexcept : b_(b) {}

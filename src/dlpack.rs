@@ -116,12 +116,12 @@ pub fn dl_dtype_or_err(d: DType, what: &str) -> Result<DlDType> {
 /// The `DLDevice` (device_type, device_id) of a hostfirst device.
 pub fn dl_device(d: Device) -> (i32, i32) {
     let t = match d.kind {
-        DeviceKind::Cpu => device_type::CPU,
-        DeviceKind::Cuda => device_type::CUDA,
-        DeviceKind::CudaHost => device_type::CUDA_HOST,
+        DeviceKind::CPU => device_type::CPU,
+        DeviceKind::CUDA => device_type::CUDA,
+        DeviceKind::CUDA_HOST => device_type::CUDA_HOST,
     };
     // cpu and cuda_host are device 0 in DLPack; cuda keeps its ordinal.
-    let id = if d.kind == DeviceKind::Cuda { d.ordinal as i32 } else { 0 };
+    let id = if d.kind == DeviceKind::CUDA { d.ordinal as i32 } else { 0 };
     (t, id)
 }
 

@@ -2,12 +2,17 @@
 //!
 //! `DType` values cross the C ABI as `uint32_t` (`HOSTFIRST_DTYPE_*`). They are explicit and never renumbered;
 //! 0 is reserved as "no dtype". Every dtype the `safetensors` 0.8 crate knows has a value here.
+//!
+//! The enum below is the one definition: cbindgen exports it as `hostfirst_dtype` (`HOSTFIRST_DTYPE_<variant>`),
+//! and the list of values, the names and the mapping from C integers are derived from it (strum).
 
 use std::fmt;
+use strum::{FromRepr, IntoStaticStr, VariantArray};
 
-/// The element type of a tensor, with a stable numeric value for C.
+/// Element type of a tensor. Values of `HOSTFIRST_DTYPE_*` are stable and never renumbered; 0 is no dtype.
+/// Functions take and return them as `uint32_t` and check values from C.
 #[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, FromRepr, IntoStaticStr, VariantArray)]
 #[allow(non_camel_case_types)]
 pub enum DType {
     /// Boolean, one byte per element.
@@ -36,7 +41,7 @@ pub enum DType {
     F32 = 12,
     /// IEEE double precision.
     F64 = 13,
-    /// Complex with two f32 parts.
+    /// Complex with two f32 parts (8 bytes).
     C64 = 14,
     /// FP8 E5M2.
     F8_E5M2 = 15,
@@ -44,7 +49,7 @@ pub enum DType {
     F8_E4M3 = 16,
     /// FP8 E8M0 (MX scale).
     F8_E8M0 = 17,
-    /// MXFP4 (E2M1), 4 bits per element.
+    /// MXFP4 (E2M1), 4 bits per element (two per byte).
     F4 = 18,
     /// MXFP6 E2M3, 6 bits per element.
     F6_E2M3 = 19,
@@ -57,30 +62,7 @@ pub enum DType {
 }
 
 /// Every dtype, in numeric order.
-pub const ALL_DTYPES: &[DType] = &[
-    DType::BOOL,
-    DType::U8,
-    DType::I8,
-    DType::I16,
-    DType::U16,
-    DType::I32,
-    DType::U32,
-    DType::I64,
-    DType::U64,
-    DType::F16,
-    DType::BF16,
-    DType::F32,
-    DType::F64,
-    DType::C64,
-    DType::F8_E5M2,
-    DType::F8_E4M3,
-    DType::F8_E8M0,
-    DType::F4,
-    DType::F6_E2M3,
-    DType::F6_E3M2,
-    DType::F8_E4M3FNUZ,
-    DType::F8_E5M2FNUZ,
-];
+pub const ALL_DTYPES: &[DType] = DType::VARIANTS;
 
 impl DType {
     /// Bits per element (4 for F4, 6 for the F6 types, otherwise a multiple of 8).
@@ -96,33 +78,9 @@ impl DType {
         }
     }
 
-    /// The safetensors name, e.g. `"BF16"`, `"F8_E4M3"`.
+    /// The safetensors name, e.g. `"BF16"`, `"F8_E4M3"` (the variant's name, and the C name less `HOSTFIRST_DTYPE_`).
     pub fn name(self) -> &'static str {
-        use DType::*;
-        match self {
-            BOOL => "BOOL",
-            U8 => "U8",
-            I8 => "I8",
-            I16 => "I16",
-            U16 => "U16",
-            I32 => "I32",
-            U32 => "U32",
-            I64 => "I64",
-            U64 => "U64",
-            F16 => "F16",
-            BF16 => "BF16",
-            F32 => "F32",
-            F64 => "F64",
-            C64 => "C64",
-            F8_E5M2 => "F8_E5M2",
-            F8_E4M3 => "F8_E4M3",
-            F8_E8M0 => "F8_E8M0",
-            F4 => "F4",
-            F6_E2M3 => "F6_E2M3",
-            F6_E3M2 => "F6_E3M2",
-            F8_E4M3FNUZ => "F8_E4M3FNUZ",
-            F8_E5M2FNUZ => "F8_E5M2FNUZ",
-        }
+        self.into()
     }
 
     /// Parses a safetensors dtype name (exact, case-sensitive, as in headers).
@@ -132,7 +90,7 @@ impl DType {
 
     /// Validates an integer from C.
     pub fn from_u32(v: u32) -> Option<DType> {
-        ALL_DTYPES.iter().copied().find(|d| *d as u32 == v)
+        DType::from_repr(v)
     }
 
     /// The matching dtype of the `safetensors` crate.

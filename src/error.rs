@@ -1,16 +1,23 @@
 //! Status codes and the error type shared by the safe core and the C skin.
 //!
 //! `Status` values cross the C ABI as `hostfirst_status` and are never renumbered: a retired value stays
-//! reserved. Codes are grouped in ranges so callers can test a category (`Status::category`).
+//! reserved. Codes are grouped in ranges so callers can test a category ([`Status::is_format`] for the
+//! file-format range; C: `hostfirst_status_is_format_error`).
+//!
+//! The enum below is the one definition of the statuses: cbindgen exports it as `hostfirst_status` with
+//! `HOSTFIRST_STATUS_*` values, and the list of values, the names and the mapping from C integers are derived
+//! from it (strum).
 
 use std::fmt;
+use strum::{FromRepr, IntoStaticStr, VariantArray};
 
 /// The outcome of every fallible hostfirst call.
 ///
 /// Values are stable and grouped by range: 0 success; 1-19 argument and handle misuse; 20-29 default-device
 /// scopes; 30-49 backends, devices, memory and transfers; 50-59 I/O; 60-89 file format; 100+ internal.
 #[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, FromRepr, IntoStaticStr, VariantArray)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum Status {
     /// Success.
     Ok = 0,
@@ -97,93 +104,17 @@ pub enum Status {
 }
 
 /// Every status, in numeric order (used to validate integers from C and by tests).
-pub const ALL_STATUSES: &[Status] = &[
-    Status::Ok,
-    Status::NullArgument,
-    Status::InvalidArgument,
-    Status::InvalidHandle,
-    Status::BufferTooSmall,
-    Status::NotFound,
-    Status::OutOfRange,
-    Status::Cancelled,
-    Status::NotReady,
-    Status::AlreadyUsed,
-    Status::Unsupported,
-    Status::UnmatchedRule,
-    Status::ScopeMismatch,
-    Status::ImplicitPlacement,
-    Status::Unavailable,
-    Status::NoSuchDevice,
-    Status::OutOfMemory,
-    Status::DeviceError,
-    Status::Io,
-    Status::Truncated,
-    Status::HeaderTooSmall,
-    Status::HeaderTooLarge,
-    Status::InvalidHeaderLength,
-    Status::InvalidHeaderUtf8,
-    Status::InvalidHeaderJson,
-    Status::InvalidOffset,
-    Status::DuplicateTensor,
-    Status::ValidationOverflow,
-    Status::MisalignedSlice,
-    Status::TensorInvalidInfo,
-    Status::IncompleteBuffer,
-    Status::LimitExceeded,
-    Status::InvalidIndex,
-    Status::NotSafetensors,
-    Status::MetadataLimitExceeded,
-    Status::Internal,
-    Status::Panic,
-];
+pub const ALL_STATUSES: &[Status] = Status::VARIANTS;
 
 impl Status {
-    /// The stable upper-case name without prefix, e.g. `"OUT_OF_MEMORY"`.
+    /// The stable upper-case name without prefix, e.g. `"OUT_OF_MEMORY"` (the C name less `HOSTFIRST_STATUS_`).
     pub fn name(self) -> &'static str {
-        match self {
-            Status::Ok => "OK",
-            Status::NullArgument => "NULL_ARGUMENT",
-            Status::InvalidArgument => "INVALID_ARGUMENT",
-            Status::InvalidHandle => "INVALID_HANDLE",
-            Status::BufferTooSmall => "BUFFER_TOO_SMALL",
-            Status::NotFound => "NOT_FOUND",
-            Status::OutOfRange => "OUT_OF_RANGE",
-            Status::Cancelled => "CANCELLED",
-            Status::NotReady => "NOT_READY",
-            Status::AlreadyUsed => "ALREADY_USED",
-            Status::Unsupported => "UNSUPPORTED",
-            Status::UnmatchedRule => "UNMATCHED_RULE",
-            Status::ScopeMismatch => "SCOPE_MISMATCH",
-            Status::ImplicitPlacement => "IMPLICIT_PLACEMENT",
-            Status::Unavailable => "UNAVAILABLE",
-            Status::NoSuchDevice => "NO_SUCH_DEVICE",
-            Status::OutOfMemory => "OUT_OF_MEMORY",
-            Status::DeviceError => "DEVICE_ERROR",
-            Status::Io => "IO",
-            Status::Truncated => "TRUNCATED",
-            Status::HeaderTooSmall => "HEADER_TOO_SMALL",
-            Status::HeaderTooLarge => "HEADER_TOO_LARGE",
-            Status::InvalidHeaderLength => "INVALID_HEADER_LENGTH",
-            Status::InvalidHeaderUtf8 => "INVALID_HEADER_UTF8",
-            Status::InvalidHeaderJson => "INVALID_HEADER_JSON",
-            Status::InvalidOffset => "INVALID_OFFSET",
-            Status::DuplicateTensor => "DUPLICATE_TENSOR",
-            Status::ValidationOverflow => "VALIDATION_OVERFLOW",
-            Status::MisalignedSlice => "MISALIGNED_SLICE",
-            Status::TensorInvalidInfo => "TENSOR_INVALID_INFO",
-            Status::IncompleteBuffer => "INCOMPLETE_BUFFER",
-            Status::LimitExceeded => "LIMIT_EXCEEDED",
-            Status::InvalidIndex => "INVALID_INDEX",
-            Status::NotSafetensors => "NOT_SAFETENSORS",
-            Status::MetadataLimitExceeded => "METADATA_LIMIT_EXCEEDED",
-            Status::Internal => "INTERNAL",
-            Status::Panic => "PANIC",
-        }
+        self.into()
     }
 
     /// Maps an integer from C to a status; unknown values give `None`.
     pub fn from_u32(v: u32) -> Option<Status> {
-        ALL_STATUSES.iter().copied().find(|s| *s as u32 == v)
+        Status::from_repr(v)
     }
 
     /// True for the file-format range (60-89).
@@ -308,6 +239,9 @@ mod tests {
         }
         assert_eq!(Status::from_u32(12345), None);
         assert_eq!(Status::from_u32(12), None);
+        assert_eq!(Status::Ok.name(), "OK");
+        assert_eq!(Status::InvalidHeaderUtf8.name(), "INVALID_HEADER_UTF8");
+        assert_eq!(Status::OutOfMemory.name(), "OUT_OF_MEMORY");
     }
 
     #[test]

@@ -75,6 +75,22 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* Shared by `plan` (plan.c) and `load` (load.c): the parsed arguments, the open file, the rules and the plan. */
+typedef struct {
+    int json, strict;
+    const char *path;
+    hostfirst_file *file;
+    hostfirst_rules *rules;
+    hostfirst_plan *plan;
+} plan_args;
+
+/* Parses the arguments, opens the file, adds the rules and makes the plan. Returns 0 or an exit status. */
+int plan_setup(const char *cmd, int argc, char **argv, plan_args *a);
+/* Frees what plan_setup made (also after it failed part-way). */
+void plan_teardown(plan_args *a);
+/* Prints the plan: a table, or the "tensors" and "devices" members of a JSON object (no braces); `seconds`
+ * (may be NULL) adds a per-tensor time column. */
+int plan_print(const plan_args *a, const double *seconds);
 
 /* Subcommands: each returns the process exit status. argv[0] is the subcommand name. */
 int cmd_devices(int argc, char **argv);

@@ -3,8 +3,7 @@
 //! Any status is fine; a panic (even one the boundary would catch), a crash or a leak is a bug.
 #![no_main]
 
-use hostfirst::ffi::core::hostfirst_handle_count;
-use hostfirst::ffi::load::*;
+use hostfirst::ffi::*;
 use hostfirst::Status;
 use libfuzzer_sys::fuzz_target;
 

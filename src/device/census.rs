@@ -8,10 +8,16 @@ use super::host;
 use super::{CudaSelector, Device, DeviceKind, DeviceSpec, ACCEPTED_SPECS};
 use crate::error::{Error, Result, Status};
 use std::sync::OnceLock;
+use strum::{FromRepr, IntoStaticStr, VariantArray};
 
 /// Why a backend is or is not usable. Values cross the C ABI; never renumber.
+///
+/// The one definition of the backend statuses: cbindgen exports it as `hostfirst_backend_status`
+/// (`HOSTFIRST_BACKEND_STATUS_*`); the names (`hostfirst_backend_status_name`, JSON, CLI) and the list of values
+/// are derived from it (strum). `hostfirst_backend_info.status` stays a `uint32_t`.
 #[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, FromRepr, IntoStaticStr, VariantArray)]
+#[strum(serialize_all = "snake_case")]
 pub enum BackendStatus {
     /// Usable.
     Available = 0,
@@ -25,22 +31,15 @@ pub enum BackendStatus {
     HiddenByEnv = 4,
     /// The driver failed to initialise (the reason carries its error name).
     InitFailed = 5,
-    /// The driver is older than hostfirst needs.
+    /// The driver is older than hostfirst needs (a driver for CUDA 11.4 or newer; the reason gives both
+    /// versions).
     DriverTooOld = 6,
 }
 
 impl BackendStatus {
     /// The JSON / CLI name: `available`, `not_compiled`, `library_not_found`, ...
     pub fn name(self) -> &'static str {
-        match self {
-            BackendStatus::Available => "available",
-            BackendStatus::NotCompiled => "not_compiled",
-            BackendStatus::LibraryNotFound => "library_not_found",
-            BackendStatus::NoDevices => "no_devices",
-            BackendStatus::HiddenByEnv => "hidden_by_env",
-            BackendStatus::InitFailed => "init_failed",
-            BackendStatus::DriverTooOld => "driver_too_old",
-        }
+        self.into()
     }
 }
 
@@ -89,11 +88,11 @@ impl DeviceInfo {
 /// Live (free, total) bytes of a device; see [`DeviceInfo::memory`]. `cuda_host` reports host memory.
 pub fn memory(device: Device) -> Result<(u64, u64)> {
     match device.kind {
-        DeviceKind::Cpu | DeviceKind::CudaHost => {
+        DeviceKind::CPU | DeviceKind::CUDA_HOST => {
             let (total, avail) = host::memory();
             Ok((avail, total))
         }
-        DeviceKind::Cuda => cuda::mem_info(device.ordinal),
+        DeviceKind::CUDA => cuda::mem_info(device.ordinal),
     }
 }
 
@@ -246,7 +245,7 @@ impl Census {
                     return Err(self.cuda_unavailable(text));
                 }
                 let found = self.devices.iter().find(|d| {
-                    d.device.kind == DeviceKind::Cuda
+                    d.device.kind == DeviceKind::CUDA
                         && match sel {
                             CudaSelector::Ordinal(n) => d.device.ordinal == *n,
                             CudaSelector::Uuid(u) => {

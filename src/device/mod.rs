@@ -1,50 +1,56 @@
 //! Devices: the `{kind, ordinal}` value, device specs (`cpu`, `cuda:1`, `gpu`, `cuda:GPU-<uuid>`, `cuda_host`),
-//! the backend census and device properties.
+//! the backend census, device properties, and memory readings with the fit check made before allocating
+//! ([`fit`]).
 
 pub mod census;
+/// cbindgen:ignore
 pub mod cuda;
+/// cbindgen:ignore
+pub mod fit;
+/// cbindgen:ignore
 pub mod host;
 
 use crate::error::{Error, Result, Status};
 use std::fmt;
+use strum::{FromRepr, IntoStaticStr, VariantArray};
 
 pub use census::{census, Backend, BackendStatus, Census, DeviceInfo};
 
 /// Where memory lives. The numbers equal DLPack's `DLDeviceType` values.
+///
+/// The one definition of the device kinds: cbindgen exports it as `hostfirst_device_kind`
+/// (`HOSTFIRST_DEVICE_<variant>`); the names and the mapping from C integers are derived from it (strum).
+/// `hostfirst_device.kind` stays an `int32_t`, checked on every call.
+///
+/// cbindgen:prefix-with-name=false
+/// cbindgen:rename-all=prefix:HOSTFIRST_DEVICE_
 #[repr(i32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, FromRepr, IntoStaticStr, VariantArray)]
+#[strum(serialize_all = "lowercase")]
+#[allow(non_camel_case_types)]
 pub enum DeviceKind {
-    /// Host memory (DLPack kDLCPU).
-    Cpu = 1,
-    /// CUDA device memory (DLPack kDLCUDA).
-    Cuda = 2,
-    /// Page-locked host memory registered with CUDA (DLPack kDLCUDAHost).
-    CudaHost = 3,
+    /// Host memory (equals DLPack `kDLCPU`).
+    CPU = 1,
+    /// CUDA device memory (equals DLPack `kDLCUDA`).
+    CUDA = 2,
+    /// Page-locked host memory registered with CUDA (equals DLPack `kDLCUDAHost`).
+    CUDA_HOST = 3,
 }
 
 impl DeviceKind {
     /// Validates an integer from C.
     pub fn from_i32(v: i32) -> Option<DeviceKind> {
-        match v {
-            1 => Some(DeviceKind::Cpu),
-            2 => Some(DeviceKind::Cuda),
-            3 => Some(DeviceKind::CudaHost),
-            _ => None,
-        }
+        DeviceKind::from_repr(v)
     }
 
     /// Lower-case name as used in specs and JSON: `cpu`, `cuda`, `cuda_host`.
     pub fn name(self) -> &'static str {
-        match self {
-            DeviceKind::Cpu => "cpu",
-            DeviceKind::Cuda => "cuda",
-            DeviceKind::CudaHost => "cuda_host",
-        }
+        self.into()
     }
 
     /// True when memory of this kind is directly addressable by the host.
     pub fn is_host(self) -> bool {
-        matches!(self, DeviceKind::Cpu | DeviceKind::CudaHost)
+        matches!(self, DeviceKind::CPU | DeviceKind::CUDA_HOST)
     }
 }
 
@@ -57,15 +63,16 @@ pub struct Device {
     pub ordinal: u32,
 }
 
+/// cbindgen:ignore
 impl Device {
     /// The host CPU device, `cpu:0`.
-    pub const CPU: Device = Device { kind: DeviceKind::Cpu, ordinal: 0 };
+    pub const CPU: Device = Device { kind: DeviceKind::CPU, ordinal: 0 };
     /// Page-locked host memory, `cuda_host`.
-    pub const CUDA_HOST: Device = Device { kind: DeviceKind::CudaHost, ordinal: 0 };
+    pub const CUDA_HOST: Device = Device { kind: DeviceKind::CUDA_HOST, ordinal: 0 };
 
     /// CUDA device `n`.
     pub fn cuda(n: u32) -> Device {
-        Device { kind: DeviceKind::Cuda, ordinal: n }
+        Device { kind: DeviceKind::CUDA, ordinal: n }
     }
 
     /// Parses a spec and resolves it against the census: the device must exist and its backend be available.
@@ -77,9 +84,9 @@ impl Device {
     /// Checks that this device exists now (its backend is available and the ordinal in range).
     pub fn validate(self) -> Result<Device> {
         let spec = match self.kind {
-            DeviceKind::Cpu => DeviceSpec::Cpu(self.ordinal),
-            DeviceKind::Cuda => DeviceSpec::Cuda(CudaSelector::Ordinal(self.ordinal)),
-            DeviceKind::CudaHost => DeviceSpec::CudaHost,
+            DeviceKind::CPU => DeviceSpec::Cpu(self.ordinal),
+            DeviceKind::CUDA => DeviceSpec::Cuda(CudaSelector::Ordinal(self.ordinal)),
+            DeviceKind::CUDA_HOST => DeviceSpec::CudaHost,
         };
         census().resolve(&spec, &self.to_string())
     }
@@ -89,9 +96,9 @@ impl fmt::Display for Device {
     /// The canonical spec: `cpu:0`, `cuda:N`, `cuda_host`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.kind {
-            DeviceKind::Cpu => write!(f, "cpu:{}", self.ordinal),
-            DeviceKind::Cuda => write!(f, "cuda:{}", self.ordinal),
-            DeviceKind::CudaHost => write!(f, "cuda_host"),
+            DeviceKind::CPU => write!(f, "cpu:{}", self.ordinal),
+            DeviceKind::CUDA => write!(f, "cuda:{}", self.ordinal),
+            DeviceKind::CUDA_HOST => write!(f, "cuda_host"),
         }
     }
 }
@@ -228,9 +235,9 @@ mod tests {
             let s = d.to_string();
             let p = DeviceSpec::parse(&s).unwrap();
             match (d.kind, p) {
-                (DeviceKind::Cpu, DeviceSpec::Cpu(0)) => {}
-                (DeviceKind::Cuda, DeviceSpec::Cuda(CudaSelector::Ordinal(2))) => {}
-                (DeviceKind::CudaHost, DeviceSpec::CudaHost) => {}
+                (DeviceKind::CPU, DeviceSpec::Cpu(0)) => {}
+                (DeviceKind::CUDA, DeviceSpec::Cuda(CudaSelector::Ordinal(2))) => {}
+                (DeviceKind::CUDA_HOST, DeviceSpec::CudaHost) => {}
                 other => panic!("{other:?}"),
             }
         }

@@ -3,13 +3,13 @@
 //! The structs below are written by us from the DLPack specification and are layout-identical to
 //! `dlpack.h`'s types; a program that includes `dlpack.h` may cast between them.
 
+use super::args::out_ptr;
+use super::buffer::hostfirst_buffer;
 use super::handle::{self, Handle};
-use super::load::hostfirst_view;
-use super::out_ptr;
-use super::place::hostfirst_buffer;
+use super::view::hostfirst_view;
 use crate::dlpack;
 use crate::error::{Error, Status};
-use crate::load::TensorView;
+use crate::file::TensorView;
 use crate::place::Buffer;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
@@ -302,15 +302,15 @@ mod tests {
 
     #[test]
     fn view_export_outlives_handles_and_deleter_releases() {
-        let f = crate::load::TensorFile::from_bytes(safetensors_bytes()).unwrap();
-        let fh = handle::insert_new::<super::super::load::hostfirst_file>(f);
-        let v = handle::get::<super::super::load::hostfirst_file>(fh, "f").unwrap().view("x").unwrap();
+        let f = crate::file::TensorFile::from_bytes(safetensors_bytes()).unwrap();
+        let fh = handle::insert_new::<super::super::file::hostfirst_file>(f);
+        let v = handle::get::<super::super::file::hostfirst_file>(fh, "f").unwrap().view("x").unwrap();
         let s = v.slice_rows(1, 3).unwrap();
         let vh = handle::insert_new::<hostfirst_view>(s);
         let mut t: *mut hostfirst_dlpack_managed_tensor_versioned = std::ptr::null_mut();
         assert_eq!(hostfirst_view_to_dlpack(vh, &mut t), Status::Ok);
         handle::remove::<hostfirst_view>(vh, "v").unwrap();
-        handle::remove::<super::super::load::hostfirst_file>(fh, "f").unwrap();
+        handle::remove::<super::super::file::hostfirst_file>(fh, "f").unwrap();
         // SAFETY: a live export.
         let m = unsafe { &*t };
         assert_eq!(m.version, hostfirst_dlpack_version { major: 1, minor: 1 });

@@ -6,6 +6,7 @@
 //! holds an `Arc` of the core object, so a call in flight on one thread keeps its object alive while another
 //! thread frees the handle.
 
+use super::args::out_ptr;
 use crate::error::{Error, Result, Status};
 use std::any::Any;
 use std::collections::HashMap;
@@ -96,6 +97,17 @@ pub(crate) fn remove<H: Handle>(p: *mut H, param: &str) -> Result<Option<Arc<H::
 /// Number of live handles of all types.
 pub(crate) fn live_count() -> usize {
     registry().read().unwrap_or_else(|p| p.into_inner()).len()
+}
+
+/// Writes the number of live handles of all types (files, views, buffers, loads, ...) to `*out`.
+///
+/// Useful for leak checks: after every handle is freed the count returns to what it was. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_handle_count(out: *mut usize) -> Status {
+    hostfirst_boundary!("hostfirst_handle_count", {
+        *out_ptr(out, "out")? = live_count();
+        Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -1,18 +1,10 @@
-//! The default device: process setting, per-thread scopes, carried scopes, strict mode.
+//! The default-device stack: the process default and the queries (`hostfirst_default_*`), per-thread and
+//! carried scopes (`hostfirst_scope_*`), strict mode (`hostfirst_strict_*`).
 
-use super::devices::hostfirst_device;
-use super::{in_ref, opt_out, out_ptr};
+use super::args::{in_ref, opt_out, out_ptr};
+use super::device::hostfirst_device;
 use crate::error::Status;
 use crate::scope::{self, CarriedScope, DefaultSource, ScopeToken};
-
-/// Source of the default: a scope pushed on the calling thread.
-pub const HOSTFIRST_DEFAULT_SOURCE_SCOPE: u32 = 0;
-/// Source of the default: the process setting (`hostfirst_default_device_set`).
-pub const HOSTFIRST_DEFAULT_SOURCE_PROCESS: u32 = 1;
-/// Source of the default: the `HOSTFIRST_DEFAULT_DEVICE` environment variable.
-pub const HOSTFIRST_DEFAULT_SOURCE_ENV: u32 = 2;
-/// Source of the default: the built-in rule (first CUDA device if available, else cpu:0).
-pub const HOSTFIRST_DEFAULT_SOURCE_BUILT_IN: u32 = 3;
 
 /// A thread's default device and strictness, captured by `hostfirst_scope_capture` to be entered on another
 /// thread with `hostfirst_scope_enter`. A plain value: copy it into the worker's arguments.
@@ -59,9 +51,8 @@ pub extern "C" fn hostfirst_default_device(
 #[no_mangle]
 pub extern "C" fn hostfirst_default_source_name(source: u32) -> *const std::ffi::c_char {
     hostfirst_boundary!("hostfirst_default_source_name", default = c"unknown".as_ptr(), {
-        let all = [DefaultSource::Scope, DefaultSource::Process, DefaultSource::Env, DefaultSource::BuiltIn];
-        match all.iter().find(|s| **s as u32 == source) {
-            Some(s) => super::static_cstr(s.name()),
+        match DefaultSource::from_repr(source) {
+            Some(s) => super::args::static_cstr(s.name()),
             None => c"unknown".as_ptr(),
         }
     })
@@ -198,17 +189,4 @@ pub extern "C" fn hostfirst_strict_get(out_thread: *mut i32, out_process: *mut i
         }
         Ok(())
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn constants_match_core() {
-        assert_eq!(HOSTFIRST_DEFAULT_SOURCE_SCOPE, DefaultSource::Scope as u32);
-        assert_eq!(HOSTFIRST_DEFAULT_SOURCE_PROCESS, DefaultSource::Process as u32);
-        assert_eq!(HOSTFIRST_DEFAULT_SOURCE_ENV, DefaultSource::Env as u32);
-        assert_eq!(HOSTFIRST_DEFAULT_SOURCE_BUILT_IN, DefaultSource::BuiltIn as u32);
-    }
 }

@@ -33,9 +33,9 @@ impl Buffer {
             .map_err(|_| Error::new(Status::OutOfMemory, format!("{name}: {nbytes} bytes does not fit in memory")))?;
         let what = format!("tensor '{name}'");
         let mem = match device.kind {
-            DeviceKind::Cpu => Memory::Host(HostAlloc::zeroed(len, &what)?),
-            DeviceKind::CudaHost => Memory::Pinned(PinnedHostMemory::alloc(len).map_err(|e| e.context(&what))?),
-            DeviceKind::Cuda => Memory::Cuda(DeviceMemory::alloc(device.ordinal, len).map_err(|e| e.context(&what))?),
+            DeviceKind::CPU => Memory::Host(HostAlloc::zeroed(len, &what)?),
+            DeviceKind::CUDA_HOST => Memory::Pinned(PinnedHostMemory::alloc(len).map_err(|e| e.context(&what))?),
+            DeviceKind::CUDA => Memory::Cuda(DeviceMemory::alloc(device.ordinal, len).map_err(|e| e.context(&what))?),
         };
         Ok(Buffer { name: name.to_string(), cname: c_name(name), dtype, shape: shape.to_vec(), nbytes, mem })
     }

@@ -13,12 +13,12 @@
 //! instead of SIGBUS.
 
 use super::buffer::{Buffer, Memory};
-use super::fit;
 use crate::device::cuda::{PinnedHostMemory, Stream};
+use crate::device::fit;
 use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result, Status};
-use crate::load::TensorView;
+use crate::file::TensorView;
 use std::sync::{Arc, Mutex};
 
 /// A reusable gather: the [batch, window] destination buffer on its device, plus staging for CUDA.
@@ -60,13 +60,13 @@ impl Gather {
                 Error::new(Status::InvalidArgument, format!("gather: {batch} x {window} elements overflow"))
             })?;
         let what = format!("gather batch [{batch}, {window}] {}", dtype.name());
-        let staging_bytes = if device.kind == DeviceKind::Cuda { nbytes } else { 0 };
+        let staging_bytes = if device.kind == DeviceKind::CUDA { nbytes } else { 0 };
         fit::check(&what, nbytes, device)?;
         if staging_bytes > 0 {
             fit::check(&format!("{what} staging"), staging_bytes, Device::CUDA_HOST)?;
         }
         let dest = Buffer::alloc("batch", dtype, &[batch, window], nbytes, device)?;
-        let (staging, stream) = if device.kind == DeviceKind::Cuda {
+        let (staging, stream) = if device.kind == DeviceKind::CUDA {
             (Some(PinnedHostMemory::alloc(nbytes as usize)?), Some(Stream::new(device.ordinal)?))
         } else {
             (None, None)

@@ -2,7 +2,6 @@
 //! whole-file placement rules, and the batch gather.
 
 pub mod buffer;
-pub mod fit;
 pub mod host;
 pub mod op;
 pub mod parallel;

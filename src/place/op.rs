@@ -3,7 +3,7 @@
 use super::buffer::Buffer;
 use super::put::{put_with_stats, PutOptions, PutStats, Target};
 use crate::error::{Error, Result, Status};
-use crate::load::TensorView;
+use crate::file::TensorView;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 

@@ -1,11 +1,11 @@
 //! Loading a whole file by a plan: every device fit-checked up front, then the puts, one progress callback.
 
 use super::buffer::Buffer;
-use super::fit;
 use super::plan::{Placement, Plan};
 use super::put::{fill, PutOptions};
+use crate::device::fit;
 use crate::error::{human_bytes, Error, FitFailure, Result, Status};
-use crate::load::{TensorFile, TensorView};
+use crate::file::{TensorFile, TensorView};
 use std::sync::{Arc, Mutex};
 
 /// One loaded tensor.

@@ -1,10 +1,10 @@
 //! A placement plan: the dry run of a set of rules over a file. It allocates nothing and moves no byte.
 
-use super::fit;
 use super::rules::{glob_match, RuleTarget, Rules};
+use crate::device::fit;
 use crate::device::Device;
 use crate::error::{Error, Result, Status};
-use crate::load::TensorFile;
+use crate::file::TensorFile;
 
 /// Where one tensor goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

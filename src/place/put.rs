@@ -1,11 +1,11 @@
 //! Puts: a tensor view (or slice) onto a device as a new buffer, fit-checked before anything is allocated.
 
 use super::buffer::{Buffer, Memory};
-use super::fit;
 use super::parallel::{default_threads, parallel_fill, DEFAULT_CHUNK};
+use crate::device::fit;
 use crate::device::{Device, DeviceKind};
 use crate::error::Result;
-use crate::load::TensorView;
+use crate::file::TensorView;
 
 /// Where a put goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,7 +88,7 @@ fn fill_impl(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>, fresh: b
     match buf.memory_mut() {
         Memory::Host(_) | Memory::Pinned(_) => {
             let dst = buf.host_bytes_mut().expect("host memory");
-            let populate = fresh && matches!(device.kind, DeviceKind::Cpu);
+            let populate = fresh && matches!(device.kind, DeviceKind::CPU);
             parallel_fill(
                 dst,
                 threads,
@@ -104,7 +104,7 @@ fn fill_impl(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>, fresh: b
             Ok(PutStats::default())
         }
         Memory::Cuda(dev) => {
-            debug_assert_eq!(device.kind, DeviceKind::Cuda);
+            debug_assert_eq!(device.kind, DeviceKind::CUDA);
             let mut progress = opts.progress;
             let mut stats = PutStats::default();
             if opts.resident && view.nbytes() > 0 {

@@ -16,7 +16,7 @@
 
 use crate::device::cuda::{DeviceMemory, HostBytes, HostRegistration, Stream};
 use crate::error::{Error, Result, Status};
-use crate::load::TensorView;
+use crate::file::TensorView;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;

@@ -25,7 +25,7 @@
 use super::parallel::PROGRESS_INTERVAL;
 use crate::device::cuda::{DeviceMemory, InFlight, PinnedHostMemory, Stream};
 use crate::error::{Error, Result, Status};
-use crate::load::TensorView;
+use crate::file::TensorView;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;

@@ -9,30 +9,30 @@ use crate::error::{Error, Result, Status};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
+use strum::{FromRepr, IntoStaticStr, VariantArray};
 
 /// Where the effective default device came from. Values cross the C ABI; never renumber.
+///
+/// The one definition: cbindgen exports it as `hostfirst_default_source` (`HOSTFIRST_DEFAULT_SOURCE_*`); the
+/// names and the mapping from C integers are derived from it (strum).
 #[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, FromRepr, IntoStaticStr, VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub enum DefaultSource {
     /// A scope pushed on the calling thread.
     Scope = 0,
-    /// The process-wide setting.
+    /// The process setting (`hostfirst_default_device_set`).
     Process = 1,
-    /// `HOSTFIRST_DEFAULT_DEVICE`.
+    /// The `HOSTFIRST_DEFAULT_DEVICE` environment variable.
     Env = 2,
-    /// The built-in rule.
+    /// The built-in rule (the first CUDA device if available, else cpu:0).
     BuiltIn = 3,
 }
 
 impl DefaultSource {
     /// `scope`, `process`, `env`, `built-in`.
     pub fn name(self) -> &'static str {
-        match self {
-            DefaultSource::Scope => "scope",
-            DefaultSource::Process => "process",
-            DefaultSource::Env => "env",
-            DefaultSource::BuiltIn => "built-in",
-        }
+        self.into()
     }
 }
 
@@ -77,6 +77,7 @@ static PROCESS_DEFAULT: Mutex<Option<Device>> = Mutex::new(None);
 static PROCESS_STRICT: AtomicBool = AtomicBool::new(false);
 
 /// The most scopes one thread may hold (a guard against unbalanced pushes in a loop).
+/// cbindgen:ignore
 pub const MAX_DEPTH: usize = 1 << 16;
 
 fn thread_gone() -> Error {

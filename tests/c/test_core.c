@@ -1,5 +1,6 @@
 /* Core C ABI: versions, statuses, last error, panic boundary, devices and specs (no CUDA), default stack. */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include "check.h"
 
@@ -106,6 +107,19 @@ static void test_census_without_cuda(void) {
     CHECK(strcmp(info.uuid, "") == 0);
     info.struct_size = 8;
     CHECK_STATUS(hostfirst_device_describe(devs[0], &info), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    /* The oldest size (0.1.0: through multiprocessor_count, without trailing padding) is accepted, and the
+     * bytes past it are left alone. */
+    {
+        const size_t v1 = offsetof(hostfirst_device_info, multiprocessor_count) + sizeof info.multiprocessor_count;
+        unsigned char *raw = (unsigned char *)&info;
+        memset(&info, 0xAA, sizeof info);
+        info.struct_size = v1;
+        CHECK_OK(hostfirst_device_describe(devs[0], &info));
+        CHECK(info.struct_size == v1 && info.multiprocessor_count >= 1);
+        for (size_t i = v1; i < sizeof info; i++) CHECK(raw[i] == 0xAA);
+        info.struct_size = v1 - 1;
+        CHECK_STATUS(hostfirst_device_describe(devs[0], &info), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    }
     info.struct_size = sizeof info;
     hostfirst_device bad_kind = {7, 0};
     CHECK_STATUS(hostfirst_device_describe(bad_kind, &info), HOSTFIRST_STATUS_INVALID_ARGUMENT);

@@ -49,7 +49,7 @@ fn header_compiles_standalone_in_every_mode() {
 #[test]
 fn c_load() {
     assert!(have_cc(), "no C compiler");
-    let bin = compile_c_test("test_load");
+    let bin = compile_c_test("test_file");
     let dir = scratch("c_load");
     run_ok(&bin, &[dir.to_str().unwrap()], &[]);
 }

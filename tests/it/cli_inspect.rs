@@ -103,11 +103,11 @@ fn human_output_has_a_table_and_the_metadata() {
 
 #[test]
 fn rejected_files_fail_cleanly() {
-    for c in crate::load_support::catalogue() {
+    for c in crate::file_support::catalogue() {
         if c.file == hostfirst::Status::Ok {
             continue;
         }
-        let path = crate::load_support::tmp(&format!("cli-{}.safetensors", c.name));
+        let path = crate::file_support::tmp(&format!("cli-{}.safetensors", c.name));
         std::fs::write(&path, &c.bytes).unwrap();
         let p = path.to_str().unwrap();
         for args in [vec!["inspect", p], vec!["inspect", "--json", "--checksum", p]] {

@@ -211,7 +211,7 @@ fn census_creates_no_context_and_specs_follow_uuids() {
             assert_eq!(Device::parse(&format!("cuda:{UUID1}")).unwrap(), Device::cuda(0));
             assert_eq!(Device::parse(&format!("gpu:{}", UUID0.to_uppercase())).unwrap(), Device::cuda(1));
             assert_eq!(Device::parse("cuda:1").unwrap(), Device::cuda(1));
-            assert_eq!(Device::parse("cuda_host").unwrap().kind, DeviceKind::CudaHost);
+            assert_eq!(Device::parse("cuda_host").unwrap().kind, DeviceKind::CUDA_HOST);
             let e = Device::parse("cuda:2").unwrap_err();
             assert_eq!(e.status(), Status::NoSuchDevice);
             assert!(e.message().contains("cpu:0, cuda:0, cuda:1"), "{}", e.message());

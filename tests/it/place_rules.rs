@@ -260,7 +260,7 @@ fn check_truncated_gather(device: Device) {
     let full = std::fs::metadata(&path).unwrap().len();
     std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(full - n).unwrap(); // the second half goes
     let mut g = Gather::new(device, DType::U16, 2, 64).unwrap();
-    let pinned = || if device.kind == DeviceKind::Cuda { stand_in_query("stand_in_live_pinned") } else { 0 };
+    let pinned = || if device.kind == DeviceKind::CUDA { stand_in_query("stand_in_live_pinned") } else { 0 };
     let staging = pinned();
     let e = g.run(&v, &[0, n - 64]).unwrap_err();
     assert_eq!(e.status(), Status::Truncated, "{}", e.message());

@@ -417,7 +417,7 @@ impl std::fmt::Debug for PinnedHostMemory {
 fn read_only_register_supported(api: &Api) -> bool {
     static SUPPORTED: OnceLock<bool> = OnceLock::new();
     *SUPPORTED.get_or_init(|| {
-        let n = crate::device::census().devices.iter().filter(|d| d.device.kind == crate::DeviceKind::Cuda).count();
+        let n = crate::device::census().devices.iter().filter(|d| d.device.kind == crate::DeviceKind::CUDA).count();
         n > 0
             && (0..n).all(|i| {
                 let (mut dev, mut v): (c_int, c_int) = (0, 0);

@@ -107,8 +107,8 @@ impl TensorView {
     /// gives `TRUNCATED`, never SIGBUS.
     pub fn prefault(&self) -> Result<bool> {
         if self.shard.path.is_some() {
-            let (free, total) = crate::place::fit::usable(crate::Device::CPU)?;
-            crate::place::fit::check_against(
+            let (free, total) = crate::device::fit::usable(crate::Device::CPU)?;
+            crate::device::fit::check_against(
                 &format!("prefault of tensor '{}'", self.name),
                 self.nbytes,
                 crate::Device::CPU,

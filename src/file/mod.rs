@@ -1,15 +1,16 @@
-//! Host-first loading: safetensors files, memory buffers and sharded sets opened zero-copy and validated
-//! strictly, with cheap thread-safe tensor views.
+//! Opening safetensors files: files, memory buffers and sharded sets opened zero-copy and validated strictly,
+//! with cheap thread-safe tensor views. (Placing a whole file on devices is `crate::place::load`.)
 //!
 //! Opening reads only the header (with `pread`) and maps the file read-only without populating it, so its
 //! cost and memory do not grow with the data size. Validation is at least as strict as the reference crate
 //! (which is also run, inside `catch_unwind`, as a cross-check) and stricter where it is lax: duplicate
 //! names, a tensor named `__metadata__`, and the caps below. Leading and trailing JSON whitespace around the
 //! header object is accepted, as the reference crate does, although the format text says the header must
-//! begin with `{` (interoperability over the letter of the spec).
+//! begin with `{` (interoperability over the letter of the spec). "Catalogue row N" in comments here and in the
+//! tests is a row of docs/malformed-files.md, the status hostfirst returns for each kind of malformed file.
 //!
 //! ```no_run
-//! use hostfirst::load::TensorFile;
+//! use hostfirst::file::TensorFile;
 //! let f = TensorFile::open("model.safetensors")?;
 //! let v = f.view("embed.weight")?;
 //! let first_rows = v.slice_rows(0, 16)?;
@@ -18,15 +19,15 @@
 //! # Ok::<(), hostfirst::Error>(())
 //! ```
 
-mod file;
 mod header;
 mod index;
 mod names;
 mod shard;
+mod tensor_file;
 mod view;
 
-pub use file::TensorFile;
 pub use names::CName;
+pub use tensor_file::TensorFile;
 pub use view::{alignment_of, TensorView};
 
 /// The safetensors limit on the JSON header (bytes), as in the reference crate.

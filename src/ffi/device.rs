@@ -1,17 +1,14 @@
-//! Backends, devices and device specs.
+//! Devices and device specs: the `hostfirst_device` value, `hostfirst_device_*`, `hostfirst_devices`,
+//! `hostfirst_target_parse`.
 
-use super::{c_str, in_ref, out_ptr, static_cstr, write_array, write_string};
-use crate::device::{census, census::memory, BackendStatus, Device, DeviceKind};
+use super::args::{
+    c_str, in_ref, out_ptr, out_struct, out_struct_size, static_cstr, write_array, write_out_struct, write_string,
+};
+use crate::device::{census, census::memory, Device, DeviceKind};
 use crate::error::{Error, Result, Status};
+use crate::place::Target;
 use crate::scope::resolve_target;
 use std::ffi::c_char;
-
-/// Device kind: host memory (equals DLPack `kDLCPU`).
-pub const HOSTFIRST_DEVICE_CPU: i32 = 1;
-/// Device kind: CUDA device memory (equals DLPack `kDLCUDA`).
-pub const HOSTFIRST_DEVICE_CUDA: i32 = 2;
-/// Device kind: page-locked host memory registered with CUDA (equals DLPack `kDLCUDAHost`).
-pub const HOSTFIRST_DEVICE_CUDA_HOST: i32 = 3;
 
 /// A device: a kind (`HOSTFIRST_DEVICE_CPU`, `_CUDA`, `_CUDA_HOST`, equal to DLPack's device types) and an
 /// ordinal (0 for cpu and cuda_host). A plain value: copy it freely, compare it field by field. Its layout
@@ -55,22 +52,6 @@ impl hostfirst_device {
     }
 }
 
-/// One backend of the census. All strings are owned by the library and live for the process lifetime.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct hostfirst_backend_info {
-    /// `"cpu"` or `"cuda"`.
-    pub name: *const c_char,
-    /// A `HOSTFIRST_BACKEND_STATUS_*` value.
-    pub status: u32,
-    /// Why the backend is not available ("" when it is). For `LIBRARY_NOT_FOUND`, the names searched.
-    pub reason: *const c_char,
-    /// Driver version `"major.minor"` when known, else "".
-    pub driver_version: *const c_char,
-    /// Devices the backend exposes (0 unless available).
-    pub device_count: u32,
-}
-
 /// Properties of one device. Set `struct_size = sizeof(hostfirst_device_info)` before the call; fields may be
 /// appended in later minor versions and are then only written when the caller's struct is large enough.
 /// Strings are owned by the library and live for the process lifetime.
@@ -97,90 +78,13 @@ pub struct hostfirst_device_info {
     pub multiprocessor_count: u32,
 }
 
-/// Backend status: usable.
-pub const HOSTFIRST_BACKEND_STATUS_AVAILABLE: u32 = 0;
-/// Backend status: support not compiled in.
-pub const HOSTFIRST_BACKEND_STATUS_NOT_COMPILED: u32 = 1;
-/// Backend status: driver library not found (the reason lists the names searched).
-pub const HOSTFIRST_BACKEND_STATUS_LIBRARY_NOT_FOUND: u32 = 2;
-/// Backend status: the driver reports no devices.
-pub const HOSTFIRST_BACKEND_STATUS_NO_DEVICES: u32 = 3;
-/// Backend status: hidden by `HOSTFIRST_PLATFORMS` or `CUDA_VISIBLE_DEVICES`.
-pub const HOSTFIRST_BACKEND_STATUS_HIDDEN_BY_ENV: u32 = 4;
-/// Backend status: driver initialisation failed.
-pub const HOSTFIRST_BACKEND_STATUS_INIT_FAILED: u32 = 5;
-/// Backend status: the driver is too old (hostfirst needs a driver for CUDA 11.4 or newer; the reason gives
-/// both versions).
-pub const HOSTFIRST_BACKEND_STATUS_DRIVER_TOO_OLD: u32 = 6;
+out_struct!(hostfirst_device_info, multiprocessor_count);
 
-/// Returns the number of backends hostfirst knows (cpu and cuda), whatever their status.
-///
-/// Takes the census on first use (see `hostfirst_backend_describe`). Never fails. Thread-safe.
-#[no_mangle]
-pub extern "C" fn hostfirst_backend_count() -> usize {
-    hostfirst_boundary!("hostfirst_backend_count", default = 0, { census().backends.len() })
-}
-
-/// Describes backend `index` (0 = cpu, 1 = cuda) into `*out`.
-///
-/// The census is taken once per process on first use of any device function: it reads
-/// `HOSTFIRST_PLATFORMS` and `CUDA_VISIBLE_DEVICES` then, loads the CUDA driver library if present and calls
-/// `cuInit`, but creates no CUDA context and allocates no device memory. Later changes to the environment
-/// are not seen. Errors: `NULL_ARGUMENT`, `OUT_OF_RANGE` for `index >= hostfirst_backend_count()`.
-/// Thread-safe.
-#[no_mangle]
-pub extern "C" fn hostfirst_backend_describe(index: usize, out: *mut hostfirst_backend_info) -> Status {
-    hostfirst_boundary!("hostfirst_backend_describe", {
-        let out = out_ptr(out, "out")?;
-        let c = census();
-        let b = c.backends.get(index).ok_or_else(|| {
-            Error::new(Status::OutOfRange, format!("backend index {index}: there are {} backends", c.backends.len()))
-        })?;
-        *out = hostfirst_backend_info {
-            name: static_cstr(b.name),
-            status: b.status as u32,
-            reason: static_cstr(&b.reason),
-            driver_version: static_cstr(&b.driver_version),
-            device_count: b.device_count,
-        };
-        Ok(())
-    })
-}
-
-/// Returns the static lower-case name of a backend status (`"available"`, `"library_not_found"`, ...);
-/// `"unknown"` for values this library does not define. Never NULL.
-#[no_mangle]
-pub extern "C" fn hostfirst_backend_status_name(status: u32) -> *const c_char {
-    hostfirst_boundary!("hostfirst_backend_status_name", default = c"unknown".as_ptr(), {
-        let all = [
-            BackendStatus::Available,
-            BackendStatus::NotCompiled,
-            BackendStatus::LibraryNotFound,
-            BackendStatus::NoDevices,
-            BackendStatus::HiddenByEnv,
-            BackendStatus::InitFailed,
-            BackendStatus::DriverTooOld,
-        ];
-        match all.iter().find(|s| **s as u32 == status) {
-            Some(s) => static_cstr(s.name()),
-            None => c"unknown".as_ptr(),
-        }
-    })
-}
-
-/// Returns the number of warnings the census raised about the environment (e.g. an unknown name in
-/// `HOSTFIRST_PLATFORMS`). Read them with `hostfirst_census_warning`.
-#[no_mangle]
-pub extern "C" fn hostfirst_census_warning_count() -> usize {
-    hostfirst_boundary!("hostfirst_census_warning_count", default = 0, { census().warnings.len() })
-}
-
-/// Returns census warning `index`, or NULL when out of range. The string lives for the process lifetime.
-#[no_mangle]
-pub extern "C" fn hostfirst_census_warning(index: usize) -> *const c_char {
-    hostfirst_boundary!("hostfirst_census_warning", default = std::ptr::null(), {
-        census().warnings.get(index).map(|w| static_cstr(w)).unwrap_or(std::ptr::null())
-    })
+pub(crate) fn target_of(p: *const hostfirst_device) -> Result<Target> {
+    if p.is_null() {
+        return Ok(Target::Default);
+    }
+    Ok(Target::Device(in_ref(p, "target")?.to_device("target")?))
 }
 
 /// Lists the devices of every available backend: `cpu:0` first, then `cuda:0..N-1`. (`cuda_host` is a
@@ -206,32 +110,26 @@ pub extern "C" fn hostfirst_devices(out: *mut hostfirst_device, capacity: usize,
 #[no_mangle]
 pub extern "C" fn hostfirst_device_describe(device: hostfirst_device, out: *mut hostfirst_device_info) -> Status {
     hostfirst_boundary!("hostfirst_device_describe", {
-        let out = out_ptr(out, "out")?;
-        let size = out.struct_size;
-        if size < std::mem::size_of::<hostfirst_device_info>() {
-            return Err(Error::new(
-                Status::InvalidArgument,
-                format!(
-                    "out->struct_size is {size}; set it to sizeof(hostfirst_device_info) ({} in this version)",
-                    std::mem::size_of::<hostfirst_device_info>()
-                ),
-            ));
-        }
+        let size = out_struct_size(out, "out")?;
         let dev = device.to_present("device")?;
         let c = census();
-        let lookup = if dev.kind == DeviceKind::CudaHost { Device::CPU } else { dev };
+        let lookup = if dev.kind == DeviceKind::CUDA_HOST { Device::CPU } else { dev };
         let d = c.info(lookup).ok_or_else(|| Error::new(Status::NoSuchDevice, format!("{dev} is not present")))?;
-        *out = hostfirst_device_info {
-            struct_size: std::mem::size_of::<hostfirst_device_info>(),
-            device: dev.into(),
-            name: static_cstr(&d.name),
-            total_memory: d.total_memory,
-            uuid: static_cstr(&d.uuid),
-            pci_bus_id: static_cstr(&d.pci_bus_id),
-            compute_capability_major: d.compute_capability.0,
-            compute_capability_minor: d.compute_capability.1,
-            multiprocessor_count: d.multiprocessor_count,
-        };
+        write_out_struct(
+            out,
+            size,
+            hostfirst_device_info {
+                struct_size: 0,
+                device: dev.into(),
+                name: static_cstr(&d.name),
+                total_memory: d.total_memory,
+                uuid: static_cstr(&d.uuid),
+                pci_bus_id: static_cstr(&d.pci_bus_id),
+                compute_capability_major: d.compute_capability.0,
+                compute_capability_minor: d.compute_capability.1,
+                multiprocessor_count: d.multiprocessor_count,
+            },
+        );
         Ok(())
     })
 }
@@ -248,10 +146,10 @@ pub extern "C" fn hostfirst_device_memory(device: hostfirst_device, out_free: *m
     hostfirst_boundary!("hostfirst_device_memory", {
         let dev = device.to_present("device")?;
         let (free, total) = memory(dev)?;
-        if let Some(f) = super::opt_out(out_free) {
+        if let Some(f) = super::args::opt_out(out_free) {
             *f = free;
         }
-        if let Some(t) = super::opt_out(out_total) {
+        if let Some(t) = super::args::opt_out(out_total) {
             *t = total;
         }
         Ok(())
@@ -314,23 +212,4 @@ pub extern "C" fn hostfirst_device_equal(a: *const hostfirst_device, b: *const h
             _ => 0,
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn constants_match_core() {
-        assert_eq!(HOSTFIRST_BACKEND_STATUS_AVAILABLE, BackendStatus::Available as u32);
-        assert_eq!(HOSTFIRST_BACKEND_STATUS_NOT_COMPILED, BackendStatus::NotCompiled as u32);
-        assert_eq!(HOSTFIRST_BACKEND_STATUS_LIBRARY_NOT_FOUND, BackendStatus::LibraryNotFound as u32);
-        assert_eq!(HOSTFIRST_BACKEND_STATUS_NO_DEVICES, BackendStatus::NoDevices as u32);
-        assert_eq!(HOSTFIRST_BACKEND_STATUS_HIDDEN_BY_ENV, BackendStatus::HiddenByEnv as u32);
-        assert_eq!(HOSTFIRST_BACKEND_STATUS_INIT_FAILED, BackendStatus::InitFailed as u32);
-        assert_eq!(HOSTFIRST_BACKEND_STATUS_DRIVER_TOO_OLD, BackendStatus::DriverTooOld as u32);
-        assert_eq!(HOSTFIRST_DEVICE_CPU, DeviceKind::Cpu as i32);
-        assert_eq!(HOSTFIRST_DEVICE_CUDA, DeviceKind::Cuda as i32);
-        assert_eq!(HOSTFIRST_DEVICE_CUDA_HOST, DeviceKind::CudaHost as i32);
-    }
 }

@@ -3,7 +3,7 @@
 //! exact status, creates no handle and leaks no descriptor.
 
 use crate::common::alone;
-use crate::load_support::*;
+use crate::file_support::*;
 use hostfirst::{Status, TensorFile};
 use std::path::{Path, PathBuf};
 
@@ -156,7 +156,7 @@ fn malformed_indexes() {
 #[test]
 fn metadata_over_the_cap() {
     alone(concat!(module_path!(), "::metadata_over_the_cap"), || {
-        let cap = hostfirst::load::MAX_METADATA_ENTRIES;
+        let cap = hostfirst::file::MAX_METADATA_ENTRIES;
         let d = set_dir("set-metadata-cap");
         let entries: Vec<String> = (0..=cap).map(|i| format!("\"k{i}\":{i}")).collect();
         let body = GOOD.replacen(

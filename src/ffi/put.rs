@@ -1,25 +1,14 @@
-//! Buffers and puts.
+//! Puts of one tensor onto a device, synchronous and asynchronous: `hostfirst_put_*`.
 
-use super::devices::hostfirst_device;
+use super::args::{out_ptr, out_struct, out_struct_size, write_out_struct};
+use super::buffer::hostfirst_buffer;
+use super::device::{hostfirst_device, target_of};
 use super::handle::{self, Handle};
-use super::load::hostfirst_view;
-use super::{in_ref, out_bytes, out_ptr};
+use super::view::hostfirst_view;
 use crate::error::{Error, Result, Status};
 use crate::place::op::{AsyncPutOptions, PutOp};
-use crate::place::{Buffer, PutOptions, PutStats, Target};
-use std::ffi::{c_char, c_void};
-
-/// A buffer: memory owned on one device (cpu, cuda:N or cuda_host) holding one tensor's bytes. Created by a
-/// put (or a load, or a gather); released with `hostfirst_buffer_free`. Buffers outlive the file they came
-/// from. Read-only calls on one buffer may run from several threads at once.
-pub struct hostfirst_buffer {
-    _private: [u8; 0],
-}
-
-impl Handle for hostfirst_buffer {
-    type Target = std::sync::Mutex<Buffer>;
-    const NAME: &'static str = "hostfirst_buffer";
-}
+use crate::place::{PutOptions, PutStats};
+use std::ffi::c_void;
 
 /// An asynchronous put in progress (`hostfirst_put_start`); released with `hostfirst_put_op_free`.
 /// `hostfirst_put_poll` and `hostfirst_put_wait` may be called from any thread.
@@ -94,28 +83,7 @@ pub struct hostfirst_put_stats {
     pub staged_instead: i32,
 }
 
-/// Everything a buffer is (`hostfirst_buffer_describe`). Set `struct_size = sizeof(hostfirst_buffer_info)`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct hostfirst_buffer_info {
-    /// `sizeof(hostfirst_buffer_info)`.
-    pub struct_size: usize,
-    /// The device holding the bytes.
-    pub device: hostfirst_device,
-    /// One of `HOSTFIRST_DTYPE_*`.
-    pub dtype: u32,
-    /// Number of dimensions.
-    pub rank: u32,
-    /// `rank` dimensions (NULL when rank is 0); valid while the buffer lives.
-    pub shape: *const u64,
-    /// Size in bytes.
-    pub nbytes: u64,
-    /// The data: a host pointer (cpu, cuda_host) or the CUDA device address (`CUdeviceptr`), as an integer;
-    /// 0 for an empty CUDA buffer. Valid while the buffer lives.
-    pub address: u64,
-    /// The tensor name, NUL-terminated; valid while the buffer lives.
-    pub name: *const c_char,
-}
+out_struct!(hostfirst_put_stats, staged_instead);
 
 struct CProgress {
     f: unsafe extern "C" fn(u64, u64, *mut c_void) -> i32,
@@ -179,33 +147,24 @@ fn read_opts(p: *const hostfirst_put_options) -> Result<Opts> {
     })
 }
 
-fn target_of(p: *const hostfirst_device) -> Result<Target> {
-    if p.is_null() {
-        return Ok(Target::Default);
+/// Checks the optional `out_stats` struct before a put (NULL: not wanted); returns its `struct_size`.
+fn stats_size(out: *mut hostfirst_put_stats) -> Result<Option<usize>> {
+    if out.is_null() {
+        return Ok(None);
     }
-    Ok(Target::Device(in_ref(p, "target")?.to_device("target")?))
+    out_struct_size(out, "out_stats").map(Some)
 }
 
-fn write_stats(out: *mut hostfirst_put_stats, s: PutStats) -> Result<()> {
-    if let Some(o) = super::opt_out(out) {
-        if o.struct_size < std::mem::size_of::<hostfirst_put_stats>() {
-            return Err(Error::new(
-                Status::InvalidArgument,
-                format!(
-                    "out_stats->struct_size is {}; set it to sizeof(hostfirst_put_stats) ({})",
-                    o.struct_size,
-                    std::mem::size_of::<hostfirst_put_stats>()
-                ),
-            ));
-        }
-        *o = hostfirst_put_stats {
-            struct_size: std::mem::size_of::<hostfirst_put_stats>(),
+fn write_stats(out: *mut hostfirst_put_stats, size: Option<usize>, s: PutStats) {
+    if let Some(size) = size {
+        let stats = hostfirst_put_stats {
+            struct_size: 0,
             register_seconds: s.register_seconds,
             reused_registration: s.reused_registration as i32,
             staged_instead: s.staged_instead as i32,
         };
+        write_out_struct(out, size, stats);
     }
-    Ok(())
 }
 
 /// Fills `*out` with the default options (`struct_size` set, everything else zero/NULL). Errors:
@@ -268,11 +227,7 @@ fn hostfirst_put_ex_impl(
     let out = out_ptr(out, "out")?;
     let target = target_of(target)?;
     let o = read_opts(opts)?;
-    if let Some(s) = super::opt_out(out_stats) {
-        if s.struct_size < std::mem::size_of::<hostfirst_put_stats>() {
-            return write_stats(out_stats, PutStats::default());
-        }
-    }
+    let stats_size = stats_size(out_stats)?;
     let mut cb = o.progress.map(|p| move |d: u64, t: u64| p.call(d, t));
     let progress = cb.as_mut().map(|c| c as &mut dyn FnMut(u64, u64) -> bool);
     let (buf, stats) = crate::place::put_with_stats(
@@ -286,7 +241,7 @@ fn hostfirst_put_ex_impl(
             progress,
         },
     )?;
-    write_stats(out_stats, stats)?;
+    write_stats(out_stats, stats_size, stats);
     *out = handle::insert_new::<hostfirst_buffer>(std::sync::Mutex::new(buf));
     Ok(())
 }
@@ -366,109 +321,6 @@ pub extern "C" fn hostfirst_put_op_free(op: *mut hostfirst_put_op) -> Status {
             op.cancel();
             drop(op);
         }
-        Ok(())
-    })
-}
-
-/// Frees a buffer and its device or host memory. NULL is a no-op; a freed or foreign handle gives
-/// `INVALID_HANDLE` and frees nothing. Memory is released once no call in flight still uses the buffer.
-#[no_mangle]
-pub extern "C" fn hostfirst_buffer_free(buffer: *mut hostfirst_buffer) -> Status {
-    hostfirst_boundary!("hostfirst_buffer_free", { handle::remove(buffer, "buffer").map(|_| ()) })
-}
-
-/// Describes a buffer into `*out` (set `out->struct_size = sizeof(hostfirst_buffer_info)` first). The
-/// `shape` and `name` pointers stay valid while the buffer lives. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
-/// `INVALID_ARGUMENT` (`struct_size` too small). On failure `*out` is unchanged. Thread-safe.
-#[no_mangle]
-pub extern "C" fn hostfirst_buffer_describe(
-    buffer: *const hostfirst_buffer,
-    out: *mut hostfirst_buffer_info,
-) -> Status {
-    hostfirst_boundary!("hostfirst_buffer_describe", {
-        let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
-        let out = out_ptr(out, "out")?;
-        if out.struct_size < std::mem::size_of::<hostfirst_buffer_info>() {
-            return Err(Error::new(
-                Status::InvalidArgument,
-                format!(
-                    "out->struct_size is {}; set it to sizeof(hostfirst_buffer_info) ({} in this version)",
-                    out.struct_size,
-                    std::mem::size_of::<hostfirst_buffer_info>()
-                ),
-            ));
-        }
-        let b = b.lock().unwrap_or_else(|p| p.into_inner());
-        *out = hostfirst_buffer_info {
-            struct_size: std::mem::size_of::<hostfirst_buffer_info>(),
-            device: b.device().into(),
-            dtype: b.dtype() as u32,
-            rank: b.shape().len() as u32,
-            shape: if b.shape().is_empty() { std::ptr::null() } else { b.shape().as_ptr() },
-            nbytes: b.nbytes(),
-            address: b.address(),
-            name: b.c_name().as_ptr(),
-        };
-        Ok(())
-    })
-}
-
-/// Copies the whole buffer (from any device) into the caller's host memory `(dst, capacity)`. A capacity
-/// below the buffer's size gives `BUFFER_TOO_SMALL` and writes nothing; `(NULL, 0)` copies an empty buffer.
-/// Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`, `DEVICE_ERROR`. Thread-safe.
-#[no_mangle]
-pub extern "C" fn hostfirst_buffer_copy_to_host(
-    buffer: *const hostfirst_buffer,
-    dst: *mut c_void,
-    capacity: usize,
-) -> Status {
-    hostfirst_boundary!("hostfirst_buffer_copy_to_host", {
-        let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
-        let b = b.lock().unwrap_or_else(|p| p.into_inner());
-        if (capacity as u64) < b.nbytes() {
-            return Err(Error::new(
-                Status::BufferTooSmall,
-                format!("buffer '{}' has {} bytes; the destination holds {capacity}", b.name(), b.nbytes()),
-            ));
-        }
-        let dst = out_bytes(dst as *mut u8, capacity, "dst")?;
-        b.copy_to_host(dst)
-    })
-}
-
-/// Copies a buffer onto another device (cpu, cuda_host, cuda:N; `device` NULL: the default device, refused in
-/// strict mode) as a new buffer in `*out`, fit-checked before anything is allocated (`OUT_OF_MEMORY`,
-/// `hostfirst_last_fit`). The source is unchanged. Host to CUDA goes through the pinned staging ring (never
-/// DMA from pageable memory); CUDA to CUDA on another device is one peer copy (`cuMemcpyPeer`: direct where
-/// the devices can reach each other, staged by the driver where not). Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`,
-/// `INVALID_ARGUMENT` (unknown device kind), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `DEVICE_ERROR`. On failure
-/// nothing stays allocated and `*out` is unchanged. Thread-safe.
-#[no_mangle]
-pub extern "C" fn hostfirst_buffer_to(
-    buffer: *const hostfirst_buffer,
-    device: *const hostfirst_device,
-    out: *mut *mut hostfirst_buffer,
-) -> Status {
-    hostfirst_boundary!("hostfirst_buffer_to", {
-        let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
-        let out = out_ptr(out, "out")?;
-        let target = target_of(device)?;
-        let nb = {
-            let b = b.lock().unwrap_or_else(|p| p.into_inner());
-            crate::place::buffer_to(&b, target)?
-        };
-        *out = handle::insert_new::<hostfirst_buffer>(std::sync::Mutex::new(nb));
-        Ok(())
-    })
-}
-
-/// Frees the process-wide caches of page-locked memory: idle staging slabs kept for reuse by CUDA puts, and
-/// resident-mode registrations (unregistered once no transfer uses them). Puts in progress are not affected;
-/// later puts allocate again. Thread-safe; never fails.
-#[no_mangle]
-pub extern "C" fn hostfirst_release_cached_memory() -> Status {
-    hostfirst_boundary!("hostfirst_release_cached_memory", {
-        crate::place::release_cached_memory();
         Ok(())
     })
 }

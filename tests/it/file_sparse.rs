@@ -3,7 +3,7 @@
 //! path, never SIGBUS. One test per concern; the RSS test is alone in this binary's measurement window.
 
 use crate::common::alone;
-use crate::load_support::*;
+use crate::file_support::*;
 use hostfirst::{Status, TensorFile};
 use std::time::{Duration, Instant};
 

@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -136,6 +137,29 @@ static void test_file_api(void) {
     CHECK(info.alignment >= 1 && info.alignment <= 4096 && (info.alignment & (info.alignment - 1)) == 0);
     CHECK((uintptr_t)info.data % info.alignment == 0);
     CHECK(info.alignment == 4096 || ((uintptr_t)info.data / info.alignment) % 2 == 1);
+
+    /* The PJRT rule for output structs: a struct as old as 0.1.0 (through `alignment`) gets the fields it has
+     * and nothing past them; a newer, larger one gets today's fields and struct_size says how many bytes; one
+     * byte less than the oldest size is refused. */
+    {
+        const size_t v1 = offsetof(hostfirst_view_info, alignment) + sizeof info.alignment;
+        union {
+            hostfirst_view_info info;
+            unsigned char bytes[sizeof(hostfirst_view_info) + 16];
+        } u;
+        memset(&u, 0xAA, sizeof u);
+        u.info.struct_size = v1;
+        CHECK_OK(hostfirst_view_describe(vw, &u.info));
+        CHECK(u.info.struct_size == v1 && u.info.nbytes == 24 && u.info.alignment == info.alignment);
+        for (size_t i = v1; i < sizeof u.bytes; i++) CHECK(u.bytes[i] == 0xAA);
+        memset(&u, 0xAA, sizeof u);
+        u.info.struct_size = sizeof u.bytes;
+        CHECK_OK(hostfirst_view_describe(vw, &u.info));
+        CHECK(u.info.struct_size == sizeof(hostfirst_view_info) && u.info.nbytes == 24);
+        for (size_t i = sizeof(hostfirst_view_info); i < sizeof u.bytes; i++) CHECK(u.bytes[i] == 0xAA);
+        u.info.struct_size = v1 - 1;
+        CHECK_STATUS(hostfirst_view_describe(vw, &u.info), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    }
 
     hostfirst_view_info si;
     memset(&si, 0, sizeof si);

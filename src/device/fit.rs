@@ -56,12 +56,12 @@ pub const CUDA_MARGIN: u64 = 32 << 20;
 /// Free bytes usable by a new allocation on `device` (after the margin) and the device's total.
 pub fn usable(device: Device) -> Result<(u64, u64)> {
     let (free, total) = match device.kind {
-        DeviceKind::Cpu | DeviceKind::CudaHost => host_memory()?,
-        DeviceKind::Cuda => memory(device)?,
+        DeviceKind::CPU | DeviceKind::CUDA_HOST => host_memory()?,
+        DeviceKind::CUDA => memory(device)?,
     };
     let margin = match device.kind {
-        DeviceKind::Cpu | DeviceKind::CudaHost => host_margin(total),
-        DeviceKind::Cuda => CUDA_MARGIN,
+        DeviceKind::CPU | DeviceKind::CUDA_HOST => host_margin(total),
+        DeviceKind::CUDA => CUDA_MARGIN,
     };
     Ok((free.saturating_sub(margin), total))
 }
@@ -71,7 +71,7 @@ pub fn usable(device: Device) -> Result<(u64, u64)> {
 pub fn check(what: &str, needed: u64, device: Device) -> Result<()> {
     let (free, total) = usable(device)?;
     check_against(what, needed, device, free, total)?;
-    if matches!(device.kind, DeviceKind::Cpu | DeviceKind::CudaHost) {
+    if matches!(device.kind, DeviceKind::CPU | DeviceKind::CUDA_HOST) {
         host_take(needed);
     }
     Ok(())
@@ -83,10 +83,10 @@ pub fn check_against(what: &str, needed: u64, device: Device, free: u64, total: 
         return Ok(());
     }
     let note = match device.kind {
-        DeviceKind::Cpu | DeviceKind::CudaHost => {
+        DeviceKind::CPU | DeviceKind::CUDA_HOST => {
             format!(" (available host memory less a {} safety margin)", human_bytes(host_margin(total)))
         }
-        DeviceKind::Cuda => String::new(),
+        DeviceKind::CUDA => String::new(),
     };
     Err(Error::out_of_memory(
         format!(

@@ -2,7 +2,7 @@
 //! the reference serializer, opened from memory and from a file, compared byte for byte; random mutations
 //! of valid files never panic and either open or give a format error.
 
-use crate::load_support::*;
+use crate::file_support::*;
 use hostfirst::dtype::{DType, ALL_DTYPES};
 use hostfirst::{Status, TensorFile};
 use proptest::prelude::*;

@@ -2,12 +2,12 @@
 //! stable Rust: each file is opened from memory through the C API, every tensor is walked and copied, and the
 //! status must equal the one in its name (`<stem>.<STATUS>.bin`), with no panic.
 //!
-//! The catalogue cases are generated from tests/it/load_support.rs; refresh them with
-//!     HOSTFIRST_UPDATE_CORPUS=1 cargo test --test it load_corpus::
+//! The catalogue cases are generated from tests/it/file_support.rs; refresh them with
+//!     HOSTFIRST_UPDATE_CORPUS=1 cargo test --test it file_corpus::
 //! A new fuzz crash is added by copying it to `crash-<hash>.<EXPECTED_STATUS>.bin`.
 
 use crate::common::alone;
-use crate::load_support::*;
+use crate::file_support::*;
 use hostfirst::Status;
 use std::path::PathBuf;
 
@@ -31,7 +31,7 @@ fn catalogue_cases_are_in_the_corpus() {
     for c in catalogue() {
         let p = dir.join(file_name(&c));
         let on_disk = std::fs::read(&p).unwrap_or_else(|e| {
-            panic!("{}: {e}; regenerate with HOSTFIRST_UPDATE_CORPUS=1 cargo test --test it load_corpus::", p.display())
+            panic!("{}: {e}; regenerate with HOSTFIRST_UPDATE_CORPUS=1 cargo test --test it file_corpus::", p.display())
         });
         assert!(on_disk == c.bytes, "{} differs from the catalogue case", p.display());
     }

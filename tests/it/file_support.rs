@@ -3,8 +3,7 @@
 
 #![allow(dead_code)]
 
-use hostfirst::ffi::core::hostfirst_handle_count;
-use hostfirst::ffi::load::*;
+use hostfirst::ffi::*;
 use hostfirst::Status;
 use std::cell::Cell;
 use std::ffi::CString;
@@ -26,7 +25,7 @@ pub fn prefixed(n: u64, rest: &[u8]) -> Vec<u8> {
     v
 }
 
-/// One row of shared/design/reliability-catalogue.md §2 (possibly one of several variants).
+/// One row of the malformed-file catalogue, docs/malformed-files.md (possibly one of several variants).
 pub struct Case {
     /// Corpus file stem, e.g. `row05-header-past-end`.
     pub name: &'static str,
@@ -248,7 +247,7 @@ pub fn tmp(name: &str) -> PathBuf {
 }
 
 pub fn last_error() -> String {
-    let p = hostfirst::ffi::core::hostfirst_last_error();
+    let p = hostfirst::ffi::hostfirst_last_error();
     // SAFETY: the library returns a valid NUL-terminated string.
     unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }

@@ -1,10 +1,11 @@
-//! Every case of shared/design/reliability-catalogue.md §2 as its own test: opened from memory and from a
-//! file through the C API, asserting the exact status, no panic, no handle created and no descriptor leaked.
+//! Every case of the malformed-file catalogue (docs/malformed-files.md) as its own test: opened from memory and
+//! from a file through the C API, asserting the exact status, no panic, no handle created and no descriptor
+//! leaked.
 //! Rows 32-34 (lookups, view sizes, header bloat) have their own tests at the end.
 
 use crate::common::alone;
-use crate::load_support::*;
-use hostfirst::ffi::load::*;
+use crate::file_support::*;
+use hostfirst::ffi::*;
 use hostfirst::Status;
 use std::ffi::CString;
 
@@ -146,7 +147,7 @@ fn many_tensors(n: usize) -> Vec<u8> {
 #[test]
 fn row34_header_bloat_over_the_cap_is_limit_exceeded() {
     alone(concat!(module_path!(), "::row34_header_bloat_over_the_cap_is_limit_exceeded"), || {
-        let bytes = many_tensors(hostfirst::load::MAX_TENSORS + 1);
+        let bytes = many_tensors(hostfirst::file::MAX_TENSORS + 1);
         let hs = handles();
         assert_eq!(open_memory_and_walk(&bytes), Status::LimitExceeded);
         assert!(last_error().contains("262144"), "{}", last_error());
@@ -173,8 +174,8 @@ fn many_metadata(n: usize) -> Vec<u8> {
 #[test]
 fn metadata_bloat_over_the_cap_is_metadata_limit_exceeded() {
     alone(concat!(module_path!(), "::metadata_bloat_over_the_cap_is_metadata_limit_exceeded"), || {
-        let cap = hostfirst::load::MAX_METADATA_ENTRIES;
-        assert_eq!(cap as u32, hostfirst::ffi::load::HOSTFIRST_MAX_METADATA_ENTRIES);
+        let cap = hostfirst::file::MAX_METADATA_ENTRIES;
+        assert_eq!(cap as u32, hostfirst::ffi::HOSTFIRST_MAX_METADATA_ENTRIES);
         let f = hostfirst::TensorFile::from_bytes(many_metadata(cap)).unwrap();
         assert_eq!(f.metadata_len(), cap);
         let hs = handles();

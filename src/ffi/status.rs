@@ -1,20 +1,36 @@
-//! Status names, versions, the thread-local last error and the live-handle count.
+//! Statuses and the calling thread's last failure: `hostfirst_status_*`, `hostfirst_last_*` and the fit-check
+//! details (`hostfirst_fit_info`). The last error is recorded here by the panic boundary (`super::run_status`).
 
-use super::{opt_out, out_ptr, write_string, LAST_ERROR};
+use super::args::opt_out;
+use super::device::hostfirst_device;
 use crate::device::DeviceSpec;
-use crate::error::{Status, ALL_STATUSES};
-use crate::ffi::devices::hostfirst_device;
-use std::ffi::c_char;
+use crate::error::{Error, FitFailure, Status, ALL_STATUSES};
+use std::cell::RefCell;
+use std::ffi::{c_char, CString};
 
-/// Major version of this header. See `hostfirst_version_number()` for the library's.
-pub const HOSTFIRST_VERSION_MAJOR: u32 = 0;
-/// Minor version of this header.
-pub const HOSTFIRST_VERSION_MINOR: u32 = 1;
-/// Patch version of this header.
-pub const HOSTFIRST_VERSION_PATCH: u32 = 0;
-/// `MAJOR * 1000000 + MINOR * 1000 + PATCH` of this header (the sqlite idiom). Programs should check
-/// `hostfirst_version_number() == HOSTFIRST_VERSION_NUMBER` at start-up.
-pub const HOSTFIRST_VERSION_NUMBER: u32 = 1000;
+// `Status` (src/error.rs) is exported to C as `hostfirst_status` (cbindgen.toml renames it).
+
+/// The last failure on this thread.
+pub(crate) struct LastError {
+    pub status: Status,
+    pub message: CString,
+    pub fit: Option<FitFailure>,
+}
+
+thread_local! {
+    pub(crate) static LAST_ERROR: RefCell<LastError> =
+        RefCell::new(LastError { status: Status::Ok, message: CString::default(), fit: None });
+}
+
+/// Records `e` as the calling thread's last error.
+pub(crate) fn set_last_error(e: &Error) {
+    let msg = CString::new(e.message().replace('\0', "\\0")).unwrap_or_default();
+    let _ = LAST_ERROR.try_with(|l| {
+        if let Ok(mut l) = l.try_borrow_mut() {
+            *l = LastError { status: e.status(), message: msg, fit: e.fit().cloned() };
+        }
+    });
+}
 
 /// Details of the most recent failed fit check on this thread (see `hostfirst_last_fit`).
 #[repr(C)]
@@ -30,26 +46,6 @@ pub struct hostfirst_fit_info {
     pub device: hostfirst_device,
 }
 
-/// Returns the library version as a static string such as `"0.1.0"`.
-///
-/// Never fails; the string lives for the process lifetime. Thread-safe.
-#[no_mangle]
-pub extern "C" fn hostfirst_version() -> *const c_char {
-    hostfirst_boundary!("hostfirst_version", default = c"?".as_ptr(), {
-        concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr() as *const c_char
-    })
-}
-
-/// Returns the library version as `MAJOR * 1000000 + MINOR * 1000 + PATCH`.
-///
-/// Compare with `HOSTFIRST_VERSION_NUMBER` to detect a header/library mismatch. Never fails. Thread-safe.
-#[no_mangle]
-pub extern "C" fn hostfirst_version_number() -> u32 {
-    hostfirst_boundary!("hostfirst_version_number", default = 0, {
-        HOSTFIRST_VERSION_MAJOR * 1_000_000 + HOSTFIRST_VERSION_MINOR * 1000 + HOSTFIRST_VERSION_PATCH
-    })
-}
-
 /// Returns the static name of a status without its prefix, e.g. `"OUT_OF_MEMORY"` for
 /// `HOSTFIRST_STATUS_OUT_OF_MEMORY`.
 ///
@@ -58,7 +54,7 @@ pub extern "C" fn hostfirst_version_number() -> u32 {
 pub extern "C" fn hostfirst_status_name(status: u32) -> *const c_char {
     hostfirst_boundary!("hostfirst_status_name", default = c"UNKNOWN".as_ptr(), {
         match Status::from_u32(status) {
-            Some(s) => super::static_cstr(s.name()),
+            Some(s) => super::args::static_cstr(s.name()),
             None => c"UNKNOWN".as_ptr(),
         }
     })
@@ -156,42 +152,4 @@ pub extern "C" fn hostfirst_last_fit(out: *mut hostfirst_fit_info) -> Status {
         unsafe { *out = hostfirst_fit_info { needed: f.needed, free: f.free, total: f.total, device: dev } };
         Status::Ok
     })
-}
-
-/// Writes the number of live handles of all types (files, views, buffers, loads, ...) to `*out`.
-///
-/// Useful for leak checks: after every handle is freed the count returns to what it was. Thread-safe.
-#[no_mangle]
-pub extern "C" fn hostfirst_handle_count(out: *mut usize) -> Status {
-    hostfirst_boundary!("hostfirst_handle_count", {
-        *out_ptr(out, "out")? = super::handle::live_count();
-        Ok(())
-    })
-}
-
-/// Copies a string describing the build (version, features, CUDA API level) into `buf`, with the same
-/// buffer rules as `hostfirst_last_error_message`.
-#[no_mangle]
-pub extern "C" fn hostfirst_build_info(buf: *mut c_char, capacity: usize, out_len: *mut usize) -> Status {
-    hostfirst_boundary!("hostfirst_build_info", {
-        let s = format!(
-            "hostfirst {} (cuda driver API via cudarc, dynamic loading; test-hooks={})",
-            env!("CARGO_PKG_VERSION"),
-            cfg!(feature = "test-hooks")
-        );
-        write_string(&s, buf, capacity, out_len, "build info")
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn version_constants_match_cargo() {
-        assert_eq!(HOSTFIRST_VERSION_MAJOR.to_string(), env!("CARGO_PKG_VERSION_MAJOR"));
-        assert_eq!(HOSTFIRST_VERSION_MINOR.to_string(), env!("CARGO_PKG_VERSION_MINOR"));
-        assert_eq!(HOSTFIRST_VERSION_PATCH.to_string(), env!("CARGO_PKG_VERSION_PATCH"));
-        assert_eq!(hostfirst_version_number(), HOSTFIRST_VERSION_NUMBER);
-    }
 }
