@@ -976,6 +976,44 @@ typedef struct hostfirst_plan_device_info {
 } hostfirst_plan_device_info;
 
 /**
+ * A rule that places no tensor of the plan's file, filled by `hostfirst_plan_unmatched_rule`. Set
+ * `struct_size = sizeof(hostfirst_plan_unmatched_rule_info)` before the call; fields may be appended in
+ * later minor versions. Strings are NUL-terminated UTF-8, valid until the plan is freed.
+ */
+typedef struct hostfirst_plan_unmatched_rule_info {
+  /**
+   * In: the caller's `sizeof(hostfirst_plan_unmatched_rule_info)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
+  /**
+   * The rule's index in the rule list (the order of `hostfirst_rules_add`).
+   */
+  uint32_t rule;
+  /**
+   * The index of the earlier rule that takes every tensor this rule's pattern matches, or -1 when the
+   * pattern matches no tensor name at all.
+   */
+  int32_t shadowed_by;
+  /**
+   * The rule's pattern.
+   */
+  const char *pattern;
+  /**
+   * The rule's target as written (`host`, `default`, a device spec).
+   */
+  const char *target;
+  /**
+   * Shadowed (`shadowed_by >= 0`): the first tensor the pattern matches. Otherwise a tensor whose name
+   * contains the pattern's text (patterns match whole names: `token` does not match `tokens`), or NULL.
+   */
+  const char *tensor;
+  /**
+   * One line saying what is wrong and what to do, as the CLI prints it.
+   */
+  const char *message;
+} hostfirst_plan_unmatched_rule_info;
+
+/**
  * Progress of a load: `done` and `total` bytes moved to devices so far; return nonzero to cancel.
  */
 typedef int (*hostfirst_load_progress_fn)(uint64_t done, uint64_t total, void *user);
@@ -1805,9 +1843,12 @@ hostfirst_status hostfirst_rules_free(struct hostfirst_rules *rules);
  * that receives tensors, its usable memory now. `default` targets resolve through the calling thread's
  * default stack. Writes a new handle to `*out` (free with `hostfirst_plan_free`); the plan does not keep
  * `file` or `rules` alive. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `IMPLICIT_PLACEMENT` (a tensor
- * matched a `default` rule in strict mode; the message names tensor and rule), `NO_SUCH_DEVICE` /
+ * matched a `default` rule in strict mode; the message names tensor and rule), `UNMATCHED_RULE` (strict
+ * mode: a rule places no tensor; the message names each such rule and why), `NO_SUCH_DEVICE` /
  * `UNAVAILABLE` (a rule's device is absent), `DEVICE_ERROR`. A plan that does not fit is not an error: see
- * `hostfirst_plan_device`'s `fits`. Thread-safe.
+ * `hostfirst_plan_device`'s `fits`. Neither is a rule that places no tensor outside strict mode (a typo such
+ * as `token=host` for a tensor `tokens` sends that tensor where the other rules say): the plan lists such
+ * rules, see `hostfirst_plan_unmatched_rule_count`; check it, as the CLI does. Thread-safe.
  */
 hostfirst_status hostfirst_plan_make(const struct hostfirst_file *file,
                                      const struct hostfirst_rules *rules,
@@ -1843,6 +1884,25 @@ hostfirst_status hostfirst_plan_device_count(const struct hostfirst_plan *plan,
 hostfirst_status hostfirst_plan_device(const struct hostfirst_plan *plan,
                                        size_t index,
                                        struct hostfirst_plan_device_info *out);
+
+/**
+ * Writes the number of rules that place no tensor of the plan's file to `*out_count`: rules whose pattern
+ * matches no tensor name, and rules behind an earlier rule that takes every tensor they match. Outside
+ * strict mode such a plan is made anyway (in strict mode `hostfirst_plan_make` refuses it with
+ * `UNMATCHED_RULE`); a count above 0 is almost always a mistake worth reporting. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_plan_unmatched_rule_count(const struct hostfirst_plan *plan,
+                                                     size_t *out_count);
+
+/**
+ * Fills `*out` with the `index`-th rule that places no tensor (in rule order): its index, pattern and
+ * target, the rule that shadows it or -1, a tensor it was probably meant for, and a one-line message. Set
+ * `out->struct_size` first. Errors as for `hostfirst_plan_tensor`. Thread-safe.
+ */
+hostfirst_status hostfirst_plan_unmatched_rule(const struct hostfirst_plan *plan,
+                                               size_t index,
+                                               struct hostfirst_plan_unmatched_rule_info *out);
 
 /**
  * Frees a plan. NULL is a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Thread-safe.

@@ -1,7 +1,8 @@
-/* hostfirst plan FILE --rule PATTERN=TARGET ... [--json]: where every tensor would go (a dry run). The
- * argument parsing, set-up and report here are shared with `hostfirst load` (load.c).
+/* hostfirst plan FILE --rule PATTERN=TARGET ... [--strict] [--json]: where every tensor would go (a dry run).
+ * The argument parsing, set-up and report here are shared with `hostfirst load` (load.c).
  *
- * Rules are tried in order, the first match wins, unmatched tensors stay on the host. Output is written only
+ * Rules are tried in order, the first match wins, unmatched tensors stay on the host. A rule that places no
+ * tensor gets a warning line on stderr (and is listed in the JSON); --strict refuses it (UNMATCHED_RULE). Output is written only
  * when everything succeeded; a failure prints one line on stderr and exits 1 (usage errors exit 2). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
@@ -44,6 +45,15 @@ int plan_setup(const char *cmd, int argc, char **argv, plan_args *a) {
     if (st != HOSTFIRST_STATUS_OK) return cli_fail(a->path, st);
     st = hostfirst_plan_make(a->file, a->rules, &a->plan);
     if (st != HOSTFIRST_STATUS_OK) return cli_fail(a->path, st);
+    /* A rule that places nothing is almost always a typo (token=host for tokens): one warning line each.
+     * Under --strict the plan was refused above instead (UNMATCHED_RULE). */
+    size_t nu = 0;
+    hostfirst_plan_unmatched_rule_count(a->plan, &nu);
+    for (size_t i = 0; i < nu; i++) {
+        hostfirst_plan_unmatched_rule_info u = {.struct_size = sizeof u};
+        if (hostfirst_plan_unmatched_rule(a->plan, i, &u) == HOSTFIRST_STATUS_OK)
+            fprintf(stderr, "hostfirst: warning: %s: %s\n", a->path, u.message);
+    }
     return 0;
 }
 
@@ -105,7 +115,28 @@ int plan_print(const plan_args *a, const double *seconds) {
                    d.fits ? "yes" : "NO", d.largest_name, cli_bytes(d.largest_bytes, b1, sizeof b1));
         }
     }
-    if (a->json) printf("]");
+    if (a->json) {
+        /* The rules that place no tensor (also warned about on stderr). */
+        size_t nu = 0;
+        hostfirst_plan_unmatched_rule_count(a->plan, &nu);
+        printf("],\"unmatched_rules\":[");
+        for (size_t i = 0; i < nu; i++) {
+            hostfirst_plan_unmatched_rule_info u = {.struct_size = sizeof u};
+            hostfirst_status st = hostfirst_plan_unmatched_rule(a->plan, i, &u);
+            if (st != HOSTFIRST_STATUS_OK) return cli_fail("plan", st);
+            printf("%s{\"rule\":%u,\"pattern\":", i ? "," : "", u.rule);
+            cli_json_string(stdout, u.pattern);
+            printf(",\"target\":");
+            cli_json_string(stdout, u.target);
+            printf(",\"shadowed_by\":%d,\"tensor\":", u.shadowed_by);
+            if (u.tensor) cli_json_string(stdout, u.tensor);
+            else printf("null");
+            printf(",\"message\":");
+            cli_json_string(stdout, u.message);
+            printf("}");
+        }
+        printf("]");
+    }
     return 0;
 }
 
