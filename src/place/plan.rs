@@ -82,7 +82,7 @@ impl std::fmt::Display for UnmatchedRule {
                 "matches no tensor; patterns match whole names: tensor '{near}' would need '{}*' or '*{}*'",
                 self.pattern, self.pattern
             ),
-            (None, None) => write!(f, "matches no tensor of the file"),
+            (None, None) => write!(f, "matches no tensor of the file; check it against the file's tensor names"),
         }
     }
 }
