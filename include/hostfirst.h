@@ -432,12 +432,8 @@ typedef uint32_t hostfirst_dtype;
 #endif // __cplusplus
 
 /**
- * Where memory lives. The numbers equal DLPack's `DLDeviceType` values.
- *
- * The one definition of the device kinds: cbindgen exports it as `hostfirst_device_kind`
- * (`HOSTFIRST_DEVICE_<variant>`); the names and the mapping from C integers are derived from it (strum).
- * `hostfirst_device.kind` stays an `int32_t`, checked on every call.
- *
+ * Where memory lives: the kinds of `hostfirst_device.kind` (an `int32_t`, checked on every call). The
+ * values equal DLPack's `DLDeviceType` values.
  */
 enum hostfirst_device_kind
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -466,11 +462,8 @@ typedef int32_t hostfirst_device_kind;
 #endif // __cplusplus
 
 /**
- * Why a backend is or is not usable. Values cross the C ABI; never renumber.
- *
- * The one definition of the backend statuses: cbindgen exports it as `hostfirst_backend_status`
- * (`HOSTFIRST_BACKEND_STATUS_*`); the names (`hostfirst_backend_status_name`, JSON, CLI) and the list of values
- * are derived from it (strum). `hostfirst_backend_info.status` stays a `uint32_t`.
+ * Why a backend is or is not usable: the values of `hostfirst_backend_info.status` (a `uint32_t`). Stable,
+ * never renumbered.
  */
 enum hostfirst_backend_status
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -516,10 +509,8 @@ typedef uint32_t hostfirst_backend_status;
 #endif // __cplusplus
 
 /**
- * Where the effective default device came from. Values cross the C ABI; never renumber.
- *
- * The one definition: cbindgen exports it as `hostfirst_default_source` (`HOSTFIRST_DEFAULT_SOURCE_*`); the
- * names and the mapping from C integers are derived from it (strum).
+ * Where the effective default device came from (`hostfirst_default_device`'s `out_source`). Stable, never
+ * renumbered.
  */
 enum hostfirst_default_source
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L

@@ -11,6 +11,8 @@
 use std::fmt;
 use strum::{FromRepr, IntoStaticStr, VariantArray};
 
+// The one definition of the statuses: cbindgen exports it as `hostfirst_status` (`HOSTFIRST_STATUS_*`); the
+// list of values, the names and the mapping from C integers are derived from it (strum).
 /// The outcome of every fallible hostfirst call.
 ///
 /// Values are stable and grouped by range: 0 success; 1-19 argument and handle misuse; 20-29 default-device

@@ -10,11 +10,11 @@ use crate::error::{Error, Result, Status};
 use std::sync::OnceLock;
 use strum::{FromRepr, IntoStaticStr, VariantArray};
 
-/// Why a backend is or is not usable. Values cross the C ABI; never renumber.
-///
-/// The one definition of the backend statuses: cbindgen exports it as `hostfirst_backend_status`
-/// (`HOSTFIRST_BACKEND_STATUS_*`); the names (`hostfirst_backend_status_name`, JSON, CLI) and the list of values
-/// are derived from it (strum). `hostfirst_backend_info.status` stays a `uint32_t`.
+// The one definition of the backend statuses: cbindgen exports it as `hostfirst_backend_status`
+// (`HOSTFIRST_BACKEND_STATUS_*`); the names (`hostfirst_backend_status_name`, JSON, CLI) and the list of values
+// are derived from it (strum).
+/// Why a backend is or is not usable: the values of `hostfirst_backend_info.status` (a `uint32_t`). Stable,
+/// never renumbered.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, FromRepr, IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "snake_case")]

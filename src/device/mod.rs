@@ -16,12 +16,10 @@ use strum::{FromRepr, IntoStaticStr, VariantArray};
 
 pub use census::{census, Backend, BackendStatus, Census, DeviceInfo};
 
-/// Where memory lives. The numbers equal DLPack's `DLDeviceType` values.
-///
-/// The one definition of the device kinds: cbindgen exports it as `hostfirst_device_kind`
-/// (`HOSTFIRST_DEVICE_<variant>`); the names and the mapping from C integers are derived from it (strum).
-/// `hostfirst_device.kind` stays an `int32_t`, checked on every call.
-///
+// The one definition of the device kinds: cbindgen exports it as `hostfirst_device_kind`
+// (`HOSTFIRST_DEVICE_<variant>`); the names and the mapping from C integers are derived from it (strum).
+/// Where memory lives: the kinds of `hostfirst_device.kind` (an `int32_t`, checked on every call). The
+/// values equal DLPack's `DLDeviceType` values.
 /// cbindgen:prefix-with-name=false
 /// cbindgen:rename-all=prefix:HOSTFIRST_DEVICE_
 #[repr(i32)]

@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use strum::{FromRepr, IntoStaticStr, VariantArray};
 
-/// Where the effective default device came from. Values cross the C ABI; never renumber.
-///
-/// The one definition: cbindgen exports it as `hostfirst_default_source` (`HOSTFIRST_DEFAULT_SOURCE_*`); the
-/// names and the mapping from C integers are derived from it (strum).
+// The one definition: cbindgen exports it as `hostfirst_default_source` (`HOSTFIRST_DEFAULT_SOURCE_*`); the
+// names and the mapping from C integers are derived from it (strum).
+/// Where the effective default device came from (`hostfirst_default_device`'s `out_source`). Stable, never
+/// renumbered.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, FromRepr, IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "kebab-case")]
