@@ -59,15 +59,15 @@ typedef struct {
 /* What a command returns after printing its --help (main turns it into exit status 0). */
 #define CLI_HELP_SHOWN (-1)
 
-/* Called for each option (with its value, or NULL for a flag) and each operand; return 0 to go on, or an
- * exit status (after printing a message, e.g. with cli_usage_error). */
+/* Called for each option (with its value, or NULL for a flag); return 0 to go on, or an exit status (after
+ * printing a message, e.g. with cli_usage_error). */
 typedef int (*cli_on_option)(void *ctx, int id, const char *value);
-typedef int (*cli_on_operand)(void *ctx, const char *arg);
 
 /* Parses argv[1..] of command `cmd` against its table: `--opt VALUE` or `--opt=VALUE`, `--` ends options, a
- * lone `-` is an operand. Unknown options and missing values are usage errors. Returns 0, CLI_HELP_SHOWN
+ * lone `-` is an operand. The operands the table names ("FILE TENSOR") go to operands[0..] in order; a
+ * missing or surplus one, an unknown option or a missing value is a usage error. Returns 0, CLI_HELP_SHOWN
  * (after printing the command's help for -h/--help), or what a callback returned. */
-int cli_parse(const char *cmd, int argc, char **argv, void *ctx, cli_on_option on_option, cli_on_operand on_operand);
+int cli_parse(const char *cmd, int argc, char **argv, void *ctx, cli_on_option on_option, const char **operands);
 
 /* Prints "hostfirst CMD: <message>" and the command's usage on stderr; returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...)

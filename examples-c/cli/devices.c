@@ -12,14 +12,9 @@ static int on_option(void *ctx, int id, const char *value) {
     return 0;
 }
 
-static int on_operand(void *ctx, const char *arg) {
-    (void)ctx;
-    return cli_usage_error("devices", "unexpected argument '%s'", arg);
-}
-
 int cmd_devices(int argc, char **argv) {
     int json = 0;
-    int rc = cli_parse("devices", argc, argv, &json, on_option, on_operand);
+    int rc = cli_parse("devices", argc, argv, &json, on_option, NULL);
     if (rc) return rc;
     /* The default is resolved first (its message is kept: later calls replace the thread's last error) and
      * reported last. */

@@ -55,7 +55,8 @@ static int check_first(hostfirst_gather *g, const hostfirst_view *v, const uint6
 }
 
 typedef struct {
-    const char *path, *tensor, *spec;
+    const char *operands[2]; /* FILE TENSOR */
+    const char *spec;
     uint64_t batch, window, iters, seed;
     int json, prefault;
 } gather_args;
@@ -74,22 +75,13 @@ static int on_option(void *ctx, int id, const char *v) {
     return 0;
 }
 
-static int on_operand(void *ctx, const char *arg) {
-    gather_args *g = ctx;
-    if (!g->path) g->path = arg;
-    else if (!g->tensor) g->tensor = arg;
-    else return cli_usage_error("gather", "unexpected argument '%s'", arg);
-    return 0;
-}
-
 int cmd_gather(int argc, char **argv) {
-    gather_args g0 = {NULL, NULL, "default", 0, 0, 100, 1337, 0, 0};
-    int prc = cli_parse("gather", argc, argv, &g0, on_option, on_operand);
+    gather_args g0 = {{NULL, NULL}, "default", 0, 0, 100, 1337, 0, 0};
+    int prc = cli_parse("gather", argc, argv, &g0, on_option, g0.operands);
     if (prc) return prc;
-    if (!g0.path || !g0.tensor) return cli_usage_error("gather", "FILE and TENSOR are required");
     if (g0.batch == 0 || g0.window == 0 || g0.iters == 0)
         return cli_usage_error("gather", "--batch, --window and --iters must be at least 1");
-    const char *path = g0.path, *tensor = g0.tensor, *spec = g0.spec;
+    const char *path = g0.operands[0], *tensor = g0.operands[1], *spec = g0.spec;
     uint64_t batch = g0.batch, window = g0.window, iters = g0.iters, seed = g0.seed;
     int json = g0.json, prefault = g0.prefault;
 

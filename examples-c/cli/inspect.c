@@ -54,18 +54,10 @@ static int on_option(void *ctx, int id, const char *value) {
     return 0;
 }
 
-static int on_operand(void *ctx, const char *arg) {
-    inspect_args *a = ctx;
-    if (a->path) return cli_usage_error("inspect", "more than one FILE ('%s')", arg);
-    a->path = arg;
-    return 0;
-}
-
 int cmd_inspect(int argc, char **argv) {
     inspect_args a = {0, 0, NULL};
-    int rc = cli_parse("inspect", argc, argv, &a, on_option, on_operand);
+    int rc = cli_parse("inspect", argc, argv, &a, on_option, &a.path);
     if (rc) return rc;
-    if (!a.path) return cli_usage_error("inspect", "FILE is missing");
     int json = a.json, sums = a.sums;
     const char *path = a.path;
 

@@ -184,14 +184,20 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
     return 2;
 }
 
-int cli_parse(const char *cmd, int argc, char **argv, void *ctx, cli_on_option on_option, cli_on_operand on_operand) {
+int cli_parse(const char *cmd, int argc, char **argv, void *ctx, cli_on_option on_option, const char **operands) {
     const cli_command *c = find_command(cmd);
+    /* The operands the table names ("FILE TENSOR"), in order. */
+    char names[64];
+    const char *name[4];
+    size_t want = 0, got = 0;
+    snprintf(names, sizeof names, "%s", c->operands);
+    for (char *w = strtok(names, " "); w && want < 4; w = strtok(NULL, " ")) name[want++] = w;
     int options_done = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (options_done || a[0] != '-' || a[1] == '\0') {
-            int rc = on_operand(ctx, a);
-            if (rc) return rc;
+            if (got == want) return cli_usage_error(cmd, "unexpected argument '%s'", a);
+            operands[got++] = a;
             continue;
         }
         if (!strcmp(a, "--")) {
@@ -218,6 +224,7 @@ int cli_parse(const char *cmd, int argc, char **argv, void *ctx, cli_on_option o
         int rc = on_option(ctx, o->id, value);
         if (rc) return rc;
     }
+    if (got < want) return cli_usage_error(cmd, "%s is missing", name[got]);
     return 0;
 }
 

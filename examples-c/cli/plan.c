@@ -9,26 +9,14 @@
 #include <string.h>
 #include "cli.h"
 
-typedef struct {
-    plan_args *a;
-    const char *cmd;
-} parse_ctx;
-
 static int on_option(void *ctx, int id, const char *value) {
-    parse_ctx *p = ctx;
-    if (id == CLI_OPT_JSON) p->a->json = 1;
-    else if (id == CLI_OPT_STRICT) p->a->strict = 1;
+    plan_args *a = ctx;
+    if (id == CLI_OPT_JSON) a->json = 1;
+    else if (id == CLI_OPT_STRICT) a->strict = 1;
     else if (id == CLI_OPT_RULE) {
-        hostfirst_status st = hostfirst_rules_add_spec(p->a->rules, value);
+        hostfirst_status st = hostfirst_rules_add_spec(a->rules, value);
         if (st != HOSTFIRST_STATUS_OK) return cli_fail(value, st) + 1;
     }
-    return 0;
-}
-
-static int on_operand(void *ctx, const char *arg) {
-    parse_ctx *p = ctx;
-    if (p->a->path) return cli_usage_error(p->cmd, "more than one FILE ('%s')", arg);
-    p->a->path = arg;
     return 0;
 }
 
@@ -36,10 +24,8 @@ int plan_setup(const char *cmd, int argc, char **argv, plan_args *a) {
     memset(a, 0, sizeof *a);
     hostfirst_status st = hostfirst_rules_new(&a->rules);
     if (st != HOSTFIRST_STATUS_OK) return cli_fail("rules", st);
-    parse_ctx p = {a, cmd};
-    int rc = cli_parse(cmd, argc, argv, &p, on_option, on_operand);
+    int rc = cli_parse(cmd, argc, argv, a, on_option, &a->path);
     if (rc) return rc;
-    if (!a->path) return cli_usage_error(cmd, "FILE is missing");
     if (a->strict && (st = hostfirst_strict_thread_set(1)) != HOSTFIRST_STATUS_OK) return cli_fail("strict", st);
     st = hostfirst_file_open(a->path, &a->file);
     if (st != HOSTFIRST_STATUS_OK) return cli_fail(a->path, st);

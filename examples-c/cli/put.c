@@ -53,7 +53,8 @@ static int fail_msg(const char *what, const char *msg) {
 }
 
 typedef struct {
-    const char *path, *tensor, *spec, *rows;
+    const char *operands[2]; /* FILE TENSOR */
+    const char *spec, *rows;
     int json, resident;
     unsigned long long repeat, threads, staging_mib, a, b;
 } put_args;
@@ -93,20 +94,11 @@ static int on_option(void *ctx, int id, const char *v) {
     return 0;
 }
 
-static int on_operand(void *ctx, const char *arg) {
-    put_args *p = ctx;
-    if (!p->path) p->path = arg;
-    else if (!p->tensor) p->tensor = arg;
-    else return cli_usage_error("put", "unexpected argument '%s'", arg);
-    return 0;
-}
-
 int cmd_put(int argc, char **argv) {
-    put_args p = {NULL, NULL, NULL, NULL, 0, 0, 1, 0, 0, 0, 0};
-    int prc = cli_parse("put", argc, argv, &p, on_option, on_operand);
+    put_args p = {{NULL, NULL}, NULL, NULL, 0, 0, 1, 0, 0, 0, 0};
+    int prc = cli_parse("put", argc, argv, &p, on_option, p.operands);
     if (prc) return prc;
-    if (!p.path || !p.tensor) return cli_usage_error("put", "FILE and TENSOR are required");
-    const char *path = p.path, *tensor = p.tensor, *spec = p.spec, *rows = p.rows;
+    const char *path = p.operands[0], *tensor = p.operands[1], *spec = p.spec, *rows = p.rows;
     int json = p.json, resident = p.resident;
     unsigned long long repeat = p.repeat, threads = p.threads, staging_mib = p.staging_mib, a = p.a, b = p.b;
     hostfirst_device dev, *target = NULL;

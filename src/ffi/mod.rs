@@ -142,17 +142,3 @@ pub fn run_value<T, F: FnOnce() -> T>(name: &'static str, default: T, f: F) -> T
         }
     }
 }
-
-/// For a call whose non-OK outcome can be an answer rather than a failure (`hostfirst_put_poll`'s
-/// `NOT_READY`), run inside `hostfirst_boundary!(name, default = Status::Panic, { answer(|| ...) })`: an
-/// error is recorded as the thread's last error as usual; `Ok(status)` is returned as is and leaves the last
-/// error alone (the header's convention: only failing calls replace it).
-pub(crate) fn answer(f: impl FnOnce() -> Result<Status>) -> Status {
-    match f() {
-        Ok(s) => s,
-        Err(e) => {
-            set_last_error(&e);
-            e.status()
-        }
-    }
-}

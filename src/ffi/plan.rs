@@ -115,6 +115,13 @@ pub struct hostfirst_plan_unmatched_rule_info {
 
 out_struct!(hostfirst_plan_unmatched_rule_info, message);
 
+/// The `index`-th item of one of a plan's lists, or `OUT_OF_RANGE` saying how many there are.
+fn nth<'a, T>(items: &'a [T], index: usize, what: &str) -> Result<&'a T, Error> {
+    items.get(index).ok_or_else(|| {
+        Error::new(Status::OutOfRange, format!("{what} index {index}: the plan has {} {what}s", items.len()))
+    })
+}
+
 /// Makes a plan (a dry run: nothing is allocated, no byte moves): applies `rules` to every tensor of
 /// `file` — the first matching rule decides, unmatched tensors stay on the host — and takes, once per device
 /// that receives tensors, its usable memory now. `default` targets resolve through the calling thread's
@@ -178,12 +185,7 @@ pub extern "C" fn hostfirst_plan_tensor(
     hostfirst_boundary!("hostfirst_plan_tensor", {
         let p = handle::get::<hostfirst_plan>(plan, "plan")?;
         let size = out_struct_size(out, "out")?;
-        let e = p.plan.entries.get(index).ok_or_else(|| {
-            Error::new(
-                Status::OutOfRange,
-                format!("tensor index {index}: the plan has {} tensors", p.plan.entries.len()),
-            )
-        })?;
+        let e = nth(&p.plan.entries, index, "tensor")?;
         let (placement, device) = match e.placement {
             Placement::Host => (HOSTFIRST_PLACEMENT_HOST, hostfirst_device { kind: 0, ordinal: 0 }),
             Placement::Device(d) => (HOSTFIRST_PLACEMENT_DEVICE, d.into()),
@@ -227,12 +229,7 @@ pub extern "C" fn hostfirst_plan_device(
     hostfirst_boundary!("hostfirst_plan_device", {
         let p = handle::get::<hostfirst_plan>(plan, "plan")?;
         let size = out_struct_size(out, "out")?;
-        let d = p.plan.devices.get(index).ok_or_else(|| {
-            Error::new(
-                Status::OutOfRange,
-                format!("device index {index}: the plan uses {} devices", p.plan.devices.len()),
-            )
-        })?;
+        let d = nth(&p.plan.devices, index, "device")?;
         write_out_struct(
             out,
             size,
@@ -278,12 +275,7 @@ pub extern "C" fn hostfirst_plan_unmatched_rule(
     hostfirst_boundary!("hostfirst_plan_unmatched_rule", {
         let p = handle::get::<hostfirst_plan>(plan, "plan")?;
         let size = out_struct_size(out, "out")?;
-        let (u, c) = p.plan.unmatched.get(index).zip(p.unmatched.get(index)).ok_or_else(|| {
-            Error::new(
-                Status::OutOfRange,
-                format!("unmatched rule index {index}: the plan has {} unmatched rules", p.plan.unmatched.len()),
-            )
-        })?;
+        let (u, c) = (nth(&p.plan.unmatched, index, "unmatched rule")?, &p.unmatched[index]);
         write_out_struct(
             out,
             size,

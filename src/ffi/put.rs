@@ -289,7 +289,7 @@ pub extern "C" fn hostfirst_put_start(
 #[no_mangle]
 pub extern "C" fn hostfirst_put_poll(op: *const hostfirst_put_op) -> Status {
     hostfirst_boundary!("hostfirst_put_poll", default = Status::Panic, {
-        super::answer(|| {
+        super::status::answer(|| {
             let op = handle::get::<hostfirst_put_op>(op, "op")?;
             Ok(if op.is_done()? { Status::Ok } else { Status::NotReady })
         })
