@@ -18,7 +18,7 @@
 //!       batches of B x (T+1) tokens flow to the device with the gather primitive (tokens/s). One batch is
 //!       checked against the file.
 
-use hostfirst::device::cuda::{mem_info, DeviceMemory, PinnedHostMemory};
+use hostfirst::device::cuda::{context_mem_info, DeviceMemory, PinnedHostMemory};
 use hostfirst::place::gather::{random_offsets, Gather};
 use hostfirst::place::{put_with_stats, PutOptions, Target};
 use hostfirst::{DType, Device, Status, TensorFile};
@@ -73,9 +73,10 @@ impl RssSampler {
     }
 }
 
-/// Pinned host → device, synchronous `cuMemcpyHtoD`: best and median GB/s of 5 copies of `n` bytes.
+/// Pinned host → device with `DeviceMemory::copy_from_host` (`cuMemcpyHtoDAsync` from page-locked memory on a
+/// stream of its own, waited for with a blocking-sync event): best and median GB/s of 5 copies of `n` bytes.
 fn pinned_ceiling(ordinal: u32, n: usize) -> (f64, f64, Vec<f64>) {
-    let mut host = PinnedHostMemory::alloc(n).expect("page-locked host buffer for the ceiling");
+    let mut host = PinnedHostMemory::alloc_on(ordinal, n).expect("page-locked host buffer for the ceiling");
     for (i, b) in host.as_mut_slice().iter_mut().enumerate().step_by(4096) {
         *b = i as u8; // touch every page
     }
@@ -109,7 +110,7 @@ pub fn op_gpu_put(a: &[String]) -> String {
 
     // CUDA context creation: once, outside every timing (reported).
     let t = Instant::now();
-    let (free0, total) = mem_info(ordinal).expect("cuMemGetInfo");
+    let (free0, total) = context_mem_info(ordinal).expect("cuMemGetInfo");
     let context_s = t.elapsed().as_secs_f64();
     let ceiling_bytes = n.min(GIB);
     let (ceil_best, ceil_median, ceil_times) = pinned_ceiling(ordinal, ceiling_bytes);
@@ -189,7 +190,7 @@ pub fn op_gpu_gather(a: &[String]) -> String {
     let view = f.view(name).expect("tensor");
     let len = view.shape()[0];
     let t0 = Instant::now();
-    mem_info(ordinal).expect("context");
+    context_mem_info(ordinal).expect("context");
     let context_s = t0.elapsed().as_secs_f64();
     let mut prefault_s = 0.0;
     if prefault {
@@ -226,10 +227,10 @@ pub fn op_gpu_seeds(a: &[String]) -> String {
     let (b, t, iters): (usize, u64, usize) = (arg(a, 4, "B"), arg(a, 5, "T"), arg(a, 6, "iters"));
     let f = TensorFile::open(path).expect("open");
     let view = f.view(name).expect("tensor");
-    let (free0, total) = mem_info(ordinal).expect("cuMemGetInfo");
+    let (free0, total) = context_mem_info(ordinal).expect("cuMemGetInfo");
     let ballast_bytes = free0.saturating_sub(leave);
     let ballast = DeviceMemory::alloc(ordinal, ballast_bytes as usize).expect("ballast allocation");
-    let (free1, _) = mem_info(ordinal).expect("cuMemGetInfo");
+    let (free1, _) = context_mem_info(ordinal).expect("cuMemGetInfo");
     assert!(free1 < view.nbytes(), "the tensor ({} bytes) must not fit in the {free1} bytes left", view.nbytes());
 
     // 1. Putting the whole tensor on the device fails the fit check, allocating nothing.
@@ -237,7 +238,7 @@ pub fn op_gpu_seeds(a: &[String]) -> String {
         .expect_err("the put must fail");
     assert_eq!(e.status(), Status::OutOfMemory, "{}", e.message());
     let fit = e.fit().expect("fit numbers");
-    let (free2, _) = mem_info(ordinal).expect("cuMemGetInfo");
+    let (free2, _) = context_mem_info(ordinal).expect("cuMemGetInfo");
 
     // 2. The tensor stays on the host; batches flow to the device.
     let mut g = Gather::new(Device::cuda(ordinal), DType::U16, b as u64, t + 1).expect("gather");

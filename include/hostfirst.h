@@ -479,7 +479,7 @@ enum hostfirst_backend_status
    */
   HOSTFIRST_BACKEND_STATUS_NOT_COMPILED = 1,
   /**
-   * The backend's driver library could not be loaded (the reason lists the names searched).
+   * The backend's driver library could not be loaded (the reason names the libraries tried).
    */
   HOSTFIRST_BACKEND_STATUS_LIBRARY_NOT_FOUND = 2,
   /**
@@ -491,7 +491,8 @@ enum hostfirst_backend_status
    */
   HOSTFIRST_BACKEND_STATUS_HIDDEN_BY_ENV = 4,
   /**
-   * The driver failed to initialise (the reason carries its error name).
+   * The driver failed to initialise (the reason carries its error name), or it cannot be used in this
+   * process (a child forked after its parent initialised CUDA; the reason says so).
    */
   HOSTFIRST_BACKEND_STATUS_INIT_FAILED = 5,
   /**
@@ -686,7 +687,8 @@ typedef struct hostfirst_device_info {
    */
   uint64_t total_memory;
   /**
-   * CUDA: `"GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"`; "" otherwise.
+   * CUDA: `"GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"` (`"MIG-…"` for a MIG instance, as `nvidia-smi -L`
+   * prints it); "" otherwise.
    */
   const char *uuid;
   /**
@@ -1223,11 +1225,14 @@ size_t hostfirst_backend_count(void);
 /**
  * Describes backend `index` (0 = cpu, 1 = cuda) into `*out`.
  *
- * The census is taken once per process on first use of any device function: it reads
- * `HOSTFIRST_PLATFORMS` and `CUDA_VISIBLE_DEVICES` then, loads the CUDA driver library if present and calls
- * `cuInit`, but creates no CUDA context and allocates no device memory. Later changes to the environment
- * are not seen. Errors: `NULL_ARGUMENT`, `OUT_OF_RANGE` for `index >= hostfirst_backend_count()`.
- * Thread-safe.
+ * The census is taken once per process on first use of any function that needs it (the backend and device
+ * functions, a CUDA or `cuda_host` spec, the built-in default device): it reads `HOSTFIRST_PLATFORMS` and
+ * `CUDA_VISIBLE_DEVICES` then, loads the CUDA driver library (`libcuda.so.1`, then `libcuda.so`) if present
+ * and calls `cuInit`, but creates no CUDA context and allocates no device memory. Opening files and work on
+ * cpu (specs `cpu`, puts and gathers to cpu) never take it and never load the driver. Later changes to the
+ * environment are not seen. In a child process forked after CUDA was initialised, CUDA is reported as
+ * `INIT_FAILED` with a reason naming fork() (the driver cannot be used after fork); cpu stays available.
+ * Errors: `NULL_ARGUMENT`, `OUT_OF_RANGE` for `index >= hostfirst_backend_count()`. Thread-safe.
  */
 hostfirst_status hostfirst_backend_describe(size_t index,
                                             struct hostfirst_backend_info *out);
@@ -1275,11 +1280,16 @@ hostfirst_status hostfirst_device_describe(struct hostfirst_device device,
 /**
  * Writes a device's live free and total memory in bytes.
  *
- * cpu and cuda_host: `MemAvailable` and `MemTotal` from `/proc/meminfo`. CUDA: `cuMemGetInfo`, which needs
- * a context: **this retains the device's primary context** (creating it on first use costs time and a few
+ * cpu and cuda_host: `MemAvailable` and `MemTotal` from `/proc/meminfo`. CUDA: **no context is created**
+ * where NVML answers: while this process has not retained the device's primary context, the numbers come from
+ * NVML (`libnvidia-ml.so.1`, installed with the NVIDIA driver; device-wide, found by the device's UUID, a MIG
+ * instance by its `MIG-` UUID). Once the context is retained (any allocation, put or gather on the device
+ * retains it), or where NVML is missing or does not know the device, they come from `cuMemGetInfo`, which
+ * needs a context: the call then **retains the device's primary context** (creating it costs time and a few
  * hundred MiB of device memory; it is kept for the process lifetime, shared with the runtime API and
- * frameworks that use primary contexts). The context is current only during the call: the calling thread's
- * previous current context is restored. Either output may be NULL if not wanted. Thread-safe.
+ * frameworks that use primary contexts), current only during the call (the calling thread's previous context
+ * is restored). The fit check before an allocation always reads `cuMemGetInfo` in the context. Either output
+ * may be NULL if not wanted. Thread-safe.
  */
 hostfirst_status hostfirst_device_memory(struct hostfirst_device device,
                                          uint64_t *out_free,
@@ -1289,7 +1299,8 @@ hostfirst_status hostfirst_device_memory(struct hostfirst_device device,
  * Parses a device spec and resolves it against the census into `*out`.
  *
  * Accepted forms (case-insensitive, surrounding whitespace ignored): `cpu`, `cpu:0`, `cuda`, `cuda:N`, `gpu`,
- * `gpu:N` (alias of cuda), `cuda:GPU-<uuid>` (stable under `CUDA_VISIBLE_DEVICES` renumbering), `cuda_host`.
+ * `gpu:N` (alias of cuda), `cuda:GPU-<uuid>` and `cuda:MIG-<uuid>` (stable under `CUDA_VISIBLE_DEVICES`
+ * renumbering), `cuda_host`.
  * Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a malformed spec (the message lists the accepted forms);
  * `UNAVAILABLE` when the backend is not available (the message says why); `NO_SUCH_DEVICE` when the
  * ordinal or UUID names no present device (the message lists the devices present). Thread-safe.

@@ -70,7 +70,8 @@ class device {
 public:
     device() : d_{HOSTFIRST_DEVICE_CPU, 0} {}
     explicit device(hostfirst_device d) : d_(d) {}
-    /// Parses a spec ("cpu", "cuda:1", "gpu", "cuda:GPU-<uuid>", "cuda_host"); throws if absent or malformed.
+    /// Parses a spec ("cpu", "cuda:1", "gpu", "cuda:GPU-<uuid>", "cuda:MIG-<uuid>", "cuda_host"); throws if absent
+    /// or malformed.
     explicit device(const std::string &spec) { check(hostfirst_device_parse(spec.c_str(), &d_)); }
     /// A placement target: a spec or "default" (throws IMPLICIT_PLACEMENT in strict mode).
     static device target(const std::string &spec) {
@@ -93,7 +94,7 @@ public:
         check(hostfirst_device_describe(d_, &i));
         return i;
     }
-    /// (free, total) bytes now; for CUDA this retains the primary context.
+    /// (free, total) bytes now; for CUDA through NVML (no context) where it can, see hostfirst_device_memory.
     std::pair<uint64_t, uint64_t> memory() const {
         uint64_t f = 0, t = 0;
         check(hostfirst_device_memory(d_, &f, &t));

@@ -2,8 +2,8 @@
 # The whole hostfirst test suite, on a fresh machine: installs what the tests need when it is missing
 # (a C and C++ compiler, binutils, cmake and pkg-config, Python packages), then runs every test:
 #   formatting, clippy and every target building; Rust unit and property tests, C ABI programs (-Wall -Wextra -Werror), header checks, the stand-in CUDA
-#   driver tests, the CLI, the fuzz corpus replay, the install tests (tests/install.rs), the C programs again under valgrind
-#   memcheck (tests/it/valgrind.rs), the Python binding tests.
+#   driver tests (twice: immediate and deferred), the CLI, the fuzz corpus replay, the install tests (tests/install.rs),
+#   the C programs again under valgrind memcheck (tests/it/valgrind.rs), the Python binding tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +35,13 @@ cargo build --all-targets 2>&1
 cargo bench --no-run 2>&1
 
 cargo test --features test-hooks --no-fail-fast 2>&1
+
+# The CUDA tests again on the deferred stand-in driver: queued work runs only at synchronisation points, and
+# only as far as they need, in an order shuffled across streams (tests/cuda_stub/stand_in_cuda.c). Ordering bugs
+# the immediate stand-in cannot see fail here. Tests using the stand-in have `cuda` or `stand_in` in their path
+# (a test checks that). STAND_IN_SEED picks another shuffle.
+STAND_IN_DEFERRED=1 STAND_IN_SEED="${STAND_IN_SEED:-20261201}" \
+    cargo test --features test-hooks --no-fail-fast --test it -- cuda stand_in 2>&1
 
 if [ -d bindings/python/tests ] && have python3; then
     python3 -m pytest -q bindings/python/tests 2>&1

@@ -32,25 +32,65 @@ def us(s):
     return f"{s * 1e6:,.0f} µs" if s < 0.01 else f"{s * 1e3:,.1f} ms"
 
 
+# The fields each kind of record must carry to be rendered; a record lacking any is listed as not measured.
+REQUIRED = {
+    "gpu-put": ("bytes", "ceiling_gbps_best", "gbps_first", "gbps_best", "ratio_first_to_ceiling",
+                "ratio_best_to_ceiling", "anon_growth_kib", "anon_growth_over_ring", "register_s"),
+    "gpu-peer": ("gbps", "vmhwm_kib"),
+    "gpu-gather": ("B", "T", "p50_s", "p99_s"),
+    "gpu-seeds": ("bytes", "free_with_ballast", "put_status", "put_message", "free_after_failed_put", "iters", "B",
+                  "T", "batches_per_s", "tokens_per_s", "batch_checked"),
+}
+
+
+def problem(r):
+    """Why a record cannot be rendered (failed, skipped, incomplete), or None."""
+    if "failed" in r or "skipped" in r:
+        text = str(r.get("skipped") or r.get("failed") or "").strip()
+        lines = text.splitlines()
+        return lines[-1][:160] if lines else "failed with no output"
+    if "op" not in r or "impl" not in r:
+        return "a record without op and impl"
+    if r["op"] == "gpu-peer" and r["impl"] == "jax-seeds":
+        return None if "outcome" in r else "incomplete record (no outcome)"
+    missing = [k for k in REQUIRED.get(r["op"], ()) if k not in r]
+    return f"incomplete record (no {', '.join(missing)})" if missing else None
+
+
 def load(paths):
-    docs = [json.load(open(p)) for p in paths]
+    """The run documents and their records. A file that cannot be read (a run cut off while writing it) is
+    reported on stderr and left out."""
+    docs, kept = [], []
+    for p in paths:
+        try:
+            with open(p) as f:
+                d = json.load(f)
+            d["machine"], d["records"]  # noqa: B018  (both must be there)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            sys.stderr.write(f"report_gpu: {p}: not a run file ({e}); left out\n")
+            continue
+        docs.append(d)
+        kept.append(p)
     recs = []
-    for p, d in zip(paths, docs):
+    for p, d in zip(kept, docs):
         for r in d["records"]:
-            r["_file"] = os.path.basename(p)
-            recs.append(r)
-    return docs, recs
+            if isinstance(r, dict):
+                r["_file"] = os.path.basename(p)
+                recs.append(r)
+    return kept, docs, recs
 
 
 def section(paths, allow_stand_in=False):
     """(markdown lines, verdict rows) for the GPU section; verdict rows are (target, measured, verdict)."""
-    docs, recs = load(paths)
+    paths, docs, recs = load(paths)
+    if not docs:
+        raise SystemExit("report_gpu: no readable run file")
     if not allow_stand_in and any(d["machine"].get("stand_in") for d in docs):
         raise SystemExit("report_gpu: stand-in records are not GPU figures; pass only files made on a real GPU")
     out, verdict = [], []
     w = out.append
-    ok = [r for r in recs if "failed" not in r and "skipped" not in r]
-    bad = [r for r in recs if "failed" in r or "skipped" in r]
+    ok = [r for r in recs if problem(r) is None]
+    bad = [r for r in recs if problem(r) is not None]
     w("## 5. GPU\n")
     if docs[0]["machine"].get("stand_in"):
         w("**STAND-IN DRY RUN: host memory behind the CUDA entry points. These are not GPU figures.**\n")
@@ -64,7 +104,8 @@ def section(paths, allow_stand_in=False):
         w(f"| `{os.path.basename(p)}` | GPU ({m.get('gpu_fields', '')}) | {m['gpu']} |")
         w(f"| | host | {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB, kernel {m['kernel']} |")
         w(f"| | software | Python {m['python']}, " + ", ".join(f"{k} {x}" for k, x in v.items() if x) + f"; hostfirst {m['git']} |")
-        w(f"| | date, command | {m['date_utc']}, {m.get('wall_s')} s: `{m['command']}` (tensor {m['gib']} GiB, {m['reps']} reps) |")
+        w(f"| | date, command | {m.get('date_utc')}, {m.get('wall_s')} s: `{m.get('command')}` (tensor {m.get('gib')} GiB, "
+          f"{m.get('reps')} reps) |")
     w("")
 
     by = defaultdict(list)
@@ -77,7 +118,7 @@ def section(paths, allow_stand_in=False):
         any_put = next(iter(puts.values()))[0]
         n = any_put["bytes"]
         w(f"### H2D of one {n / GiB:.2f} GiB u16 tensor\n")
-        w("`ceiling`: pinned host → device `cuMemcpyHtoD` of min(tensor, 1 GiB), best of 5, in the same process as the")
+        w("`ceiling`: pinned host → device copy (`cuMemcpyHtoDAsync`, waited for) of min(tensor, 1 GiB), best of 5, in the same process as the")
         w("put. `first`: the process's first put (it also pays the staging ring's page-locked allocation, or the")
         w("registration in resident mode); `best`: best of 3 puts in the process. Anonymous RSS growth: the peak of")
         w("`RssAnon` (sampled every ms) during the puts, over its value before, against the 256 MiB staging ring.\n")
@@ -97,9 +138,10 @@ def section(paths, allow_stand_in=False):
                 ar = [r["anon_growth_over_ring"] for r in g]
                 reg = [r["register_s"] for r in g]
                 ver = [r["verified"] for r in g if r.get("verified") is not None]
-                res = [r.get("resident", float("nan")) for r in g]
+                res = [r["resident"] for r in g if isinstance(r.get("resident"), (int, float))]
+                res_text = f"{min(res):.3f}–{max(res):.3f}" if res else "?"
                 label = "staging ring" if impl.endswith("ring") else "resident (registered mapping)"
-                w(f"| {label} | {cache} (resident {min(res):.3f}–{max(res):.3f}) | {len(g)} | {gb(med(c))} | {gb(med(f1))} ({spread(f1, gb)}) | "
+                w(f"| {label} | {cache} (resident {res_text}) | {len(g)} | {gb(med(c))} | {gb(med(f1))} ({spread(f1, gb)}) | "
                   f"{med(rf):.2f}× | {gb(med(b))} | {med(rb):.2f}× | {med(reg):.3f} s | {med(a) / 1024:,.0f} MiB (max {max(a) / 1024:,.0f}) | "
                   f"{max(ar):.2f}× | {'yes' if ver and all(ver) else ('NO' if ver else '–')} |")
         w("")
@@ -107,7 +149,7 @@ def section(paths, allow_stand_in=False):
         if ring:
             rb = med([r["ratio_best_to_ceiling"] for r in ring])
             rf = med([r["ratio_first_to_ceiling"] for r in ring])
-            verdict.append(("GPU: warm H2D ≥ 0.92× the pinned `cuMemcpyHtoD` peak (same process)",
+            verdict.append(("GPU: warm H2D ≥ 0.92× the pinned host-to-device copy peak (same process)",
                             f"staging ring, best of 3 puts: {rb:.2f}×; first put of a process: {rf:.2f}×",
                             "met" if rb >= 0.92 else "missed"))
             mx = max(r["anon_growth_over_ring"] for r in ring)
@@ -174,7 +216,8 @@ def section(paths, allow_stand_in=False):
     if bad:
         why = {}
         for r in bad:
-            why.setdefault(str(r.get("impl", r.get("cmd"))), (r.get("skipped") or r.get("failed", "")).strip().splitlines()[-1][:160])
+            key = r.get("impl") or " ".join(os.path.basename(str(c)) for c in (r.get("cmd") or [])[:3]) or "?"
+            why.setdefault(str(key), problem(r))
         w("Not measured in these runs: " + "; ".join(f"`{k}`: {v}" for k, v in why.items()) + "\n")
     return out, verdict
 

@@ -6,12 +6,18 @@ here, carry it, and run this script there (benches/gpu/README.md has the command
 of raw records to --out; `python3 benches/report.py` renders every benches/results/gpu-*.json into BENCHMARKS.md.
 
     python3 benches/gpu/run.py --bench EXE [--gib 8] [--reps 5] [--only put,cold,peers,gather,seeds]
-                               [--data DIR] [--out DIR] [--stand-in DIR]
+                               [--budget 480] [--data DIR] [--out DIR] [--stand-in DIR]
 
 --stand-in DIR: a dry run against the stand-in driver built into DIR (benches/gpu/run.sh --dry-run builds it): proves
 the script and the driver's GPU ops work on a machine without a GPU; its numbers are host memcpy, never GPU figures,
 and the report refuses them. Each measurement is a fresh process; every process has a time limit, and a failed one
-is recorded with its error instead of stopping the run.
+(an error, a crash with no output, a timeout) is recorded with what is known instead of stopping the run.
+
+--budget SECONDS (default 480): the whole call stays under it, below the device tool's 600 s per command. Before
+each measurement the call checks the time left against the longest one so far; when it would not fit, that and the
+remaining measurements are recorded as skipped ("time budget") and the call ends cleanly, and no process may run
+past the budget. The JSON file is rewritten after every record, so even a call killed from outside keeps what it
+measured.
 """
 import json
 import os
@@ -59,17 +65,56 @@ def evict(exe, path, env):
     return resident(exe, path, env)
 
 
+def describe_exit(rc):
+    """A process's exit status in words (a negative status is the signal that killed it)."""
+    if rc < 0:
+        try:
+            import signal
+            return f"killed by signal {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exited with status {rc}"
+
+
 def run1(cmd, env, timeout=400):
+    """One measurement process: its last stdout line is its JSON record. Never raises: a timeout, a crash, no output
+    or output that is not a record becomes {"failed": why, ...}."""
     t = time.time()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return dict(failed=f"timed out after {timeout} s", cmd=cmd[-6:])
-    if p.returncode != 0 or not p.stdout.strip():
-        return dict(failed=(p.stderr or p.stdout)[-1500:], rc=p.returncode, cmd=cmd[-6:])
-    rec = json.loads(p.stdout.strip().splitlines()[-1])
+        return dict(failed=f"timed out after {timeout:.0f} s", cmd=cmd[-6:], process_s=round(time.time() - t, 3))
+    except OSError as e:  # e.g. the carried driver is not executable
+        return dict(failed=f"could not start: {e}", cmd=cmd[-6:])
+    out, err = p.stdout.strip(), p.stderr.strip()
+    if p.returncode != 0 or not out:
+        tail = (err or out)[-1500:]
+        why = describe_exit(p.returncode) + ("" if tail else " with no output") + (f": {tail}" if tail else "")
+        return dict(failed=why, rc=p.returncode, cmd=cmd[-6:], process_s=round(time.time() - t, 3))
+    try:
+        rec = json.loads(out.splitlines()[-1])
+        if not isinstance(rec, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as e:
+        return dict(failed=f"no JSON record in its output ({e}): {out[-500:]}", cmd=cmd[-6:])
     rec["process_s"] = round(time.time() - t, 3)
     return rec
+
+
+def fraction_resident(exe, path, env):
+    """The page-cache fraction, or None when the driver cannot say (recorded, never fatal)."""
+    try:
+        return resident(exe, path, env)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def warmed(exe, path, env):
+    """Reads the file into the page cache; the fraction resident after, or None when the driver cannot say."""
+    try:
+        return warm(exe, path, env)
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def main():
@@ -82,6 +127,7 @@ def main():
     gib = float(opt("--gib", "0.25" if stand_in else "8"))
     reps = int(opt("--reps", "2" if stand_in else "5"))
     only = opt("--only", ",".join(SECTIONS)).split(",")
+    budget = float(opt("--budget", "480"))
     unknown = set(only) - set(SECTIONS)
     if unknown:
         sys.exit(f"--only: unknown sections {sorted(unknown)} (known: {', '.join(SECTIONS)})")
@@ -95,9 +141,21 @@ def main():
     py = [sys.executable, os.path.join(HERE, "peers.py")]
     t_start = time.time()
     m = machine(stand_in)
-    m.update(reps=reps, gib=gib, sections=only, command="python3 benches/gpu/run.py " + " ".join(argv))
+    m.update(reps=reps, gib=gib, sections=only, budget_s=budget,
+             command="python3 benches/gpu/run.py " + " ".join(argv))
     print(f"machine: {json.dumps(m)}", flush=True)
     recs = []
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    name = f"gpu-{stamp}{'-stand-in' if stand_in else ''}-{'-'.join(only)}.json"
+    target = os.path.join(out, name)
+
+    def save():
+        m["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
+        m["wall_s"] = round(time.time() - t_start, 1)
+        tmp = target + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(dict(machine=m, records=recs), f, indent=1)
+        os.replace(tmp, target)
 
     def add(r, **extra):
         r.update(extra)
@@ -105,6 +163,20 @@ def main():
         brief = {k: r[k] for k in ("op", "impl", "gbps_first", "gbps_best", "ceiling_gbps_best", "gbps", "p50_s",
                                    "tokens_per_s", "anon_growth_kib", "outcome", "skipped", "failed") if k in r}
         print(json.dumps(dict(brief, **extra)), flush=True)
+        save()
+
+    longest = [30.0]  # seconds: the longest measurement so far (a first guess before any)
+
+    def measure(cmd, **extra):
+        """Runs one measurement if it fits the time left, else records it as skipped."""
+        left = budget - (time.time() - t_start)
+        if left < longest[0] * 1.2 + 5:
+            add(dict(skipped=f"time budget: {left:.0f} s left of --budget {budget:.0f}, the longest measurement took "
+                             f"{longest[0]:.0f} s", cmd=cmd[-6:]), **extra)
+            return
+        t = time.time()
+        add(run1(cmd, env, timeout=min(400, left - 5)), **extra)
+        longest[0] = max(longest[0], time.time() - t)
 
     nbytes = int(gib * GiB) // 2 * 2
     path = os.path.join(data, f"tokens-{nbytes // MiB}MiB.safetensors")
@@ -112,47 +184,42 @@ def main():
         t = time.time()
         write_single(path, nbytes)
         print(f"wrote {path} in {time.time() - t:.1f} s", flush=True)
-    res = warm(exe, path, env)
+    res = warmed(exe, path, env)
 
     if "put" in only:  # warm page cache: staging ring vs resident registration, the ceiling in the same process
         for r in range(reps):
             for mode in ("ring", "resident"):
-                res = warm(exe, path, env)
-                add(run1([exe, "gpu-put", path, "tokens", "0", mode, "3", "0", "1" if r == 0 else "0"], env),
-                    cache="warm", resident=res, rep=r)
+                res = warmed(exe, path, env)
+                measure([exe, "gpu-put", path, "tokens", "0", mode, "3", "0", "1" if r == 0 else "0"],
+                        cache="warm", resident=res, rep=r)
     if "cold" in only:  # evicted and checked with mincore before each process
         for r in range(reps):
             for mode in ("ring", "resident"):
                 res = evict(exe, path, env)
-                add(run1([exe, "gpu-put", path, "tokens", "0", mode, "1", "0", "0"], env), cache="cold",
-                    resident=res, rep=r)
+                measure([exe, "gpu-put", path, "tokens", "0", mode, "1", "0", "0"], cache="cold", resident=res, rep=r)
     if "peers" in only:
         for r in range(reps):
             for op in ("torch-load_file", "torch-safe_open", "torch-pin", "jax-flax", "jax-numpy"):
-                res = warm(exe, path, env)
-                add(run1(py + [op, path, "tokens"], env), cache="warm", resident=res, rep=r)
+                res = warmed(exe, path, env)
+                measure(py + [op, path, "tokens"], cache="warm", resident=res, rep=r)
     if "gather" in only:
         shapes = [(12, 1024, 200), (64, 1024, 200), (64, 8192, 60), (512, 1024, 60)]
         for r in range(min(reps, 3)):
             for b, t, iters in shapes:
-                res = warm(exe, path, env)
+                res = warmed(exe, path, env)
                 for pf in ("0", "1"):
-                    add(run1([exe, "gpu-gather", path, "tokens", "0", str(b), str(t), str(iters), str(1234 + r), pf], env),
-                        resident=res, rep=r)
-                add(run1(py + ["nanogpt-cuda", path, str(b), str(t), str(iters), str(1234 + r)], env), resident=res, rep=r)
+                    measure([exe, "gpu-gather", path, "tokens", "0", str(b), str(t), str(iters), str(1234 + r), pf],
+                            resident=res, rep=r)
+                measure(py + ["nanogpt-cuda", path, str(b), str(t), str(iters), str(1234 + r)], resident=res, rep=r)
     if "seeds" in only:  # the token file does not fit the GPU memory left free; it stays on the host
         leave = round(gib / 2, 3)
-        add(run1([exe, "gpu-seeds", path, "tokens", "0", str(leave), "64", "1024", "200"], env), leave_gib=leave)
-        add(run1(py + ["jax-seeds", path, str(leave)], env), leave_gib=leave)
+        measure([exe, "gpu-seeds", path, "tokens", "0", str(leave), "64", "1024", "200"], leave_gib=leave)
+        measure(py + ["jax-seeds", path, str(leave)], leave_gib=leave)
 
-    m["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
-    m["wall_s"] = round(time.time() - t_start, 1)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    name = f"gpu-{stamp}{'-stand-in' if stand_in else ''}-{'-'.join(only)}.json"
-    with open(os.path.join(out, name), "w") as f:
-        json.dump(dict(machine=m, records=recs), f, indent=1)
+    save()
     failed = [r for r in recs if "failed" in r]
-    print(f"wrote {os.path.join(out, name)} ({len(recs)} records, {len(failed)} failed, {m['wall_s']} s)")
+    skipped = [r for r in recs if "skipped" in r]
+    print(f"wrote {target} ({len(recs)} records, {len(failed)} failed, {len(skipped)} skipped, {m['wall_s']} s)")
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ int cmd_devices(int argc, char **argv) {
         st = hostfirst_device_describe(devs[i], &info);
         if (st != HOSTFIRST_STATUS_OK) return cli_fail("device", st);
         uint64_t free_b = 0, total_b = info.total_memory;
-        /* For CUDA this retains the primary context: fine for a CLI, documented in the header. */
+        /* For CUDA: NVML without a context where it answers, else the primary context (see the header). */
         st = hostfirst_device_memory(devs[i], &free_b, &total_b);
         if (st != HOSTFIRST_STATUS_OK) return cli_fail(cli_device_spec(devs[i], spec, sizeof spec), st);
         cli_device_spec(devs[i], spec, sizeof spec);

@@ -1,47 +1,23 @@
 //! The backend census: every backend hostfirst knows, whether it is usable and why not, and its devices.
 //!
 //! The census is taken once per process, on first use, and cached: the environment (`HOSTFIRST_PLATFORMS`,
-//! `CUDA_VISIBLE_DEVICES`) is read then. Taking it never creates a CUDA context and never allocates device memory.
+//! `CUDA_VISIBLE_DEVICES`) is read then. Taking it loads the CUDA driver (unless `HOSTFIRST_PLATFORMS` or
+//! `CUDA_VISIBLE_DEVICES` hides CUDA) but never creates a CUDA context and never allocates device memory.
+//! Work that only needs the host (opening files, cpu specs, puts and gathers on cpu) never takes it.
+//!
+//! In a child forked after CUDA was initialised, the census reports CUDA as unusable (the driver cannot be
+//! used after `fork()`), with a reason saying so; cpu stays available.
 
 use super::cuda;
 use super::host;
-use super::{CudaSelector, Device, DeviceKind, DeviceSpec, ACCEPTED_SPECS};
+use super::platforms::{platforms, Platforms};
+use super::spec::{CudaSelector, DeviceSpec, ACCEPTED_SPECS};
+use super::types::{BackendStatus, Device, DeviceInfo, DeviceKind};
 use crate::error::{Error, Result, Status};
+use std::ffi::OsStr;
 use std::sync::OnceLock;
-use strum::{FromRepr, IntoStaticStr, VariantArray};
 
-// The one definition of the backend statuses: cbindgen exports it as `hostfirst_backend_status`
-// (`HOSTFIRST_BACKEND_STATUS_*`); the names (`hostfirst_backend_status_name`, JSON, CLI) and the list of values
-// are derived from it (strum).
-/// Why a backend is or is not usable: the values of `hostfirst_backend_info.status` (a `uint32_t`). Stable,
-/// never renumbered.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, FromRepr, IntoStaticStr, VariantArray)]
-#[strum(serialize_all = "snake_case")]
-pub enum BackendStatus {
-    /// Usable.
-    Available = 0,
-    /// Support was not compiled into this build.
-    NotCompiled = 1,
-    /// The backend's driver library could not be loaded (the reason lists the names searched).
-    LibraryNotFound = 2,
-    /// The driver loaded but reports no devices.
-    NoDevices = 3,
-    /// Hidden by the environment (`HOSTFIRST_PLATFORMS`, `CUDA_VISIBLE_DEVICES`).
-    HiddenByEnv = 4,
-    /// The driver failed to initialise (the reason carries its error name).
-    InitFailed = 5,
-    /// The driver is older than hostfirst needs (a driver for CUDA 11.4 or newer; the reason gives both
-    /// versions).
-    DriverTooOld = 6,
-}
-
-impl BackendStatus {
-    /// The JSON / CLI name: `available`, `not_compiled`, `library_not_found`, ...
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
-}
+pub use super::platforms::BACKEND_NAMES;
 
 /// One backend in the census.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,44 +34,6 @@ pub struct Backend {
     pub device_count: u32,
 }
 
-/// Static properties of one device. Free memory is live: see [`DeviceInfo::memory`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeviceInfo {
-    /// The device.
-    pub device: Device,
-    /// Marketing name (CUDA) or CPU model (cpu).
-    pub name: String,
-    /// Total memory in bytes (CUDA: device memory; cpu: MemTotal).
-    pub total_memory: u64,
-    /// CUDA: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`; empty for cpu.
-    pub uuid: String,
-    /// CUDA: PCI bus id (`0000:3b:00.0`); empty for cpu.
-    pub pci_bus_id: String,
-    /// CUDA: compute capability (major, minor); (0, 0) for cpu.
-    pub compute_capability: (i32, i32),
-    /// CUDA: number of multiprocessors; cpu: logical CPUs available to the process.
-    pub multiprocessor_count: u32,
-}
-
-impl DeviceInfo {
-    /// Live (free, total) bytes. cpu: MemAvailable / MemTotal. CUDA: `cuMemGetInfo`, which needs a context:
-    /// this retains the device's primary context (created on first use, kept for the process lifetime).
-    pub fn memory(&self) -> Result<(u64, u64)> {
-        memory(self.device)
-    }
-}
-
-/// Live (free, total) bytes of a device; see [`DeviceInfo::memory`]. `cuda_host` reports host memory.
-pub fn memory(device: Device) -> Result<(u64, u64)> {
-    match device.kind {
-        DeviceKind::CPU | DeviceKind::CUDA_HOST => {
-            let (total, avail) = host::memory();
-            Ok((avail, total))
-        }
-        DeviceKind::CUDA => cuda::mem_info(device.ordinal),
-    }
-}
-
 /// The census: every backend and every device of the available backends.
 #[derive(Clone, Debug)]
 pub struct Census {
@@ -107,39 +45,43 @@ pub struct Census {
     pub warnings: Vec<String>,
 }
 
-/// Backends hostfirst knows, in census order.
-pub const BACKEND_NAMES: &[&str] = &["cpu", "cuda"];
-
-/// The process census, taken on first use.
+/// The process census, taken on first use. In a child forked after CUDA was initialised, a census that says
+/// CUDA cannot be used in this process.
 pub fn census() -> &'static Census {
     static CENSUS: OnceLock<Census> = OnceLock::new();
-    CENSUS.get_or_init(|| take_census(std::env::var("HOSTFIRST_PLATFORMS").ok().as_deref()))
+    static FORKED: OnceLock<Census> = OnceLock::new();
+    let c = CENSUS.get_or_init(|| build(platforms(), cuda::status()));
+    match cuda::forked_reason() {
+        None => c,
+        Some(reason) => FORKED.get_or_init(|| {
+            let mut f = c.clone();
+            f.devices.retain(|d| d.device.kind != DeviceKind::CUDA);
+            if let Some(b) = f.backends.iter_mut().find(|b| b.name == "cuda") {
+                b.status = BackendStatus::InitFailed;
+                b.reason = reason;
+                b.device_count = 0;
+            }
+            f
+        }),
+    }
 }
 
-/// Takes a census now with the given `HOSTFIRST_PLATFORMS` value (None: unset).
-pub fn take_census(platforms: Option<&str>) -> Census {
-    let mut warnings = Vec::new();
-    let mut allowed: Option<Vec<String>> = None;
-    if let Some(p) = platforms {
-        let names: Vec<String> =
-            p.split(',').map(|s| s.trim().to_ascii_lowercase()).filter(|s| !s.is_empty()).collect();
-        for n in &names {
-            if !BACKEND_NAMES.contains(&n.as_str()) && n != "gpu" {
-                warnings.push(format!(
-                    "HOSTFIRST_PLATFORMS names unknown backend '{n}' (known: {})",
-                    BACKEND_NAMES.join(", ")
-                ));
-            }
+/// Takes a census now with the given `HOSTFIRST_PLATFORMS` value (None: unset). CUDA, unless that value
+/// hides it, is the process's probe (the driver is loaded once per process).
+pub fn take_census(platforms: Option<&OsStr>) -> Census {
+    let p = Platforms::parse(platforms);
+    let hidden;
+    let probe = match p.hidden_reason("cuda") {
+        Some(reason) => {
+            hidden = cuda::CudaProbe::unavailable(BackendStatus::HiddenByEnv, reason, String::new());
+            &hidden
         }
-        if !names.is_empty() {
-            allowed = Some(names);
-        }
-    }
-    let shown = |name: &str| match &allowed {
-        None => true,
-        Some(list) => list.iter().any(|n| n == name || (name == "cuda" && n == "gpu")),
+        None => cuda::status(),
     };
+    build(&p, probe)
+}
 
+fn build(p: &Platforms, probe: &cuda::CudaProbe) -> Census {
     let (mem_total, _) = host::memory();
     let cpu_info = DeviceInfo {
         device: Device::CPU,
@@ -154,7 +96,7 @@ pub fn take_census(platforms: Option<&str>) -> Census {
     let mut backends = vec![Backend {
         name: "cpu",
         status: BackendStatus::Available,
-        reason: if shown("cpu") {
+        reason: if p.shows("cpu") {
             String::new()
         } else {
             "cpu cannot be hidden: host memory is always available".to_string()
@@ -163,29 +105,24 @@ pub fn take_census(platforms: Option<&str>) -> Census {
         device_count: 1,
     }];
     let mut devices = vec![cpu_info];
-
-    if !shown("cuda") {
-        backends.push(Backend {
-            name: "cuda",
-            status: BackendStatus::HiddenByEnv,
-            reason: format!("hidden by HOSTFIRST_PLATFORMS={}", platforms.unwrap_or("")),
-            driver_version: String::new(),
-            device_count: 0,
-        });
-    } else {
-        let probe = cuda::probe();
-        backends.push(Backend {
-            name: "cuda",
-            status: probe.status,
-            reason: probe.reason,
-            driver_version: probe.driver_version,
-            device_count: if probe.status == BackendStatus::Available { probe.devices.len() as u32 } else { 0 },
-        });
-        if probe.status == BackendStatus::Available {
-            devices.extend(probe.devices);
-        }
+    let available = probe.status == BackendStatus::Available;
+    backends.push(Backend {
+        name: "cuda",
+        status: probe.status,
+        reason: probe.reason.clone(),
+        driver_version: probe.driver_version.clone(),
+        device_count: if available { probe.devices.len() as u32 } else { 0 },
+    });
+    if available {
+        devices.extend(probe.devices.iter().cloned());
     }
-    Census { backends, devices, warnings }
+    Census { backends, devices, warnings: p.warnings.clone() }
+}
+
+/// Resolves a spec that needs no census (`cpu`, `cpu:0`), or None when the census must decide. Keeps
+/// cpu-only work from loading the CUDA driver.
+pub fn resolve_without_census(spec: &DeviceSpec) -> Option<Device> {
+    matches!(spec, DeviceSpec::Cpu(0)).then_some(Device::CPU)
 }
 
 impl Census {
@@ -248,10 +185,7 @@ impl Census {
                     d.device.kind == DeviceKind::CUDA
                         && match sel {
                             CudaSelector::Ordinal(n) => d.device.ordinal == *n,
-                            CudaSelector::Uuid(u) => {
-                                d.uuid.to_ascii_lowercase().trim_start_matches("gpu-").replace('-', "")
-                                    == u.replace('-', "")
-                            }
+                            CudaSelector::Uuid(u) => uuid_hex(&d.uuid) == u.replace('-', ""),
                         }
                 });
                 found.map(|d| d.device).ok_or_else(|| {
@@ -268,13 +202,20 @@ impl Census {
     }
 }
 
+/// The 32 hex digits of a `GPU-…` or `MIG-…` UUID, lower-case.
+fn uuid_hex(uuid: &str) -> String {
+    let lower = uuid.to_ascii_lowercase();
+    let bare = lower.strip_prefix("gpu-").or_else(|| lower.strip_prefix("mig-")).unwrap_or(&lower);
+    bare.replace('-', "")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn cpu_always_first_and_available() {
-        let c = take_census(None);
+        let c = take_census(Some(OsStr::new("cpu")));
         assert_eq!(c.backends[0].name, "cpu");
         assert_eq!(c.backends[0].status, BackendStatus::Available);
         assert_eq!(c.devices[0].device, Device::CPU);
@@ -284,7 +225,7 @@ mod tests {
 
     #[test]
     fn platforms_hides_cuda_and_warns_on_unknown() {
-        let c = take_census(Some("cpu, tpu"));
+        let c = take_census(Some(OsStr::new("cpu, tpu")));
         let cuda = c.backend("cuda").unwrap();
         assert_eq!(cuda.status, BackendStatus::HiddenByEnv);
         assert!(cuda.reason.contains("HOSTFIRST_PLATFORMS"));
@@ -298,9 +239,18 @@ mod tests {
 
     #[test]
     fn cpu_ordinals() {
-        let c = take_census(Some("cpu"));
+        let c = take_census(Some(OsStr::new("cpu")));
         assert_eq!(c.resolve(&DeviceSpec::Cpu(0), "cpu").unwrap(), Device::CPU);
         assert_eq!(c.resolve(&DeviceSpec::Cpu(1), "cpu:1").unwrap_err().status(), Status::NoSuchDevice);
         assert_eq!(c.resolve(&DeviceSpec::CudaHost, "cuda_host").unwrap_err().status(), Status::Unavailable);
+        assert_eq!(resolve_without_census(&DeviceSpec::Cpu(0)), Some(Device::CPU));
+        assert_eq!(resolve_without_census(&DeviceSpec::Cpu(1)), None);
+        assert_eq!(resolve_without_census(&DeviceSpec::CudaHost), None);
+    }
+
+    #[test]
+    fn uuids_of_both_kinds() {
+        assert_eq!(uuid_hex("GPU-A0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf"), "a0a1a2a3a4a5a6a7a8a9aaabacadaeaf");
+        assert_eq!(uuid_hex("MIG-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf"), "a0a1a2a3a4a5a6a7a8a9aaabacadaeaf");
     }
 }

@@ -2,14 +2,15 @@
 //!
 //! Host memory (`cpu`, `cuda_host`): `needed ≤ MemAvailable − margin`, margin = max(512 MiB, 5 % of MemTotal),
 //! so a put never drives the machine into swap or the OOM killer. CUDA: `needed ≤ free − 32 MiB` where
-//! `free` is `cuMemGetInfo`'s, the margin covering allocation granularity.
+//! `free` is `cuMemGetInfo`'s in the device's context, the margin covering allocation granularity. Both
+//! messages state the margin.
 //!
 //! Reading `MemAvailable` costs a few microseconds (open, read and parse `/proc/meminfo`), which dominated
 //! puts of small tensors one by one. A reading is therefore reused for [`HOST_READING_TTL`], less every
 //! byte that host fit checks have passed since it was taken (counted as taken whether or not it has been
 //! freed since), so back-to-back puts cannot together overcommit what one reading saw.
 
-use crate::device::{census::memory, Device, DeviceKind};
+use crate::device::{memory, memory_for_allocation, Device, DeviceKind};
 use crate::error::{human_bytes, Error, FitFailure, Result};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -57,7 +58,7 @@ pub const CUDA_MARGIN: u64 = 32 << 20;
 pub fn usable(device: Device) -> Result<(u64, u64)> {
     let (free, total) = match device.kind {
         DeviceKind::CPU | DeviceKind::CUDA_HOST => host_memory()?,
-        DeviceKind::CUDA => memory(device)?,
+        DeviceKind::CUDA => memory_for_allocation(device)?,
     };
     let margin = match device.kind {
         DeviceKind::CPU | DeviceKind::CUDA_HOST => host_margin(total),
@@ -67,7 +68,8 @@ pub fn usable(device: Device) -> Result<(u64, u64)> {
 }
 
 /// Checks `needed` bytes for `what` (e.g. `tensor 'tokens'`) fit on `device`, else an `OutOfMemory` error
-/// carrying the numbers, e.g. `tensor 'tokens' (19.09 GiB) does not fit on cuda:0: 4.20 GiB free of 24.00 GiB`.
+/// carrying the numbers, e.g. `tensor 'tokens' (19.09 GiB) does not fit on cuda:0: 4.20 GiB free of 24.00 GiB
+/// (free device memory less a 32.00 MiB safety margin)`.
 pub fn check(what: &str, needed: u64, device: Device) -> Result<()> {
     let (free, total) = usable(device)?;
     check_against(what, needed, device, free, total)?;
@@ -86,7 +88,9 @@ pub fn check_against(what: &str, needed: u64, device: Device, free: u64, total: 
         DeviceKind::CPU | DeviceKind::CUDA_HOST => {
             format!(" (available host memory less a {} safety margin)", human_bytes(host_margin(total)))
         }
-        DeviceKind::CUDA => String::new(),
+        DeviceKind::CUDA => {
+            format!(" (free device memory less a {} safety margin)", human_bytes(CUDA_MARGIN))
+        }
     };
     Err(Error::out_of_memory(
         format!(
@@ -110,7 +114,11 @@ mod tests {
         let e = check_against("tensor 'tokens'", 19 * gib + gib / 10, Device::cuda(0), 4 * gib + gib / 5, 24 * gib)
             .unwrap_err();
         assert_eq!(e.status(), Status::OutOfMemory);
-        assert_eq!(e.message(), "tensor 'tokens' (19.10 GiB) does not fit on cuda:0: 4.20 GiB free of 24.00 GiB");
+        assert_eq!(
+            e.message(),
+            "tensor 'tokens' (19.10 GiB) does not fit on cuda:0: 4.20 GiB free of 24.00 GiB (free device memory \
+             less a 32.00 MiB safety margin)"
+        );
         let f = e.fit().unwrap();
         assert_eq!(
             (f.needed, f.free, f.total, f.device.as_str()),

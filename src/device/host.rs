@@ -55,6 +55,23 @@ pub fn cpu_name() -> String {
         .unwrap_or_else(|| format!("host CPU ({})", std::env::consts::ARCH))
 }
 
+/// The host's page size in bytes (`sysconf(_SC_PAGESIZE)`: 4 KiB on most x86-64 machines, 64 KiB on some
+/// ARM servers), read once; 4096 where it cannot be read.
+pub fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        #[cfg(unix)]
+        {
+            // SAFETY: sysconf has no preconditions.
+            let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+            if p > 0 && (p as usize).is_power_of_two() {
+                return p as usize;
+            }
+        }
+        4096
+    })
+}
+
 /// Number of CPUs this process may run on.
 pub fn cpu_count() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
@@ -63,6 +80,11 @@ pub fn cpu_count() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn page_size_is_a_power_of_two() {
+        assert!(page_size().is_power_of_two() && page_size() >= 4096);
+    }
 
     #[test]
     fn meminfo_parsing() {

@@ -31,11 +31,14 @@ pub extern "C" fn hostfirst_backend_count() -> usize {
 
 /// Describes backend `index` (0 = cpu, 1 = cuda) into `*out`.
 ///
-/// The census is taken once per process on first use of any device function: it reads
-/// `HOSTFIRST_PLATFORMS` and `CUDA_VISIBLE_DEVICES` then, loads the CUDA driver library if present and calls
-/// `cuInit`, but creates no CUDA context and allocates no device memory. Later changes to the environment
-/// are not seen. Errors: `NULL_ARGUMENT`, `OUT_OF_RANGE` for `index >= hostfirst_backend_count()`.
-/// Thread-safe.
+/// The census is taken once per process on first use of any function that needs it (the backend and device
+/// functions, a CUDA or `cuda_host` spec, the built-in default device): it reads `HOSTFIRST_PLATFORMS` and
+/// `CUDA_VISIBLE_DEVICES` then, loads the CUDA driver library (`libcuda.so.1`, then `libcuda.so`) if present
+/// and calls `cuInit`, but creates no CUDA context and allocates no device memory. Opening files and work on
+/// cpu (specs `cpu`, puts and gathers to cpu) never take it and never load the driver. Later changes to the
+/// environment are not seen. In a child process forked after CUDA was initialised, CUDA is reported as
+/// `INIT_FAILED` with a reason naming fork() (the driver cannot be used after fork); cpu stays available.
+/// Errors: `NULL_ARGUMENT`, `OUT_OF_RANGE` for `index >= hostfirst_backend_count()`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_backend_describe(index: usize, out: *mut hostfirst_backend_info) -> Status {
     hostfirst_boundary!("hostfirst_backend_describe", {

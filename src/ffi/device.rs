@@ -4,7 +4,7 @@
 use super::args::{
     c_str, in_ref, out_ptr, out_struct, out_struct_size, static_cstr, write_array, write_out_struct, write_string,
 };
-use crate::device::{census, census::memory, Device, DeviceKind};
+use crate::device::{census, memory, Device, DeviceKind};
 use crate::error::{Error, Result, Status};
 use crate::place::Target;
 use crate::scope::resolve_target;
@@ -66,7 +66,8 @@ pub struct hostfirst_device_info {
     pub name: *const c_char,
     /// Total bytes of memory (CUDA: device memory; cpu and cuda_host: MemTotal).
     pub total_memory: u64,
-    /// CUDA: `"GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"`; "" otherwise.
+    /// CUDA: `"GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"` (`"MIG-…"` for a MIG instance, as `nvidia-smi -L`
+    /// prints it); "" otherwise.
     pub uuid: *const c_char,
     /// CUDA: PCI bus id such as `"0000:3b:00.0"`; "" otherwise.
     pub pci_bus_id: *const c_char,
@@ -136,11 +137,16 @@ pub extern "C" fn hostfirst_device_describe(device: hostfirst_device, out: *mut 
 
 /// Writes a device's live free and total memory in bytes.
 ///
-/// cpu and cuda_host: `MemAvailable` and `MemTotal` from `/proc/meminfo`. CUDA: `cuMemGetInfo`, which needs
-/// a context: **this retains the device's primary context** (creating it on first use costs time and a few
+/// cpu and cuda_host: `MemAvailable` and `MemTotal` from `/proc/meminfo`. CUDA: **no context is created**
+/// where NVML answers: while this process has not retained the device's primary context, the numbers come from
+/// NVML (`libnvidia-ml.so.1`, installed with the NVIDIA driver; device-wide, found by the device's UUID, a MIG
+/// instance by its `MIG-` UUID). Once the context is retained (any allocation, put or gather on the device
+/// retains it), or where NVML is missing or does not know the device, they come from `cuMemGetInfo`, which
+/// needs a context: the call then **retains the device's primary context** (creating it costs time and a few
 /// hundred MiB of device memory; it is kept for the process lifetime, shared with the runtime API and
-/// frameworks that use primary contexts). The context is current only during the call: the calling thread's
-/// previous current context is restored. Either output may be NULL if not wanted. Thread-safe.
+/// frameworks that use primary contexts), current only during the call (the calling thread's previous context
+/// is restored). The fit check before an allocation always reads `cuMemGetInfo` in the context. Either output
+/// may be NULL if not wanted. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_device_memory(device: hostfirst_device, out_free: *mut u64, out_total: *mut u64) -> Status {
     hostfirst_boundary!("hostfirst_device_memory", {
@@ -159,7 +165,8 @@ pub extern "C" fn hostfirst_device_memory(device: hostfirst_device, out_free: *m
 /// Parses a device spec and resolves it against the census into `*out`.
 ///
 /// Accepted forms (case-insensitive, surrounding whitespace ignored): `cpu`, `cpu:0`, `cuda`, `cuda:N`, `gpu`,
-/// `gpu:N` (alias of cuda), `cuda:GPU-<uuid>` (stable under `CUDA_VISIBLE_DEVICES` renumbering), `cuda_host`.
+/// `gpu:N` (alias of cuda), `cuda:GPU-<uuid>` and `cuda:MIG-<uuid>` (stable under `CUDA_VISIBLE_DEVICES`
+/// renumbering), `cuda_host`.
 /// Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a malformed spec (the message lists the accepted forms);
 /// `UNAVAILABLE` when the backend is not available (the message says why); `NO_SUCH_DEVICE` when the
 /// ordinal or UUID names no present device (the message lists the devices present). Thread-safe.

@@ -159,7 +159,7 @@ pub extern "C" fn hostfirst_last_fit(out: *mut hostfirst_fit_info) -> Status {
         let Some(f) = fit else { return Status::NotFound };
         let dev = DeviceSpec::parse(&f.device)
             .ok()
-            .and_then(|s| crate::device::census().resolve(&s, &f.device).ok())
+            .and_then(|s| crate::device::resolve(&s, &f.device).ok())
             .map(hostfirst_device::from)
             .unwrap_or(hostfirst_device { kind: 0, ordinal: -1 });
         // SAFETY: checked non-NULL above.

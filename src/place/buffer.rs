@@ -27,7 +27,7 @@ pub struct Buffer {
 }
 
 impl Buffer {
-    /// Allocates (zeroed for host kinds) memory for `nbytes` on `device`. No fit check: see [`super::fit`].
+    /// Allocates (zeroed for host kinds) memory for `nbytes` on `device`. No fit check: see [`crate::device::fit`].
     pub fn alloc(name: &str, dtype: DType, shape: &[u64], nbytes: u64, device: Device) -> Result<Buffer> {
         let len = usize::try_from(nbytes)
             .map_err(|_| Error::new(Status::OutOfMemory, format!("{name}: {nbytes} bytes does not fit in memory")))?;

@@ -67,7 +67,7 @@ impl Gather {
         }
         let dest = Buffer::alloc("batch", dtype, &[batch, window], nbytes, device)?;
         let (staging, stream) = if device.kind == DeviceKind::CUDA {
-            (Some(PinnedHostMemory::alloc(nbytes as usize)?), Some(Stream::new(device.ordinal)?))
+            (Some(PinnedHostMemory::alloc_on(device.ordinal, nbytes as usize)?), Some(Stream::new(device.ordinal)?))
         } else {
             (None, None)
         };
@@ -174,7 +174,7 @@ impl Gather {
         }
         let mut staging = match self.staging.take() {
             Some(s) => s,
-            None => PinnedHostMemory::alloc(self.nbytes() as usize)?, // only after a failed copy leaked it
+            None => PinnedHostMemory::alloc_on(self.device.ordinal, self.nbytes() as usize)?, // after a failed copy
         };
         if let Err(e) = self.fill(source, offsets, staging.as_mut_slice()) {
             self.staging = Some(staging);

@@ -50,7 +50,8 @@ pub struct PutStats {
     /// True when a resident put reused a cached registration.
     pub reused_registration: bool,
     /// True when a resident put went through the staging ring instead, because the view shares pages with
-    /// cached registrations that do not cover it (see [`super::resident`]).
+    /// cached registrations that do not cover it, or because it is a read-only file mapping and the device
+    /// cannot register read-only memory (see [`super::resident`]).
     pub staged_instead: bool,
 }
 
@@ -131,7 +132,9 @@ fn fill_impl(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>, fresh: b
 }
 
 /// Copies `buf` onto `device` as a new buffer (cpu ↔ cuda_host ↔ cuda:N), fit-checked first. Between two CUDA
-/// devices the driver copies peer to peer (`cuMemcpyPeer`).
+/// devices the driver copies peer to peer (`cuMemcpyPeerAsync`, with peer access enabled where the devices
+/// allow it). Synchronous: when it returns, the new buffer's bytes are in place and visible to work on any
+/// stream (copies between device buffers are waited for, see [`crate::device::cuda::DeviceMemory::copy_from_device`]).
 pub fn buffer_to(buf: &Buffer, target: Target) -> Result<Buffer> {
     let what = format!("buffer '{}'", buf.name());
     let device = target.resolve(&what)?;

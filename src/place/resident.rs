@@ -13,6 +13,11 @@
 //! A view inside a cached registration (a row slice of a registered tensor) reuses it at an offset. A view
 //! that only partly overlaps cached registrations (including a neighbour sharing a boundary page) is not
 //! registered: its put goes through the staging ring instead, and the put's stats say so.
+//!
+//! **Read-only mappings.** A file is mapped read-only, and the driver registers read-only pages only with
+//! `CU_MEMHOSTREGISTER_READ_ONLY`, which some devices lack (`READ_ONLY_HOST_REGISTER_SUPPORTED` = 0). For such
+//! a device a resident put of a file's tensor goes through the staging ring too, and says so. Registrations
+//! are made through the destination device's context.
 
 use crate::device::cuda::{DeviceMemory, HostBytes, HostRegistration, Stream};
 use crate::error::{Error, Result, Status};
@@ -51,6 +56,9 @@ pub enum Lookup {
     Ready(Arc<Resident>, usize, ResidentStats),
     /// The view partly overlaps (shares pages with) cached registrations: use the staging ring.
     Overlaps,
+    /// The view is a read-only file mapping and the device cannot register read-only memory: use the
+    /// staging ring.
+    ReadOnlyUnsupported,
 }
 
 /// What a resident transfer did.
@@ -91,7 +99,7 @@ fn populate(view: &TensorView) -> Result<()> {
     #[cfg(target_os = "linux")]
     {
         const MADV_POPULATE_READ: libc::c_int = 22;
-        let page = 4096usize;
+        let page = crate::device::host::page_size();
         let start = bytes.as_ptr() as usize & !(page - 1);
         let end = bytes.as_ptr() as usize + bytes.len();
         // SAFETY: advice on a range of our own live mapping (page-rounded start is inside the same mapping).
@@ -122,16 +130,17 @@ fn populate(view: &TensorView) -> Result<()> {
     Ok(())
 }
 
-const PAGE: usize = 4096;
-
 /// The page-rounded range a registration of `[a, a + len)` locks.
 fn pages(a: usize, len: usize) -> (usize, usize) {
-    (a / PAGE * PAGE, (a + len).div_ceil(PAGE) * PAGE)
+    let page = crate::device::host::page_size();
+    (a / page * page, (a + len).div_ceil(page) * page)
 }
 
-/// The cached registration covering `view`'s mapped range, registering it (and timing that) when no cached one
-/// touches its pages; [`Lookup::Overlaps`] when cached ones touch them without covering the view.
-pub fn get(view: &TensorView) -> Result<Lookup> {
+/// The cached registration covering `view`'s mapped range, registering it through `cuda:<ordinal>`'s context
+/// (and timing that) when no cached one touches its pages; [`Lookup::Overlaps`] when cached ones touch them
+/// without covering the view; [`Lookup::ReadOnlyUnsupported`] when the view is a read-only file mapping that
+/// the device cannot register.
+pub fn get(view: &TensorView, ordinal: u32) -> Result<Lookup> {
     let m = view.mapped();
     let (a, len) = (m.as_ptr() as usize, m.len());
     let from_file = view.path().is_some();
@@ -148,6 +157,9 @@ pub fn get(view: &TensorView) -> Result<Lookup> {
             return Ok(Lookup::Overlaps);
         }
     }
+    if from_file && !crate::device::cuda::read_only_register_supported(ordinal) {
+        return Ok(Lookup::ReadOnlyUnsupported);
+    }
     let t = Instant::now();
     populate(view)?;
     // File mappings are registered by whole pages (the mapping starts on a page and its last page is mapped
@@ -155,7 +167,7 @@ pub fn get(view: &TensorView) -> Result<Lookup> {
     let (lo, hi) = if from_file { pages(a, len) } else { (a, a + len) };
     // SAFETY: the mapping is kept alive by `view`, stored beside the registration and dropped after it; the
     // page-rounded range lies within the same mapping.
-    let reg = unsafe { HostRegistration::register_raw(lo as *const u8, hi - lo) }
+    let reg = unsafe { HostRegistration::register_raw_on(ordinal, lo as *const u8, hi - lo) }
         .map_err(|e| e.context(format!("registering tensor '{}' for resident transfers", view.name())))?;
     let secs = t.elapsed().as_secs_f64();
     let r = Arc::new(Resident { reg, view: view.clone(), register_seconds: secs });
@@ -165,8 +177,8 @@ pub fn get(view: &TensorView) -> Result<Lookup> {
 }
 
 /// Copies `view` into `dst` from its registered mapping, in pieces of `piece` bytes (progress and cancel
-/// between pieces). `Ok(None)`: the view partly overlaps cached registrations and nothing was copied (the
-/// caller uses the staging ring).
+/// between pieces). `Ok(None)`: the view partly overlaps cached registrations, or is a read-only mapping the
+/// device cannot register, and nothing was copied (the caller uses the staging ring).
 pub fn to_cuda(
     view: &TensorView,
     dst: &DeviceMemory,
@@ -174,9 +186,9 @@ pub fn to_cuda(
     mut progress: Option<&mut dyn FnMut(u64, u64) -> bool>,
 ) -> Result<Option<ResidentStats>> {
     let total = view.nbytes();
-    let (res, base, stats) = match get(view)? {
+    let (res, base, stats) = match get(view, dst.ordinal())? {
         Lookup::Ready(r, base, s) => (r, base, s),
-        Lookup::Overlaps => return Ok(None),
+        Lookup::Overlaps | Lookup::ReadOnlyUnsupported => return Ok(None),
     };
     let stream = Stream::new(dst.ordinal())?;
     let piece = piece.max(1 << 20);

@@ -73,7 +73,9 @@ fn pool() -> &'static Mutex<Vec<PinnedHostMemory>> {
 /// A slab of at least `len` bytes: the smallest pooled one that is large enough (a transfer uses only the
 /// first `len` bytes), else a new one. Reusing larger slabs keeps loads of many small tensors of different
 /// sizes from page-locking new memory for each.
-fn take_slab(len: usize) -> Result<PinnedHostMemory> {
+/// New slabs are allocated through the destination device's context (`ordinal`); pooled ones, being portable,
+/// serve any device.
+fn take_slab(ordinal: u32, len: usize) -> Result<PinnedHostMemory> {
     {
         let mut p = pool().lock().unwrap_or_else(|p| p.into_inner());
         let best = p.iter().enumerate().filter(|(_, s)| s.len() >= len).min_by_key(|(_, s)| s.len()).map(|(i, _)| i);
@@ -81,7 +83,7 @@ fn take_slab(len: usize) -> Result<PinnedHostMemory> {
             return Ok(p.swap_remove(i));
         }
     }
-    PinnedHostMemory::alloc(len).map_err(|e| e.context("allocating a page-locked staging slab"))
+    PinnedHostMemory::alloc_on(ordinal, len).map_err(|e| e.context("allocating a page-locked staging slab"))
 }
 
 /// Hands a slab whose copy completed back to the readers, or to the pool once they have stopped.
@@ -167,7 +169,7 @@ where
     if pieces == 1 {
         // One slab's worth (small tensors): read and copy on this thread, without reader threads or channels.
         let len = total as usize;
-        let mut slab = take_slab(slab_len)?;
+        let mut slab = take_slab(dst.ordinal(), slab_len)?;
         if let Err(e) = read(0, &mut slab.as_mut_slice()[..len]) {
             give_slab(slab);
             return Err(e);
@@ -188,7 +190,7 @@ where
     // The ring: slabs allocated (or taken from the pool) up front, so failure to pin is reported before any read.
     let (free_tx, free_rx) = mpsc::channel::<PinnedHostMemory>();
     for _ in 0..count {
-        free_tx.send(take_slab(slab_len)?).expect("receiver alive");
+        free_tx.send(take_slab(dst.ordinal(), slab_len)?).expect("receiver alive");
     }
     let free_rx = Mutex::new(free_rx);
     let (filled_tx, filled_rx) = mpsc::channel::<Result<Filled>>();

@@ -292,7 +292,7 @@ pub fn resolve_target(spec: &str, what: &str) -> Result<Device> {
     } else {
         let parsed =
             DeviceSpec::parse(spec).map_err(|e| target_syntax_error(e, what, "default (the default device)"))?;
-        census().resolve(&parsed, spec)
+        crate::device::resolve(&parsed, spec)
     }
 }
 

@@ -1,22 +1,54 @@
 /*
- * stand_in_cuda.c - a stand-in for the CUDA driver library (libcuda.so.1), for hostfirst's tests only.
- * Never installed or shipped. It proves hostfirst's logic (census, error paths, bookkeeping), not real-driver
+ * stand_in_cuda.c - a stand-in for the CUDA driver library (libcuda.so.1) and the few NVML entry points
+ * hostfirst uses (libnvidia-ml.so.1), for hostfirst's tests only. Never installed or shipped. It proves
+ * hostfirst's logic (census, error paths, bookkeeping, ordering of asynchronous work), not real-driver
  * behaviour or speed.
  *
  * The test harness (tests/it/common.rs, stand_in_dir()) builds it with
  *     cc -shared -fPIC -Wall -Wextra -Werror -Wl,-soname,libcuda.so.1 -o <dir>/libcuda.so.1 stand_in_cuda.c -lpthread
- * and adds the symlink <dir>/libcuda.so -> libcuda.so.1 (cudarc tries "libcuda.so" first). Programs see it when
- * <dir> is prepended to LD_LIBRARY_PATH.
+ * and adds the symlinks <dir>/libcuda.so and <dir>/libnvidia-ml.so.1 -> libcuda.so.1. Programs see it when <dir>
+ * is prepended to LD_LIBRARY_PATH. Both names resolve to one loaded object (the dynamic loader matches the file),
+ * so NVML's memory readings see the same allocations as the driver.
  *
- * It implements exactly the entry points hostfirst resolves (src/device/cuda/driver.rs, SYMBOLS) plus a few
- * neighbours (cuDeviceGetUuid, cuDevicePrimaryCtxRelease_v2); built with -DSTAND_IN_WITHOUT_UUID_V2 it lacks
- * cuDeviceGetUuid_v2, to test a driver missing an entry point. Device memory is simulated in host memory: a
- * device pointer is a host address with bit 60 set, so copies are real memcpy, and dereferencing a device
- * pointer on the host faults. Every pointer, handle and range is validated (CUDA_ERROR_INVALID_VALUE /
- * _INVALID_HANDLE / _INVALID_CONTEXT on misuse). Everything except cuInit, cuDriverGetVersion and
- * cuGetError* needs cuInit first; memory, stream and event calls need a current context, and handles of one
- * device's context used with another's current give CUDA_ERROR_INVALID_HANDLE / _INVALID_CONTEXT. All work
- * runs synchronously at enqueue time.
+ * It implements exactly the entry points hostfirst resolves (src/device/cuda/driver.rs, SYMBOLS, and
+ * src/device/cuda/nvml.rs) plus a few neighbours (cuDeviceGetUuid, cuDevicePrimaryCtxRelease_v2); built with
+ * -DSTAND_IN_WITHOUT_UUID_V2 it lacks cuDeviceGetUuid_v2, to test a driver missing an entry point. Device memory
+ * is simulated in host memory: a device pointer is a host address with bit 60 set, so copies are real memcpy,
+ * and dereferencing a device pointer on the host faults. Every pointer, handle and range is validated
+ * (CUDA_ERROR_INVALID_VALUE / _INVALID_HANDLE / _INVALID_CONTEXT on misuse).
+ *
+ * What it enforces, like the real driver:
+ * - Everything except cuInit, cuDriverGetVersion and cuGetError* needs cuInit first, in this process: after
+ *   fork() a child's calls fail with CUDA_ERROR_NOT_INITIALIZED (and are counted: stand_in_calls_after_fork).
+ * - Memory, copy, stream, event and synchronisation calls need a current context; handles of one device's
+ *   context used with another's current give CUDA_ERROR_INVALID_HANDLE / _INVALID_CONTEXT.
+ * - Sticky errors: a copy failing with a sticky code (CUDA_ERROR_ILLEGAL_ADDRESS, _MISALIGNED_ADDRESS,
+ *   _LAUNCH_FAILED, ...) poisons its context: every later call that uses that context returns the same error,
+ *   queued work of the context is dropped, and frees/destroys in it return the error too (the resources die
+ *   with the context, so they are no longer counted as live).
+ * - cuMemHostRegister checks the protection of every page in the range (/proc/self/maps): a page without write
+ *   permission needs CU_MEMHOSTREGISTER_READ_ONLY (else CUDA_ERROR_INVALID_VALUE, as the driver answers for a
+ *   read-only mapping), that flag needs device support (else CUDA_ERROR_NOT_SUPPORTED), an unmapped page is
+ *   CUDA_ERROR_INVALID_VALUE. Registration locks whole pages: ranges sharing a page conflict.
+ * - Peer copies count as direct only when peer access was enabled between the two contexts.
+ *
+ * Execution of asynchronous work has two modes:
+ * - immediate (default): every copy runs when it is enqueued, and its error is returned by the enqueuing call.
+ * - deferred (STAND_IN_DEFERRED=1): each stream is a FIFO queue that runs only at synchronisation points -
+ *   cuStreamSynchronize, cuEventSynchronize, a cuEventQuery that reports completion, cuCtxSynchronize,
+ *   synchronous copies, cuStreamWaitEvent dependencies of those, and the implicit synchronisation of
+ *   cuMemFree / cuMemFreeHost / cuMemHostUnregister with work that uses the range - and only as far as that
+ *   point needs: work another stream does not depend on stays queued. The legacy default stream (NULL) is
+ *   ordered after prior work of every blocking stream of its context and before their later work; streams
+ *   created with CU_STREAM_NON_BLOCKING have no implicit ordering with it. Synchronous copies follow the
+ *   driver's documented host synchronisation: device-to-host returns complete; host-to-device from
+ *   page-locked memory returns complete, from pageable memory returns once the bytes are staged (the copy
+ *   itself stays queued on the legacy stream); device-to-device and peer copies return at once (queued on
+ *   the legacy stream). Asynchronous copies from pageable memory stage the source at the call; to pageable
+ *   memory they complete before returning. Errors of queued work are reported by the next synchronisation
+ *   call of the context. With STAND_IN_SEED=N, the order in which runnable streams execute is shuffled
+ *   (xorshift seeded with N), and how many times a query of a pending event says CUDA_ERROR_NOT_READY
+ *   before completing it (0-2) is drawn too.
  *
  * Knobs (environment, read once on first use):
  *   STAND_IN_DEVICES=N                  physical devices (default 1, at most 16). 0: cuInit succeeds and
@@ -24,30 +56,40 @@
  *   STAND_IN_TOTAL_MEMORY=B[,B...]      total device memory per physical device in bytes, suffixes K/M/G/T
  *                                       (binary); one value applies to all (default 16G).
  *   STAND_IN_CONTEXT_RESERVE=B          memory a retained primary context takes from its device (default 256M).
- *   STAND_IN_NAMES=a,b                  device names (default "Stand-in GPU <physical index>").
+ *   STAND_IN_NAMES=a,b                  device names (default "Stand-in GPU <physical index>"). A name containing
+ *                                       " MIG " makes that device a MIG instance (NVML knows it as MIG-<uuid>,
+ *                                       CUDA_VISIBLE_DEVICES selects it with MIG-<uuid prefix>).
  *   STAND_IN_UUIDS=GPU-...,GPU-...      UUIDs (default for physical index i: byte k = 0xa0 + 16*i + k, e.g.
  *                                       GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf for device 0).
  *                                       PCI bus ids are 0000:<0x17 + 0x20*i>:00.0.
  *   STAND_IN_COMPUTE_CAPABILITY=9.0[,8.6]  per device (default 9.0).    STAND_IN_SM_COUNT=N (default 132).
  *   STAND_IN_DRIVER_VERSION=12080       what cuDriverGetVersion reports (default 12080 = 12.8).
  *   STAND_IN_INIT_ERROR=code|NAME       cuInit fails with this code (e.g. 304 or CUDA_ERROR_OPERATING_SYSTEM).
+ *   STAND_IN_UNAVAILABLE=i[,j]          visible ordinals whose primary context cannot be retained
+ *                                       (CUDA_ERROR_DEVICE_UNAVAILABLE: an exclusive-process GPU another process
+ *                                       holds).
  *   STAND_IN_FAIL_ALLOC=N               the Nth cuMemAlloc_v2 (1-based) fails with CUDA_ERROR_OUT_OF_MEMORY.
  *                                       Independently, any allocation larger than the simulated free memory
  *                                       (total - live allocations - context reserve) fails the same way.
  *   STAND_IN_FAIL_COPY_AFTER=B          copies succeed until B bytes in total have been copied; the copy that
- *                                       would cross B copies the bytes up to B and fails, and so does every
- *                                       later copy (a sticky error).
- *   STAND_IN_COPY_ERROR=code|NAME       the error of such a failed copy (default CUDA_ERROR_ILLEGAL_ADDRESS).
- *   STAND_IN_READ_ONLY_REGISTER=0|1     CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED (default 1); with
- *                                       0, registering with CU_MEMHOSTREGISTER_READ_ONLY is CUDA_ERROR_NOT_SUPPORTED.
+ *                                       would cross B copies the bytes up to B and fails.
+ *   STAND_IN_COPY_ERROR=code|NAME       the error of such a failed copy (default CUDA_ERROR_ILLEGAL_ADDRESS,
+ *                                       sticky: later copies fail because the context is poisoned; a
+ *                                       non-sticky code fails every later copy on its own).
+ *   STAND_IN_READ_ONLY_REGISTER=0|1     CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED (default 1).
+ *   STAND_IN_PEER_ACCESS=0|1            what cuDeviceCanAccessPeer says for two different devices (default 1);
+ *                                       with 0, cuCtxEnablePeerAccess is CUDA_ERROR_PEER_ACCESS_UNSUPPORTED.
+ *   STAND_IN_NVML=0|1                   with 0, nvmlInit_v2 fails with NVML_ERROR_DRIVER_NOT_LOADED (default 1).
  *   STAND_IN_EVENT_NOT_READY=N          after each cuEventRecord, the next N cuEventQuery calls report
- *                                       CUDA_ERROR_NOT_READY (default 0); cuEventSynchronize completes it.
- *   STAND_IN_LEAK_REPORT=1              at process exit, print live allocations/registrations/streams/events
- *                                       and retained contexts to stderr.
+ *                                       CUDA_ERROR_NOT_READY (default 0; in deferred mode default 1, or drawn
+ *                                       from the seed); cuEventSynchronize completes it.
+ *   STAND_IN_DEFERRED=0|1               the execution mode (above).   STAND_IN_SEED=N  the shuffle (above).
+ *   STAND_IN_LEAK_REPORT=1              at process exit, print live allocations/registrations/streams/events,
+ *                                       queued operations and retained contexts to stderr.
  *   CUDA_VISIBLE_DEVICES                honoured like the real driver: a comma list of physical ordinals or
- *                                       GPU-<uuid prefix>es, read up to the first invalid entry; when it
- *                                       selects no device of a non-empty machine, cuInit fails with
- *                                       CUDA_ERROR_NO_DEVICE.
+ *                                       GPU-<uuid prefix>es (MIG-<uuid prefix> for MIG instances), read up to
+ *                                       the first invalid entry; when it selects no device of a non-empty
+ *                                       machine, cuInit fails with CUDA_ERROR_NO_DEVICE.
  *
  * Query functions for tests (dlopen("libcuda.so.1", RTLD_NOW) then dlsym; all return unsigned long long):
  *   stand_in_live_allocations   stand_in_live_device_bytes   stand_in_total_allocations
@@ -55,7 +97,14 @@
  *   stand_in_live_streams       stand_in_live_events         stand_in_context_retains (cuDevicePrimaryCtxRetain
  *   calls so far)               stand_in_live_contexts (devices whose primary context is retained)
  *   stand_in_bytes_copied       stand_in_pageable_async_copies (async copies whose host side was neither
- *   pinned nor registered)      stand_in_peer_copies (cuMemcpyPeer calls that copied)
+ *   pinned nor registered)      stand_in_peer_copies (peer copies that copied)
+ *   stand_in_peer_copies_direct (of those, between contexts with peer access enabled)
+ *   stand_in_stream_wait_events (cuStreamWaitEvent calls)   stand_in_spinning_waits (cuStreamSynchronize,
+ *   cuCtxSynchronize, and cuEventSynchronize on events created without CU_EVENT_BLOCKING_SYNC: waits that spin a
+ *   core in the real driver's default scheduling)   stand_in_queued_ops (operations waiting in queues now)
+ *   stand_in_deferred_ops (operations that were queued and executed later)   stand_in_sync_points
+ *   stand_in_implicit_syncs (frees and unregistrations that had to wait for queued work)
+ *   stand_in_nvml_memory_queries   stand_in_calls_after_fork   stand_in_register_calls
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -64,6 +113,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -80,17 +130,25 @@ enum {
     CUDA_ERROR_INVALID_VALUE = 1,
     CUDA_ERROR_OUT_OF_MEMORY = 2,
     CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_DEVICE_UNAVAILABLE = 46,
     CUDA_ERROR_NO_DEVICE = 100,
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_PEER_ACCESS_UNSUPPORTED = 217,
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_NOT_READY = 600,
     CUDA_ERROR_ILLEGAL_ADDRESS = 700,
+    CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
     CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
     CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
     CUDA_ERROR_NOT_SUPPORTED = 801,
     CUDA_ERROR_UNKNOWN = 999,
 };
+
+#define CU_STREAM_NON_BLOCKING 0x1u
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_EVENT_BLOCKING_SYNC 0x1u
+#define CU_MEMHOSTREGISTER_READ_ONLY 0x08u
 
 static const struct {
     int code;
@@ -102,21 +160,36 @@ static const struct {
     {2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
     {3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
     {4, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
+    {34, "CUDA_ERROR_STUB_LIBRARY", "CUDA driver is a stub library"},
     {35, "CUDA_ERROR_INSUFFICIENT_DRIVER", "CUDA driver version is insufficient for CUDA runtime version"},
+    {46, "CUDA_ERROR_DEVICE_UNAVAILABLE", "CUDA-capable device(s) is/are busy or unavailable"},
     {100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
     {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
     {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {214, "CUDA_ERROR_ECC_UNCORRECTABLE", "uncorrectable ECC error encountered"},
+    {217, "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED", "peer access is not supported between these two devices"},
     {304, "CUDA_ERROR_OPERATING_SYSTEM", "OS call failed or operation not supported on this OS"},
     {400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {600, "CUDA_ERROR_NOT_READY", "device not ready"},
     {700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+    {704, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED", "peer access is already enabled"},
     {712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", "part or all of the requested memory range is already mapped"},
     {713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", "pointer does not correspond to a registered memory region"},
+    {716, "CUDA_ERROR_MISALIGNED_ADDRESS", "misaligned address"},
+    {719, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
     {801, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
     {803, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "system has unsupported display driver / cuda driver combination"},
     {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 #define N_ERRORS (sizeof ERRORS / sizeof ERRORS[0])
+
+/* Errors after which the context cannot be used any more (the real driver's "sticky" errors). */
+static int is_sticky(CUresult r) {
+    switch (r) {
+    case 214: case 700: case 714: case 715: case 716: case 717: case 718: case 719: return 1;
+    default: return 0;
+    }
+}
 
 #define MAX_DEVICES 16
 #define DPTR_TAG (1ULL << 60)
@@ -128,6 +201,7 @@ static struct {
     unsigned long long total[MAX_DEVICES];
     char names[MAX_DEVICES][160];
     unsigned char uuid[MAX_DEVICES][16];
+    int mig[MAX_DEVICES];
     int cc_major[MAX_DEVICES], cc_minor[MAX_DEVICES];
     int sm_count;
     int driver_version;
@@ -137,10 +211,16 @@ static struct {
     int copy_error;
     unsigned long long ctx_reserve;
     int read_only_register;
-    int event_not_ready;
+    int peer_access;
+    int nvml;
+    int event_not_ready; /* -1: the mode's default */
     int leak_report;
+    int deferred;
+    unsigned long long seed;
+    int unavailable[MAX_DEVICES]; /* by visible ordinal */
     int n_visible;
     int visible[MAX_DEVICES]; /* visible ordinal -> physical index */
+    size_t page;
 } cfg;
 
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
@@ -168,6 +248,11 @@ static int parse_error(const char *s, int dflt) {
     return CUDA_ERROR_UNKNOWN;
 }
 
+static int env_flag(const char *name, int dflt) {
+    const char *e = getenv(name);
+    return e && *e ? atoi(e) != 0 : dflt;
+}
+
 /* The i-th comma-separated field of s (trimmed) into out; returns 0 when there is none. */
 static int field(const char *s, int i, char *out, size_t cap) {
     if (!s) return 0;
@@ -192,9 +277,9 @@ static int hexval(int c) {
     return -1;
 }
 
-/* Parses "GPU-xxxxxxxx-..." (32 hex digits, dashes ignored) into 16 bytes; returns 0 if malformed. */
+/* Parses "GPU-xxxxxxxx-..." or "MIG-..." (32 hex digits, dashes ignored) into 16 bytes; 0 if malformed. */
 static int parse_uuid(const char *s, unsigned char out[16]) {
-    if (strncmp(s, "GPU-", 4) == 0) s += 4;
+    if (strncmp(s, "GPU-", 4) == 0 || strncmp(s, "MIG-", 4) == 0) s += 4;
     int nib = 0;
     for (; *s && nib < 32; s++) {
         if (*s == '-') continue;
@@ -204,11 +289,15 @@ static int parse_uuid(const char *s, unsigned char out[16]) {
         else out[nib / 2] |= (unsigned char)h;
         nib++;
     }
-    return nib == 32;
+    return nib == 32 && *s == 0;
 }
 
-/* Does the CUDA_VISIBLE_DEVICES entry "GPU-<prefix>" match physical device p's UUID? */
-static int uuid_prefix_matches(const char *entry, int p) {
+/* Does the "GPU-<prefix>" / "MIG-<prefix>" entry match physical device p (the kind must match too)? With
+ * whole != 0 the entry must name all 32 digits. */
+static int uuid_matches(const char *entry, int p, int whole) {
+    int mig = strncmp(entry, "MIG-", 4) == 0;
+    if (!mig && strncmp(entry, "GPU-", 4) != 0) return 0;
+    if (mig != cfg.mig[p]) return 0;
     const char *s = entry + 4;
     int nib = 0;
     for (; *s; s++) {
@@ -219,7 +308,7 @@ static int uuid_prefix_matches(const char *entry, int p) {
         if (h != have) return 0;
         nib++;
     }
-    return nib > 0;
+    return whole ? nib == 32 : nib > 0;
 }
 
 static void load_config(void) {
@@ -238,6 +327,7 @@ static void load_config(void) {
         cfg.total[i] = field(mem, i, buf, sizeof buf) ? parse_bytes(buf, mem_default) : mem_default;
         if (field(names, i, buf, sizeof buf)) snprintf(cfg.names[i], sizeof cfg.names[i], "%s", buf);
         else snprintf(cfg.names[i], sizeof cfg.names[i], "Stand-in GPU %d", i);
+        cfg.mig[i] = strstr(cfg.names[i], " MIG ") != NULL;
         if (!(field(uuids, i, buf, sizeof buf) && parse_uuid(buf, cfg.uuid[i])))
             for (int k = 0; k < 16; k++) cfg.uuid[i][k] = (unsigned char)(0xa0 + 16 * i + k);
         cfg.cc_major[i] = 9;
@@ -255,35 +345,44 @@ static void load_config(void) {
     cfg.fail_copy_after = e && *e ? (long long)parse_bytes(e, 0) : -1;
     cfg.copy_error = parse_error(getenv("STAND_IN_COPY_ERROR"), CUDA_ERROR_ILLEGAL_ADDRESS);
     cfg.ctx_reserve = parse_bytes(getenv("STAND_IN_CONTEXT_RESERVE"), 256ULL << 20);
-    e = getenv("STAND_IN_READ_ONLY_REGISTER");
-    cfg.read_only_register = e && *e ? atoi(e) != 0 : 1;
+    cfg.read_only_register = env_flag("STAND_IN_READ_ONLY_REGISTER", 1);
+    cfg.peer_access = env_flag("STAND_IN_PEER_ACCESS", 1);
+    cfg.nvml = env_flag("STAND_IN_NVML", 1);
     e = getenv("STAND_IN_EVENT_NOT_READY");
-    cfg.event_not_ready = e && *e ? atoi(e) : 0;
-    e = getenv("STAND_IN_LEAK_REPORT");
-    cfg.leak_report = e && *e && strcmp(e, "0") != 0;
+    cfg.event_not_ready = e && *e ? atoi(e) : -1;
+    cfg.leak_report = env_flag("STAND_IN_LEAK_REPORT", 0);
+    cfg.deferred = env_flag("STAND_IN_DEFERRED", 0);
+    cfg.seed = parse_bytes(getenv("STAND_IN_SEED"), 0);
+    long pg = sysconf(_SC_PAGESIZE);
+    cfg.page = pg > 0 ? (size_t)pg : 4096;
 
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
     if (!vis) {
         cfg.n_visible = cfg.n_phys;
         for (int i = 0; i < cfg.n_phys; i++) cfg.visible[i] = i;
-        return;
-    }
-    cfg.n_visible = 0;
-    for (int k = 0; field(vis, k, buf, sizeof buf) && cfg.n_visible < MAX_DEVICES; k++) {
-        int p = -1;
-        if (strncmp(buf, "GPU-", 4) == 0) {
-            for (int i = 0; i < cfg.n_phys; i++)
-                if (uuid_prefix_matches(buf, i)) p = i;
-        } else {
-            char *end = NULL;
-            long v = strtol(buf, &end, 10);
-            if (end != buf && *end == 0 && v >= 0 && v < cfg.n_phys) p = (int)v;
+    } else {
+        cfg.n_visible = 0;
+        for (int k = 0; field(vis, k, buf, sizeof buf) && cfg.n_visible < MAX_DEVICES; k++) {
+            int p = -1;
+            if (strncmp(buf, "GPU-", 4) == 0 || strncmp(buf, "MIG-", 4) == 0) {
+                for (int i = 0; i < cfg.n_phys; i++)
+                    if (uuid_matches(buf, i, 0)) p = i;
+            } else {
+                char *end = NULL;
+                long v = strtol(buf, &end, 10);
+                if (end != buf && *end == 0 && v >= 0 && v < cfg.n_phys) p = (int)v;
+            }
+            if (p < 0) break; /* the real driver stops at the first invalid entry */
+            int dup = 0;
+            for (int j = 0; j < cfg.n_visible; j++) dup |= cfg.visible[j] == p;
+            if (dup) break;
+            cfg.visible[cfg.n_visible++] = p;
         }
-        if (p < 0) break; /* the real driver stops at the first invalid entry */
-        int dup = 0;
-        for (int j = 0; j < cfg.n_visible; j++) dup |= cfg.visible[j] == p;
-        if (dup) break;
-        cfg.visible[cfg.n_visible++] = p;
+    }
+    const char *un = getenv("STAND_IN_UNAVAILABLE");
+    for (int k = 0; field(un, k, buf, sizeof buf); k++) {
+        int v = atoi(buf);
+        if (v >= 0 && v < MAX_DEVICES) cfg.unavailable[v] = 1;
     }
 }
 
@@ -291,24 +390,53 @@ static void config(void) { pthread_once(&cfg_once, load_config); }
 
 /* ---- state -------------------------------------------------------------------------------------------- */
 
-struct stand_in_ctx {
-    int device; /* visible ordinal */
-    int refcount;
+enum op_kind { OP_COPY, OP_RECORD, OP_WAIT };
+
+/* One queued operation (deferred mode). Sequence numbers are global and given when an operation is appended to
+ * its queue, so they increase along every queue. */
+struct op {
+    int kind;
+    unsigned long long seq;
+    unsigned char *dst;
+    const unsigned char *src;
+    size_t n;
+    unsigned char *owned;          /* staged copy of a pageable source, freed after execution */
+    CUcontext peer_src;            /* peer copies: the source context */
+    struct stand_in_stream *wait;  /* OP_WAIT: this stream must have executed everything up to wait_seq */
+    unsigned long long wait_seq;
+    struct op *next;
 };
 
 struct stand_in_stream {
     CUcontext ctx;
+    unsigned flags;
+    int legacy;
+    struct op *head, *tail;
+    unsigned long long need; /* during a drain: run this stream's ops up to this sequence number */
+};
+
+struct stand_in_ctx {
+    int device; /* visible ordinal */
+    int refcount;
+    CUresult sticky;      /* a sticky error: the context is poisoned */
+    CUresult async_error; /* a non-sticky error of queued work, reported by the next synchronisation */
+    struct stand_in_stream legacy;
+    unsigned char peer[MAX_DEVICES]; /* peer access to device d's memory enabled from this context */
 };
 
 struct stand_in_event {
     CUcontext ctx;
+    unsigned flags;
     int pending_queries;
+    struct stand_in_stream *stream; /* the stream of the last record (deferred mode), NULL once known done */
+    unsigned long long seq;         /* the record's sequence number */
 };
 
 struct region {
     unsigned char *base;
     size_t size;
     int device; /* device allocations: visible ordinal; host regions: flags */
+    CUcontext ctx;
 };
 
 struct list {
@@ -318,11 +446,15 @@ struct list {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialized;
+static pid_t init_pid;
 static struct stand_in_ctx contexts[MAX_DEVICES];
 static struct list allocations, pinned, registrations;
-static void **streams, **events;
-static size_t n_streams, cap_streams, n_events, cap_events;
-static unsigned long long total_allocs, retains, bytes_copied, pageable_async, last_register_flags, peer_copies;
+static void **streams, **events, **orphans; /* orphans: destroyed streams whose queued work has not run yet */
+static size_t n_streams, cap_streams, n_events, cap_events, n_orphans, cap_orphans;
+static unsigned long long total_allocs, retains, bytes_copied, pageable_async, last_register_flags, peer_copies,
+    peer_direct, stream_wait_events, spinning_waits, seq_counter, deferred_ops, sync_points, implicit_syncs,
+    nvml_queries, calls_after_fork, register_calls;
+static unsigned long long rng_state;
 static __thread CUcontext current;
 
 static int list_push(struct list *l, struct region r) {
@@ -357,6 +489,13 @@ static long handles_find(void **v, size_t n, const void *h) {
     return -1;
 }
 
+static unsigned long long next_random(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
 static unsigned long long used_on(int device) {
     unsigned long long u = 0;
     for (size_t i = 0; i < allocations.len; i++)
@@ -370,11 +509,26 @@ static unsigned long long free_on(int device) {
     return taken >= total ? 0 : total - taken;
 }
 
-/* With the lock held: the current context, or an error. */
-static CUresult need_ctx(void) {
+static int is_live_ctx(CUcontext c) {
+    return c && c >= &contexts[0] && c < &contexts[cfg.n_visible] && c->refcount > 0;
+}
+
+/* With the lock held: cuInit was called, in this process. */
+static CUresult need_init(void) {
     if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
-    if (!current || current->refcount <= 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (getpid() != init_pid) {
+        calls_after_fork++;
+        return CUDA_ERROR_NOT_INITIALIZED;
+    }
     return CUDA_SUCCESS;
+}
+
+/* With the lock held: the current context, usable, or an error. */
+static CUresult need_ctx(void) {
+    CUresult r = need_init();
+    if (r) return r;
+    if (!is_live_ctx(current)) return CUDA_ERROR_INVALID_CONTEXT;
+    return current->sticky;
 }
 
 /* With the lock held: the host pointer behind [dptr, dptr + n) if it lies inside one live allocation. */
@@ -389,6 +543,17 @@ static unsigned char *device_range(CUdeviceptr dptr, size_t n) {
     return NULL;
 }
 
+/* With the lock held: the visible device owning [dptr, dptr + n), or -1. */
+static int device_of(CUdeviceptr dptr, size_t n) {
+    unsigned char *p = device_range(dptr, n);
+    if (!p) return -1;
+    for (size_t i = 0; i < allocations.len; i++) {
+        unsigned char *b = allocations.items[i].base;
+        if (p >= b && (size_t)(p - b) <= allocations.items[i].size) return allocations.items[i].device;
+    }
+    return -1;
+}
+
 /* With the lock held: is [p, p + n) inside pinned or registered host memory? */
 static int host_is_locked(const void *p, size_t n) {
     const struct list *ls[2] = {&pinned, &registrations};
@@ -401,11 +566,16 @@ static int host_is_locked(const void *p, size_t n) {
     return 0;
 }
 
-/* With the lock held: validates a stream against the current context (NULL = default stream). */
-static CUresult check_stream(CUstream s) {
-    if (!s) return CUDA_SUCCESS;
-    if (handles_find(streams, n_streams, s) < 0) return CUDA_ERROR_INVALID_HANDLE;
-    return s->ctx == current ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+/* With the lock held: the stream a handle names for the current context (NULL and CU_STREAM_LEGACY: the
+ * legacy default stream), or NULL with *r set. */
+static struct stand_in_stream *resolve_stream(CUstream s, CUresult *r) {
+    *r = CUDA_SUCCESS;
+    if (!s || s == CU_STREAM_LEGACY) return &current->legacy;
+    if (handles_find(streams, n_streams, s) < 0 || s->ctx != current) {
+        *r = CUDA_ERROR_INVALID_HANDLE;
+        return NULL;
+    }
+    return s;
 }
 
 /* With the lock held: the copy-failure knob. Copies what may be copied and says whether to fail. */
@@ -431,6 +601,256 @@ static CUresult do_copy(void *dst, const void *src, size_t n) {
         return r_;                     \
     } while (0)
 
+/* ---- queues (deferred mode) --------------------------------------------------------------------------- */
+
+static int pending(const struct stand_in_stream *s, unsigned long long upto) {
+    return s && s->head && s->head->seq <= upto;
+}
+
+static void free_op(struct op *op) {
+    free(op->owned);
+    free(op);
+}
+
+static size_t all_streams(struct stand_in_stream ***out);
+
+/* Frees a destroyed stream once nothing refers to it: waits on it and events recorded on it count as done. */
+static void free_stream(struct stand_in_stream *s) {
+    struct stand_in_stream **v;
+    size_t n = all_streams(&v);
+    for (size_t k = 0; k < n; k++)
+        for (struct op *op = v[k]->head; op; op = op->next)
+            if (op->kind == OP_WAIT && op->wait == s) op->wait = NULL;
+    free(v);
+    for (size_t k = 0; k < n_events; k++)
+        if (((CUevent)events[k])->stream == s) ((CUevent)events[k])->stream = NULL;
+    free(s);
+}
+
+/* Frees the destroyed streams whose queued work has all run. Only at the end of an API call: never while a
+ * drain holds stream pointers. */
+static void sweep_orphans(void) {
+    for (size_t i = 0; i < n_orphans;) {
+        struct stand_in_stream *o = orphans[i];
+        if (o->head) {
+            i++;
+            continue;
+        }
+        orphans[i] = orphans[--n_orphans];
+        free_stream(o);
+    }
+}
+
+/* Every stream that may hold work: the legacy stream of each context, the created streams, and destroyed
+ * streams whose work is still queued. */
+static size_t all_streams(struct stand_in_stream ***out) {
+    size_t n = 0;
+    struct stand_in_stream **v = malloc((MAX_DEVICES + n_streams + n_orphans + 1) * sizeof *v);
+    if (!v) abort();
+    for (int d = 0; d < MAX_DEVICES; d++) v[n++] = &contexts[d].legacy;
+    for (size_t i = 0; i < n_streams; i++) v[n++] = streams[i];
+    for (size_t i = 0; i < n_orphans; i++) v[n++] = orphans[i];
+    *out = v;
+    return n;
+}
+
+static void drop_queue(struct stand_in_stream *s) {
+    while (s->head) {
+        struct op *op = s->head;
+        s->head = op->next;
+        free_op(op);
+    }
+    s->tail = NULL;
+}
+
+/* A sticky error: the context's queued work is dropped and every later call in it fails. */
+static void poison(CUcontext c, CUresult r) {
+    if (c->sticky) return;
+    c->sticky = r;
+    struct stand_in_stream **v;
+    size_t n = all_streams(&v);
+    for (size_t i = 0; i < n; i++)
+        if (v[i]->ctx == c) drop_queue(v[i]);
+    free(v);
+}
+
+static void fail_with(CUcontext c, CUresult r) {
+    if (is_sticky(r)) poison(c, r);
+    else if (!c->async_error) c->async_error = r;
+}
+
+static CUresult execute_copy(CUcontext c, struct op *op) {
+    CUresult r = do_copy(op->dst, op->src, op->n);
+    if (op->peer_src && r == CUDA_SUCCESS) {
+        peer_copies++;
+        if (c->peer[op->peer_src->device] || op->peer_src->peer[c->device]) peer_direct++;
+    }
+    return r;
+}
+
+/* Runs the head of s. */
+static void run_head(struct stand_in_stream *s) {
+    struct op *op = s->head;
+    s->head = op->next;
+    if (!s->head) s->tail = NULL;
+    deferred_ops++;
+    if (op->kind == OP_COPY) {
+        CUresult r = execute_copy(s->ctx, op);
+        if (r) fail_with(s->ctx, r);
+    }
+    free_op(op);
+}
+
+/* Runs, in queue order per stream and (with a seed) shuffled across streams, everything `target` holds up to
+ * sequence number `upto`, and everything that depends on through waits - and nothing else. */
+static void drain(struct stand_in_stream *target, unsigned long long upto) {
+    if (!pending(target, upto)) return;
+    struct stand_in_stream **v;
+    size_t n = all_streams(&v);
+    struct stand_in_stream **runnable = malloc(n * sizeof *runnable);
+    if (!runnable) abort();
+    for (size_t i = 0; i < n; i++) v[i]->need = 0;
+    target->need = upto;
+    for (;;) {
+        size_t candidates = 0, r = 0;
+        int raised = 0;
+        for (size_t i = 0; i < n; i++) {
+            struct stand_in_stream *s = v[i];
+            if (!pending(s, s->need)) continue;
+            candidates++;
+            struct op *op = s->head;
+            if (op->kind == OP_WAIT && pending(op->wait, op->wait_seq)) {
+                if (op->wait->need < op->wait_seq) {
+                    op->wait->need = op->wait_seq;
+                    raised = 1;
+                }
+                continue;
+            }
+            runnable[r++] = s;
+        }
+        if (candidates == 0) break;
+        if (r == 0) {
+            if (raised) continue;
+            fprintf(stderr, "stand-in cuda: deadlock among queued waits\n");
+            abort();
+        }
+        run_head(runnable[cfg.seed ? next_random() % r : 0]);
+    }
+    free(runnable);
+    free(v);
+}
+
+/* Runs everything queued in the streams of context c (destroyed ones included). */
+static void drain_context(CUcontext c) {
+    struct stand_in_stream **v;
+    size_t n = all_streams(&v);
+    for (size_t i = 0; i < n; i++)
+        if (v[i]->ctx == c && v[i]->tail) drain(v[i], v[i]->tail->seq);
+    free(v);
+}
+
+/* Runs every queued copy that touches [lo, hi) (host or device addresses), and what it depends on. Used by the
+ * calls that free or unregister memory: the driver lets queued work that uses the range finish first. */
+static void drain_touching(const unsigned char *lo, const unsigned char *hi) {
+    struct stand_in_stream **v;
+    size_t n = all_streams(&v);
+    int waited = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned long long last = 0;
+        for (struct op *op = v[i]->head; op; op = op->next) {
+            if (op->kind != OP_COPY) continue;
+            int d = op->dst < hi && lo < op->dst + op->n;
+            int s = op->src < hi && lo < op->src + op->n;
+            if (d || s) last = op->seq;
+        }
+        if (last) {
+            drain(v[i], last);
+            waited = 1;
+        }
+    }
+    free(v);
+    if (waited) implicit_syncs++;
+}
+
+static struct op *new_op(int kind) {
+    struct op *op = calloc(1, sizeof *op);
+    if (!op) abort();
+    op->kind = kind;
+    return op;
+}
+
+/* Appends op to s, numbering it: sequence numbers grow along every queue. */
+static void append(struct stand_in_stream *s, struct op *op) {
+    op->seq = ++seq_counter;
+    if (s->tail) s->tail->next = op;
+    else s->head = op;
+    s->tail = op;
+}
+
+static void append_wait(struct stand_in_stream *s, struct stand_in_stream *on, unsigned long long seq) {
+    struct op *w = new_op(OP_WAIT);
+    w->wait = on;
+    w->wait_seq = seq;
+    append(s, w);
+}
+
+/* Queues op on s after the implicit ordering of the legacy default stream: legacy work waits for the queued
+ * work of every blocking stream of its context; blocking streams' work waits for queued legacy work. */
+static void enqueue(struct stand_in_stream *s, struct op *op) {
+    CUcontext c = s->ctx;
+    if (s->legacy) {
+        for (size_t i = 0; i < n_streams; i++) {
+            struct stand_in_stream *b = streams[i];
+            if (b->ctx == c && !(b->flags & CU_STREAM_NON_BLOCKING) && b->tail) append_wait(s, b, b->tail->seq);
+        }
+    } else if (!(s->flags & CU_STREAM_NON_BLOCKING) && c->legacy.tail) {
+        append_wait(s, &c->legacy, c->legacy.tail->seq);
+    }
+    append(s, op);
+}
+
+/* The result of a synchronisation point in context c: a sticky error, else the first error of queued work
+ * since the last synchronisation (reported once). */
+static CUresult sync_result(CUcontext c) {
+    sync_points++;
+    sweep_orphans();
+    if (c->sticky) return c->sticky;
+    CUresult r = c->async_error;
+    c->async_error = CUDA_SUCCESS;
+    return r;
+}
+
+/* A copy on stream s. In immediate mode it runs now and its error is returned; in deferred mode it is queued
+ * (a pageable source staged first) and `complete` says whether the call returns only once it has run. */
+static CUresult submit_copy(struct stand_in_stream *s, unsigned char *dst, const unsigned char *src, size_t n,
+                            CUcontext peer_src, int stage_source, int complete) {
+    CUcontext c = s->ctx;
+    struct op *op = new_op(OP_COPY);
+    op->dst = dst;
+    op->src = src;
+    op->n = n;
+    op->peer_src = peer_src;
+    if (!cfg.deferred) {
+        CUresult r = execute_copy(c, op);
+        free_op(op);
+        if (r && is_sticky(r)) poison(c, r);
+        return r;
+    }
+    if (stage_source) {
+        /* The driver stages pageable memory: the stream's earlier work runs first, then the bytes are copied
+         * aside, and the DMA itself stays queued. */
+        if (s->tail) drain(s, s->tail->seq);
+        op->owned = malloc(n);
+        if (!op->owned) abort();
+        memcpy(op->owned, src, n);
+        op->src = op->owned;
+    }
+    enqueue(s, op);
+    if (!complete) return c->sticky;
+    drain(s, op->seq);
+    return sync_result(c);
+}
+
 /* ---- initialisation, versions, errors ----------------------------------------------------------------- */
 
 EXPORT CUresult cuInit(unsigned int flags) {
@@ -439,12 +859,22 @@ EXPORT CUresult cuInit(unsigned int flags) {
     if (cfg.init_error != CUDA_SUCCESS) return cfg.init_error;
     if (cfg.n_phys > 0 && cfg.n_visible == 0) return CUDA_ERROR_NO_DEVICE;
     pthread_mutex_lock(&lock);
+    CUresult r = CUDA_SUCCESS;
     if (!initialized) {
-        for (int i = 0; i < MAX_DEVICES; i++) contexts[i].device = i;
+        for (int i = 0; i < MAX_DEVICES; i++) {
+            contexts[i].device = i;
+            contexts[i].legacy.ctx = &contexts[i];
+            contexts[i].legacy.legacy = 1;
+        }
+        rng_state = cfg.seed ? cfg.seed * 0x9E3779B97F4A7C15ULL : 1;
+        init_pid = getpid();
         initialized = 1;
+    } else if (getpid() != init_pid) {
+        calls_after_fork++;
+        r = CUDA_ERROR_NOT_INITIALIZED;
     }
     pthread_mutex_unlock(&lock);
-    return CUDA_SUCCESS;
+    return r;
 }
 
 EXPORT CUresult cuDriverGetVersion(int *version) {
@@ -480,33 +910,38 @@ EXPORT CUresult cuGetErrorString(CUresult error, const char **str) {
 
 static CUresult check_device(CUdevice d) {
     config();
-    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = need_init();
+    if (r) return r;
     return d >= 0 && d < cfg.n_visible ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
-EXPORT CUresult cuDeviceGetCount(int *count) {
+static CUresult device_get_count(int *count) {
     config();
-    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = need_init();
+    if (r) return r;
     if (!count) return CUDA_ERROR_INVALID_VALUE;
     *count = cfg.n_visible;
     return CUDA_SUCCESS;
 }
+EXPORT CUresult cuDeviceGetCount(int *count) { LOCKED(device_get_count(count)); }
 
-EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+static CUresult device_get(CUdevice *device, int ordinal) {
     CUresult r = check_device(ordinal);
     if (r) return r;
     if (!device) return CUDA_ERROR_INVALID_VALUE;
     *device = ordinal;
     return CUDA_SUCCESS;
 }
+EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal) { LOCKED(device_get(device, ordinal)); }
 
-EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
+static CUresult device_get_name(char *name, int len, CUdevice dev) {
     CUresult r = check_device(dev);
     if (r) return r;
     if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
     snprintf(name, (size_t)len, "%s", cfg.names[cfg.visible[dev]]);
     return CUDA_SUCCESS;
 }
+EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev) { LOCKED(device_get_name(name, len, dev)); }
 
 static CUresult get_uuid(CUuuid *uuid, CUdevice dev) {
     CUresult r = check_device(dev);
@@ -516,22 +951,23 @@ static CUresult get_uuid(CUuuid *uuid, CUdevice dev) {
     return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) { return get_uuid(uuid, dev); }
+EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) { LOCKED(get_uuid(uuid, dev)); }
 
 /* Built with -DSTAND_IN_WITHOUT_UUID_V2, the library lacks this entry point, like a pre-11.4 driver. */
 #ifndef STAND_IN_WITHOUT_UUID_V2
-EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) { return get_uuid(uuid, dev); }
+EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) { LOCKED(get_uuid(uuid, dev)); }
 #endif
 
-EXPORT CUresult cuDeviceGetPCIBusId(char *buf, int len, CUdevice dev) {
+static CUresult device_get_pci_bus_id(char *buf, int len, CUdevice dev) {
     CUresult r = check_device(dev);
     if (r) return r;
     if (!buf || len < 13) return CUDA_ERROR_INVALID_VALUE;
     snprintf(buf, (size_t)len, "0000:%02x:00.0", (0x17 + 0x20 * cfg.visible[dev]) & 0xff);
     return CUDA_SUCCESS;
 }
+EXPORT CUresult cuDeviceGetPCIBusId(char *buf, int len, CUdevice dev) { LOCKED(device_get_pci_bus_id(buf, len, dev)); }
 
-EXPORT CUresult cuDeviceGetAttribute(int *value, int attrib, CUdevice dev) {
+static CUresult device_get_attribute(int *value, int attrib, CUdevice dev) {
     CUresult r = check_device(dev);
     if (r) return r;
     if (!value) return CUDA_ERROR_INVALID_VALUE;
@@ -547,14 +983,27 @@ EXPORT CUresult cuDeviceGetAttribute(int *value, int attrib, CUdevice dev) {
     }
     return CUDA_SUCCESS;
 }
+EXPORT CUresult cuDeviceGetAttribute(int *value, int attrib, CUdevice dev) {
+    LOCKED(device_get_attribute(value, attrib, dev));
+}
 
-EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
+static CUresult device_total_mem(size_t *bytes, CUdevice dev) {
     CUresult r = check_device(dev);
     if (r) return r;
     if (!bytes) return CUDA_ERROR_INVALID_VALUE;
     *bytes = (size_t)cfg.total[cfg.visible[dev]];
     return CUDA_SUCCESS;
 }
+EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) { LOCKED(device_total_mem(bytes, dev)); }
+
+static CUresult can_access_peer(int *can, CUdevice dev, CUdevice peer) {
+    CUresult r = check_device(dev);
+    if (r || (r = check_device(peer))) return r;
+    if (!can) return CUDA_ERROR_INVALID_VALUE;
+    *can = cfg.peer_access && dev != peer;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer) { LOCKED(can_access_peer(can, dev, peer)); }
 
 /* ---- contexts ----------------------------------------------------------------------------------------- */
 
@@ -562,6 +1011,7 @@ static CUresult primary_retain(CUcontext *pctx, CUdevice dev) {
     CUresult r = check_device(dev);
     if (r) return r;
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    if (cfg.unavailable[dev]) return CUDA_ERROR_DEVICE_UNAVAILABLE;
     contexts[dev].refcount++;
     retains++;
     *pctx = &contexts[dev];
@@ -579,7 +1029,8 @@ static CUresult primary_release(CUdevice dev) {
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { LOCKED(primary_release(dev)); }
 
 static CUresult set_current(CUcontext ctx) {
-    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = need_init();
+    if (r) return r;
     if (ctx && (ctx < &contexts[0] || ctx >= &contexts[cfg.n_visible] || ctx->refcount <= 0))
         return CUDA_ERROR_INVALID_CONTEXT;
     current = ctx;
@@ -588,12 +1039,35 @@ static CUresult set_current(CUcontext ctx) {
 EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) { LOCKED(set_current(ctx)); }
 
 static CUresult get_current(CUcontext *pctx) {
-    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = need_init();
+    if (r) return r;
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
     *pctx = current;
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx) { LOCKED(get_current(pctx)); }
+
+static CUresult ctx_synchronize(void) {
+    CUresult r = need_ctx();
+    if (r) return r;
+    spinning_waits++;
+    if (cfg.deferred) drain_context(current);
+    return sync_result(current);
+}
+EXPORT CUresult cuCtxSynchronize(void) { LOCKED(ctx_synchronize()); }
+
+static CUresult enable_peer_access(CUcontext peer, unsigned int flags) {
+    CUresult r = need_ctx();
+    if (r) return r;
+    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!is_live_ctx(peer)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (peer == current) return CUDA_ERROR_INVALID_DEVICE;
+    if (!cfg.peer_access) return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+    if (current->peer[peer->device]) return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+    current->peer[peer->device] = 1;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) { LOCKED(enable_peer_access(peer, flags)); }
 
 /* ---- memory ------------------------------------------------------------------------------------------- */
 
@@ -616,7 +1090,7 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t size) {
     if (size > free_on(current->device)) return CUDA_ERROR_OUT_OF_MEMORY;
     unsigned char *p = malloc(size);
     if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
-    if (!list_push(&allocations, (struct region){p, size, current->device})) {
+    if (!list_push(&allocations, (struct region){p, size, current->device, current})) {
         free(p);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -625,17 +1099,28 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t size) {
 }
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) { LOCKED(mem_alloc(dptr, size)); }
 
+/* Frees a region of `l` after the queued work touching it has run (in a poisoned context: at once, returning
+ * the sticky error; the resource died with the context). */
+static CUresult release_region(struct list *l, size_t i, int device_memory) {
+    struct region g = l->items[i];
+    CUresult sticky = current->sticky;
+    if (cfg.deferred && !sticky) drain_touching(g.base, g.base + g.size);
+    sweep_orphans();
+    list_remove(l, i);
+    if (device_memory || l == &pinned) free(g.base);
+    return sticky;
+}
+
 static CUresult mem_free(CUdeviceptr dptr) {
-    CUresult r = need_ctx();
+    CUresult r = need_init();
     if (r) return r;
+    if (!is_live_ctx(current)) return CUDA_ERROR_INVALID_CONTEXT;
     for (size_t i = 0; i < allocations.len; i++)
         if (((CUdeviceptr)(uintptr_t)allocations.items[i].base | DPTR_TAG) == dptr) {
             if (allocations.items[i].device != current->device) return CUDA_ERROR_INVALID_CONTEXT;
-            free(allocations.items[i].base);
-            list_remove(&allocations, i);
-            return CUDA_SUCCESS;
+            return release_region(&allocations, i, 1);
         }
-    return CUDA_ERROR_INVALID_VALUE;
+    return current->sticky ? current->sticky : CUDA_ERROR_INVALID_VALUE;
 }
 EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) { LOCKED(mem_free(dptr)); }
 
@@ -644,8 +1129,8 @@ static CUresult host_alloc(void **pp, size_t size, unsigned int flags) {
     if (r) return r;
     if (!pp || size == 0 || (flags & ~0x7u)) return CUDA_ERROR_INVALID_VALUE;
     void *p = NULL;
-    if (posix_memalign(&p, 4096, size) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
-    if (!list_push(&pinned, (struct region){p, size, (int)flags})) {
+    if (posix_memalign(&p, cfg.page, size) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!list_push(&pinned, (struct region){p, size, (int)flags, current})) {
         free(p);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -655,118 +1140,153 @@ static CUresult host_alloc(void **pp, size_t size, unsigned int flags) {
 EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags) { LOCKED(host_alloc(pp, size, flags)); }
 
 static CUresult free_host(void *p) {
-    CUresult r = need_ctx();
+    CUresult r = need_init();
     if (r) return r;
+    if (!is_live_ctx(current)) return CUDA_ERROR_INVALID_CONTEXT;
     for (size_t i = 0; i < pinned.len; i++)
-        if (pinned.items[i].base == p) {
-            free(p);
-            list_remove(&pinned, i);
-            return CUDA_SUCCESS;
-        }
-    return CUDA_ERROR_INVALID_VALUE;
+        if (pinned.items[i].base == p) return release_region(&pinned, i, 0);
+    return current->sticky ? current->sticky : CUDA_ERROR_INVALID_VALUE;
 }
 EXPORT CUresult cuMemFreeHost(void *p) { LOCKED(free_host(p)); }
+
+/* Checks the protection of every page of [lo, hi) in /proc/self/maps: 0 when all are mapped readable and (unless
+ * read_only) writable, else the driver's error. */
+static CUresult check_protection(uintptr_t lo, uintptr_t hi, int read_only) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f) return CUDA_SUCCESS; /* cannot tell: accept */
+    char line[512];
+    uintptr_t covered = lo;
+    CUresult r = CUDA_SUCCESS;
+    while (covered < hi && fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        char perms[8] = {0};
+        if (sscanf(line, "%lx-%lx %7s", &a, &b, perms) != 3) continue;
+        if (b <= covered || a >= hi) continue;
+        if (a > covered) break; /* a hole */
+        if (perms[0] != 'r' || (!read_only && perms[1] != 'w')) r = CUDA_ERROR_INVALID_VALUE;
+        covered = b;
+    }
+    fclose(f);
+    if (covered < hi) r = CUDA_ERROR_INVALID_VALUE;
+    return r;
+}
 
 static CUresult host_register(void *p, size_t size, unsigned int flags) {
     CUresult r = need_ctx();
     if (r) return r;
+    register_calls++;
     if (!p || size == 0 || (flags & ~0xfu)) return CUDA_ERROR_INVALID_VALUE;
-    if ((flags & 0x08u) && !cfg.read_only_register) return CUDA_ERROR_NOT_SUPPORTED;
+    int read_only = (flags & CU_MEMHOSTREGISTER_READ_ONLY) != 0;
+    if (read_only && !cfg.read_only_register) return CUDA_ERROR_NOT_SUPPORTED;
     /* Like the real driver, registration locks whole pages: ranges that share a page conflict. */
-    uintptr_t lo = (uintptr_t)p & ~(uintptr_t)4095, hi = ((uintptr_t)p + size + 4095) & ~(uintptr_t)4095;
+    uintptr_t pg = cfg.page;
+    uintptr_t lo = (uintptr_t)p & ~(pg - 1), hi = ((uintptr_t)p + size + pg - 1) & ~(pg - 1);
     for (size_t i = 0; i < registrations.len; i++) {
-        uintptr_t b = (uintptr_t)registrations.items[i].base & ~(uintptr_t)4095;
-        uintptr_t e = ((uintptr_t)registrations.items[i].base + registrations.items[i].size + 4095) & ~(uintptr_t)4095;
+        uintptr_t b = (uintptr_t)registrations.items[i].base & ~(pg - 1);
+        uintptr_t e = ((uintptr_t)registrations.items[i].base + registrations.items[i].size + pg - 1) & ~(pg - 1);
         if (lo < e && b < hi) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
     }
-    if (!list_push(&registrations, (struct region){p, size, (int)flags})) return CUDA_ERROR_OUT_OF_MEMORY;
+    if ((r = check_protection(lo, hi, read_only))) return r;
+    if (!list_push(&registrations, (struct region){p, size, (int)flags, current})) return CUDA_ERROR_OUT_OF_MEMORY;
     last_register_flags = flags;
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags) { LOCKED(host_register(p, size, flags)); }
 
 static CUresult host_unregister(void *p) {
-    CUresult r = need_ctx();
+    CUresult r = need_init();
     if (r) return r;
+    if (!is_live_ctx(current)) return CUDA_ERROR_INVALID_CONTEXT;
     for (size_t i = 0; i < registrations.len; i++)
-        if (registrations.items[i].base == p) {
-            list_remove(&registrations, i);
-            return CUDA_SUCCESS;
-        }
-    return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+        if (registrations.items[i].base == p) return release_region(&registrations, i, 0);
+    return current->sticky ? current->sticky : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 }
 EXPORT CUresult cuMemHostUnregister(void *p) { LOCKED(host_unregister(p)); }
 
 /* ---- copies ------------------------------------------------------------------------------------------- */
 
-static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int async) {
+static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream hs, int async) {
     CUresult r = need_ctx();
     if (r) return r;
-    if ((r = check_stream(s))) return r;
+    struct stand_in_stream *s = resolve_stream(async ? hs : NULL, &r);
+    if (!s) return r;
     if (n == 0) return CUDA_SUCCESS;
     unsigned char *d = device_range(dst, n);
     if (!d || !src) return CUDA_ERROR_INVALID_VALUE;
-    if (async && !host_is_locked(src, n)) pageable_async++;
-    return do_copy(d, src, n);
+    int locked = host_is_locked(src, n);
+    if (async && !locked) pageable_async++;
+    /* Synchronous from page-locked memory: complete on return. From pageable memory (either form): staged,
+     * the DMA queued. Asynchronous from page-locked memory: queued. */
+    return submit_copy(s, d, src, n, NULL, !locked, !async && locked);
 }
 EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { LOCKED(htod(dst, src, n, NULL, 0)); }
 EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
     LOCKED(htod(dst, src, n, s, 1));
 }
 
-static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async) {
+static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream hs, int async) {
     CUresult r = need_ctx();
     if (r) return r;
-    if ((r = check_stream(s))) return r;
+    struct stand_in_stream *s = resolve_stream(async ? hs : NULL, &r);
+    if (!s) return r;
     if (n == 0) return CUDA_SUCCESS;
     unsigned char *p = device_range(src, n);
     if (!p || !dst) return CUDA_ERROR_INVALID_VALUE;
-    if (async && !host_is_locked(dst, n)) pageable_async++;
-    return do_copy(dst, p, n);
+    int locked = host_is_locked(dst, n);
+    if (async && !locked) pageable_async++;
+    /* Complete on return unless asynchronous into page-locked memory. */
+    return submit_copy(s, dst, p, n, NULL, 0, !(async && locked));
 }
 EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { LOCKED(dtoh(dst, src, n, NULL, 0)); }
 EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) {
     LOCKED(dtoh(dst, src, n, s, 1));
 }
 
-static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream hs, int async) {
     CUresult r = need_ctx();
     if (r) return r;
+    struct stand_in_stream *s = resolve_stream(async ? hs : NULL, &r);
+    if (!s) return r;
     if (n == 0) return CUDA_SUCCESS;
-    unsigned char *d = device_range(dst, n), *s = device_range(src, n);
-    if (!d || !s) return CUDA_ERROR_INVALID_VALUE;
-    if (d < s + n && s < d + n) return CUDA_ERROR_INVALID_VALUE;
-    return do_copy(d, s, n);
+    unsigned char *d = device_range(dst, n), *p = device_range(src, n);
+    if (!d || !p) return CUDA_ERROR_INVALID_VALUE;
+    if (d < p + n && p < d + n) return CUDA_ERROR_INVALID_VALUE;
+    /* Device to device: no host synchronisation in either form. */
+    return submit_copy(s, d, p, n, NULL, 0, 0);
 }
-EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) { LOCKED(dtod(dst, src, n)); }
+EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) { LOCKED(dtod(dst, src, n, NULL, 0)); }
+EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+    LOCKED(dtod(dst, src, n, s, 1));
+}
 
-/* With the lock held: the visible device owning [dptr, dptr + n), or -1. */
-static int device_of(CUdeviceptr dptr, size_t n) {
-    unsigned char *p = device_range(dptr, n);
-    if (!p) return -1;
-    for (size_t i = 0; i < allocations.len; i++) {
-        unsigned char *b = allocations.items[i].base;
-        if (p >= b && (size_t)(p - b) <= allocations.items[i].size) return allocations.items[i].device;
+/* Each pointer must belong to its context's device; the contexts must be live primary contexts. The copy is
+ * queued on the destination context's legacy stream (or `hs`, which must belong to the current context),
+ * after the source context's queued legacy work. */
+static CUresult peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n, CUstream hs,
+                     int async) {
+    CUresult r = need_init();
+    if (r) return r;
+    if (!is_live_ctx(dctx) || !is_live_ctx(sctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (dctx->sticky) return dctx->sticky;
+    if (sctx->sticky) return sctx->sticky;
+    struct stand_in_stream *s = &dctx->legacy;
+    if (async) {
+        if ((r = need_ctx())) return r;
+        if (!(s = resolve_stream(hs, &r))) return r;
     }
-    return -1;
-}
-
-/* Each pointer must belong to its context's device; the contexts must be live primary contexts. */
-static CUresult peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n) {
-    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
-    CUcontext both[2] = {dctx, sctx};
-    for (int k = 0; k < 2; k++)
-        if (!both[k] || both[k] < &contexts[0] || both[k] >= &contexts[cfg.n_visible] || both[k]->refcount <= 0)
-            return CUDA_ERROR_INVALID_CONTEXT;
     if (n == 0) return CUDA_SUCCESS;
     if (device_of(dst, n) != dctx->device || device_of(src, n) != sctx->device) return CUDA_ERROR_INVALID_VALUE;
-    unsigned char *d = device_range(dst, n), *s = device_range(src, n);
-    if (d < s + n && s < d + n) return CUDA_ERROR_INVALID_VALUE;
-    peer_copies++;
-    return do_copy(d, s, n);
+    unsigned char *d = device_range(dst, n), *p = device_range(src, n);
+    if (d < p + n && p < d + n) return CUDA_ERROR_INVALID_VALUE;
+    if (cfg.deferred && sctx->legacy.tail) append_wait(s, &sctx->legacy, sctx->legacy.tail->seq);
+    return submit_copy(s, d, p, n, sctx, 0, 0);
 }
 EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n) {
-    LOCKED(peer(dst, dctx, src, sctx, n));
+    LOCKED(peer(dst, dctx, src, sctx, n, NULL, 0));
+}
+EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n,
+                                  CUstream s) {
+    LOCKED(peer(dst, dctx, src, sctx, n, s, 1));
 }
 
 /* ---- streams and events ------------------------------------------------------------------------------- */
@@ -774,10 +1294,11 @@ EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, C
 static CUresult stream_create(CUstream *ps, unsigned int flags) {
     CUresult r = need_ctx();
     if (r) return r;
-    if (!ps || (flags & ~1u)) return CUDA_ERROR_INVALID_VALUE;
+    if (!ps || (flags & ~CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
     CUstream s = calloc(1, sizeof *s);
     if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
     s->ctx = current;
+    s->flags = flags;
     if (!handles_push((void ***)&streams, &n_streams, &cap_streams, s)) {
         free(s);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -788,21 +1309,33 @@ static CUresult stream_create(CUstream *ps, unsigned int flags) {
 EXPORT CUresult cuStreamCreate(CUstream *ps, unsigned int flags) { LOCKED(stream_create(ps, flags)); }
 
 static CUresult stream_destroy(CUstream s) {
-    CUresult r = need_ctx();
+    CUresult r = need_init();
     if (r) return r;
     long i = s ? handles_find(streams, n_streams, s) : -1;
     if (i < 0) return CUDA_ERROR_INVALID_HANDLE;
+    if (!is_live_ctx(current)) return CUDA_ERROR_INVALID_CONTEXT;
     if (s->ctx != current) return CUDA_ERROR_INVALID_CONTEXT;
     streams[i] = streams[--n_streams];
-    free(s);
-    return CUDA_SUCCESS;
+    /* Like the driver, destroying a stream returns at once: work already queued still runs (when a
+     * synchronisation needs it, or when memory it uses is freed), after which the stream is gone. */
+    if (s->head) {
+        if (!handles_push(&orphans, &n_orphans, &cap_orphans, s)) abort();
+    } else {
+        free_stream(s);
+    }
+    sweep_orphans();
+    return current->sticky;
 }
 EXPORT CUresult cuStreamDestroy_v2(CUstream s) { LOCKED(stream_destroy(s)); }
 
-static CUresult stream_sync(CUstream s) {
+static CUresult stream_sync(CUstream hs) {
     CUresult r = need_ctx();
     if (r) return r;
-    return check_stream(s);
+    struct stand_in_stream *s = resolve_stream(hs, &r);
+    if (!s) return r;
+    spinning_waits++;
+    if (cfg.deferred && s->tail) drain(s, s->tail->seq);
+    return sync_result(current);
 }
 EXPORT CUresult cuStreamSynchronize(CUstream s) { LOCKED(stream_sync(s)); }
 
@@ -813,6 +1346,7 @@ static CUresult event_create(CUevent *pe, unsigned int flags) {
     CUevent e = calloc(1, sizeof *e);
     if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
     e->ctx = current;
+    e->flags = flags;
     if (!handles_push((void ***)&events, &n_events, &cap_events, e)) {
         free(e);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -822,19 +1356,33 @@ static CUresult event_create(CUevent *pe, unsigned int flags) {
 }
 EXPORT CUresult cuEventCreate(CUevent *pe, unsigned int flags) { LOCKED(event_create(pe, flags)); }
 
+/* With the lock held: a live event of a usable context, with a current context. */
 static CUresult event_check(CUevent e) {
-    CUresult r = need_ctx();
+    CUresult r = need_init();
     if (r) return r;
+    if (!is_live_ctx(current)) return CUDA_ERROR_INVALID_CONTEXT;
     if (!e || handles_find(events, n_events, e) < 0) return CUDA_ERROR_INVALID_HANDLE;
-    return CUDA_SUCCESS;
+    return e->ctx->sticky;
 }
 
-static CUresult event_record(CUevent e, CUstream s) {
+static int event_pending(CUevent e) { return cfg.deferred && pending(e->stream, e->seq); }
+
+static CUresult event_record(CUevent e, CUstream hs) {
     CUresult r = event_check(e);
     if (r) return r;
-    if ((r = check_stream(s))) return r;
+    if ((r = current->sticky)) return r;
+    struct stand_in_stream *s = resolve_stream(hs, &r);
+    if (!s) return r;
     if (e->ctx != current) return CUDA_ERROR_INVALID_HANDLE;
-    e->pending_queries = cfg.event_not_ready;
+    if (cfg.event_not_ready >= 0) e->pending_queries = cfg.event_not_ready;
+    else if (!cfg.deferred) e->pending_queries = 0;
+    else e->pending_queries = cfg.seed ? (int)(next_random() % 3) : 1;
+    if (cfg.deferred) {
+        struct op *op = new_op(OP_RECORD);
+        enqueue(s, op);
+        e->stream = s;
+        e->seq = op->seq;
+    }
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuEventRecord(CUevent e, CUstream s) { LOCKED(event_record(e, s)); }
@@ -842,31 +1390,123 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream s) { LOCKED(event_record(e, s)
 static CUresult event_query(CUevent e) {
     CUresult r = event_check(e);
     if (r) return r;
+    if (cfg.deferred && !event_pending(e)) return sync_result(e->ctx);
     if (e->pending_queries > 0) {
         e->pending_queries--;
         return CUDA_ERROR_NOT_READY;
     }
-    return CUDA_SUCCESS;
+    if (cfg.deferred) drain(e->stream, e->seq);
+    return sync_result(e->ctx);
 }
 EXPORT CUresult cuEventQuery(CUevent e) { LOCKED(event_query(e)); }
 
 static CUresult event_sync(CUevent e) {
     CUresult r = event_check(e);
     if (r) return r;
+    if (!(e->flags & CU_EVENT_BLOCKING_SYNC)) spinning_waits++;
     e->pending_queries = 0;
-    return CUDA_SUCCESS;
+    if (cfg.deferred && event_pending(e)) drain(e->stream, e->seq);
+    return sync_result(e->ctx);
 }
 EXPORT CUresult cuEventSynchronize(CUevent e) { LOCKED(event_sync(e)); }
 
-static CUresult event_destroy(CUevent e) {
-    CUresult r = event_check(e);
+static CUresult stream_wait_event(CUstream hs, CUevent e, unsigned int flags) {
+    CUresult r = need_ctx();
     if (r) return r;
-    long i = handles_find(events, n_events, e);
-    events[i] = events[--n_events];
-    free(e);
+    struct stand_in_stream *s = resolve_stream(hs, &r);
+    if (!s) return r;
+    if (!e || handles_find(events, n_events, e) < 0) return CUDA_ERROR_INVALID_HANDLE;
+    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    stream_wait_events++;
+    if (e->ctx->sticky) return e->ctx->sticky;
+    if (event_pending(e)) {
+        struct op *op = new_op(OP_WAIT);
+        op->wait = e->stream;
+        op->wait_seq = e->seq;
+        enqueue(s, op);
+    }
     return CUDA_SUCCESS;
 }
+EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) { LOCKED(stream_wait_event(s, e, flags)); }
+
+static CUresult event_destroy(CUevent e) {
+    CUresult r = need_init();
+    if (r) return r;
+    if (!is_live_ctx(current)) return CUDA_ERROR_INVALID_CONTEXT;
+    long i = e ? handles_find(events, n_events, e) : -1;
+    if (i < 0) return CUDA_ERROR_INVALID_HANDLE;
+    r = e->ctx->sticky;
+    events[i] = events[--n_events];
+    free(e);
+    return r;
+}
 EXPORT CUresult cuEventDestroy_v2(CUevent e) { LOCKED(event_destroy(e)); }
+
+/* ---- NVML (libnvidia-ml.so.1): initialisation, device by UUID, memory ---------------------------------- */
+
+typedef int nvmlReturn_t;
+typedef struct nvml_device *nvmlDevice_t;
+typedef struct {
+    unsigned long long total, free, used;
+} nvmlMemory_t;
+
+static int nvml_refs;
+
+EXPORT nvmlReturn_t nvmlInit_v2(void) {
+    config();
+    if (!cfg.nvml) return 9; /* NVML_ERROR_DRIVER_NOT_LOADED */
+    pthread_mutex_lock(&lock);
+    nvml_refs++;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+EXPORT nvmlReturn_t nvmlShutdown(void) {
+    pthread_mutex_lock(&lock);
+    nvmlReturn_t r = nvml_refs > 0 ? 0 : 1; /* NVML_ERROR_UNINITIALIZED */
+    if (nvml_refs > 0) nvml_refs--;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+EXPORT const char *nvmlErrorString(nvmlReturn_t r) {
+    switch (r) {
+    case 0: return "Success";
+    case 1: return "Uninitialized";
+    case 2: return "Invalid Argument";
+    case 6: return "Not Found";
+    case 9: return "Driver Not Loaded";
+    default: return "Unknown Error";
+    }
+}
+
+static nvmlReturn_t nvml_by_uuid(const char *uuid, nvmlDevice_t *dev) {
+    if (nvml_refs <= 0) return 1;
+    if (!uuid || !dev) return 2;
+    for (int p = 0; p < cfg.n_phys; p++)
+        if (uuid_matches(uuid, p, 1)) {
+            *dev = (nvmlDevice_t)(uintptr_t)(p + 1);
+            return 0;
+        }
+    return 6; /* NVML_ERROR_NOT_FOUND */
+}
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *dev) { LOCKED(nvml_by_uuid(uuid, dev)); }
+
+/* Device-wide like the real NVML: this process's allocations and context reserve on that device. */
+static nvmlReturn_t nvml_memory(nvmlDevice_t dev, nvmlMemory_t *m) {
+    if (nvml_refs <= 0) return 1;
+    int p = (int)(uintptr_t)dev - 1;
+    if (p < 0 || p >= cfg.n_phys || !m) return 2;
+    nvml_queries++;
+    unsigned long long total = cfg.total[p], used = 0;
+    for (int v = 0; v < cfg.n_visible; v++)
+        if (cfg.visible[v] == p) used = total - free_on(v);
+    m->total = total;
+    m->used = used;
+    m->free = total - used;
+    return 0;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *m) { LOCKED(nvml_memory(dev, m)); }
 
 /* ---- queries for tests -------------------------------------------------------------------------------- */
 
@@ -890,12 +1530,23 @@ static unsigned long long live_contexts(void) {
     return n;
 }
 
+static unsigned long long queued_ops(void) {
+    unsigned long long n = 0;
+    struct stand_in_stream **v;
+    size_t k = all_streams(&v);
+    for (size_t i = 0; i < k; i++)
+        for (struct op *op = v[i]->head; op; op = op->next) n++;
+    free(v);
+    return n;
+}
+
 QUERY(stand_in_live_allocations, allocations.len)
 QUERY(stand_in_live_device_bytes, live_device_bytes())
 QUERY(stand_in_total_allocations, total_allocs)
 QUERY(stand_in_live_pinned, pinned.len)
 QUERY(stand_in_live_registrations, registrations.len)
 QUERY(stand_in_last_register_flags, last_register_flags)
+QUERY(stand_in_register_calls, register_calls)
 QUERY(stand_in_live_streams, n_streams)
 QUERY(stand_in_live_events, n_events)
 QUERY(stand_in_context_retains, retains)
@@ -903,12 +1554,23 @@ QUERY(stand_in_live_contexts, live_contexts())
 QUERY(stand_in_bytes_copied, bytes_copied)
 QUERY(stand_in_pageable_async_copies, pageable_async)
 QUERY(stand_in_peer_copies, peer_copies)
+QUERY(stand_in_peer_copies_direct, peer_direct)
+QUERY(stand_in_stream_wait_events, stream_wait_events)
+QUERY(stand_in_spinning_waits, spinning_waits)
+QUERY(stand_in_queued_ops, queued_ops())
+QUERY(stand_in_deferred_ops, deferred_ops)
+QUERY(stand_in_sync_points, sync_points)
+QUERY(stand_in_implicit_syncs, implicit_syncs)
+QUERY(stand_in_nvml_memory_queries, nvml_queries)
+QUERY(stand_in_calls_after_fork, calls_after_fork)
 
 __attribute__((destructor)) static void leak_report(void) {
+    config();
     if (!cfg.leak_report) return;
     fprintf(stderr,
             "stand-in cuda: at exit: %llu device allocations (%llu bytes), %llu pinned, %llu registrations, "
-            "%llu streams, %llu events live; %llu primary contexts retained\n",
+            "%llu streams, %llu events live; %llu queued operations; %llu primary contexts retained (%s mode)\n",
             stand_in_live_allocations(), stand_in_live_device_bytes(), stand_in_live_pinned(),
-            stand_in_live_registrations(), stand_in_live_streams(), stand_in_live_events(), stand_in_live_contexts());
+            stand_in_live_registrations(), stand_in_live_streams(), stand_in_live_events(), stand_in_queued_ops(),
+            stand_in_live_contexts(), cfg.deferred ? "deferred" : "immediate");
 }

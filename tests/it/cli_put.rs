@@ -66,7 +66,7 @@ fn put_errors() {
 }
 
 #[test]
-fn put_repeat_threads_and_resident_report_every_time() {
+fn put_repeat_threads_and_resident_report_every_time_on_cpu_and_cuda() {
     let (p, data) = file();
     let ps = p.to_str().unwrap();
     // cpu: three timed puts, the first verified; resident has no effect on cpu and registers nothing.

@@ -235,8 +235,9 @@ fn profile_dir() -> PathBuf {
 }
 
 /// Builds the stand-in driver once per test binary (`cc -shared -fPIC -Wall -Wextra -Werror`, SONAME
-/// libcuda.so.1) into its own directory, next to a `libcuda.so -> libcuda.so.1` symlink (cudarc tries
-/// `libcuda.so` first), and returns that directory. Each test binary gets its own directory, so binaries
+/// libcuda.so.1) into its own directory, next to the symlinks `libcuda.so` (the development name, which
+/// hostfirst tries after libcuda.so.1) and `libnvidia-ml.so.1` (the stand-in also answers NVML's memory
+/// queries), and returns that directory. Each test binary gets its own directory, so binaries
 /// running at the same time never race on the file.
 pub fn stand_in_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -266,15 +267,27 @@ fn build_stand_in(variant: &str, defines: &[&str]) -> PathBuf {
         .arg(&src)
         .arg("-lpthread");
     check(cmd.output().expect("run the C compiler"), "compiling the stand-in CUDA driver");
-    let link = dir.join("libcuda.so");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink("libcuda.so.1", &link).expect("symlink libcuda.so");
+    for name in ["libcuda.so", "libnvidia-ml.so.1"] {
+        let link = dir.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("libcuda.so.1", &link).expect("symlink to the stand-in");
+    }
     dir
 }
 
+/// The stand-in knobs that choose how it runs rather than what it simulates: a test run sets them in its own
+/// environment (`STAND_IN_DEFERRED=1 STAND_IN_SEED=7 cargo test ...`, as scripts/test.sh does for its second
+/// pass over the CUDA tests) and every stand-in child inherits them unless the test sets them itself.
+pub const STAND_IN_MODE_KNOBS: &[&str] = &["STAND_IN_DEFERRED", "STAND_IN_SEED"];
+
+/// True when this test run uses the deferred stand-in (see [`STAND_IN_MODE_KNOBS`]).
+pub fn stand_in_deferred() -> bool {
+    std::env::var("STAND_IN_DEFERRED").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
 /// The environment for a child that should load the stand-in: `LD_LIBRARY_PATH` with the stand-in's
-/// directory first, every `STAND_IN_*` knob inherited from the caller's environment removed, then `knobs`
-/// (`None` removes a variable).
+/// directory first, every `STAND_IN_*` knob inherited from the caller's environment removed except the mode
+/// knobs ([`STAND_IN_MODE_KNOBS`]), then `knobs` (`None` removes a variable).
 pub fn stand_in_env(knobs: &[(&str, Option<&str>)]) -> Vec<(String, Option<String>)> {
     stand_in_env_in(&stand_in_dir(), knobs)
 }
@@ -285,8 +298,10 @@ pub fn stand_in_env_in(dir: &Path, knobs: &[(&str, Option<&str>)]) -> Vec<(Strin
         Ok(p) if !p.is_empty() => format!("{}:{p}", dir.display()),
         _ => dir.display().to_string(),
     };
-    let mut env: Vec<(String, Option<String>)> =
-        std::env::vars().filter(|(k, _)| k.starts_with("STAND_IN_")).map(|(k, _)| (k, None)).collect();
+    let mut env: Vec<(String, Option<String>)> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("STAND_IN_") && !STAND_IN_MODE_KNOBS.contains(&k.as_str()))
+        .map(|(k, _)| (k, None))
+        .collect();
     env.push(("LD_LIBRARY_PATH".to_string(), Some(path)));
     env.extend(knobs.iter().map(|(k, v)| (k.to_string(), v.map(|s| s.to_string()))));
     env
@@ -315,6 +330,10 @@ pub fn run_ok_with_stand_in(bin: &Path, args: &[&str], knobs: &[(&str, Option<&s
 /// `concat!(module_path!(), "::test_fn")`: in the parent it re-executes this test binary for exactly that
 /// test with the stand-in on `LD_LIBRARY_PATH` and [`STAND_IN_CHILD`] set, and asserts that the child ran one
 /// test and passed; in the child it runs `body`.
+///
+/// The child runs with `STAND_IN_LEAK_REPORT=1` (unless `knobs` set it), and its exit report must show no
+/// live device allocations, registrations, streams or events and no queued operation: what a test leaves
+/// behind fails it. (Page-locked slabs may stay: the staging pool keeps them for the process lifetime.)
 pub fn in_stand_in_child(test: &str, knobs: &[(&str, Option<&str>)], body: impl FnOnce()) {
     in_child(test, knobs, true, body)
 }
@@ -336,6 +355,10 @@ fn in_child(test: &str, knobs: &[(&str, Option<&str>)], stand_in: bool, body: im
     let exe = std::env::current_exe().expect("current exe");
     let mut all: Vec<(&str, Option<&str>)> = knobs.to_vec();
     all.push((STAND_IN_CHILD, Some(test)));
+    let check_report = stand_in && !knobs.iter().any(|(k, _)| *k == "STAND_IN_LEAK_REPORT");
+    if check_report {
+        all.push(("STAND_IN_LEAK_REPORT", Some("1")));
+    }
     let args = [test, "--exact", "--nocapture", "--test-threads=1"];
     let out = if stand_in { run_with_stand_in(&exe, &args, &all) } else { run(&exe, &args, &all) };
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -345,6 +368,21 @@ fn in_child(test: &str, knobs: &[(&str, Option<&str>)], stand_in: bool, body: im
         "child for {test} ({knobs:?}) failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
         out.status
     );
+    if check_report {
+        assert_clean_exit_report(&stderr, &format!("child for {test} ({knobs:?})"));
+    }
+}
+
+/// Asserts that the stand-in's exit report (STAND_IN_LEAK_REPORT=1) on a process's stderr shows nothing live
+/// but page-locked memory and retained contexts: no device allocation, registration, stream, event or queued
+/// operation. No report at all means the process never loaded the stand-in (it prints whenever it was loaded).
+pub fn assert_clean_exit_report(stderr: &str, what: &str) {
+    let Some(line) = stderr.lines().rev().find(|l| l.starts_with("stand-in cuda: at exit:")) else { return };
+    for clean in
+        ["0 device allocations (0 bytes)", " 0 registrations", " 0 streams, 0 events live", "; 0 queued operations"]
+    {
+        assert!(line.contains(clean), "{what}: the stand-in's exit report shows a leak ('{clean}' expected): {line}");
+    }
 }
 
 /// Reads one of the stand-in's counters (`stand_in_live_allocations`, ...) in a process that has loaded it.

@@ -7,7 +7,7 @@
 use crate::common::*;
 use hostfirst::device::census::census;
 use hostfirst::device::cuda::{
-    mem_info, Context, DeviceMemory, Event, HostRegistration, InFlight, PinnedHostMemory, Stream,
+    context_mem_info, mem_info, Context, DeviceMemory, Event, HostRegistration, InFlight, PinnedHostMemory, Stream,
 };
 use hostfirst::device::{BackendStatus, Device, DeviceKind};
 use hostfirst::Status;
@@ -52,10 +52,59 @@ fn cli_two_devices() {
         assert_eq!(d["compute_capability"], "9.0");
         assert_eq!(d["multiprocessors"], 132);
         assert_eq!(d["total_memory"], 16 * GIB);
-        assert_eq!(d["free_memory"], 16 * GIB - RESERVE, "free = total - the retained context's reserve");
+        assert_eq!(d["free_memory"], 16 * GIB, "free memory from NVML: no context was created, so no reserve");
     }
     assert_eq!(v["default"]["spec"], "cuda:0");
     assert_eq!(v["default"]["source"], "built-in");
+}
+
+/// `hostfirst devices` prints free memory without creating a context on any GPU where NVML answers (the
+/// stand-in's exit report counts retained contexts), and through each device's context where it does not.
+#[test]
+fn cli_devices_creates_no_context_where_nvml_answers() {
+    for (nvml, contexts, free) in [("1", 0, 16 * GIB), ("0", 2, 16 * GIB - RESERVE)] {
+        let out = run_with_stand_in(
+            &cli(),
+            &["devices", "--json"],
+            &[("STAND_IN_DEVICES", Some("2")), ("STAND_IN_NVML", Some(nvml)), ("STAND_IN_LEAK_REPORT", Some("1"))],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains(&format!("; {contexts} primary contexts retained")), "STAND_IN_NVML={nvml}: {err}");
+        let v = json(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(v["devices"][2]["free_memory"], free, "STAND_IN_NVML={nvml}");
+    }
+}
+
+/// A MIG instance is named `MIG-<uuid>` (as nvidia-smi -L prints it and CUDA_VISIBLE_DEVICES accepts it),
+/// selectable by that UUID, and NVML finds it by that name (free memory without a context).
+#[test]
+fn cli_mig_instances_are_named_mig() {
+    let mig_uuid = UUID1.replacen("GPU-", "MIG-", 1);
+    let spec = format!("cuda:{mig_uuid}");
+    let knobs = [
+        ("STAND_IN_DEVICES", Some("2")),
+        ("STAND_IN_NAMES", Some("NVIDIA A100-SXM4-40GB, NVIDIA A100-SXM4-40GB MIG 1g.5gb")),
+        ("HOSTFIRST_DEFAULT_DEVICE", Some(spec.as_str())),
+        ("STAND_IN_LEAK_REPORT", Some("1")),
+    ];
+    let out = run_with_stand_in(&cli(), &["devices", "--json"], &knobs);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let v = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(v["devices"][1]["uuid"], UUID0, "a whole GPU keeps GPU-");
+    assert_eq!(v["devices"][2]["uuid"], mig_uuid.as_str());
+    assert_eq!(v["devices"][2]["free_memory"], 16 * GIB, "NVML found the MIG instance by its MIG- UUID");
+    assert_eq!(v["default"]["spec"], "cuda:1", "cuda:MIG-<uuid> selects the instance");
+    assert!(err.contains("; 0 primary contexts retained"), "{err}");
+    // CUDA_VISIBLE_DEVICES=MIG-<prefix> selects it too.
+    let v = devices_json(&[
+        ("STAND_IN_DEVICES", Some("2")),
+        ("STAND_IN_NAMES", Some("NVIDIA A100-SXM4-40GB, NVIDIA A100-SXM4-40GB MIG 1g.5gb")),
+        ("CUDA_VISIBLE_DEVICES", Some("MIG-b0b1b2b3")),
+    ]);
+    assert_eq!(cuda_backend(&v)["devices"], 1);
+    assert_eq!(v["devices"][1]["uuid"], mig_uuid.as_str());
 }
 
 #[test]
@@ -179,13 +228,23 @@ fn cli_default_device_env_with_cuda() {
 fn c_census_with_two_devices() {
     let src = root().join("tests/c/test_cuda_census.c");
     let bin = compile_c(&[&src], "test_cuda_census", &["-ldl"]);
-    let out = run_with_stand_in(&bin, &[], &[("STAND_IN_DEVICES", Some("2")), ("STAND_IN_LEAK_REPORT", Some("1"))]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert!(
-        err.contains("0 device allocations (0 bytes), 0 pinned, 0 registrations, 0 streams, 0 events live; 2 primary contexts retained"),
-        "the stand-in's exit report: {err}"
-    );
+    // Free memory through NVML (no context), then without NVML (cuMemGetInfo retains each context once).
+    for (nvml, contexts) in [("1", 0), ("0", 2)] {
+        let out = run_with_stand_in(
+            &bin,
+            &[],
+            &[("STAND_IN_DEVICES", Some("2")), ("STAND_IN_LEAK_REPORT", Some("1")), ("STAND_IN_NVML", Some(nvml))],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "STAND_IN_NVML={nvml}: {err}");
+        assert!(
+            err.contains(&format!(
+                "0 device allocations (0 bytes), 0 pinned, 0 registrations, 0 streams, 0 events live; 0 queued \
+                 operations; {contexts} primary contexts retained"
+            )),
+            "the stand-in's exit report: {err}"
+        );
+    }
 }
 
 #[test]
@@ -218,10 +277,16 @@ fn census_creates_no_context_and_specs_follow_uuids() {
             assert_eq!(stand_in_query("stand_in_context_retains"), 0);
             assert!(!Context::is_retained(0));
 
-            let (free, total) = mem_info(0).unwrap();
+            // Free memory through NVML: no context.
+            assert_eq!(mem_info(0).unwrap(), (16 * GIB, 16 * GIB));
+            assert_eq!(stand_in_query("stand_in_context_retains"), 0);
+            assert_eq!(stand_in_query("stand_in_nvml_memory_queries"), 1);
+            // As an allocation sees it: in the device's context, retained once.
+            let (free, total) = context_mem_info(0).unwrap();
             assert_eq!((free, total), (16 * GIB - RESERVE, 16 * GIB));
             assert_eq!(stand_in_query("stand_in_context_retains"), 1);
-            mem_info(0).unwrap();
+            assert_eq!(mem_info(0).unwrap(), (free, total), "once the context is retained, cuMemGetInfo in it");
+            assert_eq!(stand_in_query("stand_in_nvml_memory_queries"), 1);
             assert_eq!(stand_in_query("stand_in_context_retains"), 1, "retained once per device");
             assert!(Context::is_retained(0) && !Context::is_retained(1));
             assert_eq!(mem_info(2).unwrap_err().status(), Status::NoSuchDevice);
@@ -428,10 +493,13 @@ fn host_registration_without_read_only_support() {
     );
 }
 
+/// A copy failing with a sticky error (CUDA_ERROR_ILLEGAL_ADDRESS) poisons the context: the error names the
+/// copy and says it is sticky, every later call in the context fails the same way, and nothing leaks (the
+/// resources die with the context).
 #[test]
-fn copy_failure_is_a_device_error_and_leaks_nothing() {
+fn sticky_copy_failure_is_labelled_poisons_the_context_and_leaks_nothing() {
     in_stand_in_child(
-        concat!(module_path!(), "::copy_failure_is_a_device_error_and_leaks_nothing"),
+        concat!(module_path!(), "::sticky_copy_failure_is_labelled_poisons_the_context_and_leaks_nothing"),
         &[("STAND_IN_FAIL_COPY_AFTER", Some("6000"))],
         || {
             let dev = DeviceMemory::alloc(0, 8192).unwrap();
@@ -440,24 +508,52 @@ fn copy_failure_is_a_device_error_and_leaks_nothing() {
             assert_eq!(e.status(), Status::DeviceError);
             let m = e.message();
             assert!(
-                m.contains("CUDA_ERROR_ILLEGAL_ADDRESS") && m.contains("cuMemcpyHtoD_v2") && m.contains("4096 bytes"),
+                m.contains("CUDA_ERROR_ILLEGAL_ADDRESS")
+                    && m.contains("cuMemcpyHtoDAsync_v2")
+                    && m.contains("4096 bytes")
+                    && m.contains("sticky error")
+                    && m.contains("restart the process"),
                 "{m}"
             );
-
-            let stream = Stream::new(0).unwrap();
-            let pinned = PinnedHostMemory::alloc(4096).unwrap();
-            let e = stream.copy_to_device_async(pinned, 0, &dev, 0, 4096).unwrap_err();
-            assert_eq!(e.status(), Status::DeviceError);
-            assert!(e.message().contains("cuMemcpyHtoDAsync_v2"), "{}", e.message());
-            assert_eq!(stand_in_query("stand_in_live_pinned"), 0, "the failed copy's buffer was released");
-            let e = stream.copy_to_host_async(&dev, 0, PinnedHostMemory::alloc(64).unwrap(), 0, 64).unwrap_err();
-            assert!(e.message().contains("CUDA_ERROR_ILLEGAL_ADDRESS"));
-            let mut out = [0u8; 16];
-            assert_eq!(dev.copy_to_host(0, &mut out).unwrap_err().status(), Status::DeviceError);
-            drop((dev, stream));
+            // Everything in the context now fails with the same, labelled, error.
+            for e in [
+                Stream::new(0).unwrap_err(),
+                DeviceMemory::alloc(0, 64).unwrap_err(),
+                PinnedHostMemory::alloc_on(0, 64).unwrap_err(),
+                dev.copy_to_host(0, &mut [0u8; 16]).unwrap_err(),
+            ] {
+                assert_eq!(e.status(), Status::DeviceError);
+                assert!(e.message().contains("CUDA_ERROR_ILLEGAL_ADDRESS") && e.message().contains("sticky"), "{e:?}");
+            }
+            drop(dev);
             for q in
                 ["stand_in_live_allocations", "stand_in_live_pinned", "stand_in_live_streams", "stand_in_live_events"]
             {
+                assert_eq!(stand_in_query(q), 0, "{q}");
+            }
+        },
+    );
+}
+
+/// A copy failing with an error that is not sticky: reported (at the call or, deferred, at the next
+/// synchronisation) and labelled as such, and the context stays usable.
+#[test]
+fn copy_failure_that_is_not_sticky_leaves_the_context_usable() {
+    in_stand_in_child(
+        concat!(module_path!(), "::copy_failure_that_is_not_sticky_leaves_the_context_usable"),
+        &[("STAND_IN_FAIL_COPY_AFTER", Some("6000")), ("STAND_IN_COPY_ERROR", Some("CUDA_ERROR_INVALID_VALUE"))],
+        || {
+            let dev = DeviceMemory::alloc(0, 8192).unwrap();
+            dev.copy_from_host(0, &[1u8; 4096]).unwrap();
+            let e = dev.copy_from_host(4096, &[2u8; 4096]).unwrap_err();
+            assert_eq!(e.status(), Status::DeviceError);
+            assert!(e.message().contains("CUDA_ERROR_INVALID_VALUE") && !e.message().contains("sticky"), "{e:?}");
+            let stream = Stream::new(0).unwrap();
+            let more = DeviceMemory::alloc(0, 64).unwrap();
+            let e = stream.copy_to_device_async(vec![3u8; 64], 0, &more, 0, 64).and_then(|f| f.wait()).unwrap_err();
+            assert!(e.message().contains("CUDA_ERROR_INVALID_VALUE"), "the knob fails every later copy: {e:?}");
+            drop((dev, more, stream));
+            for q in ["stand_in_live_allocations", "stand_in_live_streams", "stand_in_live_events"] {
                 assert_eq!(stand_in_query(q), 0, "{q}");
             }
         },
@@ -597,4 +693,157 @@ fn a_driver_missing_an_entry_point_is_init_failed_not_a_panic() {
     // An old driver lacking the symbol is reported as too old, which is the actionable reason.
     let v = run_cli(&[("STAND_IN_DRIVER_VERSION", Some("11020"))]);
     assert_eq!(cuda_backend(&v)["status"], "driver_too_old");
+}
+
+// ---- the stand-in's own model of the driver -------------------------------------------------------------
+
+/// The stand-in is as strict as the real driver where hostfirst's correctness depends on it (queued work,
+/// stream ordering, errors at synchronisation, sticky errors, context checks, page protection, fork): a C
+/// program drives it through the driver API alone and checks what each mode must show.
+#[test]
+fn stand_in_models_the_driver_strictly() {
+    let src = root().join("tests/c/test_stand_in_model.c");
+    let bin = compile_c(&[&src], "test_stand_in_model", &["-ldl"]);
+    type Knobs<'a> = &'a [(&'a str, Option<&'a str>)];
+    let runs: &[(&str, Knobs)] = &[
+        ("order", &[("STAND_IN_DEFERRED", Some("0"))]),
+        ("order", &[("STAND_IN_DEFERRED", Some("1"))]),
+        ("order", &[("STAND_IN_DEFERRED", Some("1")), ("STAND_IN_SEED", Some("12345"))]),
+        (
+            "errors",
+            &[
+                ("STAND_IN_DEFERRED", Some("1")),
+                ("STAND_IN_FAIL_COPY_AFTER", Some("0")),
+                ("STAND_IN_COPY_ERROR", Some("CUDA_ERROR_INVALID_VALUE")),
+            ],
+        ),
+        ("sticky", &[("STAND_IN_DEFERRED", Some("0")), ("STAND_IN_FAIL_COPY_AFTER", Some("0"))]),
+        ("sticky", &[("STAND_IN_DEFERRED", Some("1")), ("STAND_IN_FAIL_COPY_AFTER", Some("0"))]),
+        ("register", &[]),
+        ("register", &[("STAND_IN_READ_ONLY_REGISTER", Some("0"))]),
+        ("context", &[]),
+        ("fork", &[]),
+    ];
+    for (section, knobs) in runs {
+        let mut all = knobs.to_vec();
+        all.push(("STAND_IN_LEAK_REPORT", Some("1")));
+        let out = run_with_stand_in(&bin, &[section], &all);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{section} {knobs:?}: {err}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
+        assert_clean_exit_report(&err, &format!("{section} {knobs:?}"));
+    }
+}
+
+// ---- when the driver is loaded, and fork() -------------------------------------------------------------
+
+/// The file tests/c/test_cuda_process.c expects: one u16 tensor "tokens" of 4096 elements, element i = i * 5 + 1.
+fn process_test_file(dir: &str) -> String {
+    let n = 4096usize;
+    let h = format!(r#"{{"tokens":{{"dtype":"U16","shape":[{n}],"data_offsets":[0,{}]}}}}"#, 2 * n);
+    let mut img = (h.len() as u64).to_le_bytes().to_vec();
+    img.extend_from_slice(h.as_bytes());
+    img.extend((0..n).flat_map(|i| ((i * 5 + 1) as u16).to_le_bytes()));
+    let path = scratch(dir).join("process.safetensors");
+    std::fs::write(&path, img).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// Opening a file, putting to cpu, gathering on cpu and parsing "cpu" never load the CUDA driver, even with one
+/// on the library path (`LD_DEBUG=libs` shows every library the loader opens); taking the census does (the
+/// control: the check can fail).
+#[test]
+fn cpu_work_never_loads_libcuda() {
+    let src = root().join("tests/c/test_cuda_process.c");
+    let bin = compile_c(&[&src], "test_cuda_process_cpu_only", &["-ldl"]);
+    let file = process_test_file("cuda_process_cpu_only");
+    let loads = |extra: &[&str]| {
+        let mut args = vec!["cpu-only", file.as_str()];
+        args.extend_from_slice(extra);
+        let out = run_with_stand_in(&bin, &args, &[("LD_DEBUG", Some("libs"))]);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        err.lines()
+            .filter(|l| l.contains("libcuda") || l.contains("libnvidia-ml"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let cpu_only = loads(&[]);
+    assert!(cpu_only.is_empty(), "cpu work loaded the driver:\n{}", cpu_only.join("\n"));
+    let census = loads(&["census"]);
+    assert!(census.iter().any(|l| l.contains("libcuda.so.1")), "the census loads libcuda.so.1 (LD_DEBUG works here)");
+}
+
+/// The driver is `libcuda.so.1`, tried before `libcuda.so`: a `libcuda.so` that is not a driver (here: a
+/// library of no use, standing in for the toolkit's stub) on the search path does not win.
+#[test]
+fn libcuda_so_1_is_tried_before_libcuda_so() {
+    let dir = scratch("stub_libcuda_so");
+    let stub = dir.join("libcuda.so");
+    let src = dir.join("stub.c");
+    std::fs::write(&src, "int cuInit(unsigned f) { (void)f; return 34; /* CUDA_ERROR_STUB_LIBRARY */ }\n").unwrap();
+    let out = std::process::Command::new(cc()).args(["-shared", "-fPIC", "-o"]).arg(&stub).arg(&src).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The stub's directory first, then the stand-in's (which has libcuda.so.1).
+    let path = format!("{}:{}", dir.display(), stand_in_dir().display());
+    let out = run(&cli(), &["devices", "--json"], &[("LD_LIBRARY_PATH", Some(path.as_str()))]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(cuda_backend(&v)["status"], "available", "libcuda.so.1 won over the stub: {v}");
+}
+
+/// The reason given when no driver library loads names the two names tried and what to do, in a few dozen
+/// words (it used to list 34 names, Windows ones included).
+#[test]
+fn library_not_found_reason_is_short() {
+    let dir = scratch("no_driver");
+    let out = run(&cli(), &["devices", "--json"], &[("LD_LIBRARY_PATH", Some(dir.to_str().unwrap()))]);
+    let v = json(&String::from_utf8_lossy(&out.stdout));
+    let b = cuda_backend(&v);
+    if b["status"] != "library_not_found" {
+        return; // a machine with a real driver installed system-wide
+    }
+    let reason = b["reason"].as_str().unwrap();
+    assert!(reason.contains("tried libcuda.so.1, libcuda.so") && reason.contains("LD_LIBRARY_PATH"), "{reason}");
+    assert!(!reason.contains("nvcuda") && !reason.contains(".dll"), "{reason}");
+    assert!(reason.len() < 260, "{} chars: {reason}", reason.len());
+}
+
+/// After fork(), the child of a process that initialised CUDA reports CUDA as unusable with a reason naming
+/// fork(), never calls the driver, and does cpu work; the parent still uses CUDA.
+#[test]
+fn forked_child_reports_cuda_unusable_and_works_on_cpu() {
+    let src = root().join("tests/c/test_cuda_process.c");
+    let bin = compile_c(&[&src], "test_cuda_process_fork", &["-ldl"]);
+    let file = process_test_file("cuda_process_fork");
+    let out = run_with_stand_in(&bin, &["fork", &file], &[("STAND_IN_LEAK_REPORT", Some("1"))]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_clean_exit_report(&err, "fork");
+}
+
+/// scripts/test.sh runs the CUDA tests a second time on the deferred stand-in, selecting them by name
+/// (`cargo test --test it -- cuda stand_in`): every test that uses the stand-in must have `cuda` or
+/// `stand_in` in its path, or it would silently run in one mode only.
+#[test]
+fn every_stand_in_test_is_selected_by_the_deferred_pass() {
+    let uses = ["in_stand_in_child", "run_with_stand_in", "run_ok_with_stand_in", "stand_in_env", "stand_in_dir()"];
+    let mut missed = Vec::new();
+    for entry in std::fs::read_dir(root().join("tests/it")).unwrap() {
+        let path = entry.unwrap().path();
+        let module = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if module == "common" || path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for body in text.split("\n#[test]\n").skip(1) {
+            let Some(name) = body.strip_prefix("fn ").and_then(|b| b.split('(').next()) else { continue };
+            let end = body.find("\n}\n").unwrap_or(body.len());
+            let full = format!("{module}::{name}");
+            if uses.iter().any(|u| body[..end].contains(u)) && !full.contains("cuda") && !full.contains("stand_in") {
+                missed.push(full);
+            }
+        }
+    }
+    assert!(missed.is_empty(), "tests using the stand-in but not selected by `-- cuda stand_in`: {missed:?}");
 }

@@ -18,6 +18,7 @@ mod file_props;
 mod file_sets;
 mod file_sparse;
 mod file_support;
+mod gpu_harness;
 mod header;
 mod install;
 mod place_cpu;

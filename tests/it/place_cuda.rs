@@ -410,3 +410,134 @@ fn cancel_mid_transfer_and_truncated_file() {
         assert_nothing_live();
     });
 }
+
+/// Reads a CUDA buffer back through a non-blocking stream of its device (as a consumer such as a framework
+/// would, without synchronising with the legacy default stream).
+fn read_on_own_stream(b: &hostfirst::place::Buffer) -> Vec<u8> {
+    let hostfirst::place::Memory::Cuda(mem) = b.memory() else { panic!("not a CUDA buffer") };
+    let stream = hostfirst::device::cuda::Stream::new(mem.ordinal()).unwrap();
+    stream.copy_to_host_async(mem, 0, vec![0u8; mem.len()], 0, mem.len()).unwrap().wait().unwrap()
+}
+
+/// Copies between device buffers (buffer_to on one device and between two) are complete when buffer_to
+/// returns, for a reader on any stream: device-to-device copies are asynchronous to the host even in their
+/// "synchronous" driver forms, and the deferred stand-in leaves such a copy queued on the legacy default
+/// stream, where a non-blocking reader does not wait for it. Peer copies take the direct path (peer access
+/// enabled), and no wait spins a core.
+#[test]
+fn buffer_to_is_complete_for_readers_on_any_stream() {
+    in_stand_in_child(
+        concat!(module_path!(), "::buffer_to_is_complete_for_readers_on_any_stream"),
+        &[("STAND_IN_DEVICES", Some("2"))],
+        || {
+            let n = 300_001;
+            let (img, data) = image(n);
+            let f = TensorFile::from_bytes(img).unwrap();
+            let a = put(&f.view("t").unwrap(), Target::Device(Device::cuda(0)), PutOptions::default()).unwrap();
+            let b = buffer_to(&a, Target::Device(Device::cuda(0))).unwrap();
+            assert!(read_on_own_stream(&b) == data, "same device");
+            let c = buffer_to(&b, Target::Device(Device::cuda(1))).unwrap();
+            assert!(read_on_own_stream(&c) == data, "peer");
+            assert_eq!(stand_in_query("stand_in_peer_copies"), 1);
+            assert_eq!(stand_in_query("stand_in_peer_copies_direct"), 1, "peer access was enabled");
+            let d = buffer_to(&c, Target::Device(Device::cuda(0))).unwrap();
+            assert!(read_on_own_stream(&d) == data, "peer, the other way");
+            assert_eq!(stand_in_query("stand_in_spinning_waits"), 0, "every wait blocks instead of spinning");
+            drop((a, b, c, d));
+            assert_nothing_live();
+        },
+    );
+}
+
+/// Where the devices cannot access each other, peer copies still work (the driver stages them).
+#[test]
+fn peer_copies_without_peer_access() {
+    in_stand_in_child(
+        concat!(module_path!(), "::peer_copies_without_peer_access"),
+        &[("STAND_IN_DEVICES", Some("2")), ("STAND_IN_PEER_ACCESS", Some("0"))],
+        || {
+            let (img, data) = image(70_000);
+            let f = TensorFile::from_bytes(img).unwrap();
+            let a = put(&f.view("t").unwrap(), Target::Device(Device::cuda(1)), PutOptions::default()).unwrap();
+            let b = buffer_to(&a, Target::Device(Device::cuda(0))).unwrap();
+            assert!(read_on_own_stream(&b) == data);
+            assert_eq!((stand_in_query("stand_in_peer_copies"), stand_in_query("stand_in_peer_copies_direct")), (1, 0));
+            drop((a, b));
+            assert_nothing_live();
+        },
+    );
+}
+
+/// A process that only uses cuda:1 never creates a context on cuda:0: staging slabs, resident registrations,
+/// gathers and cuda_host buffers go through the target's (or an already used) context. cuda:0 here is an
+/// exclusive-process GPU another process holds, so any use of it would fail.
+#[test]
+fn work_for_one_device_uses_only_its_context() {
+    in_stand_in_child(
+        concat!(module_path!(), "::work_for_one_device_uses_only_its_context"),
+        &[("STAND_IN_DEVICES", Some("2")), ("STAND_IN_UNAVAILABLE", Some("0"))],
+        || {
+            let n = (1 << 20) + 5;
+            let (img, data) = image(n);
+            let path = scratch("place_cuda_one_device").join("t.safetensors");
+            std::fs::write(&path, &img).unwrap();
+            let f = TensorFile::open(&path).unwrap();
+            let v = f.view("t").unwrap();
+            let gpu1 = Target::Device(Device::cuda(1));
+            let staged = put(&v, gpu1, opts(&small_ring())).unwrap();
+            let (resident, st) =
+                put_with_stats(&v, gpu1, PutOptions { resident: true, ..PutOptions::default() }).unwrap();
+            assert!(!st.staged_instead, "{st:?}");
+            let mut g = hostfirst::place::gather::Gather::new(Device::cuda(1), hostfirst::DType::U8, 2, 1000).unwrap();
+            g.run(&v, &[10, 5000]).unwrap();
+            let host = buffer_to(&staged, Target::Device(Device::CUDA_HOST)).unwrap();
+            for b in [&staged, &resident, &host] {
+                let mut back = vec![0u8; n];
+                b.copy_to_host(&mut back).unwrap();
+                assert!(back == data);
+            }
+            let mut batch = vec![0u8; 2000];
+            g.copy_to_host(&mut batch).unwrap();
+            assert!(batch[..1000] == data[10..1010] && batch[1000..] == data[5000..6000]);
+            assert!(!hostfirst::device::cuda::Context::is_retained(0));
+            assert_eq!(stand_in_query("stand_in_live_contexts"), 1, "only cuda:1's context");
+            let e = put(&v, Target::Device(Device::cuda(0)), PutOptions::default()).unwrap_err();
+            assert!(e.message().contains("CUDA_ERROR_DEVICE_UNAVAILABLE"), "cuda:0 really is unusable: {e:?}");
+            drop((staged, resident, host, g, v, f));
+            assert_nothing_live();
+        },
+    );
+}
+
+/// Where the device cannot register read-only memory, a resident put of a file's tensor (a read-only mapping,
+/// which the driver refuses to register otherwise) goes through the staging ring and says so; a tensor in
+/// writable memory still registers (without the read-only flag).
+#[test]
+fn resident_falls_back_to_staging_without_read_only_registration() {
+    in_stand_in_child(
+        concat!(module_path!(), "::resident_falls_back_to_staging_without_read_only_registration"),
+        &[("STAND_IN_READ_ONLY_REGISTER", Some("0"))],
+        || {
+            let n = (2 << 20) + 3;
+            let (img, data) = image(n);
+            let path = scratch("place_cuda_resident_ro").join("t.safetensors");
+            std::fs::write(&path, &img).unwrap();
+            let f = TensorFile::open(&path).unwrap();
+            let o = || PutOptions { resident: true, ..PutOptions::default() };
+            let (b, st) = put_with_stats(&f.view("t").unwrap(), Target::Device(Device::cuda(0)), o()).unwrap();
+            assert!(st.staged_instead && !st.reused_registration, "{st:?}");
+            assert_eq!(stand_in_query("stand_in_register_calls"), 0, "no registration was attempted");
+            let mut back = vec![0u8; n];
+            b.copy_to_host(&mut back).unwrap();
+            assert!(back == data);
+            let m = TensorFile::from_bytes(img).unwrap();
+            let (b2, st) = put_with_stats(&m.view("t").unwrap(), Target::Device(Device::cuda(0)), o()).unwrap();
+            assert!(!st.staged_instead, "{st:?}");
+            assert_eq!(stand_in_query("stand_in_last_register_flags"), 0x01, "portable, not read-only");
+            b2.copy_to_host(&mut back).unwrap();
+            assert!(back == data);
+            drop((b, b2, f, m));
+            assert_nothing_live();
+        },
+    );
+}

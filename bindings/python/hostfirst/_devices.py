@@ -78,7 +78,8 @@ class Device:
         )
 
     def memory(self):
-        """(free, total) bytes now. For CUDA this retains the device's primary context."""
+        """(free, total) bytes now. For CUDA: from NVML without a context where it can, else this retains the
+        device's primary context (see hostfirst_device_memory in hostfirst.h)."""
         free, total = ctypes.c_uint64(), ctypes.c_uint64()
         check(lib.hostfirst_device_memory(self._c(), ctypes.byref(free), ctypes.byref(total)))
         return free.value, total.value

@@ -1,28 +1,55 @@
-//! The CUDA driver entry points hostfirst calls, resolved once, up front, from the library cudarc loads.
+//! The CUDA driver entry points hostfirst calls, resolved once, up front, from a driver library we open.
 //!
 //! Why not call `cudarc::driver::sys::cu*` directly? With `dynamic-loading`, each of those resolves its symbol
 //! lazily on first call and **panics** when the symbol is missing, and declares the return type as a Rust
 //! `enum`, so a driver newer than cudarc's bindings returning an error code the enum lacks would be undefined
-//! behaviour. Here every entry point is resolved eagerly through `cudarc::driver::sys::culib()` (after
-//! `is_culib_present()` said the library loads, so `culib()` cannot panic), a missing one is an ordinary error
-//! naming it, and every result is a plain `u32`.
+//! behaviour. Here every entry point is resolved eagerly, a missing one is an ordinary error naming it, and
+//! every result is a plain `u32`. The constants (error codes, flags, attributes) come from cudarc's bindings.
+//!
+//! Why open the library ourselves instead of `cudarc::driver::sys::culib()`? cudarc tries `libcuda.so` first,
+//! and the CUDA toolkit ships a *stub* `libcuda.so` (every call fails with `CUDA_ERROR_STUB_LIBRARY`) that wins
+//! when the toolkit's library directory is on `LD_LIBRARY_PATH`. The driver installs `libcuda.so.1`; we try it
+//! first ([`LIBRARY_NAMES`]).
 //!
 //! The table lists exactly the symbols hostfirst calls; the stand-in driver (`tests/cuda_stub/`) implements
 //! each of them. They all exist in drivers for CUDA 11.4 and newer ([`MIN_DRIVER_VERSION`]).
 
 use crate::error::{Error, Result, Status};
+use cudarc::driver::sys::{cudaError_enum as E, CUdevice_attribute_enum as A};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::sync::OnceLock;
 
 /// A `CUresult` as the driver returns it. Kept as an integer: never converted to a Rust enum.
 pub(crate) type CuResult = c_uint;
 /// `CUDA_SUCCESS`.
-pub(crate) const CUDA_SUCCESS: CuResult = 0;
+pub(crate) const CUDA_SUCCESS: CuResult = E::CUDA_SUCCESS as CuResult;
 /// `CUDA_ERROR_OUT_OF_MEMORY`.
-pub(crate) const CUDA_ERROR_OUT_OF_MEMORY: CuResult = 2;
+pub(crate) const CUDA_ERROR_OUT_OF_MEMORY: CuResult = E::CUDA_ERROR_OUT_OF_MEMORY as CuResult;
 /// `CUDA_ERROR_NO_DEVICE`.
-pub(crate) const CUDA_ERROR_NO_DEVICE: CuResult = 100;
+pub(crate) const CUDA_ERROR_NO_DEVICE: CuResult = E::CUDA_ERROR_NO_DEVICE as CuResult;
 /// `CUDA_ERROR_NOT_READY`.
-pub(crate) const CUDA_ERROR_NOT_READY: CuResult = 600;
+pub(crate) const CUDA_ERROR_NOT_READY: CuResult = E::CUDA_ERROR_NOT_READY as CuResult;
+/// `CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED`.
+pub(crate) const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: CuResult =
+    E::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED as CuResult;
+
+/// The errors after which a context is unusable ("sticky"): every later call in it returns the same error
+/// and only a new process recovers.
+const STICKY: &[E] = &[
+    E::CUDA_ERROR_ECC_UNCORRECTABLE,
+    E::CUDA_ERROR_ILLEGAL_ADDRESS,
+    E::CUDA_ERROR_HARDWARE_STACK_ERROR,
+    E::CUDA_ERROR_ILLEGAL_INSTRUCTION,
+    E::CUDA_ERROR_MISALIGNED_ADDRESS,
+    E::CUDA_ERROR_INVALID_ADDRESS_SPACE,
+    E::CUDA_ERROR_INVALID_PC,
+    E::CUDA_ERROR_LAUNCH_FAILED,
+];
+
+/// True for an error that poisons its context (see [`STICKY`]).
+pub(crate) fn is_sticky(code: CuResult) -> bool {
+    STICKY.iter().any(|e| *e as CuResult == code)
+}
 
 /// The oldest driver hostfirst accepts, as `cuDriverGetVersion` reports it (1000 * major + 10 * minor): 11.4.
 ///
@@ -31,22 +58,55 @@ pub(crate) const CUDA_ERROR_NOT_READY: CuResult = 600;
 pub const MIN_DRIVER_VERSION: i32 = 11040;
 
 /// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`.
-pub(crate) const ATTR_MULTIPROCESSOR_COUNT: c_int = 16;
+pub(crate) const ATTR_MULTIPROCESSOR_COUNT: c_int = A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT as c_int;
 /// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR`.
-pub(crate) const ATTR_CC_MAJOR: c_int = 75;
+pub(crate) const ATTR_CC_MAJOR: c_int = A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR as c_int;
 /// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR`.
-pub(crate) const ATTR_CC_MINOR: c_int = 76;
+pub(crate) const ATTR_CC_MINOR: c_int = A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR as c_int;
 /// `CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED`.
-pub(crate) const ATTR_READ_ONLY_HOST_REGISTER_SUPPORTED: c_int = 113;
+pub(crate) const ATTR_READ_ONLY_HOST_REGISTER_SUPPORTED: c_int =
+    A::CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED as c_int;
 
 /// `CU_MEMHOSTALLOC_PORTABLE` / `CU_MEMHOSTREGISTER_PORTABLE`: pinned for every context, not only the current.
-pub(crate) const HOST_PORTABLE: c_uint = 0x01;
+pub(crate) const HOST_PORTABLE: c_uint = cudarc::driver::sys::CU_MEMHOSTREGISTER_PORTABLE;
 /// `CU_MEMHOSTREGISTER_READ_ONLY`: the device only reads the range (required for read-only mappings).
-pub(crate) const HOST_REGISTER_READ_ONLY: c_uint = 0x08;
+pub(crate) const HOST_REGISTER_READ_ONLY: c_uint = cudarc::driver::sys::CU_MEMHOSTREGISTER_READ_ONLY;
 /// `CU_STREAM_NON_BLOCKING`: no implicit synchronisation with the legacy default stream.
-pub(crate) const STREAM_NON_BLOCKING: c_uint = 0x01;
-/// `CU_EVENT_DISABLE_TIMING`: cheaper events, used only for completion.
-pub(crate) const EVENT_DISABLE_TIMING: c_uint = 0x02;
+pub(crate) const STREAM_NON_BLOCKING: c_uint =
+    cudarc::driver::sys::CUstream_flags_enum::CU_STREAM_NON_BLOCKING as c_uint;
+/// `CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC`: cheaper events, used only for completion, whose
+/// `cuEventSynchronize` blocks the thread instead of spinning a core.
+pub(crate) const EVENT_FLAGS: c_uint = cudarc::driver::sys::CUevent_flags_enum::CU_EVENT_DISABLE_TIMING as c_uint
+    | cudarc::driver::sys::CUevent_flags_enum::CU_EVENT_BLOCKING_SYNC as c_uint;
+
+/// The driver library names, tried in this order: the driver's own `libcuda.so.1` first, then the
+/// development name (which the toolkit's stub also carries).
+#[cfg(not(windows))]
+pub const LIBRARY_NAMES: &[&str] = &["libcuda.so.1", "libcuda.so"];
+/// The driver library names, tried in this order.
+#[cfg(windows)]
+pub const LIBRARY_NAMES: &[&str] = &["nvcuda.dll"];
+
+/// Opens the driver library (once per process), or says why none of [`LIBRARY_NAMES`] loads: the loader's
+/// message for the first name.
+pub(crate) fn library() -> std::result::Result<&'static libloading::Library, String> {
+    static LIB: OnceLock<std::result::Result<libloading::Library, String>> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let mut first_error = None;
+        for name in LIBRARY_NAMES {
+            // SAFETY: loading the CUDA driver runs its initialisers, which have no preconditions.
+            match unsafe { libloading::Library::new(*name) } {
+                Ok(lib) => return Ok(lib),
+                Err(e) => {
+                    first_error.get_or_insert_with(|| e.to_string());
+                }
+            }
+        }
+        Err(first_error.unwrap_or_default())
+    })
+    .as_ref()
+    .map_err(|e| e.clone())
+}
 
 /// Opaque driver handles (`CUcontext`, `CUstream`, `CUevent`) as raw pointers.
 pub(crate) type RawHandle = *mut c_void;
@@ -66,12 +126,9 @@ macro_rules! driver_api {
             /// Resolves every entry point, or names the first one missing.
             ///
             /// # Safety
-            /// The caller must have checked `cudarc::driver::sys::is_culib_present()` (otherwise `culib()`
-            /// panics), and the loaded library must be a CUDA driver whose symbols have the C signatures
-            /// declared here (those of `cuda.h`).
-            pub(crate) unsafe fn load() -> std::result::Result<Api, String> {
-                // SAFETY: the caller checked the library loads, so culib() returns it instead of panicking.
-                let lib = unsafe { cudarc::driver::sys::culib() };
+            /// `lib` must be a CUDA driver whose symbols have the C signatures declared here (those of
+            /// `cuda.h`).
+            pub(crate) unsafe fn load(lib: &'static libloading::Library) -> std::result::Result<Api, String> {
                 Ok(Api {
                     $(
                         // SAFETY: the declared type is the symbol's C signature (caller's contract); the
@@ -130,24 +187,28 @@ driver_api! {
     mem_host_register = "cuMemHostRegister_v2": fn(*mut c_void, usize, c_uint);
     /// `cuMemHostUnregister(ptr)`.
     mem_host_unregister = "cuMemHostUnregister": fn(*mut c_void);
-    /// `cuMemcpyHtoD_v2(dst, src, bytes)`.
-    memcpy_htod = "cuMemcpyHtoD_v2": fn(u64, *const c_void, usize);
     /// `cuMemcpyHtoDAsync_v2(dst, src, bytes, stream)`.
     memcpy_htod_async = "cuMemcpyHtoDAsync_v2": fn(u64, *const c_void, usize, RawHandle);
     /// `cuMemcpyDtoH_v2(dst, src, bytes)`.
     memcpy_dtoh = "cuMemcpyDtoH_v2": fn(*mut c_void, u64, usize);
     /// `cuMemcpyDtoHAsync_v2(dst, src, bytes, stream)`.
     memcpy_dtoh_async = "cuMemcpyDtoHAsync_v2": fn(*mut c_void, u64, usize, RawHandle);
-    /// `cuMemcpyDtoD_v2(dst, src, bytes)`.
-    memcpy_dtod = "cuMemcpyDtoD_v2": fn(u64, u64, usize);
-    /// `cuMemcpyPeer(dst, dst_ctx, src, src_ctx, bytes)`.
-    memcpy_peer = "cuMemcpyPeer": fn(u64, RawHandle, u64, RawHandle, usize);
+    /// `cuMemcpyDtoDAsync_v2(dst, src, bytes, stream)`.
+    memcpy_dtod_async = "cuMemcpyDtoDAsync_v2": fn(u64, u64, usize, RawHandle);
+    /// `cuMemcpyPeerAsync(dst, dst_ctx, src, src_ctx, bytes, stream)`.
+    memcpy_peer_async = "cuMemcpyPeerAsync": fn(u64, RawHandle, u64, RawHandle, usize, RawHandle);
+    /// `cuDeviceCanAccessPeer(&can, dev, peer_dev)`.
+    device_can_access_peer = "cuDeviceCanAccessPeer": fn(*mut c_int, c_int, c_int);
+    /// `cuCtxEnablePeerAccess(peer_ctx, flags)` (for the current context).
+    ctx_enable_peer_access = "cuCtxEnablePeerAccess": fn(RawHandle, c_uint);
     /// `cuStreamCreate(&stream, flags)`.
     stream_create = "cuStreamCreate": fn(*mut RawHandle, c_uint);
     /// `cuStreamDestroy_v2(stream)`.
     stream_destroy = "cuStreamDestroy_v2": fn(RawHandle);
     /// `cuStreamSynchronize(stream)`.
     stream_synchronize = "cuStreamSynchronize": fn(RawHandle);
+    /// `cuStreamWaitEvent(stream, event, flags)`.
+    stream_wait_event = "cuStreamWaitEvent": fn(RawHandle, RawHandle, c_uint);
     /// `cuEventCreate(&event, flags)`.
     event_create = "cuEventCreate": fn(*mut RawHandle, c_uint);
     /// `cuEventRecord(event, stream)`.
@@ -195,13 +256,19 @@ impl Api {
         Err(Error::new(Status::DeviceError, self.describe(code, &what())))
     }
 
-    /// `"<what>: <NAME> (<description>)"`.
+    /// `"<what>: <NAME> (<description>)"`, and for a sticky error what it means for the process.
     pub(crate) fn describe(&self, code: CuResult, what: &str) -> String {
         let desc = self.error_string(code);
-        if desc.is_empty() {
-            format!("{what} failed: {}", self.error_name(code))
+        let sticky = if is_sticky(code) {
+            "; this is a sticky error: the device's CUDA context is now unusable and every later CUDA call in \
+             this process will fail the same way; restart the process"
         } else {
-            format!("{what} failed: {} ({desc})", self.error_name(code))
+            ""
+        };
+        if desc.is_empty() {
+            format!("{what} failed: {}{sticky}", self.error_name(code))
+        } else {
+            format!("{what} failed: {} ({desc}){sticky}", self.error_name(code))
         }
     }
 }
@@ -211,10 +278,19 @@ pub fn format_driver_version(v: i32) -> String {
     format!("{}.{}", v / 1000, (v % 1000) / 10)
 }
 
-/// Formats a `CUuuid` the way nvidia-smi does: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, lower-case hex.
-pub fn format_uuid(bytes: &[u8; 16]) -> String {
+/// Formats a `CUuuid` the way nvidia-smi does: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, lower-case hex, or
+/// `MIG-…` for a MIG instance.
+pub fn format_uuid(bytes: &[u8; 16], mig: bool) -> String {
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("GPU-{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+    let prefix = if mig { "MIG" } else { "GPU" };
+    format!("{prefix}-{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32])
+}
+
+/// True when a device name is a MIG instance's: CUDA names them `<GPU name> MIG <profile>`, the profile
+/// starting with the slice count (`NVIDIA A100-SXM4-40GB MIG 1g.5gb`, `NVIDIA H100 80GB HBM3 MIG 3g.40gb`).
+pub fn is_mig_name(name: &str) -> bool {
+    let words: Vec<&str> = name.split_whitespace().collect();
+    words.windows(2).any(|w| w[0] == "MIG" && w[1].starts_with(|c: char| c.is_ascii_digit()) && w[1].contains("g."))
 }
 
 /// Reads a NUL-terminated string the driver wrote into `buf` (lossy UTF-8, trimmed).
@@ -241,10 +317,26 @@ mod tests {
         for (i, x) in b.iter_mut().enumerate() {
             *x = 0xa0 + i as u8;
         }
-        assert_eq!(format_uuid(&b), "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf");
-        let u = format_uuid(&[0xff; 16]);
+        assert_eq!(format_uuid(&b, false), "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf");
+        assert_eq!(format_uuid(&b, true), "MIG-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf");
+        let u = format_uuid(&[0xff; 16], false);
         assert_eq!(u.len(), 40);
         assert_eq!(u, u.to_ascii_lowercase().replace("gpu-", "GPU-"));
+    }
+
+    #[test]
+    fn mig_names() {
+        assert!(is_mig_name("NVIDIA A100-SXM4-40GB MIG 1g.5gb"));
+        assert!(is_mig_name("NVIDIA H100 80GB HBM3 MIG 3g.40gb"));
+        assert!(!is_mig_name("NVIDIA H100 80GB HBM3"));
+        assert!(!is_mig_name("MIGHTY GPU 2"));
+        assert!(!is_mig_name("Stand-in GPU MIG"));
+    }
+
+    #[test]
+    fn sticky_errors() {
+        assert!(is_sticky(700) && is_sticky(719) && is_sticky(214));
+        assert!(!is_sticky(CUDA_ERROR_OUT_OF_MEMORY) && !is_sticky(CUDA_ERROR_NOT_READY) && !is_sticky(1));
     }
 
     #[test]
@@ -257,6 +349,8 @@ mod tests {
     #[test]
     fn symbols_are_the_driver_names() {
         assert!(SYMBOLS.contains(&"cuMemAlloc_v2"));
+        assert!(SYMBOLS.contains(&"cuStreamWaitEvent"));
+        assert_eq!(LIBRARY_NAMES.first(), Some(&if cfg!(windows) { "nvcuda.dll" } else { "libcuda.so.1" }));
         assert!(SYMBOLS.contains(&"cuDeviceGetUuid_v2"));
         assert!(SYMBOLS.iter().all(|s| s.starts_with("cu")));
         let mut sorted = SYMBOLS.to_vec();

@@ -1,5 +1,5 @@
 //! Contexts and memory: the per-device primary context, device allocations, page-locked host allocations,
-//! host registrations, and synchronous copies.
+//! host registrations. Synchronous copies are in [`super::copy`], asynchronous ones in [`super::stream`].
 //!
 //! Every type here is safe to use: sizes and offsets are checked before the driver is called (an out-of-range
 //! request is `OUT_OF_RANGE` and reaches no driver), driver failures are `DEVICE_ERROR` with the driver's
@@ -7,13 +7,16 @@
 //! resources are released on drop. Device memory is not Rust memory: its contents are only ever reached
 //! through driver copies into or out of host memory the caller lends for the duration of the call.
 
-use super::driver::{self, Api, RawHandle, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS};
-use super::{api, check_ordinal};
+use super::driver::{
+    self, Api, RawHandle, CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, CUDA_SUCCESS,
+};
+use super::probe::{api, check_ordinal, status};
 use crate::error::{human_bytes, Error, FitFailure, Result, Status};
+use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 /// The primary context of one CUDA device, retained lazily on first use and never released (it lives as long
 /// as the process, like the CUDA runtime's). Get it with [`Context::get`]; it is shared by every thread.
@@ -36,7 +39,7 @@ impl Context {
     /// The primary context of `cuda:<ordinal>`, retaining it (`cuDevicePrimaryCtxRetain`) on the first call
     /// for that device. Later calls return the same context without calling the driver.
     ///
-    /// Errors: `UNAVAILABLE` when the census has no usable CUDA backend; `NO_SUCH_DEVICE` for an ordinal that
+    /// Errors: `UNAVAILABLE` when the CUDA backend is not usable (see [`super::status`]); `NO_SUCH_DEVICE` for an ordinal that
     /// is not present; `DEVICE_ERROR` when the driver refuses the retain.
     pub fn get(ordinal: u32) -> Result<&'static Context> {
         let api = api()?;
@@ -50,7 +53,7 @@ impl Context {
             return Ok(c);
         }
         let mut dev: c_int = 0;
-        // SAFETY: valid out-pointer; the ordinal was checked against the census.
+        // SAFETY: valid out-pointer; the ordinal was checked against the probe.
         api.check(unsafe { (api.device_get)(&mut dev, ordinal as c_int) }, || format!("cuDeviceGet({ordinal})"))?;
         let mut raw: RawHandle = std::ptr::null_mut();
         // SAFETY: valid out-pointer and device handle.
@@ -67,6 +70,64 @@ impl Context {
         table.get(ordinal as usize).is_some_and(|c| c.is_some())
     }
 
+    /// A context for host memory that belongs to no device (page-locked memory for `cuda_host`, which is
+    /// allocated portable, so any context serves): one this process already retained (the lowest ordinal),
+    /// else the first device whose primary context can be retained (an exclusive-process GPU held by another
+    /// process is skipped). Errors as for [`Context::get`] when none can.
+    pub fn for_host() -> Result<&'static Context> {
+        api()?;
+        let retained = CONTEXTS.lock().unwrap_or_else(|p| p.into_inner()).iter().flatten().next().copied();
+        if let Some(c) = retained {
+            return Ok(c);
+        }
+        let mut first_error = None;
+        for d in &status().devices {
+            match Context::get(d.device.ordinal) {
+                Ok(c) => return Ok(c),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        Err(first_error.unwrap_or_else(|| Error::new(Status::Unavailable, "no CUDA device is present".to_string())))
+    }
+
+    /// Enables access from this context to `peer`'s memory where the devices allow it (`cuDeviceCanAccessPeer`,
+    /// then `cuCtxEnablePeerAccess` with this context current), once per pair; true when access is enabled.
+    /// Copies between the two then take the direct path (NVLink or PCIe peer to peer) instead of being staged
+    /// through host memory by the driver. Failure is not an error: the copy still works, slower.
+    pub(crate) fn enable_peer_access(&self, peer: &Context) -> bool {
+        static PAIRS: Mutex<Option<HashMap<(u32, u32), bool>>> = Mutex::new(None);
+        if peer.ordinal == self.ordinal {
+            return false;
+        }
+        let mut pairs = PAIRS.lock().unwrap_or_else(|p| p.into_inner());
+        let pairs = pairs.get_or_insert_with(HashMap::new);
+        if let Some(&enabled) = pairs.get(&(self.ordinal, peer.ordinal)) {
+            return enabled;
+        }
+        let enabled = (|| {
+            let api = api().ok()?;
+            let (mut me, mut other, mut can): (c_int, c_int, c_int) = (0, 0, 0);
+            // SAFETY: valid out-pointers and ordinals of present devices; these queries need no context.
+            let ok = unsafe {
+                (api.device_get)(&mut me, self.ordinal as c_int) == CUDA_SUCCESS
+                    && (api.device_get)(&mut other, peer.ordinal as c_int) == CUDA_SUCCESS
+                    && (api.device_can_access_peer)(&mut can, me, other) == CUDA_SUCCESS
+            };
+            if !ok || can == 0 {
+                return Some(false);
+            }
+            let _current = self.enter().ok()?;
+            // SAFETY: `peer.raw` is a retained primary context; flags must be 0; this context is current.
+            let r = unsafe { (api.ctx_enable_peer_access)(peer.raw, 0) };
+            Some(r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+        })()
+        .unwrap_or(false);
+        pairs.insert((self.ordinal, peer.ordinal), enabled);
+        enabled
+    }
+
     /// The device ordinal.
     pub fn ordinal(&self) -> u32 {
         self.ordinal
@@ -80,6 +141,11 @@ impl Context {
         let api = api()?;
         // SAFETY: a retained context handle.
         api.check(unsafe { (api.ctx_set_current)(self.raw) }, || format!("cuCtxSetCurrent(cuda:{})", self.ordinal))
+    }
+
+    /// The driver handle (`CUcontext`).
+    pub(crate) fn raw(&self) -> RawHandle {
+        self.raw
     }
 
     /// Makes this context current until the guard drops, then restores the thread's previous context.
@@ -210,81 +276,9 @@ impl DeviceMemory {
         self.len == 0
     }
 
-    /// Copies `src` into this allocation at `offset`, synchronously (`cuMemcpyHtoD_v2`): when it returns,
-    /// `src` may be reused. `src` may be pageable, pinned or registered memory.
-    pub fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()> {
-        let what = || {
-            format!(
-                "cuMemcpyHtoD_v2(host -> cuda:{}, {} bytes at offset {offset} of {})",
-                self.ordinal(),
-                src.len(),
-                self.len
-            )
-        };
-        check_range(&what(), offset, src.len(), self.len)?;
-        if src.is_empty() {
-            return Ok(());
-        }
-        let api = api()?;
-        let _current = self.ctx.enter()?;
-        // SAFETY: the range was checked against the allocation; `src` is a live borrow of src.len() bytes and
-        // the synchronous copy has finished reading it when the call returns.
-        let r = unsafe { (api.memcpy_htod)(self.dptr + offset as u64, src.as_ptr() as *const c_void, src.len()) };
-        api.check(r, what)
-    }
-
-    /// Copies `dst.len()` bytes from this allocation at `offset` into `dst`, synchronously (`cuMemcpyDtoH_v2`).
-    /// On failure the contents of `dst` are unspecified.
-    pub fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        let len = dst.len();
-        let what = || {
-            format!("cuMemcpyDtoH_v2(cuda:{} -> host, {len} bytes at offset {offset} of {})", self.ordinal(), self.len)
-        };
-        check_range(&what(), offset, len, self.len)?;
-        if len == 0 {
-            return Ok(());
-        }
-        let api = api()?;
-        let _current = self.ctx.enter()?;
-        // SAFETY: range checked; `dst` is an exclusive borrow of `len` bytes, written only until the
-        // synchronous copy returns.
-        let r = unsafe { (api.memcpy_dtoh)(dst.as_mut_ptr() as *mut c_void, self.dptr + offset as u64, len) };
-        api.check(r, what)
-    }
-
-    /// Copies `len` bytes from `src` at `src_offset` into this allocation at `dst_offset`: `cuMemcpyDtoD_v2` on
-    /// one device, `cuMemcpyPeer` between two (the driver uses a direct peer path where the devices have one
-    /// and stages through host memory itself where not). Synchronous with respect to the host; overlapping
-    /// ranges are not allowed (`INVALID_ARGUMENT`).
-    pub fn copy_from_device(&self, dst_offset: usize, src: &DeviceMemory, src_offset: usize, len: usize) -> Result<()> {
-        let what = || {
-            format!(
-                "cuMemcpyDtoD_v2(cuda:{} -> cuda:{}, {len} bytes from offset {src_offset} of {} to offset {dst_offset} of {})",
-                src.ordinal(),
-                self.ordinal(),
-                src.len,
-                self.len
-            )
-        };
-        check_range(&what(), src_offset, len, src.len)?;
-        check_range(&what(), dst_offset, len, self.len)?;
-        if len == 0 {
-            return Ok(());
-        }
-        let (s, d) = (src.dptr + src_offset as u64, self.dptr + dst_offset as u64);
-        if s < d + len as u64 && d < s + len as u64 {
-            return Err(Error::new(Status::InvalidArgument, format!("{}: source and destination overlap", what())));
-        }
-        let api = api()?;
-        let _current = self.ctx.enter()?;
-        if src.ordinal() != self.ordinal() {
-            let peer_what = || what().replacen("cuMemcpyDtoD_v2", "cuMemcpyPeer", 1);
-            // SAFETY: both ranges checked against live allocations, each in its own device's retained primary
-            // context; no host memory involved.
-            return api.check(unsafe { (api.memcpy_peer)(d, self.ctx.raw, s, src.ctx.raw, len) }, peer_what);
-        }
-        // SAFETY: both ranges checked against live allocations on this device; no host memory involved.
-        api.check(unsafe { (api.memcpy_dtod)(d, s, len) }, what)
+    /// The device's primary context.
+    pub(crate) fn context(&self) -> &'static Context {
+        self.ctx
     }
 }
 
@@ -311,7 +305,8 @@ impl std::fmt::Debug for DeviceMemory {
 
 /// Page-locked ("pinned") host memory (`cuMemHostAlloc` with `CU_MEMHOSTALLOC_PORTABLE`, so every context
 /// may use it), freed on drop (`cuMemFreeHost`). Zero-filled on allocation; readable and writable from Rust as
-/// a byte slice (`Deref<Target = [u8]>`). Allocated under `cuda:0`'s primary context.
+/// a byte slice (`Deref<Target = [u8]>`). Allocated through the context of the device it is for
+/// ([`PinnedHostMemory::alloc_on`]), or of any retained device ([`PinnedHostMemory::alloc`]).
 pub struct PinnedHostMemory {
     ptr: NonNull<u8>,
     len: usize,
@@ -326,12 +321,23 @@ unsafe impl Send for PinnedHostMemory {}
 unsafe impl Sync for PinnedHostMemory {}
 
 impl PinnedHostMemory {
-    /// Allocates `len` zeroed bytes of page-locked host memory.
+    /// Allocates `len` zeroed bytes of page-locked host memory through a context this process already uses
+    /// (see [`Context::for_host`]): for memory that belongs to no device, such as a `cuda_host` buffer.
     ///
     /// Errors: `UNAVAILABLE` without CUDA; `OUT_OF_MEMORY` when the driver cannot pin that much;
     /// `DEVICE_ERROR` for other driver failures.
     pub fn alloc(len: usize) -> Result<PinnedHostMemory> {
-        let ctx = Context::get(0)?;
+        Self::alloc_in(Context::for_host()?, len)
+    }
+
+    /// Allocates `len` zeroed bytes of page-locked host memory through `cuda:<ordinal>`'s primary context, for
+    /// transfers to or from that device (staging): a process that only uses cuda:3 never gets a context on
+    /// cuda:0 for it. Errors as for [`PinnedHostMemory::alloc`], and `NO_SUCH_DEVICE`.
+    pub fn alloc_on(ordinal: u32, len: usize) -> Result<PinnedHostMemory> {
+        Self::alloc_in(Context::get(ordinal)?, len)
+    }
+
+    fn alloc_in(ctx: &'static Context, len: usize) -> Result<PinnedHostMemory> {
         if len == 0 {
             return Ok(PinnedHostMemory { ptr: NonNull::dangling(), len: 0, ctx });
         }
@@ -413,28 +419,32 @@ impl std::fmt::Debug for PinnedHostMemory {
     }
 }
 
-/// Whether every present device supports `CU_MEMHOSTREGISTER_READ_ONLY` (cached).
-fn read_only_register_supported(api: &Api) -> bool {
-    static SUPPORTED: OnceLock<bool> = OnceLock::new();
-    *SUPPORTED.get_or_init(|| {
-        let n = crate::device::census().devices.iter().filter(|d| d.device.kind == crate::DeviceKind::CUDA).count();
-        n > 0
-            && (0..n).all(|i| {
-                let (mut dev, mut v): (c_int, c_int) = (0, 0);
-                // SAFETY: valid out-pointers; device and attribute queries need no context.
-                let ok = unsafe {
-                    (api.device_get)(&mut dev, i as c_int) == CUDA_SUCCESS
-                        && (api.device_get_attribute)(&mut v, driver::ATTR_READ_ONLY_HOST_REGISTER_SUPPORTED, dev)
-                            == CUDA_SUCCESS
-                };
-                ok && v == 1
-            })
+/// Whether `cuda:<ordinal>` supports `CU_MEMHOSTREGISTER_READ_ONLY`
+/// (`CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED`), cached per device; false without CUDA. Without
+/// it a read-only mapping (a file opened read-only) cannot be registered at all: the driver refuses a
+/// registration that is not read-only on pages without write permission.
+pub fn read_only_register_supported(ordinal: u32) -> bool {
+    static SUPPORTED: Mutex<Option<HashMap<u32, bool>>> = Mutex::new(None);
+    let Ok(api) = api() else { return false };
+    if check_ordinal(ordinal).is_err() {
+        return false;
+    }
+    let mut cache = SUPPORTED.lock().unwrap_or_else(|p| p.into_inner());
+    *cache.get_or_insert_with(HashMap::new).entry(ordinal).or_insert_with(|| {
+        let (mut dev, mut v): (c_int, c_int) = (0, 0);
+        // SAFETY: valid out-pointers; device and attribute queries need no context.
+        let ok = unsafe {
+            (api.device_get)(&mut dev, ordinal as c_int) == CUDA_SUCCESS
+                && (api.device_get_attribute)(&mut v, driver::ATTR_READ_ONLY_HOST_REGISTER_SUPPORTED, dev)
+                    == CUDA_SUCCESS
+        };
+        ok && v == 1
     })
 }
 
-/// Existing host memory page-locked in place (`cuMemHostRegister_v2`, portable, and read-only where every
-/// device supports it, which is what lets read-only file mappings be registered), unregistered on drop
-/// (`cuMemHostUnregister`). Registered memory makes asynchronous host-to-device copies truly asynchronous
+/// Existing host memory page-locked in place (`cuMemHostRegister_v2`, portable, and read-only where the
+/// device it is registered through supports it, which is what lets read-only file mappings be registered),
+/// unregistered on drop (`cuMemHostUnregister`). Registered memory makes asynchronous host-to-device copies truly asynchronous
 /// and faster. The borrow keeps the memory alive and unmodified (the device only reads it) for `'a`.
 pub struct HostRegistration<'a> {
     ptr: *const u8,
@@ -452,35 +462,52 @@ unsafe impl Send for HostRegistration<'_> {}
 unsafe impl Sync for HostRegistration<'_> {}
 
 impl<'a> HostRegistration<'a> {
-    /// Page-locks `bytes` for as long as the registration lives.
+    /// Page-locks `bytes` for as long as the registration lives, through a context this process already uses
+    /// (see [`Context::for_host`]).
     ///
     /// Errors: `UNAVAILABLE` without CUDA; `DEVICE_ERROR` from the driver (e.g.
     /// `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED` when the range overlaps another registration).
     pub fn register(bytes: &'a [u8]) -> Result<HostRegistration<'a>> {
         // SAFETY: `bytes` stays borrowed (alive, not mutated) for 'a, which the result carries.
-        unsafe { Self::register_ptr(bytes.as_ptr(), bytes.len()) }
+        unsafe { Self::register_ptr(Context::for_host()?, bytes.as_ptr(), bytes.len()) }
+    }
+
+    /// [`HostRegistration::register`] through `cuda:<ordinal>`'s primary context, for transfers to that device.
+    pub fn register_on(ordinal: u32, bytes: &'a [u8]) -> Result<HostRegistration<'a>> {
+        // SAFETY: as in `register`.
+        unsafe { Self::register_ptr(Context::get(ordinal)?, bytes.as_ptr(), bytes.len()) }
     }
 
     /// Page-locks `len` bytes at `ptr` with no borrow attached, for memory whose owner lives beside the
-    /// registration (e.g. a file mapping kept in the same struct).
+    /// registration (e.g. a file mapping kept in the same struct), through `cuda:<ordinal>`'s primary context.
+    /// A read-only mapping can only be registered where [`read_only_register_supported`] says so.
     ///
     /// # Safety
     /// `ptr..ptr + len` must be valid host memory that stays mapped until the registration is dropped, and
     /// must not be freed or unmapped while registered.
+    pub unsafe fn register_raw_on(ordinal: u32, ptr: *const u8, len: usize) -> Result<HostRegistration<'static>> {
+        // SAFETY: forwarded contract.
+        unsafe { HostRegistration::register_ptr(Context::get(ordinal)?, ptr, len) }
+    }
+
+    /// [`HostRegistration::register_raw_on`] through a context this process already uses (see
+    /// [`Context::for_host`]).
+    ///
+    /// # Safety
+    /// As [`HostRegistration::register_raw_on`].
     pub unsafe fn register_raw(ptr: *const u8, len: usize) -> Result<HostRegistration<'static>> {
         // SAFETY: forwarded contract.
-        unsafe { HostRegistration::register_ptr(ptr, len) }
+        unsafe { HostRegistration::register_ptr(Context::for_host()?, ptr, len) }
     }
 
     /// # Safety
-    /// As [`HostRegistration::register_raw`], for lifetime `'b`.
-    unsafe fn register_ptr<'b>(ptr: *const u8, len: usize) -> Result<HostRegistration<'b>> {
-        let ctx = Context::get(0)?;
+    /// As [`HostRegistration::register_raw_on`], for lifetime `'b`.
+    unsafe fn register_ptr<'b>(ctx: &'static Context, ptr: *const u8, len: usize) -> Result<HostRegistration<'b>> {
         if len == 0 {
             return Ok(HostRegistration { ptr, len, read_only: false, ctx, _borrow: PhantomData });
         }
         let api = api()?;
-        let read_only = read_only_register_supported(api);
+        let read_only = read_only_register_supported(ctx.ordinal);
         let flags = driver::HOST_PORTABLE | if read_only { driver::HOST_REGISTER_READ_ONLY } else { 0 };
         let _current = ctx.enter()?;
         // SAFETY: the caller guarantees the range stays valid while registered; with READ_ONLY the device
@@ -488,9 +515,10 @@ impl<'a> HostRegistration<'a> {
         let r = unsafe { (api.mem_host_register)(ptr as *mut c_void, len, flags) };
         api.check(r, || {
             format!(
-                "cuMemHostRegister_v2({ptr:p}, {len} bytes = {}, portable{})",
+                "cuMemHostRegister_v2({ptr:p}, {len} bytes = {}, portable{}, through cuda:{})",
                 human_bytes(len as u64),
-                if read_only { ", read-only" } else { "" }
+                if read_only { ", read-only" } else { "" },
+                ctx.ordinal
             )
         })?;
         Ok(HostRegistration { ptr, len, read_only, ctx, _borrow: PhantomData })
@@ -556,14 +584,17 @@ mod tests {
     #[test]
     fn without_a_driver_everything_is_unavailable() {
         // In the unit-test process no stand-in is on the library path (the stand-in tests run in children).
-        if crate::device::census().cuda_available() {
+        if super::super::status().status == crate::device::types::BackendStatus::Available {
             return;
         }
         assert_eq!(DeviceMemory::alloc(0, 16).unwrap_err().status(), Status::Unavailable);
         assert_eq!(PinnedHostMemory::alloc(16).unwrap_err().status(), Status::Unavailable);
+        assert_eq!(PinnedHostMemory::alloc_on(0, 16).unwrap_err().status(), Status::Unavailable);
         assert_eq!(HostRegistration::register(&[1, 2, 3]).unwrap_err().status(), Status::Unavailable);
         assert_eq!(Context::get(0).err().map(|e| e.status()), Some(Status::Unavailable));
+        assert_eq!(Context::for_host().err().map(|e| e.status()), Some(Status::Unavailable));
         assert!(!Context::is_retained(0));
+        assert!(!read_only_register_supported(0));
         assert_eq!(super::super::mem_info(0).unwrap_err().status(), Status::Unavailable);
     }
 

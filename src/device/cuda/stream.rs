@@ -5,13 +5,19 @@
 //! [`HostBytesMut`]: [`PinnedHostMemory`], `Vec<u8>`, `Box<[u8]>`, `Arc<[u8]>`, ...) and returns it inside an
 //! [`InFlight`], together with an event recorded right after the copy. [`InFlight::wait`] gives the buffer
 //! back once the copy has completed; dropping an `InFlight` waits too; if the driver reports an error while
-//! waiting, the buffer is leaked rather than freed under a possibly running DMA. Forgetting an `InFlight`
-//! (`mem::forget`) leaks the buffer, which is safe for the same reason (the `'static` bound on the buffer
-//! types rules out borrowed memory).
+//! waiting, the buffer is leaked rather than freed under a possibly running DMA - unless the error is sticky,
+//! which ends all work of the context, so the buffer is released. Forgetting an `InFlight` (`mem::forget`)
+//! leaks the buffer, which is safe for the same reason (the `'static` bound on the buffer types rules out
+//! borrowed memory).
+//!
+//! Waiting never spins a core: events are created with `CU_EVENT_BLOCKING_SYNC`, so `cuEventSynchronize`
+//! blocks the thread (the default spin-waits, which costs a core per waiting thread), and
+//! [`Stream::synchronize`] waits on such an event rather than calling `cuStreamSynchronize` (which spins under
+//! the primary context's default scheduling, a setting shared with other users of that context).
 
-use super::api;
-use super::driver::{self, RawHandle, CUDA_ERROR_NOT_READY, CUDA_SUCCESS};
+use super::driver::{self, is_sticky, CuResult, RawHandle, CUDA_ERROR_NOT_READY, CUDA_SUCCESS};
 use super::memory::{check_range, Context, DeviceMemory, PinnedHostMemory};
+use super::probe::api;
 use crate::error::{Error, Result, Status};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -49,14 +55,37 @@ impl Stream {
         self.ctx.ordinal()
     }
 
-    /// Blocks until everything queued on the stream has completed (`cuStreamSynchronize`); an error from any
-    /// of that work is reported here as `DEVICE_ERROR`.
+    /// The driver handle (`CUstream`), valid while `self` lives.
+    pub(crate) fn raw(&self) -> RawHandle {
+        self.raw
+    }
+
+    /// Blocks, without spinning, until everything queued on the stream so far has completed: records a
+    /// blocking-sync event and waits for it (`cuStreamSynchronize` only when no event can be made). An error
+    /// from any of that work is reported here as `DEVICE_ERROR`.
     pub fn synchronize(&self) -> Result<()> {
+        if let Ok(ev) = Event::new(self.ordinal()) {
+            if ev.record(self).is_ok() {
+                return ev.synchronize();
+            }
+        }
         let api = api()?;
         let _current = self.ctx.enter()?;
         // SAFETY: a live stream handle of the current context.
         api.check(unsafe { (api.stream_synchronize)(self.raw) }, || {
             format!("cuStreamSynchronize(cuda:{})", self.ordinal())
+        })
+    }
+
+    /// Makes work queued on this stream after this call wait until `event` has completed
+    /// (`cuStreamWaitEvent`); the host does not wait. The event may belong to another device. Waiting on an
+    /// event never recorded is a no-op.
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        let api = api()?;
+        let _current = self.ctx.enter()?;
+        // SAFETY: live stream and event handles; flags must be 0 (CU_EVENT_WAIT_DEFAULT).
+        api.check(unsafe { (api.stream_wait_event)(self.raw, event.raw, 0) }, || {
+            format!("cuStreamWaitEvent(stream on cuda:{}, event on cuda:{})", self.ordinal(), event.ordinal())
         })
     }
 
@@ -182,8 +211,9 @@ impl Drop for Stream {
     }
 }
 
-/// A CUDA event (`cuEventCreate` with `CU_EVENT_DISABLE_TIMING`), destroyed on drop (`cuEventDestroy_v2`).
-/// Used to know when work queued on a stream has completed.
+/// A CUDA event (`cuEventCreate` with `CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC`), destroyed on drop
+/// (`cuEventDestroy_v2`). Used to know when work queued on a stream has completed, or to make another stream
+/// wait for it ([`Stream::wait_event`]).
 pub struct Event {
     ctx: &'static Context,
     raw: RawHandle,
@@ -203,8 +233,8 @@ impl Event {
         let _current = ctx.enter()?;
         let mut raw: RawHandle = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the device's context is current.
-        let r = unsafe { (api.event_create)(&mut raw, driver::EVENT_DISABLE_TIMING) };
-        api.check(r, || format!("cuEventCreate(cuda:{ordinal}, disable-timing)"))?;
+        let r = unsafe { (api.event_create)(&mut raw, driver::EVENT_FLAGS) };
+        api.check(r, || format!("cuEventCreate(cuda:{ordinal}, disable-timing | blocking-sync)"))?;
         Ok(Event { ctx, raw })
     }
 
@@ -248,14 +278,19 @@ impl Event {
         Ok(r == CUDA_SUCCESS)
     }
 
-    /// Blocks until the recorded work has completed (`cuEventSynchronize`).
+    /// Blocks (without spinning) until the recorded work has completed (`cuEventSynchronize`).
     pub fn synchronize(&self) -> Result<()> {
-        let api = api()?;
-        let _current = self.ctx.enter()?;
+        self.synchronize_code().map_err(|(e, _)| e)
+    }
+
+    /// [`Event::synchronize`], also giving the driver's code: `Ok(CUDA_SUCCESS)`, or the `DEVICE_ERROR` and the
+    /// failing code.
+    fn synchronize_code(&self) -> std::result::Result<(), (Error, CuResult)> {
+        let api = api().map_err(|e| (e, CUDA_SUCCESS))?;
+        let _current = self.ctx.enter().map_err(|e| (e, CUDA_SUCCESS))?;
         // SAFETY: a live event handle.
-        api.check(unsafe { (api.event_synchronize)(self.raw) }, || {
-            format!("cuEventSynchronize(cuda:{})", self.ordinal())
-        })
+        let r = unsafe { (api.event_synchronize)(self.raw) };
+        api.check(r, || format!("cuEventSynchronize(cuda:{})", self.ordinal())).map_err(|e| (e, r))
     }
 }
 
@@ -294,15 +329,16 @@ impl<B> InFlight<B> {
         &self.event
     }
 
-    /// Blocks until the copy has completed and returns the buffer. On a driver error the buffer is leaked
-    /// (the transfer's state is unknown, so it is never freed) and the error returned.
+    /// Blocks until the copy has completed and returns the buffer. On a driver error the error is returned
+    /// and the buffer is leaked (the transfer's state is unknown, so it is never freed), except after a sticky
+    /// error, which ends every transfer of the context: then the buffer is released.
     pub fn wait(mut self) -> Result<B> {
-        let r = self.event.synchronize();
+        let r = self.event.synchronize_code();
         let value = self.value.take().expect("an InFlight holds its buffer until waited");
         match r {
             Ok(()) => Ok(value),
-            Err(e) => {
-                std::mem::forget(value);
+            Err((e, code)) => {
+                release_after_error(value, code);
                 Err(e)
             }
         }
@@ -318,10 +354,20 @@ impl<B> std::fmt::Debug for InFlight<B> {
 impl<B> Drop for InFlight<B> {
     fn drop(&mut self) {
         if let Some(value) = self.value.take() {
-            if self.event.synchronize().is_err() {
-                std::mem::forget(value);
+            if let Err((_, code)) = self.event.synchronize_code() {
+                release_after_error(value, code);
             }
         }
+    }
+}
+
+/// After a failed wait: drops `value` when the error was sticky (no transfer of the context runs any more),
+/// else leaks it (a transfer may still be using it).
+fn release_after_error<B>(value: B, code: CuResult) {
+    if is_sticky(code) {
+        drop(value);
+    } else {
+        std::mem::forget(value);
     }
 }
 
@@ -418,7 +464,7 @@ mod tests {
 
     #[test]
     fn without_a_driver_streams_are_unavailable() {
-        if crate::device::census().cuda_available() {
+        if super::super::status().status == crate::device::types::BackendStatus::Available {
             return;
         }
         assert_eq!(Stream::new(0).err().map(|e| e.status()), Some(Status::Unavailable));

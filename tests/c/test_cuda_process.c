@@ -1,0 +1,126 @@
+/* How hostfirst touches the CUDA driver over a process's life, through the C ABI. FILE is a safetensors file
+ * with one u16 tensor "tokens" of 4096 elements, element i = i * 5 + 1 (written by the Rust test).
+ *   test_cuda_process cpu-only FILE  opens the file, puts a tensor to cpu, gathers on cpu, parses "cpu": the
+ *                                    driver library is never loaded (the Rust test runs this with LD_DEBUG=libs
+ *                                    and the stand-in on LD_LIBRARY_PATH, and checks no libcuda was opened);
+ *                                    with a second argument "census" it then takes the census, which does load
+ *                                    it (the control showing the check can fail).
+ *   test_cuda_process fork FILE      takes the census (CUDA initialised), forks: the child reports CUDA as
+ *                                    unusable with a reason naming fork(), cpu work goes on, a put to cuda:0 is
+ *                                    UNAVAILABLE and the driver is never called; the parent still uses CUDA. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "check.h"
+
+static const char *path;
+#define N 4096 /* u16 elements */
+static uint16_t data[N];
+
+/* The file's tensor as views: *file and *view must be freed by the caller. */
+static void open_tokens(hostfirst_file **file, hostfirst_view **view) {
+    CHECK_OK(hostfirst_file_open(path, file));
+    CHECK_OK(hostfirst_file_view(*file, "tokens", view));
+}
+
+/* Open, put to cpu, gather on cpu; checks the bytes. */
+static void cpu_work(void) {
+    hostfirst_file *file = NULL;
+    hostfirst_view *view = NULL;
+    hostfirst_buffer *buf = NULL;
+    hostfirst_gather *g = NULL;
+    open_tokens(&file, &view);
+    hostfirst_device cpu;
+    CHECK_OK(hostfirst_device_parse("cpu", &cpu));
+    CHECK(cpu.kind == HOSTFIRST_DEVICE_CPU);
+    CHECK_OK(hostfirst_put(view, &cpu, NULL, &buf));
+    uint16_t back[N];
+    CHECK_OK(hostfirst_buffer_copy_to_host(buf, back, sizeof back));
+    CHECK(memcmp(back, data, sizeof data) == 0);
+    CHECK_OK(hostfirst_gather_new(cpu, HOSTFIRST_DTYPE_U16, 2, 16, &g));
+    uint64_t offsets[2] = {3, 100};
+    CHECK_OK(hostfirst_gather_run(g, view, offsets, 2));
+    uint16_t batch[32];
+    CHECK_OK(hostfirst_gather_copy_to_host(g, batch, sizeof batch));
+    CHECK(memcmp(batch, data + 3, 32) == 0 && memcmp(batch + 16, data + 100, 32) == 0);
+    CHECK_OK(hostfirst_gather_free(g));
+    CHECK_OK(hostfirst_buffer_free(buf));
+    CHECK_OK(hostfirst_view_free(view));
+    CHECK_OK(hostfirst_file_free(file));
+}
+
+static unsigned long long stand_in_counter(const char *name) {
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    CHECK(lib != NULL);
+    unsigned long long (*f)(void);
+    *(void **)&f = dlsym(lib, name);
+    CHECK(f != NULL);
+    unsigned long long v = f();
+    dlclose(lib);
+    return v;
+}
+
+static void fork_test(void) {
+    hostfirst_backend_info cuda;
+    CHECK_OK(hostfirst_backend_describe(1, &cuda));
+    CHECK(cuda.status == HOSTFIRST_BACKEND_STATUS_AVAILABLE);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        CHECK_OK(hostfirst_backend_describe(1, &cuda));
+        CHECK(cuda.status == HOSTFIRST_BACKEND_STATUS_INIT_FAILED);
+        CHECK(strstr(cuda.reason, "fork()") != NULL);
+        CHECK(cuda.device_count == 0);
+        cpu_work();
+        hostfirst_file *file = NULL;
+        hostfirst_view *view = NULL;
+        hostfirst_buffer *buf = NULL;
+        open_tokens(&file, &view);
+        hostfirst_device gpu = {HOSTFIRST_DEVICE_CUDA, 0};
+        CHECK_STATUS(hostfirst_put(view, &gpu, NULL, &buf), HOSTFIRST_STATUS_UNAVAILABLE);
+        CHECK_MSG("fork()");
+        hostfirst_device def;
+        uint32_t source = 0;
+        CHECK_OK(hostfirst_default_device(&def, &source, NULL));
+        CHECK(def.kind == HOSTFIRST_DEVICE_CPU); /* the built-in default follows the census */
+        CHECK(stand_in_counter("stand_in_calls_after_fork") == 0);
+        CHECK_OK(hostfirst_view_free(view));
+        CHECK_OK(hostfirst_file_free(file));
+        _exit(0);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* The parent goes on using CUDA. */
+    hostfirst_file *file = NULL;
+    hostfirst_view *view = NULL;
+    hostfirst_buffer *buf = NULL;
+    open_tokens(&file, &view);
+    hostfirst_device gpu = {HOSTFIRST_DEVICE_CUDA, 0};
+    CHECK_OK(hostfirst_put(view, &gpu, NULL, &buf));
+    uint16_t back[N];
+    CHECK_OK(hostfirst_buffer_copy_to_host(buf, back, sizeof back));
+    CHECK(memcmp(back, data, sizeof data) == 0);
+    CHECK_OK(hostfirst_buffer_free(buf));
+    CHECK_OK(hostfirst_view_free(view));
+    CHECK_OK(hostfirst_file_free(file));
+    CHECK_OK(hostfirst_release_cached_memory());
+}
+
+int main(int argc, char **argv) {
+    CHECK(argc >= 3);
+    path = argv[2];
+    for (int i = 0; i < N; i++) data[i] = (uint16_t)(i * 5 + 1);
+    if (!strcmp(argv[1], "cpu-only")) {
+        cpu_work();
+        if (argc > 3 && !strcmp(argv[3], "census")) CHECK(hostfirst_backend_count() == 2);
+    } else if (!strcmp(argv[1], "fork")) {
+        fork_test();
+    } else {
+        CHECK(!"unknown mode");
+    }
+    puts("ok");
+    return 0;
+}
