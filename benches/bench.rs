@@ -11,7 +11,10 @@
 //!                                  baseline: multi-thread memcpy between pre-faulted buffers ("fresh": new dst;
 //!                                  "fresh-thp": new mmap'd dst with MADV_HUGEPAGE, like hostfirst's buffers)
 //!   fill-cpu FILE TENSOR           hostfirst: place::put::fill into a pre-faulted cpu Buffer (reused destination)
-//!   pread FILE THREADS             baseline: page-cache pread of the whole file into a pre-faulted buffer
+//!   pread FILE THREADS [fresh]     baseline: page-cache pread of the whole file into a pre-faulted buffer ("fresh":
+//!                                  into newly allocated memory, its first-touch faults included)
+//!   put-cow FILE TENSOR            hostfirst: copy-on-write put to cpu (private mapping populated for reading);
+//!                                  time, anonymous RSS growth, then the cost of writing 1 byte per page of 64 MiB
 //!   load-all FILE                  hostfirst: open + put every tensor to cpu (many-tensor files)
 //!   load-rules FILE                hostfirst: open + plan + place::load with the one rule `*=cpu` (the whole-file API)
 //!   rust-safetensors-load-all FILE peer: safetensors crate deserialize + to_vec every tensor
@@ -92,7 +95,8 @@ fn main() {
             op_memcpy(args[1].parse().unwrap(), args[2].parse().unwrap(), args.get(3).map(String::as_str).unwrap_or(""))
         }
         "fill-cpu" => op_fill(&args[1], &args[2]),
-        "pread" => op_pread(&args[1], args[2].parse().unwrap()),
+        "pread" => op_pread(&args[1], args[2].parse().unwrap(), args.get(3).is_some_and(|a| a == "fresh")),
+        "put-cow" => op_put_cow(&args[1], &args[2]),
         "load-all" => op_load_all(&args[1]),
         "load-rules" => op_load_rules(&args[1]),
         "rust-safetensors-load-all" => op_rust_st_load_all(&args[1]),
@@ -290,13 +294,47 @@ fn op_fill(path: &str, tensor: &str) -> String {
     )
 }
 
-fn op_pread(path: &str, threads: usize) -> String {
+/// A copy-on-write put: the private mapping's cost, the anonymous memory it took (none until written), and
+/// what writing costs afterwards (one byte per 4 KiB page over the first 64 MiB: one page copy each).
+fn op_put_cow(path: &str, tensor: &str) -> String {
+    let file = TensorFile::open(path).expect("open");
+    let view = file.view(tensor).expect("view");
+    let (_, a0, _) = rss();
+    let t0 = Instant::now();
+    let opts = PutOptions { copy_on_write: true, ..PutOptions::default() };
+    let mut buf = put(&view, Target::Device(Device::CPU), opts).expect("put");
+    let t = secs(t0);
+    let (_, a1, _) = rss();
+    assert!(buf.is_file_backed());
+    let bytes = buf.nbytes();
+    let mut chk = [0u8; 8];
+    view.read_at(bytes - 8, &mut chk).expect("read");
+    assert_eq!(&buf.host_bytes().expect("host")[bytes as usize - 8..], &chk);
+    let host = buf.host_bytes_mut().expect("host");
+    let span = host.len().min(64 << 20);
+    let t1 = Instant::now();
+    for i in (0..span).step_by(4096) {
+        host[i] ^= 1;
+    }
+    let t_write = secs(t1);
+    let (_, a2, _) = rss();
+    format!(
+        r#"{{"op":"put-cow","impl":"hostfirst-cow","file":"{path}","bytes":{bytes},"t_s":{t:.9},"gbps":{:.4},"anon_growth_kib":{},"write_bytes":{span},"t_write_s":{t_write:.9},"anon_after_write_kib":{},"vmhwm_kib":{}}}"#,
+        bytes as f64 / 1e9 / t,
+        a1 as i64 - a0 as i64,
+        a2 as i64 - a0 as i64,
+        status_kib("VmHWM")
+    )
+}
+
+fn op_pread(path: &str, threads: usize, fresh: bool) -> String {
     let f = File::open(path).expect("open");
     let n = f.metadata().expect("stat").len() as usize;
-    let mut dst = prefaulted(n);
+    // Fresh: calloc'd memory (a new anonymous mapping at this size), faulted in by the reads themselves.
+    let mut dst = if fresh { vec![0u8; n] } else { prefaulted(n) };
+    let t0 = Instant::now();
     let chunk = 8usize << 20;
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let t0 = Instant::now();
     {
         let pieces: Vec<(usize, &mut [u8])> = dst.chunks_mut(chunk).enumerate().collect();
         let q = std::sync::Mutex::new(pieces.into_iter());
@@ -314,8 +352,10 @@ fn op_pread(path: &str, threads: usize) -> String {
     let t = secs(t0);
     std::hint::black_box(&dst);
     format!(
-        r#"{{"op":"pread","impl":"pread-prefaulted","file":"{path}","bytes":{n},"threads":{threads},"t_s":{t:.9},"gbps":{:.4}}}"#,
-        n as f64 / 1e9 / t
+        r#"{{"op":"pread","impl":"{}","file":"{path}","bytes":{n},"threads":{threads},"t_s":{t:.9},"gbps":{:.4},"vmhwm_kib":{}}}"#,
+        if fresh { "pread-fresh-dst" } else { "pread-prefaulted" },
+        n as f64 / 1e9 / t,
+        status_kib("VmHWM")
     )
 }
 

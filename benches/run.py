@@ -219,7 +219,7 @@ def main():
     os.makedirs(data, exist_ok=True)
     py = [sys.executable, os.path.abspath(__file__), "--peer"]
     t_start = time.time()
-    only = set(argv[argv.index("--only") + 1].split(",")) if "--only" in argv else {"open", "put", "gather", "many"}
+    only = set(argv[argv.index("--only") + 1].split(",")) if "--only" in argv else {"open", "put", "gather", "many", "cow"}
     exe = build()
     m = machine()
     m["reps"] = reps
@@ -236,6 +236,8 @@ def main():
 
     sizes = [2 * MiB, 64 * MiB, 512 * MiB, 2 * GiB, 4 * GiB] if not quick else [2 * MiB, 64 * MiB, 2 * GiB]
     counts = [10, 100, 1000, 10000, 100000] if not quick else [10, 1000, 100000]
+    if "open" not in only:  # the other sections use only the 2 GiB token file (and "many" its own)
+        sizes, counts = [2 * GiB], []
     files = {}
     print("generating files ...", flush=True)
     for s in sizes:
@@ -249,7 +251,7 @@ def main():
             write_many(p, c, 16)
         files[("count", c)] = p
     many = os.path.join(data, "many-20000x4KiB.safetensors")
-    if not os.path.exists(many):
+    if "many" in only and not os.path.exists(many):
         write_many(many, 20000, 1024)
     big = files[("size", 2 * GiB)]  # the put tensor and the token file (u16, 1 Gi tokens)
 
@@ -295,13 +297,23 @@ def main():
 
     # 4. many-tensor whole-file load to cpu
     print("4. many-tensor ...", flush=True)
-    res = warm(exe, many)
+    res = warm(exe, many) if "many" in only else None
     for r in range(reps) if "many" in only else []:
         add(run1([exe, "load-rules", many]), rep=r, resident=res)
         add(run1([exe, "load-all", many]), rep=r, resident=res)
         add(run1([exe, "rust-safetensors-load-all", many]), rep=r, resident=res)
         add(run1(py + ["load_file", many, "load-all"]), rep=r, resident=res)
         add(run1(py + ["get_tensor_loop", many]), rep=r, resident=res)
+
+    # 6. copy-on-write put to cpu vs the best copy into fresh memory vs Python (issue 15), interleaved
+    print("6. copy-on-write put ...", flush=True)
+    for r in range(put_reps) if "cow" in only else []:
+        res = warm(exe, big)
+        add(run1([exe, "put-cow", big, "tokens"]), rep=r, resident=res, series="cow")
+        add(run1([exe, "put-cpu", big, "tokens"]), rep=r, resident=res, series="cow")
+        add(run1([exe, "memcpy", str(n), thr, "fresh"]), rep=r, series="cow")
+        add(run1([exe, "pread", big, thr, "fresh"]), rep=r, resident=res, series="cow")
+        add(run1(py + ["load_file", big]), rep=r, resident=res, series="cow")
 
     m["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
     m["wall_s"] = round(time.time() - t_start, 1)
@@ -313,11 +325,18 @@ def main():
     if "--only" in argv and os.path.exists(latest):
         # A partial re-run replaces those sections' records in latest.json and is noted in its machine block.
         prev = json.load(open(latest))
-        ops = {"open": {"open"}, "put": {"put-cpu", "memcpy", "pread"}, "gather": {"gather"}, "many": {"load-all"}}
+        ops = {"open": {"open"}, "put": {"put-cpu", "memcpy", "pread"}, "gather": {"gather"}, "many": {"load-all"},
+               "cow": set()}
         drop = set().union(*(ops[o] for o in only))
+
+        def dropped(r):  # the cow section's records are its series (it shares ops with the put section)
+            if r.get("series") == "cow":
+                return "cow" in only
+            return r["op"] in drop
+
         m_prev = prev["machine"]
         m_prev.setdefault("partial_reruns", []).append(m)
-        doc = dict(machine=m_prev, records=[r for r in prev["records"] if r["op"] not in drop] + recs)
+        doc = dict(machine=m_prev, records=[r for r in prev["records"] if not dropped(r)] + recs)
     raw = f"{stamp}{'-quick' if quick else ''}{'-only-' + '-'.join(sorted(only)) if '--only' in argv else ''}.json"
     with open(os.path.join(outdir, raw), "w") as f:
         json.dump(dict(machine=m, records=recs), f, indent=1)
@@ -326,7 +345,8 @@ def main():
     print(f"wrote benches/results/{raw} ({len(recs)} records, {m['wall_s']} s)")
     if not keep:
         for p in list(files.values()) + [many]:
-            os.remove(p)
+            if os.path.exists(p):
+                os.remove(p)
     subprocess.run([sys.executable, os.path.join(HERE, "report.py"), os.path.join(outdir, "latest.json")], check=True)
 
 

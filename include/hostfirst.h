@@ -114,6 +114,16 @@
 #define HOSTFIRST_LOADED_BUFFER 2
 
 /**
+ * The ring bound of a new gather (`hostfirst_gather_new`).
+ */
+#define HOSTFIRST_GATHER_DEFAULT_RING_BOUND 4
+
+/**
+ * The largest bound `hostfirst_gather_set_ring_bound` accepts.
+ */
+#define HOSTFIRST_GATHER_MAX_RING_BOUND 1024
+
+/**
  * DLPack major version of the tensors hostfirst exports (`DLPACK_MAJOR_VERSION`).
  */
 #define HOSTFIRST_DLPACK_MAJOR_VERSION 1
@@ -129,7 +139,7 @@
 #define HOSTFIRST_DLPACK_FLAG_READ_ONLY 1
 
 /**
- * `DLPACK_FLAG_BITMASK_IS_COPIED`: the data is a private copy (never set by hostfirst).
+ * `DLPACK_FLAG_BITMASK_IS_COPIED`: the data is a copy made for this export, owned by the consumer.
  */
 #define HOSTFIRST_DLPACK_FLAG_IS_COPIED 2
 
@@ -153,6 +163,24 @@
  * `kDLCUDAHost`.
  */
 #define HOSTFIRST_DLPACK_DEVICE_CUDA_HOST 3
+
+/**
+ * `copy` of `hostfirst_dlpack_options`: share where possible, copy or map copy-on-write where the form or
+ * the requested device needs it (Python's `copy=None`; the zero default).
+ */
+#define HOSTFIRST_DLPACK_COPY_IF_NEEDED 0
+
+/**
+ * `copy` of `hostfirst_dlpack_options`: always export a new copy the consumer owns (`copy=True`; flag
+ * IS_COPIED in the versioned form).
+ */
+#define HOSTFIRST_DLPACK_COPY_ALWAYS 1
+
+/**
+ * `copy` of `hostfirst_dlpack_options`: never copy; `UNSUPPORTED` when the request cannot be met without
+ * one (`copy=False`).
+ */
+#define HOSTFIRST_DLPACK_COPY_NEVER 2
 
 /**
  * The outcome of every fallible hostfirst call.
@@ -210,10 +238,15 @@ enum hostfirst_status
    */
   HOSTFIRST_STATUS_UNSUPPORTED = 10,
   /**
+   * Every reusable resource is still held by a consumer (all batches of a gather's ring are exported or
+   * referenced); release one, or raise the bound, and retry.
+   */
+  HOSTFIRST_STATUS_BUSY = 11,
+  /**
    * Strict mode: a placement rule places no tensor (its pattern matches none, or earlier rules take every
    * tensor it matches). Outside strict mode such rules are listed by the plan, not refused.
    */
-  HOSTFIRST_STATUS_UNMATCHED_RULE = 11,
+  HOSTFIRST_STATUS_UNMATCHED_RULE = 12,
   /**
    * A scope pop or leave did not name the innermost scope of this thread, or the thread had no scope.
    */
@@ -560,9 +593,9 @@ typedef struct hostfirst_buffer hostfirst_buffer;
 typedef struct hostfirst_file hostfirst_file;
 
 /**
- * A reusable batch gather: a `[batch, window]` destination on one device (plus page-locked staging for
- * CUDA). Created by `hostfirst_gather_new`, released by `hostfirst_gather_free`. Calls on one handle are
- * serialised internally.
+ * A reusable batch gather: a bounded ring of `[batch, window]` batches on one device (plus page-locked
+ * staging and a stream for CUDA). Created by `hostfirst_gather_new`, released by `hostfirst_gather_free`.
+ * Calls on one handle are serialised internally.
  */
 typedef struct hostfirst_gather hostfirst_gather;
 
@@ -774,7 +807,8 @@ typedef struct hostfirst_view_info {
    * page past the new end of file raises SIGBUS, which kills the process unless it handles that signal.
    * hostfirst installs no signal handler. Where files may change underneath you, read with
    * `hostfirst_view_copy` / `hostfirst_view_read`, which use `pread` and return `HOSTFIRST_STATUS_TRUNCATED`
-   * instead.
+   * instead. For a data loader's token tensor, put it to cpu once (an eager copy, `hostfirst_put`) and
+   * gather from that buffer (`hostfirst_gather_run_from_buffer`): as fast as the mapping, and no SIGBUS.
    */
   const void *data;
   /**
@@ -868,6 +902,14 @@ typedef struct hostfirst_put_options {
    * Passed to `progress` unchanged.
    */
   void *user;
+  /**
+   * 1: copy-on-write host put. When the target is `cpu` and the view reads from a file, the buffer is a
+   * private, writable mapping of the tensor's pages in the file (`MAP_PRIVATE`) instead of a copy: it costs
+   * a page table, not a copy (milliseconds for gigabytes in the page cache). 0 (the default): an eager
+   * copy. Other targets, and views over memory (`hostfirst_file_open_memory`), always copy. See
+   * `hostfirst_put` for the contract and `hostfirst_buffer_is_file_backed` to ask a buffer which it got.
+   */
+  int32_t copy_on_write;
 } hostfirst_put_options;
 
 /**
@@ -1012,6 +1054,32 @@ typedef struct hostfirst_plan_unmatched_rule_info {
 typedef int (*hostfirst_load_progress_fn)(uint64_t done, uint64_t total, void *user);
 
 /**
+ * Options of `hostfirst_load_run_ex`. Zero-initialise, set `struct_size = sizeof(hostfirst_load_options)`,
+ * then set what you need; a smaller `struct_size` from an older header is accepted (later fields take their
+ * defaults).
+ */
+typedef struct hostfirst_load_options {
+  /**
+   * `sizeof(hostfirst_load_options)`.
+   */
+  size_t struct_size;
+  /**
+   * 1: tensors the plan puts on `cpu` become copy-on-write mappings of their pages in the file instead of
+   * copies (`hostfirst_put` documents the contract: writable, never written back, pages not yet written
+   * tied to the file). 0 (the default): copies. Other devices always copy.
+   */
+  int32_t copy_on_write;
+  /**
+   * Progress callback (as for `hostfirst_load_run`), or NULL.
+   */
+  hostfirst_load_progress_fn progress;
+  /**
+   * Passed to `progress` unchanged.
+   */
+  void *user;
+} hostfirst_load_options;
+
+/**
  * Layout-identical to dlpack.h's `DLPackVersion`.
  */
 typedef struct hostfirst_dlpack_version {
@@ -1084,7 +1152,7 @@ typedef struct hostfirst_dlpack_tensor {
    */
   int64_t *shape;
   /**
-   * Always NULL: the data is compact, C order.
+   * NULL: the data is compact, C order (every export of this version).
    */
   int64_t *strides;
   /**
@@ -1096,9 +1164,9 @@ typedef struct hostfirst_dlpack_tensor {
 /**
  * Layout-identical to dlpack.h's `DLManagedTensorVersioned` (DLPack >= 1.0).
  *
- * Made by `hostfirst_view_to_dlpack` / `hostfirst_buffer_to_dlpack`; the consumer calls `deleter(self)`
- * exactly once when done. Until then it keeps the file mapping (or the buffer's memory) alive on its own,
- * whatever happens to the handle it was made from.
+ * Made by `hostfirst_view_to_dlpack`, `hostfirst_buffer_to_dlpack` and their `_ex` forms; the consumer calls
+ * `deleter(self)` exactly once when done. Until then it keeps the file mapping (or the buffer's memory) alive
+ * on its own, whatever happens to the handle it was made from.
  */
 typedef struct hostfirst_dlpack_managed_tensor_versioned {
   /**
@@ -1115,7 +1183,7 @@ typedef struct hostfirst_dlpack_managed_tensor_versioned {
    */
   void (*deleter)(struct hostfirst_dlpack_managed_tensor_versioned*);
   /**
-   * `HOSTFIRST_DLPACK_FLAG_*` bits: READ_ONLY for views.
+   * `HOSTFIRST_DLPACK_FLAG_*` bits: READ_ONLY for a view's mapping, IS_COPIED for a copy made for the export.
    */
   uint64_t flags;
   /**
@@ -1123,6 +1191,74 @@ typedef struct hostfirst_dlpack_managed_tensor_versioned {
    */
   struct hostfirst_dlpack_tensor dl_tensor;
 } hostfirst_dlpack_managed_tensor_versioned;
+
+/**
+ * Layout-identical to dlpack.h's `DLManagedTensor`: the unversioned ("legacy") form, which numpy 1.x,
+ * JAX and older consumers take (the Python capsule named "dltensor").
+ *
+ * Made by `hostfirst_view_to_dlpack_legacy`, `hostfirst_buffer_to_dlpack_legacy` and the `_ex` forms. It has
+ * no flags, so a consumer cannot be told that memory is read-only: a view never goes out this way as its
+ * file's read-only mapping (see `hostfirst_view_to_dlpack_legacy`). Lifetime and deleter as for
+ * `hostfirst_dlpack_managed_tensor_versioned`.
+ */
+typedef struct hostfirst_dlpack_managed_tensor {
+  /**
+   * The tensor.
+   */
+  struct hostfirst_dlpack_tensor dl_tensor;
+  /**
+   * Owned by hostfirst (a registry id); counted by `hostfirst_handle_count` until the deleter runs.
+   */
+  void *manager_ctx;
+  /**
+   * Releases the tensor and frees this struct: call it exactly once, then never touch the pointer again.
+   * A NULL argument, or a struct hostfirst did not make, is ignored.
+   */
+  void (*deleter)(struct hostfirst_dlpack_managed_tensor*);
+} hostfirst_dlpack_managed_tensor;
+
+/**
+ * What a DLPack consumer asked for: the arguments of Python's `__dlpack__(*, stream, max_version,
+ * dl_device, copy)`, for `hostfirst_view_to_dlpack_ex` / `hostfirst_buffer_to_dlpack_ex`. Zero-initialise,
+ * set `struct_size = sizeof(hostfirst_dlpack_options)`, then set what the consumer gave: all zeros is a
+ * consumer that passed nothing (a legacy consumer, no stream, copy if needed, the data's own device). A
+ * smaller `struct_size` from an older header is accepted; later fields take their defaults.
+ */
+typedef struct hostfirst_dlpack_options {
+  /**
+   * `sizeof(hostfirst_dlpack_options)`.
+   */
+  size_t struct_size;
+  /**
+   * The highest DLPack version the consumer takes. Major >= 1: the versioned form; {0, 0} (not given):
+   * the legacy form.
+   */
+  struct hostfirst_dlpack_version max_version;
+  /**
+   * The consumer's stream, read when `has_stream` is nonzero, with DLPack's meaning: 1 the legacy default
+   * stream, 2 the per-thread default stream, > 2 a `CUstream` (cast to an integer), -1 the consumer
+   * synchronises itself; 0 and other negative values are `INVALID_ARGUMENT`. Not given: the legacy default
+   * stream. Only CUDA data uses it (see `hostfirst_buffer_to_dlpack_ex`).
+   */
+  int64_t stream;
+  /**
+   * Nonzero when `stream` was given (Python: `stream is not None`).
+   */
+  int32_t has_stream;
+  /**
+   * `HOSTFIRST_DLPACK_COPY_IF_NEEDED` (0), `_ALWAYS` (1) or `_NEVER` (2).
+   */
+  uint32_t copy;
+  /**
+   * Nonzero when `dl_device` was given.
+   */
+  int32_t has_dl_device;
+  /**
+   * The device the consumer wants the data on (kDLCPU 0, kDLCUDA N, kDLCUDAHost 0); when it is not where the
+   * data lives, the export is a copy there (fit-checked; `UNSUPPORTED` under COPY_NEVER).
+   */
+  struct hostfirst_dlpack_device dl_device;
+} hostfirst_dlpack_options;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1681,6 +1817,10 @@ hostfirst_status hostfirst_view_read(const struct hostfirst_view *view,
  * receives, on success, `true` when the pages were mapped and `false` when the system offers only
  * read-ahead advice (Linux before 5.14, other systems) or the view is over a memory buffer (nothing to do).
  *
+ * The gathers that follow read through the mapping, so a file truncated afterwards kills them with SIGBUS
+ * (see `hostfirst_view_info.data`). The truncation-proof way at the same speed: put the tensor to cpu (an
+ * eager copy, `hostfirst_put`) and gather from that buffer with `hostfirst_gather_run_from_buffer`.
+ *
  * Errors: `NULL_ARGUMENT` (`view`), `INVALID_HANDLE`, `OUT_OF_MEMORY`, `TRUNCATED` (the file is now
  * shorter than when it was opened; never SIGBUS), `IO`. Thread-safe; may take seconds for a large tensor
  * that is not in the page cache.
@@ -1701,6 +1841,43 @@ hostfirst_status hostfirst_buffer_free(struct hostfirst_buffer *buffer);
  */
 hostfirst_status hostfirst_buffer_describe(const struct hostfirst_buffer *buffer,
                                            struct hostfirst_buffer_info *out);
+
+/**
+ * Writes 1 to `*out` when the buffer's bytes are a private copy-on-write mapping of a file (a put with
+ * `opts->copy_on_write`, see `hostfirst_put`): pages not yet written still come from the file, with the
+ * ties that brings. 0 for memory of its own (every other buffer). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`.
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_buffer_is_file_backed(const struct hostfirst_buffer *buffer,
+                                                 int32_t *out);
+
+/**
+ * The consumer side of the CUDA stream handshake, for consumers that do not go through DLPack (e.g. the
+ * `__cuda_array_interface__`): makes `stream` wait, on the device and without blocking the host
+ * (`cuStreamWaitEvent`), until hostfirst's last write into the buffer has completed.
+ *
+ * `stream` takes DLPack's values: 1 the legacy default stream, 2 the per-thread default stream, > 2 a
+ * `CUstream` of the buffer's device (cast to an integer), -1 nothing to do; 0 and other negative values are
+ * `INVALID_ARGUMENT`. Host buffers (cpu, cuda_host) need nothing: every hostfirst write into them has
+ * completed when the call that made it returned. Today that is true of CUDA buffers too (puts and gather runs
+ * return once their copy has completed), so the wait is enqueued only where hostfirst recorded an event of
+ * its last write (gather batches); calling it is always correct and cheap. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`, `INVALID_ARGUMENT`, `DEVICE_ERROR` (e.g. a `CUstream` the driver rejects). Thread-safe.
+ */
+hostfirst_status hostfirst_buffer_sync_stream(const struct hostfirst_buffer *buffer,
+                                              int64_t stream);
+
+/**
+ * The release side of the CUDA stream handshake (like torch's `record_stream`): records an event on
+ * `stream` now; before hostfirst next rewrites this buffer's memory (a gather reusing the batch), its copy
+ * waits on the device for that event. Call it after enqueuing the last work that uses the buffer on that
+ * stream and before freeing your reference, when the buffer went to a consumer by its address rather than
+ * through DLPack (DLPack exports do this themselves when their deleter runs). `stream` as for
+ * `hostfirst_buffer_sync_stream`; -1 and host buffers: nothing to do. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`, `INVALID_ARGUMENT`, `DEVICE_ERROR`. Thread-safe.
+ */
+hostfirst_status hostfirst_buffer_record_stream(const struct hostfirst_buffer *buffer,
+                                                int64_t stream);
 
 /**
  * Copies the whole buffer (from any device) into the caller's host memory `(dst, capacity)`. A capacity
@@ -1752,6 +1929,29 @@ hostfirst_status hostfirst_put_options_init(struct hostfirst_put_options *out);
  * `TRUNCATED`/`IO` (the file changed), `CANCELLED` (the progress callback asked). On any failure nothing
  * stays allocated and `*out` is unchanged. The buffer is the caller's; free it with `hostfirst_buffer_free`.
  * Thread-safe: many puts may run at once.
+ *
+ * **Eager copies and copy-on-write puts to cpu.** By default a put copies: the buffer is new memory the
+ * caller owns, and nothing anyone does to the file afterwards can change it or fault it. That is why it is
+ * the default: nothing hostfirst hands out changes under the consumer. A copy into new memory runs at the
+ * speed of first-touch page zeroing (about 3-4 GB/s on the benchmark machine, BENCHMARKS.md).
+ * With `opts->copy_on_write = 1` a put to cpu of a view that reads from a file maps the tensor's pages
+ * privately instead (`MAP_PRIVATE`, readable and writable): a 2 GiB tensor in the page cache takes
+ * milliseconds, and the process's anonymous memory grows only as pages are written. The pages are populated
+ * for reading up front (`MADV_POPULATE_READ`; read-ahead advice on kernels before 5.14), not lazily, because a
+ * put promises data in memory: what is not cached is read now, as a copy would read it, instead of one page
+ * fault at a time inside the consumer's loop; later reads take no page faults; and a file already truncated
+ * is reported now (`TRUNCATED`) instead of by a SIGBUS later. Populating copies nothing. The buffer behaves like any cpu buffer (writable, `hostfirst_buffer_to_dlpack`,
+ * `hostfirst_buffer_free`); a write copies the 4 KiB page it touches, and **nothing is ever written to the
+ * file**. Its data address is where the tensor sits in its first page (alignment as the file gives it,
+ * see `hostfirst_view_info.alignment`). The fit check counts what can become private: every page the tensor
+ * touches. The ties to the file, on Linux: pages not yet written still read the file's page cache, so
+ * **another process writing the file may change them**; **truncating the file raises SIGBUS** when a page
+ * past the new end is touched (even one already written: the kernel discards those too). Prefer the eager
+ * copy (the default, `copy_on_write = 0`) when the file may be rewritten or truncated while the buffer
+ * lives (shared or network storage, checkpoints replaced in place, files you do not control), when the
+ * buffer must be isolated from the file, or when you will overwrite most of it anyway (a fault per written
+ * page costs more than a bulk copy). For gathering training batches from a tensor without the SIGBUS hazard,
+ * put it to cpu with an eager copy and use `hostfirst_gather_run_from_buffer`.
  */
 hostfirst_status hostfirst_put(const struct hostfirst_view *view,
                                const struct hostfirst_device *target,
@@ -1933,6 +2133,17 @@ hostfirst_status hostfirst_load_run(const struct hostfirst_file *file,
                                     struct hostfirst_load **out);
 
 /**
+ * `hostfirst_load_run` with options (`opts` NULL: the defaults, no progress callback): with
+ * `opts->copy_on_write = 1`, tensors placed on `cpu` are mapped copy-on-write instead of copied; the fit
+ * check still runs before anything is mapped. Errors as for `hostfirst_load_run`, plus `INVALID_ARGUMENT`
+ * for a bad `opts` (struct_size, copy_on_write not 0 or 1). Thread-safe.
+ */
+hostfirst_status hostfirst_load_run_ex(const struct hostfirst_file *file,
+                                       const struct hostfirst_plan *plan,
+                                       const struct hostfirst_load_options *opts,
+                                       struct hostfirst_load **out);
+
+/**
  * Writes the number of tensors of a load (every tensor of the file) to `*out_count`. Errors:
  * `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
  */
@@ -1961,11 +2172,25 @@ hostfirst_status hostfirst_load_free(struct hostfirst_load *load);
 
 /**
  * Creates a reusable gather of `[batch, window]` elements of `dtype` (a `HOSTFIRST_DTYPE_*` of whole bytes)
- * on `device`: allocates, after a fit check, the destination (and for CUDA one page-locked staging buffer
- * of the same size and a stream). Later `hostfirst_gather_run` calls allocate nothing. Writes a new handle
- * to `*out` (free with `hostfirst_gather_free`). Errors: `NULL_ARGUMENT`, `INVALID_ARGUMENT` (batch or window
- * 0, unknown or sub-byte dtype, bad device value), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `OUT_OF_MEMORY`,
- * `DEVICE_ERROR`. Thread-safe.
+ * on `device`: allocates, after a fit check, the first batch (and for CUDA one page-locked staging buffer
+ * of the same size and a stream). Writes a new handle to `*out` (free with `hostfirst_gather_free`).
+ *
+ * **Batch ownership: the ring.** Each run fills a batch that no one else holds and makes it the gather's
+ * current batch. A batch handed out — a `hostfirst_buffer` handle from `hostfirst_gather_run_batch` or
+ * `hostfirst_gather_batch`, or a DLPack export of one — is never rewritten while any such reference to it
+ * remains (the handle not freed, the export's deleter not run), on cpu or on CUDA; on CUDA the rewrite also
+ * waits, on the device, for the events recorded on the consumers' streams when they released it (see
+ * `hostfirst_buffer_to_dlpack_ex` and `hostfirst_buffer_record_stream`). When every batch is held, the ring
+ * grows by one batch (fit-checked: `OUT_OF_MEMORY` if it does not fit) up to its bound,
+ * `HOSTFIRST_GATHER_DEFAULT_RING_BOUND` (4) unless set with `hostfirst_gather_set_ring_bound`; at the bound
+ * a run returns `HOSTFIRST_STATUS_BUSY` and changes nothing. A consumer that releases each batch before the
+ * next run keeps one batch; one that holds the previous batch while the next is filled keeps two. Once the
+ * ring has grown to what the consumer holds at once, runs allocate nothing. Batches are the only memory
+ * hostfirst both reuses and hands out: its staging slabs, resident registrations and the gather's staging
+ * buffer are internal and never reach a consumer; every other buffer it hands out is never rewritten.
+ *
+ * Errors: `NULL_ARGUMENT`, `INVALID_ARGUMENT` (batch or window 0, unknown or sub-byte dtype, bad device
+ * value), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `OUT_OF_MEMORY`, `DEVICE_ERROR`. Thread-safe.
  */
 hostfirst_status hostfirst_gather_new(struct hostfirst_device device,
                                       uint32_t dtype,
@@ -1974,22 +2199,26 @@ hostfirst_status hostfirst_gather_new(struct hostfirst_device device,
                                       struct hostfirst_gather **out);
 
 /**
- * Assembles one batch: row `i` of the destination = elements `offsets[i] .. offsets[i] + window` of the
- * 1-D tensor `source`, for `i < n` (`n` must equal the batch). The windows are read into the destination
- * (cpu and cuda_host) or into the staging buffer followed by one asynchronous copy (cuda). Returns once the
- * batch is in place.
+ * Assembles one batch: row `i` = elements `offsets[i] .. offsets[i] + window` of the 1-D tensor `source`,
+ * for `i < n` (`n` must equal the batch), into a batch of the ring no one holds (see `hostfirst_gather_new`),
+ * which becomes the gather's current batch. The windows are read into the batch (cpu and cuda_host) or into
+ * the staging buffer followed by one asynchronous copy (cuda). Returns once the batch is in place.
  *
  * How windows are read: if `hostfirst_view_prefault` populated the source's pages (on this view or another
  * view of the same file) or the source is over a memory buffer, each window is a memcpy from the mapping,
- * the fastest way (see `hostfirst_view_info.data` for the truncation hazard of mapped reads). Otherwise each
- * window is one positioned read (`pread`), which avoids a page fault per window and turns a file truncated
- * after opening into `TRUNCATED` instead of SIGBUS. For a training loop over a tensor that fits in memory,
- * call `hostfirst_view_prefault` once first (BENCHMARKS.md section 3 has both).
+ * the fastest way — but a file truncated under the mapping raises SIGBUS (see `hostfirst_view_info.data`).
+ * Otherwise each window is one positioned read (`pread`), which avoids a page fault per window and turns a
+ * file truncated after opening into `TRUNCATED` instead of SIGBUS. **For a training loop over a tensor that
+ * fits in memory, the fast and truncation-proof way** is to put it to cpu once (an eager copy,
+ * `hostfirst_put`) and gather from that buffer with `hostfirst_gather_run_from_buffer`: memcpy speed, and
+ * nothing done to the file can fault or fail it. BENCHMARKS.md section 3 has the speeds.
  *
  * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (source not 1-D, dtype differs, `n`
- * differs from the batch), `OUT_OF_RANGE` naming the first offset (index and value) whose window runs past
- * the end: the destination is unchanged. `TRUNCATED` or `IO` while reading, `DEVICE_ERROR` while copying:
- * the destination then holds a partly assembled batch. Calls on one gather are serialised.
+ * differs from the batch), `OUT_OF_RANGE` (a window longer than the tensor, or the first offset — index and
+ * value — whose window runs past the end), `BUSY` (every batch held at the ring's bound), `OUT_OF_MEMORY`
+ * (growing the ring): with these no batch changed. `TRUNCATED` or `IO` while reading, `DEVICE_ERROR` while
+ * copying: a batch no one holds then has a partly assembled batch and the current batch stays the previous
+ * one. Calls on one gather are serialised. `hostfirst_gather_run_batch` also hands out the batch.
  */
 hostfirst_status hostfirst_gather_run(struct hostfirst_gather *gather,
                                       const struct hostfirst_view *source,
@@ -1997,13 +2226,64 @@ hostfirst_status hostfirst_gather_run(struct hostfirst_gather *gather,
                                       size_t n);
 
 /**
- * Writes the gather's destination as a **borrowed** `hostfirst_buffer` handle to `*out` (the same handle
- * on every call): usable with every buffer function while the gather lives; do not free it —
- * `hostfirst_gather_free` does, after which it is stale (`INVALID_HANDLE`). Its contents change with each
- * `hostfirst_gather_run`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+ * `hostfirst_gather_run`, and writes a **new** `hostfirst_buffer` handle for the batch it filled to
+ * `*out_batch` (NULL: not wanted). The handle is the caller's (free it with `hostfirst_buffer_free`); while it
+ * lives — or any DLPack export made from it — that batch is never rewritten, so the data a consumer took
+ * cannot change under it. Free it when done, or the ring grows to its bound and then reports `BUSY`. On
+ * failure `*out_batch` is unchanged. Thread-safe; calls on one gather are serialised.
  */
-hostfirst_status hostfirst_gather_buffer(struct hostfirst_gather *gather,
-                                         struct hostfirst_buffer **out);
+hostfirst_status hostfirst_gather_run_batch(struct hostfirst_gather *gather,
+                                            const struct hostfirst_view *source,
+                                            const uint64_t *offsets,
+                                            size_t n,
+                                            struct hostfirst_buffer **out_batch);
+
+/**
+ * Gathers from a 1-D host buffer (`cpu` or `cuda_host`) instead of a view: rows as for
+ * `hostfirst_gather_run`, each window a memcpy from the buffer. The truncation-proof fast path: put the token
+ * tensor to cpu once with an eager copy (`hostfirst_put`), then gather from that buffer at memory speed;
+ * nothing done to the file afterwards can fault or fail the gather (a copy-on-write buffer,
+ * `opts->copy_on_write`, is as fast but keeps its file's SIGBUS hazard for pages not written). The source
+ * buffer is only read. Writes a new handle for the filled batch to `*out_batch` (NULL: not wanted; see
+ * `hostfirst_gather_run_batch`). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`,
+ * `OUT_OF_RANGE`, `BUSY`, `OUT_OF_MEMORY` as for `hostfirst_gather_run`; `UNSUPPORTED` for a CUDA source
+ * buffer; `DEVICE_ERROR` while copying to CUDA. Thread-safe; calls on one gather are serialised.
+ */
+hostfirst_status hostfirst_gather_run_from_buffer(struct hostfirst_gather *gather,
+                                                  const struct hostfirst_buffer *source,
+                                                  const uint64_t *offsets,
+                                                  size_t n,
+                                                  struct hostfirst_buffer **out_batch);
+
+/**
+ * Writes a **new** `hostfirst_buffer` handle for the gather's current batch (the one the last successful run
+ * filled; before the first run, the first batch, zero-filled) to `*out`. The caller frees it with
+ * `hostfirst_buffer_free`; while it lives that batch is not rewritten (see `hostfirst_gather_new`).
+ * (This replaces 0.1's `hostfirst_gather_buffer`, which lent one borrowed handle whose contents changed
+ * with every run.) Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_gather_batch(const struct hostfirst_gather *gather,
+                                        struct hostfirst_buffer **out);
+
+/**
+ * Sets the most batches the gather's ring may hold (1 to `HOSTFIRST_GATHER_MAX_RING_BOUND`; a new gather
+ * has `HOSTFIRST_GATHER_DEFAULT_RING_BOUND`). 1 gives one batch, rewritten by every run and `BUSY` while it
+ * is held. Lowering the bound drops batches beyond it from the ring, idle ones first: idle ones are freed
+ * now, held ones when their last reference is released; the current batch stays. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`, `INVALID_ARGUMENT` (bound out of range; nothing changed). Thread-safe.
+ */
+hostfirst_status hostfirst_gather_set_ring_bound(struct hostfirst_gather *gather,
+                                                 size_t bound);
+
+/**
+ * Describes the gather's ring: its bound, the batches allocated now, and how many of them are held by
+ * consumers (buffer handles not freed, DLPack exports not deleted). Each output may be NULL. Errors:
+ * `NULL_ARGUMENT` (gather), `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_gather_ring(const struct hostfirst_gather *gather,
+                                       size_t *out_bound,
+                                       size_t *out_allocated,
+                                       size_t *out_held);
 
 /**
  * Copies the current batch (`batch * window * element size` bytes, C order) into `dst`, which holds `cap`
@@ -2021,9 +2301,9 @@ hostfirst_status hostfirst_gather_nbytes(const struct hostfirst_gather *gather,
                                          uint64_t *out_nbytes);
 
 /**
- * Frees a gather, its destination, staging and stream, and makes its borrowed buffer handle stale. NULL is
- * a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Memory is released once no call in flight uses
- * it. Thread-safe.
+ * Frees a gather: its staging and stream, and the batches no one holds. Batches still held (buffer handles,
+ * DLPack exports) stay valid and are freed with their last reference. NULL is a no-op; a freed or foreign
+ * handle gives `INVALID_HANDLE`. Memory is released once no call in flight uses it. Thread-safe.
  */
 hostfirst_status hostfirst_gather_free(struct hostfirst_gather *gather);
 
@@ -2040,7 +2320,7 @@ hostfirst_status hostfirst_random_offsets(uint64_t *state,
                                           size_t n);
 
 /**
- * Exports a view (or row slice) as a DLPack 1.1 managed tensor and writes it to `*out`.
+ * Exports a view (or row slice) as a DLPack 1.1 managed tensor (versioned form) and writes it to `*out`.
  *
  * Zero-copy: `dl_tensor.data` points into the file's read-only mapping (the same pointer as
  * `hostfirst_view_info.data`, with the same SIGBUS hazard), device kDLCPU 0, compact C order (strides NULL,
@@ -2049,22 +2329,100 @@ hostfirst_status hostfirst_random_offsets(uint64_t *state,
  * its `deleter` is called, even after the view and file handles are freed; until then it counts in
  * `hostfirst_handle_count`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED` for a dtype DLPack has
  * no code for (none in this version), `VALIDATION_OVERFLOW` for a dimension above INT64_MAX. On failure
- * `*out` is unchanged. Thread-safe.
+ * `*out` is unchanged. Thread-safe. `hostfirst_view_to_dlpack_ex` takes a consumer's full request.
  */
 hostfirst_status hostfirst_view_to_dlpack(const struct hostfirst_view *view,
                                           struct hostfirst_dlpack_managed_tensor_versioned **out);
 
 /**
- * Exports a buffer as a DLPack 1.1 managed tensor and writes it to `*out`.
+ * Exports a view (or row slice) in the unversioned DLPack form (`DLManagedTensor`, the Python capsule
+ * "dltensor": numpy 1.x, JAX) and writes it to `*out`.
+ *
+ * A legacy consumer cannot see a read-only flag, and some write (in-place operations, buffer donation), so
+ * the file's read-only mapping never goes out this way. The export is a **private copy-on-write mapping of
+ * the view's pages** (`MAP_PRIVATE`, writable): nothing is copied until the consumer writes a page, a write
+ * copies that page into the process, and **the file never changes**. Chosen over a copy because it costs a
+ * page table instead of a copy of the tensor, and it carries the view's own hazards and no more: pages the
+ * consumer has not written still show what other processes write to the file, and truncating the file
+ * raises SIGBUS when a page past the new end is touched. A consumer that needs the data isolated from the
+ * file asks for a copy (`hostfirst_view_to_dlpack_ex` with `HOSTFIRST_DLPACK_COPY_ALWAYS`). A view over
+ * memory (`hostfirst_file_open_memory`) has no file to map: it is copied (device kDLCPU either way).
+ *
+ * `dl_tensor.data` is where the view sits in the first mapped page (alignment as in the file), device
+ * kDLCPU 0, compact C order. The tensor lives until its `deleter` runs, independently of the view and file
+ * handles, and counts in `hostfirst_handle_count` until then. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
+ * `TRUNCATED` (the file is now shorter than the view), `IO` (mapping failed), `OUT_OF_MEMORY` (a copy of a
+ * memory view that does not fit), `VALIDATION_OVERFLOW`. On failure `*out` is unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_view_to_dlpack_legacy(const struct hostfirst_view *view,
+                                                 struct hostfirst_dlpack_managed_tensor **out);
+
+/**
+ * Exports a view for a consumer's full request (`opts`, NULL: a consumer that passed nothing): the form by
+ * `opts->max_version` (major >= 1: versioned, written to `*out_versioned`; otherwise legacy, written to
+ * `*out_legacy`; the other output is set to NULL, so pass both), then:
+ * - versioned, copy if needed / never: the read-only mapping (as `hostfirst_view_to_dlpack`);
+ * - legacy, copy if needed / never: the copy-on-write mapping (as `hostfirst_view_to_dlpack_legacy`; a view
+ *   over memory is copied when allowed, `UNSUPPORTED` under COPY_NEVER);
+ * - COPY_ALWAYS, or a `dl_device` other than kDLCPU: a put of the view to that device (an eager copy,
+ *   fit-checked: `OUT_OF_MEMORY` with `hostfirst_last_fit`), flag IS_COPIED in the versioned form;
+ *   `UNSUPPORTED` under COPY_NEVER.
+ *
+ * `opts->stream` is validated (0 is `INVALID_ARGUMENT`) but has nothing to order: the view is host memory,
+ * and a copy to a device has completed when this returns. Errors also: `INVALID_ARGUMENT` (bad options),
+ * those of the functions above. On failure both outputs are unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_view_to_dlpack_ex(const struct hostfirst_view *view,
+                                             const struct hostfirst_dlpack_options *opts,
+                                             struct hostfirst_dlpack_managed_tensor_versioned **out_versioned,
+                                             struct hostfirst_dlpack_managed_tensor **out_legacy);
+
+/**
+ * Exports a buffer as a DLPack 1.1 managed tensor (versioned form) and writes it to `*out`.
  *
  * Zero-copy and writable (`flags` 0): device kDLCUDA with its ordinal for `cuda:N`, kDLCUDAHost 0 for
  * `cuda_host`, kDLCPU 0 for `cpu`; compact C order. The tensor keeps the buffer's memory alive until its
- * `deleter` is called, even after `hostfirst_buffer_free`; until then it counts in `hostfirst_handle_count`.
- * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED`, `VALIDATION_OVERFLOW` (as for views). On failure
- * `*out` is unchanged. Thread-safe.
+ * `deleter` is called, even after `hostfirst_buffer_free`; until then it counts in `hostfirst_handle_count`,
+ * and a gather batch it holds is never rewritten. CUDA: as for a consumer that gave no stream (the legacy
+ * default stream waits for hostfirst's last write; see `hostfirst_buffer_to_dlpack_ex`). Errors:
+ * `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED`, `VALIDATION_OVERFLOW` (as for views), `DEVICE_ERROR`. On
+ * failure `*out` is unchanged. Thread-safe.
  */
 hostfirst_status hostfirst_buffer_to_dlpack(const struct hostfirst_buffer *buffer,
                                             struct hostfirst_dlpack_managed_tensor_versioned **out);
+
+/**
+ * Exports a buffer in the unversioned DLPack form (`DLManagedTensor`, the capsule "dltensor") and writes
+ * it to `*out`: the buffer's own memory, shared and writable, exactly as `hostfirst_buffer_to_dlpack` but
+ * without version and flags. Lifetime, CUDA stream and errors as there. Thread-safe.
+ */
+hostfirst_status hostfirst_buffer_to_dlpack_legacy(const struct hostfirst_buffer *buffer,
+                                                   struct hostfirst_dlpack_managed_tensor **out);
+
+/**
+ * Exports a buffer for a consumer's full request (`opts`, NULL: a consumer that passed nothing). The form by
+ * `opts->max_version` as for `hostfirst_view_to_dlpack_ex` (pass both outputs; the one not made is set to
+ * NULL). The buffer's own memory is shared (both forms, writable), unless `opts->copy` is COPY_ALWAYS or
+ * `opts->dl_device` names another device: then the export is a new copy there (fit-checked, IS_COPIED),
+ * `UNSUPPORTED` under COPY_NEVER.
+ *
+ * **The CUDA stream handshake.** For data on `cuda:N`, the consumer's stream (`opts->stream`: 1 or not
+ * given: the legacy default stream; 2: the per-thread default stream; > 2: the consumer's `CUstream`, which
+ * must belong to the buffer's device; -1: the consumer synchronises itself) is made to wait for the event
+ * recorded after hostfirst's last write into the buffer (`cuStreamWaitEvent`; the host is never blocked),
+ * so its kernels never read a batch before the copy that produced it has finished. When the consumer calls
+ * the deleter, an event is recorded on that same stream, and hostfirst's next write into the buffer (a
+ * gather reusing the batch) waits for it on the device, so the rewrite never overtakes the consumer's work
+ * queued before the release (as torch's `record_stream`). With -1 neither happens: the consumer owns the
+ * ordering. The stream is ignored for host buffers (cpu, cuda_host): their writes have completed when the
+ * call that made them returned. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (bad options,
+ * stream 0), `UNSUPPORTED`, `OUT_OF_MEMORY` (a copy that does not fit), `DEVICE_ERROR` (e.g. a stream the
+ * driver rejects), `VALIDATION_OVERFLOW`. On failure both outputs are unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_buffer_to_dlpack_ex(const struct hostfirst_buffer *buffer,
+                                               const struct hostfirst_dlpack_options *opts,
+                                               struct hostfirst_dlpack_managed_tensor_versioned **out_versioned,
+                                               struct hostfirst_dlpack_managed_tensor **out_legacy);
 
 /**
  * Writes the DLPack `DLDataType` of a `HOSTFIRST_DTYPE_*` value to `*out`.

@@ -43,9 +43,12 @@ pub enum Status {
     AlreadyUsed = 9,
     /// The operation is not supported for this dtype, device or object.
     Unsupported = 10,
+    /// Every reusable resource is still held by a consumer (all batches of a gather's ring are exported or
+    /// referenced); release one, or raise the bound, and retry.
+    Busy = 11,
     /// Strict mode: a placement rule places no tensor (its pattern matches none, or earlier rules take every
     /// tensor it matches). Outside strict mode such rules are listed by the plan, not refused.
-    UnmatchedRule = 11,
+    UnmatchedRule = 12,
 
     /// A scope pop or leave did not name the innermost scope of this thread, or the thread had no scope.
     ScopeMismatch = 20,
@@ -240,7 +243,7 @@ mod tests {
             assert!(!s.name().is_empty());
         }
         assert_eq!(Status::from_u32(12345), None);
-        assert_eq!(Status::from_u32(12), None);
+        assert_eq!(Status::from_u32(13), None);
         assert_eq!(Status::Ok.name(), "OK");
         assert_eq!(Status::InvalidHeaderUtf8.name(), "INVALID_HEADER_UTF8");
         assert_eq!(Status::OutOfMemory.name(), "OUT_OF_MEMORY");

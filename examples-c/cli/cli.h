@@ -35,6 +35,8 @@ enum cli_option_id {
     CLI_OPT_ITERS,
     CLI_OPT_SEED,
     CLI_OPT_PREFAULT,
+    CLI_OPT_COPY_ON_WRITE,
+    CLI_OPT_FROM_HOST,
 };
 
 #define CLI_REQUIRED 1u   /* the command needs it (shown without brackets) */

@@ -21,6 +21,8 @@ static const cli_option put_options[] = {
     {CLI_OPT_DEVICE, "--device", "SPEC", "cpu, cpu:0, cuda, cuda:N, cuda:GPU-<uuid>, cuda_host (default: the default device)", 0},
     {CLI_OPT_ROWS, "--rows", "A:B", "only rows A..B (first dimension), a zero-copy slice", 0},
     {CLI_OPT_RESIDENT, "--resident", NULL, "register the file's pages with the driver instead of staging them", 0},
+    {CLI_OPT_COPY_ON_WRITE, "--copy-on-write", NULL,
+     "to cpu: map the tensor's pages privately instead of copying (the output says which the buffer got)", 0},
     {CLI_OPT_REPEAT, "--repeat", "N", "put N times (1..1000), each buffer freed before the next; report each and the best", 0},
     {CLI_OPT_THREADS, "--threads", "N", "reader threads (0..1024; 0: automatic)", 0},
     {CLI_OPT_STAGING_MIB, "--staging-mib", "M", "size of the pinned staging ring in MiB (0: automatic, 256)", 0},
@@ -47,7 +49,13 @@ static const cli_option gather_options[] = {
     {CLI_OPT_DEVICE, "--device", "SPEC", "target device or 'default' (default: default)", 0},
     {CLI_OPT_ITERS, "--iters", "N", "batches to time (default 100)", 0},
     {CLI_OPT_SEED, "--seed", "S", "seed of the offset stream (default 1337)", 0},
-    {CLI_OPT_PREFAULT, "--prefault", NULL, "map the tensor's pages first (hostfirst_view_prefault) and time it", 0},
+    {CLI_OPT_PREFAULT, "--prefault", NULL,
+     "map the tensor's pages first (hostfirst_view_prefault) and time it; a file truncated meanwhile raises SIGBUS",
+     0},
+    {CLI_OPT_FROM_HOST, "--from-host", NULL,
+     "put the tensor to cpu first (timed apart) and gather from that copy: memcpy speed, no SIGBUS if the file "
+     "is truncated",
+     0},
     {CLI_OPT_JSON, "--json", NULL, "one JSON object instead of text", 0},
     {0, NULL, NULL, NULL, 0},
 };

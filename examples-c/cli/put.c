@@ -1,12 +1,14 @@
-/* hostfirst put FILE TENSOR [--device SPEC] [--rows A:B] [--resident] [--repeat N] [--threads N]
- *                           [--staging-mib M] [--json]
+/* hostfirst put FILE TENSOR [--device SPEC] [--rows A:B] [--resident] [--copy-on-write] [--repeat N]
+ *                           [--threads N] [--staging-mib M] [--json]
  * Puts a tensor (or a row range) on a device (the default device without --device), copies it back into host
  * memory, checks the copy equals the source (read with hostfirst_view_copy / hostfirst_view_read), and prints
  * bytes, seconds, GB/s and the FNV-1a 64 of the copied-back bytes (the same hash as `inspect --checksum`).
  * --resident uses the registered-mapping mode (the first put pays the registration, reported apart);
  * --repeat N puts N times (each new buffer freed before the next) and reports every time and the best rate,
  * which is how ring and resident compare; --threads and --staging-mib set the reader threads and the staging
- * ring's size. A progress bar goes to stderr when it is a terminal. Errors: one line
+ * ring's size. --copy-on-write maps the tensor's pages privately instead of copying when the target is cpu
+ * (hostfirst_put_options.copy_on_write; the output says which the buffer got). A progress bar goes to stderr
+ * when it is a terminal. Errors: one line
  * "hostfirst: <what>: <STATUS>: <message>" on stderr, exit status 1. */
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
@@ -55,7 +57,7 @@ static int fail_msg(const char *what, const char *msg) {
 typedef struct {
     const char *operands[2]; /* FILE TENSOR */
     const char *spec, *rows;
-    int json, resident;
+    int json, resident, cow;
     unsigned long long repeat, threads, staging_mib, a, b;
 } put_args;
 
@@ -74,6 +76,7 @@ static int on_option(void *ctx, int id, const char *v) {
     switch (id) {
         case CLI_OPT_JSON: p->json = 1; break;
         case CLI_OPT_RESIDENT: p->resident = 1; break;
+        case CLI_OPT_COPY_ON_WRITE: p->cow = 1; break;
         case CLI_OPT_DEVICE: p->spec = v; break;
         case CLI_OPT_ROWS:
             if (!parse_rows(v, &p->a, &p->b)) return cli_usage_error("put", "--rows wants A:B, got '%s'", v);
@@ -95,11 +98,11 @@ static int on_option(void *ctx, int id, const char *v) {
 }
 
 int cmd_put(int argc, char **argv) {
-    put_args p = {{NULL, NULL}, NULL, NULL, 0, 0, 1, 0, 0, 0, 0};
+    put_args p = {{NULL, NULL}, NULL, NULL, 0, 0, 0, 1, 0, 0, 0, 0};
     int prc = cli_parse("put", argc, argv, &p, on_option, p.operands);
     if (prc) return prc;
     const char *path = p.operands[0], *tensor = p.operands[1], *spec = p.spec, *rows = p.rows;
-    int json = p.json, resident = p.resident;
+    int json = p.json, resident = p.resident, cow = p.cow;
     unsigned long long repeat = p.repeat, threads = p.threads, staging_mib = p.staging_mib, a = p.a, b = p.b;
     hostfirst_device dev, *target = NULL;
     hostfirst_status st;
@@ -128,6 +131,7 @@ int cmd_put(int argc, char **argv) {
     hostfirst_put_options_init(&opts);
     if (isatty(2)) opts.progress = bar;
     opts.resident = resident;
+    opts.copy_on_write = cow;
     opts.threads = (uint32_t)threads;
     opts.staging_bytes = staging_mib << 20;
     hostfirst_buffer *buf = NULL;
@@ -154,6 +158,8 @@ int cmd_put(int argc, char **argv) {
     }
     hostfirst_buffer_info bi = {.struct_size = sizeof bi};
     hostfirst_buffer_describe(buf, &bi);
+    int32_t file_backed = 0;
+    hostfirst_buffer_is_file_backed(buf, &file_backed);
     char devbuf[64];
     cli_device_spec(bi.device, devbuf, sizeof devbuf);
 
@@ -196,7 +202,8 @@ int cmd_put(int argc, char **argv) {
         printf(",\"resident\":%s,\"register_seconds\":%.6f,\"staged_instead\":%s,\"times\":[", resident ? "true" : "false",
                first.register_seconds, first.staged_instead ? "true" : "false");
         for (unsigned long long r = 0; r < repeat; r++) printf("%s%.6f", r ? "," : "", times[r]);
-        printf("],\"best_gb_per_s\":%.3f}\n", best > 0 ? (double)nbytes / best / 1e9 : 0.0);
+        printf("],\"best_gb_per_s\":%.3f,\"copy_on_write\":%s}\n", best > 0 ? (double)nbytes / best / 1e9 : 0.0,
+               file_backed ? "true" : "false");
     } else {
         char hb[32];
         printf("%s -> %s: %" PRIu64 " bytes (%s) in %.6f s, %.3f GB/s, fnv1a64 %016" PRIx64 ", copy verified\n", tensor,
@@ -204,6 +211,8 @@ int cmd_put(int argc, char **argv) {
         if (resident)
             printf("resident: registration %.6f s (in the first put)%s\n", first.register_seconds,
                    first.staged_instead ? "; shares pages with another registration, went through the staging ring" : "");
+        if (file_backed) printf("copy-on-write: the buffer maps the file's pages privately (nothing copied until written)\n");
+        else if (cow) printf("copy-on-write asked, but the target is not cpu: copied\n");
         if (repeat > 1)
             printf("%llu puts: best %.6f s, %.3f GB/s\n", repeat, best, best > 0 ? (double)nbytes / best / 1e9 : 0.0);
     }

@@ -14,6 +14,32 @@ pub(crate) fn out_ptr<'a, T>(p: *mut T, name: &str) -> Result<&'a mut T> {
     Ok(unsafe { &mut *p })
 }
 
+/// An input options struct whose first field is `size_t struct_size`: NULL gives `default`; otherwise the
+/// first `min(struct_size, sizeof(T))` bytes the caller provides are copied over `default` (fields of a newer
+/// header than the caller's keep their defaults). A `struct_size` smaller than that field is `INVALID_ARGUMENT`.
+///
+/// `T` must be a `#[repr(C)]` struct starting with `struct_size: usize` whose fields accept any bit pattern
+/// (integers, nullable function pointers, raw pointers).
+pub(crate) fn read_options<T: Copy>(p: *const T, default: T, name: &str) -> Result<T> {
+    let mut o = default;
+    if p.is_null() {
+        return Ok(o);
+    }
+    // SAFETY: non-NULL; the caller promises at least struct_size readable bytes, struct_size first.
+    let size = unsafe { *(p as *const usize) };
+    if size < std::mem::size_of::<usize>() {
+        return Err(Error::new(
+            Status::InvalidArgument,
+            format!("{name}->struct_size is {size}; set it to the size of the struct ({})", std::mem::size_of::<T>()),
+        ));
+    }
+    let n = size.min(std::mem::size_of::<T>());
+    // SAFETY: copies n <= sizeof(T) bytes the caller provided over a valid value of T; T's fields accept any
+    // bit pattern (this function's contract).
+    unsafe { std::ptr::copy_nonoverlapping(p as *const u8, &mut o as *mut T as *mut u8, n) };
+    Ok(o)
+}
+
 /// An optional output pointer (NULL means "not wanted").
 pub(crate) fn opt_out<'a, T>(p: *mut T) -> Option<&'a mut T> {
     // SAFETY: the C contract is that a non-NULL pointer points to writable memory for a T.

@@ -82,6 +82,58 @@ pub extern "C" fn hostfirst_buffer_describe(
     })
 }
 
+/// Writes 1 to `*out` when the buffer's bytes are a private copy-on-write mapping of a file (a put with
+/// `opts->copy_on_write`, see `hostfirst_put`): pages not yet written still come from the file, with the
+/// ties that brings. 0 for memory of its own (every other buffer). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`.
+/// Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_buffer_is_file_backed(buffer: *const hostfirst_buffer, out: *mut i32) -> Status {
+    hostfirst_boundary!("hostfirst_buffer_is_file_backed", {
+        let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
+        let out = out_ptr(out, "out")?;
+        *out = b.lock().unwrap_or_else(|p| p.into_inner()).is_file_backed() as i32;
+        Ok(())
+    })
+}
+
+/// The consumer side of the CUDA stream handshake, for consumers that do not go through DLPack (e.g. the
+/// `__cuda_array_interface__`): makes `stream` wait, on the device and without blocking the host
+/// (`cuStreamWaitEvent`), until hostfirst's last write into the buffer has completed.
+///
+/// `stream` takes DLPack's values: 1 the legacy default stream, 2 the per-thread default stream, > 2 a
+/// `CUstream` of the buffer's device (cast to an integer), -1 nothing to do; 0 and other negative values are
+/// `INVALID_ARGUMENT`. Host buffers (cpu, cuda_host) need nothing: every hostfirst write into them has
+/// completed when the call that made it returned. Today that is true of CUDA buffers too (puts and gather runs
+/// return once their copy has completed), so the wait is enqueued only where hostfirst recorded an event of
+/// its last write (gather batches); calling it is always correct and cheap. Errors: `NULL_ARGUMENT`,
+/// `INVALID_HANDLE`, `INVALID_ARGUMENT`, `DEVICE_ERROR` (e.g. a `CUstream` the driver rejects). Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_buffer_sync_stream(buffer: *const hostfirst_buffer, stream: i64) -> Status {
+    hostfirst_boundary!("hostfirst_buffer_sync_stream", {
+        let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
+        let s = crate::place::consumer::ConsumerStream::from_dlpack(Some(stream))?;
+        let r = b.lock().unwrap_or_else(|p| p.into_inner()).sync_stream(s).map(|_| ());
+        r
+    })
+}
+
+/// The release side of the CUDA stream handshake (like torch's `record_stream`): records an event on
+/// `stream` now; before hostfirst next rewrites this buffer's memory (a gather reusing the batch), its copy
+/// waits on the device for that event. Call it after enqueuing the last work that uses the buffer on that
+/// stream and before freeing your reference, when the buffer went to a consumer by its address rather than
+/// through DLPack (DLPack exports do this themselves when their deleter runs). `stream` as for
+/// `hostfirst_buffer_sync_stream`; -1 and host buffers: nothing to do. Errors: `NULL_ARGUMENT`,
+/// `INVALID_HANDLE`, `INVALID_ARGUMENT`, `DEVICE_ERROR`. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_buffer_record_stream(buffer: *const hostfirst_buffer, stream: i64) -> Status {
+    hostfirst_boundary!("hostfirst_buffer_record_stream", {
+        let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
+        let s = crate::place::consumer::ConsumerStream::from_dlpack(Some(stream))?;
+        let r = b.lock().unwrap_or_else(|p| p.into_inner()).record_stream(s);
+        r
+    })
+}
+
 /// Copies the whole buffer (from any device) into the caller's host memory `(dst, capacity)`. A capacity
 /// below the buffer's size gives `BUFFER_TOO_SMALL` and writes nothing; `(NULL, 0)` copies an empty buffer.
 /// Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`, `DEVICE_ERROR`. Thread-safe.

@@ -1,18 +1,19 @@
-//! DLPack export of views and buffers (DLPack 1.1, `DLManagedTensorVersioned`).
+//! DLPack export of views and buffers (DLPack 1.1): the versioned form (`DLManagedTensorVersioned`) and
+//! the unversioned one (`DLManagedTensor`), with the consumer's request (stream, copy, device) in the `_ex`
+//! forms. What is shared, mapped or copied is decided by `place::export`.
 //!
 //! The structs below are written by us from the DLPack specification and are layout-identical to
 //! `dlpack.h`'s types; a program that includes `dlpack.h` may cast between them.
 
-use super::args::out_ptr;
+use super::args::{out_ptr, read_options};
 use super::buffer::hostfirst_buffer;
 use super::handle::{self, Handle};
 use super::view::hostfirst_view;
+use crate::device::Device;
 use crate::dlpack;
 use crate::error::{Error, Status};
-use crate::file::TensorView;
-use crate::place::Buffer;
+use crate::place::export::{self, ConsumerStream, CopyPolicy, Export, Form, Keep};
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex};
 
 /// DLPack major version of the tensors hostfirst exports (`DLPACK_MAJOR_VERSION`).
 pub const HOSTFIRST_DLPACK_MAJOR_VERSION: u32 = 1;
@@ -20,7 +21,7 @@ pub const HOSTFIRST_DLPACK_MAJOR_VERSION: u32 = 1;
 pub const HOSTFIRST_DLPACK_MINOR_VERSION: u32 = 1;
 /// `DLPACK_FLAG_BITMASK_READ_ONLY`: the data must not be written (set for views of mapped files).
 pub const HOSTFIRST_DLPACK_FLAG_READ_ONLY: u64 = 1;
-/// `DLPACK_FLAG_BITMASK_IS_COPIED`: the data is a private copy (never set by hostfirst).
+/// `DLPACK_FLAG_BITMASK_IS_COPIED`: the data is a copy made for this export, owned by the consumer.
 pub const HOSTFIRST_DLPACK_FLAG_IS_COPIED: u64 = 2;
 /// `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED`: sub-byte elements padded to bytes (never set: F4 and F6
 /// data is packed as in the file).
@@ -80,7 +81,7 @@ pub struct hostfirst_dlpack_tensor {
     pub dtype: hostfirst_dlpack_dtype,
     /// `ndim` dimensions (NULL when `ndim` is 0); owned by the managed tensor.
     pub shape: *mut i64,
-    /// Always NULL: the data is compact, C order.
+    /// NULL: the data is compact, C order (every export of this version).
     pub strides: *mut i64,
     /// Always 0: `data` points at the first element.
     pub byte_offset: u64,
@@ -88,9 +89,9 @@ pub struct hostfirst_dlpack_tensor {
 
 /// Layout-identical to dlpack.h's `DLManagedTensorVersioned` (DLPack >= 1.0).
 ///
-/// Made by `hostfirst_view_to_dlpack` / `hostfirst_buffer_to_dlpack`; the consumer calls `deleter(self)`
-/// exactly once when done. Until then it keeps the file mapping (or the buffer's memory) alive on its own,
-/// whatever happens to the handle it was made from.
+/// Made by `hostfirst_view_to_dlpack`, `hostfirst_buffer_to_dlpack` and their `_ex` forms; the consumer calls
+/// `deleter(self)` exactly once when done. Until then it keeps the file mapping (or the buffer's memory) alive
+/// on its own, whatever happens to the handle it was made from.
 #[repr(C)]
 #[derive(Debug)]
 pub struct hostfirst_dlpack_managed_tensor_versioned {
@@ -101,23 +102,144 @@ pub struct hostfirst_dlpack_managed_tensor_versioned {
     /// Releases the tensor and frees this struct: call it exactly once, then never touch the pointer again.
     /// A NULL argument, or a struct hostfirst did not make, is ignored.
     pub deleter: Option<extern "C" fn(*mut hostfirst_dlpack_managed_tensor_versioned)>,
-    /// `HOSTFIRST_DLPACK_FLAG_*` bits: READ_ONLY for views.
+    /// `HOSTFIRST_DLPACK_FLAG_*` bits: READ_ONLY for a view's mapping, IS_COPIED for a copy made for the export.
     pub flags: u64,
     /// The tensor.
     pub dl_tensor: hostfirst_dlpack_tensor,
 }
 
-/// What an exported tensor keeps alive.
-enum Keep {
-    View(#[allow(dead_code)] TensorView),
-    Buffer(#[allow(dead_code)] Arc<Mutex<Buffer>>),
+/// Layout-identical to dlpack.h's `DLManagedTensor`: the unversioned ("legacy") form, which numpy 1.x,
+/// JAX and older consumers take (the Python capsule named "dltensor").
+///
+/// Made by `hostfirst_view_to_dlpack_legacy`, `hostfirst_buffer_to_dlpack_legacy` and the `_ex` forms. It has
+/// no flags, so a consumer cannot be told that memory is read-only: a view never goes out this way as its
+/// file's read-only mapping (see `hostfirst_view_to_dlpack_legacy`). Lifetime and deleter as for
+/// `hostfirst_dlpack_managed_tensor_versioned`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct hostfirst_dlpack_managed_tensor {
+    /// The tensor.
+    pub dl_tensor: hostfirst_dlpack_tensor,
+    /// Owned by hostfirst (a registry id); counted by `hostfirst_handle_count` until the deleter runs.
+    pub manager_ctx: *mut c_void,
+    /// Releases the tensor and frees this struct: call it exactly once, then never touch the pointer again.
+    /// A NULL argument, or a struct hostfirst did not make, is ignored.
+    pub deleter: Option<extern "C" fn(*mut hostfirst_dlpack_managed_tensor)>,
 }
 
-/// The registry entry of one exported tensor.
+/// `copy` of `hostfirst_dlpack_options`: share where possible, copy or map copy-on-write where the form or
+/// the requested device needs it (Python's `copy=None`; the zero default).
+pub const HOSTFIRST_DLPACK_COPY_IF_NEEDED: u32 = 0;
+/// `copy` of `hostfirst_dlpack_options`: always export a new copy the consumer owns (`copy=True`; flag
+/// IS_COPIED in the versioned form).
+pub const HOSTFIRST_DLPACK_COPY_ALWAYS: u32 = 1;
+/// `copy` of `hostfirst_dlpack_options`: never copy; `UNSUPPORTED` when the request cannot be met without
+/// one (`copy=False`).
+pub const HOSTFIRST_DLPACK_COPY_NEVER: u32 = 2;
+
+/// What a DLPack consumer asked for: the arguments of Python's `__dlpack__(*, stream, max_version,
+/// dl_device, copy)`, for `hostfirst_view_to_dlpack_ex` / `hostfirst_buffer_to_dlpack_ex`. Zero-initialise,
+/// set `struct_size = sizeof(hostfirst_dlpack_options)`, then set what the consumer gave: all zeros is a
+/// consumer that passed nothing (a legacy consumer, no stream, copy if needed, the data's own device). A
+/// smaller `struct_size` from an older header is accepted; later fields take their defaults.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct hostfirst_dlpack_options {
+    /// `sizeof(hostfirst_dlpack_options)`.
+    pub struct_size: usize,
+    /// The highest DLPack version the consumer takes. Major >= 1: the versioned form; {0, 0} (not given):
+    /// the legacy form.
+    pub max_version: hostfirst_dlpack_version,
+    /// The consumer's stream, read when `has_stream` is nonzero, with DLPack's meaning: 1 the legacy default
+    /// stream, 2 the per-thread default stream, > 2 a `CUstream` (cast to an integer), -1 the consumer
+    /// synchronises itself; 0 and other negative values are `INVALID_ARGUMENT`. Not given: the legacy default
+    /// stream. Only CUDA data uses it (see `hostfirst_buffer_to_dlpack_ex`).
+    pub stream: i64,
+    /// Nonzero when `stream` was given (Python: `stream is not None`).
+    pub has_stream: i32,
+    /// `HOSTFIRST_DLPACK_COPY_IF_NEEDED` (0), `_ALWAYS` (1) or `_NEVER` (2).
+    pub copy: u32,
+    /// Nonzero when `dl_device` was given.
+    pub has_dl_device: i32,
+    /// The device the consumer wants the data on (kDLCPU 0, kDLCUDA N, kDLCUDAHost 0); when it is not where the
+    /// data lives, the export is a copy there (fit-checked; `UNSUPPORTED` under COPY_NEVER).
+    pub dl_device: hostfirst_dlpack_device,
+}
+
+impl Default for hostfirst_dlpack_options {
+    fn default() -> Self {
+        hostfirst_dlpack_options {
+            struct_size: std::mem::size_of::<hostfirst_dlpack_options>(),
+            max_version: hostfirst_dlpack_version { major: 0, minor: 0 },
+            stream: 0,
+            has_stream: 0,
+            copy: HOSTFIRST_DLPACK_COPY_IF_NEEDED,
+            has_dl_device: 0,
+            dl_device: hostfirst_dlpack_device { device_type: 0, device_id: 0 },
+        }
+    }
+}
+
+/// The export options, checked.
+struct Request {
+    form: Form,
+    copy: CopyPolicy,
+    device: Option<Device>,
+    stream: ConsumerStream,
+}
+
+fn request(opts: *const hostfirst_dlpack_options, form: Option<Form>) -> crate::error::Result<Request> {
+    let o = read_options(opts, hostfirst_dlpack_options::default(), "opts")?;
+    let copy = match o.copy {
+        HOSTFIRST_DLPACK_COPY_IF_NEEDED => CopyPolicy::IfNeeded,
+        HOSTFIRST_DLPACK_COPY_ALWAYS => CopyPolicy::Always,
+        HOSTFIRST_DLPACK_COPY_NEVER => CopyPolicy::Never,
+        c => {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!("opts->copy is {c}; expected HOSTFIRST_DLPACK_COPY_IF_NEEDED (0), _ALWAYS (1) or _NEVER (2)"),
+            ))
+        }
+    };
+    let device = if o.has_dl_device != 0 { Some(from_dl_device(o.dl_device)?) } else { None };
+    let stream = ConsumerStream::from_dlpack(if o.has_stream != 0 { Some(o.stream) } else { None })?;
+    let form = form.unwrap_or(if o.max_version.major >= 1 { Form::Versioned } else { Form::Legacy });
+    Ok(Request { form, copy, device, stream })
+}
+
+fn from_dl_device(d: hostfirst_dlpack_device) -> crate::error::Result<Device> {
+    let bad = || {
+        Error::new(
+            Status::Unsupported,
+            format!(
+                "DLPack device ({}, {}) is not one hostfirst places tensors on (kDLCPU 0, kDLCUDA N, kDLCUDAHost 0)",
+                d.device_type, d.device_id
+            ),
+        )
+    };
+    match (d.device_type, d.device_id) {
+        (dlpack::device_type::CPU, 0) => Ok(Device::CPU),
+        (dlpack::device_type::CUDA_HOST, 0) => Ok(Device::CUDA_HOST),
+        (dlpack::device_type::CUDA, n) if n >= 0 => Device::cuda(n as u32).validate(),
+        _ => Err(bad()),
+    }
+}
+
+/// The registry entry of one exported tensor: what it keeps alive, its shape array, the struct it belongs to,
+/// and (CUDA) the consumer stream to record a release event on.
 pub(crate) struct DlpackExport {
-    _keep: Keep,
+    keep: Keep,
     _shape: Box<[i64]>,
     managed: usize,
+    release_on: Option<ConsumerStream>,
+}
+
+impl Drop for DlpackExport {
+    fn drop(&mut self) {
+        // The deleter has no way to report an error; a failed event record leaves the next rewrite unordered
+        // with that consumer only on a driver that is already failing.
+        let _ = export::release(&self.keep, self.release_on);
+    }
 }
 
 /// Marker handle type for exported DLPack tensors (never seen by C as a pointer type).
@@ -128,68 +250,160 @@ impl Handle for dlpack_export_handle {
     const NAME: &'static str = "DLPack export";
 }
 
+/// The two managed-tensor layouts: where each keeps `manager_ctx`.
+trait Managed {
+    /// # Safety
+    /// `t` must be non-NULL and point to a struct of this type (possibly one hostfirst did not make).
+    unsafe fn ctx(t: *mut Self) -> *mut c_void;
+}
+impl Managed for hostfirst_dlpack_managed_tensor_versioned {
+    unsafe fn ctx(t: *mut Self) -> *mut c_void {
+        // SAFETY: per the trait contract.
+        unsafe { (*t).manager_ctx }
+    }
+}
+impl Managed for hostfirst_dlpack_managed_tensor {
+    unsafe fn ctx(t: *mut Self) -> *mut c_void {
+        // SAFETY: per the trait contract.
+        unsafe { (*t).manager_ctx }
+    }
+}
+
+/// The deleter of both forms: frees the struct only when the registry confirms it is live and belongs to
+/// this very struct (a second call, or a foreign struct, is ignored).
+fn delete<T: Managed>(t: *mut T) {
+    if t.is_null() {
+        return;
+    }
+    // SAFETY: non-NULL; the consumer passes the pointer we returned. We read only manager_ctx.
+    let ctx = unsafe { T::ctx(t) };
+    let Ok(e) = handle::get::<dlpack_export_handle>(ctx as *const dlpack_export_handle, "manager_ctx") else {
+        return; // already deleted, or not ours: nothing to free
+    };
+    if e.managed != t as usize {
+        return;
+    }
+    drop(e);
+    if let Ok(Some(_)) = handle::remove::<dlpack_export_handle>(ctx as *mut dlpack_export_handle, "manager_ctx") {
+        // SAFETY: allocated by Box::into_raw in `publish` as a T, and the registry entry (now removed) proved
+        // it was not freed before.
+        drop(unsafe { Box::from_raw(t) });
+    }
+}
+
 extern "C" fn dlpack_deleter(t: *mut hostfirst_dlpack_managed_tensor_versioned) {
-    hostfirst_boundary!("hostfirst_dlpack_deleter", default = (), {
-        if t.is_null() {
-            return;
-        }
-        // SAFETY: non-NULL; the consumer passes the pointer we returned. We read only manager_ctx, and free
-        // the allocation only when the registry confirms it is live and belongs to this very struct.
-        let ctx = unsafe { (*t).manager_ctx };
-        let Ok(e) = handle::get::<dlpack_export_handle>(ctx as *const dlpack_export_handle, "manager_ctx") else {
-            return; // already deleted, or not ours: nothing to free
-        };
-        if e.managed != t as usize {
-            return;
-        }
-        drop(e);
-        if let Ok(Some(_)) = handle::remove::<dlpack_export_handle>(ctx as *mut dlpack_export_handle, "manager_ctx") {
-            // SAFETY: allocated by Box::into_raw in `export`, and the registry entry (now removed) proved it
-            // was not freed before.
-            drop(unsafe { Box::from_raw(t) });
-        }
+    hostfirst_boundary!("hostfirst_dlpack_deleter", default = (), { delete(t) })
+}
+
+extern "C" fn dlpack_legacy_deleter(t: *mut hostfirst_dlpack_managed_tensor) {
+    hostfirst_boundary!("hostfirst_dlpack_legacy_deleter", default = (), { delete(t) })
+}
+
+/// The `DLTensor` of an export; `dims` (owned by the registry entry) backs its shape.
+fn dl_tensor(e: &Export, dims: &mut [i64], what: &str) -> crate::error::Result<hostfirst_dlpack_tensor> {
+    let dt = dlpack::dl_dtype_or_err(e.dtype, what)?;
+    let (device_type, device_id) = dlpack::dl_device(e.device);
+    Ok(hostfirst_dlpack_tensor {
+        data: e.data as usize as *mut c_void,
+        device: hostfirst_dlpack_device { device_type, device_id },
+        ndim: dims.len() as i32,
+        dtype: hostfirst_dlpack_dtype { code: dt.code, bits: dt.bits, lanes: dt.lanes },
+        shape: if dims.is_empty() { std::ptr::null_mut() } else { dims.as_mut_ptr() },
+        strides: std::ptr::null_mut(),
+        byte_offset: 0,
     })
 }
 
-fn export(
-    keep: Keep,
-    data: *mut c_void,
-    device: crate::device::Device,
-    dtype: crate::dtype::DType,
-    shape: &[u64],
-    flags: u64,
-    what: &str,
-) -> crate::error::Result<*mut hostfirst_dlpack_managed_tensor_versioned> {
-    let dt = dlpack::dl_dtype_or_err(dtype, what)?;
-    let mut dims = dlpack::dl_shape(shape, what)?.into_boxed_slice();
-    let (device_type, device_id) = dlpack::dl_device(device);
-    let shape_ptr = if dims.is_empty() { std::ptr::null_mut() } else { dims.as_mut_ptr() };
-    let managed = Box::into_raw(Box::new(hostfirst_dlpack_managed_tensor_versioned {
-        version: hostfirst_dlpack_version { major: dlpack::VERSION.0, minor: dlpack::VERSION.1 },
-        manager_ctx: std::ptr::null_mut(),
-        deleter: Some(dlpack_deleter),
-        flags,
-        dl_tensor: hostfirst_dlpack_tensor {
-            data,
-            device: hostfirst_dlpack_device { device_type, device_id },
-            ndim: dims.len() as i32,
-            dtype: hostfirst_dlpack_dtype { code: dt.code, bits: dt.bits, lanes: dt.lanes },
-            shape: shape_ptr,
-            strides: std::ptr::null_mut(),
-            byte_offset: 0,
-        },
-    }));
-    let id = handle::insert_new::<dlpack_export_handle>(DlpackExport {
-        _keep: keep,
-        _shape: dims,
-        managed: managed as usize,
-    });
-    // SAFETY: just allocated above, not yet shared.
-    unsafe { (*managed).manager_ctx = id as *mut c_void };
-    Ok(managed)
+/// The exported struct, either form.
+enum Published {
+    Versioned(*mut hostfirst_dlpack_managed_tensor_versioned),
+    Legacy(*mut hostfirst_dlpack_managed_tensor),
 }
 
-/// Exports a view (or row slice) as a DLPack 1.1 managed tensor and writes it to `*out`.
+/// Allocates the managed struct of `form` for `e` and registers it.
+fn publish(e: Export, form: Form, what: &str) -> crate::error::Result<Published> {
+    let mut dims = dlpack::dl_shape(&e.shape, what)?.into_boxed_slice();
+    let tensor = dl_tensor(&e, &mut dims, what)?;
+    let flags =
+        if e.read_only { dlpack::FLAG_READ_ONLY } else { 0 } | if e.copied { dlpack::FLAG_IS_COPIED } else { 0 };
+    let (published, managed) = match form {
+        Form::Versioned => {
+            let m = Box::into_raw(Box::new(hostfirst_dlpack_managed_tensor_versioned {
+                version: hostfirst_dlpack_version { major: dlpack::VERSION.0, minor: dlpack::VERSION.1 },
+                manager_ctx: std::ptr::null_mut(),
+                deleter: Some(dlpack_deleter),
+                flags,
+                dl_tensor: tensor,
+            }));
+            (Published::Versioned(m), m as usize)
+        }
+        Form::Legacy => {
+            debug_assert!(!e.read_only, "a read-only mapping never goes out in the legacy form");
+            let m = Box::into_raw(Box::new(hostfirst_dlpack_managed_tensor {
+                dl_tensor: tensor,
+                manager_ctx: std::ptr::null_mut(),
+                deleter: Some(dlpack_legacy_deleter),
+            }));
+            (Published::Legacy(m), m as usize)
+        }
+    };
+    let id = handle::insert_new::<dlpack_export_handle>(DlpackExport {
+        keep: e.keep,
+        _shape: dims,
+        managed,
+        release_on: e.release_on,
+    }) as *mut c_void;
+    // SAFETY: just allocated above, not yet shared.
+    unsafe {
+        match published {
+            Published::Versioned(m) => (*m).manager_ctx = id,
+            Published::Legacy(m) => (*m).manager_ctx = id,
+        }
+    }
+    Ok(published)
+}
+
+fn view_export(view: *const hostfirst_view, req: Request) -> crate::error::Result<Published> {
+    let v = handle::get::<hostfirst_view>(view, "view")?;
+    let what = format!("{}: tensor '{}'", v.file_display(), v.name());
+    let e = export::export_view(&v, req.form, req.copy, req.device)?;
+    publish(e, req.form, &what)
+}
+
+fn buffer_export(buffer: *const hostfirst_buffer, req: Request) -> crate::error::Result<Published> {
+    let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
+    let what = format!("buffer '{}'", b.lock().unwrap_or_else(|p| p.into_inner()).name());
+    let e = export::export_buffer(&b, req.copy, req.device, req.stream)?;
+    publish(e, req.form, &what)
+}
+
+/// Writes whichever form was made into the two outputs (the other gets NULL).
+fn write_either(
+    p: Published,
+    out_versioned: &mut *mut hostfirst_dlpack_managed_tensor_versioned,
+    out_legacy: &mut *mut hostfirst_dlpack_managed_tensor,
+) {
+    match p {
+        Published::Versioned(m) => (*out_versioned, *out_legacy) = (m, std::ptr::null_mut()),
+        Published::Legacy(m) => (*out_versioned, *out_legacy) = (std::ptr::null_mut(), m),
+    }
+}
+
+fn versioned(p: Published) -> *mut hostfirst_dlpack_managed_tensor_versioned {
+    match p {
+        Published::Versioned(m) => m,
+        Published::Legacy(_) => unreachable!("the versioned form was asked"),
+    }
+}
+
+fn legacy(p: Published) -> *mut hostfirst_dlpack_managed_tensor {
+    match p {
+        Published::Legacy(m) => m,
+        Published::Versioned(_) => unreachable!("the legacy form was asked"),
+    }
+}
+
+/// Exports a view (or row slice) as a DLPack 1.1 managed tensor (versioned form) and writes it to `*out`.
 ///
 /// Zero-copy: `dl_tensor.data` points into the file's read-only mapping (the same pointer as
 /// `hostfirst_view_info.data`, with the same SIGBUS hazard), device kDLCPU 0, compact C order (strides NULL,
@@ -198,50 +412,140 @@ fn export(
 /// its `deleter` is called, even after the view and file handles are freed; until then it counts in
 /// `hostfirst_handle_count`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED` for a dtype DLPack has
 /// no code for (none in this version), `VALIDATION_OVERFLOW` for a dimension above INT64_MAX. On failure
-/// `*out` is unchanged. Thread-safe.
+/// `*out` is unchanged. Thread-safe. `hostfirst_view_to_dlpack_ex` takes a consumer's full request.
 #[no_mangle]
 pub extern "C" fn hostfirst_view_to_dlpack(
     view: *const hostfirst_view,
     out: *mut *mut hostfirst_dlpack_managed_tensor_versioned,
 ) -> Status {
     hostfirst_boundary!("hostfirst_view_to_dlpack", {
-        let v = handle::get::<hostfirst_view>(view, "view")?;
         let out = out_ptr(out, "out")?;
-        let what = format!("{}: tensor '{}'", v.file_display(), v.name());
-        let data = v.mapped().as_ptr() as *mut c_void;
-        let v = TensorView::clone(&v);
-        let (dtype, shape) = (v.dtype(), v.shape().to_vec());
-        *out = export(Keep::View(v), data, crate::device::Device::CPU, dtype, &shape, dlpack::FLAG_READ_ONLY, &what)?;
+        *out = versioned(view_export(view, request(std::ptr::null(), Some(Form::Versioned))?)?);
         Ok(())
     })
 }
 
-/// Exports a buffer as a DLPack 1.1 managed tensor and writes it to `*out`.
+/// Exports a view (or row slice) in the unversioned DLPack form (`DLManagedTensor`, the Python capsule
+/// "dltensor": numpy 1.x, JAX) and writes it to `*out`.
+///
+/// A legacy consumer cannot see a read-only flag, and some write (in-place operations, buffer donation), so
+/// the file's read-only mapping never goes out this way. The export is a **private copy-on-write mapping of
+/// the view's pages** (`MAP_PRIVATE`, writable): nothing is copied until the consumer writes a page, a write
+/// copies that page into the process, and **the file never changes**. Chosen over a copy because it costs a
+/// page table instead of a copy of the tensor, and it carries the view's own hazards and no more: pages the
+/// consumer has not written still show what other processes write to the file, and truncating the file
+/// raises SIGBUS when a page past the new end is touched. A consumer that needs the data isolated from the
+/// file asks for a copy (`hostfirst_view_to_dlpack_ex` with `HOSTFIRST_DLPACK_COPY_ALWAYS`). A view over
+/// memory (`hostfirst_file_open_memory`) has no file to map: it is copied (device kDLCPU either way).
+///
+/// `dl_tensor.data` is where the view sits in the first mapped page (alignment as in the file), device
+/// kDLCPU 0, compact C order. The tensor lives until its `deleter` runs, independently of the view and file
+/// handles, and counts in `hostfirst_handle_count` until then. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
+/// `TRUNCATED` (the file is now shorter than the view), `IO` (mapping failed), `OUT_OF_MEMORY` (a copy of a
+/// memory view that does not fit), `VALIDATION_OVERFLOW`. On failure `*out` is unchanged. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_view_to_dlpack_legacy(
+    view: *const hostfirst_view,
+    out: *mut *mut hostfirst_dlpack_managed_tensor,
+) -> Status {
+    hostfirst_boundary!("hostfirst_view_to_dlpack_legacy", {
+        let out = out_ptr(out, "out")?;
+        *out = legacy(view_export(view, request(std::ptr::null(), Some(Form::Legacy))?)?);
+        Ok(())
+    })
+}
+
+/// Exports a view for a consumer's full request (`opts`, NULL: a consumer that passed nothing): the form by
+/// `opts->max_version` (major >= 1: versioned, written to `*out_versioned`; otherwise legacy, written to
+/// `*out_legacy`; the other output is set to NULL, so pass both), then:
+/// - versioned, copy if needed / never: the read-only mapping (as `hostfirst_view_to_dlpack`);
+/// - legacy, copy if needed / never: the copy-on-write mapping (as `hostfirst_view_to_dlpack_legacy`; a view
+///   over memory is copied when allowed, `UNSUPPORTED` under COPY_NEVER);
+/// - COPY_ALWAYS, or a `dl_device` other than kDLCPU: a put of the view to that device (an eager copy,
+///   fit-checked: `OUT_OF_MEMORY` with `hostfirst_last_fit`), flag IS_COPIED in the versioned form;
+///   `UNSUPPORTED` under COPY_NEVER.
+///
+/// `opts->stream` is validated (0 is `INVALID_ARGUMENT`) but has nothing to order: the view is host memory,
+/// and a copy to a device has completed when this returns. Errors also: `INVALID_ARGUMENT` (bad options),
+/// those of the functions above. On failure both outputs are unchanged. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_view_to_dlpack_ex(
+    view: *const hostfirst_view,
+    opts: *const hostfirst_dlpack_options,
+    out_versioned: *mut *mut hostfirst_dlpack_managed_tensor_versioned,
+    out_legacy: *mut *mut hostfirst_dlpack_managed_tensor,
+) -> Status {
+    hostfirst_boundary!("hostfirst_view_to_dlpack_ex", {
+        let (ov, ol) = (out_ptr(out_versioned, "out_versioned")?, out_ptr(out_legacy, "out_legacy")?);
+        write_either(view_export(view, request(opts, None)?)?, ov, ol);
+        Ok(())
+    })
+}
+
+/// Exports a buffer as a DLPack 1.1 managed tensor (versioned form) and writes it to `*out`.
 ///
 /// Zero-copy and writable (`flags` 0): device kDLCUDA with its ordinal for `cuda:N`, kDLCUDAHost 0 for
 /// `cuda_host`, kDLCPU 0 for `cpu`; compact C order. The tensor keeps the buffer's memory alive until its
-/// `deleter` is called, even after `hostfirst_buffer_free`; until then it counts in `hostfirst_handle_count`.
-/// Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED`, `VALIDATION_OVERFLOW` (as for views). On failure
-/// `*out` is unchanged. Thread-safe.
+/// `deleter` is called, even after `hostfirst_buffer_free`; until then it counts in `hostfirst_handle_count`,
+/// and a gather batch it holds is never rewritten. CUDA: as for a consumer that gave no stream (the legacy
+/// default stream waits for hostfirst's last write; see `hostfirst_buffer_to_dlpack_ex`). Errors:
+/// `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED`, `VALIDATION_OVERFLOW` (as for views), `DEVICE_ERROR`. On
+/// failure `*out` is unchanged. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_buffer_to_dlpack(
     buffer: *const hostfirst_buffer,
     out: *mut *mut hostfirst_dlpack_managed_tensor_versioned,
 ) -> Status {
     hostfirst_boundary!("hostfirst_buffer_to_dlpack", {
-        let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
         let out = out_ptr(out, "out")?;
-        let (data, device, dtype, shape, what) = {
-            let g = b.lock().unwrap_or_else(|p| p.into_inner());
-            (
-                g.address() as usize as *mut c_void,
-                g.device(),
-                g.dtype(),
-                g.shape().to_vec(),
-                format!("buffer '{}'", g.name()),
-            )
-        };
-        *out = export(Keep::Buffer(b), data, device, dtype, &shape, 0, &what)?;
+        *out = versioned(buffer_export(buffer, request(std::ptr::null(), Some(Form::Versioned))?)?);
+        Ok(())
+    })
+}
+
+/// Exports a buffer in the unversioned DLPack form (`DLManagedTensor`, the capsule "dltensor") and writes
+/// it to `*out`: the buffer's own memory, shared and writable, exactly as `hostfirst_buffer_to_dlpack` but
+/// without version and flags. Lifetime, CUDA stream and errors as there. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_buffer_to_dlpack_legacy(
+    buffer: *const hostfirst_buffer,
+    out: *mut *mut hostfirst_dlpack_managed_tensor,
+) -> Status {
+    hostfirst_boundary!("hostfirst_buffer_to_dlpack_legacy", {
+        let out = out_ptr(out, "out")?;
+        *out = legacy(buffer_export(buffer, request(std::ptr::null(), Some(Form::Legacy))?)?);
+        Ok(())
+    })
+}
+
+/// Exports a buffer for a consumer's full request (`opts`, NULL: a consumer that passed nothing). The form by
+/// `opts->max_version` as for `hostfirst_view_to_dlpack_ex` (pass both outputs; the one not made is set to
+/// NULL). The buffer's own memory is shared (both forms, writable), unless `opts->copy` is COPY_ALWAYS or
+/// `opts->dl_device` names another device: then the export is a new copy there (fit-checked, IS_COPIED),
+/// `UNSUPPORTED` under COPY_NEVER.
+///
+/// **The CUDA stream handshake.** For data on `cuda:N`, the consumer's stream (`opts->stream`: 1 or not
+/// given: the legacy default stream; 2: the per-thread default stream; > 2: the consumer's `CUstream`, which
+/// must belong to the buffer's device; -1: the consumer synchronises itself) is made to wait for the event
+/// recorded after hostfirst's last write into the buffer (`cuStreamWaitEvent`; the host is never blocked),
+/// so its kernels never read a batch before the copy that produced it has finished. When the consumer calls
+/// the deleter, an event is recorded on that same stream, and hostfirst's next write into the buffer (a
+/// gather reusing the batch) waits for it on the device, so the rewrite never overtakes the consumer's work
+/// queued before the release (as torch's `record_stream`). With -1 neither happens: the consumer owns the
+/// ordering. The stream is ignored for host buffers (cpu, cuda_host): their writes have completed when the
+/// call that made them returned. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (bad options,
+/// stream 0), `UNSUPPORTED`, `OUT_OF_MEMORY` (a copy that does not fit), `DEVICE_ERROR` (e.g. a stream the
+/// driver rejects), `VALIDATION_OVERFLOW`. On failure both outputs are unchanged. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_buffer_to_dlpack_ex(
+    buffer: *const hostfirst_buffer,
+    opts: *const hostfirst_dlpack_options,
+    out_versioned: *mut *mut hostfirst_dlpack_managed_tensor_versioned,
+    out_legacy: *mut *mut hostfirst_dlpack_managed_tensor,
+) -> Status {
+    hostfirst_boundary!("hostfirst_buffer_to_dlpack_ex", {
+        let (ov, ol) = (out_ptr(out_versioned, "out_versioned")?, out_ptr(out_legacy, "out_legacy")?);
+        write_either(buffer_export(buffer, request(opts, None)?)?, ov, ol);
         Ok(())
     })
 }
@@ -265,9 +569,10 @@ pub extern "C" fn hostfirst_dtype_to_dlpack(dtype: u32, out: *mut hostfirst_dlpa
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::Device;
     use crate::dtype::DType;
+    use crate::place::Buffer;
     use std::mem::{offset_of, size_of};
+    use std::sync::Mutex;
 
     #[test]
     fn layout_matches_dlpack_h() {
@@ -289,6 +594,10 @@ mod tests {
             assert_eq!(offset_of!(hostfirst_dlpack_managed_tensor_versioned, flags), 24);
             assert_eq!(offset_of!(hostfirst_dlpack_managed_tensor_versioned, dl_tensor), 32);
             assert_eq!(size_of::<hostfirst_dlpack_managed_tensor_versioned>(), 80);
+            assert_eq!(offset_of!(hostfirst_dlpack_managed_tensor, dl_tensor), 0);
+            assert_eq!(offset_of!(hostfirst_dlpack_managed_tensor, manager_ctx), 48);
+            assert_eq!(offset_of!(hostfirst_dlpack_managed_tensor, deleter), 56);
+            assert_eq!(size_of::<hostfirst_dlpack_managed_tensor>(), 64);
         }
     }
 

@@ -1,13 +1,13 @@
 //! Whole-file loads, a plan applied to its file: `hostfirst_load_*`. ("Load" means only this: opening and
 //! validating files is `hostfirst_file_*`.)
 
-use super::args::{c_str, opt_out, out_ptr};
+use super::args::{c_str, opt_out, out_ptr, read_options};
 use super::buffer::hostfirst_buffer;
 use super::file::hostfirst_file;
 use super::handle::{self, Handle};
 use super::plan::hostfirst_plan;
 use super::view::hostfirst_view;
-use crate::error::{Error, Status};
+use crate::error::{Error, Result, Status};
 use crate::place::Placed;
 use std::ffi::{c_char, c_int, c_void};
 
@@ -52,19 +52,82 @@ pub extern "C" fn hostfirst_load_run(
     user: *mut c_void,
     out: *mut *mut hostfirst_load,
 ) -> Status {
-    hostfirst_boundary!("hostfirst_load_run", {
-        let f = handle::get::<hostfirst_file>(file, "file")?;
-        let p = handle::get::<hostfirst_plan>(plan, "plan")?;
-        let out = out_ptr(out, "out")?;
-        let mut cb = |done: u64, total: u64| match progress {
-            // SAFETY: the caller's callback with the caller's user pointer, as documented.
-            Some(f) => unsafe { f(done, total, user) != 0 },
-            None => false,
-        };
-        let loaded = crate::place::load(&f, &p.plan, Some(&mut cb))?;
-        *out = handle::insert_new::<hostfirst_load>(loaded);
-        Ok(())
+    hostfirst_boundary!("hostfirst_load_run", { load_run(file, plan, progress, user, false, out) })
+}
+
+/// Options of `hostfirst_load_run_ex`. Zero-initialise, set `struct_size = sizeof(hostfirst_load_options)`,
+/// then set what you need; a smaller `struct_size` from an older header is accepted (later fields take their
+/// defaults).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct hostfirst_load_options {
+    /// `sizeof(hostfirst_load_options)`.
+    pub struct_size: usize,
+    /// 1: tensors the plan puts on `cpu` become copy-on-write mappings of their pages in the file instead of
+    /// copies (`hostfirst_put` documents the contract: writable, never written back, pages not yet written
+    /// tied to the file). 0 (the default): copies. Other devices always copy.
+    pub copy_on_write: i32,
+    /// Progress callback (as for `hostfirst_load_run`), or NULL.
+    pub progress: hostfirst_load_progress_fn,
+    /// Passed to `progress` unchanged.
+    pub user: *mut c_void,
+}
+
+impl Default for hostfirst_load_options {
+    fn default() -> Self {
+        hostfirst_load_options {
+            struct_size: std::mem::size_of::<hostfirst_load_options>(),
+            copy_on_write: 0,
+            progress: None,
+            user: std::ptr::null_mut(),
+        }
+    }
+}
+
+/// `hostfirst_load_run` with options (`opts` NULL: the defaults, no progress callback): with
+/// `opts->copy_on_write = 1`, tensors placed on `cpu` are mapped copy-on-write instead of copied; the fit
+/// check still runs before anything is mapped. Errors as for `hostfirst_load_run`, plus `INVALID_ARGUMENT`
+/// for a bad `opts` (struct_size, copy_on_write not 0 or 1). Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_load_run_ex(
+    file: *const hostfirst_file,
+    plan: *const hostfirst_plan,
+    opts: *const hostfirst_load_options,
+    out: *mut *mut hostfirst_load,
+) -> Status {
+    hostfirst_boundary!("hostfirst_load_run_ex", {
+        let o = read_options(opts, hostfirst_load_options::default(), "opts")?;
+        if o.copy_on_write != 0 && o.copy_on_write != 1 {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!("opts->copy_on_write is {}; expected 0 or 1", o.copy_on_write),
+            ));
+        }
+        load_run(file, plan, o.progress, o.user, o.copy_on_write == 1, out)
     })
+}
+
+fn load_run(
+    file: *const hostfirst_file,
+    plan: *const hostfirst_plan,
+    progress: hostfirst_load_progress_fn,
+    user: *mut c_void,
+    copy_on_write: bool,
+    out: *mut *mut hostfirst_load,
+) -> Result<()> {
+    let f = handle::get::<hostfirst_file>(file, "file")?;
+    let p = handle::get::<hostfirst_plan>(plan, "plan")?;
+    let out = out_ptr(out, "out")?;
+    let mut cb = |done: u64, total: u64| match progress {
+        // SAFETY: the caller's callback with the caller's user pointer, as documented.
+        Some(f) => unsafe { f(done, total, user) != 0 },
+        None => false,
+    };
+    let progress = if progress.is_some() { Some(&mut cb as &mut dyn FnMut(u64, u64) -> bool) } else { None };
+    let opts = crate::place::LoadOptions { copy_on_write, progress };
+    let loaded = crate::place::load_with(&f, &p.plan, opts)?;
+    *out = handle::insert_new::<hostfirst_load>(loaded);
+    Ok(())
 }
 
 /// Writes the number of tensors of a load (every tensor of the file) to `*out_count`. Errors:

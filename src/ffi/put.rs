@@ -1,6 +1,6 @@
 //! Puts of one tensor onto a device, synchronous and asynchronous: `hostfirst_put_*`.
 
-use super::args::{out_ptr, out_struct, out_struct_size, write_out_struct};
+use super::args::{out_ptr, out_struct, out_struct_size, read_options, write_out_struct};
 use super::buffer::hostfirst_buffer;
 use super::device::{hostfirst_device, target_of};
 use super::handle::{self, Handle};
@@ -51,6 +51,12 @@ pub struct hostfirst_put_options {
     pub progress: hostfirst_progress_fn,
     /// Passed to `progress` unchanged.
     pub user: *mut c_void,
+    /// 1: copy-on-write host put. When the target is `cpu` and the view reads from a file, the buffer is a
+    /// private, writable mapping of the tensor's pages in the file (`MAP_PRIVATE`) instead of a copy: it costs
+    /// a page table, not a copy (milliseconds for gigabytes in the page cache). 0 (the default): an eager
+    /// copy. Other targets, and views over memory (`hostfirst_file_open_memory`), always copy. See
+    /// `hostfirst_put` for the contract and `hostfirst_buffer_is_file_backed` to ask a buffer which it got.
+    pub copy_on_write: i32,
 }
 
 impl Default for hostfirst_put_options {
@@ -63,6 +69,7 @@ impl Default for hostfirst_put_options {
             chunk_bytes: 0,
             progress: None,
             user: std::ptr::null_mut(),
+            copy_on_write: 0,
         }
     }
 }
@@ -104,36 +111,25 @@ impl CProgress {
 struct Opts {
     threads: usize,
     resident: bool,
+    copy_on_write: bool,
     staging_bytes: usize,
     chunk: usize,
     progress: Option<CProgress>,
 }
 
 fn read_opts(p: *const hostfirst_put_options) -> Result<Opts> {
-    let mut o = hostfirst_put_options::default();
-    if !p.is_null() {
-        // SAFETY: non-NULL; the caller promises at least struct_size readable bytes (and struct_size first).
-        let size = unsafe { *(p as *const usize) };
-        if size < std::mem::size_of::<usize>() {
-            return Err(Error::new(
-                Status::InvalidArgument,
-                format!(
-                    "opts->struct_size is {size}; set it to sizeof(hostfirst_put_options) ({})",
-                    std::mem::size_of::<hostfirst_put_options>()
-                ),
-            ));
-        }
-        let n = size.min(std::mem::size_of::<hostfirst_put_options>());
-        // SAFETY: copies the first n ≤ sizeof bytes the caller provided over a valid default value; every
-        // field type accepts any bit pattern except the callback, which is a nullable function pointer the
-        // caller set (or zeroed).
-        unsafe { std::ptr::copy_nonoverlapping(p as *const u8, &mut o as *mut hostfirst_put_options as *mut u8, n) };
-    }
+    let o = read_options(p, hostfirst_put_options::default(), "opts")?;
     let to_usize = |v: u64, what: &str| {
         usize::try_from(v).map_err(|_| Error::new(Status::InvalidArgument, format!("opts->{what} {v} is too large")))
     };
     if o.resident != 0 && o.resident != 1 {
         return Err(Error::new(Status::InvalidArgument, format!("opts->resident is {}; expected 0 or 1", o.resident)));
+    }
+    if o.copy_on_write != 0 && o.copy_on_write != 1 {
+        return Err(Error::new(
+            Status::InvalidArgument,
+            format!("opts->copy_on_write is {}; expected 0 or 1", o.copy_on_write),
+        ));
     }
     if o.threads > 1024 {
         return Err(Error::new(Status::InvalidArgument, format!("opts->threads is {}; at most 1024", o.threads)));
@@ -141,6 +137,7 @@ fn read_opts(p: *const hostfirst_put_options) -> Result<Opts> {
     Ok(Opts {
         threads: o.threads as usize,
         resident: o.resident == 1,
+        copy_on_write: o.copy_on_write == 1,
         staging_bytes: to_usize(o.staging_bytes, "staging_bytes")?,
         chunk: to_usize(o.chunk_bytes, "chunk_bytes")?,
         progress: o.progress.map(|f| CProgress { f, user: o.user }),
@@ -191,6 +188,29 @@ pub extern "C" fn hostfirst_put_options_init(out: *mut hostfirst_put_options) ->
 /// `TRUNCATED`/`IO` (the file changed), `CANCELLED` (the progress callback asked). On any failure nothing
 /// stays allocated and `*out` is unchanged. The buffer is the caller's; free it with `hostfirst_buffer_free`.
 /// Thread-safe: many puts may run at once.
+///
+/// **Eager copies and copy-on-write puts to cpu.** By default a put copies: the buffer is new memory the
+/// caller owns, and nothing anyone does to the file afterwards can change it or fault it. That is why it is
+/// the default: nothing hostfirst hands out changes under the consumer. A copy into new memory runs at the
+/// speed of first-touch page zeroing (about 3-4 GB/s on the benchmark machine, BENCHMARKS.md).
+/// With `opts->copy_on_write = 1` a put to cpu of a view that reads from a file maps the tensor's pages
+/// privately instead (`MAP_PRIVATE`, readable and writable): a 2 GiB tensor in the page cache takes
+/// milliseconds, and the process's anonymous memory grows only as pages are written. The pages are populated
+/// for reading up front (`MADV_POPULATE_READ`; read-ahead advice on kernels before 5.14), not lazily, because a
+/// put promises data in memory: what is not cached is read now, as a copy would read it, instead of one page
+/// fault at a time inside the consumer's loop; later reads take no page faults; and a file already truncated
+/// is reported now (`TRUNCATED`) instead of by a SIGBUS later. Populating copies nothing. The buffer behaves like any cpu buffer (writable, `hostfirst_buffer_to_dlpack`,
+/// `hostfirst_buffer_free`); a write copies the 4 KiB page it touches, and **nothing is ever written to the
+/// file**. Its data address is where the tensor sits in its first page (alignment as the file gives it,
+/// see `hostfirst_view_info.alignment`). The fit check counts what can become private: every page the tensor
+/// touches. The ties to the file, on Linux: pages not yet written still read the file's page cache, so
+/// **another process writing the file may change them**; **truncating the file raises SIGBUS** when a page
+/// past the new end is touched (even one already written: the kernel discards those too). Prefer the eager
+/// copy (the default, `copy_on_write = 0`) when the file may be rewritten or truncated while the buffer
+/// lives (shared or network storage, checkpoints replaced in place, files you do not control), when the
+/// buffer must be isolated from the file, or when you will overwrite most of it anyway (a fault per written
+/// page costs more than a bulk copy). For gathering training batches from a tensor without the SIGBUS hazard,
+/// put it to cpu with an eager copy and use `hostfirst_gather_run_from_buffer`.
 #[no_mangle]
 pub extern "C" fn hostfirst_put(
     view: *const hostfirst_view,
@@ -238,6 +258,7 @@ fn hostfirst_put_ex_impl(
             chunk: o.chunk,
             staging_bytes: o.staging_bytes,
             resident: o.resident,
+            copy_on_write: o.copy_on_write,
             progress,
         },
     )?;
@@ -273,6 +294,7 @@ pub extern "C" fn hostfirst_put_start(
                 chunk: o.chunk,
                 staging_bytes: o.staging_bytes,
                 resident: o.resident,
+                copy_on_write: o.copy_on_write,
                 progress,
             },
         )?;

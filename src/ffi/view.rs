@@ -53,7 +53,8 @@ pub struct hostfirst_view_info {
     /// page past the new end of file raises SIGBUS, which kills the process unless it handles that signal.
     /// hostfirst installs no signal handler. Where files may change underneath you, read with
     /// `hostfirst_view_copy` / `hostfirst_view_read`, which use `pread` and return `HOSTFIRST_STATUS_TRUNCATED`
-    /// instead.
+    /// instead. For a data loader's token tensor, put it to cpu once (an eager copy, `hostfirst_put`) and
+    /// gather from that buffer (`hostfirst_gather_run_from_buffer`): as fast as the mapping, and no SIGBUS.
     pub data: *const c_void,
     /// Alignment of `data` in bytes: the largest power of two dividing its address, capped at 4096.
     pub alignment: u64,
@@ -198,6 +199,10 @@ pub extern "C" fn hostfirst_view_read(
 /// (message and `hostfirst_last_fit` as for a put) and reads nothing. When `populated` is not NULL it
 /// receives, on success, `true` when the pages were mapped and `false` when the system offers only
 /// read-ahead advice (Linux before 5.14, other systems) or the view is over a memory buffer (nothing to do).
+///
+/// The gathers that follow read through the mapping, so a file truncated afterwards kills them with SIGBUS
+/// (see `hostfirst_view_info.data`). The truncation-proof way at the same speed: put the tensor to cpu (an
+/// eager copy, `hostfirst_put`) and gather from that buffer with `hostfirst_gather_run_from_buffer`.
 ///
 /// Errors: `NULL_ARGUMENT` (`view`), `INVALID_HANDLE`, `OUT_OF_MEMORY`, `TRUNCATED` (the file is now
 /// shorter than when it was opened; never SIGBUS), `IO`. Thread-safe; may take seconds for a large tensor

@@ -82,7 +82,8 @@ impl TensorView {
     ///
     /// No page is read until it is touched. **Hazard:** if the file is truncated by anyone while the mapping
     /// is in use, touching a page past the new end raises SIGBUS in this process; use [`TensorView::read_at`]
-    /// (pread) where that matters. The data is not necessarily aligned for its dtype (see
+    /// (pread) where that matters, and for a data loader gather from a cpu copy
+    /// (`place::Gather::run_from_buffer`). The data is not necessarily aligned for its dtype (see
     /// [`TensorView::alignment`]).
     pub fn mapped(&self) -> &[u8] {
         let off = self.file_offset() as usize;
@@ -213,6 +214,15 @@ impl TensorView {
             start: self.start + offset,
             nbytes,
         })
+    }
+
+    /// The open file this view reads from and the absolute offset of its first byte in it; `None` for a view
+    /// over a memory buffer. (For private mappings of the view's pages: copy-on-write puts and exports.)
+    pub(crate) fn file_and_offset(&self) -> Option<(&std::fs::File, u64)> {
+        match &self.shard.source {
+            super::shard::Source::File { file, .. } => Some((file, self.file_offset())),
+            super::shard::Source::Memory(_) => None,
+        }
     }
 
     /// The name as a NUL-terminated C string, valid while this view lives.

@@ -1,10 +1,17 @@
 //! A buffer: memory owned on one device (cpu, cuda:N, cuda_host) with a dtype and a shape.
+//!
+//! CUDA buffers also carry what the stream handshake with consumers needs: the event recorded after
+//! hostfirst's last write (a consumer's stream waits on it before reading), and the events recorded on
+//! consumers' streams when they released the buffer (hostfirst's next write waits on them). See
+//! [`super::export`].
 
+use super::consumer::ConsumerStream;
 use super::host::HostAlloc;
-use crate::device::cuda::{DeviceMemory, PinnedHostMemory};
+use crate::device::cuda::{DeviceMemory, Event, PinnedHostMemory, Stream};
 use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result, Status};
+use crate::file::TensorView;
 
 /// Where a buffer's bytes live.
 pub enum Memory {
@@ -24,6 +31,10 @@ pub struct Buffer {
     shape: Vec<u64>,
     nbytes: u64,
     mem: Memory,
+    /// CUDA: recorded after hostfirst's last asynchronous write (None: every write has completed).
+    ready: Option<Event>,
+    /// CUDA: (raw consumer stream, event recorded on it when that consumer released the buffer).
+    released: Vec<(usize, Event)>,
 }
 
 impl Buffer {
@@ -37,7 +48,43 @@ impl Buffer {
             DeviceKind::CUDA_HOST => Memory::Pinned(PinnedHostMemory::alloc(len).map_err(|e| e.context(&what))?),
             DeviceKind::CUDA => Memory::Cuda(DeviceMemory::alloc(device.ordinal, len).map_err(|e| e.context(&what))?),
         };
-        Ok(Buffer { name: name.to_string(), cname: c_name(name), dtype, shape: shape.to_vec(), nbytes, mem })
+        Ok(Buffer::with_memory(name, dtype, shape, nbytes, mem))
+    }
+
+    fn with_memory(name: &str, dtype: DType, shape: &[u64], nbytes: u64, mem: Memory) -> Buffer {
+        Buffer {
+            name: name.to_string(),
+            cname: c_name(name),
+            dtype,
+            shape: shape.to_vec(),
+            nbytes,
+            mem,
+            ready: None,
+            released: Vec::new(),
+        }
+    }
+
+    /// A cpu buffer over a private, writable (copy-on-write) mapping of the view's pages in its file (see
+    /// [`HostAlloc::map_file_private`]; `populate` maps them for reading now). No fit check here. A view over
+    /// a memory buffer has no file to map: `UNSUPPORTED`.
+    pub fn map_private(view: &TensorView, populate: bool) -> Result<Buffer> {
+        let what = || format!("{}: tensor '{}'", view.file_display(), view.name());
+        let Some((file, offset)) = view.file_and_offset() else {
+            return Err(Error::new(
+                Status::Unsupported,
+                format!("{}: the view is over memory, not a file: there is nothing to map copy-on-write", what()),
+            ));
+        };
+        let len = usize::try_from(view.nbytes())
+            .map_err(|_| Error::new(Status::OutOfMemory, format!("{}: too large to map", what())))?;
+        let mem = Memory::Host(HostAlloc::map_file_private(file, offset, len, populate, &what)?);
+        Ok(Buffer::with_memory(view.name(), view.dtype(), view.shape(), view.nbytes(), mem))
+    }
+
+    /// True when the bytes are a private (copy-on-write) mapping of a file ([`Buffer::map_private`]): pages
+    /// not yet written still come from the file.
+    pub fn is_file_backed(&self) -> bool {
+        matches!(&self.mem, Memory::Host(h) if h.is_file_backed())
     }
 
     /// The tensor name it was made from (or given).
@@ -123,6 +170,54 @@ impl Buffer {
             ));
         }
         self.read_at(0, &mut dst[..self.nbytes as usize])
+    }
+
+    /// CUDA: sets the event that completes with hostfirst's latest asynchronous write into this buffer (it is
+    /// re-recorded by the writer; consumers' streams wait on it, see [`Buffer::sync_stream`]).
+    pub fn set_ready_event(&mut self, ev: Event) {
+        self.ready = Some(ev);
+    }
+
+    /// CUDA: the event of hostfirst's latest asynchronous write, if any.
+    pub fn ready_event(&self) -> Option<&Event> {
+        self.ready.as_ref()
+    }
+
+    /// The consumer side of the stream handshake: makes `consumer` wait (on the device; the host is not
+    /// blocked) for hostfirst's latest write into this buffer (`cuStreamWaitEvent`). Returns whether a wait
+    /// was enqueued: false for host memory (every write has completed when the call that made it returned),
+    /// for [`ConsumerStream::NoSync`], and for CUDA buffers hostfirst never wrote asynchronously.
+    pub fn sync_stream(&self, consumer: ConsumerStream) -> Result<bool> {
+        match (&self.mem, &self.ready, consumer.raw()) {
+            (Memory::Cuda(_), Some(ev), Some(raw)) => {
+                ev.make_raw_stream_wait(raw).map_err(|e| e.context(format!("buffer '{}'", self.name)))?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// The release side of the stream handshake (like torch's `record_stream`): records an event on
+    /// `consumer` now, after the work it has queued that uses this buffer; before hostfirst next rewrites
+    /// the buffer, its copy waits for that event ([`Buffer::wait_for_consumers`]). One event per stream is
+    /// kept (a later one covers an earlier). Nothing to do for host memory or [`ConsumerStream::NoSync`].
+    pub fn record_stream(&mut self, consumer: ConsumerStream) -> Result<()> {
+        let (Memory::Cuda(d), Some(raw)) = (&self.mem, consumer.raw()) else { return Ok(()) };
+        let ev = Event::new(d.ordinal())?;
+        ev.record_on_raw(raw).map_err(|e| e.context(format!("buffer '{}'", self.name)))?;
+        self.released.retain(|(s, _)| *s != raw);
+        self.released.push((raw, ev));
+        Ok(())
+    }
+
+    /// Before hostfirst rewrites this buffer on `stream`: makes `stream` wait for every event recorded by
+    /// [`Buffer::record_stream`] (`cuStreamWaitEvent`; the host is not blocked), then forgets them.
+    pub fn wait_for_consumers(&mut self, stream: &Stream) -> Result<()> {
+        for (_, ev) in &self.released {
+            stream.wait_event(ev).map_err(|e| e.context(format!("buffer '{}'", self.name)))?;
+        }
+        self.released.clear();
+        Ok(())
     }
 
     /// Renames (used when a buffer is made for a named tensor).

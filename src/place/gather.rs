@@ -1,40 +1,90 @@
 //! The data-loader primitive: B windows of T elements from a 1-D host tensor, assembled as a [B, T] batch on
-//! a device in one transfer, into a destination that is reused step after step.
+//! a device in one transfer, into a bounded ring of batch buffers that is reused step after step.
 //!
-//! cpu / cuda_host: the windows are read straight into the destination. cuda:N: they are read into one
-//! page-locked staging buffer, then one asynchronous host-to-device copy on the gather's own stream moves
-//! the batch, and `run` returns once it has completed. A step allocates nothing.
+//! cpu / cuda_host: the windows are read straight into the batch. cuda:N: they are read into one page-locked
+//! staging buffer, then one asynchronous host-to-device copy on the gather's own stream moves the batch, and
+//! `run` returns once it has completed. Once the ring has as many batches as the consumer holds at once, a
+//! step allocates nothing.
 //!
-//! How a window is read depends on the source. A tensor whose pages were mapped by
-//! [`TensorView::prefault`] (or one over a memory buffer) is copied from the mapping: a memcpy per window,
-//! the fastest way. Otherwise each window is one positioned read (`pread`): a window's first touch of an
-//! unpopulated mapping costs a page fault, which on the benchmark machine made a window 1.5-4x slower than
-//! a `pread` of it (BENCHMARKS.md, section 3), and a file truncated under the gather gives `TRUNCATED`
-//! instead of SIGBUS.
+//! **Batch ownership.** Each run fills a batch that nobody else holds, and returns it. A batch handed out
+//! (the returned reference, a `hostfirst_buffer` handle, a DLPack export) is never rewritten while any
+//! reference to it remains: the ring reuses a batch only when it holds the last reference. On CUDA a batch is
+//! also not rewritten before its consumers' streams have passed the events recorded when they released it
+//! (the copy stream waits for them on the device, see [`Buffer::record_stream`]). When every batch is held,
+//! the ring grows by one batch (fit-checked) up to its bound ([`DEFAULT_RING_BOUND`], set with
+//! [`Gather::set_ring_bound`]); at the bound a run fails with `BUSY` and changes nothing.
+//!
+//! How a window is read depends on the source. A host buffer ([`Gather::run_from_buffer`], e.g. after a put
+//! to cpu) is copied with memcpy: the fastest way, and immune to anything done to the file. A tensor whose
+//! pages were mapped by [`TensorView::prefault`] (or one over a memory buffer) is copied from the mapping,
+//! as fast, but a file truncated under it raises SIGBUS. Otherwise each window is one positioned read
+//! (`pread`): a window's first touch of an unpopulated mapping costs a page fault, which on the benchmark
+//! machine made a window 1.5-4x slower than a `pread` of it (BENCHMARKS.md, section 3), and a file truncated
+//! under the gather gives `TRUNCATED` instead of SIGBUS.
 
 use super::buffer::{Buffer, Memory};
-use crate::device::cuda::{PinnedHostMemory, Stream};
+use crate::device::cuda::{Event, PinnedHostMemory, Stream};
 use crate::device::fit;
 use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
-use crate::error::{Error, Result, Status};
+use crate::error::{human_bytes, Error, Result, Status};
 use crate::file::TensorView;
 use std::sync::{Arc, Mutex};
 
-/// A reusable gather: the [batch, window] destination buffer on its device, plus staging for CUDA.
+/// Batches a gather's ring may hold unless told otherwise: the one being filled, the one the consumer
+/// computes on, and two more for consumers that queue work ahead (JAX's asynchronous dispatch, a prefetch).
+pub const DEFAULT_RING_BOUND: usize = 4;
+/// The largest ring bound accepted.
+pub const MAX_RING_BOUND: usize = 1024;
+
+/// A batch: shared with whoever it was handed to; the ring rewrites it only when it holds the last reference.
+pub type Batch = Arc<Mutex<Buffer>>;
+
+/// Where the windows come from.
+enum Source<'a> {
+    View(&'a TensorView),
+    Host { name: &'a str, dtype: DType, shape: &'a [u64], bytes: &'a [u8] },
+}
+
+impl Source<'_> {
+    fn name(&self) -> &str {
+        match self {
+            Source::View(v) => v.name(),
+            Source::Host { name, .. } => name,
+        }
+    }
+    fn dtype(&self) -> DType {
+        match self {
+            Source::View(v) => v.dtype(),
+            Source::Host { dtype, .. } => *dtype,
+        }
+    }
+    fn shape(&self) -> &[u64] {
+        match self {
+            Source::View(v) => v.shape(),
+            Source::Host { shape, .. } => shape,
+        }
+    }
+}
+
+/// A reusable gather: a ring of `[batch, window]` batch buffers on its device, plus staging and a stream for
+/// CUDA.
 pub struct Gather {
     device: Device,
     dtype: DType,
     batch: u64,
     window: u64,
     elem: usize,
-    dest: Arc<Mutex<Buffer>>,
+    ring: Vec<Batch>,
+    bound: usize,
+    /// Index in `ring` of the batch the last successful run filled.
+    last: Option<usize>,
     staging: Option<PinnedHostMemory>,
     stream: Option<Stream>,
 }
 
 impl Gather {
-    /// Allocates (after the fit check) a `[batch, window]` destination of `dtype` on `device`, and for CUDA
+    /// Allocates (after the fit check) the first `[batch, window]` batch of `dtype` on `device`, and for CUDA
     /// its staging and stream. Errors: `INVALID_ARGUMENT` (batch or window 0, a sub-byte dtype, size
     /// overflow), `OUT_OF_MEMORY` from the fit check, `DEVICE_ERROR`, `NO_SUCH_DEVICE`.
     pub fn new(device: Device, dtype: DType, batch: u64, window: u64) -> Result<Gather> {
@@ -65,16 +115,37 @@ impl Gather {
         if staging_bytes > 0 {
             fit::check(&format!("{what} staging"), staging_bytes, Device::CUDA_HOST)?;
         }
-        let dest = Buffer::alloc("batch", dtype, &[batch, window], nbytes, device)?;
         let (staging, stream) = if device.kind == DeviceKind::CUDA {
             (Some(PinnedHostMemory::alloc_on(device.ordinal, nbytes as usize)?), Some(Stream::new(device.ordinal)?))
         } else {
             (None, None)
         };
-        Ok(Gather { device, dtype, batch, window, elem, dest: Arc::new(Mutex::new(dest)), staging, stream })
+        let mut g = Gather {
+            device,
+            dtype,
+            batch,
+            window,
+            elem,
+            ring: Vec::new(),
+            bound: DEFAULT_RING_BOUND,
+            last: None,
+            staging,
+            stream,
+        };
+        g.ring.push(g.new_batch()?);
+        Ok(g)
     }
 
-    /// The device of the destination.
+    /// One more batch buffer (with, for CUDA, the event its writes are recorded on). No fit check here.
+    fn new_batch(&self) -> Result<Batch> {
+        let mut b = Buffer::alloc("batch", self.dtype, &[self.batch, self.window], self.nbytes(), self.device)?;
+        if self.device.kind == DeviceKind::CUDA {
+            b.set_ready_event(Event::new(self.device.ordinal)?);
+        }
+        Ok(Arc::new(Mutex::new(b)))
+    }
+
+    /// The device of the batches.
     pub fn device(&self) -> Device {
         self.device
     }
@@ -94,25 +165,65 @@ impl Gather {
     pub fn nbytes(&self) -> u64 {
         self.batch * self.window * self.elem as u64
     }
-    /// The destination buffer (shared; reused by every run).
-    pub fn buffer(&self) -> &Arc<Mutex<Buffer>> {
-        &self.dest
+
+    /// The batch the last successful run filled (before any run: the first batch, zero-filled). Holding the
+    /// returned reference keeps that batch from being rewritten.
+    pub fn current(&self) -> Batch {
+        Arc::clone(&self.ring[self.last.unwrap_or(0)])
+    }
+
+    /// The most batches the ring may hold.
+    pub fn ring_bound(&self) -> usize {
+        self.bound
+    }
+    /// Batches allocated now.
+    pub fn ring_len(&self) -> usize {
+        self.ring.len()
+    }
+    /// Batches held by someone besides the ring (exported, handles not freed, references kept).
+    pub fn held(&self) -> usize {
+        self.ring.iter().filter(|b| Arc::strong_count(b) > 1).count()
+    }
+
+    /// Sets the most batches the ring may hold (1 to [`MAX_RING_BOUND`], else `INVALID_ARGUMENT`). Lowering it
+    /// drops batches beyond the new bound from the ring, idle ones first: idle ones are freed now, held ones
+    /// when their last holder releases them; the batch of the last run stays.
+    pub fn set_ring_bound(&mut self, bound: usize) -> Result<()> {
+        if bound == 0 || bound > MAX_RING_BOUND {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!("gather: ring bound {bound}; expected 1 to {MAX_RING_BOUND}"),
+            ));
+        }
+        self.bound = bound;
+        while self.ring.len() > bound {
+            let last = self.last.unwrap_or(0);
+            let victim = (0..self.ring.len())
+                .filter(|&i| i != last)
+                .min_by_key(|&i| Arc::strong_count(&self.ring[i]))
+                .expect("a ring longer than 1 has a batch besides the last one");
+            self.ring.remove(victim);
+            if victim < last {
+                self.last = Some(last - 1);
+            }
+        }
+        Ok(())
     }
 
     /// Checks `source` and `offsets` for a run.
-    fn check(&self, source: &TensorView, offsets: &[u64]) -> Result<()> {
+    fn check(&self, source: &Source<'_>, offsets: &[u64]) -> Result<()> {
+        let name = source.name();
         if source.shape().len() != 1 {
             return Err(Error::new(
                 Status::InvalidArgument,
-                format!("gather: tensor '{}' has shape {:?}; the source must be 1-D", source.name(), source.shape()),
+                format!("gather: tensor '{name}' has shape {:?}; the source must be 1-D", source.shape()),
             ));
         }
         if source.dtype() != self.dtype {
             return Err(Error::new(
                 Status::InvalidArgument,
                 format!(
-                    "gather: tensor '{}' is {}, the gather was made for {}",
-                    source.name(),
+                    "gather: tensor '{name}' is {}, the gather was made for {}",
                     source.dtype().name(),
                     self.dtype.name()
                 ),
@@ -125,53 +236,131 @@ impl Gather {
             ));
         }
         let len = source.shape()[0];
+        if self.window > len {
+            return Err(Error::new(
+                Status::OutOfRange,
+                format!("gather: the window ({}) is longer than tensor '{name}' ({len} elements)", self.window),
+            ));
+        }
         if let Some((i, &o)) =
             offsets.iter().enumerate().find(|(_, &o)| o.checked_add(self.window).map_or(true, |e| e > len))
         {
             return Err(Error::new(
                 Status::OutOfRange,
                 format!(
-                    "gather: offset {i} ({o}) + window {} is past the end of tensor '{}' ({len} elements)",
-                    self.window,
-                    source.name()
+                    "gather: offset {i} ({o}) + window {} is past the end of tensor '{name}' ({len} elements)",
+                    self.window
                 ),
             ));
         }
         Ok(())
     }
 
-    /// Reads the windows at `offsets` (already checked) into `dst`, row after row: memcpy from the mapping
-    /// when the source is prefaulted, else one `pread` per window.
-    fn fill(&self, source: &TensorView, offsets: &[u64], dst: &mut [u8]) -> Result<()> {
+    /// Reads the windows at `offsets` (already checked) into `dst`, row after row: memcpy from a host buffer
+    /// or a prefaulted mapping, else one `pread` per window.
+    fn fill(&self, source: &Source<'_>, offsets: &[u64], dst: &mut [u8]) -> Result<()> {
         let row = self.window as usize * self.elem;
         let rows = dst.chunks_exact_mut(row).zip(offsets);
-        if source.is_prefaulted() {
-            let src = source.mapped();
-            for (d, &o) in rows {
-                let s = o as usize * self.elem;
-                d.copy_from_slice(&src[s..s + row]);
+        let src = match source {
+            Source::Host { bytes, .. } => *bytes,
+            Source::View(v) if v.is_prefaulted() => v.mapped(),
+            Source::View(v) => {
+                for (d, &o) in rows {
+                    v.read_at(o * self.elem as u64, d)?;
+                }
+                return Ok(());
             }
-        } else {
-            for (d, &o) in rows {
-                source.read_at(o * self.elem as u64, d)?;
-            }
+        };
+        for (d, &o) in rows {
+            let s = o as usize * self.elem;
+            d.copy_from_slice(&src[s..s + row]);
         }
         Ok(())
     }
 
-    /// Assembles row `i` = `source[offsets[i] .. offsets[i] + window]` for every `i` into the destination.
-    /// Returns once the batch is in place (for CUDA: the copy has completed). Errors: `INVALID_ARGUMENT`
-    /// (source not 1-D, another dtype, `offsets.len() != batch`), `OUT_OF_RANGE` naming the first offset
-    /// whose window runs past the end: with these the destination is unchanged. `TRUNCATED` (the file
-    /// shrank since it was opened) or `IO` while reading, `DEVICE_ERROR` while copying: the destination then
-    /// holds a partly assembled batch. A prefaulted source is read through the mapping (see
-    /// [`TensorView::mapped`] for its truncation hazard); any other is read with `pread`.
-    pub fn run(&mut self, source: &TensorView, offsets: &[u64]) -> Result<()> {
-        self.check(source, offsets)?;
-        let mut dest = self.dest.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(d) = dest.host_bytes_mut() {
-            return self.fill(source, offsets, d);
+    /// The ring index of a batch nobody else holds, least recently filled first; a new batch (fit-checked)
+    /// when every one is held and the bound allows; `BUSY` at the bound.
+    fn free_batch(&mut self) -> Result<usize> {
+        let n = self.ring.len();
+        let start = self.last.map_or(0, |l| l + 1);
+        if let Some(i) = (0..n).map(|k| (start + k) % n).find(|&i| Arc::strong_count(&self.ring[i]) == 1) {
+            return Ok(i);
         }
+        let what = format!("gather batch [{}, {}] {}", self.batch, self.window, self.dtype.name());
+        if n >= self.bound {
+            return Err(Error::new(
+                Status::Busy,
+                format!(
+                    "{what}: all {n} batches of the ring are still held (exported through DLPack, or buffer \
+                     handles not freed); release one, or raise the bound (hostfirst_gather_set_ring_bound)"
+                ),
+            ));
+        }
+        fit::check(
+            &format!("{what} (batch {} of at most {}, every other one held)", n + 1, self.bound),
+            self.nbytes(),
+            self.device,
+        )
+        .map_err(|e| {
+            let msg = format!("{} ({} per batch)", e.message(), human_bytes(self.nbytes()));
+            Error::new(e.status(), msg)
+        })?;
+        self.ring.push(self.new_batch()?);
+        Ok(n)
+    }
+
+    /// Assembles row `i` = `source[offsets[i] .. offsets[i] + window]` for every `i` into a batch nobody
+    /// holds, and returns that batch (a new reference: while it, or any reference made from it, lives, the
+    /// batch is not rewritten). Returns once the batch is in place (for CUDA: the copy has completed).
+    ///
+    /// Errors: `INVALID_ARGUMENT` (source not 1-D, another dtype, `offsets.len() != batch`), `OUT_OF_RANGE`
+    /// (a window longer than the tensor, or the first offset whose window runs past its end), `BUSY` (every
+    /// batch held at the ring's bound), `OUT_OF_MEMORY` (growing the ring does not fit): with these no batch
+    /// changed. `TRUNCATED` (the file shrank since it was opened) or `IO` while reading, `DEVICE_ERROR` while
+    /// copying: the batch being filled then holds a partly assembled batch and is not returned (the previous
+    /// batch stays the current one). A prefaulted source is read through the mapping (see
+    /// [`TensorView::mapped`] for its truncation hazard); any other is read with `pread`.
+    pub fn run(&mut self, source: &TensorView, offsets: &[u64]) -> Result<Batch> {
+        self.run_source(&Source::View(source), offsets)
+    }
+
+    /// [`Gather::run`] from a 1-D host buffer (cpu or cuda_host; e.g. a put of the token tensor to cpu): each
+    /// window is a memcpy, and nothing done to the file afterwards can fault or fail the gather (an eager
+    /// copy owns its bytes; a copy-on-write buffer keeps its file's hazards for pages not written).
+    /// `UNSUPPORTED` for a CUDA buffer.
+    pub fn run_from_buffer(&mut self, source: &Buffer, offsets: &[u64]) -> Result<Batch> {
+        let Some(bytes) = source.host_bytes() else {
+            return Err(Error::new(
+                Status::Unsupported,
+                format!(
+                    "gather: buffer '{}' is on {}; gather sources are host memory (put it to cpu first)",
+                    source.name(),
+                    source.device()
+                ),
+            ));
+        };
+        let src = Source::Host { name: source.name(), dtype: source.dtype(), shape: source.shape(), bytes };
+        self.run_source(&src, offsets)
+    }
+
+    fn run_source(&mut self, source: &Source<'_>, offsets: &[u64]) -> Result<Batch> {
+        self.check(source, offsets)?;
+        let i = self.free_batch()?;
+        let batch = Arc::clone(&self.ring[i]);
+        let mut dest = batch.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = dest.host_bytes_mut() {
+            self.fill(source, offsets, d)?;
+        } else {
+            self.fill_cuda(source, offsets, &mut dest)?;
+        }
+        drop(dest);
+        self.last = Some(i);
+        Ok(batch)
+    }
+
+    /// CUDA: windows into the staging buffer, then one copy on the gather's stream after the batch's
+    /// previous consumers' release events; the batch's event is recorded after the copy.
+    fn fill_cuda(&mut self, source: &Source<'_>, offsets: &[u64], dest: &mut Buffer) -> Result<()> {
         let mut staging = match self.staging.take() {
             Some(s) => s,
             None => PinnedHostMemory::alloc_on(self.device.ordinal, self.nbytes() as usize)?, // after a failed copy
@@ -181,16 +370,24 @@ impl Gather {
             return Err(e);
         }
         let stream = self.stream.as_ref().expect("a CUDA gather has a stream");
+        if let Err(e) = dest.wait_for_consumers(stream) {
+            self.staging = Some(staging);
+            return Err(e);
+        }
         let Memory::Cuda(mem) = dest.memory() else { unreachable!("non-host memory is CUDA memory") };
         let n = self.nbytes() as usize;
         let inflight = stream.copy_to_device_async(staging, 0, mem, 0, n)?;
+        let recorded = dest.ready_event().map_or(Ok(()), |ev| ev.record(stream));
         self.staging = Some(inflight.wait()?);
-        Ok(())
+        // `run` returns with the batch in place: the batch's own event has completed too (nothing of this run
+        // stays queued on the stream).
+        recorded.and_then(|()| dest.ready_event().map_or(Ok(()), |ev| ev.synchronize()))
     }
 
-    /// Copies the current batch into `dst` (at least [`Gather::nbytes`] bytes, else `BUFFER_TOO_SMALL`).
+    /// Copies the batch the last run filled into `dst` (at least [`Gather::nbytes`] bytes, else
+    /// `BUFFER_TOO_SMALL`).
     pub fn copy_to_host(&self, dst: &mut [u8]) -> Result<()> {
-        self.dest.lock().unwrap_or_else(|p| p.into_inner()).copy_to_host(dst)
+        self.current().lock().unwrap_or_else(|p| p.into_inner()).copy_to_host(dst)
     }
 }
 

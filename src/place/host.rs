@@ -1,4 +1,5 @@
-//! Owned host memory for buffers: page-aligned, zero-initialised, lazily faulted.
+//! Owned host memory for buffers: page-aligned, zero-initialised, lazily faulted; or a private
+//! (copy-on-write) mapping of a file's pages ([`HostAlloc::map_file_private`]).
 //!
 //! Large allocations (≥ 1 MiB) come straight from anonymous `mmap` on Unix: page-aligned, zero pages the kernel
 //! supplies on first touch (no memset pass). Transparent huge pages are not requested: on the benchmark VM
@@ -18,16 +19,23 @@ enum Kind {
     Heap(Layout),
     #[cfg(unix)]
     Mapped,
+    /// A `MAP_PRIVATE` file mapping of `len` bytes at `base`; the data starts inside its first page.
+    #[cfg(unix)]
+    FilePrivate {
+        base: *mut libc::c_void,
+        len: usize,
+    },
 }
 
-/// A zero-initialised, aligned, owned host allocation.
+/// A zero-initialised (or file-initialised, copy-on-write), owned host allocation.
 pub struct HostAlloc {
     ptr: NonNull<u8>,
     len: usize,
     kind: Kind,
 }
 
-// SAFETY: HostAlloc owns its memory exclusively, like Vec<u8>; &HostAlloc only gives &[u8].
+// SAFETY: HostAlloc owns its memory exclusively, like Vec<u8> (a private file mapping is this process's own
+// copy-on-write memory); &HostAlloc only gives &[u8].
 unsafe impl Send for HostAlloc {}
 // SAFETY: shared access is read-only through &[u8].
 unsafe impl Sync for HostAlloc {}
@@ -102,6 +110,144 @@ impl HostAlloc {
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr.as_ptr()
     }
+
+    /// True for a private mapping of a file ([`HostAlloc::map_file_private`]).
+    pub fn is_file_backed(&self) -> bool {
+        #[cfg(unix)]
+        if let Kind::FilePrivate { .. } = self.kind {
+            return true;
+        }
+        false
+    }
+
+    /// Maps `len` bytes of `file` starting at byte `offset` as private, writable memory (`MAP_PRIVATE`,
+    /// `PROT_READ | PROT_WRITE`): reads see the file's bytes, a write copies the page it touches into
+    /// anonymous memory of this process, and nothing is ever written back to the file. The mapping covers
+    /// the pages holding the range, so the data may start inside the first page (alignment as the file
+    /// gives it).
+    ///
+    /// `populate`: fill the page tables for reading now (`MADV_POPULATE_READ`, Linux 5.14+; read-ahead advice
+    /// elsewhere), reading from storage what is not in the page cache, so later reads take no page faults and
+    /// a file that shrank is found now (`TRUNCATED`) instead of by a SIGBUS later. Populating maps the page
+    /// cache's pages; it copies nothing, and the process's anonymous memory does not grow.
+    ///
+    /// Errors: `TRUNCATED` when the file is now shorter than `offset + len`; `IO` when the mapping fails.
+    #[cfg(unix)]
+    pub fn map_file_private(
+        file: &std::fs::File,
+        offset: u64,
+        len: usize,
+        populate: bool,
+        what: &dyn Fn() -> String,
+    ) -> Result<HostAlloc> {
+        let end = offset.checked_add(len as u64).ok_or_else(|| {
+            Error::new(Status::ValidationOverflow, format!("{}: offset {offset} + {len} bytes overflows", what()))
+        })?;
+        let now = file.metadata().map_err(|e| Error::new(Status::Io, format!("{}: cannot stat: {e}", what())))?.len();
+        if end > now {
+            return Err(Error::new(
+                Status::Truncated,
+                format!("{}: the file is now {now} bytes, shorter than the {end} bytes the tensor needs", what()),
+            ));
+        }
+        if len == 0 {
+            return Ok(HostAlloc { ptr: NonNull::dangling(), len: 0, kind: Kind::Empty });
+        }
+        let page = page_size() as u64;
+        let (start, skip) = (offset / page * page, (offset % page) as usize);
+        let map_len = skip + len;
+        // SAFETY: a new private mapping of a regular file we hold open; arguments checked; result checked
+        // against MAP_FAILED. PROT_WRITE on a read-only descriptor is allowed for MAP_PRIVATE (writes stay in
+        // this process).
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE,
+                std::os::unix::io::AsRawFd::as_raw_fd(file),
+                start as libc::off_t,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            let e = std::io::Error::last_os_error();
+            return Err(Error::new(Status::Io, format!("{}: mapping the file privately failed: {e}", what())));
+        }
+        let ptr = NonNull::new((base as *mut u8).wrapping_add(skip)).expect("mmap non-null");
+        let alloc = HostAlloc { ptr, len, kind: Kind::FilePrivate { base, len: map_len } };
+        if populate {
+            // SAFETY: [base, base + map_len) is the mapping made above, owned by `alloc`.
+            unsafe { populate_read(base as usize, map_len) }.map_err(|e| match e.raw_os_error() {
+                Some(libc::EFAULT) => Error::new(
+                    Status::Truncated,
+                    format!("{}: the file shrank while its pages were being mapped", what()),
+                ),
+                _ => Error::new(Status::Io, format!("{}: populating the private mapping: {e}", what())),
+            })?;
+        }
+        Ok(alloc)
+    }
+}
+
+/// Bytes of a private mapping of `len` bytes at file offset `offset` that can become private (anonymous)
+/// memory: every page the range touches, since a write copies whole pages.
+pub fn private_span(offset: u64, len: u64) -> u64 {
+    if len == 0 {
+        return 0;
+    }
+    let page = page_size() as u64;
+    let first = offset / page;
+    let last = (offset + len).div_ceil(page);
+    (last - first) * page
+}
+
+fn page_size() -> usize {
+    #[cfg(unix)]
+    {
+        // SAFETY: sysconf has no preconditions.
+        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if p > 0 {
+            return p as usize;
+        }
+    }
+    4096
+}
+
+/// Fills the page tables of `[addr, addr + len)` for reading. `Ok(true)` when populated, `Ok(false)` when the
+/// kernel has no `MADV_POPULATE_READ` (read-ahead advice given instead); `EFAULT` means the file behind the
+/// mapping is shorter than the range.
+///
+/// # Safety
+/// `[addr, addr + len)` must lie in a live mapping owned by the caller (page-aligned `addr`).
+#[cfg(unix)]
+unsafe fn populate_read(addr: usize, len: usize) -> std::io::Result<bool> {
+    #[cfg(target_os = "linux")]
+    {
+        const MADV_POPULATE_READ: libc::c_int = 22;
+        let (mut done, step) = (0usize, 1usize << 30);
+        while done < len {
+            let n = step.min(len - done);
+            // SAFETY: within the caller's mapping (function contract); populating changes no contents.
+            if unsafe { libc::madvise((addr + done) as *mut libc::c_void, n, MADV_POPULATE_READ) } == 0 {
+                done += n;
+                continue;
+            }
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            if e.raw_os_error() != Some(libc::EINVAL) || done != 0 {
+                return Err(e);
+            }
+            break; // no MADV_POPULATE_READ (Linux < 5.14): fall through to read-ahead advice
+        }
+        if done >= len {
+            return Ok(true);
+        }
+    }
+    // SAFETY: advice only, within the caller's mapping.
+    unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_WILLNEED) };
+    Ok(false)
 }
 
 impl Drop for HostAlloc {
@@ -114,6 +260,11 @@ impl Drop for HostAlloc {
             // SAFETY: mapped by us with this length.
             Kind::Mapped => unsafe {
                 libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len);
+            },
+            #[cfg(unix)]
+            // SAFETY: mapped by `map_file_private` with this base and length.
+            Kind::FilePrivate { base, len } => unsafe {
+                libc::munmap(base, len);
             },
         }
     }

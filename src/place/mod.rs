@@ -2,6 +2,8 @@
 //! whole-file placement rules, and the batch gather.
 
 pub mod buffer;
+pub mod consumer;
+pub mod export;
 pub mod host;
 pub mod op;
 pub mod parallel;
@@ -18,6 +20,6 @@ pub mod plan;
 pub mod rules;
 
 pub use gather::Gather;
-pub use placed::{load, Loaded, Placed};
+pub use placed::{load, load_with, LoadOptions, Loaded, Placed};
 pub use plan::{Placement, Plan};
 pub use rules::Rules;

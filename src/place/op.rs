@@ -21,6 +21,8 @@ pub struct AsyncPutOptions {
     pub staging_bytes: usize,
     /// As [`PutOptions::resident`].
     pub resident: bool,
+    /// As [`PutOptions::copy_on_write`].
+    pub copy_on_write: bool,
     /// Called on the worker thread at a bounded rate; true cancels.
     pub progress: Option<SendProgress>,
 }
@@ -54,7 +56,7 @@ impl PutOp {
         let worker = std::thread::Builder::new()
             .name("hostfirst-put".to_string())
             .spawn(move || {
-                let AsyncPutOptions { threads, chunk, staging_bytes, resident, mut progress } = opts;
+                let AsyncPutOptions { threads, chunk, staging_bytes, resident, copy_on_write, mut progress } = opts;
                 let mut sink = |d: u64, t: u64| -> bool {
                     if sh.cancel.load(Ordering::Relaxed) {
                         return true;
@@ -68,7 +70,14 @@ impl PutOp {
                     put_with_stats(
                         &view,
                         Target::Device(device),
-                        PutOptions { threads, chunk, staging_bytes, resident, progress: Some(&mut sink) },
+                        PutOptions {
+                            threads,
+                            chunk,
+                            staging_bytes,
+                            resident,
+                            copy_on_write,
+                            progress: Some(&mut sink),
+                        },
                     )
                 }))
                 .unwrap_or_else(|_| Err(Error::new(Status::Internal, "the put worker panicked".to_string())));

@@ -67,11 +67,27 @@ pub fn check_plan(plan: &Plan) -> Result<()> {
     Ok(())
 }
 
+/// Options of a whole-file load.
+#[derive(Default)]
+pub struct LoadOptions<'a> {
+    /// Tensors placed on `cpu` become copy-on-write mappings of their pages instead of copies (see
+    /// [`super::put::put`]); tensors of a memory buffer, and other devices, are copied as usual.
+    pub copy_on_write: bool,
+    /// `progress(done, total)`: see [`load`].
+    pub progress: Option<&'a mut dyn FnMut(u64, u64) -> bool>,
+}
+
 /// Applies `plan` (made from `file`): fit-checks every device before the first byte moves, then puts each
 /// device tensor; host tensors become views. `progress(done, total)` covers the bytes moved to devices,
 /// is called at a bounded rate, at least once, and last with `done == total`; returning true cancels
 /// (`CANCELLED`, everything already placed is freed). Any failure frees everything the load had taken.
-pub fn load(file: &TensorFile, plan: &Plan, mut progress: Option<&mut dyn FnMut(u64, u64) -> bool>) -> Result<Loaded> {
+pub fn load(file: &TensorFile, plan: &Plan, progress: Option<&mut dyn FnMut(u64, u64) -> bool>) -> Result<Loaded> {
+    load_with(file, plan, LoadOptions { copy_on_write: false, progress })
+}
+
+/// [`load`] with options (copy-on-write cpu tensors).
+pub fn load_with(file: &TensorFile, plan: &Plan, opts: LoadOptions<'_>) -> Result<Loaded> {
+    let LoadOptions { copy_on_write, mut progress } = opts;
     if plan.entries.len() != file.len() || plan.entries.iter().any(|e| file.name(e.index) != Some(e.name.as_str())) {
         return Err(Error::new(Status::InvalidArgument, format!("the plan was not made for {}", file.display_name())));
     }
@@ -95,15 +111,20 @@ pub fn load(file: &TensorFile, plan: &Plan, mut progress: Option<&mut dyn FnMut(
                     PutOptions { progress: if has_progress { Some(&mut sink) } else { None }, ..PutOptions::default() };
                 // The whole load was fit-checked up front; a per-tensor check would read /proc/meminfo (or ask
                 // the driver) once per tensor, which dominated many-tensor loads.
-                let buf = Buffer::alloc(view.name(), view.dtype(), view.shape(), view.nbytes(), d)
-                    .and_then(|mut b| fill(&view, &mut b, opts).map(|_| b))
-                    .map_err(|err| {
-                        if err.status() == Status::Cancelled {
-                            cancelled()
-                        } else {
-                            err // already names the file and the tensor
-                        }
-                    })?;
+                let cow = copy_on_write && d.kind == crate::device::DeviceKind::CPU && view.file_and_offset().is_some();
+                let made = if cow {
+                    Buffer::map_private(&view, true)
+                } else {
+                    Buffer::alloc(view.name(), view.dtype(), view.shape(), view.nbytes(), d)
+                        .and_then(|mut b| fill(&view, &mut b, opts).map(|_| b))
+                };
+                let buf = made.map_err(|err| {
+                    if err.status() == Status::Cancelled {
+                        cancelled()
+                    } else {
+                        err // already names the file and the tensor
+                    }
+                })?;
                 base += e.nbytes;
                 // Between tensors: at most every 20 ms (many small tensors), and always at the end.
                 let due = base == total || last_call.elapsed() >= std::time::Duration::from_millis(20);

@@ -38,6 +38,10 @@ pub struct PutOptions<'a> {
     /// Resident mode for CUDA puts: page-lock the mapped range once and copy from it (see
     /// [`super::resident`] for why the default is the staging ring).
     pub resident: bool,
+    /// Copy-on-write host puts: a put that lands on `cpu` maps the tensor's pages in its file privately
+    /// ([`Buffer::map_private`], populated for reading up front) instead of copying them. Other targets, and
+    /// views over memory buffers (no file to map), copy as usual. See [`put`] for the contract.
+    pub copy_on_write: bool,
     /// Progress sink (bytes done, total) → true to cancel; called at a bounded rate from the calling thread.
     pub progress: Option<&'a mut dyn FnMut(u64, u64) -> bool>,
 }
@@ -56,6 +60,14 @@ pub struct PutStats {
 }
 
 /// Puts `view` on `target`: fit check, allocation, copy. On any failure nothing stays allocated.
+///
+/// With [`PutOptions::copy_on_write`] and a `cpu` target, the buffer is a private writable mapping of the
+/// tensor's pages instead of a copy: its cost is a page table, not a copy (populating 2 GiB in the page
+/// cache takes milliseconds). It reads as the file, may be written (a write copies the page it touches into
+/// anonymous memory; the file never changes), and its pages not yet written stay tied to the file: another
+/// process writing the file may change them, and truncating the file raises SIGBUS when any page past the new
+/// end is touched (on Linux even pages already written). The fit check counts what can become private: every
+/// page the tensor touches. Copies (the default) have none of these ties.
 pub fn put(view: &TensorView, target: Target, opts: PutOptions<'_>) -> Result<Buffer> {
     put_with_stats(view, target, opts).map(|(b, _)| b)
 }
@@ -64,10 +76,29 @@ pub fn put(view: &TensorView, target: Target, opts: PutOptions<'_>) -> Result<Bu
 pub fn put_with_stats(view: &TensorView, target: Target, opts: PutOptions<'_>) -> Result<(Buffer, PutStats)> {
     let what = format!("tensor '{}'", view.name());
     let device = target.resolve(&what)?;
+    if let (true, DeviceKind::CPU, Some((_, offset))) = (opts.copy_on_write, device.kind, view.file_and_offset()) {
+        fit::check(&what, super::host::private_span(offset, view.nbytes()), device)?;
+        return Ok((map_private(view, opts.progress)?, PutStats::default()));
+    }
     fit::check(&what, view.nbytes(), device)?;
     let mut buf = Buffer::alloc(view.name(), view.dtype(), view.shape(), view.nbytes(), device)?;
     let stats = fill_impl(view, &mut buf, opts, true)?;
     Ok((buf, stats))
+}
+
+/// A copy-on-write cpu buffer for `view` (file-backed, checked by the caller): mapped and populated, with
+/// the progress contract of a copy (one call at the end, which may still cancel).
+pub(crate) fn map_private(view: &TensorView, progress: Option<&mut dyn FnMut(u64, u64) -> bool>) -> Result<Buffer> {
+    let buf = Buffer::map_private(view, true)?;
+    if let Some(p) = progress {
+        if p(view.nbytes(), view.nbytes()) {
+            return Err(crate::error::Error::new(
+                crate::error::Status::Cancelled,
+                format!("put of tensor '{}' cancelled by the progress callback", view.name()),
+            ));
+        }
+    }
+    Ok(buf)
 }
 
 /// Copies the view's bytes into an allocated buffer of the same size.

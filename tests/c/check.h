@@ -2,6 +2,7 @@
 #ifndef HOSTFIRST_TEST_CHECK_H
 #define HOSTFIRST_TEST_CHECK_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,20 @@ static inline size_t live_handles(void) {
         exit(1);
     }
     return n;
+}
+
+/* Writes a safetensors image to `path`: the header's length (8 bytes, little-endian), `header`, then `count`
+ * data parts (`parts[i]`, `sizes[i]` bytes) in order. */
+static inline void write_safetensors(const char *path, const char *header, size_t count, const void *const parts[],
+                                     const size_t sizes[]) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    uint64_t len = strlen(header);
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++) le[i] = (unsigned char)(len >> (8 * i));
+    CHECK(fwrite(le, 1, 8, f) == 8 && fwrite(header, 1, len, f) == len);
+    for (size_t i = 0; i < count; i++) CHECK(sizes[i] == 0 || fwrite(parts[i], 1, sizes[i], f) == sizes[i]);
+    CHECK(fclose(f) == 0);
 }
 
 #endif

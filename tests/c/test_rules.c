@@ -23,17 +23,9 @@ static void write_model(void) {
              "\"w\":{\"dtype\":\"F32\",\"shape\":[4,6],\"data_offsets\":[%d,%d]},"
              "\"b\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[%d,%d]}}",
              NTOK, 2 * NTOK, 2 * NTOK, 2 * NTOK + 4 * NW, 2 * NTOK + 4 * NW, 2 * NTOK + 4 * NW + 8);
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    uint64_t len = strlen(hdr);
-    unsigned char le[8];
-    for (int i = 0; i < 8; i++) le[i] = (unsigned char)(len >> (8 * i));
-    CHECK(fwrite(le, 1, 8, f) == 8);
-    CHECK(fwrite(hdr, 1, len, f) == len);
-    CHECK(fwrite(tok, 2, NTOK, f) == NTOK);
-    CHECK(fwrite(w, 4, NW, f) == NW);
-    CHECK(fwrite(b, 1, 8, f) == 8);
-    CHECK(fclose(f) == 0);
+    const void *parts[] = {tok, w, b};
+    const size_t sizes[] = {sizeof tok, sizeof w, sizeof b};
+    write_safetensors(path, hdr, 3, parts, sizes);
 }
 
 static int calls;
@@ -185,9 +177,14 @@ int main(int argc, char **argv) {
     CHECK_OK(hostfirst_gather_nbytes(g, &nbytes));
     CHECK(nbytes == 4 * 16 * 2);
     hostfirst_buffer *gb = NULL, *gb2 = NULL;
-    CHECK_OK(hostfirst_gather_buffer(g, &gb));
-    CHECK_OK(hostfirst_gather_buffer(g, &gb2));
-    CHECK(gb == gb2);
+    CHECK_OK(hostfirst_gather_batch(g, &gb));
+    CHECK_OK(hostfirst_gather_batch(g, &gb2));
+    CHECK(gb != gb2); /* two new references to the first batch */
+    hostfirst_buffer_info i1 = {.struct_size = sizeof i1}, i2 = {.struct_size = sizeof i2};
+    CHECK_OK(hostfirst_buffer_describe(gb, &i1));
+    CHECK_OK(hostfirst_buffer_describe(gb2, &i2));
+    CHECK(i1.address == i2.address && i1.nbytes == 4 * 16 * 2 && i1.rank == 2);
+    CHECK_OK(hostfirst_buffer_free(gb2));
     uint64_t state = 42, offs[4];
     for (int step = 0; step < 5; step++) {
         CHECK_OK(hostfirst_random_offsets(&state, NTOK, 16, offs, 4));
@@ -220,7 +217,8 @@ int main(int argc, char **argv) {
     CHECK_STATUS(hostfirst_gather_new(cpu, 999, 4, 16, &g), HOSTFIRST_STATUS_INVALID_ARGUMENT);
     CHECK_STATUS(hostfirst_gather_new(cpu, HOSTFIRST_DTYPE_U16, 0, 16, &g), HOSTFIRST_STATUS_INVALID_ARGUMENT);
     CHECK_OK(hostfirst_gather_free(g));
-    CHECK_STATUS(hostfirst_buffer_free(gb), HOSTFIRST_STATUS_INVALID_HANDLE); /* borrowed: stale with its gather */
+    CHECK_OK(hostfirst_buffer_describe(gb, &i1)); /* a reference of its own: valid after the gather is freed */
+    CHECK_OK(hostfirst_buffer_free(gb));
     CHECK_STATUS(hostfirst_gather_run(g, view, offs, 4), HOSTFIRST_STATUS_INVALID_HANDLE);
     CHECK_STATUS(hostfirst_gather_free(g), HOSTFIRST_STATUS_INVALID_HANDLE);
     CHECK_OK(hostfirst_gather_free(NULL));

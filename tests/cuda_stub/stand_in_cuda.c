@@ -147,6 +147,7 @@ enum {
 
 #define CU_STREAM_NON_BLOCKING 0x1u
 #define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
 #define CU_EVENT_BLOCKING_SYNC 0x1u
 #define CU_MEMHOSTREGISTER_READ_ONLY 0x08u
 
@@ -567,10 +568,12 @@ static int host_is_locked(const void *p, size_t n) {
 }
 
 /* With the lock held: the stream a handle names for the current context (NULL and CU_STREAM_LEGACY: the
- * legacy default stream), or NULL with *r set. */
+ * legacy default stream), or NULL with *r set. CU_STREAM_PER_THREAD (what consumers built for per-thread
+ * default streams pass) is accepted and modelled as the legacy stream: more implicit ordering than the
+ * driver's per-thread stream has with blocking streams, none with non-blocking ones (hostfirst's). */
 static struct stand_in_stream *resolve_stream(CUstream s, CUresult *r) {
     *r = CUDA_SUCCESS;
-    if (!s || s == CU_STREAM_LEGACY) return &current->legacy;
+    if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return &current->legacy;
     if (handles_find(streams, n_streams, s) < 0 || s->ctx != current) {
         *r = CUDA_ERROR_INVALID_HANDLE;
         return NULL;

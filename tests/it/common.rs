@@ -81,8 +81,14 @@ pub fn feature_flags() -> Vec<String> {
 }
 
 /// Compiles C sources into an executable linked against libhostfirst with an rpath; returns its path.
+///
+/// The compiler writes a private temporary file that is then renamed into place, so two tests compiling the
+/// same program at once never run (or overwrite) a half-written binary.
 pub fn compile_c(sources: &[&Path], out_name: &str, extra: &[&str]) -> PathBuf {
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let out = scratch("bin").join(out_name);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = scratch("bin").join(format!(".{out_name}.{}.{seq}", std::process::id()));
     let lib = lib_dir();
     let mut cmd = Command::new(cc());
     cmd.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-O1"])
@@ -92,11 +98,12 @@ pub fn compile_c(sources: &[&Path], out_name: &str, extra: &[&str]) -> PathBuf {
         .args(extra)
         .args(sources)
         .arg("-o")
-        .arg(&out)
+        .arg(&tmp)
         .arg(format!("-L{}", lib.display()))
         .arg(format!("-Wl,-rpath,{}", lib.display()))
         .args(["-lhostfirst", "-lpthread", "-lm"]);
     check(cmd.output().expect("run the C compiler"), &format!("compiling {out_name}"));
+    std::fs::rename(&tmp, &out).expect("move the compiled program into place");
     out
 }
 

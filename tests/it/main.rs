@@ -19,6 +19,7 @@ mod file_sets;
 mod file_sparse;
 mod file_support;
 mod gpu_harness;
+mod handoff;
 mod header;
 mod install;
 mod place_cpu;

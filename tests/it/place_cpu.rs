@@ -135,6 +135,14 @@ fn too_big_for_the_host_allocates_nothing() {
     assert_eq!(e.status(), Status::OutOfMemory);
     assert!(e.message().starts_with("tensor 'huge' (1024.00 TiB) does not fit on cpu: "), "{}", e.message());
     assert_eq!(e.fit().unwrap().needed, n);
-    drop(f);
+    // A copy-on-write put is fit-checked too: for every page the tensor touches (what can become private).
+    let v = f.view("huge").unwrap();
+    let cow = PutOptions { copy_on_write: true, ..PutOptions::default() };
+    let e = put(&v, Target::Device(Device::CPU), cow).unwrap_err();
+    assert_eq!(e.status(), Status::OutOfMemory, "{}", e.message());
+    let span = hostfirst::place::host::private_span(v.file_offset(), n);
+    assert_eq!(e.fit().unwrap().needed, span);
+    assert!(span > n && span <= n + 8192, "the pages the tensor touches: {span}");
+    drop((f, v));
     let _ = std::fs::remove_file(&path);
 }

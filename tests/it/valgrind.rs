@@ -29,6 +29,7 @@ const PASS: &[&str] = &[
     "cli_rules::",
     "cuda_stub::",
     "place_cuda::",
+    "handoff::",
 ];
 
 fn ci() -> bool {

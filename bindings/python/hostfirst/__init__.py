@@ -15,7 +15,7 @@
 
     t.prefault()                              # once, before a training loop gathers from t
     g = hostfirst.Gather("default", "U16", batch=64, window=1025)
-    batch = g.run(t, hostfirst.OffsetStream(1337).next(t.shape[0], 1025, 64))   # a Buffer, reused per step
+    batch = g.run(t, hostfirst.OffsetStream(1337).next(t.shape[0], 1025, 64))   # a Buffer, yours while held
 """
 
 from ._core import lib as native

@@ -436,7 +436,8 @@ _lib.declare_more(lib, {
     "hostfirst_gather_new": (ctypes.c_uint32, [_lib.Device, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint64,
                                                P(ctypes.c_void_p)]),
     "hostfirst_gather_run": (ctypes.c_uint32, [ctypes.c_void_p, ctypes.c_void_p, P(ctypes.c_uint64), ctypes.c_size_t]),
-    "hostfirst_gather_buffer": (ctypes.c_uint32, [ctypes.c_void_p, P(ctypes.c_void_p)]),
+    "hostfirst_gather_run_batch": (ctypes.c_uint32, [ctypes.c_void_p, ctypes.c_void_p, P(ctypes.c_uint64),
+                                                     ctypes.c_size_t, P(ctypes.c_void_p)]),
     "hostfirst_gather_free": (ctypes.c_uint32, [ctypes.c_void_p]),
     "hostfirst_random_offsets": (ctypes.c_uint32, [P(ctypes.c_uint64), ctypes.c_uint64, ctypes.c_uint64,
                                                    P(ctypes.c_uint64), ctypes.c_size_t]),
@@ -445,14 +446,15 @@ _lib.declare_more(lib, {
 
 class Gather:
     """The data-loader primitive: B windows of T elements of a 1-D host tensor, assembled as a [B, T] batch on
-    `device` in one transfer, into one destination reused by every `run` (no allocation per step).
+    `device` in one transfer, into a small ring of batches reused once released (no allocation per step).
 
         g = hostfirst.Gather("cuda:0", "U16", batch=64, window=1025)   # or "cpu", "default"
         tokens.prefault()                      # once: later batches take no page faults
         batch = g.run(tokens, offsets)         # a Buffer; jax.dlpack.from_dlpack(batch), torch.from_dlpack(...)
 
-    `run` returns the same Buffer every time; its contents change with the next `run`, so copy what must
-    outlive a step. `device` may be "default" (resolved now through the default stack)."""
+    Each `run` returns the batch it filled, a Buffer of its own: it (and anything exported from it) never changes
+    while it lives; the gather fills batches no one holds (a small ring, see hostfirst_gather_new in the C header).
+    `device` may be "default" (resolved now through the default stack)."""
 
     def __init__(self, device, dtype, batch, window):
         from ._devices import resolve_target
@@ -465,21 +467,17 @@ class Gather:
         self._h = h.value
         self.device, self.dtype, self.batch, self.window = d, str(dtype), int(batch), int(window)
         self._offsets = (ctypes.c_uint64 * self.batch)()
-        b = ctypes.c_void_p()
-        check(lib.hostfirst_gather_buffer(self._h, ctypes.byref(b)))
-        self.buffer = Buffer.__new__(Buffer)
-        self.buffer._owner = self  # borrowed: the gather frees it
-        Buffer.__init__(self.buffer, b.value)
 
     def run(self, tensor, offsets):
-        """Row i = tensor[offsets[i] : offsets[i] + window] for every i; returns `self.buffer` once in place.
-        OutOfRangeError names the first offset whose window runs past the end."""
+        """Row i = tensor[offsets[i] : offsets[i] + window] for every i; returns the batch (a new Buffer) once in
+        place. OutOfRangeError names the first offset whose window runs past the end."""
         if len(offsets) != self.batch:
             raise ValueError(f"{len(offsets)} offsets for a batch of {self.batch}")
         for i, o in enumerate(offsets):
             self._offsets[i] = int(o)
-        check(lib.hostfirst_gather_run(self._h, tensor._h, self._offsets, self.batch))
-        return self.buffer
+        b = ctypes.c_void_p()
+        check(lib.hostfirst_gather_run_batch(self._h, tensor._h, self._offsets, self.batch, ctypes.byref(b)))
+        return Buffer(b.value)
 
     def __del__(self):
         h, self._h = getattr(self, "_h", None), None

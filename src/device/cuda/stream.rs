@@ -264,6 +264,31 @@ impl Event {
         })
     }
 
+    /// Records the event on a stream that hostfirst did not create, given as its raw `CUstream` value: a
+    /// consumer's stream, or `CU_STREAM_LEGACY` (1) / `CU_STREAM_PER_THREAD` (2) for the default streams of
+    /// this event's context. The stream must belong to this event's device (`DEVICE_ERROR` from the driver
+    /// otherwise).
+    pub fn record_on_raw(&self, stream: usize) -> Result<()> {
+        let api = api()?;
+        let _current = self.ctx.enter()?;
+        // SAFETY: a live event; the stream value comes from the caller, and the driver validates it.
+        api.check(unsafe { (api.event_record)(self.raw, stream as RawHandle) }, || {
+            format!("cuEventRecord(cuda:{}, consumer stream {stream:#x})", self.ordinal())
+        })
+    }
+
+    /// Makes a stream hostfirst did not create (raw `CUstream` value, as for [`Event::record_on_raw`]) wait
+    /// until this event has completed (`cuStreamWaitEvent`, entered in this event's context); the host is
+    /// not blocked.
+    pub fn make_raw_stream_wait(&self, stream: usize) -> Result<()> {
+        let api = api()?;
+        let _current = self.ctx.enter()?;
+        // SAFETY: a live event; the stream value comes from the caller, and the driver validates it.
+        api.check(unsafe { (api.stream_wait_event)(stream as RawHandle, self.raw, 0) }, || {
+            format!("cuStreamWaitEvent(consumer stream {stream:#x}, event of cuda:{})", self.ordinal())
+        })
+    }
+
     /// `Ok(true)` when the recorded work has completed (or the event was never recorded), `Ok(false)` while it
     /// is still running (`CUDA_ERROR_NOT_READY`), `DEVICE_ERROR` for any other result (`cuEventQuery`).
     pub fn query(&self) -> Result<bool> {

@@ -1,0 +1,225 @@
+//! Handing tensors to consumers (DLPack in both forms, the array interfaces): what an export shares, maps
+//! copy-on-write or copies, and the CUDA stream handshake.
+//!
+//! The rules, and why:
+//! - A view exported in the **versioned** form (DLPack >= 1.0) is the file's read-only mapping with the
+//!   read-only flag set: zero-copy, and the consumer can see it must not write.
+//! - A **legacy** (unversioned) consumer cannot see a read-only flag, and some consumers write (in-place ops,
+//!   buffer donation): a write to the read-only mapping would crash the process. So a view goes out through
+//!   the legacy form as a private copy-on-write mapping of its pages ([`Buffer::map_private`]): writable,
+//!   isolated from the file (a write copies the page into the process; the file never changes), and nothing
+//!   is copied until a page is written. It keeps the view's own hazard and no more: pages not yet written
+//!   show changes other processes make to the file, and truncation of the file raises SIGBUS on access. A
+//!   consumer that needs isolation from the file asks for a copy ([`CopyPolicy::Always`]). A view over a
+//!   memory buffer cannot be mapped: it is copied (or refused under [`CopyPolicy::Never`]).
+//! - A buffer is writable and owned: both forms share it. Holding an export keeps the buffer (and a gather
+//!   batch's place in its ring) alive until the consumer's deleter runs.
+//! - CUDA: the consumer's stream waits on the event of hostfirst's last write into the buffer
+//!   (`cuStreamWaitEvent`, the host is not blocked); when the export is released, an event is recorded on
+//!   that stream, and hostfirst's next write into the buffer waits for it (see [`Buffer::record_stream`]).
+
+use super::buffer::Buffer;
+pub use super::consumer::ConsumerStream;
+use super::put::{buffer_to, put, PutOptions, Target};
+use crate::device::{Device, DeviceKind};
+use crate::dtype::DType;
+use crate::error::{Error, Result, Status};
+use crate::file::TensorView;
+use std::sync::{Arc, Mutex};
+
+/// The consumer's `copy` request (the array API's `copy=None/True/False`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyPolicy {
+    /// Share when possible, copy (or map copy-on-write) when the form or device requires it (`None`).
+    IfNeeded,
+    /// Always hand out a new copy the consumer owns (`True`).
+    Always,
+    /// Never copy: `UNSUPPORTED` when sharing is impossible (`False`).
+    Never,
+}
+
+/// Which DLPack structure the consumer takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// `DLManagedTensorVersioned` (DLPack >= 1.0): has flags (read-only, is-copied).
+    Versioned,
+    /// `DLManagedTensor` (the unversioned form): no flags, so never a read-only mapping.
+    Legacy,
+}
+
+/// What an export keeps alive until the consumer releases it.
+#[derive(Clone)]
+pub enum Keep {
+    /// The file's read-only mapping (through the view).
+    View(TensorView),
+    /// A buffer: the exported one (shared), a copy, or a copy-on-write mapping made for the export.
+    Buffer(Arc<Mutex<Buffer>>),
+}
+
+/// An export, ready to be written out as a DLPack structure.
+pub struct Export {
+    /// What to keep alive.
+    pub keep: Keep,
+    /// The data address (host pointer or CUDA device address).
+    pub data: u64,
+    /// Where the data lives.
+    pub device: Device,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape (compact, C order).
+    pub shape: Vec<u64>,
+    /// The consumer must not write (the file's read-only mapping).
+    pub read_only: bool,
+    /// The data is a new copy the consumer owns.
+    pub copied: bool,
+    /// CUDA: the stream to record a release event on when the export is released.
+    pub release_on: Option<ConsumerStream>,
+}
+
+fn never(what: &str, why: &str) -> Error {
+    Error::new(Status::Unsupported, format!("{what}: copy=never was asked, but {why}"))
+}
+
+fn from_buffer(b: Buffer, read_only: bool, copied: bool) -> Export {
+    let (data, device, dtype, shape) = (b.address(), b.device(), b.dtype(), b.shape().to_vec());
+    Export {
+        keep: Keep::Buffer(Arc::new(Mutex::new(b))),
+        data,
+        device,
+        dtype,
+        shape,
+        read_only,
+        copied,
+        release_on: None,
+    }
+}
+
+/// Exports a view: see the module documentation for the rules. `device`: the consumer's requested device
+/// (`None`: where the data is, cpu); another device is reached by a put (a copy, fit-checked).
+pub fn export_view(view: &TensorView, form: Form, copy: CopyPolicy, device: Option<Device>) -> Result<Export> {
+    let what = format!("{}: tensor '{}'", view.file_display(), view.name());
+    let target = device.unwrap_or(Device::CPU);
+    if target.kind != DeviceKind::CPU || copy == CopyPolicy::Always {
+        if copy == CopyPolicy::Never {
+            return Err(never(&what, &format!("the view is in host memory and {target} was asked")));
+        }
+        let b = put(view, Target::Device(target), PutOptions::default())?;
+        return Ok(from_buffer(b, false, true));
+    }
+    match form {
+        Form::Versioned => Ok(Export {
+            data: view.mapped().as_ptr() as u64,
+            device: Device::CPU,
+            dtype: view.dtype(),
+            shape: view.shape().to_vec(),
+            read_only: true,
+            copied: false,
+            release_on: None,
+            keep: Keep::View(view.clone()),
+        }),
+        Form::Legacy => match Buffer::map_private(view, false) {
+            Ok(b) => Ok(from_buffer(b, false, false)),
+            Err(e) if e.status() == Status::Unsupported => {
+                if copy == CopyPolicy::Never {
+                    return Err(never(
+                        &what,
+                        "a legacy consumer cannot be given read-only memory and a view over memory cannot be \
+                         mapped copy-on-write",
+                    ));
+                }
+                Ok(from_buffer(put(view, Target::Device(Device::CPU), PutOptions::default())?, false, true))
+            }
+            Err(e) => Err(e),
+        },
+    }
+}
+
+/// Exports a buffer (both forms share it; see the module documentation). `device`: the consumer's
+/// requested device (`None`: where the data is); another device, or [`CopyPolicy::Always`], makes a copy
+/// (fit-checked). For CUDA data, `stream`'s consumer waits for hostfirst's last write into the exported
+/// memory, and [`Export::release_on`] says where to record the release event.
+pub fn export_buffer(
+    buf: &Arc<Mutex<Buffer>>,
+    copy: CopyPolicy,
+    device: Option<Device>,
+    stream: ConsumerStream,
+) -> Result<Export> {
+    let g = buf.lock().unwrap_or_else(|p| p.into_inner());
+    let what = format!("buffer '{}'", g.name());
+    let target = device.unwrap_or(g.device());
+    let copying = target != g.device() || copy == CopyPolicy::Always;
+    if copying && copy == CopyPolicy::Never {
+        return Err(never(&what, &format!("the buffer is on {} and {target} was asked", g.device())));
+    }
+    let exported = if copying {
+        let b = buffer_to(&g, Target::Device(target))?;
+        drop(g);
+        Arc::new(Mutex::new(b))
+    } else {
+        drop(g);
+        Arc::clone(buf)
+    };
+    let e = exported.lock().unwrap_or_else(|p| p.into_inner());
+    let cuda = e.device().kind == DeviceKind::CUDA;
+    if cuda {
+        e.sync_stream(stream)?;
+    }
+    let out = Export {
+        data: e.address(),
+        device: e.device(),
+        dtype: e.dtype(),
+        shape: e.shape().to_vec(),
+        read_only: false,
+        copied: copying,
+        release_on: if cuda && stream != ConsumerStream::NoSync { Some(stream) } else { None },
+        keep: Keep::Buffer(Arc::clone(&exported)),
+    };
+    drop(e);
+    Ok(out)
+}
+
+/// Records the release of an export: for a CUDA buffer exported for a consumer stream, an event on that
+/// stream which hostfirst's next write into the buffer waits for. Errors are returned for the caller to
+/// report; the release itself always happens.
+pub fn release(keep: &Keep, release_on: Option<ConsumerStream>) -> Result<()> {
+    match (keep, release_on) {
+        (Keep::Buffer(b), Some(s)) => b.lock().unwrap_or_else(|p| p.into_inner()).record_stream(s),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_share_unless_a_copy_is_asked() {
+        let b = Arc::new(Mutex::new(Buffer::alloc("b", DType::U8, &[4], 4, Device::CPU).unwrap()));
+        let e = export_buffer(&b, CopyPolicy::IfNeeded, None, ConsumerStream::Legacy).unwrap();
+        assert!(!e.copied && !e.read_only && e.release_on.is_none());
+        assert_eq!(e.data, b.lock().unwrap().address());
+        assert_eq!(Arc::strong_count(&b), 2, "the export holds the buffer");
+        drop(e);
+        let c = export_buffer(&b, CopyPolicy::Always, None, ConsumerStream::NoSync).unwrap();
+        assert!(c.copied);
+        assert_ne!(c.data, b.lock().unwrap().address());
+        let e = export_buffer(&b, CopyPolicy::Never, Some(Device::CUDA_HOST), ConsumerStream::Legacy).err().unwrap();
+        assert_eq!(e.status(), Status::Unsupported, "{}", e.message());
+    }
+
+    #[test]
+    fn legacy_view_over_memory_is_copied_or_refused() {
+        let header = br#"{"x":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}"#;
+        let mut v = (header.len() as u64).to_le_bytes().to_vec();
+        v.extend_from_slice(header);
+        v.extend([1u8, 2, 3, 4]);
+        let f = crate::file::TensorFile::from_bytes(v).unwrap();
+        let view = f.view("x").unwrap();
+        let e = export_view(&view, Form::Legacy, CopyPolicy::IfNeeded, None).unwrap();
+        assert!(e.copied && !e.read_only);
+        let e = export_view(&view, Form::Legacy, CopyPolicy::Never, None).err().unwrap();
+        assert_eq!(e.status(), Status::Unsupported);
+        let e = export_view(&view, Form::Versioned, CopyPolicy::Never, None).unwrap();
+        assert!(e.read_only && !e.copied);
+    }
+}
