@@ -339,6 +339,16 @@ def main(path):
             w(f"| {name} | {val} | **{v}** |")
         w("")
 
+    # ------------------------------------------------------------------ Python gather (its own run)
+    py_gather = os.path.join(HERE, "results", "python-gather.json")
+    if os.path.exists(py_gather):
+        sys.path.insert(0, HERE)
+        import python_gather
+
+        w("## 7. Python: Gather.run and batch → jax.Array vs nanoGPT get_batch (issue 11.7)\n")
+        w(python_gather.markdown(json.load(open(py_gather))))
+
+
     # ------------------------------------------------------------------ targets
     w("## Targets of issue 6\n")
     w("| target | measured | verdict |\n|---|---|---|")

@@ -36,6 +36,18 @@ def header_len(path):
         return struct.unpack("<Q", f.read(8))[0]
 
 
+def nanogpt_get_batch(path, off, n, rng, B, T):
+    """nanoGPT train.py's get_batch, minus torch: a new np.memmap per batch (nanoGPT does this to avoid a memory
+    leak), B random windows, x and y stacked as int64. Also the peer of benches/python_gather.py."""
+    import numpy as np
+
+    data = np.memmap(path, dtype=np.uint16, mode="r", offset=off, shape=(n,))
+    ix = rng.integers(0, len(data) - T - 1, size=B)
+    x = np.stack([data[i:i + T].astype(np.int64) for i in ix])
+    y = np.stack([data[i + 1:i + 1 + T].astype(np.int64) for i in ix])
+    return x, y
+
+
 def peer(op, args):
     import numpy as np
 
@@ -88,9 +100,7 @@ def peer(op, args):
         dt = time.perf_counter() - t
         rec = dict(op="put-cpu", impl="py-numpy.fromfile", file=path, bytes=a.nbytes, t_s=dt, gbps=a.nbytes / 1e9 / dt,
                    rss_before_kib=r0, vmhwm_kib=status_kib("VmHWM"))
-    elif op == "get_batch":
-        # nanoGPT train.py get_batch, minus torch: a new np.memmap per batch (nanoGPT does this to avoid a memory
-        # leak), B random windows, x and y stacked as int64.
+    elif op == "get_batch":  # nanoGPT's get_batch (nanogpt_get_batch)
         path, B, T, iters, seed = args[0], int(args[1]), int(args[2]), int(args[3]), int(args[4])
         off = 8 + header_len(path)
         n = (os.path.getsize(path) - off) // 2
@@ -98,12 +108,8 @@ def peer(op, args):
         lat = []
         for it in range(iters + 3):
             t = time.perf_counter()
-            data = np.memmap(path, dtype=np.uint16, mode="r", offset=off, shape=(n,))
-            ix = rng.integers(0, len(data) - T - 1, size=B)
-            x = np.stack([data[i:i + T].astype(np.int64) for i in ix])
-            y = np.stack([data[i + 1:i + 1 + T].astype(np.int64) for i in ix])
+            x, y = nanogpt_get_batch(path, off, n, rng, B, T)
             dt = time.perf_counter() - t
-            del data
             if it >= 3:
                 lat.append(dt)
         lat.sort()

@@ -3,7 +3,8 @@
 # (a C and C++ compiler, binutils, cmake and pkg-config, Python packages), then runs every test:
 #   formatting, clippy and every target building; Rust unit and property tests, C ABI programs (-Wall -Wextra -Werror), header checks, the stand-in CUDA
 #   driver tests (twice: immediate and deferred), the CLI, the fuzz corpus replay, the install tests (tests/install.rs),
-#   the C programs again under valgrind memcheck (tests/it/valgrind.rs), the Python binding tests.
+#   the C programs again under valgrind memcheck (tests/it/valgrind.rs), the Python wheel and its tests in fresh
+#   venvs (scripts/test-python.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,11 +24,6 @@ have cargo || { echo "test.sh: cargo (Rust) is required" >&2; exit 1; }
 # valgrind: the C programs run again under memcheck (tests/it/valgrind.rs).
 have valgrind || apt_install valgrind
 
-# Python packages for the binding tests and the reference-reader fixtures (quiet, idempotent).
-if have python3 && [ -f scripts/python-requirements.txt ]; then
-    python3 -m pip install -q --disable-pip-version-check -r scripts/python-requirements.txt >&2
-fi
-
 # The house rules: formatted, clippy-clean on every target, every target (benches included) builds.
 cargo fmt --check
 cargo clippy --all-targets --features test-hooks -- -D warnings 2>&1
@@ -43,6 +39,6 @@ cargo test --features test-hooks --no-fail-fast 2>&1
 STAND_IN_DEFERRED=1 STAND_IN_SEED="${STAND_IN_SEED:-20261201}" \
     cargo test --features test-hooks --no-fail-fast --test it -- cuda stand_in 2>&1
 
-if [ -d bindings/python/tests ] && have python3; then
-    python3 -m pytest -q bindings/python/tests 2>&1
-fi
+# Python: the manylinux wheel, installed into fresh venvs (numpy 2 with JAX, and numpy 1.26), tested as users get it.
+have python3 || apt_install python3 python3-venv
+bash scripts/test-python.sh

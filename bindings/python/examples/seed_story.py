@@ -18,11 +18,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a source checkout: bindings/python
-
 import numpy as np
 
-import hostfirst
+try:
+    import hostfirst
+except ImportError:  # not installed: a source checkout's bindings/python
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import hostfirst
 
 
 def rss_mib():
@@ -94,7 +96,7 @@ def main():
     per = args.batch * args.seq
     for step in range(min(args.steps, len(tokens) // per)):
         rows = tokens[step * per:(step + 1) * per]  # zero-copy row slice of the file
-        batch = np.from_dlpack(rows).reshape(args.batch, args.seq)  # still zero-copy, read-only
+        batch = np.asarray(rows).reshape(args.batch, args.seq)  # still zero-copy, read-only
         arr, where = to_default_device(batch)
         print(f"step {step}: batch {tuple(batch.shape)} -> {where}, first token {int(batch[0, 0])}")
     if tmp is not None:

@@ -7,24 +7,29 @@
     with hostfirst.default_device("cpu"):
         ...
     f = hostfirst.open("tokens.safetensors")  # header only; data mapped read-only
-    t = f["tokens"]; t.dtype, t.shape         # zero-copy view; t[0:1024] is a zero-copy row slice
-    numpy.from_dlpack(t)                      # zero-copy, read-only (or t.numpy(), bf16/fp8 via ml_dtypes)
+    t = f["tokens"]; t.dtype, t.shape         # dtype('uint16'); zero-copy view; t[0:1024] a zero-copy row slice
+    np.asarray(t)                             # zero-copy, read-only (bf16/fp8 via ml_dtypes); np.from_dlpack too
 
     t.to("cuda:0")                            # Buffer on the device, fit-checked; __dlpack__ for torch/jax/cupy
-    hostfirst.load(path, rules=[("tokens", "host"), ("*", "default")])
+    hostfirst.load(path, rules={"tokens": "host", "*": "default"})
+    hostfirst.jax.load_file(path, rules={"tokens": "host", "*": "default"})   # jax.Arrays and host arrays
 
     t.prefault()                              # once, before a training loop gathers from t
-    g = hostfirst.Gather("default", "U16", batch=64, window=1025)
-    batch = g.run(t, hostfirst.OffsetStream(1337).next(t.shape[0], 1025, 64))   # a Buffer, yours while held
+    g = hostfirst.Gather("default", "uint16", batch=64, window=1025)
+    batch = g.run(t, hostfirst.OffsetStream(1337).next(t.shape[0], 1025, 64))   # a Buffer, unchanged while held
+
+Exceptions derive from hostfirst.Error and from the builtin a Python user catches (KeyError, ValueError,
+FileNotFoundError, MemoryError, ...): see hostfirst._errors for the mapping.
 """
 
-from ._core import lib as native
+import sys as _sys
+
+from ._lib import lib as native
+from ._core import Device, DeviceInfo
 from ._devices import (
     Backend,
     CarriedScope,
     DefaultDevice,
-    Device,
-    DeviceInfo,
     backends,
     capture_scope,
     default_device,
@@ -34,9 +39,13 @@ from ._devices import (
     set_default_device,
     strict,
 )
-from ._tensors import Buffer, File, Gather, OffsetStream, Tensor, load, open  # noqa: A004
+from ._tensors import Buffer, File, Tensor, load, open, rule_pairs  # noqa: A004
+from ._gather import Gather, OffsetStream
 from ._errors import *  # noqa: F401,F403 - one exception class per status
-from ._errors import FormatError, HostfirstError, OutOfMemoryError
+from ._errors import Error, FormatError, HostfirstError, MissingFileError, OutOfMemoryError
 
 __version__ = native.hostfirst_version().decode()
 library_path = native._hostfirst_path
+
+if "jax" in _sys.modules:  # JAX already imported: register Tensor and Buffer with it now (see hostfirst.jax)
+    from . import jax as _jax  # noqa: F401

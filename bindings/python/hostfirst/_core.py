@@ -1,32 +1,152 @@
-"""Calling convention helpers shared by every module of the binding."""
+"""The calling convention every module shares: `check()` turns a status into an exception (with the fit
+numbers and the device for OUT_OF_MEMORY), `Device` (which that needs), and the encoding of strings and paths."""
+
+from __future__ import annotations
 
 import ctypes
+import os
+from collections import namedtuple
+from typing import Union
 
-from . import _lib
-from ._errors import error_for
+from . import _abi
+from ._errors import STATUS, HostfirstError, MissingFileError, OutOfMemoryError, error_for
+from ._lib import lib
 
-lib = _lib.load_library()
+_OK = STATUS["OK"]
+_OUT_OF_MEMORY = STATUS["OUT_OF_MEMORY"]
+_IO = STATUS["IO"]
+
+KIND_NAMES = {
+    _abi.HOSTFIRST_DEVICE_CPU: "cpu",
+    _abi.HOSTFIRST_DEVICE_CUDA: "cuda",
+    _abi.HOSTFIRST_DEVICE_CUDA_HOST: "cuda_host",
+}
+
+DeviceInfo = namedtuple("DeviceInfo", "name total_memory uuid pci_bus_id compute_capability multiprocessor_count")
+
+PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
 
-def check(status):
+def text(p: bytes | None) -> str:
+    return (p or b"").decode("utf-8", "replace")
+
+
+def last_error() -> str:
+    return text(lib.hostfirst_last_error())
+
+
+def check(status: int) -> None:
     """Raises the exception for a non-OK status, with the thread's last error message (and fit numbers)."""
-    if status == 0:
+    if status == _OK:
         return
-    msg = (lib.hostfirst_last_error() or b"").decode("utf-8", "replace")
-    err = error_for(status, msg)
-    if status == 32:
-        fit = _lib.FitInfo()
-        if lib.hostfirst_last_fit(ctypes.byref(fit)) == 0:
+    err = error_for(status, last_error())
+    if status == _OUT_OF_MEMORY:
+        fit = _abi.FitInfo()
+        if lib.hostfirst_last_fit(ctypes.byref(fit)) == _OK:
+            assert isinstance(err, OutOfMemoryError)
             err.needed, err.free, err.total = fit.needed, fit.free, fit.total
-            err.device = _device_from_c(fit.device) if fit.device.kind else None
+            err.device = Device._from_c(fit.device) if fit.device.kind else None
     raise err
 
 
-def _device_from_c(d):
-    from ._devices import Device
+def c_string(s: str, what: str = "string") -> bytes:
+    """UTF-8 bytes for the C API; an embedded NUL is refused with ValueError (as open() does)."""
+    b = str(s).encode("utf-8", "surrogateescape")
+    if b"\0" in b:
+        raise ValueError(f"embedded null byte in {what}")
+    return b
 
-    return Device._from_c(d)
+
+def c_path(path: PathLike) -> bytes:
+    """A path for the C API: str, bytes or os.PathLike; NUL refused with ValueError like open(). Names that
+    are not UTF-8 go to the library unchanged, which refuses them with its own error (InvalidArgumentError)."""
+    p = os.fsencode(path)
+    if b"\0" in p:
+        raise ValueError("embedded null byte")
+    return p
 
 
-def text(p):
-    return (p or b"").decode("utf-8", "replace")
+def check_path(status: int, path: PathLike) -> None:
+    """check() for a call that opened `path`: an IO failure on a path that does not exist raises
+    MissingFileError, which is also a FileNotFoundError."""
+    if status == _IO and not os.path.lexists(os.fsencode(path)):
+        raise MissingFileError(last_error(), os.fsdecode(path))
+    check(status)
+
+
+class Device:
+    """A device: `kind` ('cpu', 'cuda', 'cuda_host') and `ordinal`. Compare with == or with a spec string."""
+
+    __slots__ = ("kind_code", "ordinal")
+    kind_code: int
+    ordinal: int
+
+    def __init__(self, spec: "Device | str"):
+        if isinstance(spec, Device):
+            self.kind_code, self.ordinal = spec.kind_code, spec.ordinal
+            return
+        d = _abi.Device()
+        check(lib.hostfirst_device_parse(c_string(spec, "device spec"), ctypes.byref(d)))
+        self.kind_code, self.ordinal = d.kind, d.ordinal
+
+    @classmethod
+    def _from_c(cls, d: _abi.Device) -> "Device":
+        self = cls.__new__(cls)
+        self.kind_code, self.ordinal = d.kind, d.ordinal
+        return self
+
+    def _c(self) -> _abi.Device:
+        return _abi.Device(self.kind_code, self.ordinal)
+
+    @property
+    def kind(self) -> str:
+        return KIND_NAMES.get(self.kind_code, "unknown")
+
+    @property
+    def is_host(self) -> bool:
+        """True for memory the CPU addresses directly (cpu, cuda_host)."""
+        return self.kind_code in (_abi.HOSTFIRST_DEVICE_CPU, _abi.HOSTFIRST_DEVICE_CUDA_HOST)
+
+    @property
+    def dlpack_device(self) -> tuple[int, int]:
+        """(DLPack device type, ordinal): hostfirst's kinds equal DLPack's."""
+        return (self.kind_code, self.ordinal)
+
+    def __str__(self) -> str:
+        buf = ctypes.create_string_buffer(32)
+        check(lib.hostfirst_device_format(self._c(), buf, 32, None))
+        return buf.value.decode()
+
+    def __repr__(self) -> str:
+        return f"Device('{self}')"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            try:
+                other = Device(other)
+            except (HostfirstError, ValueError):
+                return False
+        return isinstance(other, Device) and (self.kind_code, self.ordinal) == (other.kind_code, other.ordinal)
+
+    def __hash__(self) -> int:
+        return hash((self.kind_code, self.ordinal))
+
+    def info(self) -> DeviceInfo:
+        i = _abi.DeviceInfo()
+        i.struct_size = ctypes.sizeof(i)
+        check(lib.hostfirst_device_describe(self._c(), ctypes.byref(i)))
+        return DeviceInfo(
+            text(i.name), i.total_memory, text(i.uuid), text(i.pci_bus_id),
+            (i.compute_capability_major, i.compute_capability_minor), i.multiprocessor_count,
+        )
+
+    def memory(self) -> tuple[int, int]:
+        """(free, total) bytes now. For CUDA: from NVML without a context where it can, else this retains the
+        device's primary context (see hostfirst_device_memory in hostfirst.h)."""
+        free, total = ctypes.c_uint64(), ctypes.c_uint64()
+        check(lib.hostfirst_device_memory(self._c(), ctypes.byref(free), ctypes.byref(total)))
+        return free.value, total.value
+
+
+def as_device(d: "Device | str") -> Device:
+    return d if isinstance(d, Device) else Device(d)

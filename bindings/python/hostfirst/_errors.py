@@ -1,86 +1,145 @@
-"""One exception class per hostfirst status, each carrying the library's message."""
+"""One exception class per hostfirst status, named after the library's own status names.
 
-# Status values from include/hostfirst.h (hostfirst_status). tests/test_errors.py checks this table against
-# hostfirst_status_name() of the loaded library.
-STATUS = {
-    1: "NULL_ARGUMENT", 2: "INVALID_ARGUMENT", 3: "INVALID_HANDLE", 4: "BUFFER_TOO_SMALL", 5: "NOT_FOUND",
-    6: "OUT_OF_RANGE", 7: "CANCELLED", 8: "NOT_READY", 9: "ALREADY_USED", 10: "UNSUPPORTED", 11: "BUSY",
-    12: "UNMATCHED_RULE",
-    20: "SCOPE_MISMATCH", 21: "IMPLICIT_PLACEMENT",
-    30: "UNAVAILABLE", 31: "NO_SUCH_DEVICE", 32: "OUT_OF_MEMORY", 33: "DEVICE_ERROR",
-    50: "IO", 51: "TRUNCATED",
-    60: "HEADER_TOO_SMALL", 61: "HEADER_TOO_LARGE", 62: "INVALID_HEADER_LENGTH", 63: "INVALID_HEADER_UTF8",
-    64: "INVALID_HEADER_JSON", 65: "INVALID_OFFSET", 66: "DUPLICATE_TENSOR", 67: "VALIDATION_OVERFLOW",
-    68: "MISALIGNED_SLICE", 69: "TENSOR_INVALID_INFO", 70: "INCOMPLETE_BUFFER", 71: "LIMIT_EXCEEDED",
-    72: "INVALID_INDEX", 73: "NOT_SAFETENSORS", 74: "METADATA_LIMIT_EXCEEDED",
-    100: "INTERNAL", 101: "PANIC",
-}
+Every class derives from `hostfirst.Error` (alias `HostfirstError`) and, where a Python user would catch a
+builtin, from that builtin too:
+
+    status                                   class                         also a
+    NOT_FOUND (a tensor, a key)              NotFoundError                 KeyError
+    OUT_OF_RANGE                             OutOfRangeError               IndexError
+    OUT_OF_MEMORY (a fit check failed)       OutOfMemoryError              MemoryError
+    IO, TRUNCATED                            IoError, TruncatedError       OSError
+      IO on a path that does not exist       MissingFileError (an IoError) FileNotFoundError
+    INVALID_ARGUMENT, NULL_ARGUMENT,         InvalidArgumentError, ...     ValueError
+      INVALID_HANDLE, BUFFER_TOO_SMALL,
+      NO_SUCH_DEVICE, UNSUPPORTED
+    every malformed-file status              FormatError subclasses        ValueError
+    the others (IMPLICIT_PLACEMENT, UNAVAILABLE, DEVICE_ERROR, ...)     hostfirst.Error only
+
+Status codes and names come from the loaded library (`hostfirst_status_name`), never from literals here.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+from typing import Any, Dict, Optional, Type
+
+from ._lib import lib
+
+
+def _status_table() -> Dict[str, int]:
+    """name -> code of every status the library defines (codes are below 256; the library says how many)."""
+    unknown = lib.hostfirst_status_name(0xFFFFFFFF)
+    names = {}
+    for code in range(256):
+        name = lib.hostfirst_status_name(code)
+        if name != unknown:
+            names[name.decode()] = code
+    if len(names) != lib.hostfirst_status_count():
+        raise ImportError(f"libhostfirst defines {lib.hostfirst_status_count()} statuses, {len(names)} found")
+    return names
+
+
+STATUS: Dict[str, int] = _status_table()  # e.g. STATUS["OUT_OF_MEMORY"]
+STATUS_NAMES: Dict[int, str] = {code: name for name, code in STATUS.items()}
 
 
 class HostfirstError(Exception):
     """A hostfirst call failed. `status` is the numeric code, `status_name` its name, `message` the detail."""
 
-    status = None
     status_name = "UNKNOWN"
+    status: Optional[int] = None
 
-    def __init__(self, message, status=None):
+    def __init__(self, message: str, status: Optional[int] = None):
         super().__init__(message)
         self.message = message
         if status is not None:
-            self.status = status
-            self.status_name = STATUS.get(status, "UNKNOWN")
+            self.status, self.status_name = status, STATUS_NAMES.get(status, "UNKNOWN")
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.status_name}: {self.message}"
 
 
-class FormatError(HostfirstError):
-    """Base class of every malformed-file status (60-89)."""
+Error = HostfirstError
 
 
-def _class_name(name):
-    return "".join(part.capitalize() for part in name.split("_")) + "Error"
+class FormatError(HostfirstError, ValueError):
+    """Base class of every malformed-file status (`hostfirst_status_is_format_error`)."""
 
 
-_BY_STATUS = {}
-for _code, _name in STATUS.items():
-    _base = FormatError if 60 <= _code < 90 else HostfirstError
-    if _name == "OUT_OF_RANGE":
-        _bases = (_base, IndexError)
-    elif _name in ("NOT_FOUND",):
-        _bases = (_base, KeyError)
-    elif _name in ("OUT_OF_MEMORY",):
-        _bases = (_base, MemoryError)
-    elif _name in ("IO", "TRUNCATED"):
-        _bases = (_base, OSError)
-    elif _name in ("INVALID_ARGUMENT", "NULL_ARGUMENT"):
-        _bases = (_base, ValueError)
-    else:
-        _bases = (_base,)
-    _cls = type(_class_name(_name), _bases, {"status": _code, "status_name": _name, "__module__": __name__})
-    _BY_STATUS[_code] = _cls
-    globals()[_cls.__name__] = _cls
+# One class per status, by name; `_bind` below gives each its code from the library.
+class NullArgumentError(HostfirstError, ValueError): status_name = "NULL_ARGUMENT"  # noqa: E701
+class InvalidArgumentError(HostfirstError, ValueError): status_name = "INVALID_ARGUMENT"  # noqa: E701
+class InvalidHandleError(HostfirstError, ValueError): status_name = "INVALID_HANDLE"  # noqa: E701
+class BufferTooSmallError(HostfirstError, ValueError): status_name = "BUFFER_TOO_SMALL"  # noqa: E701
+class NotFoundError(HostfirstError, KeyError): status_name = "NOT_FOUND"  # noqa: E701
+class OutOfRangeError(HostfirstError, IndexError): status_name = "OUT_OF_RANGE"  # noqa: E701
+class CancelledError(HostfirstError): status_name = "CANCELLED"  # noqa: E701
+class NotReadyError(HostfirstError): status_name = "NOT_READY"  # noqa: E701
+class AlreadyUsedError(HostfirstError): status_name = "ALREADY_USED"  # noqa: E701
+class UnsupportedError(HostfirstError, ValueError): status_name = "UNSUPPORTED"  # noqa: E701
+class ScopeMismatchError(HostfirstError): status_name = "SCOPE_MISMATCH"  # noqa: E701
+class ImplicitPlacementError(HostfirstError): status_name = "IMPLICIT_PLACEMENT"  # noqa: E701
+class UnavailableError(HostfirstError): status_name = "UNAVAILABLE"  # noqa: E701
+class NoSuchDeviceError(HostfirstError, ValueError): status_name = "NO_SUCH_DEVICE"  # noqa: E701
+class DeviceErrorError(HostfirstError): status_name = "DEVICE_ERROR"  # noqa: E701
+class IoError(HostfirstError, OSError): status_name = "IO"  # noqa: E701
+class TruncatedError(HostfirstError, OSError): status_name = "TRUNCATED"  # noqa: E701
+class InternalError(HostfirstError): status_name = "INTERNAL"  # noqa: E701
+class PanicError(HostfirstError): status_name = "PANIC"  # noqa: E701
 
 
-class OutOfMemoryError(_BY_STATUS[32]):  # noqa: F811 - extend the generated class with the fit numbers
+class OutOfMemoryError(HostfirstError, MemoryError):
     """A fit check failed before anything was allocated: `needed`, `free`, `total` bytes on `device`."""
 
-    needed = free = total = None
-    device = None
-
-    def __str__(self):
-        return HostfirstError.__str__(self)
-
-
-_BY_STATUS[32] = OutOfMemoryError
+    status_name = "OUT_OF_MEMORY"
+    needed: Optional[int] = None
+    free: Optional[int] = None
+    total: Optional[int] = None
+    device: Optional[Any] = None  # a hostfirst.Device
 
 
-def error_for(status, message):
-    cls = _BY_STATUS.get(status, HostfirstError)
-    err = cls(message, status)
-    return err
+class MissingFileError(IoError, FileNotFoundError):
+    """IO on a path that does not exist: also a FileNotFoundError (errno ENOENT, `filename`)."""
+
+    def __init__(self, message: str, filename: str):
+        super().__init__(message, STATUS["IO"])
+        self.errno, self.strerror, self.filename = _errno.ENOENT, "No such file or directory", filename
 
 
-__all__ = ["HostfirstError", "FormatError", "OutOfMemoryError", "error_for", "STATUS"] + [
-    c.__name__ for c in _BY_STATUS.values()
-]
+_BY_STATUS: Dict[int, Type[HostfirstError]] = {}
+
+
+def _bind() -> None:
+    """Gives every class its code; statuses without a class of their own get one made here (format errors
+    under FormatError), so a newer library's statuses still raise a class of their own."""
+    named = {c.status_name: c for c in list(globals().values())
+             if isinstance(c, type) and issubclass(c, HostfirstError) and c.__dict__.get("status_name")}
+    for name, code in STATUS.items():
+        if code == 0:
+            continue
+        cls = named.get(name)
+        if cls is None:
+            base = FormatError if lib.hostfirst_status_is_format_error(code) else HostfirstError
+            cls = type("".join(p.capitalize() for p in name.split("_")) + "Error", (base,),
+                       {"status_name": name, "__module__": __name__})
+            globals()[cls.__name__] = cls
+        cls.status = code
+        _BY_STATUS[code] = cls
+
+
+_bind()
+
+
+def error_for(status: int, message: str) -> HostfirstError:
+    """The exception for a status code, carrying `message`."""
+    return _BY_STATUS.get(status, HostfirstError)(message, status)
+
+
+def error_named(name: str, message: str) -> HostfirstError:
+    """The exception for a status name (e.g. "NOT_FOUND"), for errors raised on the Python side."""
+    return error_for(STATUS[name], message)
+
+
+__all__ = ["Error", "HostfirstError", "FormatError", "MissingFileError", "STATUS", "error_for", "error_named"] + sorted(
+    {c.__name__ for c in _BY_STATUS.values()}
+)

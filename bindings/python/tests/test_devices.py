@@ -3,14 +3,6 @@ import threading
 import pytest
 
 import hostfirst
-from hostfirst import _errors
-
-
-def test_status_table_matches_library():
-    lib = hostfirst.native
-    for code, name in _errors.STATUS.items():
-        assert lib.hostfirst_status_name(code).decode() == name
-    assert lib.hostfirst_status_count() == len(_errors.STATUS) + 1  # + OK
 
 
 def test_backends_and_devices():

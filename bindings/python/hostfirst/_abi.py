@@ -1,0 +1,308 @@
+"""The C ABI this package speaks: struct mirrors, the constants it uses, and the one table of C signatures.
+
+Every struct mirrors a `struct hostfirst_*` of include/hostfirst.h field by field (same names, same order);
+`_c_name_` names the C type. tests/test_layout.py compiles a C probe against the header and checks every
+mirror's size and field offsets, and every constant below, against it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+P = ctypes.POINTER
+c_status = ctypes.c_uint32  # hostfirst_status
+c_handle = ctypes.c_void_p  # every opaque handle (hostfirst_file*, hostfirst_view*, ...)
+
+
+# ---- constants of include/hostfirst.h (values checked against the header by tests/test_layout.py) ----------
+HOSTFIRST_DEVICE_CPU = 1
+HOSTFIRST_DEVICE_CUDA = 2
+HOSTFIRST_DEVICE_CUDA_HOST = 3
+HOSTFIRST_DLPACK_MAJOR_VERSION = 1
+HOSTFIRST_DLPACK_MINOR_VERSION = 1
+HOSTFIRST_DLPACK_FLAG_READ_ONLY = 1
+HOSTFIRST_DLPACK_FLAG_IS_COPIED = 2
+HOSTFIRST_DLPACK_DEVICE_CPU = 1
+HOSTFIRST_DLPACK_DEVICE_CUDA = 2
+HOSTFIRST_DLPACK_DEVICE_CUDA_HOST = 3
+HOSTFIRST_DLPACK_COPY_IF_NEEDED = 0
+HOSTFIRST_DLPACK_COPY_ALWAYS = 1
+HOSTFIRST_DLPACK_COPY_NEVER = 2
+HOSTFIRST_GATHER_DEFAULT_RING_BOUND = 4
+HOSTFIRST_PLACEMENT_HOST = 1
+HOSTFIRST_PLACEMENT_DEVICE = 2
+HOSTFIRST_LOADED_VIEW = 1
+HOSTFIRST_LOADED_BUFFER = 2
+HOSTFIRST_VERSION_MAJOR = 0
+HOSTFIRST_VERSION_MINOR = 1
+HOSTFIRST_VERSION_PATCH = 0
+
+CONSTANTS = {k: v for k, v in dict(globals()).items() if k.startswith("HOSTFIRST_")}
+
+
+class _Mirror(ctypes.Structure):
+    """A ctypes mirror of one C struct of the header (`_c_name_`)."""
+
+    _c_name_ = ""
+
+
+class Device(_Mirror):
+    _c_name_ = "hostfirst_device"
+    _fields_ = [("kind", ctypes.c_int32), ("ordinal", ctypes.c_int32)]
+
+
+class FitInfo(_Mirror):
+    _c_name_ = "hostfirst_fit_info"
+    _fields_ = [("needed", ctypes.c_uint64), ("free", ctypes.c_uint64), ("total", ctypes.c_uint64), ("device", Device)]
+
+
+class BackendInfo(_Mirror):
+    _c_name_ = "hostfirst_backend_info"
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("status", ctypes.c_uint32),
+        ("reason", ctypes.c_char_p),
+        ("driver_version", ctypes.c_char_p),
+        ("device_count", ctypes.c_uint32),
+    ]
+
+
+class DeviceInfo(_Mirror):
+    _c_name_ = "hostfirst_device_info"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("device", Device),
+        ("name", ctypes.c_char_p),
+        ("total_memory", ctypes.c_uint64),
+        ("uuid", ctypes.c_char_p),
+        ("pci_bus_id", ctypes.c_char_p),
+        ("compute_capability_major", ctypes.c_int32),
+        ("compute_capability_minor", ctypes.c_int32),
+        ("multiprocessor_count", ctypes.c_uint32),
+    ]
+
+
+class CarriedScope(_Mirror):
+    _c_name_ = "hostfirst_carried_scope"
+    _fields_ = [("device", Device), ("strict", ctypes.c_int32)]
+
+
+class ViewInfo(_Mirror):
+    _c_name_ = "hostfirst_view_info"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("name", ctypes.c_char_p),
+        ("dtype", ctypes.c_uint32),
+        ("rank", ctypes.c_uint32),
+        ("shape", P(ctypes.c_uint64)),
+        ("nbytes", ctypes.c_uint64),
+        ("file_offset", ctypes.c_uint64),
+        ("data_offset", ctypes.c_uint64),
+        ("data", ctypes.c_void_p),
+        ("alignment", ctypes.c_uint64),
+    ]
+
+
+class BufferInfo(_Mirror):
+    _c_name_ = "hostfirst_buffer_info"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("device", Device),
+        ("dtype", ctypes.c_uint32),
+        ("rank", ctypes.c_uint32),
+        ("shape", P(ctypes.c_uint64)),
+        ("nbytes", ctypes.c_uint64),
+        ("address", ctypes.c_uint64),
+        ("name", ctypes.c_char_p),
+    ]
+
+
+class PlanTensorInfo(_Mirror):
+    _c_name_ = "hostfirst_plan_tensor_info"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("name", ctypes.c_char_p),
+        ("placement", ctypes.c_uint32),
+        ("rule", ctypes.c_int32),
+        ("device", Device),
+        ("nbytes", ctypes.c_uint64),
+    ]
+
+
+class PlanDeviceInfo(_Mirror):
+    _c_name_ = "hostfirst_plan_device_info"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("device", Device),
+        ("bytes", ctypes.c_uint64),
+        ("tensors", ctypes.c_uint64),
+        ("usable", ctypes.c_uint64),
+        ("total", ctypes.c_uint64),
+        ("fits", ctypes.c_uint32),
+        ("largest_name", ctypes.c_char_p),
+        ("largest_bytes", ctypes.c_uint64),
+    ]
+
+
+# DLPack 1.1 (the header's hostfirst_dlpack_*, layout-identical to dlpack.h's DL* structs).
+class DLPackVersion(_Mirror):
+    _c_name_ = "hostfirst_dlpack_version"
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLPackDevice(_Mirror):
+    _c_name_ = "hostfirst_dlpack_device"
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLPackDtype(_Mirror):
+    _c_name_ = "hostfirst_dlpack_dtype"
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLPackTensor(_Mirror):
+    _c_name_ = "hostfirst_dlpack_tensor"
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLPackDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLPackDtype),
+        ("shape", P(ctypes.c_int64)),
+        ("strides", P(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class DLPackManagedTensorVersioned(_Mirror):
+    _c_name_ = "hostfirst_dlpack_managed_tensor_versioned"
+    _fields_ = [
+        ("version", DLPackVersion),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),  # void (*)(hostfirst_dlpack_managed_tensor_versioned *)
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", DLPackTensor),
+    ]
+
+
+class DLPackManagedTensor(_Mirror):
+    """The unversioned ("legacy") form, dlpack.h's DLManagedTensor: the capsule "dltensor"."""
+
+    _c_name_ = "hostfirst_dlpack_managed_tensor"
+    _fields_ = [
+        ("dl_tensor", DLPackTensor),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),  # void (*)(hostfirst_dlpack_managed_tensor *)
+    ]
+
+
+class DLPackOptions(_Mirror):
+    """What a DLPack consumer asked for (`__dlpack__`'s arguments)."""
+
+    _c_name_ = "hostfirst_dlpack_options"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("max_version", DLPackVersion),
+        ("stream", ctypes.c_int64),
+        ("has_stream", ctypes.c_int32),
+        ("copy", ctypes.c_uint32),
+        ("has_dl_device", ctypes.c_int32),
+        ("dl_device", DLPackDevice),
+    ]
+
+
+MIRRORS = [c for c in list(globals().values()) if isinstance(c, type) and issubclass(c, _Mirror) and c._c_name_]
+
+# ---- the one table of C signatures: name -> (restype, argtypes) -------------------------------------------
+_u32, _i32, _u64, _size, _str = ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_char_p
+_h, _ph = c_handle, P(c_handle)
+SIGNATURES = {
+    # library, statuses, errors
+    "hostfirst_version": (_str, []),
+    "hostfirst_version_number": (_u32, []),
+    "hostfirst_status_name": (_str, [_u32]),
+    "hostfirst_status_is_format_error": (_i32, [_u32]),
+    "hostfirst_status_count": (_size, []),
+    "hostfirst_last_error": (_str, []),
+    "hostfirst_last_error_status": (c_status, []),
+    "hostfirst_last_fit": (c_status, [P(FitInfo)]),
+    "hostfirst_handle_count": (c_status, [P(_size)]),
+    # backends, devices
+    "hostfirst_backend_count": (_size, []),
+    "hostfirst_backend_describe": (c_status, [_size, P(BackendInfo)]),
+    "hostfirst_backend_status_name": (_str, [_u32]),
+    "hostfirst_census_warning_count": (_size, []),
+    "hostfirst_census_warning": (_str, [_size]),
+    "hostfirst_devices": (c_status, [P(Device), _size, P(_size)]),
+    "hostfirst_device_describe": (c_status, [Device, P(DeviceInfo)]),
+    "hostfirst_device_memory": (c_status, [Device, P(_u64), P(_u64)]),
+    "hostfirst_device_parse": (c_status, [_str, P(Device)]),
+    "hostfirst_target_parse": (c_status, [_str, P(Device)]),
+    "hostfirst_device_format": (c_status, [Device, _str, _size, P(_size)]),
+    # the default device, scopes, strict mode
+    "hostfirst_default_device": (c_status, [P(Device), P(_u32), P(_u32)]),
+    "hostfirst_default_source_name": (_str, [_u32]),
+    "hostfirst_default_device_set": (c_status, [Device]),
+    "hostfirst_default_device_clear": (c_status, []),
+    "hostfirst_default_resolve": (c_status, [P(Device)]),
+    "hostfirst_scope_push": (c_status, [Device, P(_u64)]),
+    "hostfirst_scope_pop": (c_status, [_u64]),
+    "hostfirst_scope_capture": (c_status, [P(CarriedScope)]),
+    "hostfirst_scope_enter": (c_status, [P(CarriedScope), P(_u64)]),
+    "hostfirst_scope_leave": (c_status, [_u64]),
+    "hostfirst_strict_thread_set": (c_status, [_i32]),
+    "hostfirst_strict_process_set": (c_status, [_i32]),
+    "hostfirst_strict_get": (c_status, [P(_i32), P(_i32)]),
+    # dtypes
+    "hostfirst_dtype_name": (_str, [_u32]),
+    "hostfirst_dtype_bits": (_u32, [_u32]),
+    "hostfirst_dtype_from_name": (c_status, [_str, P(_u32)]),
+    # files and views
+    "hostfirst_file_open": (c_status, [_str, _ph]),
+    "hostfirst_file_free": (c_status, [_h]),
+    "hostfirst_file_tensor_count": (c_status, [_h, P(_size)]),
+    "hostfirst_file_tensor_name": (c_status, [_h, _size, P(_str)]),
+    "hostfirst_file_metadata_count": (c_status, [_h, P(_size)]),
+    "hostfirst_file_metadata_get": (c_status, [_h, _size, P(_str), P(_str)]),
+    "hostfirst_file_view": (c_status, [_h, _str, _ph]),
+    "hostfirst_view_free": (c_status, [_h]),
+    "hostfirst_view_describe": (c_status, [_h, P(ViewInfo)]),
+    "hostfirst_view_slice_rows": (c_status, [_h, _u64, _u64, _ph]),
+    "hostfirst_view_prefault": (c_status, [_h, P(ctypes.c_bool)]),
+    "hostfirst_view_copy": (c_status, [_h, ctypes.c_void_p, _size, P(_u64)]),
+    "hostfirst_view_to_dlpack": (c_status, [_h, P(P(DLPackManagedTensorVersioned))]),
+    "hostfirst_view_to_dlpack_ex": (c_status, [_h, P(DLPackOptions), P(P(DLPackManagedTensorVersioned)),
+                                               P(P(DLPackManagedTensor))]),
+    # placement: buffers, rules, plans, whole-file loads
+    "hostfirst_put": (c_status, [_h, P(Device), ctypes.c_void_p, _ph]),
+    "hostfirst_buffer_describe": (c_status, [_h, P(BufferInfo)]),
+    "hostfirst_buffer_free": (c_status, [_h]),
+    "hostfirst_buffer_copy_to_host": (c_status, [_h, ctypes.c_void_p, _size]),
+    "hostfirst_buffer_to_dlpack": (c_status, [_h, P(P(DLPackManagedTensorVersioned))]),
+    "hostfirst_buffer_to_dlpack_ex": (c_status, [_h, P(DLPackOptions), P(P(DLPackManagedTensorVersioned)),
+                                                 P(P(DLPackManagedTensor))]),
+    "hostfirst_buffer_sync_stream": (c_status, [_h, ctypes.c_int64]),
+    "hostfirst_buffer_record_stream": (c_status, [_h, ctypes.c_int64]),
+    "hostfirst_rules_new": (c_status, [_ph]),
+    "hostfirst_rules_add": (c_status, [_h, _str, _str]),
+    "hostfirst_rules_add_spec": (c_status, [_h, _str]),
+    "hostfirst_rules_free": (c_status, [_h]),
+    "hostfirst_plan_make": (c_status, [_h, _h, _ph]),
+    "hostfirst_plan_tensor_count": (c_status, [_h, P(_size)]),
+    "hostfirst_plan_tensor": (c_status, [_h, _size, P(PlanTensorInfo)]),
+    "hostfirst_plan_device_count": (c_status, [_h, P(_size)]),
+    "hostfirst_plan_device": (c_status, [_h, _size, P(PlanDeviceInfo)]),
+    "hostfirst_plan_free": (c_status, [_h]),
+    "hostfirst_load_run": (c_status, [_h, _h, ctypes.c_void_p, ctypes.c_void_p, _ph]),
+    "hostfirst_load_get": (c_status, [_h, _str, P(_u32), _ph, _ph]),
+    "hostfirst_load_free": (c_status, [_h]),
+    # gather
+    "hostfirst_gather_new": (c_status, [Device, _u32, _u64, _u64, _ph]),
+    "hostfirst_gather_run": (c_status, [_h, _h, P(_u64), _size]),
+    "hostfirst_gather_run_batch": (c_status, [_h, _h, P(_u64), _size, _ph]),
+    "hostfirst_gather_run_from_buffer": (c_status, [_h, _h, P(_u64), _size, _ph]),
+    "hostfirst_gather_batch": (c_status, [_h, _ph]),
+    "hostfirst_gather_set_ring_bound": (c_status, [_h, _size]),
+    "hostfirst_gather_ring": (c_status, [_h, P(_size), P(_size), P(_size)]),
+    "hostfirst_gather_free": (c_status, [_h]),
+    "hostfirst_random_offsets": (c_status, [P(_u64), _u64, _u64, P(_u64), _size]),
+}

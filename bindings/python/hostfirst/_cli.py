@@ -1,0 +1,25 @@
+"""The `hostfirst` console command: runs the C CLI (examples-c/cli) shipped in the platform wheel, which
+finds the bundled libhostfirst beside it through its RUNPATH."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+CLI = Path(__file__).resolve().parent / "bin" / "hostfirst"
+
+
+def main() -> int:
+    if not CLI.is_file():
+        sys.stderr.write(
+            "hostfirst: the command-line program ships in the platform wheel (bash scripts/wheel.sh) and is not in "
+            "this installation; from a checkout, build it as the README says.\n"
+        )
+        return 127
+    os.execv(str(CLI), ["hostfirst", *sys.argv[1:]])
+    return 127  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

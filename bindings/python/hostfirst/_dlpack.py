@@ -1,0 +1,88 @@
+"""DLPack export: the consumer's request to the library (`*_to_dlpack_ex`), and PyCapsules around the managed
+tensors it returns, versioned or legacy (pure ctypes)."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Optional, Tuple
+
+from . import _abi
+from ._core import check
+from ._errors import NoSuchDeviceError, UnavailableError, UnsupportedError
+
+P = ctypes.POINTER
+_py = ctypes.PyDLL(None, handle=ctypes.pythonapi._handle)  # own function objects: never touch pythonapi's
+_CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_py.PyCapsule_New.restype = ctypes.py_object
+_py.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CapsuleDestructor]
+_py.PyCapsule_IsValid.restype = ctypes.c_int
+_py.PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_py.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_py.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_VERSIONED = b"dltensor_versioned"  # module-lifetime storage: capsules keep pointing at these bytes
+_LEGACY = b"dltensor"
+KDLCPU = _abi.HOSTFIRST_DLPACK_DEVICE_CPU
+_COPY = {None: _abi.HOSTFIRST_DLPACK_COPY_IF_NEEDED, True: _abi.HOSTFIRST_DLPACK_COPY_ALWAYS,
+         False: _abi.HOSTFIRST_DLPACK_COPY_NEVER}
+
+
+def _call_deleter(ptr: int, struct: Any) -> None:
+    m = ctypes.cast(ptr, P(struct)).contents
+    if m.deleter:
+        _Deleter(m.deleter)(ptr)
+
+
+def _destructor(name: bytes, struct: Any) -> Any:
+    @_CapsuleDestructor
+    def destroy(capsule: int) -> None:
+        # Runs when the capsule dies. A consumer that took the tensor renamed the capsule ("used_...") and owns
+        # the deleter call; otherwise (never consumed) we release the tensor here.
+        try:
+            if _py.PyCapsule_IsValid(capsule, name):
+                _call_deleter(_py.PyCapsule_GetPointer(capsule, name), struct)
+        except Exception:  # noqa: BLE001 - at interpreter exit the module may be half torn down; never raise here
+            pass
+
+    return destroy
+
+
+_DESTROY_VERSIONED = _destructor(_VERSIONED, _abi.DLPackManagedTensorVersioned)
+_DESTROY_LEGACY = _destructor(_LEGACY, _abi.DLPackManagedTensor)
+
+
+def request(stream: Optional[int], max_version: Optional[Tuple[int, int]], dl_device: Optional[Tuple[int, int]],
+            copy: Optional[bool]) -> _abi.DLPackOptions:
+    """`__dlpack__`'s arguments as the C API's hostfirst_dlpack_options."""
+    o = _abi.DLPackOptions()
+    o.struct_size = ctypes.sizeof(o)
+    if max_version is not None:
+        major, minor = tuple(max_version)[:2]
+        o.max_version = _abi.DLPackVersion(int(major), int(minor))
+    if stream is not None:
+        o.stream, o.has_stream = int(stream), 1
+    if copy not in _COPY:
+        raise TypeError(f"copy must be None, True or False, not {copy!r}")
+    o.copy = _COPY[copy]
+    if dl_device is not None:
+        kind, ordinal = tuple(dl_device)
+        o.dl_device, o.has_dl_device = _abi.DLPackDevice(int(kind), int(ordinal)), 1
+    return o
+
+
+def export(fn: Any, handle: Optional[int], stream: Optional[int], max_version: Optional[Tuple[int, int]],
+           dl_device: Optional[Tuple[int, int]], copy: Optional[bool]) -> Any:
+    """Calls a `hostfirst_*_to_dlpack_ex` with the consumer's request and wraps the result in the capsule the
+    consumer asked for: "dltensor_versioned" when max_version >= (1, 0), else the legacy "dltensor". A
+    request the library cannot serve (a copy refused with copy=False, a device it cannot reach) raises
+    BufferError, as the array API asks; so does a dl_device that is absent or unavailable."""
+    opts = request(stream, max_version, dl_device, copy)
+    versioned, legacy = P(_abi.DLPackManagedTensorVersioned)(), P(_abi.DLPackManagedTensor)()
+    status = fn(handle, ctypes.byref(opts), ctypes.byref(versioned), ctypes.byref(legacy))
+    try:
+        check(status)
+    except (UnsupportedError, UnavailableError, NoSuchDeviceError) as e:  # cannot be served as asked
+        raise BufferError(str(e)) from e
+    if versioned:
+        return _py.PyCapsule_New(ctypes.cast(versioned, ctypes.c_void_p), _VERSIONED, _DESTROY_VERSIONED)
+    return _py.PyCapsule_New(ctypes.cast(legacy, ctypes.c_void_p), _LEGACY, _DESTROY_LEGACY)

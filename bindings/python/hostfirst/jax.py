@@ -1,0 +1,152 @@
+"""hostfirst for JAX users: `load_file`, the drop-in for `safetensors.flax.load_file` that puts everything on the
+default device with named exceptions, and `jax.device_put`/`jnp.asarray` of hostfirst tensors and buffers.
+
+    import hostfirst.jax
+    params = hostfirst.jax.load_file("model.safetensors", rules={"tokens": "host", "*": "default"})
+    params["tokens"]      # a read-only numpy array on the file mapping (zero-copy, in host RAM)
+    params["wte"]         # a jax.Array on JAX's device for hostfirst's default device
+
+Rules take the forms people write: a dict {"tokens": "host", "*": "default"}, a list of "pattern=target"
+strings (the CLI's form) or a list of (pattern, target) pairs; the first match wins, tensors no rule matches
+stay on the host. Targets and the JAX device each becomes:
+
+    host        a zero-copy, read-only numpy array on the file mapping (not a jax.Array: nothing moves); the
+                packed F4/F6 dtypes, which numpy cannot hold, stay a hostfirst Tensor (DLPack, tobytes())
+    cpu         a jax.Array on jax.devices("cpu")[0] (read into RAM by hostfirst, handed to JAX by DLPack)
+    cuda:N      a jax.Array on JAX's GPU N (jax.devices("gpu")[N]; put by hostfirst, handed over by DLPack)
+    default     hostfirst's default device (HOSTFIRST_DEFAULT_DEVICE, scopes, ...), then as above
+    cuda_host   a writable numpy array in hostfirst's page-locked host memory
+
+Before any byte moves, the plan is fit-checked on every device it uses (OutOfMemoryError, a MemoryError, with
+the numbers), every device target is matched to a JAX device (UnavailableError when JAX has none) and every
+device tensor's dtype to one JAX holds (TypeError). Importing this module also registers hostfirst's Tensor and
+Buffer with JAX as pytrees, so `jax.device_put(tensor_or_buffer)` gives a jax.Array; `jax.dlpack.from_dlpack`
+and `jnp.asarray` take them directly. A gather's batch stays unchanged while any array made from it lives.
+
+The placement runs tensor by tensor (`place`): a later `shardings=` argument adds its own placement step there.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Union
+
+import jax
+import numpy as np
+
+from . import _abi, _dtypes
+from ._core import Device, PathLike, check, text
+from ._errors import OutOfMemoryError, error_named
+from ._lib import lib
+from ._tensors import Buffer, File, RuleList, Rules, Tensor
+
+HostArray = np.ndarray
+Placed = Union["jax.Array", HostArray, Tensor]
+
+
+def jax_device(device: Device) -> Any:
+    """The JAX device a hostfirst device names: cpu -> jax.devices("cpu")[0], cuda:N -> JAX's GPU N.
+    UnavailableError when JAX has no such device."""
+    if device.kind == "cpu":
+        return jax.devices("cpu")[0]
+    if device.kind == "cuda":
+        try:
+            gpus = jax.devices("gpu")
+        except RuntimeError as e:
+            raise error_named("UNAVAILABLE", f"hostfirst target {device} has no JAX device: JAX has no GPU backend "
+                                             f"here ({e})") from None
+        if device.ordinal >= len(gpus):
+            raise error_named("UNAVAILABLE", f"hostfirst target {device} has no JAX device: JAX sees {len(gpus)} GPUs")
+        return gpus[device.ordinal]
+    raise error_named("UNSUPPORTED", f"{device} has no JAX device")
+
+
+@dataclass
+class Placement:
+    """One tensor of a load: where its rule sends it (`device` None: stays on the host) and, for a device, the
+    JAX device it becomes an array on."""
+
+    name: str
+    tensor: Tensor
+    device: Optional[Device]
+    jax_device: Optional[Any] = None
+
+
+def plan(file: File, rules: Optional[Rules] = None) -> List[Placement]:
+    """Applies `rules` to every tensor of `file` (file order) and checks, before anything moves, that every
+    device fits its tensors, has a JAX device, and that every device tensor has a dtype JAX holds."""
+    rl = RuleList(rules)
+    ph = ctypes.c_void_p()
+    check(lib.hostfirst_plan_make(file._handle(), rl.h, ctypes.byref(ph)))
+    try:
+        placements = []
+        n = ctypes.c_size_t()
+        check(lib.hostfirst_plan_tensor_count(ph, ctypes.byref(n)))
+        for i in range(n.value):
+            t = _abi.PlanTensorInfo()
+            t.struct_size = ctypes.sizeof(t)
+            check(lib.hostfirst_plan_tensor(ph, i, ctypes.byref(t)))
+            name = text(t.name)
+            on_device = t.placement == _abi.HOSTFIRST_PLACEMENT_DEVICE
+            placements.append(Placement(name, file[name], Device._from_c(t.device) if on_device else None))
+        check(lib.hostfirst_plan_device_count(ph, ctypes.byref(n)))
+        for i in range(n.value):
+            d = _abi.PlanDeviceInfo()
+            d.struct_size = ctypes.sizeof(d)
+            check(lib.hostfirst_plan_device(ph, i, ctypes.byref(d)))
+            if not d.fits:
+                err = OutOfMemoryError(
+                    f"{file.path}: the tensors placed on {Device._from_c(d.device)} need {d.bytes} bytes but "
+                    f"{d.usable} are usable there ({d.total} total; largest: '{text(d.largest_name)}', "
+                    f"{d.largest_bytes} bytes); nothing was moved", OutOfMemoryError.status)
+                err.needed, err.free, err.total, err.device = d.bytes, d.usable, d.total, Device._from_c(d.device)
+                raise err
+    finally:
+        lib.hostfirst_plan_free(ph)
+    for p in placements:
+        if p.device is None:
+            continue
+        if p.device.kind != "cuda_host":
+            p.jax_device = jax_device(p.device)
+        _dtypes.require_numpy_dtype(p.tensor.dtype_code)
+    return placements
+
+
+def place(p: Placement) -> Placed:
+    """Places one tensor of a plan: host -> the zero-copy read-only numpy view; cuda_host -> hostfirst's
+    pinned buffer as numpy; cpu and cuda:N -> hostfirst puts it there (fit-checked; to CUDA through the pinned
+    staging ring) and JAX takes that buffer through DLPack, without a copy where JAX can."""
+    if p.device is None:
+        return p.tensor if _dtypes.numpy_dtype(p.tensor.dtype_code) is None else p.tensor.numpy()
+    buffer = p.tensor.to(p.device)
+    if p.device.kind == "cuda_host":
+        return buffer.numpy()
+    return jax.dlpack.from_dlpack(buffer)
+
+
+def load_file(path: PathLike, rules: Optional[Rules] = None) -> Dict[str, Placed]:
+    """Loads a safetensors file (or a sharded set's index) by placement rules: a dict name -> jax.Array (device
+    targets) or numpy array (host targets), in file order. Without rules everything goes to the default
+    device (`{"*": "default"}`), like `safetensors.flax.load_file` but with the fit check first."""
+    with File(path) as f:
+        placements = plan(f, {"*": "default"} if rules is None else rules)
+    return {p.name: place(p) for p in placements}
+
+
+def _leaf(x: Union[Tensor, Buffer]) -> Any:
+    """The pytree child JAX places: host memory as a zero-copy numpy array, CUDA buffers through DLPack."""
+    if isinstance(x, Buffer) and not x.device.is_host:
+        return ((jax.dlpack.from_dlpack(x),), None)
+    return ((x.numpy(),), None)
+
+
+def _register() -> None:
+    for cls in (Tensor, Buffer):
+        try:
+            jax.tree_util.register_pytree_node(cls, _leaf, lambda _aux, children: children[0])  # type: ignore
+        except ValueError:  # registered already (the module was reloaded)
+            pass
+
+
+_register()

@@ -1,0 +1,136 @@
+"""hostfirst.jax.load_file with rules in every form, checked against numpy; the fit check before anything
+moves; and the README's JAX story, run exactly as written."""
+
+import gc
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import hostfirst  # noqa: E402
+import hostfirst.jax  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
+FIX = ROOT / "tests" / "fixtures"
+BASIC = FIX / "basic.safetensors"
+CPU = jax.devices("cpu")[0]
+
+
+def reference():
+    f = hostfirst.open(BASIC)
+    return {n: np.array(f[n]) for n in f}
+
+
+@pytest.mark.parametrize("rules", [
+    {"i32": "host", "f*": "cpu", "*": "default"},
+    ["i32=host", "f*=cpu", "*=default"],
+    [("i32", "host"), ("f*", "cpu"), ("*", "default")],
+], ids=["dict", "strings", "pairs"])
+def test_load_file_rule_forms(rules):
+    ref = reference()
+    with jax.enable_x64(True), hostfirst.default_device("cpu"):
+        out = hostfirst.jax.load_file(BASIC, rules=rules)
+    assert list(out) == list(ref)  # file order
+    host = out["i32"]
+    assert isinstance(host, np.ndarray) and not host.flags.writeable
+    assert host.ctypes.data == hostfirst._gather.source_tensor(host).data_ptr  # zero-copy: the mapping itself
+    for name, want in ref.items():
+        got = out[name]
+        if name != "i32":
+            assert isinstance(got, jax.Array) and got.devices() == {CPU}, name
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        assert np.asarray(got).tobytes() == want.tobytes(), name
+
+
+def test_without_rules_everything_goes_to_the_default_device():
+    with hostfirst.default_device("cpu"):
+        out = hostfirst.jax.load_file(str(BASIC))
+    assert all(isinstance(v, jax.Array) and v.devices() == {CPU} for v in out.values())
+    with hostfirst.strict():
+        with pytest.raises(hostfirst.ImplicitPlacementError):
+            hostfirst.jax.load_file(BASIC)
+
+
+def test_target_to_jax_device():
+    assert hostfirst.jax.jax_device(hostfirst.Device("cpu")) == CPU
+    assert hostfirst.jax.jax_device(hostfirst.resolve_target("default")) == CPU  # no GPU here
+
+
+def test_fit_check_before_anything_moves(tmp_path):
+    big = tmp_path / "big.safetensors"  # a sparse 1 TiB tensor after a small one
+    n = 1 << 40
+    header = json.dumps({"small": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                         "huge": {"dtype": "U8", "shape": [n], "data_offsets": [8, 8 + n]}}).encode()
+    header += b" " * (-len(header) % 8)
+    with big.open("wb") as fh:
+        fh.write(struct.pack("<Q", len(header)) + header + b"\0" * 8)
+        fh.truncate(8 + len(header) + 8 + n)
+    gc.collect()
+    before = hostfirst.handle_count()
+    with pytest.raises(MemoryError) as e:
+        hostfirst.jax.load_file(big, rules={"*": "cpu"})
+    err = e.value
+    assert isinstance(err, hostfirst.OutOfMemoryError) and err.device == "cpu:0" and err.needed == n + 8
+    assert "nothing was moved" in str(err) and "'huge'" in str(err)
+    del e, err
+    gc.collect()
+    assert hostfirst.handle_count() == before
+    out = hostfirst.jax.load_file(big, rules={"huge": "host", "*": "cpu"})  # the host rule moves nothing
+    assert out["huge"].shape == (n,) and isinstance(out["small"], jax.Array)
+
+
+def test_what_jax_cannot_take_fails_before_moving():
+    with pytest.raises(TypeError, match="F4"):
+        hostfirst.jax.load_file(FIX / "lowp.safetensors", rules={"*": "cpu"})
+    out = hostfirst.jax.load_file(FIX / "lowp.safetensors", rules={"f4": "host", "*": "cpu"})
+    assert isinstance(out["f4"], hostfirst.Tensor)  # numpy has no packed 4-bit dtype: the view itself
+    assert out["bf16"].dtype == hostfirst.open(FIX / "lowp.safetensors")["bf16"].dtype
+    with pytest.raises(hostfirst.Error):  # no CUDA here: hostfirst's plan refuses the device first
+        hostfirst.jax.load_file(BASIC, rules={"*": "cuda:0"})
+
+
+def test_gather_runs_from_the_host_array_load_file_returns():
+    out = hostfirst.jax.load_file(FIX / "tokens.safetensors", rules={"tokens": "host"})
+    tokens = out["tokens"]
+    g = hostfirst.Gather("cpu", tokens.dtype, batch=4, window=16)
+    b = g.run(tokens, [0, 10, 100, 4000])
+    np.testing.assert_array_equal(np.asarray(b)[2], tokens[100:116])
+    with pytest.raises(TypeError):
+        g.run(tokens[1:], [0, 1, 2, 3])  # not the whole tensor
+    with pytest.raises(TypeError):
+        g.run(np.zeros(10, np.uint16), [0, 1, 2, 3])
+
+
+def readme_block():
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"<!-- python-jax-story:[^>]*-->\n```python\n(.*?)```", text, re.S)
+    assert m, "README's Python JAX story block not found"
+    return m.group(1)
+
+
+def test_readme_jax_story_runs_as_written(tmp_path):
+    code = readme_block()
+    assert 8 <= len([line for line in code.splitlines() if line.strip()]) <= 14  # about ten lines
+    n = 1 << 16
+    tokens = np.random.default_rng(0).integers(0, 50257, size=n, dtype=np.uint16)
+    embed = np.random.default_rng(1).standard_normal((256, 64)).astype(np.float32)
+    header = json.dumps({"tokens": {"dtype": "U16", "shape": [n], "data_offsets": [0, 2 * n]},
+                         "embed.weight": {"dtype": "F32", "shape": [256, 64],
+                                          "data_offsets": [2 * n, 2 * n + embed.nbytes]}}).encode()
+    header += b" " * (-len(header) % 8)
+    (tmp_path / "story.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + tokens.tobytes()
+                                                 + embed.tobytes())
+    (tmp_path / "story.py").write_text(code)
+    env = dict(os.environ, PYTHONPATH=str(Path(hostfirst.__file__).resolve().parents[1]))  # installed or source
+    out = subprocess.run([sys.executable, "story.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 3 and all("(64, 1025) uint16" in line for line in lines), out.stdout

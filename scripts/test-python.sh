@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The Python part of the test suite (run by scripts/test.sh): tests the wheel as users get it.
+#   1. builds the platform wheel (scripts/wheel.sh: manylinux2014, glibc 2.17 checked, auditwheel show);
+#   2. makes a fresh venv, installs the wheel with numpy, ml_dtypes, jax[cpu], safetensors and pytest from the
+#      package registry, checks `import hostfirst` and the `hostfirst` command there with no environment
+#      variable and no checkout on sys.path, and runs bindings/python/tests against the installed package;
+#   3. does the same in a second venv with numpy 1.26 (the floor in pyproject.toml; no JAX, which needs numpy 2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+py="${PYTHON:-python3}"
+
+mkdir -p target
+bash scripts/wheel.sh | tee target/wheel.log   # the tag, the glibc check and `auditwheel show`, in the log
+wheel="$(tail -n 1 target/wheel.log)"
+case "$wheel" in
+    *-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl) ;;
+    *-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl) ;;
+    *) echo "test-python.sh: unexpected wheel name: $wheel" >&2; exit 1 ;;
+esac
+
+fresh_venv() {  # fresh_venv DIR PACKAGES... : a new venv with the wheel and the packages
+    local dir="$1"; shift
+    rm -rf "$dir"
+    if ! "$py" -m venv "$dir" >/dev/null 2>&1; then  # Debian's python3 needs python3-venv for ensurepip
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv) >&2
+        rm -rf "$dir"
+        "$py" -m venv "$dir"
+    fi
+    "$dir/bin/python" -m pip install -q --disable-pip-version-check "$root/$wheel" "$@" >&2
+}
+
+run_tests() {  # run_tests VENV : the tests against the installed package, from outside the checkout's python dir
+    local venv="$1"
+    # No HOSTFIRST_LIBRARY; -I: no PYTHONPATH, no current directory on sys.path.
+    (cd / && env -u HOSTFIRST_LIBRARY "$root/$venv/bin/python" -I -c \
+        "import hostfirst; print('test-python.sh:', hostfirst.library_path); print(hostfirst.backends())")
+    env -u HOSTFIRST_LIBRARY PATH="$root/$venv/bin:$PATH" "$root/$venv/bin/hostfirst" devices >/dev/null
+    env -u HOSTFIRST_LIBRARY HOSTFIRST_TEST_INSTALLED=1 "$root/$venv/bin/pytest" -q -p no:cacheprovider \
+        --rootdir bindings/python bindings/python/tests 2>&1
+}
+
+fresh_venv target/py-venv numpy ml_dtypes "jax[cpu]" safetensors pytest mypy
+run_tests target/py-venv
+
+fresh_venv target/py-venv-numpy1 "numpy==1.26.*" ml_dtypes safetensors pytest
+"target/py-venv-numpy1/bin/python" -c "import numpy; assert numpy.__version__.startswith('1.26'), numpy.__version__"
+floor="$(sed -n 's/.*"numpy>=\([0-9.]*\)".*/\1/p' bindings/python/pyproject.toml)"
+[ "$floor" = "1.26" ] || { echo "test-python.sh: pyproject's numpy floor is $floor, the tests run 1.26" >&2; exit 1; }
+run_tests target/py-venv-numpy1
