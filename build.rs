@@ -9,8 +9,14 @@
 //!
 //! Under cargo-c (which enables the `capi` feature) the script adds nothing: cargo-c passes its own
 //! `-soname`, computed from `[package.metadata.capi.library]`, and two `-soname` flags must not race.
+//!
+//! It also puts the SONAME link `libhostfirst.so.<soversion> -> libhostfirst.so` beside the build output
+//! (`target/<profile>/`), as an installed tree has it: a program linked with `-Ltarget/release -lhostfirst`
+//! records the SONAME, so without the link the loader finds nothing there, even with an rpath (the README's
+//! checkout build line; `tests/it/readme_example.rs` runs it).
 
 use std::env;
+use std::path::{Path, PathBuf};
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
@@ -40,6 +46,45 @@ fn main() {
         return;
     }
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{soname}");
+    if let Some(dir) = profile_dir() {
+        if let Err(e) = soname_link(&dir, &soname) {
+            println!("cargo:warning=could not create {}/{soname}: {e}", dir.display());
+        }
+    }
+}
+
+/// `target/<profile>` (where cargo puts the cdylib) from `OUT_DIR` = `target/<profile>/build/<pkg>-<hash>/out`;
+/// `None` when the layout is not that one.
+fn profile_dir() -> Option<PathBuf> {
+    let out = PathBuf::from(env::var_os("OUT_DIR")?);
+    let pkg = out.parent()?;
+    let build = pkg.parent()?;
+    let ok = out.file_name()? == "out"
+        && pkg.file_name()?.to_str()?.starts_with("hostfirst-")
+        && build.file_name()? == "build";
+    ok.then(|| build.parent().map(Path::to_path_buf)).flatten()
+}
+
+/// Creates `dir/soname -> libhostfirst.so` (relative; dangling until cargo links the library, which it does
+/// right after this script). A link already there is replaced atomically; a regular file is left alone.
+#[cfg(unix)]
+fn soname_link(dir: &Path, soname: &str) -> std::io::Result<()> {
+    let link = dir.join(soname);
+    match std::fs::symlink_metadata(&link) {
+        Ok(m) if !m.file_type().is_symlink() => return Ok(()),
+        Ok(_) if std::fs::read_link(&link)? == Path::new("libhostfirst.so") => return Ok(()),
+        _ => {}
+    }
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!("{soname}.tmp{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink("libhostfirst.so", &tmp)?;
+    std::fs::rename(&tmp, &link)
+}
+
+#[cfg(not(unix))]
+fn soname_link(_dir: &Path, _soname: &str) -> std::io::Result<()> {
+    Ok(())
 }
 
 fn version_part(var: &str) -> u64 {

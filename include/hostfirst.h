@@ -87,6 +87,13 @@
 #define HOSTFIRST_MAX_NAME_LEN 4096
 
 /**
+ * Cap on the entries of a file's metadata (a header's `__metadata__`, a set's index `metadata` and the
+ * set's merged metadata): more give `HOSTFIRST_STATUS_METADATA_LIMIT_EXCEEDED`, found while parsing, before
+ * the rest is read (a header of millions of tiny entries costs neither time nor memory).
+ */
+#define HOSTFIRST_MAX_METADATA_ENTRIES 65536
+
+/**
  * Placement of a tensor: it stays a zero-copy host view of the file's mapping.
  */
 #define HOSTFIRST_PLACEMENT_HOST 1
@@ -236,6 +243,11 @@ enum hostfirst_status
    */
   HOSTFIRST_STATUS_BUSY = 11,
   /**
+   * Strict mode: a placement rule places no tensor (its pattern matches none, or earlier rules take every
+   * tensor it matches). Outside strict mode such rules are listed by the plan, not refused.
+   */
+  HOSTFIRST_STATUS_UNMATCHED_RULE = 12,
+  /**
    * A scope pop or leave did not name the innermost scope of this thread, or the thread had no scope.
    */
   HOSTFIRST_STATUS_SCOPE_MISMATCH = 20,
@@ -319,6 +331,16 @@ enum hostfirst_status
    * A sharded index (`*.safetensors.index.json`) is malformed or disagrees with its shards.
    */
   HOSTFIRST_STATUS_INVALID_INDEX = 72,
+  /**
+   * The input is not a safetensors file at all: its first 8 bytes are no possible header length and no JSON
+   * object follows them (the message says what it looks like: a zip archive, a Git LFS pointer, text, ...).
+   */
+  HOSTFIRST_STATUS_NOT_SAFETENSORS = 73,
+  /**
+   * A file's metadata (a header's `__metadata__`, an index's `metadata`, or a set's merged metadata) has
+   * more entries than the hostfirst cap (`HOSTFIRST_MAX_METADATA_ENTRIES`).
+   */
+  HOSTFIRST_STATUS_METADATA_LIMIT_EXCEEDED = 74,
   /**
    * An internal invariant failed (a bug in hostfirst).
    */
@@ -1025,6 +1047,44 @@ typedef struct hostfirst_plan_device_info {
 } hostfirst_plan_device_info;
 
 /**
+ * A rule that places no tensor of the plan's file, filled by `hostfirst_plan_unmatched_rule`. Set
+ * `struct_size = sizeof(hostfirst_plan_unmatched_rule_info)` before the call; fields may be appended in
+ * later minor versions. Strings are NUL-terminated UTF-8, valid until the plan is freed.
+ */
+typedef struct hostfirst_plan_unmatched_rule_info {
+  /**
+   * In: the caller's `sizeof(hostfirst_plan_unmatched_rule_info)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
+  /**
+   * The rule's index in the rule list (the order of `hostfirst_rules_add`).
+   */
+  uint32_t rule;
+  /**
+   * The index of the earlier rule that takes every tensor this rule's pattern matches, or -1 when the
+   * pattern matches no tensor name at all.
+   */
+  int32_t shadowed_by;
+  /**
+   * The rule's pattern.
+   */
+  const char *pattern;
+  /**
+   * The rule's target as written (`host`, `default`, a device spec).
+   */
+  const char *target;
+  /**
+   * Shadowed (`shadowed_by >= 0`): the first tensor the pattern matches. Otherwise a tensor whose name
+   * contains the pattern's text (patterns match whole names: `token` does not match `tokens`), or NULL.
+   */
+  const char *tensor;
+  /**
+   * One line saying what is wrong and what to do, as the CLI prints it.
+   */
+  const char *message;
+} hostfirst_plan_unmatched_rule_info;
+
+/**
  * Progress of a load: `done` and `total` bytes moved to devices so far; return nonzero to cancel.
  */
 typedef int (*hostfirst_load_progress_fn)(uint64_t done, uint64_t total, void *user);
@@ -1596,6 +1656,13 @@ hostfirst_status hostfirst_default_resolve(struct hostfirst_device *out_device);
  * Other threads never see it. Pop it with `hostfirst_scope_pop(token)`. Errors: `NULL_ARGUMENT`; the
  * device must be present (`INVALID_ARGUMENT`, `UNAVAILABLE`, `NO_SUCH_DEVICE`); `LIMIT_EXCEEDED` past 65536
  * nested scopes on one thread.
+ *
+ * Scopes belong to their thread. When a thread exits with scopes still pushed (and its strict flag set),
+ * they are discarded with it: nothing leaks, no other thread and not the process default change, and their
+ * tokens pop nowhere afterwards (`SCOPE_MISMATCH` on any thread). A thread that lives on, such as a pool
+ * worker, keeps a scope its task forgot to pop for the next task: pop (or `hostfirst_scope_leave`) before the
+ * task returns. Scope calls made while the thread itself is being torn down (from a thread-local destructor)
+ * fail with `INTERNAL`; they never crash.
  */
 hostfirst_status hostfirst_scope_push(struct hostfirst_device device,
                                       uint64_t *out_token);
@@ -1686,7 +1753,9 @@ hostfirst_status hostfirst_dtype_from_name(const char *name, uint32_t *out_dtype
  * named `__metadata__`, a name containing NUL), `INVALID_OFFSET`, `DUPLICATE_TENSOR` (even identical
  * entries), `VALIDATION_OVERFLOW`, `MISALIGNED_SLICE`, `TENSOR_INVALID_INFO`, `INCOMPLETE_BUFFER` (bytes
  * after the last tensor), `LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_TENSORS` tensors, rank above
- * `HOSTFIRST_MAX_RANK`, a name longer than `HOSTFIRST_MAX_NAME_LEN` bytes); for sets also `INVALID_INDEX`.
+ * `HOSTFIRST_MAX_RANK`, a name longer than `HOSTFIRST_MAX_NAME_LEN` bytes), `METADATA_LIMIT_EXCEEDED`
+ * (more than `HOSTFIRST_MAX_METADATA_ENTRIES` metadata entries), `NOT_SAFETENSORS` (not a safetensors file at
+ * all: the message says what it looks like); for sets also `INVALID_INDEX`.
  * Leading and trailing JSON whitespace around the header object is accepted (as the reference crate does).
  *
  * On failure `*out` is left unchanged and no handle or file descriptor is left open. Free the handle with
@@ -2053,7 +2122,9 @@ hostfirst_status hostfirst_put(const struct hostfirst_view *view,
 
 /**
  * `hostfirst_put`, also describing what the transfer did in `*out_stats` (NULL: not wanted; otherwise set
- * its `struct_size` first).
+ * its `struct_size` first). The stats are written only when the put succeeds, together with `*out`: on any
+ * failure (a bad argument, the fit check, a driver error, a cancelled put) `*out_stats` is left exactly as
+ * the caller passed it, so stale numbers from an earlier call are never mistaken for this one's.
  */
 hostfirst_status hostfirst_put_ex(const struct hostfirst_view *view,
                                   const struct hostfirst_device *target,
@@ -2076,7 +2147,9 @@ hostfirst_status hostfirst_put_start(const struct hostfirst_view *view,
 /**
  * Polls an operation without blocking: `OK` once it has finished (successfully or not; `hostfirst_put_wait`
  * then returns at once with its result), `NOT_READY` while it runs, `ALREADY_USED` after its result was
- * taken. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+ * taken. `NOT_READY` is an answer, not a failure: it leaves the thread's last error alone, so a polling loop
+ * does not overwrite the message of an earlier failure. Errors (which do replace it): `ALREADY_USED`,
+ * `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
  */
 hostfirst_status hostfirst_put_poll(const struct hostfirst_put_op *op);
 
@@ -2134,9 +2207,12 @@ hostfirst_status hostfirst_rules_free(struct hostfirst_rules *rules);
  * that receives tensors, its usable memory now. `default` targets resolve through the calling thread's
  * default stack. Writes a new handle to `*out` (free with `hostfirst_plan_free`); the plan does not keep
  * `file` or `rules` alive. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `IMPLICIT_PLACEMENT` (a tensor
- * matched a `default` rule in strict mode; the message names tensor and rule), `NO_SUCH_DEVICE` /
+ * matched a `default` rule in strict mode; the message names tensor and rule), `UNMATCHED_RULE` (strict
+ * mode: a rule places no tensor; the message names each such rule and why), `NO_SUCH_DEVICE` /
  * `UNAVAILABLE` (a rule's device is absent), `DEVICE_ERROR`. A plan that does not fit is not an error: see
- * `hostfirst_plan_device`'s `fits`. Thread-safe.
+ * `hostfirst_plan_device`'s `fits`. Neither is a rule that places no tensor outside strict mode (a typo such
+ * as `token=host` for a tensor `tokens` sends that tensor where the other rules say): the plan lists such
+ * rules, see `hostfirst_plan_unmatched_rule_count`; check it, as the CLI does. Thread-safe.
  */
 hostfirst_status hostfirst_plan_make(const struct hostfirst_file *file,
                                      const struct hostfirst_rules *rules,
@@ -2172,6 +2248,25 @@ hostfirst_status hostfirst_plan_device_count(const struct hostfirst_plan *plan,
 hostfirst_status hostfirst_plan_device(const struct hostfirst_plan *plan,
                                        size_t index,
                                        struct hostfirst_plan_device_info *out);
+
+/**
+ * Writes the number of rules that place no tensor of the plan's file to `*out_count`: rules whose pattern
+ * matches no tensor name, and rules behind an earlier rule that takes every tensor they match. Outside
+ * strict mode such a plan is made anyway (in strict mode `hostfirst_plan_make` refuses it with
+ * `UNMATCHED_RULE`); a count above 0 is almost always a mistake worth reporting. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_plan_unmatched_rule_count(const struct hostfirst_plan *plan,
+                                                     size_t *out_count);
+
+/**
+ * Fills `*out` with the `index`-th rule that places no tensor (in rule order): its index, pattern and
+ * target, the rule that shadows it or -1, a tensor it was probably meant for, and a one-line message. Set
+ * `out->struct_size` first. Errors as for `hostfirst_plan_tensor`. Thread-safe.
+ */
+hostfirst_status hostfirst_plan_unmatched_rule(const struct hostfirst_plan *plan,
+                                               size_t index,
+                                               struct hostfirst_plan_unmatched_rule_info *out);
 
 /**
  * Frees a plan. NULL is a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Thread-safe.

@@ -20,6 +20,12 @@
 #ifndef HOSTFIRST_HPP
 #define HOSTFIRST_HPP
 
+/* C++17 or later (MSVC reports its language level in _MSVC_LANG). Older modes get this one message and
+ * nothing else of the header; C++11/14 programs can use the C API in hostfirst.h directly. */
+#if (defined(_MSVC_LANG) && _MSVC_LANG < 201703L) || (!defined(_MSVC_LANG) && __cplusplus < 201703L)
+#error "hostfirst.hpp requires C++17 or later: compile with -std=c++17 (MSVC: /std:c++17), or include hostfirst.h (C API) instead"
+#else
+
 #include <cstdint>
 #include <map>
 #include <stdexcept>
@@ -449,4 +455,5 @@ inline size_t handle_count() {
 
 }  // namespace hostfirst
 
+#endif /* C++17 */
 #endif /* HOSTFIRST_HPP */

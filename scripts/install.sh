@@ -8,20 +8,22 @@
 #   <prefix>/include/hostfirst.h                       (and every other include/*.h, include/*.hpp)
 #   <prefix>/<libdir>/pkgconfig/hostfirst.pc
 #   <prefix>/<libdir>/cmake/hostfirst/hostfirstConfig.cmake, hostfirstConfigVersion.cmake
+#   <prefix>/bin/hostfirst                             the CLI (examples-c/cli), rpath $ORIGIN/../<libdir>
 #
-# Usage: scripts/install.sh --prefix DIR [--libdir lib] [--destdir DIR] [--features LIST]
+# Usage: scripts/install.sh --prefix DIR [--libdir lib] [--destdir DIR] [--features LIST] [--no-cli]
 #   --prefix DIR     where the files are meant to live (required)
 #   --libdir DIR     library directory, relative to the prefix or absolute inside it (default: lib)
 #   --destdir DIR    stage the files under DIR/<prefix> instead (for packagers); paths inside the files
 #                    still name <prefix>
 #   --features LIST  cargo features to build with (default: none)
-# Environment: CARGO (default cargo), RUSTC (default rustc). See docs/PACKAGING.md.
+#   --no-cli         do not build and install the hostfirst CLI (it needs a C compiler)
+# Environment: CARGO (default cargo), RUSTC (default rustc), CC (default cc). See docs/PACKAGING.md.
 set -euo pipefail
 
 die() { echo "install.sh: $*" >&2; exit 1; }
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 
-prefix="" libdir="lib" destdir="" features=""
+prefix="" libdir="lib" destdir="" features="" cli=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --prefix) [ $# -ge 2 ] || die "--prefix needs a value"; prefix="$2"; shift 2 ;;
@@ -32,6 +34,7 @@ while [ $# -gt 0 ]; do
         --destdir=*) destdir="${1#*=}"; shift ;;
         --features) [ $# -ge 2 ] || die "--features needs a value"; features="$2"; shift 2 ;;
         --features=*) features="${1#*=}"; shift ;;
+        --no-cli) cli=0; shift ;;
         -h|--help) usage 0 ;;
         *) echo "install.sh: unknown argument '$1'" >&2; usage 2 ;;
     esac
@@ -70,6 +73,10 @@ cmakedir="$libdir/cmake/hostfirst"
 cd "$(dirname "$0")/.."
 root="$PWD"
 cargo="${CARGO:-cargo}"
+cc="${CC:-cc}"
+if [ "$cli" = 1 ] && ! command -v "$cc" >/dev/null 2>&1; then
+    die "the hostfirst CLI needs a C compiler ('$cc' not found): install one, set CC, or pass --no-cli"
+fi
 
 case "$(uname -s)" in
     Linux|FreeBSD|DragonFly|NetBSD|OpenBSD|SunOS|GNU) ;;
@@ -177,5 +184,17 @@ render packaging/hostfirstConfig.cmake.in "$dest_cmake/hostfirstConfig.cmake" \
 render packaging/hostfirstConfigVersion.cmake.in "$dest_cmake/hostfirstConfigVersion.cmake" \
     "VERSION=$version" "VERSION_MAJOR=$v_major" "VERSION_MINOR=$v_minor" "VERSION_PATCH=$v_patch" \
     "SIZEOF_VOID_P=$sizeof_void_p"
+
+# The CLI, linked against the library just installed; the rpath is relative to the binary, so the tree can
+# move (like the CMake package) and the CLI runs without LD_LIBRARY_PATH.
+if [ "$cli" = 1 ]; then
+    dest_bin="$destdir$prefix/bin"
+    mkdir -p "$dest_bin"
+    # shellcheck disable=SC2016  # $ORIGIN is for the loader, not the shell
+    "$cc" -std=c11 -O2 -Wall -Wextra -Werror -I"$root/include" -I"$root/examples-c/cli" "$root"/examples-c/cli/*.c \
+        -o "$dest_bin/hostfirst.tmp" -L"$dest_lib" -Wl,-rpath,'$ORIGIN/../'"$libdir" -lhostfirst -lpthread -lm \
+        || die "building the hostfirst CLI failed (pass --no-cli to install the library only)"
+    mv -f "$dest_bin/hostfirst.tmp" "$dest_bin/hostfirst"
+fi
 
 echo "install.sh: installed hostfirst $version (SONAME $soname) under $destdir$prefix" >&2

@@ -3,7 +3,8 @@
 # (a C and C++ compiler, binutils, cmake and pkg-config, Python packages), then runs every test:
 #   formatting, clippy and every target building; Rust unit and property tests, C ABI programs (-Wall -Wextra -Werror), header checks, the stand-in CUDA
 #   driver tests (twice: immediate and deferred), the CLI, the fuzz corpus replay, the install tests (tests/install.rs),
-#   the Python wheel and its tests in fresh venvs (scripts/test-python.sh).
+#   the C programs again under valgrind memcheck (tests/it/valgrind.rs), the Python wheel and its tests in fresh
+#   venvs (scripts/test-python.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +23,8 @@ have cc && have c++ && have nm && have readelf && have cmake && have pkg-config 
 have cargo || { echo "test.sh: cargo (Rust) is required" >&2; exit 1; }
 # OpenMPI for the MPI shard-on-read example (tests/it/mpi.rs); the library itself never links MPI.
 have mpicc && have mpirun || apt_install openmpi-bin libopenmpi-dev
+# valgrind: the C programs run again under memcheck (tests/it/valgrind.rs).
+have valgrind || apt_install valgrind
 
 # The house rules: formatted, clippy-clean on every target, every target (benches included) builds.
 cargo fmt --check

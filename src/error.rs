@@ -46,6 +46,9 @@ pub enum Status {
     /// Every reusable resource is still held by a consumer (all batches of a gather's ring are exported or
     /// referenced); release one, or raise the bound, and retry.
     Busy = 11,
+    /// Strict mode: a placement rule places no tensor (its pattern matches none, or earlier rules take every
+    /// tensor it matches). Outside strict mode such rules are listed by the plan, not refused.
+    UnmatchedRule = 12,
 
     /// A scope pop or leave did not name the innermost scope of this thread, or the thread had no scope.
     ScopeMismatch = 20,
@@ -92,6 +95,12 @@ pub enum Status {
     LimitExceeded = 71,
     /// A sharded index (`*.safetensors.index.json`) is malformed or disagrees with its shards.
     InvalidIndex = 72,
+    /// The input is not a safetensors file at all: its first 8 bytes are no possible header length and no JSON
+    /// object follows them (the message says what it looks like: a zip archive, a Git LFS pointer, text, ...).
+    NotSafetensors = 73,
+    /// A file's metadata (a header's `__metadata__`, an index's `metadata`, or a set's merged metadata) has
+    /// more entries than the hostfirst cap (`HOSTFIRST_MAX_METADATA_ENTRIES`).
+    MetadataLimitExceeded = 74,
 
     /// An internal invariant failed (a bug in hostfirst).
     Internal = 100,
@@ -234,7 +243,7 @@ mod tests {
             assert!(!s.name().is_empty());
         }
         assert_eq!(Status::from_u32(12345), None);
-        assert_eq!(Status::from_u32(12), None);
+        assert_eq!(Status::from_u32(13), None);
         assert_eq!(Status::Ok.name(), "OK");
         assert_eq!(Status::InvalidHeaderUtf8.name(), "INVALID_HEADER_UTF8");
         assert_eq!(Status::OutOfMemory.name(), "OUT_OF_MEMORY");

@@ -21,9 +21,70 @@ int cli_parse_u64(const char *s, uint64_t *out);
 /* Formats a byte count with binary units into buf. */
 const char *cli_bytes(uint64_t n, char *buf, size_t cap);
 
+/* Options of every command, declared once in main.c's table (which the parser and the help both read). */
+enum cli_option_id {
+    CLI_OPT_JSON = 1,
+    CLI_OPT_CHECKSUM,
+    CLI_OPT_DEVICE,
+    CLI_OPT_ROWS,
+    CLI_OPT_RESIDENT,
+    CLI_OPT_REPEAT,
+    CLI_OPT_THREADS,
+    CLI_OPT_STAGING_MIB,
+    CLI_OPT_RULE,
+    CLI_OPT_STRICT,
+    CLI_OPT_BATCH,
+    CLI_OPT_WINDOW,
+    CLI_OPT_ITERS,
+    CLI_OPT_SEED,
+    CLI_OPT_PREFAULT,
+    CLI_OPT_COPY_ON_WRITE,
+    CLI_OPT_FROM_HOST,
+    CLI_OPT_WORLD,
+    CLI_OPT_RANK,
+};
+
+#define CLI_REQUIRED 1u   /* the command needs it (shown without brackets) */
+#define CLI_REPEATABLE 2u /* may be given more than once (shown with "...") */
+
+typedef struct {
+    int id;             /* enum cli_option_id; 0 ends a list */
+    const char *name;   /* "--device" */
+    const char *value;  /* what it takes ("SPEC"), NULL for a flag */
+    const char *help;   /* one sentence; the help wraps it */
+    unsigned flags;     /* CLI_REQUIRED, CLI_REPEATABLE */
+} cli_option;
+
+typedef struct {
+    const char *name;           /* "put" */
+    const char *operands;       /* "FILE TENSOR" */
+    const char *summary;        /* one line */
+    const cli_option *options;  /* ends with an entry whose name is NULL */
+    int (*run)(int argc, char **argv);
+} cli_command;
+
+/* What a command returns after printing its --help (main turns it into exit status 0). */
+#define CLI_HELP_SHOWN (-1)
+
+/* Called for each option (with its value, or NULL for a flag); return 0 to go on, or an exit status (after
+ * printing a message, e.g. with cli_usage_error). */
+typedef int (*cli_on_option)(void *ctx, int id, const char *value);
+
+/* Parses argv[1..] of command `cmd` against its table: `--opt VALUE` or `--opt=VALUE`, `--` ends options, a
+ * lone `-` is an operand. The operands the table names ("FILE TENSOR") go to operands[0..] in order; a
+ * missing or surplus one, an unknown option or a missing value is a usage error. Returns 0, CLI_HELP_SHOWN
+ * (after printing the command's help for -h/--help), or what a callback returned. */
+int cli_parse(const char *cmd, int argc, char **argv, void *ctx, cli_on_option on_option, const char **operands);
+
+/* Prints "hostfirst CMD: <message>" and the command's usage on stderr; returns 2. */
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 /* Shared by `plan` (plan.c) and `load` (load.c): the parsed arguments, the open file, the rules and the plan. */
 typedef struct {
-    int json;
+    int json, strict;
     const char *path;
     hostfirst_file *file;
     hostfirst_rules *rules;

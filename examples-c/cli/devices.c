@@ -1,23 +1,29 @@
-/* hostfirst devices [--json]: the backend census, the devices, and the effective default with its source. */
+/* hostfirst devices [--json]: the backend census, the devices, and the effective default with its source.
+ * An invalid HOSTFIRST_DEFAULT_DEVICE is an error (exit 1, one line on stderr), reported after the census
+ * and the devices: the diagnostic still shows what is there when the default is what is wrong. */
 #include <string.h>
 #include "cli.h"
 
 #define MAX_DEVICES 64
 
+static int on_option(void *ctx, int id, const char *value) {
+    (void)value;
+    if (id == CLI_OPT_JSON) *(int *)ctx = 1;
+    return 0;
+}
+
 int cmd_devices(int argc, char **argv) {
     int json = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else {
-            fprintf(stderr, "hostfirst devices: unknown option '%s'\nusage: hostfirst devices [--json]\n", argv[i]);
-            return 2;
-        }
-    }
-    /* The default first: an invalid HOSTFIRST_DEFAULT_DEVICE is an error, not something to ignore. */
+    int rc = cli_parse("devices", argc, argv, &json, on_option, NULL);
+    if (rc) return rc;
+    /* The default is resolved first (its message is kept: later calls replace the thread's last error) and
+     * reported last. */
     hostfirst_device def;
     uint32_t source = 0, depth = 0;
-    hostfirst_status st = hostfirst_default_device(&def, &source, &depth);
-    if (st != HOSTFIRST_STATUS_OK) return cli_fail("default device", st);
+    hostfirst_status def_st = hostfirst_default_device(&def, &source, &depth);
+    char def_err[1024] = "";
+    if (def_st != HOSTFIRST_STATUS_OK) snprintf(def_err, sizeof def_err, "%s", hostfirst_last_error());
+    hostfirst_status st;
 
     size_t nwarn = hostfirst_census_warning_count();
     for (size_t i = 0; i < nwarn; i++) fprintf(stderr, "hostfirst: warning: %s\n", hostfirst_census_warning(i));
@@ -87,6 +93,18 @@ int cmd_devices(int argc, char **argv) {
             printf("%-10s %-34.34s %-12s %-12s %s\n", spec, info.name, cli_bytes(total_b, b1, sizeof b1),
                    cli_bytes(free_b, b2, sizeof b2), details);
         }
+    }
+    if (def_st != HOSTFIRST_STATUS_OK) {
+        if (json) {
+            printf("],\"default\":null,\"default_error\":{\"status\":\"%s\",\"message\":", hostfirst_status_name(def_st));
+            cli_json_string(stdout, def_err);
+            printf("}}\n");
+        } else {
+            printf("\ndefault device: none (%s)\n", hostfirst_status_name(def_st));
+        }
+        fflush(stdout);
+        fprintf(stderr, "hostfirst: default device: %s: %s\n", hostfirst_status_name(def_st), def_err);
+        return 1;
     }
     cli_device_spec(def, spec, sizeof spec);
     if (json) printf("],\"default\":{\"spec\":\"%s\",\"source\":\"%s\"}}\n", spec, hostfirst_default_source_name(source));

@@ -15,10 +15,6 @@
 #include <time.h>
 #include "cli.h"
 
-static const char *usage_line =
-    "usage: hostfirst gather FILE TENSOR --batch B --window T [--device SPEC] [--iters N] [--seed S] [--prefault]\n"
-    "                       [--from-host] [--json]\n";
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -53,31 +49,37 @@ static int check_first(hostfirst_gather *g, const hostfirst_view *v, const uint6
     return rc;
 }
 
+typedef struct {
+    const char *operands[2]; /* FILE TENSOR */
+    const char *spec;
+    uint64_t batch, window, iters, seed;
+    int json, prefault, from_host;
+} gather_args;
+
+static int on_option(void *ctx, int id, const char *v) {
+    gather_args *g = ctx;
+    uint64_t *n = id == CLI_OPT_BATCH ? &g->batch
+                  : id == CLI_OPT_WINDOW ? &g->window
+                  : id == CLI_OPT_ITERS  ? &g->iters
+                  : id == CLI_OPT_SEED   ? &g->seed
+                                         : NULL;
+    if (n && !cli_parse_u64(v, n)) return cli_usage_error("gather", "'%s' is not a non-negative integer", v);
+    if (id == CLI_OPT_JSON) g->json = 1;
+    else if (id == CLI_OPT_PREFAULT) g->prefault = 1;
+    else if (id == CLI_OPT_FROM_HOST) g->from_host = 1;
+    else if (id == CLI_OPT_DEVICE) g->spec = v;
+    return 0;
+}
+
 int cmd_gather(int argc, char **argv) {
-    const char *path = NULL, *tensor = NULL, *spec = "default";
-    uint64_t batch = 0, window = 0, iters = 100, seed = 1337;
-    int json = 0, prefault = 0, from_host = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int more = i + 1 < argc;
-        if (!strcmp(a, "--json")) json = 1;
-        else if (!strcmp(a, "--prefault")) prefault = 1;
-        else if (!strcmp(a, "--from-host")) from_host = 1;
-        else if (!strcmp(a, "--batch") && more) {
-            if (!cli_parse_u64(argv[++i], &batch)) goto bad;
-        } else if (!strcmp(a, "--window") && more) {
-            if (!cli_parse_u64(argv[++i], &window)) goto bad;
-        } else if (!strcmp(a, "--iters") && more) {
-            if (!cli_parse_u64(argv[++i], &iters)) goto bad;
-        } else if (!strcmp(a, "--seed") && more) {
-            if (!cli_parse_u64(argv[++i], &seed)) goto bad;
-        } else if (!strcmp(a, "--device") && more) spec = argv[++i];
-        else if (a[0] == '-' && a[1] != '\0') goto bad;
-        else if (!path) path = a;
-        else if (!tensor) tensor = a;
-        else goto bad;
-    }
-    if (!path || !tensor || batch == 0 || window == 0 || iters == 0) goto bad;
+    gather_args g0 = {{NULL, NULL}, "default", 0, 0, 100, 1337, 0, 0, 0};
+    int prc = cli_parse("gather", argc, argv, &g0, on_option, g0.operands);
+    if (prc) return prc;
+    if (g0.batch == 0 || g0.window == 0 || g0.iters == 0)
+        return cli_usage_error("gather", "--batch, --window and --iters must be at least 1");
+    const char *path = g0.operands[0], *tensor = g0.operands[1], *spec = g0.spec;
+    uint64_t batch = g0.batch, window = g0.window, iters = g0.iters, seed = g0.seed;
+    int json = g0.json, prefault = g0.prefault, from_host = g0.from_host;
 
     hostfirst_device dev;
     hostfirst_status st = hostfirst_target_parse(spec, &dev);
@@ -196,7 +198,4 @@ done:
     hostfirst_view_free(view);
     hostfirst_file_free(file);
     return rc;
-bad:
-    fprintf(stderr, "hostfirst gather: bad arguments\n%s", usage_line);
-    return 2;
 }

@@ -10,8 +10,6 @@
 
 #define CHUNK ((size_t)64 << 20)
 
-static const char *usage_line = "usage: hostfirst inspect FILE [--json] [--checksum]\n";
-
 /* FNV-1a 64 of the view's bytes, read with hostfirst_view_copy (or hostfirst_view_read in 64 MiB chunks for
  * large tensors). */
 static hostfirst_status checksum(const hostfirst_view *v, uint64_t nbytes, uint64_t *out) {
@@ -43,25 +41,25 @@ static void print_shape(FILE *o, const hostfirst_view_info *info, int json) {
     fputc(']', o);
 }
 
+typedef struct {
+    int json, sums;
+    const char *path;
+} inspect_args;
+
+static int on_option(void *ctx, int id, const char *value) {
+    inspect_args *a = ctx;
+    (void)value;
+    if (id == CLI_OPT_JSON) a->json = 1;
+    else if (id == CLI_OPT_CHECKSUM) a->sums = 1;
+    return 0;
+}
+
 int cmd_inspect(int argc, char **argv) {
-    int json = 0, sums = 0;
-    const char *path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "--checksum")) sums = 1;
-        else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            fprintf(stderr, "hostfirst inspect: unknown option '%s'\n%s", argv[i], usage_line);
-            return 2;
-        } else if (!path) path = argv[i];
-        else {
-            fprintf(stderr, "hostfirst inspect: more than one FILE\n%s", usage_line);
-            return 2;
-        }
-    }
-    if (!path) {
-        fprintf(stderr, "%s", usage_line);
-        return 2;
-    }
+    inspect_args a = {0, 0, NULL};
+    int rc = cli_parse("inspect", argc, argv, &a, on_option, &a.path);
+    if (rc) return rc;
+    int json = a.json, sums = a.sums;
+    const char *path = a.path;
 
     hostfirst_file *f = NULL;
     hostfirst_status st = hostfirst_file_open(path, &f);

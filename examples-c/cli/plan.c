@@ -1,40 +1,45 @@
-/* hostfirst plan FILE --rule PATTERN=TARGET ... [--json]: where every tensor would go (a dry run). The
- * argument parsing, set-up and report here are shared with `hostfirst load` (load.c).
+/* hostfirst plan FILE --rule PATTERN=TARGET ... [--strict] [--json]: where every tensor would go (a dry run).
+ * The argument parsing, set-up and report here are shared with `hostfirst load` (load.c).
  *
- * Rules are tried in order, the first match wins, unmatched tensors stay on the host. Output is written only
+ * Rules are tried in order, the first match wins, unmatched tensors stay on the host. A rule that places no
+ * tensor gets a warning line on stderr (and is listed in the JSON); --strict refuses it (UNMATCHED_RULE). Output is written only
  * when everything succeeded; a failure prints one line on stderr and exits 1 (usage errors exit 2). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
 
+static int on_option(void *ctx, int id, const char *value) {
+    plan_args *a = ctx;
+    if (id == CLI_OPT_JSON) a->json = 1;
+    else if (id == CLI_OPT_STRICT) a->strict = 1;
+    else if (id == CLI_OPT_RULE) {
+        hostfirst_status st = hostfirst_rules_add_spec(a->rules, value);
+        if (st != HOSTFIRST_STATUS_OK) return cli_fail(value, st) + 1;
+    }
+    return 0;
+}
+
 int plan_setup(const char *cmd, int argc, char **argv, plan_args *a) {
     memset(a, 0, sizeof *a);
     hostfirst_status st = hostfirst_rules_new(&a->rules);
     if (st != HOSTFIRST_STATUS_OK) return cli_fail("rules", st);
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) a->json = 1;
-        else if (!strcmp(argv[i], "--rule") && i + 1 < argc) {
-            st = hostfirst_rules_add_spec(a->rules, argv[++i]);
-            if (st != HOSTFIRST_STATUS_OK) return cli_fail(argv[i], st) + 1;
-        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            fprintf(stderr, "hostfirst %s: unknown option '%s'\nusage: hostfirst %s FILE --rule PATTERN=TARGET ... [--json]\n",
-                    cmd, argv[i], cmd);
-            return 2;
-        } else if (!a->path) a->path = argv[i];
-        else {
-            fprintf(stderr, "hostfirst %s: more than one FILE\n", cmd);
-            return 2;
-        }
-    }
-    if (!a->path) {
-        fprintf(stderr, "usage: hostfirst %s FILE --rule PATTERN=TARGET ... [--json]\n", cmd);
-        return 2;
-    }
+    int rc = cli_parse(cmd, argc, argv, a, on_option, &a->path);
+    if (rc) return rc;
+    if (a->strict && (st = hostfirst_strict_thread_set(1)) != HOSTFIRST_STATUS_OK) return cli_fail("strict", st);
     st = hostfirst_file_open(a->path, &a->file);
     if (st != HOSTFIRST_STATUS_OK) return cli_fail(a->path, st);
     st = hostfirst_plan_make(a->file, a->rules, &a->plan);
     if (st != HOSTFIRST_STATUS_OK) return cli_fail(a->path, st);
+    /* A rule that places nothing is almost always a typo (token=host for tokens): one warning line each.
+     * Under --strict the plan was refused above instead (UNMATCHED_RULE). */
+    size_t nu = 0;
+    hostfirst_plan_unmatched_rule_count(a->plan, &nu);
+    for (size_t i = 0; i < nu; i++) {
+        hostfirst_plan_unmatched_rule_info u = {.struct_size = sizeof u};
+        if (hostfirst_plan_unmatched_rule(a->plan, i, &u) == HOSTFIRST_STATUS_OK)
+            fprintf(stderr, "hostfirst: warning: %s: %s\n", a->path, u.message);
+    }
     return 0;
 }
 
@@ -96,7 +101,28 @@ int plan_print(const plan_args *a, const double *seconds) {
                    d.fits ? "yes" : "NO", d.largest_name, cli_bytes(d.largest_bytes, b1, sizeof b1));
         }
     }
-    if (a->json) printf("]");
+    if (a->json) {
+        /* The rules that place no tensor (also warned about on stderr). */
+        size_t nu = 0;
+        hostfirst_plan_unmatched_rule_count(a->plan, &nu);
+        printf("],\"unmatched_rules\":[");
+        for (size_t i = 0; i < nu; i++) {
+            hostfirst_plan_unmatched_rule_info u = {.struct_size = sizeof u};
+            hostfirst_status st = hostfirst_plan_unmatched_rule(a->plan, i, &u);
+            if (st != HOSTFIRST_STATUS_OK) return cli_fail("plan", st);
+            printf("%s{\"rule\":%u,\"pattern\":", i ? "," : "", u.rule);
+            cli_json_string(stdout, u.pattern);
+            printf(",\"target\":");
+            cli_json_string(stdout, u.target);
+            printf(",\"shadowed_by\":%d,\"tensor\":", u.shadowed_by);
+            if (u.tensor) cli_json_string(stdout, u.tensor);
+            else printf("null");
+            printf(",\"message\":");
+            cli_json_string(stdout, u.message);
+            printf("}");
+        }
+        printf("]");
+    }
     return 0;
 }
 

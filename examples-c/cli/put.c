@@ -20,10 +20,6 @@
 
 #define CHUNK ((size_t)64 << 20)
 
-static const char *usage_line =
-    "usage: hostfirst put FILE TENSOR [--device SPEC] [--rows A:B] [--resident] [--copy-on-write] [--repeat N]\n"
-    "                     [--threads N] [--staging-mib M] [--json]\n";
-
 #define MAX_REPEAT 1000
 
 static int parse_count(const char *s, unsigned long long max, unsigned long long *out) {
@@ -58,61 +54,56 @@ static int fail_msg(const char *what, const char *msg) {
     return 1;
 }
 
+typedef struct {
+    const char *operands[2]; /* FILE TENSOR */
+    const char *spec, *rows;
+    int json, resident, cow;
+    unsigned long long repeat, threads, staging_mib, a, b;
+} put_args;
+
+/* "A:B" with decimal A and B. */
+static int parse_rows(const char *s, unsigned long long *a, unsigned long long *b) {
+    char *end = NULL;
+    if (*s < '0' || *s > '9') return 0;
+    *a = strtoull(s, &end, 10);
+    if (*end != ':' || end[1] < '0' || end[1] > '9') return 0;
+    *b = strtoull(end + 1, &end, 10);
+    return *end == '\0';
+}
+
+static int on_option(void *ctx, int id, const char *v) {
+    put_args *p = ctx;
+    switch (id) {
+        case CLI_OPT_JSON: p->json = 1; break;
+        case CLI_OPT_RESIDENT: p->resident = 1; break;
+        case CLI_OPT_COPY_ON_WRITE: p->cow = 1; break;
+        case CLI_OPT_DEVICE: p->spec = v; break;
+        case CLI_OPT_ROWS:
+            if (!parse_rows(v, &p->a, &p->b)) return cli_usage_error("put", "--rows wants A:B, got '%s'", v);
+            p->rows = v;
+            break;
+        case CLI_OPT_REPEAT:
+            if (!parse_count(v, MAX_REPEAT, &p->repeat) || p->repeat == 0)
+                return cli_usage_error("put", "--repeat wants 1..%d, got '%s'", MAX_REPEAT, v);
+            break;
+        case CLI_OPT_THREADS:
+            if (!parse_count(v, 1024, &p->threads)) return cli_usage_error("put", "--threads wants 0..1024, got '%s'", v);
+            break;
+        case CLI_OPT_STAGING_MIB:
+            if (!parse_count(v, 1ULL << 20, &p->staging_mib))
+                return cli_usage_error("put", "--staging-mib wants a size in MiB, got '%s'", v);
+            break;
+    }
+    return 0;
+}
+
 int cmd_put(int argc, char **argv) {
-    const char *path = NULL, *tensor = NULL, *spec = NULL, *rows = NULL;
-    int json = 0, resident = 0, cow = 0;
-    unsigned long long repeat = 1, threads = 0, staging_mib = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "--resident")) resident = 1;
-        else if (!strcmp(argv[i], "--copy-on-write")) cow = 1;
-        else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
-            if (!parse_count(argv[++i], MAX_REPEAT, &repeat) || repeat == 0) {
-                fprintf(stderr, "hostfirst put: --repeat wants 1..%d, got '%s'\n%s", MAX_REPEAT, argv[i], usage_line);
-                return 2;
-            }
-        } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
-            if (!parse_count(argv[++i], 1024, &threads)) {
-                fprintf(stderr, "hostfirst put: --threads wants 0..1024, got '%s'\n%s", argv[i], usage_line);
-                return 2;
-            }
-        } else if (!strcmp(argv[i], "--staging-mib") && i + 1 < argc) {
-            if (!parse_count(argv[++i], 1ULL << 20, &staging_mib)) {
-                fprintf(stderr, "hostfirst put: --staging-mib wants a size in MiB, got '%s'\n%s", argv[i], usage_line);
-                return 2;
-            }
-        }
-        else if (!strcmp(argv[i], "--device") && i + 1 < argc) spec = argv[++i];
-        else if (!strcmp(argv[i], "--rows") && i + 1 < argc) rows = argv[++i];
-        else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            fprintf(stderr, "hostfirst put: unknown option or missing value '%s'\n%s", argv[i], usage_line);
-            return 2;
-        } else if (!path) path = argv[i];
-        else if (!tensor) tensor = argv[i];
-        else {
-            fprintf(stderr, "hostfirst put: unexpected argument '%s'\n%s", argv[i], usage_line);
-            return 2;
-        }
-    }
-    if (!path || !tensor) {
-        fprintf(stderr, "%s", usage_line);
-        return 2;
-    }
-    unsigned long long a = 0, b = 0;
-    if (rows) {
-        char *end = NULL;
-        a = strtoull(rows, &end, 10);
-        if (!end || *end != ':' || end == rows) {
-            fprintf(stderr, "hostfirst put: --rows wants A:B, got '%s'\n%s", rows, usage_line);
-            return 2;
-        }
-        const char *bs = end + 1;
-        b = strtoull(bs, &end, 10);
-        if (!end || *end != '\0' || end == bs) {
-            fprintf(stderr, "hostfirst put: --rows wants A:B, got '%s'\n%s", rows, usage_line);
-            return 2;
-        }
-    }
+    put_args p = {{NULL, NULL}, NULL, NULL, 0, 0, 0, 1, 0, 0, 0, 0};
+    int prc = cli_parse("put", argc, argv, &p, on_option, p.operands);
+    if (prc) return prc;
+    const char *path = p.operands[0], *tensor = p.operands[1], *spec = p.spec, *rows = p.rows;
+    int json = p.json, resident = p.resident, cow = p.cow;
+    unsigned long long repeat = p.repeat, threads = p.threads, staging_mib = p.staging_mib, a = p.a, b = p.b;
     hostfirst_device dev, *target = NULL;
     hostfirst_status st;
     if (spec) {

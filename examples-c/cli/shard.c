@@ -5,8 +5,9 @@
  * file bytes read for it, then the totals.
  *
  * The rules become a one-axis mesh ("rank", W) and partition specs splitting DIM over it; the first rule
- * matching a name wins. Output is written only when everything succeeded; a failure prints one line on
- * stderr ("hostfirst: <what>: <STATUS>: <message>"), exit status 1; bad usage exits 2. */
+ * matching a name wins. Options are declared in main.c's table (parsed by cli_parse, shown by --help). Output
+ * is written only when everything succeeded; a failure prints one line on stderr ("hostfirst: <what>:
+ * <STATUS>: <message>"), exit status 1; bad usage exits 2. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -14,12 +15,35 @@
 
 #define MAX_RULES 64
 
-static const char *usage_line =
-    "usage: hostfirst shard FILE --world W --rank R --rule PATTERN=DIM [--rule ...] [--device SPEC] [--json]\n";
+typedef struct {
+    const char *operands[1]; /* FILE */
+    const char *device;
+    const char *rules[MAX_RULES];
+    uint64_t dims[MAX_RULES];
+    size_t nrules;
+    uint64_t world, rank;
+    int json, have_world, have_rank;
+} shard_args;
 
-static int usage_error(const char *why, const char *arg) {
-    fprintf(stderr, "hostfirst shard: %s%s%s\n%s", why, arg ? " " : "", arg ? arg : "", usage_line);
-    return 2;
+static int on_option(void *ctx, int id, const char *v) {
+    shard_args *a = ctx;
+    if (id == CLI_OPT_JSON) a->json = 1;
+    else if (id == CLI_OPT_DEVICE) a->device = v;
+    else if (id == CLI_OPT_WORLD || id == CLI_OPT_RANK) {
+        if (!cli_parse_u64(v, id == CLI_OPT_WORLD ? &a->world : &a->rank))
+            return cli_usage_error("shard", "'%s' is not a non-negative integer", v);
+        if (id == CLI_OPT_WORLD) a->have_world = 1;
+        else a->have_rank = 1;
+    } else if (id == CLI_OPT_RULE) {
+        const char *eq = strrchr(v, '=');
+        uint64_t dim = 0;
+        if (!eq || eq == v || !cli_parse_u64(eq + 1, &dim) || dim > 31)
+            return cli_usage_error("shard", "rule '%s' is not PATTERN=DIM with DIM a dimension (0-31)", v);
+        if (a->nrules == MAX_RULES) return cli_usage_error("shard", "more than %d rules", MAX_RULES);
+        a->rules[a->nrules] = v;
+        a->dims[a->nrules++] = dim;
+    }
+    return 0;
 }
 
 static uint64_t fnv1a64(const unsigned char *p, uint64_t n, uint64_t h) {
@@ -65,43 +89,19 @@ static const char *dims_text(const uint64_t *d, uint32_t rank, char *buf, size_t
 }
 
 int cmd_shard(int argc, char **argv) {
-    const char *path = NULL, *device = "cpu";
-    const char *rules_text[MAX_RULES];
-    uint64_t rule_dim[MAX_RULES];
-    size_t nrules = 0;
-    uint64_t world = 0, rank = 0;
-    int json = 0, have_world = 0, have_rank = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int last = i + 1 >= argc;
-        if (!strcmp(a, "--json")) json = 1;
-        else if (!strcmp(a, "--world") || !strcmp(a, "--rank")) {
-            uint64_t v = 0;
-            if (last || !cli_parse_u64(argv[i + 1], &v)) return usage_error(a, "needs a non-negative integer");
-            if (a[2] == 'w') world = v, have_world = 1;
-            else rank = v, have_rank = 1;
-            i++;
-        } else if (!strcmp(a, "--device")) {
-            if (last) return usage_error("--device needs a SPEC", NULL);
-            device = argv[++i];
-        } else if (!strcmp(a, "--rule")) {
-            if (last) return usage_error("--rule needs PATTERN=DIM", NULL);
-            const char *r = argv[++i], *eq = strrchr(r, '=');
-            uint64_t dim = 0;
-            if (!eq || eq == r || !cli_parse_u64(eq + 1, &dim) || dim > 31)
-                return usage_error("a rule is PATTERN=DIM with DIM a dimension (0-31), not", r);
-            if (nrules == MAX_RULES) return usage_error("too many rules", NULL);
-            rules_text[nrules] = r;
-            rule_dim[nrules++] = dim;
-        } else if (a[0] == '-' && a[1] != '\0') {
-            return usage_error("unknown option", a);
-        } else if (!path) {
-            path = a;
-        } else {
-            return usage_error("more than one FILE", NULL);
-        }
-    }
-    if (!path || !have_world || !have_rank) return usage_error("FILE, --world and --rank are required", NULL);
+    shard_args args;
+    memset(&args, 0, sizeof args);
+    args.device = "cpu";
+    int prc = cli_parse("shard", argc, argv, &args, on_option, args.operands);
+    if (prc) return prc;
+    if (!args.have_world || !args.have_rank || args.nrules == 0)
+        return cli_usage_error("shard", "--world, --rank and at least one --rule are required");
+    const char *path = args.operands[0], *device = args.device;
+    const char **rules_text = args.rules;
+    const uint64_t *rule_dim = args.dims;
+    size_t nrules = args.nrules;
+    uint64_t world = args.world, rank = args.rank;
+    int json = args.json;
 
     hostfirst_device dev;
     hostfirst_status st = hostfirst_device_parse(device, &dev);

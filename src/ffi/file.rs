@@ -33,11 +33,17 @@ pub const HOSTFIRST_MAX_RANK: u32 = 32;
 /// Cap on a tensor name's length in bytes.
 pub const HOSTFIRST_MAX_NAME_LEN: u32 = 4096;
 
+/// Cap on the entries of a file's metadata (a header's `__metadata__`, a set's index `metadata` and the
+/// set's merged metadata): more give `HOSTFIRST_STATUS_METADATA_LIMIT_EXCEEDED`, found while parsing, before
+/// the rest is read (a header of millions of tiny entries costs neither time nor memory).
+pub const HOSTFIRST_MAX_METADATA_ENTRIES: u32 = 65536;
+
 // The caps above are literals for cbindgen; the core's values are the ones enforced.
 const _: () = assert!(HOSTFIRST_MAX_TENSORS as usize == crate::file::MAX_TENSORS);
 const _: () = assert!(HOSTFIRST_MAX_SET_TENSORS as usize == crate::file::MAX_SET_TENSORS);
 const _: () = assert!(HOSTFIRST_MAX_RANK as usize == crate::file::MAX_RANK);
 const _: () = assert!(HOSTFIRST_MAX_NAME_LEN as usize == crate::file::MAX_NAME_LEN);
+const _: () = assert!(HOSTFIRST_MAX_METADATA_ENTRIES as usize == crate::file::MAX_METADATA_ENTRIES);
 
 /// Opens a safetensors file, or a sharded set when `path` is an index, and writes a new handle to `*out`.
 ///
@@ -55,7 +61,9 @@ const _: () = assert!(HOSTFIRST_MAX_NAME_LEN as usize == crate::file::MAX_NAME_L
 /// named `__metadata__`, a name containing NUL), `INVALID_OFFSET`, `DUPLICATE_TENSOR` (even identical
 /// entries), `VALIDATION_OVERFLOW`, `MISALIGNED_SLICE`, `TENSOR_INVALID_INFO`, `INCOMPLETE_BUFFER` (bytes
 /// after the last tensor), `LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_TENSORS` tensors, rank above
-/// `HOSTFIRST_MAX_RANK`, a name longer than `HOSTFIRST_MAX_NAME_LEN` bytes); for sets also `INVALID_INDEX`.
+/// `HOSTFIRST_MAX_RANK`, a name longer than `HOSTFIRST_MAX_NAME_LEN` bytes), `METADATA_LIMIT_EXCEEDED`
+/// (more than `HOSTFIRST_MAX_METADATA_ENTRIES` metadata entries), `NOT_SAFETENSORS` (not a safetensors file at
+/// all: the message says what it looks like); for sets also `INVALID_INDEX`.
 /// Leading and trailing JSON whitespace around the header object is accepted (as the reference crate does).
 ///
 /// On failure `*out` is left unchanged and no handle or file descriptor is left open. Free the handle with

@@ -19,6 +19,15 @@ pub(crate) struct PlanC {
     pub(crate) plan: Plan,
     names: Vec<CString>,
     largest: Vec<CString>,
+    unmatched: Vec<UnmatchedC>,
+}
+
+/// The C strings of one unmatched rule, owned by the plan.
+struct UnmatchedC {
+    pattern: CString,
+    target: CString,
+    tensor: Option<CString>,
+    message: CString,
 }
 
 impl Handle for hostfirst_plan {
@@ -80,14 +89,50 @@ pub struct hostfirst_plan_device_info {
 
 out_struct!(hostfirst_plan_device_info, largest_bytes);
 
+/// A rule that places no tensor of the plan's file, filled by `hostfirst_plan_unmatched_rule`. Set
+/// `struct_size = sizeof(hostfirst_plan_unmatched_rule_info)` before the call; fields may be appended in
+/// later minor versions. Strings are NUL-terminated UTF-8, valid until the plan is freed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct hostfirst_plan_unmatched_rule_info {
+    /// In: the caller's `sizeof(hostfirst_plan_unmatched_rule_info)`. Out: the number of bytes written.
+    pub struct_size: usize,
+    /// The rule's index in the rule list (the order of `hostfirst_rules_add`).
+    pub rule: u32,
+    /// The index of the earlier rule that takes every tensor this rule's pattern matches, or -1 when the
+    /// pattern matches no tensor name at all.
+    pub shadowed_by: i32,
+    /// The rule's pattern.
+    pub pattern: *const c_char,
+    /// The rule's target as written (`host`, `default`, a device spec).
+    pub target: *const c_char,
+    /// Shadowed (`shadowed_by >= 0`): the first tensor the pattern matches. Otherwise a tensor whose name
+    /// contains the pattern's text (patterns match whole names: `token` does not match `tokens`), or NULL.
+    pub tensor: *const c_char,
+    /// One line saying what is wrong and what to do, as the CLI prints it.
+    pub message: *const c_char,
+}
+
+out_struct!(hostfirst_plan_unmatched_rule_info, message);
+
+/// The `index`-th item of one of a plan's lists, or `OUT_OF_RANGE` saying how many there are.
+fn nth<'a, T>(items: &'a [T], index: usize, what: &str) -> Result<&'a T, Error> {
+    items.get(index).ok_or_else(|| {
+        Error::new(Status::OutOfRange, format!("{what} index {index}: the plan has {} {what}s", items.len()))
+    })
+}
+
 /// Makes a plan (a dry run: nothing is allocated, no byte moves): applies `rules` to every tensor of
 /// `file` — the first matching rule decides, unmatched tensors stay on the host — and takes, once per device
 /// that receives tensors, its usable memory now. `default` targets resolve through the calling thread's
 /// default stack. Writes a new handle to `*out` (free with `hostfirst_plan_free`); the plan does not keep
 /// `file` or `rules` alive. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `IMPLICIT_PLACEMENT` (a tensor
-/// matched a `default` rule in strict mode; the message names tensor and rule), `NO_SUCH_DEVICE` /
+/// matched a `default` rule in strict mode; the message names tensor and rule), `UNMATCHED_RULE` (strict
+/// mode: a rule places no tensor; the message names each such rule and why), `NO_SUCH_DEVICE` /
 /// `UNAVAILABLE` (a rule's device is absent), `DEVICE_ERROR`. A plan that does not fit is not an error: see
-/// `hostfirst_plan_device`'s `fits`. Thread-safe.
+/// `hostfirst_plan_device`'s `fits`. Neither is a rule that places no tensor outside strict mode (a typo such
+/// as `token=host` for a tensor `tokens` sends that tensor where the other rules say): the plan lists such
+/// rules, see `hostfirst_plan_unmatched_rule_count`; check it, as the CLI does. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_plan_make(
     file: *const hostfirst_file,
@@ -102,7 +147,17 @@ pub extern "C" fn hostfirst_plan_make(
         let plan = Plan::make(&f, &rules)?;
         let names = plan.entries.iter().map(|e| cstring(&e.name)).collect();
         let largest = plan.devices.iter().map(|d| cstring(&d.largest.0)).collect();
-        *out = handle::insert_new::<hostfirst_plan>(PlanC { plan, names, largest });
+        let unmatched = plan
+            .unmatched
+            .iter()
+            .map(|u| UnmatchedC {
+                pattern: cstring(&u.pattern),
+                target: cstring(&u.target),
+                tensor: u.shadowed.as_ref().map(|(t, _)| t).or(u.near.as_ref()).map(|t| cstring(t)),
+                message: cstring(&u.to_string()),
+            })
+            .collect();
+        *out = handle::insert_new::<hostfirst_plan>(PlanC { plan, names, largest, unmatched });
         Ok(())
     })
 }
@@ -130,12 +185,7 @@ pub extern "C" fn hostfirst_plan_tensor(
     hostfirst_boundary!("hostfirst_plan_tensor", {
         let p = handle::get::<hostfirst_plan>(plan, "plan")?;
         let size = out_struct_size(out, "out")?;
-        let e = p.plan.entries.get(index).ok_or_else(|| {
-            Error::new(
-                Status::OutOfRange,
-                format!("tensor index {index}: the plan has {} tensors", p.plan.entries.len()),
-            )
-        })?;
+        let e = nth(&p.plan.entries, index, "tensor")?;
         let (placement, device) = match e.placement {
             Placement::Host => (HOSTFIRST_PLACEMENT_HOST, hostfirst_device { kind: 0, ordinal: 0 }),
             Placement::Device(d) => (HOSTFIRST_PLACEMENT_DEVICE, d.into()),
@@ -179,12 +229,7 @@ pub extern "C" fn hostfirst_plan_device(
     hostfirst_boundary!("hostfirst_plan_device", {
         let p = handle::get::<hostfirst_plan>(plan, "plan")?;
         let size = out_struct_size(out, "out")?;
-        let d = p.plan.devices.get(index).ok_or_else(|| {
-            Error::new(
-                Status::OutOfRange,
-                format!("device index {index}: the plan uses {} devices", p.plan.devices.len()),
-            )
-        })?;
+        let d = nth(&p.plan.devices, index, "device")?;
         write_out_struct(
             out,
             size,
@@ -198,6 +243,50 @@ pub extern "C" fn hostfirst_plan_device(
                 fits: d.fits as u32,
                 largest_name: p.largest[index].as_ptr(),
                 largest_bytes: d.largest.1,
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Writes the number of rules that place no tensor of the plan's file to `*out_count`: rules whose pattern
+/// matches no tensor name, and rules behind an earlier rule that takes every tensor they match. Outside
+/// strict mode such a plan is made anyway (in strict mode `hostfirst_plan_make` refuses it with
+/// `UNMATCHED_RULE`); a count above 0 is almost always a mistake worth reporting. Errors: `NULL_ARGUMENT`,
+/// `INVALID_HANDLE`. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_plan_unmatched_rule_count(plan: *const hostfirst_plan, out_count: *mut usize) -> Status {
+    hostfirst_boundary!("hostfirst_plan_unmatched_rule_count", {
+        let p = handle::get::<hostfirst_plan>(plan, "plan")?;
+        *out_ptr(out_count, "out_count")? = p.plan.unmatched.len();
+        Ok(())
+    })
+}
+
+/// Fills `*out` with the `index`-th rule that places no tensor (in rule order): its index, pattern and
+/// target, the rule that shadows it or -1, a tensor it was probably meant for, and a one-line message. Set
+/// `out->struct_size` first. Errors as for `hostfirst_plan_tensor`. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_plan_unmatched_rule(
+    plan: *const hostfirst_plan,
+    index: usize,
+    out: *mut hostfirst_plan_unmatched_rule_info,
+) -> Status {
+    hostfirst_boundary!("hostfirst_plan_unmatched_rule", {
+        let p = handle::get::<hostfirst_plan>(plan, "plan")?;
+        let size = out_struct_size(out, "out")?;
+        let (u, c) = (nth(&p.plan.unmatched, index, "unmatched rule")?, &p.unmatched[index]);
+        write_out_struct(
+            out,
+            size,
+            hostfirst_plan_unmatched_rule_info {
+                struct_size: 0,
+                rule: u.rule as u32,
+                shadowed_by: u.shadowed.as_ref().map_or(-1, |(_, by)| *by as i32),
+                pattern: c.pattern.as_ptr(),
+                target: c.target.as_ptr(),
+                tensor: c.tensor.as_ref().map_or(std::ptr::null(), |t| t.as_ptr()),
+                message: c.message.as_ptr(),
             },
         );
         Ok(())

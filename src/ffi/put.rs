@@ -223,7 +223,9 @@ pub extern "C" fn hostfirst_put(
 }
 
 /// `hostfirst_put`, also describing what the transfer did in `*out_stats` (NULL: not wanted; otherwise set
-/// its `struct_size` first).
+/// its `struct_size` first). The stats are written only when the put succeeds, together with `*out`: on any
+/// failure (a bad argument, the fit check, a driver error, a cancelled put) `*out_stats` is left exactly as
+/// the caller passed it, so stale numbers from an earlier call are never mistaken for this one's.
 #[no_mangle]
 pub extern "C" fn hostfirst_put_ex(
     view: *const hostfirst_view,
@@ -304,16 +306,16 @@ pub extern "C" fn hostfirst_put_start(
 
 /// Polls an operation without blocking: `OK` once it has finished (successfully or not; `hostfirst_put_wait`
 /// then returns at once with its result), `NOT_READY` while it runs, `ALREADY_USED` after its result was
-/// taken. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+/// taken. `NOT_READY` is an answer, not a failure: it leaves the thread's last error alone, so a polling loop
+/// does not overwrite the message of an earlier failure. Errors (which do replace it): `ALREADY_USED`,
+/// `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_put_poll(op: *const hostfirst_put_op) -> Status {
-    hostfirst_boundary!("hostfirst_put_poll", {
-        let op = handle::get::<hostfirst_put_op>(op, "op")?;
-        if op.is_done()? {
-            Ok(())
-        } else {
-            Err(Error::new(Status::NotReady, "the put is still running".to_string()))
-        }
+    hostfirst_boundary!("hostfirst_put_poll", default = Status::Panic, {
+        super::status::answer(|| {
+            let op = handle::get::<hostfirst_put_op>(op, "op")?;
+            Ok(if op.is_done()? { Status::Ok } else { Status::NotReady })
+        })
     })
 }
 

@@ -91,6 +91,13 @@ pub extern "C" fn hostfirst_default_resolve(out_device: *mut hostfirst_device) -
 /// Other threads never see it. Pop it with `hostfirst_scope_pop(token)`. Errors: `NULL_ARGUMENT`; the
 /// device must be present (`INVALID_ARGUMENT`, `UNAVAILABLE`, `NO_SUCH_DEVICE`); `LIMIT_EXCEEDED` past 65536
 /// nested scopes on one thread.
+///
+/// Scopes belong to their thread. When a thread exits with scopes still pushed (and its strict flag set),
+/// they are discarded with it: nothing leaks, no other thread and not the process default change, and their
+/// tokens pop nowhere afterwards (`SCOPE_MISMATCH` on any thread). A thread that lives on, such as a pool
+/// worker, keeps a scope its task forgot to pop for the next task: pop (or `hostfirst_scope_leave`) before the
+/// task returns. Scope calls made while the thread itself is being torn down (from a thread-local destructor)
+/// fail with `INTERNAL`; they never crash.
 #[no_mangle]
 pub extern "C" fn hostfirst_scope_push(device: hostfirst_device, out_token: *mut u64) -> Status {
     hostfirst_boundary!("hostfirst_scope_push", {

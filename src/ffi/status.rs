@@ -22,6 +22,20 @@ thread_local! {
         RefCell::new(LastError { status: Status::Ok, message: CString::default(), fit: None });
 }
 
+/// For a call whose non-OK outcome can be an answer rather than a failure (`hostfirst_put_poll`'s
+/// `NOT_READY`), run inside `hostfirst_boundary!(name, default = Status::Panic, { answer(|| ...) })`: an
+/// error is recorded as the thread's last error as usual; `Ok(status)` is returned as is and leaves the last
+/// error alone (the header's convention: only failing calls replace it).
+pub(crate) fn answer(f: impl FnOnce() -> crate::error::Result<Status>) -> Status {
+    match f() {
+        Ok(s) => s,
+        Err(e) => {
+            set_last_error(&e);
+            e.status()
+        }
+    }
+}
+
 /// Records `e` as the calling thread's last error.
 pub(crate) fn set_last_error(e: &Error) {
     let msg = CString::new(e.message().replace('\0', "\\0")).unwrap_or_default();

@@ -6,7 +6,7 @@
 //! its panics become format errors.
 
 use super::names::CName;
-use super::{MAX_HEADER_SIZE, MAX_NAME_LEN, MAX_RANK, MAX_TENSORS};
+use super::{MAX_HEADER_SIZE, MAX_METADATA_ENTRIES, MAX_NAME_LEN, MAX_RANK, MAX_TENSORS};
 use crate::dtype::DType;
 use crate::error::{Error, Result, Status};
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -43,10 +43,17 @@ impl Header {
     }
 }
 
+/// How many leading bytes of a file [`header_len`] looks at: the length prefix, and enough of what follows to
+/// say what a file that is not safetensors looks like.
+pub(crate) const PREFIX_PEEK: usize = 64;
+
 /// The outcome of reading the 8-byte prefix: how many header bytes follow.
 ///
-/// `total_len` is the length of the whole file or buffer. `truncated_status` is what a header that runs past
-/// the end gives: `TRUNCATED` for files, `INVALID_HEADER_LENGTH` for memory buffers.
+/// `prefix` is the start of the file or buffer (at least its first 8 bytes; up to [`PREFIX_PEEK`] are used),
+/// `total_len` the length of the whole. `truncated_status` is what a header that runs past the end gives:
+/// `TRUNCATED` for files, `INVALID_HEADER_LENGTH` for memory buffers. When the length is impossible and the
+/// bytes after the prefix do not begin a JSON object either, the input is not safetensors at all:
+/// `NOT_SAFETENSORS`, saying what it looks like (a zip archive, a Git LFS pointer, text, ...).
 pub(crate) fn header_len(prefix: &[u8], total_len: u64, truncated_status: Status) -> Result<u64> {
     let Some(p) = prefix.get(..8) else {
         return Err(Error::new(
@@ -56,22 +63,71 @@ pub(crate) fn header_len(prefix: &[u8], total_len: u64, truncated_status: Status
     };
     let n = u64::from_le_bytes(p.try_into().expect("8 bytes"));
     // Checked first so that a prefix near u64::MAX is reported as the overflow it is (catalogue row 4).
-    let Some(stop) = n.checked_add(8) else {
-        return Err(Error::new(Status::InvalidHeaderLength, format!("header length {n} + 8 overflows")));
-    };
-    if n > MAX_HEADER_SIZE {
-        return Err(Error::new(
+    let problem = match n.checked_add(8) {
+        None => Error::new(Status::InvalidHeaderLength, format!("header length {n} + 8 overflows")),
+        Some(_) if n > MAX_HEADER_SIZE => Error::new(
             Status::HeaderTooLarge,
             format!("header length {n} exceeds the safetensors limit of {MAX_HEADER_SIZE} bytes"),
-        ));
+        ),
+        Some(stop) if stop > total_len => {
+            Error::new(truncated_status, format!("header length {n} needs {stop} bytes but there are only {total_len}"))
+        }
+        Some(_) => return Ok(n),
+    };
+    Err(not_safetensors(prefix, n, total_len).unwrap_or(problem))
+}
+
+/// `NOT_SAFETENSORS` when the bytes after the (impossible) length prefix do not begin a JSON object; `None`
+/// when they might (then the length itself is the problem, or there is nothing after it to look at).
+fn not_safetensors(prefix: &[u8], n: u64, total_len: u64) -> Option<Error> {
+    let peek = &prefix[..prefix.len().min(PREFIX_PEEK)];
+    let after = peek[8..].iter().find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))?;
+    if *after == b'{' {
+        return None;
     }
-    if stop > total_len {
-        return Err(Error::new(
-            truncated_status,
-            format!("header length {n} needs {stop} bytes but there are only {total_len}"),
-        ));
+    let looks = looks_like(peek);
+    Some(Error::new(
+        Status::NotSafetensors,
+        format!(
+            "not a safetensors file: it looks like {looks}. A safetensors file begins with an 8-byte little-endian \
+             header length followed by a JSON object; here the first 8 bytes read as length {n} (the file has \
+             {total_len} bytes) and '{{' does not follow. Check the path, or convert the file to safetensors"
+        ),
+    ))
+}
+
+/// What the first bytes of a file that is not safetensors look like, for the message.
+fn looks_like(b: &[u8]) -> String {
+    let starts = |m: &[u8]| b.starts_with(m);
+    let known = if starts(b"version https://git-lfs") {
+        Some("a Git LFS pointer, not the file's content (run `git lfs pull` in its repository)")
+    } else if starts(b"PK\x03\x04") {
+        Some("a zip archive (a PyTorch .pt/.bin checkpoint or a NumPy .npz is one)")
+    } else if starts(b"GGUF") {
+        Some("a GGUF file (llama.cpp)")
+    } else if starts(b"\x93NUMPY") {
+        Some("a NumPy .npy file")
+    } else if starts(b"\x89HDF\r\n\x1a\n") {
+        Some("an HDF5 file (e.g. Keras .h5)")
+    } else if b.len() >= 2 && b[0] == 0x80 && (2..=5).contains(&b[1]) {
+        Some("a Python pickle (e.g. a PyTorch checkpoint saved without zip)")
+    } else if starts(b"\x1f\x8b") {
+        Some("gzip-compressed data")
+    } else {
+        None
+    };
+    if let Some(k) = known {
+        return k.to_string();
     }
-    Ok(n)
+    let text = String::from_utf8_lossy(b);
+    let printable = text.chars().filter(|c| !c.is_control() || c.is_whitespace()).count();
+    if printable * 10 >= text.chars().count() * 9 && !text.contains('\u{fffd}') {
+        let first: String = text.trim_start().chars().take(32).collect();
+        let kind = if first.starts_with('<') { "HTML or XML text (a failed download?)" } else { "text" };
+        return format!("{kind} (it begins \"{}\")", first.escape_debug());
+    }
+    let hex: Vec<String> = b.iter().take(8).map(|x| format!("{x:02x}")).collect();
+    format!("binary data of another format (it begins {})", hex.join(" "))
 }
 
 // ---- raw parse ---------------------------------------------------------------------------------------
@@ -89,7 +145,7 @@ struct RawEntry {
 
 struct RawHeader {
     entries: Vec<RawEntry>,
-    metadata: Option<Vec<(String, serde_json::Value)>>,
+    metadata: Option<Vec<(String, MetaValue)>>,
 }
 
 /// Where a semantic failure found during the serde pass is parked (serde errors carry only text), and the
@@ -182,7 +238,7 @@ impl<'de> Visitor<'de> for TopVisitor<'_> {
                         return Err(side.fail(Error::new(Status::InvalidHeaderJson, "`__metadata__` appears twice")));
                     }
                     seen_metadata = true;
-                    metadata = map.next_value_seed(MetaSeed)?;
+                    metadata = map.next_value_seed(MetaSeed(side))?;
                     continue;
                 }
                 Key::Tensor(name) => name,
@@ -202,19 +258,21 @@ impl<'de> Visitor<'de> for TopVisitor<'_> {
     }
 }
 
-struct MetaSeed;
+/// A `__metadata__` value: the string, or the JSON kind of a value that is not one (skipped unbuilt: an
+/// array or object value is walked, never materialised).
+pub(crate) type MetaValue = std::result::Result<String, &'static str>;
 
-impl<'de> DeserializeSeed<'de> for MetaSeed {
-    type Value = Option<Vec<(String, serde_json::Value)>>;
+struct MetaSeed<'s>(&'s Side);
+
+impl<'de> DeserializeSeed<'de> for MetaSeed<'_> {
+    type Value = Option<Vec<(String, MetaValue)>>;
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
-        d.deserialize_any(MetaVisitor)
+        d.deserialize_any(self)
     }
 }
 
-struct MetaVisitor;
-
-impl<'de> Visitor<'de> for MetaVisitor {
-    type Value = Option<Vec<(String, serde_json::Value)>>;
+impl<'de> Visitor<'de> for MetaSeed<'_> {
+    type Value = Option<Vec<(String, MetaValue)>>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("`__metadata__` as an object of strings")
     }
@@ -224,10 +282,70 @@ impl<'de> Visitor<'de> for MetaVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
         let mut v = Vec::new();
         while let Some(k) = map.next_key::<String>()? {
-            let val: serde_json::Value = map.next_value()?;
+            // Stops at the cap before reading further: millions of tiny entries cost neither time nor memory.
+            if v.len() == MAX_METADATA_ENTRIES {
+                return Err(self.0.fail(metadata_cap_error("`__metadata__`")));
+            }
+            let val = map.next_value_seed(MetaValueSeed)?;
             v.push((k, val));
         }
         Ok(Some(v))
+    }
+}
+
+/// The error of a metadata map over [`MAX_METADATA_ENTRIES`].
+pub(crate) fn metadata_cap_error(what: &str) -> Error {
+    Error::new(
+        Status::MetadataLimitExceeded,
+        format!(
+            "{what} has more than {MAX_METADATA_ENTRIES} entries (the hostfirst cap on metadata entries; real \
+             checkpoints carry a few dozen): refused before reading the rest"
+        ),
+    )
+}
+
+struct MetaValueSeed;
+
+impl<'de> DeserializeSeed<'de> for MetaValueSeed {
+    type Value = MetaValue;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<MetaValue, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MetaValueSeed {
+    type Value = MetaValue;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a metadata value")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<MetaValue, E> {
+        Ok(Ok(v.to_string()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> std::result::Result<MetaValue, E> {
+        Ok(Ok(v))
+    }
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<MetaValue, E> {
+        Ok(Err("null"))
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> std::result::Result<MetaValue, E> {
+        Ok(Err("boolean"))
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> std::result::Result<MetaValue, E> {
+        Ok(Err("number"))
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> std::result::Result<MetaValue, E> {
+        Ok(Err("number"))
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> std::result::Result<MetaValue, E> {
+        Ok(Err("number"))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<MetaValue, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Err("array"))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<MetaValue, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Err("object"))
     }
 }
 
@@ -412,9 +530,9 @@ fn cname(s: String, what: impl FnOnce() -> String) -> Result<CName> {
     })
 }
 
-fn convert_metadata(raw: Vec<(String, serde_json::Value)>) -> Result<Vec<(CName, CName)>> {
+fn convert_metadata(raw: Vec<(String, MetaValue)>) -> Result<Vec<(CName, CName)>> {
     // A tensor named `__metadata__` lands here: the key is reserved for the string map (catalogue row 14).
-    let looks_like_tensor = raw.iter().any(|(k, v)| k == "dtype" && v.is_string())
+    let looks_like_tensor = raw.iter().any(|(k, v)| k == "dtype" && v.is_ok())
         && raw.iter().any(|(k, _)| k == "data_offsets" || k == "shape");
     if looks_like_tensor {
         return Err(Error::new(
@@ -425,15 +543,12 @@ fn convert_metadata(raw: Vec<(String, serde_json::Value)>) -> Result<Vec<(CName,
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::with_capacity(raw.len());
     for (k, v) in raw {
-        let serde_json::Value::String(s) = v else {
-            return Err(Error::new(
+        let s = v.map_err(|kind| {
+            Error::new(
                 Status::InvalidHeaderJson,
-                format!(
-                    "`__metadata__` key '{k}' has a {} value; safetensors metadata values must be strings",
-                    json_kind(&v)
-                ),
-            ));
-        };
+                format!("`__metadata__` key '{k}' has a {kind} value; safetensors metadata values must be strings"),
+            )
+        })?;
         if !seen.insert(k.clone()) {
             return Err(Error::new(Status::InvalidHeaderJson, format!("`__metadata__` key '{k}' appears twice")));
         }
@@ -442,17 +557,6 @@ fn convert_metadata(raw: Vec<(String, serde_json::Value)>) -> Result<Vec<(CName,
         out.push((key, val));
     }
     Ok(out)
-}
-
-pub(crate) fn json_kind(v: &serde_json::Value) -> &'static str {
-    match v {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "boolean",
-        serde_json::Value::Number(_) => "number",
-        serde_json::Value::String(_) => "string",
-        serde_json::Value::Array(_) => "array",
-        serde_json::Value::Object(_) => "object",
-    }
 }
 
 /// Element count and byte size of a tensor, with checked arithmetic.

@@ -36,27 +36,7 @@ impl<'de> Visitor<'de> for TopVisitor<'_> {
         while let Some(k) = map.next_key::<String>()? {
             match k.as_str() {
                 "weight_map" if weight_map.is_none() => weight_map = Some(map.next_value_seed(WeightMapSeed(self.0))?),
-                "metadata" => {
-                    let v: serde_json::Value = map.next_value()?;
-                    match v {
-                        serde_json::Value::Object(o) => {
-                            for (k, v) in o {
-                                let s = match v {
-                                    serde_json::Value::String(s) => s,
-                                    other => other.to_string(),
-                                };
-                                metadata.push((k, s));
-                            }
-                        }
-                        serde_json::Value::Null => {}
-                        other => {
-                            return Err(de::Error::custom(format!(
-                                "\"metadata\" must be an object, not {}",
-                                super::header::json_kind(&other)
-                            )))
-                        }
-                    }
-                }
+                "metadata" => metadata = map.next_value_seed(MetadataSeed(self.0))?,
                 "weight_map" => return Err(de::Error::duplicate_field("weight_map")),
                 _ => {
                     map.next_value::<IgnoredAny>()?;
@@ -101,6 +81,42 @@ impl<'de> Visitor<'de> for WeightMapSeed<'_> {
                 ));
                 return Err(de::Error::custom("cap"));
             }
+            out.push((k, v));
+        }
+        Ok(out)
+    }
+}
+
+/// The index's `metadata` object, non-string values rendered as compact JSON text, read entry by entry up to
+/// the metadata cap.
+struct MetadataSeed<'s>(&'s Side);
+
+impl<'de> DeserializeSeed<'de> for MetadataSeed<'_> {
+    type Value = Vec<(String, String)>;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MetadataSeed<'_> {
+    type Value = Vec<(String, String)>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("\"metadata\" as an object")
+    }
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
+        Ok(Vec::new())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(k) = map.next_key::<String>()? {
+            if out.len() == super::MAX_METADATA_ENTRIES {
+                *self.0.error.borrow_mut() = Some(super::header::metadata_cap_error("\"metadata\""));
+                return Err(de::Error::custom("cap"));
+            }
+            let v = match map.next_value::<serde_json::Value>()? {
+                serde_json::Value::String(s) => s,
+                other => other.to_string(),
+            };
             out.push((k, v));
         }
         Ok(out)

@@ -40,6 +40,10 @@ pub const MAX_HEADER_SIZE: u64 = 100_000_000;
 pub const MAX_TENSORS: usize = 1 << 18;
 /// Cap on tensors in a sharded set: 1,048,576.
 pub const MAX_SET_TENSORS: usize = 1 << 20;
+/// Cap on the entries of a file's metadata (a header's `__metadata__`, an index's `metadata`, a set's merged
+/// metadata): 65,536. Real checkpoints carry a few dozen; a header of millions of tiny entries (which the
+/// 100 MB header limit allows) would cost seconds and gigabytes, and gives `METADATA_LIMIT_EXCEEDED` instead.
+pub const MAX_METADATA_ENTRIES: usize = 1 << 16;
 /// Cap on a tensor's rank: 32 (NumPy 1.x's limit).
 pub const MAX_RANK: usize = 32;
 /// Cap on a tensor name's length in bytes: 4096.

@@ -112,8 +112,8 @@ impl Shard {
         }
         let len = meta.len();
         let ctx = |e: Error| e.context(&display);
-        let mut prefix = [0u8; 8];
-        let have = len.min(8) as usize;
+        let mut prefix = [0u8; header::PREFIX_PEEK];
+        let have = len.min(header::PREFIX_PEEK as u64) as usize;
         pread_exact(&file, 0, &mut prefix[..have], &display, &|| "reading the header length".into())?;
         let n = header::header_len(&prefix[..have], len, Status::Truncated).map_err(ctx)?;
         let mut json = vec![0u8; n as usize];

@@ -223,6 +223,10 @@ impl TensorFile {
         for s in &shards {
             for (k, v) in &s.header.metadata {
                 if keys.insert(k.as_str().to_string()) {
+                    if metadata.len() == super::MAX_METADATA_ENTRIES {
+                        let e = super::header::metadata_cap_error("the set's metadata (the index's and its shards')");
+                        return Err(e.context(&display));
+                    }
                     metadata.push((k.clone(), v.clone()));
                 }
             }

@@ -352,3 +352,35 @@ mod narrow {
         }
     }
 }
+
+#[test]
+fn files_that_are_not_safetensors_say_so_and_what_they_look_like() {
+    let cases: [(&[u8], &str); 8] = [
+        (b"# README\nThis is text, not tensors.\n", "looks like text (it begins \"# README"),
+        (b"<!DOCTYPE html><html><body>404</body></html>", "HTML or XML text"),
+        (b"version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 9\n", "git lfs pull"),
+        (b"PK\x03\x04\x14\x00\x00\x00\x08\x00archive/data.pkl", "zip archive"),
+        (b"GGUF\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00", "GGUF"),
+        (b"\x93NUMPY\x01\x00v\x00{'descr': '<f4'", "NumPy .npy"),
+        (b"\x80\x02}q\x00(X\x05\x00\x00\x00state", "pickle"),
+        (b"\xde\xad\xbe\xef\x01\x02\x03\x04\xff\xfe\x00\x01", "binary data of another format (it begins de ad be ef"),
+    ];
+    for (bytes, looks) in cases {
+        let e = header::header_len(bytes, bytes.len() as u64, Status::Truncated).unwrap_err();
+        assert_eq!(e.status(), Status::NotSafetensors, "{e}");
+        assert!(e.message().starts_with("not a safetensors file: it looks like"), "{e}");
+        assert!(e.message().contains(looks), "{looks}: {e}");
+        assert!(e.message().contains("Check the path"), "says what to do: {e}");
+        assert_eq!(status(TensorFile::from_bytes(bytes.to_vec())), Status::NotSafetensors);
+    }
+    // What could still be a (damaged) safetensors file keeps its precise status: nothing after the prefix to
+    // judge, or a JSON object after it.
+    for (bytes, st) in [
+        (&b"<\0\0\0\0\xff\xff\xff"[..], Status::HeaderTooLarge),
+        (b"\x02\0\0\0\x01\0\0\0 {}", Status::HeaderTooLarge),
+        (b"\xfc\xff\xff\xff\xff\xff\xff\xff{}", Status::InvalidHeaderLength),
+        (b"\x40\0\0\0\0\0\0\0{\"a\":", Status::Truncated),
+    ] {
+        assert_eq!(header::header_len(bytes, bytes.len() as u64, Status::Truncated).unwrap_err().status(), st);
+    }
+}

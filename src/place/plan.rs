@@ -1,9 +1,9 @@
 //! A placement plan: the dry run of a set of rules over a file. It allocates nothing and moves no byte.
 
-use super::rules::{RuleTarget, Rules};
+use super::rules::{glob_match, RuleTarget, Rules};
 use crate::device::fit;
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{Error, Result, Status};
 use crate::file::TensorFile;
 
 /// Where one tensor goes.
@@ -79,19 +79,61 @@ impl DeviceSummary {
     }
 }
 
-/// A plan: per tensor its placement (file order), per device its totals (order of first use).
+/// A rule that decides the placement of no tensor of the file: a typo (`token=host` for `tokens`) or a rule
+/// behind a broader one (`*=cpu` before `tokens=host`). Such a rule is almost always a mistake, and a costly
+/// one: the tensor it meant goes where the other rules (or host-first) send it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnmatchedRule {
+    /// Its index in the rules.
+    pub rule: usize,
+    /// Its pattern.
+    pub pattern: String,
+    /// Its target, as written (`host`, `default`, a device spec).
+    pub target: String,
+    /// When its pattern does match tensors, every one of them is taken by an earlier rule: the first such
+    /// tensor and the rule that took it. `None`: its pattern matches no tensor name at all.
+    pub shadowed: Option<(String, usize)>,
+    /// For a pattern that matches nothing: a tensor whose name contains the pattern's text (patterns match
+    /// whole names, so `token` does not match `tokens`; `token*` would).
+    pub near: Option<String>,
+}
+
+impl std::fmt::Display for UnmatchedRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rule {} '{}={}' ", self.rule, self.pattern, self.target)?;
+        match (&self.shadowed, &self.near) {
+            (Some((tensor, by)), _) => write!(
+                f,
+                "places no tensor: every tensor it matches (first '{tensor}') is taken by rule {by} before it \
+                 (the first matching rule wins); move it before rule {by}"
+            ),
+            (None, Some(near)) => write!(
+                f,
+                "matches no tensor; patterns match whole names: tensor '{near}' would need '{}*' or '*{}*'",
+                self.pattern, self.pattern
+            ),
+            (None, None) => write!(f, "matches no tensor of the file; check it against the file's tensor names"),
+        }
+    }
+}
+
+/// A plan: per tensor its placement (file order), per device its totals (order of first use), and the rules
+/// that place nothing.
 #[derive(Clone, Debug)]
 pub struct Plan {
     /// The tensors, in file order.
     pub entries: Vec<PlanEntry>,
     /// The devices receiving at least one tensor.
     pub devices: Vec<DeviceSummary>,
+    /// The rules that decide no tensor's placement, in rule order (in strict mode the plan is refused instead).
+    pub unmatched: Vec<UnmatchedRule>,
 }
 
 impl Plan {
     /// Applies `rules` to every tensor of `file`. `default` targets resolve through the calling thread's
     /// default stack (strict mode: `IMPLICIT_PLACEMENT` naming the tensor and the rule); device specs must
-    /// name a present device. Memory figures are taken now, once per device.
+    /// name a present device. Memory figures are taken now, once per device. Rules that place no tensor are
+    /// listed in [`Plan::unmatched`]; in strict mode they are an error (`UNMATCHED_RULE`, naming each).
     pub fn make(file: &TensorFile, rules: &Rules) -> Result<Plan> {
         let mut entries = Vec::with_capacity(file.len());
         let mut devices: Vec<DeviceSummary> = Vec::new();
@@ -130,7 +172,16 @@ impl Plan {
         for s in &mut devices {
             s.fits = s.bytes <= s.usable;
         }
-        Ok(Plan { entries, devices })
+        let unmatched = unmatched_rules(file, rules, &entries);
+        if !unmatched.is_empty() && crate::scope::strict() {
+            let by = if crate::scope::thread_strict() { "this thread" } else { "the process" };
+            let list: Vec<String> = unmatched.iter().map(|u| u.to_string()).collect();
+            return Err(Error::new(
+                Status::UnmatchedRule,
+                format!("strict mode is on for {by} and {}", list.join("; and ")),
+            ));
+        }
+        Ok(Plan { entries, devices, unmatched })
     }
 
     /// Whether every device fits now.
@@ -147,4 +198,32 @@ impl Plan {
     pub fn find(&self, name: &str) -> Option<&PlanEntry> {
         self.entries.iter().find(|e| e.name == name)
     }
+}
+
+/// The rules that won no tensor in `entries`, with why (see [`UnmatchedRule`]).
+fn unmatched_rules(file: &TensorFile, rules: &Rules, entries: &[PlanEntry]) -> Vec<UnmatchedRule> {
+    let mut used = vec![false; rules.rules().len()];
+    for r in entries.iter().filter_map(|e| e.rule) {
+        used[r] = true;
+    }
+    let mut out = Vec::new();
+    for (ri, rule) in rules.rules().iter().enumerate().filter(|(i, _)| !used[*i]) {
+        // Which earlier rule took the first tensor this pattern matches, if any does.
+        let shadowed = entries
+            .iter()
+            .find(|e| glob_match(&rule.pattern, &e.name))
+            .map(|e| (e.name.clone(), e.rule.expect("a matching rule exists")));
+        let near = match shadowed {
+            Some(_) => None,
+            None => file.names().find(|n| n.contains(rule.pattern.as_str())).map(str::to_string),
+        };
+        out.push(UnmatchedRule {
+            rule: ri,
+            pattern: rule.pattern.clone(),
+            target: rule.target.to_string(),
+            shadowed,
+            near,
+        });
+    }
+    out
 }

@@ -11,6 +11,7 @@
 
 use crate::device::DeviceSpec;
 use crate::error::{Error, Result, Status};
+use crate::scope::target_syntax_error;
 
 /// What a rule does with the tensors it matches.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,7 +57,10 @@ fn parse_target(target: &str) -> Result<RuleTarget> {
         Ok(RuleTarget::Default)
     } else {
         // Syntax only here: presence is checked when a plan is made (the census may differ by then).
-        DeviceSpec::parse(t).map_err(|e| e.context(format!("rule target '{target}'")))?;
+        DeviceSpec::parse(t).map_err(|e| {
+            let others = "host (stay a zero-copy host view), default (the default device)";
+            target_syntax_error(e, &format!("rule target '{target}'"), others)
+        })?;
         Ok(RuleTarget::Spec(t.to_string()))
     }
 }
@@ -258,5 +262,18 @@ mod tests {
             assert_eq!(Rules::parse([bad]).unwrap_err().status(), Status::InvalidArgument, "{bad}");
         }
         assert!(Rules::parse(["a=b=cuda:1"]).unwrap().find("a=b").is_some());
+    }
+
+    #[test]
+    fn a_typo_in_a_target_lists_every_accepted_target() {
+        for bad in ["a=hots", "a=cdua:0", "a=defualt", "a=cuda:x", "a=gpu:GPU-12"] {
+            let e = Rules::parse([bad]).unwrap_err();
+            let m = e.message();
+            assert!(m.starts_with(&format!("rule target '{}'", &bad[2..])), "{m}");
+            for form in ["host", "default", "cpu", "cuda:N", "cuda:GPU-<uuid>", "cuda_host"] {
+                assert!(m.contains(form), "{bad}: '{form}' missing from: {m}");
+            }
+            assert_eq!(m.matches("accepted").count(), 1, "one list: {m}");
+        }
     }
 }

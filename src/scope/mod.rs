@@ -4,7 +4,7 @@
 //! the environment variable (read once, on first use), the built-in rule (the first CUDA device if CUDA is
 //! available, else `cpu:0`, as JAX does).
 
-use crate::device::{census, Device, DeviceSpec};
+use crate::device::{census, Device, DeviceSpec, ACCEPTED_SPECS};
 use crate::error::{Error, Result, Status};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -284,14 +284,24 @@ pub fn resolve_default(what: &str) -> Result<Device> {
     Ok(current()?.device)
 }
 
-/// Parses a target that may be `default` (resolved through [`resolve_default`]) or a device spec.
+/// Parses a target that may be `default` (resolved through [`resolve_default`]) or a device spec. A malformed
+/// spec lists `default` among the accepted forms.
 pub fn resolve_target(spec: &str, what: &str) -> Result<Device> {
     if spec.trim().eq_ignore_ascii_case("default") {
         resolve_default(what)
     } else {
-        let parsed = DeviceSpec::parse(spec)?;
+        let parsed =
+            DeviceSpec::parse(spec).map_err(|e| target_syntax_error(e, what, "default (the default device)"))?;
         crate::device::resolve(&parsed, spec)
     }
+}
+
+/// Rewrites a device-spec syntax error for a placement target that also takes other words: the message is
+/// put in the context `what` and lists `others` (e.g. "default (the default device)") before every device
+/// spec form, so a typo in a target is answered with the complete list of what the target accepts.
+pub(crate) fn target_syntax_error(e: Error, what: &str, others: &str) -> Error {
+    let why = e.message().split("; accepted forms: ").next().unwrap_or_default();
+    Error::new(e.status(), format!("{what}: {why}; accepted: {others}, {ACCEPTED_SPECS}"))
 }
 
 #[cfg(test)]
@@ -317,6 +327,39 @@ mod tests {
             pop(a).unwrap();
             assert_eq!(pop(a).unwrap_err().status(), Status::ScopeMismatch);
             assert_eq!(current().unwrap(), base);
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// What the header promises about a thread that exits with scopes pushed: they go with it.
+    #[test]
+    fn scopes_left_on_an_exiting_thread_go_with_it() {
+        std::thread::spawn(|| {
+            let base = current().unwrap();
+            let depth_before = depth();
+            let (a, b) = std::thread::spawn(|| {
+                let a = push(Device::CPU).unwrap();
+                let b = push(Device::CPU).unwrap();
+                set_thread_strict(true);
+                (a, b) // exits without popping
+            })
+            .join()
+            .unwrap();
+            // This thread is untouched, and the dead thread's tokens pop nowhere.
+            assert_eq!(depth(), depth_before);
+            assert!(!thread_strict());
+            assert_eq!(current().unwrap().source, base.source);
+            assert_eq!(pop(b).unwrap_err().status(), Status::ScopeMismatch);
+            assert_eq!(pop(a).unwrap_err().status(), Status::ScopeMismatch);
+            // A new thread starts clean.
+            std::thread::spawn(move || {
+                assert_eq!(depth(), 0);
+                assert!(!thread_strict());
+                assert_eq!(pop(a).unwrap_err().status(), Status::ScopeMismatch);
+            })
+            .join()
+            .unwrap();
         })
         .join()
         .unwrap();

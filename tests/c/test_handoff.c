@@ -170,8 +170,9 @@ static void test_dlpack(hostfirst_view *v) {
     CHECK(leg->dl_tensor.data == (void *)(uintptr_t)bi.address);
     CHECK_OK(hostfirst_buffer_free(b)); /* the export keeps the memory */
     CHECK(memcmp(leg->dl_tensor.data, tok, sizeof tok) == 0);
-    leg->deleter(leg);
-    leg->deleter(NULL);
+    void (*deleter)(hostfirst_dlpack_managed_tensor *) = leg->deleter; /* leg is freed by the first call */
+    deleter(leg);
+    deleter(NULL);
     CHECK_STATUS(hostfirst_buffer_to_dlpack_legacy(b, &leg), HOSTFIRST_STATUS_INVALID_HANDLE);
 }
 

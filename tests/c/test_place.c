@@ -111,7 +111,19 @@ static void test_cpu(hostfirst_view *tokens, hostfirst_view *empty) {
     c = NULL;
     CHECK_STATUS(hostfirst_put(tokens, &cpu, &o, &c), HOSTFIRST_STATUS_CANCELLED);
     CHECK(c == NULL);
-    hostfirst_put_stats stats = {.struct_size = sizeof stats};
+    /* put_ex writes its stats only on success: a cancelled put, a bad target and strict mode leave the
+     * caller's struct exactly as it was */
+    hostfirst_put_stats stats, before;
+    memset(&stats, 0x5a, sizeof stats);
+    stats.struct_size = sizeof stats;
+    before = stats;
+    CHECK_STATUS(hostfirst_put_ex(tokens, &cpu, &o, &c, &stats), HOSTFIRST_STATUS_CANCELLED);
+    hostfirst_device nowhere = {HOSTFIRST_DEVICE_CPU, 7};
+    CHECK_STATUS(hostfirst_put_ex(tokens, &nowhere, NULL, &c, &stats), HOSTFIRST_STATUS_NO_SUCH_DEVICE);
+    CHECK_OK(hostfirst_strict_thread_set(1));
+    CHECK_STATUS(hostfirst_put_ex(tokens, NULL, NULL, &c, &stats), HOSTFIRST_STATUS_IMPLICIT_PLACEMENT);
+    CHECK_OK(hostfirst_strict_thread_set(0));
+    CHECK(c == NULL && memcmp(&stats, &before, sizeof stats) == 0);
     CHECK_OK(hostfirst_put_ex(tokens, &cpu, NULL, &c, &stats));
     CHECK(stats.register_seconds == 0.0 && stats.reused_registration == 0);
     CHECK_OK(hostfirst_buffer_free(c));
@@ -181,9 +193,22 @@ static void test_async(hostfirst_view *tokens, hostfirst_device target) {
     og.progress = gated_progress;
     atomic_store(&gate_open, 0);
     CHECK_OK(hostfirst_put_start(tokens, &target, &og, &op));
+    /* NOT_READY is an answer, not a failure: the thread's last error (here an earlier OUT_OF_RANGE) stays */
+    hostfirst_view *none = NULL;
+    CHECK_STATUS(hostfirst_view_slice_rows(tokens, 5, 3, &none), HOSTFIRST_STATUS_OUT_OF_RANGE);
+    char earlier[512];
+    snprintf(earlier, sizeof earlier, "%s", hostfirst_last_error());
+    CHECK(earlier[0] != '\0');
     CHECK_STATUS(hostfirst_put_poll(op), HOSTFIRST_STATUS_NOT_READY);
     CHECK_STATUS(hostfirst_put_poll(op), HOSTFIRST_STATUS_NOT_READY);
+    CHECK(hostfirst_last_error_status() == HOSTFIRST_STATUS_OUT_OF_RANGE);
+    CHECK(strcmp(hostfirst_last_error(), earlier) == 0);
     atomic_store(&gate_open, 1);
+    while ((st = hostfirst_put_poll(op)) == HOSTFIRST_STATUS_NOT_READY) {
+    }
+    CHECK_OK(st);
+    CHECK(hostfirst_last_error_status() == HOSTFIRST_STATUS_OUT_OF_RANGE);
+    CHECK(strcmp(hostfirst_last_error(), earlier) == 0);
     b = NULL;
     CHECK_OK(hostfirst_put_wait(op, &b));
     check_round_trip(b, data, sizeof data);

@@ -91,6 +91,41 @@ int main(int argc, char **argv) {
     CHECK(d.device.kind == HOSTFIRST_DEVICE_CPU && d.bytes == 4 * NW && d.tensors == 1 && d.fits == 1);
     CHECK(!strcmp(d.largest_name, "w") && d.largest_bytes == 4 * NW && d.usable > 0 && d.total >= d.usable);
     CHECK_STATUS(hostfirst_plan_device(plan, 1, &d), HOSTFIRST_STATUS_OUT_OF_RANGE);
+    /* Rule 2 '[wx]*' places nothing: the only tensor it matches, w, is taken by rule 1 first. */
+    size_t nu = 0;
+    CHECK_OK(hostfirst_plan_unmatched_rule_count(plan, &nu));
+    CHECK(nu == 1);
+    hostfirst_plan_unmatched_rule_info u = {.struct_size = sizeof u};
+    CHECK_OK(hostfirst_plan_unmatched_rule(plan, 0, &u));
+    CHECK(u.struct_size == sizeof u && u.rule == 2 && u.shadowed_by == 1);
+    CHECK(!strcmp(u.pattern, "[wx]*") && !strcmp(u.target, "cuda:0") && !strcmp(u.tensor, "w"));
+    CHECK(strstr(u.message, "taken by rule 1") != NULL);
+    CHECK_STATUS(hostfirst_plan_unmatched_rule(plan, 1, &u), HOSTFIRST_STATUS_OUT_OF_RANGE);
+    CHECK_STATUS(hostfirst_plan_unmatched_rule(plan, 0, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_plan_unmatched_rule_count(plan, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_plan_unmatched_rule_count((hostfirst_plan *)file, &nu), HOSTFIRST_STATUS_INVALID_HANDLE);
+    /* The typo of the issue: 'token' is not 'tokens'. Listed with the tensor it probably meant; in strict
+     * mode the plan is refused with UNMATCHED_RULE. */
+    hostfirst_rules *typo = NULL;
+    hostfirst_plan *tp = NULL;
+    CHECK_OK(hostfirst_rules_new(&typo));
+    CHECK_OK(hostfirst_rules_add_spec(typo, "token=host"));
+    CHECK_OK(hostfirst_rules_add_spec(typo, "*=cpu"));
+    CHECK_OK(hostfirst_plan_make(file, typo, &tp));
+    CHECK_OK(hostfirst_plan_unmatched_rule_count(tp, &nu));
+    CHECK(nu == 1);
+    CHECK_OK(hostfirst_plan_unmatched_rule(tp, 0, &u));
+    CHECK(u.rule == 0 && u.shadowed_by == -1 && !strcmp(u.tensor, "tokens") && !strcmp(u.pattern, "token"));
+    CHECK(strstr(u.message, "rule 0 'token=host' matches no tensor") != NULL);
+    CHECK_OK(hostfirst_plan_free(tp));
+    CHECK_OK(hostfirst_strict_thread_set(1));
+    tp = NULL;
+    CHECK_STATUS(hostfirst_plan_make(file, typo, &tp), HOSTFIRST_STATUS_UNMATCHED_RULE);
+    CHECK(tp == NULL);
+    CHECK_MSG("rule 0 'token=host' matches no tensor");
+    CHECK_OK(hostfirst_strict_thread_set(0));
+    CHECK_OK(hostfirst_rules_free(typo));
+
     CHECK_STATUS(hostfirst_plan_make(file, rules, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(hostfirst_plan_make(NULL, rules, &plan), HOSTFIRST_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(hostfirst_plan_make(file, (hostfirst_rules *)file, &plan), HOSTFIRST_STATUS_INVALID_HANDLE);

@@ -123,6 +123,10 @@ static void order(void) {
     OK(cuEventCreate(&ev, 0x1 | 0x2)); /* blocking sync, disable timing */
     OK(cuEventCreate(&spin, 0x2));
 
+    /* Device memory starts uninitialised, as on a real GPU: give b known (zero) bytes first, so "stale" below
+     * means zeros and not whatever malloc returned (valgrind flags reading those). */
+    memset(host, 0, N);
+    OK(cuMemcpyHtoD_v2(b, host, N));
     /* Synchronous host-to-device from page-locked memory: complete on return. */
     memset(host, 1, N);
     OK(cuMemcpyHtoD_v2(a, host, N));

@@ -42,13 +42,30 @@ fn default_from_env_and_invalid_env() {
     let v = json(&run_ok(&cli(), &["devices", "--json"], &[("HOSTFIRST_DEFAULT_DEVICE", Some(" CPU "))]));
     assert_eq!(v["default"]["source"], "env");
     assert_eq!(v["default"]["spec"], "cpu:0");
+    // An invalid default is an error (exit 1, one line on stderr), but the census and the devices are still
+    // printed first: the diagnostic works exactly when it is needed.
     for bad in ["tpu:0", "cuda:1", "cpu:7"] {
         let out = run(&cli(), &["devices", "--json"], &[("HOSTFIRST_DEFAULT_DEVICE", Some(bad))]);
         assert_eq!(out.status.code(), Some(1), "{bad}");
-        assert!(out.stdout.is_empty());
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.starts_with("hostfirst: default device: "), "{err}");
         assert!(err.contains("HOSTFIRST_DEFAULT_DEVICE") && err.contains(bad), "{err}");
+        let v = json(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(v["backends"][0]["status"], "available", "{bad}: {v}");
+        assert_eq!(v["backends"][1]["name"], "cuda", "{bad}: {v}");
+        assert_eq!(v["devices"][0]["spec"], "cpu:0", "{bad}: {v}");
+        assert!(v["default"].is_null(), "{v}");
+        let status = v["default_error"]["status"].as_str().unwrap();
+        assert!(["INVALID_ARGUMENT", "NO_SUCH_DEVICE", "UNAVAILABLE"].contains(&status), "{bad}: {v}");
+        assert!(v["default_error"]["message"].as_str().unwrap().contains(bad), "{v}");
+
+        let out = run(&cli(), &["devices"], &[("HOSTFIRST_DEFAULT_DEVICE", Some(bad))]);
+        assert_eq!(out.status.code(), Some(1), "{bad}");
+        let table = String::from_utf8_lossy(&out.stdout);
+        assert!(table.contains("BACKEND") && table.contains("cpu:0"), "{bad}: {table}");
+        assert!(table.contains(&format!("default device: none ({status})")), "{table}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(bad));
     }
 }
 

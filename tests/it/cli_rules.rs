@@ -50,6 +50,22 @@ fn plan_json_shape() {
     let o = run(&cli(), &["plan", m.to_str().unwrap(), "--rule", "x=tpu"], &[]);
     assert_eq!(o.status.code(), Some(2));
     assert!(o.stdout.is_empty() && String::from_utf8_lossy(&o.stderr).contains("INVALID_ARGUMENT"));
+    // A typo in a target is answered with the complete list of targets, host and default included.
+    for (args, what) in [(["plan", "--rule", "x=hots"], "rule target 'hots'"), (["gather", "--device", "defualt"], "")]
+    {
+        let mut args = args.to_vec();
+        args.insert(1, m.to_str().unwrap());
+        if args[0] == "gather" {
+            args.extend(["tokens", "--batch", "2", "--window", "4"]);
+        }
+        let o = run(&cli(), &args, &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(what), "{args:?}: {err}");
+        for form in ["default", "cpu", "cuda:N", "cuda_host"] {
+            assert!(err.contains(form), "{args:?}: '{form}' missing from: {err}");
+        }
+        assert_eq!(err.contains("host (stay"), args[0] == "plan", "host is a rule target only: {err}");
+    }
 }
 
 #[test]
@@ -181,4 +197,47 @@ fn stand_in_plan_load_and_gather_on_two_devices() {
         &knobs,
     ));
     assert_eq!((v["check"].as_str(), v["device"].as_str()), (Some("ok"), Some("cuda:0")));
+}
+
+/// A rule that places no tensor (the typo: `token` for `tokens`) is warned about by plan and load, one
+/// line per rule naming it, listed in the JSON, and refused under --strict with UNMATCHED_RULE.
+#[test]
+fn unmatched_rules_warn_and_strict_refuses_them() {
+    let m = model("unmatched_rules_warn_and_strict_refuses_them");
+    let p = m.to_str().unwrap();
+    for cmd in ["plan", "load"] {
+        let out = run(&cli(), &[cmd, p, "--rule", "token=host", "--rule", "*=cpu", "--rule", "w=host"], &[]);
+        assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+        let err = String::from_utf8_lossy(&out.stderr);
+        let warnings: Vec<&str> = err.lines().filter(|l| l.starts_with("hostfirst: warning: ")).collect();
+        assert_eq!(warnings.len(), 2, "{cmd}: one line per unmatched rule:\n{err}");
+        assert!(
+            warnings[0].contains("rule 0 'token=host' matches no tensor") && warnings[0].contains("'token*'"),
+            "{err}"
+        );
+        assert!(warnings[1].contains("rule 2 'w=host'") && warnings[1].contains("taken by rule 1"), "{err}");
+        // The typo's consequence is visible: tokens went to cpu by the '*' rule.
+        let table = String::from_utf8_lossy(&out.stdout);
+        assert!(table.lines().any(|l| l.starts_with("tokens") && l.contains("cpu:0")), "{table}");
+
+        let out = run_ok(&cli(), &[cmd, p, "--rule", "token=host", "--rule", "*=cpu", "--json"], &[]);
+        let v = json(&out);
+        let u = v["unmatched_rules"].as_array().unwrap();
+        assert_eq!(u.len(), 1, "{v}");
+        assert_eq!((u[0]["rule"].as_u64(), u[0]["pattern"].as_str()), (Some(0), Some("token")));
+        assert_eq!((u[0]["shadowed_by"].as_i64(), u[0]["tensor"].as_str()), (Some(-1), Some("tokens")));
+        // Every rule used: no warning, an empty list.
+        let out = run(&cli(), &[cmd, p, "--rule", "tokens=host", "--rule", "*=cpu", "--json"], &[]);
+        assert!(out.status.success() && out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(json(&String::from_utf8_lossy(&out.stdout))["unmatched_rules"].as_array().unwrap().len(), 0);
+
+        let out = run(&cli(), &[cmd, p, "--rule", "token=host", "--rule", "*=cpu", "--strict"], &[]);
+        assert_eq!(out.status.code(), Some(1), "{cmd} --strict");
+        assert!(out.stdout.is_empty());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with(&format!("hostfirst: {p}: UNMATCHED_RULE: strict mode is on")), "{err}");
+        assert!(err.contains("rule 0 'token=host' matches no tensor"), "{err}");
+        run_ok(&cli(), &[cmd, p, "--rule", "tokens=host", "--rule", "*=cpu", "--strict"], &[]);
+    }
 }

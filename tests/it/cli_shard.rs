@@ -90,13 +90,14 @@ fn text_output_and_failures() {
         assert!(o.stdout.is_empty(), "{extra:?}");
         assert!(err.contains(needle), "{extra:?}: {err}");
     };
-    fail(&["--world", "4", "--rank", "4"], 1, "OUT_OF_RANGE: mesh position 4");
+    fail(&["--world", "4", "--rank", "4", "--rule", "embed=0"], 1, "OUT_OF_RANGE: mesh position 4");
     fail(&["--world", "5", "--rank", "0", "--rule", "bias=0"], 1, "INVALID_ARGUMENT");
     fail(&["--world", "5", "--rank", "0", "--rule", "bias=0"], 1, "tensor 'bias': dimension 0 has size 12");
     fail(&["--world", "2", "--rank", "0", "--rule", "bias=1"], 1, "INVALID_ARGUMENT");
-    fail(&["--world", "0", "--rank", "0"], 1, "INVALID_ARGUMENT");
-    fail(&["--world", "2", "--rank", "0", "--device", "tpu:0"], 1, "INVALID_ARGUMENT");
-    fail(&["--rank", "0"], 2, "usage: hostfirst shard");
+    fail(&["--world", "0", "--rank", "0", "--rule", "embed=0"], 1, "INVALID_ARGUMENT");
+    fail(&["--world", "2", "--rank", "0", "--rule", "embed=0", "--device", "tpu:0"], 1, "INVALID_ARGUMENT");
+    fail(&["--rank", "0", "--rule", "embed=0"], 2, "usage: hostfirst shard");
+    fail(&["--world", "2", "--rank", "0"], 2, "at least one --rule");
     fail(&["--world", "2", "--rank", "0", "--rule", "w=x"], 2, "PATTERN=DIM");
     fail(&["--world", "2", "--rank", "-1"], 2, "usage");
     fail(&["--world", "2", "--rank", "0", "--bogus"], 2, "unknown option");

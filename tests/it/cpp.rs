@@ -40,3 +40,28 @@ fn cpp_example_builds_and_runs() {
     assert!(text.contains("dlpack 1.1: device 1, code 1 bits 16, read-only yes"), "{text}");
     assert!(text.contains("default: cpu:0 (scope)"), "{text}");
 }
+
+/// Before C++17 the header stops with one clear message (no cryptic `std::exchange` error after it).
+#[test]
+fn cpp_header_before_cpp17_says_cpp17_is_required() {
+    assert!(have_cc(), "no C compiler");
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let src = scratch("cpp_std").join("uses_hpp.cpp");
+    std::fs::write(&src, "#include \"hostfirst.hpp\"\nint main() { return 0; }\n").unwrap();
+    for std in ["c++11", "c++14", "c++17"] {
+        let out = Command::new(&cxx)
+            .args([&format!("-std={std}"), "-Wall", "-Wextra", "-Wpedantic", "-Wundef", "-Werror", "-fsyntax-only"])
+            .arg(format!("-I{}", root().join("include").display()))
+            .arg(&src)
+            .output()
+            .expect("run the C++ compiler");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if std == "c++17" {
+            assert!(out.status.success(), "{std}: {stderr}");
+            continue;
+        }
+        assert!(!out.status.success(), "{std}: the header compiled");
+        assert!(stderr.contains("hostfirst.hpp requires C++17 or later"), "{std}: {stderr}");
+        assert_eq!(stderr.matches("error:").count(), 1, "{std}: only the #error, nothing after it:\n{stderr}");
+    }
+}

@@ -91,6 +91,9 @@ cases! {
     extra_name_too_long => "extra-name-too-long",
     extra_duplicate_metadata => "extra-duplicate-metadata",
     extra_missing_dtype => "extra-missing-dtype",
+    extra_not_safetensors_text => "extra-not-safetensors-text",
+    extra_not_safetensors_zip => "extra-not-safetensors-zip",
+    extra_not_safetensors_lfs_pointer => "extra-not-safetensors-lfs-pointer",
 }
 
 #[test]
@@ -148,6 +151,51 @@ fn row34_header_bloat_over_the_cap_is_limit_exceeded() {
         let hs = handles();
         assert_eq!(open_memory_and_walk(&bytes), Status::LimitExceeded);
         assert!(last_error().contains("262144"), "{}", last_error());
+        assert_eq!(handles(), hs);
+    });
+}
+
+/// A header of `n` tiny `__metadata__` entries and one tensor.
+fn many_metadata(n: usize) -> Vec<u8> {
+    let mut h = String::with_capacity(n * 16 + 64);
+    h.push_str(r#"{"__metadata__":{"#);
+    for i in 0..n {
+        if i > 0 {
+            h.push(',');
+        }
+        h.push_str(&format!(r#""{i:x}":"""#));
+    }
+    h.push_str(r#"},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}"#);
+    image(&h, &[7])
+}
+
+/// Metadata is capped like tensors: at the cap it opens; one entry more is METADATA_LIMIT_EXCEEDED, from memory
+/// and from a file, and millions of entries are refused as fast as the cap plus one (the parse stops there).
+#[test]
+fn metadata_bloat_over_the_cap_is_metadata_limit_exceeded() {
+    alone(concat!(module_path!(), "::metadata_bloat_over_the_cap_is_metadata_limit_exceeded"), || {
+        let cap = hostfirst::file::MAX_METADATA_ENTRIES;
+        assert_eq!(cap as u32, hostfirst::ffi::HOSTFIRST_MAX_METADATA_ENTRIES);
+        let f = hostfirst::TensorFile::from_bytes(many_metadata(cap)).unwrap();
+        assert_eq!(f.metadata_len(), cap);
+        let hs = handles();
+        let t = std::time::Instant::now();
+        assert_eq!(open_memory_and_walk(&many_metadata(cap + 1)), Status::MetadataLimitExceeded);
+        let at_cap = t.elapsed();
+        assert!(last_error().contains("more than 65536 entries"), "{}", last_error());
+        assert!(last_error().contains("__metadata__"), "{}", last_error());
+        // Three million entries (a 40 MB header, under the 100 MB limit): refused, without the cost growing
+        // with the entries (before the cap it took seconds and gigabytes).
+        let bloat = many_metadata(3_000_000);
+        assert!(bloat.len() > 30_000_000);
+        let path = tmp("metadata-bloat.safetensors");
+        std::fs::write(&path, &bloat).unwrap();
+        let t = std::time::Instant::now();
+        assert_eq!(open_path_and_walk(&path), Status::MetadataLimitExceeded);
+        let bloated = t.elapsed();
+        std::fs::remove_file(&path).unwrap();
+        eprintln!("metadata over the cap (debug build): {cap}+1 entries {at_cap:?}, 3M entries {bloated:?}");
+        assert!(bloated.as_secs_f64() < 5.0 * at_cap.as_secs_f64() + 1.0, "{bloated:?} vs {at_cap:?}");
         assert_eq!(handles(), hs);
     });
 }

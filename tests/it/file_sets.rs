@@ -150,3 +150,35 @@ fn malformed_indexes() {
         expect(&index(&d, r#"{"weight_map":{}}"#), Status::Ok, "");
     });
 }
+
+/// The set's metadata is capped like a header's: an index `metadata` over the cap, and shards whose distinct
+/// keys together pass it, give METADATA_LIMIT_EXCEEDED.
+#[test]
+fn metadata_over_the_cap() {
+    alone(concat!(module_path!(), "::metadata_over_the_cap"), || {
+        let cap = hostfirst::file::MAX_METADATA_ENTRIES;
+        let d = set_dir("set-metadata-cap");
+        let entries: Vec<String> = (0..=cap).map(|i| format!("\"k{i}\":{i}")).collect();
+        let body = GOOD.replacen(
+            r#""metadata":{"total_size":7,"note":"x"}"#,
+            &format!("\"metadata\":{{{}}}", entries.join(",")),
+            1,
+        );
+        expect(&index(&d, &body), Status::MetadataLimitExceeded, "\"metadata\" has more than 65536 entries");
+
+        // Each shard under the cap, the union over it.
+        let d = tmp("set-metadata-union");
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        for (name, tensor, salt) in [("a-00001.safetensors", "a", "x"), ("b-00002.safetensors", "b", "y")] {
+            let meta: Vec<String> = (0..cap / 2 + 1).map(|i| format!("\"{salt}{i}\":\"\"")).collect();
+            let h = format!(
+                "{{\"__metadata__\":{{{}}},\"{tensor}\":{{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}}}",
+                meta.join(",")
+            );
+            std::fs::write(d.join(name), image(&h, &[1])).unwrap();
+        }
+        let body = r#"{"weight_map":{"a":"a-00001.safetensors","b":"b-00002.safetensors"}}"#;
+        expect(&index(&d, body), Status::MetadataLimitExceeded, "the set's metadata");
+    });
+}

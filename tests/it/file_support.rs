@@ -192,6 +192,22 @@ pub fn catalogue() -> Vec<Case> {
             InvalidHeaderJson,
         ),
         case("extra-missing-dtype", image(r#"{"a":{"shape":[1],"data_offsets":[0,1]}}"#, &[0]), InvalidHeaderJson),
+        // Not safetensors at all: said so, with what the bytes look like (not HEADER_TOO_LARGE and a huge number).
+        case(
+            "extra-not-safetensors-text",
+            b"# hostfirst\nHost RAM first, an accelerator when asked.\n".to_vec(),
+            NotSafetensors,
+        ),
+        case(
+            "extra-not-safetensors-zip",
+            b"PK\x03\x04\x14\x00\x00\x00\x08\x00archive/data.pkl".to_vec(),
+            NotSafetensors,
+        ),
+        case(
+            "extra-not-safetensors-lfs-pointer",
+            b"version https://git-lfs.github.com/spec/v1\noid sha256:4d7a\nsize 1234\n".to_vec(),
+            NotSafetensors,
+        ),
     ]
 }
 

@@ -1,6 +1,6 @@
 //! Packaging: `scripts/install.sh` into a temporary prefix (once per test binary), then the installed tree is
-//! checked (SONAME, symlinks, headers) and used the way a C project would: examples-c/version.c built via
-//! pkg-config (shared and static) and via the CMake package (`find_package(hostfirst)`), then run.
+//! checked (SONAME, symlinks, headers, the CLI in bin/) and used the way a C project would: examples-c/version.c
+//! built via pkg-config (shared and static) and via the CMake package (`find_package(hostfirst)`), then run.
 //!
 //! readelf, pkg-config and cmake are installed by scripts/test.sh. Where one is missing the test fails under CI
 //! (`CI=true`) and otherwise skips with a message. ELF systems only (install.sh installs ELF shared libraries).
@@ -196,6 +196,23 @@ fn installed_tree_has_soname_symlinks_and_headers() {
         assert!(!text.contains(prefix().to_str().unwrap()), "{f} names the install prefix:\n{text}");
         assert!(!text.contains('@'), "{f} has an unreplaced placeholder:\n{text}");
     }
+}
+
+/// The CLI is installed into <prefix>/bin and runs from there without LD_LIBRARY_PATH (a relative rpath, so it
+/// keeps working when the tree moves, like the CMake package).
+#[test]
+fn cli_installed_into_prefix_bin() {
+    if !have_tool("readelf", "--version") {
+        return;
+    }
+    let cli = prefix().join("bin/hostfirst");
+    assert!(cli.is_file(), "{} was not installed", cli.display());
+    assert_eq!(dynamic_entries(&cli, "RUNPATH"), vec!["$ORIGIN/../lib".to_string()]);
+    let version = crate::common::run_ok(&cli, &["--version"], &[("LD_LIBRARY_PATH", None)]);
+    assert_eq!(version.trim(), format!("hostfirst {}", env!("CARGO_PKG_VERSION")));
+    let tokens = crate::common::root().join("tests/fixtures/tokens.safetensors");
+    let table = crate::common::run_ok(&cli, &["inspect", tokens.to_str().unwrap()], &[("LD_LIBRARY_PATH", None)]);
+    assert!(table.contains("tokens") && table.contains("U16"), "{table}");
 }
 
 #[test]

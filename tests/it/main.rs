@@ -4,6 +4,7 @@
 mod boundary;
 mod c_abi;
 mod cli_devices;
+mod cli_help;
 mod cli_inspect;
 mod cli_put;
 mod cli_rules;
@@ -28,3 +29,4 @@ mod place_cuda;
 mod place_rules;
 mod readme_example;
 mod shard;
+mod valgrind;

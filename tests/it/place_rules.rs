@@ -113,6 +113,42 @@ fn default_resolves_through_the_stack_and_strict_mode_refuses_it() {
     ok.unwrap();
 }
 
+/// A rule that places nothing is listed by the plan (why, and what would match), and refused in strict mode.
+#[test]
+fn rules_that_place_nothing_are_reported_and_refused_in_strict_mode() {
+    let (path, _) = model();
+    let f = TensorFile::open(&path).unwrap();
+    // The typo of the issue: `token` is not `tokens`, so tokens would go to the `*` rule's device.
+    let rules = Rules::parse(["token=host", "*=cpu"]).unwrap();
+    let plan = Plan::make(&f, &rules).unwrap();
+    assert_eq!(plan.find("tokens").unwrap().placement, Placement::Device(Device::CPU));
+    assert_eq!(plan.unmatched.len(), 1);
+    let u = &plan.unmatched[0];
+    assert_eq!((u.rule, u.pattern.as_str(), u.target.as_str()), (0, "token", "host"));
+    assert_eq!((u.shadowed.clone(), u.near.as_deref()), (None, Some("tokens")));
+    let text = u.to_string();
+    assert!(text.contains("rule 0 'token=host' matches no tensor") && text.contains("'token*'"), "{text}");
+
+    // A rule behind a broader one, and one that matches nothing at all.
+    let plan = Plan::make(&f, &Rules::parse(["*=cpu", "tokens=host", "nothing*=cpu", "w1=cpu"]).unwrap()).unwrap();
+    let got: Vec<String> = plan.unmatched.iter().map(|u| format!("{} {:?} {:?}", u.rule, u.shadowed, u.near)).collect();
+    assert_eq!(got, [r#"1 Some(("tokens", 0)) None"#, "2 None None", r#"3 Some(("w1", 0)) None"#]);
+    assert!(plan.unmatched[0].to_string().contains("taken by rule 0"), "{}", plan.unmatched[0]);
+    // Every rule used: nothing listed.
+    assert!(Plan::make(&f, &Rules::parse(["tokens=host", "*=cpu"]).unwrap()).unwrap().unmatched.is_empty());
+
+    hostfirst::scope::set_thread_strict(true);
+    let e = Plan::make(&f, &rules).unwrap_err();
+    let ok = Plan::make(&f, &Rules::parse(["tokens=host", "*=cpu"]).unwrap());
+    hostfirst::scope::set_thread_strict(false);
+    ok.unwrap();
+    assert_eq!(e.status(), Status::UnmatchedRule);
+    assert!(
+        e.message().starts_with("strict mode is on for this thread and rule 0 'token=host' matches no tensor"),
+        "{e}"
+    );
+}
+
 #[test]
 fn load_on_cpu_byte_for_byte_with_progress_and_cancel() {
     let (path, tensors) = model();

@@ -25,6 +25,8 @@ struct NvmlMemory {
 struct Nvml {
     by_uuid: unsafe extern "C" fn(*const c_char, *mut NvmlDevice) -> NvmlReturn,
     memory: unsafe extern "C" fn(NvmlDevice, *mut NvmlMemory) -> NvmlReturn,
+    /// Kept (in a static, never dropped) so the function pointers above never dangle.
+    _lib: libloading::Library,
 }
 
 /// The library name: the driver's own, never a development link.
@@ -33,10 +35,10 @@ pub const LIBRARY_NAME: &str = if cfg!(windows) { "nvml.dll" } else { "libnvidia
 fn nvml() -> Option<&'static Nvml> {
     static NVML: OnceLock<Option<Nvml>> = OnceLock::new();
     NVML.get_or_init(|| {
-        // SAFETY: loading NVML runs its initialisers, which have no preconditions; it stays loaded (leaked
-        // below) so the function pointers never dangle.
-        let lib: &'static libloading::Library =
-            Box::leak(Box::new(unsafe { libloading::Library::new(LIBRARY_NAME) }.ok()?));
+        // SAFETY: loading NVML runs its initialisers, which have no preconditions; it stays loaded for the
+        // process lifetime (the library lives in the static `Nvml`, which is never dropped), so the function
+        // pointers never dangle. (Not a leaked Box: valgrind's memcheck pass would count that as lost.)
+        let lib = unsafe { libloading::Library::new(LIBRARY_NAME) }.ok()?;
         // SAFETY: these are NVML's C signatures (nvml.h): `nvmlReturn_t nvmlInit_v2(void)`,
         // `nvmlDeviceGetHandleByUUID(const char*, nvmlDevice_t*)`, `nvmlDeviceGetMemoryInfo(nvmlDevice_t,
         // nvmlMemory_t*)` with `nvmlMemory_t = { unsigned long long total, free, used }`.
@@ -44,7 +46,7 @@ fn nvml() -> Option<&'static Nvml> {
             let init = *lib.get::<unsafe extern "C" fn() -> NvmlReturn>(b"nvmlInit_v2").ok()?;
             let by_uuid = *lib.get(b"nvmlDeviceGetHandleByUUID").ok()?;
             let memory = *lib.get(b"nvmlDeviceGetMemoryInfo").ok()?;
-            (init() == 0).then_some(Nvml { by_uuid, memory })
+            (init() == 0).then_some(Nvml { by_uuid, memory, _lib: lib })
         }
     })
     .as_ref()
