@@ -30,15 +30,9 @@ static void write_model(void) {
              "\"row\":{\"dtype\":\"I32\",\"shape\":[%d,3],\"data_offsets\":[%zu,%zu]},"
              "\"bias\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}}",
              R, C, ow, oc, C, oc, orow, R, orow, ob, C, ob, end);
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    uint64_t len = strlen(hdr);
-    unsigned char le[8];
-    for (int i = 0; i < 8; i++) le[i] = (unsigned char)(len >> (8 * i));
-    CHECK(fwrite(le, 1, 8, f) == 8 && fwrite(hdr, 1, len, f) == len);
-    CHECK(fwrite(w, 1, sizeof w, f) == sizeof w && fwrite(col, 1, sizeof col, f) == sizeof col);
-    CHECK(fwrite(row, 1, sizeof row, f) == sizeof row && fwrite(bias, 1, sizeof bias, f) == sizeof bias);
-    CHECK(fclose(f) == 0);
+    const void *parts[] = {w, col, row, bias};
+    const size_t sizes[] = {sizeof w, sizeof col, sizeof row, sizeof bias};
+    write_safetensors(path, hdr, 4, parts, sizes);
 }
 
 /* The packed bytes of the 2-D block [r0, r0 + nr) x [c0, c0 + nc) of a row-major array of `cols` columns
