@@ -114,47 +114,14 @@ fn gather_json_fields() {
     assert!(p50 > 0.0 && p99 >= p50, "{v}");
     assert!(v.get("prefault_s").is_none(), "{v}");
     // --prefault: timed and reported; the batch still matches a direct read.
-    let out = run_ok(
-        &cli(),
-        &[
-            "gather",
-            m.to_str().unwrap(),
-            "tokens",
-            "--batch",
-            "4",
-            "--window",
-            "9",
-            "--device",
-            "cpu",
-            "--iters",
-            "3",
-            "--prefault",
-            "--json",
-        ],
-        &[],
-    );
+    let mut prefault = vec!["gather", m.to_str().unwrap(), "tokens"];
+    prefault.extend("--batch 4 --window 9 --device cpu --iters 3 --prefault".split(' '));
+    let out = run_ok(&cli(), &[&prefault[..], &["--json"]].concat(), &[]);
     let v = json(&out);
     assert_eq!(v["check"].as_str(), Some("ok"));
     assert!(v["prefault_s"].as_f64().unwrap() >= 0.0, "{v}");
     assert_eq!(v["prefault_populated"].as_bool(), Some(true), "{v}");
-    let out = run_ok(
-        &cli(),
-        &[
-            "gather",
-            m.to_str().unwrap(),
-            "tokens",
-            "--batch",
-            "4",
-            "--window",
-            "9",
-            "--device",
-            "cpu",
-            "--iters",
-            "3",
-            "--prefault",
-        ],
-        &[],
-    );
+    let out = run_ok(&cli(), &prefault, &[]);
     assert!(out.starts_with("prefault tokens: ") && out.contains("pages mapped"), "{out}");
     // 2-D tensor and missing arguments.
     let o = run(&cli(), &["gather", m.to_str().unwrap(), "w", "--batch", "2", "--window", "2", "--device", "cpu"], &[]);
