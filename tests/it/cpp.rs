@@ -65,3 +65,74 @@ fn cpp_header_before_cpp17_says_cpp17_is_required() {
         assert_eq!(stderr.matches("error:").count(), 1, "{std}: only the #error, nothing after it:\n{stderr}");
     }
 }
+
+/// Removes `/* ... */` and `// ...` comments, so a name counts only where the code uses it.
+fn strip_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix("/*") {
+            rest = after.find("*/").map_or("", |end| &after[end + 2..]);
+        } else if rest.starts_with("//") {
+            rest = rest.find('\n').map_or("", |end| &rest[end..]);
+        } else if rest.starts_with('"') {
+            // a string literal: copied as is (it may hold "//")
+            let end = rest[1..].find('"').map_or(rest.len(), |e| e + 2);
+            out.push_str(&rest[..end]);
+            rest = &rest[end..];
+        } else {
+            let c = rest.chars().next().unwrap();
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out
+}
+
+/// Every `hostfirst_*` identifier directly followed by `(` (a declaration or a call).
+fn function_names(code: &str) -> std::collections::BTreeSet<String> {
+    let bytes = code.as_bytes();
+    let mut names = std::collections::BTreeSet::new();
+    let mut i = 0;
+    while let Some(found) = code[i..].find("hostfirst_") {
+        let start = i + found;
+        let mut end = start;
+        while end < bytes.len() && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_') {
+            end += 1;
+        }
+        let boundary = start == 0 || !(bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_');
+        if boundary && bytes.get(end) == Some(&b'(') {
+            names.insert(code[start..end].to_string());
+        }
+        i = end;
+    }
+    names
+}
+
+/// Every identifier of the code (C-style), to see whether a function is used (called or passed).
+fn identifiers(code: &str) -> std::collections::BTreeSet<&str> {
+    code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| !w.is_empty()).collect()
+}
+
+/// The C++ header cannot fall behind the C API: every exported `hostfirst_*` function of hostfirst.h (but the
+/// `hostfirst__test_*` hooks) is used by the code of hostfirst.hpp (a mention in a comment does not count).
+#[test]
+fn cpp_header_wraps_every_c_function() {
+    let c_header = std::fs::read_to_string(root().join("include/hostfirst.h")).unwrap();
+    let hpp = std::fs::read_to_string(root().join("include/hostfirst.hpp")).unwrap();
+    let exported: Vec<String> =
+        function_names(&strip_comments(&c_header)).into_iter().filter(|n| !n.starts_with("hostfirst__test_")).collect();
+    assert!(exported.len() > 100, "parsed only {} functions from hostfirst.h", exported.len());
+    let hpp_code = strip_comments(&hpp);
+    let used = identifiers(&hpp_code);
+    let missing: Vec<&String> = exported.iter().filter(|n| !used.contains(n.as_str())).collect();
+    assert!(missing.is_empty(), "include/hostfirst.hpp does not wrap {} C function(s): {missing:#?}", missing.len());
+}
+
+#[test]
+fn cpp_coverage_check_ignores_comments() {
+    let code = strip_comments("/* hostfirst_a(x) */ int hostfirst_b(void); // hostfirst_c()\nf(\"//\", hostfirst_d);");
+    assert_eq!(function_names(&code).into_iter().collect::<Vec<_>>(), ["hostfirst_b"]);
+    let used = identifiers(&code);
+    assert!(used.contains("hostfirst_d") && !used.contains("hostfirst_a") && !used.contains("hostfirst_c"));
+}
