@@ -39,6 +39,18 @@ fn cpp_example_builds_and_runs() {
     assert!(text.contains("tokens: U16 [ 4096 ], 8192 bytes"), "{text}");
     assert!(text.contains("dlpack 1.1: device 1, code 1 bits 16, read-only yes"), "{text}");
     assert!(text.contains("default: cpu:0 (scope)"), "{text}");
+    assert!(text.contains("plan: tokens -> host\n"), "{text}");
+    assert!(text.contains("warning: rule 1 '*=default' places no tensor"), "{text}");
+    assert!(text.contains("loaded 1 tensors; tokens is a host view"), "{text}");
+    // The batch's first row is the 8 tokens of the file at the offset it printed.
+    let line = text.lines().find(|l| l.starts_with("batch [4, 8] on cpu:0; row 0 from offset ")).expect(&text);
+    let (offset, row) = line["batch [4, 8] on cpu:0; row 0 from offset ".len()..].split_once(':').unwrap();
+    let offset: usize = offset.parse().unwrap();
+    let bytes = std::fs::read(&tokens).unwrap();
+    let data = &bytes[8 + u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize..];
+    let want: Vec<String> =
+        (offset..offset + 8).map(|i| u16::from_le_bytes([data[2 * i], data[2 * i + 1]]).to_string()).collect();
+    assert_eq!(row.split_whitespace().collect::<Vec<_>>(), want, "{text}");
 }
 
 /// Before C++17 the header stops with one clear message (no cryptic `std::exchange` error after it).
