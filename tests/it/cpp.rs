@@ -148,3 +148,29 @@ fn cpp_coverage_check_ignores_comments() {
     let used = identifiers(&code);
     assert!(used.contains("hostfirst_d") && !used.contains("hostfirst_a") && !used.contains("hostfirst_c"));
 }
+
+/// The README's C++ snippet compiles with the project's flags and runs on the token fixture.
+#[test]
+fn cpp_readme_snippet_builds_and_runs() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let from = readme.find("C++ (`include/hostfirst.hpp`").expect("the README's C++ section");
+    let block = &readme[from..];
+    let start = block.find("```cpp\n").expect("a ```cpp block") + "```cpp\n".len();
+    let snippet = &block[start..start + block[start..].find("```").unwrap()];
+    let src = scratch("cpp_readme").join("readme_snippet.cpp");
+    std::fs::write(
+        &src,
+        format!(
+            "#include <cstdio>\n#include <vector>\n#include <unistd.h>\n#include \"hostfirst.hpp\"\n\
+             int main(int argc, char **argv) {{\n    if (argc < 2 || chdir(argv[1]) != 0) return 2;\n    try {{\n\
+             {snippet}\n        std::printf(\"batch %llu bytes\\n\", static_cast<unsigned long long>(batch.nbytes()));\n\
+             }} catch (const hostfirst::error &e) {{\n        std::fprintf(stderr, \"%s\\n\", e.what());\n        \
+             return 1;\n    }}\n    return 0;\n}}\n"
+        ),
+    )
+    .unwrap();
+    let out = compile_cpp(src.to_str().unwrap(), "readme_snippet");
+    let text = run_ok(&out, &[root().join("tests/fixtures").to_str().unwrap()], &[]);
+    assert!(text.contains("rule 1 '*=default' places no tensor"), "{text}");
+    assert!(text.contains("batch 4096 bytes"), "{text}");
+}
