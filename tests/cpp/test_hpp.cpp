@@ -373,15 +373,100 @@ static int process_state_and_errors() {
     return 0;
 }
 
+/* Run with the stand-in CUDA driver (tests/it/cpp.rs): the wrappers' CUDA paths. No real GPU here. */
+static int cuda_wrappers(const std::string &fixtures) {
+    size_t base = hostfirst::handle_count();
+    {
+        auto devs = hostfirst::devices();
+        const hostfirst::device cuda("cuda:0");
+        REQUIRE(devs.size() >= 2 && devs[1] == cuda && cuda.kind() == HOSTFIRST_DEVICE_CUDA);
+        REQUIRE(hostfirst::resolve_default_device() == cuda); /* the built-in rule */
+        REQUIRE(cuda.memory().second > 0);
+        auto f = hostfirst::file::open(fixtures + "/tokens.safetensors");
+        hostfirst::view tokens = f.view("tokens");
+        std::vector<uint16_t> all = tokens.to_vector<uint16_t>();
+
+        hostfirst::buffer b = tokens.put(cuda);
+        auto bi = b.info();
+        REQUIRE(b.device() == cuda && bi.nbytes == 8192 && !b.is_file_backed());
+        REQUIRE(b.to_vector<uint16_t>() == all); /* copy_to_host from the device */
+        b.sync_stream(1);
+        b.record_stream(2);
+        b.sync_stream(-1);
+        REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { b.record_stream(0); }));
+        hostfirst::buffer back = b.to(hostfirst::device::cpu());
+        REQUIRE(back.device() == hostfirst::device::cpu() && back.to_vector<uint16_t>() == all);
+        hostfirst::buffer def = back.to_default();
+        REQUIRE(def.device() == cuda && def.to_vector<uint16_t>() == all);
+
+        hostfirst::dlpack_options opts;
+        opts.max_version = {1, 1};
+        opts.has_stream = 1;
+        opts.stream = 1;
+        hostfirst::dlpack_export x = b.to_dlpack_ex(opts);
+        REQUIRE(x.versioned && !x.versioned.read_only() && !x.versioned.is_copied());
+        REQUIRE(x.versioned->dl_tensor.device.device_type == HOSTFIRST_DLPACK_DEVICE_CUDA);
+        REQUIRE(reinterpret_cast<uintptr_t>(x.versioned->dl_tensor.data) == bi.address);
+        hostfirst::dlpack_legacy_tensor xl = b.to_dlpack_legacy();
+        REQUIRE(xl->dl_tensor.device.device_type == HOSTFIRST_DLPACK_DEVICE_CUDA);
+
+        /* resident puts: the registration is cached until release_cached_memory() */
+        hostfirst::put_options resident;
+        resident.resident = 1;
+        auto r1 = tokens.put_ex(cuda, resident);
+        auto r2 = tokens.put_ex(cuda, resident);
+        REQUIRE(r2.stats.reused_registration == 1 && r2.buffer.to_vector<uint16_t>() == all);
+        hostfirst::release_cached_memory();
+        auto r3 = tokens.put_ex(cuda, resident);
+        REQUIRE(r3.stats.reused_registration == 0 && r3.buffer.to_vector<uint16_t>() == all);
+        (void)r1;
+
+        /* a gather onto the device; a device buffer is no gather source */
+        hostfirst::gather g(cuda, HOSTFIRST_DTYPE_U16, 2, 4);
+        hostfirst::buffer batch = g.run_batch(tokens, {0, 6});
+        REQUIRE(batch.device() == cuda);
+        REQUIRE(batch.to_vector<uint16_t>() == std::vector<uint16_t>({TOKENS0[0], TOKENS0[1], TOKENS0[2], TOKENS0[3],
+                                                                     TOKENS0[6], TOKENS0[7], TOKENS0[8], TOKENS0[9]}));
+        REQUIRE(g.to_vector<uint16_t>() == batch.to_vector<uint16_t>());
+        REQUIRE(throws(HOSTFIRST_STATUS_UNSUPPORTED, [&] { (void)g.run_from_buffer(b, {0, 6}); }));
+        hostfirst::buffer from_host = g.run_from_buffer(back, {1, 2});
+        REQUIRE(from_host.device() == cuda && from_host.to_vector<uint16_t>()[0] == TOKENS0[1]);
+
+        /* a plan and a load onto the device */
+        hostfirst::rules r;
+        r.add("*", "default");
+        auto p = hostfirst::plan::make(f, r);
+        REQUIRE(p.device_count() == 1 && hostfirst::device(p.device(0).device) == cuda && p.device(0).bytes == 8192);
+        auto l = hostfirst::load::run(f, p);
+        hostfirst::loaded t = l.get("tokens");
+        REQUIRE(t.kind == HOSTFIRST_LOADED_BUFFER && t.buffer.device() == cuda && t.buffer.to_vector<uint16_t>() == all);
+    }
+    hostfirst::release_cached_memory();
+    REQUIRE(hostfirst::handle_count() == base);
+    return 0;
+}
+
+static int host_wrappers(const std::string &fixtures);
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: test_hpp FIXTURES_DIR\n");
+        std::fprintf(stderr, "usage: test_hpp FIXTURES_DIR [cuda]\n");
         return 2;
     }
-    if (files_views_dlpack(argv[1]) != 0) return 1;
-    if (views_buffers_puts(argv[1]) != 0) return 1;
-    if (rules_plans_loads(argv[1]) != 0) return 1;
-    if (gathers_and_shards(argv[1]) != 0) return 1;
+    try {
+        if (argc > 2 && std::string(argv[2]) == "cuda") return cuda_wrappers(argv[1]);
+        return host_wrappers(argv[1]);
+    } catch (const hostfirst::error &e) { /* a wrapper threw where no test expected it */
+        std::fprintf(stderr, "unexpected %s\n", e.what());
+        return 1;
+    }
+}
+
+static int host_wrappers(const std::string &fixtures) {
+    if (files_views_dlpack(fixtures) != 0) return 1;
+    if (views_buffers_puts(fixtures) != 0) return 1;
+    if (rules_plans_loads(fixtures) != 0) return 1;
+    if (gathers_and_shards(fixtures) != 0) return 1;
     if (process_state_and_errors() != 0) return 1;
     hostfirst::check_version();
     auto bs = hostfirst::backends();

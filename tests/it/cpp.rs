@@ -31,6 +31,14 @@ fn cpp_raii_wrappers() {
     run_ok(&out, &[root().join("tests/fixtures").to_str().unwrap()], &[]);
 }
 
+/// The wrappers' CUDA paths (puts, stream handshake, DLPack on kDLCUDA, resident cache release, a gather and a
+/// load onto cuda:0) against the stand-in driver: no real GPU involved.
+#[test]
+fn cpp_raii_wrappers_on_the_stand_in() {
+    let out = compile_cpp("tests/cpp/test_hpp.cpp", "test_hpp_cuda");
+    run_ok_with_stand_in(&out, &[root().join("tests/fixtures").to_str().unwrap(), "cuda"], &[]);
+}
+
 #[test]
 fn cpp_example_builds_and_runs() {
     let out = compile_cpp("examples-c/cpp_example.cpp", "cpp_example");
