@@ -321,6 +321,31 @@ inline hostfirst_dlpack_dtype to_dlpack(uint32_t dtype) {
 inline void release_cached_memory() { check(hostfirst_release_cached_memory()); }
 
 namespace detail {
+/// Calls `call(args..., &out)` and hands the new handle to its owner: the C API writes `out` only on
+/// success, so a failing call throws and leaves nothing to free.
+template <class Owner, class Raw, class F, class... A>
+Owner adopt(F call, A... args) {
+    Raw *out = nullptr;
+    check(call(args..., &out));
+    return Owner(out);
+}
+
+/// Fills the index-th extensible info struct of a handle (struct_size set first).
+template <class Info, class H, class F>
+Info describe(const H *h, size_t index, F call) {
+    Info i{};
+    i.struct_size = sizeof i;
+    check(call(h, index, &i));
+    return i;
+}
+/// The one output of `call(h, &out)`.
+template <class R, class H, class F>
+R get(const H *h, F call) {
+    R out{};
+    check(call(h, &out));
+    return out;
+}
+
 /// A move-only owner of one C handle, freed with Free (which accepts NULL) on destruction.
 template <class T, hostfirst_status (*Free)(T *)>
 class owner {
@@ -337,6 +362,11 @@ public:
         return *this;
     }
     ~owner() { reset(); }
+    /// Owns the handle `call(args..., &out)` makes (throws, owning nothing, when the call fails).
+    template <class F, class... A>
+    static owner make(F call, A... args) {
+        return adopt<owner, T>(call, args...);
+    }
     void reset() noexcept { (void)Free(std::exchange(p_, nullptr)); }
     T *get() const noexcept { return p_; }
 
@@ -428,38 +458,90 @@ struct shard_options : hostfirst_shard_options {
 };
 
 namespace detail {
-/// Runs one of the C API's _ex DLPack exports into owners (both outputs: one is set, the other NULL).
-template <class H, class F>
-dlpack_export export_ex(const H *h, const hostfirst_dlpack_options &opts, F call) {
-    hostfirst_dlpack_managed_tensor_versioned *v = nullptr;
-    hostfirst_dlpack_managed_tensor *l = nullptr;
-    check(call(h, &opts, &v, &l));
-    return {dlpack_tensor(v), dlpack_legacy_tensor(l)};
-}
+/// The DLPack exports of a handle class D (view, buffer) whose c() gives the C handle H, over the C exports V
+/// (versioned), L (legacy) and X (a consumer's full request). What each shares, maps or copies is the C
+/// function's contract (hostfirst_view_to_dlpack*, hostfirst_buffer_to_dlpack*).
+template <class D, class H, hostfirst_status (*V)(const H *, hostfirst_dlpack_managed_tensor_versioned **),
+          hostfirst_status (*L)(const H *, hostfirst_dlpack_managed_tensor **),
+          hostfirst_status (*X)(const H *, const hostfirst_dlpack_options *,
+                                hostfirst_dlpack_managed_tensor_versioned **, hostfirst_dlpack_managed_tensor **)>
+class dlpack_exports {
+public:
+    /// Exports as a DLPack 1.1 tensor (DLManagedTensorVersioned), zero-copy.
+    dlpack_tensor to_dlpack() const {
+        return adopt<dlpack_tensor, hostfirst_dlpack_managed_tensor_versioned>(V, handle());
+    }
+    /// Exports in the unversioned form (DLManagedTensor), which has no read-only flag: always writable memory.
+    dlpack_legacy_tensor to_dlpack_legacy() const {
+        return adopt<dlpack_legacy_tensor, hostfirst_dlpack_managed_tensor>(L, handle());
+    }
+    /// Exports for a consumer's full request (form by max_version, copy, device, CUDA stream): exactly one of
+    /// the result's two owners is set.
+    dlpack_export to_dlpack_ex(const dlpack_options &opts = dlpack_options()) const {
+        hostfirst_dlpack_managed_tensor_versioned *v = nullptr;
+        hostfirst_dlpack_managed_tensor *l = nullptr;
+        check(X(handle(), &opts, &v, &l));
+        return {dlpack_tensor(v), dlpack_legacy_tensor(l)};
+    }
+
+private:
+    const H *handle() const noexcept { return static_cast<const D *>(this)->c(); }
+};
 }  // namespace detail
 
-/// Memory owned on one device (cpu, cuda_host, cuda:N): made by puts, loads, gathers and shard runs, or
-/// adopted from a hostfirst_buffer* of the C API. Freed by the destructor. Move-only; const members are
-/// thread-safe.
-class buffer {
+namespace detail {
+/// What a view and a buffer both answer: D has c() (its C handle H) and copy_to(dst, capacity); Describe
+/// fills Info (a struct beginning with struct_size, with name, dtype, rank, shape and nbytes).
+template <class D, class H, class Info, hostfirst_status (*Describe)(const H *, Info *)>
+class tensor_accessors {
 public:
-    explicit buffer(hostfirst_buffer *b) noexcept : b_(b) {}
-
-    /// Everything at once (pointers valid while this buffer lives).
-    hostfirst_buffer_info info() const {
-        hostfirst_buffer_info i{};
+    /// Everything at once (pointers valid while the handle lives).
+    Info info() const {
+        Info i{};
         i.struct_size = sizeof i;
-        check(hostfirst_buffer_describe(c(), &i));
+        check(Describe(self().c(), &i));
         return i;
     }
     std::string name() const { return info().name; }
-    hostfirst::device device() const { return hostfirst::device(info().device); }
     uint32_t dtype() const { return info().dtype; }
+    std::string dtype_name() const { return hostfirst_dtype_name(info().dtype); }
     std::vector<uint64_t> shape() const {
         auto i = info();
         return i.rank ? std::vector<uint64_t>(i.shape, i.shape + i.rank) : std::vector<uint64_t>();
     }
+    /// Size in bytes (packed, C order).
     uint64_t nbytes() const { return info().nbytes; }
+    /// A host copy of the bytes.
+    std::vector<uint8_t> bytes() const { return to_vector<uint8_t>(); }
+    /// A host copy as elements of T; throws INVALID_ARGUMENT if nbytes is not a multiple of sizeof(T).
+    template <class T>
+    std::vector<T> to_vector() const {
+        uint64_t n = nbytes();
+        if (n % sizeof(T) != 0)
+            throw error(HOSTFIRST_STATUS_INVALID_ARGUMENT, name() + ": " + std::to_string(n) +
+                                                               " bytes is not a whole number of elements of this size");
+        std::vector<T> out(static_cast<size_t>(n / sizeof(T)));
+        self().copy_to(out.data(), static_cast<size_t>(n));
+        return out;
+    }
+
+private:
+    const D &self() const noexcept { return static_cast<const D &>(*this); }
+};
+}  // namespace detail
+
+/// Memory owned on one device (cpu, cuda_host, cuda:N): made by puts, loads, gathers and shard runs, or
+/// adopted from a hostfirst_buffer* of the C API. Freed by the destructor. Move-only; const members are
+/// thread-safe. DLPack exports share its memory, writable (kDLCUDA / kDLCUDAHost / kDLCPU), and keep it alive;
+/// a gather batch they hold is never rewritten.
+class buffer
+    : public detail::tensor_accessors<buffer, hostfirst_buffer, hostfirst_buffer_info, hostfirst_buffer_describe>,
+      public detail::dlpack_exports<buffer, hostfirst_buffer, hostfirst_buffer_to_dlpack,
+                                    hostfirst_buffer_to_dlpack_legacy, hostfirst_buffer_to_dlpack_ex> {
+public:
+    explicit buffer(hostfirst_buffer *b) noexcept : b_(b) {}
+
+    hostfirst::device device() const { return hostfirst::device(info().device); }
     /// True for a copy-on-write mapping of its file (put_options::copy_on_write): untouched pages still
     /// come from the file, with its SIGBUS hazard; false for memory of its own.
     bool is_file_backed() const {
@@ -468,20 +550,7 @@ public:
         return out != 0;
     }
     /// Copies the whole buffer (from any device) into dst (capacity bytes); BUFFER_TOO_SMALL writes nothing.
-    void copy_to_host(void *dst, size_t capacity) const { check(hostfirst_buffer_copy_to_host(c(), dst, capacity)); }
-    /// A host copy of the bytes.
-    std::vector<uint8_t> bytes() const { return to_vector<uint8_t>(); }
-    /// A host copy as elements of T; throws INVALID_ARGUMENT if nbytes is not a multiple of sizeof(T).
-    template <class T>
-    std::vector<T> to_vector() const {
-        uint64_t n = nbytes();
-        if (n % sizeof(T) != 0)
-            throw error(HOSTFIRST_STATUS_INVALID_ARGUMENT,
-                        name() + ": " + std::to_string(n) + " bytes is not a whole number of elements of this size");
-        std::vector<T> out(static_cast<size_t>(n / sizeof(T)));
-        copy_to_host(out.data(), static_cast<size_t>(n));
-        return out;
-    }
+    void copy_to(void *dst, size_t capacity) const { check(hostfirst_buffer_copy_to_host(c(), dst, capacity)); }
     /// A new buffer on `target` (fit-checked; the source is unchanged).
     buffer to(const hostfirst::device &target) const { return to_ptr(&target.c()); }
     /// A new buffer on the default device (IMPLICIT_PLACEMENT in strict mode).
@@ -491,29 +560,11 @@ public:
     void sync_stream(int64_t stream) const { check(hostfirst_buffer_sync_stream(c(), stream)); }
     /// The release side: hostfirst's next rewrite of this buffer waits for the work queued on `stream` now.
     void record_stream(int64_t stream) const { check(hostfirst_buffer_record_stream(c(), stream)); }
-    /// Exports as a DLPack 1.1 tensor: zero-copy, writable; kDLCUDA / kDLCUDAHost / kDLCPU.
-    dlpack_tensor to_dlpack() const {
-        hostfirst_dlpack_managed_tensor_versioned *t = nullptr;
-        check(hostfirst_buffer_to_dlpack(c(), &t));
-        return dlpack_tensor(t);
-    }
-    /// Exports in the unversioned form (DLManagedTensor): the buffer's own memory, writable.
-    dlpack_legacy_tensor to_dlpack_legacy() const {
-        hostfirst_dlpack_managed_tensor *t = nullptr;
-        check(hostfirst_buffer_to_dlpack_legacy(c(), &t));
-        return dlpack_legacy_tensor(t);
-    }
-    /// Exports for a consumer's full request (form, copy, device, CUDA stream; see hostfirst_buffer_to_dlpack_ex).
-    dlpack_export to_dlpack_ex(const dlpack_options &opts = dlpack_options()) const {
-        return detail::export_ex(c(), opts, hostfirst_buffer_to_dlpack_ex);
-    }
     const hostfirst_buffer *c() const noexcept { return b_.get(); }
 
 private:
     buffer to_ptr(const hostfirst_device *target) const {
-        hostfirst_buffer *out = nullptr;
-        check(hostfirst_buffer_to(c(), target, &out));
-        return buffer(out);
+        return detail::adopt<buffer, hostfirst_buffer>(hostfirst_buffer_to, c(), target);
     }
     detail::owner<hostfirst_buffer, hostfirst_buffer_free> b_;
 };
@@ -538,9 +589,7 @@ public:
     }
     /// Blocks until the put finishes; returns its buffer or throws its error. Once only (then ALREADY_USED).
     hostfirst::buffer wait() const {
-        hostfirst_buffer *b = nullptr;
-        check(hostfirst_put_wait(op_.get(), &b));
-        return hostfirst::buffer(b);
+        return detail::adopt<hostfirst::buffer, hostfirst_buffer>(hostfirst_put_wait, op_.get());
     }
     const hostfirst_put_op *c() const noexcept { return op_.get(); }
 
@@ -549,27 +598,17 @@ private:
 };
 
 /// A read-only, zero-copy view of one tensor (or a part of one). Keeps its file mapping alive; valid
-/// after the file is closed. Move-only; all const members are thread-safe.
-class view {
+/// after the file is closed. Move-only; all const members are thread-safe. DLPack exports: to_dlpack() is the
+/// read-only mapping itself (kDLCPU, flag READ_ONLY); to_dlpack_legacy() a private copy-on-write mapping of its
+/// pages (writable; the file never changes), or a packed copy for memory and strided views. Either keeps the
+/// mapping alive on its own.
+class view : public detail::tensor_accessors<view, hostfirst_view, hostfirst_view_info, hostfirst_view_describe>,
+             public detail::dlpack_exports<view, hostfirst_view, hostfirst_view_to_dlpack,
+                                           hostfirst_view_to_dlpack_legacy, hostfirst_view_to_dlpack_ex> {
 public:
     /// Adopts a handle (freed by the destructor).
     explicit view(hostfirst_view *v) noexcept : v_(v) {}
 
-    /// Everything at once (pointers valid while this view lives).
-    hostfirst_view_info info() const {
-        hostfirst_view_info i{};
-        i.struct_size = sizeof i;
-        check(hostfirst_view_describe(c(), &i));
-        return i;
-    }
-    std::string name() const { return info().name; }
-    uint32_t dtype() const { return info().dtype; }
-    std::string dtype_name() const { return hostfirst_dtype_name(info().dtype); }
-    std::vector<uint64_t> shape() const {
-        auto i = info();
-        return i.rank ? std::vector<uint64_t>(i.shape, i.shape + i.rank) : std::vector<uint64_t>();
-    }
-    uint64_t nbytes() const { return info().nbytes; }
     /// Zero-copy pointer into the read-only mapping (SIGBUS if the file is truncated meanwhile; see
     /// hostfirst_view_info). Check alignment() before casting to an element type.
     const void *data() const { return info().data; }
@@ -577,16 +616,12 @@ public:
 
     /// Rows [start, stop) of dimension 0, zero-copy, as an independent view.
     view slice_rows(uint64_t start, uint64_t stop) const {
-        hostfirst_view *out = nullptr;
-        check(hostfirst_view_slice_rows(c(), start, stop, &out));
-        return view(out);
+        return detail::adopt<view, hostfirst_view>(hostfirst_view_slice_rows, c(), start, stop);
     }
     /// Elements [start, start + len) of dimension `dim`, zero-copy, as an independent view; strided for an
     /// inner dimension (to_vector() and puts give its packed C-order elements, reading only its runs).
     view narrow(uint32_t dim, uint64_t start, uint64_t len) const {
-        hostfirst_view *out = nullptr;
-        check(hostfirst_view_narrow(c(), dim, start, len, &out));
-        return view(out);
+        return detail::adopt<view, hostfirst_view>(hostfirst_view_narrow, c(), dim, start, len);
     }
     /// Maps the view's pages now (hostfirst_view_prefault); afterwards gathers copy its windows from the
     /// mapping with no page faults instead of one pread each. Returns true when the pages were mapped, false
@@ -600,27 +635,11 @@ public:
     void copy_to(void *dst, size_t capacity) const { check(hostfirst_view_copy(c(), dst, capacity, nullptr)); }
     /// Copies len bytes from `offset` (packed C order) into dst with pread: streaming in chunks.
     void read(uint64_t offset, void *dst, size_t len) const { check(hostfirst_view_read(c(), offset, dst, len)); }
-    /// A copy of the bytes (pread).
-    std::vector<uint8_t> bytes() const {
-        std::vector<uint8_t> out(static_cast<size_t>(nbytes()));
-        copy_to(out.data(), out.size());
-        return out;
-    }
+    using tensor_accessors::bytes;
     /// A copy of bytes [offset, offset + len) (pread); OUT_OF_RANGE past the end.
     std::vector<uint8_t> bytes(uint64_t offset, size_t len) const {
         std::vector<uint8_t> out(len);
         read(offset, out.data(), len);
-        return out;
-    }
-    /// A copy as elements of T; throws INVALID_ARGUMENT if nbytes is not a multiple of sizeof(T).
-    template <class T>
-    std::vector<T> to_vector() const {
-        uint64_t n = nbytes();
-        if (n % sizeof(T) != 0)
-            throw error(HOSTFIRST_STATUS_INVALID_ARGUMENT, name() + ": " + std::to_string(n) +
-                                                               " bytes is not a whole number of elements of this size");
-        std::vector<T> out(static_cast<size_t>(n / sizeof(T)));
-        copy_to(out.data(), static_cast<size_t>(n));
         return out;
     }
     /// Puts the view onto `target` as a new buffer (fit-checked before anything is allocated).
@@ -638,26 +657,7 @@ public:
     }
     /// Starts the put on a worker thread (the target is resolved now); this view may go right after.
     put_op put_start(const device &target, const put_options &opts = put_options()) const {
-        hostfirst_put_op *op = nullptr;
-        check(hostfirst_put_start(c(), &target.c(), &opts, &op));
-        return put_op(op);
-    }
-    /// Exports as a DLPack 1.1 tensor: zero-copy, read-only, kDLCPU; keeps the mapping alive on its own.
-    dlpack_tensor to_dlpack() const {
-        hostfirst_dlpack_managed_tensor_versioned *t = nullptr;
-        check(hostfirst_view_to_dlpack(c(), &t));
-        return dlpack_tensor(t);
-    }
-    /// Exports in the unversioned form: a private copy-on-write mapping of the view's pages (writable; the
-    /// file never changes), or a packed copy for memory and strided views.
-    dlpack_legacy_tensor to_dlpack_legacy() const {
-        hostfirst_dlpack_managed_tensor *t = nullptr;
-        check(hostfirst_view_to_dlpack_legacy(c(), &t));
-        return dlpack_legacy_tensor(t);
-    }
-    /// Exports for a consumer's full request (form by max_version, copy, device; see hostfirst_view_to_dlpack_ex).
-    dlpack_export to_dlpack_ex(const dlpack_options &opts = dlpack_options()) const {
-        return detail::export_ex(c(), opts, hostfirst_view_to_dlpack_ex);
+        return detail::adopt<put_op, hostfirst_put_op>(hostfirst_put_start, c(), &target.c(), &opts);
     }
     const hostfirst_view *c() const noexcept { return v_.get(); }
 
@@ -676,29 +676,19 @@ class file {
 public:
     /// Opens a file or an index (header only; the data is mapped read-only, not read).
     static file open(const std::string &path) {
-        hostfirst_file *f = nullptr;
-        check(hostfirst_file_open(path.c_str(), &f));
-        return file(f);
+        return detail::adopt<file, hostfirst_file>(hostfirst_file_open, path.c_str());
     }
     /// Opens a sharded set from its index (Hugging Face weight_map), whatever the index is called.
     static file open_index(const std::string &path) {
-        hostfirst_file *f = nullptr;
-        check(hostfirst_file_open_index(path.c_str(), &f));
-        return file(f);
+        return detail::adopt<file, hostfirst_file>(hostfirst_file_open_index, path.c_str());
     }
     /// Opens a safetensors image in caller memory, which must outlive the file and its views.
     static file open_memory(const void *data, size_t len) {
-        hostfirst_file *f = nullptr;
-        check(hostfirst_file_open_memory(data, len, &f));
-        return file(f);
+        return detail::adopt<file, hostfirst_file>(hostfirst_file_open_memory, data, len);
     }
     explicit file(hostfirst_file *f) noexcept : f_(f) {}
 
-    size_t size() const {
-        size_t n = 0;
-        check(hostfirst_file_tensor_count(c(), &n));
-        return n;
-    }
+    size_t size() const { return detail::get<size_t>(c(), hostfirst_file_tensor_count); }
     /// Tensor names in file order.
     std::vector<std::string> names() const {
         std::vector<std::string> out;
@@ -717,14 +707,10 @@ public:
         return true;
     }
     hostfirst::view view(const std::string &name) const {
-        hostfirst_view *v = nullptr;
-        check(hostfirst_file_view(c(), name.c_str(), &v));
-        return hostfirst::view(v);
+        return detail::adopt<hostfirst::view, hostfirst_view>(hostfirst_file_view, c(), name.c_str());
     }
     hostfirst::view view_at(size_t index) const {
-        hostfirst_view *v = nullptr;
-        check(hostfirst_file_view_at(c(), index, &v));
-        return hostfirst::view(v);
+        return detail::adopt<hostfirst::view, hostfirst_view>(hostfirst_file_view_at, c(), index);
     }
     /// `__metadata__` (for a set: the index's metadata, then the shards').
     std::map<std::string, std::string> metadata() const {
@@ -754,11 +740,7 @@ public:
         check(st);
         return std::string(p);
     }
-    uint64_t data_bytes() const {
-        uint64_t n = 0;
-        check(hostfirst_file_data_bytes(c(), &n));
-        return n;
-    }
+    uint64_t data_bytes() const { return detail::get<uint64_t>(c(), hostfirst_file_data_bytes); }
     const hostfirst_file *c() const noexcept { return f_.get(); }
 
 private:
@@ -769,11 +751,7 @@ private:
 /// The first match wins; unmatched tensors stay on the host. `rules r; r.add("tokens", "host").add("*", "cuda:0");`
 class rules {
 public:
-    rules() {
-        hostfirst_rules *r = nullptr;
-        check(hostfirst_rules_new(&r));
-        r_ = detail::owner<hostfirst_rules, hostfirst_rules_free>(r);
-    }
+    rules() : r_(decltype(r_)::make(hostfirst_rules_new)) {}
     /// Appends `pattern` -> `target` (lower priority than every rule already added).
     rules &add(const std::string &pattern, const std::string &target) {
         check(hostfirst_rules_add(r_.get(), pattern.c_str(), target.c_str()));
@@ -790,44 +768,25 @@ private:
     detail::owner<hostfirst_rules, hostfirst_rules_free> r_;
 };
 
-namespace detail {
-/// Fills one of the plan's extensible info structs (struct_size set first).
-template <class Info, class H, class F>
-Info describe(const H *h, size_t index, F call) {
-    Info i{};
-    i.struct_size = sizeof i;
-    check(call(h, index, &i));
-    return i;
-}
-template <class H, class F>
-size_t count(const H *h, F call) {
-    size_t n = 0;
-    check(call(h, &n));
-    return n;
-}
-}  // namespace detail
-
 /// A placement plan: the dry run of rules over a file (nothing allocated). Strings in the infos it returns
 /// live as long as the plan. Outside strict mode a rule that places no tensor is listed by unmatched_rules(),
 /// not refused (strict mode: make() throws UNMATCHED_RULE): check it.
 class plan {
 public:
     static plan make(const file &f, const rules &r) {
-        hostfirst_plan *p = nullptr;
-        check(hostfirst_plan_make(f.c(), r.c(), &p));
-        return plan(p);
+        return detail::adopt<plan, hostfirst_plan>(hostfirst_plan_make, f.c(), r.c());
     }
     explicit plan(hostfirst_plan *p) noexcept : p_(p) {}
-    size_t tensor_count() const { return detail::count(c(), hostfirst_plan_tensor_count); }
+    size_t tensor_count() const { return detail::get<size_t>(c(), hostfirst_plan_tensor_count); }
     hostfirst_plan_tensor_info tensor(size_t i) const {
         return detail::describe<hostfirst_plan_tensor_info>(c(), i, hostfirst_plan_tensor);
     }
-    size_t device_count() const { return detail::count(c(), hostfirst_plan_device_count); }
+    size_t device_count() const { return detail::get<size_t>(c(), hostfirst_plan_device_count); }
     /// The i-th device receiving tensors: bytes, usable memory, fits, the largest tensor.
     hostfirst_plan_device_info device(size_t i) const {
         return detail::describe<hostfirst_plan_device_info>(c(), i, hostfirst_plan_device);
     }
-    size_t unmatched_rule_count() const { return detail::count(c(), hostfirst_plan_unmatched_rule_count); }
+    size_t unmatched_rule_count() const { return detail::get<size_t>(c(), hostfirst_plan_unmatched_rule_count); }
     hostfirst_plan_unmatched_rule_info unmatched_rule(size_t i) const {
         return detail::describe<hostfirst_plan_unmatched_rule_info>(c(), i, hostfirst_plan_unmatched_rule);
     }
@@ -857,18 +816,14 @@ public:
     /// Applies `p` (made from `f`); every device is fit-checked before the first byte moves.
     static load run(const file &f, const plan &p, hostfirst_load_progress_fn progress = nullptr,
                     void *user = nullptr) {
-        hostfirst_load *l = nullptr;
-        check(hostfirst_load_run(f.c(), p.c(), progress, user, &l));
-        return load(l);
+        return detail::adopt<load, hostfirst_load>(hostfirst_load_run, f.c(), p.c(), progress, user);
     }
     /// run() with options (copy_on_write for cpu tensors, progress).
     static load run(const file &f, const plan &p, const load_options &opts) {
-        hostfirst_load *l = nullptr;
-        check(hostfirst_load_run_ex(f.c(), p.c(), &opts, &l));
-        return load(l);
+        return detail::adopt<load, hostfirst_load>(hostfirst_load_run_ex, f.c(), p.c(), &opts);
     }
     explicit load(hostfirst_load *l) noexcept : l_(l) {}
-    size_t size() const { return detail::count(c(), hostfirst_load_count); }
+    size_t size() const { return detail::get<size_t>(c(), hostfirst_load_count); }
     /// The tensor `name` as new handles (NOT_FOUND if absent).
     loaded get(const std::string &name) const {
         uint32_t kind = 0;
@@ -907,32 +862,25 @@ struct ring_info {
 /// lives; when every batch is held the ring grows up to its bound, then runs throw BUSY.
 class gather {
 public:
-    gather(const hostfirst::device &d, uint32_t dtype, uint64_t batch, uint64_t window) {
-        hostfirst_gather *g = nullptr;
-        check(hostfirst_gather_new(d.c(), dtype, batch, window, &g));
-        g_ = detail::owner<hostfirst_gather, hostfirst_gather_free>(g);
-    }
+    gather(const hostfirst::device &d, uint32_t dtype, uint64_t batch, uint64_t window)
+        : g_(decltype(g_)::make(hostfirst_gather_new, d.c(), dtype, batch, window)) {}
     /// Fills a free batch: row i = elements [offsets[i], offsets[i] + window) of the 1-D `source`.
     void run(const view &source, const std::vector<uint64_t> &offsets) {
         check(hostfirst_gather_run(g_.get(), source.c(), offsets.data(), offsets.size()));
     }
     /// run(), handing out the batch it filled (not rewritten while the returned buffer lives).
     buffer run_batch(const view &source, const std::vector<uint64_t> &offsets) {
-        hostfirst_buffer *b = nullptr;
-        check(hostfirst_gather_run_batch(g_.get(), source.c(), offsets.data(), offsets.size(), &b));
-        return buffer(b);
+        return detail::adopt<buffer, hostfirst_buffer>(hostfirst_gather_run_batch, g_.get(), source.c(), offsets.data(),
+                                                       offsets.size());
     }
     /// Gathers from a 1-D host buffer (the truncation-proof fast path), handing out the batch.
     buffer run_from_buffer(const buffer &source, const std::vector<uint64_t> &offsets) {
-        hostfirst_buffer *b = nullptr;
-        check(hostfirst_gather_run_from_buffer(g_.get(), source.c(), offsets.data(), offsets.size(), &b));
-        return buffer(b);
+        return detail::adopt<buffer, hostfirst_buffer>(hostfirst_gather_run_from_buffer, g_.get(), source.c(),
+                                                       offsets.data(), offsets.size());
     }
     /// The current batch, as a new handle.
     buffer batch() const {
-        hostfirst_buffer *b = nullptr;
-        check(hostfirst_gather_batch(g_.get(), &b));
-        return buffer(b);
+        return detail::adopt<buffer, hostfirst_buffer>(hostfirst_gather_batch, g_.get());
     }
     /// The most batches the ring may hold (1 to HOSTFIRST_GATHER_MAX_RING_BOUND).
     void set_ring_bound(size_t bound) { check(hostfirst_gather_set_ring_bound(g_.get(), bound)); }
@@ -941,11 +889,7 @@ public:
         check(hostfirst_gather_ring(g_.get(), &r.bound, &r.allocated, &r.held));
         return r;
     }
-    uint64_t nbytes() const {
-        uint64_t n = 0;
-        check(hostfirst_gather_nbytes(g_.get(), &n));
-        return n;
-    }
+    uint64_t nbytes() const { return detail::get<uint64_t>(g_.get(), hostfirst_gather_nbytes); }
     /// Copies the current batch (C order) into dst (capacity bytes).
     void copy_to_host(void *dst, size_t capacity) const {
         check(hostfirst_gather_copy_to_host(g_.get(), dst, capacity));
@@ -972,15 +916,9 @@ public:
                                                                " names but " + std::to_string(sizes.size()) + " sizes");
         std::vector<const char *> raw;
         for (const auto &n : names) raw.push_back(n.c_str());
-        hostfirst_shard_mesh *m = nullptr;
-        check(hostfirst_shard_mesh_new(raw.data(), sizes.data(), raw.size(), &m));
-        m_ = detail::owner<hostfirst_shard_mesh, hostfirst_shard_mesh_free>(m);
+        m_ = decltype(m_)::make(hostfirst_shard_mesh_new, raw.data(), sizes.data(), raw.size());
     }
-    uint64_t positions() const {
-        uint64_t n = 0;
-        check(hostfirst_shard_mesh_positions(c(), &n));
-        return n;
-    }
+    uint64_t positions() const { return detail::get<uint64_t>(c(), hostfirst_shard_mesh_positions); }
     /// The position at these coordinates (one per axis, outermost first).
     uint64_t position(const std::vector<uint64_t> &coords) const {
         uint64_t p = 0;
@@ -996,11 +934,8 @@ private:
 /// Sharding rules over a mesh: glob -> partition spec ("x,y", "_,y", "x+y", "" replicates); the mesh may go.
 class shard_rules {
 public:
-    explicit shard_rules(const shard_mesh &mesh) {
-        hostfirst_shard_rules *r = nullptr;
-        check(hostfirst_shard_rules_new(mesh.c(), &r));
-        r_ = detail::owner<hostfirst_shard_rules, hostfirst_shard_rules_free>(r);
-    }
+    explicit shard_rules(const shard_mesh &mesh)
+        : r_(decltype(r_)::make(hostfirst_shard_rules_new, mesh.c())) {}
     shard_rules &add(const std::string &pattern, const std::string &spec) {
         check(hostfirst_shard_rules_add(r_.get(), pattern.c_str(), spec.c_str()));
         return *this;
@@ -1026,18 +961,14 @@ struct shard_buffer {
 class shard_result {
 public:
     explicit shard_result(hostfirst_shard_result *r) noexcept : r_(r) {}
-    size_t size() const { return detail::count(c(), hostfirst_shard_result_count); }
+    size_t size() const { return detail::get<size_t>(c(), hostfirst_shard_result_count); }
     shard_buffer get(size_t index) const {
         hostfirst_buffer *b = nullptr;
         uint64_t read = 0;
         check(hostfirst_shard_result_get(c(), index, &b, &read));
         return {hostfirst::buffer(b), read};
     }
-    uint64_t bytes_read() const {
-        uint64_t n = 0;
-        check(hostfirst_shard_result_bytes_read(c(), &n));
-        return n;
-    }
+    uint64_t bytes_read() const { return detail::get<uint64_t>(c(), hostfirst_shard_result_bytes_read); }
     const hostfirst_shard_result *c() const noexcept { return r_.get(); }
 
 private:
@@ -1062,12 +993,11 @@ public:
                                                                " devices");
         std::vector<hostfirst_device> raw;
         for (const auto &d : devices) raw.push_back(d.c());
-        hostfirst_shard_plan *p = nullptr;
-        check(hostfirst_shard_plan_make(f.c(), r.c(), positions.data(), raw.data(), raw.size(), &opts, &p));
-        return shard_plan(p);
+        return detail::adopt<shard_plan, hostfirst_shard_plan>(hostfirst_shard_plan_make, f.c(), r.c(),
+                                                               positions.data(), raw.data(), raw.size(), &opts);
     }
     explicit shard_plan(hostfirst_shard_plan *p) noexcept : p_(p) {}
-    size_t size() const { return detail::count(c(), hostfirst_shard_plan_count); }
+    size_t size() const { return detail::get<size_t>(c(), hostfirst_shard_plan_count); }
     hostfirst_shard_info describe(size_t index) const {
         return detail::describe<hostfirst_shard_info>(c(), index, hostfirst_shard_plan_describe);
     }
@@ -1081,9 +1011,7 @@ public:
     /// Loads every shard into its own buffer (fit-checked first; pread, never the mapping). The progress
     /// callback must not throw.
     shard_result run(hostfirst_progress_fn progress = nullptr, void *user = nullptr) const {
-        hostfirst_shard_result *r = nullptr;
-        check(hostfirst_shard_run(c(), progress, user, &r));
-        return shard_result(r);
+        return detail::adopt<shard_result, hostfirst_shard_result>(hostfirst_shard_run, c(), progress, user);
     }
     const hostfirst_shard_plan *c() const noexcept { return p_.get(); }
 
