@@ -44,7 +44,7 @@ from ._tensors import Buffer, File, Tensor, load, open, rule_pairs  # noqa: A004
 from ._gather import Gather, OffsetStream
 from ._shard import Shard, load_shards
 from ._errors import *  # noqa: F401,F403 - one exception class per status
-from ._errors import Error, FormatError, HostfirstError, MissingFileError, OutOfMemoryError
+from ._errors import Error, FormatError, HostfirstError, MissingFileError, OutOfMemoryError, UnmatchedRuleWarning
 
 __version__ = native.hostfirst_version().decode()
 library_path = native._hostfirst_path

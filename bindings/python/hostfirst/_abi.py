@@ -145,6 +145,19 @@ class PlanDeviceInfo(_Mirror):
     ]
 
 
+class PlanUnmatchedRuleInfo(_Mirror):
+    _c_name_ = "hostfirst_plan_unmatched_rule_info"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("rule", ctypes.c_uint32),
+        ("shadowed_by", ctypes.c_int32),
+        ("pattern", ctypes.c_char_p),
+        ("target", ctypes.c_char_p),
+        ("tensor", ctypes.c_char_p),
+        ("message", ctypes.c_char_p),
+    ]
+
+
 # DLPack 1.1 (the header's hostfirst_dlpack_*, layout-identical to dlpack.h's DL* structs).
 class DLPackVersion(_Mirror):
     _c_name_ = "hostfirst_dlpack_version"
@@ -325,6 +338,8 @@ SIGNATURES = {
     "hostfirst_plan_tensor": (c_status, [_h, _size, P(PlanTensorInfo)]),
     "hostfirst_plan_device_count": (c_status, [_h, P(_size)]),
     "hostfirst_plan_device": (c_status, [_h, _size, P(PlanDeviceInfo)]),
+    "hostfirst_plan_unmatched_rule_count": (c_status, [_h, P(_size)]),
+    "hostfirst_plan_unmatched_rule": (c_status, [_h, _size, P(PlanUnmatchedRuleInfo)]),
     "hostfirst_plan_free": (c_status, [_h]),
     "hostfirst_load_run": (c_status, [_h, _h, ctypes.c_void_p, ctypes.c_void_p, _ph]),
     "hostfirst_load_get": (c_status, [_h, _str, P(_u32), _ph, _ph]),

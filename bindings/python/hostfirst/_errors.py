@@ -98,6 +98,13 @@ class OutOfMemoryError(HostfirstError, MemoryError):
     device: Optional[Any] = None  # a hostfirst.Device
 
 
+class UnmatchedRuleWarning(UserWarning):
+    """A placement rule places no tensor of the file (its pattern matches no name, or an earlier rule takes
+    everything it matches), so the tensors it was meant for go where the other rules say. The message is the
+    library's, naming the rule and the tensor it was probably meant for. In strict mode the plan is refused
+    instead (`UnmatchedRuleError`)."""
+
+
 class MissingFileError(IoError, FileNotFoundError):
     """IO on a path that does not exist: also a FileNotFoundError (errno ENOENT, `filename`)."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import difflib
 import os
+import warnings
 import weakref
 from collections.abc import Mapping
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
@@ -14,7 +15,7 @@ import numpy as np
 
 from . import _abi, _dlpack, _dtypes
 from ._core import Device, PathLike, as_device, c_path, c_string, check, check_path, text
-from ._errors import error_named
+from ._errors import UnmatchedRuleWarning, error_named
 from ._lib import lib
 
 Rules = Union[Mapping, Iterable[Union[str, Tuple[str, str]]]]
@@ -361,6 +362,26 @@ class RuleList:
             check(lib.hostfirst_rules_add(self.h, c_string(pattern, "rule pattern"), c_string(target, "rule target")))
 
 
+def make_plan(file: File, rules: RuleList) -> ctypes.c_void_p:
+    """Makes the plan of `rules` over `file` (a new hostfirst_plan handle: the caller frees it) and warns
+    (`UnmatchedRuleWarning`, once per rule) about every rule that places no tensor, as the CLI does; in strict
+    mode the library refuses such a plan (`UnmatchedRuleError`)."""
+    ph = ctypes.c_void_p()
+    check(lib.hostfirst_plan_make(file._handle(), rules.h, ctypes.byref(ph)))
+    n = ctypes.c_size_t()
+    try:
+        check(lib.hostfirst_plan_unmatched_rule_count(ph, ctypes.byref(n)))
+        for i in range(n.value):
+            u = _abi.PlanUnmatchedRuleInfo()
+            u.struct_size = ctypes.sizeof(u)
+            check(lib.hostfirst_plan_unmatched_rule(ph, i, ctypes.byref(u)))
+            warnings.warn(text(u.message), UnmatchedRuleWarning, stacklevel=3)
+    except BaseException:
+        lib.hostfirst_plan_free(ph)
+        raise
+    return ph
+
+
 def load(path: PathLike, rules: Optional[Rules] = None) -> Dict[str, Union[Tensor, Buffer]]:
     """Places a whole file by rules (see `rule_pairs` for the forms: dict, "pattern=target" strings, pairs);
     the first match wins and unmatched tensors stay on the host (zero-copy views). Every device is fit-checked
@@ -369,7 +390,7 @@ def load(path: PathLike, rules: Optional[Rules] = None) -> Dict[str, Union[Tenso
     r = RuleList(rules)
     ph, lh = ctypes.c_void_p(), ctypes.c_void_p()
     try:
-        check(lib.hostfirst_plan_make(f._handle(), r.h, ctypes.byref(ph)))
+        ph = make_plan(f, r)
         check(lib.hostfirst_load_run(f._handle(), ph, None, None, ctypes.byref(lh)))
         out: Dict[str, Union[Tensor, Buffer]] = {}
         for name in f:

@@ -40,7 +40,7 @@ from . import _abi, _dtypes
 from ._core import Device, PathLike, check, text
 from ._errors import OutOfMemoryError, error_named
 from ._lib import lib
-from ._tensors import Buffer, File, RuleList, Rules, Tensor, rule_pairs
+from ._tensors import Buffer, File, RuleList, Rules, Tensor, make_plan, rule_pairs
 from . import _shard
 
 HostArray = np.ndarray
@@ -78,9 +78,7 @@ class Placement:
 def plan(file: File, rules: Optional[Rules] = None) -> List[Placement]:
     """Applies `rules` to every tensor of `file` (file order) and checks, before anything moves, that every
     device fits its tensors, has a JAX device, and that every device tensor has a dtype JAX holds."""
-    rl = RuleList(rules)
-    ph = ctypes.c_void_p()
-    check(lib.hostfirst_plan_make(file._handle(), rl.h, ctypes.byref(ph)))
+    ph = make_plan(file, RuleList(rules))
     try:
         placements = []
         n = ctypes.c_size_t()

@@ -49,6 +49,12 @@ def test_load_file_rule_forms(rules):
         assert np.asarray(got).tobytes() == want.tobytes(), name
 
 
+def test_a_rule_that_places_nothing_warns_before_anything_moves():
+    with hostfirst.default_device("cpu"), pytest.warns(hostfirst.UnmatchedRuleWarning, match="u1"):
+        out = hostfirst.jax.load_file(BASIC, rules={"u1": "host", "*": "default"})  # meant 'u16'
+    assert isinstance(out["u16"], jax.Array)  # where '*' sent it: what the warning is about
+
+
 def test_without_rules_everything_goes_to_the_default_device():
     with hostfirst.default_device("cpu"):
         out = hostfirst.jax.load_file(str(BASIC))

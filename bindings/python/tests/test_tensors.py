@@ -175,6 +175,21 @@ def test_load_by_rules_keeps_unmatched_on_the_host():
             hostfirst.load(FIX / "basic.safetensors", rules=[("*", "default")])
 
 
+def test_load_warns_about_a_rule_that_places_nothing():
+    # The README story's typo: 'u1' for the tensor 'u16' places nothing, so 'u16' would follow '*'.
+    with pytest.warns(hostfirst.UnmatchedRuleWarning) as w:
+        placed = hostfirst.load(FIX / "basic.safetensors", rules=["u1=host", "f32=cpu", "*=host", "i8=cpu"])
+    messages = [str(x.message) for x in w]
+    assert len(messages) == 2, messages
+    assert "u1" in messages[0] and "u16" in messages[0], messages  # names the rule and the tensor it meant
+    assert "i8" in messages[1], messages  # shadowed by '*=host'
+    assert isinstance(placed["f32"], hostfirst.Buffer) and isinstance(placed["i8"], hostfirst.Tensor)
+    with hostfirst.strict():
+        with pytest.raises(hostfirst.UnmatchedRuleError) as e:
+            hostfirst.load(FIX / "basic.safetensors", rules=["u1=host", "*=host"])
+    assert "u1" in str(e.value)
+
+
 def test_errors_raise_status_classes(tmp_path):
     with pytest.raises(hostfirst.IoError) as e:
         hostfirst.open(tmp_path / "missing.safetensors")
