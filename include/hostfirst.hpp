@@ -467,7 +467,7 @@ template <class D, class H, hostfirst_status (*V)(const H *, hostfirst_dlpack_ma
                                 hostfirst_dlpack_managed_tensor_versioned **, hostfirst_dlpack_managed_tensor **)>
 class dlpack_exports {
 public:
-    /// Exports as a DLPack 1.1 tensor (DLManagedTensorVersioned), zero-copy.
+    /// Exports as a DLPack 1.1 tensor (DLManagedTensorVersioned), sharing the memory where the C function does.
     dlpack_tensor to_dlpack() const {
         return adopt<dlpack_tensor, hostfirst_dlpack_managed_tensor_versioned>(V, handle());
     }
