@@ -1,5 +1,8 @@
-// hostfirst from C++17: the census, a default-device scope, and host-first loading of a token file with
-// zero-copy row slices and a DLPack export. Build: c++ -std=c++17 -Iinclude cpp_example.cpp -lhostfirst
+// hostfirst from C++17, the host-first story: the census, a default-device scope, a token file opened
+// host-first (zero-copy row slices, a DLPack export), rules that keep the big tensor on the host and send
+// everything else to the default device, the plan with its warnings about rules that place nothing, the
+// load, and a training batch gathered from the token tensor onto the default device.
+// Build: c++ -std=c++17 -Iinclude cpp_example.cpp -lhostfirst
 //     ./cpp_example tokens.safetensors [tensor-name]
 #include <cstdio>
 #include <string>
@@ -15,6 +18,7 @@ int main(int argc, char **argv) {
         hostfirst::check_version();
         for (const auto &b : hostfirst::backends())
             std::printf("backend %s: %s %s\n", b.name.c_str(), b.status.c_str(), b.reason.c_str());
+        for (const auto &w : hostfirst::census_warnings()) std::printf("census warning: %s\n", w.c_str());
         hostfirst::scope on_cpu("cpu");  // this thread's default, popped at the end of main
         auto d = hostfirst::default_device();
         std::printf("default: %s (%s)\n", d.device.spec().c_str(), d.source.c_str());
@@ -35,6 +39,42 @@ int main(int argc, char **argv) {
         std::printf("dlpack %u.%u: device %d, code %u bits %u, read-only %s\n", dl->version.major,
                     dl->version.minor, dl->dl_tensor.device.device_type, dl->dl_tensor.dtype.code,
                     dl->dl_tensor.dtype.bits, dl.read_only() ? "yes" : "no");
+
+        // The big tensor stays a zero-copy host view; everything else goes to the default device.
+        hostfirst::rules rules;
+        rules.add(name, "host").add("*", "default");
+        auto plan = hostfirst::plan::make(file, rules);  // a dry run: nothing allocated yet
+        for (size_t i = 0; i < plan.tensor_count(); i++) {
+            auto t = plan.tensor(i);
+            std::string where = t.placement == HOSTFIRST_PLACEMENT_HOST ? "host" : hostfirst::device(t.device).spec();
+            std::printf("plan: %s -> %s\n", t.name, where.c_str());
+        }
+        for (size_t i = 0; i < plan.device_count(); i++) {
+            auto dev = plan.device(i);
+            std::printf("plan: %s gets %llu bytes, fits %s\n", hostfirst::device(dev.device).spec().c_str(),
+                        static_cast<unsigned long long>(dev.bytes), dev.fits ? "yes" : "NO");
+        }
+        for (const auto &u : plan.unmatched_rules()) std::printf("warning: %s\n", u.message);  // typos show here
+        auto loaded = hostfirst::load::run(file, plan);
+        std::printf("loaded %zu tensors; %s is a %s\n", loaded.size(), name.c_str(),
+                    loaded.kind(name) == HOSTFIRST_LOADED_VIEW ? "host view" : "device buffer");
+
+        // A training batch: 4 windows of 8 tokens at random offsets, gathered onto the default device.
+        auto shape = tensor.shape();
+        if (shape.size() == 1 && shape[0] > 8 && hostfirst::dtype::bits(tensor.dtype()) % 8 == 0) {
+            hostfirst::device target = hostfirst::resolve_default_device();
+            hostfirst::gather gather(target, tensor.dtype(), 4, 8);
+            uint64_t seed = 1234;
+            std::vector<uint64_t> offsets = hostfirst::random_offsets(seed, shape[0], 8, 4);
+            hostfirst::buffer batch = gather.run_batch(tensor, offsets);  // not rewritten while `batch` lives
+            std::printf("batch [4, 8] on %s; row 0 from offset %llu:", batch.device().spec().c_str(),
+                        static_cast<unsigned long long>(offsets[0]));
+            if (tensor.dtype() == HOSTFIRST_DTYPE_U16) {
+                std::vector<uint16_t> rows = batch.to_vector<uint16_t>();  // a host copy, from any device
+                for (size_t i = 0; i < 8; i++) std::printf(" %u", rows[i]);
+            }
+            std::printf("\n");
+        }
     } catch (const hostfirst::error &e) {
         std::fprintf(stderr, "%s\n", e.what());
         return 1;

@@ -10,10 +10,24 @@
  *   std::vector<uint16_t> v = head.to_vector<uint16_t>();   // pread copy: TRUNCATED instead of SIGBUS
  *   hostfirst::dlpack_tensor t = tokens.to_dlpack();        // DLPack 1.1, read-only, kDLCPU
  *
- * The wrappers cover files, views, devices, default-device scopes and DLPack. Placement (hostfirst_put*,
- * hostfirst_rules_* / hostfirst_plan_* / hostfirst_load_*, hostfirst_gather_*) is called through the C API
- * directly; hostfirst::buffer adopts the hostfirst_buffer* those calls return. Enum values (statuses, dtypes,
- * device kinds) are the C header's HOSTFIRST_* constants.
+ * The wrappers cover the whole C API (a test fails when a hostfirst_* function of hostfirst.h is not called
+ * here): the census, devices and default-device scopes; files, views and sharded sets; puts (sync, with
+ * stats, async), buffers and their CUDA stream handshake; rules, plans (with the rules that place no tensor)
+ * and whole-file loads; the batch gather; shard-on-read (mesh, rules, plan, run); DLPack exports; dtypes,
+ * errors and build information. Enum values (statuses, dtypes, device kinds) are the C header's HOSTFIRST_*
+ * constants; info structs are the C header's, with strings owned by the handle that filled them.
+ *
+ * Ownership: every handle class owns one C handle and frees it in its destructor; a constructor or factory
+ * whose C call fails throws and owns nothing (the C API writes outputs only on success). Handles handed out
+ * by a call (a batch, a load's tensor, a shard's buffer) are new handles of their own. DLPack exports come
+ * back in owners that call the deleter (see dlpack_tensor); release() hands the raw pointer to a consumer.
+ * Callbacks (progress) are C function pointers called from inside the library: they must not throw.
+ *
+ *   hostfirst::rules r;  r.add("tokens", "host").add("*", "cuda:0");
+ *   auto p = hostfirst::plan::make(f, r);                   // dry run; p.unmatched_rules() lists typos
+ *   auto l = hostfirst::load::run(f, p);                    // tokens stay a zero-copy host view
+ *   hostfirst::gather g(hostfirst::device("cuda:0"), HOSTFIRST_DTYPE_U16, 8, 1024);
+ *   hostfirst::buffer batch = g.run_batch(tokens, offsets); // never rewritten while `batch` lives
  *
  * SPDX-License-Identifier: MIT OR Apache-2.0
  */
@@ -28,8 +42,10 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -101,7 +117,7 @@ public:
         return {f, t};
     }
     friend bool operator==(const device &a, const device &b) {
-        return a.d_.kind == b.d_.kind && a.d_.ordinal == b.d_.ordinal;
+        return hostfirst_device_equal(&a.d_, &b.d_) != 0;
     }
     friend bool operator!=(const device &a, const device &b) { return !(a == b); }
 
@@ -214,59 +230,276 @@ private:
     int32_t prev_ = 0;
 };
 
-/// Owner of one exported DLPack 1.1 tensor (layout of dlpack.h's DLManagedTensorVersioned). Calls the
-/// deleter on destruction unless release()d to a consumer, which then owns the deleter call. Move-only.
-class dlpack_tensor {
+/// Strict mode for the whole process (every thread) on or off (hostfirst_strict_process_set; never fails).
+inline void set_strict_process(bool on) { check(hostfirst_strict_process_set(on ? 1 : 0)); }
+
+/// The calling thread's and the process's strict flags.
+struct strict_flags {
+    bool thread, process;
+};
+inline strict_flags strict() {
+    int32_t t = 0, p = 0;
+    check(hostfirst_strict_get(&t, &p));
+    return {t != 0, p != 0};
+}
+
+/// Sets the process-wide default device (overrides HOSTFIRST_DEFAULT_DEVICE and the built-in rule, not
+/// scopes); the device must be present.
+inline void set_default_device(const device &d) { check(hostfirst_default_device_set(d.c())); }
+/// Clears the process-wide default device (the environment or the built-in rule applies again).
+inline void clear_default_device() { check(hostfirst_default_device_clear()); }
+/// "The default device" as a placement resolves it: throws IMPLICIT_PLACEMENT in strict mode.
+inline device resolve_default_device() {
+    hostfirst_device d;
+    check(hostfirst_default_resolve(&d));
+    return device(d);
+}
+
+/// Census warnings about the environment (e.g. an unknown name in HOSTFIRST_PLATFORMS).
+inline std::vector<std::string> census_warnings() {
+    std::vector<std::string> out;
+    for (size_t i = 0, n = hostfirst_census_warning_count(); i < n; i++) {
+        const char *w = hostfirst_census_warning(i);
+        if (w) out.emplace_back(w);
+    }
+    return out;
+}
+
+namespace detail {
+/// Fills a string through one of the C API's (buf, capacity, out_len) calls: a length query, then the copy.
+template <class F>
+std::string copy_string(F &&call) {
+    size_t len = 0;
+    check(call(nullptr, 0, &len));
+    std::string out(len + 1, '\0');
+    check(call(&out[0], out.size(), &len));
+    out.resize(len);
+    return out;
+}
+}  // namespace detail
+
+/// The build description (version, features, CUDA API level).
+inline std::string build_info() {
+    return detail::copy_string([](char *b, size_t c, size_t *n) { return hostfirst_build_info(b, c, n); });
+}
+/// The status of this thread's most recent failed call (OK if none has failed).
+inline hostfirst_status last_error_status() noexcept { return hostfirst_last_error_status(); }
+/// A copy of this thread's most recent error message ("" if none).
+inline std::string last_error_message() {
+    return detail::copy_string([](char *b, size_t c, size_t *n) { return hostfirst_last_error_message(b, c, n); });
+}
+/// The number of distinct status codes the library defines.
+inline size_t status_count() noexcept { return hostfirst_status_count(); }
+/// True for the file-format range (a malformed or rejected safetensors file or index).
+inline bool is_format_error(hostfirst_status status) noexcept { return hostfirst_status_is_format_error(status) != 0; }
+
+/// Dtypes are the C header's HOSTFIRST_DTYPE_* values (uint32_t).
+namespace dtype {
+/// The safetensors name ("BF16"); throws INVALID_ARGUMENT for a value that is no dtype.
+inline std::string name(uint32_t dtype) {
+    const char *n = hostfirst_dtype_name(dtype);
+    if (!n) throw error(HOSTFIRST_STATUS_INVALID_ARGUMENT, "no dtype has the value " + std::to_string(dtype));
+    return n;
+}
+/// Bits per element (4 for F4, 6 for F6), 0 for a value that is no dtype.
+inline uint32_t bits(uint32_t dtype) noexcept { return hostfirst_dtype_bits(dtype); }
+/// Parses an exact safetensors name ("BF16"); throws INVALID_ARGUMENT for an unknown one.
+inline uint32_t from_name(const std::string &name) {
+    uint32_t d = 0;
+    check(hostfirst_dtype_from_name(name.c_str(), &d));
+    return d;
+}
+/// The DLPack DLDataType of a dtype.
+inline hostfirst_dlpack_dtype to_dlpack(uint32_t dtype) {
+    hostfirst_dlpack_dtype out{};
+    check(hostfirst_dtype_to_dlpack(dtype, &out));
+    return out;
+}
+}  // namespace dtype
+
+/// Frees the process-wide caches of page-locked memory (staging slabs, resident registrations).
+inline void release_cached_memory() { check(hostfirst_release_cached_memory()); }
+
+namespace detail {
+/// Calls `call(args..., &out)` and hands the new handle to its owner: the C API writes `out` only on
+/// success, so a failing call throws and leaves nothing to free.
+template <class Owner, class Raw, class F, class... A>
+Owner adopt(F call, A... args) {
+    Raw *out = nullptr;
+    check(call(args..., &out));
+    return Owner(out);
+}
+
+/// Fills the index-th extensible info struct of a handle (struct_size set first).
+template <class Info, class H, class F>
+Info describe(const H *h, size_t index, F call) {
+    Info i{};
+    i.struct_size = sizeof i;
+    check(call(h, index, &i));
+    return i;
+}
+/// The one output of `call(h, &out)`.
+template <class R, class H, class F>
+R get(const H *h, F call) {
+    R out{};
+    check(call(h, &out));
+    return out;
+}
+
+/// A move-only owner of one C handle, freed with Free (which accepts NULL) on destruction.
+template <class T, hostfirst_status (*Free)(T *)>
+class owner {
 public:
-    explicit dlpack_tensor(hostfirst_dlpack_managed_tensor_versioned *t) noexcept : t_(t) {}
-    dlpack_tensor(const dlpack_tensor &) = delete;
-    dlpack_tensor &operator=(const dlpack_tensor &) = delete;
-    dlpack_tensor(dlpack_tensor &&o) noexcept : t_(std::exchange(o.t_, nullptr)) {}
-    dlpack_tensor &operator=(dlpack_tensor &&o) noexcept {
+    explicit owner(T *p = nullptr) noexcept : p_(p) {}
+    owner(const owner &) = delete;
+    owner &operator=(const owner &) = delete;
+    owner(owner &&o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+    owner &operator=(owner &&o) noexcept {
+        if (this != &o) {
+            reset();
+            p_ = std::exchange(o.p_, nullptr);
+        }
+        return *this;
+    }
+    ~owner() { reset(); }
+    /// Owns the handle `call(args..., &out)` makes (throws, owning nothing, when the call fails).
+    template <class F, class... A>
+    static owner make(F call, A... args) {
+        return adopt<owner, T>(call, args...);
+    }
+    void reset() noexcept { (void)Free(std::exchange(p_, nullptr)); }
+    T *get() const noexcept { return p_; }
+
+private:
+    T *p_ = nullptr;
+};
+
+/// A move-only owner of one exported DLPack managed tensor: calls its deleter on destruction.
+template <class T>
+class dlpack_owner {
+public:
+    explicit dlpack_owner(T *t = nullptr) noexcept : t_(t) {}
+    dlpack_owner(const dlpack_owner &) = delete;
+    dlpack_owner &operator=(const dlpack_owner &) = delete;
+    dlpack_owner(dlpack_owner &&o) noexcept : t_(std::exchange(o.t_, nullptr)) {}
+    dlpack_owner &operator=(dlpack_owner &&o) noexcept {
         if (this != &o) {
             reset();
             t_ = std::exchange(o.t_, nullptr);
         }
         return *this;
     }
-    ~dlpack_tensor() { reset(); }
-    hostfirst_dlpack_managed_tensor_versioned *get() const noexcept { return t_; }
-    hostfirst_dlpack_managed_tensor_versioned *operator->() const noexcept { return t_; }
-    /// Hands the tensor to a consumer (e.g. cast to DLManagedTensorVersioned*); it must call the deleter.
-    hostfirst_dlpack_managed_tensor_versioned *release() noexcept { return std::exchange(t_, nullptr); }
-    bool read_only() const noexcept { return t_ && (t_->flags & HOSTFIRST_DLPACK_FLAG_READ_ONLY) != 0; }
+    ~dlpack_owner() { reset(); }
+    T *get() const noexcept { return t_; }
+    T *operator->() const noexcept { return t_; }
+    explicit operator bool() const noexcept { return t_ != nullptr; }
+    /// Hands the tensor to a consumer (cast to dlpack.h's type); the consumer must call the deleter once.
+    T *release() noexcept { return std::exchange(t_, nullptr); }
+    /// Versioned form: the READ_ONLY flag. The legacy form has no flags and hostfirst exports it writable.
+    bool read_only() const noexcept {
+        if constexpr (std::is_same_v<T, hostfirst_dlpack_managed_tensor_versioned>)
+            return t_ && (t_->flags & HOSTFIRST_DLPACK_FLAG_READ_ONLY) != 0;
+        else
+            return false;
+    }
+    /// Versioned form: the IS_COPIED flag (a copy made for this export). The legacy form cannot say.
+    bool is_copied() const noexcept {
+        if constexpr (std::is_same_v<T, hostfirst_dlpack_managed_tensor_versioned>)
+            return t_ && (t_->flags & HOSTFIRST_DLPACK_FLAG_IS_COPIED) != 0;
+        else
+            return false;
+    }
     void reset() noexcept {
-        if (t_ && t_->deleter) t_->deleter(t_);
-        t_ = nullptr;
+        T *t = std::exchange(t_, nullptr);
+        if (t && t->deleter) t->deleter(t);
     }
 
 private:
-    hostfirst_dlpack_managed_tensor_versioned *t_ = nullptr;
+    T *t_ = nullptr;
+};
+}  // namespace detail
+
+/* DLPack ownership. Every export (to_dlpack, to_dlpack_legacy, to_dlpack_ex) comes back in an owner that
+ * calls the tensor's deleter when it is destroyed: nothing leaks if the code between export and hand-off
+ * throws. To hand a tensor to a consumer (a framework, a Python capsule), call release(): the raw
+ * DLManagedTensorVersioned* / DLManagedTensor* is then the consumer's, which must call its deleter exactly
+ * once. Until the deleter runs the tensor keeps its memory (file mapping, buffer) alive on its own, whatever
+ * happens to the view, buffer or file it came from, and counts in handle_count(). */
+
+/// Owner of one DLPack 1.1 tensor (layout of dlpack.h's DLManagedTensorVersioned).
+using dlpack_tensor = detail::dlpack_owner<hostfirst_dlpack_managed_tensor_versioned>;
+/// Owner of one unversioned ("legacy") DLPack tensor (layout of dlpack.h's DLManagedTensor).
+using dlpack_legacy_tensor = detail::dlpack_owner<hostfirst_dlpack_managed_tensor>;
+
+/// The result of a to_dlpack_ex export: exactly one of the two is set, by the request's max_version.
+struct dlpack_export {
+    dlpack_tensor versioned;
+    dlpack_legacy_tensor legacy;
 };
 
-/// A read-only, zero-copy view of one tensor (or a row range of one). Keeps its file mapping alive; valid
-/// after the file is closed. Move-only; all const members are thread-safe.
-class view {
-public:
-    /// Adopts a handle (freed by the destructor).
-    explicit view(hostfirst_view *v) noexcept : v_(v) {}
-    view(const view &) = delete;
-    view &operator=(const view &) = delete;
-    view(view &&o) noexcept : v_(std::exchange(o.v_, nullptr)) {}
-    view &operator=(view &&o) noexcept {
-        if (this != &o) {
-            (void)hostfirst_view_free(v_);
-            v_ = std::exchange(o.v_, nullptr);
-        }
-        return *this;
-    }
-    ~view() { (void)hostfirst_view_free(v_); }
+/// A consumer's DLPack request (hostfirst_dlpack_options): zeroed, struct_size set (nothing asked).
+struct dlpack_options : hostfirst_dlpack_options {
+    dlpack_options() : hostfirst_dlpack_options{} { struct_size = sizeof(hostfirst_dlpack_options); }
+};
 
-    /// Everything at once (pointers valid while this view lives).
-    hostfirst_view_info info() const {
-        hostfirst_view_info i{};
+/// Options of a put (hostfirst_put_options_init: every field its default). Callbacks must not throw.
+struct put_options : hostfirst_put_options {
+    put_options() : hostfirst_put_options{} { check(hostfirst_put_options_init(this)); }
+};
+
+/// Options of a whole-file load (zeroed, struct_size set). Callbacks must not throw.
+struct load_options : hostfirst_load_options {
+    load_options() : hostfirst_load_options{} { struct_size = sizeof(hostfirst_load_options); }
+};
+
+/// Options of a shard plan and its run (hostfirst_shard_options_init).
+struct shard_options : hostfirst_shard_options {
+    shard_options() : hostfirst_shard_options{} { check(hostfirst_shard_options_init(this)); }
+};
+
+namespace detail {
+/// The DLPack exports of a handle class D (view, buffer) whose c() gives the C handle H, over the C exports V
+/// (versioned), L (legacy) and X (a consumer's full request). What each shares, maps or copies is the C
+/// function's contract (hostfirst_view_to_dlpack*, hostfirst_buffer_to_dlpack*).
+template <class D, class H, hostfirst_status (*V)(const H *, hostfirst_dlpack_managed_tensor_versioned **),
+          hostfirst_status (*L)(const H *, hostfirst_dlpack_managed_tensor **),
+          hostfirst_status (*X)(const H *, const hostfirst_dlpack_options *,
+                                hostfirst_dlpack_managed_tensor_versioned **, hostfirst_dlpack_managed_tensor **)>
+class dlpack_exports {
+public:
+    /// Exports as a DLPack 1.1 tensor (DLManagedTensorVersioned), sharing the memory where the C function does.
+    dlpack_tensor to_dlpack() const {
+        return adopt<dlpack_tensor, hostfirst_dlpack_managed_tensor_versioned>(V, handle());
+    }
+    /// Exports in the unversioned form (DLManagedTensor), which has no read-only flag: always writable memory.
+    dlpack_legacy_tensor to_dlpack_legacy() const {
+        return adopt<dlpack_legacy_tensor, hostfirst_dlpack_managed_tensor>(L, handle());
+    }
+    /// Exports for a consumer's full request (form by max_version, copy, device, CUDA stream): exactly one of
+    /// the result's two owners is set.
+    dlpack_export to_dlpack_ex(const dlpack_options &opts = dlpack_options()) const {
+        hostfirst_dlpack_managed_tensor_versioned *v = nullptr;
+        hostfirst_dlpack_managed_tensor *l = nullptr;
+        check(X(handle(), &opts, &v, &l));
+        return {dlpack_tensor(v), dlpack_legacy_tensor(l)};
+    }
+
+private:
+    const H *handle() const noexcept { return static_cast<const D *>(this)->c(); }
+};
+}  // namespace detail
+
+namespace detail {
+/// What a view and a buffer both answer: D has c() (its C handle H) and copy_to(dst, capacity); Describe
+/// fills Info (a struct beginning with struct_size, with name, dtype, rank, shape and nbytes).
+template <class D, class H, class Info, hostfirst_status (*Describe)(const H *, Info *)>
+class tensor_accessors {
+public:
+    /// Everything at once (pointers valid while the handle lives).
+    Info info() const {
+        Info i{};
         i.struct_size = sizeof i;
-        check(hostfirst_view_describe(v_, &i));
+        check(Describe(self().c(), &i));
         return i;
     }
     std::string name() const { return info().name; }
@@ -276,42 +509,11 @@ public:
         auto i = info();
         return i.rank ? std::vector<uint64_t>(i.shape, i.shape + i.rank) : std::vector<uint64_t>();
     }
+    /// Size in bytes (packed, C order).
     uint64_t nbytes() const { return info().nbytes; }
-    /// Zero-copy pointer into the read-only mapping (SIGBUS if the file is truncated meanwhile; see
-    /// hostfirst_view_info). Check alignment() before casting to an element type.
-    const void *data() const { return info().data; }
-    uint64_t alignment() const { return info().alignment; }
-
-    /// Rows [start, stop) of dimension 0, zero-copy, as an independent view.
-    view slice_rows(uint64_t start, uint64_t stop) const {
-        hostfirst_view *out = nullptr;
-        check(hostfirst_view_slice_rows(v_, start, stop, &out));
-        return view(out);
-    }
-    /// Elements [start, start + len) of dimension `dim`, zero-copy, as an independent view; strided for an
-    /// inner dimension (to_vector() and puts give its packed C-order elements, reading only its runs).
-    view narrow(uint32_t dim, uint64_t start, uint64_t len) const {
-        hostfirst_view *out = nullptr;
-        check(hostfirst_view_narrow(v_, dim, start, len, &out));
-        return view(out);
-    }
-    /// Maps the view's pages now (hostfirst_view_prefault); afterwards gathers copy its windows from the
-    /// mapping with no page faults instead of one pread each. Returns true when the pages were mapped, false
-    /// for read-ahead advice only or memory buffers.
-    bool prefault() const {
-        bool populated = false;
-        check(hostfirst_view_prefault(v_, &populated));
-        return populated;
-    }
-    /// Copies the bytes with pread into dst (capacity bytes); TRUNCATED instead of SIGBUS.
-    void copy_to(void *dst, size_t capacity) const { check(hostfirst_view_copy(v_, dst, capacity, nullptr)); }
-    /// A copy of the bytes (pread).
-    std::vector<uint8_t> bytes() const {
-        std::vector<uint8_t> out(static_cast<size_t>(nbytes()));
-        copy_to(out.data(), out.size());
-        return out;
-    }
-    /// A copy as elements of T; throws INVALID_ARGUMENT if nbytes is not a multiple of sizeof(T).
+    /// A host copy of the bytes.
+    std::vector<uint8_t> bytes() const { return to_vector<uint8_t>(); }
+    /// A host copy as elements of T; throws INVALID_ARGUMENT if nbytes is not a multiple of sizeof(T).
     template <class T>
     std::vector<T> to_vector() const {
         uint64_t n = nbytes();
@@ -319,19 +521,153 @@ public:
             throw error(HOSTFIRST_STATUS_INVALID_ARGUMENT, name() + ": " + std::to_string(n) +
                                                                " bytes is not a whole number of elements of this size");
         std::vector<T> out(static_cast<size_t>(n / sizeof(T)));
-        copy_to(out.data(), static_cast<size_t>(n));
+        self().copy_to(out.data(), static_cast<size_t>(n));
         return out;
     }
-    /// Exports as a DLPack 1.1 tensor: zero-copy, read-only, kDLCPU; keeps the mapping alive on its own.
-    dlpack_tensor to_dlpack() const {
-        hostfirst_dlpack_managed_tensor_versioned *t = nullptr;
-        check(hostfirst_view_to_dlpack(v_, &t));
-        return dlpack_tensor(t);
-    }
-    const hostfirst_view *c() const noexcept { return v_; }
 
 private:
-    hostfirst_view *v_ = nullptr;
+    const D &self() const noexcept { return static_cast<const D &>(*this); }
+};
+}  // namespace detail
+
+/// Memory owned on one device (cpu, cuda_host, cuda:N): made by puts, loads, gathers and shard runs, or
+/// adopted from a hostfirst_buffer* of the C API. Freed by the destructor. Move-only; const members are
+/// thread-safe. DLPack exports share its memory, writable (kDLCUDA / kDLCUDAHost / kDLCPU), and keep it alive;
+/// a gather batch they hold is never rewritten.
+class buffer
+    : public detail::tensor_accessors<buffer, hostfirst_buffer, hostfirst_buffer_info, hostfirst_buffer_describe>,
+      public detail::dlpack_exports<buffer, hostfirst_buffer, hostfirst_buffer_to_dlpack,
+                                    hostfirst_buffer_to_dlpack_legacy, hostfirst_buffer_to_dlpack_ex> {
+public:
+    explicit buffer(hostfirst_buffer *b) noexcept : b_(b) {}
+
+    hostfirst::device device() const { return hostfirst::device(info().device); }
+    /// True for a copy-on-write mapping of its file (put_options::copy_on_write): untouched pages still
+    /// come from the file, with its SIGBUS hazard; false for memory of its own.
+    bool is_file_backed() const {
+        int32_t out = 0;
+        check(hostfirst_buffer_is_file_backed(c(), &out));
+        return out != 0;
+    }
+    /// Copies the whole buffer (from any device) into dst (capacity bytes); BUFFER_TOO_SMALL writes nothing.
+    void copy_to(void *dst, size_t capacity) const { check(hostfirst_buffer_copy_to_host(c(), dst, capacity)); }
+    /// A new buffer on `target` (fit-checked; the source is unchanged).
+    buffer to(const hostfirst::device &target) const { return to_ptr(&target.c()); }
+    /// A new buffer on the default device (IMPLICIT_PLACEMENT in strict mode).
+    buffer to_default() const { return to_ptr(nullptr); }
+    /// CUDA stream handshake for consumers outside DLPack: `stream` (DLPack values: 1 legacy default, 2
+    /// per-thread default, > 2 a CUstream, -1 nothing) waits for hostfirst's last write. Host buffers: no-op.
+    void sync_stream(int64_t stream) const { check(hostfirst_buffer_sync_stream(c(), stream)); }
+    /// The release side: hostfirst's next rewrite of this buffer waits for the work queued on `stream` now.
+    void record_stream(int64_t stream) const { check(hostfirst_buffer_record_stream(c(), stream)); }
+    const hostfirst_buffer *c() const noexcept { return b_.get(); }
+
+private:
+    buffer to_ptr(const hostfirst_device *target) const {
+        return detail::adopt<buffer, hostfirst_buffer>(hostfirst_buffer_to, c(), target);
+    }
+    detail::owner<hostfirst_buffer, hostfirst_buffer_free> b_;
+};
+
+/// A put's buffer and what the transfer did.
+struct put_result {
+    hostfirst::buffer buffer;
+    hostfirst_put_stats stats;
+};
+
+/// An asynchronous put (view::put_start); the destructor cancels a running put and frees an untaken result.
+class put_op {
+public:
+    explicit put_op(hostfirst_put_op *op) noexcept : op_(op) {}
+    /// True once the put has finished (wait() then returns at once); false while it runs. Throws
+    /// ALREADY_USED after the result was taken.
+    bool poll() const {
+        hostfirst_status st = hostfirst_put_poll(op_.get());
+        if (st == HOSTFIRST_STATUS_NOT_READY) return false;
+        check(st);
+        return true;
+    }
+    /// Blocks until the put finishes; returns its buffer or throws its error. Once only (then ALREADY_USED).
+    hostfirst::buffer wait() const {
+        return detail::adopt<hostfirst::buffer, hostfirst_buffer>(hostfirst_put_wait, op_.get());
+    }
+    const hostfirst_put_op *c() const noexcept { return op_.get(); }
+
+private:
+    detail::owner<hostfirst_put_op, hostfirst_put_op_free> op_;
+};
+
+/// A read-only, zero-copy view of one tensor (or a part of one). Keeps its file mapping alive; valid
+/// after the file is closed. Move-only; all const members are thread-safe. DLPack exports: to_dlpack() is the
+/// read-only mapping itself (kDLCPU, flag READ_ONLY); to_dlpack_legacy() a private copy-on-write mapping of its
+/// pages (writable; the file never changes), or a packed copy for memory and strided views. Either keeps the
+/// mapping alive on its own.
+class view : public detail::tensor_accessors<view, hostfirst_view, hostfirst_view_info, hostfirst_view_describe>,
+             public detail::dlpack_exports<view, hostfirst_view, hostfirst_view_to_dlpack,
+                                           hostfirst_view_to_dlpack_legacy, hostfirst_view_to_dlpack_ex> {
+public:
+    /// Adopts a handle (freed by the destructor).
+    explicit view(hostfirst_view *v) noexcept : v_(v) {}
+
+    /// Zero-copy pointer into the read-only mapping (SIGBUS if the file is truncated meanwhile; see
+    /// hostfirst_view_info). Check alignment() before casting to an element type.
+    const void *data() const { return info().data; }
+    uint64_t alignment() const { return info().alignment; }
+
+    /// Rows [start, stop) of dimension 0, zero-copy, as an independent view.
+    view slice_rows(uint64_t start, uint64_t stop) const {
+        return detail::adopt<view, hostfirst_view>(hostfirst_view_slice_rows, c(), start, stop);
+    }
+    /// Elements [start, start + len) of dimension `dim`, zero-copy, as an independent view; strided for an
+    /// inner dimension (to_vector() and puts give its packed C-order elements, reading only its runs).
+    view narrow(uint32_t dim, uint64_t start, uint64_t len) const {
+        return detail::adopt<view, hostfirst_view>(hostfirst_view_narrow, c(), dim, start, len);
+    }
+    /// Maps the view's pages now (hostfirst_view_prefault); afterwards gathers copy its windows from the
+    /// mapping with no page faults instead of one pread each. Returns true when the pages were mapped, false
+    /// for read-ahead advice only or memory buffers.
+    bool prefault() const {
+        bool populated = false;
+        check(hostfirst_view_prefault(c(), &populated));
+        return populated;
+    }
+    /// Copies the bytes with pread into dst (capacity bytes); TRUNCATED instead of SIGBUS.
+    void copy_to(void *dst, size_t capacity) const { check(hostfirst_view_copy(c(), dst, capacity, nullptr)); }
+    /// Copies len bytes from `offset` (packed C order) into dst with pread: streaming in chunks.
+    void read(uint64_t offset, void *dst, size_t len) const { check(hostfirst_view_read(c(), offset, dst, len)); }
+    using tensor_accessors::bytes;
+    /// A copy of bytes [offset, offset + len) (pread); OUT_OF_RANGE past the end.
+    std::vector<uint8_t> bytes(uint64_t offset, size_t len) const {
+        std::vector<uint8_t> out(len);
+        read(offset, out.data(), len);
+        return out;
+    }
+    /// Puts the view onto `target` as a new buffer (fit-checked before anything is allocated).
+    buffer put(const device &target, const put_options &opts = put_options()) const {
+        return put_ptr(&target.c(), opts, nullptr);
+    }
+    /// Puts the view onto the calling thread's default device (IMPLICIT_PLACEMENT in strict mode).
+    buffer put_default(const put_options &opts = put_options()) const { return put_ptr(nullptr, opts, nullptr); }
+    /// put(), also saying what the transfer did.
+    put_result put_ex(const device &target, const put_options &opts = put_options()) const {
+        hostfirst_put_stats stats{};
+        stats.struct_size = sizeof stats;
+        buffer b = put_ptr(&target.c(), opts, &stats);
+        return {std::move(b), stats};
+    }
+    /// Starts the put on a worker thread (the target is resolved now); this view may go right after.
+    put_op put_start(const device &target, const put_options &opts = put_options()) const {
+        return detail::adopt<put_op, hostfirst_put_op>(hostfirst_put_start, c(), &target.c(), &opts);
+    }
+    const hostfirst_view *c() const noexcept { return v_.get(); }
+
+private:
+    buffer put_ptr(const hostfirst_device *target, const put_options &opts, hostfirst_put_stats *stats) const {
+        hostfirst_buffer *out = nullptr;
+        check(stats ? hostfirst_put_ex(c(), target, &opts, &out, stats) : hostfirst_put(c(), target, &opts, &out));
+        return buffer(out);
+    }
+    detail::owner<hostfirst_view, hostfirst_view_free> v_;
 };
 
 /// An open safetensors file or sharded set (*.safetensors.index.json). Move-only; const members are
@@ -340,110 +676,347 @@ class file {
 public:
     /// Opens a file or an index (header only; the data is mapped read-only, not read).
     static file open(const std::string &path) {
-        hostfirst_file *f = nullptr;
-        check(hostfirst_file_open(path.c_str(), &f));
-        return file(f);
+        return detail::adopt<file, hostfirst_file>(hostfirst_file_open, path.c_str());
+    }
+    /// Opens a sharded set from its index (Hugging Face weight_map), whatever the index is called.
+    static file open_index(const std::string &path) {
+        return detail::adopt<file, hostfirst_file>(hostfirst_file_open_index, path.c_str());
     }
     /// Opens a safetensors image in caller memory, which must outlive the file and its views.
     static file open_memory(const void *data, size_t len) {
-        hostfirst_file *f = nullptr;
-        check(hostfirst_file_open_memory(data, len, &f));
-        return file(f);
+        return detail::adopt<file, hostfirst_file>(hostfirst_file_open_memory, data, len);
     }
     explicit file(hostfirst_file *f) noexcept : f_(f) {}
-    file(const file &) = delete;
-    file &operator=(const file &) = delete;
-    file(file &&o) noexcept : f_(std::exchange(o.f_, nullptr)) {}
-    file &operator=(file &&o) noexcept {
-        if (this != &o) {
-            (void)hostfirst_file_free(f_);
-            f_ = std::exchange(o.f_, nullptr);
-        }
-        return *this;
-    }
-    ~file() { (void)hostfirst_file_free(f_); }
 
-    size_t size() const {
-        size_t n = 0;
-        check(hostfirst_file_tensor_count(f_, &n));
-        return n;
-    }
+    size_t size() const { return detail::get<size_t>(c(), hostfirst_file_tensor_count); }
     /// Tensor names in file order.
     std::vector<std::string> names() const {
         std::vector<std::string> out;
         for (size_t i = 0, n = size(); i < n; i++) {
             const char *p = nullptr;
-            check(hostfirst_file_tensor_name(f_, i, &p));
+            check(hostfirst_file_tensor_name(c(), i, &p));
             out.emplace_back(p);
         }
         return out;
     }
     bool contains(const std::string &name) const {
         size_t i = 0;
-        hostfirst_status st = hostfirst_file_find(f_, name.c_str(), &i);
+        hostfirst_status st = hostfirst_file_find(c(), name.c_str(), &i);
         if (st == HOSTFIRST_STATUS_NOT_FOUND) return false;
         check(st);
         return true;
     }
     hostfirst::view view(const std::string &name) const {
-        hostfirst_view *v = nullptr;
-        check(hostfirst_file_view(f_, name.c_str(), &v));
-        return hostfirst::view(v);
+        return detail::adopt<hostfirst::view, hostfirst_view>(hostfirst_file_view, c(), name.c_str());
     }
     hostfirst::view view_at(size_t index) const {
-        hostfirst_view *v = nullptr;
-        check(hostfirst_file_view_at(f_, index, &v));
-        return hostfirst::view(v);
+        return detail::adopt<hostfirst::view, hostfirst_view>(hostfirst_file_view_at, c(), index);
     }
     /// `__metadata__` (for a set: the index's metadata, then the shards').
     std::map<std::string, std::string> metadata() const {
         std::map<std::string, std::string> out;
         size_t n = 0;
-        check(hostfirst_file_metadata_count(f_, &n));
+        check(hostfirst_file_metadata_count(c(), &n));
         for (size_t i = 0; i < n; i++) {
             const char *k = nullptr, *v = nullptr;
-            check(hostfirst_file_metadata_get(f_, i, &k, &v));
+            check(hostfirst_file_metadata_get(c(), i, &k, &v));
             out.emplace(k, v);
         }
         return out;
     }
-    uint64_t data_bytes() const {
-        uint64_t n = 0;
-        check(hostfirst_file_data_bytes(f_, &n));
-        return n;
+    /// One metadata value, or nullopt when the key is absent.
+    std::optional<std::string> metadata(const std::string &key) const {
+        const char *v = nullptr;
+        hostfirst_status st = hostfirst_file_metadata_find(c(), key.c_str(), &v);
+        if (st == HOSTFIRST_STATUS_NOT_FOUND) return std::nullopt;
+        check(st);
+        return std::string(v);
     }
-    const hostfirst_file *c() const noexcept { return f_; }
+    /// The path it was opened with (the index for a set); nullopt for a file opened from memory.
+    std::optional<std::string> path() const {
+        const char *p = nullptr;
+        hostfirst_status st = hostfirst_file_path(c(), &p);
+        if (st == HOSTFIRST_STATUS_NOT_FOUND) return std::nullopt;
+        check(st);
+        return std::string(p);
+    }
+    uint64_t data_bytes() const { return detail::get<uint64_t>(c(), hostfirst_file_data_bytes); }
+    const hostfirst_file *c() const noexcept { return f_.get(); }
 
 private:
-    hostfirst_file *f_ = nullptr;
+    detail::owner<hostfirst_file, hostfirst_file_free> f_;
 };
 
-/// Memory owned on one device (cpu, cuda_host, cuda:N). Adopts a hostfirst_buffer* made by the C API
-/// (hostfirst_put, hostfirst_buffer_to, hostfirst_load_get) and frees it. Move-only.
-class buffer {
+/// An ordered list of placement rules: glob pattern on tensor names -> "host", "default" or a device spec.
+/// The first match wins; unmatched tensors stay on the host. `rules r; r.add("tokens", "host").add("*", "cuda:0");`
+class rules {
 public:
-    explicit buffer(hostfirst_buffer *b) noexcept : b_(b) {}
-    buffer(const buffer &) = delete;
-    buffer &operator=(const buffer &) = delete;
-    buffer(buffer &&o) noexcept : b_(std::exchange(o.b_, nullptr)) {}
-    buffer &operator=(buffer &&o) noexcept {
-        if (this != &o) {
-            (void)hostfirst_buffer_free(b_);
-            b_ = std::exchange(o.b_, nullptr);
-        }
+    rules() : r_(decltype(r_)::make(hostfirst_rules_new)) {}
+    /// Appends `pattern` -> `target` (lower priority than every rule already added).
+    rules &add(const std::string &pattern, const std::string &target) {
+        check(hostfirst_rules_add(r_.get(), pattern.c_str(), target.c_str()));
         return *this;
     }
-    ~buffer() { (void)hostfirst_buffer_free(b_); }
-    /// Exports as a DLPack 1.1 tensor: zero-copy, writable; kDLCUDA / kDLCUDAHost / kDLCPU.
-    dlpack_tensor to_dlpack() const {
-        hostfirst_dlpack_managed_tensor_versioned *t = nullptr;
-        check(hostfirst_buffer_to_dlpack(b_, &t));
-        return dlpack_tensor(t);
+    /// Appends a rule written "pattern=target" (the CLI's --rule form).
+    rules &add(const std::string &spec) {
+        check(hostfirst_rules_add_spec(r_.get(), spec.c_str()));
+        return *this;
     }
-    const hostfirst_buffer *c() const noexcept { return b_; }
+    const hostfirst_rules *c() const noexcept { return r_.get(); }
 
 private:
-    hostfirst_buffer *b_ = nullptr;
+    detail::owner<hostfirst_rules, hostfirst_rules_free> r_;
+};
+
+/// A placement plan: the dry run of rules over a file (nothing allocated). Strings in the infos it returns
+/// live as long as the plan. Outside strict mode a rule that places no tensor is listed by unmatched_rules(),
+/// not refused (strict mode: make() throws UNMATCHED_RULE): check it.
+class plan {
+public:
+    static plan make(const file &f, const rules &r) {
+        return detail::adopt<plan, hostfirst_plan>(hostfirst_plan_make, f.c(), r.c());
+    }
+    explicit plan(hostfirst_plan *p) noexcept : p_(p) {}
+    size_t tensor_count() const { return detail::get<size_t>(c(), hostfirst_plan_tensor_count); }
+    hostfirst_plan_tensor_info tensor(size_t i) const {
+        return detail::describe<hostfirst_plan_tensor_info>(c(), i, hostfirst_plan_tensor);
+    }
+    size_t device_count() const { return detail::get<size_t>(c(), hostfirst_plan_device_count); }
+    /// The i-th device receiving tensors: bytes, usable memory, fits, the largest tensor.
+    hostfirst_plan_device_info device(size_t i) const {
+        return detail::describe<hostfirst_plan_device_info>(c(), i, hostfirst_plan_device);
+    }
+    size_t unmatched_rule_count() const { return detail::get<size_t>(c(), hostfirst_plan_unmatched_rule_count); }
+    hostfirst_plan_unmatched_rule_info unmatched_rule(size_t i) const {
+        return detail::describe<hostfirst_plan_unmatched_rule_info>(c(), i, hostfirst_plan_unmatched_rule);
+    }
+    /// Every rule that places no tensor, in rule order.
+    std::vector<hostfirst_plan_unmatched_rule_info> unmatched_rules() const {
+        std::vector<hostfirst_plan_unmatched_rule_info> out;
+        for (size_t i = 0, n = unmatched_rule_count(); i < n; i++) out.push_back(unmatched_rule(i));
+        return out;
+    }
+    const hostfirst_plan *c() const noexcept { return p_.get(); }
+
+private:
+    detail::owner<hostfirst_plan, hostfirst_plan_free> p_;
+};
+
+/// One tensor of a load: a device buffer (kind HOSTFIRST_LOADED_BUFFER) or a host view (HOSTFIRST_LOADED_VIEW);
+/// the other member holds NULL. Both are new handles of their own.
+struct loaded {
+    uint32_t kind;
+    hostfirst::buffer buffer;
+    hostfirst::view view;
+};
+
+/// The result of a whole-file load: every tensor by name. Buffers and views taken from it outlive it.
+class load {
+public:
+    /// Applies `p` (made from `f`); every device is fit-checked before the first byte moves.
+    static load run(const file &f, const plan &p, hostfirst_load_progress_fn progress = nullptr,
+                    void *user = nullptr) {
+        return detail::adopt<load, hostfirst_load>(hostfirst_load_run, f.c(), p.c(), progress, user);
+    }
+    /// run() with options (copy_on_write for cpu tensors, progress).
+    static load run(const file &f, const plan &p, const load_options &opts) {
+        return detail::adopt<load, hostfirst_load>(hostfirst_load_run_ex, f.c(), p.c(), &opts);
+    }
+    explicit load(hostfirst_load *l) noexcept : l_(l) {}
+    size_t size() const { return detail::get<size_t>(c(), hostfirst_load_count); }
+    /// The tensor `name` as new handles (NOT_FOUND if absent).
+    loaded get(const std::string &name) const {
+        uint32_t kind = 0;
+        hostfirst_buffer *b = nullptr;
+        hostfirst_view *v = nullptr;
+        check(hostfirst_load_get(c(), name.c_str(), &kind, &b, &v));
+        return {kind, hostfirst::buffer(b), hostfirst::view(v)};
+    }
+    /// HOSTFIRST_LOADED_VIEW or HOSTFIRST_LOADED_BUFFER, without making a handle.
+    uint32_t kind(const std::string &name) const {
+        uint32_t kind = 0;
+        check(hostfirst_load_get(c(), name.c_str(), &kind, nullptr, nullptr));
+        return kind;
+    }
+    const hostfirst_load *c() const noexcept { return l_.get(); }
+
+private:
+    detail::owner<hostfirst_load, hostfirst_load_free> l_;
+};
+
+/// Start offsets uniform in [0, len - window) from the splitmix64 stream `state` (advanced: reproducible
+/// successive batches).
+inline std::vector<uint64_t> random_offsets(uint64_t &state, uint64_t len, uint64_t window, size_t n) {
+    std::vector<uint64_t> out(n);
+    check(hostfirst_random_offsets(&state, len, window, out.data(), n));
+    return out;
+}
+
+/// A gather's ring of batches: its bound, the batches allocated, how many consumers hold.
+struct ring_info {
+    size_t bound, allocated, held;
+};
+
+/// A reusable batch gather of [batch, window] elements of one dtype on one device. A batch handed out (a
+/// buffer from run_batch / run_from_buffer / batch(), or its DLPack export) is never rewritten while it
+/// lives; when every batch is held the ring grows up to its bound, then runs throw BUSY.
+class gather {
+public:
+    gather(const hostfirst::device &d, uint32_t dtype, uint64_t batch, uint64_t window)
+        : g_(decltype(g_)::make(hostfirst_gather_new, d.c(), dtype, batch, window)) {}
+    /// Fills a free batch: row i = elements [offsets[i], offsets[i] + window) of the 1-D `source`.
+    void run(const view &source, const std::vector<uint64_t> &offsets) {
+        check(hostfirst_gather_run(g_.get(), source.c(), offsets.data(), offsets.size()));
+    }
+    /// run(), handing out the batch it filled (not rewritten while the returned buffer lives).
+    buffer run_batch(const view &source, const std::vector<uint64_t> &offsets) {
+        return detail::adopt<buffer, hostfirst_buffer>(hostfirst_gather_run_batch, g_.get(), source.c(), offsets.data(),
+                                                       offsets.size());
+    }
+    /// Gathers from a 1-D host buffer (the truncation-proof fast path), handing out the batch.
+    buffer run_from_buffer(const buffer &source, const std::vector<uint64_t> &offsets) {
+        return detail::adopt<buffer, hostfirst_buffer>(hostfirst_gather_run_from_buffer, g_.get(), source.c(),
+                                                       offsets.data(), offsets.size());
+    }
+    /// The current batch, as a new handle.
+    buffer batch() const {
+        return detail::adopt<buffer, hostfirst_buffer>(hostfirst_gather_batch, g_.get());
+    }
+    /// The most batches the ring may hold (1 to HOSTFIRST_GATHER_MAX_RING_BOUND).
+    void set_ring_bound(size_t bound) { check(hostfirst_gather_set_ring_bound(g_.get(), bound)); }
+    ring_info ring() const {
+        ring_info r{};
+        check(hostfirst_gather_ring(g_.get(), &r.bound, &r.allocated, &r.held));
+        return r;
+    }
+    uint64_t nbytes() const { return detail::get<uint64_t>(g_.get(), hostfirst_gather_nbytes); }
+    /// Copies the current batch (C order) into dst (capacity bytes).
+    void copy_to_host(void *dst, size_t capacity) const {
+        check(hostfirst_gather_copy_to_host(g_.get(), dst, capacity));
+    }
+    /// The current batch as elements of T.
+    template <class T>
+    std::vector<T> to_vector() const {
+        std::vector<T> out(static_cast<size_t>(nbytes() / sizeof(T)));
+        copy_to_host(out.data(), out.size() * sizeof(T));
+        return out;
+    }
+    const hostfirst_gather *c() const noexcept { return g_.get(); }
+
+private:
+    detail::owner<hostfirst_gather, hostfirst_gather_free> g_;
+};
+
+/// A device mesh: named axes with sizes, positions numbered row-major (the last axis fastest).
+class shard_mesh {
+public:
+    shard_mesh(const std::vector<std::string> &names, const std::vector<uint64_t> &sizes) {
+        if (names.size() != sizes.size())
+            throw error(HOSTFIRST_STATUS_INVALID_ARGUMENT, "shard_mesh: " + std::to_string(names.size()) +
+                                                               " names but " + std::to_string(sizes.size()) + " sizes");
+        std::vector<const char *> raw;
+        for (const auto &n : names) raw.push_back(n.c_str());
+        m_ = decltype(m_)::make(hostfirst_shard_mesh_new, raw.data(), sizes.data(), raw.size());
+    }
+    uint64_t positions() const { return detail::get<uint64_t>(c(), hostfirst_shard_mesh_positions); }
+    /// The position at these coordinates (one per axis, outermost first).
+    uint64_t position(const std::vector<uint64_t> &coords) const {
+        uint64_t p = 0;
+        check(hostfirst_shard_mesh_position(c(), coords.data(), coords.size(), &p));
+        return p;
+    }
+    const hostfirst_shard_mesh *c() const noexcept { return m_.get(); }
+
+private:
+    detail::owner<hostfirst_shard_mesh, hostfirst_shard_mesh_free> m_;
+};
+
+/// Sharding rules over a mesh: glob -> partition spec ("x,y", "_,y", "x+y", "" replicates); the mesh may go.
+class shard_rules {
+public:
+    explicit shard_rules(const shard_mesh &mesh)
+        : r_(decltype(r_)::make(hostfirst_shard_rules_new, mesh.c())) {}
+    shard_rules &add(const std::string &pattern, const std::string &spec) {
+        check(hostfirst_shard_rules_add(r_.get(), pattern.c_str(), spec.c_str()));
+        return *this;
+    }
+    /// Leaves the tensors `pattern` matches out of the plans (no shard, nothing read).
+    shard_rules &skip(const std::string &pattern) {
+        check(hostfirst_shard_rules_skip(r_.get(), pattern.c_str()));
+        return *this;
+    }
+    const hostfirst_shard_rules *c() const noexcept { return r_.get(); }
+
+private:
+    detail::owner<hostfirst_shard_rules, hostfirst_shard_rules_free> r_;
+};
+
+/// One shard of a run: a new buffer handle (the shard, C order) and the file bytes read for it (0: a copy).
+struct shard_buffer {
+    hostfirst::buffer buffer;
+    uint64_t bytes_read;
+};
+
+/// The buffers of a run of a shard plan; buffers taken from it outlive it.
+class shard_result {
+public:
+    explicit shard_result(hostfirst_shard_result *r) noexcept : r_(r) {}
+    size_t size() const { return detail::get<size_t>(c(), hostfirst_shard_result_count); }
+    shard_buffer get(size_t index) const {
+        hostfirst_buffer *b = nullptr;
+        uint64_t read = 0;
+        check(hostfirst_shard_result_get(c(), index, &b, &read));
+        return {hostfirst::buffer(b), read};
+    }
+    uint64_t bytes_read() const { return detail::get<uint64_t>(c(), hostfirst_shard_result_bytes_read); }
+    const hostfirst_shard_result *c() const noexcept { return r_.get(); }
+
+private:
+    detail::owner<hostfirst_shard_result, hostfirst_shard_result_free> r_;
+};
+
+/// A shard plan's totals: bytes of every shard, file bytes its reads take, whether every device had room.
+struct shard_totals {
+    uint64_t shard_bytes, read_bytes;
+    bool fits;
+};
+
+/// The shards this process loads: for the owned mesh positions (shards to devices[i]), every tensor's
+/// part and the reads it takes. Infos it returns live as long as the plan; results of its runs outlive it.
+class shard_plan {
+public:
+    static shard_plan make(const file &f, const shard_rules &r, const std::vector<uint64_t> &positions,
+                           const std::vector<device> &devices, const shard_options &opts = shard_options()) {
+        if (positions.size() != devices.size())
+            throw error(HOSTFIRST_STATUS_INVALID_ARGUMENT, "shard_plan: " + std::to_string(positions.size()) +
+                                                               " positions but " + std::to_string(devices.size()) +
+                                                               " devices");
+        std::vector<hostfirst_device> raw;
+        for (const auto &d : devices) raw.push_back(d.c());
+        return detail::adopt<shard_plan, hostfirst_shard_plan>(hostfirst_shard_plan_make, f.c(), r.c(),
+                                                               positions.data(), raw.data(), raw.size(), &opts);
+    }
+    explicit shard_plan(hostfirst_shard_plan *p) noexcept : p_(p) {}
+    size_t size() const { return detail::get<size_t>(c(), hostfirst_shard_plan_count); }
+    hostfirst_shard_info describe(size_t index) const {
+        return detail::describe<hostfirst_shard_info>(c(), index, hostfirst_shard_plan_describe);
+    }
+    shard_totals totals() const {
+        shard_totals t{};
+        int32_t fits = 0;
+        check(hostfirst_shard_plan_totals(c(), &t.shard_bytes, &t.read_bytes, &fits));
+        t.fits = fits != 0;
+        return t;
+    }
+    /// Loads every shard into its own buffer (fit-checked first; pread, never the mapping). The progress
+    /// callback must not throw.
+    shard_result run(hostfirst_progress_fn progress = nullptr, void *user = nullptr) const {
+        return detail::adopt<shard_result, hostfirst_shard_result>(hostfirst_shard_run, c(), progress, user);
+    }
+    const hostfirst_shard_plan *c() const noexcept { return p_.get(); }
+
+private:
+    detail::owner<hostfirst_shard_plan, hostfirst_shard_plan_free> p_;
 };
 
 /// The number of live handles (files, views, buffers, unreleased DLPack exports): a leak check.

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #undef NDEBUG
 #include "hostfirst.hpp"
@@ -86,12 +87,392 @@ static int files_views_dlpack(const std::string &fixtures) {
     return 0;
 }
 
+
+/* Runs `f`, which must throw hostfirst::error with `want`; returns false (and says what happened) otherwise. */
+template <class F>
+static bool throws(hostfirst_status want, F &&f, const char *what_contains = nullptr) {
+    try {
+        f();
+    } catch (const hostfirst::error &e) {
+        if (e.status() != want || (what_contains && std::string(e.what()).find(what_contains) == std::string::npos)) {
+            std::fprintf(stderr, "threw %s, wanted %s: %s\n", e.status_name(), hostfirst_status_name(want), e.what());
+            return false;
+        }
+        return true;
+    }
+    std::fprintf(stderr, "did not throw %s\n", hostfirst_status_name(want));
+    return false;
+}
+
+/* tokens.safetensors: U16 [4096]; its first ten values. */
+static const uint16_t TOKENS0[10] = {46058, 12944, 40309, 6247, 10475, 29944, 7466, 21755, 7255, 49912};
+
+static int views_buffers_puts(const std::string &fixtures) {
+    size_t base = hostfirst::handle_count();
+    {
+        auto f = hostfirst::file::open(fixtures + "/basic.safetensors");
+        REQUIRE(f.path() && *f.path() == fixtures + "/basic.safetensors");
+        REQUIRE(f.metadata("format") == std::optional<std::string>("pt") && !f.metadata("nope"));
+        hostfirst::view v = f.view("i32"); /* [[-3, -2, -1], [0, 1, 2]] */
+        std::vector<uint8_t> mid = v.bytes(4, 8);
+        REQUIRE(mid == std::vector<uint8_t>({0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}));
+        int32_t last = 0;
+        v.read(20, &last, sizeof last);
+        REQUIRE(last == 2);
+        REQUIRE(throws(HOSTFIRST_STATUS_OUT_OF_RANGE, [&] { (void)v.bytes(20, 8); }));
+        REQUIRE(throws(HOSTFIRST_STATUS_OUT_OF_RANGE, [&] { (void)v.narrow(1, 2, 2); }));
+        REQUIRE(throws(HOSTFIRST_STATUS_OUT_OF_RANGE, [&] { (void)v.narrow(2, 0, 1); }));
+        REQUIRE(hostfirst::handle_count() == base + 2); /* nothing leaked by the failures */
+
+        hostfirst::buffer b = v.put(hostfirst::device::cpu());
+        auto bi = b.info();
+        REQUIRE(b.name() == "i32" && b.dtype() == HOSTFIRST_DTYPE_I32 && b.nbytes() == 24);
+        REQUIRE(b.shape() == std::vector<uint64_t>({2, 3}) && b.device() == hostfirst::device::cpu());
+        REQUIRE(b.to_vector<int32_t>() == std::vector<int32_t>({-3, -2, -1, 0, 1, 2}));
+        REQUIRE(!b.is_file_backed());
+        b.sync_stream(-1); /* host buffers: nothing to wait for */
+        b.record_stream(1);
+        REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { b.sync_stream(0); }));
+        REQUIRE(throws(HOSTFIRST_STATUS_BUFFER_TOO_SMALL, [&] {
+            int32_t small[2];
+            b.copy_to(small, sizeof small);
+        }));
+        hostfirst::buffer b2 = b.to(hostfirst::device("cpu"));
+        REQUIRE(b2.info().address != bi.address && b2.bytes() == b.bytes());
+
+        hostfirst::put_options cow;
+        cow.copy_on_write = 1;
+        auto r = v.put_ex(hostfirst::device::cpu(), cow);
+        REQUIRE(r.buffer.is_file_backed() && r.stats.struct_size == sizeof(hostfirst_put_stats));
+        REQUIRE(r.buffer.to_vector<int32_t>() == b.to_vector<int32_t>());
+        const hostfirst::device no_kind(hostfirst_device{7, 0});
+        REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { (void)v.put(no_kind); }));
+
+        hostfirst::put_op op = v.put_start(hostfirst::device::cpu());
+        while (!op.poll()) std::this_thread::yield();
+        hostfirst::buffer async = op.wait();
+        REQUIRE(async.to_vector<int32_t>() == b.to_vector<int32_t>());
+        REQUIRE(throws(HOSTFIRST_STATUS_ALREADY_USED, [&] { (void)op.wait(); }));
+        REQUIRE(throws(HOSTFIRST_STATUS_ALREADY_USED, [&] { (void)op.poll(); }));
+
+        /* DLPack: the legacy form of a buffer shares its memory; the _ex form copies on request. */
+        hostfirst::dlpack_legacy_tensor bl = b.to_dlpack_legacy();
+        REQUIRE(reinterpret_cast<uintptr_t>(bl->dl_tensor.data) == bi.address && !bl.read_only());
+        hostfirst::dlpack_options always;
+        always.max_version = {1, 1};
+        always.copy = HOSTFIRST_DLPACK_COPY_ALWAYS;
+        hostfirst::dlpack_export bx = b.to_dlpack_ex(always);
+        REQUIRE(bx.versioned && !bx.legacy && bx.versioned.is_copied());
+        REQUIRE(reinterpret_cast<uintptr_t>(bx.versioned->dl_tensor.data) != bi.address);
+        REQUIRE(std::memcmp(bx.versioned->dl_tensor.data, b.bytes().data(), 24) == 0);
+        hostfirst::dlpack_legacy_tensor vl = v.to_dlpack_legacy(); /* a copy-on-write mapping: writable */
+        REQUIRE(std::memcmp(vl->dl_tensor.data, v.bytes().data(), 24) == 0);
+        hostfirst::dlpack_export vx = v.to_dlpack_ex(); /* nothing asked: the legacy form */
+        REQUIRE(!vx.versioned && vx.legacy && vx.legacy->dl_tensor.ndim == 2);
+        hostfirst::dlpack_options v11;
+        v11.max_version = {1, 1};
+        hostfirst::dlpack_export vv = v.to_dlpack_ex(v11);
+        REQUIRE(vv.versioned && vv.versioned.read_only() && vv.versioned->dl_tensor.data == v.data());
+        /* release() hands the tensor on: the receiver calls the deleter */
+        hostfirst_dlpack_managed_tensor *raw = vl.release();
+        REQUIRE(!vl && raw);
+        raw->deleter(raw);
+    }
+    REQUIRE(hostfirst::handle_count() == base);
+
+    /* a memory view has no file to map: the legacy form must copy, which COPY_NEVER refuses */
+    std::vector<uint8_t> image;
+    {
+        auto f = hostfirst::file::open(fixtures + "/basic.safetensors");
+        FILE *fp = std::fopen((fixtures + "/basic.safetensors").c_str(), "rb");
+        REQUIRE(fp);
+        image.resize(4096);
+        image.resize(std::fread(image.data(), 1, image.size(), fp));
+        std::fclose(fp);
+        auto m = hostfirst::file::open_memory(image.data(), image.size());
+        REQUIRE(!m.path() && m.size() == f.size());
+        hostfirst::dlpack_options never;
+        never.copy = HOSTFIRST_DLPACK_COPY_NEVER;
+        REQUIRE(throws(HOSTFIRST_STATUS_UNSUPPORTED, [&] { (void)m.view("i32").to_dlpack_ex(never); }));
+    }
+    REQUIRE(hostfirst::handle_count() == base);
+
+    /* sharded set through its index */
+    {
+        auto s = hostfirst::file::open_index(fixtures + "/sharded/model.safetensors.index.json");
+        REQUIRE(s.size() == 4 && s.metadata("total_size") == std::optional<std::string>("164"));
+        REQUIRE(s.contains("layers.1.w") && s.path()->find("model.safetensors.index.json") != std::string::npos);
+        REQUIRE(throws(HOSTFIRST_STATUS_INVALID_INDEX,
+                       [&] { (void)hostfirst::file::open_index(fixtures + "/basic.safetensors"); }));
+    }
+    hostfirst::release_cached_memory();
+    REQUIRE(hostfirst::handle_count() == base);
+    return 0;
+}
+
+static int rules_plans_loads(const std::string &fixtures) {
+    size_t base = hostfirst::handle_count();
+    {
+        auto f = hostfirst::file::open(fixtures + "/basic.safetensors");
+        hostfirst::rules r;
+        r.add("i32", "cpu").add("f*=host").add("i3?", "cpu").add("token=host");
+        REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { r.add("x", "tpu:0"); }, "tpu"));
+        REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { r.add("x", "nowhere"); }));
+        auto p = hostfirst::plan::make(f, r);
+        REQUIRE(p.tensor_count() == 16);
+        auto t8 = p.tensor(8); /* i32 */
+        REQUIRE(std::string(t8.name) == "i32" && t8.placement == HOSTFIRST_PLACEMENT_DEVICE && t8.rule == 0);
+        REQUIRE(t8.nbytes == 24 && hostfirst::device(t8.device) == hostfirst::device::cpu());
+        auto t0 = p.tensor(0); /* u64: no rule */
+        REQUIRE(t0.placement == HOSTFIRST_PLACEMENT_HOST && t0.rule == -1);
+        REQUIRE(throws(HOSTFIRST_STATUS_OUT_OF_RANGE, [&] { (void)p.tensor(16); }));
+        REQUIRE(p.device_count() == 1);
+        auto d0 = p.device(0);
+        REQUIRE(d0.bytes == 24 && d0.tensors == 1 && d0.fits == 1 && std::string(d0.largest_name) == "i32");
+        /* rule 2 is shadowed by rule 0; rule 3 matches nothing (a typo of no tensor) */
+        auto un = p.unmatched_rules();
+        REQUIRE(p.unmatched_rule_count() == 2 && un.size() == 2);
+        REQUIRE(un[0].rule == 2 && un[0].shadowed_by == 0 && std::string(un[0].pattern) == "i3?");
+        REQUIRE(un[1].rule == 3 && un[1].shadowed_by == -1 && std::string(un[1].target) == "host");
+        REQUIRE(un[1].message && std::string(un[1].message).find("token") != std::string::npos);
+        {
+            hostfirst::strict_guard strict;
+            REQUIRE(throws(HOSTFIRST_STATUS_UNMATCHED_RULE, [&] { (void)hostfirst::plan::make(f, r); }, "token"));
+        }
+        auto l = hostfirst::load::run(f, p);
+        REQUIRE(l.size() == 16 && l.kind("i32") == HOSTFIRST_LOADED_BUFFER && l.kind("u8") == HOSTFIRST_LOADED_VIEW);
+        hostfirst::loaded i32 = l.get("i32");
+        REQUIRE(i32.kind == HOSTFIRST_LOADED_BUFFER && i32.view.c() == nullptr);
+        REQUIRE(i32.buffer.to_vector<int32_t>() == std::vector<int32_t>({-3, -2, -1, 0, 1, 2}));
+        hostfirst::loaded u8 = l.get("u8");
+        REQUIRE(u8.kind == HOSTFIRST_LOADED_VIEW && u8.buffer.c() == nullptr);
+        REQUIRE(u8.view.bytes() == std::vector<uint8_t>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+        REQUIRE(throws(HOSTFIRST_STATUS_NOT_FOUND, [&] { (void)l.get("nope"); }));
+
+        hostfirst::load_options cow;
+        cow.copy_on_write = 1;
+        auto lc = hostfirst::load::run(f, p, cow);
+        REQUIRE(lc.get("i32").buffer.is_file_backed());
+        cow.copy_on_write = 7;
+        REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { (void)hostfirst::load::run(f, p, cow); }));
+        auto other = hostfirst::file::open(fixtures + "/tokens.safetensors");
+        REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { (void)hostfirst::load::run(other, p); }));
+    }
+    REQUIRE(hostfirst::handle_count() == base);
+    return 0;
+}
+
+static int gathers_and_shards(const std::string &fixtures) {
+    size_t base = hostfirst::handle_count();
+    {
+        auto f = hostfirst::file::open(fixtures + "/tokens.safetensors");
+        hostfirst::view tokens = f.view("tokens");
+        hostfirst::gather g(hostfirst::device::cpu(), HOSTFIRST_DTYPE_U16, 2, 4);
+        REQUIRE(g.nbytes() == 16);
+        g.run(tokens, {0, 6});
+        REQUIRE(g.to_vector<uint16_t>() == std::vector<uint16_t>({TOKENS0[0], TOKENS0[1], TOKENS0[2], TOKENS0[3],
+                                                                  TOKENS0[6], TOKENS0[7], TOKENS0[8], TOKENS0[9]}));
+        REQUIRE(g.batch().to_vector<uint16_t>() == g.to_vector<uint16_t>());
+        REQUIRE(throws(HOSTFIRST_STATUS_OUT_OF_RANGE, [&] { g.run(tokens, {0, 4093}); }));
+        REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { g.run(tokens, {0}); }));
+        {
+            hostfirst::buffer held = g.run_batch(tokens, {1, 2});
+            REQUIRE(held.shape() == std::vector<uint64_t>({2, 4}) && held.to_vector<uint16_t>()[0] == TOKENS0[1]);
+            REQUIRE(g.ring().held == 1 && g.ring().bound == HOSTFIRST_GATHER_DEFAULT_RING_BOUND);
+            g.set_ring_bound(1);
+            REQUIRE(throws(HOSTFIRST_STATUS_BUSY, [&] { g.run(tokens, {0, 0}); }));
+            REQUIRE(held.to_vector<uint16_t>()[4] == TOKENS0[2]); /* unchanged under its holder */
+            REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { g.set_ring_bound(0); }));
+        }
+        REQUIRE(g.ring().held == 0);
+        hostfirst::buffer host = tokens.put(hostfirst::device::cpu());
+        hostfirst::buffer fb = g.run_from_buffer(host, {5, 0});
+        REQUIRE(fb.to_vector<uint16_t>() == std::vector<uint16_t>({TOKENS0[5], TOKENS0[6], TOKENS0[7], TOKENS0[8],
+                                                                   TOKENS0[0], TOKENS0[1], TOKENS0[2], TOKENS0[3]}));
+        REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT,
+                       [&] { hostfirst::gather bad(hostfirst::device::cpu(), HOSTFIRST_DTYPE_U16, 0, 4); }));
+
+        uint64_t s1 = 42, s2 = 42;
+        auto o1 = hostfirst::random_offsets(s1, 4096, 8, 16);
+        auto o2 = hostfirst::random_offsets(s2, 4096, 8, 16);
+        REQUIRE(o1 == o2 && s1 == s2 && s1 != 42);
+        for (auto o : o1) REQUIRE(o < 4096 - 8);
+        REQUIRE(hostfirst::random_offsets(s1, 4096, 8, 16) != o1);
+        REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { (void)hostfirst::random_offsets(s1, 8, 8, 1); }));
+
+        /* shard-on-read: split tokens over a mesh of 2; this process owns both positions, on cpu */
+        std::vector<uint16_t> all = tokens.to_vector<uint16_t>();
+        hostfirst::shard_mesh mesh({"x", "y"}, {2, 1});
+        REQUIRE(mesh.positions() == 2 && mesh.position({1, 0}) == 1);
+        REQUIRE(throws(HOSTFIRST_STATUS_OUT_OF_RANGE, [&] { (void)mesh.position({2, 0}); }));
+        REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { hostfirst::shard_mesh m({"x", "x"}, {2, 2}); }));
+        hostfirst::shard_rules sr(mesh);
+        sr.add("tokens", "x").skip("nothing*");
+        REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { sr.add("w", "z"); }));
+        hostfirst::shard_options opts;
+        const auto cpu = hostfirst::device::cpu();
+        auto sp = hostfirst::shard_plan::make(f, sr, {1, 0}, {cpu, cpu}, opts);
+        REQUIRE(sp.size() == 2);
+        auto s0 = sp.describe(0);
+        REQUIRE(std::string(s0.name) == "tokens" && s0.position == 1);
+        REQUIRE(s0.start[0] == 2048 && s0.shard_shape[0] == 2048);
+        REQUIRE(s0.nbytes == 4096 && s0.runs == 1 && s0.copy_of == -1);
+        auto tot = sp.totals();
+        REQUIRE(tot.shard_bytes == 8192 && tot.read_bytes == 8192 && tot.fits);
+        REQUIRE(throws(HOSTFIRST_STATUS_OUT_OF_RANGE, [&] {
+            (void)hostfirst::shard_plan::make(f, sr, {2}, {hostfirst::device::cpu()});
+        }));
+        auto res = sp.run();
+        REQUIRE(res.size() == 2 && res.bytes_read() == 8192);
+        hostfirst::shard_buffer sb = res.get(0);
+        REQUIRE(sb.bytes_read == 4096 && sb.buffer.shape() == std::vector<uint64_t>({2048}));
+        REQUIRE(sb.buffer.to_vector<uint16_t>() == std::vector<uint16_t>(all.begin() + 2048, all.end()));
+        REQUIRE(res.get(1).buffer.to_vector<uint16_t>()[0] == TOKENS0[0]);
+        REQUIRE(throws(HOSTFIRST_STATUS_OUT_OF_RANGE, [&] { (void)res.get(2); }));
+    }
+    REQUIRE(hostfirst::handle_count() == base);
+    return 0;
+}
+
+static int process_state_and_errors() {
+    /* the process default device, and strict mode for the whole process */
+    hostfirst::set_default_device(hostfirst::device::cpu());
+    auto d = hostfirst::default_device();
+    REQUIRE(d.source == "process" && d.device == hostfirst::device::cpu());
+    REQUIRE(hostfirst::resolve_default_device() == hostfirst::device::cpu());
+    hostfirst::clear_default_device();
+    REQUIRE(hostfirst::default_device().source != "process");
+    REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT,
+                   [] { hostfirst::set_default_device(hostfirst::device(hostfirst_device{7, 0})); }));
+    REQUIRE(throws(HOSTFIRST_STATUS_NO_SUCH_DEVICE, [] { hostfirst::device("cpu:3"); }));
+    hostfirst::set_strict_process(true);
+    REQUIRE(hostfirst::strict().process && !hostfirst::strict().thread);
+    bool refused = throws(HOSTFIRST_STATUS_IMPLICIT_PLACEMENT, [] { (void)hostfirst::resolve_default_device(); });
+    hostfirst::set_strict_process(false);
+    REQUIRE(refused && !hostfirst::strict().process);
+
+    /* dtypes */
+    REQUIRE(hostfirst::dtype::from_name("BF16") == HOSTFIRST_DTYPE_BF16);
+    REQUIRE(hostfirst::dtype::name(HOSTFIRST_DTYPE_F4) == "F4");
+    REQUIRE(hostfirst::dtype::bits(HOSTFIRST_DTYPE_F4) == 4 && hostfirst::dtype::bits(HOSTFIRST_DTYPE_F64) == 64);
+    REQUIRE(hostfirst::dtype::bits(999) == 0);
+    REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [] { (void)hostfirst::dtype::from_name("bf17"); }, "bf17"));
+    REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [] { (void)hostfirst::dtype::name(999); }));
+    auto bf = hostfirst::dtype::to_dlpack(HOSTFIRST_DTYPE_BF16);
+    REQUIRE(bf.code == 4 && bf.bits == 16 && bf.lanes == 1);
+    REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [] { (void)hostfirst::dtype::to_dlpack(0); }));
+
+    /* errors, census, build */
+    try {
+        hostfirst::device bad("tpu:0");
+        REQUIRE(false);
+    } catch (const hostfirst::error &e) {
+        REQUIRE(hostfirst::last_error_status() == HOSTFIRST_STATUS_INVALID_ARGUMENT);
+        REQUIRE(std::string(e.what()) == std::string("INVALID_ARGUMENT: ") + hostfirst::last_error_message());
+    }
+    REQUIRE(hostfirst::status_count() >= 30 && hostfirst::is_format_error(HOSTFIRST_STATUS_INVALID_HEADER_JSON));
+    REQUIRE(!hostfirst::is_format_error(HOSTFIRST_STATUS_IO));
+    REQUIRE(hostfirst::census_warnings().empty());
+    REQUIRE(hostfirst::build_info().find(hostfirst_version()) != std::string::npos);
+    return 0;
+}
+
+/* Run with the stand-in CUDA driver (tests/it/cpp.rs): the wrappers' CUDA paths. No real GPU here. */
+static int cuda_wrappers(const std::string &fixtures) {
+    size_t base = hostfirst::handle_count();
+    {
+        auto devs = hostfirst::devices();
+        const hostfirst::device cuda("cuda:0");
+        REQUIRE(devs.size() >= 2 && devs[1] == cuda && cuda.kind() == HOSTFIRST_DEVICE_CUDA);
+        REQUIRE(hostfirst::resolve_default_device() == cuda); /* the built-in rule */
+        REQUIRE(cuda.memory().second > 0);
+        auto f = hostfirst::file::open(fixtures + "/tokens.safetensors");
+        hostfirst::view tokens = f.view("tokens");
+        std::vector<uint16_t> all = tokens.to_vector<uint16_t>();
+
+        hostfirst::buffer b = tokens.put(cuda);
+        auto bi = b.info();
+        REQUIRE(b.device() == cuda && bi.nbytes == 8192 && !b.is_file_backed());
+        REQUIRE(b.to_vector<uint16_t>() == all); /* copy_to_host from the device */
+        b.sync_stream(1);
+        b.record_stream(2);
+        b.sync_stream(-1);
+        REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { b.record_stream(0); }));
+        hostfirst::buffer back = b.to(hostfirst::device::cpu());
+        REQUIRE(back.device() == hostfirst::device::cpu() && back.to_vector<uint16_t>() == all);
+        hostfirst::buffer def = back.to_default();
+        REQUIRE(def.device() == cuda && def.to_vector<uint16_t>() == all);
+
+        hostfirst::dlpack_options opts;
+        opts.max_version = {1, 1};
+        opts.has_stream = 1;
+        opts.stream = 1;
+        hostfirst::dlpack_export x = b.to_dlpack_ex(opts);
+        REQUIRE(x.versioned && !x.versioned.read_only() && !x.versioned.is_copied());
+        REQUIRE(x.versioned->dl_tensor.device.device_type == HOSTFIRST_DLPACK_DEVICE_CUDA);
+        REQUIRE(reinterpret_cast<uintptr_t>(x.versioned->dl_tensor.data) == bi.address);
+        hostfirst::dlpack_legacy_tensor xl = b.to_dlpack_legacy();
+        REQUIRE(xl->dl_tensor.device.device_type == HOSTFIRST_DLPACK_DEVICE_CUDA);
+
+        /* resident puts: the registration is cached until release_cached_memory() */
+        hostfirst::put_options resident;
+        resident.resident = 1;
+        auto r1 = tokens.put_ex(cuda, resident);
+        auto r2 = tokens.put_ex(cuda, resident);
+        REQUIRE(r2.stats.reused_registration == 1 && r2.buffer.to_vector<uint16_t>() == all);
+        hostfirst::release_cached_memory();
+        auto r3 = tokens.put_ex(cuda, resident);
+        REQUIRE(r3.stats.reused_registration == 0 && r3.buffer.to_vector<uint16_t>() == all);
+        (void)r1;
+
+        /* a gather onto the device; a device buffer is no gather source */
+        hostfirst::gather g(cuda, HOSTFIRST_DTYPE_U16, 2, 4);
+        hostfirst::buffer batch = g.run_batch(tokens, {0, 6});
+        REQUIRE(batch.device() == cuda);
+        REQUIRE(batch.to_vector<uint16_t>() == std::vector<uint16_t>({TOKENS0[0], TOKENS0[1], TOKENS0[2], TOKENS0[3],
+                                                                     TOKENS0[6], TOKENS0[7], TOKENS0[8], TOKENS0[9]}));
+        REQUIRE(g.to_vector<uint16_t>() == batch.to_vector<uint16_t>());
+        REQUIRE(throws(HOSTFIRST_STATUS_UNSUPPORTED, [&] { (void)g.run_from_buffer(b, {0, 6}); }));
+        hostfirst::buffer from_host = g.run_from_buffer(back, {1, 2});
+        REQUIRE(from_host.device() == cuda && from_host.to_vector<uint16_t>()[0] == TOKENS0[1]);
+
+        /* a plan and a load onto the device */
+        hostfirst::rules r;
+        r.add("*", "default");
+        auto p = hostfirst::plan::make(f, r);
+        REQUIRE(p.device_count() == 1 && hostfirst::device(p.device(0).device) == cuda && p.device(0).bytes == 8192);
+        auto l = hostfirst::load::run(f, p);
+        hostfirst::loaded t = l.get("tokens");
+        REQUIRE(t.kind == HOSTFIRST_LOADED_BUFFER && t.buffer.device() == cuda);
+        REQUIRE(t.buffer.to_vector<uint16_t>() == all);
+    }
+    hostfirst::release_cached_memory();
+    REQUIRE(hostfirst::handle_count() == base);
+    return 0;
+}
+
+static int host_wrappers(const std::string &fixtures);
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: test_hpp FIXTURES_DIR\n");
+        std::fprintf(stderr, "usage: test_hpp FIXTURES_DIR [cuda]\n");
         return 2;
     }
-    if (files_views_dlpack(argv[1]) != 0) return 1;
+    try {
+        if (argc > 2 && std::string(argv[2]) == "cuda") return cuda_wrappers(argv[1]);
+        return host_wrappers(argv[1]);
+    } catch (const hostfirst::error &e) { /* a wrapper threw where no test expected it */
+        std::fprintf(stderr, "unexpected %s\n", e.what());
+        return 1;
+    }
+}
+
+static int host_wrappers(const std::string &fixtures) {
+    if (files_views_dlpack(fixtures) != 0) return 1;
+    if (views_buffers_puts(fixtures) != 0) return 1;
+    if (rules_plans_loads(fixtures) != 0) return 1;
+    if (gathers_and_shards(fixtures) != 0) return 1;
+    if (process_state_and_errors() != 0) return 1;
     hostfirst::check_version();
     auto bs = hostfirst::backends();
     REQUIRE(bs.size() == 2 && bs[0].name == "cpu" && bs[0].status == "available");
