@@ -2600,6 +2600,30 @@ hostfirst_status hostfirst_dtype_to_dlpack(uint32_t dtype,
                                            struct hostfirst_dlpack_dtype *out);
 
 /**
+ * A Python capsule destructor (`PyCapsule_Destructor`) for capsules holding a hostfirst DLPack export, for
+ * bindings that make those capsules without a compiled extension (ctypes, cffi in ABI mode).
+ *
+ * Pass it to `PyCapsule_New` as the destructor of a capsule named `"dltensor_versioned"` (holding a
+ * `hostfirst_dlpack_managed_tensor_versioned *`) or `"dltensor"` (holding a
+ * `hostfirst_dlpack_managed_tensor *`) that this library made. When the capsule dies still carrying that
+ * name (no consumer took it: it was never passed on, or the consumer refused it, for instance numpy given a
+ * bf16 tensor) the destructor releases the export, as its deleter would. A consumer that took the tensor
+ * renames the capsule (`"used_dltensor_versioned"`, `"used_dltensor"`) and calls the deleter itself: then the
+ * destructor does nothing. A pointer this library did not export is ignored, and so is a second release.
+ *
+ * It calls no Python code and neither sets nor clears the Python error indicator, so a consumer's own
+ * exception stays intact when the capsule dies while it propagates (a destructor written in Python, as a
+ * ctypes callback, cannot promise that). It needs the caller's GIL (a capsule destructor has it) and
+ * CPython's `PyCapsule_IsValid` and `PyCapsule_GetPointer` among the process's global symbols: the
+ * `python` executable exports them, as does a libpython it links. They are looked up with
+ * `dlsym(RTLD_DEFAULT, ...)` on the first call; where they are absent (a Python loaded with `RTLD_LOCAL` by
+ * an embedding program) it releases nothing, so check beforehand (from Python:
+ * `hasattr(ctypes.CDLL(None), "PyCapsule_IsValid")`) and keep a destructor of your own for that case.
+ * A NULL `capsule` is ignored. Returns nothing (a destructor's signature); never unwinds.
+ */
+void hostfirst_dlpack_capsule_destructor(void *capsule);
+
+/**
  * Fills `*out` with the default options (`struct_size` set, everything else zero). Errors: `NULL_ARGUMENT`.
  * Thread-safe.
  */

@@ -582,6 +582,86 @@ pub extern "C" fn hostfirst_dtype_to_dlpack(dtype: u32, out: *mut hostfirst_dlpa
     })
 }
 
+/// The two CPython functions the capsule destructor needs, found in the running process on first use.
+struct PyCapsuleApi {
+    is_valid: IsValidFn,
+    get_pointer: GetPointerFn,
+}
+
+/// `int PyCapsule_IsValid(PyObject *, const char *)`.
+type IsValidFn = unsafe extern "C" fn(*mut c_void, *const std::ffi::c_char) -> std::ffi::c_int;
+/// `void *PyCapsule_GetPointer(PyObject *, const char *)`.
+type GetPointerFn = unsafe extern "C" fn(*mut c_void, *const std::ffi::c_char) -> *mut c_void;
+
+/// `PyCapsule_IsValid` and `PyCapsule_GetPointer` from the process's global symbols (the `python`
+/// executable, or a libpython it links), or None where there is no Python. Looked up, never linked: the
+/// library stays usable from C, Go and any Python without a build per CPython version.
+fn pycapsule_api() -> Option<&'static PyCapsuleApi> {
+    static API: std::sync::OnceLock<Option<PyCapsuleApi>> = std::sync::OnceLock::new();
+    API.get_or_init(|| {
+        // SAFETY: dlsym with RTLD_DEFAULT and NUL-terminated names has no preconditions.
+        let (v, g) = unsafe {
+            (
+                libc::dlsym(libc::RTLD_DEFAULT, c"PyCapsule_IsValid".as_ptr()),
+                libc::dlsym(libc::RTLD_DEFAULT, c"PyCapsule_GetPointer".as_ptr()),
+            )
+        };
+        if v.is_null() || g.is_null() {
+            return None;
+        }
+        // SAFETY: both are CPython's stable-ABI functions, `int (PyObject *, const char *)` and
+        // `void *(PyObject *, const char *)`; a PyObject pointer is passed as `void *`.
+        unsafe {
+            Some(PyCapsuleApi {
+                is_valid: std::mem::transmute::<*mut c_void, IsValidFn>(v),
+                get_pointer: std::mem::transmute::<*mut c_void, GetPointerFn>(g),
+            })
+        }
+    })
+    .as_ref()
+}
+
+/// A Python capsule destructor (`PyCapsule_Destructor`) for capsules holding a hostfirst DLPack export, for
+/// bindings that make those capsules without a compiled extension (ctypes, cffi in ABI mode).
+///
+/// Pass it to `PyCapsule_New` as the destructor of a capsule named `"dltensor_versioned"` (holding a
+/// `hostfirst_dlpack_managed_tensor_versioned *`) or `"dltensor"` (holding a
+/// `hostfirst_dlpack_managed_tensor *`) that this library made. When the capsule dies still carrying that
+/// name (no consumer took it: it was never passed on, or the consumer refused it, for instance numpy given a
+/// bf16 tensor) the destructor releases the export, as its deleter would. A consumer that took the tensor
+/// renames the capsule (`"used_dltensor_versioned"`, `"used_dltensor"`) and calls the deleter itself: then the
+/// destructor does nothing. A pointer this library did not export is ignored, and so is a second release.
+///
+/// It calls no Python code and neither sets nor clears the Python error indicator, so a consumer's own
+/// exception stays intact when the capsule dies while it propagates (a destructor written in Python, as a
+/// ctypes callback, cannot promise that). It needs the caller's GIL (a capsule destructor has it) and
+/// CPython's `PyCapsule_IsValid` and `PyCapsule_GetPointer` among the process's global symbols: the
+/// `python` executable exports them, as does a libpython it links. They are looked up with
+/// `dlsym(RTLD_DEFAULT, ...)` on the first call; where they are absent (a Python loaded with `RTLD_LOCAL` by
+/// an embedding program) it releases nothing, so check beforehand (from Python:
+/// `hasattr(ctypes.CDLL(None), "PyCapsule_IsValid")`) and keep a destructor of your own for that case.
+/// A NULL `capsule` is ignored. Returns nothing (a destructor's signature); never unwinds.
+#[no_mangle]
+pub extern "C" fn hostfirst_dlpack_capsule_destructor(capsule: *mut c_void) {
+    hostfirst_boundary!("hostfirst_dlpack_capsule_destructor", default = (), {
+        let Some(api) = pycapsule_api().filter(|_| !capsule.is_null()) else {
+            return;
+        };
+        // SAFETY: `capsule` is the PyObject the interpreter passes to a capsule destructor, with the GIL
+        // held; PyCapsule_IsValid accepts any object and never sets an exception, and PyCapsule_GetPointer
+        // on a capsule IsValid just accepted under that name cannot fail (so sets none either).
+        unsafe {
+            if (api.is_valid)(capsule, c"dltensor_versioned".as_ptr()) != 0 {
+                let t = (api.get_pointer)(capsule, c"dltensor_versioned".as_ptr());
+                delete(t as *mut hostfirst_dlpack_managed_tensor_versioned);
+            } else if (api.is_valid)(capsule, c"dltensor".as_ptr()) != 0 {
+                let t = (api.get_pointer)(capsule, c"dltensor".as_ptr());
+                delete(t as *mut hostfirst_dlpack_managed_tensor);
+            }
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

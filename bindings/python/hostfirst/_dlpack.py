@@ -1,5 +1,12 @@
 """DLPack export: the consumer's request to the library (`*_to_dlpack_ex`), and PyCapsules around the managed
-tensors it returns, versioned or legacy (pure ctypes)."""
+tensors it returns, versioned or legacy.
+
+The capsules' destructor is the library's own C function (`hostfirst_dlpack_capsule_destructor`), not a
+ctypes callback: a consumer that refuses a capsule (numpy given bf16) raises its own exception, and the
+capsule dies while that exception propagates; C code that never enters Python leaves it intact and frees the
+export, where a Python callback would run with an exception pending (SystemError). The ctypes callback below
+remains only for a Python whose C API is not among the process's global symbols (an embedding program that
+loaded libpython with RTLD_LOCAL), where the library cannot find PyCapsule_GetPointer."""
 
 from __future__ import annotations
 
@@ -9,13 +16,14 @@ from typing import Any, Optional, Tuple
 from . import _abi
 from ._core import check
 from ._errors import NoSuchDeviceError, UnavailableError, UnsupportedError
+from ._lib import lib
 
 P = ctypes.POINTER
 _py = ctypes.PyDLL(None, handle=ctypes.pythonapi._handle)  # own function objects: never touch pythonapi's
 _CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _py.PyCapsule_New.restype = ctypes.py_object
-_py.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CapsuleDestructor]
+_py.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 _py.PyCapsule_IsValid.restype = ctypes.c_int
 _py.PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 _py.PyCapsule_GetPointer.restype = ctypes.c_void_p
@@ -47,8 +55,22 @@ def _destructor(name: bytes, struct: Any) -> Any:
     return destroy
 
 
-_DESTROY_VERSIONED = _destructor(_VERSIONED, _abi.DLPackManagedTensorVersioned)
-_DESTROY_LEGACY = _destructor(_LEGACY, _abi.DLPackManagedTensor)
+def _native_destructor() -> Optional[int]:
+    """The library's C capsule destructor, where it can find CPython's capsule functions (see the module doc)."""
+    fn = getattr(lib, "hostfirst_dlpack_capsule_destructor", None)
+    try:
+        here = ctypes.CDLL(None)
+        found = hasattr(here, "PyCapsule_IsValid") and hasattr(here, "PyCapsule_GetPointer")
+    except OSError:
+        found = False
+    return ctypes.cast(fn, ctypes.c_void_p).value if fn is not None and found else None
+
+
+NATIVE_DESTRUCTOR = _native_destructor()
+_KEEP = (_destructor(_VERSIONED, _abi.DLPackManagedTensorVersioned),
+         _destructor(_LEGACY, _abi.DLPackManagedTensor))  # the fallback callbacks, alive as long as the module
+_DESTROY_VERSIONED = NATIVE_DESTRUCTOR or ctypes.cast(_KEEP[0], ctypes.c_void_p).value
+_DESTROY_LEGACY = NATIVE_DESTRUCTOR or ctypes.cast(_KEEP[1], ctypes.c_void_p).value
 
 
 def request(stream: Optional[int], max_version: Optional[Tuple[int, int]], dl_device: Optional[Tuple[int, int]],

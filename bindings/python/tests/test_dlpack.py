@@ -203,3 +203,64 @@ def test_ring_bound_and_busy():
     gc.collect()
     d = g.run(host, [7, 8])
     np.testing.assert_array_equal(np.asarray(d), np.asarray(tokens)[[[7, 8, 9, 10], [8, 9, 10, 11]]])
+
+
+def _mappings():
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
+
+
+def _rejections(consumer, t, n):
+    """Hands `t` to `consumer` n times, which must refuse it each time with an exception of its own."""
+    kinds = set()
+    for _ in range(n):
+        try:
+            consumer(t)
+        except SystemError:  # what a ctypes capsule destructor caused: the consumer's exception lost
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever the consumer raises is its own
+            kinds.add(type(e))
+        else:
+            raise AssertionError(f"{consumer} took {t!r}")
+    return kinds
+
+
+def _consumers():
+    out = [("numpy", np.from_dlpack)]
+    try:
+        import array_api_strict
+    except ImportError:  # scripts/test-python.sh installs it in both venvs
+        pytest.fail("array_api_strict is not installed")
+    return out + [("array_api_strict", array_api_strict.from_dlpack)]
+
+
+def _write(path, tensors):
+    """A safetensors file from {name: (dtype, shape, bytes)}, written by hand (no writer has F6)."""
+    header, data = {}, b""
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    path.write_bytes(struct.pack("<Q", len(h)) + h + data)
+    return path
+
+
+def test_a_rejected_capsule_keeps_the_consumers_exception_and_frees_the_export(tmp_path):
+    """numpy has no bf16, array_api_strict none of bf16/fp8/fp6/fp4: each refuses the capsule with its own
+    exception, and the library's C capsule destructor frees the export. 10,000 rejections leave handles and
+    mappings flat (numpy < 2.1 takes the legacy capsule: a copy-on-write mapping per export)."""
+    f6 = hostfirst.open(_write(tmp_path / "f6.safetensors", {"f6_e2m3": ("F6_E2M3", [8], bytes(range(6))),
+                                                              "f6_e3m2": ("F6_E3M2", [8], bytes(range(6)))}))
+    lowp = hostfirst.open(FIX / "lowp.safetensors")
+    assert hostfirst._dlpack.NATIVE_DESTRUCTOR  # the python executable exports the C API
+    for who, consumer in _consumers():
+        tensors = [lowp["bf16"]] if who == "numpy" else [lowp[n] for n in lowp] + [f6[n] for n in f6]
+        for t in tensors:
+            _rejections(consumer, t, 10)  # warm-up: the consumers' own caches
+            gc.collect()
+            handles, maps = hostfirst.handle_count(), _mappings()
+            _rejections(consumer, t, 10_000 if t.dtype_name == "BF16" else 1000)
+            gc.collect()
+            assert hostfirst.handle_count() == handles, (who, t)
+            assert _mappings() <= maps + 2, (who, t)  # a leaked export would add one per rejection
