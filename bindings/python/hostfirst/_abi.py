@@ -224,6 +224,20 @@ class DLPackOptions(_Mirror):
     ]
 
 
+class PutOptions(_Mirror):
+    _c_name_ = "hostfirst_put_options"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("threads", ctypes.c_uint32),
+        ("resident", ctypes.c_int32),
+        ("staging_bytes", ctypes.c_uint64),
+        ("chunk_bytes", ctypes.c_uint64),
+        ("progress", ctypes.c_void_p),  # hostfirst_progress_fn
+        ("user", ctypes.c_void_p),
+        ("copy_on_write", ctypes.c_int32),
+    ]
+
+
 class ShardOptions(_Mirror):
     _c_name_ = "hostfirst_shard_options"
     _fields_ = [
@@ -320,13 +334,15 @@ SIGNATURES = {
     "hostfirst_view_to_dlpack_ex": (c_status, [_h, P(DLPackOptions), P(P(DLPackManagedTensorVersioned)),
                                                P(P(DLPackManagedTensor))]),
     # placement: buffers, rules, plans, whole-file loads
-    "hostfirst_put": (c_status, [_h, P(Device), ctypes.c_void_p, _ph]),
+    "hostfirst_put_options_init": (c_status, [P(PutOptions)]),
+    "hostfirst_put": (c_status, [_h, P(Device), P(PutOptions), _ph]),
     "hostfirst_buffer_describe": (c_status, [_h, P(BufferInfo)]),
     "hostfirst_buffer_free": (c_status, [_h]),
     "hostfirst_buffer_copy_to_host": (c_status, [_h, ctypes.c_void_p, _size]),
     "hostfirst_buffer_to_dlpack": (c_status, [_h, P(P(DLPackManagedTensorVersioned))]),
     "hostfirst_buffer_to_dlpack_ex": (c_status, [_h, P(DLPackOptions), P(P(DLPackManagedTensorVersioned)),
                                                  P(P(DLPackManagedTensor))]),
+    "hostfirst_dlpack_capsule_destructor": (None, [ctypes.c_void_p]),
     "hostfirst_buffer_sync_stream": (c_status, [_h, ctypes.c_int64]),
     "hostfirst_buffer_record_stream": (c_status, [_h, ctypes.c_int64]),
     "hostfirst_rules_new": (c_status, [_ph]),

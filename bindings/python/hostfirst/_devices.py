@@ -130,6 +130,13 @@ class strict:
         check(fn(self._prev))
 
 
+def is_strict() -> bool:
+    """True when strict mode is on for this thread or the process."""
+    t, p = ctypes.c_int32(), ctypes.c_int32()
+    check(lib.hostfirst_strict_get(ctypes.byref(t), ctypes.byref(p)))
+    return bool(t.value or p.value)
+
+
 def handle_count() -> int:
     n = ctypes.c_size_t()
     check(lib.hostfirst_handle_count(ctypes.byref(n)))

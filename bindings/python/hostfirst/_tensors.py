@@ -9,7 +9,9 @@ import os
 import warnings
 import weakref
 from collections.abc import Mapping
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+import operator
+import sys
+from typing import Any, Dict, Iterable, Iterator, List, Optional, SupportsIndex, Tuple, Union, overload
 
 import numpy as np
 
@@ -17,6 +19,11 @@ from . import _abi, _dlpack, _dtypes
 from ._core import Device, PathLike, as_device, c_path, c_string, check, check_path, text
 from ._errors import UnmatchedRuleWarning, error_named
 from ._lib import lib
+
+if sys.version_info >= (3, 10):
+    from types import EllipsisType
+else:  # pragma: no cover - Python 3.9
+    EllipsisType = Any
 
 Rules = Union[Mapping, Iterable[Union[str, Tuple[str, str]]]]
 
@@ -43,18 +50,22 @@ class _HostArrayMixin:
     def _host_memory(self) -> Tuple[int, bool]:  # (address, read_only); AttributeError when not host memory
         raise NotImplementedError
 
-    def _interface(self, typestr: str) -> Dict[str, Any]:
+    def _byte_strides(self, itemsize: int) -> Optional[Tuple[int, ...]]:  # None: C-contiguous
+        return None
+
+    def _interface(self, typestr: str, itemsize: int) -> Dict[str, Any]:
         ptr, read_only = self._host_memory()
         if not ptr:  # numpy refuses NULL data; an empty tensor has no bytes to point at
             ptr = ctypes.addressof(_EMPTY)
-        return {"version": 3, "shape": self.shape, "typestr": typestr, "data": (ptr, read_only), "strides": None}
+        return {"version": 3, "shape": self.shape, "typestr": typestr, "data": (ptr, read_only),
+                "strides": self._byte_strides(itemsize)}
 
     @property
     def __array_interface__(self) -> Dict[str, Any]:
         typestr = _dtypes.builtin_typestr(self.dtype_code)
         if typestr is None:  # an ml_dtypes dtype (no typestr names it) or none: __array__ handles it
             raise AttributeError("__array_interface__ (this dtype goes through __array__)")
-        return self._interface(typestr)
+        return self._interface(typestr, np.dtype(typestr).itemsize)
 
     def numpy(self) -> np.ndarray:
         """A numpy array on the same memory (zero-copy; read-only for file views); bf16/fp8 via ml_dtypes.
@@ -66,8 +77,8 @@ class _HostArrayMixin:
         dt = _dtypes.require_numpy_dtype(self.dtype_code)
         typestr = _dtypes.builtin_typestr(self.dtype_code)
         if typestr is not None:
-            return np.asarray(_Carrier(self, self._interface(typestr)))
-        return np.asarray(_Carrier(self, self._interface(f"<u{dt.itemsize}"))).view(dt)
+            return np.asarray(_Carrier(self, self._interface(typestr, dt.itemsize)))
+        return np.asarray(_Carrier(self, self._interface(f"<u{dt.itemsize}", dt.itemsize))).view(dt)
 
     def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
         a = self.numpy()
@@ -86,15 +97,21 @@ def _describe_shape(shape_ptr: Any, rank: int) -> Tuple[int, ...]:
 
 
 class Tensor(_HostArrayMixin):
-    """A zero-copy, read-only view of one tensor (or a row range of one) of an open file.
+    """A zero-copy, read-only view of one tensor of an open file, or of a part of one.
 
-    `.name .dtype .dtype_name .shape .nbytes`; `t[a:b]` is a zero-copy row slice; `np.asarray(t)`,
-    `t.numpy()`, `np.from_dlpack(t)` and `jnp.asarray(t)` read the mapping itself (read-only). The tensor, and
-    every array made from it, keeps the file mapping alive on its own.
+    `.name .dtype .dtype_name .shape .nbytes .strides`; `np.asarray(t)`, `t.numpy()`, `np.from_dlpack(t)` and
+    `jnp.asarray(t)` read the mapping itself (read-only). The tensor, and every array made from it, keeps the
+    file mapping alive on its own.
+
+    Indexing is numpy's basic indexing, zero-copy: slices with step 1 and `...` on any dimensions give a
+    Tensor (`t[0:1024]`, `t[:, 128:256]`, `t[..., :64]`; an inner-dimension slice is strided, and `.to()`,
+    `tobytes()` and DLPack give its packed bytes); integer indices and other steps (`t[3]`, `t[:, 0]`,
+    `t[::2]`) give a read-only numpy array on the same mapping (numpy holds a dropped dimension or a step;
+    the library's views do not).
     """
 
     __slots__ = ("_h", "_finalizer", "name", "dtype", "dtype_name", "dtype_code", "shape", "nbytes", "data_ptr",
-                 "alignment", "__weakref__")
+                 "alignment", "strides", "__weakref__")
 
     def __init__(self, handle: Optional[int]):
         """`handle`: a hostfirst_view* the library returned; this Tensor owns it."""
@@ -111,9 +128,14 @@ class Tensor(_HostArrayMixin):
         self.nbytes = i.nbytes
         self.data_ptr = i.data or 0
         self.alignment = i.alignment
+        #: Element strides of a strided view (an inner-dimension slice), None for a C-contiguous one.
+        self.strides: Optional[Tuple[int, ...]] = _describe_shape(i.strides, i.rank) if i.strides else None
 
     def _host_memory(self) -> Tuple[int, bool]:
         return self.data_ptr, True
+
+    def _byte_strides(self, itemsize: int) -> Optional[Tuple[int, ...]]:
+        return None if self.strides is None else tuple(s * itemsize for s in self.strides)
 
     def __repr__(self) -> str:
         return f"Tensor('{self.name}', {self.dtype_name}, shape={self.shape})"
@@ -124,20 +146,69 @@ class Tensor(_HostArrayMixin):
 
     def __len__(self) -> int:
         if not self.shape:
-            raise TypeError("len() of a scalar tensor")
+            raise TypeError(f"len() of a scalar tensor ('{self.name}')")
         return self.shape[0]
 
-    def __getitem__(self, key: slice) -> "Tensor":
-        if not isinstance(key, slice):
-            raise TypeError("tensors support row slices t[a:b] only")
-        if not self.shape:
-            check(lib.hostfirst_view_slice_rows(self._h, 0, 0, ctypes.byref(ctypes.c_void_p())))  # UNSUPPORTED
-        start, stop, step = key.indices(self.shape[0])
-        if step != 1:
-            raise ValueError("row slices must be contiguous (step 1)")
-        out = ctypes.c_void_p()
-        check(lib.hostfirst_view_slice_rows(self._h, start, max(start, stop), ctypes.byref(out)))
-        return Tensor(out.value)
+    @overload
+    def __getitem__(self, key: "Union[slice, EllipsisType]") -> "Tensor": ...
+
+    @overload
+    def __getitem__(self, key: "Union[SupportsIndex, Tuple[Union[slice, SupportsIndex, EllipsisType], ...]]") \
+        -> "Union[Tensor, np.ndarray]": ...
+
+    def __getitem__(self, key: Any) -> "Union[Tensor, np.ndarray]":
+        keys = key if isinstance(key, tuple) else (key,)
+        ellipses = sum(k is Ellipsis for k in keys)
+        if ellipses > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        if ellipses:
+            at = keys.index(Ellipsis)
+            keys = keys[:at] + (slice(None),) * max(0, self.ndim - len(keys) + 1) + keys[at + 1:]
+        if len(keys) > self.ndim:
+            raise IndexError(f"too many indices for tensor '{self.name}': it has {self.ndim} dimensions, "
+                             f"{len(keys)} were indexed")
+        ranges: List[Tuple[int, int, int]] = []  # (dim, start, length) to narrow
+        after: List[Any] = []  # numpy's index into the narrowed view
+        numpy_needed = False
+        for dim, k in enumerate(keys):
+            size = self.shape[dim]
+            if isinstance(k, slice):
+                start, stop, step = k.indices(size)
+                r = range(start, stop, step)
+                lo = min(r[0], r[-1]) if len(r) else min(start, size)
+                ranges.append((dim, lo, (abs(r[-1] - r[0]) + 1) if len(r) else 0))
+                after.append(slice(None, None, step) if step != 1 and len(r) else slice(None))
+                numpy_needed |= step != 1 and len(r) > 1
+            elif isinstance(k, (bool, np.bool_)) or k is None:
+                raise TypeError(f"tensor '{self.name}': index {k!r} is not basic indexing by ints, slices and "
+                                "'...' (index np.asarray(t) for numpy's other forms)")
+            else:
+                try:
+                    i = operator.index(k)
+                except TypeError:
+                    raise TypeError(f"tensor '{self.name}': indices are ints, slices and '...', not "
+                                    f"{type(k).__name__} (index np.asarray(t) for numpy's other forms)") from None
+                if not -size <= i < size:
+                    raise error_named("OUT_OF_RANGE", f"index {i} is out of range for dimension {dim} of tensor "
+                                                      f"'{self.name}' (size {size})")
+                ranges.append((dim, i % size, 1))
+                after.append(0)
+                numpy_needed = True
+        view = self
+        for dim, start, length in ranges:
+            if (start, length) != (0, self.shape[dim]):
+                out = ctypes.c_void_p()
+                check(lib.hostfirst_view_narrow(view._h, dim, start, length, ctypes.byref(out)))
+                view = Tensor(out.value)
+        # (a whole-tensor index gives the tensor itself: a view is immutable)
+        if not numpy_needed:
+            return view
+        try:
+            a = view.numpy()
+        except TypeError as e:
+            raise TypeError(f"tensor '{self.name}': integer indices and steps give a numpy array, and {e}; "
+                            "slice with step 1 instead (a Tensor)") from None
+        return a[tuple(after)]
 
     def prefault(self) -> bool:
         """Maps this tensor's pages now (before a training loop gathers from it), so reads through the mapping
@@ -165,15 +236,29 @@ class Tensor(_HostArrayMixin):
         device it cannot reach: BufferError. See hostfirst_view_to_dlpack_ex in the C header."""
         return _dlpack.export(lib.hostfirst_view_to_dlpack_ex, self._h, stream, max_version, dl_device, copy)
 
-    def to(self, device: Union[Device, str] = "default") -> "Buffer":
+    def to(self, device: Union[Device, str] = "default", *, copy_on_write: bool = False, resident: bool = False,
+           threads: int = 0, staging_mib: int = 0) -> "Buffer":
         """Puts this tensor on a device ("cpu", "cuda:0", "cuda_host", or "default" through the default stack;
-        strict mode refuses "default"): fit-checked before allocating; returns a Buffer (DLPack-exportable)."""
+        strict mode refuses "default"): fit-checked before allocating; returns a Buffer (DLPack-exportable).
+
+        `copy_on_write=True` (cpu targets of file views): a private writable mapping of the tensor's pages
+        instead of a copy (milliseconds for gigabytes in the page cache; a write never reaches the file, but
+        pages not yet written still show other processes' writes to the file, and truncating it raises SIGBUS).
+        `resident=True` (CUDA targets): page-lock the mapped range once and copy straight from it (for data
+        transferred many times). `threads`: reader threads (0: the CPUs available, at most 16).
+        `staging_mib`: page-locked staging for CUDA puts in MiB (0: 256). See hostfirst_put in the C header."""
+        opts = _abi.PutOptions()
+        check(lib.hostfirst_put_options_init(ctypes.byref(opts)))
+        opts.copy_on_write, opts.resident = int(bool(copy_on_write)), int(bool(resident))
+        if int(threads) < 0 or int(staging_mib) < 0:
+            raise ValueError(f"threads ({threads}) and staging_mib ({staging_mib}) must not be negative")
+        opts.threads, opts.staging_bytes = int(threads), int(staging_mib) << 20
         out = ctypes.c_void_p()
         if isinstance(device, str) and device.strip().lower() == "default":
-            check(lib.hostfirst_put(self._h, None, None, ctypes.byref(out)))
+            check(lib.hostfirst_put(self._h, None, ctypes.byref(opts), ctypes.byref(out)))
         else:
             d = as_device(device)._c()
-            check(lib.hostfirst_put(self._h, ctypes.byref(d), None, ctypes.byref(out)))
+            check(lib.hostfirst_put(self._h, ctypes.byref(d), ctypes.byref(opts), ctypes.byref(out)))
         return Buffer(out.value)
 
 
@@ -334,9 +419,12 @@ def open(path: PathLike) -> File:  # noqa: A001 - hostfirst.open, like builtins.
 def rule_pairs(rules: Optional[Rules]) -> List[Tuple[str, str]]:
     """Rules as people write them -> [(pattern, target)], in priority order: a dict {"tokens": "host",
     "*": "default"}, a list of "pattern=target" strings (the CLI's form; the last "=" separates), or a list of
-    (pattern, target) pairs. Targets: a device spec ("cpu", "cuda:0", "cuda_host"), "default" or "host"."""
+    (pattern, target) pairs, or one "pattern=target" string. Targets: a device spec ("cpu", "cuda:0",
+    "cuda_host"), "default" or "host"."""
     if rules is None:
         return []
+    if isinstance(rules, (str, bytes)):  # one rule in the CLI's form, not a list of characters
+        rules = [rules.decode() if isinstance(rules, bytes) else rules]
     items = list(rules.items()) if isinstance(rules, Mapping) else list(rules)
     out = []
     for r in items:
@@ -362,6 +450,30 @@ class RuleList:
             check(lib.hostfirst_rules_add(self.h, c_string(pattern, "rule pattern"), c_string(target, "rule target")))
 
 
+def with_default(file: File, rules: Optional[Rules], default: str) -> List[Tuple[str, str]]:
+    """`rules`, then `default` for the tensors no rule matches: ("*", default) is appended when the rules
+    leave some tensor unmatched (never otherwise, so it cannot warn as a rule that places nothing). The
+    rules name the exceptions; an explicit "*" rule of the caller's takes everything first."""
+    pairs = rule_pairs(rules)
+    if default.strip().lower() == "host":
+        return pairs
+    probe = RuleList(pairs)
+    ph = ctypes.c_void_p()
+    check(lib.hostfirst_plan_make(file._handle(), probe.h, ctypes.byref(ph)))
+    try:
+        n = ctypes.c_size_t()
+        check(lib.hostfirst_plan_tensor_count(ph, ctypes.byref(n)))
+        unmatched = False
+        for i in range(n.value):
+            t = _abi.PlanTensorInfo()
+            t.struct_size = ctypes.sizeof(t)
+            check(lib.hostfirst_plan_tensor(ph, i, ctypes.byref(t)))
+            unmatched |= t.rule < 0
+    finally:
+        lib.hostfirst_plan_free(ph)
+    return pairs + [("*", default)] if unmatched else pairs
+
+
 def make_plan(file: File, rules: RuleList) -> ctypes.c_void_p:
     """Makes the plan of `rules` over `file` (a new hostfirst_plan handle: the caller frees it) and warns
     (`UnmatchedRuleWarning`, once per rule) about every rule that places no tensor, as the CLI does; in strict
@@ -382,12 +494,16 @@ def make_plan(file: File, rules: RuleList) -> ctypes.c_void_p:
     return ph
 
 
-def load(path: PathLike, rules: Optional[Rules] = None) -> Dict[str, Union[Tensor, Buffer]]:
+def load(path: PathLike, rules: Optional[Rules] = None, default: str = "host") -> Dict[str, Union[Tensor, Buffer]]:
     """Places a whole file by rules (see `rule_pairs` for the forms: dict, "pattern=target" strings, pairs);
-    the first match wins and unmatched tensors stay on the host (zero-copy views). Every device is fit-checked
-    before the first byte moves. Returns a dict name -> Tensor (host) or Buffer."""
+    the first match wins, and tensors no rule matches go to `default`: "host" (the default: host first,
+    zero-copy views, nothing read) or any target ("default" for the default device, "cpu", "cuda:0").
+    Every device is fit-checked before the first byte moves. Returns a dict name -> Tensor (host) or Buffer.
+
+        hostfirst.load(path, rules={"tokens": "host"}, default="default")   # all but tokens on the device
+    """
     f = File(path)
-    r = RuleList(rules)
+    r = RuleList(with_default(f, rules, default))
     ph, lh = ctypes.c_void_p(), ctypes.c_void_p()
     try:
         ph = make_plan(f, r)

@@ -2,13 +2,15 @@
 default device with named exceptions, and `jax.device_put`/`jnp.asarray` of hostfirst tensors and buffers.
 
     import hostfirst.jax
-    params = hostfirst.jax.load_file("model.safetensors", rules={"tokens": "host", "*": "default"})
-    params["tokens"]      # a read-only numpy array on the file mapping (zero-copy, in host RAM)
-    params["wte"]         # a jax.Array on JAX's device for hostfirst's default device
+    params = hostfirst.jax.load_file("model.safetensors", rules={"tokens": "host"})
+    params["tokens"]      # the exception: a read-only numpy array on the file mapping (zero-copy, in host RAM)
+    params["wte"]         # everything else: a jax.Array on JAX's device for hostfirst's default device
 
-Rules take the forms people write: a dict {"tokens": "host", "*": "default"}, a list of "pattern=target"
-strings (the CLI's form) or a list of (pattern, target) pairs; the first match wins, tensors no rule matches
-stay on the host. Targets and the JAX device each becomes:
+Rules name the exceptions. They take the forms people write: a dict {"tokens": "host"}, a list of
+"pattern=target" strings (the CLI's form), one such string, or a list of (pattern, target) pairs; the first
+match wins, and tensors no rule matches go to `default` ("default": hostfirst's default device, unless you
+say otherwise). An explicit `"*": "host"` rule keeps the rest on the host. Targets and the JAX device each
+becomes:
 
     host        a zero-copy, read-only numpy array on the file mapping (not a jax.Array: nothing moves); the
                 packed F4/F6 dtypes, which numpy cannot hold, stay a hostfirst Tensor (DLPack, tobytes())
@@ -30,17 +32,22 @@ tensors as global jax.Arrays made from the addressable devices' shards only, eac
 from __future__ import annotations
 
 import ctypes
+import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Union
 
-import jax
+try:
+    import jax
+except ImportError as e:  # pragma: no cover - tested in a venv without JAX (scripts/test-python.sh)
+    raise ImportError(f"hostfirst.jax needs JAX: pip install hostfirst[jax] (or jax[cuda12] for GPUs) ({e})") from e
 import numpy as np
 
 from . import _abi, _dtypes
 from ._core import Device, PathLike, check, text
+from ._devices import is_strict
 from ._errors import OutOfMemoryError, error_named
 from ._lib import lib
-from ._tensors import Buffer, File, RuleList, Rules, Tensor, make_plan, rule_pairs
+from ._tensors import Buffer, File, RuleList, Rules, Tensor, make_plan, rule_pairs, with_default
 from . import _shard
 
 HostArray = np.ndarray
@@ -104,13 +111,33 @@ def plan(file: File, rules: Optional[Rules] = None) -> List[Placement]:
                 raise err
     finally:
         lib.hostfirst_plan_free(ph)
+    narrowed = []
     for p in placements:
         if p.device is None:
             continue
         if p.device.kind != "cuda_host":
             p.jax_device = jax_device(p.device)
-        _dtypes.require_numpy_dtype(p.tensor.dtype_code)
+        try:
+            dt = _dtypes.require_numpy_dtype(p.tensor.dtype_code)
+        except TypeError as e:
+            raise TypeError(f"{file.path}: tensor '{p.name}' ({p.tensor.dtype_name}) cannot become a JAX array on "
+                            f"{p.device}: {e}. Give it a host rule, e.g. rules={{{_glob_literal(p.name)!r}: "
+                            f"'host'}}, to keep it a hostfirst Tensor on the file mapping") from None
+        if p.jax_device is not None and dt.itemsize == 8 and dt.kind in "iuf" and not _x64():
+            narrowed.append(f"'{p.name}' ({p.tensor.dtype_name})")
+    if narrowed:
+        what = (f"{file.path}: {len(narrowed)} 64-bit tensor(s) would become 32-bit because JAX's x64 mode is "
+                f"off: {', '.join(narrowed)}. Enable it (jax.config.update('jax_enable_x64', True) or "
+                f"JAX_ENABLE_X64=1) to keep 64 bits, or give them a host rule to keep them numpy arrays")
+        if is_strict():
+            raise TypeError(what + " (strict mode: nothing was moved)")
+        warnings.warn(what, UserWarning, stacklevel=3)
     return placements
+
+
+def _x64() -> bool:
+    """Whether JAX keeps 64-bit types now (its x64 flag, or an enable_x64 context)."""
+    return bool(jax.dtypes.canonicalize_dtype(np.int64) == np.dtype(np.int64))
 
 
 def place(p: Placement) -> Placed:
@@ -125,11 +152,22 @@ def place(p: Placement) -> Placed:
     return jax.dlpack.from_dlpack(buffer)
 
 
-def load_file(path: PathLike, rules: Optional[Rules] = None,
-              shardings: Optional[Mapping[str, Any]] = None) -> Dict[str, Placed]:
+def load_file(path: PathLike, rules: Optional[Rules] = None, shardings: Optional[Mapping[str, Any]] = None,
+              default: str = "default") -> Dict[str, Placed]:
     """Loads a safetensors file (or a sharded set's index) by placement rules: a dict name -> jax.Array (device
-    targets) or numpy array (host targets), in file order. Without rules everything goes to the default
-    device (`{"*": "default"}`), like `safetensors.flax.load_file` but with the fit check first.
+    targets) or numpy array (host targets), in file order. Like `safetensors.flax.load_file` (the drop-in:
+    `load_file(path)` puts everything on the default device) but with the fit check first.
+
+    `rules` name the exceptions (dict, "pattern=target" strings, one such string, or pairs; the first match
+    wins): `rules={"tokens": "host"}` keeps the tokens a zero-copy numpy array on the host and puts every
+    other tensor on `default`. `default` is where tensors no rule matches go: "default" (hostfirst's default
+    device: HOSTFIRST_DEFAULT_DEVICE, scopes, ...), "host", "cpu" or "cuda:N". An explicit "*" rule of yours
+    is matched first, so `{"embed.*": "default", "*": "host"}` keeps all but the embeddings on the host.
+
+    64-bit tensors (I64, U64, F64) placed on a JAX device while JAX's x64 mode is off would become 32-bit:
+    a UserWarning names them first (as `jnp.asarray` warns), and in strict mode (`hostfirst.strict()`) it is
+    a TypeError before anything moves. Tensors of a dtype JAX cannot hold (F4, F6) raise TypeError naming the
+    tensor unless a host rule keeps them.
 
     `shardings`: {glob pattern: jax Sharding} (a NamedSharding on any mesh, or a SingleDeviceSharding). The
     tensors a pattern matches (the first pattern wins) become global jax.Arrays built with
@@ -138,11 +176,11 @@ def load_file(path: PathLike, rules: Optional[Rules] = None,
     its shards); `rules` places the other tensors. Splits must be even (InvalidArgumentError naming the
     tensor, the dimension, its size and the mesh axes)."""
     sharded = _shard.load_jax(path, shardings) if shardings else {}
-    rules = {"*": "default"} if rules is None else rules
+    pairs = rule_pairs(rules)
     if sharded:  # the sharded tensors stay out of the placement (host views, not read)
-        rules = [(_glob_literal(n), "host") for n in sharded] + rule_pairs(rules)
+        pairs = [(_glob_literal(n), "host") for n in sharded] + pairs
     with File(path) as f:
-        placements = plan(f, rules)
+        placements = plan(f, with_default(f, pairs, default))
     return {p.name: sharded[p.name] if p.name in sharded else place(p) for p in placements}
 
 

@@ -3,6 +3,7 @@ moves; and the README's JAX story, run exactly as written."""
 
 import gc
 import json
+import warnings
 import os
 import re
 import struct
@@ -50,13 +51,66 @@ def test_load_file_rule_forms(rules):
 
 
 def test_a_rule_that_places_nothing_warns_before_anything_moves():
-    with hostfirst.default_device("cpu"), pytest.warns(hostfirst.UnmatchedRuleWarning, match="u1"):
+    with jax.enable_x64(True), hostfirst.default_device("cpu"), \
+            pytest.warns(hostfirst.UnmatchedRuleWarning, match="u1"):
         out = hostfirst.jax.load_file(BASIC, rules={"u1": "host", "*": "default"})  # meant 'u16'
     assert isinstance(out["u16"], jax.Array)  # where '*' sent it: what the warning is about
 
 
-def test_without_rules_everything_goes_to_the_default_device():
+@pytest.mark.parametrize("rules", [{"i32": "host"}, "i32=host", ["i32=host"], [("i32", "host")]],
+                         ids=["dict", "string", "strings", "pairs"])
+def test_rules_name_the_exceptions_and_the_rest_goes_to_the_default_device(rules):
+    with jax.enable_x64(True), hostfirst.default_device("cpu"):
+        out = hostfirst.jax.load_file(BASIC, rules=rules)
+    assert isinstance(out["i32"], np.ndarray)
+    rest = [v for k, v in out.items() if k != "i32"]
+    assert rest and all(isinstance(v, jax.Array) and v.devices() == {CPU} for v in rest)
+
+
+def test_an_explicit_star_host_rule_and_default_keep_the_rest_on_the_host():
+    with jax.enable_x64(True), hostfirst.default_device("cpu"):
+        for kw in ({"rules": {"f32": "default", "*": "host"}}, {"rules": {"f32": "cpu"}, "default": "host"}):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # no rule that places nothing, the implicit default included
+                out = hostfirst.jax.load_file(BASIC, **kw)
+            assert isinstance(out["f32"], jax.Array), kw
+            assert all(isinstance(v, (np.ndarray, hostfirst.Tensor)) for k, v in out.items() if k != "f32"), kw
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out = hostfirst.jax.load_file(BASIC, rules={"*": "cpu"})  # every tensor matched: no default appended
+        assert all(isinstance(v, jax.Array) for v in out.values())
+
+
+def test_load_takes_a_default_and_stays_host_first():
     with hostfirst.default_device("cpu"):
+        host = hostfirst.load(BASIC, rules={"f32": "cpu"})
+        dev = hostfirst.load(BASIC, rules={"f32": "host"}, default="default")
+    assert isinstance(host["f32"], hostfirst.Buffer) and isinstance(host["i32"], hostfirst.Tensor)
+    assert isinstance(dev["f32"], hostfirst.Tensor) and isinstance(dev["i32"], hostfirst.Buffer)
+    assert dev["i32"].device == "cpu"
+
+
+def test_64_bit_tensors_are_not_narrowed_silently():
+    wide = [n for n in reference() if reference()[n].dtype.itemsize == 8 and reference()[n].dtype.kind in "iuf"]
+    assert wide
+    with jax.enable_x64(False):
+        with pytest.warns(UserWarning, match="x64") as rec:
+            hostfirst.jax.load_file(BASIC, rules={"*": "cpu"})
+        msg = " ".join(str(w.message) for w in rec)
+        assert all(f"'{n}'" in msg for n in wide) and "jax_enable_x64" in msg
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            hostfirst.jax.load_file(BASIC, rules={n: "host" for n in wide} | {"*": "cpu"})  # nothing narrowed
+        with hostfirst.strict(), pytest.raises(TypeError, match="strict mode: nothing was moved"):
+            hostfirst.jax.load_file(BASIC, rules={"*": "cpu"})
+    with jax.enable_x64(True), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = hostfirst.jax.load_file(BASIC, rules={"*": "cpu"})
+        assert all(out[n].dtype.itemsize == 8 for n in wide)
+
+
+def test_without_rules_everything_goes_to_the_default_device():
+    with jax.enable_x64(True), hostfirst.default_device("cpu"):
         out = hostfirst.jax.load_file(str(BASIC))
     assert all(isinstance(v, jax.Array) and v.devices() == {CPU} for v in out.values())
     with hostfirst.strict():
@@ -93,7 +147,7 @@ def test_fit_check_before_anything_moves(tmp_path):
 
 
 def test_what_jax_cannot_take_fails_before_moving():
-    with pytest.raises(TypeError, match="F4"):
+    with pytest.raises(TypeError, match=r"tensor 'f4' \(F4\).*rules=\{'f4': 'host'\}"):
         hostfirst.jax.load_file(FIX / "lowp.safetensors", rules={"*": "cpu"})
     out = hostfirst.jax.load_file(FIX / "lowp.safetensors", rules={"f4": "host", "*": "cpu"})
     assert isinstance(out["f4"], hostfirst.Tensor)  # numpy has no packed 4-bit dtype: the view itself
