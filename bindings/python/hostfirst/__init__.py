@@ -7,17 +7,21 @@
     with hostfirst.default_device("cpu"):
         ...
     f = hostfirst.open("tokens.safetensors")  # header only; data mapped read-only
-    t = f["tokens"]; t.dtype, t.shape         # dtype('uint16'); zero-copy view; t[0:1024] a zero-copy row slice
+    t = f["tokens"]; t.dtype, t.shape         # dtype('uint16'); zero-copy view; t[0:1024], t[:, 64:128] views
     np.asarray(t)                             # zero-copy, read-only (bf16/fp8 via ml_dtypes); np.from_dlpack too
+    with hostfirst.safe_open(path, framework="numpy") as f:   # safetensors' API: keys, get_tensor, get_slice
+        f.get_slice("w")[:, 10:20]
 
     t.to("cuda:0")                            # Buffer on the device, fit-checked; __dlpack__ for torch/jax/cupy
-    hostfirst.load(path, rules={"tokens": "host", "*": "default"})
-    hostfirst.jax.load_file(path, rules={"tokens": "host", "*": "default"})   # jax.Arrays and host arrays
+    hostfirst.load(path, rules={"tokens": "cpu"})              # unmatched tensors stay on the host (default="host")
+    hostfirst.jax.load_file(path, rules={"tokens": "host"})    # the rest on the default device: jax.Arrays
+    hostfirst.numpy.load_file(path)           # the drop-in for safetensors.numpy.load_file (zero-copy)
     hostfirst.load_shards(path, mesh={"x": 2, "y": 4}, rules=[("*.weight", ("x", "y"))], owned={5: "cpu"})
 
     t.prefault()                              # once, before a training loop gathers from t
     g = hostfirst.Gather("default", "uint16", batch=64, window=1025)
-    batch = g.run(t, hostfirst.OffsetStream(1337).next(t.shape[0], 1025, 64))   # a Buffer, unchanged while held
+    for offsets in hostfirst.OffsetStream(1337, len(t), window=1025, batch=64):
+        batch = g.run(t, offsets)             # a Buffer, unchanged while held
 
 Exceptions derive from hostfirst.Error and from the builtin a Python user catches (KeyError, ValueError,
 FileNotFoundError, MemoryError, ...): see hostfirst._errors for the mapping.
@@ -43,11 +47,22 @@ from ._devices import (
 from ._tensors import Buffer, File, Tensor, load, open, rule_pairs  # noqa: A004
 from ._gather import Gather, OffsetStream
 from ._shard import Shard, load_shards
+from ._safe_open import safe_open
 from ._errors import *  # noqa: F401,F403 - one exception class per status
 from ._errors import Error, FormatError, HostfirstError, MissingFileError, OutOfMemoryError, UnmatchedRuleWarning
+from ._errors import __all__ as _errors_all
+from . import numpy  # noqa: E402 - hostfirst.numpy.load_file, after the names it uses
 
 __version__ = native.hostfirst_version().decode()
 library_path = native._hostfirst_path
+
+# `from hostfirst import *`: everything above but `open`, which would shadow the builtin (hostfirst.open stays).
+__all__ = [
+    "Backend", "Buffer", "CarriedScope", "DefaultDevice", "Device", "DeviceInfo", "Error", "File", "FormatError",
+    "Gather", "HostfirstError", "MissingFileError", "OffsetStream", "OutOfMemoryError", "Shard", "Tensor",
+    "UnmatchedRuleWarning", "backends", "capture_scope", "default_device", "devices", "handle_count", "load",
+    "load_shards", "resolve_target", "rule_pairs", "safe_open", "set_default_device", "strict",
+] + [n for n in _errors_all if n not in ("Error", "HostfirstError", "FormatError", "MissingFileError")]
 
 if "jax" in _sys.modules:  # JAX already imported: register Tensor and Buffer with it now (see hostfirst.jax)
     from . import jax as _jax  # noqa: F401

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _dtypes
 from ._core import Device, check
 from ._devices import resolve_target
+from ._errors import HostfirstError, error_named
 from ._lib import lib
 from ._tensors import Buffer, Tensor, _Carrier
 
@@ -71,14 +72,26 @@ class Gather:
         o = np.asarray(offsets)
         if o.dtype.kind not in "iu":
             raise TypeError(f"offsets must be integers, not {o.dtype}")
-        np.copyto(self._offsets_np, o, casting="unsafe")  # a negative offset wraps, and the library refuses it
+        if o.dtype.kind == "i" and o.size and o.min() < 0:
+            i = int(np.argmin(o))
+            raise error_named("OUT_OF_RANGE", f"offsets[{i}] is {int(o[i])}: offsets count elements from the "
+                                              "start of the tensor and cannot be negative")
+        np.copyto(self._offsets_np, o, casting="unsafe")
         out = ctypes.c_void_p()
-        if isinstance(source, Buffer):
-            check(lib.hostfirst_gather_run_from_buffer(self._h, source._h, self._offsets, self.batch,
-                                                       ctypes.byref(out)))
-        else:
-            check(lib.hostfirst_gather_run_batch(self._h, source_tensor(source)._h, self._offsets, self.batch,
-                                                 ctypes.byref(out)))
+        try:
+            if isinstance(source, Buffer):
+                check(lib.hostfirst_gather_run_from_buffer(self._h, source._h, self._offsets, self.batch,
+                                                           ctypes.byref(out)))
+            else:
+                check(lib.hostfirst_gather_run_batch(self._h, source_tensor(source)._h, self._offsets, self.batch,
+                                                     ctypes.byref(out)))
+        except HostfirstError as e:
+            if e.status_name != "BUSY":
+                raise
+            bound, _, held = self.ring()
+            raise type(e)(f"all {held} batches of this Gather are held (its ring_bound is {bound}), so there is no "
+                          "batch to fill; drop a batch you no longer need (del batch, and the arrays made from "
+                          "it) before the next run, or make the Gather with a larger ring_bound=", e.status) from e
         return Buffer(out.value)
 
     def current(self) -> Buffer:
@@ -98,13 +111,39 @@ class Gather:
 
 
 class OffsetStream:
-    """nanoGPT's `torch.randint(len - window, (n,))`, reproducible: successive `next(...)` calls draw from one
-    seeded splitmix64 stream (the same numbers as `hostfirst_random_offsets` and the CLI's `--seed`)."""
+    """nanoGPT's `torch.randint(len - window, (n,))`, reproducible: successive draws come from one seeded
+    splitmix64 stream (the same numbers as `hostfirst_random_offsets` and the CLI's `--seed`).
 
-    def __init__(self, seed: int):
+        offsets = hostfirst.OffsetStream(1337)
+        offsets.next(len(tokens), 1025, 64)                        # a list of 64 offsets
+        for o in hostfirst.OffsetStream(1337, len(tokens), window=1025, batch=64):   # endless: break out
+            batch = g.run(tokens, o)                                # o: a uint64 numpy array of 64 offsets
+
+    Iterating needs `length`, `window` and `batch` (given here); it draws from the same stream as `next`."""
+
+    def __init__(self, seed: int, length: Optional[int] = None, window: Optional[int] = None,
+                 batch: Optional[int] = None):
         self._state = ctypes.c_uint64(int(seed))
+        self.length, self.window, self.batch = length, window, batch
 
     def next(self, length: int, window: int, n: int) -> List[int]:
-        out = (ctypes.c_uint64 * int(n))()
-        check(lib.hostfirst_random_offsets(ctypes.byref(self._state), int(length), int(window), out, int(n)))
-        return list(out)
+        """n offsets in [0, length - window], as a list."""
+        return self._draw(length, window, n).tolist()
+
+    def _draw(self, length: int, window: int, n: int) -> np.ndarray:
+        out = np.empty(int(n), dtype=np.uint64)
+        check(lib.hostfirst_random_offsets(ctypes.byref(self._state), int(length), int(window),
+                                           out.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)), int(n)))
+        return out
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        if self.length is None or self.window is None or self.batch is None:
+            raise TypeError("iterating an OffsetStream needs its length, window and batch: "
+                            "OffsetStream(seed, length, window=..., batch=...); or call next(length, window, n)")
+        length, window, batch = self.length, self.window, self.batch
+
+        def draws() -> Iterator[np.ndarray]:
+            while True:
+                yield self._draw(length, window, batch)
+
+        return draws()

@@ -44,7 +44,7 @@ import numpy as np
 
 from . import _abi, _dtypes
 from ._core import Device, PathLike, check, text
-from ._devices import is_strict
+from ._devices import is_strict, resolve_target
 from ._errors import OutOfMemoryError, error_named
 from ._lib import lib
 from ._tensors import Buffer, File, RuleList, Rules, Tensor, make_plan, rule_pairs, with_default
@@ -133,6 +133,18 @@ def plan(file: File, rules: Optional[Rules] = None) -> List[Placement]:
             raise TypeError(what + " (strict mode: nothing was moved)")
         warnings.warn(what, UserWarning, stacklevel=3)
     return placements
+
+
+def to_jax(array: np.ndarray, name: str, device: Union[Device, str] = "default") -> Any:
+    """A host numpy array as a jax.Array on the JAX device of hostfirst target `device` (`safe_open`'s jax
+    framework); a 64-bit array with x64 off warns first (TypeError in strict mode), as `load_file` does."""
+    if array.dtype.itemsize == 8 and array.dtype.kind in "iuf" and not _x64():
+        what = (f"tensor '{name}' ({array.dtype}) would become 32-bit because JAX's x64 mode is off; enable it "
+                "(jax.config.update('jax_enable_x64', True) or JAX_ENABLE_X64=1) to keep 64 bits")
+        if is_strict():
+            raise TypeError(what + " (strict mode)")
+        warnings.warn(what, UserWarning, stacklevel=3)
+    return jax.device_put(array, jax_device(resolve_target(device)))
 
 
 def _x64() -> bool:

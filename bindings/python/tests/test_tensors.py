@@ -269,6 +269,12 @@ def test_gather_batches_match_numpy_and_stay_unchanged_while_held():
     stream, again = hostfirst.OffsetStream(7), hostfirst.OffsetStream(7)
     first = stream.next(n, 33, 4)
     assert first == again.next(n, 33, 4) and all(0 <= o < n - 33 for o in first)
+    it = iter(hostfirst.OffsetStream(7, n, window=33, batch=4))  # iterable: the same stream, as arrays
+    drawn = [next(it) for _ in range(3)]
+    assert [d.tolist() for d in drawn] == [first] + [again.next(n, 33, 4) for _ in range(2)]
+    assert all(d.dtype == np.uint64 and d.shape == (4,) for d in drawn)
+    with pytest.raises(TypeError, match="length, window and batch"):
+        iter(hostfirst.OffsetStream(7))
     b = g.run(tokens, first)
     assert b.shape == (4, 33) and b.dtype_name == "U16" and str(b.device) == "cpu:0"
     want = np.stack([ref[o:o + 33] for o in first])
@@ -289,6 +295,9 @@ def test_gather_batches_match_numpy_and_stay_unchanged_while_held():
         hostfirst.Gather("cpu", "U16", batch=0, window=4)
     with pytest.raises(hostfirst.InvalidArgumentError):
         hostfirst.OffsetStream(1).next(10, 10, 2)
+    with pytest.raises(hostfirst.OutOfRangeError, match=r"offsets\[2\] is -1: .*cannot be negative") as e:
+        g.run(tokens, [0, 1, -1, 2])
+    assert "18446744073709551615" not in str(e.value)
     assert hostfirst.handle_count() == before + 3  # the gather and the two batches
     del g, b, b2, e
     gc.collect()
