@@ -73,7 +73,7 @@ int cmd_inspect(int argc, char **argv) {
         fprintf(stderr, "hostfirst: %s: cannot allocate the output buffer\n", path);
         return 1;
     }
-    size_t n = 0, nmeta = 0;
+    size_t n = 0, nmeta = 0, name_width = 40;
     uint64_t total = 0;
     hostfirst_file_tensor_count(f, &n);
     hostfirst_file_metadata_count(f, &nmeta);
@@ -94,9 +94,15 @@ int cmd_inspect(int argc, char **argv) {
         fputs("},\"tensors\":[", o);
     } else {
         char b[32];
+        /* The NAME column is as wide as the longest name (at least 40), so long names keep the table aligned. */
+        for (size_t i = 0; i < n; i++) {
+            const char *name = NULL;
+            if (hostfirst_file_tensor_name(f, i, &name) == HOSTFIRST_STATUS_OK && name && strlen(name) > name_width)
+                name_width = strlen(name);
+        }
         fprintf(o, "file: %s\ntensors: %zu, data: %s (%llu bytes)\n\n", path, n, cli_bytes(total, b, sizeof b),
                 (unsigned long long)total);
-        fprintf(o, "%-40s %-11s %-24s %12s %14s%s\n", "NAME", "DTYPE", "SHAPE", "SIZE", "OFFSET",
+        fprintf(o, "%-*s %-11s %-24s %12s %14s%s\n", (int)name_width, "NAME", "DTYPE", "SHAPE", "SIZE", "OFFSET",
                 sums ? "  FNV1A64" : "");
     }
 
@@ -132,8 +138,8 @@ int cmd_inspect(int argc, char **argv) {
                 } else {
                     shape[0] = '\0';
                 }
-                fprintf(o, "%-40s %-11s %-24s %12s %14llu", info.name, dt, shape, cli_bytes(info.nbytes, b, sizeof b),
-                        (unsigned long long)info.data_offset);
+                fprintf(o, "%-*s %-11s %-24s %12s %14llu", (int)name_width, info.name, dt, shape,
+                        cli_bytes(info.nbytes, b, sizeof b), (unsigned long long)info.data_offset);
                 if (sums) fprintf(o, "  %016llx", (unsigned long long)sum);
                 fputc('\n', o);
             }

@@ -102,6 +102,25 @@ fn human_output_has_a_table_and_the_metadata() {
 }
 
 #[test]
+fn human_table_columns_fit_long_names() {
+    let long = "model.layers.31.self_attn.rotary_emb.inv_freq_with_a_long_suffix";
+    let header = format!(
+        r#"{{"{long}":{{"dtype":"F32","shape":[2],"data_offsets":[0,8]}},"w":{{"dtype":"U8","shape":[8],"data_offsets":[8,16]}}}}"#
+    );
+    let path = scratch("inspect-long-names").join("long.safetensors");
+    std::fs::write(&path, crate::file_support::image(&header, &[0u8; 16])).unwrap();
+    let out = run_ok(&cli(), &["inspect", path.to_str().unwrap()], &[]);
+    let rows: Vec<&str> =
+        out.lines().filter(|l| l.starts_with("NAME") || l.starts_with(long) || l.starts_with("w ")).collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    let column = |row: &str, word: &str| row.find(word).unwrap_or_else(|| panic!("{word} in {row:?}"));
+    let dtype_at = column(rows[0], "DTYPE");
+    assert!(dtype_at > long.len(), "{out}");
+    assert_eq!(column(rows[1], "F32"), dtype_at, "{out}");
+    assert_eq!(column(rows[2], "U8"), dtype_at, "{out}");
+}
+
+#[test]
 fn rejected_files_fail_cleanly() {
     for c in crate::file_support::catalogue() {
         if c.file == hostfirst::Status::Ok {

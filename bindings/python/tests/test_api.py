@@ -174,3 +174,22 @@ def test_the_type_hints_check():
     cmd = [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--no-incremental", "-p", "hostfirst"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=PKG.parents[1])
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_star_import_leaves_the_builtin_open_alone():
+    ns = {}
+    exec("from hostfirst import *", ns)
+    assert "open" not in ns and "Tensor" in ns and "safe_open" in ns and "NotFoundError" in ns
+    assert all(hasattr(hostfirst, n) for n in hostfirst.__all__)
+    assert callable(hostfirst.open)  # still there by its full name
+
+
+def test_hostfirst_jax_without_jax_says_what_to_install():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['jax'] = None\n"  # as if JAX were not installed
+            "try:\n    import hostfirst.jax\nexcept ImportError as e:\n    print(e)\n")
+    env = dict(os.environ, PYTHONPATH=str(PKG.parent))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert "pip install hostfirst[jax]" in out.stdout, out.stdout + out.stderr
