@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections import namedtuple
-from typing import List, Union
+from typing import List, Union, overload
 
 from . import _abi
 from ._core import Device, as_device, c_string, check, text
@@ -57,6 +57,14 @@ class _Scope:
 
     def __exit__(self, *exc: object) -> None:
         check(lib.hostfirst_scope_pop(self._tokens.stack.pop()))
+
+
+@overload
+def default_device(device: None = None) -> DefaultDevice: ...
+
+
+@overload
+def default_device(device: Union[Device, str]) -> "_Scope": ...
 
 
 def default_device(device: Union[Device, str, None] = None) -> "Union[DefaultDevice, _Scope]":

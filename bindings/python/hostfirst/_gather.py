@@ -62,7 +62,7 @@ class Gather:
         self._offsets = (ctypes.c_uint64 * self.batch)()
         self._offsets_np = np.ctypeslib.as_array(self._offsets)
 
-    def run(self, source: Union[Tensor, Buffer, np.ndarray], offsets: Sequence[int]) -> Buffer:
+    def run(self, source: Union[Tensor, Buffer, np.ndarray], offsets: Union[Sequence[int], np.ndarray]) -> Buffer:
         """Row i = source[offsets[i] : offsets[i] + window] for every i; returns the batch it filled.
         `source`: a Tensor (or a numpy array on one, see `source_tensor`), or a 1-D host Buffer (`t.to("cpu")`:
         the truncation-proof fast path, each window a memcpy). OutOfRangeError names the first offset whose

@@ -193,3 +193,24 @@ def test_hostfirst_jax_without_jax_says_what_to_install():
     env = dict(os.environ, PYTHONPATH=str(PKG.parent))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert "pip install hostfirst[jax]" in out.stdout, out.stdout + out.stderr
+
+
+def test_return_types_follow_arguments_for_mypy(tmp_path):
+    """Typed overloads: default_device() is a DefaultDevice, default_device(spec) a scope giving a Device;
+    t[a:b] is a Tensor. Code using them that way passes mypy, and misuse does not."""
+    pytest.importorskip("mypy")
+    import subprocess
+    import sys
+
+    good = ("import hostfirst\nd = hostfirst.default_device()\nprint(d.device.kind, d.source)\n"
+            "with hostfirst.default_device('cpu') as dev:\n    print(dev.ordinal)\n"
+            "t = hostfirst.open('x.safetensors')['x']\nprint(t[0:2].nbytes, t[..., 1:].strides)\n")
+    bad = "import hostfirst\nprint(hostfirst.default_device('cpu').source)\n"
+    env = dict(os.environ)
+    if "site-packages" not in PKG.parts:
+        env["MYPYPATH"] = str(PKG.parent)
+    for name, code, rc in (("good.py", good, 0), ("bad.py", bad, 1)):
+        (tmp_path / name).write_text(code)
+        out = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--ignore-missing-imports", name],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == rc, out.stdout + out.stderr

@@ -168,29 +168,40 @@ def test_gather_runs_from_the_host_array_load_file_returns():
         g.run(np.zeros(10, np.uint16), [0, 1, 2, 3])
 
 
-def readme_block():
+def readme_story():
+    """(the one command the README shows for the story's file, the Python block right below it)."""
     text = (ROOT / "README.md").read_text()
-    m = re.search(r"<!-- python-jax-story:[^>]*-->\n```python\n(.*?)```", text, re.S)
-    assert m, "README's Python JAX story block not found"
-    return m.group(1)
+    m = re.search(r"<!-- python-jax-story-file:[^>]*-->\n    (\S[^\n]*)\n\n"
+                  r"<!-- python-jax-story:[^>]*-->\n```python\n(.*?)```", text, re.S)
+    assert m, "README's story command and Python block not found (one command, then the block right below)"
+    return m.group(1), m.group(2)
 
 
-def test_readme_jax_story_runs_as_written(tmp_path):
-    code = readme_block()
+def test_readme_jax_story_runs_as_written_after_its_one_command(tmp_path):
+    command, code = readme_story()
     assert 8 <= len([line for line in code.splitlines() if line.strip()]) <= 14  # about ten lines
-    n = 1 << 16
-    tokens = np.random.default_rng(0).integers(0, 50257, size=n, dtype=np.uint16)
-    embed = np.random.default_rng(1).standard_normal((256, 64)).astype(np.float32)
-    header = json.dumps({"tokens": {"dtype": "U16", "shape": [n], "data_offsets": [0, 2 * n]},
-                         "embed.weight": {"dtype": "F32", "shape": [256, 64],
-                                          "data_offsets": [2 * n, 2 * n + embed.nbytes]}}).encode()
-    header += b" " * (-len(header) % 8)
-    (tmp_path / "story.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + tokens.tobytes()
-                                                 + embed.tobytes())
-    (tmp_path / "story.py").write_text(code)
+    assert command.startswith("python -c ")
     env = dict(os.environ, PYTHONPATH=str(Path(hostfirst.__file__).resolve().parents[1]))  # installed or source
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # `python`: this venv's
+    made = subprocess.run(["bash", "-c", command.replace("python ", f"'{sys.executable}' ", 1)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0 and (tmp_path / "story.safetensors").is_file(), made.stderr
+    (tmp_path / "story.py").write_text(code)
     out = subprocess.run([sys.executable, "story.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert len(lines) == 3 and all("(64, 1025) uint16" in line for line in lines), out.stdout
+    assert len(lines) == 3 and lines[0].startswith("0 (64, 1025) uint16") and "embed.weight" in lines[0], out.stdout
+
+
+def test_readme_jax_story_passes_mypy(tmp_path):
+    pytest.importorskip("mypy")
+    _, code = readme_story()
+    (tmp_path / "story.py").write_text(code)
+    env = dict(os.environ)
+    pkg = Path(hostfirst.__file__).resolve().parent
+    if "site-packages" not in pkg.parts:  # a source tree: show mypy where the package is
+        env["MYPYPATH"] = str(pkg.parent)
+    out = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--ignore-missing-imports", "story.py"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
