@@ -6,6 +6,20 @@
 #          --only open,put,gather,many (re-run sections into latest.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -c "import safetensors, numpy" 2>/dev/null || pip install safetensors numpy
-python3 -c "import matplotlib" 2>/dev/null || pip install matplotlib
-exec python3 benches/run.py "$@"
+# The Python peers (safetensors, numpy) and matplotlib live in a venv of the benchmarks' own, made once under
+# target/ and re-made when this list changes; the system Python is never pip-installed into (PEP 668).
+venv="target/bench-venv"
+want="numpy safetensors matplotlib"
+if [ "$(cat "$venv/.installed" 2>/dev/null)" != "$want" ]; then
+    echo "benches/run.sh: installing $want into $venv" >&2
+    rm -rf "$venv"
+    if ! python3 -m venv "$venv" >/dev/null 2>&1; then  # Debian's python3 needs python3-venv for ensurepip
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv) >&2
+        rm -rf "$venv"
+        python3 -m venv "$venv"
+    fi
+    # shellcheck disable=SC2086
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check $want >&2
+    echo "$want" > "$venv/.installed"
+fi
+exec "$venv/bin/python" benches/run.py "$@"

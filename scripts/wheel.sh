@@ -57,7 +57,7 @@ PY
 stage="target/wheel-stage"
 rm -rf "$stage"
 mkdir -p "$stage/hostfirst/bin"
-cp bindings/python/pyproject.toml bindings/python/setup.py "$stage/"
+cp bindings/python/pyproject.toml bindings/python/setup.py bindings/python/README.md "$stage/"
 cp bindings/python/hostfirst/*.py bindings/python/hostfirst/py.typed "$stage/hostfirst/"
 cp "$so" "$stage/hostfirst/$soname"
 

@@ -214,3 +214,17 @@ def test_return_types_follow_arguments_for_mypy(tmp_path):
         out = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--ignore-missing-imports", name],
                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert out.returncode == rc, out.stdout + out.stderr
+
+
+def test_the_wheel_describes_itself():
+    """The installed wheel's metadata: bindings/python/README.md as its description, the [jax] extra."""
+    if os.environ.get("HOSTFIRST_TEST_INSTALLED") != "1":
+        pytest.skip("checks the installed wheel (scripts/test-python.sh)")
+    from importlib.metadata import metadata
+
+    md = metadata("hostfirst")
+    assert md["Description-Content-Type"] == "text/markdown"
+    body = md.get_payload() or md["Description"]
+    assert body.startswith("# hostfirst for Python") and 'pip install "hostfirst[jax]"' in body
+    assert "jax" in md.get_all("Provides-Extra")
+    assert any(r.startswith("jax") and 'extra == "jax"' in r for r in md.get_all("Requires-Dist"))
