@@ -17,19 +17,26 @@ from ._tensors import Buffer, Tensor, _Carrier
 
 
 def source_tensor(x: Union[Tensor, np.ndarray]) -> Tensor:
-    """The Tensor to gather from: a Tensor, or a whole-tensor numpy array made from one (the host arrays
-    `hostfirst.jax.load_file` returns for host rules, `np.asarray(tensor)`)."""
+    """The Tensor to gather from: a Tensor, or a numpy array made from one (the host arrays
+    `hostfirst.jax.load_file` returns for host rules, `np.asarray(tensor)`) covering whole rows of it — the
+    whole tensor or a row range such as `tokens[:n]` (a train/validation split), given as a zero-copy row
+    slice of the tensor."""
     if isinstance(x, Tensor):
         return x
     base: Any = x
     while isinstance(base, np.ndarray):
         base = base.base
     owner = getattr(base, "owner", None) if isinstance(base, _Carrier) else None
-    if isinstance(x, np.ndarray) and isinstance(owner, Tensor) and x.flags.c_contiguous \
-            and x.ctypes.data == owner.data_ptr and x.nbytes == owner.nbytes:
-        return owner
-    raise TypeError("Gather.run takes a hostfirst Tensor, or a whole-tensor numpy array made from one "
-                    "(such as a host entry of hostfirst.jax.load_file)")
+    if isinstance(x, np.ndarray) and isinstance(owner, Tensor) and x.flags.c_contiguous and owner.strides is None \
+            and owner.shape and x.shape[1:] == owner.shape[1:]:
+        if x.ctypes.data == owner.data_ptr and x.nbytes == owner.nbytes:
+            return owner
+        row = owner.nbytes // owner.shape[0] if owner.shape[0] else 0
+        start = x.ctypes.data - owner.data_ptr
+        if row and start % row == 0 and 0 <= start and start + x.nbytes <= owner.nbytes:
+            return owner[start // row: start // row + x.shape[0]]  # type: ignore[return-value]
+    raise TypeError("Gather.run takes a hostfirst Tensor, or a numpy array made from one that covers whole rows "
+                    "of it (such as a host entry of hostfirst.jax.load_file, or a row range tokens[a:b] of one)")
 
 
 class Gather:
@@ -83,8 +90,8 @@ class Gather:
                 check(lib.hostfirst_gather_run_from_buffer(self._h, source._h, self._offsets, self.batch,
                                                            ctypes.byref(out)))
             else:
-                check(lib.hostfirst_gather_run_batch(self._h, source_tensor(source)._h, self._offsets, self.batch,
-                                                     ctypes.byref(out)))
+                src = source_tensor(source)  # held: a row range is a view of its own for the call's length
+                check(lib.hostfirst_gather_run_batch(self._h, src._h, self._offsets, self.batch, ctypes.byref(out)))
         except HostfirstError as e:
             if e.status_name != "BUSY":
                 raise

@@ -162,8 +162,13 @@ def test_gather_runs_from_the_host_array_load_file_returns():
     g = hostfirst.Gather("cpu", tokens.dtype, batch=4, window=16)
     b = g.run(tokens, [0, 10, 100, 4000])
     np.testing.assert_array_equal(np.asarray(b)[2], tokens[100:116])
-    with pytest.raises(TypeError):
-        g.run(tokens[1:], [0, 1, 2, 3])  # not the whole tensor
+    train, val = tokens[:3000], tokens[3000:]  # a split of the host array, without reopening the file
+    np.testing.assert_array_equal(np.asarray(g.run(val, [0, 10, 20, 30]))[1], tokens[3010:3026])
+    np.testing.assert_array_equal(np.asarray(g.run(train, [5, 6, 7, 8]))[0], tokens[5:21])
+    with pytest.raises(hostfirst.OutOfRangeError):
+        g.run(train, [0, 0, 0, 2990])  # the window runs past the end of the split, not of the tensor
+    with pytest.raises(TypeError, match="whole rows"):
+        g.run(tokens[::2], [0, 1, 2, 3])  # strided: not a row range
     with pytest.raises(TypeError):
         g.run(np.zeros(10, np.uint16), [0, 1, 2, 3])
 
