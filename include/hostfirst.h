@@ -40,6 +40,11 @@
  *   wrong-type handle gives HOSTFIRST_STATUS_INVALID_HANDLE, not a crash.
  * Threads.  Every function may be called from any thread. Handles may be shared between threads for the
  *   read-only calls documented as thread-safe; the default-device scopes and strict flag are per thread.
+ * fork().  A child forked at any moment, also while other threads are inside the library, can use it for cpu
+ *   work: the library's process-wide locks are taken around fork() by pthread_atfork handlers (as glibc does
+ *   for malloc). Handles made before the fork stay valid in the child, except one that another thread was
+ *   using at the moment of fork() (its own lock may be held). CUDA cannot be used in a child forked after the
+ *   parent initialised it, or while it was doing so (see hostfirst_backend_describe).
  * Panics.  No Rust panic crosses this boundary: a bug inside the library returns HOSTFIRST_STATUS_PANIC (or
  *   the function's documented default value) and the library stays usable.
  */
