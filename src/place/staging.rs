@@ -234,12 +234,12 @@ where
         let mut last_report = Instant::now();
         loop {
             // Recycle completed copies (oldest first).
-            while let Some((n, f)) = inflight.front() {
+            while let Some((n, f)) = inflight.front_mut() {
                 let n = *n;
                 match f.is_done() {
                     Ok(true) => {}
                     Ok(false) => break,
-                    Err(_) => {} // surfaced by wait below
+                    Err(_) => {} // kept by the InFlight, returned by wait below
                 }
                 let (_, f) = inflight.pop_front().expect("front");
                 match f.wait() {
