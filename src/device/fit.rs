@@ -79,25 +79,29 @@ pub fn check(what: &str, needed: u64, device: Device) -> Result<()> {
     Ok(())
 }
 
+/// What the "free" figure of [`usable`] means on `device` (of `total` bytes), for messages: e.g.
+/// ` (free device memory less a 32.00 MiB safety margin)`.
+pub fn margin_note(device: Device, total: u64) -> String {
+    match device.kind {
+        DeviceKind::CPU | DeviceKind::CUDA_HOST => {
+            format!(" (available host memory less a {} safety margin)", human_bytes(host_margin(total)))
+        }
+        DeviceKind::CUDA => format!(" (free device memory less a {} safety margin)", human_bytes(CUDA_MARGIN)),
+    }
+}
+
 /// The comparison and message, separated for testing.
 pub fn check_against(what: &str, needed: u64, device: Device, free: u64, total: u64) -> Result<()> {
     if needed <= free {
         return Ok(());
     }
-    let note = match device.kind {
-        DeviceKind::CPU | DeviceKind::CUDA_HOST => {
-            format!(" (available host memory less a {} safety margin)", human_bytes(host_margin(total)))
-        }
-        DeviceKind::CUDA => {
-            format!(" (free device memory less a {} safety margin)", human_bytes(CUDA_MARGIN))
-        }
-    };
     Err(Error::out_of_memory(
         format!(
-            "{what} ({}) does not fit on {device}: {} free of {}{note}",
+            "{what} ({}) does not fit on {device}: {} free of {}{}",
             human_bytes(needed),
             human_bytes(free),
-            human_bytes(total)
+            human_bytes(total),
+            margin_note(device, total)
         ),
         FitFailure { needed, free, total, device: device.to_string() },
     ))
