@@ -1221,7 +1221,10 @@ typedef struct hostfirst_dlpack_managed_tensor_versioned {
   void *manager_ctx;
   /**
    * Releases the tensor and frees this struct: call it exactly once, then never touch the pointer again.
-   * A NULL argument, or a struct hostfirst did not make, is ignored.
+   * A NULL argument, or a struct hostfirst did not make, is ignored. A second call with the same pointer is
+   * ignored too (the struct's memory is never returned to the allocator and is not reused for a new export
+   * until 1024 later exports have been deleted); after that the pointer may name a newer export, which the
+   * second call would release, so do not rely on it.
    */
   void (*deleter)(struct hostfirst_dlpack_managed_tensor_versioned*);
   /**
@@ -1254,7 +1257,10 @@ typedef struct hostfirst_dlpack_managed_tensor {
   void *manager_ctx;
   /**
    * Releases the tensor and frees this struct: call it exactly once, then never touch the pointer again.
-   * A NULL argument, or a struct hostfirst did not make, is ignored.
+   * A NULL argument, or a struct hostfirst did not make, is ignored. A second call with the same pointer is
+   * ignored too (the struct's memory is never returned to the allocator and is not reused for a new export
+   * until 1024 later exports have been deleted); after that the pointer may name a newer export, which the
+   * second call would release, so do not rely on it.
    */
   void (*deleter)(struct hostfirst_dlpack_managed_tensor*);
 } hostfirst_dlpack_managed_tensor;

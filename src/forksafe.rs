@@ -123,6 +123,7 @@ extern "C" fn prepare() {
     let guards = vec![
         crate::ffi::handle::REGISTRY.hold(),
         crate::ffi::args::CSTRINGS.hold(),
+        crate::ffi::dlpack::DLPACK_SLOTS.hold(),
         crate::scope::PROCESS_DEFAULT.hold(),
         crate::device::fit::HOST.hold(),
         crate::place::resident::CACHE.hold(),
