@@ -193,12 +193,12 @@ int cmd_shard(int argc, char **argv) {
 
     char *text = NULL;
     size_t text_len = 0;
-    FILE *o = st == HOSTFIRST_STATUS_OK ? open_memstream(&text, &text_len) : NULL;
-    if (st == HOSTFIRST_STATUS_OK && !o) st = HOSTFIRST_STATUS_OUT_OF_MEMORY;
+    FILE *o = st == HOSTFIRST_STATUS_OK && !refused ? open_memstream(&text, &text_len) : NULL;
+    if (st == HOSTFIRST_STATUS_OK && !refused && !o) st = HOSTFIRST_STATUS_OUT_OF_MEMORY;
     size_t n = 0;
     uint64_t file_bytes = 0, tot_bytes = 0, tot_read = 0;
     char spec[64];
-    if (st == HOSTFIRST_STATUS_OK) {
+    if (o) {
         hostfirst_shard_plan_count(plan, &n);
         hostfirst_file_data_bytes(f, &file_bytes);
         cli_device_spec(dev, spec, sizeof spec);
