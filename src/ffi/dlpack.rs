@@ -569,8 +569,9 @@ pub extern "C" fn hostfirst_view_to_dlpack_ex(
 /// `deleter` is called, even after `hostfirst_buffer_free`; until then it counts in `hostfirst_handle_count`,
 /// and a gather batch it holds is never rewritten. CUDA: as for a consumer that gave no stream (the legacy
 /// default stream waits for hostfirst's last write; see `hostfirst_buffer_to_dlpack_ex`). Errors:
-/// `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED`, `VALIDATION_OVERFLOW` (as for views), `DEVICE_ERROR`. On
-/// failure `*out` is unchanged. Thread-safe.
+/// `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED`, `VALIDATION_OVERFLOW` (as for views), `DEVICE_ERROR`;
+/// `UNAVAILABLE` for a `cuda:N` buffer in a process that cannot use CUDA (a child forked after CUDA was
+/// initialised), as `hostfirst_buffer_copy_to_host` there. On failure `*out` is unchanged. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_buffer_to_dlpack(
     buffer: *const hostfirst_buffer,
