@@ -946,8 +946,10 @@ typedef struct hostfirst_put_options {
    * 1: copy-on-write host put. When the target is `cpu` and the view reads from a file, the buffer is a
    * private, writable mapping of the tensor's pages in the file (`MAP_PRIVATE`) instead of a copy: it costs
    * a page table, not a copy (milliseconds for gigabytes in the page cache). 0 (the default): an eager
-   * copy. Other targets, and views over memory (`hostfirst_file_open_memory`), always copy. See
-   * `hostfirst_put` for the contract and `hostfirst_buffer_is_file_backed` to ask a buffer which it got.
+   * copy. Other targets, and views over memory (`hostfirst_file_open_memory`), always copy. The file stays
+   * tied to the buffer: truncating it makes pages past the new end raise SIGBUS, and extending it again
+   * replaces them, written or not, with the file's new content (what was written there is lost, silently).
+   * See `hostfirst_put` for the contract and `hostfirst_buffer_is_file_backed` to ask a buffer which it got.
    */
   int32_t copy_on_write;
 } hostfirst_put_options;
@@ -1107,7 +1109,9 @@ typedef struct hostfirst_load_options {
   /**
    * 1: tensors the plan puts on `cpu` become copy-on-write mappings of their pages in the file instead of
    * copies (`hostfirst_put` documents the contract: writable, never written back, pages not yet written
-   * tied to the file). 0 (the default): copies. Other devices always copy.
+   * tied to the file; truncating the file makes pages past the new end raise SIGBUS, written or not, and
+   * extending it again gives them the file's new content, silently losing what was written there). 0 (the
+   * default): copies. Other devices always copy.
    */
   int32_t copy_on_write;
   /**
@@ -2118,8 +2122,13 @@ hostfirst_status hostfirst_put_options_init(struct hostfirst_put_options *out);
  * file**. Its data address is where the tensor sits in its first page (alignment as the file gives it,
  * see `hostfirst_view_info.alignment`). The fit check counts what can become private: every page the tensor
  * touches. The ties to the file, on Linux: pages not yet written still read the file's page cache, so
- * **another process writing the file may change them**; **truncating the file raises SIGBUS** when a page
- * past the new end is touched (even one already written: the kernel discards those too). Prefer the eager
+ * **another process writing the file may change them**. **Truncating the file** discards every page past the
+ * new end, including pages the consumer wrote (the kernel drops those private copies too): touching one
+ * raises SIGBUS; pages wholly before the new end keep what was written. **Truncating and then extending the
+ * file** (a checkpoint rewritten in place with `O_TRUNC`, which cuts it to nothing first) leaves no fault to
+ * see: every page past the shortest length the file had, written or not, now reads the file's new content,
+ * and **what the consumer wrote there is lost, with no signal and no error**; hostfirst cannot detect it
+ * (tests/c/test_cow_truncate.c checks both on the running kernel). Prefer the eager
  * copy (the default, `copy_on_write = 0`) when the file may be rewritten or truncated while the buffer
  * lives (shared or network storage, checkpoints replaced in place, files you do not control), when the
  * buffer must be isolated from the file, or when you will overwrite most of it anyway (a fault per written
@@ -2519,8 +2528,10 @@ hostfirst_status hostfirst_view_to_dlpack(const struct hostfirst_view *view,
  * the view's pages** (`MAP_PRIVATE`, writable): nothing is copied until the consumer writes a page, a write
  * copies that page into the process, and **the file never changes**. Chosen over a copy because it costs a
  * page table instead of a copy of the tensor, and it carries the view's own hazards and no more: pages the
- * consumer has not written still show what other processes write to the file, and truncating the file
- * raises SIGBUS when a page past the new end is touched. A consumer that needs the data isolated from the
+ * consumer has not written still show what other processes write to the file; truncating the file makes
+ * every page past the new end raise SIGBUS when touched, written or not, and truncating then extending it
+ * (a rewrite in place with `O_TRUNC`) gives those pages the file's new content, silently losing what the
+ * consumer wrote there (as for `hostfirst_put` with `opts->copy_on_write`). A consumer that needs the data isolated from the
  * file asks for a copy (`hostfirst_view_to_dlpack_ex` with `HOSTFIRST_DLPACK_COPY_ALWAYS`). A view over
  * memory (`hostfirst_file_open_memory`) has no file to map, and a strided view (`hostfirst_view_narrow` on
  * an inner dimension) is not one range of it: both are copied, packed (device kDLCPU either way).

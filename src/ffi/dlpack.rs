@@ -512,8 +512,10 @@ pub extern "C" fn hostfirst_view_to_dlpack(
 /// the view's pages** (`MAP_PRIVATE`, writable): nothing is copied until the consumer writes a page, a write
 /// copies that page into the process, and **the file never changes**. Chosen over a copy because it costs a
 /// page table instead of a copy of the tensor, and it carries the view's own hazards and no more: pages the
-/// consumer has not written still show what other processes write to the file, and truncating the file
-/// raises SIGBUS when a page past the new end is touched. A consumer that needs the data isolated from the
+/// consumer has not written still show what other processes write to the file; truncating the file makes
+/// every page past the new end raise SIGBUS when touched, written or not, and truncating then extending it
+/// (a rewrite in place with `O_TRUNC`) gives those pages the file's new content, silently losing what the
+/// consumer wrote there (as for `hostfirst_put` with `opts->copy_on_write`). A consumer that needs the data isolated from the
 /// file asks for a copy (`hostfirst_view_to_dlpack_ex` with `HOSTFIRST_DLPACK_COPY_ALWAYS`). A view over
 /// memory (`hostfirst_file_open_memory`) has no file to map, and a strided view (`hostfirst_view_narrow` on
 /// an inner dimension) is not one range of it: both are copied, packed (device kDLCPU either way).
