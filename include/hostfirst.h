@@ -1522,8 +1522,9 @@ size_t hostfirst_backend_count(void);
  * `CUDA_VISIBLE_DEVICES` then, loads the CUDA driver library (`libcuda.so.1`, then `libcuda.so`) if present
  * and calls `cuInit`, but creates no CUDA context and allocates no device memory. Opening files and work on
  * cpu (specs `cpu`, puts and gathers to cpu) never take it and never load the driver. Later changes to the
- * environment are not seen. In a child process forked after CUDA was initialised, CUDA is reported as
- * `INIT_FAILED` with a reason naming fork() (the driver cannot be used after fork); cpu stays available.
+ * environment are not seen. In a child process forked after CUDA was initialised (or while the census was
+ * initialising it), CUDA is reported as `INIT_FAILED` with a reason naming fork() (the driver cannot be used
+ * after fork); cpu stays available.
  * Errors: `NULL_ARGUMENT`, `OUT_OF_RANGE` for `index >= hostfirst_backend_count()`. Thread-safe.
  */
 hostfirst_status hostfirst_backend_describe(size_t index,
