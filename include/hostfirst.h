@@ -40,6 +40,11 @@
  *   wrong-type handle gives HOSTFIRST_STATUS_INVALID_HANDLE, not a crash.
  * Threads.  Every function may be called from any thread. Handles may be shared between threads for the
  *   read-only calls documented as thread-safe; the default-device scopes and strict flag are per thread.
+ * fork().  A child forked at any moment, also while other threads are inside the library, can use it for cpu
+ *   work: the library's process-wide locks are taken around fork() by pthread_atfork handlers (as glibc does
+ *   for malloc). Handles made before the fork stay valid in the child, except one that another thread was
+ *   using at the moment of fork() (its own lock may be held). CUDA cannot be used in a child forked after the
+ *   parent initialised it, or while it was doing so (see hostfirst_backend_describe).
  * Panics.  No Rust panic crosses this boundary: a bug inside the library returns HOSTFIRST_STATUS_PANIC (or
  *   the function's documented default value) and the library stays usable.
  */
@@ -941,8 +946,10 @@ typedef struct hostfirst_put_options {
    * 1: copy-on-write host put. When the target is `cpu` and the view reads from a file, the buffer is a
    * private, writable mapping of the tensor's pages in the file (`MAP_PRIVATE`) instead of a copy: it costs
    * a page table, not a copy (milliseconds for gigabytes in the page cache). 0 (the default): an eager
-   * copy. Other targets, and views over memory (`hostfirst_file_open_memory`), always copy. See
-   * `hostfirst_put` for the contract and `hostfirst_buffer_is_file_backed` to ask a buffer which it got.
+   * copy. Other targets, and views over memory (`hostfirst_file_open_memory`), always copy. The file stays
+   * tied to the buffer: truncating it makes pages past the new end raise SIGBUS, and extending it again
+   * replaces them, written or not, with the file's new content (what was written there is lost, silently).
+   * See `hostfirst_put` for the contract and `hostfirst_buffer_is_file_backed` to ask a buffer which it got.
    */
   int32_t copy_on_write;
 } hostfirst_put_options;
@@ -1102,7 +1109,9 @@ typedef struct hostfirst_load_options {
   /**
    * 1: tensors the plan puts on `cpu` become copy-on-write mappings of their pages in the file instead of
    * copies (`hostfirst_put` documents the contract: writable, never written back, pages not yet written
-   * tied to the file). 0 (the default): copies. Other devices always copy.
+   * tied to the file; truncating the file makes pages past the new end raise SIGBUS, written or not, and
+   * extending it again gives them the file's new content, silently losing what was written there). 0 (the
+   * default): copies. Other devices always copy.
    */
   int32_t copy_on_write;
   /**
@@ -1216,7 +1225,10 @@ typedef struct hostfirst_dlpack_managed_tensor_versioned {
   void *manager_ctx;
   /**
    * Releases the tensor and frees this struct: call it exactly once, then never touch the pointer again.
-   * A NULL argument, or a struct hostfirst did not make, is ignored.
+   * A NULL argument, or a struct hostfirst did not make, is ignored. A second call with the same pointer is
+   * ignored too (the struct's memory is never returned to the allocator and is not reused for a new export
+   * until 1024 later exports have been deleted); after that the pointer may name a newer export, which the
+   * second call would release, so do not rely on it.
    */
   void (*deleter)(struct hostfirst_dlpack_managed_tensor_versioned*);
   /**
@@ -1249,7 +1261,10 @@ typedef struct hostfirst_dlpack_managed_tensor {
   void *manager_ctx;
   /**
    * Releases the tensor and frees this struct: call it exactly once, then never touch the pointer again.
-   * A NULL argument, or a struct hostfirst did not make, is ignored.
+   * A NULL argument, or a struct hostfirst did not make, is ignored. A second call with the same pointer is
+   * ignored too (the struct's memory is never returned to the allocator and is not reused for a new export
+   * until 1024 later exports have been deleted); after that the pointer may name a newer export, which the
+   * second call would release, so do not rely on it.
    */
   void (*deleter)(struct hostfirst_dlpack_managed_tensor*);
 } hostfirst_dlpack_managed_tensor;
@@ -1507,8 +1522,9 @@ size_t hostfirst_backend_count(void);
  * `CUDA_VISIBLE_DEVICES` then, loads the CUDA driver library (`libcuda.so.1`, then `libcuda.so`) if present
  * and calls `cuInit`, but creates no CUDA context and allocates no device memory. Opening files and work on
  * cpu (specs `cpu`, puts and gathers to cpu) never take it and never load the driver. Later changes to the
- * environment are not seen. In a child process forked after CUDA was initialised, CUDA is reported as
- * `INIT_FAILED` with a reason naming fork() (the driver cannot be used after fork); cpu stays available.
+ * environment are not seen. In a child process forked after CUDA was initialised (or while the census was
+ * initialising it), CUDA is reported as `INIT_FAILED` with a reason naming fork() (the driver cannot be used
+ * after fork); cpu stays available.
  * Errors: `NULL_ARGUMENT`, `OUT_OF_RANGE` for `index >= hostfirst_backend_count()`. Thread-safe.
  */
 hostfirst_status hostfirst_backend_describe(size_t index,
@@ -1747,7 +1763,7 @@ hostfirst_status hostfirst_dtype_from_name(const char *name, uint32_t *out_dtype
  *
  * Validation follows the safetensors format strictly (reliability catalogue): every failure names the
  * file, the tensor when there is one, and what is wrong. Statuses: `NULL_ARGUMENT`; `INVALID_ARGUMENT`
- * (path not UTF-8); `IO` (cannot open or stat, not a regular file); `TRUNCATED` (the file is shorter than
+ * (path empty or not UTF-8); `IO` (cannot open or stat, not a regular file); `TRUNCATED` (the file is shorter than
  * its header declares); `HEADER_TOO_SMALL`, `HEADER_TOO_LARGE`, `INVALID_HEADER_LENGTH`,
  * `INVALID_HEADER_UTF8`, `INVALID_HEADER_JSON` (syntax, types, unknown dtype, non-string metadata, a tensor
  * named `__metadata__`, a name containing NUL), `INVALID_OFFSET`, `DUPLICATE_TENSOR` (even identical
@@ -2107,8 +2123,13 @@ hostfirst_status hostfirst_put_options_init(struct hostfirst_put_options *out);
  * file**. Its data address is where the tensor sits in its first page (alignment as the file gives it,
  * see `hostfirst_view_info.alignment`). The fit check counts what can become private: every page the tensor
  * touches. The ties to the file, on Linux: pages not yet written still read the file's page cache, so
- * **another process writing the file may change them**; **truncating the file raises SIGBUS** when a page
- * past the new end is touched (even one already written: the kernel discards those too). Prefer the eager
+ * **another process writing the file may change them**. **Truncating the file** discards every page past the
+ * new end, including pages the consumer wrote (the kernel drops those private copies too): touching one
+ * raises SIGBUS; pages wholly before the new end keep what was written. **Truncating and then extending the
+ * file** (a checkpoint rewritten in place with `O_TRUNC`, which cuts it to nothing first) leaves no fault to
+ * see: every page past the shortest length the file had, written or not, now reads the file's new content,
+ * and **what the consumer wrote there is lost, with no signal and no error**; hostfirst cannot detect it
+ * (tests/c/test_cow_truncate.c checks both on the running kernel). Prefer the eager
  * copy (the default, `copy_on_write = 0`) when the file may be rewritten or truncated while the buffer
  * lives (shared or network storage, checkpoints replaced in place, files you do not control), when the
  * buffer must be isolated from the file, or when you will overwrite most of it anyway (a fault per written
@@ -2508,8 +2529,10 @@ hostfirst_status hostfirst_view_to_dlpack(const struct hostfirst_view *view,
  * the view's pages** (`MAP_PRIVATE`, writable): nothing is copied until the consumer writes a page, a write
  * copies that page into the process, and **the file never changes**. Chosen over a copy because it costs a
  * page table instead of a copy of the tensor, and it carries the view's own hazards and no more: pages the
- * consumer has not written still show what other processes write to the file, and truncating the file
- * raises SIGBUS when a page past the new end is touched. A consumer that needs the data isolated from the
+ * consumer has not written still show what other processes write to the file; truncating the file makes
+ * every page past the new end raise SIGBUS when touched, written or not, and truncating then extending it
+ * (a rewrite in place with `O_TRUNC`) gives those pages the file's new content, silently losing what the
+ * consumer wrote there (as for `hostfirst_put` with `opts->copy_on_write`). A consumer that needs the data isolated from the
  * file asks for a copy (`hostfirst_view_to_dlpack_ex` with `HOSTFIRST_DLPACK_COPY_ALWAYS`). A view over
  * memory (`hostfirst_file_open_memory`) has no file to map, and a strided view (`hostfirst_view_narrow` on
  * an inner dimension) is not one range of it: both are copied, packed (device kDLCPU either way).
@@ -2551,8 +2574,9 @@ hostfirst_status hostfirst_view_to_dlpack_ex(const struct hostfirst_view *view,
  * `deleter` is called, even after `hostfirst_buffer_free`; until then it counts in `hostfirst_handle_count`,
  * and a gather batch it holds is never rewritten. CUDA: as for a consumer that gave no stream (the legacy
  * default stream waits for hostfirst's last write; see `hostfirst_buffer_to_dlpack_ex`). Errors:
- * `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED`, `VALIDATION_OVERFLOW` (as for views), `DEVICE_ERROR`. On
- * failure `*out` is unchanged. Thread-safe.
+ * `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED`, `VALIDATION_OVERFLOW` (as for views), `DEVICE_ERROR`;
+ * `UNAVAILABLE` for a `cuda:N` buffer in a process that cannot use CUDA (a child forked after CUDA was
+ * initialised), as `hostfirst_buffer_copy_to_host` there. On failure `*out` is unchanged. Thread-safe.
  */
 hostfirst_status hostfirst_buffer_to_dlpack(const struct hostfirst_buffer *buffer,
                                             struct hostfirst_dlpack_managed_tensor_versioned **out);

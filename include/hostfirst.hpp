@@ -543,7 +543,8 @@ public:
 
     hostfirst::device device() const { return hostfirst::device(info().device); }
     /// True for a copy-on-write mapping of its file (put_options::copy_on_write): untouched pages still
-    /// come from the file, with its SIGBUS hazard; false for memory of its own.
+    /// come from the file, and truncating the file reaches written pages too (SIGBUS past the new end, the
+    /// file's new content once it grows again; see hostfirst_put); false for memory of its own.
     bool is_file_backed() const {
         int32_t out = 0;
         check(hostfirst_buffer_is_file_backed(c(), &out));

@@ -26,6 +26,8 @@ pub mod scope;
 pub mod shard;
 #[macro_use]
 pub mod ffi;
+/// cbindgen:ignore
+mod forksafe;
 
 pub use device::{Device, DeviceKind};
 pub use dtype::DType;

@@ -3,7 +3,8 @@
 #include "cli.h"
 
 int cli_fail(const char *what, hostfirst_status st) {
-    fprintf(stderr, "hostfirst: %s: %s: %s\n", what, hostfirst_status_name(st), hostfirst_last_error());
+    fprintf(stderr, "hostfirst: %s: %s: %s\n", what && *what ? what : "''", hostfirst_status_name(st),
+            hostfirst_last_error());
     return 1;
 }
 

@@ -64,10 +64,12 @@ static const cli_option shard_options[] = {
     {CLI_OPT_WORLD, "--world", "W", "number of ranks: every rule's DIM is split evenly into W parts", CLI_REQUIRED},
     {CLI_OPT_RANK, "--rank", "R", "the rank whose shards this process loads (0..W-1)", CLI_REQUIRED},
     {CLI_OPT_RULE, "--rule", "PATTERN=DIM",
-     "first match wins; PATTERN globs tensor names (* ? [a-z] [!a-z]); the tensors it matches are split along "
-     "dimension DIM; tensors no rule matches are loaded whole",
+     "first match wins; PATTERN globs tensor names (* ? [a-z] [!a-z]; at most 1023 bytes); the tensors it matches "
+     "are split along dimension DIM; tensors no rule matches are loaded whole, and a rule that splits no tensor "
+     "is warned about",
      CLI_REQUIRED | CLI_REPEATABLE},
     {CLI_OPT_DEVICE, "--device", "SPEC", "where the shards go: cpu, cuda:N, cuda_host (default: cpu)", 0},
+    {CLI_OPT_STRICT, "--strict", NULL, "a rule that splits no tensor is an error (else a warning)", 0},
     {CLI_OPT_JSON, "--json", NULL, "one JSON object instead of a table", 0},
     {0, NULL, NULL, NULL, 0},
 };

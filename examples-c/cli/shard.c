@@ -2,7 +2,9 @@
  * R's shard (an even split along DIM into W parts) of every tensor a rule matches, and every other tensor
  * whole, reading only those bytes (shard-on-read); prints per tensor its global shape, the shard's shape and
  * start along DIM, its size, the FNV-1a 64 of its C-order bytes (the hash of `inspect --checksum`) and the
- * file bytes read for it, then the totals.
+ * file bytes read for it, then the totals. A rule that splits no tensor gets a warning line on stderr (and is
+ * listed in the JSON); --strict refuses it (UNMATCHED_RULE) before anything is read. A pattern longer than
+ * MAX_PATTERN bytes is a usage error (never cut short).
  *
  * The rules become a one-axis mesh ("rank", W) and partition specs splitting DIM over it; the first rule
  * matching a name wins. Options are declared in main.c's table (parsed by cli_parse, shown by --help). Output
@@ -14,6 +16,7 @@
 #include "cli.h"
 
 #define MAX_RULES 64
+#define MAX_PATTERN 1023 /* bytes of one rule's pattern */
 
 typedef struct {
     const char *operands[1]; /* FILE */
@@ -22,12 +25,13 @@ typedef struct {
     uint64_t dims[MAX_RULES];
     size_t nrules;
     uint64_t world, rank;
-    int json, have_world, have_rank;
+    int json, strict, have_world, have_rank;
 } shard_args;
 
 static int on_option(void *ctx, int id, const char *v) {
     shard_args *a = ctx;
     if (id == CLI_OPT_JSON) a->json = 1;
+    else if (id == CLI_OPT_STRICT) a->strict = 1;
     else if (id == CLI_OPT_DEVICE) a->device = v;
     else if (id == CLI_OPT_WORLD || id == CLI_OPT_RANK) {
         if (!cli_parse_u64(v, id == CLI_OPT_WORLD ? &a->world : &a->rank))
@@ -40,6 +44,11 @@ static int on_option(void *ctx, int id, const char *v) {
         if (!eq || eq == v || !cli_parse_u64(eq + 1, &dim) || dim > 31)
             return cli_usage_error("shard", "rule '%s' is not PATTERN=DIM with DIM a dimension (0-31)", v);
         if (a->nrules == MAX_RULES) return cli_usage_error("shard", "more than %d rules", MAX_RULES);
+        if ((size_t)(eq - v) > MAX_PATTERN)
+            return cli_usage_error("shard",
+                                   "the pattern of rule %zu is %zu bytes long; patterns longer than %d bytes are not "
+                                   "accepted",
+                                   a->nrules, (size_t)(eq - v), MAX_PATTERN);
         a->rules[a->nrules] = v;
         a->dims[a->nrules++] = dim;
     }
@@ -88,6 +97,37 @@ static const char *dims_text(const uint64_t *d, uint32_t rank, char *buf, size_t
     return buf;
 }
 
+/* One line on stderr for rule `i` (text `rule`, PATTERN=DIM), which splits no tensor of `f`: a warning, or under
+ * --strict the refusal ("hostfirst: FILE: UNMATCHED_RULE: strict mode: ..."), as plan and load report theirs. */
+static void report_unmatched(const hostfirst_file *f, const char *path, size_t i, const char *rule, int strict) {
+    size_t plen = (size_t)(strrchr(rule, '=') - rule);
+    char pattern[MAX_PATTERN + 1];
+    memcpy(pattern, rule, plen);
+    pattern[plen] = '\0';
+    /* A tensor whose name contains the pattern's text: the usual mistake is a pattern meant as a prefix. */
+    const char *near = NULL;
+    size_t n = 0;
+    hostfirst_file_tensor_count(f, &n);
+    for (size_t t = 0; t < n && !near; t++) {
+        const char *name = NULL;
+        if (hostfirst_file_tensor_name(f, t, &name) == HOSTFIRST_STATUS_OK && name && strstr(name, pattern))
+            near = name;
+    }
+    if (strict)
+        fprintf(stderr, "hostfirst: %s: %s: strict mode: ", path, hostfirst_status_name(HOSTFIRST_STATUS_UNMATCHED_RULE));
+    else
+        fprintf(stderr, "hostfirst: warning: %s: ", path);
+    fprintf(stderr,
+            "rule %zu '%s' splits no tensor: its pattern matches no tensor name, or only tensors an earlier rule "
+            "takes (the first matching rule wins), so the tensors it meant load whole",
+            i, rule);
+    if (near)
+        fprintf(stderr, "; patterns match whole names: tensor '%s' would need '%s*' or '*%s*'\n", near, pattern,
+                pattern);
+    else
+        fputs("; check it against the file's tensor names\n", stderr);
+}
+
 int cmd_shard(int argc, char **argv) {
     shard_args args;
     memset(&args, 0, sizeof args);
@@ -120,9 +160,8 @@ int cmd_shard(int argc, char **argv) {
     st = hostfirst_shard_mesh_new(&axis, &world, 1, &mesh);
     if (st == HOSTFIRST_STATUS_OK) st = hostfirst_shard_rules_new(mesh, &rules);
     for (size_t i = 0; i < nrules && st == HOSTFIRST_STATUS_OK; i++) {
-        char pattern[1024], spec[128] = "";
-        size_t plen = (size_t)(strrchr(rules_text[i], '=') - rules_text[i]);
-        if (plen >= sizeof pattern) plen = sizeof pattern - 1;
+        char pattern[MAX_PATTERN + 1], spec[128] = "";
+        size_t plen = (size_t)(strrchr(rules_text[i], '=') - rules_text[i]); /* at most MAX_PATTERN (checked) */
         memcpy(pattern, rules_text[i], plen);
         pattern[plen] = '\0';
         for (uint64_t d = 0; d < rule_dim[i]; d++) strcat(spec, "_,");
@@ -131,16 +170,35 @@ int cmd_shard(int argc, char **argv) {
         st = hostfirst_shard_rules_add(rules, pattern, spec);
     }
     if (st == HOSTFIRST_STATUS_OK) what = path, st = hostfirst_shard_plan_make(f, rules, &rank, &dev, 1, NULL, &plan);
-    if (st == HOSTFIRST_STATUS_OK) st = hostfirst_shard_run(plan, NULL, NULL, &res);
+    /* Rules that split no tensor: warned about (or refused under --strict) before anything is read. */
+    int used[MAX_RULES] = {0};
+    int refused = 0;
+    if (st == HOSTFIRST_STATUS_OK) {
+        size_t count = 0;
+        hostfirst_shard_plan_count(plan, &count);
+        for (size_t i = 0; i < count && st == HOSTFIRST_STATUS_OK; i++) {
+            hostfirst_shard_info si;
+            memset(&si, 0, sizeof si);
+            si.struct_size = sizeof si;
+            st = hostfirst_shard_plan_describe(plan, i, &si);
+            if (st == HOSTFIRST_STATUS_OK && si.rule >= 0 && (size_t)si.rule < nrules) used[si.rule] = 1;
+        }
+    }
+    for (size_t i = 0; i < nrules && st == HOSTFIRST_STATUS_OK && !refused; i++) {
+        if (used[i]) continue;
+        refused = args.strict;
+        report_unmatched(f, path, i, rules_text[i], args.strict);
+    }
+    if (st == HOSTFIRST_STATUS_OK && !refused) st = hostfirst_shard_run(plan, NULL, NULL, &res);
 
     char *text = NULL;
     size_t text_len = 0;
-    FILE *o = st == HOSTFIRST_STATUS_OK ? open_memstream(&text, &text_len) : NULL;
-    if (st == HOSTFIRST_STATUS_OK && !o) st = HOSTFIRST_STATUS_OUT_OF_MEMORY;
+    FILE *o = st == HOSTFIRST_STATUS_OK && !refused ? open_memstream(&text, &text_len) : NULL;
+    if (st == HOSTFIRST_STATUS_OK && !refused && !o) st = HOSTFIRST_STATUS_OUT_OF_MEMORY;
     size_t n = 0;
     uint64_t file_bytes = 0, tot_bytes = 0, tot_read = 0;
     char spec[64];
-    if (st == HOSTFIRST_STATUS_OK) {
+    if (o) {
         hostfirst_shard_plan_count(plan, &n);
         hostfirst_file_data_bytes(f, &file_bytes);
         cli_device_spec(dev, spec, sizeof spec);
@@ -195,6 +253,17 @@ int cmd_shard(int argc, char **argv) {
     }
     if (o) {
         if (json) {
+            fputs("],\"unmatched_rules\":[", o);
+            for (size_t i = 0, k = 0; i < nrules; i++) {
+                if (used[i]) continue;
+                char pattern[MAX_PATTERN + 1];
+                size_t plen = (size_t)(strrchr(rules_text[i], '=') - rules_text[i]);
+                memcpy(pattern, rules_text[i], plen);
+                pattern[plen] = '\0';
+                fprintf(o, "%s{\"rule\":%zu,\"pattern\":", k++ ? "," : "", i);
+                cli_json_string(o, pattern);
+                fprintf(o, ",\"dim\":%llu}", (unsigned long long)rule_dim[i]);
+            }
             fprintf(o, "],\"totals\":{\"tensors\":%zu,\"nbytes\":%llu,\"bytes_read\":%llu,\"file_bytes\":%llu}}\n", n,
                     (unsigned long long)tot_bytes, (unsigned long long)tot_read, (unsigned long long)file_bytes);
         } else {
@@ -210,6 +279,7 @@ int cmd_shard(int argc, char **argv) {
     hostfirst_shard_rules_free(rules);
     hostfirst_shard_mesh_free(mesh);
     hostfirst_file_free(f);
+    if (refused) return 1;
     if (st != HOSTFIRST_STATUS_OK) {
         free(text);
         return cli_fail(what, st);

@@ -14,8 +14,8 @@ use super::platforms::{platforms, Platforms};
 use super::spec::{CudaSelector, DeviceSpec, ACCEPTED_SPECS};
 use super::types::{BackendStatus, Device, DeviceInfo, DeviceKind};
 use crate::error::{Error, Result, Status};
+use crate::forksafe::InitOnce;
 use std::ffi::OsStr;
-use std::sync::OnceLock;
 
 pub use super::platforms::BACKEND_NAMES;
 
@@ -48,8 +48,8 @@ pub struct Census {
 /// The process census, taken on first use. In a child forked after CUDA was initialised, a census that says
 /// CUDA cannot be used in this process.
 pub fn census() -> &'static Census {
-    static CENSUS: OnceLock<Census> = OnceLock::new();
-    static FORKED: OnceLock<Census> = OnceLock::new();
+    static CENSUS: InitOnce<Census> = InitOnce::new();
+    static FORKED: InitOnce<Census> = InitOnce::new();
     let c = CENSUS.get_or_init(|| build(platforms(), cuda::status()));
     match cuda::forked_reason() {
         None => c,

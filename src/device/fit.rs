@@ -12,13 +12,13 @@
 
 use crate::device::{memory, memory_for_allocation, Device, DeviceKind};
 use crate::error::{human_bytes, Error, FitFailure, Result};
-use std::sync::Mutex;
+use crate::forksafe::GlobalMutex;
 use std::time::{Duration, Instant};
 
 /// How long one reading of host memory serves fit checks.
 pub const HOST_READING_TTL: Duration = Duration::from_millis(10);
 
-struct HostReading {
+pub(crate) struct HostReading {
     at: Instant,
     free: u64,
     total: u64,
@@ -26,11 +26,11 @@ struct HostReading {
     taken: u64,
 }
 
-static HOST: Mutex<Option<HostReading>> = Mutex::new(None);
+pub(crate) static HOST: GlobalMutex<Option<HostReading>> = GlobalMutex::new(None);
 
 /// Host (available, total), from a fresh or recent reading, less what has been passed since.
 fn host_memory() -> Result<(u64, u64)> {
-    let mut g = HOST.lock().unwrap_or_else(|p| p.into_inner());
+    let mut g = HOST.lock();
     if let Some(r) = g.as_ref().filter(|r| r.at.elapsed() < HOST_READING_TTL) {
         return Ok((r.free.saturating_sub(r.taken), r.total));
     }
@@ -41,7 +41,7 @@ fn host_memory() -> Result<(u64, u64)> {
 
 /// Records `n` bytes passed by a host fit check against the current reading.
 fn host_take(n: u64) {
-    if let Some(r) = HOST.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+    if let Some(r) = HOST.lock().as_mut() {
         r.taken = r.taken.saturating_add(n);
     }
 }
@@ -79,25 +79,29 @@ pub fn check(what: &str, needed: u64, device: Device) -> Result<()> {
     Ok(())
 }
 
+/// What the "free" figure of [`usable`] means on `device` (of `total` bytes), for messages: e.g.
+/// ` (free device memory less a 32.00 MiB safety margin)`.
+pub fn margin_note(device: Device, total: u64) -> String {
+    match device.kind {
+        DeviceKind::CPU | DeviceKind::CUDA_HOST => {
+            format!(" (available host memory less a {} safety margin)", human_bytes(host_margin(total)))
+        }
+        DeviceKind::CUDA => format!(" (free device memory less a {} safety margin)", human_bytes(CUDA_MARGIN)),
+    }
+}
+
 /// The comparison and message, separated for testing.
 pub fn check_against(what: &str, needed: u64, device: Device, free: u64, total: u64) -> Result<()> {
     if needed <= free {
         return Ok(());
     }
-    let note = match device.kind {
-        DeviceKind::CPU | DeviceKind::CUDA_HOST => {
-            format!(" (available host memory less a {} safety margin)", human_bytes(host_margin(total)))
-        }
-        DeviceKind::CUDA => {
-            format!(" (free device memory less a {} safety margin)", human_bytes(CUDA_MARGIN))
-        }
-    };
     Err(Error::out_of_memory(
         format!(
-            "{what} ({}) does not fit on {device}: {} free of {}{note}",
+            "{what} ({}) does not fit on {device}: {} free of {}{}",
             human_bytes(needed),
             human_bytes(free),
-            human_bytes(total)
+            human_bytes(total),
+            margin_note(device, total)
         ),
         FitFailure { needed, free, total, device: device.to_string() },
     ))

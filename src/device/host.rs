@@ -58,7 +58,7 @@ pub fn cpu_name() -> String {
 /// The host's page size in bytes (`sysconf(_SC_PAGESIZE)`: 4 KiB on most x86-64 machines, 64 KiB on some
 /// ARM servers), read once; 4096 where it cannot be read.
 pub fn page_size() -> usize {
-    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    static PAGE: crate::forksafe::InitOnce<usize> = crate::forksafe::InitOnce::new();
     *PAGE.get_or_init(|| {
         #[cfg(unix)]
         {

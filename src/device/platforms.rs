@@ -4,7 +4,6 @@
 //! driver library, without either importing the other.
 
 use std::ffi::OsStr;
-use std::sync::OnceLock;
 
 /// Backends hostfirst knows, in census order.
 pub const BACKEND_NAMES: &[&str] = &["cpu", "cuda"];
@@ -70,7 +69,7 @@ impl Platforms {
 
 /// The process's `HOSTFIRST_PLATFORMS`, read on first use.
 pub fn platforms() -> &'static Platforms {
-    static P: OnceLock<Platforms> = OnceLock::new();
+    static P: crate::forksafe::InitOnce<Platforms> = crate::forksafe::InitOnce::new();
     P.get_or_init(|| Platforms::parse(std::env::var_os("HOSTFIRST_PLATFORMS").as_deref()))
 }
 

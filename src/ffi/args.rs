@@ -155,14 +155,14 @@ pub(crate) fn write_array<T: Copy>(
     Ok(())
 }
 
+/// The interned strings of [`static_cstr`].
+pub(crate) static CSTRINGS: crate::forksafe::GlobalMutex<std::collections::BTreeMap<String, &'static CStr>> =
+    crate::forksafe::GlobalMutex::new(std::collections::BTreeMap::new());
+
 /// Interns a string for the process lifetime and returns a stable NUL-terminated pointer (used for census
 /// strings, which never change once taken).
 pub(crate) fn static_cstr(s: &str) -> *const c_char {
-    use std::collections::HashMap;
-    use std::sync::Mutex;
-    static POOL: Mutex<Option<HashMap<String, &'static CStr>>> = Mutex::new(None);
-    let mut g = POOL.lock().unwrap_or_else(|p| p.into_inner());
-    let map = g.get_or_insert_with(HashMap::new);
+    let mut map = CSTRINGS.lock();
     if let Some(c) = map.get(s) {
         return c.as_ptr();
     }

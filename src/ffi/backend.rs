@@ -36,8 +36,9 @@ pub extern "C" fn hostfirst_backend_count() -> usize {
 /// `CUDA_VISIBLE_DEVICES` then, loads the CUDA driver library (`libcuda.so.1`, then `libcuda.so`) if present
 /// and calls `cuInit`, but creates no CUDA context and allocates no device memory. Opening files and work on
 /// cpu (specs `cpu`, puts and gathers to cpu) never take it and never load the driver. Later changes to the
-/// environment are not seen. In a child process forked after CUDA was initialised, CUDA is reported as
-/// `INIT_FAILED` with a reason naming fork() (the driver cannot be used after fork); cpu stays available.
+/// environment are not seen. In a child process forked after CUDA was initialised (or while the census was
+/// initialising it), CUDA is reported as `INIT_FAILED` with a reason naming fork() (the driver cannot be used
+/// after fork); cpu stays available.
 /// Errors: `NULL_ARGUMENT`, `OUT_OF_RANGE` for `index >= hostfirst_backend_count()`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_backend_describe(index: usize, out: *mut hostfirst_backend_info) -> Status {

@@ -101,7 +101,10 @@ pub struct hostfirst_dlpack_managed_tensor_versioned {
     /// Owned by hostfirst (a registry id); counted by `hostfirst_handle_count` until the deleter runs.
     pub manager_ctx: *mut c_void,
     /// Releases the tensor and frees this struct: call it exactly once, then never touch the pointer again.
-    /// A NULL argument, or a struct hostfirst did not make, is ignored.
+    /// A NULL argument, or a struct hostfirst did not make, is ignored. A second call with the same pointer is
+    /// ignored too (the struct's memory is never returned to the allocator and is not reused for a new export
+    /// until 1024 later exports have been deleted); after that the pointer may name a newer export, which the
+    /// second call would release, so do not rely on it.
     pub deleter: Option<extern "C" fn(*mut hostfirst_dlpack_managed_tensor_versioned)>,
     /// `HOSTFIRST_DLPACK_FLAG_*` bits: READ_ONLY for a view's mapping, IS_COPIED for a copy made for the export.
     pub flags: u64,
@@ -124,7 +127,10 @@ pub struct hostfirst_dlpack_managed_tensor {
     /// Owned by hostfirst (a registry id); counted by `hostfirst_handle_count` until the deleter runs.
     pub manager_ctx: *mut c_void,
     /// Releases the tensor and frees this struct: call it exactly once, then never touch the pointer again.
-    /// A NULL argument, or a struct hostfirst did not make, is ignored.
+    /// A NULL argument, or a struct hostfirst did not make, is ignored. A second call with the same pointer is
+    /// ignored too (the struct's memory is never returned to the allocator and is not reused for a new export
+    /// until 1024 later exports have been deleted); after that the pointer may name a newer export, which the
+    /// second call would release, so do not rely on it.
     pub deleter: Option<extern "C" fn(*mut hostfirst_dlpack_managed_tensor)>,
 }
 
@@ -233,7 +239,71 @@ pub(crate) struct DlpackExport {
     _shape: Box<[i64]>,
     _strides: Option<Box<[i64]>>,
     managed: usize,
+    /// The generation of the slot `managed` when this export took it.
+    generation: u64,
     release_on: Option<ConsumerStream>,
+}
+
+/// The memory of one managed struct (either form; both start at the slot's address) and, after it, what the
+/// deleter checks without trusting the struct: which export owns the slot now and since which reuse.
+#[repr(C)]
+union ManagedStruct {
+    versioned: std::mem::ManuallyDrop<hostfirst_dlpack_managed_tensor_versioned>,
+    legacy: std::mem::ManuallyDrop<hostfirst_dlpack_managed_tensor>,
+}
+
+#[repr(C)]
+struct Slot {
+    managed: ManagedStruct,
+    /// The registry id of the export using the slot, 0 while it is free.
+    owner: usize,
+    /// Incremented each time the slot is taken.
+    generation: u64,
+}
+
+/// How many deleted exports' slots are kept aside before the oldest is reused.
+const QUARANTINE: usize = 1024;
+
+/// Every slot ever made (by address) and the free ones, oldest deletion first. Slots are never returned to
+/// the allocator, so a deleter called with a pointer to one never reads freed memory; a freed slot is reused
+/// only after [`QUARANTINE`] later deletions, so a repeated call soon after the first finds it free.
+pub(crate) struct Slots {
+    all: std::collections::BTreeSet<usize>,
+    free: std::collections::VecDeque<usize>,
+}
+
+pub(crate) static DLPACK_SLOTS: crate::forksafe::GlobalMutex<Slots> = crate::forksafe::GlobalMutex::new(Slots {
+    all: std::collections::BTreeSet::new(),
+    free: std::collections::VecDeque::new(),
+});
+
+/// A slot for a new export: the oldest free one past the quarantine, else a new one. Returns its address and
+/// its new generation.
+fn take_slot() -> (*mut Slot, u64) {
+    let mut slots = DLPACK_SLOTS.lock();
+    let slot = match slots.free.len() > QUARANTINE {
+        true => slots.free.pop_front().expect("non-empty") as *mut Slot,
+        false => {
+            // SAFETY: every field of `Slot` (raw pointers, `Option<fn>`, integers) is valid all-zero.
+            let slot = Box::into_raw(Box::new(unsafe { std::mem::zeroed::<Slot>() }));
+            slots.all.insert(slot as usize);
+            slot
+        }
+    };
+    // SAFETY: a slot of ours (never freed), not in use (free or new), accessed under the lock.
+    let generation = unsafe {
+        (*slot).generation += 1;
+        (*slot).generation
+    };
+    (slot, generation)
+}
+
+/// Gives a slot back (the export using it was deleted, or never published).
+fn free_slot(slot: *mut Slot) {
+    let mut slots = DLPACK_SLOTS.lock();
+    // SAFETY: a slot of ours, accessed under the lock.
+    unsafe { (*slot).owner = 0 };
+    slots.free.push_back(slot as usize);
 }
 
 impl Drop for DlpackExport {
@@ -252,44 +322,33 @@ impl Handle for dlpack_export_handle {
     const NAME: &'static str = "DLPack export";
 }
 
-/// The two managed-tensor layouts: where each keeps `manager_ctx`.
-trait Managed {
-    /// # Safety
-    /// `t` must be non-NULL and point to a struct of this type (possibly one hostfirst did not make).
-    unsafe fn ctx(t: *mut Self) -> *mut c_void;
-}
-impl Managed for hostfirst_dlpack_managed_tensor_versioned {
-    unsafe fn ctx(t: *mut Self) -> *mut c_void {
-        // SAFETY: per the trait contract.
-        unsafe { (*t).manager_ctx }
-    }
-}
-impl Managed for hostfirst_dlpack_managed_tensor {
-    unsafe fn ctx(t: *mut Self) -> *mut c_void {
-        // SAFETY: per the trait contract.
-        unsafe { (*t).manager_ctx }
-    }
-}
-
-/// The deleter of both forms: frees the struct only when the registry confirms it is live and belongs to
-/// this very struct (a second call, or a foreign struct, is ignored).
-fn delete<T: Managed>(t: *mut T) {
-    if t.is_null() {
-        return;
-    }
-    // SAFETY: non-NULL; the consumer passes the pointer we returned. We read only manager_ctx.
-    let ctx = unsafe { T::ctx(t) };
-    let Ok(e) = handle::get::<dlpack_export_handle>(ctx as *const dlpack_export_handle, "manager_ctx") else {
-        return; // already deleted, or not ours: nothing to free
+/// The deleter of both forms. Never reads the struct it is given: the pointer must be one of hostfirst's
+/// slots, used now by an export whose registry entry names that slot and the slot's current generation;
+/// anything else (a second call, NULL, a struct hostfirst did not make) is ignored. The slot's memory is
+/// never freed, so even a late second call reads nothing freed (see [`Slots`]).
+fn delete<T>(t: *mut T) {
+    let addr = t as usize;
+    let (owner, generation) = {
+        let slots = DLPACK_SLOTS.lock();
+        if !slots.all.contains(&addr) {
+            return; // not ours
+        }
+        let slot = addr as *const Slot;
+        // SAFETY: one of our slots (never freed), read under the lock.
+        unsafe { ((*slot).owner, (*slot).generation) }
     };
-    if e.managed != t as usize {
-        return;
+    if owner == 0 {
+        return; // already deleted
     }
-    drop(e);
-    if let Ok(Some(_)) = handle::remove::<dlpack_export_handle>(ctx as *mut dlpack_export_handle, "manager_ctx") {
-        // SAFETY: allocated by Box::into_raw in `publish` as a T, and the registry entry (now removed) proved
-        // it was not freed before.
-        drop(unsafe { Box::from_raw(t) });
+    let id = owner as *mut dlpack_export_handle;
+    match handle::get::<dlpack_export_handle>(id, "manager_ctx") {
+        Ok(e) if e.managed == addr && e.generation == generation => {}
+        _ => return,
+    }
+    // Only the call that removes the registry entry frees the slot (two racing calls: one wins).
+    if let Ok(Some(e)) = handle::remove::<dlpack_export_handle>(id, "manager_ctx") {
+        drop(e);
+        free_slot(addr as *mut Slot);
     }
 }
 
@@ -337,41 +396,46 @@ fn publish(e: Export, form: Form, what: &str) -> crate::error::Result<Published>
     let tensor = dl_tensor(&e, &mut dims, strides.as_deref_mut(), what)?;
     let flags =
         if e.read_only { dlpack::FLAG_READ_ONLY } else { 0 } | if e.copied { dlpack::FLAG_IS_COPIED } else { 0 };
-    let (published, managed) = match form {
-        Form::Versioned => {
-            let m = Box::into_raw(Box::new(hostfirst_dlpack_managed_tensor_versioned {
-                version: hostfirst_dlpack_version { major: dlpack::VERSION.0, minor: dlpack::VERSION.1 },
-                manager_ctx: std::ptr::null_mut(),
-                deleter: Some(dlpack_deleter),
-                flags,
-                dl_tensor: tensor,
-            }));
-            (Published::Versioned(m), m as usize)
-        }
-        Form::Legacy => {
-            debug_assert!(!e.read_only, "a read-only mapping never goes out in the legacy form");
-            let m = Box::into_raw(Box::new(hostfirst_dlpack_managed_tensor {
-                dl_tensor: tensor,
-                manager_ctx: std::ptr::null_mut(),
-                deleter: Some(dlpack_legacy_deleter),
-            }));
-            (Published::Legacy(m), m as usize)
-        }
-    };
+    let (slot, generation) = take_slot();
     let id = handle::insert_new::<dlpack_export_handle>(DlpackExport {
         keep: e.keep,
         _shape: dims,
         _strides: strides,
-        managed,
+        managed: slot as usize,
+        generation,
         release_on: e.release_on,
-    }) as *mut c_void;
-    // SAFETY: just allocated above, not yet shared.
-    unsafe {
-        match published {
-            Published::Versioned(m) => (*m).manager_ctx = id,
-            Published::Legacy(m) => (*m).manager_ctx = id,
+    });
+    // SAFETY: the slot is ours and not yet published, so nothing else reads or writes it; the struct is
+    // written in place at the slot's start (both forms live there).
+    let published = unsafe {
+        match form {
+            Form::Versioned => {
+                let m = std::ptr::addr_of_mut!((*slot).managed) as *mut hostfirst_dlpack_managed_tensor_versioned;
+                m.write(hostfirst_dlpack_managed_tensor_versioned {
+                    version: hostfirst_dlpack_version { major: dlpack::VERSION.0, minor: dlpack::VERSION.1 },
+                    manager_ctx: id as *mut c_void,
+                    deleter: Some(dlpack_deleter),
+                    flags,
+                    dl_tensor: tensor,
+                });
+                Published::Versioned(m)
+            }
+            Form::Legacy => {
+                debug_assert!(!e.read_only, "a read-only mapping never goes out in the legacy form");
+                let m = std::ptr::addr_of_mut!((*slot).managed) as *mut hostfirst_dlpack_managed_tensor;
+                m.write(hostfirst_dlpack_managed_tensor {
+                    dl_tensor: tensor,
+                    manager_ctx: id as *mut c_void,
+                    deleter: Some(dlpack_legacy_deleter),
+                });
+                Published::Legacy(m)
+            }
         }
-    }
+    };
+    // The deleter accepts the slot from here on.
+    let _slots = DLPACK_SLOTS.lock();
+    // SAFETY: a slot of ours, written under the lock.
+    unsafe { (*slot).owner = id as usize };
     Ok(published)
 }
 
@@ -448,8 +512,10 @@ pub extern "C" fn hostfirst_view_to_dlpack(
 /// the view's pages** (`MAP_PRIVATE`, writable): nothing is copied until the consumer writes a page, a write
 /// copies that page into the process, and **the file never changes**. Chosen over a copy because it costs a
 /// page table instead of a copy of the tensor, and it carries the view's own hazards and no more: pages the
-/// consumer has not written still show what other processes write to the file, and truncating the file
-/// raises SIGBUS when a page past the new end is touched. A consumer that needs the data isolated from the
+/// consumer has not written still show what other processes write to the file; truncating the file makes
+/// every page past the new end raise SIGBUS when touched, written or not, and truncating then extending it
+/// (a rewrite in place with `O_TRUNC`) gives those pages the file's new content, silently losing what the
+/// consumer wrote there (as for `hostfirst_put` with `opts->copy_on_write`). A consumer that needs the data isolated from the
 /// file asks for a copy (`hostfirst_view_to_dlpack_ex` with `HOSTFIRST_DLPACK_COPY_ALWAYS`). A view over
 /// memory (`hostfirst_file_open_memory`) has no file to map, and a strided view (`hostfirst_view_narrow` on
 /// an inner dimension) is not one range of it: both are copied, packed (device kDLCPU either way).
@@ -505,8 +571,9 @@ pub extern "C" fn hostfirst_view_to_dlpack_ex(
 /// `deleter` is called, even after `hostfirst_buffer_free`; until then it counts in `hostfirst_handle_count`,
 /// and a gather batch it holds is never rewritten. CUDA: as for a consumer that gave no stream (the legacy
 /// default stream waits for hostfirst's last write; see `hostfirst_buffer_to_dlpack_ex`). Errors:
-/// `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED`, `VALIDATION_OVERFLOW` (as for views), `DEVICE_ERROR`. On
-/// failure `*out` is unchanged. Thread-safe.
+/// `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED`, `VALIDATION_OVERFLOW` (as for views), `DEVICE_ERROR`;
+/// `UNAVAILABLE` for a `cuda:N` buffer in a process that cannot use CUDA (a child forked after CUDA was
+/// initialised), as `hostfirst_buffer_copy_to_host` there. On failure `*out` is unchanged. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_buffer_to_dlpack(
     buffer: *const hostfirst_buffer,

@@ -55,7 +55,7 @@ const _: () = assert!(HOSTFIRST_MAX_METADATA_ENTRIES as usize == crate::file::MA
 ///
 /// Validation follows the safetensors format strictly (reliability catalogue): every failure names the
 /// file, the tensor when there is one, and what is wrong. Statuses: `NULL_ARGUMENT`; `INVALID_ARGUMENT`
-/// (path not UTF-8); `IO` (cannot open or stat, not a regular file); `TRUNCATED` (the file is shorter than
+/// (path empty or not UTF-8); `IO` (cannot open or stat, not a regular file); `TRUNCATED` (the file is shorter than
 /// its header declares); `HEADER_TOO_SMALL`, `HEADER_TOO_LARGE`, `INVALID_HEADER_LENGTH`,
 /// `INVALID_HEADER_UTF8`, `INVALID_HEADER_JSON` (syntax, types, unknown dtype, non-string metadata, a tensor
 /// named `__metadata__`, a name containing NUL), `INVALID_OFFSET`, `DUPLICATE_TENSOR` (even identical

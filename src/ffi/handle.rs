@@ -8,10 +8,11 @@
 
 use super::args::out_ptr;
 use crate::error::{Error, Result, Status};
+use crate::forksafe::GlobalRwLock;
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::Arc;
 
 /// An opaque C handle type and the core object it stands for.
 pub(crate) trait Handle: Sized {
@@ -21,14 +22,16 @@ pub(crate) trait Handle: Sized {
     const NAME: &'static str;
 }
 
-struct Slot {
+pub(crate) struct Slot {
     type_name: &'static str,
     object: Arc<dyn Any + Send + Sync>,
 }
 
-fn registry() -> &'static RwLock<HashMap<usize, Slot>> {
-    static REG: OnceLock<RwLock<HashMap<usize, Slot>>> = OnceLock::new();
-    REG.get_or_init(|| RwLock::new(HashMap::new()))
+/// The live handles by id.
+pub(crate) static REGISTRY: GlobalRwLock<BTreeMap<usize, Slot>> = GlobalRwLock::new(BTreeMap::new());
+
+fn registry() -> &'static GlobalRwLock<BTreeMap<usize, Slot>> {
+    &REGISTRY
 }
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
@@ -39,7 +42,7 @@ const STRIDE: usize = 16;
 pub(crate) fn insert<H: Handle>(object: Arc<H::Target>) -> *mut H {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed).wrapping_mul(STRIDE);
     let slot = Slot { type_name: H::NAME, object };
-    registry().write().unwrap_or_else(|p| p.into_inner()).insert(id, slot);
+    registry().write().insert(id, slot);
     id as *mut H
 }
 
@@ -54,7 +57,7 @@ pub(crate) fn get<H: Handle>(p: *const H, param: &str) -> Result<Arc<H::Target>>
         return Err(Error::new(Status::NullArgument, format!("{} handle '{param}' is NULL", H::NAME)));
     }
     let id = p as usize;
-    let reg = registry().read().unwrap_or_else(|p| p.into_inner());
+    let reg = registry().read();
     match reg.get(&id) {
         None => Err(Error::new(
             Status::InvalidHandle,
@@ -76,7 +79,7 @@ pub(crate) fn remove<H: Handle>(p: *mut H, param: &str) -> Result<Option<Arc<H::
         return Ok(None);
     }
     let id = p as usize;
-    let mut reg = registry().write().unwrap_or_else(|p| p.into_inner());
+    let mut reg = registry().write();
     match reg.get(&id) {
         None => Err(Error::new(
             Status::InvalidHandle,
@@ -96,7 +99,7 @@ pub(crate) fn remove<H: Handle>(p: *mut H, param: &str) -> Result<Option<Arc<H::
 
 /// Number of live handles of all types.
 pub(crate) fn live_count() -> usize {
-    registry().read().unwrap_or_else(|p| p.into_inner()).len()
+    registry().read().len()
 }
 
 /// Writes the number of live handles of all types (files, views, buffers, loads, ...) to `*out`.

@@ -54,8 +54,10 @@ pub struct hostfirst_put_options {
     /// 1: copy-on-write host put. When the target is `cpu` and the view reads from a file, the buffer is a
     /// private, writable mapping of the tensor's pages in the file (`MAP_PRIVATE`) instead of a copy: it costs
     /// a page table, not a copy (milliseconds for gigabytes in the page cache). 0 (the default): an eager
-    /// copy. Other targets, and views over memory (`hostfirst_file_open_memory`), always copy. See
-    /// `hostfirst_put` for the contract and `hostfirst_buffer_is_file_backed` to ask a buffer which it got.
+    /// copy. Other targets, and views over memory (`hostfirst_file_open_memory`), always copy. The file stays
+    /// tied to the buffer: truncating it makes pages past the new end raise SIGBUS, and extending it again
+    /// replaces them, written or not, with the file's new content (what was written there is lost, silently).
+    /// See `hostfirst_put` for the contract and `hostfirst_buffer_is_file_backed` to ask a buffer which it got.
     pub copy_on_write: i32,
 }
 
@@ -205,8 +207,13 @@ pub extern "C" fn hostfirst_put_options_init(out: *mut hostfirst_put_options) ->
 /// file**. Its data address is where the tensor sits in its first page (alignment as the file gives it,
 /// see `hostfirst_view_info.alignment`). The fit check counts what can become private: every page the tensor
 /// touches. The ties to the file, on Linux: pages not yet written still read the file's page cache, so
-/// **another process writing the file may change them**; **truncating the file raises SIGBUS** when a page
-/// past the new end is touched (even one already written: the kernel discards those too). Prefer the eager
+/// **another process writing the file may change them**. **Truncating the file** discards every page past the
+/// new end, including pages the consumer wrote (the kernel drops those private copies too): touching one
+/// raises SIGBUS; pages wholly before the new end keep what was written. **Truncating and then extending the
+/// file** (a checkpoint rewritten in place with `O_TRUNC`, which cuts it to nothing first) leaves no fault to
+/// see: every page past the shortest length the file had, written or not, now reads the file's new content,
+/// and **what the consumer wrote there is lost, with no signal and no error**; hostfirst cannot detect it
+/// (tests/c/test_cow_truncate.c checks both on the running kernel). Prefer the eager
 /// copy (the default, `copy_on_write = 0`) when the file may be rewritten or truncated while the buffer
 /// lives (shared or network storage, checkpoints replaced in place, files you do not control), when the
 /// buffer must be isolated from the file, or when you will overwrite most of it anyway (a fault per written

@@ -77,12 +77,17 @@ pub(crate) fn header_len(prefix: &[u8], total_len: u64, truncated_status: Status
     Err(not_safetensors(prefix, n, total_len).unwrap_or(problem))
 }
 
-/// `NOT_SAFETENSORS` when the bytes after the (impossible) length prefix do not begin a JSON object; `None`
-/// when they might (then the length itself is the problem, or there is nothing after it to look at).
+/// `NOT_SAFETENSORS` when the (impossible) length prefix is text, or the bytes after it do not begin a JSON
+/// object; `None` when they might (then the length itself is the problem, or there is nothing after it to
+/// look at).
 fn not_safetensors(prefix: &[u8], n: u64, total_len: u64) -> Option<Error> {
     let peek = &prefix[..prefix.len().min(PREFIX_PEEK)];
-    let after = peek[8..].iter().find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))?;
-    if *after == b'{' {
+    // Eight bytes of printable text are never a length prefix (any length up to the limit has its high four
+    // bytes zero): such a file is text, whatever follows them (a short JSON array may end right there, a
+    // longer one may go on with '{').
+    let text = peek[..8].iter().all(|b| (0x20..0x7f).contains(b) || matches!(b, b'\t' | b'\n' | b'\r'));
+    let after = peek[8..].iter().find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    if !text && after.map_or(true, |a| *a == b'{') {
         return None;
     }
     let looks = looks_like(peek);

@@ -74,6 +74,7 @@ impl TensorFile {
     /// detected by a `.json` name or by content). Reads only headers; never touches an accelerator.
     pub fn open(path: impl AsRef<Path>) -> Result<TensorFile> {
         let path = path.as_ref();
+        not_empty(path)?;
         if looks_like_index(path) {
             return TensorFile::open_index(path);
         }
@@ -82,6 +83,7 @@ impl TensorFile {
 
     /// Opens one `.safetensors` file (never an index).
     pub fn open_safetensors(path: impl AsRef<Path>) -> Result<TensorFile> {
+        not_empty(path.as_ref())?;
         let shard = Arc::new(Shard::open_file(path.as_ref())?);
         Ok(TensorFile::single(shard))
     }
@@ -129,6 +131,7 @@ impl TensorFile {
     /// already present (first shard by name wins).
     pub fn open_index(path: impl AsRef<Path>) -> Result<TensorFile> {
         let path = path.as_ref();
+        not_empty(path)?;
         let display = path.display().to_string();
         let ctx = |e: Error| e.context(&display);
         let text = index::read(path)?;
@@ -374,4 +377,15 @@ impl TensorFile {
     pub(crate) fn path_ptr(&self) -> Option<*const std::ffi::c_char> {
         self.inner.path_c.as_ref().map(|c| c.as_ptr())
     }
+}
+
+/// `INVALID_ARGUMENT` for an empty path (which the system would report as a nameless I/O error).
+fn not_empty(path: &Path) -> Result<()> {
+    if path.as_os_str().is_empty() {
+        return Err(Error::new(
+            Status::InvalidArgument,
+            "the path is empty: give the path of a .safetensors file or of a *.safetensors.index.json",
+        ));
+    }
+    Ok(())
 }

@@ -384,3 +384,31 @@ fn files_that_are_not_safetensors_say_so_and_what_they_look_like() {
         assert_eq!(header::header_len(bytes, bytes.len() as u64, Status::Truncated).unwrap_err().status(), st);
     }
 }
+
+/// Text whose first 8 bytes read as an impossible length is not safetensors, whatever follows them (a short
+/// JSON array ends right there, a longer one may go on with '{'); and an empty path says it is empty.
+#[test]
+fn json_array_text_is_not_safetensors_and_an_empty_path_is_named() {
+    for bytes in [
+        &b"[1,2,3] \n"[..],
+        b"[1,2,3]\n",
+        b"[1,2,3] {\"a\": 1}\n",
+        b"[\n  {\"name\": \"a\"},\n  {\"name\": \"b\"}\n]\n",
+    ] {
+        let e = header::header_len(bytes, bytes.len() as u64, Status::Truncated).unwrap_err();
+        assert_eq!(e.status(), Status::NotSafetensors, "{:?}: {e}", String::from_utf8_lossy(bytes));
+        assert!(e.message().contains("it looks like text (it begins \"["), "{e}");
+        assert_eq!(status(TensorFile::from_bytes(bytes.to_vec())), Status::NotSafetensors);
+    }
+    let dir = std::env::temp_dir().join(format!("hostfirst-json-array-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["a.safetensors", "a"] {
+        let path = dir.join(name);
+        std::fs::write(&path, b"[1,2,3] \n").unwrap();
+        assert_eq!(status(TensorFile::open(&path)), Status::NotSafetensors, "{name}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    let e = TensorFile::open("").unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert_eq!(e.message(), "the path is empty: give the path of a .safetensors file or of a *.safetensors.index.json");
+}

@@ -160,6 +160,12 @@ pub fn export_buffer(
 ) -> Result<Export> {
     let g = buf.lock().unwrap_or_else(|p| p.into_inner());
     let what = format!("buffer '{}'", g.name());
+    // CUDA memory is exported only where CUDA can be used (not in a child forked after it was initialised),
+    // as copy_to_host and record_stream refuse there: a kDLCUDA tensor would name memory this process cannot
+    // reach.
+    if g.device().kind == DeviceKind::CUDA {
+        crate::device::cuda::probe::api().map_err(|e| e.context(format!("exporting {what}")))?;
+    }
     let target = device.unwrap_or(g.device());
     let copying = target != g.device() || copy == CopyPolicy::Always;
     if copying && copy == CopyPolicy::Never {

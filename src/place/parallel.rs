@@ -15,7 +15,7 @@ pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(50);
 /// Default number of reader threads: the CPUs available to the process, between 1 and 16.
 pub fn default_threads() -> usize {
     // Cached: available_parallelism reads cgroup files and was a third of a small put's cost.
-    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    static N: crate::forksafe::InitOnce<usize> = crate::forksafe::InitOnce::new();
     *N.get_or_init(|| crate::device::host::cpu_count().clamp(1, 16))
 }
 

@@ -54,14 +54,15 @@ pub fn check_devices(devices: &[DeviceSummary], what: &str) -> Result<()> {
         let (usable, total) = fit::usable(d.device)?;
         if d.bytes > usable {
             let msg = format!(
-                "{what}: {} tensor(s), {} in all (largest '{}', {}), do not fit on {}: {} free of {}",
+                "{what}: {} tensor(s), {} in all (largest '{}', {}), do not fit on {}: {} free of {}{}",
                 d.tensors,
                 human_bytes(d.bytes),
                 d.largest.0,
                 human_bytes(d.largest.1),
                 d.device,
                 human_bytes(usable),
-                human_bytes(total)
+                human_bytes(total),
+                fit::margin_note(d.device, total)
             );
             return Err(Error::out_of_memory(
                 msg,
@@ -152,4 +153,40 @@ pub fn load_with(file: &TensorFile, plan: &Plan, opts: LoadOptions<'_>) -> Resul
         }
     }
     Ok(Loaded { file: file.clone(), entries })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Device;
+
+    /// Load and shard load name the safety margin behind their "free" figure, as put does.
+    #[test]
+    fn out_of_memory_names_the_margin() {
+        let (_, total) = fit::usable(Device::CPU).unwrap();
+        for what in ["load", "shard load"] {
+            let d = DeviceSummary {
+                device: Device::CPU,
+                bytes: 1 << 40,
+                tensors: 1,
+                usable: 0,
+                total,
+                fits: false,
+                largest: ("t".to_string(), 1 << 40),
+            };
+            let e = check_devices(&[d], what).unwrap_err();
+            assert_eq!(e.status(), Status::OutOfMemory);
+            let m = e.message();
+            let start =
+                format!("{what}: 1 tensor(s), 1024.00 GiB in all (largest 't', 1024.00 GiB), do not fit on cpu:0: ");
+            assert!(m.starts_with(&start), "{m}");
+            let end = format!(
+                " free of {} (available host memory less a {} safety margin)",
+                human_bytes(total),
+                human_bytes(fit::host_margin(total))
+            );
+            assert!(m.ends_with(&end), "{m}");
+        }
+        assert_eq!(fit::margin_note(Device::cuda(0), 1 << 30), " (free device memory less a 32.00 MiB safety margin)");
+    }
 }

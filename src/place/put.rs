@@ -38,7 +38,9 @@ pub struct PutOptions<'a> {
     /// Resident mode for CUDA puts: page-lock the mapped range once and copy from it (see
     /// [`super::resident`] for why the default is the staging ring).
     pub resident: bool,
-    /// Copy-on-write host puts: a put that lands on `cpu` maps the tensor's pages in its file privately
+    /// Copy-on-write host puts (truncating the file discards written pages past the new end: SIGBUS, or the
+    /// file's new content once it is extended again; see `hostfirst_put`): a put that lands on `cpu` maps the
+    /// tensor's pages in its file privately
     /// ([`Buffer::map_private`], populated for reading up front) instead of copying them. Other targets, and
     /// views over memory buffers (no file to map), copy as usual. See [`put`] for the contract.
     pub copy_on_write: bool,

@@ -22,8 +22,9 @@
 use crate::device::cuda::{DeviceMemory, HostBytes, HostRegistration, Stream};
 use crate::error::{Error, Result, Status};
 use crate::file::TensorView;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use crate::forksafe::GlobalMutex;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// A page-locked mapped range, with the view that keeps its mapping alive.
@@ -72,20 +73,22 @@ pub struct ResidentStats {
 
 type Key = (usize, usize);
 
-fn cache() -> &'static Mutex<HashMap<Key, Arc<Resident>>> {
-    static C: OnceLock<Mutex<HashMap<Key, Arc<Resident>>>> = OnceLock::new();
-    C.get_or_init(|| Mutex::new(HashMap::new()))
+/// The cached registrations by (address, length).
+pub(crate) static CACHE: GlobalMutex<BTreeMap<Key, Arc<Resident>>> = GlobalMutex::new(BTreeMap::new());
+
+fn cache() -> &'static GlobalMutex<BTreeMap<Key, Arc<Resident>>> {
+    &CACHE
 }
 
 /// Drops every cached registration (unregistering once no transfer still uses it).
 pub fn release_all() {
-    let all = std::mem::take(&mut *cache().lock().unwrap_or_else(|p| p.into_inner()));
+    let all = std::mem::take(&mut *cache().lock());
     drop(all);
 }
 
 /// Number of cached registrations.
 pub fn cached_count() -> usize {
-    cache().lock().unwrap_or_else(|p| p.into_inner()).len()
+    cache().lock().len()
 }
 
 /// Faults the range in before registration: `MADV_POPULATE_READ` (Linux ≥ 5.14; fails cleanly with EFAULT on
@@ -145,7 +148,7 @@ pub fn get(view: &TensorView, ordinal: u32) -> Result<Lookup> {
     let (a, len) = (m.as_ptr() as usize, m.len());
     let from_file = view.path().is_some();
     {
-        let c = cache().lock().unwrap_or_else(|p| p.into_inner());
+        let c = cache().lock();
         if let Some((&(b, _), r)) = c.iter().find(|(&(b, n), _)| b <= a && a + len <= b + n) {
             return Ok(Lookup::Ready(Arc::clone(r), a - b, ResidentStats { register_seconds: 0.0, reused: true }));
         }
@@ -171,7 +174,7 @@ pub fn get(view: &TensorView, ordinal: u32) -> Result<Lookup> {
         .map_err(|e| e.context(format!("registering tensor '{}' for resident transfers", view.name())))?;
     let secs = t.elapsed().as_secs_f64();
     let r = Arc::new(Resident { reg, view: view.clone(), register_seconds: secs });
-    let mut c = cache().lock().unwrap_or_else(|p| p.into_inner());
+    let mut c = cache().lock();
     let r = Arc::clone(c.entry((a, len)).or_insert(r));
     Ok(Lookup::Ready(r, 0, ResidentStats { register_seconds: secs, reused: false }))
 }

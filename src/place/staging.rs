@@ -26,10 +26,11 @@ use super::parallel::PROGRESS_INTERVAL;
 use crate::device::cuda::{DeviceMemory, InFlight, PinnedHostMemory, Stream};
 use crate::error::{Error, Result, Status};
 use crate::file::TensorView;
+use crate::forksafe::GlobalMutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Default total size of the staging ring for one put.
@@ -65,9 +66,11 @@ pub fn geometry(total: u64, cfg: &RingConfig) -> (usize, usize) {
     (slab, count)
 }
 
-fn pool() -> &'static Mutex<Vec<PinnedHostMemory>> {
-    static POOL: OnceLock<Mutex<Vec<PinnedHostMemory>>> = OnceLock::new();
-    POOL.get_or_init(|| Mutex::new(Vec::new()))
+/// The idle staging slabs.
+pub(crate) static SLABS: GlobalMutex<Vec<PinnedHostMemory>> = GlobalMutex::new(Vec::new());
+
+fn pool() -> &'static GlobalMutex<Vec<PinnedHostMemory>> {
+    &SLABS
 }
 
 /// A slab of at least `len` bytes: the smallest pooled one that is large enough (a transfer uses only the
@@ -77,7 +80,7 @@ fn pool() -> &'static Mutex<Vec<PinnedHostMemory>> {
 /// serve any device.
 fn take_slab(ordinal: u32, len: usize) -> Result<PinnedHostMemory> {
     {
-        let mut p = pool().lock().unwrap_or_else(|p| p.into_inner());
+        let mut p = pool().lock();
         let best = p.iter().enumerate().filter(|(_, s)| s.len() >= len).min_by_key(|(_, s)| s.len()).map(|(i, _)| i);
         if let Some(i) = best {
             return Ok(p.swap_remove(i));
@@ -99,7 +102,7 @@ fn recycle(free_tx: &Option<mpsc::Sender<PinnedHostMemory>>, slab: PinnedHostMem
 }
 
 fn give_slab(slab: PinnedHostMemory) {
-    let mut p = pool().lock().unwrap_or_else(|p| p.into_inner());
+    let mut p = pool().lock();
     let held: usize = p.iter().map(|s| s.len()).sum();
     if held + slab.len() <= POOL_CAP_BYTES {
         p.push(slab);
@@ -108,13 +111,13 @@ fn give_slab(slab: PinnedHostMemory) {
 
 /// Bytes of idle staging slabs held by the process-wide pool.
 pub fn cached_bytes() -> usize {
-    pool().lock().unwrap_or_else(|p| p.into_inner()).iter().map(|s| s.len()).sum()
+    pool().lock().iter().map(|s| s.len()).sum()
 }
 
 /// Frees every cached staging slab and every cached resident registration. Safe at any time: transfers in
 /// progress keep their own slabs and return them (or free them) when they finish.
 pub fn release_cached_memory() {
-    let slabs = std::mem::take(&mut *pool().lock().unwrap_or_else(|p| p.into_inner()));
+    let slabs = std::mem::take(&mut *pool().lock());
     drop(slabs);
     super::resident::release_all();
 }
@@ -231,12 +234,12 @@ where
         let mut last_report = Instant::now();
         loop {
             // Recycle completed copies (oldest first).
-            while let Some((n, f)) = inflight.front() {
+            while let Some((n, f)) = inflight.front_mut() {
                 let n = *n;
                 match f.is_done() {
                     Ok(true) => {}
                     Ok(false) => break,
-                    Err(_) => {} // surfaced by wait below
+                    Err(_) => {} // kept by the InFlight, returned by wait below
                 }
                 let (_, f) = inflight.pop_front().expect("front");
                 match f.wait() {

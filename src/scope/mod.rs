@@ -6,9 +6,9 @@
 
 use crate::device::{census, Device, DeviceSpec, ACCEPTED_SPECS};
 use crate::error::{Error, Result, Status};
+use crate::forksafe::{GlobalMutex, InitOnce};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
 use strum::{FromRepr, IntoStaticStr, VariantArray};
 
 // The one definition: cbindgen exports it as `hostfirst_default_source` (`HOSTFIRST_DEFAULT_SOURCE_*`); the
@@ -73,7 +73,7 @@ thread_local! {
 }
 
 static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
-static PROCESS_DEFAULT: Mutex<Option<Device>> = Mutex::new(None);
+pub(crate) static PROCESS_DEFAULT: GlobalMutex<Option<Device>> = GlobalMutex::new(None);
 static PROCESS_STRICT: AtomicBool = AtomicBool::new(false);
 
 /// The most scopes one thread may hold (a guard against unbalanced pushes in a loop).
@@ -86,7 +86,7 @@ fn thread_gone() -> Error {
 
 /// `HOSTFIRST_DEFAULT_DEVICE`, parsed once: None when unset or blank, Some(Err) when invalid.
 pub fn env_default() -> Option<Result<Device>> {
-    static ENV: OnceLock<Option<Result<Device>>> = OnceLock::new();
+    static ENV: InitOnce<Option<Result<Device>>> = InitOnce::new();
     ENV.get_or_init(|| {
         let raw = std::env::var_os("HOSTFIRST_DEFAULT_DEVICE")?;
         let Some(text) = raw.to_str() else {
@@ -126,7 +126,7 @@ pub fn current() -> Result<DefaultDevice> {
     if let Some((device, depth)) = top {
         return Ok(DefaultDevice { device, source: DefaultSource::Scope, depth });
     }
-    if let Some(device) = *PROCESS_DEFAULT.lock().unwrap_or_else(|p| p.into_inner()) {
+    if let Some(device) = *PROCESS_DEFAULT.lock() {
         return Ok(DefaultDevice { device, source: DefaultSource::Process, depth: 0 });
     }
     match env_default() {
@@ -142,13 +142,13 @@ pub fn set_process_default(device: Option<Device>) -> Result<()> {
         Some(d) => Some(d.validate()?),
         None => None,
     };
-    *PROCESS_DEFAULT.lock().unwrap_or_else(|p| p.into_inner()) = checked;
+    *PROCESS_DEFAULT.lock() = checked;
     Ok(())
 }
 
 /// The process-wide default, if set.
 pub fn process_default() -> Option<Device> {
-    *PROCESS_DEFAULT.lock().unwrap_or_else(|p| p.into_inner())
+    *PROCESS_DEFAULT.lock()
 }
 
 fn push_entry(device: Device, restore_strict: Option<bool>) -> Result<ScopeToken> {

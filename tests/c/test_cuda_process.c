@@ -7,7 +7,9 @@
  *                                    it (the control showing the check can fail).
  *   test_cuda_process fork FILE      takes the census (CUDA initialised), forks: the child reports CUDA as
  *                                    unusable with a reason naming fork(), cpu work goes on, a put to cuda:0 is
- *                                    UNAVAILABLE and the driver is never called; the parent still uses CUDA. */
+ *                                    UNAVAILABLE, a CUDA buffer made before the fork can be neither copied back
+ *                                    nor exported (DLPack), and the driver is never called; the parent still uses
+ *                                    CUDA. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
@@ -66,6 +68,13 @@ static void fork_test(void) {
     hostfirst_backend_info cuda;
     CHECK_OK(hostfirst_backend_describe(1, &cuda));
     CHECK(cuda.status == HOSTFIRST_BACKEND_STATUS_AVAILABLE);
+    /* A CUDA buffer made before the fork: in the child every way to its memory refuses alike. */
+    hostfirst_file *pfile = NULL;
+    hostfirst_view *pview = NULL;
+    hostfirst_buffer *pbuf = NULL;
+    open_tokens(&pfile, &pview);
+    hostfirst_device gpu0 = {HOSTFIRST_DEVICE_CUDA, 0};
+    CHECK_OK(hostfirst_put(pview, &gpu0, NULL, &pbuf));
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) {
@@ -85,6 +94,17 @@ static void fork_test(void) {
         uint32_t source = 0;
         CHECK_OK(hostfirst_default_device(&def, &source, NULL));
         CHECK(def.kind == HOSTFIRST_DEVICE_CPU); /* the built-in default follows the census */
+        uint16_t one[N];
+        CHECK_STATUS(hostfirst_buffer_copy_to_host(pbuf, one, sizeof one), HOSTFIRST_STATUS_UNAVAILABLE);
+        CHECK_MSG("fork()");
+        hostfirst_dlpack_managed_tensor_versioned *dl = NULL;
+        CHECK_STATUS(hostfirst_buffer_to_dlpack(pbuf, &dl), HOSTFIRST_STATUS_UNAVAILABLE);
+        CHECK_MSG("fork()");
+        CHECK_MSG("buffer 'tokens'");
+        CHECK(dl == NULL);
+        hostfirst_dlpack_managed_tensor *legacy = NULL;
+        CHECK_STATUS(hostfirst_buffer_to_dlpack_legacy(pbuf, &legacy), HOSTFIRST_STATUS_UNAVAILABLE);
+        CHECK(legacy == NULL);
         CHECK(stand_in_counter("stand_in_calls_after_fork") == 0);
         CHECK_OK(hostfirst_view_free(view));
         CHECK_OK(hostfirst_file_free(file));
@@ -93,6 +113,9 @@ static void fork_test(void) {
     int status = 0;
     CHECK(waitpid(pid, &status, 0) == pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_OK(hostfirst_buffer_free(pbuf));
+    CHECK_OK(hostfirst_view_free(pview));
+    CHECK_OK(hostfirst_file_free(pfile));
     /* The parent goes on using CUDA. */
     hostfirst_file *file = NULL;
     hostfirst_view *view = NULL;

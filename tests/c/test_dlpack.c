@@ -11,6 +11,53 @@ static size_t handles(void) {
     return n;
 }
 
+/* A deleter called twice: the second call is ignored, also when a newer export was made in between (with
+ * plain malloc it would get the same address, and a second call must not free it). Both forms, and a third
+ * export after many more exports and deletions. The live count must stay right throughout. */
+static void deleter_twice(hostfirst_view *view, const int32_t *want) {
+    size_t base = handles();
+    hostfirst_dlpack_managed_tensor_versioned *a = NULL, *b = NULL;
+    CHECK_OK(hostfirst_view_to_dlpack(view, &a));
+    void (*del)(hostfirst_dlpack_managed_tensor_versioned *) = a->deleter;
+    del(a);
+    CHECK(handles() == base);
+    CHECK_OK(hostfirst_view_to_dlpack(view, &b));
+    CHECK(handles() == base + 1);
+    del(a); /* again: ignored, whatever now lives at that address */
+    CHECK(handles() == base + 1);
+    CHECK(memcmp(b->dl_tensor.data, want, 6 * sizeof(int32_t)) == 0);
+    b->deleter(b);
+    CHECK(handles() == base);
+    del(b);
+    del(a);
+    CHECK(handles() == base);
+
+    hostfirst_dlpack_managed_tensor *la = NULL, *lb = NULL;
+    CHECK_OK(hostfirst_view_to_dlpack_legacy(view, &la));
+    void (*ldel)(hostfirst_dlpack_managed_tensor *) = la->deleter;
+    ldel(la);
+    CHECK_OK(hostfirst_view_to_dlpack_legacy(view, &lb));
+    ldel(la);
+    CHECK(handles() == base + 1);
+    CHECK(memcmp(lb->dl_tensor.data, want, 6 * sizeof(int32_t)) == 0);
+    lb->deleter(lb);
+    CHECK(handles() == base);
+
+    /* Sixteen live exports, one deleted twice with more made in between: fifteen stay. */
+    hostfirst_dlpack_managed_tensor_versioned *many[16];
+    for (int i = 0; i < 16; i++) CHECK_OK(hostfirst_view_to_dlpack(view, &many[i]));
+    hostfirst_dlpack_managed_tensor_versioned *gone = many[7];
+    gone->deleter(gone);
+    CHECK_OK(hostfirst_view_to_dlpack(view, &many[7]));
+    del(gone);
+    CHECK(handles() == base + 16);
+    for (int i = 0; i < 16; i++) {
+        CHECK(memcmp(many[i]->dl_tensor.data, want, 6 * sizeof(int32_t)) == 0);
+        many[i]->deleter(many[i]);
+    }
+    CHECK(handles() == base);
+}
+
 int main(int argc, char **argv) {
     CHECK(argc == 2);
     char path[2048];
@@ -31,6 +78,7 @@ int main(int argc, char **argv) {
     CHECK_STATUS(hostfirst_view_to_dlpack(view, &t), HOSTFIRST_STATUS_OK);
     CHECK_STATUS(hostfirst_view_to_dlpack(rows, &r), HOSTFIRST_STATUS_OK);
     CHECK(handles() == base + 5);
+    deleter_twice(view, want);
     CHECK(hostfirst_view_free(rows) == HOSTFIRST_STATUS_OK && hostfirst_view_free(view) == HOSTFIRST_STATUS_OK);
     CHECK(hostfirst_file_free(file) == HOSTFIRST_STATUS_OK);
     CHECK(handles() == base + 2); /* the two exports */

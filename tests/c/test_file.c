@@ -69,6 +69,10 @@ static void test_file_api(void) {
     size_t base = live_handles();
     hostfirst_file *f = NULL;
     CHECK_STATUS(hostfirst_file_open(NULL, &f), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_file_open("", &f), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK(strcmp(hostfirst_last_error(),
+                 "the path is empty: give the path of a .safetensors file or of a *.safetensors.index.json") == 0);
+    CHECK(f == NULL);
     CHECK_STATUS(hostfirst_file_open(p, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(hostfirst_file_open(path_in("missing.safetensors"), &f), HOSTFIRST_STATUS_IO);
     CHECK_MSG("missing.safetensors");

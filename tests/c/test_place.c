@@ -1,7 +1,8 @@
 /* C ABI of placement: puts (sync and async), options, progress and cancellation, buffers (describe, copy back,
  * to another device), NULLs, invalid device kinds, stale handles, strict mode, the cached-memory release.
  * argv[1]: a scratch directory. argv[2] (optional): "cuda" when a (stand-in) CUDA driver with 2 devices is
- * present, "small" when its device is too small for the tensor. */
+ * present, "small" when its device is too small for the tensor, "copy-error" when its copies fail (a copy error
+ * that is not sticky). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdatomic.h>
 #include <stdint.h>
@@ -293,6 +294,25 @@ static void test_small(hostfirst_view *tokens) {
     CHECK(fit.needed == sizeof data && fit.device.kind == HOSTFIRST_DEVICE_CUDA && fit.device.ordinal == 0);
 }
 
+/* Run with STAND_IN_FAIL_COPY_AFTER and a copy error that is not sticky: puts through the staging ring and from a
+ * resident registration fail with DEVICE_ERROR naming the driver's error, and the runner checks that, after
+ * hostfirst_release_cached_memory, the stand-in's exit report shows nothing page-locked or registered. */
+static void test_copy_error(hostfirst_view *tokens) {
+    hostfirst_device d0 = {HOSTFIRST_DEVICE_CUDA, 0};
+    hostfirst_put_options o;
+    CHECK_OK(hostfirst_put_options_init(&o));
+    o.staging_bytes = 64 << 10;
+    o.chunk_bytes = 16 << 10;
+    for (int resident = 0; resident <= 1; resident++) {
+        o.resident = (uint32_t)resident;
+        hostfirst_buffer *b = NULL;
+        CHECK_STATUS(hostfirst_put(tokens, &d0, &o, &b), HOSTFIRST_STATUS_DEVICE_ERROR);
+        CHECK_MSG("CUDA_ERROR_INVALID_VALUE");
+        CHECK(b == NULL);
+    }
+    CHECK(live_handles() == 2); /* the two views */
+}
+
 int main(int argc, char **argv) {
     CHECK(argc >= 2);
     write_file(argv[1]);
@@ -305,6 +325,8 @@ int main(int argc, char **argv) {
     CHECK_OK(hostfirst_file_free(f)); /* views and buffers outlive the file handle */
     if (strcmp(mode, "small") == 0) {
         test_small(tokens);
+    } else if (strcmp(mode, "copy-error") == 0) {
+        test_copy_error(tokens);
     } else {
         test_cpu(tokens, empty);
         hostfirst_device cpu = {HOSTFIRST_DEVICE_CPU, 0};

@@ -80,3 +80,22 @@ fn c_shard() {
     let bin = compile_c_test("test_shard");
     run_ok(&bin, &[scratch("c_shard").to_str().unwrap()], &[]);
 }
+
+/// fork() while other threads run cpu puts: every child completes a cpu put within a deadline (no lock of
+/// the library is inherited held). Fewer forks under valgrind, where each costs far more.
+#[test]
+fn c_fork_under_threads() {
+    assert!(have_cc(), "no C compiler");
+    let bin = compile_c_test("test_fork_threads");
+    let forks = if under_valgrind() { "20" } else { "300" };
+    run_ok(&bin, &[scratch("c_fork_threads").to_str().unwrap(), forks], &[]);
+}
+
+/// What truncating a file, and truncating then extending it, does to the written pages of a copy-on-write put
+/// and of a legacy DLPack export (the contract the header and README state).
+#[test]
+fn c_cow_truncate() {
+    assert!(have_cc(), "no C compiler");
+    let bin = compile_c_test("test_cow_truncate");
+    run_ok(&bin, &[scratch("c_cow_truncate").to_str().unwrap()], &[]);
+}

@@ -52,6 +52,13 @@ fn put_errors() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.starts_with("hostfirst: "), "{err}");
     assert!(o.stdout.is_empty());
+    let o = run(&cli(), &["put", "", "tokens"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "hostfirst: '': INVALID_ARGUMENT: the path is empty: give the path of a .safetensors file or of a \
+         *.safetensors.index.json\n"
+    );
     let o = run(&cli(), &["put", ps, "tokens", "--rows", "5"], &[]);
     assert_eq!(o.status.code(), Some(2));
     let o = run(&cli(), &["put", ps], &[]);

@@ -102,3 +102,54 @@ fn text_output_and_failures() {
     fail(&["--world", "2", "--rank", "-1"], 2, "usage");
     fail(&["--world", "2", "--rank", "0", "--bogus"], 2, "unknown option");
 }
+
+/// A rule that splits no tensor is reported, as plan and load report theirs: a warning line on stderr (the
+/// output is still made, those tensors load whole), listed in the JSON; `--strict` refuses it.
+#[test]
+fn rules_that_split_nothing_are_reported() {
+    let (idx, _) = write_set("cli-unmatched", &tensors());
+    let idx = idx.to_str().unwrap();
+    let args = ["shard", idx, "--world", "2", "--rank", "0", "--rule", "embed=0", "--rule", "layer=1"];
+    let o = run(&cli(), &args, &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "hostfirst: warning: {idx}: rule 1 'layer=1' splits no tensor: its pattern matches no tensor name, or \
+             only tensors an earlier rule takes (the first matching rule wins), so the tensors it meant load whole; \
+             patterns match whole names: tensor 'layer.0.w' would need 'layer*' or '*layer*'"
+        )
+    );
+    let mut json = args.to_vec();
+    json.push("--json");
+    let v: serde_json::Value = serde_json::from_str(&run_ok(&cli(), &json, &[])).unwrap();
+    assert_eq!(v["unmatched_rules"], serde_json::json!([{"rule": 1, "pattern": "layer", "dim": 1}]));
+    let mut strict = args.to_vec();
+    strict.push("--strict");
+    let o = run(&cli(), &strict, &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(o.stdout.is_empty());
+    assert!(
+        err.starts_with(&format!("hostfirst: {idx}: UNMATCHED_RULE: strict mode: rule 1 'layer=1' splits no tensor")),
+        "{err}"
+    );
+}
+
+/// A rule pattern longer than the CLI takes is refused with its length and the limit, never cut short (a
+/// shortened pattern matches other tensors).
+#[test]
+fn overlong_rule_pattern_is_refused() {
+    let (idx, _) = write_set("cli-long-rule", &tensors());
+    let idx = idx.to_str().unwrap();
+    let rule = format!("{}*=0", "x".repeat(1500));
+    let o = run(&cli(), &["shard", idx, "--world", "2", "--rank", "0", "--rule", &rule], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(o.stdout.is_empty());
+    assert!(
+        err.contains("hostfirst shard: the pattern of rule 0 is 1501 bytes long; patterns longer than 1023 bytes are not accepted"),
+        "{err}"
+    );
+}

@@ -386,7 +386,7 @@ fn pinned_streams_events_and_async_copies() {
             let stream = Stream::new(0).unwrap();
             assert_eq!(stand_in_query("stand_in_live_streams"), 1);
 
-            let flight: InFlight<PinnedHostMemory> = stream.copy_to_device_async(pinned, 0, &dev, 0, n).unwrap();
+            let mut flight: InFlight<PinnedHostMemory> = stream.copy_to_device_async(pinned, 0, &dev, 0, n).unwrap();
             assert!(!flight.is_done().unwrap(), "the stand-in reports NOT_READY twice after a record");
             assert!(!flight.is_done().unwrap());
             assert!(flight.is_done().unwrap());

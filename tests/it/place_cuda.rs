@@ -119,6 +119,44 @@ fn copy_failure_mid_put_frees_everything() {
     );
 }
 
+/// A copy failing with an error that is not sticky (reported, deferred, at the synchronisation that waits for
+/// it): the put fails, and once it has, every staging slab, resident registration and device allocation is
+/// freed, in both stand-in modes (nothing stays page-locked for good).
+#[test]
+fn copy_failure_that_is_not_sticky_mid_put_frees_everything() {
+    for deferred in ["0", "1"] {
+        in_stand_in_child(
+            concat!(module_path!(), "::copy_failure_that_is_not_sticky_mid_put_frees_everything"),
+            &[
+                ("STAND_IN_DEFERRED", Some(deferred)),
+                ("STAND_IN_FAIL_COPY_AFTER", Some("300000")),
+                ("STAND_IN_COPY_ERROR", Some("CUDA_ERROR_INVALID_VALUE")),
+            ],
+            || {
+                let (img, _) = image(1 << 20);
+                let path = scratch("place_cuda_not_sticky").join(format!("t{}.safetensors", std::process::id()));
+                std::fs::write(&path, &img).unwrap();
+                let file = TensorFile::open(&path).unwrap();
+                let memory = TensorFile::from_bytes(img).unwrap();
+                let gpu = Target::Device(Device::cuda(0));
+                // From a resident registration of the file's mapping, then through the staging ring (which,
+                // deferred, used to lose the error a completion query reported and return success).
+                let resident =
+                    put(&file.view("t").unwrap(), gpu, PutOptions { resident: true, ..PutOptions::default() })
+                        .unwrap_err();
+                let staged = put(&memory.view("t").unwrap(), gpu, opts(&small_ring())).unwrap_err();
+                for e in [staged, resident] {
+                    assert_eq!(e.status(), Status::DeviceError);
+                    assert!(e.message().contains("CUDA_ERROR_INVALID_VALUE"), "{}", e.message());
+                }
+                drop((file, memory));
+                std::fs::remove_file(&path).unwrap();
+                assert_nothing_live();
+            },
+        );
+    }
+}
+
 #[test]
 fn progress_and_cancellation() {
     in_stand_in_child(concat!(module_path!(), "::progress_and_cancellation"), &[], || {
@@ -369,6 +407,22 @@ fn c_place_with_the_stand_in() {
     assert!(out.contains("ok"), "{out}");
     let out = run_ok_with_stand_in(&bin, &[dir.to_str().unwrap(), "small"], &[("STAND_IN_TOTAL_MEMORY", Some("1M"))]);
     assert!(out.contains("ok"), "{out}");
+    // A copy error that is not sticky, in both modes: nothing stays page-locked or registered (under valgrind,
+    // in the valgrind pass: no definite loss either).
+    for deferred in ["0", "1"] {
+        let knobs = [
+            ("STAND_IN_DEFERRED", Some(deferred)),
+            ("STAND_IN_FAIL_COPY_AFTER", Some("100000")),
+            ("STAND_IN_COPY_ERROR", Some("CUDA_ERROR_INVALID_VALUE")),
+            ("STAND_IN_LEAK_REPORT", Some("1")),
+        ];
+        let out = run_with_stand_in(&bin, &[dir.to_str().unwrap(), "copy-error"], &knobs);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("ok"), "{knobs:?}: {err}");
+        assert_clean_exit_report(&err, &format!("copy-error {knobs:?}"));
+        let report = err.lines().find(|l| l.starts_with("stand-in cuda: at exit:")).expect("the exit report");
+        assert!(report.contains(" 0 pinned,"), "{knobs:?}: page-locked memory left: {report}");
+    }
 }
 
 #[test]

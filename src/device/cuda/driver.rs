@@ -15,9 +15,9 @@
 //! each of them. They all exist in drivers for CUDA 11.4 and newer ([`MIN_DRIVER_VERSION`]).
 
 use crate::error::{Error, Result, Status};
+use crate::forksafe::InitOnce;
 use cudarc::driver::sys::{cudaError_enum as E, CUdevice_attribute_enum as A};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
-use std::sync::OnceLock;
 
 /// A `CUresult` as the driver returns it. Kept as an integer: never converted to a Rust enum.
 pub(crate) type CuResult = c_uint;
@@ -90,7 +90,7 @@ pub const LIBRARY_NAMES: &[&str] = &["nvcuda.dll"];
 /// Opens the driver library (once per process), or says why none of [`LIBRARY_NAMES`] loads: the loader's
 /// message for the first name.
 pub(crate) fn library() -> std::result::Result<&'static libloading::Library, String> {
-    static LIB: OnceLock<std::result::Result<libloading::Library, String>> = OnceLock::new();
+    static LIB: InitOnce<std::result::Result<libloading::Library, String>> = InitOnce::new();
     LIB.get_or_init(|| {
         let mut first_error = None;
         for name in LIBRARY_NAMES {

@@ -66,6 +66,10 @@ impl Context {
 
     /// True when this process has already retained `cuda:<ordinal>`'s primary context.
     pub fn is_retained(ordinal: u32) -> bool {
+        // The table is used only past the CUDA gate, never in a forked child (see forksafe.rs).
+        if super::forked_reason().is_some() {
+            return false;
+        }
         let table = CONTEXTS.lock().unwrap_or_else(|p| p.into_inner());
         table.get(ordinal as usize).is_some_and(|c| c.is_some())
     }

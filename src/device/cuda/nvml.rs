@@ -8,8 +8,8 @@
 //! callers fall back to `cuMemGetInfo` (see [`super::mem_info`]). Only three entry points are used; a missing
 //! one disables NVML.
 
+use crate::forksafe::InitOnce;
 use std::ffi::{c_char, c_int, CString};
-use std::sync::OnceLock;
 
 type NvmlReturn = c_int;
 type NvmlDevice = *mut std::ffi::c_void;
@@ -33,7 +33,7 @@ struct Nvml {
 pub const LIBRARY_NAME: &str = if cfg!(windows) { "nvml.dll" } else { "libnvidia-ml.so.1" };
 
 fn nvml() -> Option<&'static Nvml> {
-    static NVML: OnceLock<Option<Nvml>> = OnceLock::new();
+    static NVML: InitOnce<Option<Nvml>> = InitOnce::new();
     NVML.get_or_init(|| {
         // SAFETY: loading NVML runs its initialisers, which have no preconditions; it stays loaded for the
         // process lifetime (the library lives in the static `Nvml`, which is never dropped), so the function

@@ -9,9 +9,9 @@ use super::driver::{
 use crate::device::platforms::platforms;
 use crate::device::types::{BackendStatus, Device, DeviceInfo};
 use crate::error::{Error, Result, Status};
+use crate::forksafe::InitOnce;
 use std::ffi::{c_char, c_int};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 /// What probing the CUDA driver found.
 #[derive(Clone, Debug)]
@@ -34,24 +34,33 @@ impl CudaProbe {
 }
 
 /// The entry points, once a probe has loaded them (set at most once per process).
-static API: OnceLock<Api> = OnceLock::new();
+static API: InitOnce<Api> = InitOnce::new();
 /// The process that initialised the driver (`cuInit`), 0 before.
 static INIT_PID: AtomicU32 = AtomicU32::new(0);
-/// Set in a child process by `fork()` (pthread_atfork) once the driver was initialised.
+/// The process whose probe was running when it forked this one (0: none).
+static PROBING_PID: AtomicU32 = AtomicU32::new(0);
+/// Probes running now in this process.
+static PROBING: AtomicUsize = AtomicUsize::new(0);
+/// Set in a child process by `fork()` once the driver was initialised, or while it was being probed.
 static FORKED: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn forked_child() {
-    FORKED.store(true, Ordering::SeqCst);
+/// Called in the child after `fork()` (the library's fork handler, `forksafe.rs`): a child of a process that
+/// had initialised the driver, or was probing it at that moment, never uses it.
+pub(crate) fn forked_child() {
+    if PROBING.load(Ordering::SeqCst) > 0 {
+        FORKED.store(true, Ordering::SeqCst);
+        PROBING.store(0, Ordering::SeqCst);
+        // SAFETY: getppid has no preconditions.
+        PROBING_PID.store(unsafe { libc::getppid() } as u32, Ordering::SeqCst);
+    }
+    if INIT_PID.load(Ordering::SeqCst) != 0 {
+        FORKED.store(true, Ordering::SeqCst);
+    }
 }
 
-/// Records that this process initialised the driver, and arranges for forked children to know it.
+/// Records that this process initialised the driver (forked children then know it).
 fn note_initialised() {
     INIT_PID.store(std::process::id(), Ordering::SeqCst);
-    static ATFORK: std::sync::Once = std::sync::Once::new();
-    // SAFETY: registers a child handler that only stores to an atomic (async-signal-safe).
-    ATFORK.call_once(|| unsafe {
-        libc::pthread_atfork(None, None, Some(forked_child));
-    });
 }
 
 /// In a child forked after this process's parent initialised CUDA: why CUDA cannot be used here.
@@ -59,22 +68,34 @@ pub fn forked_reason() -> Option<String> {
     if !FORKED.load(Ordering::SeqCst) {
         return None;
     }
+    let (parent, when) = match INIT_PID.load(Ordering::SeqCst) {
+        0 => (PROBING_PID.load(Ordering::SeqCst), "while that process was initialising CUDA"),
+        pid => (pid, "after that process had initialised CUDA"),
+    };
     Some(format!(
-        "this process (pid {}) was forked from process {} after that process had initialised CUDA, and the \
-         CUDA driver cannot be used after fork(); create worker processes before using CUDA or with spawn/exec \
-         (multiprocessing 'spawn'); cpu work is unaffected",
+        "this process (pid {}) was forked from process {parent} {when}, and the CUDA driver cannot be used \
+         after fork(); create worker processes before using CUDA or with spawn/exec (multiprocessing 'spawn'); \
+         cpu work is unaffected",
         std::process::id(),
-        INIT_PID.load(Ordering::SeqCst)
     ))
 }
 
 /// The CUDA backend's status for this process, probed on first use: hidden by `HOSTFIRST_PLATFORMS` (without
 /// loading anything), else [`probe`].
 pub fn status() -> &'static CudaProbe {
-    static STATUS: OnceLock<CudaProbe> = OnceLock::new();
+    static STATUS: InitOnce<CudaProbe> = InitOnce::new();
     STATUS.get_or_init(|| match platforms().hidden_reason("cuda") {
         Some(reason) => CudaProbe::unavailable(BackendStatus::HiddenByEnv, reason, String::new()),
-        None => probe(),
+        // A child forked while the parent was probing: never load or initialise the driver here.
+        None => match forked_reason() {
+            Some(reason) => CudaProbe::unavailable(BackendStatus::InitFailed, reason, String::new()),
+            None => {
+                PROBING.fetch_add(1, Ordering::SeqCst);
+                let p = probe();
+                PROBING.fetch_sub(1, Ordering::SeqCst);
+                p
+            }
+        },
     })
 }
 

@@ -4,9 +4,11 @@
 //! to it safely. Instead the copy takes the host buffer **by value** (anything implementing [`HostBytes`] /
 //! [`HostBytesMut`]: [`PinnedHostMemory`], `Vec<u8>`, `Box<[u8]>`, `Arc<[u8]>`, ...) and returns it inside an
 //! [`InFlight`], together with an event recorded right after the copy. [`InFlight::wait`] gives the buffer
-//! back once the copy has completed; dropping an `InFlight` waits too; if the driver reports an error while
-//! waiting, the buffer is leaked rather than freed under a possibly running DMA - unless the error is sticky,
-//! which ends all work of the context, so the buffer is released. Forgetting an `InFlight` (`mem::forget`)
+//! back once the copy has completed; dropping an `InFlight` waits too. If the driver reports an error while
+//! waiting, the buffer is released once the copy is known to have ended: at once after a sticky error (which
+//! ends all work of the context), else once a further synchronisation of the copy's event succeeds (the
+//! driver reports an error that is not sticky only once); it is leaked, never freed under a possibly running
+//! DMA, only when that cannot be established. Forgetting an `InFlight` (`mem::forget`)
 //! leaks the buffer, which is safe for the same reason (the `'static` bound on the buffer types rules out
 //! borrowed memory).
 //!
@@ -104,7 +106,7 @@ impl Stream {
     /// transfer may still use).
     fn track<B>(&self, value: B, ev: Event) -> Result<InFlight<B>> {
         match ev.record(self) {
-            Ok(()) => Ok(InFlight { value: Some(value), event: ev }),
+            Ok(()) => Ok(InFlight { value: Some(value), event: ev, failed: None }),
             Err(e) => {
                 if self.synchronize().is_err() {
                     std::mem::forget(value);
@@ -292,15 +294,20 @@ impl Event {
     /// `Ok(true)` when the recorded work has completed (or the event was never recorded), `Ok(false)` while it
     /// is still running (`CUDA_ERROR_NOT_READY`), `DEVICE_ERROR` for any other result (`cuEventQuery`).
     pub fn query(&self) -> Result<bool> {
-        let api = api()?;
-        let _current = self.ctx.enter()?;
+        self.query_code().map_err(|(e, _)| e)
+    }
+
+    /// [`Event::query`], also giving the driver's code on failure.
+    fn query_code(&self) -> std::result::Result<bool, (Error, CuResult)> {
+        let api = api().map_err(|e| (e, CUDA_SUCCESS))?;
+        let _current = self.ctx.enter().map_err(|e| (e, CUDA_SUCCESS))?;
         // SAFETY: a live event handle.
         let r = unsafe { (api.event_query)(self.raw) };
         if r == CUDA_ERROR_NOT_READY {
             return Ok(false);
         }
-        api.check(r, || format!("cuEventQuery(cuda:{})", self.ordinal()))?;
-        Ok(r == CUDA_SUCCESS)
+        api.check(r, || format!("cuEventQuery(cuda:{})", self.ordinal())).map_err(|e| (e, r))?;
+        Ok(true)
     }
 
     /// Blocks (without spinning) until the recorded work has completed (`cuEventSynchronize`).
@@ -341,12 +348,22 @@ impl Drop for Event {
 pub struct InFlight<B> {
     value: Option<B>,
     event: Event,
+    /// An error [`InFlight::is_done`] got from the driver. The driver reports an error that is not sticky
+    /// once, so it is kept here for [`InFlight::wait`] to return.
+    failed: Option<(Error, CuResult)>,
 }
 
 impl<B> InFlight<B> {
-    /// `Ok(true)` once the copy has completed (then [`InFlight::wait`] returns without blocking).
-    pub fn is_done(&self) -> Result<bool> {
-        self.event.query()
+    /// `Ok(true)` once the copy has completed (then [`InFlight::wait`] returns without blocking). An error is
+    /// also returned by the following [`InFlight::wait`].
+    pub fn is_done(&mut self) -> Result<bool> {
+        if let Some((e, _)) = &self.failed {
+            return Err(e.clone());
+        }
+        self.event.query_code().map_err(|(e, code)| {
+            self.failed = Some((e.clone(), code));
+            e
+        })
     }
 
     /// The event recorded after the copy (e.g. to make another stream wait for it later).
@@ -355,15 +372,17 @@ impl<B> InFlight<B> {
     }
 
     /// Blocks until the copy has completed and returns the buffer. On a driver error the error is returned
-    /// and the buffer is leaked (the transfer's state is unknown, so it is never freed), except after a sticky
-    /// error, which ends every transfer of the context: then the buffer is released.
+    /// and the buffer released once the copy is known to have ended (see [`release_after_error`]).
     pub fn wait(mut self) -> Result<B> {
-        let r = self.event.synchronize_code();
+        let r = match self.failed.take() {
+            Some(failed) => Err(failed),
+            None => self.event.synchronize_code(),
+        };
         let value = self.value.take().expect("an InFlight holds its buffer until waited");
         match r {
             Ok(()) => Ok(value),
             Err((e, code)) => {
-                release_after_error(value, code);
+                release_after_error(&self.event, value, code);
                 Err(e)
             }
         }
@@ -379,21 +398,48 @@ impl<B> std::fmt::Debug for InFlight<B> {
 impl<B> Drop for InFlight<B> {
     fn drop(&mut self) {
         if let Some(value) = self.value.take() {
-            if let Err((_, code)) = self.event.synchronize_code() {
-                release_after_error(value, code);
+            let r = match self.failed.take() {
+                Some(failed) => Err(failed),
+                None => self.event.synchronize_code(),
+            };
+            if let Err((_, code)) = r {
+                release_after_error(&self.event, value, code);
             }
         }
     }
 }
 
-/// After a failed wait: drops `value` when the error was sticky (no transfer of the context runs any more),
-/// else leaks it (a transfer may still be using it).
-fn release_after_error<B>(value: B, code: CuResult) {
+/// How many more synchronisations [`release_after_error`] tries before it gives a buffer up as lost.
+const RESYNC_TRIES: usize = 8;
+
+/// After a failed wait on `event`: releases `value` once no copy can be using it any more, else leaks it.
+///
+/// A sticky error ends every transfer of the context, so `value` is released at once. An error that is not
+/// sticky is reported once, by whichever synchronisation of the context comes first (it may even belong to
+/// other work of the context), so it says nothing about whether this copy has ended: the event is
+/// synchronised again, and `value` is released as soon as a synchronisation succeeds (the copy has then
+/// completed) or reports a sticky error. Only when none of [`RESYNC_TRIES`] more does (each reporting yet
+/// another error, or CUDA being unusable) is `value` leaked, never freed under a copy that may still run.
+fn release_after_error<B>(event: &Event, value: B, code: CuResult) {
     if is_sticky(code) {
         drop(value);
-    } else {
-        std::mem::forget(value);
+        return;
     }
+    for _ in 0..RESYNC_TRIES {
+        match event.synchronize_code() {
+            Ok(()) => {
+                drop(value);
+                return;
+            }
+            Err((_, code)) if is_sticky(code) => {
+                drop(value);
+                return;
+            }
+            Err((_, CUDA_SUCCESS)) => break, // CUDA itself unusable now (no driver code): no way to know
+            Err(_) => {}
+        }
+    }
+    std::mem::forget(value);
 }
 
 /// Host bytes an asynchronous host-to-device copy may read after the call that enqueued it returns.

@@ -1,0 +1,241 @@
+//! Fork safety of the library's process-global state.
+//!
+//! `fork()` copies only the calling thread. A lock that another thread held at that moment stays held for good
+//! in the child, and a one-time initialisation another thread was running stays "running" for good; the
+//! child's first call that needs either would hang (Python `multiprocessing` with the fork start method, while
+//! a loader thread runs puts, is the usual way to get there). The header promises that cpu work stays
+//! available in a forked child, so:
+//!
+//! - Every process-global lock is a [`GlobalMutex`] or the handle registry's `RwLock`, and the `pthread_atfork`
+//!   handlers registered here take them all before `fork()` (in one fixed order, [`prepare`]) and release them
+//!   after it in the parent and in the child, as glibc does for malloc's arenas. Their critical sections are
+//!   short and never call into code that could itself wait for `fork()` (no `dlopen`, no `pthread_atfork`, no
+//!   driver initialisation), so the wait in `prepare` always ends.
+//! - The CUDA-only locks (`device/cuda/memory.rs`) are not taken: they are used only after the CUDA gate
+//!   (`cuda::api()`) let a call through, which never happens in a child forked after CUDA was initialised.
+//! - One-time values are [`InitOnce`]s, which never block: a thread that finds a value missing computes it,
+//!   and the first to store wins. A child forked in the middle of an initialisation computes the value again.
+//! - A child forked while the CUDA probe was running counts as forked after CUDA initialisation (see
+//!   `device/cuda/probe.rs`): it never loads or initialises the driver itself.
+//!
+//! A handle's own lock (a buffer, a gather) is not covered: a handle that another thread was using at the
+//! moment of `fork()` must not be used in the child (the header says so).
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// A process-global mutex that a forked child can always take (see the module documentation). Poisoning is
+/// ignored: every critical section leaves its data consistent between statements.
+pub(crate) struct GlobalMutex<T>(Mutex<T>);
+
+impl<T: Send + 'static> GlobalMutex<T> {
+    /// A new mutex holding `value`.
+    pub(crate) const fn new(value: T) -> GlobalMutex<T> {
+        GlobalMutex(Mutex::new(value))
+    }
+
+    /// Locks the mutex (and makes sure the fork handlers are registered).
+    pub(crate) fn lock(&'static self) -> MutexGuard<'static, T> {
+        register();
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The guard the fork handlers hold across `fork()`.
+    fn hold(&'static self) -> Box<dyn Any> {
+        Box::new(self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// A process-global reader-writer lock that a forked child can always take (the handlers hold it for writing).
+pub(crate) struct GlobalRwLock<T>(RwLock<T>);
+
+impl<T: Send + Sync + 'static> GlobalRwLock<T> {
+    /// A new lock holding `value`.
+    pub(crate) const fn new(value: T) -> GlobalRwLock<T> {
+        GlobalRwLock(RwLock::new(value))
+    }
+
+    /// Locks for reading.
+    pub(crate) fn read(&'static self) -> RwLockReadGuard<'static, T> {
+        register();
+        self.0.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Locks for writing.
+    pub(crate) fn write(&'static self) -> RwLockWriteGuard<'static, T> {
+        register();
+        self.0.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn hold(&'static self) -> Box<dyn Any> {
+        Box::new(self.0.write().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// A value computed once per process, on first use, without ever blocking: concurrent first uses may each
+/// compute it (the computation must be free of side effects that matter twice); the first stored wins and
+/// the others are dropped. Unlike `OnceLock`, a child forked during the computation is never left waiting.
+pub(crate) struct InitOnce<T>(AtomicPtr<T>);
+
+impl<T: Send + Sync + 'static> InitOnce<T> {
+    /// An empty cell.
+    pub(crate) const fn new() -> InitOnce<T> {
+        InitOnce(AtomicPtr::new(std::ptr::null_mut()))
+    }
+
+    /// The value, when some call has stored it.
+    pub(crate) fn get(&'static self) -> Option<&'static T> {
+        let p = self.0.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer was stored from `Box::into_raw` and is never freed (the value lives for
+        // the rest of the process).
+        (!p.is_null()).then(|| unsafe { &*p })
+    }
+
+    /// The value, computing it with `f` when none is stored yet.
+    pub(crate) fn get_or_init(&'static self, f: impl FnOnce() -> T) -> &'static T {
+        if let Some(v) = self.get() {
+            return v;
+        }
+        let new = Box::into_raw(Box::new(f()));
+        match self.0.compare_exchange(std::ptr::null_mut(), new, Ordering::AcqRel, Ordering::Acquire) {
+            // SAFETY: just stored; never freed.
+            Ok(_) => unsafe { &*new },
+            Err(stored) => {
+                // SAFETY: `new` came from `Box::into_raw` above and was not published.
+                drop(unsafe { Box::from_raw(new) });
+                // SAFETY: as in `get`.
+                unsafe { &*stored }
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// The guards [`prepare`] took, released by [`parent`] and [`child`] (which run on the forking thread, or
+    /// on its copy in the child).
+    static HELD: RefCell<Vec<Box<dyn Any>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Takes every process-global lock, outermost first. No code path takes two of them in another order.
+extern "C" fn prepare() {
+    let guards = vec![
+        crate::ffi::handle::REGISTRY.hold(),
+        crate::ffi::args::CSTRINGS.hold(),
+        crate::ffi::dlpack::DLPACK_SLOTS.hold(),
+        crate::scope::PROCESS_DEFAULT.hold(),
+        crate::device::fit::HOST.hold(),
+        crate::place::resident::CACHE.hold(),
+        crate::place::staging::SLABS.hold(),
+    ];
+    // If the forking thread is being torn down the guards are released here, which only loses the protection.
+    let _ = HELD.try_with(|h| h.borrow_mut().extend(guards));
+}
+
+fn release() {
+    let _ = HELD.try_with(|h| {
+        // Released innermost first.
+        let mut held = h.borrow_mut();
+        while held.pop().is_some() {}
+    });
+}
+
+extern "C" fn parent() {
+    release();
+}
+
+extern "C" fn child() {
+    release();
+    crate::device::cuda::probe::forked_child();
+}
+
+/// 0: not registered, 1: being registered, 2: registered.
+static REGISTERED: AtomicU8 = AtomicU8::new(0);
+
+/// Registers the fork handlers once per process. Called when the library is loaded (an `.init_array` entry)
+/// and, in case the loader skipped that, on every lock; never blocks.
+pub(crate) fn register() {
+    if REGISTERED.load(Ordering::Acquire) == 2 {
+        return;
+    }
+    if REGISTERED.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        // SAFETY: registers three handlers with no preconditions; they only lock and unlock the library's
+        // own mutexes and store to atomics.
+        unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+        REGISTERED.store(2, Ordering::Release);
+    }
+}
+
+extern "C" fn register_at_load() {
+    register();
+}
+
+/// Runs [`register`] when the library (or a program linking it statically) is loaded, before any thread of the
+/// program can be inside the library.
+#[cfg(target_os = "linux")]
+#[used]
+#[link_section = ".init_array"]
+static REGISTER_AT_LOAD: extern "C" fn() = register_at_load;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_once_keeps_the_first_value() {
+        static CELL: InitOnce<String> = InitOnce::new();
+        assert!(CELL.get().is_none());
+        assert_eq!(CELL.get_or_init(|| "a".to_string()), "a");
+        assert_eq!(CELL.get_or_init(|| "b".to_string()), "a");
+        assert_eq!(CELL.get().map(String::as_str), Some("a"));
+    }
+
+    #[test]
+    fn registered_at_load() {
+        assert_eq!(REGISTERED.load(Ordering::Acquire), 2);
+    }
+
+    /// Every process-global lock in the sources is fork-safe: a `GlobalMutex` held by the fork handlers, or one
+    /// of the CUDA-only locks the module documentation explains; no `OnceLock`, `Once` or `LazyLock` (which
+    /// a child forked during their initialisation would wait on for ever).
+    #[test]
+    fn every_process_global_lock_is_fork_safe() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let held = std::fs::read_to_string(src.join("forksafe.rs")).unwrap();
+        let cuda_only = ["CONTEXTS", "PAIRS", "SUPPORTED"];
+        let mut stack = vec![src];
+        let mut bad = Vec::new();
+        while let Some(dir) = stack.pop() {
+            for e in std::fs::read_dir(dir).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                    continue;
+                }
+                let text = std::fs::read_to_string(&p).unwrap();
+                let file = p.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap().display().to_string();
+                for line in text.lines().map(str::trim) {
+                    if !line.starts_with("static ") && !line.starts_with("pub(crate) static ") {
+                        continue;
+                    }
+                    let name = line.split_whitespace().find(|w| w.ends_with(':')).unwrap_or("").trim_end_matches(':');
+                    if ["OnceLock", "Once", "LazyLock", "Lazy<", "OnceCell"].iter().any(|t| line.contains(t))
+                        && !line.contains("InitOnce")
+                    {
+                        bad.push(format!("{file}: {line} (use forksafe::InitOnce)"));
+                    }
+                    let global = line.contains("GlobalMutex<") || line.contains("GlobalRwLock<");
+                    let lock = ["Mutex<", "RwLock<"].iter().any(|t| line.contains(t));
+                    if lock && !global && !cuda_only.contains(&name) {
+                        bad.push(format!("{file}: {line} (use forksafe::GlobalMutex)"));
+                    }
+                    if global && !held.contains(&format!("::{name}.hold()")) {
+                        bad.push(format!("{file}: {line} (not held by forksafe::prepare)"));
+                    }
+                }
+            }
+        }
+        assert!(bad.is_empty(), "process-global state a forked child could find locked:\n{}", bad.join("\n"));
+    }
+}
