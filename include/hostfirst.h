@@ -53,7 +53,7 @@
 /**
  * Minor version of this header.
  */
-#define HOSTFIRST_VERSION_MINOR 1
+#define HOSTFIRST_VERSION_MINOR 2
 
 /**
  * Patch version of this header.
@@ -64,7 +64,7 @@
  * `MAJOR * 1000000 + MINOR * 1000 + PATCH` of this header (the sqlite idiom). Programs should check
  * `hostfirst_version_number() == HOSTFIRST_VERSION_NUMBER` at start-up.
  */
-#define HOSTFIRST_VERSION_NUMBER 1000
+#define HOSTFIRST_VERSION_NUMBER 2000
 
 /**
  * Cap on tensors in one safetensors file (larger headers give `HOSTFIRST_STATUS_LIMIT_EXCEEDED`).
@@ -1464,7 +1464,7 @@ hostfirst_status hostfirst_last_error_message(char *buf,
 hostfirst_status hostfirst_last_fit(struct hostfirst_fit_info *out);
 
 /**
- * Returns the library version as a static string such as `"0.1.0"`.
+ * Returns the library version as a static string such as `"0.2.0"`.
  *
  * Never fails; the string lives for the process lifetime. Thread-safe.
  */
