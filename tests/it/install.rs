@@ -63,11 +63,17 @@ fn build_script_and_cargo_c_metadata_follow_the_policy() {
 }
 
 /// Whether `tool` runs here. Missing under CI is a failure; elsewhere the caller skips.
-fn have_tool(tool: &str, version_arg: &str) -> bool {
+pub(crate) fn have_tool(tool: &str, version_arg: &str) -> bool {
     let ok = Command::new(tool).arg(version_arg).output().map(|o| o.status.success()).unwrap_or(false);
     if !ok {
         let ci = std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false);
-        assert!(!ci, "{tool} is missing (CI=true): install it (scripts/test.sh does: apt-get install {tool})");
+        let package = match tool {
+            "abidiff" | "abidw" => "abigail-tools",
+            "go" => "golang-go",
+            "readelf" => "binutils",
+            other => other,
+        };
+        assert!(!ci, "{tool} is missing (CI=true): install it (scripts/test.sh does: apt-get install {package})");
         // Written to the real stderr, past the test harness's capture of eprintln!, so the skip is seen.
         use std::io::Write;
         let _ = writeln!(
@@ -95,13 +101,13 @@ fn stdout(out: Output) -> String {
 }
 
 /// target/<profile>/hostfirst-tests/install: the work area of this test binary.
-fn work_dir() -> PathBuf {
+pub(crate) fn work_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     exe.parent().and_then(|d| d.parent()).unwrap().join("hostfirst-tests").join("install")
 }
 
 /// Runs scripts/install.sh into a fresh prefix, once for the whole binary; returns the prefix.
-fn prefix() -> &'static Path {
+pub(crate) fn prefix() -> &'static Path {
     static PREFIX: OnceLock<PathBuf> = OnceLock::new();
     PREFIX.get_or_init(|| {
         let prefix = work_dir().join("prefix");
@@ -118,11 +124,11 @@ fn prefix() -> &'static Path {
     })
 }
 
-fn soname() -> String {
+pub(crate) fn soname() -> String {
     format!("libhostfirst.so.{}", policy_soversion(env!("CARGO_PKG_VERSION")))
 }
 
-fn real_name() -> String {
+pub(crate) fn real_name() -> String {
     let v = env!("CARGO_PKG_VERSION");
     format!("libhostfirst.so.{}", v.split(['-', '+']).next().unwrap())
 }
