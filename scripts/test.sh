@@ -3,7 +3,8 @@
 # (a C and C++ compiler, binutils, cmake and pkg-config, Python packages), then runs every test:
 #   formatting, clippy and every target building; Rust unit and property tests, C ABI programs (-Wall -Wextra -Werror), header checks, the stand-in CUDA
 #   driver tests (twice: immediate and deferred), the CLI, the fuzz corpus replay, the install tests (tests/it/install.rs),
-#   the ABI check against the committed baseline and the symbol versions (tests/it/abi.rs), the C programs again under valgrind memcheck (tests/it/valgrind.rs),
+#   the ABI check against the committed baseline and the symbol versions (tests/it/abi.rs), the Go binding against
+#   the installed library (tests/it/go.rs), the C programs again under valgrind memcheck (tests/it/valgrind.rs),
 #   the Python wheel and its tests in fresh venvs (scripts/test-python.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +30,8 @@ have valgrind || apt_install valgrind
 have objcopy || apt_install binutils
 # libabigail's abidiff: the ABI check against the committed baseline abi/<SONAME>.abi (tests/it/abi.rs).
 have abidiff && have abidw || apt_install abigail-tools
+# Go (cgo): the Go binding's tests against the installed library (tests/it/go.rs; offline, stdlib only).
+have go || apt_install golang-go
 
 # The house rules: formatted, clippy-clean on every target, every target (benches included) builds.
 cargo fmt --check
