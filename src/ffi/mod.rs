@@ -48,8 +48,10 @@ macro_rules! hostfirst_boundary {
 macro_rules! symbol_version {
     ($name:literal) => {
         // An item (global_asm! is not a statement), nested in the exported function so that it lands in the
-        // same object file as the function's definition (`.symver` needs the symbol defined there).
-        #[cfg(hostfirst_symver)]
+        // same object file as the function's definition (`.symver` needs the symbol defined there). Not in the
+        // crate's own unit-test binary: an executable need not keep an exported function, and an optimised
+        // build drops those it inlined everywhere, leaving `.symver` nothing to bind.
+        #[cfg(all(hostfirst_symver, not(test)))]
         mod symver {
             ::core::arch::global_asm!(concat!(
                 ".symver ",
