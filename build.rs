@@ -14,12 +14,21 @@
 //! (`target/<profile>/`), as an installed tree has it: a program linked with `-Ltarget/release -lhostfirst`
 //! records the SONAME, so without the link the loader finds nothing there, even with an rpath (the README's
 //! checkout build line; `tests/it/readme_example.rs` runs it).
+//!
+//! Symbol versions: the cdylib is linked with the version script `abi/hostfirst.map` (one node, e.g.
+//! `HOSTFIRST_0.2`, for every `hostfirst_*` export; everything else local), under cargo-c too. The node name is
+//! passed to the crate as `HOSTFIRST_SYMBOL_VERSION`, and `hostfirst_boundary!` binds each export to it with a
+//! `.symver` directive (cfg `hostfirst_symver`), which rustc's own version script cannot override. GNU ld refuses
+//! two version scripts (rustc's is anonymous), so the link uses lld (`-fuse-ld=lld`): rustc's bundled rust-lld on
+//! x86_64 Linux (the default linker there since Rust 1.90), a system `ld.lld` elsewhere.
 
 use std::env;
 use std::path::{Path, PathBuf};
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed={VERSION_SCRIPT}");
+    println!("cargo:rustc-check-cfg=cfg(hostfirst_symver)");
 
     let major: u64 = version_part("CARGO_PKG_VERSION_MAJOR");
     let minor: u64 = version_part("CARGO_PKG_VERSION_MINOR");
@@ -38,6 +47,14 @@ fn main() {
     if !elf_versioned {
         return;
     }
+
+    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let script = manifest_dir.join(VERSION_SCRIPT);
+    let node = version_node(&script);
+    println!("cargo:rustc-env=HOSTFIRST_SYMBOL_VERSION={node}");
+    println!("cargo:rustc-cfg=hostfirst_symver");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,--version-script={}", script.display());
+    println!("cargo:rustc-cdylib-link-arg=-fuse-ld=lld");
 
     let soname = format!("libhostfirst.so.{soversion}");
     // Made visible to the crate's own targets (the integration tests use it to find and check the SONAME).
@@ -85,6 +102,24 @@ fn soname_link(dir: &Path, soname: &str) -> std::io::Result<()> {
 #[cfg(not(unix))]
 fn soname_link(_dir: &Path, _soname: &str) -> std::io::Result<()> {
     Ok(())
+}
+
+/// The linker version script, relative to the package root.
+const VERSION_SCRIPT: &str = "abi/hostfirst.map";
+
+/// The name of the one version node the script defines (`NAME {` at the start of a line).
+fn version_node(script: &Path) -> String {
+    let text = std::fs::read_to_string(script).unwrap_or_else(|e| panic!("cannot read {}: {e}", script.display()));
+    let nodes: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim_end().strip_suffix('{'))
+        .map(str::trim)
+        .filter(|n| n.starts_with("HOSTFIRST_"))
+        .collect();
+    match nodes.as_slice() {
+        [one] => one.to_string(),
+        _ => panic!("{} must define exactly one HOSTFIRST_* version node, found {nodes:?}", script.display()),
+    }
 }
 
 fn version_part(var: &str) -> u64 {

@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 have() { command -v "$1" >/dev/null 2>&1; }
 have cc || { apt-get update -qq && apt-get install -y -qq gcc >&2; }
 
-cargo build --release --quiet   # also puts the SONAME link libhostfirst.so.0.1 beside the library (build.rs)
+cargo build --release --quiet   # also puts the SONAME link libhostfirst.so.0.2 beside the library (build.rs)
 mkdir -p target/demo
 cc -std=c11 -O2 -Wall -Wextra -Werror -Iinclude -Iexamples-c/cli examples-c/cli/*.c -o target/demo/hostfirst \
    -Ltarget/release -Wl,-rpath,"$PWD/target/release" -lhostfirst -lpthread -lm

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Builds hostfirst in release mode and installs it under a prefix, without cargo-c:
 #
-#   <prefix>/<libdir>/libhostfirst.so.X.Y.Z            the shared library (SONAME libhostfirst.so.<soversion>)
+#   <prefix>/<libdir>/libhostfirst.so.X.Y.Z            the shared library (SONAME libhostfirst.so.<soversion>),
+#                                                      stripped; symbols versioned HOSTFIRST_X.Y (abi/hostfirst.map)
+#   <prefix>/<libdir>/libhostfirst.so.X.Y.Z.debug      its debug info (objcopy --only-keep-debug; the library
+#                                                      names it in .gnu_debuglink, so gdb and abidiff find it)
 #   <prefix>/<libdir>/libhostfirst.so.<soversion>      -> libhostfirst.so.X.Y.Z   (what the loader looks for)
 #   <prefix>/<libdir>/libhostfirst.so                  -> libhostfirst.so.X.Y.Z   (what the linker looks for)
-#   <prefix>/<libdir>/libhostfirst.a                   the static library
+#   <prefix>/<libdir>/libhostfirst.a                   the static library (debug info stripped)
 #   <prefix>/include/hostfirst.h                       (and every other include/*.h, include/*.hpp)
 #   <prefix>/<libdir>/pkgconfig/hostfirst.pc
 #   <prefix>/<libdir>/cmake/hostfirst/hostfirstConfig.cmake, hostfirstConfigVersion.cmake
@@ -17,7 +20,8 @@
 #                    still name <prefix>
 #   --features LIST  cargo features to build with (default: none)
 #   --no-cli         do not build and install the hostfirst CLI (it needs a C compiler)
-# Environment: CARGO (default cargo), RUSTC (default rustc), CC (default cc). See docs/PACKAGING.md.
+# Environment: CARGO (default cargo), RUSTC (default rustc), CC (default cc), OBJCOPY (default objcopy).
+# See docs/PACKAGING.md.
 set -euo pipefail
 
 die() { echo "install.sh: $*" >&2; exit 1; }
@@ -74,6 +78,8 @@ cd "$(dirname "$0")/.."
 root="$PWD"
 cargo="${CARGO:-cargo}"
 cc="${CC:-cc}"
+objcopy="${OBJCOPY:-objcopy}"
+command -v "$objcopy" >/dev/null 2>&1 || die "'$objcopy' not found (binutils): it splits the debug info off the library"
 if [ "$cli" = 1 ] && ! command -v "$cc" >/dev/null 2>&1; then
     die "the hostfirst CLI needs a C compiler ('$cc' not found): install one, set CC, or pass --no-cli"
 fi
@@ -161,11 +167,22 @@ dest_pc="$dest_lib/pkgconfig"
 dest_cmake="$destdir$prefix/$cmakedir"
 mkdir -p "$dest_lib" "$dest_inc" "$dest_pc" "$dest_cmake"
 
-install -m 0755 "$out/libhostfirst.so" "$dest_lib/$real.tmp"
+# The library stripped (the release profile builds it with full debug info), its debug info in a file of its
+# own beside it, named by the library's .gnu_debuglink (the name is recorded as given, so both are made under
+# their final names in a scratch directory first).
+split="$(mktemp -d)"
+trap 'rm -f "$log"; rm -rf "$split"' EXIT
+"$objcopy" --only-keep-debug "$out/libhostfirst.so" "$split/$real.debug" || die "objcopy --only-keep-debug failed"
+"$objcopy" --strip-unneeded --add-gnu-debuglink="$split/$real.debug" "$out/libhostfirst.so" "$split/$real" \
+    || die "objcopy --strip-unneeded failed"
+"$objcopy" --strip-debug "$out/libhostfirst.a" "$split/libhostfirst.a" || die "objcopy --strip-debug failed"
+
+install -m 0755 "$split/$real" "$dest_lib/$real.tmp"
 mv -f "$dest_lib/$real.tmp" "$dest_lib/$real"   # replace, never write into a file a running program maps
+install -m 0644 "$split/$real.debug" "$dest_lib/$real.debug"
 ln -sfn "$real" "$dest_lib/$soname"
 ln -sfn "$real" "$dest_lib/libhostfirst.so"
-install -m 0644 "$out/libhostfirst.a" "$dest_lib/libhostfirst.a"
+install -m 0644 "$split/libhostfirst.a" "$dest_lib/libhostfirst.a"
 
 shopt -s nullglob
 headers=("$root"/include/*.h "$root"/include/*.hpp)

@@ -2,9 +2,10 @@
 # The whole hostfirst test suite, on a fresh machine: installs what the tests need when it is missing
 # (a C and C++ compiler, binutils, cmake and pkg-config, Python packages), then runs every test:
 #   formatting, clippy and every target building; Rust unit and property tests, C ABI programs (-Wall -Wextra -Werror), header checks, the stand-in CUDA
-#   driver tests (twice: immediate and deferred), the CLI, the fuzz corpus replay, the install tests (tests/install.rs),
-#   the C programs again under valgrind memcheck (tests/it/valgrind.rs), the Python wheel and its tests in fresh
-#   venvs (scripts/test-python.sh).
+#   driver tests (twice: immediate and deferred), the CLI, the fuzz corpus replay, the install tests (tests/it/install.rs),
+#   the ABI check against the committed baseline and the symbol versions (tests/it/abi.rs), the Go binding against
+#   the installed library (tests/it/go.rs), the C programs again under valgrind memcheck (tests/it/valgrind.rs),
+#   the Python wheel and its tests in fresh venvs (scripts/test-python.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,12 @@ have cargo || { echo "test.sh: cargo (Rust) is required" >&2; exit 1; }
 have mpicc && have mpirun || apt_install openmpi-bin libopenmpi-dev
 # valgrind: the C programs run again under memcheck (tests/it/valgrind.rs).
 have valgrind || apt_install valgrind
+# objcopy splits the debug info off the installed library (scripts/install.sh).
+have objcopy || apt_install binutils
+# libabigail's abidiff: the ABI check against the committed baseline abi/<SONAME>.abi (tests/it/abi.rs).
+have abidiff && have abidw || apt_install abigail-tools
+# Go (cgo): the Go binding's tests against the installed library (tests/it/go.rs; offline, stdlib only).
+have go || apt_install golang-go
 
 # The house rules: formatted, clippy-clean on every target, every target (benches included) builds.
 cargo fmt --check

@@ -353,11 +353,11 @@ fn delete<T>(t: *mut T) {
 }
 
 extern "C" fn dlpack_deleter(t: *mut hostfirst_dlpack_managed_tensor_versioned) {
-    hostfirst_boundary!("hostfirst_dlpack_deleter", default = (), { delete(t) })
+    hostfirst_boundary!(local "hostfirst_dlpack_deleter", default = (), { delete(t) })
 }
 
 extern "C" fn dlpack_legacy_deleter(t: *mut hostfirst_dlpack_managed_tensor) {
-    hostfirst_boundary!("hostfirst_dlpack_legacy_deleter", default = (), { delete(t) })
+    hostfirst_boundary!(local "hostfirst_dlpack_legacy_deleter", default = (), { delete(t) })
 }
 
 /// The `DLTensor` of an export; `dims` and `strides` (owned by the registry entry) back its shape and strides.

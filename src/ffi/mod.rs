@@ -17,14 +17,55 @@
 /// hostfirst_boundary!("hostfirst_x", { ...; Ok(()) })                 // returns hostfirst_status
 /// hostfirst_boundary!("hostfirst_y", default = 0, { ...; value })     // returns a value, `default` on panic
 /// ```
+///
+/// It also gives the exported symbol its version node (`hostfirst_x@@HOSTFIRST_0.2`, see [`symbol_version!`]),
+/// so a function added by anyone is versioned like the rest. A function C only gets by pointer (a DLPack
+/// deleter, a callback) is not exported and has no symbol to version: it says `local`, as in
+/// `hostfirst_boundary!(local "hostfirst_x_deleter", default = (), { ... })`. (Forgetting `local` there fails
+/// the build with "default version symbol NAME@@HOSTFIRST_0.2 must be defined".)
 macro_rules! hostfirst_boundary {
-    ($name:literal, default = $def:expr, $body:block) => {
+    (local $name:literal, default = $def:expr, $body:block) => {
         $crate::ffi::run_value($name, $def, || $body)
     };
-    ($name:literal, $body:block) => {
+    ($name:literal, default = $def:expr, $body:block) => {{
+        $crate::ffi::symbol_version!($name);
+        $crate::ffi::run_value($name, $def, || $body)
+    }};
+    ($name:literal, $body:block) => {{
+        $crate::ffi::symbol_version!($name);
         $crate::ffi::run_status($name, || -> $crate::error::Result<()> { $body })
+    }};
+}
+
+/// Binds the exported symbol `$name` to the version node of abi/hostfirst.map (`HOSTFIRST_SYMBOL_VERSION`,
+/// read from the map by build.rs) with an assembler `.symver` directive, on ELF targets with symbol versions.
+///
+/// Why not the version script alone: rustc links every cdylib with its own anonymous version script naming each
+/// export, and a name listed there stays unversioned whatever a second script says (lld), or the link fails
+/// (GNU ld). A `.symver` binding wins over both scripts; the map only defines the node. `remove` drops the
+/// unversioned alias from the object file, so the static library and the rlib define each function once (the
+/// linker resolves plain `hostfirst_x` references to the default version `hostfirst_x@@NODE`).
+macro_rules! symbol_version {
+    ($name:literal) => {
+        // An item (global_asm! is not a statement), nested in the exported function so that it lands in the
+        // same object file as the function's definition (`.symver` needs the symbol defined there). Not in the
+        // crate's own unit-test binary: an executable need not keep an exported function, and an optimised
+        // build drops those it inlined everywhere, leaving `.symver` nothing to bind.
+        #[cfg(all(hostfirst_symver, not(test)))]
+        mod symver {
+            ::core::arch::global_asm!(concat!(
+                ".symver ",
+                $name,
+                ", ",
+                $name,
+                "@@",
+                env!("HOSTFIRST_SYMBOL_VERSION"),
+                ", remove"
+            ));
+        }
     };
 }
+pub(crate) use symbol_version;
 
 /// Argument helpers (a leaf module; see its doc).
 pub(crate) mod args;

@@ -8,16 +8,16 @@ use std::ffi::c_char;
 pub const HOSTFIRST_VERSION_MAJOR: u32 = 0;
 
 /// Minor version of this header.
-pub const HOSTFIRST_VERSION_MINOR: u32 = 1;
+pub const HOSTFIRST_VERSION_MINOR: u32 = 2;
 
 /// Patch version of this header.
 pub const HOSTFIRST_VERSION_PATCH: u32 = 0;
 
 /// `MAJOR * 1000000 + MINOR * 1000 + PATCH` of this header (the sqlite idiom). Programs should check
 /// `hostfirst_version_number() == HOSTFIRST_VERSION_NUMBER` at start-up.
-pub const HOSTFIRST_VERSION_NUMBER: u32 = 1000;
+pub const HOSTFIRST_VERSION_NUMBER: u32 = 2000;
 
-/// Returns the library version as a static string such as `"0.1.0"`.
+/// Returns the library version as a static string such as `"0.2.0"`.
 ///
 /// Never fails; the string lives for the process lifetime. Thread-safe.
 #[no_mangle]

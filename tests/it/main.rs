@@ -1,6 +1,7 @@
 //! The integration tests, one binary (each file below was its own binary; one link of the crate instead of
 //! twenty). Run one group with `cargo test --test it cuda_stub::`, one test with its full path.
 
+mod abi;
 mod boundary;
 mod c_abi;
 mod cli_devices;
@@ -19,6 +20,7 @@ mod file_props;
 mod file_sets;
 mod file_sparse;
 mod file_support;
+mod go;
 mod gpu_harness;
 mod handoff;
 mod header;

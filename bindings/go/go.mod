@@ -1,0 +1,3 @@
+module hostfirst
+
+go 1.19

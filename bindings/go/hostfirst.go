@@ -1,0 +1,538 @@
+// Package hostfirst is a small Go binding of libhostfirst's C API (cgo): the device census, safetensors files
+// and their tensor views, reads, puts to a device, and the library's status codes and messages as Go errors.
+//
+// It builds against an installed hostfirst (scripts/install.sh or cargo cinstall), found with pkg-config:
+//
+//	PKG_CONFIG_PATH=<prefix>/lib/pkgconfig CGO_ENABLED=1 go build
+//
+// and needs the library at run time (its SONAME on the loader's path, or LD_LIBRARY_PATH=<prefix>/lib).
+//
+// Errors: the C library keeps the message of a failed call per OS thread, and a goroutine may move between
+// threads between two cgo calls. So each call goes through a C shim that makes the call and, on failure, copies
+// the message in the same cgo call (the same thread).
+//
+// Handles: the library's handles are ids (a freed or stale one gives INVALID_HANDLE, never a crash), not
+// addresses, so Go keeps them as uintptr and the shims cast them: a small integer held as a Go pointer would
+// be reported as a bad pointer by Go's garbage collector.
+//
+// Lifetimes: File, View and Buffer own one library handle each. Close releases it (a second Close does nothing);
+// a finalizer closes what is forgotten. A View keeps its File open and a Buffer keeps its View.
+package hostfirst
+
+/*
+#cgo pkg-config: hostfirst
+#include <stdlib.h>
+#include <string.h>
+#include <hostfirst.h>
+
+#if HOSTFIRST_VERSION_MAJOR != 0 || HOSTFIRST_VERSION_MINOR != 2
+#error "this Go package is written for hostfirst 0.2 (installed hostfirst.h has another ABI line)"
+#endif
+
+// The message of the call that just failed, copied (free it), or NULL on success.
+static char *hf_go_err(hostfirst_status st) {
+	return st == HOSTFIRST_STATUS_OK ? NULL : strdup(hostfirst_last_error());
+}
+
+static hostfirst_status hf_go_backend(size_t i, hostfirst_backend_info *out, char **err) {
+	hostfirst_status st = hostfirst_backend_describe(i, out);
+	*err = hf_go_err(st);
+	return st;
+}
+
+static hostfirst_status hf_go_devices(hostfirst_device *out, size_t cap, size_t *count, char **err) {
+	hostfirst_status st = hostfirst_devices(out, cap, count);
+	*err = st == HOSTFIRST_STATUS_BUFFER_TOO_SMALL ? NULL : hf_go_err(st);
+	return st;
+}
+
+static hostfirst_status hf_go_device_parse(const char *spec, hostfirst_device *out, char **err) {
+	hostfirst_status st = hostfirst_device_parse(spec, out);
+	*err = hf_go_err(st);
+	return st;
+}
+
+static hostfirst_status hf_go_file_open(const char *path, uintptr_t *out, char **err) {
+	hostfirst_file *f = NULL;
+	hostfirst_status st = hostfirst_file_open(path, &f);
+	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)f;
+	*err = hf_go_err(st);
+	return st;
+}
+
+static hostfirst_status hf_go_file_free(uintptr_t f, char **err) {
+	hostfirst_status st = hostfirst_file_free((hostfirst_file *)f);
+	*err = hf_go_err(st);
+	return st;
+}
+
+static hostfirst_status hf_go_tensor_count(uintptr_t f, size_t *out, char **err) {
+	hostfirst_status st = hostfirst_file_tensor_count((const hostfirst_file *)f, out);
+	*err = hf_go_err(st);
+	return st;
+}
+
+static hostfirst_status hf_go_tensor_name(uintptr_t f, size_t i, const char **out, char **err) {
+	hostfirst_status st = hostfirst_file_tensor_name((const hostfirst_file *)f, i, out);
+	*err = hf_go_err(st);
+	return st;
+}
+
+static hostfirst_status hf_go_file_view(uintptr_t f, const char *name, uintptr_t *out, char **err) {
+	hostfirst_view *v = NULL;
+	hostfirst_status st = hostfirst_file_view((const hostfirst_file *)f, name, &v);
+	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)v;
+	*err = hf_go_err(st);
+	return st;
+}
+
+static hostfirst_status hf_go_view_free(uintptr_t v, char **err) {
+	hostfirst_status st = hostfirst_view_free((hostfirst_view *)v);
+	*err = hf_go_err(st);
+	return st;
+}
+
+static hostfirst_status hf_go_view_describe(uintptr_t v, hostfirst_view_info *out, char **err) {
+	out->struct_size = sizeof *out;
+	hostfirst_status st = hostfirst_view_describe((const hostfirst_view *)v, out);
+	*err = hf_go_err(st);
+	return st;
+}
+
+static hostfirst_status hf_go_view_read(uintptr_t v, uint64_t off, void *dst, size_t len, char **err) {
+	hostfirst_status st = hostfirst_view_read((const hostfirst_view *)v, off, dst, len);
+	*err = hf_go_err(st);
+	return st;
+}
+
+static hostfirst_status hf_go_put(uintptr_t v, hostfirst_device target, uintptr_t *out, char **err) {
+	hostfirst_buffer *b = NULL;
+	hostfirst_status st = hostfirst_put((const hostfirst_view *)v, &target, NULL, &b);
+	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)b;
+	*err = hf_go_err(st);
+	return st;
+}
+
+static hostfirst_status hf_go_buffer_free(uintptr_t b, char **err) {
+	hostfirst_status st = hostfirst_buffer_free((hostfirst_buffer *)b);
+	*err = hf_go_err(st);
+	return st;
+}
+
+static hostfirst_status hf_go_buffer_describe(uintptr_t b, hostfirst_buffer_info *out, char **err) {
+	out->struct_size = sizeof *out;
+	hostfirst_status st = hostfirst_buffer_describe((const hostfirst_buffer *)b, out);
+	*err = hf_go_err(st);
+	return st;
+}
+
+static hostfirst_status hf_go_buffer_copy(uintptr_t b, void *dst, size_t cap, char **err) {
+	hostfirst_status st = hostfirst_buffer_copy_to_host((const hostfirst_buffer *)b, dst, cap);
+	*err = hf_go_err(st);
+	return st;
+}
+
+static hostfirst_status hf_go_handle_count(size_t *out, char **err) {
+	hostfirst_status st = hostfirst_handle_count(out);
+	*err = hf_go_err(st);
+	return st;
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+)
+
+// Status is a hostfirst_status code. Values are stable and never renumbered.
+type Status uint32
+
+// The statuses this package's callers most often test for; any other value prints by its library name.
+const (
+	StatusOK              Status = C.HOSTFIRST_STATUS_OK
+	StatusNullArgument    Status = C.HOSTFIRST_STATUS_NULL_ARGUMENT
+	StatusInvalidArgument Status = C.HOSTFIRST_STATUS_INVALID_ARGUMENT
+	StatusInvalidHandle   Status = C.HOSTFIRST_STATUS_INVALID_HANDLE
+	StatusNotFound        Status = C.HOSTFIRST_STATUS_NOT_FOUND
+	StatusOutOfRange      Status = C.HOSTFIRST_STATUS_OUT_OF_RANGE
+	StatusNoSuchDevice    Status = C.HOSTFIRST_STATUS_NO_SUCH_DEVICE
+	StatusIO              Status = C.HOSTFIRST_STATUS_IO
+	StatusNotSafetensors  Status = C.HOSTFIRST_STATUS_NOT_SAFETENSORS
+)
+
+// String is the library's name for the status, such as "NOT_FOUND".
+func (s Status) String() string {
+	return C.GoString(C.hostfirst_status_name(C.uint32_t(s)))
+}
+
+// Error is a failed call: its status and the library's message, which names the thing (file, tensor,
+// device) and the numbers.
+type Error struct {
+	Status  Status
+	Message string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("hostfirst: %s: %s", e.Status, e.Message) }
+
+// ErrClosed is returned by methods of a File, View or Buffer after its Close.
+var ErrClosed = errors.New("hostfirst: use after Close")
+
+// check turns a shim's status and copied message into an error (nil on success) and frees the copy.
+func check(st C.hostfirst_status, msg *C.char) error {
+	if msg != nil {
+		defer C.free(unsafe.Pointer(msg))
+	}
+	if st == C.HOSTFIRST_STATUS_OK {
+		return nil
+	}
+	text := ""
+	if msg != nil {
+		text = C.GoString(msg)
+	}
+	return &Error{Status: Status(st), Message: text}
+}
+
+// Version is the library's version string, such as "0.2.0".
+func Version() string { return C.GoString(C.hostfirst_version()) }
+
+// VersionNumber is the library's MAJOR*1000000 + MINOR*1000 + PATCH.
+func VersionNumber() uint32 { return uint32(C.hostfirst_version_number()) }
+
+// HeaderVersionNumber is the same number for the header this package was compiled against.
+const HeaderVersionNumber uint32 = C.HOSTFIRST_VERSION_NUMBER
+
+// Backend is one entry of the device census (cpu, cuda, ...).
+type Backend struct {
+	Name          string
+	Status        string // "available", "library_not_found", ...
+	Available     bool
+	Reason        string
+	DriverVersion string
+	DeviceCount   int
+}
+
+// Backends lists the census: every backend the library knows, available or not, and why.
+func Backends() ([]Backend, error) {
+	n := int(C.hostfirst_backend_count())
+	out := make([]Backend, 0, n)
+	for i := 0; i < n; i++ {
+		var info C.hostfirst_backend_info
+		var msg *C.char
+		if err := check(C.hf_go_backend(C.size_t(i), &info, &msg), msg); err != nil {
+			return nil, err
+		}
+		out = append(out, Backend{
+			Name:          C.GoString(info.name),
+			Status:        C.GoString(C.hostfirst_backend_status_name(C.uint32_t(info.status))),
+			Available:     info.status == C.HOSTFIRST_BACKEND_STATUS_AVAILABLE,
+			Reason:        C.GoString(info.reason),
+			DriverVersion: C.GoString(info.driver_version),
+			DeviceCount:   int(info.device_count),
+		})
+	}
+	return out, nil
+}
+
+// Device names one device: a kind (a hostfirst_device_kind: 1 cpu, 2 cuda, 3 cuda_host) and an ordinal.
+type Device struct {
+	Kind    int32
+	Ordinal int32
+}
+
+func (d Device) c() C.hostfirst_device {
+	return C.hostfirst_device{kind: C.int32_t(d.Kind), ordinal: C.int32_t(d.Ordinal)}
+}
+
+// IsCPU reports whether d is the host.
+func (d Device) IsCPU() bool { return d.Kind == C.HOSTFIRST_DEVICE_CPU }
+
+// ParseDevice parses a device spec such as "cpu" or "cuda:1".
+func ParseDevice(spec string) (Device, error) {
+	cs := C.CString(spec)
+	defer C.free(unsafe.Pointer(cs))
+	var d C.hostfirst_device
+	var msg *C.char
+	if err := check(C.hf_go_device_parse(cs, &d, &msg), msg); err != nil {
+		return Device{}, err
+	}
+	return Device{Kind: int32(d.kind), Ordinal: int32(d.ordinal)}, nil
+}
+
+// Devices lists every device the census found (the host first).
+func Devices() ([]Device, error) {
+	var count C.size_t
+	var msg *C.char
+	if st := C.hf_go_devices(nil, 0, &count, &msg); st != C.HOSTFIRST_STATUS_BUFFER_TOO_SMALL {
+		if err := check(st, msg); err != nil {
+			return nil, err
+		}
+	}
+	if count == 0 {
+		return nil, nil
+	}
+	buf := make([]C.hostfirst_device, count)
+	if err := check(C.hf_go_devices(&buf[0], count, &count, &msg), msg); err != nil {
+		return nil, err
+	}
+	out := make([]Device, 0, count)
+	for _, d := range buf[:count] {
+		out = append(out, Device{Kind: int32(d.kind), Ordinal: int32(d.ordinal)})
+	}
+	return out, nil
+}
+
+// HandleCount is the number of live library handles in the process (files, views, buffers, ...).
+func HandleCount() (int, error) {
+	var n C.size_t
+	var msg *C.char
+	if err := check(C.hf_go_handle_count(&n, &msg), msg); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+// handle is what File, View and Buffer share: one C handle, released once.
+type handle struct {
+	mu sync.Mutex
+	id C.uintptr_t // 0: closed
+}
+
+func (h *handle) get() (C.uintptr_t, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.id == 0 {
+		return 0, ErrClosed
+	}
+	return h.id, nil
+}
+
+// release frees the handle with free (once); later calls return nil.
+func (h *handle) release(free func(C.uintptr_t) error) error {
+	h.mu.Lock()
+	id := h.id
+	h.id = 0
+	h.mu.Unlock()
+	if id == 0 {
+		return nil
+	}
+	return free(id)
+}
+
+// File is an open safetensors file (or sharded set): its header is parsed, its data stays on disk, mapped.
+type File struct{ h handle }
+
+// Open opens a .safetensors file or a *.safetensors.index.json; only the header is read.
+func Open(path string) (*File, error) {
+	cs := C.CString(path)
+	defer C.free(unsafe.Pointer(cs))
+	var id C.uintptr_t
+	var msg *C.char
+	if err := check(C.hf_go_file_open(cs, &id, &msg), msg); err != nil {
+		return nil, err
+	}
+	file := &File{h: handle{id: id}}
+	runtime.SetFinalizer(file, (*File).Close)
+	return file, nil
+}
+
+// Close releases the file. Views taken from it keep it alive until they are closed too.
+func (f *File) Close() error {
+	runtime.SetFinalizer(f, nil)
+	return f.h.release(func(id C.uintptr_t) error {
+		var msg *C.char
+		return check(C.hf_go_file_free(id, &msg), msg)
+	})
+}
+
+// TensorNames lists the tensors in the file's order.
+func (f *File) TensorNames() ([]string, error) {
+	p, err := f.h.get()
+	if err != nil {
+		return nil, err
+	}
+	defer runtime.KeepAlive(f)
+	var n C.size_t
+	var msg *C.char
+	if err := check(C.hf_go_tensor_count(p, &n, &msg), msg); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, n)
+	for i := C.size_t(0); i < n; i++ {
+		var name *C.char
+		if err := check(C.hf_go_tensor_name(p, i, &name, &msg), msg); err != nil {
+			return nil, err
+		}
+		names = append(names, C.GoString(name))
+	}
+	return names, nil
+}
+
+// View is one tensor of a file: zero-copy, read-only, never changed under its holder.
+type View struct {
+	h    handle
+	file *File // kept reachable: the library keeps the file open for the view anyway, this keeps Go's side too
+}
+
+// View returns the tensor called name.
+func (f *File) View(name string) (*View, error) {
+	p, err := f.h.get()
+	if err != nil {
+		return nil, err
+	}
+	defer runtime.KeepAlive(f)
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	var id C.uintptr_t
+	var msg *C.char
+	if err := check(C.hf_go_file_view(p, cs, &id, &msg), msg); err != nil {
+		return nil, err
+	}
+	view := &View{h: handle{id: id}, file: f}
+	runtime.SetFinalizer(view, (*View).Close)
+	return view, nil
+}
+
+// Close releases the view.
+func (v *View) Close() error {
+	runtime.SetFinalizer(v, nil)
+	return v.h.release(func(id C.uintptr_t) error {
+		var msg *C.char
+		return check(C.hf_go_view_free(id, &msg), msg)
+	})
+}
+
+// TensorInfo describes a view or a buffer.
+type TensorInfo struct {
+	Name       string
+	DType      uint32 // a hostfirst_dtype value
+	DTypeName  string // "U16", "F32", ...
+	Shape      []uint64
+	NBytes     uint64
+	FileOffset uint64 // views only: where the data starts in the file
+}
+
+func shape(p *C.uint64_t, rank C.uint32_t) []uint64 {
+	if rank == 0 || p == nil {
+		return []uint64{}
+	}
+	dims := unsafe.Slice((*uint64)(unsafe.Pointer(p)), int(rank))
+	return append([]uint64(nil), dims...)
+}
+
+// Info describes the tensor.
+func (v *View) Info() (TensorInfo, error) {
+	p, err := v.h.get()
+	if err != nil {
+		return TensorInfo{}, err
+	}
+	defer runtime.KeepAlive(v)
+	var info C.hostfirst_view_info
+	var msg *C.char
+	if err := check(C.hf_go_view_describe(p, &info, &msg), msg); err != nil {
+		return TensorInfo{}, err
+	}
+	return TensorInfo{
+		Name:       C.GoString(info.name),
+		DType:      uint32(info.dtype),
+		DTypeName:  C.GoString(C.hostfirst_dtype_name(info.dtype)),
+		Shape:      shape(info.shape, info.rank),
+		NBytes:     uint64(info.nbytes),
+		FileOffset: uint64(info.file_offset),
+	}, nil
+}
+
+// ReadAt copies len(dst) bytes of the tensor's data, starting at byte off, into dst (io.ReaderAt). A range
+// past the end is an *Error with StatusOutOfRange and nothing is copied.
+func (v *View) ReadAt(dst []byte, off int64) (int, error) {
+	p, err := v.h.get()
+	if err != nil {
+		return 0, err
+	}
+	defer runtime.KeepAlive(v)
+	if off < 0 {
+		return 0, &Error{Status: StatusOutOfRange, Message: fmt.Sprintf("negative offset %d", off)}
+	}
+	var ptr unsafe.Pointer
+	if len(dst) > 0 {
+		ptr = unsafe.Pointer(&dst[0]) // Go memory without Go pointers, not kept by C after the call
+	}
+	var msg *C.char
+	if err := check(C.hf_go_view_read(p, C.uint64_t(off), ptr, C.size_t(len(dst)), &msg), msg); err != nil {
+		return 0, err
+	}
+	return len(dst), nil
+}
+
+// Buffer is a tensor placed on a device by Put: an owned copy (or copy-on-write mapping) of its bytes.
+type Buffer struct {
+	h    handle
+	view *View
+}
+
+// Put places the tensor on device (for example the result of ParseDevice("cpu")) with default options.
+func (v *View) Put(device Device) (*Buffer, error) {
+	p, err := v.h.get()
+	if err != nil {
+		return nil, err
+	}
+	defer runtime.KeepAlive(v)
+	var id C.uintptr_t
+	var msg *C.char
+	if err := check(C.hf_go_put(p, device.c(), &id, &msg), msg); err != nil {
+		return nil, err
+	}
+	buf := &Buffer{h: handle{id: id}, view: v}
+	runtime.SetFinalizer(buf, (*Buffer).Close)
+	return buf, nil
+}
+
+// Close releases the buffer (and its device memory).
+func (b *Buffer) Close() error {
+	runtime.SetFinalizer(b, nil)
+	return b.h.release(func(id C.uintptr_t) error {
+		var msg *C.char
+		return check(C.hf_go_buffer_free(id, &msg), msg)
+	})
+}
+
+// Device is where the buffer lives.
+func (b *Buffer) Device() (Device, error) {
+	p, err := b.h.get()
+	if err != nil {
+		return Device{}, err
+	}
+	defer runtime.KeepAlive(b)
+	var info C.hostfirst_buffer_info
+	var msg *C.char
+	if err := check(C.hf_go_buffer_describe(p, &info, &msg), msg); err != nil {
+		return Device{}, err
+	}
+	return Device{Kind: int32(info.device.kind), Ordinal: int32(info.device.ordinal)}, nil
+}
+
+// Bytes copies the buffer's contents to Go memory (from any device).
+func (b *Buffer) Bytes() ([]byte, error) {
+	p, err := b.h.get()
+	if err != nil {
+		return nil, err
+	}
+	defer runtime.KeepAlive(b)
+	var info C.hostfirst_buffer_info
+	var msg *C.char
+	if err := check(C.hf_go_buffer_describe(p, &info, &msg), msg); err != nil {
+		return nil, err
+	}
+	out := make([]byte, int(info.nbytes))
+	var ptr unsafe.Pointer
+	if len(out) > 0 {
+		ptr = unsafe.Pointer(&out[0])
+	}
+	if err := check(C.hf_go_buffer_copy(p, ptr, C.size_t(len(out)), &msg), msg); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1,0 +1,286 @@
+package hostfirst
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// fixture is a file of the repository's test fixtures (tests/fixtures), or HOSTFIRST_FIXTURES/name.
+func fixture(t *testing.T, name string) string {
+	t.Helper()
+	dir := os.Getenv("HOSTFIRST_FIXTURES")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "tests", "fixtures")
+	}
+	p, err := filepath.Abs(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// handles checks that a test leaves the library's handle count as it found it.
+func handles(t *testing.T) {
+	t.Helper()
+	before, err := HandleCount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		after, err := HandleCount()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after != before {
+			t.Errorf("handles: %d before, %d after (a handle leaked or was freed twice)", before, after)
+		}
+	})
+}
+
+func TestVersionMatchesHeader(t *testing.T) {
+	if VersionNumber() != HeaderVersionNumber {
+		t.Fatalf("library %s (%d), header %d", Version(), VersionNumber(), HeaderVersionNumber)
+	}
+	if !strings.HasPrefix(Version(), "0.2.") {
+		t.Fatalf("version %q", Version())
+	}
+}
+
+func TestCensus(t *testing.T) {
+	backends, err := Backends()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cpu *Backend
+	for i := range backends {
+		if backends[i].Name == "cpu" {
+			cpu = &backends[i]
+		}
+		if backends[i].Status == "" {
+			t.Errorf("backend %q has no status name", backends[i].Name)
+		}
+	}
+	if cpu == nil || !cpu.Available || cpu.Status != "available" || cpu.DeviceCount != 1 {
+		t.Fatalf("no available cpu backend with one device in %+v", backends)
+	}
+	devices, err := Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devices) == 0 || !devices[0].IsCPU() || devices[0].Ordinal != 0 {
+		t.Fatalf("devices %+v: the host must come first", devices)
+	}
+}
+
+func TestOpenViewRead(t *testing.T) {
+	handles(t)
+	path := fixture(t, "tokens.safetensors")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	names, err := f.TensorNames()
+	if err != nil || len(names) != 1 || names[0] != "tokens" {
+		t.Fatalf("names %v, %v", names, err)
+	}
+	v, err := f.View("tokens")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	info, err := v.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Name != "tokens" || info.DTypeName != "U16" || len(info.Shape) != 1 || info.Shape[0] != 4096 || info.NBytes != 8192 {
+		t.Fatalf("info %+v", info)
+	}
+	// A read from the middle equals the file's bytes at the tensor's offset.
+	got := make([]byte, 100)
+	if n, err := v.ReadAt(got, 1000); err != nil || n != 100 {
+		t.Fatalf("ReadAt: %d, %v", n, err)
+	}
+	want := raw[info.FileOffset+1000 : info.FileOffset+1100]
+	if !bytes.Equal(got, want) {
+		t.Fatalf("ReadAt gave %x, the file has %x", got[:8], want[:8])
+	}
+	// Past the end: OUT_OF_RANGE naming the tensor, and nothing written.
+	tail := bytes.Repeat([]byte{0xAA}, 16)
+	_, err = v.ReadAt(tail, int64(info.NBytes)-8)
+	var e *Error
+	if !errors.As(err, &e) || e.Status != StatusOutOfRange || !strings.Contains(e.Message, "tokens") {
+		t.Fatalf("read past the end: %v", err)
+	}
+	if !bytes.Equal(tail, bytes.Repeat([]byte{0xAA}, 16)) {
+		t.Fatalf("a failed read wrote into the destination: %x", tail)
+	}
+}
+
+func TestPutToCPU(t *testing.T) {
+	handles(t)
+	f, err := Open(fixture(t, "tokens.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	v, err := f.View("tokens")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	cpu, err := ParseDevice("cpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := v.Put(cpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	d, err := b.Device()
+	if err != nil || d != cpu {
+		t.Fatalf("buffer on %+v (%v), want %+v", d, err, cpu)
+	}
+	got, err := b.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 8192)
+	if _, err := v.ReadAt(want, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("the buffer's bytes differ from the view's")
+	}
+	// The buffer is an owned copy: it outlives the view and the file.
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := b.Bytes()
+	if err != nil || !bytes.Equal(again, want) {
+		t.Fatalf("after closing the file: %v", err)
+	}
+}
+
+func TestErrorsCarryStatusAndMessage(t *testing.T) {
+	handles(t)
+	missing := filepath.Join(t.TempDir(), "missing.safetensors")
+	_, err := Open(missing)
+	var e *Error
+	if !errors.As(err, &e) || e.Status != StatusIO || !strings.Contains(e.Message, missing) {
+		t.Fatalf("opening a missing file: %v", err)
+	}
+	if e.Status.String() != "IO" || !strings.HasPrefix(err.Error(), "hostfirst: IO: ") {
+		t.Fatalf("status name %q, error %q", e.Status, err)
+	}
+
+	notSafetensors := filepath.Join(t.TempDir(), "notes.txt")
+	if err := os.WriteFile(notSafetensors, []byte("just some text, not a tensor file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(notSafetensors); !errors.As(err, &e) || e.Status != StatusNotSafetensors {
+		t.Fatalf("opening a text file: %v", err)
+	}
+
+	f, err := Open(fixture(t, "tokens.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.View("tokenz"); !errors.As(err, &e) || e.Status != StatusNotFound || !strings.Contains(e.Message, "tokenz") {
+		t.Fatalf("a missing tensor: %v", err)
+	}
+	if _, err := ParseDevice("tpu:0"); !errors.As(err, &e) || e.Status != StatusInvalidArgument || !strings.Contains(e.Message, "tpu") {
+		t.Fatalf("a bad device spec: %v", err)
+	}
+}
+
+// The message is read on the thread of the failing call even when goroutines hop threads in between.
+func TestErrorsFromManyGoroutines(t *testing.T) {
+	done := make(chan error)
+	for i := 0; i < 8; i++ {
+		go func(i int) {
+			for j := 0; j < 50; j++ {
+				name := filepath.Join(os.TempDir(), "hostfirst-go-missing", strings.Repeat("x", i+1)+".safetensors")
+				_, err := Open(name)
+				var e *Error
+				if !errors.As(err, &e) || !strings.Contains(e.Message, name) {
+					done <- err
+					return
+				}
+				runtime.Gosched()
+			}
+			done <- nil
+		}(i)
+	}
+	for i := 0; i < 8; i++ {
+		if err := <-done; err != nil {
+			t.Fatalf("a message that is not this goroutine's: %v", err)
+		}
+	}
+}
+
+func TestCloseIsIdempotentAndUseAfterCloseIsAnError(t *testing.T) {
+	handles(t)
+	f, err := Open(fixture(t, "tokens.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := f.View("tokens")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := v.Info(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Info after Close: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.View("tokens"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("View after Close: %v", err)
+	}
+}
+
+// Forgotten handles are released by the finalizers.
+func TestFinalizersReleaseHandles(t *testing.T) {
+	before, err := HandleCount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		f, err := Open(fixture(t, "tokens.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.View("tokens"); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	for i := 0; i < 20; i++ {
+		runtime.GC()
+		if n, _ := HandleCount(); n == before {
+			return
+		}
+	}
+	n, _ := HandleCount()
+	t.Fatalf("handles: %d before, %d after the garbage collector ran", before, n)
+}
