@@ -2337,16 +2337,19 @@ hostfirst_status hostfirst_load_free(struct hostfirst_load *load);
  * on `device`: allocates, after a fit check, the first batch (and for CUDA one page-locked staging buffer
  * of the same size and a stream). Writes a new handle to `*out` (free with `hostfirst_gather_free`).
  *
- * **Batch ownership: the ring.** Each run fills a batch that no one else holds and makes it the gather's
- * current batch. A batch handed out — a `hostfirst_buffer` handle from `hostfirst_gather_run_batch` or
+ * **Batch ownership: the ring.** Each run fills a batch that no one else holds, other than the current
+ * one, and makes it the gather's current batch only once every window is in place, so a run that fails
+ * never changes the current batch (at the ring's bound with only the current batch free, the windows are
+ * assembled in a private scratch or staging buffer first and copied into it on success). A batch handed out — a `hostfirst_buffer` handle from `hostfirst_gather_run_batch` or
  * `hostfirst_gather_batch`, or a DLPack export of one — is never rewritten while any such reference to it
  * remains (the handle not freed, the export's deleter not run), on cpu or on CUDA; on CUDA the rewrite also
  * waits, on the device, for the events recorded on the consumers' streams when they released it (see
  * `hostfirst_buffer_to_dlpack_ex` and `hostfirst_buffer_record_stream`). When every batch is held, the ring
  * grows by one batch (fit-checked: `OUT_OF_MEMORY` if it does not fit) up to its bound,
  * `HOSTFIRST_GATHER_DEFAULT_RING_BOUND` (4) unless set with `hostfirst_gather_set_ring_bound`; at the bound
- * a run returns `HOSTFIRST_STATUS_BUSY` and changes nothing. A consumer that releases each batch before the
- * next run keeps one batch; one that holds the previous batch while the next is filled keeps two. Once the
+ * a run returns `HOSTFIRST_STATUS_BUSY` and changes nothing. A consumer that holds at most the current batch while
+ * the next is filled keeps two batches (the current one and the one being filled); each further batch it
+ * holds at once adds one. Once the
  * ring has grown to what the consumer holds at once, runs allocate nothing. Batches are the only memory
  * hostfirst both reuses and hands out: its staging slabs, resident registrations and the gather's staging
  * buffer are internal and never reach a consumer; every other buffer it hands out is never rewritten.
@@ -2379,8 +2382,9 @@ hostfirst_status hostfirst_gather_new(struct hostfirst_device device,
  * differs from the batch), `OUT_OF_RANGE` (a window longer than the tensor, or the first offset — index and
  * value — whose window runs past the end), `BUSY` (every batch held at the ring's bound), `OUT_OF_MEMORY`
  * (growing the ring): with these no batch changed. `TRUNCATED` or `IO` while reading, `DEVICE_ERROR` while
- * copying: a batch no one holds then has a partly assembled batch and the current batch stays the previous
- * one. Calls on one gather are serialised. `hostfirst_gather_run_batch` also hands out the batch.
+ * copying: the current batch stays the previous one, byte for byte (one exception: a `DEVICE_ERROR` in the
+ * copy into the current batch itself, when it was the only batch free at the ring's bound, leaves it
+ * undefined). Calls on one gather are serialised. `hostfirst_gather_run_batch` also hands out the batch.
  */
 hostfirst_status hostfirst_gather_run(struct hostfirst_gather *gather,
                                       const struct hostfirst_view *source,
@@ -2419,7 +2423,8 @@ hostfirst_status hostfirst_gather_run_from_buffer(struct hostfirst_gather *gathe
 
 /**
  * Writes a **new** `hostfirst_buffer` handle for the gather's current batch (the one the last successful run
- * filled; before the first run, the first batch, zero-filled) to `*out`. The caller frees it with
+ * filled; before the first run, the first batch, zero-filled — on CUDA by a memset on the gather's stream
+ * completed before `hostfirst_gather_new` returns) to `*out`. The caller frees it with
  * `hostfirst_buffer_free`; while it lives that batch is not rewritten (see `hostfirst_gather_new`).
  * (This replaces 0.1's `hostfirst_gather_buffer`, which lent one borrowed handle whose contents changed
  * with every run.) Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.

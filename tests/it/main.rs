@@ -19,6 +19,7 @@ mod file_props;
 mod file_sets;
 mod file_sparse;
 mod file_support;
+mod gather;
 mod gpu_harness;
 mod handoff;
 mod header;
