@@ -1478,12 +1478,27 @@ const char *hostfirst_version(void);
 uint32_t hostfirst_version_number(void);
 
 /**
- * Copies a string describing the build (version, features, CUDA API level) into `buf`, with the same
- * buffer rules as `hostfirst_last_error_message`.
+ * Copies a string describing the build (version, features, CUDA API level, and the read engine as
+ * `hostfirst_read_engine` names it) into `buf`, with the same buffer rules as `hostfirst_last_error_message`.
  */
 hostfirst_status hostfirst_build_info(char *buf,
                                       size_t capacity,
                                       size_t *out_len);
+
+/**
+ * Copies one line naming how this process reads files into `buf` (buffer rules of
+ * `hostfirst_last_error_message`): `"io_uring (queue depth 64)"` when the kernel offers io_uring, else
+ * `"pread pool (...; <why>)"` — a pool of threads doing blocking positioned reads — with the reason (the
+ * kernel's answer to the probe, `HOSTFIRST_IO=pool`, or the failure that demoted io_uring). The choice is
+ * made by a probe at the first call that needs it (never from the kernel version) and kept for the process;
+ * set `HOSTFIRST_IO=pool` in the environment before that to force the pool. Gathers, and the reads of the
+ * other operations as they move onto the engine, issue their reads concurrently through it. Never blocks
+ * for long (the probe makes one small ring). Errors: `NULL_ARGUMENT` (`buf` NULL with a non-zero
+ * capacity), `BUFFER_TOO_SMALL` (`*out_len` still gets the length). Thread-safe.
+ */
+hostfirst_status hostfirst_read_engine(char *buf,
+                                       size_t capacity,
+                                       size_t *out_len);
 
 /**
  * Writes the number of live handles of all types (files, views, buffers, loads, ...) to `*out`.

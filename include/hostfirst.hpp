@@ -282,6 +282,10 @@ std::string copy_string(F &&call) {
 inline std::string build_info() {
     return detail::copy_string([](char *b, size_t c, size_t *n) { return hostfirst_build_info(b, c, n); });
 }
+/// How this process reads files: "io_uring (...)" or "pread pool (...; why)" (see hostfirst_read_engine).
+inline std::string read_engine() {
+    return detail::copy_string([](char *b, size_t c, size_t *n) { return hostfirst_read_engine(b, c, n); });
+}
 /// The status of this thread's most recent failed call (OK if none has failed).
 inline hostfirst_status last_error_status() noexcept { return hostfirst_last_error_status(); }
 /// A copy of this thread's most recent error message ("" if none).

@@ -132,3 +132,15 @@ fn stand_in_device_batches_are_zero_before_the_first_run() {
         },
     );
 }
+
+/// `hostfirst devices` names the read engine: io_uring where the probe succeeds (this kernel), the pread pool
+/// with its reason when `HOSTFIRST_IO=pool` forces it.
+#[test]
+fn cli_devices_names_the_read_engine() {
+    let v = json(&run_ok(&cli(), &["devices", "--json"], &[("HOSTFIRST_IO", Some("pool"))]));
+    let reads = v["reads"].as_str().unwrap();
+    assert!(reads.starts_with("pread pool") && reads.contains("HOSTFIRST_IO=pool"), "{reads}");
+    let text = run_ok(&cli(), &["devices"], &[("HOSTFIRST_IO", None)]);
+    let line = text.lines().find(|l| l.starts_with("reads: ")).expect("a reads line");
+    assert!(line.starts_with("reads: io_uring") || line.contains("io_uring unavailable"), "{line}");
+}
