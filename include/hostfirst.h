@@ -124,6 +124,11 @@
 #define HOSTFIRST_GATHER_MAX_RING_BOUND 1024
 
 /**
+ * The deepest prefetch `hostfirst_gather_stream_start` accepts.
+ */
+#define HOSTFIRST_GATHER_STREAM_MAX_DEPTH 64
+
+/**
  * DLPack major version of the tensors hostfirst exports (`DLPACK_MAJOR_VERSION`).
  */
 #define HOSTFIRST_DLPACK_MAJOR_VERSION 1
@@ -598,6 +603,13 @@ typedef struct hostfirst_file hostfirst_file;
  * Calls on one handle are serialised internally.
  */
 typedef struct hostfirst_gather hostfirst_gather;
+
+/**
+ * A prefetching stream of batches over one gather: a background worker fills batches ahead of the consumer.
+ * Created by `hostfirst_gather_stream_start` (or `_start_from_buffer`), read with
+ * `hostfirst_gather_stream_next`, released with `hostfirst_gather_stream_free`.
+ */
+typedef struct hostfirst_gather_stream hostfirst_gather_stream;
 
 /**
  * The result of a whole-file load: every tensor of the file by name, as a buffer or a host view. Created by
@@ -2488,6 +2500,72 @@ hostfirst_status hostfirst_gather_nbytes(const struct hostfirst_gather *gather,
  * handle gives `INVALID_HANDLE`. Memory is released once no call in flight uses it. Thread-safe.
  */
 hostfirst_status hostfirst_gather_free(struct hostfirst_gather *gather);
+
+/**
+ * Starts prefetching `n_batches` batches of `gather` from the 1-D tensor `source`: batch `k` is what
+ * `hostfirst_gather_run` would make from the `batch` offsets `offsets[k * batch ..]` (`offsets` holds
+ * `n_batches * batch` values, copied: the array may be freed on return). A background thread fills up to
+ * `depth` (1 to `HOSTFIRST_GATHER_STREAM_MAX_DEPTH`) batches ahead of the consumer while it computes — reads
+ * through the transfer engine and, for `cuda:N`, the host-to-device copy through the gather's page-locked
+ * staging on its stream — and `hostfirst_gather_stream_next` hands them out in order. Writes a new handle to
+ * `*out` (free with `hostfirst_gather_stream_free`).
+ *
+ * **Ownership.** Every batch is a batch of the gather's ring, under its rules (`hostfirst_gather_new`): a
+ * batch waiting in the stream or handed out by `next` (until its handle is freed and its exports deleted) is
+ * never refilled. So that `depth` batches can wait while the consumer holds one and the next is filled, the
+ * gather's ring bound is raised to `depth + 3` if it is lower (never lowered). Each run becomes the gather's
+ * current batch, as with `hostfirst_gather_run`; other calls on the gather stay allowed and are serialised
+ * with the worker's runs. The stream keeps the gather and `source` alive until it is freed, even if their
+ * handles are freed first.
+ *
+ * **Errors now**: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (depth out of range, size overflow,
+ * source not 1-D or of another dtype), `OUT_OF_RANGE` (the first window past the end, named by batch and
+ * offset index: every batch is checked before the thread starts, so nothing ran), `UNAVAILABLE` (the thread
+ * could not be started). **Errors later** (a read or copy failing in the worker: `TRUNCATED`, `IO`,
+ * `DEVICE_ERROR`, `OUT_OF_MEMORY` growing the ring, `BUSY` when the consumer holds every batch of the ring and
+ * none is waiting) end the stream and are returned, with their message, by the `next` that would have
+ * returned that batch. Thread-safe.
+ */
+hostfirst_status hostfirst_gather_stream_start(struct hostfirst_gather *gather,
+                                               const struct hostfirst_view *source,
+                                               const uint64_t *offsets,
+                                               size_t n_batches,
+                                               size_t depth,
+                                               struct hostfirst_gather_stream **out);
+
+/**
+ * `hostfirst_gather_stream_start` from a 1-D host buffer (`cpu` or `cuda_host`) instead of a view: each
+ * window a memcpy, as `hostfirst_gather_run_from_buffer`. The stream keeps the buffer alive (its handle may
+ * be freed); the buffer must not be written while the stream runs. `UNSUPPORTED` for a CUDA buffer; other
+ * errors as for `hostfirst_gather_stream_start`. Thread-safe.
+ */
+hostfirst_status hostfirst_gather_stream_start_from_buffer(struct hostfirst_gather *gather,
+                                                           const struct hostfirst_buffer *source,
+                                                           const uint64_t *offsets,
+                                                           size_t n_batches,
+                                                           size_t depth,
+                                                           struct hostfirst_gather_stream **out);
+
+/**
+ * Hands out the next batch of the stream, in order, waiting (without spinning) until the worker has filled
+ * it: writes a **new** `hostfirst_buffer` handle to `*out_batch` (the caller's: free it with
+ * `hostfirst_buffer_free` when the step is done with it — a held batch is never refilled, and holding many
+ * stalls the worker, see `hostfirst_gather_stream_start`). After the last batch, returns OK with `*out_batch`
+ * set to NULL. On CUDA the batch's copy has completed when it is handed out. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`; the error of a run that failed in the worker (status and message naming the batch), in
+ * that batch's place and at every later call; `UNAVAILABLE` in a forked child (the worker is the parent's).
+ * On error `*out_batch` is unchanged. Calls on one stream are serialised. Thread-safe.
+ */
+hostfirst_status hostfirst_gather_stream_next(struct hostfirst_gather_stream *stream,
+                                              struct hostfirst_buffer **out_batch);
+
+/**
+ * Frees a stream, cancelling it if batches remain: the worker finishes the run in progress (never leaving a
+ * batch half-filled), starts no other, and is joined before this returns; batches waiting in the stream go
+ * back to the ring. Batches already handed out stay valid (free their handles as usual). NULL is a no-op; a
+ * freed or foreign handle gives `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_gather_stream_free(struct hostfirst_gather_stream *stream);
 
 /**
  * Draws `n` start offsets uniform in `[0, len - window)` into `out` (nanoGPT's `get_batch`: each window

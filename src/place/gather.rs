@@ -30,8 +30,10 @@ use crate::device::cuda::{Event, PinnedHostMemory, Stream};
 use crate::device::fit;
 use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
+use crate::engine::{self, Tuning};
 use crate::error::{human_bytes, Error, Result, Status};
 use crate::file::TensorView;
+use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 
 /// Batches a gather's ring may hold unless told otherwise: the one being filled, the one the consumer
@@ -87,6 +89,8 @@ pub struct Gather {
     /// cpu / cuda_host, ring at its bound with only the current batch free: the windows are read here first
     /// and copied into that batch only once every read succeeded (allocated on first need, then kept).
     scratch: Option<Vec<u8>>,
+    /// How the windows of a batch are read (queue depth) through the transfer engine.
+    tuning: Tuning,
 }
 
 /// Where a run assembles its batch.
@@ -148,6 +152,7 @@ impl Gather {
             staging,
             stream,
             scratch: None,
+            tuning: Tuning::default(),
         };
         g.ring.push(g.new_batch()?);
         Ok(g)
@@ -196,6 +201,15 @@ impl Gather {
         Arc::clone(&self.ring[self.last.unwrap_or(0)])
     }
 
+    /// How the windows of a batch are read (the queue depth: windows in flight at once).
+    pub fn tuning(&self) -> Tuning {
+        self.tuning
+    }
+    /// Sets how the windows of a batch are read (0 fields: defaults, see [`Tuning::resolved`]).
+    pub fn set_tuning(&mut self, tuning: Tuning) {
+        self.tuning = tuning;
+    }
+
     /// The most batches the ring may hold.
     pub fn ring_bound(&self) -> usize {
         self.bound
@@ -232,6 +246,18 @@ impl Gather {
             }
         }
         Ok(())
+    }
+
+    /// Checks a view and the offsets of one batch as [`Gather::run`] would, without running: for callers that
+    /// validate ahead (a prefetch stream checks every batch before it starts).
+    pub fn check_view(&self, source: &TensorView, offsets: &[u64]) -> Result<()> {
+        self.check(&Source::View(source), offsets)
+    }
+
+    /// [`Gather::check_view`] for a host buffer source ([`Gather::run_from_buffer`]).
+    pub fn check_buffer(&self, source: &Buffer, offsets: &[u64]) -> Result<()> {
+        let Some(bytes) = source.host_bytes() else { return Err(not_host(source)) };
+        self.check(&Source::Host { name: source.name(), dtype: source.dtype(), shape: source.shape(), bytes }, offsets)
     }
 
     /// Checks `source` and `offsets` for a run.
@@ -281,7 +307,9 @@ impl Gather {
     }
 
     /// Reads the windows at `offsets` (already checked) into `dst`, row after row: memcpy from a host buffer
-    /// or a prefaulted mapping, else one `pread` per window.
+    /// or a prefaulted mapping; else every window at once through the transfer engine (one io_uring
+    /// submission for the batch, or the pread pool), with the file's read-ahead off meanwhile (a window is a
+    /// few pages; read-ahead would read 32 times that from a cold disk).
     fn fill(&self, source: &Source<'_>, offsets: &[u64], dst: &mut [u8]) -> Result<()> {
         let row = self.window as usize * self.elem;
         let rows = dst.chunks_exact_mut(row).zip(offsets);
@@ -289,10 +317,38 @@ impl Gather {
             Source::Host { bytes, .. } => *bytes,
             Source::View(v) if v.is_prefaulted() => v.mapped(),
             Source::View(v) => {
-                for (d, &o) in rows {
-                    v.read_at(o * self.elem as u64, d)?;
-                }
-                return Ok(());
+                let Some((file, base)) = v.file_and_offset().filter(|_| v.is_contiguous()) else {
+                    for (d, &o) in rows {
+                        v.read_at(o * self.elem as u64, d)?;
+                    }
+                    return Ok(());
+                };
+                let _readahead_off = v.readahead_off();
+                let fd = file.as_raw_fd();
+                let elem = self.elem as u64;
+                let mut reads: Vec<engine::Read<'_>> =
+                    rows.map(|(d, &o)| engine::Read { fd, offset: base + o * elem, dst: d }).collect();
+                return engine::read_many(&mut reads, &self.tuning).map_err(|f| {
+                    let at = |i: usize| format!("window {i} (offset {})", offsets[i]);
+                    match f.kind {
+                        engine::FailureKind::Eof { at: end } => Error::new(
+                            Status::Truncated,
+                            format!(
+                                "{}: tensor '{}': {}: the file ends at byte {} (it is now {} bytes; was it \
+                                 truncated after opening?)",
+                                v.file_display(),
+                                v.name(),
+                                at(f.index),
+                                end,
+                                file.metadata().map(|m| m.len().to_string()).unwrap_or_else(|_| "?".into())
+                            ),
+                        ),
+                        engine::FailureKind::Os(e) => Error::new(
+                            Status::Io,
+                            format!("{}: tensor '{}': {}: {e}", v.file_display(), v.name(), at(f.index)),
+                        ),
+                    }
+                });
             }
         };
         for (d, &o) in rows {
@@ -368,16 +424,7 @@ impl Gather {
     /// copy owns its bytes; a copy-on-write buffer keeps its file's hazards for pages not written).
     /// `UNSUPPORTED` for a CUDA buffer.
     pub fn run_from_buffer(&mut self, source: &Buffer, offsets: &[u64]) -> Result<Batch> {
-        let Some(bytes) = source.host_bytes() else {
-            return Err(Error::new(
-                Status::Unsupported,
-                format!(
-                    "gather: buffer '{}' is on {}; gather sources are host memory (put it to cpu first)",
-                    source.name(),
-                    source.device()
-                ),
-            ));
-        };
+        let Some(bytes) = source.host_bytes() else { return Err(not_host(source)) };
         let src = Source::Host { name: source.name(), dtype: source.dtype(), shape: source.shape(), bytes };
         self.run_source(&src, offsets)
     }
@@ -436,6 +483,17 @@ impl Gather {
     pub fn copy_to_host(&self, dst: &mut [u8]) -> Result<()> {
         self.current().lock().unwrap_or_else(|p| p.into_inner()).copy_to_host(dst)
     }
+}
+
+fn not_host(source: &Buffer) -> Error {
+    Error::new(
+        Status::Unsupported,
+        format!(
+            "gather: buffer '{}' is on {}; gather sources are host memory (put it to cpu first)",
+            source.name(),
+            source.device()
+        ),
+    )
 }
 
 /// splitmix64: the next value of the stream whose state is `*state`.

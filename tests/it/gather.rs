@@ -144,3 +144,210 @@ fn cli_devices_names_the_read_engine() {
     let line = text.lines().find(|l| l.starts_with("reads: ")).expect("a reads line");
     assert!(line.starts_with("reads: io_uring") || line.contains("io_uring unavailable"), "{line}");
 }
+
+/// Runs the calling test again in a child process with `HOSTFIRST_IO=<io>` (the engine's backend is chosen
+/// once per process); returns true in that child, where the test body runs.
+fn with_io_backend(test: &str, io: &str) -> bool {
+    if std::env::var("HOSTFIRST_TEST_IO_CHILD").as_deref() == Ok(test) {
+        return true;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = run(
+        &exe,
+        &[test, "--exact", "--nocapture", "--test-threads=1"],
+        &[("HOSTFIRST_IO", Some(io)), ("HOSTFIRST_TEST_IO_CHILD", Some(test))],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{test} with HOSTFIRST_IO={io}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    false
+}
+
+/// Gathers through the engine (unprefaulted file: every window of a batch read at once) match a direct
+/// computation at queue depths 1, 3 and 64, on both backends, for batches larger than the depth; a window
+/// past the end of a truncated file names the window and the tensor.
+fn check_engine_gather() {
+    let n = 1u64 << 18;
+    let path = token_file(&format!("engine-{}.safetensors", std::process::id()), n);
+    let f = TensorFile::open(&path).unwrap();
+    let v = f.view("tok").unwrap();
+    let (b, w) = (200u64, 1025u64);
+    let mut g = Gather::new(Device::CPU, DType::U16, b, w).unwrap();
+    let mut state = 11u64;
+    let mut offs = vec![0u64; b as usize];
+    for depth in [1usize, 3, 64] {
+        g.set_tuning(hostfirst::engine::Tuning { queue_depth: depth, ..Default::default() });
+        for _ in 0..3 {
+            hostfirst::place::gather::random_offsets(&mut state, n, w, &mut offs).unwrap();
+            g.run(&v, &offs).unwrap();
+            assert!(batch_bytes(&g) == expected(&offs, w), "depth {depth}");
+        }
+    }
+    let full = std::fs::metadata(&path).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(full - n).unwrap();
+    for (i, o) in offs.iter_mut().enumerate() {
+        *o = i as u64 * 100; // before the new end...
+    }
+    offs[150] = n - w; // ...but one
+    let e = g.run(&v, &offs).unwrap_err();
+    assert_eq!(e.status(), Status::Truncated, "{}", e.message());
+    assert!(e.message().contains("tensor 'tok': window 150"), "{}", e.message());
+    let backend = hostfirst::engine::backend();
+    println!("gathered through {}", backend.name());
+}
+
+#[test]
+fn engine_gather_on_the_pool() {
+    if with_io_backend("gather::engine_gather_on_the_pool", "pool") {
+        assert_eq!(hostfirst::engine::backend(), hostfirst::engine::Backend::Pool);
+        check_engine_gather();
+    }
+}
+
+#[test]
+fn engine_gather_on_io_uring_where_offered() {
+    if with_io_backend("gather::engine_gather_on_io_uring_where_offered", "auto") {
+        check_engine_gather();
+    }
+}
+
+use hostfirst::place::gather_stream::GatherStream;
+use std::sync::{Arc, Mutex};
+
+/// A stream over `g` (shared with the test) from view `v`, as the C API builds it.
+fn stream_over(
+    g: &Arc<Mutex<Gather>>,
+    v: &hostfirst::file::TensorView,
+    offsets: Vec<u64>,
+    depth: usize,
+) -> GatherStream {
+    let (g, v) = (Arc::clone(g), v.clone());
+    let b = g.lock().unwrap().batch() as usize;
+    g.lock().unwrap().set_ring_bound(depth + 3).unwrap();
+    GatherStream::start(b, offsets, depth, Box::new(move |o: &[u64]| g.lock().unwrap().run(&v, o))).unwrap()
+}
+
+/// In order, byte for byte, ending with None; the worker fills `depth` batches ahead while the consumer waits;
+/// a batch handed out keeps its bytes while later ones are filled; the ring stays within depth + 3.
+fn check_stream(device: Device) {
+    let n = 1u64 << 16;
+    let path = token_file(&format!("stream-{device}.safetensors"), n);
+    let f = TensorFile::open(&path).unwrap();
+    let v = f.view("tok").unwrap();
+    let (b, w, batches, depth) = (8usize, 100u64, 30usize, 3usize);
+    let g = Arc::new(Mutex::new(Gather::new(device, DType::U16, b as u64, w).unwrap()));
+    let mut state = 5u64;
+    let mut offsets = vec![0u64; b * batches];
+    hostfirst::place::gather::random_offsets(&mut state, n, w, &mut offsets).unwrap();
+    let mut s = stream_over(&g, &v, offsets.clone(), depth);
+    assert_eq!(s.len(), batches);
+    let mut held = Vec::new();
+    for k in 0..batches {
+        let batch = s.next_batch().unwrap().expect("a batch");
+        let mut got = vec![0u8; b * w as usize * 2];
+        batch.lock().unwrap().copy_to_host(&mut got).unwrap();
+        assert!(got == expected(&offsets[k * b..(k + 1) * b], w), "batch {k} on {device}");
+        if k == 2 {
+            // The worker runs ahead while the consumer computes.
+            let t = std::time::Instant::now();
+            while s.ready() < depth && t.elapsed() < std::time::Duration::from_secs(10) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            assert_eq!(s.ready(), depth, "{depth} batches prefetched");
+        }
+        held.push((k, got, batch));
+        if held.len() > 1 {
+            held.remove(0); // hold the previous batch while the next is taken, as a Python for loop does
+        }
+        for (hk, bytes, hb) in &held {
+            let mut now = vec![0u8; bytes.len()];
+            hb.lock().unwrap().copy_to_host(&mut now).unwrap();
+            assert!(now == *bytes, "held batch {hk} unchanged");
+        }
+        assert!(g.lock().unwrap().ring_len() <= depth + 3);
+    }
+    assert!(s.next_batch().unwrap().is_none(), "the end");
+    assert!(s.next_batch().unwrap().is_none(), "still the end");
+    assert_eq!(s.delivered(), batches);
+}
+
+#[test]
+fn stream_on_cpu_in_order_and_ahead() {
+    check_stream(Device::CPU);
+}
+
+/// A read failing in the worker (batch 4 past the end of the truncated file) ends the stream: batches 0-3
+/// come first, then the TRUNCATED error naming batch 4, at every later call; dropping a stream mid-way
+/// returns promptly and leaves only what the consumer holds.
+#[test]
+fn stream_errors_surface_in_order_and_drop_cancels() {
+    let n = 1u64 << 16;
+    let path = token_file("stream-err.safetensors", n);
+    let f = TensorFile::open(&path).unwrap();
+    let v = f.view("tok").unwrap();
+    let full = std::fs::metadata(&path).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(full - n).unwrap();
+    let g = Arc::new(Mutex::new(Gather::new(Device::CPU, DType::U16, 2, 64).unwrap()));
+    let mut offsets: Vec<u64> = (0..20).map(|i| i * 10).collect();
+    offsets[9] = n - 64; // batch 4, row 1
+    let mut s = stream_over(&g, &v, offsets.clone(), 2);
+    for k in 0..4 {
+        let b = s.next_batch().unwrap().expect("before the failure");
+        let mut got = vec![0u8; 256];
+        b.lock().unwrap().copy_to_host(&mut got).unwrap();
+        assert!(got == expected(&offsets[2 * k..2 * k + 2], 64));
+    }
+    for _ in 0..2 {
+        let e = s.next_batch().unwrap_err();
+        assert_eq!(e.status(), Status::Truncated, "{}", e.message());
+        assert!(e.message().contains("batch 4") && e.message().contains("'tok'"), "{}", e.message());
+    }
+    drop(s);
+    // Cancel: a long stream dropped after two batches.
+    let offsets: Vec<u64> = (0..2 * 100_000).map(|i| i % 1000).collect();
+    let mut s = stream_over(&g, &v, offsets, 4);
+    let kept = s.next_batch().unwrap().unwrap();
+    drop(s.next_batch().unwrap().unwrap());
+    let t = std::time::Instant::now();
+    drop(s);
+    assert!(t.elapsed() < std::time::Duration::from_secs(5), "the worker was joined promptly");
+    assert_eq!(g.lock().unwrap().held(), 1, "only the batch the consumer kept");
+    drop(kept);
+    assert_eq!(g.lock().unwrap().held(), 0);
+}
+
+/// A consumer that holds every batch: the worker cannot fill another, nothing is queued, and the stream ends
+/// with BUSY instead of waiting for ever.
+#[test]
+fn stream_of_a_consumer_holding_everything_ends_busy() {
+    let path = token_file("stream-busy.safetensors", 4096);
+    let f = TensorFile::open(&path).unwrap();
+    let v = f.view("tok").unwrap();
+    let g = Arc::new(Mutex::new(Gather::new(Device::CPU, DType::U16, 1, 8).unwrap()));
+    let mut s = stream_over(&g, &v, (0..50).collect(), 1); // ring bound 4
+    let mut kept = Vec::new();
+    let e = loop {
+        match s.next_batch() {
+            Ok(Some(b)) => kept.push(b),
+            Ok(None) => panic!("cannot end: every batch is held"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(e.status(), Status::Busy, "{}", e.message());
+    assert!(kept.len() >= 3, "{}", kept.len());
+}
+
+#[test]
+fn stand_in_stream_on_cuda() {
+    in_stand_in_child(
+        concat!(module_path!(), "::stand_in_stream_on_cuda"),
+        &[("STAND_IN_DEVICES", Some("1")), ("STAND_IN_POISON", Some("1"))],
+        || {
+            check_stream(Device::cuda(0));
+            check_stream(Device::CUDA_HOST);
+        },
+    );
+}
