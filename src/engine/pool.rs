@@ -11,6 +11,10 @@ use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// A read slower than this waited for storage (a page-cache hit takes about a microsecond).
+const SLOW_READ: Duration = Duration::from_micros(25);
 
 /// One read of a set, as raw parts (the destination is borrowed by the caller of [`read_all`], which does not
 /// return while any of them may be used).
@@ -38,8 +42,10 @@ unsafe impl Sync for Set {}
 
 impl Set {
     /// Claims and performs reads until none is left; returns when this thread has nothing more to claim.
-    fn work(&self) {
+    /// `on_slow` is called after a read that took longer than [`SLOW_READ`] (it had to wait for storage).
+    fn work(&self, on_slow: &mut dyn FnMut()) {
         loop {
+            let t = Instant::now();
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             let Some(j) = self.jobs.get(i) else { return };
             let result = if self.stop.load(Ordering::Relaxed) {
@@ -49,6 +55,9 @@ impl Set {
                 let dst = unsafe { std::slice::from_raw_parts_mut(j.dst, j.len) };
                 pread_full(j.fd, j.offset, dst)
             };
+            if t.elapsed() > SLOW_READ {
+                on_slow();
+            }
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
             if let Err(kind) = result {
                 self.stop.store(true, Ordering::Relaxed);
@@ -90,7 +99,7 @@ fn helper() {
                 q = QUEUE.wake.wait(q).unwrap_or_else(|p| p.into_inner());
             }
         };
-        set.work();
+        set.work(&mut || {});
     }
 }
 
@@ -135,17 +144,23 @@ pub(super) fn read_all(reads: &mut [Read<'_>], depth: usize) -> Result<(), ReadF
         state: Mutex::new((0, None)),
         all_done: Condvar::new(),
     });
+    // The caller starts alone: reads of cached pages take a microsecond, less than waking a thread. The first
+    // read that had to wait for storage brings in the helpers for the rest of the set.
     let helpers = (depth - 1).min(n - 1);
-    ensure_helpers(helpers);
-    // try_lock: a queue lock inherited held through fork must not hang the child; the caller then reads alone.
-    if let Ok(mut q) = QUEUE.sets.try_lock() {
-        q.push_back(Arc::clone(&set));
-        drop(q);
-        for _ in 0..helpers {
-            QUEUE.wake.notify_one();
+    let mut woken = false;
+    set.work(&mut || {
+        if woken {
+            return;
         }
-    }
-    set.work();
+        woken = true;
+        ensure_helpers(helpers);
+        // try_lock: a queue lock inherited held through fork must not hang the child; the caller reads alone.
+        if let Ok(mut q) = QUEUE.sets.try_lock() {
+            q.push_back(Arc::clone(&set));
+            drop(q);
+            QUEUE.wake.notify_all();
+        }
+    });
     let mut st = set.state.lock().unwrap_or_else(|p| p.into_inner());
     while st.0 < n {
         st = set.all_done.wait(st).unwrap_or_else(|p| p.into_inner());

@@ -41,7 +41,12 @@ fn take_ring(entries: u32) -> Result<IoUring, String> {
             return Ok(kept.swap_remove(i).1);
         }
     }
-    IoUring::new(entries).map_err(|e| format!("io_uring_setup({entries} entries): {e}"))
+    let ring = IoUring::new(entries).map_err(|e| format!("io_uring_setup({entries} entries): {e}"))?;
+    // Reads of uncached pages run on the kernel's io-wq workers, "bounded" work capped by default at 4 per CPU:
+    // 8 reads in flight on a 2-core machine, whatever the ring's depth. Raise the cap to the ring's entries
+    // (best effort: kernels before 5.15 keep their default).
+    let _ = ring.submitter().register_iowq_max_workers(&mut [entries, 0]);
+    Ok(ring)
 }
 
 fn put_ring(ring: IoUring) {

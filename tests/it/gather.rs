@@ -351,3 +351,20 @@ fn stand_in_stream_on_cuda() {
         },
     );
 }
+
+/// The C program (tests/c/test_gather_stream.c), compiled once, on cpu and on cuda:0 of the stand-in (in the
+/// stand-in's mode of the run: immediate, or deferred with STAND_IN_DEFERRED=1); in the valgrind pass too.
+#[test]
+fn c_gather_stream_on_cpu_and_the_stand_in() {
+    assert!(have_cc(), "no C compiler");
+    let bin = compile_c_test("test_gather_stream");
+    run_ok(&bin, &[scratch("c_gather_stream").to_str().unwrap()], &[]);
+    let out = run_with_stand_in(
+        &bin,
+        &[scratch("c_gather_stream_stand_in").to_str().unwrap(), "cuda"],
+        &[("STAND_IN_LEAK_REPORT", Some("1")), ("STAND_IN_POISON", Some("1"))],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}\n{stderr}", String::from_utf8_lossy(&out.stdout));
+    assert_clean_exit_report(&stderr, "test_gather_stream on the stand-in");
+}
