@@ -368,3 +368,22 @@ fn c_gather_stream_on_cpu_and_the_stand_in() {
     assert!(out.status.success(), "{}\n{stderr}", String::from_utf8_lossy(&out.stdout));
     assert_clean_exit_report(&stderr, "test_gather_stream on the stand-in");
 }
+
+/// `hostfirst gather --depth D`: a prefetching stream; the first batch checks against a direct read, on cpu and
+/// on cuda:0 of the stand-in; a bad depth is the library's INVALID_ARGUMENT.
+#[test]
+fn cli_gather_depth() {
+    let path = token_file("cli-depth.safetensors", 1 << 16);
+    let p = path.to_str().unwrap();
+    assert!(run_ok(&cli(), &["gather", "--help"], &[]).contains("--depth"));
+    let args = ["gather", p, "tok", "--batch", "8", "--window", "100", "--iters", "40", "--depth", "3", "--json"];
+    let v = json(&run_ok(&cli(), &[&args[..], &["--device", "cpu"]].concat(), &[]));
+    assert_eq!((v["check"].as_str(), v["depth"].as_u64()), (Some("ok"), Some(3)), "{v}");
+    assert!(v["total_s"].as_f64().unwrap() > 0.0);
+    let v = json(&run_ok_with_stand_in(&cli(), &[&args[..], &["--device", "cuda:0"]].concat(), &[]));
+    assert_eq!((v["check"].as_str(), v["device"].as_str()), (Some("ok"), Some("cuda:0")), "{v}");
+    let text = run_ok(&cli(), &["gather", p, "tok", "--batch", "2", "--window", "10", "--depth", "2"], &[]);
+    assert!(text.contains("prefetched 2 ahead") && text.contains("matches a direct read"), "{text}");
+    let o = run(&cli(), &["gather", p, "tok", "--batch", "2", "--window", "10", "--depth", "65"], &[]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("INVALID_ARGUMENT"), "{o:?}");
+}

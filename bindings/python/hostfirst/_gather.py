@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -81,6 +81,43 @@ class Gather:
                                                  ctypes.byref(out)))
         return Buffer(out.value)
 
+    def stream(self, source: Union[Tensor, Buffer, np.ndarray], offsets: Iterable[Sequence[int]],
+               depth: int = 2) -> Iterator[Buffer]:
+        """Yields the batch of each offset array of `offsets` in order, as `run` would, while a background
+        thread fills up to `depth` batches ahead (the reads, and for cuda:N the copy to the device) - so the
+        next batch is ready when the step that uses this one ends. `offsets`: an iterable of arrays of `batch`
+        integers, or one [n, batch] array; it is taken in chunks of up to 256 batches (one C stream each; the
+        first batch of a later chunk is read when the previous chunk ends). A batch yielded is a Buffer the
+        ring never refills while it lives; drop it when the step is done (a loop that keeps every batch stalls
+        the stream, which then raises BusyError). A failed read raises its error when its batch is reached; the
+        batches before it are yielded first. Closing the generator (or dropping it) cancels the prefetch. The
+        ring bound is raised to depth + 3 if lower (hostfirst_gather_stream_start)."""
+        depth = int(depth)
+        src_buffer = source if isinstance(source, Buffer) else None
+        src = src_buffer if src_buffer is not None else source_tensor(source)
+        start = lib.hostfirst_gather_stream_start_from_buffer if src_buffer is not None \
+            else lib.hostfirst_gather_stream_start
+        chunks = _offset_chunks(offsets, self.batch, 256)
+        return self._stream(start, src, chunks, depth)
+
+    def _stream(self, start: Any, src: Any, chunks: Iterator[np.ndarray], depth: int) -> Iterator[Buffer]:
+        for chunk in chunks:
+            n = chunk.shape[0]
+            arr = np.ascontiguousarray(chunk, dtype=np.uint64)
+            h = ctypes.c_void_p()
+            check(start(self._h, src._h, arr.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)), n, depth,
+                        ctypes.byref(h)))
+            fin = weakref.finalize(arr, lib.hostfirst_gather_stream_free, h.value)  # freed on any exit
+            try:
+                while True:
+                    out = ctypes.c_void_p()
+                    check(lib.hostfirst_gather_stream_next(h.value, ctypes.byref(out)))
+                    if not out.value:
+                        break
+                    yield Buffer(out.value)
+            finally:
+                fin()
+
     def current(self) -> Buffer:
         """The batch the last run filled (before any run, the first batch, zero-filled), as a Buffer of its own."""
         out = ctypes.c_void_p()
@@ -95,6 +132,31 @@ class Gather:
 
     def __repr__(self) -> str:
         return f"Gather([{self.batch}, {self.window}] {self.dtype_name} on '{self.device}')"
+
+
+def _offset_chunks(offsets: Any, batch: int, most: int) -> Iterator[np.ndarray]:
+    """[k, batch] uint64 arrays of at most `most` rows from an iterable of offset arrays (or a 2-D array)."""
+    if isinstance(offsets, np.ndarray) and offsets.ndim == 2:
+        if offsets.shape[1] != batch:
+            raise ValueError(f"offsets of shape {offsets.shape} for a batch of {batch}")
+        if offsets.dtype.kind not in "iu":
+            raise TypeError(f"offsets must be integers, not {offsets.dtype}")
+        for i in range(0, offsets.shape[0], most):
+            yield offsets[i:i + most].astype(np.uint64, casting="unsafe")
+        return
+    rows: List[np.ndarray] = []
+    for o in offsets:
+        a = np.asarray(o)
+        if a.shape != (batch,):
+            raise ValueError(f"{a.shape[0] if a.ndim == 1 else a.shape} offsets for a batch of {batch}")
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"offsets must be integers, not {a.dtype}")
+        rows.append(a.astype(np.uint64, casting="unsafe"))  # a negative offset wraps; the library refuses it
+        if len(rows) == most:
+            yield np.stack(rows)
+            rows = []
+    if rows:
+        yield np.stack(rows)
 
 
 class OffsetStream:
