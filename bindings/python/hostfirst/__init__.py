@@ -47,6 +47,21 @@ from ._errors import *  # noqa: F401,F403 - one exception class per status
 from ._errors import Error, FormatError, HostfirstError, MissingFileError, OutOfMemoryError, UnmatchedRuleWarning
 
 __version__ = native.hostfirst_version().decode()
+
+
+def read_engine() -> str:
+    """How this process reads files: "io_uring (...)" where the kernel offers it, else "pread pool (...; why)"
+    (hostfirst_read_engine; HOSTFIRST_IO=pool in the environment forces the pool)."""
+    import ctypes
+
+    buf = ctypes.create_string_buffer(512)
+    n = ctypes.c_size_t()
+    from ._core import check
+
+    check(native.hostfirst_read_engine(buf, len(buf), ctypes.byref(n)))
+    return buf.value.decode()
+
+
 library_path = native._hostfirst_path
 
 if "jax" in _sys.modules:  # JAX already imported: register Tensor and Buffer with it now (see hostfirst.jax)

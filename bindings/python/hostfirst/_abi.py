@@ -266,6 +266,7 @@ SIGNATURES = {
     # library, statuses, errors
     "hostfirst_version": (_str, []),
     "hostfirst_version_number": (_u32, []),
+    "hostfirst_read_engine": (c_status, [ctypes.c_char_p, _size, P(_size)]),
     "hostfirst_status_name": (_str, [_u32]),
     "hostfirst_status_is_format_error": (_i32, [_u32]),
     "hostfirst_status_count": (_size, []),

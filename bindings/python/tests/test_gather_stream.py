@@ -136,3 +136,8 @@ def test_stream_on_the_stand_in(tmp_path, deferred):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"n": 20, "ok": True}
+
+
+def test_read_engine_is_named():
+    e = hostfirst.read_engine()
+    assert e.startswith("io_uring") or e.startswith("pread pool"), e
