@@ -372,7 +372,7 @@ fn c_gather_stream_on_cpu_and_the_stand_in() {
 /// `hostfirst gather --depth D`: a prefetching stream; the first batch checks against a direct read, on cpu and
 /// on cuda:0 of the stand-in; a bad depth is the library's INVALID_ARGUMENT.
 #[test]
-fn cli_gather_depth() {
+fn cli_gather_depth_on_cpu_and_cuda() {
     let path = token_file("cli-depth.safetensors", 1 << 16);
     let p = path.to_str().unwrap();
     assert!(run_ok(&cli(), &["gather", "--help"], &[]).contains("--depth"));
