@@ -18,6 +18,10 @@
 //! `HOSTFIRST_IO=pool` (or `uring`, `auto`) forces the choice for the process; [`backend`] says which one is in
 //! use and why (the build info and `hostfirst devices` print it).
 //!
+//! [`fill`] reads one large range as pieces of [`Tuning::chunk`] bytes in waves of the queue depth, reporting
+//! to a [`Progress`] between waves: the form the bulk transfers (put, load, shard-on-read) will take when they
+//! move onto the engine. Today the gather is the engine's user.
+//!
 //! Short reads are resumed; `EINTR`/`EAGAIN` are retried; a read at end of file reports [`ReadFailure::Eof`]
 //! (the caller turns it into `TRUNCATED`). Whatever happens, [`read_many`] returns only once no read it
 //! issued can still write into a destination.
@@ -279,6 +283,37 @@ pub fn read_many_uring(
     uring::read_all(reads, tuning.resolved().queue_depth)
 }
 
+/// Reads `dst.len()` bytes of `fd` from `offset` as pieces of `tuning.chunk` bytes, `tuning.queue_depth` of them in
+/// flight at a time (the building block for large transfers), reporting to `progress` after each wave of pieces
+/// (rate-limited, see [`Progress`]) and once at the end; a read failure becomes an error through `failed`.
+/// `CANCELLED` when the progress sink asks to stop: no piece is then in flight and `dst` holds what was read.
+pub fn fill(
+    fd: RawFd,
+    offset: u64,
+    dst: &mut [u8],
+    tuning: &Tuning,
+    progress: &mut Progress<'_>,
+    failed: &dyn Fn(ReadFailure) -> Error,
+) -> Result<()> {
+    let t = tuning.resolved();
+    let mut done = 0u64;
+    let mut pieces = dst.chunks_mut(t.chunk).enumerate().peekable();
+    while pieces.peek().is_some() {
+        let mut wave: Vec<Read<'_>> = pieces
+            .by_ref()
+            .take(t.queue_depth)
+            .map(|(i, d)| Read { fd, offset: offset + (i * t.chunk) as u64, dst: d })
+            .collect();
+        let bytes: u64 = wave.iter().map(|r| r.dst.len() as u64).sum();
+        read_many(&mut wave, &t).map_err(failed)?;
+        done += bytes;
+        if pieces.peek().is_some() {
+            progress.at(done)?;
+        }
+    }
+    progress.finish()
+}
+
 /// One blocking positioned read of all of `dst` (resumed after short reads, retried on `EINTR`).
 fn pread_full(fd: RawFd, mut offset: u64, mut dst: &mut [u8]) -> std::result::Result<(), FailureKind> {
     while !dst.is_empty() {
@@ -400,6 +435,41 @@ mod tests {
             assert_eq!(b, Backend::Pool);
             assert!(describe().contains("HOSTFIRST_IO=pool"), "{}", describe());
         }
+    }
+
+    /// A large range in small pieces: every byte, progress monotonic and final, cancel stops early, a short file
+    /// is the failure the caller maps.
+    #[test]
+    fn fill_reads_in_waves_with_progress_and_cancel() {
+        let len = 1 << 20;
+        let (_p, f) = file("fill", len);
+        let want: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+        let t = Tuning { chunk: 4096, queue_depth: 8, ..Tuning::default() };
+        let failed = |r: ReadFailure| Error::new(Status::Io, format!("read {} failed: {:?}", r.index, r.kind));
+        let mut seen = Vec::new();
+        let mut sink = |d: u64, total: u64| {
+            seen.push((d, total));
+            false
+        };
+        let mut dst = vec![0u8; len - 100];
+        fill(f.as_raw_fd(), 100, &mut dst, &t, &mut Progress::new(Some(&mut sink), (len - 100) as u64), &failed)
+            .unwrap();
+        assert!(dst[..] == want[100..]);
+        assert_eq!(seen.first().map(|s| s.0 < (len - 100) as u64), Some(true), "{seen:?}");
+        assert_eq!(*seen.last().unwrap(), ((len - 100) as u64, (len - 100) as u64));
+        assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0));
+        let mut calls = 0;
+        let mut cancel = |_: u64, _: u64| {
+            calls += 1;
+            true
+        };
+        let mut dst = vec![0u8; len];
+        let e = fill(f.as_raw_fd(), 0, &mut dst, &t, &mut Progress::new(Some(&mut cancel), len as u64), &failed);
+        assert_eq!(e.unwrap_err().status(), Status::Cancelled);
+        assert_eq!(calls, 1, "stopped at the first report");
+        let mut dst = vec![0u8; 8192];
+        let e = fill(f.as_raw_fd(), len as u64 - 4096, &mut dst, &t, &mut Progress::new(None, 8192), &failed);
+        assert!(e.unwrap_err().message().contains("Eof"));
     }
 
     #[test]
