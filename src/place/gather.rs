@@ -437,7 +437,21 @@ impl Gather {
         if dest.host_bytes_mut().is_none() {
             self.fill_cuda(source, offsets, &mut dest)?;
         } else if t.current {
-            let mut scratch = self.scratch.take().unwrap_or_else(|| vec![0u8; self.nbytes() as usize]);
+            let mut scratch = match self.scratch.take() {
+                Some(s) => s,
+                None => {
+                    let n = self.nbytes() as usize;
+                    let mut v = Vec::new();
+                    v.try_reserve_exact(n).map_err(|_| {
+                        Error::new(
+                            Status::OutOfMemory,
+                            format!("gather: no memory for a {} scratch batch", human_bytes(n as u64)),
+                        )
+                    })?;
+                    v.resize(n, 0);
+                    v
+                }
+            };
             let r = self.fill(source, offsets, &mut scratch);
             if r.is_ok() {
                 dest.host_bytes_mut().expect("a host batch").copy_from_slice(&scratch);
