@@ -2504,7 +2504,8 @@ hostfirst_status hostfirst_gather_free(struct hostfirst_gather *gather);
 /**
  * Starts prefetching `n_batches` batches of `gather` from the 1-D tensor `source`: batch `k` is what
  * `hostfirst_gather_run` would make from the `batch` offsets `offsets[k * batch ..]` (`offsets` holds
- * `n_batches * batch` values, copied: the array may be freed on return). A background thread fills up to
+ * `n_batches * batch` values, copied: the array may be freed on return; NULL is allowed when `n_batches` is
+ * 0, which makes a stream that ends at once). A background thread fills up to
  * `depth` (1 to `HOSTFIRST_GATHER_STREAM_MAX_DEPTH`) batches ahead of the consumer while it computes — reads
  * through the transfer engine and, for `cuda:N`, the host-to-device copy through the gather's page-locked
  * staging on its stream — and `hostfirst_gather_stream_next` hands them out in order. Writes a new handle to
