@@ -93,10 +93,11 @@ class Gather:
         batches before it are yielded first. Closing the generator (or dropping it) cancels the prefetch. The
         ring bound is raised to depth + 3 if lower (hostfirst_gather_stream_start)."""
         depth = int(depth)
-        src_buffer = source if isinstance(source, Buffer) else None
-        src = src_buffer if src_buffer is not None else source_tensor(source)
-        start = lib.hostfirst_gather_stream_start_from_buffer if src_buffer is not None \
-            else lib.hostfirst_gather_stream_start
+        src: Union[Tensor, Buffer]
+        if isinstance(source, Buffer):
+            src, start = source, lib.hostfirst_gather_stream_start_from_buffer
+        else:
+            src, start = source_tensor(source), lib.hostfirst_gather_stream_start
         chunks = _offset_chunks(offsets, self.batch, 256)
         return self._stream(start, src, chunks, depth)
 
