@@ -41,12 +41,24 @@ fn take_ring(entries: u32) -> Result<IoUring, String> {
             return Ok(kept.swap_remove(i).1);
         }
     }
-    let ring = IoUring::new(entries).map_err(|e| format!("io_uring_setup({entries} entries): {e}"))?;
-    // Reads of uncached pages run on the kernel's io-wq workers, "bounded" work capped by default at 4 per CPU:
-    // 8 reads in flight on a 2-core machine, whatever the ring's depth. Raise the cap to the ring's entries
-    // (best effort: kernels before 5.15 keep their default).
-    let _ = ring.submitter().register_iowq_max_workers(&mut [entries, 0]);
-    Ok(ring)
+    IoUring::new(entries).map_err(|e| format!("io_uring_setup({entries} entries): {e}"))
+}
+
+thread_local! {
+    /// The io-wq worker cap this thread has set so far (see [`raise_iowq_cap`]).
+    static IOWQ_CAP: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Reads of uncached pages run on the kernel's io-wq workers, "bounded" work capped by default at 4 per CPU: 8
+/// reads in flight on a 2-core machine, whatever the ring's depth. The cap belongs to the submitting thread's
+/// io-wq, so each thread raises it (once per size) to the entries it submits (best effort: kernels before 5.15
+/// keep their default).
+fn raise_iowq_cap(ring: &IoUring, entries: u32) {
+    IOWQ_CAP.with(|cap| {
+        if cap.get() < entries && ring.submitter().register_iowq_max_workers(&mut [entries, 0]).is_ok() {
+            cap.set(entries);
+        }
+    });
 }
 
 fn put_ring(ring: IoUring) {
@@ -64,6 +76,7 @@ fn put_ring(ring: IoUring) {
 pub(super) fn read_all(reads: &mut [Read<'_>], depth: usize) -> Result<Result<(), ReadFailure>, String> {
     let entries = depth.min(reads.len()).next_power_of_two().clamp(1, 4096) as u32;
     let mut ring = take_ring(entries)?;
+    raise_iowq_cap(&ring, entries);
     let cap = (ring.params().sq_entries() as usize).min(depth.max(1));
     let n = reads.len();
     // Bytes done per read; reads to (re)submit: never-submitted ones come from `next`, resumed ones from
