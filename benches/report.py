@@ -352,6 +352,15 @@ def main(path):
     # ------------------------------------------------------------------ 8. shard-on-read
     shard_verdict = shard_section(w, recs)
 
+    # ------------------------------------------------------------------ 9. cold batches (its own script)
+    cold = os.path.join(HERE, "results", "cold-gather.json")
+    if os.path.exists(cold):
+        sys.path.insert(0, HERE)
+        import cold_gather
+
+        w("## 9. Cold training batches through the transfer engine, and prefetch while the step runs (issue 22)\n")
+        w(cold_gather.markdown(json.load(open(cold))))
+
     # ------------------------------------------------------------------ targets
     w("## Targets of issue 6\n")
     w("| target | measured | verdict |\n|---|---|---|")

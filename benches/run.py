@@ -256,7 +256,7 @@ def main():
     py = [sys.executable, os.path.abspath(__file__), "--peer"]
     t_start = time.time()
     only = set(argv[argv.index("--only") + 1].split(",")) if "--only" in argv else {"open", "put", "gather", "many", "cow",
-                                                                                  "shard"}
+                                                                                  "shard", "coldgather"}
     exe = build()
     m = machine()
     m["reps"] = reps
@@ -276,7 +276,7 @@ def main():
     if "open" not in only:  # the other sections use only the 2 GiB token file (and "many" its own)
         sizes, counts = [2 * GiB], []
     files = {}
-    if only <= {"shard"}:  # the shard section writes its own file
+    if only <= {"shard", "coldgather"}:  # these sections write their own files
         sizes, counts = [], []
     print("generating files ...", flush=True)
     for s in sizes:
@@ -379,6 +379,17 @@ def main():
                     impl="full-load")
                 add(run1([exe, "read-then-slice", shard_file, "4", "1", str(dim)]), rep=r, state="warm", resident=res)
 
+    # 9. cold training batches through the transfer engine, fio's limits, prefetch (issue 22): its own script, in
+    # this Python with the checkout's package and release library; results/cold-gather.json, read by report.py.
+    if "coldgather" in only:
+        print("9. cold gather ...", flush=True)
+        subprocess.run(["cargo", "build", "--release", "--lib"], cwd=ROOT, check=True, capture_output=True)
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "bindings", "python"),
+                   HOSTFIRST_LIBRARY=os.path.join(ROOT, "target", "release", "libhostfirst.so"))
+        cmd = [sys.executable, os.path.join(HERE, "cold_gather.py"), "--data", data, "--reps", str(reps)]
+        if subprocess.run(cmd + (["--batches", "20"] if quick else []), env=env).returncode != 0:
+            sys.stderr.write("FAILED: benches/cold_gather.py\n")
+
     m["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
     m["wall_s"] = round(time.time() - t_start, 1)
     outdir = os.path.join(HERE, "results")
@@ -390,7 +401,7 @@ def main():
         # A partial re-run replaces those sections' records in latest.json and is noted in its machine block.
         prev = json.load(open(latest))
         ops = {"open": {"open"}, "put": {"put-cpu", "memcpy", "pread"}, "gather": {"gather"}, "many": {"load-all"},
-               "cow": set(), "shard": {"shard"}}
+               "cow": set(), "shard": {"shard"}, "coldgather": set()}
         drop = set().union(*(ops[o] for o in only))
 
         def dropped(r):  # the cow section's records are its series (it shares ops with the put section)
@@ -408,7 +419,7 @@ def main():
         json.dump(doc, f, indent=1)
     print(f"wrote benches/results/{raw} ({len(recs)} records, {m['wall_s']} s)")
     if not keep:
-        for p in list(files.values()) + [many, shard_file]:
+        for p in list(files.values()) + [many, shard_file, os.path.join(data, f"single-{2 * GiB // MiB}MiB.safetensors")]:
             if os.path.exists(p):
                 os.remove(p)
     subprocess.run([sys.executable, os.path.join(HERE, "report.py"), os.path.join(outdir, "latest.json")], check=True)

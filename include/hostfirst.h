@@ -129,6 +129,11 @@
 #define HOSTFIRST_GATHER_MAX_RING_BOUND 1024
 
 /**
+ * The deepest prefetch `hostfirst_gather_stream_start` accepts.
+ */
+#define HOSTFIRST_GATHER_STREAM_MAX_DEPTH 64
+
+/**
  * DLPack major version of the tensors hostfirst exports (`DLPACK_MAJOR_VERSION`).
  */
 #define HOSTFIRST_DLPACK_MAJOR_VERSION 1
@@ -603,6 +608,13 @@ typedef struct hostfirst_file hostfirst_file;
  * Calls on one handle are serialised internally.
  */
 typedef struct hostfirst_gather hostfirst_gather;
+
+/**
+ * A prefetching stream of batches over one gather: a background worker fills batches ahead of the consumer.
+ * Created by `hostfirst_gather_stream_start` (or `_start_from_buffer`), read with
+ * `hostfirst_gather_stream_next`, released with `hostfirst_gather_stream_free`.
+ */
+typedef struct hostfirst_gather_stream hostfirst_gather_stream;
 
 /**
  * The result of a whole-file load: every tensor of the file by name, as a buffer or a host view. Created by
@@ -1493,12 +1505,27 @@ const char *hostfirst_version(void);
 uint32_t hostfirst_version_number(void);
 
 /**
- * Copies a string describing the build (version, features, CUDA API level) into `buf`, with the same
- * buffer rules as `hostfirst_last_error_message`.
+ * Copies a string describing the build (version, features, CUDA API level, and the read engine as
+ * `hostfirst_read_engine` names it) into `buf`, with the same buffer rules as `hostfirst_last_error_message`.
  */
 hostfirst_status hostfirst_build_info(char *buf,
                                       size_t capacity,
                                       size_t *out_len);
+
+/**
+ * Copies one line naming how this process reads files into `buf` (buffer rules of
+ * `hostfirst_last_error_message`): `"io_uring (queue depth 64)"` when the kernel offers io_uring, else
+ * `"pread pool (...; <why>)"` — a pool of threads doing blocking positioned reads — with the reason (the
+ * kernel's answer to the probe, `HOSTFIRST_IO=pool`, or the failure that demoted io_uring). The choice is
+ * made by a probe at the first call that needs it (never from the kernel version) and kept for the process;
+ * set `HOSTFIRST_IO=pool` in the environment before that to force the pool. Gathers, and the reads of the
+ * other operations as they move onto the engine, issue their reads concurrently through it. Never blocks
+ * for long (the probe makes one small ring). Errors: `NULL_ARGUMENT` (`buf` NULL with a non-zero
+ * capacity), `BUFFER_TOO_SMALL` (`*out_len` still gets the length). Thread-safe.
+ */
+hostfirst_status hostfirst_read_engine(char *buf,
+                                       size_t capacity,
+                                       size_t *out_len);
 
 /**
  * Writes the number of live handles of all types (files, views, buffers, loads, ...) to `*out`.
@@ -2358,16 +2385,19 @@ hostfirst_status hostfirst_load_free(struct hostfirst_load *load);
  * on `device`: allocates, after a fit check, the first batch (and for CUDA one page-locked staging buffer
  * of the same size and a stream). Writes a new handle to `*out` (free with `hostfirst_gather_free`).
  *
- * **Batch ownership: the ring.** Each run fills a batch that no one else holds and makes it the gather's
- * current batch. A batch handed out — a `hostfirst_buffer` handle from `hostfirst_gather_run_batch` or
+ * **Batch ownership: the ring.** Each run fills a batch that no one else holds, other than the current
+ * one, and makes it the gather's current batch only once every window is in place, so a run that fails
+ * never changes the current batch (at the ring's bound with only the current batch free, the windows are
+ * assembled in a private scratch or staging buffer first and copied into it on success). A batch handed out — a `hostfirst_buffer` handle from `hostfirst_gather_run_batch` or
  * `hostfirst_gather_batch`, or a DLPack export of one — is never rewritten while any such reference to it
  * remains (the handle not freed, the export's deleter not run), on cpu or on CUDA; on CUDA the rewrite also
  * waits, on the device, for the events recorded on the consumers' streams when they released it (see
  * `hostfirst_buffer_to_dlpack_ex` and `hostfirst_buffer_record_stream`). When every batch is held, the ring
  * grows by one batch (fit-checked: `OUT_OF_MEMORY` if it does not fit) up to its bound,
  * `HOSTFIRST_GATHER_DEFAULT_RING_BOUND` (4) unless set with `hostfirst_gather_set_ring_bound`; at the bound
- * a run returns `HOSTFIRST_STATUS_BUSY` and changes nothing. A consumer that releases each batch before the
- * next run keeps one batch; one that holds the previous batch while the next is filled keeps two. Once the
+ * a run returns `HOSTFIRST_STATUS_BUSY` and changes nothing. A consumer that holds at most the current batch while
+ * the next is filled keeps two batches (the current one and the one being filled); each further batch it
+ * holds at once adds one. Once the
  * ring has grown to what the consumer holds at once, runs allocate nothing. Batches are the only memory
  * hostfirst both reuses and hands out: its staging slabs, resident registrations and the gather's staging
  * buffer are internal and never reach a consumer; every other buffer it hands out is never rewritten.
@@ -2400,8 +2430,9 @@ hostfirst_status hostfirst_gather_new(struct hostfirst_device device,
  * differs from the batch), `OUT_OF_RANGE` (a window longer than the tensor, or the first offset — index and
  * value — whose window runs past the end), `BUSY` (every batch held at the ring's bound), `OUT_OF_MEMORY`
  * (growing the ring): with these no batch changed. `TRUNCATED` or `IO` while reading, `DEVICE_ERROR` while
- * copying: a batch no one holds then has a partly assembled batch and the current batch stays the previous
- * one. Calls on one gather are serialised. `hostfirst_gather_run_batch` also hands out the batch.
+ * copying: the current batch stays the previous one, byte for byte (one exception: a `DEVICE_ERROR` in the
+ * copy into the current batch itself, when it was the only batch free at the ring's bound, leaves it
+ * undefined). Calls on one gather are serialised. `hostfirst_gather_run_batch` also hands out the batch.
  */
 hostfirst_status hostfirst_gather_run(struct hostfirst_gather *gather,
                                       const struct hostfirst_view *source,
@@ -2440,7 +2471,8 @@ hostfirst_status hostfirst_gather_run_from_buffer(struct hostfirst_gather *gathe
 
 /**
  * Writes a **new** `hostfirst_buffer` handle for the gather's current batch (the one the last successful run
- * filled; before the first run, the first batch, zero-filled) to `*out`. The caller frees it with
+ * filled; before the first run, the first batch, zero-filled — on CUDA by a memset on the gather's stream
+ * completed before `hostfirst_gather_new` returns) to `*out`. The caller frees it with
  * `hostfirst_buffer_free`; while it lives that batch is not rewritten (see `hostfirst_gather_new`).
  * (This replaces 0.1's `hostfirst_gather_buffer`, which lent one borrowed handle whose contents changed
  * with every run.) Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
@@ -2489,6 +2521,73 @@ hostfirst_status hostfirst_gather_nbytes(const struct hostfirst_gather *gather,
  * handle gives `INVALID_HANDLE`. Memory is released once no call in flight uses it. Thread-safe.
  */
 hostfirst_status hostfirst_gather_free(struct hostfirst_gather *gather);
+
+/**
+ * Starts prefetching `n_batches` batches of `gather` from the 1-D tensor `source`: batch `k` is what
+ * `hostfirst_gather_run` would make from the `batch` offsets `offsets[k * batch ..]` (`offsets` holds
+ * `n_batches * batch` values, copied: the array may be freed on return; NULL is allowed when `n_batches` is
+ * 0, which makes a stream that ends at once). A background thread fills up to
+ * `depth` (1 to `HOSTFIRST_GATHER_STREAM_MAX_DEPTH`) batches ahead of the consumer while it computes — reads
+ * through the transfer engine and, for `cuda:N`, the host-to-device copy through the gather's page-locked
+ * staging on its stream — and `hostfirst_gather_stream_next` hands them out in order. Writes a new handle to
+ * `*out` (free with `hostfirst_gather_stream_free`).
+ *
+ * **Ownership.** Every batch is a batch of the gather's ring, under its rules (`hostfirst_gather_new`): a
+ * batch waiting in the stream or handed out by `next` (until its handle is freed and its exports deleted) is
+ * never refilled. So that `depth` batches can wait while the consumer holds one and the next is filled, the
+ * gather's ring bound is raised to `depth + 3` if it is lower (never lowered). Each run becomes the gather's
+ * current batch, as with `hostfirst_gather_run`; other calls on the gather stay allowed and are serialised
+ * with the worker's runs. The stream keeps the gather and `source` alive until it is freed, even if their
+ * handles are freed first.
+ *
+ * **Errors now**: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (depth out of range, size overflow,
+ * source not 1-D or of another dtype), `OUT_OF_RANGE` (the first window past the end, named by batch and
+ * offset index: every batch is checked before the thread starts, so nothing ran), `UNAVAILABLE` (the thread
+ * could not be started). **Errors later** (a read or copy failing in the worker: `TRUNCATED`, `IO`,
+ * `DEVICE_ERROR`, `OUT_OF_MEMORY` growing the ring, `BUSY` when the consumer holds every batch of the ring and
+ * none is waiting) end the stream and are returned, with their message, by the `next` that would have
+ * returned that batch. Thread-safe.
+ */
+hostfirst_status hostfirst_gather_stream_start(struct hostfirst_gather *gather,
+                                               const struct hostfirst_view *source,
+                                               const uint64_t *offsets,
+                                               size_t n_batches,
+                                               size_t depth,
+                                               struct hostfirst_gather_stream **out);
+
+/**
+ * `hostfirst_gather_stream_start` from a 1-D host buffer (`cpu` or `cuda_host`) instead of a view: each
+ * window a memcpy, as `hostfirst_gather_run_from_buffer`. The stream keeps the buffer alive (its handle may
+ * be freed); the buffer must not be written while the stream runs. `UNSUPPORTED` for a CUDA buffer; other
+ * errors as for `hostfirst_gather_stream_start`. Thread-safe.
+ */
+hostfirst_status hostfirst_gather_stream_start_from_buffer(struct hostfirst_gather *gather,
+                                                           const struct hostfirst_buffer *source,
+                                                           const uint64_t *offsets,
+                                                           size_t n_batches,
+                                                           size_t depth,
+                                                           struct hostfirst_gather_stream **out);
+
+/**
+ * Hands out the next batch of the stream, in order, waiting (without spinning) until the worker has filled
+ * it: writes a **new** `hostfirst_buffer` handle to `*out_batch` (the caller's: free it with
+ * `hostfirst_buffer_free` when the step is done with it — a held batch is never refilled, and holding many
+ * stalls the worker, see `hostfirst_gather_stream_start`). After the last batch, returns OK with `*out_batch`
+ * set to NULL. On CUDA the batch's copy has completed when it is handed out. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`; the error of a run that failed in the worker (status and message naming the batch), in
+ * that batch's place and at every later call; `UNAVAILABLE` in a forked child (the worker is the parent's).
+ * On error `*out_batch` is unchanged. Calls on one stream are serialised. Thread-safe.
+ */
+hostfirst_status hostfirst_gather_stream_next(struct hostfirst_gather_stream *stream,
+                                              struct hostfirst_buffer **out_batch);
+
+/**
+ * Frees a stream, cancelling it if batches remain: the worker finishes the run in progress (never leaving a
+ * batch half-filled), starts no other, and is joined before this returns; batches waiting in the stream go
+ * back to the ring. Batches already handed out stay valid (free their handles as usual). NULL is a no-op; a
+ * freed or foreign handle gives `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_gather_stream_free(struct hostfirst_gather_stream *stream);
 
 /**
  * Draws `n` start offsets uniform in `[0, len - window)` into `out` (nanoGPT's `get_batch`: each window

@@ -282,6 +282,10 @@ std::string copy_string(F &&call) {
 inline std::string build_info() {
     return detail::copy_string([](char *b, size_t c, size_t *n) { return hostfirst_build_info(b, c, n); });
 }
+/// How this process reads files: "io_uring (...)" or "pread pool (...; why)" (see hostfirst_read_engine).
+inline std::string read_engine() {
+    return detail::copy_string([](char *b, size_t c, size_t *n) { return hostfirst_read_engine(b, c, n); });
+}
 /// The status of this thread's most recent failed call (OK if none has failed).
 inline hostfirst_status last_error_status() noexcept { return hostfirst_last_error_status(); }
 /// A copy of this thread's most recent error message ("" if none).
@@ -903,9 +907,38 @@ public:
         return out;
     }
     const hostfirst_gather *c() const noexcept { return g_.get(); }
+    hostfirst_gather *c() noexcept { return g_.get(); }
 
 private:
     detail::owner<hostfirst_gather, hostfirst_gather_free> g_;
+};
+
+/// Batches prefetched while the step runs (hostfirst_gather_stream_start): a background thread fills up to
+/// `depth` batches of `g` ahead; next() hands them out in order (each a buffer the ring never refills while it
+/// lives) and returns std::nullopt after the last. A failure in the thread is thrown by the next() that would
+/// have returned its batch. Destroying the stream cancels it (the run in progress finishes, nothing more).
+class gather_stream {
+public:
+    /// n_batches batches of `source` (a 1-D tensor), offsets[k * batch ..] for batch k.
+    gather_stream(gather &g, const view &source, const std::vector<uint64_t> &offsets, size_t n_batches,
+                  size_t depth)
+        : s_(decltype(s_)::make(hostfirst_gather_stream_start, g.c(), source.c(), offsets.data(), n_batches, depth)) {}
+    /// The same from a 1-D host buffer (each window a memcpy).
+    gather_stream(gather &g, const buffer &source, const std::vector<uint64_t> &offsets, size_t n_batches,
+                  size_t depth)
+        : s_(decltype(s_)::make(hostfirst_gather_stream_start_from_buffer, g.c(), source.c(), offsets.data(),
+                                n_batches, depth)) {}
+    /// The next batch, waiting for it if needed; std::nullopt at the end.
+    std::optional<buffer> next() {
+        hostfirst_buffer *b = nullptr;
+        check(hostfirst_gather_stream_next(s_.get(), &b));
+        if (!b) return std::nullopt;
+        return buffer(b);
+    }
+    const hostfirst_gather_stream *c() const noexcept { return s_.get(); }
+
+private:
+    detail::owner<hostfirst_gather_stream, hostfirst_gather_stream_free> s_;
 };
 
 /// A device mesh: named axes with sizes, positions numbered row-major (the last axis fastest).

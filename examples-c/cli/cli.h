@@ -42,6 +42,7 @@ enum cli_option_id {
     CLI_OPT_FROM_HOST,
     CLI_OPT_WORLD,
     CLI_OPT_RANK,
+    CLI_OPT_DEPTH,
 };
 
 #define CLI_REQUIRED 1u   /* the command needs it (shown without brackets) */

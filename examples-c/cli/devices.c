@@ -106,8 +106,17 @@ int cmd_devices(int argc, char **argv) {
         fprintf(stderr, "hostfirst: default device: %s: %s\n", hostfirst_status_name(def_st), def_err);
         return 1;
     }
+    char reads[256] = "?";
+    size_t reads_len = 0;
+    (void)hostfirst_read_engine(reads, sizeof reads, &reads_len); /* truncated if ever longer: display only */
     cli_device_spec(def, spec, sizeof spec);
-    if (json) printf("],\"default\":{\"spec\":\"%s\",\"source\":\"%s\"}}\n", spec, hostfirst_default_source_name(source));
-    else printf("\ndefault device: %s (source: %s)\n", spec, hostfirst_default_source_name(source));
+    if (json) {
+        printf("],\"default\":{\"spec\":\"%s\",\"source\":\"%s\"},\"reads\":", spec,
+               hostfirst_default_source_name(source));
+        cli_json_string(stdout, reads);
+        printf("}\n");
+    } else {
+        printf("\ndefault device: %s (source: %s)\nreads: %s\n", spec, hostfirst_default_source_name(source), reads);
+    }
     return 0;
 }

@@ -1,5 +1,5 @@
 /* hostfirst gather FILE TENSOR --batch B --window T [--device SPEC] [--iters N] [--seed S] [--prefault]
- *                  [--from-host] [--json]
+ *                  [--from-host] [--depth D] [--json]
  *
  * The data-loader loop: B random windows of T elements of a 1-D tensor (nanoGPT's get_batch, offsets from a
  * seeded splitmix64 stream) assembled as a [B, T] batch on the device, N times, into one reused destination.
@@ -8,7 +8,10 @@
  * tensor's pages first (hostfirst_view_prefault) and reports how long that took. --from-host puts the tensor to
  * cpu first (an eager copy, timed apart) and gathers from that buffer (hostfirst_gather_run_from_buffer): memcpy
  * speed, and a file truncated meanwhile cannot fault the loop (SIGBUS is the hazard of --prefault). A window
- * longer than the tensor is refused before anything is allocated. */
+ * longer than the tensor is refused before anything is allocated. --depth D prefetches: every offset set is drawn
+ * first, a gather stream (hostfirst_gather_stream_start) fills up to D batches ahead on a background thread, and
+ * the times are the waits for each batch (hostfirst_gather_stream_next); the total wall time is printed for
+ * both ways. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -26,15 +29,17 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Checks the current batch against windows read directly with hostfirst_view_copy. */
-static int check_first(hostfirst_gather *g, const hostfirst_view *v, const uint64_t *offs, uint64_t b, uint64_t t,
-                       size_t elem, int *ok) {
+/* Checks a batch (`batch`, else the gather's current one) against windows read directly with hostfirst_view_copy. */
+static int check_first(hostfirst_gather *g, hostfirst_buffer *batch, const hostfirst_view *v, const uint64_t *offs,
+                       uint64_t b, uint64_t t, size_t elem, int *ok) {
     uint64_t nbytes = 0;
     hostfirst_gather_nbytes(g, &nbytes);
     unsigned char *got = malloc((size_t)nbytes), *want = malloc((size_t)(t * elem));
     int rc = 0;
     *ok = 1;
-    hostfirst_status st = got && want ? hostfirst_gather_copy_to_host(g, got, (size_t)nbytes) : HOSTFIRST_STATUS_OUT_OF_MEMORY;
+    hostfirst_status st = !got || !want ? HOSTFIRST_STATUS_OUT_OF_MEMORY
+                          : batch       ? hostfirst_buffer_copy_to_host(batch, got, (size_t)nbytes)
+                                        : hostfirst_gather_copy_to_host(g, got, (size_t)nbytes);
     if (st != HOSTFIRST_STATUS_OK) rc = cli_fail("copy the batch back", st);
     for (uint64_t i = 0; rc == 0 && i < b; i++) {
         hostfirst_view *row = NULL;
@@ -52,7 +57,7 @@ static int check_first(hostfirst_gather *g, const hostfirst_view *v, const uint6
 typedef struct {
     const char *operands[2]; /* FILE TENSOR */
     const char *spec;
-    uint64_t batch, window, iters, seed;
+    uint64_t batch, window, iters, seed, depth;
     int json, prefault, from_host;
 } gather_args;
 
@@ -62,6 +67,7 @@ static int on_option(void *ctx, int id, const char *v) {
                   : id == CLI_OPT_WINDOW ? &g->window
                   : id == CLI_OPT_ITERS  ? &g->iters
                   : id == CLI_OPT_SEED   ? &g->seed
+                  : id == CLI_OPT_DEPTH  ? &g->depth
                                          : NULL;
     if (n && !cli_parse_u64(v, n)) return cli_usage_error("gather", "'%s' is not a non-negative integer", v);
     if (id == CLI_OPT_JSON) g->json = 1;
@@ -72,13 +78,13 @@ static int on_option(void *ctx, int id, const char *v) {
 }
 
 int cmd_gather(int argc, char **argv) {
-    gather_args g0 = {{NULL, NULL}, "default", 0, 0, 100, 1337, 0, 0, 0};
+    gather_args g0 = {{NULL, NULL}, "default", 0, 0, 100, 1337, 0, 0, 0, 0};
     int prc = cli_parse("gather", argc, argv, &g0, on_option, g0.operands);
     if (prc) return prc;
     if (g0.batch == 0 || g0.window == 0 || g0.iters == 0)
         return cli_usage_error("gather", "--batch, --window and --iters must be at least 1");
     const char *path = g0.operands[0], *tensor = g0.operands[1], *spec = g0.spec;
-    uint64_t batch = g0.batch, window = g0.window, iters = g0.iters, seed = g0.seed;
+    uint64_t batch = g0.batch, window = g0.window, iters = g0.iters, seed = g0.seed, depth = g0.depth;
     int json = g0.json, prefault = g0.prefault, from_host = g0.from_host;
 
     hostfirst_device dev;
@@ -87,7 +93,8 @@ int cmd_gather(int argc, char **argv) {
     hostfirst_file *file = NULL;
     hostfirst_view *view = NULL;
     hostfirst_gather *g = NULL;
-    hostfirst_buffer *host = NULL;
+    hostfirst_buffer *host = NULL, *b = NULL;
+    hostfirst_gather_stream *stream = NULL;
     uint64_t *offs = NULL;
     double *times = NULL;
     int rc = 0;
@@ -137,7 +144,9 @@ int cmd_gather(int argc, char **argv) {
         rc = cli_fail("gather", st);
         goto done;
     }
-    offs = malloc((size_t)batch * sizeof *offs);
+    /* with --depth every offset set is drawn up front (the stream takes them all); else one set at a time */
+    size_t sets = depth ? (size_t)iters : 1;
+    offs = (size_t)batch <= SIZE_MAX / sizeof *offs / sets ? malloc(sets * (size_t)batch * sizeof *offs) : NULL;
     times = malloc((size_t)iters * sizeof *times);
     if (!offs || !times) {
         fprintf(stderr, "hostfirst gather: out of memory\n");
@@ -146,22 +155,45 @@ int cmd_gather(int argc, char **argv) {
     }
     uint64_t state = seed;
     int ok = 1;
-    for (uint64_t it = 0; it < iters; it++) {
-        st = hostfirst_random_offsets(&state, info.shape[0], window, offs, (size_t)batch);
+    for (size_t k = 0; k < sets; k++) {
+        st = hostfirst_random_offsets(&state, info.shape[0], window, offs + k * batch, (size_t)batch);
         if (st != HOSTFIRST_STATUS_OK) {
             rc = cli_fail("offsets", st);
             goto done;
         }
+    }
+    double start = now_s();
+    if (depth) {
+        st = host ? hostfirst_gather_stream_start_from_buffer(g, host, offs, (size_t)iters, (size_t)depth, &stream)
+                  : hostfirst_gather_stream_start(g, view, offs, (size_t)iters, (size_t)depth, &stream);
+        if (st != HOSTFIRST_STATUS_OK) {
+            rc = cli_fail("gather stream", st);
+            goto done;
+        }
+    }
+    for (uint64_t it = 0; it < iters; it++) {
+        if (!depth && it > 0) {
+            st = hostfirst_random_offsets(&state, info.shape[0], window, offs, (size_t)batch);
+            if (st != HOSTFIRST_STATUS_OK) {
+                rc = cli_fail("offsets", st);
+                goto done;
+            }
+        }
         double t0 = now_s();
-        st = host ? hostfirst_gather_run_from_buffer(g, host, offs, (size_t)batch, NULL)
-                  : hostfirst_gather_run(g, view, offs, (size_t)batch);
+        if (depth) st = hostfirst_gather_stream_next(stream, &b);
+        else
+            st = host ? hostfirst_gather_run_from_buffer(g, host, offs, (size_t)batch, NULL)
+                      : hostfirst_gather_run(g, view, offs, (size_t)batch);
         times[it] = now_s() - t0;
         if (st != HOSTFIRST_STATUS_OK) {
             rc = cli_fail("gather", st);
             goto done;
         }
-        if (it == 0 && (rc = check_first(g, view, offs, batch, window, elem, &ok)) != 0) goto done;
+        if (it == 0 && (rc = check_first(g, b, view, offs, batch, window, elem, &ok)) != 0) goto done;
+        hostfirst_buffer_free(b);
+        b = NULL;
     }
+    double total_s = now_s() - start;
     qsort(times, (size_t)iters, sizeof *times, cmp_double);
     double p50 = times[(iters - 1) / 2], p99 = times[(size_t)((double)(iters - 1) * 0.99)];
     double bytes = (double)batch * (double)window * (double)elem;
@@ -179,7 +211,7 @@ int cmd_gather(int argc, char **argv) {
                p50 > 0 ? bytes / p50 / 1e9 : 0.0, ok ? "\"ok\"" : "\"MISMATCH\"");
         if (prefault) printf(",\"prefault_s\":%.6f,\"prefault_populated\":%s", prefault_s, populated ? "true" : "false");
         if (host) printf(",\"from_host\":true,\"put_s\":%.6f", host_s);
-        printf("}\n");
+        printf(",\"depth\":%llu,\"total_s\":%.6f}\n", (unsigned long long)depth, total_s);
     } else {
         if (prefault)
             printf("prefault %s: %.1f ms (%s)\n", tensor, prefault_s * 1e3,
@@ -188,9 +220,16 @@ int cmd_gather(int argc, char **argv) {
         printf("gather %s [%llu, %llu] %s -> %s: %llu iterations, p50 %.1f us, p99 %.1f us per batch; first batch %s\n",
                tensor, (unsigned long long)batch, (unsigned long long)window, hostfirst_dtype_name(info.dtype), dspec,
                (unsigned long long)iters, p50 * 1e6, p99 * 1e6, ok ? "matches a direct read" : "DOES NOT MATCH");
+        if (depth)
+            printf("prefetched %llu ahead: the times are waits for a ready batch; %.1f ms in all\n",
+                   (unsigned long long)depth, total_s * 1e3);
+        else
+            printf("%.1f ms in all\n", total_s * 1e3);
     }
     if (!ok) rc = 1;
 done:
+    hostfirst_buffer_free(b);
+    hostfirst_gather_stream_free(stream);
     free(offs);
     free(times);
     hostfirst_gather_free(g);

@@ -56,6 +56,10 @@ static const cli_option gather_options[] = {
      "put the tensor to cpu first (timed apart) and gather from that copy: memcpy speed, no SIGBUS if the file "
      "is truncated",
      0},
+    {CLI_OPT_DEPTH, "--depth", "D",
+     "prefetch: a background thread fills up to D batches ahead (hostfirst_gather_stream_*); times the wait for "
+     "each batch (default 0: each batch gathered when asked)",
+     0},
     {CLI_OPT_JSON, "--json", NULL, "one JSON object instead of text", 0},
     {0, NULL, NULL, NULL, 0},
 };

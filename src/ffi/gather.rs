@@ -8,6 +8,7 @@ use super::view::hostfirst_view;
 use crate::dtype::DType;
 use crate::error::{Error, Result, Status};
 use crate::place::gather::{random_offsets, Gather};
+use crate::place::gather_stream::GatherStream;
 use std::ffi::c_void;
 use std::sync::Mutex;
 
@@ -31,16 +32,19 @@ impl Handle for hostfirst_gather {
 /// on `device`: allocates, after a fit check, the first batch (and for CUDA one page-locked staging buffer
 /// of the same size and a stream). Writes a new handle to `*out` (free with `hostfirst_gather_free`).
 ///
-/// **Batch ownership: the ring.** Each run fills a batch that no one else holds and makes it the gather's
-/// current batch. A batch handed out — a `hostfirst_buffer` handle from `hostfirst_gather_run_batch` or
+/// **Batch ownership: the ring.** Each run fills a batch that no one else holds, other than the current
+/// one, and makes it the gather's current batch only once every window is in place, so a run that fails
+/// never changes the current batch (at the ring's bound with only the current batch free, the windows are
+/// assembled in a private scratch or staging buffer first and copied into it on success). A batch handed out — a `hostfirst_buffer` handle from `hostfirst_gather_run_batch` or
 /// `hostfirst_gather_batch`, or a DLPack export of one — is never rewritten while any such reference to it
 /// remains (the handle not freed, the export's deleter not run), on cpu or on CUDA; on CUDA the rewrite also
 /// waits, on the device, for the events recorded on the consumers' streams when they released it (see
 /// `hostfirst_buffer_to_dlpack_ex` and `hostfirst_buffer_record_stream`). When every batch is held, the ring
 /// grows by one batch (fit-checked: `OUT_OF_MEMORY` if it does not fit) up to its bound,
 /// `HOSTFIRST_GATHER_DEFAULT_RING_BOUND` (4) unless set with `hostfirst_gather_set_ring_bound`; at the bound
-/// a run returns `HOSTFIRST_STATUS_BUSY` and changes nothing. A consumer that releases each batch before the
-/// next run keeps one batch; one that holds the previous batch while the next is filled keeps two. Once the
+/// a run returns `HOSTFIRST_STATUS_BUSY` and changes nothing. A consumer that holds at most the current batch while
+/// the next is filled keeps two batches (the current one and the one being filled); each further batch it
+/// holds at once adds one. Once the
 /// ring has grown to what the consumer holds at once, runs allocate nothing. Batches are the only memory
 /// hostfirst both reuses and hands out: its staging slabs, resident registrations and the gather's staging
 /// buffer are internal and never reach a consumer; every other buffer it hands out is never rewritten.
@@ -110,8 +114,9 @@ fn hand_out(batch: crate::place::gather::Batch, out: *mut *mut hostfirst_buffer)
 /// differs from the batch), `OUT_OF_RANGE` (a window longer than the tensor, or the first offset — index and
 /// value — whose window runs past the end), `BUSY` (every batch held at the ring's bound), `OUT_OF_MEMORY`
 /// (growing the ring): with these no batch changed. `TRUNCATED` or `IO` while reading, `DEVICE_ERROR` while
-/// copying: a batch no one holds then has a partly assembled batch and the current batch stays the previous
-/// one. Calls on one gather are serialised. `hostfirst_gather_run_batch` also hands out the batch.
+/// copying: the current batch stays the previous one, byte for byte (one exception: a `DEVICE_ERROR` in the
+/// copy into the current batch itself, when it was the only batch free at the ring's bound, leaves it
+/// undefined). Calls on one gather are serialised. `hostfirst_gather_run_batch` also hands out the batch.
 #[no_mangle]
 pub extern "C" fn hostfirst_gather_run(
     gather: *mut hostfirst_gather,
@@ -185,7 +190,8 @@ pub extern "C" fn hostfirst_gather_run_from_buffer(
 }
 
 /// Writes a **new** `hostfirst_buffer` handle for the gather's current batch (the one the last successful run
-/// filled; before the first run, the first batch, zero-filled) to `*out`. The caller frees it with
+/// filled; before the first run, the first batch, zero-filled — on CUDA by a memset on the gather's stream
+/// completed before `hostfirst_gather_new` returns) to `*out`. The caller frees it with
 /// `hostfirst_buffer_free`; while it lives that batch is not rewritten (see `hostfirst_gather_new`).
 /// (This replaces 0.1's `hostfirst_gather_buffer`, which lent one borrowed handle whose contents changed
 /// with every run.) Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
@@ -272,6 +278,170 @@ pub extern "C" fn hostfirst_gather_nbytes(gather: *const hostfirst_gather, out_n
 #[no_mangle]
 pub extern "C" fn hostfirst_gather_free(gather: *mut hostfirst_gather) -> Status {
     hostfirst_boundary!("hostfirst_gather_free", { handle::remove(gather, "gather").map(|_| ()) })
+}
+
+/// A prefetching stream of batches over one gather: a background worker fills batches ahead of the consumer.
+/// Created by `hostfirst_gather_stream_start` (or `_start_from_buffer`), read with
+/// `hostfirst_gather_stream_next`, released with `hostfirst_gather_stream_free`.
+pub struct hostfirst_gather_stream {
+    _private: [u8; 0],
+}
+
+impl Handle for hostfirst_gather_stream {
+    type Target = Mutex<GatherStream>;
+    const NAME: &'static str = "hostfirst_gather_stream";
+}
+
+/// The deepest prefetch `hostfirst_gather_stream_start` accepts.
+pub const HOSTFIRST_GATHER_STREAM_MAX_DEPTH: usize = 64;
+const _: () = assert!(HOSTFIRST_GATHER_STREAM_MAX_DEPTH == crate::place::gather_stream::MAX_DEPTH);
+
+/// The common part of the two starts: checks every batch with `check`, raises the ring bound to `depth + 3`
+/// if it is lower, and starts the worker with `run`.
+fn stream_start(
+    gather: *mut hostfirst_gather,
+    offsets: *const u64,
+    n_batches: usize,
+    depth: usize,
+    out: *mut *mut hostfirst_gather_stream,
+    check: impl Fn(&Gather, &[u64]) -> Result<()>,
+    run: impl Fn(&mut Gather, &[u64]) -> Result<crate::place::gather::Batch> + Send + 'static,
+) -> Result<()> {
+    let g = handle::get::<hostfirst_gather>(gather, "gather")?;
+    let out = out_ptr(out, "out")?;
+    if depth == 0 || depth > HOSTFIRST_GATHER_STREAM_MAX_DEPTH {
+        return Err(Error::new(
+            Status::InvalidArgument,
+            format!("gather stream: depth {depth}; expected 1 to {HOSTFIRST_GATHER_STREAM_MAX_DEPTH}"),
+        ));
+    }
+    let batch = {
+        let gc = g.lock().unwrap_or_else(|e| e.into_inner());
+        gc.gather.batch() as usize
+    };
+    let total = n_batches.checked_mul(batch).ok_or_else(|| {
+        Error::new(Status::InvalidArgument, format!("gather stream: {n_batches} batches of {batch} offsets overflow"))
+    })?;
+    let offsets = offsets_arg(offsets, total)?.to_vec();
+    {
+        let mut gc = g.lock().unwrap_or_else(|e| e.into_inner());
+        for (k, offs) in offsets.chunks_exact(batch.max(1)).enumerate() {
+            check(&gc.gather, offs).map_err(|e| Error::new(e.status(), format!("batch {k}: {}", e.message())))?;
+        }
+        if gc.gather.ring_bound() < depth + 3 {
+            gc.gather.set_ring_bound(depth + 3)?;
+        }
+    }
+    let stream = GatherStream::start(
+        batch,
+        offsets,
+        depth,
+        Box::new(move |offs: &[u64]| run(&mut g.lock().unwrap_or_else(|e| e.into_inner()).gather, offs)),
+    )?;
+    *out = handle::insert_new::<hostfirst_gather_stream>(Mutex::new(stream));
+    Ok(())
+}
+
+/// Starts prefetching `n_batches` batches of `gather` from the 1-D tensor `source`: batch `k` is what
+/// `hostfirst_gather_run` would make from the `batch` offsets `offsets[k * batch ..]` (`offsets` holds
+/// `n_batches * batch` values, copied: the array may be freed on return; NULL is allowed when `n_batches` is
+/// 0, which makes a stream that ends at once). A background thread fills up to
+/// `depth` (1 to `HOSTFIRST_GATHER_STREAM_MAX_DEPTH`) batches ahead of the consumer while it computes — reads
+/// through the transfer engine and, for `cuda:N`, the host-to-device copy through the gather's page-locked
+/// staging on its stream — and `hostfirst_gather_stream_next` hands them out in order. Writes a new handle to
+/// `*out` (free with `hostfirst_gather_stream_free`).
+///
+/// **Ownership.** Every batch is a batch of the gather's ring, under its rules (`hostfirst_gather_new`): a
+/// batch waiting in the stream or handed out by `next` (until its handle is freed and its exports deleted) is
+/// never refilled. So that `depth` batches can wait while the consumer holds one and the next is filled, the
+/// gather's ring bound is raised to `depth + 3` if it is lower (never lowered). Each run becomes the gather's
+/// current batch, as with `hostfirst_gather_run`; other calls on the gather stay allowed and are serialised
+/// with the worker's runs. The stream keeps the gather and `source` alive until it is freed, even if their
+/// handles are freed first.
+///
+/// **Errors now**: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (depth out of range, size overflow,
+/// source not 1-D or of another dtype), `OUT_OF_RANGE` (the first window past the end, named by batch and
+/// offset index: every batch is checked before the thread starts, so nothing ran), `UNAVAILABLE` (the thread
+/// could not be started). **Errors later** (a read or copy failing in the worker: `TRUNCATED`, `IO`,
+/// `DEVICE_ERROR`, `OUT_OF_MEMORY` growing the ring, `BUSY` when the consumer holds every batch of the ring and
+/// none is waiting) end the stream and are returned, with their message, by the `next` that would have
+/// returned that batch. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_gather_stream_start(
+    gather: *mut hostfirst_gather,
+    source: *const hostfirst_view,
+    offsets: *const u64,
+    n_batches: usize,
+    depth: usize,
+    out: *mut *mut hostfirst_gather_stream,
+) -> Status {
+    hostfirst_boundary!("hostfirst_gather_stream_start", {
+        let v = handle::get::<hostfirst_view>(source, "source")?;
+        let v2 = std::sync::Arc::clone(&v);
+        stream_start(gather, offsets, n_batches, depth, out, move |g, o| g.check_view(&v, o), move |g, o| g.run(&v2, o))
+    })
+}
+
+/// `hostfirst_gather_stream_start` from a 1-D host buffer (`cpu` or `cuda_host`) instead of a view: each
+/// window a memcpy, as `hostfirst_gather_run_from_buffer`. The stream keeps the buffer alive (its handle may
+/// be freed); the buffer must not be written while the stream runs. `UNSUPPORTED` for a CUDA buffer; other
+/// errors as for `hostfirst_gather_stream_start`. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_gather_stream_start_from_buffer(
+    gather: *mut hostfirst_gather,
+    source: *const hostfirst_buffer,
+    offsets: *const u64,
+    n_batches: usize,
+    depth: usize,
+    out: *mut *mut hostfirst_gather_stream,
+) -> Status {
+    hostfirst_boundary!("hostfirst_gather_stream_start_from_buffer", {
+        let b = handle::get::<hostfirst_buffer>(source, "source")?;
+        let b2 = std::sync::Arc::clone(&b);
+        stream_start(
+            gather,
+            offsets,
+            n_batches,
+            depth,
+            out,
+            move |g, o| g.check_buffer(&b.lock().unwrap_or_else(|e| e.into_inner()), o),
+            move |g, o| g.run_from_buffer(&b2.lock().unwrap_or_else(|e| e.into_inner()), o),
+        )
+    })
+}
+
+/// Hands out the next batch of the stream, in order, waiting (without spinning) until the worker has filled
+/// it: writes a **new** `hostfirst_buffer` handle to `*out_batch` (the caller's: free it with
+/// `hostfirst_buffer_free` when the step is done with it — a held batch is never refilled, and holding many
+/// stalls the worker, see `hostfirst_gather_stream_start`). After the last batch, returns OK with `*out_batch`
+/// set to NULL. On CUDA the batch's copy has completed when it is handed out. Errors: `NULL_ARGUMENT`,
+/// `INVALID_HANDLE`; the error of a run that failed in the worker (status and message naming the batch), in
+/// that batch's place and at every later call; `UNAVAILABLE` in a forked child (the worker is the parent's).
+/// On error `*out_batch` is unchanged. Calls on one stream are serialised. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_gather_stream_next(
+    stream: *mut hostfirst_gather_stream,
+    out_batch: *mut *mut hostfirst_buffer,
+) -> Status {
+    hostfirst_boundary!("hostfirst_gather_stream_next", {
+        let s = handle::get::<hostfirst_gather_stream>(stream, "stream")?;
+        let out = out_ptr(out_batch, "out_batch")?;
+        let next = s.lock().unwrap_or_else(|e| e.into_inner()).next_batch()?;
+        *out = match next {
+            Some(b) => handle::insert::<hostfirst_buffer>(b),
+            None => std::ptr::null_mut(),
+        };
+        Ok(())
+    })
+}
+
+/// Frees a stream, cancelling it if batches remain: the worker finishes the run in progress (never leaving a
+/// batch half-filled), starts no other, and is joined before this returns; batches waiting in the stream go
+/// back to the ring. Batches already handed out stay valid (free their handles as usual). NULL is a no-op; a
+/// freed or foreign handle gives `INVALID_HANDLE`. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_gather_stream_free(stream: *mut hostfirst_gather_stream) -> Status {
+    hostfirst_boundary!("hostfirst_gather_stream_free", { handle::remove(stream, "stream").map(|_| ()) })
 }
 
 /// Draws `n` start offsets uniform in `[0, len - window)` into `out` (nanoGPT's `get_batch`: each window

@@ -37,17 +37,34 @@ pub extern "C" fn hostfirst_version_number() -> u32 {
     })
 }
 
-/// Copies a string describing the build (version, features, CUDA API level) into `buf`, with the same
-/// buffer rules as `hostfirst_last_error_message`.
+/// Copies a string describing the build (version, features, CUDA API level, and the read engine as
+/// `hostfirst_read_engine` names it) into `buf`, with the same buffer rules as `hostfirst_last_error_message`.
 #[no_mangle]
 pub extern "C" fn hostfirst_build_info(buf: *mut c_char, capacity: usize, out_len: *mut usize) -> Status {
     hostfirst_boundary!("hostfirst_build_info", {
         let s = format!(
-            "hostfirst {} (cuda driver API via cudarc, dynamic loading; test-hooks={})",
+            "hostfirst {} (cuda driver API via cudarc, dynamic loading; test-hooks={}; reads: {})",
             env!("CARGO_PKG_VERSION"),
-            cfg!(feature = "test-hooks")
+            cfg!(feature = "test-hooks"),
+            crate::engine::describe()
         );
         write_string(&s, buf, capacity, out_len, "build info")
+    })
+}
+
+/// Copies one line naming how this process reads files into `buf` (buffer rules of
+/// `hostfirst_last_error_message`): `"io_uring (queue depth 64)"` when the kernel offers io_uring, else
+/// `"pread pool (...; <why>)"` — a pool of threads doing blocking positioned reads — with the reason (the
+/// kernel's answer to the probe, `HOSTFIRST_IO=pool`, or the failure that demoted io_uring). The choice is
+/// made by a probe at the first call that needs it (never from the kernel version) and kept for the process;
+/// set `HOSTFIRST_IO=pool` in the environment before that to force the pool. Gathers, and the reads of the
+/// other operations as they move onto the engine, issue their reads concurrently through it. Never blocks
+/// for long (the probe makes one small ring). Errors: `NULL_ARGUMENT` (`buf` NULL with a non-zero
+/// capacity), `BUFFER_TOO_SMALL` (`*out_len` still gets the length). Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_read_engine(buf: *mut c_char, capacity: usize, out_len: *mut usize) -> Status {
+    hostfirst_boundary!("hostfirst_read_engine", {
+        write_string(&crate::engine::describe(), buf, capacity, out_len, "read engine")
     })
 }
 

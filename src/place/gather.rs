@@ -6,7 +6,10 @@
 //! `run` returns once it has completed. Once the ring has as many batches as the consumer holds at once, a
 //! step allocates nothing.
 //!
-//! **Batch ownership.** Each run fills a batch that nobody else holds, and returns it. A batch handed out
+//! **Batch ownership.** Each run fills a batch that nobody else holds, other than the current one, and
+//! returns it; it becomes current only when complete, so a failed run leaves the current batch as it was
+//! (a ring at its bound whose only free batch is the current one assembles the windows in a scratch buffer,
+//! or for CUDA the staging buffer, and copies them in on success). A batch handed out
 //! (the returned reference, a `hostfirst_buffer` handle, a DLPack export) is never rewritten while any
 //! reference to it remains: the ring reuses a batch only when it holds the last reference. On CUDA a batch is
 //! also not rewritten before its consumers' streams have passed the events recorded when they released it
@@ -27,8 +30,10 @@ use crate::device::cuda::{Event, PinnedHostMemory, Stream};
 use crate::device::fit;
 use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
+use crate::engine::{self, Tuning};
 use crate::error::{human_bytes, Error, Result, Status};
 use crate::file::TensorView;
+use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 
 /// Batches a gather's ring may hold unless told otherwise: the one being filled, the one the consumer
@@ -81,6 +86,21 @@ pub struct Gather {
     last: Option<usize>,
     staging: Option<PinnedHostMemory>,
     stream: Option<Stream>,
+    /// cpu / cuda_host, ring at its bound with only the current batch free: the windows are read here first
+    /// and copied into that batch only once every read succeeded (allocated on first need, then kept).
+    scratch: Option<Vec<u8>>,
+    /// How the windows of a batch are read (queue depth) through the transfer engine.
+    tuning: Tuning,
+}
+
+/// Where a run assembles its batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Target {
+    /// Ring index of the batch that becomes current on success.
+    index: usize,
+    /// True when that batch is the current one (no spare could be had): the windows go to a scratch buffer
+    /// (host) or the staging buffer (CUDA) first, so a failed read leaves it untouched.
+    current: bool,
 }
 
 impl Gather {
@@ -131,16 +151,25 @@ impl Gather {
             last: None,
             staging,
             stream,
+            scratch: None,
+            tuning: Tuning::default(),
         };
         g.ring.push(g.new_batch()?);
         Ok(g)
     }
 
-    /// One more batch buffer (with, for CUDA, the event its writes are recorded on). No fit check here.
+    /// One more batch buffer, zero-filled (with, for CUDA, the event its writes are recorded on). Host
+    /// memory comes zeroed; device memory is set to zero on the gather's stream (`cuMemsetD8Async`) and the
+    /// call returns once that has completed, so a batch read before any run holds zeros, as documented. No
+    /// fit check here.
     fn new_batch(&self) -> Result<Batch> {
         let mut b = Buffer::alloc("batch", self.dtype, &[self.batch, self.window], self.nbytes(), self.device)?;
-        if self.device.kind == DeviceKind::CUDA {
-            b.set_ready_event(Event::new(self.device.ordinal)?);
+        if let (Some(stream), Memory::Cuda(mem)) = (&self.stream, b.memory()) {
+            let ev = Event::new(self.device.ordinal)?;
+            stream.memset_async(mem, 0)?;
+            ev.record(stream)?;
+            ev.synchronize()?;
+            b.set_ready_event(ev);
         }
         Ok(Arc::new(Mutex::new(b)))
     }
@@ -170,6 +199,15 @@ impl Gather {
     /// returned reference keeps that batch from being rewritten.
     pub fn current(&self) -> Batch {
         Arc::clone(&self.ring[self.last.unwrap_or(0)])
+    }
+
+    /// How the windows of a batch are read (the queue depth: windows in flight at once).
+    pub fn tuning(&self) -> Tuning {
+        self.tuning
+    }
+    /// Sets how the windows of a batch are read (0 fields: defaults, see [`Tuning::resolved`]).
+    pub fn set_tuning(&mut self, tuning: Tuning) {
+        self.tuning = tuning;
     }
 
     /// The most batches the ring may hold.
@@ -208,6 +246,18 @@ impl Gather {
             }
         }
         Ok(())
+    }
+
+    /// Checks a view and the offsets of one batch as [`Gather::run`] would, without running: for callers that
+    /// validate ahead (a prefetch stream checks every batch before it starts).
+    pub fn check_view(&self, source: &TensorView, offsets: &[u64]) -> Result<()> {
+        self.check(&Source::View(source), offsets)
+    }
+
+    /// [`Gather::check_view`] for a host buffer source ([`Gather::run_from_buffer`]).
+    pub fn check_buffer(&self, source: &Buffer, offsets: &[u64]) -> Result<()> {
+        let Some(bytes) = source.host_bytes() else { return Err(not_host(source)) };
+        self.check(&Source::Host { name: source.name(), dtype: source.dtype(), shape: source.shape(), bytes }, offsets)
     }
 
     /// Checks `source` and `offsets` for a run.
@@ -257,7 +307,9 @@ impl Gather {
     }
 
     /// Reads the windows at `offsets` (already checked) into `dst`, row after row: memcpy from a host buffer
-    /// or a prefaulted mapping, else one `pread` per window.
+    /// or a prefaulted mapping; else every window at once through the transfer engine (one io_uring
+    /// submission for the batch, or the pread pool), with the file's read-ahead off meanwhile (a window is a
+    /// few pages; read-ahead would read 32 times that from a cold disk).
     fn fill(&self, source: &Source<'_>, offsets: &[u64], dst: &mut [u8]) -> Result<()> {
         let row = self.window as usize * self.elem;
         let rows = dst.chunks_exact_mut(row).zip(offsets);
@@ -265,10 +317,38 @@ impl Gather {
             Source::Host { bytes, .. } => *bytes,
             Source::View(v) if v.is_prefaulted() => v.mapped(),
             Source::View(v) => {
-                for (d, &o) in rows {
-                    v.read_at(o * self.elem as u64, d)?;
-                }
-                return Ok(());
+                let Some((file, base)) = v.file_and_offset().filter(|_| v.is_contiguous()) else {
+                    for (d, &o) in rows {
+                        v.read_at(o * self.elem as u64, d)?;
+                    }
+                    return Ok(());
+                };
+                let _readahead_off = v.readahead_off();
+                let fd = file.as_raw_fd();
+                let elem = self.elem as u64;
+                let mut reads: Vec<engine::Read<'_>> =
+                    rows.map(|(d, &o)| engine::Read { fd, offset: base + o * elem, dst: d }).collect();
+                return engine::read_many(&mut reads, &self.tuning).map_err(|f| {
+                    let at = |i: usize| format!("window {i} (offset {})", offsets[i]);
+                    match f.kind {
+                        engine::FailureKind::Eof { at: end } => Error::new(
+                            Status::Truncated,
+                            format!(
+                                "{}: tensor '{}': {}: the file ends at byte {} (it is now {} bytes; was it \
+                                 truncated after opening?)",
+                                v.file_display(),
+                                v.name(),
+                                at(f.index),
+                                end,
+                                file.metadata().map(|m| m.len().to_string()).unwrap_or_else(|_| "?".into())
+                            ),
+                        ),
+                        engine::FailureKind::Os(e) => Error::new(
+                            Status::Io,
+                            format!("{}: tensor '{}': {}: {e}", v.file_display(), v.name(), at(f.index)),
+                        ),
+                    }
+                });
             }
         };
         for (d, &o) in rows {
@@ -278,14 +358,28 @@ impl Gather {
         Ok(())
     }
 
-    /// The ring index of a batch nobody else holds, least recently filled first; a new batch (fit-checked)
-    /// when every one is held and the bound allows; `BUSY` at the bound.
-    fn free_batch(&mut self) -> Result<usize> {
+    /// Where the next run assembles its batch: a batch nobody else holds other than the current one, least
+    /// recently filled first; else a new batch (fit-checked) while the bound allows, so that a failed run
+    /// never touches the current batch; else the current batch itself through a scratch or staging buffer
+    /// ([`Target::current`]) when nobody holds it; `BUSY` at the bound with every batch held.
+    fn target(&mut self) -> Result<Target> {
         let n = self.ring.len();
-        let start = self.last.map_or(0, |l| l + 1);
-        if let Some(i) = (0..n).map(|k| (start + k) % n).find(|&i| Arc::strong_count(&self.ring[i]) == 1) {
-            return Ok(i);
+        let cur = self.last.unwrap_or(0);
+        let free = |g: &Self, i: usize| Arc::strong_count(&g.ring[i]) == 1;
+        if let Some(i) = (1..n).map(|k| (cur + k) % n).find(|&i| free(self, i)) {
+            return Ok(Target { index: i, current: false });
         }
+        let cur_free = free(self, cur);
+        match self.grow() {
+            Ok(i) => Ok(Target { index: i, current: false }),
+            Err(_) if cur_free => Ok(Target { index: cur, current: true }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Adds a batch to the ring (fit-checked) and returns its index; `BUSY` at the bound.
+    fn grow(&mut self) -> Result<usize> {
+        let n = self.ring.len();
         let what = format!("gather batch [{}, {}] {}", self.batch, self.window, self.dtype.name());
         if n >= self.bound {
             return Err(Error::new(
@@ -317,9 +411,10 @@ impl Gather {
     /// (a window longer than the tensor, or the first offset whose window runs past its end), `BUSY` (every
     /// batch held at the ring's bound), `OUT_OF_MEMORY` (growing the ring does not fit): with these no batch
     /// changed. `TRUNCATED` (the file shrank since it was opened) or `IO` while reading, `DEVICE_ERROR` while
-    /// copying: the batch being filled then holds a partly assembled batch and is not returned (the previous
-    /// batch stays the current one). A prefaulted source is read through the mapping (see
-    /// [`TensorView::mapped`] for its truncation hazard); any other is read with `pread`.
+    /// copying: the batch being filled is not returned and the current batch keeps its bytes (except after a
+    /// `DEVICE_ERROR` in the copy into the current batch, when it was the only one free at the ring's bound).
+    /// A prefaulted source is read through the mapping (see [`TensorView::mapped`] for its truncation
+    /// hazard); any other is read with `pread`.
     pub fn run(&mut self, source: &TensorView, offsets: &[u64]) -> Result<Batch> {
         self.run_source(&Source::View(source), offsets)
     }
@@ -329,32 +424,45 @@ impl Gather {
     /// copy owns its bytes; a copy-on-write buffer keeps its file's hazards for pages not written).
     /// `UNSUPPORTED` for a CUDA buffer.
     pub fn run_from_buffer(&mut self, source: &Buffer, offsets: &[u64]) -> Result<Batch> {
-        let Some(bytes) = source.host_bytes() else {
-            return Err(Error::new(
-                Status::Unsupported,
-                format!(
-                    "gather: buffer '{}' is on {}; gather sources are host memory (put it to cpu first)",
-                    source.name(),
-                    source.device()
-                ),
-            ));
-        };
+        let Some(bytes) = source.host_bytes() else { return Err(not_host(source)) };
         let src = Source::Host { name: source.name(), dtype: source.dtype(), shape: source.shape(), bytes };
         self.run_source(&src, offsets)
     }
 
     fn run_source(&mut self, source: &Source<'_>, offsets: &[u64]) -> Result<Batch> {
         self.check(source, offsets)?;
-        let i = self.free_batch()?;
-        let batch = Arc::clone(&self.ring[i]);
+        let t = self.target()?;
+        let batch = Arc::clone(&self.ring[t.index]);
         let mut dest = batch.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(d) = dest.host_bytes_mut() {
-            self.fill(source, offsets, d)?;
-        } else {
+        if dest.host_bytes_mut().is_none() {
             self.fill_cuda(source, offsets, &mut dest)?;
+        } else if t.current {
+            let mut scratch = match self.scratch.take() {
+                Some(s) => s,
+                None => {
+                    let n = self.nbytes() as usize;
+                    let mut v = Vec::new();
+                    v.try_reserve_exact(n).map_err(|_| {
+                        Error::new(
+                            Status::OutOfMemory,
+                            format!("gather: no memory for a {} scratch batch", human_bytes(n as u64)),
+                        )
+                    })?;
+                    v.resize(n, 0);
+                    v
+                }
+            };
+            let r = self.fill(source, offsets, &mut scratch);
+            if r.is_ok() {
+                dest.host_bytes_mut().expect("a host batch").copy_from_slice(&scratch);
+            }
+            self.scratch = Some(scratch);
+            r?;
+        } else {
+            self.fill(source, offsets, dest.host_bytes_mut().expect("a host batch"))?;
         }
         drop(dest);
-        self.last = Some(i);
+        self.last = Some(t.index);
         Ok(batch)
     }
 
@@ -389,6 +497,17 @@ impl Gather {
     pub fn copy_to_host(&self, dst: &mut [u8]) -> Result<()> {
         self.current().lock().unwrap_or_else(|p| p.into_inner()).copy_to_host(dst)
     }
+}
+
+fn not_host(source: &Buffer) -> Error {
+    Error::new(
+        Status::Unsupported,
+        format!(
+            "gather: buffer '{}' is on {}; gather sources are host memory (put it to cpu first)",
+            source.name(),
+            source.device()
+        ),
+    )
 }
 
 /// splitmix64: the next value of the stream whose state is `*state`.

@@ -15,6 +15,7 @@ pub use buffer::{Buffer, Memory};
 pub use put::{buffer_to, put, put_with_stats, PutOptions, PutStats, Target};
 pub use staging::release_cached_memory;
 pub mod gather;
+pub mod gather_stream;
 pub mod placed;
 pub mod plan;
 pub mod rules;

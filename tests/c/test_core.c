@@ -49,9 +49,16 @@ static void test_last_error_buffer(void) {
     hostfirst_fit_info fit;
     CHECK_STATUS(hostfirst_last_fit(&fit), HOSTFIRST_STATUS_NOT_FOUND);
     CHECK_STATUS(hostfirst_last_fit(NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
-    char info[256];
+    char info[512];
     CHECK_OK(hostfirst_build_info(info, sizeof info, &len));
     CHECK(strstr(info, "hostfirst") != NULL);
+    char reads[256];
+    size_t rlen = 0;
+    CHECK_OK(hostfirst_read_engine(reads, sizeof reads, &rlen));
+    CHECK(rlen == strlen(reads) && (strncmp(reads, "io_uring", 8) == 0 || strncmp(reads, "pread pool", 10) == 0));
+    CHECK(strstr(info, reads) != NULL); /* the build info names it too */
+    CHECK_STATUS(hostfirst_read_engine(reads, 3, &rlen), HOSTFIRST_STATUS_BUFFER_TOO_SMALL);
+    CHECK(rlen == strlen(reads));
 }
 
 static void test_panic_boundary(void) {

@@ -291,6 +291,19 @@ static int gathers_and_shards(const std::string &fixtures) {
                                                                    TOKENS0[0], TOKENS0[1], TOKENS0[2], TOKENS0[3]}));
         REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT,
                        [&] { hostfirst::gather bad(hostfirst::device::cpu(), HOSTFIRST_DTYPE_U16, 0, 4); }));
+        {
+            /* prefetched batches, in order, from the view and from the host buffer; then the end */
+            hostfirst::gather_stream st(g, tokens, {0, 6, 3, 1, 5, 2}, 3, 2);
+            for (uint64_t first : {0, 3, 5}) {
+                std::optional<hostfirst::buffer> b = st.next();
+                REQUIRE(b && b->to_vector<uint16_t>()[0] == TOKENS0[first]);
+            }
+            REQUIRE(!st.next());
+            hostfirst::gather_stream sb(g, host, {5, 0}, 1, 1);
+            REQUIRE(sb.next()->to_vector<uint16_t>()[4] == TOKENS0[0] && !sb.next());
+            REQUIRE(throws(HOSTFIRST_STATUS_OUT_OF_RANGE, [&] { hostfirst::gather_stream bad(g, tokens, {0, 4093}, 1, 2); }));
+            REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { hostfirst::gather_stream bad(g, tokens, {0, 1}, 1, 0); }));
+        }
 
         uint64_t s1 = 42, s2 = 42;
         auto o1 = hostfirst::random_offsets(s1, 4096, 8, 16);
@@ -435,6 +448,12 @@ static int cuda_wrappers(const std::string &fixtures) {
         REQUIRE(throws(HOSTFIRST_STATUS_UNSUPPORTED, [&] { (void)g.run_from_buffer(b, {0, 6}); }));
         hostfirst::buffer from_host = g.run_from_buffer(back, {1, 2});
         REQUIRE(from_host.device() == cuda && from_host.to_vector<uint16_t>()[0] == TOKENS0[1]);
+        {
+            hostfirst::gather_stream st(g, tokens, {0, 6, 9, 3}, 2, 2); /* H2D in the worker */
+            std::optional<hostfirst::buffer> b0 = st.next(), b1 = st.next();
+            REQUIRE(b0 && b1 && b1->device() == cuda && b0->to_vector<uint16_t>()[4] == TOKENS0[6] &&
+                    b1->to_vector<uint16_t>()[0] == TOKENS0[9] && !st.next());
+        }
 
         /* a plan and a load onto the device */
         hostfirst::rules r;

@@ -84,6 +84,8 @@
  *                                       CUDA_ERROR_NOT_READY (default 0; in deferred mode default 1, or drawn
  *                                       from the seed); cuEventSynchronize completes it.
  *   STAND_IN_DEFERRED=0|1               the execution mode (above).   STAND_IN_SEED=N  the shuffle (above).
+ *   STAND_IN_POISON=0|1                 fill fresh cuMemAlloc_v2 memory with 0xA5 (the real driver's memory is
+ *                                       uninitialised; default 0), so a read before any write shows.
  *   STAND_IN_LEAK_REPORT=1              at process exit, print live allocations/registrations/streams/events,
  *                                       queued operations and retained contexts to stderr.
  *   CUDA_VISIBLE_DEVICES                honoured like the real driver: a comma list of physical ordinals or
@@ -105,6 +107,7 @@
  *   stand_in_deferred_ops (operations that were queued and executed later)   stand_in_sync_points
  *   stand_in_implicit_syncs (frees and unregistrations that had to wait for queued work)
  *   stand_in_nvml_memory_queries   stand_in_calls_after_fork   stand_in_register_calls
+ *   stand_in_memsets (cuMemsetD8Async calls that set bytes)
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -216,6 +219,7 @@ static struct {
     int nvml;
     int event_not_ready; /* -1: the mode's default */
     int leak_report;
+    int poison_fresh;
     int deferred;
     unsigned long long seed;
     int unavailable[MAX_DEVICES]; /* by visible ordinal */
@@ -352,6 +356,7 @@ static void load_config(void) {
     e = getenv("STAND_IN_EVENT_NOT_READY");
     cfg.event_not_ready = e && *e ? atoi(e) : -1;
     cfg.leak_report = env_flag("STAND_IN_LEAK_REPORT", 0);
+    cfg.poison_fresh = env_flag("STAND_IN_POISON", 0);
     cfg.deferred = env_flag("STAND_IN_DEFERRED", 0);
     cfg.seed = parse_bytes(getenv("STAND_IN_SEED"), 0);
     long pg = sysconf(_SC_PAGESIZE);
@@ -391,7 +396,7 @@ static void config(void) { pthread_once(&cfg_once, load_config); }
 
 /* ---- state -------------------------------------------------------------------------------------------- */
 
-enum op_kind { OP_COPY, OP_RECORD, OP_WAIT };
+enum op_kind { OP_COPY, OP_RECORD, OP_WAIT, OP_SET };
 
 /* One queued operation (deferred mode). Sequence numbers are global and given when an operation is appended to
  * its queue, so they increase along every queue. */
@@ -405,6 +410,7 @@ struct op {
     CUcontext peer_src;            /* peer copies: the source context */
     struct stand_in_stream *wait;  /* OP_WAIT: this stream must have executed everything up to wait_seq */
     unsigned long long wait_seq;
+    unsigned char value;           /* OP_SET: the byte written to [dst, dst + n) */
     struct op *next;
 };
 
@@ -454,7 +460,7 @@ static void **streams, **events, **orphans; /* orphans: destroyed streams whose 
 static size_t n_streams, cap_streams, n_events, cap_events, n_orphans, cap_orphans;
 static unsigned long long total_allocs, retains, bytes_copied, pageable_async, last_register_flags, peer_copies,
     peer_direct, stream_wait_events, spinning_waits, seq_counter, deferred_ops, sync_points, implicit_syncs,
-    nvml_queries, calls_after_fork, register_calls;
+    nvml_queries, calls_after_fork, register_calls, memsets;
 static unsigned long long rng_state;
 static __thread CUcontext current;
 
@@ -700,6 +706,8 @@ static void run_head(struct stand_in_stream *s) {
     if (op->kind == OP_COPY) {
         CUresult r = execute_copy(s->ctx, op);
         if (r) fail_with(s->ctx, r);
+    } else if (op->kind == OP_SET) {
+        memset(op->dst, op->value, op->n);
     }
     free_op(op);
 }
@@ -761,9 +769,9 @@ static void drain_touching(const unsigned char *lo, const unsigned char *hi) {
     for (size_t i = 0; i < n; i++) {
         unsigned long long last = 0;
         for (struct op *op = v[i]->head; op; op = op->next) {
-            if (op->kind != OP_COPY) continue;
+            if (op->kind != OP_COPY && op->kind != OP_SET) continue;
             int d = op->dst < hi && lo < op->dst + op->n;
-            int s = op->src < hi && lo < op->src + op->n;
+            int s = op->src && op->src < hi && lo < op->src + op->n;
             if (d || s) last = op->seq;
         }
         if (last) {
@@ -1093,6 +1101,7 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t size) {
     if (size > free_on(current->device)) return CUDA_ERROR_OUT_OF_MEMORY;
     unsigned char *p = malloc(size);
     if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (cfg.poison_fresh) memset(p, 0xA5, size);
     if (!list_push(&allocations, (struct region){p, size, current->device, current})) {
         free(p);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1260,6 +1269,31 @@ static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream hs, in
 EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) { LOCKED(dtod(dst, src, n, NULL, 0)); }
 EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
     LOCKED(dtod(dst, src, n, s, 1));
+}
+
+/* cuMemsetD8Async: n bytes of value at dst, ordered on the stream like a copy (queued in deferred mode). */
+static CUresult memset_d8(CUdeviceptr dst, unsigned char value, size_t n, CUstream hs) {
+    CUresult r = need_ctx();
+    if (r) return r;
+    struct stand_in_stream *s = resolve_stream(hs, &r);
+    if (!s) return r;
+    if (n == 0) return CUDA_SUCCESS;
+    unsigned char *d = device_range(dst, n);
+    if (!d) return CUDA_ERROR_INVALID_VALUE;
+    memsets++;
+    if (!cfg.deferred) {
+        memset(d, value, n);
+        return CUDA_SUCCESS;
+    }
+    struct op *op = new_op(OP_SET);
+    op->dst = d;
+    op->n = n;
+    op->value = value;
+    enqueue(s, op);
+    return current->sticky;
+}
+EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream s) {
+    LOCKED(memset_d8(dst, value, n, s));
 }
 
 /* Each pointer must belong to its context's device; the contexts must be live primary contexts. The copy is
@@ -1566,6 +1600,7 @@ QUERY(stand_in_sync_points, sync_points)
 QUERY(stand_in_implicit_syncs, implicit_syncs)
 QUERY(stand_in_nvml_memory_queries, nvml_queries)
 QUERY(stand_in_calls_after_fork, calls_after_fork)
+QUERY(stand_in_memsets, memsets)
 
 __attribute__((destructor)) static void leak_report(void) {
     config();

@@ -327,11 +327,11 @@ fn check_ring(device: Device) {
         let b = g.run(&v, &offs).unwrap();
         (b, offs.clone())
     };
-    // Released every step: one batch, reused.
+    // Released every step: two batches (the current one and the one being filled), reused.
     for _ in 0..5 {
         drop(next(&mut g));
     }
-    assert_eq!(g.ring_len(), 1);
+    assert_eq!(g.ring_len(), 2);
     // Held: a reference and an export of it; three more runs go elsewhere, and the held one keeps its bytes.
     let (held, held_offs) = next(&mut g);
     let export = export_buffer(&held, CopyPolicy::IfNeeded, None, ConsumerStream::Legacy).unwrap();
@@ -342,7 +342,7 @@ fn check_ring(device: Device) {
         assert!(bytes_of(&b) == direct(&src, 2, &o, 64));
     }
     assert!(bytes_of(&held) == want, "a held batch is never rewritten ({device})");
-    assert_eq!((g.ring_len(), g.held()), (2, 1));
+    assert_eq!((g.ring_len(), g.held()), (3, 1), "the held batch, the current one, the one being filled");
     drop(held);
     assert_eq!(g.held(), 1, "the export alone still holds it");
     for _ in 0..3 {
@@ -463,10 +463,15 @@ fn stand_in_ring_and_stream_handshake() {
             hostfirst::place::export::release(&e.keep, e.release_on).unwrap();
         }
         assert_eq!(stand_in_query("stand_in_live_events"), events + 2, "one per synchronised stream");
+        let addr = b.lock().unwrap().address();
         drop(b);
-        // ... and the next rewrite of that batch waits for them on the gather's stream.
+        // ... and the next rewrite of that batch waits for them on the gather's stream. (A run never fills the
+        // current batch: the next run fills the spare, the one after rewrites this batch.)
         let w1 = waits();
+        drop(g.run(&v, &[3, 4]).unwrap());
+        assert_eq!(waits(), w1, "the spare: no consumer released it");
         let b = g.run(&v, &[5, 6]).unwrap();
+        assert_eq!(b.lock().unwrap().address(), addr);
         assert!(Arc::ptr_eq(&b, &g.current()));
         assert_eq!(waits(), w1 + 2, "the copy stream waited for both consumers' release events");
         assert_eq!(stand_in_query("stand_in_live_events"), events, "and forgot them");

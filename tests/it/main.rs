@@ -20,6 +20,7 @@ mod file_props;
 mod file_sets;
 mod file_sparse;
 mod file_support;
+mod gather;
 mod go;
 mod gpu_harness;
 mod handoff;

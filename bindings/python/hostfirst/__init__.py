@@ -54,6 +54,21 @@ from ._errors import __all__ as _errors_all
 from . import numpy  # noqa: E402 - hostfirst.numpy.load_file, after the names it uses
 
 __version__ = native.hostfirst_version().decode()
+
+
+def read_engine() -> str:
+    """How this process reads files: "io_uring (...)" where the kernel offers it, else "pread pool (...; why)"
+    (hostfirst_read_engine; HOSTFIRST_IO=pool in the environment forces the pool)."""
+    import ctypes
+
+    buf = ctypes.create_string_buffer(512)
+    n = ctypes.c_size_t()
+    from ._core import check
+
+    check(native.hostfirst_read_engine(buf, len(buf), ctypes.byref(n)))
+    return buf.value.decode()
+
+
 library_path = native._hostfirst_path
 
 # `from hostfirst import *`: everything above but `open`, which would shadow the builtin (hostfirst.open stays).

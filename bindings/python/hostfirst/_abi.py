@@ -280,6 +280,7 @@ SIGNATURES = {
     # library, statuses, errors
     "hostfirst_version": (_str, []),
     "hostfirst_version_number": (_u32, []),
+    "hostfirst_read_engine": (c_status, [ctypes.c_char_p, _size, P(_size)]),
     "hostfirst_status_name": (_str, [_u32]),
     "hostfirst_status_is_format_error": (_i32, [_u32]),
     "hostfirst_status_count": (_size, []),
@@ -369,6 +370,10 @@ SIGNATURES = {
     "hostfirst_gather_set_ring_bound": (c_status, [_h, _size]),
     "hostfirst_gather_ring": (c_status, [_h, P(_size), P(_size), P(_size)]),
     "hostfirst_gather_free": (c_status, [_h]),
+    "hostfirst_gather_stream_start": (c_status, [_h, _h, P(_u64), _size, _size, _ph]),
+    "hostfirst_gather_stream_start_from_buffer": (c_status, [_h, _h, P(_u64), _size, _size, _ph]),
+    "hostfirst_gather_stream_next": (c_status, [_h, _ph]),
+    "hostfirst_gather_stream_free": (c_status, [_h]),
     "hostfirst_random_offsets": (c_status, [P(_u64), _u64, _u64, P(_u64), _size]),
     # shard-on-read
     "hostfirst_view_narrow": (c_status, [_h, _u32, _u64, _u64, _ph]),

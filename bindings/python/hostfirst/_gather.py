@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -79,10 +79,7 @@ class Gather:
         o = np.asarray(offsets)
         if o.dtype.kind not in "iu":
             raise TypeError(f"offsets must be integers, not {o.dtype}")
-        if o.dtype.kind == "i" and o.size and o.min() < 0:
-            i = int(np.argmin(o))
-            raise error_named("OUT_OF_RANGE", f"offsets[{i}] is {int(o[i])}: offsets count elements from the "
-                                              "start of the tensor and cannot be negative")
+        _refuse_negative(o)
         np.copyto(self._offsets_np, o, casting="unsafe")
         out = ctypes.c_void_p()
         try:
@@ -101,6 +98,44 @@ class Gather:
                           "it) before the next run, or make the Gather with a larger ring_bound=", e.status) from e
         return Buffer(out.value)
 
+    def stream(self, source: Union[Tensor, Buffer, np.ndarray], offsets: Iterable[Sequence[int]],
+               depth: int = 2) -> Iterator[Buffer]:
+        """Yields the batch of each offset array of `offsets` in order, as `run` would, while a background
+        thread fills up to `depth` batches ahead (the reads, and for cuda:N the copy to the device) - so the
+        next batch is ready when the step that uses this one ends. `offsets`: an iterable of arrays of `batch`
+        integers, or one [n, batch] array; it is taken in chunks of up to 256 batches (one C stream each; the
+        first batch of a later chunk is read when the previous chunk ends). A batch yielded is a Buffer the
+        ring never refills while it lives; drop it when the step is done (a loop that keeps every batch stalls
+        the stream, which then raises BusyError). A failed read raises its error when its batch is reached; the
+        batches before it are yielded first. Closing the generator (or dropping it) cancels the prefetch. The
+        ring bound is raised to depth + 3 if lower (hostfirst_gather_stream_start)."""
+        depth = int(depth)
+        src: Union[Tensor, Buffer]
+        if isinstance(source, Buffer):
+            src, start = source, lib.hostfirst_gather_stream_start_from_buffer
+        else:
+            src, start = source_tensor(source), lib.hostfirst_gather_stream_start
+        chunks = _offset_chunks(offsets, self.batch, 256)
+        return self._stream(start, src, chunks, depth)
+
+    def _stream(self, start: Any, src: Any, chunks: Iterator[np.ndarray], depth: int) -> Iterator[Buffer]:
+        for chunk in chunks:
+            n = chunk.shape[0]
+            arr = np.ascontiguousarray(chunk, dtype=np.uint64)
+            h = ctypes.c_void_p()
+            check(start(self._h, src._h, arr.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)), n, depth,
+                        ctypes.byref(h)))
+            fin = weakref.finalize(arr, lib.hostfirst_gather_stream_free, h.value)  # freed on any exit
+            try:
+                while True:
+                    out = ctypes.c_void_p()
+                    check(lib.hostfirst_gather_stream_next(h.value, ctypes.byref(out)))
+                    if not out.value:
+                        break
+                    yield Buffer(out.value)
+            finally:
+                fin()
+
     def current(self) -> Buffer:
         """The batch the last run filled (before any run, the first batch, zero-filled), as a Buffer of its own."""
         out = ctypes.c_void_p()
@@ -115,6 +150,42 @@ class Gather:
 
     def __repr__(self) -> str:
         return f"Gather([{self.batch}, {self.window}] {self.dtype_name} on '{self.device}')"
+
+
+def _refuse_negative(o: np.ndarray) -> None:
+    """OUT_OF_RANGE naming the first negative offset (cast to uint64 it would read as 18446744073709551615...)."""
+    if o.dtype.kind == "i" and o.size and o.min() < 0:
+        i = np.unravel_index(int(np.argmin(o)), o.shape)
+        where = ", ".join(str(int(k)) for k in i)
+        raise error_named("OUT_OF_RANGE", f"offsets[{where}] is {int(o[i])}: offsets count elements from the "
+                                          "start of the tensor and cannot be negative")
+
+
+def _offset_chunks(offsets: Any, batch: int, most: int) -> Iterator[np.ndarray]:
+    """[k, batch] uint64 arrays of at most `most` rows from an iterable of offset arrays (or a 2-D array)."""
+    if isinstance(offsets, np.ndarray) and offsets.ndim == 2:
+        if offsets.shape[1] != batch:
+            raise ValueError(f"offsets of shape {offsets.shape} for a batch of {batch}")
+        if offsets.dtype.kind not in "iu":
+            raise TypeError(f"offsets must be integers, not {offsets.dtype}")
+        _refuse_negative(offsets)
+        for i in range(0, offsets.shape[0], most):
+            yield offsets[i:i + most].astype(np.uint64, casting="unsafe")
+        return
+    rows: List[np.ndarray] = []
+    for o in offsets:
+        a = np.asarray(o)
+        if a.shape != (batch,):
+            raise ValueError(f"{a.shape[0] if a.ndim == 1 else a.shape} offsets for a batch of {batch}")
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"offsets must be integers, not {a.dtype}")
+        _refuse_negative(a)
+        rows.append(a.astype(np.uint64, casting="unsafe"))
+        if len(rows) == most:
+            yield np.stack(rows)
+            rows = []
+    if rows:
+        yield np.stack(rows)
 
 
 class OffsetStream:

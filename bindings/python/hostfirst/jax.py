@@ -25,6 +25,9 @@ device tensor's dtype to one JAX holds (TypeError). Importing this module also r
 Buffer with JAX as pytrees, so `jax.device_put(tensor_or_buffer)` gives a jax.Array; `jax.dlpack.from_dlpack`
 and `jnp.asarray` take them directly. A gather's batch stays unchanged while any array made from it lives.
 
+Training batches: `hostfirst.jax.stream(gather, tokens, offsets, depth=2)` yields each batch as a jax.Array
+while the next ones are read in the background (see `stream`).
+
 Shard-on-read: `load_file(path, shardings={"layer.*.weight": NamedSharding(mesh, P("x", "y"))})` gives those
 tensors as global jax.Arrays made from the addressable devices' shards only, each read from its own bytes.
 """
@@ -34,7 +37,7 @@ from __future__ import annotations
 import ctypes
 import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
 
 try:
     import jax
@@ -194,6 +197,27 @@ def load_file(path: PathLike, rules: Optional[Rules] = None, shardings: Optional
     with File(path) as f:
         placements = plan(f, with_default(f, pairs, default))
     return {p.name: sharded[p.name] if p.name in sharded else place(p) for p in placements}
+
+
+def stream(gather: Any, source: Any, offsets: Any, depth: int = 2, device: Any = None) -> Iterator["jax.Array"]:
+    """`Gather.stream` yielding jax.Arrays: the batches of `gather` (a hostfirst.Gather) for each offset array of
+    `offsets`, prefetched `depth` ahead by a background thread while the step runs. CUDA batches reach JAX
+    through DLPack on the gather's device (no copy; the batch stays out of the ring while the array lives);
+    host batches (cpu, cuda_host) are given to `jax.device_put` on `device` (default: JAX's device for the
+    gather's device, jax.devices("cpu")[0] for host memory), which copies or aliases them as JAX decides -
+    either way the batch is not refilled while an array made from it lives. Closing the generator cancels the
+    prefetch."""
+    kind = gather.device.kind
+    dev = device
+    if dev is None and kind != "cuda":
+        dev = jax.devices("cpu")[0] if kind == "cuda_host" else jax_device(gather.device)
+    for b in gather.stream(source, offsets, depth=depth):
+        if kind == "cuda" and device is None:
+            yield jax.dlpack.from_dlpack(b)
+        elif kind == "cuda":
+            yield jax.device_put(jax.dlpack.from_dlpack(b), dev)
+        else:
+            yield jax.device_put(b.numpy(), dev)
 
 
 def _glob_literal(name: str) -> str:

@@ -195,6 +195,8 @@ driver_api! {
     memcpy_dtoh_async = "cuMemcpyDtoHAsync_v2": fn(*mut c_void, u64, usize, RawHandle);
     /// `cuMemcpyDtoDAsync_v2(dst, src, bytes, stream)`.
     memcpy_dtod_async = "cuMemcpyDtoDAsync_v2": fn(u64, u64, usize, RawHandle);
+    /// `cuMemsetD8Async(dst, value, bytes, stream)`.
+    memset_d8_async = "cuMemsetD8Async": fn(u64, u8, usize, RawHandle);
     /// `cuMemcpyPeerAsync(dst, dst_ctx, src, src_ctx, bytes, stream)`.
     memcpy_peer_async = "cuMemcpyPeerAsync": fn(u64, RawHandle, u64, RawHandle, usize, RawHandle);
     /// `cuDeviceCanAccessPeer(&can, dev, peer_dev)`.

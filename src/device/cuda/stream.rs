@@ -194,6 +194,22 @@ impl Stream {
         }
         self.track(dst, ev)
     }
+
+    /// Enqueues setting every byte of `dst` to `value` (`cuMemsetD8Async`): later work on this stream sees
+    /// it; other streams and the host must wait for an event recorded after it. Errors: `INVALID_ARGUMENT`
+    /// when `dst` is on another device than the stream; `DEVICE_ERROR` from the driver.
+    pub fn memset_async(&self, dst: &DeviceMemory, value: u8) -> Result<()> {
+        let what = || format!("cuMemsetD8Async(cuda:{}, {value:#x}, {} bytes)", dst.ordinal(), dst.len());
+        self.same_device(&what(), dst.ordinal())?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let api = api()?;
+        let _current = self.ctx.enter()?;
+        // SAFETY: a live allocation of this stream's device, its whole length; no host memory involved.
+        let r = unsafe { (api.memset_d8_async)(dst.device_ptr(), value, dst.len(), self.raw) };
+        api.check(r, what)
+    }
 }
 
 impl std::fmt::Debug for Stream {

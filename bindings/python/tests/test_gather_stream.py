@@ -1,0 +1,143 @@
+"""Gather.stream and hostfirst.jax.stream: batches prefetched by a background thread, in order and byte for byte;
+offsets from lists, generators and 2-D arrays (chunked past 256 batches); errors at their batch; closing the
+generator cancels; on the stand-in driver's cuda:0 in both execution modes (in child processes)."""
+
+import gc
+import json
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import compile_c
+
+import hostfirst
+
+ROOT = Path(__file__).resolve().parents[3]
+N = 1 << 16
+
+
+def token_file(path: Path) -> np.ndarray:
+    data = (np.arange(N, dtype=np.uint64) * 7 + 3).astype(np.uint16)
+    h = json.dumps({"tok": {"dtype": "U16", "shape": [N], "data_offsets": [0, 2 * N]}}).encode()
+    h += b" " * (-len(h) % 8)
+    path.write_bytes(struct.pack("<Q", len(h)) + h + data.tobytes())
+    return data
+
+
+def windows(ref, offs, w):
+    return np.stack([ref[o:o + w] for o in offs])
+
+
+def test_stream_in_order_from_lists_generators_and_arrays(tmp_path):
+    ref = token_file(tmp_path / "t.safetensors")
+    tok = hostfirst.open(tmp_path / "t.safetensors")["tok"]
+    g = hostfirst.Gather("cpu", "uint16", batch=4, window=33)
+    rng = np.random.default_rng(3)
+    offs = rng.integers(0, N - 33, size=(300, 4))  # more than one chunk of 256
+    got = 0
+    for k, b in enumerate(g.stream(tok, offs, depth=3)):
+        np.testing.assert_array_equal(np.asarray(b), windows(ref, offs[k], 33))
+        got += 1
+    assert got == 300
+    gen = (list(map(int, o)) for o in offs[:10])  # a generator of lists
+    seen = [np.asarray(b).copy() for b in g.stream(tok, gen, depth=1)]
+    assert len(seen) == 10 and all((s == windows(ref, o, 33)).all() for s, o in zip(seen, offs))
+    host = tok.to("cpu")  # a host Buffer as the source
+    for k, b in enumerate(g.stream(host, offs[:5])):
+        np.testing.assert_array_equal(np.asarray(b), windows(ref, offs[k], 33))
+    assert g.ring()[0] >= 3 + 3  # raised to depth + 3
+    assert list(g.stream(tok, [])) == []
+
+
+def test_stream_errors(tmp_path):
+    token_file(tmp_path / "t.safetensors")
+    tok = hostfirst.open(tmp_path / "t.safetensors")["tok"]
+    g = hostfirst.Gather("cpu", "uint16", batch=2, window=8)
+    with pytest.raises(ValueError):
+        list(g.stream(tok, [[1, 2, 3]]))
+    with pytest.raises(TypeError):
+        list(g.stream(tok, [np.array([1.0, 2.0])]))
+    with pytest.raises(hostfirst.OutOfRangeError) as e:
+        list(g.stream(tok, [[0, 1], [2, N]]))
+    assert "batch 1" in str(e.value)
+    with pytest.raises(hostfirst.InvalidArgumentError):
+        list(g.stream(tok, [[0, 1]], depth=0))
+    # a read failing in the worker: the file cut; batches before it come first
+    os.truncate(tmp_path / "t.safetensors", os.path.getsize(tmp_path / "t.safetensors") - N)
+    it = g.stream(tok, [[0, 1], [2, 3], [4, N - 8], [5, 6]], depth=2)
+    assert next(it) is not None and next(it) is not None
+    with pytest.raises(hostfirst.TruncatedError) as e:
+        next(it)
+    assert "batch 2" in str(e.value)
+
+
+def test_closing_the_generator_cancels(tmp_path):
+    token_file(tmp_path / "t.safetensors")
+    tok = hostfirst.open(tmp_path / "t.safetensors")["tok"]
+    g = hostfirst.Gather("cpu", "uint16", batch=2, window=8)
+    it = g.stream(tok, ([i, i + 1] for i in range(100000)), depth=4)
+    kept = next(it)
+    next(it)
+    it.close()
+    gc.collect()
+    assert g.ring()[2] == 1  # only the batch kept
+    del kept
+    gc.collect()
+    assert g.ring()[2] == 0
+
+
+def test_jax_stream_yields_arrays(tmp_path):
+    jax = pytest.importorskip("jax")
+    import hostfirst.jax
+
+    ref = token_file(tmp_path / "t.safetensors")
+    tok = hostfirst.open(tmp_path / "t.safetensors")["tok"]
+    g = hostfirst.Gather("cpu", "uint16", batch=4, window=16)
+    offs = [[0, 10, 20, 30], [5, 6, 7, 8], [100, 200, 300, 400]]
+    arrays = list(hostfirst.jax.stream(g, tok, offs, depth=2))
+    assert all(isinstance(a, jax.Array) for a in arrays)
+    for a, o in zip(arrays, offs):
+        np.testing.assert_array_equal(np.asarray(a), windows(ref, o, 16))
+
+
+CHILD = textwrap.dedent(r"""
+    import json, sys
+    import numpy as np
+    import hostfirst
+    tok = hostfirst.open(sys.argv[1])["tok"]
+    ref = np.asarray(tok)
+    g = hostfirst.Gather("cuda:0", "uint16", batch=4, window=16)
+    offs = np.random.default_rng(1).integers(0, len(ref) - 16, size=(20, 4))
+    ok = []
+    for k, b in enumerate(g.stream(tok, offs, depth=3)):
+        ok.append(str(b.device) == "cuda:0" and b.tobytes() == np.stack([ref[o:o + 16] for o in offs[k]]).tobytes())
+    print(json.dumps({"n": len(ok), "ok": all(ok)}))
+""")
+
+
+@pytest.mark.parametrize("deferred", ["0", "1"])
+def test_stream_on_the_stand_in(tmp_path, deferred):
+    d = tmp_path / "stand-in"
+    d.mkdir()
+    compile_c(["-shared", "-fPIC", "-O1", "-Wl,-soname,libcuda.so.1", "-o", d / "libcuda.so.1",
+               ROOT / "tests" / "cuda_stub" / "stand_in_cuda.c", "-lpthread"])
+    (d / "libcuda.so").symlink_to("libcuda.so.1")
+    token_file(tmp_path / "t.safetensors")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STAND_IN_")}
+    env["PYTHONPATH"] = str(Path(hostfirst.__file__).resolve().parents[1])
+    env["LD_LIBRARY_PATH"] = f"{d}:{env.get('LD_LIBRARY_PATH', '')}".rstrip(":")
+    env.update(STAND_IN_DEVICES="1", STAND_IN_DEFERRED=deferred, STAND_IN_POISON="1", STAND_IN_LEAK_REPORT="1")
+    out = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "t.safetensors")], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"n": 20, "ok": True}
+
+
+def test_read_engine_is_named():
+    e = hostfirst.read_engine()
+    assert e.startswith("io_uring") or e.startswith("pread pool"), e

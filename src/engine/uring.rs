@@ -1,0 +1,162 @@
+//! The io_uring backend: a set of reads submitted together, completions reaped until every read is done.
+
+use super::{FailureKind, Read, ReadFailure};
+use io_uring::{opcode, types, IoUring, Probe};
+use std::sync::Mutex;
+
+/// Rings kept between calls: (the process that made it, the ring). A ring made before a `fork` belongs to
+/// the parent and is never used by the child.
+static RINGS: Mutex<Vec<(u32, IoUring)>> = Mutex::new(Vec::new());
+/// At most this many idle rings are kept.
+const KEPT: usize = 8;
+/// The largest length of one read entry (the opcode takes a u32; longer reads continue as short reads).
+const MAX_ENTRY: usize = 1 << 30;
+
+/// Whether io_uring works here: an 8-entry ring, `IORING_OP_READ` in the kernel's probe, a no-op round trip.
+pub(super) fn probe() -> Result<(), String> {
+    let mut ring = IoUring::new(8).map_err(|e| format!("io_uring_setup: {e}"))?;
+    let mut p = Probe::new();
+    ring.submitter().register_probe(&mut p).map_err(|e| format!("IORING_REGISTER_PROBE: {e}"))?;
+    if !p.is_supported(opcode::Read::CODE) {
+        return Err("the kernel's io_uring lacks IORING_OP_READ".to_string());
+    }
+    let nop = opcode::Nop::new().build().user_data(7);
+    // SAFETY: a no-op refers to no memory.
+    unsafe { ring.submission().push(&nop) }.map_err(|_| "submission queue full".to_string())?;
+    ring.submit_and_wait(1).map_err(|e| format!("io_uring_enter: {e}"))?;
+    let done = ring.completion().next().map(|c| (c.user_data(), c.result()));
+    match done {
+        Some((7, r)) if r >= 0 => Ok(()),
+        Some((_, r)) => Err(format!("a no-op completed with {r}")),
+        None => Err("a no-op did not complete".to_string()),
+    }
+}
+
+fn take_ring(entries: u32) -> Result<IoUring, String> {
+    let pid = std::process::id();
+    if let Ok(mut kept) = RINGS.try_lock() {
+        // A parent's ring (inherited through fork) is dropped: that unmaps and closes only this process's copy.
+        kept.retain(|(p, _)| *p == pid);
+        if let Some(i) = kept.iter().position(|(_, r)| r.params().sq_entries() >= entries) {
+            return Ok(kept.swap_remove(i).1);
+        }
+    }
+    IoUring::new(entries).map_err(|e| format!("io_uring_setup({entries} entries): {e}"))
+}
+
+thread_local! {
+    /// The io-wq worker cap this thread has set so far (see [`raise_iowq_cap`]).
+    static IOWQ_CAP: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Reads of uncached pages run on the kernel's io-wq workers, "bounded" work capped by default at 4 per CPU: 8
+/// reads in flight on a 2-core machine, whatever the ring's depth. The cap belongs to the submitting thread's
+/// io-wq, so each thread raises it (once per size) to the entries it submits (best effort: kernels before 5.15
+/// keep their default).
+fn raise_iowq_cap(ring: &IoUring, entries: u32) {
+    IOWQ_CAP.with(|cap| {
+        if cap.get() < entries && ring.submitter().register_iowq_max_workers(&mut [entries, 0]).is_ok() {
+            cap.set(entries);
+        }
+    });
+}
+
+fn put_ring(ring: IoUring) {
+    if let Ok(mut kept) = RINGS.try_lock() {
+        if kept.len() < KEPT {
+            kept.push((std::process::id(), ring));
+        }
+    }
+}
+
+/// Performs every read in `reads` with at most `depth` in flight. `Err(why)` when no ring could be made (the
+/// caller then uses the pool; nothing was read); otherwise the reads' outcome. Returns only once nothing is
+/// in flight: if the ring fails while reads are in flight, the process aborts rather than let the kernel
+/// write into memory it no longer owns.
+pub(super) fn read_all(reads: &mut [Read<'_>], depth: usize) -> Result<Result<(), ReadFailure>, String> {
+    let entries = depth.min(reads.len()).next_power_of_two().clamp(1, 4096) as u32;
+    let mut ring = take_ring(entries)?;
+    raise_iowq_cap(&ring, entries);
+    let cap = (ring.params().sq_entries() as usize).min(depth.max(1));
+    let n = reads.len();
+    // Bytes done per read; reads to (re)submit: never-submitted ones come from `next`, resumed ones from
+    // `again`.
+    let mut done = vec![0usize; n];
+    let mut again: Vec<usize> = Vec::new();
+    let mut next = 0usize;
+    let mut inflight = 0usize;
+    let mut failure: Option<ReadFailure> = None;
+    loop {
+        if failure.is_none() {
+            let mut sq = ring.submission();
+            while inflight < cap {
+                let i = match again.pop() {
+                    Some(i) => i,
+                    None if next < n => {
+                        next += 1;
+                        if reads[next - 1].dst.is_empty() {
+                            continue;
+                        }
+                        next - 1
+                    }
+                    None => break,
+                };
+                let r = &mut reads[i];
+                let pos = done[i];
+                let len = (r.dst.len() - pos).min(MAX_ENTRY);
+                // SAFETY: `pos < dst.len()` (a read is submitted only while bytes remain), so the pointer and
+                // length lie inside the destination, which outlives this call; this function does not return
+                // before the entry's completion has been reaped.
+                let ptr = unsafe { r.dst.as_mut_ptr().add(pos) };
+                let e = opcode::Read::new(types::Fd(r.fd), ptr, len as u32)
+                    .offset(r.offset + pos as u64)
+                    .build()
+                    .user_data(i as u64);
+                // SAFETY: as above; the entry refers to memory that stays valid until its completion.
+                if unsafe { sq.push(&e) }.is_err() {
+                    again.push(i);
+                    break;
+                }
+                inflight += 1;
+            }
+        }
+        if inflight == 0 {
+            break;
+        }
+        match ring.submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)) => {}
+            Err(e) => {
+                eprintln!("hostfirst: io_uring_enter failed with {inflight} reads in flight ({e}); aborting");
+                std::process::abort();
+            }
+        }
+        for c in ring.completion() {
+            inflight -= 1;
+            let i = c.user_data() as usize;
+            let res = c.result();
+            if failure.is_some() {
+                continue;
+            }
+            if res == -libc::EINTR || res == -libc::EAGAIN {
+                again.push(i);
+            } else if res < 0 {
+                failure =
+                    Some(ReadFailure { index: i, kind: FailureKind::Os(std::io::Error::from_raw_os_error(-res)) });
+            } else if res == 0 {
+                let at = reads[i].offset + done[i] as u64;
+                failure = Some(ReadFailure { index: i, kind: FailureKind::Eof { at } });
+            } else {
+                done[i] += res as usize;
+                if done[i] < reads[i].dst.len() {
+                    again.push(i); // a short read: the rest
+                }
+            }
+        }
+    }
+    put_ring(ring);
+    Ok(match failure {
+        Some(f) => Err(f),
+        None => Ok(()),
+    })
+}
