@@ -10,7 +10,8 @@
 //! (the returned reference, a `hostfirst_buffer` handle, a DLPack export) is never rewritten while any
 //! reference to it remains: the ring reuses a batch only when it holds the last reference. On CUDA a batch is
 //! also not rewritten before its consumers' streams have passed the events recorded when they released it
-//! (the copy stream waits for them on the device, see [`Buffer::record_stream`]). When every batch is held,
+//! (the copy stream waits for them on the device, see [`Buffer::record_stream`]); a batch whose release could
+//! not be recorded is dropped from the ring for good (freed when its last holder lets go). When every batch is held,
 //! the ring grows by one batch (fit-checked) up to its bound ([`DEFAULT_RING_BOUND`], set with
 //! [`Gather::set_ring_bound`]); at the bound a run fails with `BUSY` and changes nothing.
 //!
@@ -133,6 +134,13 @@ impl Gather {
             stream,
         };
         g.ring.push(g.new_batch()?);
+        if let (Some(staging), Memory::Cuda(mem)) =
+            (&g.staging, g.ring[0].lock().unwrap_or_else(|p| p.into_inner()).memory())
+        {
+            // Device memory comes uninitialised; the first batch is promised zero-filled (the staging buffer
+            // is, fresh from the driver).
+            mem.copy_from_host(0, &staging[..mem.len()])?;
+        }
         Ok(g)
     }
 
@@ -281,9 +289,13 @@ impl Gather {
     /// The ring index of a batch nobody else holds, least recently filled first; a new batch (fit-checked)
     /// when every one is held and the bound allows; `BUSY` at the bound.
     fn free_batch(&mut self) -> Result<usize> {
+        self.drop_unreusable();
         let n = self.ring.len();
         let start = self.last.map_or(0, |l| l + 1);
-        if let Some(i) = (0..n).map(|k| (start + k) % n).find(|&i| Arc::strong_count(&self.ring[i]) == 1) {
+        let reusable = |b: &Batch| !b.lock().unwrap_or_else(|p| p.into_inner()).release_failed();
+        if let Some(i) =
+            (0..n).map(|k| (start + k) % n).find(|&i| Arc::strong_count(&self.ring[i]) == 1 && reusable(&self.ring[i]))
+        {
             return Ok(i);
         }
         let what = format!("gather batch [{}, {}] {}", self.batch, self.window, self.dtype.name());
@@ -307,6 +319,23 @@ impl Gather {
         })?;
         self.ring.push(self.new_batch()?);
         Ok(n)
+    }
+
+    /// Drops from the ring every batch but the last run's whose consumer's release could not be recorded
+    /// ([`Buffer::release_failed`]): nothing could order its rewrite after that consumer's work. A held one
+    /// is freed when its last holder lets go.
+    fn drop_unreusable(&mut self) {
+        let mut i = 0;
+        while i < self.ring.len() {
+            if i != self.last.unwrap_or(0) && self.ring[i].lock().unwrap_or_else(|p| p.into_inner()).release_failed() {
+                self.ring.remove(i);
+                if self.last.is_some_and(|l| l > i) {
+                    self.last = self.last.map(|l| l - 1);
+                }
+                continue;
+            }
+            i += 1;
+        }
     }
 
     /// Assembles row `i` = `source[offsets[i] .. offsets[i] + window]` for every `i` into a batch nobody
