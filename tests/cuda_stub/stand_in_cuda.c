@@ -130,6 +130,7 @@
  *   stand_in_nvml_memory_queries   stand_in_calls_after_fork   stand_in_register_calls
  *   stand_in_poisoned_by_streams (contexts poisoned by an unknown stream handle)   stand_in_per_thread_streams
  *   stand_in_foreign_submissions   stand_in_foreign_ops_run   stand_in_poison_byte (0xA5, or 0 when off)
+ *   stand_in_records_on_legacy / stand_in_records_on_per_thread (cuEventRecord calls on those default streams)
  * Controls: void stand_in_fail_next_records(unsigned n, int code) (the next n cuEventRecord calls fail with
  * code); unsigned long long stand_in_foreign_submit(int device) (the foreign framework queues more work).
  */
@@ -482,6 +483,7 @@ struct stand_in_stream {
     unsigned flags;
     int legacy;
     int foreign; /* the foreign framework's stream (STAND_IN_FOREIGN) */
+    int per_thread; /* a thread's per-thread default stream */
     struct op *head, *tail;
     unsigned long long need; /* during a drain: run this stream's ops up to this sequence number */
 };
@@ -539,7 +541,8 @@ static size_t n_pts, cap_pts;
 static __thread unsigned long long owed_us;
 static unsigned fail_records;
 static CUresult fail_record_code;
-static unsigned long long poisoned_by_streams, foreign_submissions, foreign_ops_run;
+static unsigned long long poisoned_by_streams, foreign_submissions, foreign_ops_run, records_legacy,
+    records_per_thread;
 
 static int list_push(struct list *l, struct region r) {
     if (l->len == l->cap) {
@@ -661,6 +664,7 @@ static struct stand_in_stream *per_thread_stream(void) {
     p = calloc(1, sizeof *p);
     if (!p || !handles_push(&pts, &n_pts, &cap_pts, p)) abort();
     p->ctx = current;
+    p->per_thread = 1;
     per_thread[current->device] = p;
     return p;
 }
@@ -1586,6 +1590,8 @@ static CUresult event_record(CUevent e, CUstream hs) {
         fail_records--;
         return fail_record_code;
     }
+    if (s->legacy) records_legacy++;
+    if (s->per_thread) records_per_thread++;
     if (cfg.event_not_ready >= 0) e->pending_queries = cfg.event_not_ready;
     else if (!cfg.deferred) e->pending_queries = 0;
     else e->pending_queries = cfg.seed ? (int)(next_random() % 3) : 1;
@@ -1781,6 +1787,8 @@ QUERY(stand_in_per_thread_streams, n_pts)
 QUERY(stand_in_foreign_submissions, foreign_submissions)
 QUERY(stand_in_foreign_ops_run, foreign_ops_run)
 QUERY(stand_in_poison_byte, cfg.poison_fresh ? POISON_BYTE : 0)
+QUERY(stand_in_records_on_legacy, records_legacy)
+QUERY(stand_in_records_on_per_thread, records_per_thread)
 
 /* Test controls (dlsym): the next n cuEventRecord calls fail with `code` (a non-sticky failure to record, e.g. on
  * a consumer's stream); the foreign framework (STAND_IN_FOREIGN=1) queues one more piece of its work on device
