@@ -1546,7 +1546,15 @@ static CUresult stream_sync(CUstream hs) {
     if (!s) return r;
     spinning_waits++;
     owed_us += cfg.wakeup_us;
-    if (cfg.deferred && s->tail) drain(s, s->tail->seq);
+    if (cfg.deferred && s->legacy) {
+        /* The legacy stream's synchronisation covers what an operation queued on it now would wait for: the
+         * work of every blocking stream (a marker queued like any legacy operation). */
+        struct op *marker = new_op(OP_RECORD);
+        enqueue(s, marker);
+        drain(s, marker->seq);
+    } else if (cfg.deferred && s->tail) {
+        drain(s, s->tail->seq);
+    }
     return sync_result(current);
 }
 EXPORT CUresult cuStreamSynchronize(CUstream s) { LOCKED(stream_sync(s)); }
