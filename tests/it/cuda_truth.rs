@@ -325,3 +325,40 @@ fn cuda_foreign_framework_shares_the_primary_context() {
         assert!(stand_in_query("stand_in_foreign_submissions") >= 1);
     });
 }
+
+/// The stand-in's latency knobs make timing assumptions visible: registration costs time per GiB (a resident
+/// put reports it in its stats; the next put of the range reuses the registration and pays nothing), a blocking
+/// wait costs a wake-up (a gather run, which waits for its copy, takes at least that), and the first context
+/// retain costs its creation.
+#[test]
+fn cuda_latency_knobs_show_in_what_hostfirst_reports() {
+    const TEST: &str = concat!(module_path!(), "::cuda_latency_knobs_show_in_what_hostfirst_reports");
+    let knobs: &[(&str, Option<&str>)] = &[
+        ("STAND_IN_REGISTER_MS_PER_GIB", Some("20000")),
+        ("STAND_IN_WAKEUP_US", Some("20000")),
+        ("STAND_IN_CONTEXT_CREATE_MS", Some("50")),
+    ];
+    in_stand_in_child(TEST, knobs, || {
+        let t = std::time::Instant::now();
+        Context::get(0).unwrap();
+        assert!(t.elapsed().as_secs_f64() >= 0.05, "context creation: {:?}", t.elapsed());
+        let (path, tok, data) = file("cuda_truth_latency", 4096, 3 << 20);
+        let f = TensorFile::open(&path).unwrap();
+        let v = f.view("t").unwrap();
+        let opts = || PutOptions { resident: true, ..PutOptions::default() };
+        let (b, st) = put_with_stats(&v, Target::Device(Device::cuda(0)), opts()).unwrap();
+        assert!(st.register_seconds >= 0.05 && !st.reused_registration, "3 MiB at 20 s/GiB: {st:?}");
+        let (b2, st2) = put_with_stats(&v, Target::Device(Device::cuda(0)), opts()).unwrap();
+        assert!(st2.reused_registration && st2.register_seconds == 0.0, "{st2:?}");
+        let mut back = vec![0u8; data.len()];
+        b2.copy_to_host(&mut back).unwrap();
+        assert!(back == data);
+        let mut g = Gather::new(Device::cuda(0), DType::U16, 2, 16).unwrap();
+        let t = std::time::Instant::now();
+        let batch = g.run(&f.view("tok").unwrap(), &[3, 4]).unwrap();
+        assert!(t.elapsed().as_secs_f64() >= 0.02, "a run waits for its copy: {:?}", t.elapsed());
+        assert!(bytes(&batch) == rows(&tok, &[3, 4], 16));
+        drop((b, b2, batch, g));
+        release_cached_memory();
+    });
+}
