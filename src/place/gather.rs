@@ -299,7 +299,9 @@ impl Gather {
             return Ok(i);
         }
         let what = format!("gather batch [{}, {}] {}", self.batch, self.window, self.dtype.name());
-        if n >= self.bound {
+        // A batch kept only as the current one after its release failed does not count against the bound.
+        let retired = self.ring.iter().filter(|b| !reusable(b)).count();
+        if n - retired >= self.bound {
             return Err(Error::new(
                 Status::Busy,
                 format!(
