@@ -119,6 +119,7 @@ def main(framework, d):
             offs = draw()
             b = g.run(tokens, offs)
             t = torch.from_dlpack(b)
+            torch.cuda._sleep(50_000_000)  # the sum below is still queued when the release happens
             total = t.to(torch.int64).sum()
             holder = [t]
             del t, b
@@ -135,14 +136,31 @@ def main(framework, d):
         c.run("deleter-from-another-thread", deleter_from_another_thread)
 
         def stream_2():
+            # The consumer works on this thread's per-thread default stream (DLPack stream 2); the deleter runs
+            # on another thread, whose per-thread stream knows nothing of that work: the release must still
+            # cover it (hostfirst records it on the legacy stream), so the rewrites below wait for the sum.
             offs = draw()
             b = g.run(tokens, offs)
             cap = b.__dlpack__(stream=2)
             t = torch.utils.dlpack.from_dlpack(cap)
-            s = int(t.to(torch.int64).sum().item())
+            per_thread = torch.cuda.ExternalStream(2)  # cudaStreamPerThread
+            with torch.cuda.stream(per_thread):
+                torch.cuda._sleep(50_000_000)
+                total = t.to(torch.int64).sum()
+            holder = [t]
+            del t, b, cap
+            th = threading.Thread(target=lambda: holder.clear())
+            th.start()
+            th.join()
+            import gc
+            gc.collect()
+            for _ in range(4):
+                g.run(tokens, draw())
+            per_thread.synchronize()
+            s = int(total.item())
             if s != int(want(offs).astype(np.int64).sum()):
-                raise AssertionError("checksum differs")
-            return "export for the per-thread default stream (2)"
+                raise AssertionError("the sum on stream 2 saw a rewritten batch")
+            return "export for stream 2, work on this thread's per-thread stream, deleter on another thread"
         c.run("stream-2", stream_2)
 
         def embedding_forward_backward():
