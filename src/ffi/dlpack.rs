@@ -541,7 +541,8 @@ pub extern "C" fn hostfirst_buffer_to_dlpack_legacy(
 /// `UNSUPPORTED` under COPY_NEVER.
 ///
 /// **The CUDA stream handshake.** For data on `cuda:N`, the consumer's stream (`opts->stream`: 1 or not
-/// given: the legacy default stream; 2: the per-thread default stream; > 2: the consumer's `CUstream`, which
+/// given: the legacy default stream; 2: the calling thread's per-thread default stream, so call this from the
+/// thread that queues the consumer's work, as the DLPack protocol does; > 2: the consumer's `CUstream`, which
 /// must belong to the buffer's device; -1: the consumer synchronises itself) is made to wait for the event
 /// recorded after hostfirst's last write into the buffer (`cuStreamWaitEvent`; the host is never blocked),
 /// so its kernels never read a batch before the copy that produced it has finished. When the consumer calls
