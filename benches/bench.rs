@@ -30,8 +30,10 @@
 //!                                  gather1 after TensorView::prefault (its one-time cost reported as prefault_s)
 //!   resident FILE                  fraction of the file's pages in the page cache (mincore)
 //!   gpu-put, gpu-gather, gpu-seeds the GPU section (benches/gpu_ops.rs; run on a GPU by benches/gpu/run.sh)
+//!   gpu-check, gpu-census         the GPU correctness op and the census (benches/gpu_check.rs), run first
 //!   shard-load, read-then-slice    shard-on-read vs read-then-slice (benches/shard_ops.rs)
 
+mod gpu_check;
 mod gpu_ops;
 mod shard_ops;
 
@@ -110,6 +112,9 @@ fn main() {
         "gpu-put" => gpu_ops::op_gpu_put(&args[1..]),
         "gpu-gather" => gpu_ops::op_gpu_gather(&args[1..]),
         "gpu-seeds" => gpu_ops::op_gpu_seeds(&args[1..]),
+        "gpu-check" => gpu_check::op_gpu_check(&args[1..]),
+        "gpu-load" => gpu_ops::op_gpu_load(&args[1..]),
+        "gpu-census" => gpu_check::op_gpu_census(&args[1..]),
         "shard-load" => shard_ops::op_shard_load(&args[1..]),
         "read-then-slice" => shard_ops::op_read_then_slice(&args[1..]),
         _ => {

@@ -1,12 +1,16 @@
 //! The GPU operations of the benchmark driver (issue 6, section 5), one per process, one JSON line each.
 //! Driven by `benches/gpu/run.py` on a machine with a GPU (or the stand-in driver for a dry run).
 //!
-//!   gpu-put FILE TENSOR ORDINAL ring|resident REPEAT STAGING_MIB VERIFY
+//!   gpu-put FILE TENSOR ORDINAL ring|resident REPEAT STAGING_MIB VERIFY [THREADS]
 //!       The ceiling and hostfirst's put in ONE process: first the pinned-memory `cuMemcpyHtoD` bandwidth
 //!       (a page-locked buffer of min(tensor, 1 GiB) copied synchronously to device memory, 1 warm-up + 5
 //!       timed copies), then REPEAT puts of the tensor to cuda:ORDINAL (each buffer freed before the next)
 //!       while a sampler thread reads RssAnon / RssFile / RssShmem every millisecond. VERIFY=1 copies the
 //!       first buffer back in 64 MiB pieces afterwards and compares it with the file (outside the timing).
+//!       THREADS: reader threads (0 or absent: the default), for the staging-size x threads sweep.
+//!   gpu-load FILE ORDINAL
+//!       Every tensor of FILE to cuda:ORDINAL (one put each, as a model load): tensors, bytes, seconds; against
+//!       safetensors.torch.load_file(device="cuda") on the same many-tensor file.
 //!   gpu-gather FILE TENSOR ORDINAL B T ITERS SEED PREFAULT
 //!       B random windows of T+1 u16 tokens (x = row[..T], y = row[1..]) gathered onto cuda:ORDINAL with
 //!       place::Gather (pinned staging + one async copy, completed before `run` returns); p50/p99 per batch
@@ -104,6 +108,7 @@ pub fn op_gpu_put(a: &[String]) -> String {
     let repeat: usize = arg(a, 4, "repeat");
     let staging_mib: usize = arg(a, 5, "staging MiB");
     let verify = a.get(6).map(String::as_str) == Some("1");
+    let threads: usize = a.get(7).map_or(0, |t| t.parse().expect("threads"));
     let f = TensorFile::open(path).expect("open");
     let view = f.view(name).expect("tensor");
     let n = view.nbytes() as usize;
@@ -123,7 +128,7 @@ pub fn op_gpu_put(a: &[String]) -> String {
     let mut first = None;
     let mut stats0 = None;
     for r in 0..repeat {
-        let opts = PutOptions { resident, staging_bytes, ..Default::default() };
+        let opts = PutOptions { resident, staging_bytes, threads, ..Default::default() };
         let t = Instant::now();
         let (buf, stats) = put_with_stats(&view, Target::Device(Device::cuda(ordinal)), opts).expect("put");
         times.push(t.elapsed().as_secs_f64());
@@ -164,7 +169,9 @@ pub fn op_gpu_put(a: &[String]) -> String {
         "gbps_median": gbps(median(&times)),
         "ratio_first_to_ceiling": gbps(times[0]) / ceil_best, "ratio_best_to_ceiling": gbps(best) / ceil_best,
         "register_s": stats0.register_seconds, "staged_instead": stats0.staged_instead,
-        "staging_ring_bytes": ring,
+        "staging_ring_bytes": ring, "threads": threads,
+        // Page-locked memory may not show in RssAnon (the driver maps it): the kernel's locked/pinned counts.
+        "vm_lck_kib_after": status_kib("VmLck"), "vm_pin_kib_after": status_kib("VmPin"),
         "rss_before_kib": {"anon": before[0], "file": before[1], "shmem": before[2]},
         "rss_peak_kib": {"anon": peaks[0], "file": peaks[1], "shmem": peaks[2]},
         "anon_growth_kib": peaks[0].saturating_sub(before[0]),
@@ -270,6 +277,35 @@ pub fn op_gpu_seeds(a: &[String]) -> String {
         "fit_total": fit.total, "fit_device": fit.device,
         "B": b, "T": t, "iters": iters, "seconds": secs, "batches_per_s": iters as f64 / secs,
         "tokens_per_s": (iters as u64 * b as u64 * t) as f64 / secs, "batch_checked": checked,
+    })
+    .to_string()
+}
+
+pub fn op_gpu_load(a: &[String]) -> String {
+    let path = &a[0];
+    let ordinal: u32 = arg(a, 1, "ordinal");
+    let t = Instant::now();
+    context_mem_info(ordinal).expect("cuMemGetInfo");
+    let context_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let f = TensorFile::open(path).expect("open");
+    let mut bufs = Vec::with_capacity(f.len());
+    let mut bytes = 0u64;
+    for i in 0..f.len() {
+        let v = f.view_at(i).expect("view");
+        let b = hostfirst::place::put(&v, Target::Device(Device::cuda(ordinal)), PutOptions::default()).expect("put");
+        bytes += b.nbytes();
+        bufs.push(b);
+    }
+    let secs = t.elapsed().as_secs_f64();
+    // One tensor checked against the file, outside the timing.
+    let last = f.view_at(f.len() - 1).expect("view").to_vec().expect("read");
+    let mut back = vec![0u8; last.len()];
+    bufs.last().expect("a tensor").copy_to_host(&mut back).expect("copy back");
+    serde_json::json!({
+        "op": "gpu-load", "impl": "hostfirst-put-each", "file": path, "tensors": bufs.len(), "bytes": bytes,
+        "t_s": secs, "gbps": bytes as f64 / secs / 1e9, "us_per_tensor": secs * 1e6 / bufs.len() as f64,
+        "context_s": context_s, "verified": back == last,
     })
     .to_string()
 }

@@ -264,7 +264,8 @@ def main(path):
         w("`cuMemcpyHtoD` ceiling and PCIe gen/width, hostfirst put of a ≥ 8 GiB tensor warm and cold, staging ring vs")
         w("resident-registered, anonymous RSS during the put, the torch/JAX safetensors peers, gather to cuda, the")
         w("larger-than-GPU token file) stays empty until `benches/gpu/run.sh` runs on a real GPU (`benches/gpu/README.md`);")
-        w("no figure is estimated. The harness has run end to end only against the stand-in driver (`--dry-run`).\n")
+        w("no figure is estimated. The harness has run end to end only against the stand-in driver (`--dry-run`). The first")
+        w("GPU run starts with the correctness op (`--only check`); its results come first in this section, before any timing.\n")
 
     # ------------------------------------------------------------------ 6. copy-on-write put
     def cow(op, impl):

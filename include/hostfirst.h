@@ -934,7 +934,9 @@ typedef struct hostfirst_put_options {
   /**
    * Nonzero: resident mode for CUDA targets — page-lock the tensor's mapped range once (read-only
    * registration, cached until `hostfirst_release_cached_memory`) and copy straight from it. Pays off only
-   * for data transferred many times (registration costs ≥ 0.1 s/GB); the default is the staging ring.
+   * for data transferred many times (registration costs ≥ 0.1 s/GB); the default is the staging ring. Where
+   * registration is unsupported or refused the put goes through the staging ring instead and says so
+   * (`hostfirst_put_stats.staged_instead`).
    */
   int32_t resident;
   /**
@@ -985,8 +987,11 @@ typedef struct hostfirst_put_stats {
   /**
    * Resident mode: 1 when the put went through the staging ring instead, because the tensor shares
    * memory pages with cached registrations that do not cover it (a slice registered before the whole
-   * tensor, or a neighbouring tensor), or because the view is strided (`hostfirst_view_narrow` on an inner
-   * dimension); the copy is complete and correct either way.
+   * tensor, or a neighbouring tensor), because the view is strided (`hostfirst_view_narrow` on an inner
+   * dimension), because the device cannot register host memory (`HOST_REGISTER_SUPPORTED` = 0, or
+   * `READ_ONLY_HOST_REGISTER_SUPPORTED` = 0 for a file's read-only mapping), or because the driver refused
+   * the registration (`cuMemHostRegister`: some filesystems, kernels, containers, the locked-memory limit,
+   * very large ranges); the copy is complete and correct either way.
    */
   int32_t staged_instead;
 } hostfirst_put_stats;
@@ -2066,8 +2071,10 @@ hostfirst_status hostfirst_buffer_is_file_backed(const struct hostfirst_buffer *
  * `INVALID_ARGUMENT`. Host buffers (cpu, cuda_host) need nothing: every hostfirst write into them has
  * completed when the call that made it returned. Today that is true of CUDA buffers too (puts and gather runs
  * return once their copy has completed), so the wait is enqueued only where hostfirst recorded an event of
- * its last write (gather batches); calling it is always correct and cheap. Errors: `NULL_ARGUMENT`,
- * `INVALID_HANDLE`, `INVALID_ARGUMENT`, `DEVICE_ERROR` (e.g. a `CUstream` the driver rejects). Thread-safe.
+ * its last write (gather batches); calling it is always correct and cheap. A `CUstream` must be a live stream
+ * of the buffer's device: the driver does not check stream handles, so a destroyed or foreign one is
+ * undefined behaviour (a crash, or a wait on an unrelated stream), not an error. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`, `INVALID_ARGUMENT`, `DEVICE_ERROR` (a driver failure). Thread-safe.
  */
 hostfirst_status hostfirst_buffer_sync_stream(const struct hostfirst_buffer *buffer,
                                               int64_t stream);
@@ -2078,8 +2085,12 @@ hostfirst_status hostfirst_buffer_sync_stream(const struct hostfirst_buffer *buf
  * waits on the device for that event. Call it after enqueuing the last work that uses the buffer on that
  * stream and before freeing your reference, when the buffer went to a consumer by its address rather than
  * through DLPack (DLPack exports do this themselves when their deleter runs). `stream` as for
- * `hostfirst_buffer_sync_stream`; -1 and host buffers: nothing to do. Errors: `NULL_ARGUMENT`,
- * `INVALID_HANDLE`, `INVALID_ARGUMENT`, `DEVICE_ERROR`. Thread-safe.
+ * `hostfirst_buffer_sync_stream`, which also says what a stream handle must be; for 1 and 2 the event goes on
+ * the device's legacy default stream, which is ordered after every blocking stream's work (every thread's
+ * per-thread default stream included), so it covers the consumer's work from whichever thread this is
+ * called. -1 and host buffers: nothing to do. If the event cannot be recorded (`DEVICE_ERROR`), the buffer
+ * is never rewritten: a gather drops that batch from its ring. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
+ * `INVALID_ARGUMENT`, `DEVICE_ERROR`. Thread-safe.
  */
 hostfirst_status hostfirst_buffer_record_stream(const struct hostfirst_buffer *buffer,
                                                 int64_t stream);
@@ -2696,17 +2707,25 @@ hostfirst_status hostfirst_buffer_to_dlpack_legacy(const struct hostfirst_buffer
  * `UNSUPPORTED` under COPY_NEVER.
  *
  * **The CUDA stream handshake.** For data on `cuda:N`, the consumer's stream (`opts->stream`: 1 or not
- * given: the legacy default stream; 2: the per-thread default stream; > 2: the consumer's `CUstream`, which
+ * given: the legacy default stream; 2: the calling thread's per-thread default stream, so call this from the
+ * thread that queues the consumer's work, as the DLPack protocol does; > 2: the consumer's `CUstream`, which
  * must belong to the buffer's device; -1: the consumer synchronises itself) is made to wait for the event
  * recorded after hostfirst's last write into the buffer (`cuStreamWaitEvent`; the host is never blocked),
  * so its kernels never read a batch before the copy that produced it has finished. When the consumer calls
- * the deleter, an event is recorded on that same stream, and hostfirst's next write into the buffer (a
- * gather reusing the batch) waits for it on the device, so the rewrite never overtakes the consumer's work
- * queued before the release (as torch's `record_stream`). With -1 neither happens: the consumer owns the
- * ordering. The stream is ignored for host buffers (cpu, cuda_host): their writes have completed when the
- * call that made them returned. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (bad options,
- * stream 0), `UNSUPPORTED`, `OUT_OF_MEMORY` (a copy that does not fit), `DEVICE_ERROR` (e.g. a stream the
- * driver rejects), `VALIDATION_OVERFLOW`. On failure both outputs are unchanged. Thread-safe.
+ * the deleter, an event is recorded on the consumer's stream (for 1 and 2: on the device's legacy default
+ * stream, which is ordered after the work of every blocking stream, every thread's per-thread default stream
+ * included, so the event covers the consumer's work whichever thread runs the deleter), and hostfirst's next
+ * write into the buffer (a gather reusing the batch) waits for it on the device, so the rewrite never
+ * overtakes the consumer's work queued before the release (as torch's `record_stream`). If that event cannot
+ * be recorded, the batch is never rewritten (its gather drops it from the ring). With -1 neither happens:
+ * the consumer owns the ordering. A `CUstream` passed here must stay alive (not destroyed) until the
+ * deleter has run, and must be a stream of the buffer's device: the driver does not check stream handles,
+ * and a destroyed or foreign one is undefined behaviour (a crash, or the wait or release landing on an
+ * unrelated stream), not an error hostfirst can report. The stream is ignored for host buffers (cpu,
+ * cuda_host): their writes have completed when the call that made them returned. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`, `INVALID_ARGUMENT` (bad options, stream 0), `UNSUPPORTED`, `OUT_OF_MEMORY` (a copy that
+ * does not fit), `DEVICE_ERROR` (a driver failure, e.g. a sticky error of the device's context),
+ * `VALIDATION_OVERFLOW`. On failure both outputs are unchanged. Thread-safe.
  */
 hostfirst_status hostfirst_buffer_to_dlpack_ex(const struct hostfirst_buffer *buffer,
                                                const struct hostfirst_dlpack_options *opts,

@@ -101,7 +101,7 @@ def timed(rec, nbytes, t0):
 
 def main(op, a):
     rec = dict(op="gpu-peer", impl=op)
-    if op.startswith("torch") or op == "nanogpt-cuda":
+    if op.startswith("torch") or op in ("nanogpt-cuda", "hostfirst-py-gather"):
         torch, why = need_torch()
         if why:
             return dict(rec, skipped=why)
@@ -182,6 +182,29 @@ def main(op, a):
         q = lambda p: lat[round((len(lat) - 1) * p)]
         rec.update(op="gpu-gather", impl="py-nanoGPT-get_batch-cuda", B=B, T=T, iters=iters, p50_s=q(0.5),
                    p99_s=q(0.99), mean_s=sum(lat) / len(lat), tokens_per_s=B * T / q(0.5),
+                   check=check(lambda: x[0, 0] + y[-1, -1]))
+    elif op == "hostfirst-py-gather":
+        # hostfirst's Python gather feeding the same loop: [B, T+1] u16 windows in one transfer, then x, y as int64
+        # on the device - the dtypes nanoGPT's get_batch produces - through torch.from_dlpack (zero-copy).
+        import hostfirst
+
+        B, T, iters, seed = int(a[1]), int(a[2]), int(a[3]), int(a[4])
+        tokens = hostfirst.open(path)["tokens"]
+        n = tokens.shape[0]
+        g = hostfirst.Gather("cuda:0", "uint16", batch=B, window=T + 1)
+        offs = hostfirst.OffsetStream(seed)
+        lat = []
+        for it in range(iters + 3):
+            t0 = time.perf_counter()
+            xy = torch.from_dlpack(g.run(tokens, offs.next(n, T + 1, B)))
+            x, y = xy[:, :-1].to(torch.int64), xy[:, 1:].to(torch.int64)
+            torch.cuda.synchronize()
+            if it >= 3:
+                lat.append(time.perf_counter() - t0)
+        lat.sort()
+        q = lambda p: lat[round((len(lat) - 1) * p)]
+        rec.update(op="gpu-gather", impl="py-hostfirst-gather-cuda", B=B, T=T, iters=iters, p50_s=q(0.5),
+                   p99_s=q(0.99), mean_s=sum(lat) / len(lat), tokens_per_s=B * T / q(0.5), x_dtype=str(x.dtype),
                    check=check(lambda: x[0, 0] + y[-1, -1]))
     elif op == "jax-seeds":
         import jax.numpy as jnp

@@ -112,6 +112,49 @@ def section(paths, allow_stand_in=False):
     for r in ok:
         by[(r["op"], r["impl"], r.get("cache"), r.get("B"), r.get("T"))].append(r)
 
+    # ---- correctness first (the `check` section)
+    checks = [r for r in ok if r["op"] in ("gpu-check", "py-check")]
+    census = [r for r in ok if r["op"] == "gpu-census"]
+    if checks or census:
+        w("### Correctness (`check`, run before any timing)\n")
+        w("| check | outcome | detail |\n|---|---|---|")
+        for r in checks:
+            for c in r.get("checks", []):
+                label = c["name"] if r["op"] == "gpu-check" else f"python/{r.get('framework')}: {c['name']}"
+                w(f"| {label} | {'ok' if c['ok'] else '**FAILED**'} | {str(c.get('detail') or c.get('error'))[:160]} |")
+        for r in census:
+            cu = r.get("cuda") or {}
+            w(f"| census, CUDA_VISIBLE_DEVICES {r.get('visible')} | {'ok' if r.get('ok', True) else '**FAILED**'} | "
+              f"cuda {cu.get('status')}, {cu.get('count')} device(s) {[d.get('uuid') for d in r.get('devices', [])]} |")
+        w("")
+    ceil = [r for r in ok if r["op"] == "ceiling"]
+    if ceil:
+        w("Independent ceiling (`benches/gpu/ceiling.c`: the driver alone, pinned `cuMemcpyHtoD_v2`/`cuMemcpyDtoH_v2`, "
+          f"{ceil[0]['bytes'] / GiB:.2f} GiB, best of 5 per process, {len(ceil)} processes): H2D "
+          f"{gb(med([r['h2d_gbps_best'] for r in ceil]))} GB/s, D2H {gb(med([r['d2h_gbps_best'] for r in ceil]))} GB/s.\n")
+    sweep = [r for r in ok if r["op"] == "gpu-put" and r.get("sweep")]
+    if sweep:
+        w("Staging size × reader threads (ring mode, warm, best of 2 puts, GB/s):\n")
+        st = sorted({r["staging_ring_bytes"] for r in sweep})
+        th = sorted({r.get("threads", 0) for r in sweep})
+        w("| staging | " + " | ".join(f"{t} threads" for t in th) + " |\n|---|" + "---|" * len(th))
+        for sb in st:
+            cells = [next((gb(r["gbps_best"]) for r in sweep if r["staging_ring_bytes"] == sb and r.get("threads", 0) == t), "–")
+                     for t in th]
+            w(f"| {sb >> 20} MiB | " + " | ".join(cells) + " |")
+        w("")
+    many = [r for r in ok if r["op"] == "gpu-load"]
+    many_peer = [r for r in ok if r["op"] == "gpu-peer" and r.get("tensors")]
+    if many:
+        w(f"Many-tensor load ({many[0]['tensors']} tensors, {many[0]['bytes'] / GiB:.2f} GiB) to cuda:0: hostfirst "
+          f"{gb(med([r['gbps'] for r in many]))} GB/s ({med([r['us_per_tensor'] for r in many]):,.0f} µs per tensor)"
+          + (f"; `safetensors.torch.load_file(device=\"cuda\")` {gb(med([r['gbps'] for r in many_peer]))} GB/s" if many_peer else "")
+          + ".\n")
+    by = defaultdict(list)  # the sweep and the many-tensor peer have their own lines above
+    for r in ok:
+        if not r.get("sweep") and not (r["op"] == "gpu-peer" and r.get("tensors")):
+            by[(r["op"], r["impl"], r.get("cache"), r.get("B"), r.get("T"))].append(r)
+
     # ---- H2D of one large tensor
     puts = {k: v for k, v in by.items() if k[0] == "gpu-put"}
     if puts:
@@ -186,6 +229,10 @@ def section(paths, allow_stand_in=False):
         w("| B | T | nanoGPT p50 | hostfirst p50 | p99 | nanoGPT ÷ hostfirst | prefaulted p50 | nanoGPT ÷ prefaulted | tokens/s (hostfirst) |")
         w("|---|---|---|---|---|---|---|---|---|")
         for B, T in sorted({(k[3], k[4]) for k in gat}):
+            fair = by.get(("gpu-gather", "py-hostfirst-gather-cuda", None, B, T), [])
+            if fair:
+                w(f"| {B} | {T} | (Python, int64 x and y like nanoGPT) | `hostfirst` Python gather p50 "
+                  f"{us(med([r['p50_s'] for r in fair]))} | {us(med([r['p99_s'] for r in fair]))} | | | | |")
             n = by.get(("gpu-gather", "py-nanoGPT-get_batch-cuda", None, B, T), [])
             h = by.get(("gpu-gather", "hostfirst-gather-cuda", None, B, T), [])
             p = by.get(("gpu-gather", "hostfirst-gather-cuda-prefaulted", None, B, T), [])

@@ -105,8 +105,10 @@ pub extern "C" fn hostfirst_buffer_is_file_backed(buffer: *const hostfirst_buffe
 /// `INVALID_ARGUMENT`. Host buffers (cpu, cuda_host) need nothing: every hostfirst write into them has
 /// completed when the call that made it returned. Today that is true of CUDA buffers too (puts and gather runs
 /// return once their copy has completed), so the wait is enqueued only where hostfirst recorded an event of
-/// its last write (gather batches); calling it is always correct and cheap. Errors: `NULL_ARGUMENT`,
-/// `INVALID_HANDLE`, `INVALID_ARGUMENT`, `DEVICE_ERROR` (e.g. a `CUstream` the driver rejects). Thread-safe.
+/// its last write (gather batches); calling it is always correct and cheap. A `CUstream` must be a live stream
+/// of the buffer's device: the driver does not check stream handles, so a destroyed or foreign one is
+/// undefined behaviour (a crash, or a wait on an unrelated stream), not an error. Errors: `NULL_ARGUMENT`,
+/// `INVALID_HANDLE`, `INVALID_ARGUMENT`, `DEVICE_ERROR` (a driver failure). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_buffer_sync_stream(buffer: *const hostfirst_buffer, stream: i64) -> Status {
     hostfirst_boundary!("hostfirst_buffer_sync_stream", {
@@ -122,8 +124,12 @@ pub extern "C" fn hostfirst_buffer_sync_stream(buffer: *const hostfirst_buffer, 
 /// waits on the device for that event. Call it after enqueuing the last work that uses the buffer on that
 /// stream and before freeing your reference, when the buffer went to a consumer by its address rather than
 /// through DLPack (DLPack exports do this themselves when their deleter runs). `stream` as for
-/// `hostfirst_buffer_sync_stream`; -1 and host buffers: nothing to do. Errors: `NULL_ARGUMENT`,
-/// `INVALID_HANDLE`, `INVALID_ARGUMENT`, `DEVICE_ERROR`. Thread-safe.
+/// `hostfirst_buffer_sync_stream`, which also says what a stream handle must be; for 1 and 2 the event goes on
+/// the device's legacy default stream, which is ordered after every blocking stream's work (every thread's
+/// per-thread default stream included), so it covers the consumer's work from whichever thread this is
+/// called. -1 and host buffers: nothing to do. If the event cannot be recorded (`DEVICE_ERROR`), the buffer
+/// is never rewritten: a gather drops that batch from its ring. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
+/// `INVALID_ARGUMENT`, `DEVICE_ERROR`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_buffer_record_stream(buffer: *const hostfirst_buffer, stream: i64) -> Status {
     hostfirst_boundary!("hostfirst_buffer_record_stream", {

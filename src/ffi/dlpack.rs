@@ -608,17 +608,25 @@ pub extern "C" fn hostfirst_buffer_to_dlpack_legacy(
 /// `UNSUPPORTED` under COPY_NEVER.
 ///
 /// **The CUDA stream handshake.** For data on `cuda:N`, the consumer's stream (`opts->stream`: 1 or not
-/// given: the legacy default stream; 2: the per-thread default stream; > 2: the consumer's `CUstream`, which
+/// given: the legacy default stream; 2: the calling thread's per-thread default stream, so call this from the
+/// thread that queues the consumer's work, as the DLPack protocol does; > 2: the consumer's `CUstream`, which
 /// must belong to the buffer's device; -1: the consumer synchronises itself) is made to wait for the event
 /// recorded after hostfirst's last write into the buffer (`cuStreamWaitEvent`; the host is never blocked),
 /// so its kernels never read a batch before the copy that produced it has finished. When the consumer calls
-/// the deleter, an event is recorded on that same stream, and hostfirst's next write into the buffer (a
-/// gather reusing the batch) waits for it on the device, so the rewrite never overtakes the consumer's work
-/// queued before the release (as torch's `record_stream`). With -1 neither happens: the consumer owns the
-/// ordering. The stream is ignored for host buffers (cpu, cuda_host): their writes have completed when the
-/// call that made them returned. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (bad options,
-/// stream 0), `UNSUPPORTED`, `OUT_OF_MEMORY` (a copy that does not fit), `DEVICE_ERROR` (e.g. a stream the
-/// driver rejects), `VALIDATION_OVERFLOW`. On failure both outputs are unchanged. Thread-safe.
+/// the deleter, an event is recorded on the consumer's stream (for 1 and 2: on the device's legacy default
+/// stream, which is ordered after the work of every blocking stream, every thread's per-thread default stream
+/// included, so the event covers the consumer's work whichever thread runs the deleter), and hostfirst's next
+/// write into the buffer (a gather reusing the batch) waits for it on the device, so the rewrite never
+/// overtakes the consumer's work queued before the release (as torch's `record_stream`). If that event cannot
+/// be recorded, the batch is never rewritten (its gather drops it from the ring). With -1 neither happens:
+/// the consumer owns the ordering. A `CUstream` passed here must stay alive (not destroyed) until the
+/// deleter has run, and must be a stream of the buffer's device: the driver does not check stream handles,
+/// and a destroyed or foreign one is undefined behaviour (a crash, or the wait or release landing on an
+/// unrelated stream), not an error hostfirst can report. The stream is ignored for host buffers (cpu,
+/// cuda_host): their writes have completed when the call that made them returned. Errors: `NULL_ARGUMENT`,
+/// `INVALID_HANDLE`, `INVALID_ARGUMENT` (bad options, stream 0), `UNSUPPORTED`, `OUT_OF_MEMORY` (a copy that
+/// does not fit), `DEVICE_ERROR` (a driver failure, e.g. a sticky error of the device's context),
+/// `VALIDATION_OVERFLOW`. On failure both outputs are unchanged. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_buffer_to_dlpack_ex(
     buffer: *const hostfirst_buffer,

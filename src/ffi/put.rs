@@ -40,7 +40,9 @@ pub struct hostfirst_put_options {
     pub threads: u32,
     /// Nonzero: resident mode for CUDA targets — page-lock the tensor's mapped range once (read-only
     /// registration, cached until `hostfirst_release_cached_memory`) and copy straight from it. Pays off only
-    /// for data transferred many times (registration costs ≥ 0.1 s/GB); the default is the staging ring.
+    /// for data transferred many times (registration costs ≥ 0.1 s/GB); the default is the staging ring. Where
+    /// registration is unsupported or refused the put goes through the staging ring instead and says so
+    /// (`hostfirst_put_stats.staged_instead`).
     pub resident: i32,
     /// Total bytes of page-locked staging for CUDA puts (0: 256 MiB). Host memory used by a put to CUDA stays
     /// within this bound whatever the tensor size.
@@ -88,8 +90,11 @@ pub struct hostfirst_put_stats {
     pub reused_registration: i32,
     /// Resident mode: 1 when the put went through the staging ring instead, because the tensor shares
     /// memory pages with cached registrations that do not cover it (a slice registered before the whole
-    /// tensor, or a neighbouring tensor), or because the view is strided (`hostfirst_view_narrow` on an inner
-    /// dimension); the copy is complete and correct either way.
+    /// tensor, or a neighbouring tensor), because the view is strided (`hostfirst_view_narrow` on an inner
+    /// dimension), because the device cannot register host memory (`HOST_REGISTER_SUPPORTED` = 0, or
+    /// `READ_ONLY_HOST_REGISTER_SUPPORTED` = 0 for a file's read-only mapping), or because the driver refused
+    /// the registration (`cuMemHostRegister`: some filesystems, kernels, containers, the locked-memory limit,
+    /// very large ranges); the copy is complete and correct either way.
     pub staged_instead: i32,
 }
 

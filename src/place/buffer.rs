@@ -35,6 +35,9 @@ pub struct Buffer {
     ready: Option<Event>,
     /// CUDA: (raw consumer stream, event recorded on it when that consumer released the buffer).
     released: Vec<(usize, Event)>,
+    /// CUDA: a consumer's release could not be recorded, so hostfirst cannot know when that consumer's work
+    /// is done: the buffer must never be rewritten (a gather drops it from its ring).
+    release_failed: bool,
 }
 
 impl Buffer {
@@ -61,6 +64,7 @@ impl Buffer {
             mem,
             ready: None,
             released: Vec::new(),
+            release_failed: false,
         }
     }
 
@@ -207,18 +211,60 @@ impl Buffer {
     /// `consumer` now, after the work it has queued that uses this buffer; before hostfirst next rewrites
     /// the buffer, its copy waits for that event ([`Buffer::wait_for_consumers`]). One event per stream is
     /// kept (a later one covers an earlier). Nothing to do for host memory or [`ConsumerStream::NoSync`].
+    ///
+    /// Where the event goes: a consumer's own `CUstream` gets it. For the default streams (1 and 2) it goes
+    /// on the **legacy** default stream of the buffer's device, because the release often runs on another
+    /// thread than the consumer's work (a DLPack deleter called by a garbage collector, an autograd worker, a
+    /// framework's callback thread): `CU_STREAM_PER_THREAD` there would name *that* thread's stream, which
+    /// knows nothing of the consumer's work. The legacy stream is ordered after all work queued before it on
+    /// every blocking stream of the context, and every thread's per-thread default stream is a blocking
+    /// stream, so the event covers the consumer's work whichever thread queued it (and, as a cost, other
+    /// blocking streams' work too; non-blocking streams are not covered, and a consumer using one passes its
+    /// handle).
+    ///
+    /// If the event cannot be recorded the error is returned and the buffer is marked as never to be
+    /// rewritten ([`Buffer::release_failed`]): without the event nothing orders a rewrite after the
+    /// consumer's work.
     pub fn record_stream(&mut self, consumer: ConsumerStream) -> Result<()> {
-        let (Memory::Cuda(d), Some(raw)) = (&self.mem, consumer.raw()) else { return Ok(()) };
-        let ev = Event::new(d.ordinal())?;
-        ev.record_on_raw(raw).map_err(|e| e.context(format!("buffer '{}'", self.name)))?;
-        self.released.retain(|(s, _)| *s != raw);
-        self.released.push((raw, ev));
-        Ok(())
+        let (Memory::Cuda(d), Some(_)) = (&self.mem, consumer.raw()) else { return Ok(()) };
+        let raw = match consumer {
+            ConsumerStream::Legacy | ConsumerStream::PerThread => super::consumer::CU_STREAM_LEGACY,
+            other => other.raw().expect("checked above"),
+        };
+        let recorded = Event::new(d.ordinal()).and_then(|ev| ev.record_on_raw(raw).map(|()| ev));
+        match recorded {
+            Ok(ev) => {
+                self.released.retain(|(s, _)| *s != raw);
+                self.released.push((raw, ev));
+                Ok(())
+            }
+            Err(e) => {
+                self.release_failed = true;
+                Err(e.context(format!(
+                    "buffer '{}': recording its release on the consumer's stream (the buffer will not be reused)",
+                    self.name
+                )))
+            }
+        }
+    }
+
+    /// CUDA: true once a consumer's release could not be recorded ([`Buffer::record_stream`] failed): hostfirst
+    /// cannot order a rewrite after that consumer's work, so it never rewrites this buffer.
+    pub fn release_failed(&self) -> bool {
+        self.release_failed
     }
 
     /// Before hostfirst rewrites this buffer on `stream`: makes `stream` wait for every event recorded by
     /// [`Buffer::record_stream`] (`cuStreamWaitEvent`; the host is not blocked), then forgets them.
+    /// `BUSY` for a buffer whose release could not be recorded ([`Buffer::release_failed`]): it must not be
+    /// rewritten.
     pub fn wait_for_consumers(&mut self, stream: &Stream) -> Result<()> {
+        if self.release_failed {
+            return Err(Error::new(
+                Status::Busy,
+                format!("buffer '{}': a consumer's release could not be recorded; it is never rewritten", self.name),
+            ));
+        }
         for (_, ev) in &self.released {
             stream.wait_event(ev).map_err(|e| e.context(format!("buffer '{}'", self.name)))?;
         }

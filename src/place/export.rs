@@ -19,7 +19,10 @@
 //!   batch's place in its ring) alive until the consumer's deleter runs.
 //! - CUDA: the consumer's stream waits on the event of hostfirst's last write into the buffer
 //!   (`cuStreamWaitEvent`, the host is not blocked); when the export is released, an event is recorded on
-//!   that stream, and hostfirst's next write into the buffer waits for it (see [`Buffer::record_stream`]).
+//!   that stream (for the default streams 1 and 2: on the legacy default stream, which covers every blocking
+//!   stream whichever thread releases), and hostfirst's next write into the buffer waits for it (see
+//!   [`Buffer::record_stream`]). A consumer's `CUstream` must stay alive until the release: the driver does not
+//!   check stream handles.
 
 use super::buffer::Buffer;
 pub use super::consumer::ConsumerStream;

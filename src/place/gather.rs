@@ -13,7 +13,8 @@
 //! (the returned reference, a `hostfirst_buffer` handle, a DLPack export) is never rewritten while any
 //! reference to it remains: the ring reuses a batch only when it holds the last reference. On CUDA a batch is
 //! also not rewritten before its consumers' streams have passed the events recorded when they released it
-//! (the copy stream waits for them on the device, see [`Buffer::record_stream`]). When every batch is held,
+//! (the copy stream waits for them on the device, see [`Buffer::record_stream`]); a batch whose release could
+//! not be recorded is dropped from the ring for good (freed when its last holder lets go). When every batch is held,
 //! the ring grows by one batch (fit-checked) up to its bound ([`DEFAULT_RING_BOUND`], set with
 //! [`Gather::set_ring_bound`]); at the bound a run fails with `BUSY` and changes nothing.
 //!
@@ -70,6 +71,12 @@ impl Source<'_> {
             Source::Host { shape, .. } => shape,
         }
     }
+}
+
+/// Whether a batch may be filled again: not when its consumer's release could not be recorded
+/// ([`Buffer::release_failed`]), since nothing would order the rewrite after that consumer's work.
+fn reusable(b: &Batch) -> bool {
+    !b.lock().unwrap_or_else(|p| p.into_inner()).release_failed()
 }
 
 /// A reusable gather: a ring of `[batch, window]` batch buffers on its device, plus staging and a stream for
@@ -361,11 +368,13 @@ impl Gather {
     /// Where the next run assembles its batch: a batch nobody else holds other than the current one, least
     /// recently filled first; else a new batch (fit-checked) while the bound allows, so that a failed run
     /// never touches the current batch; else the current batch itself through a scratch or staging buffer
-    /// ([`Target::current`]) when nobody holds it; `BUSY` at the bound with every batch held.
+    /// ([`Target::current`]) when nobody holds it; `BUSY` at the bound with every batch held. A batch whose
+    /// consumer's release could not be recorded is never a target ([`Gather::drop_unreusable`]).
     fn target(&mut self) -> Result<Target> {
+        self.drop_unreusable();
         let n = self.ring.len();
         let cur = self.last.unwrap_or(0);
-        let free = |g: &Self, i: usize| Arc::strong_count(&g.ring[i]) == 1;
+        let free = |g: &Self, i: usize| Arc::strong_count(&g.ring[i]) == 1 && reusable(&g.ring[i]);
         if let Some(i) = (1..n).map(|k| (cur + k) % n).find(|&i| free(self, i)) {
             return Ok(Target { index: i, current: false });
         }
@@ -381,7 +390,9 @@ impl Gather {
     fn grow(&mut self) -> Result<usize> {
         let n = self.ring.len();
         let what = format!("gather batch [{}, {}] {}", self.batch, self.window, self.dtype.name());
-        if n >= self.bound {
+        // A batch kept only as the current one after its release failed does not count against the bound.
+        let retired = self.ring.iter().filter(|b| !reusable(b)).count();
+        if n - retired >= self.bound {
             return Err(Error::new(
                 Status::Busy,
                 format!(
@@ -401,6 +412,23 @@ impl Gather {
         })?;
         self.ring.push(self.new_batch()?);
         Ok(n)
+    }
+
+    /// Drops from the ring every batch but the last run's whose consumer's release could not be recorded
+    /// ([`Buffer::release_failed`]): nothing could order its rewrite after that consumer's work. A held one
+    /// is freed when its last holder lets go.
+    fn drop_unreusable(&mut self) {
+        let mut i = 0;
+        while i < self.ring.len() {
+            if i != self.last.unwrap_or(0) && !reusable(&self.ring[i]) {
+                self.ring.remove(i);
+                if self.last.is_some_and(|l| l > i) {
+                    self.last = self.last.map(|l| l - 1);
+                }
+                continue;
+            }
+            i += 1;
+        }
     }
 
     /// Assembles row `i` = `source[offsets[i] .. offsets[i] + window]` for every `i` into a batch nobody

@@ -57,7 +57,8 @@ pub struct PutStats {
     pub reused_registration: bool,
     /// True when a resident put went through the staging ring instead, because the view shares pages with
     /// cached registrations that do not cover it, because it is a read-only file mapping and the device
-    /// cannot register read-only memory (see [`super::resident`]), or because it is strided.
+    /// cannot register read-only memory, because the device cannot register host memory at all or the
+    /// driver refused the registration (see [`super::resident`]), or because it is strided.
     pub staged_instead: bool,
 }
 

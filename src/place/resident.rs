@@ -18,6 +18,14 @@
 //! `CU_MEMHOSTREGISTER_READ_ONLY`, which some devices lack (`READ_ONLY_HOST_REGISTER_SUPPORTED` = 0). For such
 //! a device a resident put of a file's tensor goes through the staging ring too, and says so. Registrations
 //! are made through the destination device's context.
+//!
+//! **Registration refused.** A device that cannot register host memory at all
+//! (`CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED` = 0), or a driver that refuses this range (some filesystems'
+//! mappings, kernels, containers and sandboxes, the locked-memory limit, very large ranges:
+//! `CUDA_ERROR_NOT_SUPPORTED`, `_NOT_PERMITTED`, `_OUT_OF_MEMORY`, `_INVALID_VALUE`,
+//! `_HOST_MEMORY_ALREADY_REGISTERED` when another component registered these pages), does not fail the put: it
+//! goes through the staging ring and says so ([`Lookup::Refused`], `staged_instead` in the put's stats). A
+//! refusal is not cached: the next resident put of the range tries again.
 
 use crate::device::cuda::{DeviceMemory, HostBytes, HostRegistration, Stream};
 use crate::error::{Error, Result, Status};
@@ -60,6 +68,9 @@ pub enum Lookup {
     /// The view is a read-only file mapping and the device cannot register read-only memory: use the
     /// staging ring.
     ReadOnlyUnsupported,
+    /// The device cannot register host memory, or the driver refused this range (the error says why): use
+    /// the staging ring.
+    Refused(Error),
 }
 
 /// What a resident transfer did.
@@ -160,6 +171,12 @@ pub fn get(view: &TensorView, ordinal: u32) -> Result<Lookup> {
             return Ok(Lookup::Overlaps);
         }
     }
+    if !crate::device::cuda::host_register_supported(ordinal) {
+        return Ok(Lookup::Refused(Error::new(
+            Status::Unsupported,
+            format!("cuda:{ordinal} cannot register host memory (CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED = 0)"),
+        )));
+    }
     if from_file && !crate::device::cuda::read_only_register_supported(ordinal) {
         return Ok(Lookup::ReadOnlyUnsupported);
     }
@@ -170,8 +187,16 @@ pub fn get(view: &TensorView, ordinal: u32) -> Result<Lookup> {
     let (lo, hi) = if from_file { pages(a, len) } else { (a, a + len) };
     // SAFETY: the mapping is kept alive by `view`, stored beside the registration and dropped after it; the
     // page-rounded range lies within the same mapping.
-    let reg = unsafe { HostRegistration::register_raw_on(ordinal, lo as *const u8, hi - lo) }
-        .map_err(|e| e.context(format!("registering tensor '{}' for resident transfers", view.name())))?;
+    let reg = match unsafe { HostRegistration::register_raw_on(ordinal, lo as *const u8, hi - lo) } {
+        Ok(reg) => reg,
+        // The driver said no to this range: the ring still works (a sticky error would fail it there too).
+        Err(e) if matches!(e.status(), Status::DeviceError | Status::OutOfMemory) => {
+            return Ok(Lookup::Refused(
+                e.context(format!("registering tensor '{}' for resident transfers", view.name())),
+            ))
+        }
+        Err(e) => return Err(e.context(format!("registering tensor '{}' for resident transfers", view.name()))),
+    };
     let secs = t.elapsed().as_secs_f64();
     let r = Arc::new(Resident { reg, view: view.clone(), register_seconds: secs });
     let mut c = cache().lock();
@@ -180,8 +205,9 @@ pub fn get(view: &TensorView, ordinal: u32) -> Result<Lookup> {
 }
 
 /// Copies `view` into `dst` from its registered mapping, in pieces of `piece` bytes (progress and cancel
-/// between pieces). `Ok(None)`: the view partly overlaps cached registrations, or is a read-only mapping the
-/// device cannot register, and nothing was copied (the caller uses the staging ring).
+/// between pieces). `Ok(None)`: the view partly overlaps cached registrations, is a read-only mapping the
+/// device cannot register, or its registration was refused, and nothing was copied (the caller uses the
+/// staging ring).
 pub fn to_cuda(
     view: &TensorView,
     dst: &DeviceMemory,
@@ -191,7 +217,7 @@ pub fn to_cuda(
     let total = view.nbytes();
     let (res, base, stats) = match get(view, dst.ordinal())? {
         Lookup::Ready(r, base, s) => (r, base, s),
-        Lookup::Overlaps | Lookup::ReadOnlyUnsupported => return Ok(None),
+        Lookup::Overlaps | Lookup::ReadOnlyUnsupported | Lookup::Refused(_) => return Ok(None),
     };
     let stream = Stream::new(dst.ordinal())?;
     let piece = piece.max(1 << 20);

@@ -305,8 +305,8 @@ static void test_cuda_handshake(hostfirst_view *v) {
     CHECK(stand_in("stand_in_stream_wait_events") == w0 + 3); /* the copy waited for the release */
     CHECK_OK(hostfirst_gather_batch(g, &b));
     check_batch(b, offs);
-    o.stream = 0x1234; /* not a stream of the stand-in */
-    CHECK_STATUS(hostfirst_buffer_to_dlpack_ex(b, &o, &t, &l), HOSTFIRST_STATUS_DEVICE_ERROR);
+    /* (A value that is not a live stream is undefined behaviour on the real driver, so it is not passed here; the
+     * stand-in poisons the context for it, see tests/it/handoff.rs.) */
     CHECK_OK(hostfirst_buffer_record_stream(b, 2));
     CHECK_OK(hostfirst_buffer_free(b));
     CHECK_OK(hostfirst_gather_run(g, v, offs, 4));

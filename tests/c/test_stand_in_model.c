@@ -4,11 +4,18 @@
  * context checks, page protection in cuMemHostRegister, fork. If the stand-in stops being this strict, the
  * tests of hostfirst's CUDA code stop proving anything: this program is what fails then.
  *
- * Usage: test_stand_in_model SECTION   (order, errors, sticky, register, context, fork). Run by
+ * The stricter behaviours of issue 23 (poisoned fresh memory, per-thread default streams, unvalidated stream
+ * handles, device-wide frees and allocation barriers, refused registration, a foreign framework, latencies) are
+ * checked on and, where a knob turns them off, off.
+ *
+ * Usage: test_stand_in_model SECTION   (order, errors, sticky, register, context, fork, strict, kind, refused,
+ * foreign, latency, peer). Run by
  * tests/it/cuda_stub.rs with the stand-in on LD_LIBRARY_PATH; `order` runs in both modes and checks what each
  * mode must show (STAND_IN_DEFERRED decides). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +75,8 @@ FN(int, cuEventRecord, (handle, handle))
 FN(int, cuEventQuery, (handle))
 FN(int, cuEventSynchronize, (handle))
 FN(int, cuEventDestroy_v2, (handle))
+FN(int, cuDeviceGetAttribute, (int *, int, int))
+FN(int, cuMemcpyPeerAsync, (dptr, handle, dptr, handle, size_t, handle))
 
 static unsigned long long counter(const char *name) {
     unsigned long long (*f)(void);
@@ -87,6 +96,7 @@ static void setup(void) {
     LOAD(cuMemcpyDtoD_v2); LOAD(cuMemcpyHtoDAsync_v2); LOAD(cuMemcpyDtoHAsync_v2); LOAD(cuStreamCreate);
     LOAD(cuStreamDestroy_v2); LOAD(cuStreamSynchronize); LOAD(cuStreamWaitEvent); LOAD(cuEventCreate);
     LOAD(cuEventRecord); LOAD(cuEventQuery); LOAD(cuEventSynchronize); LOAD(cuEventDestroy_v2);
+    LOAD(cuDeviceGetAttribute); LOAD(cuMemcpyPeerAsync);
     OK(cuInit(0));
     OK(cuDevicePrimaryCtxRetain(&ctx, 0));
     OK(cuCtxSetCurrent(ctx));
@@ -320,15 +330,197 @@ static void forked(void) {
     OK(cuMemFree_v2(a));
 }
 
+static int knob(const char *name, int dflt) {
+    const char *e = getenv(name);
+    return e && *e ? atoi(e) : dflt;
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Thread body: with the context current, queue an async copy on this thread's per-thread default stream. */
+struct pt_arg {
+    dptr dst;
+    unsigned char *src;
+};
+static void *queue_on_per_thread(void *p) {
+    struct pt_arg *a = p;
+    OK(cuCtxSetCurrent(ctx));
+    OK(cuMemcpyHtoDAsync_v2(a->dst, a->src, N, (handle)2));
+    return NULL;
+}
+
+/* The strict defaults (run in both modes), or with `kind` (STAND_IN_POISON_FRESH=0 STAND_IN_PER_THREAD_STREAMS=0
+ * STAND_IN_VALIDATE_STREAMS=1 STAND_IN_DEVICE_WIDE_SYNC=0) the old, kinder model. */
+static void strict(void) {
+    int deferred = knob("STAND_IN_DEFERRED", 0);
+    int poison = knob("STAND_IN_POISON_FRESH", 1), distinct = knob("STAND_IN_PER_THREAD_STREAMS", 1);
+    int validate = knob("STAND_IN_VALIDATE_STREAMS", 0), wide = knob("STAND_IN_DEVICE_WIDE_SYNC", 1);
+    dptr a, b, c;
+    unsigned char *host, *out;
+    OK(cuMemAlloc_v2(&a, N));
+    OK(cuMemAlloc_v2(&b, N));
+    OK(cuMemHostAlloc((void **)&host, N, 1));
+    OK(cuMemHostAlloc((void **)&out, N, 1));
+    /* Fresh device memory is a non-zero pattern. */
+    OK(cuMemcpyDtoH_v2(out, a, N));
+    EXPECT(poison ? all(out, 0xA5) : 1);
+    EXPECT(counter("stand_in_poison_byte") == (poison ? 0xA5u : 0u));
+    /* Per-thread default streams: two threads' queued work is on two streams; each thread's synchronisation of
+     * stream 2 waits for its own only. */
+    memset(host, 7, N);
+    struct pt_arg x = {a, host}, y = {b, host};
+    pthread_t t1, t2;
+    EXPECT(pthread_create(&t1, NULL, queue_on_per_thread, &x) == 0 && pthread_join(t1, NULL) == 0);
+    EXPECT(pthread_create(&t2, NULL, queue_on_per_thread, &y) == 0 && pthread_join(t2, NULL) == 0);
+    EXPECT(counter("stand_in_per_thread_streams") == (distinct ? 2u : 0u));
+    if (deferred) {
+        EXPECT(counter("stand_in_queued_ops") >= 2);
+        OK(cuStreamSynchronize((handle)2)); /* this thread's own stream: empty (or, kinder, the legacy one) */
+        EXPECT(counter("stand_in_queued_ops") == (distinct ? 2u : 0u));
+        /* The legacy stream is ordered after every blocking stream, per-thread ones included. */
+        OK(cuStreamSynchronize(NULL));
+        EXPECT(counter("stand_in_queued_ops") == 0);
+    }
+    OK(cuMemcpyDtoH_v2(out, b, N));
+    EXPECT(all(out, 7));
+    /* Frees wait for the whole device, allocations too: queued work on an unrelated buffer runs. */
+    handle nb;
+    OK(cuStreamCreate(&nb, 1));
+    memset(host, 9, N);
+    OK(cuMemcpyHtoDAsync_v2(a, host, N, nb));
+    OK(cuMemFree_v2(b));
+    EXPECT(counter("stand_in_queued_ops") == (deferred && !wide ? 1u : 0u));
+    OK(cuMemcpyHtoDAsync_v2(a, host, N, nb));
+    OK(cuMemAlloc_v2(&c, N));
+    EXPECT(counter("stand_in_queued_ops") == (deferred && !wide ? 2u : 0u));
+    OK(cuStreamSynchronize(nb));
+    /* A handle that names no live stream: poisons the context (undefined behaviour on hardware), or, kinder,
+     * CUDA_ERROR_INVALID_HANDLE. A destroyed stream is the same. */
+    OK(cuStreamDestroy_v2(nb));
+    EXPECT_CU(cuMemcpyHtoDAsync_v2(a, host, N, nb), validate ? 400 : 700);
+    if (validate) {
+        OK(cuMemFree_v2(c));
+        OK(cuMemFree_v2(a));
+        OK(cuMemFreeHost(host));
+        OK(cuMemFreeHost(out));
+    } else {
+        EXPECT(counter("stand_in_poisoned_by_streams") == 1);
+        EXPECT_CU(cuMemAlloc_v2(&b, 16), 700);
+        EXPECT_CU(cuMemFree_v2(c), 700);
+        EXPECT_CU(cuMemFree_v2(a), 700);
+        EXPECT_CU(cuMemFreeHost(host), 700);
+        EXPECT_CU(cuMemFreeHost(out), 700);
+    }
+}
+
+/* Registration refused: STAND_IN_REGISTER_ERROR=800 (CUDA_ERROR_NOT_PERMITTED), or STAND_IN_HOST_REGISTER=0
+ * (the attribute says 0 and registration is CUDA_ERROR_NOT_SUPPORTED). */
+static void refused(void) {
+    int supported = knob("STAND_IN_HOST_REGISTER", 1), v = -1;
+    OK(cuDeviceGetAttribute(&v, 99, 0)); /* CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED */
+    EXPECT(v == supported);
+    static unsigned char buf[1 << 16];
+    EXPECT_CU(cuMemHostRegister_v2(buf, sizeof buf, 0x1), supported ? knob("STAND_IN_REGISTER_ERROR", 0) : 801);
+    EXPECT(counter("stand_in_live_registrations") == 0);
+}
+
+/* STAND_IN_FOREIGN=1: another user of the primary context queued its own work at the retain. Deferred, it runs
+ * when the legacy stream or an allocation needs it; with STAND_IN_FOREIGN_ERROR=700 it poisons the context. */
+static void foreign(void) {
+    int deferred = knob("STAND_IN_DEFERRED", 0), error = knob("STAND_IN_FOREIGN_ERROR", 0);
+    EXPECT(counter("stand_in_foreign_submissions") == 1);
+    EXPECT(counter("stand_in_foreign_ops_run") == (deferred ? 0u : 1u));
+    EXPECT(counter("stand_in_queued_ops") == 0); /* not hostfirst's */
+    dptr a;
+    if (error) {
+        EXPECT_CU(cuMemAlloc_v2(&a, N), error);
+        EXPECT_CU(cuStreamSynchronize(NULL), error);
+        return;
+    }
+    OK(cuMemAlloc_v2(&a, N)); /* a barrier: the foreign work ran */
+    EXPECT(counter("stand_in_foreign_ops_run") == 1);
+    unsigned long long (*submit)(int);
+    *(void **)&submit = sym("stand_in_foreign_submit");
+    EXPECT(submit(0) == 0);
+    handle nb;
+    unsigned char *host;
+    OK(cuMemHostAlloc((void **)&host, N, 1));
+    OK(cuStreamCreate(&nb, 1));
+    OK(cuMemcpyHtoDAsync_v2(a, host, N, nb));
+    OK(cuStreamSynchronize(nb)); /* a non-blocking stream never waits for the framework */
+    EXPECT(counter("stand_in_foreign_ops_run") == (deferred ? 1u : 2u));
+    OK(cuStreamSynchronize(NULL)); /* the legacy stream does */
+    EXPECT(counter("stand_in_foreign_ops_run") == 2);
+    OK(cuStreamDestroy_v2(nb));
+    OK(cuMemFreeHost(host));
+    OK(cuMemFree_v2(a));
+}
+
+/* Latency knobs: STAND_IN_WAKEUP_US=30000, STAND_IN_REGISTER_MS_PER_GIB=2000 (64 MiB: >= 125 ms); the context
+ * creation (STAND_IN_CONTEXT_CREATE_MS=40) is timed around setup() in main. */
+static void latency(double setup_s) {
+    EXPECT(setup_s >= knob("STAND_IN_CONTEXT_CREATE_MS", 0) / 1000.0);
+    double t = now();
+    OK(cuStreamSynchronize(NULL));
+    EXPECT(now() - t >= knob("STAND_IN_WAKEUP_US", 0) / 1e6);
+    size_t n = 64u << 20;
+    unsigned char *p = malloc(n);
+    EXPECT(p != NULL);
+    t = now();
+    OK(cuMemHostRegister_v2(p, n, 0x1));
+    EXPECT(now() - t >= knob("STAND_IN_REGISTER_MS_PER_GIB", 0) / 1000.0 / 16.0 * 0.99);
+    OK(cuMemHostUnregister(p));
+    free(p);
+}
+
+/* Deferred, two devices: cuMemcpyPeerAsync is ordered by its own stream only, not after the source context's
+ * legacy work (STAND_IN_PEER_LEGACY_WAIT=1: the old model, where it waited). */
+static void peer(void) {
+    int waits = knob("STAND_IN_PEER_LEGACY_WAIT", 0);
+    handle ctx1, nb1;
+    dptr src, dst;
+    unsigned char *host, *out;
+    OK(cuMemAlloc_v2(&src, N));
+    OK(cuMemHostAlloc((void **)&host, N, 1));
+    OK(cuMemHostAlloc((void **)&out, N, 1));
+    memset(host, 3, N);
+    OK(cuMemcpyHtoDAsync_v2(src, host, N, NULL)); /* queued on device 0's legacy stream */
+    OK(cuDevicePrimaryCtxRetain(&ctx1, 1));
+    OK(cuCtxSetCurrent(ctx1));
+    OK(cuMemAlloc_v2(&dst, N));
+    OK(cuStreamCreate(&nb1, 1));
+    OK(cuMemcpyPeerAsync(dst, ctx1, src, ctx, N, nb1));
+    OK(cuStreamSynchronize(nb1));
+    OK(cuMemcpyDtoH_v2(out, dst, N));
+    EXPECT(waits ? all(out, 3) : all(out, 0xA5)); /* the source's pending write had not run */
+    OK(cuStreamDestroy_v2(nb1));
+    OK(cuMemFree_v2(dst));
+    OK(cuCtxSetCurrent(ctx));
+    OK(cuMemFree_v2(src));
+    OK(cuMemFreeHost(host));
+    OK(cuMemFreeHost(out));
+}
+
 int main(int argc, char **argv) {
     EXPECT(argc == 2);
+    double t0 = now();
     setup();
+    double setup_s = now() - t0;
     if (!strcmp(argv[1], "order")) order();
     else if (!strcmp(argv[1], "errors")) errors();
     else if (!strcmp(argv[1], "sticky")) sticky();
     else if (!strcmp(argv[1], "register")) reg();
     else if (!strcmp(argv[1], "context")) context();
     else if (!strcmp(argv[1], "fork")) forked();
+    else if (!strcmp(argv[1], "strict") || !strcmp(argv[1], "kind")) strict();
+    else if (!strcmp(argv[1], "refused")) refused();
+    else if (!strcmp(argv[1], "peer")) peer();
+    else if (!strcmp(argv[1], "foreign")) foreign();
+    else if (!strcmp(argv[1], "latency")) latency(setup_s);
     else EXPECT(!"unknown section");
     puts("ok");
     return 0;

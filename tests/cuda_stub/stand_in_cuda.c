@@ -31,6 +31,14 @@
  *   read-only mapping), that flag needs device support (else CUDA_ERROR_NOT_SUPPORTED), an unmapped page is
  *   CUDA_ERROR_INVALID_VALUE. Registration locks whole pages: ranges sharing a page conflict.
  * - Peer copies count as direct only when peer access was enabled between the two contexts.
+ * - Where the real driver is harsher than a simple model (issue 23), the stand-in is too, each with a knob to
+ *   turn it off: fresh device memory holds a non-zero pattern (0xA5), not zeroes; CU_STREAM_PER_THREAD is the
+ *   calling thread's own per-thread default stream (a blocking stream), distinct per thread; a stream handle
+ *   that names no live stream (destroyed, or never one) is not validated but poisons the context, the worst case
+ *   of the undefined behaviour it is on hardware; frees, unregistrations and allocations wait for all queued
+ *   work of the device, not only work that uses the range; cuMemcpyPeerAsync waits only for its own stream.
+ *   Opt-in: registration refused (STAND_IN_REGISTER_ERROR, STAND_IN_HOST_REGISTER=0), a foreign framework
+ *   sharing the primary context (STAND_IN_FOREIGN), and latencies (wake-ups, context creation, registration).
  *
  * Execution of asynchronous work has two modes:
  * - immediate (default): every copy runs when it is enqueued, and its error is returned by the enqueuing call.
@@ -84,8 +92,21 @@
  *                                       CUDA_ERROR_NOT_READY (default 0; in deferred mode default 1, or drawn
  *                                       from the seed); cuEventSynchronize completes it.
  *   STAND_IN_DEFERRED=0|1               the execution mode (above).   STAND_IN_SEED=N  the shuffle (above).
- *   STAND_IN_POISON=0|1                 fill fresh cuMemAlloc_v2 memory with 0xA5 (the real driver's memory is
- *                                       uninitialised; default 0), so a read before any write shows.
+ *   STAND_IN_REGISTER_ERROR=code|NAME   cuMemHostRegister_v2 fails with this code (e.g. CUDA_ERROR_NOT_PERMITTED).
+ *   STAND_IN_HOST_REGISTER=0|1          CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED (default 1); with 0,
+ *                                       registration is CUDA_ERROR_NOT_SUPPORTED.
+ *   STAND_IN_POISON_FRESH=0|1           fresh device memory filled with 0xA5 (default 1).
+ *   STAND_IN_PER_THREAD_STREAMS=0|1     CU_STREAM_PER_THREAD distinct per thread (default 1); 0: the legacy stream.
+ *   STAND_IN_VALIDATE_STREAMS=0|1       1: an unknown stream handle is CUDA_ERROR_INVALID_HANDLE; default 0: it
+ *                                       poisons the context (CUDA_ERROR_ILLEGAL_ADDRESS).
+ *   STAND_IN_DEVICE_WIDE_SYNC=0|1       frees and allocations wait for the whole device (default 1; deferred mode).
+ *   STAND_IN_PEER_LEGACY_WAIT=0|1       cuMemcpyPeerAsync waits for the source's legacy stream (default 0).
+ *   STAND_IN_FOREIGN=0|1                a foreign framework shares each primary context (default 0; see below).
+ *   STAND_IN_FOREIGN_BYTES=B            the size of each piece of its work (default 1M).
+ *   STAND_IN_FOREIGN_ERROR=code|NAME    its work fails with this code when it runs (sticky codes poison).
+ *   STAND_IN_WAKEUP_US=N                each blocking wait (cu*Synchronize) costs N us (default 0).
+ *   STAND_IN_CONTEXT_CREATE_MS=N        the first primary-context retain of a device costs N ms (default 0).
+ *   STAND_IN_REGISTER_MS_PER_GIB=N      cuMemHostRegister costs N ms per GiB (default 0).
  *   STAND_IN_LEAK_REPORT=1              at process exit, print live allocations/registrations/streams/events,
  *                                       queued operations and retained contexts to stderr.
  *   CUDA_VISIBLE_DEVICES                honoured like the real driver: a comma list of physical ordinals or
@@ -108,6 +129,11 @@
  *   stand_in_implicit_syncs (frees and unregistrations that had to wait for queued work)
  *   stand_in_nvml_memory_queries   stand_in_calls_after_fork   stand_in_register_calls
  *   stand_in_memsets (cuMemsetD8Async calls that set bytes)
+ *   stand_in_poisoned_by_streams (contexts poisoned by an unknown stream handle)   stand_in_per_thread_streams
+ *   stand_in_foreign_submissions   stand_in_foreign_ops_run   stand_in_poison_byte (0xA5, or 0 when off)
+ *   stand_in_records_on_legacy / stand_in_records_on_per_thread (cuEventRecord calls on those default streams)
+ * Controls: void stand_in_fail_next_records(unsigned n, int code) (the next n cuEventRecord calls fail with
+ * code); unsigned long long stand_in_foreign_submit(int device) (the foreign framework queues more work).
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -171,18 +197,29 @@ static const struct {
     {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
     {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
     {214, "CUDA_ERROR_ECC_UNCORRECTABLE", "uncorrectable ECC error encountered"},
+    {220, "CUDA_ERROR_NVLINK_UNCORRECTABLE", "uncorrectable NVLink error detected during the execution"},
+    {226, "CUDA_ERROR_CONTAINED", "an error was contained by the GPU's error containment"},
     {217, "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED", "peer access is not supported between these two devices"},
     {304, "CUDA_ERROR_OPERATING_SYSTEM", "OS call failed or operation not supported on this OS"},
     {400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {600, "CUDA_ERROR_NOT_READY", "device not ready"},
     {700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+    {702, "CUDA_ERROR_LAUNCH_TIMEOUT", "the launch timed out and was terminated"},
     {704, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED", "peer access is already enabled"},
     {712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", "part or all of the requested memory range is already mapped"},
+    {710, "CUDA_ERROR_ASSERT", "device-side assert triggered"},
     {713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", "pointer does not correspond to a registered memory region"},
+    {714, "CUDA_ERROR_HARDWARE_STACK_ERROR", "hardware stack error"},
+    {715, "CUDA_ERROR_ILLEGAL_INSTRUCTION", "an illegal instruction was encountered"},
     {716, "CUDA_ERROR_MISALIGNED_ADDRESS", "misaligned address"},
+    {717, "CUDA_ERROR_INVALID_ADDRESS_SPACE", "operation not supported on global/shared address space"},
+    {718, "CUDA_ERROR_INVALID_PC", "invalid program counter"},
     {719, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+    {721, "CUDA_ERROR_TENSOR_MEMORY_LEAK", "tensor memory not completely freed"},
+    {800, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
     {801, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
     {803, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "system has unsupported display driver / cuda driver combination"},
+    {911, "CUDA_ERROR_EXTERNAL_DEVICE", "external device error"},
     {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 #define N_ERRORS (sizeof ERRORS / sizeof ERRORS[0])
@@ -190,12 +227,14 @@ static const struct {
 /* Errors after which the context cannot be used any more (the real driver's "sticky" errors). */
 static int is_sticky(CUresult r) {
     switch (r) {
-    case 214: case 700: case 714: case 715: case 716: case 717: case 718: case 719: return 1;
+    case 214: case 220: case 226: case 700: case 702: case 710: case 714: case 715: case 716: case 717: case 718:
+    case 719: case 721: case 911: return 1;
     default: return 0;
     }
 }
 
 #define MAX_DEVICES 16
+#define POISON_BYTE 0xA5
 #define DPTR_TAG (1ULL << 60)
 
 /* ---- configuration ------------------------------------------------------------------------------------ */
@@ -219,8 +258,21 @@ static struct {
     int nvml;
     int event_not_ready; /* -1: the mode's default */
     int leak_report;
-    int poison_fresh;
     int deferred;
+    /* Strictness (issue 23); each on by default where the real driver behaves so. */
+    int register_error;          /* STAND_IN_REGISTER_ERROR: cuMemHostRegister refused with this code */
+    int host_register;           /* STAND_IN_HOST_REGISTER: CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED */
+    int poison_fresh;            /* STAND_IN_POISON_FRESH: fresh device memory filled with POISON_BYTE */
+    int per_thread_streams;      /* STAND_IN_PER_THREAD_STREAMS: CU_STREAM_PER_THREAD distinct per thread */
+    int validate_streams;        /* STAND_IN_VALIDATE_STREAMS: unknown stream handles are INVALID_HANDLE */
+    int device_wide_sync;        /* STAND_IN_DEVICE_WIDE_SYNC: frees/allocations wait for the whole device */
+    int peer_legacy_wait;        /* STAND_IN_PEER_LEGACY_WAIT: async peer copies wait for the source's legacy */
+    int foreign;                 /* STAND_IN_FOREIGN: another user of the primary context */
+    unsigned long long foreign_bytes; /* STAND_IN_FOREIGN_BYTES: its work per submission */
+    int foreign_error;           /* STAND_IN_FOREIGN_ERROR: its work fails with this code */
+    unsigned long long wakeup_us;     /* STAND_IN_WAKEUP_US: each blocking wait costs this */
+    unsigned long long context_ms;    /* STAND_IN_CONTEXT_CREATE_MS: the first retain of a device costs this */
+    unsigned long long register_ms_per_gib; /* STAND_IN_REGISTER_MS_PER_GIB */
     unsigned long long seed;
     int unavailable[MAX_DEVICES]; /* by visible ordinal */
     int n_visible;
@@ -356,9 +408,21 @@ static void load_config(void) {
     e = getenv("STAND_IN_EVENT_NOT_READY");
     cfg.event_not_ready = e && *e ? atoi(e) : -1;
     cfg.leak_report = env_flag("STAND_IN_LEAK_REPORT", 0);
-    cfg.poison_fresh = env_flag("STAND_IN_POISON", 0);
     cfg.deferred = env_flag("STAND_IN_DEFERRED", 0);
     cfg.seed = parse_bytes(getenv("STAND_IN_SEED"), 0);
+    cfg.register_error = parse_error(getenv("STAND_IN_REGISTER_ERROR"), CUDA_SUCCESS);
+    cfg.host_register = env_flag("STAND_IN_HOST_REGISTER", 1);
+    cfg.poison_fresh = env_flag("STAND_IN_POISON_FRESH", 1);
+    cfg.per_thread_streams = env_flag("STAND_IN_PER_THREAD_STREAMS", 1);
+    cfg.validate_streams = env_flag("STAND_IN_VALIDATE_STREAMS", 0);
+    cfg.device_wide_sync = env_flag("STAND_IN_DEVICE_WIDE_SYNC", 1);
+    cfg.peer_legacy_wait = env_flag("STAND_IN_PEER_LEGACY_WAIT", 0);
+    cfg.foreign = env_flag("STAND_IN_FOREIGN", 0);
+    cfg.foreign_bytes = parse_bytes(getenv("STAND_IN_FOREIGN_BYTES"), 1ULL << 20);
+    cfg.foreign_error = parse_error(getenv("STAND_IN_FOREIGN_ERROR"), CUDA_SUCCESS);
+    cfg.wakeup_us = parse_bytes(getenv("STAND_IN_WAKEUP_US"), 0);
+    cfg.context_ms = parse_bytes(getenv("STAND_IN_CONTEXT_CREATE_MS"), 0);
+    cfg.register_ms_per_gib = parse_bytes(getenv("STAND_IN_REGISTER_MS_PER_GIB"), 0);
     long pg = sysconf(_SC_PAGESIZE);
     cfg.page = pg > 0 ? (size_t)pg : 4096;
 
@@ -407,6 +471,8 @@ struct op {
     const unsigned char *src;
     size_t n;
     unsigned char *owned;          /* staged copy of a pageable source, freed after execution */
+    int foreign;                   /* the foreign framework's own work (STAND_IN_FOREIGN) */
+    CUresult fail;                 /* ... failing with this code when it runs (STAND_IN_FOREIGN_ERROR) */
     CUcontext peer_src;            /* peer copies: the source context */
     struct stand_in_stream *wait;  /* OP_WAIT: this stream must have executed everything up to wait_seq */
     unsigned long long wait_seq;
@@ -418,6 +484,8 @@ struct stand_in_stream {
     CUcontext ctx;
     unsigned flags;
     int legacy;
+    int foreign; /* the foreign framework's stream (STAND_IN_FOREIGN) */
+    int per_thread; /* a thread's per-thread default stream */
     struct op *head, *tail;
     unsigned long long need; /* during a drain: run this stream's ops up to this sequence number */
 };
@@ -429,6 +497,9 @@ struct stand_in_ctx {
     CUresult async_error; /* a non-sticky error of queued work, reported by the next synchronisation */
     struct stand_in_stream legacy;
     unsigned char peer[MAX_DEVICES]; /* peer access to device d's memory enabled from this context */
+    int ever_retained;
+    struct stand_in_stream *foreign_stream; /* STAND_IN_FOREIGN: the other user's stream and memory */
+    unsigned char *foreign_mem;
 };
 
 struct stand_in_event {
@@ -463,6 +534,17 @@ static unsigned long long total_allocs, retains, bytes_copied, pageable_async, l
     nvml_queries, calls_after_fork, register_calls, memsets;
 static unsigned long long rng_state;
 static __thread CUcontext current;
+/* Per-thread default streams (CU_STREAM_PER_THREAD), one per thread and context, created on first use and kept
+ * (never counted as live streams); pts lists every one so that waits and drains see them. */
+static __thread struct stand_in_stream *per_thread[MAX_DEVICES];
+static void **pts;
+static size_t n_pts, cap_pts;
+/* Latency owed by the calling thread, slept after the lock is released (latency knobs). */
+static __thread unsigned long long owed_us;
+static unsigned fail_records;
+static CUresult fail_record_code;
+static unsigned long long poisoned_by_streams, foreign_submissions, foreign_ops_run, records_legacy,
+    records_per_thread;
 
 static int list_push(struct list *l, struct region r) {
     if (l->len == l->cap) {
@@ -512,7 +594,8 @@ static unsigned long long used_on(int device) {
 
 static unsigned long long free_on(int device) {
     unsigned long long total = cfg.total[cfg.visible[device]];
-    unsigned long long taken = used_on(device) + (contexts[device].refcount > 0 ? cfg.ctx_reserve : 0);
+    unsigned long long taken = used_on(device) + (contexts[device].refcount > 0 ? cfg.ctx_reserve : 0) +
+                               (contexts[device].foreign_mem ? 2 * cfg.foreign_bytes : 0);
     return taken >= total ? 0 : total - taken;
 }
 
@@ -573,14 +656,45 @@ static int host_is_locked(const void *p, size_t n) {
     return 0;
 }
 
+static void poison(CUcontext c, CUresult r);
+
+/* With the lock held: the calling thread's per-thread default stream of the current context, made on first use:
+ * a blocking stream (ordered with the legacy stream like any blocking stream), distinct per thread. */
+static struct stand_in_stream *per_thread_stream(void) {
+    struct stand_in_stream *p = per_thread[current->device];
+    if (p && p->ctx == current) return p;
+    p = calloc(1, sizeof *p);
+    if (!p || !handles_push(&pts, &n_pts, &cap_pts, p)) abort();
+    p->ctx = current;
+    p->per_thread = 1;
+    per_thread[current->device] = p;
+    return p;
+}
+
 /* With the lock held: the stream a handle names for the current context (NULL and CU_STREAM_LEGACY: the
- * legacy default stream), or NULL with *r set. CU_STREAM_PER_THREAD (what consumers built for per-thread
- * default streams pass) is accepted and modelled as the legacy stream: more implicit ordering than the
- * driver's per-thread stream has with blocking streams, none with non-blocking ones (hostfirst's). */
+ * legacy default stream; CU_STREAM_PER_THREAD: the calling thread's own per-thread default stream, or with
+ * STAND_IN_PER_THREAD_STREAMS=0 the legacy stream), or NULL with *r set.
+ *
+ * The real driver does not validate a stream handle: it uses the object behind it. A destroyed stream or a
+ * value that was never a stream is undefined behaviour there (a crash, work recorded on an unrelated stream,
+ * or a fault); the stand-in models the worst case it can survive: the context is poisoned
+ * (CUDA_ERROR_ILLEGAL_ADDRESS, sticky). STAND_IN_VALIDATE_STREAMS=1 gives the old, kinder
+ * CUDA_ERROR_INVALID_HANDLE. A live stream of another context is CUDA_ERROR_INVALID_HANDLE. */
 static struct stand_in_stream *resolve_stream(CUstream s, CUresult *r) {
     *r = CUDA_SUCCESS;
-    if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return &current->legacy;
-    if (handles_find(streams, n_streams, s) < 0 || s->ctx != current) {
+    if (!s || s == CU_STREAM_LEGACY) return &current->legacy;
+    if (s == CU_STREAM_PER_THREAD) return cfg.per_thread_streams ? per_thread_stream() : &current->legacy;
+    if (handles_find(streams, n_streams, s) < 0) {
+        if (cfg.validate_streams) {
+            *r = CUDA_ERROR_INVALID_HANDLE;
+            return NULL;
+        }
+        poisoned_by_streams++;
+        poison(current, CUDA_ERROR_ILLEGAL_ADDRESS);
+        *r = CUDA_ERROR_ILLEGAL_ADDRESS;
+        return NULL;
+    }
+    if (s->ctx != current) {
         *r = CUDA_ERROR_INVALID_HANDLE;
         return NULL;
     }
@@ -602,11 +716,20 @@ static CUresult do_copy(void *dst, const void *src, size_t n) {
     return CUDA_SUCCESS;
 }
 
+/* Sleeps what the call owes (latency knobs), outside the lock like a real wake-up or driver-side work. */
+static void settle(void) {
+    if (owed_us) {
+        usleep((useconds_t)(owed_us > 60000000ULL ? 60000000ULL : owed_us));
+        owed_us = 0;
+    }
+}
+
 #define LOCKED(expr)                   \
     do {                               \
         pthread_mutex_lock(&lock);     \
         CUresult r_ = (expr);          \
         pthread_mutex_unlock(&lock);   \
+        settle();                      \
         return r_;                     \
     } while (0)
 
@@ -654,11 +777,14 @@ static void sweep_orphans(void) {
  * streams whose work is still queued. */
 static size_t all_streams(struct stand_in_stream ***out) {
     size_t n = 0;
-    struct stand_in_stream **v = malloc((MAX_DEVICES + n_streams + n_orphans + 1) * sizeof *v);
+    struct stand_in_stream **v = malloc((2 * MAX_DEVICES + n_streams + n_orphans + n_pts + 1) * sizeof *v);
     if (!v) abort();
     for (int d = 0; d < MAX_DEVICES; d++) v[n++] = &contexts[d].legacy;
+    for (int d = 0; d < MAX_DEVICES; d++)
+        if (contexts[d].foreign_stream) v[n++] = contexts[d].foreign_stream;
     for (size_t i = 0; i < n_streams; i++) v[n++] = streams[i];
     for (size_t i = 0; i < n_orphans; i++) v[n++] = orphans[i];
+    for (size_t i = 0; i < n_pts; i++) v[n++] = pts[i];
     *out = v;
     return n;
 }
@@ -689,6 +815,12 @@ static void fail_with(CUcontext c, CUresult r) {
 }
 
 static CUresult execute_copy(CUcontext c, struct op *op) {
+    if (op->foreign) {
+        /* The foreign framework's own work: not counted as hostfirst's copies. */
+        foreign_ops_run++;
+        if (op->n) memmove(op->dst, op->src, op->n);
+        return op->fail;
+    }
     CUresult r = do_copy(op->dst, op->src, op->n);
     if (op->peer_src && r == CUDA_SUCCESS) {
         peer_copies++;
@@ -751,13 +883,18 @@ static void drain(struct stand_in_stream *target, unsigned long long upto) {
     free(v);
 }
 
-/* Runs everything queued in the streams of context c (destroyed ones included). */
-static void drain_context(CUcontext c) {
+/* Runs everything queued in the streams of context c (destroyed ones included); says whether there was any. */
+static int drain_context(CUcontext c) {
     struct stand_in_stream **v;
     size_t n = all_streams(&v);
+    int ran = 0;
     for (size_t i = 0; i < n; i++)
-        if (v[i]->ctx == c && v[i]->tail) drain(v[i], v[i]->tail->seq);
+        if (v[i]->ctx == c && v[i]->tail) {
+            drain(v[i], v[i]->tail->seq);
+            ran = 1;
+        }
     free(v);
+    return ran;
 }
 
 /* Runs every queued copy that touches [lo, hi) (host or device addresses), and what it depends on. Used by the
@@ -810,10 +947,16 @@ static void append_wait(struct stand_in_stream *s, struct stand_in_stream *on, u
 static void enqueue(struct stand_in_stream *s, struct op *op) {
     CUcontext c = s->ctx;
     if (s->legacy) {
-        for (size_t i = 0; i < n_streams; i++) {
-            struct stand_in_stream *b = streams[i];
-            if (b->ctx == c && !(b->flags & CU_STREAM_NON_BLOCKING) && b->tail) append_wait(s, b, b->tail->seq);
+        /* Every blocking stream: created ones, destroyed ones with queued work, every thread's per-thread
+         * default stream, and the foreign framework's. */
+        struct stand_in_stream **v;
+        size_t n = all_streams(&v);
+        for (size_t i = 0; i < n; i++) {
+            struct stand_in_stream *b = v[i];
+            if (b != s && !b->legacy && b->ctx == c && !(b->flags & CU_STREAM_NON_BLOCKING) && b->tail)
+                append_wait(s, b, b->tail->seq);
         }
+        free(v);
     } else if (!(s->flags & CU_STREAM_NON_BLOCKING) && c->legacy.tail) {
         append_wait(s, &c->legacy, c->legacy.tail->seq);
     }
@@ -860,6 +1003,43 @@ static CUresult submit_copy(struct stand_in_stream *s, unsigned char *dst, const
     if (!complete) return c->sticky;
     drain(s, op->seq);
     return sync_result(c);
+}
+
+/* ---- the foreign framework (STAND_IN_FOREIGN=1) ----------------------------------------------------------
+ * Another user of the device's primary context (torch, JAX): it retained the context first, keeps memory of its
+ * own, and queues its own work on a blocking stream of that context. Its work runs when a synchronisation needs
+ * it: the legacy default stream waits for it, and so do frees and allocations (device-wide). With
+ * STAND_IN_FOREIGN_ERROR=code its work fails with that code when it runs: a sticky code poisons the shared
+ * context, as a framework's faulting kernel does. Its memory counts against the device's free memory; its
+ * queued work is not counted among hostfirst's queued operations. */
+
+/* With the lock held: queues one piece of the foreign framework's work in context c. */
+static void foreign_submit(CUcontext c) {
+    foreign_submissions++;
+    struct op *op = new_op(OP_COPY);
+    op->foreign = 1;
+    op->fail = cfg.foreign_error;
+    op->dst = c->foreign_mem + cfg.foreign_bytes;
+    op->src = c->foreign_mem;
+    op->n = cfg.foreign_bytes;
+    if (!cfg.deferred) {
+        CUresult r = execute_copy(c, op);
+        free_op(op);
+        if (r) fail_with(c, r);
+        return;
+    }
+    enqueue(c->foreign_stream, op);
+}
+
+static void foreign_start(CUcontext c) {
+    c->foreign_stream = calloc(1, sizeof *c->foreign_stream);
+    c->foreign_mem = malloc(2 * cfg.foreign_bytes + 1);
+    if (!c->foreign_stream || !c->foreign_mem) abort();
+    memset(c->foreign_mem, 0x5a, 2 * cfg.foreign_bytes + 1);
+    c->foreign_stream->ctx = c;
+    c->foreign_stream->foreign = 1;
+    c->refcount++; /* its own retain, never released */
+    foreign_submit(c);
 }
 
 /* ---- initialisation, versions, errors ----------------------------------------------------------------- */
@@ -989,6 +1169,7 @@ static CUresult device_get_attribute(int *value, int attrib, CUdevice dev) {
     case 41: *value = 1; break;                             /* UNIFIED_ADDRESSING */
     case 75: *value = cfg.cc_major[p]; break;               /* COMPUTE_CAPABILITY_MAJOR */
     case 76: *value = cfg.cc_minor[p]; break;               /* COMPUTE_CAPABILITY_MINOR */
+    case 99: *value = cfg.host_register; break;             /* HOST_REGISTER_SUPPORTED */
     case 113: *value = cfg.read_only_register; break;       /* READ_ONLY_HOST_REGISTER_SUPPORTED */
     default: return CUDA_ERROR_INVALID_VALUE;
     }
@@ -1023,6 +1204,11 @@ static CUresult primary_retain(CUcontext *pctx, CUdevice dev) {
     if (r) return r;
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
     if (cfg.unavailable[dev]) return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    if (!contexts[dev].ever_retained) {
+        contexts[dev].ever_retained = 1;
+        owed_us += cfg.context_ms * 1000ULL; /* creating a context takes time on the real driver */
+        if (cfg.foreign) foreign_start(&contexts[dev]);
+    }
     contexts[dev].refcount++;
     retains++;
     *pctx = &contexts[dev];
@@ -1062,6 +1248,7 @@ static CUresult ctx_synchronize(void) {
     CUresult r = need_ctx();
     if (r) return r;
     spinning_waits++;
+    owed_us += cfg.wakeup_us;
     if (cfg.deferred) drain_context(current);
     return sync_result(current);
 }
@@ -1099,9 +1286,14 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t size) {
     total_allocs++;
     if (cfg.fail_alloc_nth && total_allocs == cfg.fail_alloc_nth) return CUDA_ERROR_OUT_OF_MEMORY;
     if (size > free_on(current->device)) return CUDA_ERROR_OUT_OF_MEMORY;
+    /* Allocation is a barrier on the real driver: it may wait for the device's queued work. */
+    if (cfg.deferred && cfg.device_wide_sync && drain_context(current)) implicit_syncs++;
+    if (current->sticky) return current->sticky;
     unsigned char *p = malloc(size);
     if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
-    if (cfg.poison_fresh) memset(p, 0xA5, size);
+    /* Fresh device memory is whatever the device held before, never zeroes by promise: a non-zero pattern makes
+     * a read of memory nobody wrote visible (STAND_IN_POISON_FRESH=0: malloc's contents). */
+    if (cfg.poison_fresh) memset(p, POISON_BYTE, size);
     if (!list_push(&allocations, (struct region){p, size, current->device, current})) {
         free(p);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1116,11 +1308,14 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) { LOCKED(mem_alloc
 static CUresult release_region(struct list *l, size_t i, int device_memory) {
     struct region g = l->items[i];
     CUresult sticky = current->sticky;
-    if (cfg.deferred && !sticky) drain_touching(g.base, g.base + g.size);
+    /* The real cuMemFree / cuMemFreeHost / cuMemHostUnregister wait for all work of the device, not only the
+     * work that uses the range (STAND_IN_DEVICE_WIDE_SYNC=0: only that work). */
+    if (cfg.deferred && !sticky && cfg.device_wide_sync && drain_context(current)) implicit_syncs++;
+    if (cfg.deferred && !current->sticky) drain_touching(g.base, g.base + g.size);
     sweep_orphans();
     list_remove(l, i);
     if (device_memory || l == &pinned) free(g.base);
-    return sticky;
+    return sticky ? sticky : current->sticky;
 }
 
 static CUresult mem_free(CUdeviceptr dptr) {
@@ -1188,6 +1383,11 @@ static CUresult host_register(void *p, size_t size, unsigned int flags) {
     if (r) return r;
     register_calls++;
     if (!p || size == 0 || (flags & ~0xfu)) return CUDA_ERROR_INVALID_VALUE;
+    /* Pinning costs time per byte on the real driver (faulting and mapping every page). */
+    owed_us += cfg.register_ms_per_gib * 1000ULL * (unsigned long long)size / (1ULL << 30);
+    /* Some systems refuse registration (filesystems, kernels, sandboxes, large ranges, no support). */
+    if (!cfg.host_register) return CUDA_ERROR_NOT_SUPPORTED;
+    if (cfg.register_error) return cfg.register_error;
     int read_only = (flags & CU_MEMHOSTREGISTER_READ_ONLY) != 0;
     if (read_only && !cfg.read_only_register) return CUDA_ERROR_NOT_SUPPORTED;
     /* Like the real driver, registration locks whole pages: ranges that share a page conflict. */
@@ -1315,7 +1515,10 @@ static CUresult peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext
     if (device_of(dst, n) != dctx->device || device_of(src, n) != sctx->device) return CUDA_ERROR_INVALID_VALUE;
     unsigned char *d = device_range(dst, n), *p = device_range(src, n);
     if (d < p + n && p < d + n) return CUDA_ERROR_INVALID_VALUE;
-    if (cfg.deferred && sctx->legacy.tail) append_wait(s, &sctx->legacy, sctx->legacy.tail->seq);
+    /* The synchronous form is ordered after the source context's legacy work; cuMemcpyPeerAsync is ordered only
+     * by its stream (STAND_IN_PEER_LEGACY_WAIT=1: the async form waits too, the old kinder model). */
+    if (cfg.deferred && (!async || cfg.peer_legacy_wait) && sctx->legacy.tail)
+        append_wait(s, &sctx->legacy, sctx->legacy.tail->seq);
     return submit_copy(s, d, p, n, sctx, 0, 0);
 }
 EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n) {
@@ -1371,7 +1574,16 @@ static CUresult stream_sync(CUstream hs) {
     struct stand_in_stream *s = resolve_stream(hs, &r);
     if (!s) return r;
     spinning_waits++;
-    if (cfg.deferred && s->tail) drain(s, s->tail->seq);
+    owed_us += cfg.wakeup_us;
+    if (cfg.deferred && s->legacy) {
+        /* The legacy stream's synchronisation covers what an operation queued on it now would wait for: the
+         * work of every blocking stream (a marker queued like any legacy operation). */
+        struct op *marker = new_op(OP_RECORD);
+        enqueue(s, marker);
+        drain(s, marker->seq);
+    } else if (cfg.deferred && s->tail) {
+        drain(s, s->tail->seq);
+    }
     return sync_result(current);
 }
 EXPORT CUresult cuStreamSynchronize(CUstream s) { LOCKED(stream_sync(s)); }
@@ -1411,6 +1623,12 @@ static CUresult event_record(CUevent e, CUstream hs) {
     struct stand_in_stream *s = resolve_stream(hs, &r);
     if (!s) return r;
     if (e->ctx != current) return CUDA_ERROR_INVALID_HANDLE;
+    if (fail_records) {
+        fail_records--;
+        return fail_record_code;
+    }
+    if (s->legacy) records_legacy++;
+    if (s->per_thread) records_per_thread++;
     if (cfg.event_not_ready >= 0) e->pending_queries = cfg.event_not_ready;
     else if (!cfg.deferred) e->pending_queries = 0;
     else e->pending_queries = cfg.seed ? (int)(next_random() % 3) : 1;
@@ -1441,6 +1659,7 @@ static CUresult event_sync(CUevent e) {
     CUresult r = event_check(e);
     if (r) return r;
     if (!(e->flags & CU_EVENT_BLOCKING_SYNC)) spinning_waits++;
+    if (event_pending(e) || !cfg.deferred) owed_us += cfg.wakeup_us; /* a blocked thread's wake-up */
     e->pending_queries = 0;
     if (cfg.deferred && event_pending(e)) drain(e->stream, e->seq);
     return sync_result(e->ctx);
@@ -1572,7 +1791,7 @@ static unsigned long long queued_ops(void) {
     struct stand_in_stream **v;
     size_t k = all_streams(&v);
     for (size_t i = 0; i < k; i++)
-        for (struct op *op = v[i]->head; op; op = op->next) n++;
+        for (struct op *op = v[i]->head; op; op = op->next) n += !op->foreign;
     free(v);
     return n;
 }
@@ -1601,6 +1820,31 @@ QUERY(stand_in_implicit_syncs, implicit_syncs)
 QUERY(stand_in_nvml_memory_queries, nvml_queries)
 QUERY(stand_in_calls_after_fork, calls_after_fork)
 QUERY(stand_in_memsets, memsets)
+QUERY(stand_in_poisoned_by_streams, poisoned_by_streams)
+QUERY(stand_in_per_thread_streams, n_pts)
+QUERY(stand_in_foreign_submissions, foreign_submissions)
+QUERY(stand_in_foreign_ops_run, foreign_ops_run)
+QUERY(stand_in_poison_byte, cfg.poison_fresh ? POISON_BYTE : 0)
+QUERY(stand_in_records_on_legacy, records_legacy)
+QUERY(stand_in_records_on_per_thread, records_per_thread)
+
+/* Test controls (dlsym): the next n cuEventRecord calls fail with `code` (a non-sticky failure to record, e.g. on
+ * a consumer's stream); the foreign framework (STAND_IN_FOREIGN=1) queues one more piece of its work on device
+ * `device` (returns 0, or 1 when there is no foreign framework there yet). */
+EXPORT void stand_in_fail_next_records(unsigned n, int code) {
+    pthread_mutex_lock(&lock);
+    fail_records = n;
+    fail_record_code = code;
+    pthread_mutex_unlock(&lock);
+}
+
+EXPORT unsigned long long stand_in_foreign_submit(int device) {
+    pthread_mutex_lock(&lock);
+    int ok = device >= 0 && device < MAX_DEVICES && contexts[device].foreign_stream;
+    if (ok) foreign_submit(&contexts[device]);
+    pthread_mutex_unlock(&lock);
+    return !ok;
+}
 
 __attribute__((destructor)) static void leak_report(void) {
     config();

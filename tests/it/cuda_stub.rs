@@ -703,7 +703,7 @@ fn a_driver_missing_an_entry_point_is_init_failed_not_a_panic() {
 #[test]
 fn stand_in_models_the_driver_strictly() {
     let src = root().join("tests/c/test_stand_in_model.c");
-    let bin = compile_c(&[&src], "test_stand_in_model", &["-ldl"]);
+    let bin = compile_c(&[&src], "test_stand_in_model", &["-ldl", "-lpthread"]);
     type Knobs<'a> = &'a [(&'a str, Option<&'a str>)];
     let runs: &[(&str, Knobs)] = &[
         ("order", &[("STAND_IN_DEFERRED", Some("0"))]),
@@ -723,6 +723,56 @@ fn stand_in_models_the_driver_strictly() {
         ("register", &[("STAND_IN_READ_ONLY_REGISTER", Some("0"))]),
         ("context", &[]),
         ("fork", &[]),
+        ("strict", &[("STAND_IN_DEFERRED", Some("0"))]),
+        ("strict", &[("STAND_IN_DEFERRED", Some("1"))]),
+        ("strict", &[("STAND_IN_DEFERRED", Some("1")), ("STAND_IN_SEED", Some("99"))]),
+        (
+            "kind",
+            &[
+                ("STAND_IN_DEFERRED", Some("1")),
+                ("STAND_IN_POISON_FRESH", Some("0")),
+                ("STAND_IN_PER_THREAD_STREAMS", Some("0")),
+                ("STAND_IN_VALIDATE_STREAMS", Some("1")),
+                ("STAND_IN_DEVICE_WIDE_SYNC", Some("0")),
+            ],
+        ),
+        ("refused", &[("STAND_IN_REGISTER_ERROR", Some("800"))]),
+        ("refused", &[("STAND_IN_HOST_REGISTER", Some("0"))]),
+        ("peer", &[("STAND_IN_DEFERRED", Some("1")), ("STAND_IN_DEVICES", Some("2"))]),
+        (
+            "peer",
+            &[
+                ("STAND_IN_DEFERRED", Some("1")),
+                ("STAND_IN_DEVICES", Some("2")),
+                ("STAND_IN_PEER_LEGACY_WAIT", Some("1")),
+            ],
+        ),
+        ("foreign", &[("STAND_IN_DEFERRED", Some("0")), ("STAND_IN_FOREIGN", Some("1"))]),
+        ("foreign", &[("STAND_IN_DEFERRED", Some("1")), ("STAND_IN_FOREIGN", Some("1"))]),
+        (
+            "foreign",
+            &[
+                ("STAND_IN_DEFERRED", Some("1")),
+                ("STAND_IN_FOREIGN", Some("1")),
+                ("STAND_IN_FOREIGN_ERROR", Some("700")),
+            ],
+        ),
+        (
+            "foreign",
+            &[
+                ("STAND_IN_DEFERRED", Some("0")),
+                ("STAND_IN_FOREIGN", Some("1")),
+                ("STAND_IN_FOREIGN_ERROR", Some("700")),
+            ],
+        ),
+        (
+            "latency",
+            &[
+                ("STAND_IN_WAKEUP_US", Some("30000")),
+                ("STAND_IN_CONTEXT_CREATE_MS", Some("40")),
+                ("STAND_IN_REGISTER_MS_PER_GIB", Some("2000")),
+            ],
+        ),
     ];
     for (section, knobs) in runs {
         let mut all = knobs.to_vec();

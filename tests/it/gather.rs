@@ -114,7 +114,7 @@ fn stand_in_failed_run_keeps_the_current_batch() {
 fn stand_in_device_batches_are_zero_before_the_first_run() {
     in_stand_in_child(
         concat!(module_path!(), "::stand_in_device_batches_are_zero_before_the_first_run"),
-        &[("STAND_IN_DEVICES", Some("1")), ("STAND_IN_POISON", Some("1"))],
+        &[("STAND_IN_DEVICES", Some("1")), ("STAND_IN_POISON_FRESH", Some("1"))],
         || {
             {
                 let m = DeviceMemory::alloc(0, 256).unwrap();
@@ -344,7 +344,7 @@ fn stream_of_a_consumer_holding_everything_ends_busy() {
 fn stand_in_stream_on_cuda() {
     in_stand_in_child(
         concat!(module_path!(), "::stand_in_stream_on_cuda"),
-        &[("STAND_IN_DEVICES", Some("1")), ("STAND_IN_POISON", Some("1"))],
+        &[("STAND_IN_DEVICES", Some("1")), ("STAND_IN_POISON_FRESH", Some("1"))],
         || {
             check_stream(Device::cuda(0));
             check_stream(Device::CUDA_HOST);
@@ -362,7 +362,7 @@ fn c_gather_stream_on_cpu_and_the_stand_in() {
     let out = run_with_stand_in(
         &bin,
         &[scratch("c_gather_stream_stand_in").to_str().unwrap(), "cuda"],
-        &[("STAND_IN_LEAK_REPORT", Some("1")), ("STAND_IN_POISON", Some("1"))],
+        &[("STAND_IN_LEAK_REPORT", Some("1")), ("STAND_IN_POISON_FRESH", Some("1"))],
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{}\n{stderr}", String::from_utf8_lossy(&out.stdout));

@@ -152,3 +152,54 @@ fn glibc_needed_reads_symbol_versions() {
         .unwrap();
     assert!(out.status.success(), "the library runs here, so this machine's glibc suffices: {out:?}");
 }
+
+/// The correctness op's dry run (issue 23): `bash benches/gpu/run.sh --dry-run --only check` builds the driver,
+/// runs `gpu-check` (puts byte for byte at 1 B to 16 MiB + 1 and one bigger tensor, scaled down here; sub-views; a
+/// cancelled async put; buffer_to in every direction; a held gather ring; out-of-memory refusals; NVML against
+/// cuMemGetInfo; context creation; a forked child), the census under `CUDA_VISIBLE_DEVICES` empty, a `GPU-` UUID
+/// and out of range, and the Python checks (skipped with a reason where numpy, torch or JAX are missing) against
+/// the stand-in driver, and exits non-zero when any check fails. The stand-in proves the checks run and what they
+/// compare; only a GPU run says the hardware agrees.
+#[test]
+fn gpu_check_dry_run_passes_on_the_stand_in() {
+    let out = Command::new("bash")
+        .current_dir(root())
+        .args(["benches/gpu/run.sh", "--dry-run", "--only", "check"])
+        .output()
+        .expect("bash");
+    let (so, se) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "run.sh --dry-run --only check failed ({}):\n{so}\n{se}", out.status);
+    assert!(!so.contains("CHECK FAILED"), "{so}");
+    assert!(so.contains("STAND-IN DRY RUN"), "the report says what it is: {so}");
+    for name in [
+        "put-ring-1 ",
+        "put-resident-16777217",
+        "sub-views",
+        "async-put-cancelled",
+        "buffer_to-every-direction",
+        "gather-ring-held-and-released",
+        "out-of-memory-refused",
+        "nvml-vs-cuMemGetInfo",
+        "context-creation",
+        "forked-child",
+        "census, CUDA_VISIBLE_DEVICES empty",
+        "census, CUDA_VISIBLE_DEVICES uuid",
+        "census, CUDA_VISIBLE_DEVICES out-of-range",
+    ] {
+        assert!(so.contains(&format!("| {name}")), "the report lists {name}: {so}");
+    }
+    assert!(!so.contains("**FAILED**"), "{so}");
+    // The newest run file holds the gpu-check record with every check passed.
+    let dir = root().join("target/gpu-dry-run");
+    let newest = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("20")))
+        .max()
+        .expect("a dry-run output folder");
+    let file = std::fs::read_dir(&newest).unwrap().next().unwrap().unwrap().path();
+    let v = json(&std::fs::read_to_string(&file).unwrap());
+    let check = v["records"].as_array().unwrap().iter().find(|r| r["op"] == "gpu-check").expect("a gpu-check record");
+    assert_eq!(check["outcome"], "passed", "{check}");
+    assert!(check["checks"].as_array().unwrap().len() >= 20, "{check}");
+}

@@ -13,6 +13,7 @@ mod cli_shard;
 mod common;
 mod cpp;
 mod cuda_stub;
+mod cuda_truth;
 mod example_host_first;
 mod file_catalogue;
 mod file_corpus;

@@ -131,7 +131,7 @@ def test_stream_on_the_stand_in(tmp_path, deferred):
     env = {k: v for k, v in os.environ.items() if not k.startswith("STAND_IN_")}
     env["PYTHONPATH"] = str(Path(hostfirst.__file__).resolve().parents[1])
     env["LD_LIBRARY_PATH"] = f"{d}:{env.get('LD_LIBRARY_PATH', '')}".rstrip(":")
-    env.update(STAND_IN_DEVICES="1", STAND_IN_DEFERRED=deferred, STAND_IN_POISON="1", STAND_IN_LEAK_REPORT="1")
+    env.update(STAND_IN_DEVICES="1", STAND_IN_DEFERRED=deferred, STAND_IN_POISON_FRESH="1", STAND_IN_LEAK_REPORT="1")
     out = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "t.safetensors")], env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

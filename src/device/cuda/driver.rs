@@ -34,21 +34,30 @@ pub(crate) const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: CuResult =
     E::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED as CuResult;
 
 /// The errors after which a context is unusable ("sticky"): every later call in it returns the same error
-/// and only a new process recovers.
-const STICKY: &[E] = &[
-    E::CUDA_ERROR_ECC_UNCORRECTABLE,
-    E::CUDA_ERROR_ILLEGAL_ADDRESS,
-    E::CUDA_ERROR_HARDWARE_STACK_ERROR,
-    E::CUDA_ERROR_ILLEGAL_INSTRUCTION,
-    E::CUDA_ERROR_MISALIGNED_ADDRESS,
-    E::CUDA_ERROR_INVALID_ADDRESS_SPACE,
-    E::CUDA_ERROR_INVALID_PC,
-    E::CUDA_ERROR_LAUNCH_FAILED,
+/// and only a new process recovers. Those the driver's documentation (`cuda.h`, `CUresult`) describes as
+/// leaving "the process in an inconsistent state" / "the process must be terminated and relaunched", and the
+/// two uncorrectable-hardware errors that do the same in practice (ECC, NVLink). Kept as numbers: some are
+/// newer than the bindings' oldest supported driver (`CUDA_ERROR_CONTAINED` 12.4, `_TENSOR_MEMORY_LEAK` 12.8).
+const STICKY: &[(CuResult, &str)] = &[
+    (214, "CUDA_ERROR_ECC_UNCORRECTABLE"),
+    (220, "CUDA_ERROR_NVLINK_UNCORRECTABLE"),
+    (226, "CUDA_ERROR_CONTAINED"),
+    (700, "CUDA_ERROR_ILLEGAL_ADDRESS"),
+    (702, "CUDA_ERROR_LAUNCH_TIMEOUT"),
+    (710, "CUDA_ERROR_ASSERT"),
+    (714, "CUDA_ERROR_HARDWARE_STACK_ERROR"),
+    (715, "CUDA_ERROR_ILLEGAL_INSTRUCTION"),
+    (716, "CUDA_ERROR_MISALIGNED_ADDRESS"),
+    (717, "CUDA_ERROR_INVALID_ADDRESS_SPACE"),
+    (718, "CUDA_ERROR_INVALID_PC"),
+    (719, "CUDA_ERROR_LAUNCH_FAILED"),
+    (721, "CUDA_ERROR_TENSOR_MEMORY_LEAK"),
+    (911, "CUDA_ERROR_EXTERNAL_DEVICE"),
 ];
 
 /// True for an error that poisons its context (see [`STICKY`]).
 pub(crate) fn is_sticky(code: CuResult) -> bool {
-    STICKY.iter().any(|e| *e as CuResult == code)
+    STICKY.iter().any(|(c, _)| *c == code)
 }
 
 /// The oldest driver hostfirst accepts, as `cuDriverGetVersion` reports it (1000 * major + 10 * minor): 11.4.
@@ -63,6 +72,8 @@ pub(crate) const ATTR_MULTIPROCESSOR_COUNT: c_int = A::CU_DEVICE_ATTRIBUTE_MULTI
 pub(crate) const ATTR_CC_MAJOR: c_int = A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR as c_int;
 /// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR`.
 pub(crate) const ATTR_CC_MINOR: c_int = A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR as c_int;
+/// `CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED`: the device supports `cuMemHostRegister` at all.
+pub(crate) const ATTR_HOST_REGISTER_SUPPORTED: c_int = A::CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED as c_int;
 /// `CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED`.
 pub(crate) const ATTR_READ_ONLY_HOST_REGISTER_SUPPORTED: c_int =
     A::CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED as c_int;
@@ -338,7 +349,23 @@ mod tests {
     #[test]
     fn sticky_errors() {
         assert!(is_sticky(700) && is_sticky(719) && is_sticky(214));
+        // Documented as sticky and missing before issue 23.
+        for code in [E::CUDA_ERROR_LAUNCH_TIMEOUT, E::CUDA_ERROR_ASSERT, E::CUDA_ERROR_NVLINK_UNCORRECTABLE] {
+            assert!(is_sticky(code as CuResult), "{code:?}");
+        }
+        assert!(is_sticky(226) && is_sticky(721) && is_sticky(911));
         assert!(!is_sticky(CUDA_ERROR_OUT_OF_MEMORY) && !is_sticky(CUDA_ERROR_NOT_READY) && !is_sticky(1));
+        for code in [E::CUDA_ERROR_TIMEOUT, E::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, E::CUDA_ERROR_NOT_PERMITTED] {
+            assert!(!is_sticky(code as CuResult), "{code:?} is not sticky");
+        }
+        // The names match the bindings where the bindings have them.
+        for (code, name) in STICKY {
+            for e in [E::CUDA_ERROR_ECC_UNCORRECTABLE, E::CUDA_ERROR_ASSERT, E::CUDA_ERROR_EXTERNAL_DEVICE] {
+                if e as CuResult == *code {
+                    assert_eq!(format!("{e:?}"), *name);
+                }
+            }
+        }
     }
 
     #[test]

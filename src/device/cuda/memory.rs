@@ -429,18 +429,30 @@ impl std::fmt::Debug for PinnedHostMemory {
 /// registration that is not read-only on pages without write permission.
 pub fn read_only_register_supported(ordinal: u32) -> bool {
     static SUPPORTED: Mutex<Option<HashMap<u32, bool>>> = Mutex::new(None);
+    attribute_is_one(&SUPPORTED, ordinal, driver::ATTR_READ_ONLY_HOST_REGISTER_SUPPORTED)
+}
+
+/// Whether `cuda:<ordinal>` supports `cuMemHostRegister` at all (`CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED`),
+/// cached per device; false without CUDA. Some platforms (and some virtualised or sandboxed setups) answer 0:
+/// then only memory the driver allocated itself (`cuMemHostAlloc`) is page-locked.
+pub fn host_register_supported(ordinal: u32) -> bool {
+    static SUPPORTED: Mutex<Option<HashMap<u32, bool>>> = Mutex::new(None);
+    attribute_is_one(&SUPPORTED, ordinal, driver::ATTR_HOST_REGISTER_SUPPORTED)
+}
+
+/// A boolean device attribute, cached per device in `cache`; false without CUDA or when the query fails.
+fn attribute_is_one(cache: &Mutex<Option<HashMap<u32, bool>>>, ordinal: u32, attribute: c_int) -> bool {
     let Ok(api) = api() else { return false };
     if check_ordinal(ordinal).is_err() {
         return false;
     }
-    let mut cache = SUPPORTED.lock().unwrap_or_else(|p| p.into_inner());
+    let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
     *cache.get_or_insert_with(HashMap::new).entry(ordinal).or_insert_with(|| {
         let (mut dev, mut v): (c_int, c_int) = (0, 0);
         // SAFETY: valid out-pointers; device and attribute queries need no context.
         let ok = unsafe {
             (api.device_get)(&mut dev, ordinal as c_int) == CUDA_SUCCESS
-                && (api.device_get_attribute)(&mut v, driver::ATTR_READ_ONLY_HOST_REGISTER_SUPPORTED, dev)
-                    == CUDA_SUCCESS
+                && (api.device_get_attribute)(&mut v, attribute, dev) == CUDA_SUCCESS
         };
         ok && v == 1
     })

@@ -35,7 +35,9 @@ pub mod stream;
 use crate::error::Result;
 
 pub use driver::{format_driver_version, format_uuid, is_mig_name};
-pub use memory::{read_only_register_supported, Context, DeviceMemory, HostRegistration, PinnedHostMemory};
+pub use memory::{
+    host_register_supported, read_only_register_supported, Context, DeviceMemory, HostRegistration, PinnedHostMemory,
+};
 pub use probe::{forked_reason, hidden_by_visible_devices, info, library_not_found_reason, probe, status, CudaProbe};
 pub use stream::{Event, HostBytes, HostBytesMut, InFlight, Stream};
 

@@ -284,24 +284,27 @@ impl Event {
 
     /// Records the event on a stream that hostfirst did not create, given as its raw `CUstream` value: a
     /// consumer's stream, or `CU_STREAM_LEGACY` (1) / `CU_STREAM_PER_THREAD` (2) for the default streams of
-    /// this event's context. The stream must belong to this event's device (`DEVICE_ERROR` from the driver
-    /// otherwise).
+    /// this event's context (2 names the *calling thread's* per-thread stream). A `CUstream` must be a live
+    /// stream of this event's device: the driver does not validate stream handles, and a destroyed or
+    /// foreign one is undefined behaviour there (a crash, a record on an unrelated stream, a poisoned
+    /// context), so callers document that contract rather than rely on an error.
     pub fn record_on_raw(&self, stream: usize) -> Result<()> {
         let api = api()?;
         let _current = self.ctx.enter()?;
-        // SAFETY: a live event; the stream value comes from the caller, and the driver validates it.
+        // SAFETY: a live event; the stream value is the caller's, who must keep it a live stream of this
+        // device (documented at every entry point that takes one).
         api.check(unsafe { (api.event_record)(self.raw, stream as RawHandle) }, || {
             format!("cuEventRecord(cuda:{}, consumer stream {stream:#x})", self.ordinal())
         })
     }
 
-    /// Makes a stream hostfirst did not create (raw `CUstream` value, as for [`Event::record_on_raw`]) wait
-    /// until this event has completed (`cuStreamWaitEvent`, entered in this event's context); the host is
-    /// not blocked.
+    /// Makes a stream hostfirst did not create (raw `CUstream` value, with the contract of
+    /// [`Event::record_on_raw`]) wait until this event has completed (`cuStreamWaitEvent`, entered in this
+    /// event's context); the host is not blocked.
     pub fn make_raw_stream_wait(&self, stream: usize) -> Result<()> {
         let api = api()?;
         let _current = self.ctx.enter()?;
-        // SAFETY: a live event; the stream value comes from the caller, and the driver validates it.
+        // SAFETY: as in `record_on_raw`.
         api.check(unsafe { (api.stream_wait_event)(stream as RawHandle, self.raw, 0) }, || {
             format!("cuStreamWaitEvent(consumer stream {stream:#x}, event of cuda:{})", self.ordinal())
         })
