@@ -309,7 +309,10 @@ class Buffer(_HostArrayMixin):
         """DLPack export of the buffer's own memory (writable), versioned for max_version >= (1, 0), else
         legacy. On CUDA the consumer's `stream` (1: legacy default, 2: per-thread default, > 2: a CUstream,
         -1: the consumer synchronises; None: the legacy default) waits on the device for hostfirst's last
-        write, and hostfirst's next write into a released batch waits for that stream. copy as for Tensor."""
+        write, and hostfirst's next write into a released batch waits for the consumer's work: for a CUstream,
+        on that stream; for 1 and 2, on the legacy default stream, which is ordered after every blocking stream
+        (every thread's per-thread default stream too), since the release may run on another thread. copy as
+        for Tensor."""
         return _dlpack.export(lib.hostfirst_buffer_to_dlpack_ex, self._h, stream, max_version, dl_device, copy)
 
     @property
@@ -330,7 +333,7 @@ _LEGACY_DEFAULT_STREAM = 1  # DLPack's and the CUDA Array Interface's value for 
 
 
 def _free_buffer(handle: Optional[int], release_stream: List[Optional[int]]) -> None:
-    if release_stream[0] is not None:  # handed out by address: hostfirst's next write waits for that stream
+    if release_stream[0] is not None:  # handed out by address: hostfirst's next write waits for the consumer
         lib.hostfirst_buffer_record_stream(handle, release_stream[0])
     lib.hostfirst_buffer_free(handle)
 
