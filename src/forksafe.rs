@@ -42,6 +42,16 @@ impl<T: Send + 'static> GlobalMutex<T> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Locks the mutex when no one holds it, without waiting.
+    pub(crate) fn try_lock(&'static self) -> Option<MutexGuard<'static, T>> {
+        register();
+        match self.0.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// The guard the fork handlers hold across `fork()`.
     fn hold(&'static self) -> Box<dyn Any> {
         Box::new(self.0.lock().unwrap_or_else(|p| p.into_inner()))
@@ -93,6 +103,19 @@ impl<T: Send + Sync + 'static> InitOnce<T> {
         (!p.is_null()).then(|| unsafe { &*p })
     }
 
+    /// Stores `value` when none is stored yet; false (and `value` dropped) when one already was.
+    pub(crate) fn set(&'static self, value: T) -> bool {
+        let new = Box::into_raw(Box::new(value));
+        match self.0.compare_exchange(std::ptr::null_mut(), new, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => true,
+            Err(_) => {
+                // SAFETY: `new` came from `Box::into_raw` above and was not published.
+                drop(unsafe { Box::from_raw(new) });
+                false
+            }
+        }
+    }
+
     /// The value, computing it with `f` when none is stored yet.
     pub(crate) fn get_or_init(&'static self, f: impl FnOnce() -> T) -> &'static T {
         if let Some(v) = self.get() {
@@ -128,6 +151,8 @@ extern "C" fn prepare() {
         crate::device::fit::HOST.hold(),
         crate::place::resident::CACHE.hold(),
         crate::place::staging::SLABS.hold(),
+        #[cfg(target_os = "linux")]
+        crate::engine::uring::RINGS.hold(),
     ];
     // If the forking thread is being torn down the guards are released here, which only loses the protection.
     let _ = HELD.try_with(|h| h.borrow_mut().extend(guards));

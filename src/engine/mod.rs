@@ -28,12 +28,12 @@
 
 mod pool;
 #[cfg(target_os = "linux")]
-mod uring;
+pub(crate) mod uring;
 
 use crate::error::{Error, Result, Status};
+use crate::forksafe::InitOnce;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// How much parallelism a transfer uses. One type for every path of the engine; 0 in any field means "the
@@ -180,8 +180,8 @@ const URING: u8 = 1;
 const POOL: u8 = 2;
 static CHOSEN: AtomicU8 = AtomicU8::new(UNDECIDED);
 /// Why the pool is used (the probe's answer, the environment, or the failure that demoted io_uring).
-static WHY_POOL: OnceLock<String> = OnceLock::new();
-static DEMOTED: OnceLock<String> = OnceLock::new();
+static WHY_POOL: InitOnce<String> = InitOnce::new();
+static DEMOTED: InitOnce<String> = InitOnce::new();
 
 fn choose() -> u8 {
     let c = CHOSEN.load(Ordering::Acquire);

@@ -1,12 +1,12 @@
 //! The io_uring backend: a set of reads submitted together, completions reaped until every read is done.
 
 use super::{FailureKind, Read, ReadFailure};
+use crate::forksafe::GlobalMutex;
 use io_uring::{opcode, types, IoUring, Probe};
-use std::sync::Mutex;
 
 /// Rings kept between calls: (the process that made it, the ring). A ring made before a `fork` belongs to
 /// the parent and is never used by the child.
-static RINGS: Mutex<Vec<(u32, IoUring)>> = Mutex::new(Vec::new());
+pub(crate) static RINGS: GlobalMutex<Vec<(u32, IoUring)>> = GlobalMutex::new(Vec::new());
 /// At most this many idle rings are kept.
 const KEPT: usize = 8;
 /// The largest length of one read entry (the opcode takes a u32; longer reads continue as short reads).
@@ -34,7 +34,7 @@ pub(super) fn probe() -> Result<(), String> {
 
 fn take_ring(entries: u32) -> Result<IoUring, String> {
     let pid = std::process::id();
-    if let Ok(mut kept) = RINGS.try_lock() {
+    if let Some(mut kept) = RINGS.try_lock() {
         // A parent's ring (inherited through fork) is dropped: that unmaps and closes only this process's copy.
         kept.retain(|(p, _)| *p == pid);
         if let Some(i) = kept.iter().position(|(_, r)| r.params().sq_entries() >= entries) {
@@ -62,7 +62,7 @@ fn raise_iowq_cap(ring: &IoUring, entries: u32) {
 }
 
 fn put_ring(ring: IoUring) {
-    if let Ok(mut kept) = RINGS.try_lock() {
+    if let Some(mut kept) = RINGS.try_lock() {
         if kept.len() < KEPT {
             kept.push((std::process::id(), ring));
         }

@@ -672,7 +672,7 @@ type GetPointerFn = unsafe extern "C" fn(*mut c_void, *const std::ffi::c_char) -
 /// executable, or a libpython it links), or None where there is no Python. Looked up, never linked: the
 /// library stays usable from C, Go and any Python without a build per CPython version.
 fn pycapsule_api() -> Option<&'static PyCapsuleApi> {
-    static API: std::sync::OnceLock<Option<PyCapsuleApi>> = std::sync::OnceLock::new();
+    static API: crate::forksafe::InitOnce<Option<PyCapsuleApi>> = crate::forksafe::InitOnce::new();
     API.get_or_init(|| {
         // SAFETY: dlsym with RTLD_DEFAULT and NUL-terminated names has no preconditions.
         let (v, g) = unsafe {
