@@ -51,6 +51,11 @@ impl Buffer {
         Ok(Buffer::with_memory(name, dtype, shape, nbytes, mem))
     }
 
+    /// A buffer over memory the caller allocated (a load's sub-allocations, see [`super::arena`]).
+    pub(crate) fn from_memory(name: &str, dtype: DType, shape: &[u64], nbytes: u64, mem: Memory) -> Buffer {
+        Buffer::with_memory(name, dtype, shape, nbytes, mem)
+    }
+
     fn with_memory(name: &str, dtype: DType, shape: &[u64], nbytes: u64, mem: Memory) -> Buffer {
         Buffer {
             name: name.to_string(),

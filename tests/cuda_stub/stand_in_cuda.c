@@ -456,6 +456,8 @@ static unsigned long long total_allocs, retains, bytes_copied, pageable_async, l
     peer_direct, stream_wait_events, spinning_waits, seq_counter, deferred_ops, sync_points, implicit_syncs,
     nvml_queries, calls_after_fork, register_calls;
 static unsigned long long rng_state;
+/* Counted in all (not live): streams and events ever created, cuMemGetInfo calls. */
+static unsigned long long streams_created, events_created, mem_get_info_calls;
 static __thread CUcontext current;
 
 static int list_push(struct list *l, struct region r) {
@@ -1078,6 +1080,7 @@ static CUresult mem_get_info(size_t *free_b, size_t *total_b) {
     CUresult r = need_ctx();
     if (r) return r;
     if (!free_b || !total_b) return CUDA_ERROR_INVALID_VALUE;
+    mem_get_info_calls++;
     *free_b = (size_t)free_on(current->device);
     *total_b = (size_t)cfg.total[cfg.visible[current->device]];
     return CUDA_SUCCESS;
@@ -1091,8 +1094,9 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t size) {
     total_allocs++;
     if (cfg.fail_alloc_nth && total_allocs == cfg.fail_alloc_nth) return CUDA_ERROR_OUT_OF_MEMORY;
     if (size > free_on(current->device)) return CUDA_ERROR_OUT_OF_MEMORY;
-    unsigned char *p = malloc(size);
-    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    /* Like the driver's, allocations are at least 256-byte aligned (CUDA guarantees 256; 512 is observed). */
+    unsigned char *p = NULL;
+    if (posix_memalign((void **)&p, 512, size)) return CUDA_ERROR_OUT_OF_MEMORY;
     if (!list_push(&allocations, (struct region){p, size, current->device, current})) {
         free(p);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1306,6 +1310,7 @@ static CUresult stream_create(CUstream *ps, unsigned int flags) {
         free(s);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    streams_created++;
     *ps = s;
     return CUDA_SUCCESS;
 }
@@ -1354,6 +1359,7 @@ static CUresult event_create(CUevent *pe, unsigned int flags) {
         free(e);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    events_created++;
     *pe = e;
     return CUDA_SUCCESS;
 }
@@ -1543,6 +1549,11 @@ static unsigned long long queued_ops(void) {
     return n;
 }
 
+/* In all since the start: streams and events created, cuMemGetInfo calls (with stand_in_nvml_memory_queries,
+ * every memory query), for tests that bound per-load costs. */
+QUERY(stand_in_streams_created, streams_created)
+QUERY(stand_in_events_created, events_created)
+QUERY(stand_in_mem_get_info_calls, mem_get_info_calls)
 QUERY(stand_in_live_allocations, allocations.len)
 QUERY(stand_in_live_device_bytes, live_device_bytes())
 QUERY(stand_in_total_allocations, total_allocs)
