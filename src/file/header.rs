@@ -138,16 +138,16 @@ fn looks_like(b: &[u8]) -> String {
 // dtypes and shapes are decoded in place, and the caps (tensor count, name length, rank) and C-string rule
 // (no NUL in names) are enforced as entries are met, so header-bloat input stops early.
 
-struct RawEntry {
-    name: CName,
-    dtype: DType,
-    shape: std::sync::Arc<[u64]>,
-    offsets: [u64; 2],
+pub(crate) struct RawEntry {
+    pub(crate) name: CName,
+    pub(crate) dtype: DType,
+    pub(crate) shape: std::sync::Arc<[u64]>,
+    pub(crate) offsets: [u64; 2],
 }
 
-struct RawHeader {
-    entries: Vec<RawEntry>,
-    metadata: Option<Vec<(String, MetaValue)>>,
+pub(crate) struct RawHeader {
+    pub(crate) entries: Vec<RawEntry>,
+    pub(crate) metadata: Option<Vec<(String, MetaValue)>>,
 }
 
 /// Where a semantic failure found during the serde pass is parked (serde errors carry only text), and the
@@ -506,6 +506,16 @@ impl<'de> Visitor<'de> for PairSeed {
 }
 
 fn parse_raw(json: &str) -> Result<RawHeader> {
+    // Headers as writers emit them take the fast path; it gives up on anything else, and the serde pass
+    // below then decides (and words any error).
+    if let Some(h) = super::fast_header::parse(json) {
+        return Ok(h);
+    }
+    parse_raw_serde(json)
+}
+
+/// The serde pass: every header, every verdict and message.
+fn parse_raw_serde(json: &str) -> Result<RawHeader> {
     let side = Side::default();
     let mut de = serde_json::Deserializer::from_str(json);
     let parsed = TopSeed(&side).deserialize(&mut de).and_then(|h| de.end().map(|_| h));
@@ -715,5 +725,60 @@ pub(crate) fn reference_check(buffer: &[u8]) -> Result<u64> {
             Status::ValidationOverflow,
             "the reference safetensors parser panicked on this header (arithmetic overflow); treated as a format error",
         )),
+    }
+}
+
+#[cfg(test)]
+mod fast_path_tests {
+    use super::*;
+
+    fn summary(h: &RawHeader) -> Vec<String> {
+        let mut v: Vec<String> = h
+            .entries
+            .iter()
+            .map(|e| format!("{}|{}|{:?}|{:?}", e.name.as_str(), e.dtype, &e.shape[..], e.offsets))
+            .collect();
+        v.push(format!("{:?}", h.metadata));
+        v
+    }
+
+    /// Where the fast path answers, it answers exactly what the serde pass does.
+    #[test]
+    fn fast_path_equals_the_serde_pass() {
+        let mut seed = 0x9E3779B97F4A7C15u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let dtypes = ["F32", "BF16", "U8", "I64", "F8_E4M3", "BOOL"];
+        for round in 0..300 {
+            let mut h = String::from("{");
+            if round % 3 == 0 {
+                h.push_str(r#""__metadata__": {"format": "pt", "k": "v w"},"#);
+            }
+            let n = next(12) + u64::from(round % 3 == 0);
+            let mut off = 0;
+            for i in 0..n {
+                let rank = next(4) as usize;
+                let shape: Vec<String> = (0..rank).map(|_| next(5).to_string()).collect();
+                let len = next(100);
+                let (a, b) = if round % 2 == 0 { ("dtype", "shape") } else { ("shape", "dtype") };
+                let dt = format!("\"{}\"", dtypes[next(6) as usize]);
+                let sh = format!("[{}]", shape.join(", "));
+                let (va, vb) = if round % 2 == 0 { (dt, sh) } else { (sh, dt) };
+                h.push_str(&format!(
+                    "{}\"t.{i}.w\" :{{\"{a}\":{va},\"{b}\" : {vb},\"data_offsets\":[{off},{}]}}\n",
+                    if i > 0 { "," } else { "" },
+                    off + len
+                ));
+                off += len;
+            }
+            h.push('}');
+            let fast = super::super::fast_header::parse(&h).expect("a plain header takes the fast path");
+            let slow = parse_raw_serde(&h).unwrap_or_else(|e| panic!("{h}: {e}"));
+            assert_eq!(summary(&fast), summary(&slow), "{h}");
+        }
     }
 }

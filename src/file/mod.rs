@@ -19,6 +19,7 @@
 //! # Ok::<(), hostfirst::Error>(())
 //! ```
 
+mod fast_header;
 mod header;
 mod index;
 pub mod layout;
