@@ -45,14 +45,11 @@ impl<'a> Cursor<'a> {
     fn string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.i;
-        loop {
-            match *self.b.get(self.i)? {
-                b'"' => break,
-                b'\\' => return None,
-                c if c < 0x20 => return None,
-                _ => self.i += 1,
-            }
+        let end = start + memchr::memchr2(b'"', b'\\', &self.b[start..])?;
+        if self.b[end] != b'"' || self.b[start..end].iter().any(|&c| c < 0x20) {
+            return None;
         }
+        self.i = end;
         let s = &self.s[start..self.i]; // '"' is ASCII: both ends are char boundaries
         self.i += 1;
         Some(s)
@@ -107,6 +104,7 @@ pub(crate) fn parse(json: &str) -> Option<RawHeader> {
     let mut metadata: Option<Vec<(String, Result<String, &'static str>)>> = None;
     let mut last_shape: Option<Arc<[u64]>> = None;
     let mut scratch = String::new();
+    let mut last_dtype = None;
     c.eat(b'{')?;
     if c.peek()? == b'}' {
         c.i += 1;
@@ -114,7 +112,7 @@ pub(crate) fn parse(json: &str) -> Option<RawHeader> {
         loop {
             let key = c.string()?;
             c.eat(b':')?;
-            if key == "__metadata__" {
+            if key.as_bytes() == b"__metadata__" {
                 if metadata.is_some() {
                     return None;
                 }
@@ -124,7 +122,7 @@ pub(crate) fn parse(json: &str) -> Option<RawHeader> {
                     return None;
                 }
                 let name = CName::from_str_with(key, &mut scratch)?;
-                let (dtype, dims, rank, offsets) = entry(&mut c)?;
+                let (dtype, dims, rank, offsets) = entry(&mut c, &mut last_dtype)?;
                 let shape = match last_shape.as_ref().filter(|p| p[..] == dims[..rank]) {
                     Some(p) => p.clone(),
                     None => {
@@ -153,17 +151,26 @@ pub(crate) fn parse(json: &str) -> Option<RawHeader> {
 }
 
 /// `{"dtype": .., "shape": .., "data_offsets": ..}`, each once, any order.
-fn entry(c: &mut Cursor<'_>) -> Option<(DType, [u64; MAX_RANK], usize, [u64; 2])> {
+fn entry(c: &mut Cursor<'_>, last_dtype: &mut Option<DType>) -> Option<(DType, [u64; MAX_RANK], usize, [u64; 2])> {
     let (mut dtype, mut shape, mut offsets) = (None, None, None);
     let mut dims = [0u64; MAX_RANK];
     c.eat(b'{')?;
     loop {
         let k = c.string()?;
         c.eat(b':')?;
-        match k {
-            "dtype" if dtype.is_none() => dtype = Some(DType::from_name(c.string()?)?),
-            "shape" if shape.is_none() => shape = Some(c.uints(&mut dims)?),
-            "data_offsets" if offsets.is_none() => {
+        match k.as_bytes() {
+            b"dtype" if dtype.is_none() => {
+                let s = c.string()?;
+                // Neighbours mostly share a dtype: compare with the last one before searching.
+                let d = match *last_dtype {
+                    Some(d) if d.name() == s => d,
+                    _ => DType::from_name(s)?,
+                };
+                *last_dtype = Some(d);
+                dtype = Some(d);
+            }
+            b"shape" if shape.is_none() => shape = Some(c.uints(&mut dims)?),
+            b"data_offsets" if offsets.is_none() => {
                 let mut p = [0u64; 2];
                 if c.uints(&mut p)? != 2 {
                     return None;

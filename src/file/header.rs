@@ -34,7 +34,7 @@ pub(crate) struct Header {
     /// Bytes of the data section (the end of the last tensor).
     pub data_len: u64,
     pub entries: Vec<Entry>,
-    pub by_name: HashMap<CName, u32>,
+    pub by_name: HashMap<CName, u32, foldhash::fast::RandomState>,
     pub metadata: Vec<(CName, CName)>,
 }
 
@@ -607,7 +607,7 @@ pub(crate) fn parse(header: &[u8], total_len: u64, short_status: Status) -> Resu
     let mut raw_entries = raw.entries;
     raw_entries.sort_by_key(|r| r.offsets);
 
-    let mut by_name = HashMap::with_capacity(raw_entries.len());
+    let mut by_name = HashMap::with_capacity_and_hasher(raw_entries.len(), Default::default());
     for (file_idx, r) in raw_entries.iter().enumerate() {
         if by_name.insert(r.name.clone(), file_idx as u32).is_some() {
             return Err(Error::new(
