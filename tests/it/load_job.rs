@@ -240,3 +240,20 @@ fn cuda_load_cancelled_or_truncated_frees_its_arena() {
         assert_nothing_live();
     });
 }
+
+/// The C program tests/c/test_load_job.c: every byte of 2,000 tensors, buffers that outlive the load, a
+/// cancelled load and a truncated file freeing everything; on cpu, and on cuda:0 through the stand-in (whose
+/// exit report must show nothing live). In the valgrind pass it runs under memcheck.
+#[test]
+fn c_load_job_on_cpu_and_the_stand_in() {
+    assert!(have_cc(), "no C compiler");
+    let bin = compile_c_test("test_load_job");
+    let dir = scratch("c_load_job");
+    let out = run_ok(&bin, &[dir.to_str().unwrap(), "cpu"], &[]);
+    assert!(out.contains("ok"), "{out}");
+    let run = run_with_stand_in(&bin, &[dir.to_str().unwrap(), "cuda:0"], &[("STAND_IN_LEAK_REPORT", Some("1"))]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    assert!(run.status.success() && stdout.contains("ok"), "{stdout}\n{stderr}");
+    assert_clean_exit_report(&stderr, "test_load_job on cuda:0");
+    assert!(stderr.contains("stand-in cuda: at exit: 0 device allocations"), "{stderr}");
+}

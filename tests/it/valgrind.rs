@@ -34,6 +34,7 @@ const PASS: &[&str] = &[
     "cuda_stub::",
     "place_cuda::",
     "handoff::",
+    "load_job::",
 ];
 
 fn ci() -> bool {
