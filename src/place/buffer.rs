@@ -244,6 +244,9 @@ impl Buffer {
 }
 
 fn c_name(name: &str) -> std::ffi::CString {
+    if !name.as_bytes().contains(&0) {
+        return std::ffi::CString::new(name).unwrap_or_default(); // one allocation (the usual case)
+    }
     std::ffi::CString::new(name.replace('\0', "\\0")).unwrap_or_default()
 }
 
