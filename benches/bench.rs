@@ -32,9 +32,12 @@
 //!   gpu-put, gpu-gather, gpu-seeds the GPU section (benches/gpu_ops.rs; run on a GPU by benches/gpu/run.sh)
 //!   gpu-check, gpu-census         the GPU correctness op and the census (benches/gpu_check.rs), run first
 //!   shard-load, read-then-slice    shard-on-read vs read-then-slice (benches/shard_ops.rs)
+//!   many-paired, open-paired       hostfirst's C API vs the safetensors crate in the same process, paired
+//!                                  rounds (benches/paired_ops.rs)
 
 mod gpu_check;
 mod gpu_ops;
+mod paired_ops;
 mod shard_ops;
 
 use hostfirst::place::{put, PutOptions, Target};
@@ -117,6 +120,8 @@ fn main() {
         "gpu-census" => gpu_check::op_gpu_census(&args[1..]),
         "shard-load" => shard_ops::op_shard_load(&args[1..]),
         "read-then-slice" => shard_ops::op_read_then_slice(&args[1..]),
+        "many-paired" => paired_ops::op_many_paired(&args[1..]),
+        "open-paired" => paired_ops::op_open_paired(&args[1..]),
         _ => {
             eprintln!("usage: see the top of benches/bench.rs");
             std::process::exit(2);

@@ -256,7 +256,7 @@ def main():
     py = [sys.executable, os.path.abspath(__file__), "--peer"]
     t_start = time.time()
     only = set(argv[argv.index("--only") + 1].split(",")) if "--only" in argv else {"open", "put", "gather", "many", "cow",
-                                                                                  "shard", "coldgather"}
+                                                                                  "shard", "coldgather", "job"}
     exe = build()
     m = machine()
     m["reps"] = reps
@@ -276,7 +276,7 @@ def main():
     if "open" not in only:  # the other sections use only the 2 GiB token file (and "many" its own)
         sizes, counts = [2 * GiB], []
     files = {}
-    if only <= {"shard", "coldgather"}:  # these sections write their own files
+    if only <= {"shard", "coldgather", "job"}:  # these sections write their own files
         sizes, counts = [], []
     print("generating files ...", flush=True)
     for s in sizes:
@@ -390,6 +390,25 @@ def main():
         if subprocess.run(cmd + (["--batches", "20"] if quick else []), env=env).returncode != 0:
             sys.stderr.write("FAILED: benches/cold_gather.py\n")
 
+    # 10. issue 22: a plan's load as one job, and the open cost, against the safetensors crate in ONE process
+    # (paired rounds, alternating order; benches/paired_ops.rs), and hostfirst.load in Python against
+    # safetensors.numpy.load_file, also in one process (benches/python_load.py).
+    job_files = []
+    if "job" in only:
+        print("10. one-job loads and open cost ...", flush=True)
+        subprocess.run(["cargo", "build", "--release", "--lib"], cwd=ROOT, check=True, capture_output=True)
+        one, lots = os.path.join(data, "count-1.safetensors"), os.path.join(data, "count-100000.safetensors")
+        for p, c, e in ((one, 1, 16), (lots, 100000, 16), (many, 20000, 1024)):
+            if not os.path.exists(p):
+                write_many(p, c, e)
+            job_files.append(p)
+        for r in range(reps):
+            res = warm(exe, many)
+            add(run1([exe, "many-paired", many, "11"]), rep=r, resident=res)
+            add(run1([exe, "open-paired", one, "401"]), rep=r, series="open-1")
+            add(run1([exe, "open-paired", lots, "11"]), rep=r, series="open-100000", resident=warm(exe, lots))
+            rec = run1([sys.executable, os.path.join(HERE, "python_load.py"), many, "--rounds", "7"])
+            add(rec, rep=r, resident=res, impl="python")
     m["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
     m["wall_s"] = round(time.time() - t_start, 1)
     outdir = os.path.join(HERE, "results")
@@ -401,7 +420,8 @@ def main():
         # A partial re-run replaces those sections' records in latest.json and is noted in its machine block.
         prev = json.load(open(latest))
         ops = {"open": {"open"}, "put": {"put-cpu", "memcpy", "pread"}, "gather": {"gather"}, "many": {"load-all"},
-               "cow": set(), "shard": {"shard"}, "coldgather": set()}
+               "cow": set(), "shard": {"shard"}, "coldgather": set(),
+               "job": {"many-paired", "open-paired", "python-load-paired"}}
         drop = set().union(*(ops[o] for o in only))
 
         def dropped(r):  # the cow section's records are its series (it shares ops with the put section)
@@ -419,7 +439,7 @@ def main():
         json.dump(doc, f, indent=1)
     print(f"wrote benches/results/{raw} ({len(recs)} records, {m['wall_s']} s)")
     if not keep:
-        for p in list(files.values()) + [many, shard_file, os.path.join(data, f"single-{2 * GiB // MiB}MiB.safetensors")]:
+        for p in list(files.values()) + [many, shard_file, os.path.join(data, f"single-{2 * GiB // MiB}MiB.safetensors")] + job_files:
             if os.path.exists(p):
                 os.remove(p)
     subprocess.run([sys.executable, os.path.join(HERE, "report.py"), os.path.join(outdir, "latest.json")], check=True)

@@ -33,14 +33,26 @@ pub const HOSTFIRST_LOADED_BUFFER: u32 = 2;
 
 /// Applies `plan` (made from `file`) and writes a new load handle to `*out` (free with `hostfirst_load_free`).
 ///
-/// Before the first byte moves, every device of the plan is fit-checked against its memory free *now*; the
-/// first that does not fit gives `OUT_OF_MEMORY` naming the device with the numbers (structured: `hostfirst_last_fit`),
-/// and nothing is allocated. Then each device tensor is
-/// put (fit check, allocation, parallel reads / pinned staging); host tensors become views.
+/// Before the first byte moves, every device of the plan is fit-checked against its memory free *now* (one
+/// memory query per device, the only fit check of the load); the first that does not fit gives
+/// `OUT_OF_MEMORY` naming the device with the numbers (structured: `hostfirst_last_fit`), and nothing is
+/// allocated. Host tensors become views. Then each device's tensors are placed as one job:
+/// - `cpu`: one host allocation for all of them; each tensor's buffer is a 64-byte aligned part of it.
+/// - `cuda:N`: one device allocation (`cuMemAlloc`) for all of them; each buffer is a 256-byte aligned part
+///   (the alignment DLPack asks for). The bytes go through the page-locked staging ring on one stream with
+///   one event per staging slab, reused: no stream, event or allocation per tensor.
+/// - `cuda_host`, and `cpu` with copy-on-write (`hostfirst_load_run_ex`): one allocation (or mapping) per
+///   tensor.
 ///
-/// `progress` (may be NULL) is called on the calling thread at a bounded rate with the bytes moved to
-/// devices so far and in all, at least once, last with `done == total`; returning nonzero cancels:
-/// `CANCELLED`, and everything the load had allocated is freed. Any other failure also frees everything.
+/// Neighbouring tensors in the file are read together (one `pread`/`preadv`, never through the mapping, so
+/// a file truncated since it was opened gives `TRUNCATED`, not a crash) as long as the bytes read between
+/// them stay within 1.25 pages read per page needed. A buffer obtained from the load keeps its device's
+/// allocation alive: the memory is released when the load and every buffer handle from it are freed.
+///
+/// `progress` (may be NULL) is called on the calling thread at a bounded rate (at most every 50 ms, plus once
+/// after each device's job) with the bytes moved to devices so far and in all, never decreasing, at least
+/// once, last with `done == total`; returning nonzero cancels: `CANCELLED`, no further call, and everything
+/// the load had allocated is freed. Any other failure also frees everything.
 /// Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (the plan was made for another file),
 /// `OUT_OF_MEMORY`, `CANCELLED`, `DEVICE_ERROR`, `IO`, `TRUNCATED`. On error `*out` is unchanged.
 /// Thread-safe; `user` is passed through untouched.

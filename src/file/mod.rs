@@ -3,7 +3,7 @@
 //!
 //! Opening reads only the header (with `pread`) and maps the file read-only without populating it, so its
 //! cost and memory do not grow with the data size. Validation is at least as strict as the reference crate
-//! (which is also run, inside `catch_unwind`, as a cross-check) and stricter where it is lax: duplicate
+//! (held to it by tests, not re-run at open) and stricter where it is lax: duplicate
 //! names, a tensor named `__metadata__`, and the caps below. Leading and trailing JSON whitespace around the
 //! header object is accepted, as the reference crate does, although the format text says the header must
 //! begin with `{` (interoperability over the letter of the spec). "Catalogue row N" in comments here and in the
@@ -19,6 +19,7 @@
 //! # Ok::<(), hostfirst::Error>(())
 //! ```
 
+mod fast_header;
 mod header;
 mod index;
 pub mod layout;

@@ -50,6 +50,15 @@ pub(crate) enum Source {
     Memory(Box<dyn AsRef<[u8]> + Send + Sync>),
 }
 
+/// What [`Shard::open_file_detect`] found (a value returned once per open, never stored: no need to box).
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Opened {
+    /// A validated safetensors file.
+    Shard(Shard),
+    /// The file looks like a sharded set's JSON index, not safetensors.
+    Index,
+}
+
 /// A validated safetensors file or buffer.
 pub(crate) struct Shard {
     pub display: String,
@@ -99,8 +108,19 @@ impl Shard {
     /// Opens and validates a safetensors file. Reads only the header (with pread); maps the file read-only
     /// without populating it, so no data page is touched.
     pub(crate) fn open_file(path: &Path) -> Result<Shard> {
-        let display = path.display().to_string();
-        // O_NONBLOCK so that opening a FIFO cannot hang; it has no effect on regular files.
+        match Shard::open_file_detect(path, false)? {
+            Opened::Shard(s) => Ok(s),
+            Opened::Index => unreachable!("index detection is off"),
+        }
+    }
+
+    /// [`Shard::open_file`]; with `detect_index`, a file whose first bytes begin a JSON object but cannot be a
+    /// safetensors length prefix for this file is reported as [`Opened::Index`] (a sharded set's index)
+    /// instead of an error. One open, one `fstat`, one `pread` of the first 4 KiB (a header that fits there
+    /// is not read again), one mapping.
+    pub(crate) fn open_file_detect(path: &Path, detect_index: bool) -> Result<Opened> {
+        let display = path.to_string_lossy().into_owned(); // what `path.display()` shows, without formatting
+                                                           // O_NONBLOCK so that opening a FIFO cannot hang; it has no effect on regular files.
         let file = fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NONBLOCK)
@@ -112,31 +132,46 @@ impl Shard {
         }
         let len = meta.len();
         let ctx = |e: Error| e.context(&display);
-        let mut prefix = [0u8; header::PREFIX_PEEK];
-        let have = len.min(header::PREFIX_PEEK as u64) as usize;
-        pread_exact(&file, 0, &mut prefix[..have], &display, &|| "reading the header length".into())?;
-        let n = header::header_len(&prefix[..have], len, Status::Truncated).map_err(ctx)?;
-        let mut json = vec![0u8; n as usize];
-        pread_exact(&file, 8, &mut json, &display, &|| "reading the header".into())?;
-        let header = header::parse(&json, len, Status::Truncated).map_err(ctx)?;
-        drop(json);
+        const FIRST_READ: usize = 4096;
+        let mut first = [0u8; FIRST_READ];
+        let have = len.min(FIRST_READ as u64) as usize;
+        pread_exact(&file, 0, &mut first[..have], &display, &|| "reading the header length".into())?;
+        let prefix = &first[..have.min(header::PREFIX_PEEK)];
+        if detect_index {
+            let starts_json = prefix.iter().find(|b| !b" \t\r\n".contains(b)) == Some(&b'{');
+            let prefix_ok = prefix.len() >= 8
+                && u64::from_le_bytes(prefix[..8].try_into().expect("8 bytes"))
+                    .checked_add(8)
+                    .is_some_and(|s| s <= len);
+            if starts_json && !prefix_ok {
+                return Ok(Opened::Index);
+            }
+        }
+        let n = header::header_len(prefix, len, Status::Truncated).map_err(ctx)? as usize;
+        let header = if 8 + n <= have {
+            header::parse(&first[8..8 + n], len, Status::Truncated).map_err(ctx)?
+        } else {
+            let mut json = vec![0u8; n];
+            pread_exact(&file, 8, &mut json, &display, &|| "reading the header".into())?;
+            header::parse(&json, len, Status::Truncated).map_err(ctx)?
+        };
+        // The length is the one `fstat` gave above (memmap2 would ask again); the header check proved it
+        // non-zero.
+        let map_len = usize::try_from(len)
+            .map_err(|_| Error::new(Status::Io, format!("{display}: {len} bytes cannot be mapped here")))?;
         // SAFETY: a read-only shared mapping. If another process truncates the file while it is mapped, reads
         // through the mapping fault (SIGBUS); that hazard is documented on every API returning mapped memory,
         // and the pread paths (`read_at`) never touch the mapping.
-        let map =
-            unsafe { memmap2::MmapOptions::new().map(&file) }.map_err(|e| io_error(&display, "cannot map", &e))?;
-        if map.len() as u64 != len {
-            return Err(Error::new(Status::Io, format!("{display}: the file changed size while it was opened")));
-        }
+        let map = unsafe { memmap2::MmapOptions::new().len(map_len).map(&file) }
+            .map_err(|e| io_error(&display, "cannot map", &e))?;
         let shard = Shard {
-            path_c: CName::new(display.clone()),
+            path_c: CName::from_str(&display),
             display,
             path: Some(path.to_path_buf()),
             source: Source::File { file, map, populated: Mutex::new(Vec::new()), no_readahead: Mutex::new(0) },
             header,
         };
-        shard.cross_check()?;
-        Ok(shard)
+        Ok(Opened::Shard(shard))
     }
 
     /// Validates a memory buffer (owned by `owner`).
@@ -148,27 +183,7 @@ impl Shard {
         let n = header::header_len(bytes, len, Status::InvalidHeaderLength).map_err(ctx)?;
         let header = header::parse(&bytes[8..8 + n as usize], len, Status::IncompleteBuffer).map_err(ctx)?;
         let shard = Shard { display, path: None, path_c: None, source: Source::Memory(owner), header };
-        shard.cross_check()?;
         Ok(shard)
-    }
-
-    /// The reference crate must agree on headers up to `REFERENCE_FULL_PARSE_MAX` (it runs inside
-    /// `catch_unwind`); larger ones rest on our pass (see that constant for why and for the test).
-    fn cross_check(&self) -> Result<()> {
-        if self.header.header_len > header::REFERENCE_FULL_PARSE_MAX {
-            return Ok(());
-        }
-        let data_len = header::reference_check(self.bytes()).map_err(|e| e.context(&self.display))?;
-        if data_len != self.header.data_len {
-            return Err(Error::new(
-                Status::Internal,
-                format!(
-                    "{}: hostfirst and the reference parser disagree on the data length ({} vs {data_len})",
-                    self.display, self.header.data_len
-                ),
-            ));
-        }
-        Ok(())
     }
 
     /// The whole file or buffer (file: the read-only mapping).

@@ -3,12 +3,11 @@
 use super::header::Entry;
 use super::index;
 use super::names::CName;
-use super::shard::{RawMemory, Shard};
+use super::shard::{Opened, RawMemory, Shard};
 use super::view::TensorView;
 use super::MAX_SET_TENSORS;
 use crate::error::{Error, Result, Status};
 use std::collections::{BTreeMap, HashMap};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -45,40 +44,21 @@ impl std::fmt::Debug for TensorFile {
     }
 }
 
-/// True when `path` should be read as a sharded index: its name ends in `.json`, or its content starts (after
-/// JSON whitespace) with `{` while its first 8 bytes cannot be a safetensors length prefix for this file.
-fn looks_like_index(path: &Path) -> bool {
-    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json")) {
-        return true;
-    }
-    // Never open anything but a regular file here (opening a FIFO would block).
-    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
-        return false;
-    }
-    let Ok(f) = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path) else { return false };
-    let Ok(meta) = f.metadata() else { return false };
-    let mut head = [0u8; 64];
-    let have = {
-        use std::os::unix::fs::FileExt;
-        f.read_at(&mut head, 0).unwrap_or(0)
-    };
-    let head = &head[..have];
-    let starts_json = head.iter().find(|b| !b" \t\r\n".contains(b)) == Some(&b'{');
-    let prefix_ok = head.len() >= 8
-        && u64::from_le_bytes(head[..8].try_into().expect("8 bytes")).checked_add(8).is_some_and(|s| s <= meta.len());
-    starts_json && !prefix_ok
-}
-
 impl TensorFile {
     /// Opens a `.safetensors` file, or a sharded set when the path is an index (see [`TensorFile::open_index`];
     /// detected by a `.json` name or by content). Reads only headers; never touches an accelerator.
     pub fn open(path: impl AsRef<Path>) -> Result<TensorFile> {
+        // A sharded index: a `.json` name, or content that starts (after JSON whitespace) with `{` while its
+        // first 8 bytes cannot be a safetensors length prefix for this file (found by the one open below).
         let path = path.as_ref();
         not_empty(path)?;
-        if looks_like_index(path) {
+        if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json")) {
             return TensorFile::open_index(path);
         }
-        TensorFile::open_safetensors(path)
+        match Shard::open_file_detect(path, true)? {
+            Opened::Shard(s) => Ok(TensorFile::single(Arc::new(s))),
+            Opened::Index => TensorFile::open_index(path),
+        }
     }
 
     /// Opens one `.safetensors` file (never an index).

@@ -54,6 +54,11 @@ impl Buffer {
         Ok(Buffer::with_memory(name, dtype, shape, nbytes, mem))
     }
 
+    /// A buffer over memory the caller allocated (a load's sub-allocations, see [`super::arena`]).
+    pub(crate) fn from_memory(name: &str, dtype: DType, shape: &[u64], nbytes: u64, mem: Memory) -> Buffer {
+        Buffer::with_memory(name, dtype, shape, nbytes, mem)
+    }
+
     fn with_memory(name: &str, dtype: DType, shape: &[u64], nbytes: u64, mem: Memory) -> Buffer {
         Buffer {
             name: name.to_string(),
@@ -285,6 +290,9 @@ impl Buffer {
 }
 
 fn c_name(name: &str) -> std::ffi::CString {
+    if !name.as_bytes().contains(&0) {
+        return std::ffi::CString::new(name).unwrap_or_default(); // one allocation (the usual case)
+    }
     std::ffi::CString::new(name.replace('\0', "\\0")).unwrap_or_default()
 }
 

@@ -20,6 +20,8 @@ enum Kind {
     #[cfg(unix)]
     Mapped,
     /// A `MAP_PRIVATE` file mapping of `len` bytes at `base`; the data starts inside its first page.
+    /// A part of a shared allocation ([`HostAlloc::sub`]), which it keeps alive (held, never read).
+    Part(#[allow(dead_code)] std::sync::Arc<HostAlloc>),
     #[cfg(unix)]
     FilePrivate {
         base: *mut libc::c_void,
@@ -82,6 +84,25 @@ impl HostAlloc {
             )
         })?;
         Ok(HostAlloc { ptr, len, kind: Kind::Heap(layout) })
+    }
+
+    /// Bytes `offset..offset + len` of `arena` as an allocation of their own, keeping `arena` alive: loads
+    /// sub-allocate every cpu tensor out of one allocation, freed when the last part goes. `OUT_OF_RANGE`
+    /// when the range is not within the arena. The parts' bytes must not overlap for writes: `as_mut_slice`
+    /// of a part gives its own range only, and callers hand out disjoint ranges.
+    pub fn sub(arena: &std::sync::Arc<HostAlloc>, offset: usize, len: usize) -> Result<HostAlloc> {
+        if offset.checked_add(len).map_or(true, |e| e > arena.len) {
+            return Err(Error::new(
+                Status::OutOfRange,
+                format!("host sub-allocation: {len} bytes at offset {offset} outside {} bytes", arena.len),
+            ));
+        }
+        if len == 0 {
+            return Ok(HostAlloc { ptr: NonNull::dangling(), len: 0, kind: Kind::Empty });
+        }
+        // SAFETY: offset + len ≤ arena.len, so the pointer stays inside the allocation.
+        let ptr = unsafe { NonNull::new_unchecked(arena.ptr.as_ptr().add(offset)) };
+        Ok(HostAlloc { ptr, len, kind: Kind::Part(arena.clone()) })
     }
 
     /// Length in bytes.
@@ -253,7 +274,7 @@ unsafe fn populate_read(addr: usize, len: usize) -> std::io::Result<bool> {
 impl Drop for HostAlloc {
     fn drop(&mut self) {
         match self.kind {
-            Kind::Empty => {}
+            Kind::Empty | Kind::Part(_) => {} // a part: the shared allocation goes with its last reference
             // SAFETY: allocated with this layout by alloc_zeroed.
             Kind::Heap(layout) => unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) },
             #[cfg(unix)]

@@ -1,6 +1,7 @@
 //! Placement: buffers that own memory on a device, puts with a fit check, the staging pipeline to CUDA,
 //! whole-file placement rules, and the batch gather.
 
+pub mod arena;
 pub mod buffer;
 pub mod consumer;
 pub mod export;

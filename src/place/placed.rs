@@ -1,9 +1,11 @@
 //! Loading a whole file by a plan: every device fit-checked up front, then the puts, one progress callback.
 
-use super::buffer::Buffer;
+use super::arena::{cancelled, load_cuda, load_host, Reporter};
+use super::buffer::{Buffer, Memory};
 use super::plan::{DeviceSummary, Placement, Plan};
 use super::put::{fill, PutOptions};
 use crate::device::fit;
+use crate::device::DeviceKind;
 use crate::error::{human_bytes, Error, FitFailure, Result, Status};
 use crate::file::{TensorFile, TensorView};
 use std::sync::{Arc, Mutex};
@@ -83,75 +85,97 @@ pub struct LoadOptions<'a> {
     pub progress: Option<&'a mut dyn FnMut(u64, u64) -> bool>,
 }
 
-/// Applies `plan` (made from `file`): fit-checks every device before the first byte moves, then puts each
-/// device tensor; host tensors become views. `progress(done, total)` covers the bytes moved to devices,
-/// is called at a bounded rate, at least once, and last with `done == total`; returning true cancels
+/// Applies `plan` (made from `file`): fit-checks every device before the first byte moves (once per
+/// device), then places each device's tensors as one job ([`load_with`]); host tensors become views.
+/// `progress(done, total)` covers the bytes moved to devices, is called at a bounded rate (and after each
+/// device's job), monotonic, at least once, and last with `done == total`; returning true cancels
 /// (`CANCELLED`, everything already placed is freed). Any failure frees everything the load had taken.
 pub fn load(file: &TensorFile, plan: &Plan, progress: Option<&mut dyn FnMut(u64, u64) -> bool>) -> Result<Loaded> {
     load_with(file, plan, LoadOptions { copy_on_write: false, progress })
 }
 
 /// [`load`] with options (copy-on-write cpu tensors).
+///
+/// The plan runs as one job per device (see [`super::arena`]): one fit check per device (the plan's, above),
+/// then `cpu` tensors become parts of one host allocation and each `cuda:N`'s tensors parts of one device
+/// allocation, read with neighbouring tensors coalesced; CUDA copies go through the staging ring on one
+/// stream. Copy-on-write `cpu` tensors and `cuda_host` tensors are placed one by one (each its own mapping
+/// or page-locked allocation).
 pub fn load_with(file: &TensorFile, plan: &Plan, opts: LoadOptions<'_>) -> Result<Loaded> {
-    let LoadOptions { copy_on_write, mut progress } = opts;
+    let LoadOptions { copy_on_write, progress } = opts;
     if plan.entries.len() != file.len() || plan.entries.iter().any(|e| file.name(e.index) != Some(e.name.as_str())) {
         return Err(Error::new(Status::InvalidArgument, format!("the plan was not made for {}", file.display_name())));
     }
     check_plan(plan)?;
     let total = plan.device_bytes();
-    let cancelled = || Error::new(Status::Cancelled, "load cancelled by the progress callback; nothing kept");
-    let mut entries = Vec::with_capacity(plan.entries.len());
-    let mut base = 0u64;
-    let mut last_call = std::time::Instant::now();
-    for e in &plan.entries {
+    let mut rep = Reporter::new(progress, total);
+    let mut entries: Vec<Option<Placed>> = Vec::with_capacity(plan.entries.len());
+    // Jobs: per device, the entry indices and views it receives.
+    let mut jobs: Vec<(crate::device::Device, Vec<usize>, Vec<TensorView>)> = Vec::new();
+    for (i, e) in plan.entries.iter().enumerate() {
         let view = file.view_at(e.index)?;
-        let placed = match e.placement {
-            Placement::Host => Placed::View(view),
-            Placement::Device(d) => {
-                let has_progress = progress.is_some();
-                let mut sink = |done: u64, _t: u64| match progress.as_mut() {
-                    Some(p) => p(base + done, total),
-                    None => false,
-                };
-                let opts =
-                    PutOptions { progress: if has_progress { Some(&mut sink) } else { None }, ..PutOptions::default() };
-                // The whole load was fit-checked up front; a per-tensor check would read /proc/meminfo (or ask
-                // the driver) once per tensor, which dominated many-tensor loads.
-                let cow = copy_on_write && d.kind == crate::device::DeviceKind::CPU && view.file_and_offset().is_some();
-                let made = if cow {
-                    Buffer::map_private(&view, true)
-                } else {
-                    Buffer::alloc(view.name(), view.dtype(), view.shape(), view.nbytes(), d)
-                        .and_then(|mut b| fill(&view, &mut b, opts).map(|_| b))
-                };
-                let buf = made.map_err(|err| {
-                    if err.status() == Status::Cancelled {
-                        cancelled()
-                    } else {
-                        err // already names the file and the tensor
-                    }
-                })?;
-                base += e.nbytes;
-                // Between tensors: at most every 20 ms (many small tensors), and always at the end.
-                let due = base == total || last_call.elapsed() >= std::time::Duration::from_millis(20);
-                if let (true, Some(p)) = (due, progress.as_mut()) {
-                    last_call = std::time::Instant::now();
-                    if p(base, total) {
-                        return Err(cancelled());
-                    }
-                }
-                Placed::Buffer(Arc::new(Mutex::new(buf)))
+        let d = match e.placement {
+            Placement::Host => {
+                entries.push(Some(Placed::View(view)));
+                continue;
             }
+            Placement::Device(d) => d,
         };
-        entries.push(placed);
-    }
-    if total == 0 {
-        if let Some(p) = progress.as_mut() {
-            if p(0, 0) {
-                return Err(cancelled());
+        let cow = copy_on_write && d.kind == DeviceKind::CPU && view.file_and_offset().is_some();
+        if !cow && matches!(d.kind, DeviceKind::CPU | DeviceKind::CUDA) {
+            match jobs.iter_mut().find(|j| j.0 == d) {
+                Some(j) => {
+                    j.1.push(i);
+                    j.2.push(view);
+                }
+                None => jobs.push((d, vec![i], vec![view])),
             }
+            entries.push(None);
+            continue;
+        }
+        // One by one: copy-on-write mappings and cuda_host buffers (the load was fit-checked up front; a
+        // per-tensor check would read /proc/meminfo or ask the driver once per tensor).
+        let base = rep.base;
+        let made = if cow {
+            Buffer::map_private(&view, true)
+        } else {
+            let active = rep.active();
+            let mut sink = |done: u64, _t: u64| match rep.sink() {
+                Some(p) => p(base + done, total),
+                None => false,
+            };
+            let opts = PutOptions { progress: if active { Some(&mut sink) } else { None }, ..PutOptions::default() };
+            Buffer::alloc(view.name(), view.dtype(), view.shape(), view.nbytes(), d)
+                .and_then(|mut b| fill(&view, &mut b, opts).map(|_| b))
+        };
+        let buf = made.map_err(|err| if err.status() == Status::Cancelled { cancelled() } else { err })?;
+        rep.base += e.nbytes;
+        if rep.active() && (rep.base == total || rep.due()) {
+            rep.call(rep.base)?;
+        }
+        entries.push(Some(Placed::Buffer(Arc::new(Mutex::new(buf)))));
+    }
+    for (d, idx, views) in jobs {
+        let bytes: u64 = views.iter().map(|v| v.nbytes()).sum();
+        let mems: Vec<Memory> = match d.kind {
+            DeviceKind::CPU => load_host(&views, &mut rep)?.into_iter().map(Memory::Host).collect(),
+            _ => load_cuda(d.ordinal, &views, &mut rep)?.into_iter().map(Memory::Cuda).collect(),
+        };
+        rep.base += bytes;
+        // After each device's job (not rate-limited: one call per device); the last comes below.
+        if rep.active() && rep.base < total {
+            rep.call(rep.base)?;
+        }
+        for ((i, v), mem) in idx.into_iter().zip(&views).zip(mems) {
+            let buf = Buffer::from_memory(v.name(), v.dtype(), v.shape(), v.nbytes(), mem);
+            entries[i] = Some(Placed::Buffer(Arc::new(Mutex::new(buf))));
         }
     }
+    // The final call: done == total (also for a load that moves nothing).
+    if rep.active() {
+        rep.call(total)?;
+    }
+    let entries = entries.into_iter().map(|e| e.expect("every entry placed")).collect();
     Ok(Loaded { file: file.clone(), entries })
 }
 

@@ -135,6 +135,14 @@ fn class_matches(class: &[char], c: char) -> bool {
 
 /// Glob match of a whole `name` against `pattern` (see the module documentation).
 pub fn glob_match(pattern: &str, name: &str) -> bool {
+    // Without allocating: `*` (any run of stars) matches every name, a pattern without special characters
+    // matches itself only. A plan asks once per tensor and rule.
+    if !pattern.is_empty() && pattern.bytes().all(|b| b == b'*') {
+        return true;
+    }
+    if !pattern.bytes().any(|b| matches!(b, b'*' | b'?' | b'[' | b'\\')) {
+        return pattern == name;
+    }
     let p: Vec<char> = pattern.chars().collect();
     let n: Vec<char> = name.chars().collect();
     let (mut pi, mut ni) = (0usize, 0usize);

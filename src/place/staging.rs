@@ -78,7 +78,7 @@ fn pool() -> &'static GlobalMutex<Vec<PinnedHostMemory>> {
 /// sizes from page-locking new memory for each.
 /// New slabs are allocated through the destination device's context (`ordinal`); pooled ones, being portable,
 /// serve any device.
-fn take_slab(ordinal: u32, len: usize) -> Result<PinnedHostMemory> {
+pub(crate) fn take_slab(ordinal: u32, len: usize) -> Result<PinnedHostMemory> {
     {
         let mut p = pool().lock();
         let best = p.iter().enumerate().filter(|(_, s)| s.len() >= len).min_by_key(|(_, s)| s.len()).map(|(i, _)| i);
@@ -101,7 +101,7 @@ fn recycle(free_tx: &Option<mpsc::Sender<PinnedHostMemory>>, slab: PinnedHostMem
     }
 }
 
-fn give_slab(slab: PinnedHostMemory) {
+pub(crate) fn give_slab(slab: PinnedHostMemory) {
     let mut p = pool().lock();
     let held: usize = p.iter().map(|s| s.len()).sum();
     if held + slab.len() <= POOL_CAP_BYTES {

@@ -533,6 +533,8 @@ static unsigned long long total_allocs, retains, bytes_copied, pageable_async, l
     peer_direct, stream_wait_events, spinning_waits, seq_counter, deferred_ops, sync_points, implicit_syncs,
     nvml_queries, calls_after_fork, register_calls, memsets;
 static unsigned long long rng_state;
+/* Counted in all (not live): streams and events ever created, cuMemGetInfo calls. */
+static unsigned long long streams_created, events_created, mem_get_info_calls;
 static __thread CUcontext current;
 /* Per-thread default streams (CU_STREAM_PER_THREAD), one per thread and context, created on first use and kept
  * (never counted as live streams); pts lists every one so that waits and drains see them. */
@@ -1273,6 +1275,7 @@ static CUresult mem_get_info(size_t *free_b, size_t *total_b) {
     CUresult r = need_ctx();
     if (r) return r;
     if (!free_b || !total_b) return CUDA_ERROR_INVALID_VALUE;
+    mem_get_info_calls++;
     *free_b = (size_t)free_on(current->device);
     *total_b = (size_t)cfg.total[cfg.visible[current->device]];
     return CUDA_SUCCESS;
@@ -1289,8 +1292,9 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t size) {
     /* Allocation is a barrier on the real driver: it may wait for the device's queued work. */
     if (cfg.deferred && cfg.device_wide_sync && drain_context(current)) implicit_syncs++;
     if (current->sticky) return current->sticky;
-    unsigned char *p = malloc(size);
-    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    /* Like the driver's, allocations are at least 256-byte aligned (CUDA guarantees 256; 512 is observed). */
+    unsigned char *p = NULL;
+    if (posix_memalign((void **)&p, 512, size)) return CUDA_ERROR_OUT_OF_MEMORY;
     /* Fresh device memory is whatever the device held before, never zeroes by promise: a non-zero pattern makes
      * a read of memory nobody wrote visible (STAND_IN_POISON_FRESH=0: malloc's contents). */
     if (cfg.poison_fresh) memset(p, POISON_BYTE, size);
@@ -1543,6 +1547,7 @@ static CUresult stream_create(CUstream *ps, unsigned int flags) {
         free(s);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    streams_created++;
     *ps = s;
     return CUDA_SUCCESS;
 }
@@ -1600,6 +1605,7 @@ static CUresult event_create(CUevent *pe, unsigned int flags) {
         free(e);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    events_created++;
     *pe = e;
     return CUDA_SUCCESS;
 }
@@ -1796,6 +1802,11 @@ static unsigned long long queued_ops(void) {
     return n;
 }
 
+/* In all since the start: streams and events created, cuMemGetInfo calls (with stand_in_nvml_memory_queries,
+ * every memory query), for tests that bound per-load costs. */
+QUERY(stand_in_streams_created, streams_created)
+QUERY(stand_in_events_created, events_created)
+QUERY(stand_in_mem_get_info_calls, mem_get_info_calls)
 QUERY(stand_in_live_allocations, allocations.len)
 QUERY(stand_in_live_device_bytes, live_device_bytes())
 QUERY(stand_in_total_allocations, total_allocs)

@@ -27,6 +27,7 @@ mod gpu_harness;
 mod handoff;
 mod header;
 mod install;
+mod load_job;
 mod mpi;
 mod place_cpu;
 mod place_cuda;

@@ -35,6 +35,7 @@ const PASS: &[&str] = &[
     "place_cuda::",
     "handoff::",
     "gather::",
+    "load_job::",
 ];
 
 fn ci() -> bool {

@@ -220,6 +220,9 @@ pub struct DeviceMemory {
     ctx: &'static Context,
     dptr: u64,
     len: usize,
+    /// A sub-allocation ([`DeviceMemory::sub`]): the allocation it lies in, kept alive by this reference and
+    /// freed when the last sub-allocation (and the arena itself) is dropped. `None`: this value owns `dptr`.
+    arena: Option<std::sync::Arc<DeviceMemory>>,
 }
 
 // `DeviceMemory` is Send + Sync automatically (a `&'static Context`, a u64 and a usize): its only resource is
@@ -235,7 +238,7 @@ impl DeviceMemory {
     pub fn alloc(ordinal: u32, len: usize) -> Result<DeviceMemory> {
         let ctx = Context::get(ordinal)?;
         if len == 0 {
-            return Ok(DeviceMemory { ctx, dptr: 0, len: 0 });
+            return Ok(DeviceMemory { ctx, dptr: 0, len: 0, arena: None });
         }
         let api = api()?;
         let _current = ctx.enter()?;
@@ -257,7 +260,26 @@ impl DeviceMemory {
             ));
         }
         api.check(r, what)?;
-        Ok(DeviceMemory { ctx, dptr, len })
+        Ok(DeviceMemory { ctx, dptr, len, arena: None })
+    }
+
+    /// Bytes `offset..offset + len` of `arena` as an allocation of their own: same device, device pointer
+    /// `arena + offset`, freed with the arena when the last such part and the arena are dropped (the part
+    /// holds a reference to it). Loads use it to give every tensor of a device one buffer out of one
+    /// `cuMemAlloc`. `OUT_OF_RANGE` when the range does not lie within the arena.
+    pub fn sub(arena: &std::sync::Arc<DeviceMemory>, offset: usize, len: usize) -> Result<DeviceMemory> {
+        check_range("device sub-allocation", offset, len, arena.len)?;
+        Ok(DeviceMemory {
+            ctx: arena.ctx,
+            dptr: if len == 0 { 0 } else { arena.dptr + offset as u64 },
+            len,
+            arena: Some(arena.clone()),
+        })
+    }
+
+    /// True for a part of a larger allocation ([`DeviceMemory::sub`]).
+    pub fn is_sub_allocation(&self) -> bool {
+        self.arena.is_some()
     }
 
     /// The device ordinal.
@@ -288,8 +310,8 @@ impl DeviceMemory {
 
 impl Drop for DeviceMemory {
     fn drop(&mut self) {
-        if self.len == 0 {
-            return;
+        if self.len == 0 || self.arena.is_some() {
+            return; // nothing allocated, or a part: the arena frees the whole when its last reference goes
         }
         if let Ok(api) = api() {
             if let Ok(_current) = self.ctx.enter() {

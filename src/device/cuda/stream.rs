@@ -336,7 +336,7 @@ impl Event {
 
     /// [`Event::synchronize`], also giving the driver's code: `Ok(CUDA_SUCCESS)`, or the `DEVICE_ERROR` and the
     /// failing code.
-    fn synchronize_code(&self) -> std::result::Result<(), (Error, CuResult)> {
+    pub(crate) fn synchronize_code(&self) -> std::result::Result<(), (Error, CuResult)> {
         let api = api().map_err(|e| (e, CUDA_SUCCESS))?;
         let _current = self.ctx.enter().map_err(|e| (e, CUDA_SUCCESS))?;
         // SAFETY: a live event handle.

@@ -1,0 +1,683 @@
+//! A load's device tensors as one job per device: one allocation (the arena) that every tensor of that device
+//! is a part of, reads coalesced across neighbouring tensors, and for CUDA one stream, one reused event per
+//! staging slab, and the slabs kept busy back to back across tensors.
+//!
+//! - **Arena**: `cpu` tensors are parts of one host allocation ([`HostAlloc::sub`], each part 64-byte
+//!   aligned, like hostfirst's other host buffers); `cuda:N` tensors are parts of one `cuMemAlloc`
+//!   ([`DeviceMemory::sub`], each part 256-byte aligned, the alignment DLPack asks of data pointers). Every
+//!   part holds a reference to its arena, which is freed when the last part is dropped. A failed or cancelled
+//!   job drops its arena before returning, so nothing it allocated survives.
+//! - **Reads**: tensors are sorted by their offset in their file and neighbours are read together when the
+//!   merged read stays within the read policy's over-read bound ([`ReadPolicy::max_over_read`], counted in
+//!   pages) and within one read's size (8 MiB for host memory, one staging slab for CUDA). Host reads go
+//!   straight into the arena with `preadv` (the bytes between tensors into a scratch buffer); CUDA reads fill
+//!   a page-locked slab with one `pread`, and one `cuMemcpyHtoDAsync` per run of tensors that are contiguous
+//!   in both the file and the arena moves it to the device. `pread` (never the mapping) turns a truncated
+//!   file into `TRUNCATED`.
+//! - **CUDA pipeline**: reader threads fill slabs; the calling thread enqueues each filled slab's copies on
+//!   the job's one stream and re-records that slab's event; a slab goes back to the readers once its event
+//!   has completed. The ring never drains between tensors: a slab holds many small tensors, or a piece of a
+//!   large one. Streams and events are created once per job, not per tensor.
+//! - **Progress** counts tensor bytes (never the gaps read between them), from the calling thread, at most
+//!   every [`PROGRESS_INTERVAL`], monotonic; the caller makes the final call.
+
+use super::host::HostAlloc;
+use super::parallel::{default_threads, PROGRESS_INTERVAL};
+use crate::device::cuda::{DeviceMemory, Event, PinnedHostMemory, Stream};
+use crate::error::{Error, Result, Status};
+use crate::file::{ReadPolicy, TensorView};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Alignment of each tensor inside a host arena.
+pub const HOST_ALIGN: usize = 64;
+/// Alignment of each tensor inside a CUDA arena (DLPack's 256 bytes).
+pub const CUDA_ALIGN: usize = 256;
+/// Largest coalesced host read.
+pub const HOST_READ_BYTES: usize = 8 << 20;
+const PAGE: u64 = 4096;
+/// `preadv` takes at most this many pieces per call (Linux `IOV_MAX`).
+const IOV_MAX: usize = 1024;
+
+/// Progress of a whole load: `sink(done, total)` at most every [`PROGRESS_INTERVAL`]; true cancels.
+pub(crate) struct Reporter<'a> {
+    sink: Option<&'a mut dyn FnMut(u64, u64) -> bool>,
+    /// Bytes of jobs (or tensors) already finished.
+    pub base: u64,
+    total: u64,
+    last: Instant,
+}
+
+impl<'a> Reporter<'a> {
+    pub(crate) fn new(sink: Option<&'a mut dyn FnMut(u64, u64) -> bool>, total: u64) -> Reporter<'a> {
+        Reporter { sink, base: 0, total, last: Instant::now() }
+    }
+
+    /// Reports `base + done` if the interval has passed; `CANCELLED` when the callback asks.
+    pub(crate) fn tick(&mut self, done: u64) -> Result<()> {
+        if self.sink.is_none() || self.last.elapsed() < PROGRESS_INTERVAL {
+            return Ok(());
+        }
+        self.last = Instant::now();
+        let (d, t) = (self.base + done, self.total);
+        if self.sink.as_mut().is_some_and(|p| p(d, t)) {
+            return Err(cancelled());
+        }
+        Ok(())
+    }
+
+    /// Reports `done` now (the final call, or between tensors of the per-tensor paths when due).
+    pub(crate) fn call(&mut self, done: u64) -> Result<()> {
+        self.last = Instant::now();
+        let t = self.total;
+        if self.sink.as_mut().is_some_and(|p| p(done, t)) {
+            return Err(cancelled());
+        }
+        Ok(())
+    }
+
+    /// Whether a sink is set.
+    pub(crate) fn active(&self) -> bool {
+        self.sink.is_some()
+    }
+
+    /// The sink, for the per-tensor paths.
+    pub(crate) fn sink(&mut self) -> Option<&mut (dyn FnMut(u64, u64) -> bool + 'a)> {
+        self.sink.as_deref_mut()
+    }
+
+    /// Whether the interval has passed since the last call.
+    pub(crate) fn due(&self) -> bool {
+        self.last.elapsed() >= PROGRESS_INTERVAL
+    }
+}
+
+pub(crate) fn cancelled() -> Error {
+    Error::new(Status::Cancelled, "load cancelled by the progress callback; nothing kept")
+}
+
+/// Places of `views` in an arena whose parts are `align`-aligned: (offset of each, arena size).
+fn layout(views: &[TensorView], align: usize) -> Result<(Vec<usize>, usize)> {
+    let mut offsets = Vec::with_capacity(views.len());
+    let mut end = 0usize;
+    for v in views {
+        let n = usize::try_from(v.nbytes()).ok();
+        let at = end.checked_next_multiple_of(align);
+        match (n, at.and_then(|a| n.and_then(|n| a.checked_add(n)))) {
+            (Some(_), Some(e)) => {
+                offsets.push(at.expect("checked"));
+                end = e;
+            }
+            _ => {
+                return Err(Error::new(
+                    Status::OutOfMemory,
+                    format!("tensor '{}': the load's tensors do not fit in this address space", v.name()),
+                ))
+            }
+        }
+    }
+    Ok((offsets, end))
+}
+
+/// Bytes `src..src + len` of a group's read go to `dst..dst + len` of the arena.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Piece {
+    src: usize,
+    dst: usize,
+    len: usize,
+}
+
+enum From<'a> {
+    /// One read of `span` bytes of a file at absolute offset `at`.
+    File { file: &'a std::fs::File, at: u64, span: usize },
+    /// A view over memory (or a file source that is not plain): bytes `at..at + span` of the tensor.
+    View { at: u64, span: usize },
+}
+
+/// One read and where its bytes go.
+struct Group<'a> {
+    from: From<'a>,
+    /// The first tensor of the group (messages, memory reads).
+    view: &'a TensorView,
+    pieces: Vec<Piece>,
+    /// Tensor bytes (the span less its gaps).
+    bytes: u64,
+}
+
+impl Group<'_> {
+    fn span(&self) -> usize {
+        match self.from {
+            From::File { span, .. } | From::View { span, .. } => span,
+        }
+    }
+
+    fn push(&mut self, p: Piece) {
+        self.bytes += p.len as u64;
+        if let Some(last) = self.pieces.last_mut() {
+            if last.src + last.len == p.src && last.dst + last.len == p.dst {
+                last.len += p.len;
+                return;
+            }
+        }
+        self.pieces.push(p);
+    }
+
+    fn what(&self) -> String {
+        format!("{}: tensor '{}'", self.view.file_display(), self.view.name())
+    }
+}
+
+fn pages(lo: u64, hi: u64) -> u64 {
+    if hi <= lo {
+        0
+    } else {
+        hi.div_ceil(PAGE) - lo / PAGE
+    }
+}
+
+/// Cuts the tensors into reads of at most `cap` bytes, merging file neighbours within `policy`'s over-read
+/// bound. `offsets[i]` is where `views[i]` goes in the arena.
+fn groups<'a>(views: &'a [TensorView], offsets: &[usize], cap: usize, policy: &ReadPolicy) -> Vec<Group<'a>> {
+    let cap = cap.max(1);
+    let mut out = Vec::new();
+    // (file, absolute offset, length, arena offset, view) of every piece of a file-backed tensor.
+    let mut file_pieces: Vec<(&std::fs::File, u64, usize, usize, &TensorView)> = Vec::new();
+    for (v, &dst) in views.iter().zip(offsets) {
+        let n = v.nbytes() as usize;
+        if n == 0 {
+            continue;
+        }
+        match v.file_and_offset().filter(|_| v.is_contiguous()) {
+            Some((file, at)) => {
+                let mut k = 0;
+                while k < n {
+                    let len = (n - k).min(cap);
+                    file_pieces.push((file, at + k as u64, len, dst + k, v));
+                    k += len;
+                }
+            }
+            None => {
+                let mut k = 0;
+                while k < n {
+                    let len = (n - k).min(cap);
+                    out.push(Group {
+                        from: From::View { at: k as u64, span: len },
+                        view: v,
+                        pieces: vec![Piece { src: 0, dst: dst + k, len }],
+                        bytes: len as u64,
+                    });
+                    k += len;
+                }
+            }
+        }
+    }
+    file_pieces.sort_by_key(|p| (p.0 as *const std::fs::File as usize, p.1));
+    let mut cur: Option<(Group<'a>, u64)> = None; // the open group and the pages its pieces touch
+    for (file, at, len, dst, v) in file_pieces {
+        let end = at + len as u64;
+        if let Some((g, need)) = cur.as_mut() {
+            if let From::File { file: gf, at: start, span } = &mut g.from {
+                let same = std::ptr::eq(*gf, file);
+                let after = at >= *start + *span as u64;
+                let fits = end - *start <= cap as u64;
+                let need2 = *need + pages(at, end);
+                let bounded = pages(*start, end) as f64 <= policy.max_over_read * need2 as f64;
+                if same && after && fits && bounded {
+                    *span = (end - *start) as usize;
+                    let src = (at - *start) as usize;
+                    *need = need2;
+                    g.push(Piece { src, dst, len });
+                    continue;
+                }
+            }
+        }
+        if let Some((g, _)) = cur.take() {
+            out.push(g);
+        }
+        let mut g = Group { from: From::File { file, at, span: len }, view: v, pieces: Vec::new(), bytes: 0 };
+        g.push(Piece { src: 0, dst, len });
+        cur = Some((g, pages(at, end)));
+    }
+    if let Some((g, _)) = cur {
+        out.push(g);
+    }
+    out
+}
+
+/// `preadv` of `file` at `at` into `iov` until every piece is full; a file that ends first is `TRUNCATED`.
+fn preadv_exact(
+    file: &std::fs::File,
+    mut at: u64,
+    mut iov: &mut [libc::iovec],
+    what: &dyn Fn() -> String,
+) -> Result<()> {
+    use std::os::unix::io::AsRawFd;
+    while !iov.is_empty() {
+        if iov[0].iov_len == 0 {
+            iov = &mut iov[1..];
+            continue;
+        }
+        let k = iov.len().min(IOV_MAX);
+        // SAFETY: every iovec points at memory this job owns exclusively (an arena range or its scratch),
+        // valid for its length.
+        let r = unsafe { libc::preadv(file.as_raw_fd(), iov.as_ptr(), k as libc::c_int, at as libc::off_t) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(Error::new(Status::Io, format!("{}: read failed: {e}", what())));
+        }
+        if r == 0 {
+            let left: usize = iov.iter().map(|v| v.iov_len).sum();
+            let now = file.metadata().map(|m| m.len().to_string()).unwrap_or_else(|_| "?".into());
+            return Err(Error::new(
+                Status::Truncated,
+                format!(
+                    "{}: the file ends before byte {} (it is now {now} bytes; was it truncated after opening?)",
+                    what(),
+                    at + left as u64
+                ),
+            ));
+        }
+        let mut n = r as usize;
+        at += n as u64;
+        while n > 0 {
+            let v = &mut iov[0];
+            if n >= v.iov_len {
+                n -= v.iov_len;
+                iov = &mut iov[1..];
+            } else {
+                // SAFETY: advancing within the piece.
+                v.iov_base = unsafe { (v.iov_base as *mut u8).add(n) } as *mut libc::c_void;
+                v.iov_len -= n;
+                n = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads one group into `dst` (the arena's base address for host jobs, with pieces' `dst` offsets; or a slab
+/// with `relative`: pieces land at their `src` offsets).
+///
+/// # Safety
+/// `base` must be valid for writes at every piece's destination, and no one else may access those bytes
+/// during the call.
+unsafe fn read_group(g: &Group<'_>, base: *mut u8, relative: bool, scratch: &mut Vec<u8>) -> Result<()> {
+    let what = || g.what();
+    match g.from {
+        From::View { at, span } => {
+            let p = g.pieces[0];
+            let d = if relative { p.src } else { p.dst };
+            // SAFETY: forwarded from the caller: `span` bytes at `base + d` are ours.
+            let dst = unsafe { std::slice::from_raw_parts_mut(base.add(d), span) };
+            g.view.read_at(at, dst)
+        }
+        From::File { file, at, span } if relative => {
+            // SAFETY: forwarded: the slab holds `span` bytes for this group.
+            let dst = unsafe { std::slice::from_raw_parts_mut(base, span) };
+            let mut iov = [libc::iovec { iov_base: dst.as_mut_ptr() as *mut libc::c_void, iov_len: span }];
+            preadv_exact(file, at, &mut iov, &what)
+        }
+        From::File { file, at, .. } => {
+            let largest_gap = g.pieces.windows(2).map(|w| w[1].src - (w[0].src + w[0].len)).max().unwrap_or(0);
+            if scratch.len() < largest_gap {
+                scratch.resize(largest_gap, 0);
+            }
+            let mut iov = Vec::with_capacity(g.pieces.len() * 2);
+            let mut pos = 0usize;
+            for p in &g.pieces {
+                if p.src > pos {
+                    iov.push(libc::iovec { iov_base: scratch.as_mut_ptr() as *mut libc::c_void, iov_len: p.src - pos });
+                }
+                // SAFETY: forwarded: the piece's arena range is ours.
+                let d = unsafe { base.add(p.dst) };
+                super::host::populate_write(unsafe { std::slice::from_raw_parts_mut(d, p.len) });
+                iov.push(libc::iovec { iov_base: d as *mut libc::c_void, iov_len: p.len });
+                pos = p.src + p.len;
+            }
+            preadv_exact(file, at, &mut iov, &what)
+        }
+    }
+}
+
+struct SendPtr(*mut u8);
+// SAFETY: the pointer is the base of an arena each thread writes disjoint ranges of (one group each).
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    fn get(&self) -> *mut u8 {
+        self.0
+    }
+}
+
+/// Loads `views` into one host arena and returns one allocation per view (parts of the arena, in order).
+pub(crate) fn load_host(views: &[TensorView], rep: &mut Reporter<'_>) -> Result<Vec<HostAlloc>> {
+    let (offsets, size) = layout(views, HOST_ALIGN)?;
+    let what = format!("{} tensor(s) to cpu", views.len());
+    let mut arena = HostAlloc::zeroed(size, &what)?;
+    let groups = groups(views, &offsets, HOST_READ_BYTES, &ReadPolicy::default());
+    let base = SendPtr(arena.as_mut_slice().as_mut_ptr());
+    let threads = default_threads().min(groups.len()).max(1);
+    let next = AtomicUsize::new(0);
+    let done = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let first_error: Mutex<Option<Error>> = Mutex::new(None);
+    let work = |on_group: &mut dyn FnMut() -> Result<()>| {
+        let mut scratch = Vec::new();
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(g) = groups.get(i) else { return };
+            // SAFETY: groups write disjoint arena ranges; each group is taken by one thread.
+            let r = unsafe { read_group(g, base.get(), false, &mut scratch) }.and_then(|()| {
+                done.fetch_add(g.bytes, Ordering::Relaxed);
+                on_group()
+            });
+            if let Err(e) = r {
+                stop.store(true, Ordering::Relaxed);
+                first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+                return;
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 1..threads {
+            s.spawn(|| work(&mut || Ok(())));
+        }
+        work(&mut || rep.tick(done.load(Ordering::Relaxed)));
+    });
+    if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e); // the arena is dropped here: nothing kept
+    }
+    let arena = Arc::new(arena);
+    views.iter().zip(&offsets).map(|(v, &o)| HostAlloc::sub(&arena, o, v.nbytes() as usize)).collect()
+}
+
+/// A staging slab and the event recorded after its latest copy.
+struct Slot {
+    slab: PinnedHostMemory,
+    event: Event,
+}
+
+/// Enqueues a host-to-device copy from a page-locked slab (`cuMemcpyHtoDAsync_v2`) on `stream`.
+///
+/// # Safety
+/// The slab must stay alive and unwritten until an event recorded on `stream` after this call completes.
+unsafe fn enqueue(stream: &Stream, slab: &PinnedHostMemory, p: Piece, dst: &DeviceMemory) -> Result<()> {
+    use crate::device::cuda::memory::check_range;
+    let what = || {
+        format!(
+            "cuMemcpyHtoDAsync_v2(host -> cuda:{}, {} bytes from a staging slab to offset {} of a {}-byte load arena)",
+            dst.ordinal(),
+            p.len,
+            p.dst,
+            dst.len()
+        )
+    };
+    check_range(&what(), p.src, p.len, slab.len())?;
+    check_range(&what(), p.dst, p.len, dst.len())?;
+    let api = crate::device::cuda::probe::api()?;
+    let _current = dst.context().enter()?;
+    // SAFETY: ranges checked; the caller keeps the slab alive and unwritten until the copy has completed.
+    let r = unsafe {
+        (api.memcpy_htod_async)(
+            dst.device_ptr() + p.dst as u64,
+            slab.as_ptr().add(p.src) as *const std::ffi::c_void,
+            p.len,
+            stream.raw(),
+        )
+    };
+    api.check(r, what)
+}
+
+/// Waits for a slot's latest copy. On a driver error the slot is released when the error is sticky (the
+/// context runs nothing any more) and leaked otherwise (a copy may still read its slab).
+fn wait_slot(slot: Slot) -> std::result::Result<Slot, Error> {
+    match slot.event.synchronize_code() {
+        Ok(()) => Ok(slot),
+        Err((e, code)) => {
+            if crate::device::cuda::driver::is_sticky(code) {
+                drop(slot); // the context is dead: no transfer runs any more
+            } else {
+                std::mem::forget(slot); // a copy may still read the slab
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Loads `views` into one allocation on `cuda:<ordinal>` through the staging ring (one stream, one event per
+/// slab) and returns one part per view, in order.
+pub(crate) fn load_cuda(ordinal: u32, views: &[TensorView], rep: &mut Reporter<'_>) -> Result<Vec<DeviceMemory>> {
+    let (offsets, size) = layout(views, CUDA_ALIGN)?;
+    let arena = DeviceMemory::alloc(ordinal, size)
+        .map_err(|e| e.context(format!("{} tensor(s) to cuda:{ordinal} (one allocation)", views.len())))?;
+    let bytes: u64 = views.iter().map(|v| v.nbytes()).sum();
+    if bytes > 0 {
+        let cfg = super::staging::RingConfig::default();
+        let (slab_len, count) = super::staging::geometry(bytes, &cfg);
+        let groups = groups(views, &offsets, slab_len, &ReadPolicy::default());
+        let count = count.min(groups.len()).max(1);
+        let threads = default_threads().min(count).max(1);
+        let (ok, copies_may_run) = ring(ordinal, &groups, &arena, slab_len, count, threads, rep);
+        if let Err(e) = ok {
+            if copies_may_run {
+                std::mem::forget(arena); // a copy may still write it: never free memory in use
+            }
+            return Err(e);
+        }
+    }
+    let arena = Arc::new(arena);
+    views.iter().zip(&offsets).map(|(v, &o)| DeviceMemory::sub(&arena, o, v.nbytes() as usize)).collect()
+}
+
+/// The pipeline; returns the outcome and whether copies may still be running after a failure.
+fn ring(
+    ordinal: u32,
+    groups: &[Group<'_>],
+    dst: &DeviceMemory,
+    slab_len: usize,
+    count: usize,
+    threads: usize,
+    rep: &mut Reporter<'_>,
+) -> (Result<()>, bool) {
+    let stream = match Stream::new(ordinal) {
+        Ok(s) => s,
+        Err(e) => return (Err(e), false),
+    };
+    let (free_tx, free_rx) = mpsc::channel::<Slot>();
+    let mut slots_out = 0usize;
+    for _ in 0..count {
+        let slot = super::staging::take_slab(ordinal, slab_len)
+            .and_then(|slab| Event::new(ordinal).map(|event| Slot { slab, event }));
+        match slot {
+            Ok(s) => {
+                free_tx.send(s).expect("receiver alive");
+                slots_out += 1;
+            }
+            Err(e) => {
+                for s in free_rx.try_iter() {
+                    super::staging::give_slab(s.slab);
+                }
+                return (Err(e), false);
+            }
+        }
+    }
+    let free_rx = Mutex::new(free_rx);
+    let (filled_tx, filled_rx) = mpsc::channel::<(usize, std::result::Result<Slot, (Error, Slot)>)>();
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let mut outcome: Result<()> = Ok(());
+    let mut copies_may_run = false;
+    let mut returned: Vec<Slot> = Vec::with_capacity(slots_out);
+
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            let filled_tx = filled_tx.clone();
+            let (free_rx, next, stop) = (&free_rx, &next, &stop);
+            s.spawn(move || {
+                let mut scratch = Vec::new();
+                loop {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let Ok(mut slot) = free_rx.lock().unwrap_or_else(|p| p.into_inner()).recv() else { break };
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(g) = groups.get(i) else {
+                        let _ = filled_tx.send((usize::MAX, Ok(slot)));
+                        break;
+                    };
+                    debug_assert!(g.span() <= slot.slab.len());
+                    let base = slot.slab.as_mut_slice().as_mut_ptr();
+                    // SAFETY: the slab is this thread's until it is sent on; the group's span fits in it.
+                    let r = unsafe { read_group(g, base, true, &mut scratch) };
+                    let failed = r.is_err();
+                    let msg = match r {
+                        Ok(()) => (i, Ok(slot)),
+                        Err(e) => (i, Err((e, slot))),
+                    };
+                    if filled_tx.send(msg).is_err() || failed {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(filled_tx);
+
+        let mut free_tx = Some(free_tx);
+        let mut inflight: std::collections::VecDeque<(u64, Slot)> = std::collections::VecDeque::new();
+        let (mut enqueued, mut copied) = (0usize, 0u64);
+        let fail = |outcome: &mut Result<()>, e: Error, free_tx: &mut Option<mpsc::Sender<Slot>>| {
+            stop.store(true, Ordering::Relaxed);
+            free_tx.take();
+            if outcome.is_ok() {
+                *outcome = Err(e);
+            }
+        };
+        let recycle = |slot: Slot, free_tx: &Option<mpsc::Sender<Slot>>, returned: &mut Vec<Slot>| match free_tx {
+            Some(tx) => {
+                if let Err(mpsc::SendError(slot)) = tx.send(slot) {
+                    returned.push(slot);
+                }
+            }
+            None => returned.push(slot),
+        };
+        loop {
+            // Completed copies (oldest first) give their slab back.
+            while let Some((_, front)) = inflight.front() {
+                if !matches!(front.event.query(), Ok(true) | Err(_)) {
+                    break;
+                }
+                let (n, slot) = inflight.pop_front().expect("front");
+                match wait_slot(slot) {
+                    Ok(slot) => {
+                        copied += n;
+                        recycle(slot, &free_tx, &mut returned);
+                    }
+                    Err(e) => {
+                        copies_may_run = true;
+                        fail(&mut outcome, e, &mut free_tx);
+                    }
+                }
+            }
+            if outcome.is_ok() {
+                if let Err(e) = rep.tick(copied) {
+                    fail(&mut outcome, e, &mut free_tx);
+                }
+            }
+            if inflight.is_empty() && (outcome.is_err() || enqueued == groups.len()) {
+                break;
+            }
+            let wait = if inflight.is_empty() { Duration::from_millis(20) } else { Duration::from_micros(200) };
+            match filled_rx.recv_timeout(wait) {
+                Ok((_, Ok(slot))) if outcome.is_err() => returned.push(slot),
+                Ok((usize::MAX, Ok(slot))) => recycle(slot, &free_tx, &mut returned),
+                Ok((i, Ok(slot))) => {
+                    let g = &groups[i];
+                    // SAFETY: the slot goes into `inflight` with its event recorded after these copies, and is
+                    // neither written nor freed before that event completes.
+                    let r = g
+                        .pieces
+                        .iter()
+                        .try_for_each(|p| unsafe { enqueue(&stream, &slot.slab, *p, dst) })
+                        .and_then(|()| slot.event.record(&stream));
+                    enqueued += 1;
+                    match r {
+                        Ok(()) => inflight.push_back((g.bytes, slot)),
+                        Err(e) => {
+                            // Some copies may be queued without an event after them: wait for the stream.
+                            if stream.synchronize().is_ok() {
+                                returned.push(slot);
+                            } else {
+                                copies_may_run = true;
+                                std::mem::forget(slot);
+                            }
+                            fail(&mut outcome, e, &mut free_tx);
+                        }
+                    }
+                }
+                Ok((_, Err((e, slot)))) => {
+                    returned.push(slot);
+                    fail(&mut outcome, e, &mut free_tx);
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if let Some((n, slot)) = inflight.pop_front() {
+                        match wait_slot(slot) {
+                            Ok(slot) => {
+                                copied += n;
+                                recycle(slot, &free_tx, &mut returned);
+                            }
+                            Err(e) => {
+                                copies_may_run = true;
+                                fail(&mut outcome, e, &mut free_tx);
+                            }
+                        }
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    if outcome.is_ok() && enqueued < groups.len() {
+                        let e = Error::new(Status::Internal, "load readers stopped early".to_string());
+                        fail(&mut outcome, e, &mut free_tx);
+                    }
+                    if inflight.is_empty() {
+                        break;
+                    }
+                }
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        drop(free_tx);
+        for (_, r) in filled_rx.iter() {
+            match r {
+                Ok(slot) | Err((_, slot)) => returned.push(slot),
+            }
+        }
+    });
+    for slot in free_rx.into_inner().unwrap_or_else(|p| p.into_inner()).try_iter() {
+        returned.push(slot);
+    }
+    for slot in returned {
+        super::staging::give_slab(slot.slab);
+    }
+    (outcome, copies_may_run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_counts() {
+        assert_eq!(pages(0, 1), 1);
+        assert_eq!(pages(4095, 4097), 2);
+        assert_eq!(pages(4096, 8192), 1);
+        assert_eq!(pages(5, 5), 0);
+    }
+}

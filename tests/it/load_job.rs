@@ -1,0 +1,259 @@
+//! Whole-file loads as one job per device (src/place/arena.rs): one allocation per device, one stream and a
+//! few reused events for CUDA, one memory query per device, coalesced reads, every byte verified; cancelled
+//! and failed loads free their arena. CUDA through the stand-in driver, in whichever mode the run selects
+//! (STAND_IN_DEFERRED=1 for the deferred one).
+
+use crate::common::*;
+use hostfirst::place::{load, release_cached_memory, Placed, Plan, Rules};
+use hostfirst::{Status, TensorFile};
+use std::path::PathBuf;
+
+/// Byte `k` of a test file's data section.
+fn byte(k: usize) -> u8 {
+    ((k as u32).wrapping_mul(2654435761).rotate_right(11) ^ (k as u32 >> 12)) as u8
+}
+
+/// A file of `count` F32 tensors `t0..` in header order, tensor `i` of `elems(i)` elements; with `reversed`
+/// their data lies in the opposite order (the last tensor first). Returns the path and each tensor's bytes.
+fn write_many(name: &str, count: usize, elems: impl Fn(usize) -> usize, reversed: bool) -> (PathBuf, Vec<Vec<u8>>) {
+    let mut spans = vec![(0usize, 0usize); count];
+    let mut at = 0usize;
+    for k in 0..count {
+        let i = if reversed { count - 1 - k } else { k };
+        spans[i] = (at, elems(i) * 4);
+        at += elems(i) * 4;
+    }
+    let mut header = String::from("{");
+    for (i, (a, n)) in spans.iter().enumerate() {
+        if i > 0 {
+            header.push(',');
+        }
+        header.push_str(&format!(
+            "\"t{i}\":{{\"dtype\":\"F32\",\"shape\":[{}],\"data_offsets\":[{a},{}]}}",
+            elems(i),
+            a + n
+        ));
+    }
+    header.push('}');
+    while header.len() % 8 != 0 {
+        header.push(' ');
+    }
+    let data: Vec<u8> = (0..at).map(byte).collect();
+    let mut img = (header.len() as u64).to_le_bytes().to_vec();
+    img.extend_from_slice(header.as_bytes());
+    img.extend_from_slice(&data);
+    let p = scratch(&format!("load_job-{}", std::process::id())).join(name);
+    std::fs::write(&p, img).unwrap();
+    (p, spans.into_iter().map(|(a, n)| data[a..a + n].to_vec()).collect())
+}
+
+fn bytes_of(p: &Placed) -> Vec<u8> {
+    match p {
+        Placed::View(v) => v.to_vec().unwrap(),
+        Placed::Buffer(b) => {
+            let b = b.lock().unwrap();
+            let mut v = vec![0u8; b.nbytes() as usize];
+            b.copy_to_host(&mut v).unwrap();
+            v
+        }
+    }
+}
+
+fn address(p: &Placed) -> u64 {
+    match p {
+        Placed::Buffer(b) => b.lock().unwrap().address(),
+        Placed::View(_) => panic!("a buffer was expected"),
+    }
+}
+
+fn verify_all(f: &TensorFile, loaded: &hostfirst::place::Loaded, want: &[Vec<u8>]) {
+    assert_eq!(loaded.len(), want.len());
+    for i in 0..want.len() {
+        let (name, p) = loaded.at(i).unwrap();
+        assert_eq!(name, f.name(i).unwrap());
+        let w = &want[name[1..].parse::<usize>().unwrap()];
+        assert!(bytes_of(p) == *w, "tensor {name} byte-for-byte");
+    }
+}
+
+/// The stand-in's counters a load should bound: (cuMemAlloc calls, memory queries, streams, events).
+fn counts() -> [u64; 4] {
+    [
+        stand_in_query("stand_in_total_allocations"),
+        stand_in_query("stand_in_mem_get_info_calls") + stand_in_query("stand_in_nvml_memory_queries"),
+        stand_in_query("stand_in_streams_created"),
+        stand_in_query("stand_in_events_created"),
+    ]
+}
+
+fn assert_nothing_live() {
+    release_cached_memory();
+    for q in [
+        "stand_in_live_allocations",
+        "stand_in_live_pinned",
+        "stand_in_live_streams",
+        "stand_in_live_events",
+        "stand_in_queued_ops",
+    ] {
+        assert_eq!(stand_in_query(q), 0, "{q}");
+    }
+}
+
+#[test]
+fn cpu_load_is_one_arena_of_aligned_parts_byte_for_byte() {
+    // Sizes that are not multiples of the alignment, data in the opposite order of the header.
+    let (path, want) = write_many("odd.safetensors", 300, |i| 1 + (i * 37) % 700, true);
+    let f = TensorFile::open(&path).unwrap();
+    let plan = Plan::make(&f, &Rules::parse(["*=cpu"]).unwrap()).unwrap();
+    let mut calls = Vec::new();
+    let mut cb = |d: u64, t: u64| {
+        calls.push((d, t));
+        false
+    };
+    let loaded = load(&f, &plan, Some(&mut cb)).unwrap();
+    verify_all(&f, &loaded, &want);
+    let total: u64 = want.iter().map(|w| w.len() as u64).sum();
+    assert_eq!(calls.last(), Some(&(total, total)), "the last call says done == total");
+    assert!(calls.windows(2).all(|w| w[0].0 <= w[1].0), "monotonic: {calls:?}");
+    // Parts of one allocation: 64-byte aligned, in file order, each right after the previous one rounded up.
+    let addrs: Vec<(u64, u64)> = (0..want.len())
+        .map(|i| {
+            let (name, p) = loaded.at(i).unwrap();
+            (address(p), want[name[1..].parse::<usize>().unwrap()].len() as u64)
+        })
+        .collect();
+    for (i, w) in addrs.windows(2).enumerate() {
+        assert_eq!(w[0].0 % 64, 0);
+        assert_eq!(w[1].0, (w[0].0 + w[0].1).next_multiple_of(64), "tensor {} follows {i}", i + 1);
+    }
+    // A buffer outlives the load and keeps its part (and the arena) alive.
+    let Some(Placed::Buffer(b)) = loaded.get("t5").cloned() else { panic!() };
+    drop(loaded);
+    let mut back = vec![0u8; want[5].len()];
+    b.lock().unwrap().copy_to_host(&mut back).unwrap();
+    assert!(back == want[5]);
+}
+
+#[test]
+fn cpu_load_of_a_memory_image_and_a_truncated_file() {
+    let (path, want) = write_many("mem.safetensors", 50, |i| 3 + i, false);
+    let f = TensorFile::from_bytes(std::fs::read(&path).unwrap()).unwrap();
+    let plan = Plan::make(&f, &Rules::parse(["*=cpu"]).unwrap()).unwrap();
+    verify_all(&f, &load(&f, &plan, None).unwrap(), &want);
+
+    let f = TensorFile::open(&path).unwrap();
+    let len = std::fs::metadata(&path).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(len - 100).unwrap();
+    let plan = Plan::make(&f, &Rules::parse(["*=cpu"]).unwrap()).unwrap();
+    let e = load(&f, &plan, None).err().unwrap();
+    assert_eq!(e.status(), Status::Truncated, "{}", e.message());
+    assert!(e.message().contains("the file ends before byte"), "{}", e.message());
+}
+
+#[test]
+fn cuda_load_of_20000_tensors_is_one_job() {
+    in_stand_in_child(concat!(module_path!(), "::cuda_load_of_20000_tensors_is_one_job"), &[], || {
+        let (path, want) = write_many("many.safetensors", 20_000, |_| 1024, false);
+        let f = TensorFile::open(&path).unwrap();
+        let plan = Plan::make(&f, &Rules::parse(["*=cuda:0"]).unwrap()).unwrap();
+        let before = counts();
+        let loaded = load(&f, &plan, None).unwrap();
+        let after = counts();
+        let d: Vec<u64> = before.iter().zip(after).map(|(b, a)| a - b).collect();
+        assert!(d[0] <= 16, "cuMemAlloc calls: {}", d[0]);
+        assert_eq!(d[1], 1, "one memory query for the one device");
+        assert!(d[2] <= 1, "streams created: {}", d[2]);
+        assert!(d[3] <= 16, "events created: {} (one per staging slab at most)", d[3]);
+        assert_eq!(stand_in_query("stand_in_pageable_async_copies"), 0, "never DMA from pageable memory");
+        assert_eq!(stand_in_query("stand_in_live_allocations"), 1, "one allocation holds every tensor");
+        verify_all(&f, &loaded, &want);
+        let addrs: Vec<u64> = (0..want.len()).map(|i| address(loaded.at(i).unwrap().1)).collect();
+        assert!(addrs.iter().all(|a| a % 256 == 0), "256-byte aligned parts");
+        // The arena goes with the last part, not before.
+        let Some(Placed::Buffer(b)) = loaded.get("t19999").cloned() else { panic!() };
+        drop(loaded);
+        assert_eq!(stand_in_query("stand_in_live_allocations"), 1, "a held buffer keeps the arena");
+        let mut back = vec![0u8; 4096];
+        b.lock().unwrap().copy_to_host(&mut back).unwrap();
+        assert!(back == want[19_999]);
+        drop(b);
+        assert_nothing_live();
+    });
+}
+
+#[test]
+fn cuda_load_aligns_odd_sizes_and_mixes_devices() {
+    in_stand_in_child(
+        concat!(module_path!(), "::cuda_load_aligns_odd_sizes_and_mixes_devices"),
+        &[("STAND_IN_DEVICES", Some("2"))],
+        || {
+            // Odd sizes, data in reverse order, and a tensor larger than a staging slab (16 MiB), split across
+            // slabs.
+            let big = (40 << 20) / 4 + 3;
+            let (path, want) =
+                write_many("mixed.safetensors", 200, |i| if i == 77 { big } else { 1 + (i * 53) % 900 }, true);
+            let f = TensorFile::open(&path).unwrap();
+            let rules = Rules::parse(["t1?=cpu", "t*7=cuda:1", "*=cuda:0"]).unwrap();
+            let plan = Plan::make(&f, &rules).unwrap();
+            let before = counts();
+            let loaded = load(&f, &plan, None).unwrap();
+            let d: Vec<u64> = before.iter().zip(counts()).map(|(b, a)| a - b).collect();
+            assert_eq!(d[0], 2, "one allocation per CUDA device");
+            assert_eq!(d[1], 2, "one memory query per CUDA device");
+            assert!(d[2] <= 2, "one stream per CUDA device: {}", d[2]);
+            verify_all(&f, &loaded, &want);
+            for i in 0..want.len() {
+                let p = loaded.at(i).unwrap().1;
+                let Placed::Buffer(b) = p else { panic!() };
+                let dev = b.lock().unwrap().device();
+                let align = if dev.kind == hostfirst::device::DeviceKind::CUDA { 256 } else { 64 };
+                assert_eq!(address(p) % align, 0, "t{i} on {dev}");
+            }
+            drop(loaded);
+            assert_nothing_live();
+        },
+    );
+}
+
+#[test]
+fn cuda_load_cancelled_or_truncated_frees_its_arena() {
+    in_stand_in_child(concat!(module_path!(), "::cuda_load_cancelled_or_truncated_frees_its_arena"), &[], || {
+        let (path, _) = write_many("cancel.safetensors", 20_000, |_| 1024, false);
+        let f = TensorFile::open(&path).unwrap();
+        let plan = Plan::make(&f, &Rules::parse(["*=cuda:0"]).unwrap()).unwrap();
+        let mut calls = Vec::new();
+        let mut cancel = |d: u64, t: u64| {
+            calls.push((d, t));
+            true
+        };
+        let e = load(&f, &plan, Some(&mut cancel)).err().unwrap();
+        assert_eq!(e.status(), Status::Cancelled);
+        assert_eq!(calls.len(), 1, "no call after the one that cancelled");
+        assert_eq!(stand_in_query("stand_in_live_allocations"), 0, "the arena is freed");
+        assert_nothing_live();
+
+        // A file truncated after opening: TRUNCATED, nothing kept.
+        let len = std::fs::metadata(&path).unwrap().len();
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(len / 2).unwrap();
+        let e = load(&f, &plan, None).err().unwrap();
+        assert_eq!(e.status(), Status::Truncated, "{}", e.message());
+        assert_nothing_live();
+    });
+}
+
+/// The C program tests/c/test_load_job.c: every byte of 2,000 tensors, buffers that outlive the load, a
+/// cancelled load and a truncated file freeing everything; on cpu, and on cuda:0 through the stand-in (whose
+/// exit report must show nothing live). In the valgrind pass it runs under memcheck.
+#[test]
+fn c_load_job_on_cpu_and_the_stand_in() {
+    assert!(have_cc(), "no C compiler");
+    let bin = compile_c_test("test_load_job");
+    let dir = scratch("c_load_job");
+    let out = run_ok(&bin, &[dir.to_str().unwrap(), "cpu"], &[]);
+    assert!(out.contains("ok"), "{out}");
+    let run = run_with_stand_in(&bin, &[dir.to_str().unwrap(), "cuda:0"], &[("STAND_IN_LEAK_REPORT", Some("1"))]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    assert!(run.status.success() && stdout.contains("ok"), "{stdout}\n{stderr}");
+    assert_clean_exit_report(&stderr, "test_load_job on cuda:0");
+    assert!(stderr.contains("stand-in cuda: at exit: 0 device allocations"), "{stderr}");
+}
