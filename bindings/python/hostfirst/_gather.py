@@ -105,11 +105,11 @@ class Gather:
         next batch is ready when the step that uses this one ends. `offsets`: an iterable of arrays of `batch`
         integers, or one [n, batch] array. An array is one C stream: the thread reads ahead across all of it. Any
         other iterable is taken in chunks of up to 256 batches (one C stream each; the first batch of a later
-        chunk is read when the previous chunk ends): pass a 2-D array for a stream that never pauses. A batch yielded is a Buffer the
-        ring never refills while it lives; drop it when the step is done (a loop that keeps every batch stalls
-        the stream, which then raises BusyError). A failed read raises its error when its batch is reached; the
-        batches before it are yielded first. Closing the generator (or dropping it) cancels the prefetch. The
-        ring bound is raised to depth + 3 if lower (hostfirst_gather_stream_start)."""
+        chunk is read when the previous chunk ends): pass a 2-D array for a stream that never pauses. A batch
+        yielded is a Buffer the ring never refills while it lives; drop it when the step is done (a loop that
+        keeps every batch stalls the stream, which then raises BusyError). A failed read raises its error when
+        its batch is reached; the batches before it are yielded first. Closing the generator (or dropping it)
+        cancels the prefetch. The ring bound is raised to depth + 3 if lower (hostfirst_gather_stream_start)."""
         depth = int(depth)
         src: Union[Tensor, Buffer]
         if isinstance(source, Buffer):

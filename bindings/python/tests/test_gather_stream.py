@@ -1,6 +1,6 @@
 """Gather.stream and hostfirst.jax.stream: batches prefetched by a background thread, in order and byte for byte;
-offsets from lists, generators (chunked past 256 batches) and 2-D arrays (one C stream); errors at their batch; closing the
-generator cancels; on the stand-in driver's cuda:0 in both execution modes (in child processes)."""
+offsets from lists, generators (chunked past 256 batches) and 2-D arrays (one C stream); errors at their batch;
+closing the generator cancels; on the stand-in driver's cuda:0 in both execution modes (in child processes)."""
 
 import gc
 import json
