@@ -103,12 +103,13 @@ class Gather:
         """Yields the batch of each offset array of `offsets` in order, as `run` would, while a background
         thread fills up to `depth` batches ahead (the reads, and for cuda:N the copy to the device) - so the
         next batch is ready when the step that uses this one ends. `offsets`: an iterable of arrays of `batch`
-        integers, or one [n, batch] array; it is taken in chunks of up to 256 batches (one C stream each; the
-        first batch of a later chunk is read when the previous chunk ends). A batch yielded is a Buffer the
-        ring never refills while it lives; drop it when the step is done (a loop that keeps every batch stalls
-        the stream, which then raises BusyError). A failed read raises its error when its batch is reached; the
-        batches before it are yielded first. Closing the generator (or dropping it) cancels the prefetch. The
-        ring bound is raised to depth + 3 if lower (hostfirst_gather_stream_start)."""
+        integers, or one [n, batch] array. An array is one C stream: the thread reads ahead across all of it. Any
+        other iterable is taken in chunks of up to 256 batches (one C stream each; the first batch of a later
+        chunk is read when the previous chunk ends): pass a 2-D array for a stream that never pauses. A batch
+        yielded is a Buffer the ring never refills while it lives; drop it when the step is done (a loop that
+        keeps every batch stalls the stream, which then raises BusyError). A failed read raises its error when
+        its batch is reached; the batches before it are yielded first. Closing the generator (or dropping it)
+        cancels the prefetch. The ring bound is raised to depth + 3 if lower (hostfirst_gather_stream_start)."""
         depth = int(depth)
         src: Union[Tensor, Buffer]
         if isinstance(source, Buffer):
@@ -162,15 +163,15 @@ def _refuse_negative(o: np.ndarray) -> None:
 
 
 def _offset_chunks(offsets: Any, batch: int, most: int) -> Iterator[np.ndarray]:
-    """[k, batch] uint64 arrays of at most `most` rows from an iterable of offset arrays (or a 2-D array)."""
+    """[k, batch] uint64 arrays: a 2-D array whole, an iterable of offset arrays in chunks of at most `most`."""
     if isinstance(offsets, np.ndarray) and offsets.ndim == 2:
         if offsets.shape[1] != batch:
             raise ValueError(f"offsets of shape {offsets.shape} for a batch of {batch}")
         if offsets.dtype.kind not in "iu":
             raise TypeError(f"offsets must be integers, not {offsets.dtype}")
         _refuse_negative(offsets)
-        for i in range(0, offsets.shape[0], most):
-            yield offsets[i:i + most].astype(np.uint64, casting="unsafe")
+        if offsets.shape[0]:  # one chunk: the stream reads ahead across the whole array
+            yield offsets.astype(np.uint64, casting="unsafe")
         return
     rows: List[np.ndarray] = []
     for o in offsets:

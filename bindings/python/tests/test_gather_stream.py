@@ -1,6 +1,6 @@
 """Gather.stream and hostfirst.jax.stream: batches prefetched by a background thread, in order and byte for byte;
-offsets from lists, generators and 2-D arrays (chunked past 256 batches); errors at their batch; closing the
-generator cancels; on the stand-in driver's cuda:0 in both execution modes (in child processes)."""
+offsets from lists, generators (chunked past 256 batches) and 2-D arrays (one C stream); errors at their batch;
+closing the generator cancels; on the stand-in driver's cuda:0 in both execution modes (in child processes)."""
 
 import gc
 import json
@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +53,24 @@ def test_stream_in_order_from_lists_generators_and_arrays(tmp_path):
         np.testing.assert_array_equal(np.asarray(b), windows(ref, offs[k], 33))
     assert g.ring()[0] >= 3 + 3  # raised to depth + 3
     assert list(g.stream(tok, [])) == []
+
+
+def test_a_2d_array_streams_without_a_pause(tmp_path):
+    """A 2-D array is one C stream: at batch 255 the worker has already filled batches past it (in chunks of 256,
+    as an iterable is taken, nothing past 255 would be read until the consumer asked for batch 256)."""
+    ref = token_file(tmp_path / "t.safetensors")
+    tok = hostfirst.open(tmp_path / "t.safetensors")["tok"]
+    g = hostfirst.Gather("cpu", "uint16", batch=4, window=33)
+    offs = np.random.default_rng(5).integers(0, N - 33, size=(600, 4))
+    for k, b in enumerate(g.stream(tok, offs, depth=3)):
+        np.testing.assert_array_equal(np.asarray(b), windows(ref, offs[k], 33))
+        if k == 255:
+            for _ in range(200):  # up to 2 s for the worker to fill the 3 batches after this one
+                if g.ring()[2] >= 4:
+                    break
+                time.sleep(0.01)
+            assert g.ring()[2] == 4  # this batch and 3 queued
+    assert k == 599
 
 
 def test_stream_errors(tmp_path):
