@@ -210,8 +210,7 @@ pub fn op_gpu_check(a: &[String]) -> String {
         let calls = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let k = calls.clone();
         let opts = AsyncPutOptions {
-            chunk: 1 << 20,
-            staging_bytes: 4 << 20,
+            tuning: hostfirst::engine::Tuning { chunk: 1 << 20, staging: 4 << 20, ..Default::default() },
             progress: Some(Box::new(move |_, _| k.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= 1)),
             ..Default::default()
         };

@@ -128,7 +128,11 @@ pub fn op_gpu_put(a: &[String]) -> String {
     let mut first = None;
     let mut stats0 = None;
     for r in 0..repeat {
-        let opts = PutOptions { resident, staging_bytes, threads, ..Default::default() };
+        let opts = PutOptions {
+            resident,
+            tuning: hostfirst::engine::Tuning { staging: staging_bytes, threads, ..Default::default() },
+            ..Default::default()
+        };
         let t = Instant::now();
         let (buf, stats) = put_with_stats(&view, Target::Device(Device::cuda(ordinal)), opts).expect("put");
         times.push(t.elapsed().as_secs_f64());

@@ -26,6 +26,9 @@
 //! (the caller turns it into `TRUNCATED`). Whatever happens, [`read_many`] returns only once no read it
 //! issued can still write into a destination.
 
+pub mod bulk;
+pub mod device;
+pub use bulk::{fill_host, read_exact, read_pieces};
 mod pool;
 #[cfg(target_os = "linux")]
 pub(crate) mod uring;

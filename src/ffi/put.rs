@@ -117,11 +117,9 @@ impl CProgress {
 }
 
 struct Opts {
-    threads: usize,
+    tuning: crate::engine::Tuning,
     resident: bool,
     copy_on_write: bool,
-    staging_bytes: usize,
-    chunk: usize,
     progress: Option<CProgress>,
 }
 
@@ -143,11 +141,14 @@ fn read_opts(p: *const hostfirst_put_options) -> Result<Opts> {
         return Err(Error::new(Status::InvalidArgument, format!("opts->threads is {}; at most 1024", o.threads)));
     }
     Ok(Opts {
-        threads: o.threads as usize,
+        tuning: crate::engine::Tuning {
+            threads: o.threads as usize,
+            chunk: to_usize(o.chunk_bytes, "chunk_bytes")?,
+            staging: to_usize(o.staging_bytes, "staging_bytes")?,
+            queue_depth: 0,
+        },
         resident: o.resident == 1,
         copy_on_write: o.copy_on_write == 1,
-        staging_bytes: to_usize(o.staging_bytes, "staging_bytes")?,
-        chunk: to_usize(o.chunk_bytes, "chunk_bytes")?,
         progress: o.progress.map(|f| CProgress { f, user: o.user }),
     })
 }
@@ -266,14 +267,7 @@ fn hostfirst_put_ex_impl(
     let (buf, stats) = crate::place::put_with_stats(
         &v,
         target,
-        PutOptions {
-            threads: o.threads,
-            chunk: o.chunk,
-            staging_bytes: o.staging_bytes,
-            resident: o.resident,
-            copy_on_write: o.copy_on_write,
-            progress,
-        },
+        PutOptions { tuning: o.tuning, resident: o.resident, copy_on_write: o.copy_on_write, progress },
     )?;
     write_stats(out_stats, stats_size, stats);
     *out = handle::insert_new::<hostfirst_buffer>(std::sync::Mutex::new(buf));
@@ -302,14 +296,7 @@ pub extern "C" fn hostfirst_put_start(
         let op = PutOp::start(
             &v,
             target,
-            AsyncPutOptions {
-                threads: o.threads,
-                chunk: o.chunk,
-                staging_bytes: o.staging_bytes,
-                resident: o.resident,
-                copy_on_write: o.copy_on_write,
-                progress,
-            },
+            AsyncPutOptions { tuning: o.tuning, resident: o.resident, copy_on_write: o.copy_on_write, progress },
         )?;
         *out = handle::insert_new::<hostfirst_put_op>(op);
         Ok(())

@@ -6,6 +6,7 @@ use super::device::hostfirst_device;
 use super::file::hostfirst_file;
 use super::handle::{self, Handle};
 use super::put::hostfirst_progress_fn;
+use crate::engine::Tuning;
 use crate::error::{Error, Result, Status};
 use crate::file::ReadPolicy;
 use crate::shard::{self, Mesh, Owned, ShardLoad, ShardOptions, ShardPlan, ShardRules};
@@ -40,7 +41,7 @@ pub struct hostfirst_shard_result {
 /// A plan and the C strings and arrays its descriptions point to.
 pub(crate) struct PlanC {
     plan: ShardPlan,
-    opts: RunOpts,
+    opts: Tuning,
     files: Vec<CString>,
     rows: Vec<Row>,
 }
@@ -48,13 +49,6 @@ pub(crate) struct PlanC {
 /// What a shard's description points to besides its view: index into `files`, the starts per dimension,
 /// the whole tensor's shape.
 struct Row(usize, Box<[u64]>, Arc<[u64]>);
-
-#[derive(Clone, Copy)]
-struct RunOpts {
-    threads: usize,
-    chunk: usize,
-    staging_bytes: usize,
-}
 
 impl Handle for hostfirst_shard_mesh {
     type Target = Arc<Mesh>;
@@ -151,7 +145,7 @@ pub struct hostfirst_shard_info {
 // New after 0.1.0: the whole struct is its oldest size.
 out_struct!(hostfirst_shard_info, file);
 
-fn shard_options(p: *const hostfirst_shard_options) -> Result<(ReadPolicy, RunOpts)> {
+fn shard_options(p: *const hostfirst_shard_options) -> Result<(ReadPolicy, Tuning)> {
     let o = read_options(p, hostfirst_shard_options::default(), "options")?;
     let mut policy = ReadPolicy::default();
     if o.max_over_read != 0.0 {
@@ -167,10 +161,11 @@ fn shard_options(p: *const hostfirst_shard_options) -> Result<(ReadPolicy, RunOp
     if o.threads > 1024 {
         return Err(Error::new(Status::InvalidArgument, format!("options->threads is {}; at most 1024", o.threads)));
     }
-    let run = RunOpts {
+    let run = Tuning {
         threads: o.threads as usize,
         chunk: size(o.chunk_bytes, "chunk_bytes")?,
-        staging_bytes: size(o.staging_bytes, "staging_bytes")?,
+        staging: size(o.staging_bytes, "staging_bytes")?,
+        queue_depth: 0,
     };
     Ok((policy, run))
 }
@@ -518,12 +513,7 @@ pub extern "C" fn hostfirst_shard_run(
             Some(f) => unsafe { f(done, total, user) != 0 },
             None => false,
         };
-        let opts = ShardOptions {
-            threads: p.opts.threads,
-            chunk: p.opts.chunk,
-            staging_bytes: p.opts.staging_bytes,
-            progress: if progress.is_some() { Some(&mut cb) } else { None },
-        };
+        let opts = ShardOptions { tuning: p.opts, progress: if progress.is_some() { Some(&mut cb) } else { None } };
         let load = shard::run(&p.plan, opts)?;
         *out = handle::insert_new::<hostfirst_shard_result>(load);
         Ok(())

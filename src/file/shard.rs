@@ -5,7 +5,8 @@ use super::names::CName;
 use crate::error::{Error, Result, Status};
 use memmap2::Mmap;
 use std::fs;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -72,36 +73,29 @@ fn io_error(display: &str, what: &str, e: &std::io::Error) -> Error {
     Error::new(Status::Io, format!("{display}: {what}: {e}"))
 }
 
-/// Reads exactly `dst.len()` bytes at `offset` with pread; a short file gives `TRUNCATED`.
+/// Reads exactly `dst.len()` bytes at `offset` through the transfer engine's positioned read
+/// ([`crate::engine::read_exact`]); a short file gives `TRUNCATED`.
 pub(crate) fn pread_exact(
     file: &fs::File,
-    mut offset: u64,
-    mut dst: &mut [u8],
+    offset: u64,
+    dst: &mut [u8],
     display: &str,
     what: &dyn Fn() -> String,
 ) -> Result<()> {
-    while !dst.is_empty() {
-        match file.read_at(dst, offset) {
-            Ok(0) => {
-                let now = file.metadata().map(|m| m.len().to_string()).unwrap_or_else(|_| "?".into());
-                return Err(Error::new(
-                    Status::Truncated,
-                    format!(
-                        "{display}: {}: the file ends before byte {} (it is now {now} bytes; was it truncated after opening?)",
-                        what(),
-                        offset + dst.len() as u64
-                    ),
-                ));
-            }
-            Ok(k) => {
-                offset += k as u64;
-                dst = &mut dst[k..];
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(io_error(display, &what(), &e)),
+    let end = offset + dst.len() as u64;
+    crate::engine::read_exact(file.as_raw_fd(), offset, dst).map_err(|kind| match kind {
+        crate::engine::FailureKind::Eof { .. } => {
+            let now = file.metadata().map(|m| m.len().to_string()).unwrap_or_else(|_| "?".into());
+            Error::new(
+                Status::Truncated,
+                format!(
+                    "{display}: {}: the file ends before byte {end} (it is now {now} bytes; was it truncated after opening?)",
+                    what()
+                ),
+            )
         }
-    }
-    Ok(())
+        crate::engine::FailureKind::Os(e) => io_error(display, &what(), &e),
+    })
 }
 
 impl Shard {
@@ -324,7 +318,6 @@ impl Shard {
         *n = if on { before + 1 } else { before.saturating_sub(1) };
         #[cfg(target_os = "linux")]
         if (before == 0) != (*n == 0) {
-            use std::os::fd::AsRawFd;
             let advice = if on { libc::POSIX_FADV_RANDOM } else { libc::POSIX_FADV_NORMAL };
             // SAFETY: advice on our own open descriptor; no memory is involved.
             unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, advice) };

@@ -171,7 +171,7 @@ impl Buffer {
         match &self.mem {
             Memory::Host(h) => dst.copy_from_slice(&h.as_slice()[s..e]),
             Memory::Pinned(p) => dst.copy_from_slice(&p.as_slice()[s..e]),
-            Memory::Cuda(d) => d.copy_to_host(s, dst)?,
+            Memory::Cuda(d) => crate::engine::device::device_to_host(d, s, dst)?,
         }
         Ok(())
     }

@@ -13,12 +13,8 @@ pub type SendProgress = Box<dyn FnMut(u64, u64) -> bool + Send>;
 /// Options of an asynchronous put (owned, unlike [`PutOptions`]).
 #[derive(Default)]
 pub struct AsyncPutOptions {
-    /// As [`PutOptions::threads`].
-    pub threads: usize,
-    /// As [`PutOptions::chunk`].
-    pub chunk: usize,
-    /// As [`PutOptions::staging_bytes`].
-    pub staging_bytes: usize,
+    /// As [`PutOptions::tuning`].
+    pub tuning: crate::engine::Tuning,
     /// As [`PutOptions::resident`].
     pub resident: bool,
     /// As [`PutOptions::copy_on_write`].
@@ -56,7 +52,7 @@ impl PutOp {
         let worker = std::thread::Builder::new()
             .name("hostfirst-put".to_string())
             .spawn(move || {
-                let AsyncPutOptions { threads, chunk, staging_bytes, resident, copy_on_write, mut progress } = opts;
+                let AsyncPutOptions { tuning, resident, copy_on_write, mut progress } = opts;
                 let mut sink = |d: u64, t: u64| -> bool {
                     if sh.cancel.load(Ordering::Relaxed) {
                         return true;
@@ -70,14 +66,7 @@ impl PutOp {
                     put_with_stats(
                         &view,
                         Target::Device(device),
-                        PutOptions {
-                            threads,
-                            chunk,
-                            staging_bytes,
-                            resident,
-                            copy_on_write,
-                            progress: Some(&mut sink),
-                        },
+                        PutOptions { tuning, resident, copy_on_write, progress: Some(&mut sink) },
                     )
                 }))
                 .unwrap_or_else(|_| Err(Error::new(Status::Internal, "the put worker panicked".to_string())));

@@ -1,9 +1,10 @@
 //! Puts: a tensor view (or slice) onto a device as a new buffer, fit-checked before anything is allocated.
 
 use super::buffer::{Buffer, Memory};
-use super::parallel::{default_threads, parallel_fill, DEFAULT_CHUNK};
 use crate::device::fit;
 use crate::device::{Device, DeviceKind};
+use crate::engine::device::HostSource;
+use crate::engine::{self, Progress, Tuning};
 use crate::error::Result;
 use crate::file::TensorView;
 
@@ -29,12 +30,9 @@ impl Target {
 /// Options of a put.
 #[derive(Default)]
 pub struct PutOptions<'a> {
-    /// Reader threads (0: the default, the CPUs available, at most 16).
-    pub threads: usize,
-    /// Chunk size for reads (0: default 8 MiB).
-    pub chunk: usize,
-    /// Total bytes of page-locked staging for CUDA puts (0: 256 MiB, see [`super::staging`]).
-    pub staging_bytes: usize,
+    /// Threads, piece size and staging of the transfer (zeros: the engine's defaults, see [`Tuning`]; for
+    /// CUDA puts, `chunk` is the staging slab and a zero `staging` means 256 MiB, see [`super::staging`]).
+    pub tuning: Tuning,
     /// Resident mode for CUDA puts: page-lock the mapped range once and copy from it (see
     /// [`super::resident`] for why the default is the staging ring).
     pub resident: bool,
@@ -94,14 +92,9 @@ pub fn put_with_stats(view: &TensorView, target: Target, opts: PutOptions<'_>) -
 /// the progress contract of a copy (one call at the end, which may still cancel).
 pub(crate) fn map_private(view: &TensorView, progress: Option<&mut dyn FnMut(u64, u64) -> bool>) -> Result<Buffer> {
     let buf = Buffer::map_private(view, true)?;
-    if let Some(p) = progress {
-        if p(view.nbytes(), view.nbytes()) {
-            return Err(crate::error::Error::new(
-                crate::error::Status::Cancelled,
-                format!("put of tensor '{}' cancelled by the progress callback", view.name()),
-            ));
-        }
-    }
+    Progress::new(progress, view.nbytes())
+        .finish()
+        .map_err(|e| e.context(format!("put of tensor '{}'", view.name())))?;
     Ok(buf)
 }
 
@@ -118,25 +111,16 @@ pub fn fill_with_stats(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>
 /// `fresh`: the buffer was just allocated, so its host pages are not faulted in yet; each reader populates
 /// its chunk in one call before reading into it (see [`super::host::populate_write`]).
 fn fill_impl(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>, fresh: bool) -> Result<PutStats> {
-    let threads = if opts.threads == 0 { default_threads() } else { opts.threads };
-    let chunk = if opts.chunk == 0 { DEFAULT_CHUNK } else { opts.chunk };
     let device = buf.device();
     match buf.memory_mut() {
         Memory::Host(_) | Memory::Pinned(_) => {
             let dst = buf.host_bytes_mut().expect("host memory");
             let populate = fresh && matches!(device.kind, DeviceKind::CPU);
-            parallel_fill(
-                dst,
-                threads,
-                chunk,
-                |off, d| {
-                    if populate {
-                        super::host::populate_write(d);
-                    }
-                    view.read_at(off, d)
-                },
-                opts.progress,
-            )?;
+            let prepare: Option<engine::bulk::Prepare<'_>> =
+                if populate { Some(&super::host::populate_write) } else { None };
+            let mut progress = Progress::new(opts.progress, view.nbytes());
+            engine::fill_host(dst, &opts.tuning, prepare, |off, d| view.read_at(off, d), &mut progress)?;
+            progress.finish()?;
             Ok(PutStats::default())
         }
         Memory::Cuda(dev) => {
@@ -162,11 +146,16 @@ fn fill_impl(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>, fresh: b
                     None => stats.staged_instead = true,
                 }
             }
-            let cfg = super::staging::RingConfig { threads, staging_bytes: opts.staging_bytes, slab_bytes: opts.chunk };
-            super::staging::to_cuda(view, dev, &cfg, progress)?;
+            super::staging::to_cuda(view, dev, &ring_config(&opts.tuning), progress)?;
             Ok(stats)
         }
     }
+}
+
+/// The staging ring's configuration for a [`Tuning`]: its chunk is the slab size; zeros keep the ring's own
+/// defaults (16 MiB slabs, 256 MiB of staging).
+pub(crate) fn ring_config(t: &Tuning) -> super::staging::RingConfig {
+    super::staging::RingConfig { threads: t.threads, staging_bytes: t.staging, slab_bytes: t.chunk }
 }
 
 /// Copies `buf` onto `device` as a new buffer (cpu ↔ cuda_host ↔ cuda:N), fit-checked first. Between two CUDA
@@ -182,30 +171,27 @@ pub fn buffer_to(buf: &Buffer, target: Target) -> Result<Buffer> {
     if n == 0 {
         return Ok(out);
     }
+    let tuning = Tuning::default();
+    let mut progress = Progress::new(None, n as u64);
+    let fresh_cpu = device.kind == DeviceKind::CPU;
     match (buf.memory(), out.memory_mut()) {
-        (Memory::Cuda(s), Memory::Cuda(d)) => d.copy_from_device(0, s, 0, n)?, // same device or peer
-        (src, Memory::Cuda(d)) => match src {
-            Memory::Host(h) => copy_host_to_cuda(h.as_slice(), d)?,
-            Memory::Pinned(p) => d.copy_from_host(0, p.as_slice())?,
-            Memory::Cuda(_) => unreachable!("CUDA to CUDA is matched above"),
-        },
-        (_, Memory::Host(h)) => buf.read_at(0, h.as_mut_slice())?,
-        (_, Memory::Pinned(p)) => buf.read_at(0, p.as_mut_slice())?,
+        (Memory::Cuda(s), Memory::Cuda(d)) => engine::device::device_to_device(s, d, n)?, // same device or peer
+        (Memory::Host(h), Memory::Cuda(d)) => {
+            engine::device::host_to_device(HostSource::Pageable(h.as_slice()), d, &tuning, &mut progress)?
+        }
+        (Memory::Pinned(p), Memory::Cuda(d)) => {
+            engine::device::host_to_device(HostSource::PageLocked(p.as_slice()), d, &tuning, &mut progress)?
+        }
+        (src, _) => {
+            // Host destinations: host sources copied in parallel pieces into fresh pages (populated by the
+            // thread that copies them); a device source read back in one synchronous copy.
+            let one_piece = Tuning { threads: 1, chunk: n, ..tuning };
+            let t = if matches!(src, Memory::Cuda(_)) { one_piece } else { tuning };
+            let prepare: Option<engine::bulk::Prepare<'_>> =
+                if fresh_cpu { Some(&super::host::populate_write) } else { None };
+            let dst = out.host_bytes_mut().expect("host memory");
+            engine::fill_host(dst, &t, prepare, |off, d| buf.read_at(off, d), &mut progress)?;
+        }
     }
     Ok(out)
-}
-
-/// Pageable host bytes to CUDA through the staging ring (never DMA from pageable memory).
-fn copy_host_to_cuda(src: &[u8], dst: &crate::device::cuda::DeviceMemory) -> Result<()> {
-    let cfg = super::staging::RingConfig::default();
-    super::staging::transfer(
-        src.len() as u64,
-        dst,
-        &cfg,
-        |off, d| {
-            d.copy_from_slice(&src[off as usize..off as usize + d.len()]);
-            Ok(())
-        },
-        None,
-    )
 }

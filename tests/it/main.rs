@@ -14,6 +14,7 @@ mod common;
 mod cpp;
 mod cuda_stub;
 mod cuda_truth;
+mod engine_path;
 mod example_host_first;
 mod file_catalogue;
 mod file_corpus;

@@ -48,8 +48,15 @@ fn every_dtype_and_slices() {
     let f = TensorFile::open(&path).unwrap();
     for (i, d) in ALL_DTYPES.iter().enumerate() {
         let v = f.view(&format!("t{i}")).unwrap();
-        let b = put(&v, Target::Device(Device::CPU), PutOptions { threads: 3, chunk: 4096, ..PutOptions::default() })
-            .unwrap();
+        let b = put(
+            &v,
+            Target::Device(Device::CPU),
+            PutOptions {
+                tuning: hostfirst::engine::Tuning { threads: 3, chunk: 4096, ..Default::default() },
+                ..PutOptions::default()
+            },
+        )
+        .unwrap();
         assert_eq!((b.dtype(), b.shape(), b.device()), (*d, &shape[..], Device::CPU));
         assert_eq!(b.host_bytes().unwrap(), &expect[i][..], "{d:?}");
         // Rows 2..5 of it.

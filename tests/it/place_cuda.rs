@@ -26,11 +26,15 @@ fn small_ring() -> RingConfig {
 }
 
 fn opts(cfg: &RingConfig) -> PutOptions<'static> {
-    PutOptions {
+    PutOptions { tuning: tuning(cfg), ..PutOptions::default() }
+}
+
+fn tuning(cfg: &RingConfig) -> hostfirst::engine::Tuning {
+    hostfirst::engine::Tuning {
         threads: cfg.threads,
         chunk: cfg.slab_bytes,
-        staging_bytes: cfg.staging_bytes,
-        ..PutOptions::default()
+        staging: cfg.staging_bytes,
+        ..Default::default()
     }
 }
 
@@ -220,12 +224,7 @@ fn async_put_poll_wait_already_used() {
         let f = TensorFile::from_bytes(img).unwrap();
         let v = f.view("t").unwrap();
         let cfg = small_ring();
-        let mk = || AsyncPutOptions {
-            threads: cfg.threads,
-            chunk: cfg.slab_bytes,
-            staging_bytes: cfg.staging_bytes,
-            ..Default::default()
-        };
+        let mk = || AsyncPutOptions { tuning: tuning(&cfg), ..Default::default() };
         let op = PutOp::start(&v, Target::Device(Device::cuda(0)), mk()).unwrap();
         let (b, _) = op.wait().unwrap();
         assert!(op.is_done().is_err());

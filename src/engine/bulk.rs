@@ -1,0 +1,308 @@
+//! The engine's bulk side: what put, shard-on-read and `buffer_to` call to move bytes into host memory.
+//!
+//! - [`read_exact`]: one blocking positioned read of a whole range (the engine's single-read primitive; every
+//!   `pread` of a file's tensor bytes outside a read set comes here, through `TensorView::read_at`).
+//! - [`fill_host`]: a large host destination filled in [`Tuning::chunk`] pieces by [`Tuning::threads`] threads
+//!   (the calling thread among them), each piece prepared (fresh pages populated) and read by the same thread,
+//!   progress reported from the calling thread between its pieces.
+//! - [`read_pieces`]: the scattered pieces of a strided range of one file, merged into reads under a
+//!   [`ReadPolicy`] and submitted as read sets through [`super::read_many`] (one io_uring submission per set),
+//!   progress between sets.
+//!
+//! None of them makes the final progress report: a transfer of several parts (the shards of a run) reports
+//! across them with [`Progress::part`] and calls [`Progress::finish`] once at the end.
+
+use super::{pread_full, read_many, FailureKind, Progress, Read, ReadFailure, Tuning};
+use crate::error::{Error, Result};
+use crate::file::layout::coalesce;
+use crate::file::ReadPolicy;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Work done on a piece of a host destination just before bytes are read into it, by the thread that reads
+/// it (populating fresh pages: [`crate::place::host::populate_write`]).
+pub type Prepare<'a> = &'a (dyn Fn(&mut [u8]) + Sync);
+
+/// Reads all of `dst` from `fd` at `offset` on the calling thread (short reads resumed, `EINTR` retried);
+/// [`FailureKind::Eof`] at the first byte the file does not have.
+pub fn read_exact(fd: RawFd, offset: u64, dst: &mut [u8]) -> std::result::Result<(), FailureKind> {
+    pread_full(fd, offset, dst)
+}
+
+/// Fills `dst` with `read(offset, piece)` calls (offsets relative to the start of `dst`), in pieces of
+/// `tuning.chunk` bytes over `tuning.threads` threads; the calling thread is one of them (no thread is
+/// started for a single piece) and alone reports to `progress` between its pieces (`done` counts bytes of
+/// `dst`). `prepare` runs on each piece just before its read, on the same thread (populating fresh pages in
+/// parallel). The first read error wins and stops the others; a cancel from `progress` stops them too. No
+/// final report: the caller calls [`Progress::finish`].
+pub fn fill_host<R>(
+    dst: &mut [u8],
+    tuning: &Tuning,
+    prepare: Option<Prepare<'_>>,
+    read: R,
+    progress: &mut Progress<'_>,
+) -> Result<()>
+where
+    R: Fn(u64, &mut [u8]) -> Result<()> + Sync,
+{
+    let t = tuning.resolved();
+    let chunk = t.chunk;
+    let threads = t.threads.max(1).min(dst.len().div_ceil(chunk).max(1));
+    let queue = Mutex::new(dst.chunks_mut(chunk).enumerate());
+    let done = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let first_error: Mutex<Option<Error>> = Mutex::new(None);
+    let fail = |e: Error| {
+        stop.store(true, Ordering::Relaxed);
+        first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+    };
+    // One reader's loop; `after` runs after each of its pieces (the caller's reports progress).
+    let reader = |after: &mut dyn FnMut() -> Result<()>| loop {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
+        let Some((i, piece)) = next else { break };
+        let n = piece.len() as u64;
+        if let Some(p) = prepare {
+            p(piece);
+        }
+        if let Err(e) = read((i * chunk) as u64, piece) {
+            fail(e);
+            break;
+        }
+        done.fetch_add(n, Ordering::Relaxed);
+        if let Err(e) = after() {
+            fail(e);
+            break;
+        }
+    };
+    let mut report = || progress.at(done.load(Ordering::Relaxed));
+    if threads == 1 {
+        reader(&mut report);
+    } else {
+        std::thread::scope(|s| {
+            for _ in 1..threads {
+                s.spawn(|| reader(&mut || Ok(())));
+            }
+            reader(&mut report);
+        });
+    }
+    match first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// One merged read of [`read_pieces`]: the file range `[lo, hi)` and the pieces (file offset, offset in the
+/// destination, length) it serves.
+struct Merged {
+    lo: u64,
+    hi: u64,
+    pieces: Vec<(u64, u64, u64)>,
+}
+
+/// Reads the pieces `(file offset, offset in dst, length)` of `fd` — in increasing file order, disjoint in
+/// `dst` — into `dst`: neighbouring pieces are merged into one read under `policy` (the gap read into a
+/// scratch buffer and dropped), and the merged reads are submitted as read sets of about `tuning.staging`
+/// bytes each through [`read_many`] (io_uring or the pread pool, `tuning.queue_depth` in flight), reporting
+/// `done` = bytes of `dst` placed to `progress` between sets. Returns the bytes read from the file (≥ the
+/// pieces' bytes by the gaps merged reads took). A read failure becomes an error through `failed`.
+pub fn read_pieces(
+    fd: RawFd,
+    pieces: impl Iterator<Item = (u64, u64, u64)>,
+    dst: &mut [u8],
+    policy: &ReadPolicy,
+    tuning: &Tuning,
+    progress: &mut Progress<'_>,
+    failed: &dyn Fn(ReadFailure) -> Error,
+) -> Result<u64> {
+    let t = tuning.resolved();
+    let mut merged: Vec<Merged> = Vec::new();
+    coalesce(pieces, policy, |lo, hi, group| {
+        merged.push(Merged { lo, hi, pieces: group.to_vec() });
+        Ok(())
+    })?;
+    let budget = t.staging.max(t.chunk) as u64;
+    let (mut read_bytes, mut placed) = (0u64, 0u64);
+    let mut rest = &merged[..];
+    while !rest.is_empty() {
+        // The next set: merged reads until the budget is reached (at least one).
+        let mut n = 0;
+        let mut bytes = 0u64;
+        while n < rest.len() && (n == 0 || bytes + (rest[n].hi - rest[n].lo) <= budget) {
+            bytes += rest[n].hi - rest[n].lo;
+            n += 1;
+        }
+        let (set, after) = rest.split_at(n);
+        rest = after;
+        placed += read_set(fd, set, dst, &t, failed)?;
+        read_bytes += bytes;
+        if !rest.is_empty() {
+            progress.at(placed)?;
+        }
+    }
+    Ok(read_bytes)
+}
+
+/// One read set of [`read_pieces`]: single-piece reads straight into `dst`, merged ones into scratch, then
+/// scattered. Returns the bytes of `dst` placed.
+fn read_set(
+    fd: RawFd,
+    set: &[Merged],
+    dst: &mut [u8],
+    t: &Tuning,
+    failed: &dyn Fn(ReadFailure) -> Error,
+) -> Result<u64> {
+    let scratch_len: u64 = set.iter().filter(|m| m.pieces.len() > 1).map(|m| m.hi - m.lo).sum();
+    let mut scratch = vec![0u8; scratch_len as usize];
+    // Direct reads: the single pieces, in destination order, carved out of `dst` one after the other.
+    let mut direct: Vec<(u64, u64, u64)> = set.iter().filter(|m| m.pieces.len() == 1).map(|m| m.pieces[0]).collect();
+    direct.sort_by_key(|p| p.1);
+    let mut reads: Vec<Read<'_>> = Vec::with_capacity(set.len());
+    let mut tail: &mut [u8] = dst;
+    let mut at = 0u64;
+    for &(src, d, n) in &direct {
+        let (_, from) = std::mem::take(&mut tail).split_at_mut((d - at) as usize);
+        let (piece, after) = from.split_at_mut(n as usize);
+        reads.push(Read { fd, offset: src, dst: piece });
+        tail = after;
+        at = d + n;
+    }
+    let mut free: &mut [u8] = &mut scratch;
+    for m in set.iter().filter(|m| m.pieces.len() > 1) {
+        let (buf, after) = std::mem::take(&mut free).split_at_mut((m.hi - m.lo) as usize);
+        reads.push(Read { fd, offset: m.lo, dst: buf });
+        free = after;
+    }
+    read_many(&mut reads, t).map_err(failed)?;
+    drop(reads);
+    let mut placed: u64 = direct.iter().map(|p| p.2).sum();
+    let mut s = 0usize;
+    for m in set.iter().filter(|m| m.pieces.len() > 1) {
+        for &(src, d, n) in &m.pieces {
+            let from = s + (src - m.lo) as usize;
+            dst[d as usize..(d + n) as usize].copy_from_slice(&scratch[from..from + n as usize]);
+            placed += n;
+        }
+        s += (m.hi - m.lo) as usize;
+    }
+    Ok(placed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Status;
+    use std::os::fd::AsRawFd;
+
+    fn file(name: &str, len: usize) -> (std::path::PathBuf, std::fs::File, Vec<u8>) {
+        let dir = std::env::temp_dir().join(format!("hostfirst-bulk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(name);
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 7 % 253) as u8).collect();
+        std::fs::write(&p, &bytes).unwrap();
+        let f = std::fs::File::open(&p).unwrap();
+        (p, f, bytes)
+    }
+
+    /// Strided pieces (runs of 100 bytes every 300, and pages apart) land where they belong, merged reads
+    /// count their gaps, progress is monotonic, every set size gives the same bytes.
+    #[test]
+    fn pieces_land_in_place_in_sets() {
+        let (_p, f, want) = file("pieces", 1 << 20);
+        for (run, stride) in [(100u64, 300u64), (5000, 20_000), (4096, 4096 * 3)] {
+            let count = (1u64 << 20) / stride;
+            let pieces: Vec<(u64, u64, u64)> = (0..count).map(|i| (i * stride + 11, i * run, run)).collect();
+            for staging in [1usize, 64 << 10, 32 << 20] {
+                let mut dst = vec![0u8; (count * run) as usize];
+                let mut seen = Vec::new();
+                let mut sink = |d: u64, _t: u64| {
+                    seen.push(d);
+                    false
+                };
+                let mut progress = Progress::new(Some(&mut sink), count * run);
+                let t = Tuning { staging, chunk: 4096, queue_depth: 8, ..Tuning::default() };
+                let failed = |r: ReadFailure| Error::new(Status::Io, format!("{r:?}"));
+                let read = read_pieces(
+                    f.as_raw_fd(),
+                    pieces.iter().copied(),
+                    &mut dst,
+                    &ReadPolicy::default(),
+                    &t,
+                    &mut progress,
+                    &failed,
+                )
+                .unwrap();
+                for &(src, d, n) in &pieces {
+                    assert!(dst[d as usize..(d + n) as usize] == want[src as usize..(src + n) as usize]);
+                }
+                assert!(read >= count * run && read <= stride * count, "{read}");
+                assert!(seen.windows(2).all(|w| w[0] <= w[1]));
+            }
+        }
+    }
+
+    /// A piece past the end of the file is the caller's error; cancelling between sets stops.
+    #[test]
+    fn pieces_fail_and_cancel() {
+        let (_p, f, _) = file("short", 50_000);
+        let pieces = [(0u64, 0u64, 1000u64), (40_000, 1000, 20_000)];
+        let mut dst = vec![0u8; 21_000];
+        let failed = |r: ReadFailure| Error::new(Status::Truncated, format!("{:?}", r.kind));
+        let e = read_pieces(
+            f.as_raw_fd(),
+            pieces.iter().copied(),
+            &mut dst,
+            &ReadPolicy::default(),
+            &Tuning::default(),
+            &mut Progress::new(None, 21_000),
+            &failed,
+        )
+        .unwrap_err();
+        assert_eq!(e.status(), Status::Truncated);
+        // Ten unmerged 1000-byte reads, sets of 4 KiB: three sets, a progress report after the first.
+        let pieces: Vec<_> = (0..10u64).map(|i| (i * 5000, i * 1000, 1000)).collect();
+        let mut dst = vec![0u8; 10_000];
+        let mut cancel = |_: u64, _: u64| true;
+        let e = read_pieces(
+            f.as_raw_fd(),
+            pieces.into_iter(),
+            &mut dst,
+            &ReadPolicy { max_read: 1000, ..ReadPolicy::default() },
+            &Tuning { staging: 1, chunk: 4096, ..Tuning::default() },
+            &mut Progress::new(Some(&mut cancel), 10_000),
+            &failed,
+        )
+        .unwrap_err();
+        assert_eq!(e.status(), Status::Cancelled);
+    }
+
+    /// Every byte of a multi-piece fill, prepared once per piece; read errors and cancels stop it.
+    #[test]
+    fn fill_host_prepares_reads_and_stops() {
+        let (_p, f, want) = file("fill", 1 << 20);
+        for threads in [1, 3] {
+            let mut dst = vec![0u8; (1 << 20) - 10];
+            let prepared = AtomicU64::new(0);
+            let prep = |d: &mut [u8]| {
+                prepared.fetch_add(d.len() as u64, Ordering::Relaxed);
+            };
+            let t = Tuning { threads, chunk: 4096, ..Tuning::default() };
+            let fd = f.as_raw_fd();
+            let read = |off: u64, d: &mut [u8]| {
+                read_exact(fd, 10 + off, d).map_err(|k| Error::new(Status::Io, format!("{k:?}")))
+            };
+            fill_host(&mut dst, &t, Some(&prep), read, &mut Progress::new(None, 0)).unwrap();
+            assert!(dst[..] == want[10..]);
+            assert_eq!(prepared.into_inner(), dst.len() as u64);
+            let mut cancel = |_: u64, _: u64| true;
+            let e = fill_host(&mut dst, &t, None, read, &mut Progress::new(Some(&mut cancel), 1 << 20));
+            assert_eq!(e.unwrap_err().status(), Status::Cancelled);
+            let mut big = vec![0u8; 2 << 20];
+            let e = fill_host(&mut big, &t, None, read, &mut Progress::new(None, 0)).unwrap_err();
+            assert!(e.message().contains("Eof"), "{}", e.message());
+        }
+    }
+}

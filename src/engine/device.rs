@@ -1,0 +1,57 @@
+//! The engine's writer side for device memory, as `buffer_to` and buffer reads use it: the one place outside
+//! the CUDA layer (`src/device/cuda`) that calls its synchronous copies, plus the pinned staging ring for
+//! pageable host bytes (`place::staging`, where the load's tensors are streamed too).
+//!
+//! Rules: pageable host memory never reaches the driver directly (it goes through the page-locked ring);
+//! page-locked memory is copied as it is; every call is synchronous (the bytes are in place, visible to work
+//! on any stream, when it returns).
+
+use super::{Progress, Tuning};
+use crate::device::cuda::DeviceMemory;
+use crate::error::Result;
+
+/// Where the bytes of a host-to-device copy are.
+pub enum HostSource<'a> {
+    /// Pageable memory: staged through the pinned ring.
+    Pageable(&'a [u8]),
+    /// Page-locked memory: copied by the driver straight from it.
+    PageLocked(&'a [u8]),
+}
+
+/// Copies `src` into `dst` from offset 0 (which must hold it), reporting to `progress` (no final report: the
+/// caller finishes it).
+pub fn host_to_device(
+    src: HostSource<'_>,
+    dst: &DeviceMemory,
+    tuning: &Tuning,
+    progress: &mut Progress<'_>,
+) -> Result<()> {
+    match src {
+        HostSource::PageLocked(s) => dst.copy_from_host(0, s),
+        HostSource::Pageable(s) => {
+            let cfg = crate::place::put::ring_config(tuning);
+            let mut sink = |done: u64, _total: u64| progress.at(done).is_err();
+            crate::place::staging::transfer(
+                s.len() as u64,
+                dst,
+                &cfg,
+                |off, d| {
+                    d.copy_from_slice(&s[off as usize..off as usize + d.len()]);
+                    Ok(())
+                },
+                Some(&mut sink),
+            )
+        }
+    }
+}
+
+/// Copies bytes `[offset, offset + dst.len())` of `src` into host memory (`cuMemcpyDtoH`, synchronous).
+pub fn device_to_host(src: &DeviceMemory, offset: usize, dst: &mut [u8]) -> Result<()> {
+    src.copy_to_host(offset, dst)
+}
+
+/// Copies `len` bytes of `src` from its start into `dst` from its start: on one device or peer to peer,
+/// synchronous (see [`DeviceMemory::copy_from_device`]).
+pub fn device_to_device(src: &DeviceMemory, dst: &DeviceMemory, len: usize) -> Result<()> {
+    dst.copy_from_device(0, src, 0, len)
+}

@@ -1,0 +1,199 @@
+//! One transfer path (issue 22): outside the transfer engine (`src/engine`), no code calls the primitives that
+//! read a file's bytes or copy to or from device memory, except the call sites on the allow-list below, each
+//! with the reason it is not routed yet. A source scan in the style of `boundary.rs`: it fails on a new call
+//! anywhere else, on a second call in an allow-listed file, and on an allow-list entry that no longer matches
+//! (so the list shrinks as paths move onto the engine).
+//!
+//! What counts as a primitive:
+//! - file reads: `libc::pread*` (`pread`, `pread64`, `preadv`, `preadv2`), `libc::read(`, std's positioned
+//!   reads (`FileExt`: `read_at`, `read_exact_at`), io_uring;
+//! - device copies: the CUDA layer's copy wrappers (`DeviceMemory::copy_from_host`, `copy_to_host(offset, dst)`,
+//!   `copy_from_device`, `Stream::copy_to_device_async`, `copy_to_host_async`) and the driver's memcpy entry
+//!   points (`memcpy_htod*`, `memcpy_dtoh*`, `memcpy_dtod*`, `memcpy_peer*`). The CUDA layer itself
+//!   (`src/device/cuda`) defines these and is where the engine reaches the driver, so it is not scanned for
+//!   them (it is scanned for file reads).
+//!
+//! Not scanned: `memcpy` out of a mapping or a host buffer (`copy_from_slice`), which is how the gather reads a
+//! prefaulted tensor and how memory-backed files are read; whole-file reads of text (`fs::read_to_string` of a
+//! sharded set's JSON index).
+
+use std::path::{Path, PathBuf};
+
+/// Patterns for file reads (scanned everywhere outside `src/engine`).
+const FILE_READS: &[&str] = &["libc::pread", "libc::read(", "FileExt", "read_exact_at(", "io_uring::"];
+
+/// Patterns for device copies (scanned outside `src/engine` and `src/device/cuda`). `copy_to_host(` is a
+/// primitive only with two arguments (`DeviceMemory::copy_to_host(offset, dst)`); `Buffer::copy_to_host(dst)`
+/// is the buffer's public read-back, which reaches the device through the engine.
+const DEVICE_COPIES: &[&str] = &[
+    ".copy_from_host(",
+    ".copy_to_host(",
+    ".copy_from_device(",
+    ".copy_to_device_async(",
+    ".copy_to_host_async(",
+    "memcpy_htod",
+    "memcpy_dtoh",
+    "memcpy_dtod",
+    "memcpy_peer",
+];
+
+/// (file, pattern, calls, why). Every call of a primitive outside the engine must be here, with its count.
+const ALLOWED: &[(&str, &str, usize, &str)] = &[
+    (
+        "src/file/tensor_file.rs",
+        "FileExt",
+        1,
+        "format detection, not tensor bytes: the first bytes of a path are sniffed to tell a sharded set's JSON \
+         index from a safetensors file (a short read is fine there); the load branch folds it into the header read",
+    ),
+    (
+        "src/place/staging.rs",
+        ".copy_to_device_async(",
+        2,
+        "the pinned staging ring's H2D copies (CUDA puts, CUDA shards, pageable buffer_to): the device half of \
+         the engine's writer side still lives in place::staging while the load branch streams tensors through \
+         it; its reads already go through the engine (TensorView::read_at -> engine::read_exact)",
+    ),
+    (
+        "src/place/resident.rs",
+        ".copy_to_device_async(",
+        1,
+        "resident mode copies straight from a registered mapping (no file read at all); not routed yet",
+    ),
+    (
+        "src/place/gather.rs",
+        ".copy_to_device_async(",
+        1,
+        "the gather's H2D of a batch from its pinned staging on the gather's own stream (the gather's reads go \
+         through engine::read_many; its device copy is not routed yet)",
+    ),
+];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The code of a line: nothing for a comment line, the part before a trailing `//` comment otherwise.
+fn code(line: &str) -> &str {
+    let t = line.trim_start();
+    if t.starts_with("//") {
+        return "";
+    }
+    match line.find("// ") {
+        Some(i) => &line[..i],
+        None => line,
+    }
+}
+
+/// Whether `text` (from just after `copy_to_host(`) has a comma at the call's own depth before it closes.
+fn two_arguments(text: &str) -> bool {
+    let mut depth = 0i32;
+    for c in text.chars() {
+        match c {
+            '(' | '[' => depth += 1,
+            ')' | ']' if depth == 0 => return false,
+            ')' | ']' => depth -= 1,
+            ',' if depth == 0 => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The primitive calls in one file's source: (line number, pattern).
+fn calls(source: &str, device_copies_too: bool) -> Vec<(usize, &'static str)> {
+    let mut found = Vec::new();
+    let lines: Vec<&str> = source.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        let c = code(line);
+        let patterns = FILE_READS.iter().chain(if device_copies_too { DEVICE_COPIES } else { &[] });
+        for &p in patterns {
+            for (at, _) in c.match_indices(p) {
+                if p == ".copy_to_host(" {
+                    // The arguments may continue on the next lines.
+                    let rest: String =
+                        std::iter::once(&c[at + p.len()..]).chain(lines[i + 1..].iter().take(4).copied()).collect();
+                    if !two_arguments(&rest) {
+                        continue;
+                    }
+                }
+                found.push((i + 1, p));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn primitive_calls_outside_the_engine_are_exactly_the_allow_list() {
+    let root = crate::common::root();
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    let mut seen: Vec<(String, &'static str, usize)> = Vec::new(); // (file, pattern, count)
+    let mut bad = Vec::new();
+    for f in &files {
+        let rel = f.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/");
+        if rel.starts_with("src/engine/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(f).unwrap();
+        for (line, p) in calls(&text, !rel.starts_with("src/device/cuda/")) {
+            if ALLOWED.iter().any(|(a, ap, _, _)| *a == rel && *ap == p) {
+                match seen.iter_mut().find(|(sf, sp, _)| *sf == rel && *sp == p) {
+                    Some(s) => s.2 += 1,
+                    None => seen.push((rel.clone(), p, 1)),
+                }
+            } else {
+                bad.push(format!("{rel}:{line}: `{p}` outside src/engine (route it through the engine)"));
+            }
+        }
+    }
+    for (file, p, want, _why) in ALLOWED {
+        let got = seen.iter().find(|(f, sp, _)| f == file && sp == p).map_or(0, |s| s.2);
+        if got != *want {
+            bad.push(format!(
+                "{file}: {got} calls of `{p}`, the allow-list says {want} (a new call to route, or an entry to \
+                 update or remove)"
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "primitive calls outside the transfer engine:\n{}", bad.join("\n"));
+}
+
+/// The scan itself finds what it must and skips what it must (so the test above can fail).
+#[test]
+fn the_scan_finds_primitive_calls() {
+    let src = r#"
+        use std::os::unix::fs::FileExt;
+        let n = unsafe { libc::pread64(fd, p, n, o) };
+        let n = unsafe { libc::preadv(fd, iov, k, o) };
+        f.read_exact_at(&mut b, 0)?;
+        // libc::pread(fd, p, n, o) in a comment
+        stream.copy_to_device_async(slab, 0, dst, 0, len)?;
+        mem.copy_to_host(
+            off, dst)?;
+        buffer.copy_to_host(dst)?;
+        let r = unsafe { (api.memcpy_htod_async)(d, s, n, st) };
+    "#;
+    let found: Vec<&str> = calls(src, true).into_iter().map(|(_, p)| p).collect();
+    assert_eq!(
+        found,
+        [
+            "FileExt",
+            "libc::pread",
+            "libc::pread",
+            "read_exact_at(",
+            ".copy_to_device_async(",
+            ".copy_to_host(",
+            "memcpy_htod"
+        ]
+    );
+    assert_eq!(calls(src, false).len(), 4, "device copies are not scanned in the CUDA layer");
+}
