@@ -191,6 +191,64 @@ fn read_set(
     Ok(placed)
 }
 
+/// `preadv` takes at most this many pieces per call (Linux `IOV_MAX`).
+const IOV_MAX: usize = 1024;
+
+/// `preadv` of `file` at `at` into `iov` until every piece is full (a load's coalesced run scattered into its
+/// tensors' places); a file that ends first is `TRUNCATED`, `what` names the read in messages.
+pub fn read_vectored_exact(
+    file: &std::fs::File,
+    mut at: u64,
+    mut iov: &mut [libc::iovec],
+    what: &dyn Fn() -> String,
+) -> Result<()> {
+    use std::os::unix::io::AsRawFd;
+    while !iov.is_empty() {
+        if iov[0].iov_len == 0 {
+            iov = &mut iov[1..];
+            continue;
+        }
+        let k = iov.len().min(IOV_MAX);
+        // SAFETY: every iovec points at memory this job owns exclusively (an arena range or its scratch),
+        // valid for its length.
+        let r = unsafe { libc::preadv(file.as_raw_fd(), iov.as_ptr(), k as libc::c_int, at as libc::off_t) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(Error::new(crate::error::Status::Io, format!("{}: read failed: {e}", what())));
+        }
+        if r == 0 {
+            let left: usize = iov.iter().map(|v| v.iov_len).sum();
+            let now = file.metadata().map(|m| m.len().to_string()).unwrap_or_else(|_| "?".into());
+            return Err(Error::new(
+                crate::error::Status::Truncated,
+                format!(
+                    "{}: the file ends before byte {} (it is now {now} bytes; was it truncated after opening?)",
+                    what(),
+                    at + left as u64
+                ),
+            ));
+        }
+        let mut n = r as usize;
+        at += n as u64;
+        while n > 0 {
+            let v = &mut iov[0];
+            if n >= v.iov_len {
+                n -= v.iov_len;
+                iov = &mut iov[1..];
+            } else {
+                // SAFETY: advancing within the piece.
+                v.iov_base = unsafe { (v.iov_base as *mut u8).add(n) } as *mut libc::c_void;
+                v.iov_len -= n;
+                n = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

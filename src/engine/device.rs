@@ -55,3 +55,42 @@ pub fn device_to_host(src: &DeviceMemory, offset: usize, dst: &mut [u8]) -> Resu
 pub fn device_to_device(src: &DeviceMemory, dst: &DeviceMemory, len: usize) -> Result<()> {
     dst.copy_from_device(0, src, 0, len)
 }
+
+/// Enqueues a host-to-device copy (`cuMemcpyHtoDAsync_v2`) of `len` bytes at `src` of a page-locked slab to
+/// offset `dst_off` of `dst`, on `stream`; both ranges are checked.
+///
+/// # Safety
+/// The slab must stay alive and unwritten until an event recorded on `stream` after this call completes.
+pub unsafe fn copy_from_slab_async(
+    stream: &crate::device::cuda::Stream,
+    slab: &crate::device::cuda::PinnedHostMemory,
+    src: usize,
+    dst_off: usize,
+    len: usize,
+    dst: &DeviceMemory,
+) -> Result<()> {
+    use crate::device::cuda::memory::check_range;
+    let what = || {
+        format!(
+            "cuMemcpyHtoDAsync_v2(host -> cuda:{}, {} bytes from a staging slab to offset {} of a {}-byte load arena)",
+            dst.ordinal(),
+            len,
+            dst_off,
+            dst.len()
+        )
+    };
+    check_range(&what(), src, len, slab.len())?;
+    check_range(&what(), dst_off, len, dst.len())?;
+    let api = crate::device::cuda::probe::api()?;
+    let _current = dst.context().enter()?;
+    // SAFETY: ranges checked; the caller keeps the slab alive and unwritten until the copy has completed.
+    let r = unsafe {
+        (api.memcpy_htod_async)(
+            dst.device_ptr() + dst_off as u64,
+            slab.as_ptr().add(src) as *const std::ffi::c_void,
+            len,
+            stream.raw(),
+        )
+    };
+    api.check(r, what)
+}

@@ -28,7 +28,7 @@
 
 pub mod bulk;
 pub mod device;
-pub use bulk::{fill_host, read_exact, read_pieces};
+pub use bulk::{fill_host, read_exact, read_pieces, read_vectored_exact};
 mod pool;
 #[cfg(target_os = "linux")]
 pub(crate) mod uring;

@@ -37,8 +37,6 @@ pub const CUDA_ALIGN: usize = 256;
 /// Largest coalesced host read.
 pub const HOST_READ_BYTES: usize = 8 << 20;
 const PAGE: u64 = 4096;
-/// `preadv` takes at most this many pieces per call (Linux `IOV_MAX`).
-const IOV_MAX: usize = 1024;
 
 /// Progress of a whole load: `sink(done, total)` at most every [`PROGRESS_INTERVAL`]; true cancels.
 pub(crate) struct Reporter<'a> {
@@ -245,60 +243,6 @@ fn groups<'a>(views: &'a [TensorView], offsets: &[usize], cap: usize, policy: &R
     out
 }
 
-/// `preadv` of `file` at `at` into `iov` until every piece is full; a file that ends first is `TRUNCATED`.
-fn preadv_exact(
-    file: &std::fs::File,
-    mut at: u64,
-    mut iov: &mut [libc::iovec],
-    what: &dyn Fn() -> String,
-) -> Result<()> {
-    use std::os::unix::io::AsRawFd;
-    while !iov.is_empty() {
-        if iov[0].iov_len == 0 {
-            iov = &mut iov[1..];
-            continue;
-        }
-        let k = iov.len().min(IOV_MAX);
-        // SAFETY: every iovec points at memory this job owns exclusively (an arena range or its scratch),
-        // valid for its length.
-        let r = unsafe { libc::preadv(file.as_raw_fd(), iov.as_ptr(), k as libc::c_int, at as libc::off_t) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(Error::new(Status::Io, format!("{}: read failed: {e}", what())));
-        }
-        if r == 0 {
-            let left: usize = iov.iter().map(|v| v.iov_len).sum();
-            let now = file.metadata().map(|m| m.len().to_string()).unwrap_or_else(|_| "?".into());
-            return Err(Error::new(
-                Status::Truncated,
-                format!(
-                    "{}: the file ends before byte {} (it is now {now} bytes; was it truncated after opening?)",
-                    what(),
-                    at + left as u64
-                ),
-            ));
-        }
-        let mut n = r as usize;
-        at += n as u64;
-        while n > 0 {
-            let v = &mut iov[0];
-            if n >= v.iov_len {
-                n -= v.iov_len;
-                iov = &mut iov[1..];
-            } else {
-                // SAFETY: advancing within the piece.
-                v.iov_base = unsafe { (v.iov_base as *mut u8).add(n) } as *mut libc::c_void;
-                v.iov_len -= n;
-                n = 0;
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Reads one group into `dst` (the arena's base address for host jobs, with pieces' `dst` offsets; or a slab
 /// with `relative`: pieces land at their `src` offsets).
 ///
@@ -319,7 +263,7 @@ unsafe fn read_group(g: &Group<'_>, base: *mut u8, relative: bool, scratch: &mut
             // SAFETY: forwarded: the slab holds `span` bytes for this group.
             let dst = unsafe { std::slice::from_raw_parts_mut(base, span) };
             let mut iov = [libc::iovec { iov_base: dst.as_mut_ptr() as *mut libc::c_void, iov_len: span }];
-            preadv_exact(file, at, &mut iov, &what)
+            crate::engine::read_vectored_exact(file, at, &mut iov, &what)
         }
         From::File { file, at, .. } => {
             let largest_gap = g.pieces.windows(2).map(|w| w[1].src - (w[0].src + w[0].len)).max().unwrap_or(0);
@@ -338,7 +282,7 @@ unsafe fn read_group(g: &Group<'_>, base: *mut u8, relative: bool, scratch: &mut
                 iov.push(libc::iovec { iov_base: d as *mut libc::c_void, iov_len: p.len });
                 pos = p.src + p.len;
             }
-            preadv_exact(file, at, &mut iov, &what)
+            crate::engine::read_vectored_exact(file, at, &mut iov, &what)
         }
     }
 }
@@ -406,35 +350,13 @@ struct Slot {
     event: Event,
 }
 
-/// Enqueues a host-to-device copy from a page-locked slab (`cuMemcpyHtoDAsync_v2`) on `stream`.
+/// Enqueues a host-to-device copy of piece `p` from a page-locked slab on `stream` (through the engine).
 ///
 /// # Safety
 /// The slab must stay alive and unwritten until an event recorded on `stream` after this call completes.
 unsafe fn enqueue(stream: &Stream, slab: &PinnedHostMemory, p: Piece, dst: &DeviceMemory) -> Result<()> {
-    use crate::device::cuda::memory::check_range;
-    let what = || {
-        format!(
-            "cuMemcpyHtoDAsync_v2(host -> cuda:{}, {} bytes from a staging slab to offset {} of a {}-byte load arena)",
-            dst.ordinal(),
-            p.len,
-            p.dst,
-            dst.len()
-        )
-    };
-    check_range(&what(), p.src, p.len, slab.len())?;
-    check_range(&what(), p.dst, p.len, dst.len())?;
-    let api = crate::device::cuda::probe::api()?;
-    let _current = dst.context().enter()?;
-    // SAFETY: ranges checked; the caller keeps the slab alive and unwritten until the copy has completed.
-    let r = unsafe {
-        (api.memcpy_htod_async)(
-            dst.device_ptr() + p.dst as u64,
-            slab.as_ptr().add(p.src) as *const std::ffi::c_void,
-            p.len,
-            stream.raw(),
-        )
-    };
-    api.check(r, what)
+    // SAFETY: forwarded from this function's contract.
+    unsafe { crate::engine::device::copy_from_slab_async(stream, slab, p.src, p.dst, p.len, dst) }
 }
 
 /// Waits for a slot's latest copy. On a driver error the slot is released when the error is sticky (the

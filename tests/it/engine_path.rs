@@ -40,13 +40,6 @@ const DEVICE_COPIES: &[&str] = &[
 /// (file, pattern, calls, why). Every call of a primitive outside the engine must be here, with its count.
 const ALLOWED: &[(&str, &str, usize, &str)] = &[
     (
-        "src/file/tensor_file.rs",
-        "FileExt",
-        1,
-        "format detection, not tensor bytes: the first bytes of a path are sniffed to tell a sharded set's JSON \
-         index from a safetensors file (a short read is fine there); the load branch folds it into the header read",
-    ),
-    (
         "src/place/staging.rs",
         ".copy_to_device_async(",
         2,
