@@ -8,8 +8,8 @@
 //! field, a number it does not expect, a cap reached, invalid JSON of any kind) it returns `None` and the
 //! serde pass in [`super::header`] parses the whole header again and gives its verdict and message.
 
-use super::header::{RawEntry, RawHeader};
 use super::names::CName;
+use super::raw::{RawEntry, RawHeader};
 use super::{MAX_METADATA_ENTRIES, MAX_NAME_LEN, MAX_RANK, MAX_TENSORS};
 use crate::dtype::DType;
 use std::sync::Arc;

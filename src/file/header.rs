@@ -8,6 +8,7 @@
 //! with the same data length (`tests/it/file_props.rs`). [`reference_check`] stays for those tests.
 
 use super::names::CName;
+use super::raw::{MetaValue, RawEntry, RawHeader};
 use super::{MAX_HEADER_SIZE, MAX_METADATA_ENTRIES, MAX_NAME_LEN, MAX_RANK, MAX_TENSORS};
 use crate::dtype::DType;
 use crate::error::{Error, Result, Status};
@@ -143,18 +144,6 @@ fn looks_like(b: &[u8]) -> String {
 // dtypes and shapes are decoded in place, and the caps (tensor count, name length, rank) and C-string rule
 // (no NUL in names) are enforced as entries are met, so header-bloat input stops early.
 
-pub(crate) struct RawEntry {
-    pub(crate) name: CName,
-    pub(crate) dtype: DType,
-    pub(crate) shape: std::sync::Arc<[u64]>,
-    pub(crate) offsets: [u64; 2],
-}
-
-pub(crate) struct RawHeader {
-    pub(crate) entries: Vec<RawEntry>,
-    pub(crate) metadata: Option<Vec<(String, MetaValue)>>,
-}
-
 /// Where a semantic failure found during the serde pass is parked (serde errors carry only text), and the
 /// tensor being read (to name it in syntax errors).
 #[derive(Default)]
@@ -264,10 +253,6 @@ impl<'de> Visitor<'de> for TopVisitor<'_> {
         Ok(RawHeader { entries, metadata })
     }
 }
-
-/// A `__metadata__` value: the string, or the JSON kind of a value that is not one (skipped unbuilt: an
-/// array or object value is walked, never materialised).
-pub(crate) type MetaValue = std::result::Result<String, &'static str>;
 
 struct MetaSeed<'s>(&'s Side);
 

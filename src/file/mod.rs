@@ -24,6 +24,7 @@ mod header;
 mod index;
 pub mod layout;
 mod names;
+mod raw;
 mod shard;
 mod tensor_file;
 mod view;
