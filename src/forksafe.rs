@@ -7,7 +7,8 @@
 //! available in a forked child, so:
 //!
 //! - Every process-global lock is a [`GlobalMutex`] or the handle registry's `RwLock`, and the `pthread_atfork`
-//!   handlers registered here take them all before `fork()` (in one fixed order, [`prepare`]) and release them
+//!   handlers (`fork_handlers.rs`, registered through [`install`]) take them all before `fork()` (in one fixed
+//!   order, its `prepare`) and release them
 //!   after it in the parent and in the child, as glibc does for malloc's arenas. Their critical sections are
 //!   short and never call into code that could itself wait for `fork()` (no `dlopen`, no `pthread_atfork`, no
 //!   driver initialisation), so the wait in `prepare` always ends.
@@ -53,7 +54,7 @@ impl<T: Send + 'static> GlobalMutex<T> {
     }
 
     /// The guard the fork handlers hold across `fork()`.
-    fn hold(&'static self) -> Box<dyn Any> {
+    pub(crate) fn hold(&'static self) -> Box<dyn Any> {
         Box::new(self.0.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
@@ -79,7 +80,8 @@ impl<T: Send + Sync + 'static> GlobalRwLock<T> {
         self.0.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn hold(&'static self) -> Box<dyn Any> {
+    /// The guard the fork handlers hold across `fork()` (for writing).
+    pub(crate) fn hold(&'static self) -> Box<dyn Any> {
         Box::new(self.0.write().unwrap_or_else(|p| p.into_inner()))
     }
 }
@@ -136,72 +138,69 @@ impl<T: Send + Sync + 'static> InitOnce<T> {
 }
 
 thread_local! {
-    /// The guards [`prepare`] took, released by [`parent`] and [`child`] (which run on the forking thread, or
-    /// on its copy in the child).
+    /// The guards the prepare handler took, released by the parent and child handlers (which run on the forking
+    /// thread, or on its copy in the child).
     static HELD: RefCell<Vec<Box<dyn Any>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Takes every process-global lock, outermost first. No code path takes two of them in another order.
-extern "C" fn prepare() {
-    let guards = vec![
-        crate::ffi::handle::REGISTRY.hold(),
-        crate::ffi::args::CSTRINGS.hold(),
-        crate::ffi::dlpack::DLPACK_SLOTS.hold(),
-        crate::scope::PROCESS_DEFAULT.hold(),
-        crate::device::fit::HOST.hold(),
-        crate::place::resident::CACHE.hold(),
-        crate::place::staging::SLABS.hold(),
-        #[cfg(target_os = "linux")]
-        crate::engine::uring::RINGS.hold(),
-    ];
+/// Keeps `guards` (taken by the prepare handler, outermost first) until [`release`].
+pub(crate) fn keep(guards: Vec<Box<dyn Any>>) {
     // If the forking thread is being torn down the guards are released here, which only loses the protection.
     let _ = HELD.try_with(|h| h.borrow_mut().extend(guards));
 }
 
-fn release() {
+/// Releases the guards [`keep`] kept, innermost first (the parent and child handlers).
+pub(crate) fn release() {
     let _ = HELD.try_with(|h| {
-        // Released innermost first.
         let mut held = h.borrow_mut();
         while held.pop().is_some() {}
     });
 }
 
-extern "C" fn parent() {
-    release();
+/// The three `pthread_atfork` handlers. The list of locks they take lives in `fork_handlers.rs`, which names
+/// every module holding one; this module names none, so every module can use its primitives.
+pub(crate) struct Handlers {
+    pub(crate) prepare: extern "C" fn(),
+    pub(crate) parent: extern "C" fn(),
+    pub(crate) child: extern "C" fn(),
 }
 
-extern "C" fn child() {
-    release();
-    crate::device::cuda::probe::forked_child();
-}
+/// The handlers, once `fork_handlers.rs` installed them (when the library is loaded, and on every C call).
+static HANDLERS: AtomicPtr<Handlers> = AtomicPtr::new(std::ptr::null_mut());
 
 /// 0: not registered, 1: being registered, 2: registered.
 static REGISTERED: AtomicU8 = AtomicU8::new(0);
 
-/// Registers the fork handlers once per process. Called when the library is loaded (an `.init_array` entry)
-/// and, in case the loader skipped that, on every lock; never blocks.
+/// Installs the fork handlers and registers them with `pthread_atfork` (once per process; never blocks).
+pub(crate) fn install(handlers: &'static Handlers) {
+    let _ = HANDLERS.compare_exchange(
+        std::ptr::null_mut(),
+        handlers as *const Handlers as *mut Handlers,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
+    register();
+}
+
+/// Registers the installed fork handlers once per process (nothing before they are installed). Called by
+/// [`install`] and on every lock; never blocks.
 pub(crate) fn register() {
     if REGISTERED.load(Ordering::Acquire) == 2 {
         return;
     }
+    let h = HANDLERS.load(Ordering::Acquire);
+    if h.is_null() {
+        return;
+    }
     if REGISTERED.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        // SAFETY: `h` came from a `&'static Handlers`.
+        let h = unsafe { &*h };
         // SAFETY: registers three handlers with no preconditions; they only lock and unlock the library's
         // own mutexes and store to atomics.
-        unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+        unsafe { libc::pthread_atfork(Some(h.prepare), Some(h.parent), Some(h.child)) };
         REGISTERED.store(2, Ordering::Release);
     }
 }
-
-extern "C" fn register_at_load() {
-    register();
-}
-
-/// Runs [`register`] when the library (or a program linking it statically) is loaded, before any thread of the
-/// program can be inside the library.
-#[cfg(target_os = "linux")]
-#[used]
-#[link_section = ".init_array"]
-static REGISTER_AT_LOAD: extern "C" fn() = register_at_load;
 
 #[cfg(test)]
 mod tests {
@@ -221,13 +220,13 @@ mod tests {
         assert_eq!(REGISTERED.load(Ordering::Acquire), 2);
     }
 
-    /// Every process-global lock in the sources is fork-safe: a `GlobalMutex` held by the fork handlers, or one
-    /// of the CUDA-only locks the module documentation explains; no `OnceLock`, `Once` or `LazyLock` (which
-    /// a child forked during their initialisation would wait on for ever).
+    /// Every process-global lock in the sources is fork-safe: a `GlobalMutex` held by the fork handlers'
+    /// `prepare` (`fork_handlers.rs`), or one of the CUDA-only locks the module documentation explains; no
+    /// `OnceLock`, `Once` or `LazyLock` (which a child forked during their initialisation would wait on for ever).
     #[test]
     fn every_process_global_lock_is_fork_safe() {
         let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let held = std::fs::read_to_string(src.join("forksafe.rs")).unwrap();
+        let held = std::fs::read_to_string(src.join("fork_handlers.rs")).unwrap();
         let cuda_only = ["CONTEXTS", "PAIRS", "SUPPORTED"];
         let mut stack = vec![src];
         let mut bad = Vec::new();
@@ -256,7 +255,7 @@ mod tests {
                         bad.push(format!("{file}: {line} (use forksafe::GlobalMutex)"));
                     }
                     if global && !held.contains(&format!("::{name}.hold()")) {
-                        bad.push(format!("{file}: {line} (not held by forksafe::prepare)"));
+                        bad.push(format!("{file}: {line} (not held by fork_handlers::prepare)"));
                     }
                 }
             }

@@ -30,6 +30,8 @@ pub mod shard;
 #[macro_use]
 pub mod ffi;
 /// cbindgen:ignore
+mod fork_handlers;
+/// cbindgen:ignore
 mod forksafe;
 
 pub use device::{Device, DeviceKind};

@@ -154,6 +154,7 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 /// Runs a status-returning body inside the panic boundary.
 #[doc(hidden)]
 pub fn run_status<F: FnOnce() -> Result<()>>(name: &'static str, f: F) -> Status {
+    crate::fork_handlers::install();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => Status::Ok,
         Ok(Err(e)) => {
@@ -174,6 +175,7 @@ pub fn run_status<F: FnOnce() -> Result<()>>(name: &'static str, f: F) -> Status
 /// Runs a value-returning body inside the panic boundary; a panic yields `default`.
 #[doc(hidden)]
 pub fn run_value<T, F: FnOnce() -> T>(name: &'static str, default: T, f: F) -> T {
+    crate::fork_handlers::install();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(p) => {
