@@ -14,7 +14,7 @@ extern "C" fn prepare() {
         crate::scope::PROCESS_DEFAULT.hold(),
         crate::device::fit::HOST.hold(),
         crate::place::resident::CACHE.hold(),
-        crate::place::staging::SLABS.hold(),
+        crate::engine::staging::SLABS.hold(),
         #[cfg(target_os = "linux")]
         crate::engine::uring::RINGS.hold(),
     ]);

@@ -1,6 +1,6 @@
 //! The engine's writer side for device memory, as `buffer_to` and buffer reads use it: the one place outside
 //! the CUDA layer (`src/device/cuda`) that calls its synchronous copies, plus the pinned staging ring for
-//! pageable host bytes (`place::staging`, where the load's tensors are streamed too).
+//! pageable host bytes ([`super::staging`], where CUDA puts' and shards' tensors are streamed too).
 //!
 //! Rules: pageable host memory never reaches the driver directly (it goes through the page-locked ring);
 //! page-locked memory is copied as it is; every call is synchronous (the bytes are in place, visible to work
@@ -29,9 +29,9 @@ pub fn host_to_device(
     match src {
         HostSource::PageLocked(s) => dst.copy_from_host(0, s),
         HostSource::Pageable(s) => {
-            let cfg = crate::place::put::ring_config(tuning);
+            let cfg = super::staging::ring_config(tuning);
             let mut sink = |done: u64, _total: u64| progress.at(done).is_err();
-            crate::place::staging::transfer(
+            super::staging::transfer(
                 s.len() as u64,
                 dst,
                 &cfg,

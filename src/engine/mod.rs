@@ -28,6 +28,7 @@
 
 pub mod bulk;
 pub mod device;
+pub mod staging;
 pub use bulk::{fill_host, read_exact, read_pieces, read_vectored_exact};
 mod pool;
 #[cfg(target_os = "linux")]
@@ -64,12 +65,19 @@ pub const DEFAULT_CHUNK: usize = 8 << 20;
 impl Tuning {
     /// Every field set: defaults for zeros, the queue depth clamped to 1..=[`MAX_QUEUE_DEPTH`].
     pub fn resolved(&self) -> Tuning {
-        let threads = if self.threads == 0 { crate::place::parallel::default_threads() } else { self.threads };
+        let threads = if self.threads == 0 { default_threads() } else { self.threads };
         let chunk = if self.chunk == 0 { DEFAULT_CHUNK } else { self.chunk.max(4096) };
         let staging = if self.staging == 0 { 4 * chunk } else { self.staging };
         let queue_depth = if self.queue_depth == 0 { DEFAULT_QUEUE_DEPTH } else { self.queue_depth };
         Tuning { threads, chunk, staging, queue_depth: queue_depth.clamp(1, MAX_QUEUE_DEPTH) }
     }
+}
+
+/// Default number of reader threads: the CPUs available to the process, between 1 and 16.
+pub fn default_threads() -> usize {
+    // Cached: available_parallelism reads cgroup files and was a third of a small put's cost.
+    static N: InitOnce<usize> = InitOnce::new();
+    *N.get_or_init(|| crate::device::host::cpu_count().clamp(1, 16))
 }
 
 /// The shortest interval between two progress reports (the last report, at completion, is always made).

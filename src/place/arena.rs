@@ -383,8 +383,8 @@ pub(crate) fn load_cuda(ordinal: u32, views: &[TensorView], rep: &mut Reporter<'
         .map_err(|e| e.context(format!("{} tensor(s) to cuda:{ordinal} (one allocation)", views.len())))?;
     let bytes: u64 = views.iter().map(|v| v.nbytes()).sum();
     if bytes > 0 {
-        let cfg = super::staging::RingConfig::default();
-        let (slab_len, count) = super::staging::geometry(bytes, &cfg);
+        let cfg = crate::engine::staging::RingConfig::default();
+        let (slab_len, count) = crate::engine::staging::geometry(bytes, &cfg);
         let groups = groups(views, &offsets, slab_len, &ReadPolicy::default());
         let count = count.min(groups.len()).max(1);
         let threads = default_threads().min(count).max(1);
@@ -417,7 +417,7 @@ fn ring(
     let (free_tx, free_rx) = mpsc::channel::<Slot>();
     let mut slots_out = 0usize;
     for _ in 0..count {
-        let slot = super::staging::take_slab(ordinal, slab_len)
+        let slot = crate::engine::staging::take_slab(ordinal, slab_len)
             .and_then(|slab| Event::new(ordinal).map(|event| Slot { slab, event }));
         match slot {
             Ok(s) => {
@@ -426,7 +426,7 @@ fn ring(
             }
             Err(e) => {
                 for s in free_rx.try_iter() {
-                    super::staging::give_slab(s.slab);
+                    crate::engine::staging::give_slab(s.slab);
                 }
                 return (Err(e), false);
             }
@@ -586,7 +586,7 @@ fn ring(
         returned.push(slot);
     }
     for slot in returned {
-        super::staging::give_slab(slot.slab);
+        crate::engine::staging::give_slab(slot.slab);
     }
     (outcome, copies_may_run)
 }

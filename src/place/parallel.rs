@@ -5,9 +5,5 @@
 /// still pace their own reports with it).
 pub use crate::engine::PROGRESS_INTERVAL;
 
-/// Default number of reader threads: the CPUs available to the process, between 1 and 16.
-pub fn default_threads() -> usize {
-    // Cached: available_parallelism reads cgroup files and was a third of a small put's cost.
-    static N: crate::forksafe::InitOnce<usize> = crate::forksafe::InitOnce::new();
-    *N.get_or_init(|| crate::device::host::cpu_count().clamp(1, 16))
-}
+/// Default number of reader threads: the engine's (the CPUs available to the process, between 1 and 16).
+pub use crate::engine::default_threads;

@@ -146,16 +146,10 @@ fn fill_impl(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>, fresh: b
                     None => stats.staged_instead = true,
                 }
             }
-            super::staging::to_cuda(view, dev, &ring_config(&opts.tuning), progress)?;
+            super::staging::to_cuda(view, dev, &engine::staging::ring_config(&opts.tuning), progress)?;
             Ok(stats)
         }
     }
-}
-
-/// The staging ring's configuration for a [`Tuning`]: its chunk is the slab size; zeros keep the ring's own
-/// defaults (16 MiB slabs, 256 MiB of staging).
-pub(crate) fn ring_config(t: &Tuning) -> super::staging::RingConfig {
-    super::staging::RingConfig { threads: t.threads, staging_bytes: t.staging, slab_bytes: t.chunk }
 }
 
 /// Copies `buf` onto `device` as a new buffer (cpu ↔ cuda_host ↔ cuda:N), fit-checked first. Between two CUDA

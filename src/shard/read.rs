@@ -5,12 +5,11 @@
 
 use super::plan::ShardPlan;
 use crate::device::DeviceKind;
+use crate::engine::staging::{ring_config, transfer};
 use crate::engine::{self, Progress, ReadFailure, Tuning};
 use crate::error::{Error, Result, Status};
 use crate::file::TensorView;
 use crate::place::buffer::{Buffer, Memory};
-use crate::place::put::ring_config;
-use crate::place::staging::transfer;
 use crate::place::{buffer_to, Target};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};

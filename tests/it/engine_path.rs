@@ -40,14 +40,6 @@ const DEVICE_COPIES: &[&str] = &[
 /// (file, pattern, calls, why). Every call of a primitive outside the engine must be here, with its count.
 const ALLOWED: &[(&str, &str, usize, &str)] = &[
     (
-        "src/place/staging.rs",
-        ".copy_to_device_async(",
-        2,
-        "the pinned staging ring's H2D copies (CUDA puts, CUDA shards, pageable buffer_to): the device half of \
-         the engine's writer side still lives in place::staging while the load branch streams tensors through \
-         it; its reads already go through the engine (TensorView::read_at -> engine::read_exact)",
-    ),
-    (
         "src/place/resident.rs",
         ".copy_to_device_async(",
         1,
