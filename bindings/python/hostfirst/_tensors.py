@@ -93,7 +93,17 @@ _EMPTY = ctypes.c_uint64(0)
 
 
 def _describe_shape(shape_ptr: Any, rank: int) -> Tuple[int, ...]:
-    return tuple(shape_ptr[k] for k in range(rank))
+    return tuple(shape_ptr[:rank]) if rank else ()  # one slice of the C array (not one index per dimension)
+
+
+_DTYPE_NAMES: Dict[int, str] = {}  # dtype code -> hostfirst_dtype_name (fixed strings of the library)
+
+
+def _dtype_name(code: int) -> str:
+    name = _DTYPE_NAMES.get(code)
+    if name is None:
+        name = _DTYPE_NAMES[code] = text(lib.hostfirst_dtype_name(code))
+    return name
 
 
 class Tensor(_HostArrayMixin):
@@ -122,7 +132,7 @@ class Tensor(_HostArrayMixin):
         check(lib.hostfirst_view_describe(handle, ctypes.byref(i)))
         self.name = text(i.name)
         self.dtype_code = i.dtype
-        self.dtype_name = text(lib.hostfirst_dtype_name(i.dtype))
+        self.dtype_name = _dtype_name(i.dtype)
         self.dtype = _dtypes.reported(i.dtype)
         self.shape = _describe_shape(i.shape, i.rank)
         self.nbytes = i.nbytes
@@ -267,18 +277,21 @@ class Buffer(_HostArrayMixin):
     .dtype_name .shape .nbytes .address`; `tobytes()` copies back to the host; `__dlpack__` exports it
     (writable); host buffers also speak `__array_interface__`/`__array__` (writable)."""
 
-    def __init__(self, handle: Optional[int]):
-        """`handle`: a hostfirst_buffer* the library returned; this Buffer owns it."""
+    def __init__(self, handle: Optional[int], _info: Optional[_abi.BufferInfo] = None):
+        """`handle`: a hostfirst_buffer* the library returned; this Buffer owns it. `_info`: a
+        hostfirst_buffer_info (struct_size set) to describe into, reused across calls by `load`."""
         self._h = handle
         self._release_stream: List[Optional[int]] = [None]
         self._finalizer = weakref.finalize(self, _free_buffer, handle, self._release_stream)
-        i = _abi.BufferInfo()
-        i.struct_size = ctypes.sizeof(i)
+        i = _info
+        if i is None:
+            i = _abi.BufferInfo()
+            i.struct_size = ctypes.sizeof(i)
         check(lib.hostfirst_buffer_describe(handle, ctypes.byref(i)))
         self.device = Device._from_c(i.device)
         self.name = text(i.name)
         self.dtype_code = i.dtype
-        self.dtype_name = text(lib.hostfirst_dtype_name(i.dtype))
+        self.dtype_name = _dtype_name(i.dtype)
         self.dtype = _dtypes.reported(i.dtype)
         self.shape = _describe_shape(i.shape, i.rank)
         self.nbytes = i.nbytes
@@ -512,11 +525,16 @@ def load(path: PathLike, rules: Optional[Rules] = None, default: str = "host") -
         ph = make_plan(f, r)
         check(lib.hostfirst_load_run(f._handle(), ph, None, None, ctypes.byref(lh)))
         out: Dict[str, Union[Tensor, Buffer]] = {}
+        # One set of output cells and one info struct for the whole loop (their values are copied out at once;
+        # each Buffer or Tensor owns its own new handle).
+        kind, buf, view = ctypes.c_uint32(), ctypes.c_void_p(), ctypes.c_void_p()
+        outs = (ctypes.byref(kind), ctypes.byref(buf), ctypes.byref(view))
+        info = _abi.BufferInfo()
+        info.struct_size = ctypes.sizeof(info)
+        get = lib.hostfirst_load_get
         for name in f:
-            kind, buf, view = ctypes.c_uint32(), ctypes.c_void_p(), ctypes.c_void_p()
-            check(lib.hostfirst_load_get(lh, c_string(name), ctypes.byref(kind), ctypes.byref(buf),
-                                         ctypes.byref(view)))
-            out[name] = Buffer(buf.value) if buf.value else Tensor(view.value)
+            check(get(lh, c_string(name), *outs))
+            out[name] = Buffer(buf.value, info) if buf.value else Tensor(view.value)
         return out
     finally:
         for h, free in ((lh, lib.hostfirst_load_free), (ph, lib.hostfirst_plan_free)):
