@@ -11,6 +11,7 @@ import weakref
 from collections.abc import Mapping
 import operator
 import sys
+import threading
 from typing import Any, Dict, Iterable, Iterator, List, Optional, SupportsIndex, Tuple, Union, overload
 
 import numpy as np
@@ -351,6 +352,50 @@ def _free_buffer(handle: Optional[int], release_stream: List[Optional[int]]) -> 
     lib.hostfirst_buffer_free(handle)
 
 
+class _Load:
+    """A hostfirst_load handle, shared by the Buffers of one `load` that have not taken a handle of their own
+    yet; freed when the last of them has (or is gone)."""
+
+    __slots__ = ("h", "_finalizer", "__weakref__")
+
+    def __init__(self, handle: Optional[int]):
+        self.h = handle
+        self._finalizer = weakref.finalize(self, lib.hostfirst_load_free, handle)
+
+
+_OWN_HANDLE = frozenset(("_h", "_release_stream", "_finalizer", "device", "dtype_code", "dtype_name", "dtype",
+                         "shape", "nbytes", "address"))
+_take_lock = threading.Lock()
+
+
+class _LoadedBuffer(Buffer):
+    """A Buffer of `load` that takes its own hostfirst_buffer handle (`hostfirst_load_get`) the first time
+    anything but its name is asked for. Until then it holds the load, and with it the tensor's memory: a load's
+    memory is never released while one of its Buffers is alive, and nothing in it changes."""
+
+    def __init__(self, load: _Load, name: str):  # noqa: super().__init__ runs later, in _take
+        self._load: Optional[_Load] = load
+        self.name = name
+
+    def _take(self) -> None:
+        with _take_lock:
+            load = self.__dict__.get("_load")
+            if load is None:  # another thread took it
+                return
+            kind, buf = ctypes.c_uint32(), ctypes.c_void_p()
+            check(lib.hostfirst_load_get(load.h, c_string(self.name), ctypes.byref(kind), ctypes.byref(buf), None))
+            if not buf.value:
+                raise error_named("INVALID_ARGUMENT", f"tensor '{self.name}' of this load is a host view, not a buffer")
+            Buffer.__init__(self, buf.value)
+            self._load = None
+
+    def __getattr__(self, attr: str) -> Any:  # only for attributes not set yet: those of the buffer's own handle
+        if attr in _OWN_HANDLE and self.__dict__.get("_load") is not None:
+            self._take()
+            return getattr(self, attr)
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{attr}'")
+
+
 class File(Mapping):
     """An open safetensors file or sharded set: a read-only mapping of tensor name -> Tensor, in file order.
 
@@ -369,9 +414,10 @@ class File(Mapping):
         n = ctypes.c_size_t()
         check(lib.hostfirst_file_tensor_count(self._h, ctypes.byref(n)))
         names = []
+        p = ctypes.c_char_p()
+        pref, name_at = ctypes.byref(p), lib.hostfirst_file_tensor_name
         for i in range(n.value):
-            p = ctypes.c_char_p()
-            check(lib.hostfirst_file_tensor_name(self._h, i, ctypes.byref(p)))
+            check(name_at(self._h, i, pref))
             names.append(text(p.value))
         self._names = names
         self._set = set(names)
@@ -510,6 +556,14 @@ def make_plan(file: File, rules: RuleList) -> ctypes.c_void_p:
     return ph
 
 
+def _no_views(pairs: List[Tuple[str, str]], default: str) -> bool:
+    """True when the plan of `pairs` can hold no host view: no rule targets "host", and every tensor matches
+    some rule (`with_default` adds the catch-all for a default other than "host"; else a "*" rule)."""
+    if any(t.strip().lower() == "host" for _, t in pairs):
+        return False
+    return default.strip().lower() != "host" or any(p == "*" for p, _ in pairs)
+
+
 def load(path: PathLike, rules: Optional[Rules] = None, default: str = "host") -> Dict[str, Union[Tensor, Buffer]]:
     """Places a whole file by rules (see `rule_pairs` for the forms: dict, "pattern=target" strings, pairs);
     the first match wins, and tensors no rule matches go to `default`: "host" (the default: host first,
@@ -519,11 +573,18 @@ def load(path: PathLike, rules: Optional[Rules] = None, default: str = "host") -
         hostfirst.load(path, rules={"tokens": "host"}, default="default")   # all but tokens on the device
     """
     f = File(path)
-    r = RuleList(with_default(f, rules, default))
+    pairs = with_default(f, rules, default)
+    r = RuleList(pairs)
     ph, lh = ctypes.c_void_p(), ctypes.c_void_p()
     try:
         ph = make_plan(f, r)
         check(lib.hostfirst_load_run(f._handle(), ph, None, None, ctypes.byref(lh)))
+        if _no_views(pairs, default):
+            # Every tensor is a buffer: each Buffer takes its handle when first used (see _LoadedBuffer), so
+            # the Python side of a many-tensor load is one small object per tensor.
+            shared = _Load(lh.value)
+            lh = ctypes.c_void_p()  # now freed by `shared`
+            return {name: _LoadedBuffer(shared, name) for name in f}
         out: Dict[str, Union[Tensor, Buffer]] = {}
         # One set of output cells and one info struct for the whole loop (their values are copied out at once;
         # each Buffer or Tensor owns its own new handle).
