@@ -356,11 +356,16 @@ class _Load:
     """A hostfirst_load handle, shared by the Buffers of one `load` that have not taken a handle of their own
     yet; freed when the last of them has (or is gone)."""
 
-    __slots__ = ("h", "_finalizer", "__weakref__")
+    __slots__ = ("h", "_finalizer", "kind", "buf", "outs", "info", "__weakref__")
 
     def __init__(self, handle: Optional[int]):
         self.h = handle
         self._finalizer = weakref.finalize(self, lib.hostfirst_load_free, handle)
+        # Output cells reused by every _LoadedBuffer._take (under _take_lock; values are copied out at once).
+        self.kind, self.buf = ctypes.c_uint32(), ctypes.c_void_p()
+        self.outs = (ctypes.byref(self.kind), ctypes.byref(self.buf), None)
+        self.info = _abi.BufferInfo()
+        self.info.struct_size = ctypes.sizeof(self.info)
 
 
 _OWN_HANDLE = frozenset(("_h", "_release_stream", "_finalizer", "device", "dtype_code", "dtype_name", "dtype",
@@ -382,18 +387,18 @@ class _LoadedBuffer(Buffer):
             load = self.__dict__.get("_load")
             if load is None:  # another thread took it
                 return
-            kind, buf = ctypes.c_uint32(), ctypes.c_void_p()
-            check(lib.hostfirst_load_get(load.h, c_string(self.name), ctypes.byref(kind), ctypes.byref(buf), None))
-            if not buf.value:
+            load.buf.value = None
+            check(lib.hostfirst_load_get(load.h, c_string(self.name), *load.outs))
+            if not load.buf.value:
                 raise error_named("INVALID_ARGUMENT", f"tensor '{self.name}' of this load is a host view, not a buffer")
-            Buffer.__init__(self, buf.value)
+            Buffer.__init__(self, load.buf.value, load.info)
             self._load = None
 
     def __getattr__(self, attr: str) -> Any:  # only for attributes not set yet: those of the buffer's own handle
         if attr in _OWN_HANDLE and self.__dict__.get("_load") is not None:
             self._take()
             return getattr(self, attr)
-        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{attr}'")
+        raise AttributeError(attr)
 
 
 class File(Mapping):
