@@ -11,6 +11,7 @@ import weakref
 from collections.abc import Mapping
 import operator
 import sys
+import threading
 from typing import Any, Dict, Iterable, Iterator, List, Optional, SupportsIndex, Tuple, Union, overload
 
 import numpy as np
@@ -93,7 +94,17 @@ _EMPTY = ctypes.c_uint64(0)
 
 
 def _describe_shape(shape_ptr: Any, rank: int) -> Tuple[int, ...]:
-    return tuple(shape_ptr[k] for k in range(rank))
+    return tuple(shape_ptr[:rank]) if rank else ()  # one slice of the C array (not one index per dimension)
+
+
+_DTYPE_NAMES: Dict[int, str] = {}  # dtype code -> hostfirst_dtype_name (fixed strings of the library)
+
+
+def _dtype_name(code: int) -> str:
+    name = _DTYPE_NAMES.get(code)
+    if name is None:
+        name = _DTYPE_NAMES[code] = text(lib.hostfirst_dtype_name(code))
+    return name
 
 
 class Tensor(_HostArrayMixin):
@@ -122,7 +133,7 @@ class Tensor(_HostArrayMixin):
         check(lib.hostfirst_view_describe(handle, ctypes.byref(i)))
         self.name = text(i.name)
         self.dtype_code = i.dtype
-        self.dtype_name = text(lib.hostfirst_dtype_name(i.dtype))
+        self.dtype_name = _dtype_name(i.dtype)
         self.dtype = _dtypes.reported(i.dtype)
         self.shape = _describe_shape(i.shape, i.rank)
         self.nbytes = i.nbytes
@@ -267,18 +278,21 @@ class Buffer(_HostArrayMixin):
     .dtype_name .shape .nbytes .address`; `tobytes()` copies back to the host; `__dlpack__` exports it
     (writable); host buffers also speak `__array_interface__`/`__array__` (writable)."""
 
-    def __init__(self, handle: Optional[int]):
-        """`handle`: a hostfirst_buffer* the library returned; this Buffer owns it."""
+    def __init__(self, handle: Optional[int], _info: Optional[_abi.BufferInfo] = None):
+        """`handle`: a hostfirst_buffer* the library returned; this Buffer owns it. `_info`: a
+        hostfirst_buffer_info (struct_size set) to describe into, reused across calls by `load`."""
         self._h = handle
         self._release_stream: List[Optional[int]] = [None]
         self._finalizer = weakref.finalize(self, _free_buffer, handle, self._release_stream)
-        i = _abi.BufferInfo()
-        i.struct_size = ctypes.sizeof(i)
+        i = _info
+        if i is None:
+            i = _abi.BufferInfo()
+            i.struct_size = ctypes.sizeof(i)
         check(lib.hostfirst_buffer_describe(handle, ctypes.byref(i)))
         self.device = Device._from_c(i.device)
         self.name = text(i.name)
         self.dtype_code = i.dtype
-        self.dtype_name = text(lib.hostfirst_dtype_name(i.dtype))
+        self.dtype_name = _dtype_name(i.dtype)
         self.dtype = _dtypes.reported(i.dtype)
         self.shape = _describe_shape(i.shape, i.rank)
         self.nbytes = i.nbytes
@@ -338,6 +352,55 @@ def _free_buffer(handle: Optional[int], release_stream: List[Optional[int]]) -> 
     lib.hostfirst_buffer_free(handle)
 
 
+class _Load:
+    """A hostfirst_load handle, shared by the Buffers of one `load` that have not taken a handle of their own
+    yet; freed when the last of them has (or is gone)."""
+
+    __slots__ = ("h", "_finalizer", "kind", "buf", "outs", "info", "__weakref__")
+
+    def __init__(self, handle: Optional[int]):
+        self.h = handle
+        self._finalizer = weakref.finalize(self, lib.hostfirst_load_free, handle)
+        # Output cells reused by every _LoadedBuffer._take (under _take_lock; values are copied out at once).
+        self.kind, self.buf = ctypes.c_uint32(), ctypes.c_void_p()
+        self.outs = (ctypes.byref(self.kind), ctypes.byref(self.buf), None)
+        self.info = _abi.BufferInfo()
+        self.info.struct_size = ctypes.sizeof(self.info)
+
+
+_OWN_HANDLE = frozenset(("_h", "_release_stream", "_finalizer", "device", "dtype_code", "dtype_name", "dtype",
+                         "shape", "nbytes", "address"))
+_take_lock = threading.Lock()
+
+
+class _LoadedBuffer(Buffer):
+    """A Buffer of `load` that takes its own hostfirst_buffer handle (`hostfirst_load_get`) the first time
+    anything but its name is asked for. Until then it holds the load, and with it the tensor's memory: a load's
+    memory is never released while one of its Buffers is alive, and nothing in it changes."""
+
+    def __init__(self, load: _Load, name: str):  # noqa: super().__init__ runs later, in _take
+        self._load: Optional[_Load] = load
+        self.name = name
+
+    def _take(self) -> None:
+        with _take_lock:
+            load = self.__dict__.get("_load")
+            if load is None:  # another thread took it
+                return
+            load.buf.value = None
+            check(lib.hostfirst_load_get(load.h, c_string(self.name), *load.outs))
+            if not load.buf.value:
+                raise error_named("INVALID_ARGUMENT", f"tensor '{self.name}' of this load is a host view, not a buffer")
+            Buffer.__init__(self, load.buf.value, load.info)
+            self._load = None
+
+    def __getattr__(self, attr: str) -> Any:  # only for attributes not set yet: those of the buffer's own handle
+        if attr in _OWN_HANDLE and self.__dict__.get("_load") is not None:
+            self._take()
+            return getattr(self, attr)
+        raise AttributeError(attr)
+
+
 class File(Mapping):
     """An open safetensors file or sharded set: a read-only mapping of tensor name -> Tensor, in file order.
 
@@ -356,9 +419,10 @@ class File(Mapping):
         n = ctypes.c_size_t()
         check(lib.hostfirst_file_tensor_count(self._h, ctypes.byref(n)))
         names = []
+        p = ctypes.c_char_p()
+        pref, name_at = ctypes.byref(p), lib.hostfirst_file_tensor_name
         for i in range(n.value):
-            p = ctypes.c_char_p()
-            check(lib.hostfirst_file_tensor_name(self._h, i, ctypes.byref(p)))
+            check(name_at(self._h, i, pref))
             names.append(text(p.value))
         self._names = names
         self._set = set(names)
@@ -497,6 +561,14 @@ def make_plan(file: File, rules: RuleList) -> ctypes.c_void_p:
     return ph
 
 
+def _no_views(pairs: List[Tuple[str, str]], default: str) -> bool:
+    """True when the plan of `pairs` can hold no host view: no rule targets "host", and every tensor matches
+    some rule (`with_default` adds the catch-all for a default other than "host"; else a "*" rule)."""
+    if any(t.strip().lower() == "host" for _, t in pairs):
+        return False
+    return default.strip().lower() != "host" or any(p == "*" for p, _ in pairs)
+
+
 def load(path: PathLike, rules: Optional[Rules] = None, default: str = "host") -> Dict[str, Union[Tensor, Buffer]]:
     """Places a whole file by rules (see `rule_pairs` for the forms: dict, "pattern=target" strings, pairs);
     the first match wins, and tensors no rule matches go to `default`: "host" (the default: host first,
@@ -506,17 +578,29 @@ def load(path: PathLike, rules: Optional[Rules] = None, default: str = "host") -
         hostfirst.load(path, rules={"tokens": "host"}, default="default")   # all but tokens on the device
     """
     f = File(path)
-    r = RuleList(with_default(f, rules, default))
+    pairs = with_default(f, rules, default)
+    r = RuleList(pairs)
     ph, lh = ctypes.c_void_p(), ctypes.c_void_p()
     try:
         ph = make_plan(f, r)
         check(lib.hostfirst_load_run(f._handle(), ph, None, None, ctypes.byref(lh)))
+        if _no_views(pairs, default):
+            # Every tensor is a buffer: each Buffer takes its handle when first used (see _LoadedBuffer), so
+            # the Python side of a many-tensor load is one small object per tensor.
+            shared = _Load(lh.value)
+            lh = ctypes.c_void_p()  # now freed by `shared`
+            return {name: _LoadedBuffer(shared, name) for name in f}
         out: Dict[str, Union[Tensor, Buffer]] = {}
+        # One set of output cells and one info struct for the whole loop (their values are copied out at once;
+        # each Buffer or Tensor owns its own new handle).
+        kind, buf, view = ctypes.c_uint32(), ctypes.c_void_p(), ctypes.c_void_p()
+        outs = (ctypes.byref(kind), ctypes.byref(buf), ctypes.byref(view))
+        info = _abi.BufferInfo()
+        info.struct_size = ctypes.sizeof(info)
+        get = lib.hostfirst_load_get
         for name in f:
-            kind, buf, view = ctypes.c_uint32(), ctypes.c_void_p(), ctypes.c_void_p()
-            check(lib.hostfirst_load_get(lh, c_string(name), ctypes.byref(kind), ctypes.byref(buf),
-                                         ctypes.byref(view)))
-            out[name] = Buffer(buf.value) if buf.value else Tensor(view.value)
+            check(get(lh, c_string(name), *outs))
+            out[name] = Buffer(buf.value, info) if buf.value else Tensor(view.value)
         return out
     finally:
         for h, free in ((lh, lib.hostfirst_load_free), (ph, lib.hostfirst_plan_free)):

@@ -50,7 +50,7 @@ from ._core import Device, PathLike, check, text
 from ._devices import is_strict, resolve_target
 from ._errors import OutOfMemoryError, error_named
 from ._lib import lib
-from ._tensors import Buffer, File, RuleList, Rules, Tensor, make_plan, rule_pairs, with_default
+from ._tensors import Buffer, File, RuleList, Rules, Tensor, _LoadedBuffer, make_plan, rule_pairs, with_default
 from . import _shard
 
 HostArray = np.ndarray
@@ -233,7 +233,7 @@ def _leaf(x: Union[Tensor, Buffer]) -> Any:
 
 
 def _register() -> None:
-    for cls in (Tensor, Buffer):
+    for cls in (Tensor, Buffer, _LoadedBuffer):  # by exact type: hostfirst.load's Buffers too
         try:
             jax.tree_util.register_pytree_node(cls, _leaf, lambda _aux, children: children[0])  # type: ignore
         except ValueError:  # registered already (the module was reloaded)

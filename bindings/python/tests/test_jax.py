@@ -90,6 +90,16 @@ def test_load_takes_a_default_and_stays_host_first():
     assert dev["i32"].device == "cpu"
 
 
+def test_a_load_to_devices_only_is_a_pytree_jax_places():
+    # hostfirst.load's Buffers take their handles when first used (a subclass of Buffer): JAX still sees them.
+    placed = hostfirst.load(BASIC, rules={"*": "cpu"})
+    with jax.enable_x64(True):  # the fixture has 64-bit tensors
+        out = jax.device_put(placed)
+        assert set(out) == set(placed) and all(isinstance(v, jax.Array) for v in out.values())
+        for n, v in out.items():
+            np.testing.assert_array_equal(np.asarray(v), np.asarray(placed[n]))
+
+
 def test_64_bit_tensors_are_not_narrowed_silently():
     wide = [n for n in reference() if reference()[n].dtype.itemsize == 8 and reference()[n].dtype.kind in "iuf"]
     assert wide

@@ -244,6 +244,43 @@ def test_load_warns_about_a_rule_that_places_nothing():
     assert "u1" in str(e.value)
 
 
+def test_load_to_devices_only_gives_buffers_that_take_their_handles_when_used():
+    # Every tensor to cpu: the Buffers of the load share its handle until one is used, then take their own;
+    # each keeps the load's memory alive on its own, and nothing leaks when they go.
+    gc.collect()
+    base = hostfirst.handle_count()
+    f = hostfirst.open(FIX / "basic.safetensors")
+    expect = {n: np.array(f[n]) for n in f}
+    names = list(f)
+    f.close()
+    del f
+    gc.collect()
+    for rules, default in (({"*": "cpu"}, "host"), ({names[0]: "cpu"}, "cpu"), (["*=cpu"], "default")):
+        placed = hostfirst.load(FIX / "basic.safetensors", rules=rules, default=default)
+        assert list(placed) == names
+        assert all(isinstance(b, hostfirst.Buffer) for b in placed.values())
+        assert hostfirst.handle_count() == base + 1  # the load's, shared; no buffer handle yet
+        keep = placed[names[-1]]
+        assert keep.name == names[-1] and hostfirst.handle_count() == base + 1  # the name needs no handle
+        assert keep.device.kind == "cpu" and hostfirst.handle_count() == base + 2
+        del placed
+        gc.collect()
+        assert hostfirst.handle_count() == base + 1  # the load went with the last untaken Buffer
+        a = np.asarray(keep)
+        assert a.flags.writeable and a.dtype == expect[names[-1]].dtype
+        np.testing.assert_array_equal(a, expect[names[-1]])
+        again = hostfirst.load(FIX / "basic.safetensors", rules=rules, default=default)
+        for n in names:
+            np.testing.assert_array_equal(np.asarray(again[n]), expect[n])
+            assert again[n].shape == expect[n].shape and again[n].nbytes == expect[n].nbytes
+        assert "Buffer(" in repr(again[names[0]])
+        with pytest.raises(AttributeError):
+            again[names[0]].no_such_attribute
+        del a, keep, again
+        gc.collect()
+        assert hostfirst.handle_count() == base
+
+
 def test_errors_raise_status_classes(tmp_path):
     with pytest.raises(hostfirst.IoError) as e:
         hostfirst.open(tmp_path / "missing.safetensors")
