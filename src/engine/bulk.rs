@@ -34,7 +34,8 @@ pub fn read_exact(fd: RawFd, offset: u64, dst: &mut [u8]) -> std::result::Result
 /// `tuning.chunk` bytes over `tuning.threads` threads; the calling thread is one of them (no thread is
 /// started for a single piece) and alone reports to `progress` between its pieces (`done` counts bytes of
 /// `dst`). `prepare` runs on each piece just before its read, on the same thread (populating fresh pages in
-/// parallel). The first read error wins and stops the others; a cancel from `progress` stops them too. No
+/// parallel), and once more when every piece is in place (rate-limited: skipped when it reported within the
+/// interval). The first read error wins and stops the others; a cancel from `progress` stops them too. No
 /// final report: the caller calls [`Progress::finish`].
 pub fn fill_host<R>(
     dst: &mut [u8],
@@ -91,7 +92,10 @@ where
     }
     match first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         Some(e) => Err(e),
-        None => Ok(()),
+        // One report at the end of the calling thread's share (rate-limited like the others): when the other
+        // threads took every piece, the caller has reported nothing yet, and the sink must still get its chance
+        // to cancel.
+        None => report(),
     }
 }
 
