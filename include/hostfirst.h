@@ -49,6 +49,36 @@
  *   the function's documented default value) and the library stays usable.
  */
 
+/*
+ * CONTENTS
+ *
+ *    1. ERRORS AND VERSIONS
+ *    2. CENSUS AND DEVICES
+ *    3. DEFAULT DEVICE
+ *    4. FILES AND VIEWS
+ *    5. BUFFERS AND PUTS
+ *    6. RULES, PLANS AND LOADS
+ *    7. GATHER
+ *    8. DLPACK
+ *    9. SHARD-ON-READ
+ *   10. TEST HOOKS
+ */
+
+#ifdef __cplusplus
+extern "C" {
+#endif // __cplusplus
+
+/* ==============================================================================================================
+ * 1. ERRORS AND VERSIONS
+ *
+ * Every fallible call returns a hostfirst_status; HOSTFIRST_STATUS_OK (0) is success. After a failure the same
+ * thread can read what went wrong: hostfirst_last_error_status() gives the status, hostfirst_last_error() a
+ * message naming the thing and the numbers (owned by the library, valid until the next failing call on that
+ * thread), hostfirst_last_error_message() copies it into a buffer you own. Nothing here allocates anything you
+ * free. hostfirst_version_number() against HOSTFIRST_VERSION_NUMBER tells a header from an older or newer library;
+ * hostfirst_build_info() and hostfirst_read_engine() say how the library was built and how it reads files;
+ * hostfirst_handle_count() counts the live handles of every kind, which is how tests prove nothing leaked.
+ * ============================================================================================================== */
 
 /**
  * Major version of this header. See `hostfirst_version_number()` for the library's.
@@ -70,127 +100,6 @@
  * `hostfirst_version_number() == HOSTFIRST_VERSION_NUMBER` at start-up.
  */
 #define HOSTFIRST_VERSION_NUMBER 2000
-
-/**
- * Cap on tensors in one safetensors file (larger headers give `HOSTFIRST_STATUS_LIMIT_EXCEEDED`).
- */
-#define HOSTFIRST_MAX_TENSORS 262144
-
-/**
- * Cap on tensors in a sharded set.
- */
-#define HOSTFIRST_MAX_SET_TENSORS 1048576
-
-/**
- * Cap on a tensor's rank.
- */
-#define HOSTFIRST_MAX_RANK 32
-
-/**
- * Cap on a tensor name's length in bytes.
- */
-#define HOSTFIRST_MAX_NAME_LEN 4096
-
-/**
- * Cap on the entries of a file's metadata (a header's `__metadata__`, a set's index `metadata` and the
- * set's merged metadata): more give `HOSTFIRST_STATUS_METADATA_LIMIT_EXCEEDED`, found while parsing, before
- * the rest is read (a header of millions of tiny entries costs neither time nor memory).
- */
-#define HOSTFIRST_MAX_METADATA_ENTRIES 65536
-
-/**
- * Placement of a tensor: it stays a zero-copy host view of the file's mapping.
- */
-#define HOSTFIRST_PLACEMENT_HOST 1
-
-/**
- * Placement of a tensor: it is copied into a buffer on a device.
- */
-#define HOSTFIRST_PLACEMENT_DEVICE 2
-
-/**
- * Loads a tensor through `hostfirst_load_get`: it is a zero-copy host view.
- */
-#define HOSTFIRST_LOADED_VIEW 1
-
-/**
- * Loads a tensor through `hostfirst_load_get`: it is a buffer on a device.
- */
-#define HOSTFIRST_LOADED_BUFFER 2
-
-/**
- * The ring bound of a new gather (`hostfirst_gather_new`).
- */
-#define HOSTFIRST_GATHER_DEFAULT_RING_BOUND 4
-
-/**
- * The largest bound `hostfirst_gather_set_ring_bound` accepts.
- */
-#define HOSTFIRST_GATHER_MAX_RING_BOUND 1024
-
-/**
- * The deepest prefetch `hostfirst_gather_stream_start` accepts.
- */
-#define HOSTFIRST_GATHER_STREAM_MAX_DEPTH 64
-
-/**
- * DLPack major version of the tensors hostfirst exports (`DLPACK_MAJOR_VERSION`).
- */
-#define HOSTFIRST_DLPACK_MAJOR_VERSION 1
-
-/**
- * DLPack minor version of the tensors hostfirst exports (`DLPACK_MINOR_VERSION`).
- */
-#define HOSTFIRST_DLPACK_MINOR_VERSION 1
-
-/**
- * `DLPACK_FLAG_BITMASK_READ_ONLY`: the data must not be written (set for views of mapped files).
- */
-#define HOSTFIRST_DLPACK_FLAG_READ_ONLY 1
-
-/**
- * `DLPACK_FLAG_BITMASK_IS_COPIED`: the data is a copy made for this export, owned by the consumer.
- */
-#define HOSTFIRST_DLPACK_FLAG_IS_COPIED 2
-
-/**
- * `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED`: sub-byte elements padded to bytes (never set: F4 and F6
- * data is packed as in the file).
- */
-#define HOSTFIRST_DLPACK_FLAG_IS_SUBBYTE_TYPE_PADDED 4
-
-/**
- * `kDLCPU`.
- */
-#define HOSTFIRST_DLPACK_DEVICE_CPU 1
-
-/**
- * `kDLCUDA`.
- */
-#define HOSTFIRST_DLPACK_DEVICE_CUDA 2
-
-/**
- * `kDLCUDAHost`.
- */
-#define HOSTFIRST_DLPACK_DEVICE_CUDA_HOST 3
-
-/**
- * `copy` of `hostfirst_dlpack_options`: share where possible, copy or map copy-on-write where the form or
- * the requested device needs it (Python's `copy=None`; the zero default).
- */
-#define HOSTFIRST_DLPACK_COPY_IF_NEEDED 0
-
-/**
- * `copy` of `hostfirst_dlpack_options`: always export a new copy the consumer owns (`copy=True`; flag
- * IS_COPIED in the versioned form).
- */
-#define HOSTFIRST_DLPACK_COPY_ALWAYS 1
-
-/**
- * `copy` of `hostfirst_dlpack_options`: never copy; `UNSUPPORTED` when the request cannot be met without
- * one (`copy=False`).
- */
-#define HOSTFIRST_DLPACK_COPY_NEVER 2
 
 /**
  * The outcome of every fallible hostfirst call.
@@ -369,110 +278,110 @@ typedef uint32_t hostfirst_status;
 #endif // __cplusplus
 
 /**
- * Element type of a tensor. Values of `HOSTFIRST_DTYPE_*` are stable and never renumbered; 0 is no dtype.
- * Functions take and return them as `uint32_t` and check values from C.
+ * Returns the static name of a status without its prefix, e.g. `"OUT_OF_MEMORY"` for
+ * `HOSTFIRST_STATUS_OUT_OF_MEMORY`.
+ *
+ * Unknown values give `"UNKNOWN"`. Never returns NULL; the string lives for the process lifetime. Thread-safe.
  */
-enum hostfirst_dtype
-#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
-  : uint32_t
-#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
- {
-  /**
-   * Boolean, one byte per element.
-   */
-  HOSTFIRST_DTYPE_BOOL = 1,
-  /**
-   * Unsigned 8-bit integer.
-   */
-  HOSTFIRST_DTYPE_U8 = 2,
-  /**
-   * Signed 8-bit integer.
-   */
-  HOSTFIRST_DTYPE_I8 = 3,
-  /**
-   * Signed 16-bit integer.
-   */
-  HOSTFIRST_DTYPE_I16 = 4,
-  /**
-   * Unsigned 16-bit integer.
-   */
-  HOSTFIRST_DTYPE_U16 = 5,
-  /**
-   * Signed 32-bit integer.
-   */
-  HOSTFIRST_DTYPE_I32 = 6,
-  /**
-   * Unsigned 32-bit integer.
-   */
-  HOSTFIRST_DTYPE_U32 = 7,
-  /**
-   * Signed 64-bit integer.
-   */
-  HOSTFIRST_DTYPE_I64 = 8,
-  /**
-   * Unsigned 64-bit integer.
-   */
-  HOSTFIRST_DTYPE_U64 = 9,
-  /**
-   * IEEE half precision.
-   */
-  HOSTFIRST_DTYPE_F16 = 10,
-  /**
-   * bfloat16.
-   */
-  HOSTFIRST_DTYPE_BF16 = 11,
-  /**
-   * IEEE single precision.
-   */
-  HOSTFIRST_DTYPE_F32 = 12,
-  /**
-   * IEEE double precision.
-   */
-  HOSTFIRST_DTYPE_F64 = 13,
-  /**
-   * Complex with two f32 parts (8 bytes).
-   */
-  HOSTFIRST_DTYPE_C64 = 14,
-  /**
-   * FP8 E5M2.
-   */
-  HOSTFIRST_DTYPE_F8_E5M2 = 15,
-  /**
-   * FP8 E4M3 (the "fn" variant: no infinities).
-   */
-  HOSTFIRST_DTYPE_F8_E4M3 = 16,
-  /**
-   * FP8 E8M0 (MX scale).
-   */
-  HOSTFIRST_DTYPE_F8_E8M0 = 17,
-  /**
-   * MXFP4 (E2M1), 4 bits per element (two per byte).
-   */
-  HOSTFIRST_DTYPE_F4 = 18,
-  /**
-   * MXFP6 E2M3, 6 bits per element.
-   */
-  HOSTFIRST_DTYPE_F6_E2M3 = 19,
-  /**
-   * MXFP6 E3M2, 6 bits per element.
-   */
-  HOSTFIRST_DTYPE_F6_E3M2 = 20,
-  /**
-   * FP8 E4M3 FNUZ.
-   */
-  HOSTFIRST_DTYPE_F8_E4M3FNUZ = 21,
-  /**
-   * FP8 E5M2 FNUZ.
-   */
-  HOSTFIRST_DTYPE_F8_E5M2FNUZ = 22,
-};
-#ifndef __cplusplus
-#if __STDC_VERSION__ >= 202311L
-typedef enum hostfirst_dtype hostfirst_dtype;
-#else
-typedef uint32_t hostfirst_dtype;
-#endif // __STDC_VERSION__ >= 202311L
-#endif // __cplusplus
+const char *hostfirst_status_name(uint32_t status);
+
+/**
+ * Returns 1 if `status` is in the file-format range (a malformed or rejected safetensors file or index),
+ * else 0.
+ */
+int32_t hostfirst_status_is_format_error(uint32_t status);
+
+/**
+ * Returns the number of distinct status codes this library defines (for tests and bindings).
+ */
+size_t hostfirst_status_count(void);
+
+/**
+ * Returns the status of the most recent failed hostfirst call on the calling thread, or
+ * `HOSTFIRST_STATUS_OK` if none has failed yet.
+ *
+ * The last error is per thread and is only replaced by the next *failing* call on the same thread;
+ * successful calls leave it alone.
+ */
+hostfirst_status hostfirst_last_error_status(void);
+
+/**
+ * Returns the message of the most recent failed hostfirst call on the calling thread ("" if none).
+ *
+ * The message names the thing (tensor, device, file) and the numbers (needed vs free bytes). The pointer
+ * is owned by the library and valid until the next failing hostfirst call on the same thread; copy it
+ * to keep it. Never returns NULL.
+ */
+const char *hostfirst_last_error(void);
+
+/**
+ * Copies the calling thread's last error message into `buf` (NUL-terminated).
+ *
+ * `*out_len` (if `out_len` is not NULL) always receives the message length without the NUL. `buf == NULL`
+ * with `capacity == 0` is a length query and returns OK. If `capacity < length + 1`, nothing is written
+ * to `buf` and `HOSTFIRST_STATUS_BUFFER_TOO_SMALL` is returned; this call does not replace the last error
+ * in that case, so the caller can retry with a larger buffer.
+ */
+hostfirst_status hostfirst_last_error_message(char *buf,
+                                              size_t capacity,
+                                              size_t *out_len);
+
+/**
+ * Returns the library version as a static string such as `"0.2.0"`.
+ *
+ * Never fails; the string lives for the process lifetime. Thread-safe.
+ */
+const char *hostfirst_version(void);
+
+/**
+ * Returns the library version as `MAJOR * 1000000 + MINOR * 1000 + PATCH`.
+ *
+ * Compare with `HOSTFIRST_VERSION_NUMBER` to detect a header/library mismatch. Never fails. Thread-safe.
+ */
+uint32_t hostfirst_version_number(void);
+
+/**
+ * Copies a string describing the build (version, features, CUDA API level, and the read engine as
+ * `hostfirst_read_engine` names it) into `buf`, with the same buffer rules as `hostfirst_last_error_message`.
+ */
+hostfirst_status hostfirst_build_info(char *buf,
+                                      size_t capacity,
+                                      size_t *out_len);
+
+/**
+ * Copies one line naming how this process reads files into `buf` (buffer rules of
+ * `hostfirst_last_error_message`): `"io_uring (queue depth 64)"` when the kernel offers io_uring, else
+ * `"pread pool (...; <why>)"` — a pool of threads doing blocking positioned reads — with the reason (the
+ * kernel's answer to the probe, `HOSTFIRST_IO=pool`, or the failure that demoted io_uring). The choice is
+ * made by a probe at the first call that needs it (never from the kernel version) and kept for the process;
+ * set `HOSTFIRST_IO=pool` in the environment before that to force the pool. Gathers, and the reads of the
+ * other operations as they move onto the engine, issue their reads concurrently through it. Never blocks
+ * for long (the probe makes one small ring). Errors: `NULL_ARGUMENT` (`buf` NULL with a non-zero
+ * capacity), `BUFFER_TOO_SMALL` (`*out_len` still gets the length). Thread-safe.
+ */
+hostfirst_status hostfirst_read_engine(char *buf,
+                                       size_t capacity,
+                                       size_t *out_len);
+
+/**
+ * Writes the number of live handles of all types (files, views, buffers, loads, ...) to `*out`.
+ *
+ * Useful for leak checks: after every handle is freed the count returns to what it was. Thread-safe.
+ */
+hostfirst_status hostfirst_handle_count(size_t *out);
+
+/* ==============================================================================================================
+ * 2. CENSUS AND DEVICES
+ *
+ * A hostfirst_device is a plain value (a kind and an ordinal, laid out as DLPack's DLDevice): copy it, compare it
+ * with hostfirst_device_equal(), print it with hostfirst_device_format(), parse it from "cpu" / "cuda:1" with
+ * hostfirst_device_parse(). Nothing in this section hands out a handle. The census runs once per process, at the
+ * first call that needs it: hostfirst_backend_count() / hostfirst_backend_describe() say which backends were found
+ * and why one is missing (no driver, hidden by HOSTFIRST_PLATFORMS, ...), hostfirst_devices() lists the devices,
+ * hostfirst_device_describe() and hostfirst_device_memory() give their details and free memory. Strings in the
+ * info structs live for the process. When a placement does not fit, hostfirst_last_fit() tells the needed, free
+ * and total bytes of the device that refused it.
+ * ============================================================================================================== */
 
 /**
  * Where memory lives: the kinds of `hostfirst_device.kind` (an `int32_t`, checked on every call). The
@@ -551,131 +460,6 @@ typedef enum hostfirst_backend_status hostfirst_backend_status;
 typedef uint32_t hostfirst_backend_status;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
-
-/**
- * Where the effective default device came from (`hostfirst_default_device`'s `out_source`). Stable, never
- * renumbered.
- */
-enum hostfirst_default_source
-#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
-  : uint32_t
-#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
- {
-  /**
-   * A scope pushed on the calling thread.
-   */
-  HOSTFIRST_DEFAULT_SOURCE_SCOPE = 0,
-  /**
-   * The process setting (`hostfirst_default_device_set`).
-   */
-  HOSTFIRST_DEFAULT_SOURCE_PROCESS = 1,
-  /**
-   * The `HOSTFIRST_DEFAULT_DEVICE` environment variable.
-   */
-  HOSTFIRST_DEFAULT_SOURCE_ENV = 2,
-  /**
-   * The built-in rule (the first CUDA device if available, else cpu:0).
-   */
-  HOSTFIRST_DEFAULT_SOURCE_BUILT_IN = 3,
-};
-#ifndef __cplusplus
-#if __STDC_VERSION__ >= 202311L
-typedef enum hostfirst_default_source hostfirst_default_source;
-#else
-typedef uint32_t hostfirst_default_source;
-#endif // __STDC_VERSION__ >= 202311L
-#endif // __cplusplus
-
-/**
- * A buffer: memory owned on one device (cpu, cuda:N or cuda_host) holding one tensor's bytes. Created by a
- * put (or a load, or a gather); released with `hostfirst_buffer_free`. Buffers outlive the file they came
- * from. Read-only calls on one buffer may run from several threads at once.
- */
-typedef struct hostfirst_buffer hostfirst_buffer;
-
-/**
- * An open safetensors file, memory buffer or sharded set (`*.safetensors.index.json`).
- *
- * Created by `hostfirst_file_open`, `hostfirst_file_open_index` or `hostfirst_file_open_memory`; released by
- * `hostfirst_file_free`. Immutable once open: every function taking a `const hostfirst_file*` is thread-safe
- * and may run concurrently on the same handle. Views made from it stay valid after it is freed.
- */
-typedef struct hostfirst_file hostfirst_file;
-
-/**
- * A reusable batch gather: a bounded ring of `[batch, window]` batches on one device (plus page-locked
- * staging and a stream for CUDA). Created by `hostfirst_gather_new`, released by `hostfirst_gather_free`.
- * Calls on one handle are serialised internally.
- */
-typedef struct hostfirst_gather hostfirst_gather;
-
-/**
- * A prefetching stream of batches over one gather: a background worker fills batches ahead of the consumer.
- * Created by `hostfirst_gather_stream_start` (or `_start_from_buffer`), read with
- * `hostfirst_gather_stream_next`, released with `hostfirst_gather_stream_free`.
- */
-typedef struct hostfirst_gather_stream hostfirst_gather_stream;
-
-/**
- * The result of a whole-file load: every tensor of the file by name, as a buffer or a host view. Created by
- * `hostfirst_load_run`, released by `hostfirst_load_free`. Immutable: every call on it is thread-safe.
- */
-typedef struct hostfirst_load hostfirst_load;
-
-/**
- * A placement plan: the dry run of rules over a file. Created by `hostfirst_plan_make`, released by
- * `hostfirst_plan_free`. Immutable: every call on it is thread-safe.
- */
-typedef struct hostfirst_plan hostfirst_plan;
-
-/**
- * An asynchronous put in progress (`hostfirst_put_start`); released with `hostfirst_put_op_free`.
- * `hostfirst_put_poll` and `hostfirst_put_wait` may be called from any thread.
- */
-typedef struct hostfirst_put_op hostfirst_put_op;
-
-/**
- * An ordered list of placement rules (glob pattern on tensor names → target). Created by
- * `hostfirst_rules_new`, released by `hostfirst_rules_free`. Calls on one handle are serialised internally
- * and may come from any thread.
- */
-typedef struct hostfirst_rules hostfirst_rules;
-
-/**
- * A device mesh: named axes with sizes (like JAX's `Mesh`). Created by `hostfirst_shard_mesh_new`, released by
- * `hostfirst_shard_mesh_free`; immutable, so every function taking it is thread-safe. Rules made over it keep
- * what they need: it may be freed right after.
- */
-typedef struct hostfirst_shard_mesh hostfirst_shard_mesh;
-
-/**
- * A shard plan: for the positions a process owns, every tensor's part, its byte runs and the reads they
- * take. Created by `hostfirst_shard_plan_make`, released by `hostfirst_shard_plan_free`; immutable.
- */
-typedef struct hostfirst_shard_plan hostfirst_shard_plan;
-
-/**
- * The buffers of a run of a shard plan (`hostfirst_shard_run`), released by `hostfirst_shard_result_free`.
- */
-typedef struct hostfirst_shard_result hostfirst_shard_result;
-
-/**
- * Sharding rules over one mesh: glob patterns on tensor names → partition specs. Created by
- * `hostfirst_shard_rules_new`, released by `hostfirst_shard_rules_free`. Adding rules while another thread
- * makes a plan from the same handle is safe (the plan sees the rules before or after the addition).
- */
-typedef struct hostfirst_shard_rules hostfirst_shard_rules;
-
-/**
- * A read-only view of one tensor, or of a part of one: a row range (`hostfirst_view_slice_rows`) or a range
- * of any dimension (`hostfirst_view_narrow`, strided for inner dimensions).
- *
- * Created by `hostfirst_file_view`, `hostfirst_file_view_at`, `hostfirst_view_slice_rows` or
- * `hostfirst_view_narrow`; released by
- * `hostfirst_view_free`. A view keeps its file's mapping and descriptor alive: freeing the file handle first
- * is safe. Immutable: every function taking a `const hostfirst_view*` is thread-safe.
- */
-typedef struct hostfirst_view hostfirst_view;
 
 /**
  * A device: a kind (`HOSTFIRST_DEVICE_CPU`, `_CUDA`, `_CUDA_HOST`, equal to DLPack's device types) and an
@@ -787,706 +571,6 @@ typedef struct hostfirst_device_info {
 } hostfirst_device_info;
 
 /**
- * A thread's default device and strictness, captured by `hostfirst_scope_capture` to be entered on another
- * thread with `hostfirst_scope_enter`. A plain value: copy it into the worker's arguments.
- */
-typedef struct hostfirst_carried_scope {
-  /**
-   * The device that becomes the worker's default.
-   */
-  struct hostfirst_device device;
-  /**
-   * 1 if the capturing thread was in strict mode (its per-thread flag), else 0.
-   */
-  int32_t strict;
-} hostfirst_carried_scope;
-
-/**
- * Everything about a view, filled by `hostfirst_view_describe`.
- *
- * Set `struct_size = sizeof(hostfirst_view_info)` before the call; fields may be appended in later minor
- * versions. Pointers are owned by the library and stay valid until the view is freed.
- */
-typedef struct hostfirst_view_info {
-  /**
-   * In: the caller's `sizeof(hostfirst_view_info)`. Out: the number of bytes written.
-   */
-  size_t struct_size;
-  /**
-   * The tensor's name (NUL-terminated UTF-8); valid until the view is freed.
-   */
-  const char *name;
-  /**
-   * A `HOSTFIRST_DTYPE_*` value.
-   */
-  uint32_t dtype;
-  /**
-   * Number of dimensions (0 for a scalar).
-   */
-  uint32_t rank;
-  /**
-   * `rank` dimensions, C order; NULL when `rank` is 0. Valid until the view is freed. For a row slice,
-   * `shape[0]` is the number of rows in the slice.
-   */
-  const uint64_t *shape;
-  /**
-   * Size of the data in bytes (0 for an empty tensor).
-   */
-  uint64_t nbytes;
-  /**
-   * Absolute offset of the first byte in its file (or memory buffer).
-   */
-  uint64_t file_offset;
-  /**
-   * Offset of the first byte within the file's data section (the header's `data_offsets[0]` for a whole
-   * tensor; what `hostfirst inspect` prints as "offset").
-   */
-  uint64_t data_offset;
-  /**
-   * Read-only pointer to the data, zero-copy: straight into the file's read-only mapping (or into the
-   * caller's buffer for `hostfirst_file_open_memory`). Pages are read from disk when first touched.
-   * Valid until the view is freed. May be misaligned for the dtype: check `alignment`.
-   *
-   * **SIGBUS hazard:** if the file is truncated (by any process) while this pointer is in use, touching a
-   * page past the new end of file raises SIGBUS, which kills the process unless it handles that signal.
-   * hostfirst installs no signal handler. Where files may change underneath you, read with
-   * `hostfirst_view_copy` / `hostfirst_view_read`, which use `pread` and return `HOSTFIRST_STATUS_TRUNCATED`
-   * instead. For a data loader's token tensor, put it to cpu once (an eager copy, `hostfirst_put`) and
-   * gather from that buffer (`hostfirst_gather_run_from_buffer`): as fast as the mapping, and no SIGBUS.
-   */
-  const void *data;
-  /**
-   * Alignment of `data` in bytes: the largest power of two dividing its address, capped at 4096.
-   */
-  uint64_t alignment;
-  /**
-   * Appended after 0.1.0 (a caller built against an older header gets every field but this one). NULL when
-   * the view is one contiguous C-order block (every whole tensor, every row slice). For a strided view
-   * (`hostfirst_view_narrow` on an inner dimension): `rank` element strides, so element `(i0, i1, ...)` is
-   * at element offset `sum(ik * strides[k])` from `data`; `nbytes` is still the packed size, which copies
-   * (`hostfirst_view_copy`) and puts produce. Valid until the view is freed.
-   */
-  const uint64_t *strides;
-} hostfirst_view_info;
-
-/**
- * Everything a buffer is (`hostfirst_buffer_describe`). Set `struct_size = sizeof(hostfirst_buffer_info)`.
- */
-typedef struct hostfirst_buffer_info {
-  /**
-   * `sizeof(hostfirst_buffer_info)`.
-   */
-  size_t struct_size;
-  /**
-   * The device holding the bytes.
-   */
-  struct hostfirst_device device;
-  /**
-   * One of `HOSTFIRST_DTYPE_*`.
-   */
-  uint32_t dtype;
-  /**
-   * Number of dimensions.
-   */
-  uint32_t rank;
-  /**
-   * `rank` dimensions (NULL when rank is 0); valid while the buffer lives.
-   */
-  const uint64_t *shape;
-  /**
-   * Size in bytes.
-   */
-  uint64_t nbytes;
-  /**
-   * The data: a host pointer (cpu, cuda_host) or the CUDA device address (`CUdeviceptr`), as an integer;
-   * 0 for an empty CUDA buffer. Valid while the buffer lives.
-   */
-  uint64_t address;
-  /**
-   * The tensor name, NUL-terminated; valid while the buffer lives.
-   */
-  const char *name;
-} hostfirst_buffer_info;
-
-/**
- * A progress callback: `done` of `total` bytes have reached the destination. Return 0 to go on, nonzero
- * to cancel (the put then frees everything it took and returns `HOSTFIRST_STATUS_CANCELLED`). Called at
- * most every 50 ms, with `done` non-decreasing, and once at the end with `done == total` (cancelling then
- * still cancels). Synchronous puts call it on the calling thread; asynchronous ones on the put's worker
- * thread. It must not call `hostfirst_put_wait` or `hostfirst_put_op_free` on its own operation.
- */
-typedef int32_t (*hostfirst_progress_fn)(uint64_t done, uint64_t total, void *user);
-
-/**
- * Options of a put. Zero-initialise, set `struct_size = sizeof(hostfirst_put_options)`, then set what you
- * need; zero fields mean the defaults. A smaller `struct_size` from an older header is accepted: fields past
- * it take their defaults.
- */
-typedef struct hostfirst_put_options {
-  /**
-   * `sizeof(hostfirst_put_options)`.
-   */
-  size_t struct_size;
-  /**
-   * Reader threads (0: the CPUs available to the process, at most 16).
-   */
-  uint32_t threads;
-  /**
-   * Nonzero: resident mode for CUDA targets — page-lock the tensor's mapped range once (read-only
-   * registration, cached until `hostfirst_release_cached_memory`) and copy straight from it. Pays off only
-   * for data transferred many times (registration costs ≥ 0.1 s/GB); the default is the staging ring. Where
-   * registration is unsupported or refused the put goes through the staging ring instead and says so
-   * (`hostfirst_put_stats.staged_instead`).
-   */
-  int32_t resident;
-  /**
-   * Total bytes of page-locked staging for CUDA puts (0: 256 MiB). Host memory used by a put to CUDA stays
-   * within this bound whatever the tensor size.
-   */
-  uint64_t staging_bytes;
-  /**
-   * Bytes per read / per staging slab (0: 8 MiB reads for host targets, 16 MiB slabs for CUDA).
-   */
-  uint64_t chunk_bytes;
-  /**
-   * Progress callback, or NULL.
-   */
-  hostfirst_progress_fn progress;
-  /**
-   * Passed to `progress` unchanged.
-   */
-  void *user;
-  /**
-   * 1: copy-on-write host put. When the target is `cpu` and the view reads from a file, the buffer is a
-   * private, writable mapping of the tensor's pages in the file (`MAP_PRIVATE`) instead of a copy: it costs
-   * a page table, not a copy (milliseconds for gigabytes in the page cache). 0 (the default): an eager
-   * copy. Other targets, and views over memory (`hostfirst_file_open_memory`), always copy. The file stays
-   * tied to the buffer: truncating it makes pages past the new end raise SIGBUS, and extending it again
-   * replaces them, written or not, with the file's new content (what was written there is lost, silently).
-   * See `hostfirst_put` for the contract and `hostfirst_buffer_is_file_backed` to ask a buffer which it got.
-   */
-  int32_t copy_on_write;
-} hostfirst_put_options;
-
-/**
- * What a put did. Set `struct_size = sizeof(hostfirst_put_stats)` before passing it.
- */
-typedef struct hostfirst_put_stats {
-  /**
-   * `sizeof(hostfirst_put_stats)`.
-   */
-  size_t struct_size;
-  /**
-   * Resident mode: seconds spent faulting in and registering the mapped range (0 when reused or not resident).
-   */
-  double register_seconds;
-  /**
-   * Resident mode: 1 when a cached registration was reused.
-   */
-  int32_t reused_registration;
-  /**
-   * Resident mode: 1 when the put went through the staging ring instead, because the tensor shares
-   * memory pages with cached registrations that do not cover it (a slice registered before the whole
-   * tensor, or a neighbouring tensor), because the view is strided (`hostfirst_view_narrow` on an inner
-   * dimension), because the device cannot register host memory (`HOST_REGISTER_SUPPORTED` = 0, or
-   * `READ_ONLY_HOST_REGISTER_SUPPORTED` = 0 for a file's read-only mapping), or because the driver refused
-   * the registration (`cuMemHostRegister`: some filesystems, kernels, containers, the locked-memory limit,
-   * very large ranges); the copy is complete and correct either way.
-   */
-  int32_t staged_instead;
-} hostfirst_put_stats;
-
-/**
- * One tensor of a plan, filled by `hostfirst_plan_tensor`. Set `struct_size = sizeof(hostfirst_plan_tensor_info)`
- * before the call; fields may be appended in later minor versions.
- */
-typedef struct hostfirst_plan_tensor_info {
-  /**
-   * In: the caller's `sizeof(hostfirst_plan_tensor_info)`. Out: the number of bytes written.
-   */
-  size_t struct_size;
-  /**
-   * The tensor name (NUL-terminated UTF-8), valid until the plan is freed.
-   */
-  const char *name;
-  /**
-   * `HOSTFIRST_PLACEMENT_HOST` or `HOSTFIRST_PLACEMENT_DEVICE`.
-   */
-  uint32_t placement;
-  /**
-   * The index of the rule that matched, or -1 when none did (the tensor stays on the host).
-   */
-  int32_t rule;
-  /**
-   * The device for `HOSTFIRST_PLACEMENT_DEVICE` (`{0, 0}` for host).
-   */
-  struct hostfirst_device device;
-  /**
-   * Size in bytes.
-   */
-  uint64_t nbytes;
-} hostfirst_plan_tensor_info;
-
-/**
- * One device of a plan, filled by `hostfirst_plan_device`. Set `struct_size` as for
- * `hostfirst_plan_tensor_info`.
- */
-typedef struct hostfirst_plan_device_info {
-  /**
-   * In: the caller's `sizeof(hostfirst_plan_device_info)`. Out: the number of bytes written.
-   */
-  size_t struct_size;
-  /**
-   * The device.
-   */
-  struct hostfirst_device device;
-  /**
-   * Bytes the plan puts on it.
-   */
-  uint64_t bytes;
-  /**
-   * Number of tensors the plan puts on it.
-   */
-  uint64_t tensors;
-  /**
-   * Bytes usable on it when the plan was made: free memory less the fit check's safety margin.
-   */
-  uint64_t usable;
-  /**
-   * Its total memory.
-   */
-  uint64_t total;
-  /**
-   * 1 when `bytes <= usable`, else 0.
-   */
-  uint32_t fits;
-  /**
-   * The largest tensor it receives (NUL-terminated UTF-8), valid until the plan is freed.
-   */
-  const char *largest_name;
-  /**
-   * That tensor's size in bytes.
-   */
-  uint64_t largest_bytes;
-} hostfirst_plan_device_info;
-
-/**
- * A rule that places no tensor of the plan's file, filled by `hostfirst_plan_unmatched_rule`. Set
- * `struct_size = sizeof(hostfirst_plan_unmatched_rule_info)` before the call; fields may be appended in
- * later minor versions. Strings are NUL-terminated UTF-8, valid until the plan is freed.
- */
-typedef struct hostfirst_plan_unmatched_rule_info {
-  /**
-   * In: the caller's `sizeof(hostfirst_plan_unmatched_rule_info)`. Out: the number of bytes written.
-   */
-  size_t struct_size;
-  /**
-   * The rule's index in the rule list (the order of `hostfirst_rules_add`).
-   */
-  uint32_t rule;
-  /**
-   * The index of the earlier rule that takes every tensor this rule's pattern matches, or -1 when the
-   * pattern matches no tensor name at all.
-   */
-  int32_t shadowed_by;
-  /**
-   * The rule's pattern.
-   */
-  const char *pattern;
-  /**
-   * The rule's target as written (`host`, `default`, a device spec).
-   */
-  const char *target;
-  /**
-   * Shadowed (`shadowed_by >= 0`): the first tensor the pattern matches. Otherwise a tensor whose name
-   * contains the pattern's text (patterns match whole names: `token` does not match `tokens`), or NULL.
-   */
-  const char *tensor;
-  /**
-   * One line saying what is wrong and what to do, as the CLI prints it.
-   */
-  const char *message;
-} hostfirst_plan_unmatched_rule_info;
-
-/**
- * Progress of a load: `done` and `total` bytes moved to devices so far; return nonzero to cancel.
- */
-typedef int (*hostfirst_load_progress_fn)(uint64_t done, uint64_t total, void *user);
-
-/**
- * Options of `hostfirst_load_run_ex`. Zero-initialise, set `struct_size = sizeof(hostfirst_load_options)`,
- * then set what you need; a smaller `struct_size` from an older header is accepted (later fields take their
- * defaults).
- */
-typedef struct hostfirst_load_options {
-  /**
-   * `sizeof(hostfirst_load_options)`.
-   */
-  size_t struct_size;
-  /**
-   * 1: tensors the plan puts on `cpu` become copy-on-write mappings of their pages in the file instead of
-   * copies (`hostfirst_put` documents the contract: writable, never written back, pages not yet written
-   * tied to the file; truncating the file makes pages past the new end raise SIGBUS, written or not, and
-   * extending it again gives them the file's new content, silently losing what was written there). 0 (the
-   * default): copies. Other devices always copy.
-   */
-  int32_t copy_on_write;
-  /**
-   * Progress callback (as for `hostfirst_load_run`), or NULL.
-   */
-  hostfirst_load_progress_fn progress;
-  /**
-   * Passed to `progress` unchanged.
-   */
-  void *user;
-} hostfirst_load_options;
-
-/**
- * Layout-identical to dlpack.h's `DLPackVersion`.
- */
-typedef struct hostfirst_dlpack_version {
-  /**
-   * `major`.
-   */
-  uint32_t major;
-  /**
-   * `minor`.
-   */
-  uint32_t minor;
-} hostfirst_dlpack_version;
-
-/**
- * Layout-identical to dlpack.h's `DLDevice` (`device_type` is a `DLDeviceType`).
- */
-typedef struct hostfirst_dlpack_device {
-  /**
-   * `HOSTFIRST_DLPACK_DEVICE_*` (kDLCPU 1, kDLCUDA 2, kDLCUDAHost 3).
-   */
-  int32_t device_type;
-  /**
-   * The device ordinal (0 for cpu and cuda_host).
-   */
-  int32_t device_id;
-} hostfirst_dlpack_device;
-
-/**
- * Layout-identical to dlpack.h's `DLDataType`.
- */
-typedef struct hostfirst_dlpack_dtype {
-  /**
-   * A `DLDataTypeCode` (kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLComplex 5, kDLBool 6,
-   * kDLFloat8_e4m3fn 10, kDLFloat8_e4m3fnuz 11, kDLFloat8_e5m2 12, kDLFloat8_e5m2fnuz 13,
-   * kDLFloat8_e8m0fnu 14, kDLFloat6_e2m3fn 15, kDLFloat6_e3m2fn 16, kDLFloat4_e2m1fn 17).
-   */
-  uint8_t code;
-  /**
-   * Bits per element.
-   */
-  uint8_t bits;
-  /**
-   * Lanes (always 1).
-   */
-  uint16_t lanes;
-} hostfirst_dlpack_dtype;
-
-/**
- * Layout-identical to dlpack.h's `DLTensor`.
- */
-typedef struct hostfirst_dlpack_tensor {
-  /**
-   * The data: a host pointer (cpu, cuda_host) or a CUDA device address.
-   */
-  void *data;
-  /**
-   * Where the data lives.
-   */
-  struct hostfirst_dlpack_device device;
-  /**
-   * Number of dimensions.
-   */
-  int32_t ndim;
-  /**
-   * Element type.
-   */
-  struct hostfirst_dlpack_dtype dtype;
-  /**
-   * `ndim` dimensions (NULL when `ndim` is 0); owned by the managed tensor.
-   */
-  int64_t *shape;
-  /**
-   * NULL for compact C order (every buffer, every contiguous view); `ndim` element strides for a strided
-   * view (`hostfirst_view_narrow` on an inner dimension) in the versioned form; owned by the managed tensor.
-   */
-  int64_t *strides;
-  /**
-   * Always 0: `data` points at the first element.
-   */
-  uint64_t byte_offset;
-} hostfirst_dlpack_tensor;
-
-/**
- * Layout-identical to dlpack.h's `DLManagedTensorVersioned` (DLPack >= 1.0).
- *
- * Made by `hostfirst_view_to_dlpack`, `hostfirst_buffer_to_dlpack` and their `_ex` forms; the consumer calls
- * `deleter(self)` exactly once when done. Until then it keeps the file mapping (or the buffer's memory) alive
- * on its own, whatever happens to the handle it was made from.
- */
-typedef struct hostfirst_dlpack_managed_tensor_versioned {
-  /**
-   * {HOSTFIRST_DLPACK_MAJOR_VERSION, HOSTFIRST_DLPACK_MINOR_VERSION}.
-   */
-  struct hostfirst_dlpack_version version;
-  /**
-   * Owned by hostfirst (a registry id); counted by `hostfirst_handle_count` until the deleter runs.
-   */
-  void *manager_ctx;
-  /**
-   * Releases the tensor and frees this struct: call it exactly once, then never touch the pointer again.
-   * A NULL argument, or a struct hostfirst did not make, is ignored. A second call with the same pointer is
-   * ignored too (the struct's memory is never returned to the allocator and is not reused for a new export
-   * until 1024 later exports have been deleted); after that the pointer may name a newer export, which the
-   * second call would release, so do not rely on it.
-   */
-  void (*deleter)(struct hostfirst_dlpack_managed_tensor_versioned*);
-  /**
-   * `HOSTFIRST_DLPACK_FLAG_*` bits: READ_ONLY for a view's mapping, IS_COPIED for a copy made for the export.
-   */
-  uint64_t flags;
-  /**
-   * The tensor.
-   */
-  struct hostfirst_dlpack_tensor dl_tensor;
-} hostfirst_dlpack_managed_tensor_versioned;
-
-/**
- * Layout-identical to dlpack.h's `DLManagedTensor`: the unversioned ("legacy") form, which numpy 1.x,
- * JAX and older consumers take (the Python capsule named "dltensor").
- *
- * Made by `hostfirst_view_to_dlpack_legacy`, `hostfirst_buffer_to_dlpack_legacy` and the `_ex` forms. It has
- * no flags, so a consumer cannot be told that memory is read-only: a view never goes out this way as its
- * file's read-only mapping (see `hostfirst_view_to_dlpack_legacy`). Lifetime and deleter as for
- * `hostfirst_dlpack_managed_tensor_versioned`.
- */
-typedef struct hostfirst_dlpack_managed_tensor {
-  /**
-   * The tensor.
-   */
-  struct hostfirst_dlpack_tensor dl_tensor;
-  /**
-   * Owned by hostfirst (a registry id); counted by `hostfirst_handle_count` until the deleter runs.
-   */
-  void *manager_ctx;
-  /**
-   * Releases the tensor and frees this struct: call it exactly once, then never touch the pointer again.
-   * A NULL argument, or a struct hostfirst did not make, is ignored. A second call with the same pointer is
-   * ignored too (the struct's memory is never returned to the allocator and is not reused for a new export
-   * until 1024 later exports have been deleted); after that the pointer may name a newer export, which the
-   * second call would release, so do not rely on it.
-   */
-  void (*deleter)(struct hostfirst_dlpack_managed_tensor*);
-} hostfirst_dlpack_managed_tensor;
-
-/**
- * What a DLPack consumer asked for: the arguments of Python's `__dlpack__(*, stream, max_version,
- * dl_device, copy)`, for `hostfirst_view_to_dlpack_ex` / `hostfirst_buffer_to_dlpack_ex`. Zero-initialise,
- * set `struct_size = sizeof(hostfirst_dlpack_options)`, then set what the consumer gave: all zeros is a
- * consumer that passed nothing (a legacy consumer, no stream, copy if needed, the data's own device). A
- * smaller `struct_size` from an older header is accepted; later fields take their defaults.
- */
-typedef struct hostfirst_dlpack_options {
-  /**
-   * `sizeof(hostfirst_dlpack_options)`.
-   */
-  size_t struct_size;
-  /**
-   * The highest DLPack version the consumer takes. Major >= 1: the versioned form; {0, 0} (not given):
-   * the legacy form.
-   */
-  struct hostfirst_dlpack_version max_version;
-  /**
-   * The consumer's stream, read when `has_stream` is nonzero, with DLPack's meaning: 1 the legacy default
-   * stream, 2 the per-thread default stream, > 2 a `CUstream` (cast to an integer), -1 the consumer
-   * synchronises itself; 0 and other negative values are `INVALID_ARGUMENT`. Not given: the legacy default
-   * stream. Only CUDA data uses it (see `hostfirst_buffer_to_dlpack_ex`).
-   */
-  int64_t stream;
-  /**
-   * Nonzero when `stream` was given (Python: `stream is not None`).
-   */
-  int32_t has_stream;
-  /**
-   * `HOSTFIRST_DLPACK_COPY_IF_NEEDED` (0), `_ALWAYS` (1) or `_NEVER` (2).
-   */
-  uint32_t copy;
-  /**
-   * Nonzero when `dl_device` was given.
-   */
-  int32_t has_dl_device;
-  /**
-   * The device the consumer wants the data on (kDLCPU 0, kDLCUDA N, kDLCUDAHost 0); when it is not where the
-   * data lives, the export is a copy there (fit-checked; `UNSUPPORTED` under COPY_NEVER).
-   */
-  struct hostfirst_dlpack_device dl_device;
-} hostfirst_dlpack_options;
-
-/**
- * Options of a shard plan and its run. Zero-initialise (or call `hostfirst_shard_options_init`), set
- * `struct_size = sizeof(hostfirst_shard_options)`, then what you need; zero fields mean the defaults. A
- * smaller `struct_size` from an older header is accepted: fields past it take their defaults.
- */
-typedef struct hostfirst_shard_options {
-  /**
-   * `sizeof(hostfirst_shard_options)`.
-   */
-  size_t struct_size;
-  /**
-   * Largest ratio of file pages one merged read may take to the pages its runs need (0: 1.25; otherwise
-   * at least 1.0). Neighbouring runs of a strided shard are read with one `pread` while the merged read
-   * stays within it: 1.0 merges only gaps that cost no extra page (shorter than a page).
-   */
-  double max_over_read;
-  /**
-   * Largest merged read in bytes (0: 1 MiB).
-   */
-  uint64_t max_read_bytes;
-  /**
-   * Reader threads (0: the CPUs available to the process, at most 16).
-   */
-  uint32_t threads;
-  /**
-   * Bytes per parallel read task for host devices and per staging slab for CUDA (0: 8 MiB / 16 MiB).
-   */
-  uint64_t chunk_bytes;
-  /**
-   * Total page-locked staging for CUDA devices (0: 256 MiB).
-   */
-  uint64_t staging_bytes;
-} hostfirst_shard_options;
-
-/**
- * One shard of a plan, filled by `hostfirst_shard_plan_describe`. Set `struct_size =
- * sizeof(hostfirst_shard_info)` before the call; fields may be appended in later minor versions. Pointers
- * are owned by the plan and valid until it is freed.
- */
-typedef struct hostfirst_shard_info {
-  /**
-   * In: the caller's `sizeof(hostfirst_shard_info)`. Out: the number of bytes written.
-   */
-  size_t struct_size;
-  /**
-   * The tensor name (NUL-terminated UTF-8).
-   */
-  const char *name;
-  /**
-   * The tensor's index in the file (file order, as `hostfirst_file_view_at`).
-   */
-  size_t tensor;
-  /**
-   * The owned mesh position holding this shard.
-   */
-  uint64_t position;
-  /**
-   * The device it goes to.
-   */
-  struct hostfirst_device device;
-  /**
-   * The index of the rule that matched, or -1 when none did (the tensor is replicated).
-   */
-  int32_t rule;
-  /**
-   * The tensor's rank (0 for a scalar).
-   */
-  uint32_t rank;
-  /**
-   * `rank` dimensions of the whole tensor (NULL when rank is 0).
-   */
-  const uint64_t *shape;
-  /**
-   * `rank` dimensions of the shard.
-   */
-  const uint64_t *shard_shape;
-  /**
-   * `rank` offsets: the shard is `[start[d], start[d] + shard_shape[d])` along each dimension `d`.
-   */
-  const uint64_t *start;
-  /**
-   * Bytes of the shard (packed, C order).
-   */
-  uint64_t nbytes;
-  /**
-   * Contiguous byte runs the shard consists of in its file (1 for a whole tensor or a dimension-0 split,
-   * the number of rows for an inner-dimension split; 0 for an empty shard).
-   */
-  uint64_t runs;
-  /**
-   * File bytes the shard's merged reads take (0 when `copy_of` is not -1).
-   */
-  uint64_t read_bytes;
-  /**
-   * -1, or the index of an earlier shard of this plan holding the same part of the same tensor (another
-   * owned position along a replicated axis): this one is copied from that one's buffer, not read again.
-   */
-  int64_t copy_of;
-  /**
-   * The file the tensor is in (for a sharded set, the shard file's path; `<memory>` for a buffer).
-   */
-  const char *file;
-} hostfirst_shard_info;
-
-#ifdef __cplusplus
-extern "C" {
-#endif // __cplusplus
-
-/**
- * Returns the static name of a status without its prefix, e.g. `"OUT_OF_MEMORY"` for
- * `HOSTFIRST_STATUS_OUT_OF_MEMORY`.
- *
- * Unknown values give `"UNKNOWN"`. Never returns NULL; the string lives for the process lifetime. Thread-safe.
- */
-const char *hostfirst_status_name(uint32_t status);
-
-/**
- * Returns 1 if `status` is in the file-format range (a malformed or rejected safetensors file or index),
- * else 0.
- */
-int32_t hostfirst_status_is_format_error(uint32_t status);
-
-/**
- * Returns the number of distinct status codes this library defines (for tests and bindings).
- */
-size_t hostfirst_status_count(void);
-
-/**
- * Returns the status of the most recent failed hostfirst call on the calling thread, or
- * `HOSTFIRST_STATUS_OK` if none has failed yet.
- *
- * The last error is per thread and is only replaced by the next *failing* call on the same thread;
- * successful calls leave it alone.
- */
-hostfirst_status hostfirst_last_error_status(void);
-
-/**
- * Returns the message of the most recent failed hostfirst call on the calling thread ("" if none).
- *
- * The message names the thing (tensor, device, file) and the numbers (needed vs free bytes). The pointer
- * is owned by the library and valid until the next failing hostfirst call on the same thread; copy it
- * to keep it. Never returns NULL.
- */
-const char *hostfirst_last_error(void);
-
-/**
- * Copies the calling thread's last error message into `buf` (NUL-terminated).
- *
- * `*out_len` (if `out_len` is not NULL) always receives the message length without the NUL. `buf == NULL`
- * with `capacity == 0` is a length query and returns OK. If `capacity < length + 1`, nothing is written
- * to `buf` and `HOSTFIRST_STATUS_BUFFER_TOO_SMALL` is returned; this call does not replace the last error
- * in that case, so the caller can retry with a larger buffer.
- */
-hostfirst_status hostfirst_last_error_message(char *buf,
-                                              size_t capacity,
-                                              size_t *out_len);
-
-/**
  * Copies the numbers of the calling thread's last failure into `*out` when that failure was a fit check
  * (`HOSTFIRST_STATUS_OUT_OF_MEMORY` raised before allocating).
  *
@@ -1494,50 +578,6 @@ hostfirst_status hostfirst_last_error_message(char *buf,
  * something else; `HOSTFIRST_STATUS_NULL_ARGUMENT` if `out` is NULL.
  */
 hostfirst_status hostfirst_last_fit(struct hostfirst_fit_info *out);
-
-/**
- * Returns the library version as a static string such as `"0.2.0"`.
- *
- * Never fails; the string lives for the process lifetime. Thread-safe.
- */
-const char *hostfirst_version(void);
-
-/**
- * Returns the library version as `MAJOR * 1000000 + MINOR * 1000 + PATCH`.
- *
- * Compare with `HOSTFIRST_VERSION_NUMBER` to detect a header/library mismatch. Never fails. Thread-safe.
- */
-uint32_t hostfirst_version_number(void);
-
-/**
- * Copies a string describing the build (version, features, CUDA API level, and the read engine as
- * `hostfirst_read_engine` names it) into `buf`, with the same buffer rules as `hostfirst_last_error_message`.
- */
-hostfirst_status hostfirst_build_info(char *buf,
-                                      size_t capacity,
-                                      size_t *out_len);
-
-/**
- * Copies one line naming how this process reads files into `buf` (buffer rules of
- * `hostfirst_last_error_message`): `"io_uring (queue depth 64)"` when the kernel offers io_uring, else
- * `"pread pool (...; <why>)"` — a pool of threads doing blocking positioned reads — with the reason (the
- * kernel's answer to the probe, `HOSTFIRST_IO=pool`, or the failure that demoted io_uring). The choice is
- * made by a probe at the first call that needs it (never from the kernel version) and kept for the process;
- * set `HOSTFIRST_IO=pool` in the environment before that to force the pool. Gathers, and the reads of the
- * other operations as they move onto the engine, issue their reads concurrently through it. Never blocks
- * for long (the probe makes one small ring). Errors: `NULL_ARGUMENT` (`buf` NULL with a non-zero
- * capacity), `BUFFER_TOO_SMALL` (`*out_len` still gets the length). Thread-safe.
- */
-hostfirst_status hostfirst_read_engine(char *buf,
-                                       size_t capacity,
-                                       size_t *out_len);
-
-/**
- * Writes the number of live handles of all types (files, views, buffers, loads, ...) to `*out`.
- *
- * Useful for leak checks: after every handle is freed the count returns to what it was. Thread-safe.
- */
-hostfirst_status hostfirst_handle_count(size_t *out);
 
 /**
  * Returns the number of backends hostfirst knows (cpu and cuda), whatever their status.
@@ -1658,6 +698,67 @@ hostfirst_status hostfirst_device_format(struct hostfirst_device device,
 int32_t hostfirst_device_equal(const struct hostfirst_device *a,
                                const struct hostfirst_device *b);
 
+/* ==============================================================================================================
+ * 3. DEFAULT DEVICE
+ *
+ * The default device is where calls that take no explicit device put things. It is resolved per call, in order:
+ * the innermost scope of this thread (hostfirst_scope_push() ... hostfirst_scope_pop(token), strictly nested), then
+ * the process default (hostfirst_default_device_set() / _clear()), then the environment (HOSTFIRST_DEFAULT_DEVICE),
+ * then cpu; hostfirst_default_device() says which source won. Scopes belong to their thread: to carry one into a
+ * worker, hostfirst_scope_capture() it into a hostfirst_carried_scope (a plain value) and hostfirst_scope_enter() /
+ * hostfirst_scope_leave() it there. Strict mode (per thread or per process) makes an implicit fallback an error.
+ * No handles; nothing to free.
+ * ============================================================================================================== */
+
+/**
+ * Where the effective default device came from (`hostfirst_default_device`'s `out_source`). Stable, never
+ * renumbered.
+ */
+enum hostfirst_default_source
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * A scope pushed on the calling thread.
+   */
+  HOSTFIRST_DEFAULT_SOURCE_SCOPE = 0,
+  /**
+   * The process setting (`hostfirst_default_device_set`).
+   */
+  HOSTFIRST_DEFAULT_SOURCE_PROCESS = 1,
+  /**
+   * The `HOSTFIRST_DEFAULT_DEVICE` environment variable.
+   */
+  HOSTFIRST_DEFAULT_SOURCE_ENV = 2,
+  /**
+   * The built-in rule (the first CUDA device if available, else cpu:0).
+   */
+  HOSTFIRST_DEFAULT_SOURCE_BUILT_IN = 3,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hostfirst_default_source hostfirst_default_source;
+#else
+typedef uint32_t hostfirst_default_source;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * A thread's default device and strictness, captured by `hostfirst_scope_capture` to be entered on another
+ * thread with `hostfirst_scope_enter`. A plain value: copy it into the worker's arguments.
+ */
+typedef struct hostfirst_carried_scope {
+  /**
+   * The device that becomes the worker's default.
+   */
+  struct hostfirst_device device;
+  /**
+   * 1 if the capturing thread was in strict mode (its per-thread flag), else 0.
+   */
+  int32_t strict;
+} hostfirst_carried_scope;
+
 /**
  * Writes the calling thread's effective default device and where it came from.
  *
@@ -1764,6 +865,240 @@ hostfirst_status hostfirst_strict_process_set(int32_t on);
  * Writes the calling thread's and the process's strict flags (1 or 0); either output may be NULL.
  */
 hostfirst_status hostfirst_strict_get(int32_t *out_thread, int32_t *out_process);
+
+/* ==============================================================================================================
+ * 4. FILES AND VIEWS
+ *
+ * Open a safetensors file, a sharded set (*.safetensors.index.json) or bytes in memory with hostfirst_file_open(),
+ * _open_index() or _open_memory(); release it with hostfirst_file_free(). A file is immutable once open: its
+ * tensor names, metadata and path (strings owned by the file, valid until it is freed) may be read from many
+ * threads at once. hostfirst_file_view() / hostfirst_file_view_at() give a hostfirst_view: a read-only, zero-copy
+ * window on one tensor in the file's mapping; slice or narrow it into further views, describe it, copy or read its
+ * bytes into memory you own. Free every view with hostfirst_view_free(); a view keeps its file's mapping alive, so
+ * freeing the file first is safe, and a view never changes under you, even when the file is rewritten on disk.
+ * Element types are hostfirst_dtype values (names and sizes from hostfirst_dtype_name() / _bits()).
+ * ============================================================================================================== */
+
+/**
+ * Cap on tensors in one safetensors file (larger headers give `HOSTFIRST_STATUS_LIMIT_EXCEEDED`).
+ */
+#define HOSTFIRST_MAX_TENSORS 262144
+
+/**
+ * Cap on tensors in a sharded set.
+ */
+#define HOSTFIRST_MAX_SET_TENSORS 1048576
+
+/**
+ * Cap on a tensor's rank.
+ */
+#define HOSTFIRST_MAX_RANK 32
+
+/**
+ * Cap on a tensor name's length in bytes.
+ */
+#define HOSTFIRST_MAX_NAME_LEN 4096
+
+/**
+ * Cap on the entries of a file's metadata (a header's `__metadata__`, a set's index `metadata` and the
+ * set's merged metadata): more give `HOSTFIRST_STATUS_METADATA_LIMIT_EXCEEDED`, found while parsing, before
+ * the rest is read (a header of millions of tiny entries costs neither time nor memory).
+ */
+#define HOSTFIRST_MAX_METADATA_ENTRIES 65536
+
+/**
+ * Element type of a tensor. Values of `HOSTFIRST_DTYPE_*` are stable and never renumbered; 0 is no dtype.
+ * Functions take and return them as `uint32_t` and check values from C.
+ */
+enum hostfirst_dtype
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Boolean, one byte per element.
+   */
+  HOSTFIRST_DTYPE_BOOL = 1,
+  /**
+   * Unsigned 8-bit integer.
+   */
+  HOSTFIRST_DTYPE_U8 = 2,
+  /**
+   * Signed 8-bit integer.
+   */
+  HOSTFIRST_DTYPE_I8 = 3,
+  /**
+   * Signed 16-bit integer.
+   */
+  HOSTFIRST_DTYPE_I16 = 4,
+  /**
+   * Unsigned 16-bit integer.
+   */
+  HOSTFIRST_DTYPE_U16 = 5,
+  /**
+   * Signed 32-bit integer.
+   */
+  HOSTFIRST_DTYPE_I32 = 6,
+  /**
+   * Unsigned 32-bit integer.
+   */
+  HOSTFIRST_DTYPE_U32 = 7,
+  /**
+   * Signed 64-bit integer.
+   */
+  HOSTFIRST_DTYPE_I64 = 8,
+  /**
+   * Unsigned 64-bit integer.
+   */
+  HOSTFIRST_DTYPE_U64 = 9,
+  /**
+   * IEEE half precision.
+   */
+  HOSTFIRST_DTYPE_F16 = 10,
+  /**
+   * bfloat16.
+   */
+  HOSTFIRST_DTYPE_BF16 = 11,
+  /**
+   * IEEE single precision.
+   */
+  HOSTFIRST_DTYPE_F32 = 12,
+  /**
+   * IEEE double precision.
+   */
+  HOSTFIRST_DTYPE_F64 = 13,
+  /**
+   * Complex with two f32 parts (8 bytes).
+   */
+  HOSTFIRST_DTYPE_C64 = 14,
+  /**
+   * FP8 E5M2.
+   */
+  HOSTFIRST_DTYPE_F8_E5M2 = 15,
+  /**
+   * FP8 E4M3 (the "fn" variant: no infinities).
+   */
+  HOSTFIRST_DTYPE_F8_E4M3 = 16,
+  /**
+   * FP8 E8M0 (MX scale).
+   */
+  HOSTFIRST_DTYPE_F8_E8M0 = 17,
+  /**
+   * MXFP4 (E2M1), 4 bits per element (two per byte).
+   */
+  HOSTFIRST_DTYPE_F4 = 18,
+  /**
+   * MXFP6 E2M3, 6 bits per element.
+   */
+  HOSTFIRST_DTYPE_F6_E2M3 = 19,
+  /**
+   * MXFP6 E3M2, 6 bits per element.
+   */
+  HOSTFIRST_DTYPE_F6_E3M2 = 20,
+  /**
+   * FP8 E4M3 FNUZ.
+   */
+  HOSTFIRST_DTYPE_F8_E4M3FNUZ = 21,
+  /**
+   * FP8 E5M2 FNUZ.
+   */
+  HOSTFIRST_DTYPE_F8_E5M2FNUZ = 22,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hostfirst_dtype hostfirst_dtype;
+#else
+typedef uint32_t hostfirst_dtype;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * An open safetensors file, memory buffer or sharded set (`*.safetensors.index.json`).
+ *
+ * Created by `hostfirst_file_open`, `hostfirst_file_open_index` or `hostfirst_file_open_memory`; released by
+ * `hostfirst_file_free`. Immutable once open: every function taking a `const hostfirst_file*` is thread-safe
+ * and may run concurrently on the same handle. Views made from it stay valid after it is freed.
+ */
+typedef struct hostfirst_file hostfirst_file;
+
+/**
+ * A read-only view of one tensor, or of a part of one: a row range (`hostfirst_view_slice_rows`) or a range
+ * of any dimension (`hostfirst_view_narrow`, strided for inner dimensions).
+ *
+ * Created by `hostfirst_file_view`, `hostfirst_file_view_at`, `hostfirst_view_slice_rows` or
+ * `hostfirst_view_narrow`; released by
+ * `hostfirst_view_free`. A view keeps its file's mapping and descriptor alive: freeing the file handle first
+ * is safe. Immutable: every function taking a `const hostfirst_view*` is thread-safe.
+ */
+typedef struct hostfirst_view hostfirst_view;
+
+/**
+ * Everything about a view, filled by `hostfirst_view_describe`.
+ *
+ * Set `struct_size = sizeof(hostfirst_view_info)` before the call; fields may be appended in later minor
+ * versions. Pointers are owned by the library and stay valid until the view is freed.
+ */
+typedef struct hostfirst_view_info {
+  /**
+   * In: the caller's `sizeof(hostfirst_view_info)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
+  /**
+   * The tensor's name (NUL-terminated UTF-8); valid until the view is freed.
+   */
+  const char *name;
+  /**
+   * A `HOSTFIRST_DTYPE_*` value.
+   */
+  uint32_t dtype;
+  /**
+   * Number of dimensions (0 for a scalar).
+   */
+  uint32_t rank;
+  /**
+   * `rank` dimensions, C order; NULL when `rank` is 0. Valid until the view is freed. For a row slice,
+   * `shape[0]` is the number of rows in the slice.
+   */
+  const uint64_t *shape;
+  /**
+   * Size of the data in bytes (0 for an empty tensor).
+   */
+  uint64_t nbytes;
+  /**
+   * Absolute offset of the first byte in its file (or memory buffer).
+   */
+  uint64_t file_offset;
+  /**
+   * Offset of the first byte within the file's data section (the header's `data_offsets[0]` for a whole
+   * tensor; what `hostfirst inspect` prints as "offset").
+   */
+  uint64_t data_offset;
+  /**
+   * Read-only pointer to the data, zero-copy: straight into the file's read-only mapping (or into the
+   * caller's buffer for `hostfirst_file_open_memory`). Pages are read from disk when first touched.
+   * Valid until the view is freed. May be misaligned for the dtype: check `alignment`.
+   *
+   * **SIGBUS hazard:** if the file is truncated (by any process) while this pointer is in use, touching a
+   * page past the new end of file raises SIGBUS, which kills the process unless it handles that signal.
+   * hostfirst installs no signal handler. Where files may change underneath you, read with
+   * `hostfirst_view_copy` / `hostfirst_view_read`, which use `pread` and return `HOSTFIRST_STATUS_TRUNCATED`
+   * instead. For a data loader's token tensor, put it to cpu once (an eager copy, `hostfirst_put`) and
+   * gather from that buffer (`hostfirst_gather_run_from_buffer`): as fast as the mapping, and no SIGBUS.
+   */
+  const void *data;
+  /**
+   * Alignment of `data` in bytes: the largest power of two dividing its address, capped at 4096.
+   */
+  uint64_t alignment;
+  /**
+   * Appended after 0.1.0 (a caller built against an older header gets every field but this one). NULL when
+   * the view is one contiguous C-order block (every whole tensor, every row slice). For a strided view
+   * (`hostfirst_view_narrow` on an inner dimension): `rank` element strides, so element `(i0, i1, ...)` is
+   * at element offset `sum(ik * strides[k])` from `data`; `nbytes` is still the packed size, which copies
+   * (`hostfirst_view_copy`) and puts produce. Valid until the view is freed.
+   */
+  const uint64_t *strides;
+} hostfirst_view_info;
 
 /**
  * Returns the safetensors name of a dtype (`"F32"`, `"BF16"`, `"F8_E4M3"`, ...), or NULL for a value that is
@@ -2038,6 +1373,159 @@ hostfirst_status hostfirst_view_read(const struct hostfirst_view *view,
 hostfirst_status hostfirst_view_prefault(const struct hostfirst_view *view,
                                          bool *populated);
 
+/* ==============================================================================================================
+ * 5. BUFFERS AND PUTS
+ *
+ * A hostfirst_buffer is memory owned on one device (cpu, cuda:N or page-locked cuda_host) holding one tensor.
+ * A put makes one from a view: hostfirst_put() (options from hostfirst_put_options_init(), progress through a
+ * callback, statistics in hostfirst_put_stats), or hostfirst_put_start() for an asynchronous put that you poll or
+ * wait on and release with hostfirst_put_op_free(). Loads and gathers make buffers too. Free every buffer with
+ * hostfirst_buffer_free(); a buffer outlives the file and view it came from, and its contents never change while
+ * you hold it. Copy it back with hostfirst_buffer_copy_to_host(), move it with hostfirst_buffer_to(), order it
+ * against your CUDA streams with hostfirst_buffer_sync_stream() / _record_stream().
+ * hostfirst_release_cached_memory() gives back the pinned staging and registrations the library keeps for reuse.
+ * ============================================================================================================== */
+
+/**
+ * A buffer: memory owned on one device (cpu, cuda:N or cuda_host) holding one tensor's bytes. Created by a
+ * put (or a load, or a gather); released with `hostfirst_buffer_free`. Buffers outlive the file they came
+ * from. Read-only calls on one buffer may run from several threads at once.
+ */
+typedef struct hostfirst_buffer hostfirst_buffer;
+
+/**
+ * An asynchronous put in progress (`hostfirst_put_start`); released with `hostfirst_put_op_free`.
+ * `hostfirst_put_poll` and `hostfirst_put_wait` may be called from any thread.
+ */
+typedef struct hostfirst_put_op hostfirst_put_op;
+
+/**
+ * Everything a buffer is (`hostfirst_buffer_describe`). Set `struct_size = sizeof(hostfirst_buffer_info)`.
+ */
+typedef struct hostfirst_buffer_info {
+  /**
+   * `sizeof(hostfirst_buffer_info)`.
+   */
+  size_t struct_size;
+  /**
+   * The device holding the bytes.
+   */
+  struct hostfirst_device device;
+  /**
+   * One of `HOSTFIRST_DTYPE_*`.
+   */
+  uint32_t dtype;
+  /**
+   * Number of dimensions.
+   */
+  uint32_t rank;
+  /**
+   * `rank` dimensions (NULL when rank is 0); valid while the buffer lives.
+   */
+  const uint64_t *shape;
+  /**
+   * Size in bytes.
+   */
+  uint64_t nbytes;
+  /**
+   * The data: a host pointer (cpu, cuda_host) or the CUDA device address (`CUdeviceptr`), as an integer;
+   * 0 for an empty CUDA buffer. Valid while the buffer lives.
+   */
+  uint64_t address;
+  /**
+   * The tensor name, NUL-terminated; valid while the buffer lives.
+   */
+  const char *name;
+} hostfirst_buffer_info;
+
+/**
+ * A progress callback: `done` of `total` bytes have reached the destination. Return 0 to go on, nonzero
+ * to cancel (the put then frees everything it took and returns `HOSTFIRST_STATUS_CANCELLED`). Called at
+ * most every 50 ms, with `done` non-decreasing, and once at the end with `done == total` (cancelling then
+ * still cancels). Synchronous puts call it on the calling thread; asynchronous ones on the put's worker
+ * thread. It must not call `hostfirst_put_wait` or `hostfirst_put_op_free` on its own operation.
+ */
+typedef int32_t (*hostfirst_progress_fn)(uint64_t done, uint64_t total, void *user);
+
+/**
+ * Options of a put. Zero-initialise, set `struct_size = sizeof(hostfirst_put_options)`, then set what you
+ * need; zero fields mean the defaults. A smaller `struct_size` from an older header is accepted: fields past
+ * it take their defaults.
+ */
+typedef struct hostfirst_put_options {
+  /**
+   * `sizeof(hostfirst_put_options)`.
+   */
+  size_t struct_size;
+  /**
+   * Reader threads (0: the CPUs available to the process, at most 16).
+   */
+  uint32_t threads;
+  /**
+   * Nonzero: resident mode for CUDA targets — page-lock the tensor's mapped range once (read-only
+   * registration, cached until `hostfirst_release_cached_memory`) and copy straight from it. Pays off only
+   * for data transferred many times (registration costs ≥ 0.1 s/GB); the default is the staging ring. Where
+   * registration is unsupported or refused the put goes through the staging ring instead and says so
+   * (`hostfirst_put_stats.staged_instead`).
+   */
+  int32_t resident;
+  /**
+   * Total bytes of page-locked staging for CUDA puts (0: 256 MiB). Host memory used by a put to CUDA stays
+   * within this bound whatever the tensor size.
+   */
+  uint64_t staging_bytes;
+  /**
+   * Bytes per read / per staging slab (0: 8 MiB reads for host targets, 16 MiB slabs for CUDA).
+   */
+  uint64_t chunk_bytes;
+  /**
+   * Progress callback, or NULL.
+   */
+  hostfirst_progress_fn progress;
+  /**
+   * Passed to `progress` unchanged.
+   */
+  void *user;
+  /**
+   * 1: copy-on-write host put. When the target is `cpu` and the view reads from a file, the buffer is a
+   * private, writable mapping of the tensor's pages in the file (`MAP_PRIVATE`) instead of a copy: it costs
+   * a page table, not a copy (milliseconds for gigabytes in the page cache). 0 (the default): an eager
+   * copy. Other targets, and views over memory (`hostfirst_file_open_memory`), always copy. The file stays
+   * tied to the buffer: truncating it makes pages past the new end raise SIGBUS, and extending it again
+   * replaces them, written or not, with the file's new content (what was written there is lost, silently).
+   * See `hostfirst_put` for the contract and `hostfirst_buffer_is_file_backed` to ask a buffer which it got.
+   */
+  int32_t copy_on_write;
+} hostfirst_put_options;
+
+/**
+ * What a put did. Set `struct_size = sizeof(hostfirst_put_stats)` before passing it.
+ */
+typedef struct hostfirst_put_stats {
+  /**
+   * `sizeof(hostfirst_put_stats)`.
+   */
+  size_t struct_size;
+  /**
+   * Resident mode: seconds spent faulting in and registering the mapped range (0 when reused or not resident).
+   */
+  double register_seconds;
+  /**
+   * Resident mode: 1 when a cached registration was reused.
+   */
+  int32_t reused_registration;
+  /**
+   * Resident mode: 1 when the put went through the staging ring instead, because the tensor shares
+   * memory pages with cached registrations that do not cover it (a slice registered before the whole
+   * tensor, or a neighbouring tensor), because the view is strided (`hostfirst_view_narrow` on an inner
+   * dimension), because the device cannot register host memory (`HOST_REGISTER_SUPPORTED` = 0, or
+   * `READ_ONLY_HOST_REGISTER_SUPPORTED` = 0 for a file's read-only mapping), or because the driver refused
+   * the registration (`cuMemHostRegister`: some filesystems, kernels, containers, the locked-memory limit,
+   * very large ranges); the copy is complete and correct either way.
+   */
+  int32_t staged_instead;
+} hostfirst_put_stats;
+
 /**
  * Frees a buffer and its device or host memory. NULL is a no-op; a freed or foreign handle gives
  * `INVALID_HANDLE` and frees nothing. Memory is released once no call in flight still uses the buffer.
@@ -2228,6 +1716,202 @@ hostfirst_status hostfirst_put_wait(const struct hostfirst_put_op *op,
  */
 hostfirst_status hostfirst_put_op_free(struct hostfirst_put_op *op);
 
+/* ==============================================================================================================
+ * 6. RULES, PLANS AND LOADS
+ *
+ * Placement rules say where each tensor of a file goes: make a hostfirst_rules with hostfirst_rules_new(), add
+ * glob patterns with their targets (host, a device, or "fastest"), free it with hostfirst_rules_free().
+ * hostfirst_plan_make() runs them over a file without moving a byte: the hostfirst_plan lists each tensor's target,
+ * the bytes per device and the rules that matched nothing; free it with hostfirst_plan_free(). A load does it:
+ * every tensor placed by the rules, each as a host view or a buffer (HOSTFIRST_LOADED_*), kept in a hostfirst_load
+ * until hostfirst_load_free(). The views and buffers you take from a load are yours (free each), and stay valid
+ * after the load and the file are freed. Rules and plans may be freed as soon as the plan or load is made.
+ * ============================================================================================================== */
+
+/**
+ * Placement of a tensor: it stays a zero-copy host view of the file's mapping.
+ */
+#define HOSTFIRST_PLACEMENT_HOST 1
+
+/**
+ * Placement of a tensor: it is copied into a buffer on a device.
+ */
+#define HOSTFIRST_PLACEMENT_DEVICE 2
+
+/**
+ * Loads a tensor through `hostfirst_load_get`: it is a zero-copy host view.
+ */
+#define HOSTFIRST_LOADED_VIEW 1
+
+/**
+ * Loads a tensor through `hostfirst_load_get`: it is a buffer on a device.
+ */
+#define HOSTFIRST_LOADED_BUFFER 2
+
+/**
+ * The result of a whole-file load: every tensor of the file by name, as a buffer or a host view. Created by
+ * `hostfirst_load_run`, released by `hostfirst_load_free`. Immutable: every call on it is thread-safe.
+ */
+typedef struct hostfirst_load hostfirst_load;
+
+/**
+ * A placement plan: the dry run of rules over a file. Created by `hostfirst_plan_make`, released by
+ * `hostfirst_plan_free`. Immutable: every call on it is thread-safe.
+ */
+typedef struct hostfirst_plan hostfirst_plan;
+
+/**
+ * An ordered list of placement rules (glob pattern on tensor names → target). Created by
+ * `hostfirst_rules_new`, released by `hostfirst_rules_free`. Calls on one handle are serialised internally
+ * and may come from any thread.
+ */
+typedef struct hostfirst_rules hostfirst_rules;
+
+/**
+ * One tensor of a plan, filled by `hostfirst_plan_tensor`. Set `struct_size = sizeof(hostfirst_plan_tensor_info)`
+ * before the call; fields may be appended in later minor versions.
+ */
+typedef struct hostfirst_plan_tensor_info {
+  /**
+   * In: the caller's `sizeof(hostfirst_plan_tensor_info)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
+  /**
+   * The tensor name (NUL-terminated UTF-8), valid until the plan is freed.
+   */
+  const char *name;
+  /**
+   * `HOSTFIRST_PLACEMENT_HOST` or `HOSTFIRST_PLACEMENT_DEVICE`.
+   */
+  uint32_t placement;
+  /**
+   * The index of the rule that matched, or -1 when none did (the tensor stays on the host).
+   */
+  int32_t rule;
+  /**
+   * The device for `HOSTFIRST_PLACEMENT_DEVICE` (`{0, 0}` for host).
+   */
+  struct hostfirst_device device;
+  /**
+   * Size in bytes.
+   */
+  uint64_t nbytes;
+} hostfirst_plan_tensor_info;
+
+/**
+ * One device of a plan, filled by `hostfirst_plan_device`. Set `struct_size` as for
+ * `hostfirst_plan_tensor_info`.
+ */
+typedef struct hostfirst_plan_device_info {
+  /**
+   * In: the caller's `sizeof(hostfirst_plan_device_info)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
+  /**
+   * The device.
+   */
+  struct hostfirst_device device;
+  /**
+   * Bytes the plan puts on it.
+   */
+  uint64_t bytes;
+  /**
+   * Number of tensors the plan puts on it.
+   */
+  uint64_t tensors;
+  /**
+   * Bytes usable on it when the plan was made: free memory less the fit check's safety margin.
+   */
+  uint64_t usable;
+  /**
+   * Its total memory.
+   */
+  uint64_t total;
+  /**
+   * 1 when `bytes <= usable`, else 0.
+   */
+  uint32_t fits;
+  /**
+   * The largest tensor it receives (NUL-terminated UTF-8), valid until the plan is freed.
+   */
+  const char *largest_name;
+  /**
+   * That tensor's size in bytes.
+   */
+  uint64_t largest_bytes;
+} hostfirst_plan_device_info;
+
+/**
+ * A rule that places no tensor of the plan's file, filled by `hostfirst_plan_unmatched_rule`. Set
+ * `struct_size = sizeof(hostfirst_plan_unmatched_rule_info)` before the call; fields may be appended in
+ * later minor versions. Strings are NUL-terminated UTF-8, valid until the plan is freed.
+ */
+typedef struct hostfirst_plan_unmatched_rule_info {
+  /**
+   * In: the caller's `sizeof(hostfirst_plan_unmatched_rule_info)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
+  /**
+   * The rule's index in the rule list (the order of `hostfirst_rules_add`).
+   */
+  uint32_t rule;
+  /**
+   * The index of the earlier rule that takes every tensor this rule's pattern matches, or -1 when the
+   * pattern matches no tensor name at all.
+   */
+  int32_t shadowed_by;
+  /**
+   * The rule's pattern.
+   */
+  const char *pattern;
+  /**
+   * The rule's target as written (`host`, `default`, a device spec).
+   */
+  const char *target;
+  /**
+   * Shadowed (`shadowed_by >= 0`): the first tensor the pattern matches. Otherwise a tensor whose name
+   * contains the pattern's text (patterns match whole names: `token` does not match `tokens`), or NULL.
+   */
+  const char *tensor;
+  /**
+   * One line saying what is wrong and what to do, as the CLI prints it.
+   */
+  const char *message;
+} hostfirst_plan_unmatched_rule_info;
+
+/**
+ * Progress of a load: `done` and `total` bytes moved to devices so far; return nonzero to cancel.
+ */
+typedef int (*hostfirst_load_progress_fn)(uint64_t done, uint64_t total, void *user);
+
+/**
+ * Options of `hostfirst_load_run_ex`. Zero-initialise, set `struct_size = sizeof(hostfirst_load_options)`,
+ * then set what you need; a smaller `struct_size` from an older header is accepted (later fields take their
+ * defaults).
+ */
+typedef struct hostfirst_load_options {
+  /**
+   * `sizeof(hostfirst_load_options)`.
+   */
+  size_t struct_size;
+  /**
+   * 1: tensors the plan puts on `cpu` become copy-on-write mappings of their pages in the file instead of
+   * copies (`hostfirst_put` documents the contract: writable, never written back, pages not yet written
+   * tied to the file; truncating the file makes pages past the new end raise SIGBUS, written or not, and
+   * extending it again gives them the file's new content, silently losing what was written there). 0 (the
+   * default): copies. Other devices always copy.
+   */
+  int32_t copy_on_write;
+  /**
+   * Progress callback (as for `hostfirst_load_run`), or NULL.
+   */
+  hostfirst_load_progress_fn progress;
+  /**
+   * Passed to `progress` unchanged.
+   */
+  void *user;
+} hostfirst_load_options;
+
 /**
  * Creates an empty rule list and writes its handle to `*out`. With no rules every tensor stays on the host.
  * Free it with `hostfirst_rules_free`. Errors: `NULL_ARGUMENT`. Thread-safe.
@@ -2402,6 +2086,47 @@ hostfirst_status hostfirst_load_get(const struct hostfirst_load *load,
  * obtained with `hostfirst_load_get` stay valid. Thread-safe.
  */
 hostfirst_status hostfirst_load_free(struct hostfirst_load *load);
+
+/* ==============================================================================================================
+ * 7. GATHER
+ *
+ * A hostfirst_gather assembles batches of rows of one tensor (for example random token windows) on one device:
+ * create it with hostfirst_gather_new() for a batch size, window and dtype, run it with offsets (from your sampler
+ * or hostfirst_random_offsets()), free it with hostfirst_gather_free(). Batches come from a bounded ring: a batch
+ * you hold (a buffer from hostfirst_gather_run_batch() or hostfirst_gather_batch(), or a DLPack export of one) is
+ * never rewritten until you free it. A hostfirst_gather_stream (hostfirst_gather_stream_start()) fills batches
+ * ahead of you on a worker thread; take them with hostfirst_gather_stream_next() and free the stream (before its
+ * gather) with hostfirst_gather_stream_free().
+ * ============================================================================================================== */
+
+/**
+ * The ring bound of a new gather (`hostfirst_gather_new`).
+ */
+#define HOSTFIRST_GATHER_DEFAULT_RING_BOUND 4
+
+/**
+ * The largest bound `hostfirst_gather_set_ring_bound` accepts.
+ */
+#define HOSTFIRST_GATHER_MAX_RING_BOUND 1024
+
+/**
+ * The deepest prefetch `hostfirst_gather_stream_start` accepts.
+ */
+#define HOSTFIRST_GATHER_STREAM_MAX_DEPTH 64
+
+/**
+ * A reusable batch gather: a bounded ring of `[batch, window]` batches on one device (plus page-locked
+ * staging and a stream for CUDA). Created by `hostfirst_gather_new`, released by `hostfirst_gather_free`.
+ * Calls on one handle are serialised internally.
+ */
+typedef struct hostfirst_gather hostfirst_gather;
+
+/**
+ * A prefetching stream of batches over one gather: a background worker fills batches ahead of the consumer.
+ * Created by `hostfirst_gather_stream_start` (or `_start_from_buffer`), read with
+ * `hostfirst_gather_stream_next`, released with `hostfirst_gather_stream_free`.
+ */
+typedef struct hostfirst_gather_stream hostfirst_gather_stream;
 
 /**
  * Creates a reusable gather of `[batch, window]` elements of `dtype` (a `HOSTFIRST_DTYPE_*` of whole bytes)
@@ -2624,6 +2349,264 @@ hostfirst_status hostfirst_random_offsets(uint64_t *state,
                                           uint64_t *out,
                                           size_t n);
 
+/* ==============================================================================================================
+ * 8. DLPACK
+ *
+ * A view or a buffer can leave as a DLPack managed tensor (the versioned form of DLPack 1.x, or the legacy
+ * DLManagedTensor for older consumers), layout-identical to dlpack.h's structs, so NumPy, JAX, PyTorch and CuPy
+ * can take it without a copy. The export owns what it needs: the consumer calls its deleter exactly once when
+ * done, and until then the memory stays valid whatever happens to the handle it came from (free the view or
+ * buffer right after exporting if you like). Options (copy policy, target device, the consumer's stream) go in a
+ * hostfirst_dlpack_options. hostfirst_dlpack_capsule_destructor() is the destructor for a Python capsule that holds one.
+ * ============================================================================================================== */
+
+/**
+ * DLPack major version of the tensors hostfirst exports (`DLPACK_MAJOR_VERSION`).
+ */
+#define HOSTFIRST_DLPACK_MAJOR_VERSION 1
+
+/**
+ * DLPack minor version of the tensors hostfirst exports (`DLPACK_MINOR_VERSION`).
+ */
+#define HOSTFIRST_DLPACK_MINOR_VERSION 1
+
+/**
+ * `DLPACK_FLAG_BITMASK_READ_ONLY`: the data must not be written (set for views of mapped files).
+ */
+#define HOSTFIRST_DLPACK_FLAG_READ_ONLY 1
+
+/**
+ * `DLPACK_FLAG_BITMASK_IS_COPIED`: the data is a copy made for this export, owned by the consumer.
+ */
+#define HOSTFIRST_DLPACK_FLAG_IS_COPIED 2
+
+/**
+ * `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED`: sub-byte elements padded to bytes (never set: F4 and F6
+ * data is packed as in the file).
+ */
+#define HOSTFIRST_DLPACK_FLAG_IS_SUBBYTE_TYPE_PADDED 4
+
+/**
+ * `kDLCPU`.
+ */
+#define HOSTFIRST_DLPACK_DEVICE_CPU 1
+
+/**
+ * `kDLCUDA`.
+ */
+#define HOSTFIRST_DLPACK_DEVICE_CUDA 2
+
+/**
+ * `kDLCUDAHost`.
+ */
+#define HOSTFIRST_DLPACK_DEVICE_CUDA_HOST 3
+
+/**
+ * `copy` of `hostfirst_dlpack_options`: share where possible, copy or map copy-on-write where the form or
+ * the requested device needs it (Python's `copy=None`; the zero default).
+ */
+#define HOSTFIRST_DLPACK_COPY_IF_NEEDED 0
+
+/**
+ * `copy` of `hostfirst_dlpack_options`: always export a new copy the consumer owns (`copy=True`; flag
+ * IS_COPIED in the versioned form).
+ */
+#define HOSTFIRST_DLPACK_COPY_ALWAYS 1
+
+/**
+ * `copy` of `hostfirst_dlpack_options`: never copy; `UNSUPPORTED` when the request cannot be met without
+ * one (`copy=False`).
+ */
+#define HOSTFIRST_DLPACK_COPY_NEVER 2
+
+/**
+ * Layout-identical to dlpack.h's `DLPackVersion`.
+ */
+typedef struct hostfirst_dlpack_version {
+  /**
+   * `major`.
+   */
+  uint32_t major;
+  /**
+   * `minor`.
+   */
+  uint32_t minor;
+} hostfirst_dlpack_version;
+
+/**
+ * Layout-identical to dlpack.h's `DLDevice` (`device_type` is a `DLDeviceType`).
+ */
+typedef struct hostfirst_dlpack_device {
+  /**
+   * `HOSTFIRST_DLPACK_DEVICE_*` (kDLCPU 1, kDLCUDA 2, kDLCUDAHost 3).
+   */
+  int32_t device_type;
+  /**
+   * The device ordinal (0 for cpu and cuda_host).
+   */
+  int32_t device_id;
+} hostfirst_dlpack_device;
+
+/**
+ * Layout-identical to dlpack.h's `DLDataType`.
+ */
+typedef struct hostfirst_dlpack_dtype {
+  /**
+   * A `DLDataTypeCode` (kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLComplex 5, kDLBool 6,
+   * kDLFloat8_e4m3fn 10, kDLFloat8_e4m3fnuz 11, kDLFloat8_e5m2 12, kDLFloat8_e5m2fnuz 13,
+   * kDLFloat8_e8m0fnu 14, kDLFloat6_e2m3fn 15, kDLFloat6_e3m2fn 16, kDLFloat4_e2m1fn 17).
+   */
+  uint8_t code;
+  /**
+   * Bits per element.
+   */
+  uint8_t bits;
+  /**
+   * Lanes (always 1).
+   */
+  uint16_t lanes;
+} hostfirst_dlpack_dtype;
+
+/**
+ * Layout-identical to dlpack.h's `DLTensor`.
+ */
+typedef struct hostfirst_dlpack_tensor {
+  /**
+   * The data: a host pointer (cpu, cuda_host) or a CUDA device address.
+   */
+  void *data;
+  /**
+   * Where the data lives.
+   */
+  struct hostfirst_dlpack_device device;
+  /**
+   * Number of dimensions.
+   */
+  int32_t ndim;
+  /**
+   * Element type.
+   */
+  struct hostfirst_dlpack_dtype dtype;
+  /**
+   * `ndim` dimensions (NULL when `ndim` is 0); owned by the managed tensor.
+   */
+  int64_t *shape;
+  /**
+   * NULL for compact C order (every buffer, every contiguous view); `ndim` element strides for a strided
+   * view (`hostfirst_view_narrow` on an inner dimension) in the versioned form; owned by the managed tensor.
+   */
+  int64_t *strides;
+  /**
+   * Always 0: `data` points at the first element.
+   */
+  uint64_t byte_offset;
+} hostfirst_dlpack_tensor;
+
+/**
+ * Layout-identical to dlpack.h's `DLManagedTensorVersioned` (DLPack >= 1.0).
+ *
+ * Made by `hostfirst_view_to_dlpack`, `hostfirst_buffer_to_dlpack` and their `_ex` forms; the consumer calls
+ * `deleter(self)` exactly once when done. Until then it keeps the file mapping (or the buffer's memory) alive
+ * on its own, whatever happens to the handle it was made from.
+ */
+typedef struct hostfirst_dlpack_managed_tensor_versioned {
+  /**
+   * {HOSTFIRST_DLPACK_MAJOR_VERSION, HOSTFIRST_DLPACK_MINOR_VERSION}.
+   */
+  struct hostfirst_dlpack_version version;
+  /**
+   * Owned by hostfirst (a registry id); counted by `hostfirst_handle_count` until the deleter runs.
+   */
+  void *manager_ctx;
+  /**
+   * Releases the tensor and frees this struct: call it exactly once, then never touch the pointer again.
+   * A NULL argument, or a struct hostfirst did not make, is ignored. A second call with the same pointer is
+   * ignored too (the struct's memory is never returned to the allocator and is not reused for a new export
+   * until 1024 later exports have been deleted); after that the pointer may name a newer export, which the
+   * second call would release, so do not rely on it.
+   */
+  void (*deleter)(struct hostfirst_dlpack_managed_tensor_versioned*);
+  /**
+   * `HOSTFIRST_DLPACK_FLAG_*` bits: READ_ONLY for a view's mapping, IS_COPIED for a copy made for the export.
+   */
+  uint64_t flags;
+  /**
+   * The tensor.
+   */
+  struct hostfirst_dlpack_tensor dl_tensor;
+} hostfirst_dlpack_managed_tensor_versioned;
+
+/**
+ * Layout-identical to dlpack.h's `DLManagedTensor`: the unversioned ("legacy") form, which numpy 1.x,
+ * JAX and older consumers take (the Python capsule named "dltensor").
+ *
+ * Made by `hostfirst_view_to_dlpack_legacy`, `hostfirst_buffer_to_dlpack_legacy` and the `_ex` forms. It has
+ * no flags, so a consumer cannot be told that memory is read-only: a view never goes out this way as its
+ * file's read-only mapping (see `hostfirst_view_to_dlpack_legacy`). Lifetime and deleter as for
+ * `hostfirst_dlpack_managed_tensor_versioned`.
+ */
+typedef struct hostfirst_dlpack_managed_tensor {
+  /**
+   * The tensor.
+   */
+  struct hostfirst_dlpack_tensor dl_tensor;
+  /**
+   * Owned by hostfirst (a registry id); counted by `hostfirst_handle_count` until the deleter runs.
+   */
+  void *manager_ctx;
+  /**
+   * Releases the tensor and frees this struct: call it exactly once, then never touch the pointer again.
+   * A NULL argument, or a struct hostfirst did not make, is ignored. A second call with the same pointer is
+   * ignored too (the struct's memory is never returned to the allocator and is not reused for a new export
+   * until 1024 later exports have been deleted); after that the pointer may name a newer export, which the
+   * second call would release, so do not rely on it.
+   */
+  void (*deleter)(struct hostfirst_dlpack_managed_tensor*);
+} hostfirst_dlpack_managed_tensor;
+
+/**
+ * What a DLPack consumer asked for: the arguments of Python's `__dlpack__(*, stream, max_version,
+ * dl_device, copy)`, for `hostfirst_view_to_dlpack_ex` / `hostfirst_buffer_to_dlpack_ex`. Zero-initialise,
+ * set `struct_size = sizeof(hostfirst_dlpack_options)`, then set what the consumer gave: all zeros is a
+ * consumer that passed nothing (a legacy consumer, no stream, copy if needed, the data's own device). A
+ * smaller `struct_size` from an older header is accepted; later fields take their defaults.
+ */
+typedef struct hostfirst_dlpack_options {
+  /**
+   * `sizeof(hostfirst_dlpack_options)`.
+   */
+  size_t struct_size;
+  /**
+   * The highest DLPack version the consumer takes. Major >= 1: the versioned form; {0, 0} (not given):
+   * the legacy form.
+   */
+  struct hostfirst_dlpack_version max_version;
+  /**
+   * The consumer's stream, read when `has_stream` is nonzero, with DLPack's meaning: 1 the legacy default
+   * stream, 2 the per-thread default stream, > 2 a `CUstream` (cast to an integer), -1 the consumer
+   * synchronises itself; 0 and other negative values are `INVALID_ARGUMENT`. Not given: the legacy default
+   * stream. Only CUDA data uses it (see `hostfirst_buffer_to_dlpack_ex`).
+   */
+  int64_t stream;
+  /**
+   * Nonzero when `stream` was given (Python: `stream is not None`).
+   */
+  int32_t has_stream;
+  /**
+   * `HOSTFIRST_DLPACK_COPY_IF_NEEDED` (0), `_ALWAYS` (1) or `_NEVER` (2).
+   */
+  uint32_t copy;
+  /**
+   * Nonzero when `dl_device` was given.
+   */
+  int32_t has_dl_device;
+  /**
+   * The device the consumer wants the data on (kDLCPU 0, kDLCUDA N, kDLCUDAHost 0); when it is not where the
+   * data lives, the export is a copy there (fit-checked; `UNSUPPORTED` under COPY_NEVER).
+   */
+  struct hostfirst_dlpack_device dl_device;
+} hostfirst_dlpack_options;
+
 /**
  * Exports a view (or row slice, or narrowed view) as a DLPack 1.1 managed tensor (versioned form) and
  * writes it to `*out`.
@@ -2776,6 +2759,147 @@ hostfirst_status hostfirst_dtype_to_dlpack(uint32_t dtype,
  * A NULL `capsule` is ignored. Returns nothing (a destructor's signature); never unwinds.
  */
 void hostfirst_dlpack_capsule_destructor(void *capsule);
+
+/* ==============================================================================================================
+ * 9. SHARD-ON-READ
+ *
+ * Shard-on-read gives each process only its part of every tensor, read straight from the file. Describe the
+ * devices as a hostfirst_shard_mesh (named axes with sizes; hostfirst_shard_mesh_new()), the partitioning as
+ * hostfirst_shard_rules over that mesh (glob patterns to partition specs), then make a hostfirst_shard_plan for the
+ * positions this process owns (hostfirst_shard_plan_make(), options from hostfirst_shard_options_init()).
+ * hostfirst_shard_run() reads the plan into a hostfirst_shard_result, whose buffers you take with
+ * hostfirst_shard_result_get() and free yourself. Each object has its own _free and may be freed as soon as the
+ * next one is made: rules keep what they need of the mesh, plans of the rules and file, results of the plan.
+ * ============================================================================================================== */
+
+/**
+ * A device mesh: named axes with sizes (like JAX's `Mesh`). Created by `hostfirst_shard_mesh_new`, released by
+ * `hostfirst_shard_mesh_free`; immutable, so every function taking it is thread-safe. Rules made over it keep
+ * what they need: it may be freed right after.
+ */
+typedef struct hostfirst_shard_mesh hostfirst_shard_mesh;
+
+/**
+ * A shard plan: for the positions a process owns, every tensor's part, its byte runs and the reads they
+ * take. Created by `hostfirst_shard_plan_make`, released by `hostfirst_shard_plan_free`; immutable.
+ */
+typedef struct hostfirst_shard_plan hostfirst_shard_plan;
+
+/**
+ * The buffers of a run of a shard plan (`hostfirst_shard_run`), released by `hostfirst_shard_result_free`.
+ */
+typedef struct hostfirst_shard_result hostfirst_shard_result;
+
+/**
+ * Sharding rules over one mesh: glob patterns on tensor names → partition specs. Created by
+ * `hostfirst_shard_rules_new`, released by `hostfirst_shard_rules_free`. Adding rules while another thread
+ * makes a plan from the same handle is safe (the plan sees the rules before or after the addition).
+ */
+typedef struct hostfirst_shard_rules hostfirst_shard_rules;
+
+/**
+ * Options of a shard plan and its run. Zero-initialise (or call `hostfirst_shard_options_init`), set
+ * `struct_size = sizeof(hostfirst_shard_options)`, then what you need; zero fields mean the defaults. A
+ * smaller `struct_size` from an older header is accepted: fields past it take their defaults.
+ */
+typedef struct hostfirst_shard_options {
+  /**
+   * `sizeof(hostfirst_shard_options)`.
+   */
+  size_t struct_size;
+  /**
+   * Largest ratio of file pages one merged read may take to the pages its runs need (0: 1.25; otherwise
+   * at least 1.0). Neighbouring runs of a strided shard are read with one `pread` while the merged read
+   * stays within it: 1.0 merges only gaps that cost no extra page (shorter than a page).
+   */
+  double max_over_read;
+  /**
+   * Largest merged read in bytes (0: 1 MiB).
+   */
+  uint64_t max_read_bytes;
+  /**
+   * Reader threads (0: the CPUs available to the process, at most 16).
+   */
+  uint32_t threads;
+  /**
+   * Bytes per parallel read task for host devices and per staging slab for CUDA (0: 8 MiB / 16 MiB).
+   */
+  uint64_t chunk_bytes;
+  /**
+   * Total page-locked staging for CUDA devices (0: 256 MiB).
+   */
+  uint64_t staging_bytes;
+} hostfirst_shard_options;
+
+/**
+ * One shard of a plan, filled by `hostfirst_shard_plan_describe`. Set `struct_size =
+ * sizeof(hostfirst_shard_info)` before the call; fields may be appended in later minor versions. Pointers
+ * are owned by the plan and valid until it is freed.
+ */
+typedef struct hostfirst_shard_info {
+  /**
+   * In: the caller's `sizeof(hostfirst_shard_info)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
+  /**
+   * The tensor name (NUL-terminated UTF-8).
+   */
+  const char *name;
+  /**
+   * The tensor's index in the file (file order, as `hostfirst_file_view_at`).
+   */
+  size_t tensor;
+  /**
+   * The owned mesh position holding this shard.
+   */
+  uint64_t position;
+  /**
+   * The device it goes to.
+   */
+  struct hostfirst_device device;
+  /**
+   * The index of the rule that matched, or -1 when none did (the tensor is replicated).
+   */
+  int32_t rule;
+  /**
+   * The tensor's rank (0 for a scalar).
+   */
+  uint32_t rank;
+  /**
+   * `rank` dimensions of the whole tensor (NULL when rank is 0).
+   */
+  const uint64_t *shape;
+  /**
+   * `rank` dimensions of the shard.
+   */
+  const uint64_t *shard_shape;
+  /**
+   * `rank` offsets: the shard is `[start[d], start[d] + shard_shape[d])` along each dimension `d`.
+   */
+  const uint64_t *start;
+  /**
+   * Bytes of the shard (packed, C order).
+   */
+  uint64_t nbytes;
+  /**
+   * Contiguous byte runs the shard consists of in its file (1 for a whole tensor or a dimension-0 split,
+   * the number of rows for an inner-dimension split; 0 for an empty shard).
+   */
+  uint64_t runs;
+  /**
+   * File bytes the shard's merged reads take (0 when `copy_of` is not -1).
+   */
+  uint64_t read_bytes;
+  /**
+   * -1, or the index of an earlier shard of this plan holding the same part of the same tensor (another
+   * owned position along a replicated axis): this one is copied from that one's buffer, not read again.
+   */
+  int64_t copy_of;
+  /**
+   * The file the tensor is in (for a sharded set, the shard file's path; `<memory>` for a buffer).
+   */
+  const char *file;
+} hostfirst_shard_info;
 
 /**
  * Fills `*out` with the default options (`struct_size` set, everything else zero). Errors: `NULL_ARGUMENT`.
@@ -2988,6 +3112,13 @@ hostfirst_status hostfirst_shard_result_bytes_read(const struct hostfirst_shard_
  * `hostfirst_shard_result_get` stay valid. Thread-safe.
  */
 hostfirst_status hostfirst_shard_result_free(struct hostfirst_shard_result *result);
+
+/* ==============================================================================================================
+ * 10. TEST HOOKS
+ *
+ * Present only in builds with the test-hooks feature (HOSTFIRST_TEST_HOOKS): functions that panic inside the
+ * boundary, so the test suite can prove that no panic crosses it.
+ * ============================================================================================================== */
 
 #if defined(HOSTFIRST_TEST_HOOKS)
 /**

@@ -2,7 +2,7 @@
 """Regenerates tests/fixtures/: safetensors files written by the reference Python package (safetensors +
 numpy, bf16 and fp8 via ml_dtypes), a sharded set, and expected.json, which records what the reference
 Python reader says about each file (metadata, tensor names in file order, dtypes, shapes, and the 64-bit
-FNV-1a of each tensor's bytes). tests/cli_inspect.rs compares `hostfirst inspect --json --checksum` with it.
+FNV-1a of each tensor's bytes). tests/it/cli_inspect.rs compares `hostfirst inspect --json --checksum` with it.
 
     python3 -m pip install -r scripts/python-requirements.txt
     python3 scripts/gen_fixtures.py

@@ -1,5 +1,11 @@
-//! The committed include/hostfirst.h must equal what cbindgen generates from the sources.
-//! Regenerate it with: HOSTFIRST_UPDATE_HEADER=1 cargo test --features test-hooks --test it header::
+//! The committed include/hostfirst.h must equal what cbindgen generates from the sources, regrouped into the
+//! sections of [`SECTIONS`] (one object or area each, opened by its life cycle, then its constants, enums, types
+//! and functions). Regenerate it with: HOSTFIRST_UPDATE_HEADER=1 cargo test --features test-hooks --test it header::
+//!
+//! cbindgen writes one file in fixed phases (all constants, all types, all functions), so [`regroup`] splits its
+//! output into items (each with its doc comment), assigns every item to a section by the name rules of
+//! [`SECTIONS`], and writes the sections in order. An item that no rule matches fails the header test by name:
+//! give it a rule (a prefix, not a list of items) in [`SECTIONS`].
 
 use std::path::Path;
 
@@ -7,17 +13,295 @@ use std::path::Path;
 /// README give it in these words (checked below).
 const REGENERATE: &str = "HOSTFIRST_UPDATE_HEADER=1 cargo test --features test-hooks --test it header::";
 
-fn generate() -> String {
+/// One section of the header: its title, the life cycle of its objects, and the rules that claim items for it.
+struct Section {
+    title: &'static str,
+    /// The paragraph that opens the section: what you create, with what, what you do with it, who frees it, and
+    /// what stays valid when.
+    life_cycle: &'static str,
+    /// Rules over an item's name, lowercased and without its `hostfirst_` prefix (`HOSTFIRST_MAX_RANK` is
+    /// `max_rank`): `"word"` claims names that start with it; `"*word*"` claims names that contain it and wins
+    /// over every prefix. Among prefixes the longest wins (`shard_plan` over `plan`).
+    rules: &'static [&'static str],
+}
+
+/// The sections in header order. Statuses come first because every function below returns one.
+const SECTIONS: &[Section] = &[
+    Section {
+        title: "ERRORS AND VERSIONS",
+        life_cycle: "\
+Every fallible call returns a hostfirst_status; HOSTFIRST_STATUS_OK (0) is success. After a failure the same
+thread can read what went wrong: hostfirst_last_error_status() gives the status, hostfirst_last_error() a
+message naming the thing and the numbers (owned by the library, valid until the next failing call on that
+thread), hostfirst_last_error_message() copies it into a buffer you own. Nothing here allocates anything you
+free. hostfirst_version_number() against HOSTFIRST_VERSION_NUMBER tells a header from an older or newer library;
+hostfirst_build_info() and hostfirst_read_engine() say how the library was built and how it reads files;
+hostfirst_handle_count() counts the live handles of every kind, which is how tests prove nothing leaked.",
+        rules: &["status", "last_error", "error", "version", "build_info", "read_engine", "handle_count"],
+    },
+    Section {
+        title: "CENSUS AND DEVICES",
+        life_cycle: "\
+A hostfirst_device is a plain value (a kind and an ordinal, laid out as DLPack's DLDevice): copy it, compare it
+with hostfirst_device_equal(), print it with hostfirst_device_format(), parse it from \"cpu\" / \"cuda:1\" with
+hostfirst_device_parse(). Nothing in this section hands out a handle. The census runs once per process, at the
+first call that needs it: hostfirst_backend_count() / hostfirst_backend_describe() say which backends were found
+and why one is missing (no driver, hidden by HOSTFIRST_PLATFORMS, ...), hostfirst_devices() lists the devices,
+hostfirst_device_describe() and hostfirst_device_memory() give their details and free memory. Strings in the
+info structs live for the process. When a placement does not fit, hostfirst_last_fit() tells the needed, free
+and total bytes of the device that refused it.",
+        rules: &["backend", "census", "device", "devices", "target", "fit", "last_fit"],
+    },
+    Section {
+        title: "DEFAULT DEVICE",
+        life_cycle: "\
+The default device is where calls that take no explicit device put things. It is resolved per call, in order:
+the innermost scope of this thread (hostfirst_scope_push() ... hostfirst_scope_pop(token), strictly nested), then
+the process default (hostfirst_default_device_set() / _clear()), then the environment (HOSTFIRST_DEFAULT_DEVICE),
+then cpu; hostfirst_default_device() says which source won. Scopes belong to their thread: to carry one into a
+worker, hostfirst_scope_capture() it into a hostfirst_carried_scope (a plain value) and hostfirst_scope_enter() /
+hostfirst_scope_leave() it there. Strict mode (per thread or per process) makes an implicit fallback an error.
+No handles; nothing to free.",
+        rules: &["default", "scope", "carried_scope", "strict"],
+    },
+    Section {
+        title: "FILES AND VIEWS",
+        life_cycle: "\
+Open a safetensors file, a sharded set (*.safetensors.index.json) or bytes in memory with hostfirst_file_open(),
+_open_index() or _open_memory(); release it with hostfirst_file_free(). A file is immutable once open: its
+tensor names, metadata and path (strings owned by the file, valid until it is freed) may be read from many
+threads at once. hostfirst_file_view() / hostfirst_file_view_at() give a hostfirst_view: a read-only, zero-copy
+window on one tensor in the file's mapping; slice or narrow it into further views, describe it, copy or read its
+bytes into memory you own. Free every view with hostfirst_view_free(); a view keeps its file's mapping alive, so
+freeing the file first is safe, and a view never changes under you, even when the file is rewritten on disk.
+Element types are hostfirst_dtype values (names and sizes from hostfirst_dtype_name() / _bits()).",
+        rules: &["file", "view", "dtype", "max"],
+    },
+    Section {
+        title: "BUFFERS AND PUTS",
+        life_cycle: "\
+A hostfirst_buffer is memory owned on one device (cpu, cuda:N or page-locked cuda_host) holding one tensor.
+A put makes one from a view: hostfirst_put() (options from hostfirst_put_options_init(), progress through a
+callback, statistics in hostfirst_put_stats), or hostfirst_put_start() for an asynchronous put that you poll or
+wait on and release with hostfirst_put_op_free(). Loads and gathers make buffers too. Free every buffer with
+hostfirst_buffer_free(); a buffer outlives the file and view it came from, and its contents never change while
+you hold it. Copy it back with hostfirst_buffer_copy_to_host(), move it with hostfirst_buffer_to(), order it
+against your CUDA streams with hostfirst_buffer_sync_stream() / _record_stream().
+hostfirst_release_cached_memory() gives back the pinned staging and registrations the library keeps for reuse.",
+        rules: &["buffer", "put", "progress", "release_cached_memory"],
+    },
+    Section {
+        title: "RULES, PLANS AND LOADS",
+        life_cycle: "\
+Placement rules say where each tensor of a file goes: make a hostfirst_rules with hostfirst_rules_new(), add
+glob patterns with their targets (host, a device, or \"fastest\"), free it with hostfirst_rules_free().
+hostfirst_plan_make() runs them over a file without moving a byte: the hostfirst_plan lists each tensor's target,
+the bytes per device and the rules that matched nothing; free it with hostfirst_plan_free(). A load does it:
+every tensor placed by the rules, each as a host view or a buffer (HOSTFIRST_LOADED_*), kept in a hostfirst_load
+until hostfirst_load_free(). The views and buffers you take from a load are yours (free each), and stay valid
+after the load and the file are freed. Rules and plans may be freed as soon as the plan or load is made.",
+        rules: &["rules", "plan", "load", "placement", "loaded"],
+    },
+    Section {
+        title: "GATHER",
+        life_cycle: "\
+A hostfirst_gather assembles batches of rows of one tensor (for example random token windows) on one device:
+create it with hostfirst_gather_new() for a batch size, window and dtype, run it with offsets (from your sampler
+or hostfirst_random_offsets()), free it with hostfirst_gather_free(). Batches come from a bounded ring: a batch
+you hold (a buffer from hostfirst_gather_run_batch() or hostfirst_gather_batch(), or a DLPack export of one) is
+never rewritten until you free it. A hostfirst_gather_stream (hostfirst_gather_stream_start()) fills batches
+ahead of you on a worker thread; take them with hostfirst_gather_stream_next() and free the stream (before its
+gather) with hostfirst_gather_stream_free().",
+        rules: &["gather", "random_offsets"],
+    },
+    Section {
+        title: "DLPACK",
+        life_cycle: "\
+A view or a buffer can leave as a DLPack managed tensor (the versioned form of DLPack 1.x, or the legacy
+DLManagedTensor for older consumers), layout-identical to dlpack.h's structs, so NumPy, JAX, PyTorch and CuPy
+can take it without a copy. The export owns what it needs: the consumer calls its deleter exactly once when
+done, and until then the memory stays valid whatever happens to the handle it came from (free the view or
+buffer right after exporting if you like). Options (copy policy, target device, the consumer's stream) go in a
+hostfirst_dlpack_options. hostfirst_dlpack_capsule_destructor() is the destructor for a Python capsule that holds one.",
+        rules: &["*dlpack*"],
+    },
+    Section {
+        title: "SHARD-ON-READ",
+        life_cycle: "\
+Shard-on-read gives each process only its part of every tensor, read straight from the file. Describe the
+devices as a hostfirst_shard_mesh (named axes with sizes; hostfirst_shard_mesh_new()), the partitioning as
+hostfirst_shard_rules over that mesh (glob patterns to partition specs), then make a hostfirst_shard_plan for the
+positions this process owns (hostfirst_shard_plan_make(), options from hostfirst_shard_options_init()).
+hostfirst_shard_run() reads the plan into a hostfirst_shard_result, whose buffers you take with
+hostfirst_shard_result_get() and free yourself. Each object has its own _free and may be freed as soon as the
+next one is made: rules keep what they need of the mesh, plans of the rules and file, results of the plan.",
+        rules: &["shard"],
+    },
+    Section {
+        title: "TEST HOOKS",
+        life_cycle: "\
+Present only in builds with the test-hooks feature (HOSTFIRST_TEST_HOOKS): functions that panic inside the
+boundary, so the test suite can prove that no panic crosses it.",
+        rules: &["_test"],
+    },
+];
+
+/// The section that claims `name` (an item's C name), if any.
+fn section_of(name: &str) -> Option<usize> {
+    let lower = name.to_ascii_lowercase();
+    let key = lower.strip_prefix("hostfirst_").unwrap_or(&lower);
+    let mut best: Option<(usize, usize)> = None; // (prefix length, section)
+    for (i, s) in SECTIONS.iter().enumerate() {
+        for rule in s.rules {
+            if let Some(infix) = rule.strip_prefix('*').and_then(|r| r.strip_suffix('*')) {
+                if key.contains(infix) {
+                    return Some(i);
+                }
+            } else if key.starts_with(rule) && best.map_or(true, |(len, _)| rule.len() > len) {
+                best = Some((rule.len(), i));
+            }
+        }
+    }
+    best.map(|(_, i)| i)
+}
+
+/// What an item of cbindgen's output declares; items are written in this order within a section.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Kind {
+    Constant,
+    Enum,
+    Type,
+    Function,
+}
+
+/// The kind and C name of the declaration in `item` (its doc comments and `#if` lines skipped).
+fn declaration(item: &str) -> Option<(Kind, String)> {
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let code = strip_spans(item, "/*", "*/");
+    let lines: Vec<&str> = code.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let start = lines.iter().position(|l| !l.starts_with('#') || l.starts_with("#define "))?;
+    let first = lines[start];
+    let word_after = |s: &str| s.trim_start().split(|c: char| !is_word(c)).next().unwrap_or("").to_string();
+    if let Some(rest) = first.strip_prefix("#define ") {
+        return Some((Kind::Constant, word_after(rest)));
+    }
+    if let Some(rest) = first.strip_prefix("enum ") {
+        return Some((Kind::Enum, word_after(rest)));
+    }
+    if let Some(rest) = first.strip_prefix("typedef ") {
+        // `typedef struct NAME ...`, `typedef R (*NAME)(...)`, `typedef T NAME;`
+        let name = if let Some(i) = rest.find("(*") {
+            word_after(&rest[i + 2..])
+        } else if let Some(r) = rest.strip_prefix("struct ").or_else(|| rest.strip_prefix("union ")) {
+            word_after(r)
+        } else {
+            rest.trim_end_matches(';').rsplit(|c: char| !is_word(c)).next().unwrap_or("").to_string()
+        };
+        return Some((Kind::Type, name));
+    }
+    // A function: `R name(args);`, possibly over several lines.
+    let decl = lines[start..].join(" ");
+    let i = decl.find('(')?;
+    let name = decl[..i].trim_end().rsplit(|c: char| !is_word(c)).next()?.to_string();
+    (!name.is_empty()).then_some((Kind::Function, name))
+}
+
+/// The C++ linkage lines cbindgen writes around the functions; the sectioned header writes them once around
+/// everything after the conventions.
+const CPP_OPEN: &str = "#ifdef __cplusplus\nextern \"C\" {\n#endif // __cplusplus\n";
+const CPP_CLOSE: &str = "#ifdef __cplusplus\n}  // extern \"C\"\n#endif  // __cplusplus\n";
+const GUARD_END: &str = "#endif  /* HOSTFIRST_H */\n";
+
+/// Regroups cbindgen's output into the sections of [`SECTIONS`]. `preamble_end` is the text that ends the part
+/// kept as is (banner, include guard, includes and the conventions: cbindgen.toml's `after_includes`). Fails
+/// with the names of the items no section claims.
+fn regroup(generated: &str, preamble_end: &str) -> Result<String, Vec<String>> {
+    let cut = generated.find(preamble_end).expect("the generated header holds cbindgen.toml's after_includes")
+        + preamble_end.len();
+    let (preamble, body) = generated.split_at(cut);
+    let body = body.strip_suffix(GUARD_END).expect("the generated header ends with its include guard");
+    let body = body.replacen(CPP_OPEN, "\n", 1).replacen(CPP_CLOSE, "\n", 1);
+    assert!(!body.contains("extern \"C\""), "cbindgen's C++ linkage lines changed; update CPP_OPEN/CPP_CLOSE");
+
+    // Items are separated by blank lines; a comment standing alone belongs to the item after it.
+    let mut items: Vec<Vec<(Kind, String, String)>> = SECTIONS.iter().map(|_| Vec::new()).collect();
+    let mut unclaimed = Vec::new();
+    let mut pending = String::new();
+    for chunk in body.split("\n\n").map(|c| c.trim_matches('\n')).filter(|c| !c.is_empty()) {
+        let text = if pending.is_empty() { chunk.to_string() } else { format!("{pending}\n\n{chunk}") };
+        match declaration(&text) {
+            None => pending = text,
+            Some((kind, name)) => {
+                pending.clear();
+                match section_of(&name) {
+                    Some(s) => items[s].push((kind, name, text)),
+                    None => unclaimed.push(name),
+                }
+            }
+        }
+    }
+    assert!(pending.trim().is_empty(), "text after the last item of the generated header: {pending}");
+    if !unclaimed.is_empty() {
+        return Err(unclaimed);
+    }
+
+    let rule = "=".repeat(110);
+    let mut out = preamble.trim_end().to_string();
+    out.push_str("\n\n/*\n * CONTENTS\n *\n");
+    for (i, s) in SECTIONS.iter().enumerate() {
+        out.push_str(&format!(" *   {:>2}. {}\n", i + 1, s.title));
+    }
+    out.push_str(" */\n\n");
+    out.push_str(CPP_OPEN);
+    for (i, (s, mut section)) in SECTIONS.iter().zip(items).enumerate() {
+        if section.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("\n/* {rule}\n * {}. {}\n *\n", i + 1, s.title));
+        for line in s.life_cycle.lines() {
+            out.push_str(&format!(" * {line}\n"));
+        }
+        out.push_str(&format!(" * {rule} */\n"));
+        section.sort_by_key(|(kind, _, _)| *kind); // stable: cbindgen's order within a kind
+        for (_, _, text) in section {
+            out.push('\n');
+            out.push_str(&text);
+            out.push('\n');
+        }
+    }
+    out.push('\n');
+    out.push_str(CPP_CLOSE);
+    out.push('\n');
+    out.push_str(GUARD_END);
+    Ok(out)
+}
+
+fn config() -> cbindgen::Config {
     let dir = env!("CARGO_MANIFEST_DIR");
-    let config = cbindgen::Config::from_file(Path::new(dir).join("cbindgen.toml")).expect("cbindgen.toml parses");
+    cbindgen::Config::from_file(Path::new(dir).join("cbindgen.toml")).expect("cbindgen.toml parses")
+}
+
+/// cbindgen's output, before [`regroup`].
+fn cbindgen_output() -> String {
     let mut out = Vec::new();
     cbindgen::Builder::new()
-        .with_crate(dir)
-        .with_config(config)
+        .with_crate(env!("CARGO_MANIFEST_DIR"))
+        .with_config(config())
         .generate()
         .expect("cbindgen generates the header")
         .write(&mut out);
     String::from_utf8(out).expect("header is UTF-8")
+}
+
+/// The header as committed: cbindgen's output in sections.
+fn generate() -> String {
+    let conventions = config().after_includes.expect("cbindgen.toml has after_includes (the conventions)");
+    regroup(&cbindgen_output(), conventions.trim_end()).unwrap_or_else(|names| {
+        panic!(
+            "no section of include/hostfirst.h claims {names:?}: add a name rule (a prefix) for them to SECTIONS in \
+             tests/it/header.rs"
+        )
+    })
 }
 
 #[test]
@@ -30,6 +314,48 @@ fn committed_header_is_current() {
     }
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(committed == fresh, "include/hostfirst.h is stale; regenerate it with: {REGENERATE}");
+}
+
+#[test]
+fn regroup_keeps_every_item_once_and_fails_on_an_unclaimed_one() {
+    let conventions = config().after_includes.unwrap();
+    let raw = cbindgen_output();
+    let sectioned = regroup(&raw, conventions.trim_end()).expect("every item has a section");
+    // Every declaration of cbindgen's output is in the sectioned header exactly once, and nothing else.
+    let mut before = declared_names(&strip_comments(&raw));
+    let mut after = declared_names(&strip_comments(&sectioned));
+    before.sort();
+    after.sort();
+    assert!(before.len() > 200, "{} names parsed", before.len());
+    assert_eq!(before, after);
+    // Every section is present, in order, each with its life-cycle paragraph.
+    let mut at = 0;
+    for (i, s) in SECTIONS.iter().enumerate() {
+        let title = format!(" * {}. {}\n", i + 1, s.title);
+        let found =
+            sectioned[at..].find(&title).unwrap_or_else(|| panic!("section {} missing or out of order", s.title));
+        at += found + title.len();
+    }
+    // An item no rule claims fails by name, beside one that a rule claims.
+    let extra = "\n/**\n * Frobnicates.\n */\nhostfirst_status hostfirst_frobnicate(void);\n\n\
+                 /**\n * A new load call.\n */\nhostfirst_status hostfirst_load_entries(void);\n";
+    let with_extra = raw.replacen(CPP_CLOSE, &format!("{extra}\n{CPP_CLOSE}"), 1);
+    assert_eq!(regroup(&with_extra, conventions.trim_end()), Err(vec!["hostfirst_frobnicate".to_string()]));
+}
+
+#[test]
+fn section_rules_claim_by_name() {
+    let title = |name: &str| section_of(name).map(|i| SECTIONS[i].title);
+    assert_eq!(title("hostfirst_view_to_dlpack"), Some("DLPACK"));
+    assert_eq!(title("HOSTFIRST_DLPACK_FLAG_READ_ONLY"), Some("DLPACK"));
+    assert_eq!(title("hostfirst_shard_plan_make"), Some("SHARD-ON-READ"));
+    assert_eq!(title("hostfirst_plan_make"), Some("RULES, PLANS AND LOADS"));
+    assert_eq!(title("hostfirst_default_device_set"), Some("DEFAULT DEVICE"));
+    assert_eq!(title("hostfirst_device_describe"), Some("CENSUS AND DEVICES"));
+    assert_eq!(title("hostfirst_gather_stream_push"), Some("GATHER"));
+    assert_eq!(title("HOSTFIRST_MAX_RANK"), Some("FILES AND VIEWS"));
+    assert_eq!(title("hostfirst_status"), Some("ERRORS AND VERSIONS"));
+    assert_eq!(title("hostfirst_frobnicate"), None);
 }
 
 #[test]
@@ -66,8 +392,12 @@ fn header_version_matches_cargo() {
 
 /// The header without its comments.
 pub(crate) fn header_code() -> String {
-    let header = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("include/hostfirst.h")).unwrap();
-    let block = strip_spans(&header, "/*", "*/");
+    strip_comments(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("include/hostfirst.h")).unwrap())
+}
+
+/// C text without its comments.
+fn strip_comments(text: &str) -> String {
+    let block = strip_spans(text, "/*", "*/");
     block.lines().map(|l| l.split("//").next().unwrap()).collect::<Vec<_>>().join("\n")
 }
 
