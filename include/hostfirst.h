@@ -1720,12 +1720,13 @@ hostfirst_status hostfirst_put_op_free(struct hostfirst_put_op *op);
  * 6. RULES, PLANS AND LOADS
  *
  * Placement rules say where each tensor of a file goes: make a hostfirst_rules with hostfirst_rules_new(), add
- * glob patterns with their targets (host, a device, or "fastest"), free it with hostfirst_rules_free().
+ * glob patterns with their targets ("host", a device spec, or "default"), free it with hostfirst_rules_free().
  * hostfirst_plan_make() runs them over a file without moving a byte: the hostfirst_plan lists each tensor's target,
- * the bytes per device and the rules that matched nothing; free it with hostfirst_plan_free(). A load does it:
- * every tensor placed by the rules, each as a host view or a buffer (HOSTFIRST_LOADED_*), kept in a hostfirst_load
- * until hostfirst_load_free(). The views and buffers you take from a load are yours (free each), and stay valid
- * after the load and the file are freed. Rules and plans may be freed as soon as the plan or load is made.
+ * the bytes per device and the rules that matched nothing; free it with hostfirst_plan_free(). A load
+ * (hostfirst_load_run()) carries it out: every tensor placed by the rules, each as a host view or a buffer
+ * (HOSTFIRST_LOADED_*), kept in a hostfirst_load until hostfirst_load_free(). hostfirst_load_get() hands out a new
+ * view or buffer handle that you free; its memory stays valid until the load and every handle to it are freed,
+ * in any order.
  * ============================================================================================================== */
 
 /**
@@ -2095,8 +2096,8 @@ hostfirst_status hostfirst_load_free(struct hostfirst_load *load);
  * or hostfirst_random_offsets()), free it with hostfirst_gather_free(). Batches come from a bounded ring: a batch
  * you hold (a buffer from hostfirst_gather_run_batch() or hostfirst_gather_batch(), or a DLPack export of one) is
  * never rewritten until you free it. A hostfirst_gather_stream (hostfirst_gather_stream_start()) fills batches
- * ahead of you on a worker thread; take them with hostfirst_gather_stream_next() and free the stream (before its
- * gather) with hostfirst_gather_stream_free().
+ * ahead of you on a worker thread; take them with hostfirst_gather_stream_next() and free the stream with
+ * hostfirst_gather_stream_free() (it keeps its gather and source alive until then; batches you took stay valid).
  * ============================================================================================================== */
 
 /**
@@ -2768,8 +2769,8 @@ void hostfirst_dlpack_capsule_destructor(void *capsule);
  * hostfirst_shard_rules over that mesh (glob patterns to partition specs), then make a hostfirst_shard_plan for the
  * positions this process owns (hostfirst_shard_plan_make(), options from hostfirst_shard_options_init()).
  * hostfirst_shard_run() reads the plan into a hostfirst_shard_result, whose buffers you take with
- * hostfirst_shard_result_get() and free yourself. Each object has its own _free and may be freed as soon as the
- * next one is made: rules keep what they need of the mesh, plans of the rules and file, results of the plan.
+ * hostfirst_shard_result_get() and free yourself. Each object has its own _free; rules keep what they need of
+ * the mesh (free it right after), and buffers taken from a result stay valid after the result is freed.
  * ============================================================================================================== */
 
 /**
