@@ -7,8 +7,7 @@ have cc || { apt-get update -qq && apt-get install -y -qq gcc >&2; }
 
 cargo build --release --quiet   # also puts the SONAME link libhostfirst.so.0.2 beside the library (build.rs)
 mkdir -p target/demo
-cc -std=c11 -O2 -Wall -Wextra -Werror -Iinclude -Iexamples-c/cli examples-c/cli/*.c -o target/demo/hostfirst \
-   -Ltarget/release -Wl,-rpath,"$PWD/target/release" -lhostfirst -lpthread -lm
+bash cli/build.sh target/demo/hostfirst -Ltarget/release -Wl,-rpath,"$PWD/target/release"
 HF=target/demo/hostfirst
 
 echo "== 1. Which backends exist, and why one is missing"

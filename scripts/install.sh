@@ -11,7 +11,7 @@
 #   <prefix>/include/hostfirst.h                       (and every other include/*.h, include/*.hpp)
 #   <prefix>/<libdir>/pkgconfig/hostfirst.pc
 #   <prefix>/<libdir>/cmake/hostfirst/hostfirstConfig.cmake, hostfirstConfigVersion.cmake
-#   <prefix>/bin/hostfirst                             the CLI (examples-c/cli), rpath $ORIGIN/../<libdir>
+#   <prefix>/bin/hostfirst                             the CLI (cli/, built by cli/build.sh), rpath $ORIGIN/../<libdir>
 #
 # Usage: scripts/install.sh --prefix DIR [--libdir lib] [--destdir DIR] [--features LIST] [--no-cli]
 #   --prefix DIR     where the files are meant to live (required)
@@ -208,10 +208,8 @@ if [ "$cli" = 1 ]; then
     dest_bin="$destdir$prefix/bin"
     mkdir -p "$dest_bin"
     # shellcheck disable=SC2016  # $ORIGIN is for the loader, not the shell
-    "$cc" -std=c11 -O2 -Wall -Wextra -Werror -I"$root/include" -I"$root/examples-c/cli" "$root"/examples-c/cli/*.c \
-        -o "$dest_bin/hostfirst.tmp" -L"$dest_lib" -Wl,-rpath,'$ORIGIN/../'"$libdir" -lhostfirst -lpthread -lm \
+    CC="$cc" bash "$root/cli/build.sh" "$dest_bin/hostfirst" -L"$dest_lib" -Wl,-rpath,'$ORIGIN/../'"$libdir" \
         || die "building the hostfirst CLI failed (pass --no-cli to install the library only)"
-    mv -f "$dest_bin/hostfirst.tmp" "$dest_bin/hostfirst"
 fi
 
 echo "install.sh: installed hostfirst $version (SONAME $soname) under $destdir$prefix" >&2

@@ -62,9 +62,9 @@ cp bindings/python/hostfirst/*.py bindings/python/hostfirst/py.typed "$stage/hos
 cp "$so" "$stage/hostfirst/$soname"
 
 # --- the CLI, against the staged library, finding it beside the package through RUNPATH $ORIGIN/..
-"$py" -m ziglang cc -target "$arch-linux-gnu.$glibc" -std=c11 -O2 -Wall -Wextra -Werror \
-    -Iinclude -Iexamples-c/cli examples-c/cli/*.c -o "$stage/hostfirst/bin/hostfirst" \
-    -L"$stage/hostfirst" -l:"$soname" -lpthread -lm '-Wl,-rpath,$ORIGIN/..'
+# shellcheck disable=SC2016  # $ORIGIN is for the loader, not the shell
+CC="$py -m ziglang cc -target $arch-linux-gnu.$glibc" HOSTFIRST_LIB="-l:$soname" \
+    bash cli/build.sh "$stage/hostfirst/bin/hostfirst" -L"$stage/hostfirst" '-Wl,-rpath,$ORIGIN/..'
 
 # --- pack, then let auditwheel check the policy and tag it
 "$py" -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w "$stage/dist" "$stage" >&2

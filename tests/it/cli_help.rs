@@ -1,5 +1,5 @@
 //! `hostfirst --help` and `hostfirst CMD --help` are complete: every option the parser accepts is in them, and
-//! every option they list is accepted (both come from one table in examples-c/cli/main.c; these tests keep a
+//! every option they list is accepted (both come from one table in cli/main.c; these tests keep a
 //! parser from growing an option behind the table's back).
 
 use crate::common::*;
@@ -34,8 +34,12 @@ fn options(help: &str) -> Vec<(String, Option<String>)> {
 /// Every `"--option"` string literal in the CLI's sources.
 fn options_in_sources() -> BTreeSet<String> {
     let mut found = BTreeSet::new();
-    for entry in std::fs::read_dir(root().join("examples-c/cli")).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+    for entry in std::fs::read_dir(root().join("cli")).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.extension().is_some_and(|x| x == "c" || x == "h") {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).unwrap();
         for piece in text.split("\"--").skip(1) {
             let name: String = piece.chars().take_while(|c| c.is_ascii_lowercase() || *c == '-').collect();
             if !name.is_empty() && piece[name.len()..].starts_with('"') {
@@ -74,7 +78,7 @@ fn help_lists_every_command_and_option() {
     // Every option spelled in the CLI's sources is in the help.
     let in_sources = options_in_sources();
     let missing: Vec<_> = in_sources.difference(&listed).collect();
-    assert!(missing.is_empty(), "options in examples-c/cli/*.c but not in any --help: {missing:?}");
+    assert!(missing.is_empty(), "options in cli/*.c but not in any --help: {missing:?}");
 }
 
 #[test]
@@ -108,4 +112,27 @@ fn every_listed_option_is_accepted() {
         assert!(stderr.contains("unknown option '--no-such-option'"), "{stderr}");
         assert!(stderr.contains(&format!("usage: hostfirst {cmd}")), "{stderr}");
     }
+}
+
+/// The CLI has one build recipe, cli/build.sh: the demo, the install script, the wheel and the tests call it,
+/// and nothing else compiles the CLI's sources.
+#[test]
+fn one_build_recipe_for_the_cli() {
+    for script in ["scripts/demo.sh", "scripts/install.sh", "scripts/wheel.sh", "tests/it/common.rs"] {
+        let text = std::fs::read_to_string(root().join(script)).unwrap();
+        assert!(text.contains("cli/build.sh"), "{script} does not build the CLI with cli/build.sh");
+    }
+    let mut compiling = Vec::new();
+    for dir in ["scripts", "tests/it", "benches", "bindings/python", "packaging"] {
+        let Ok(entries) = std::fs::read_dir(root().join(dir)) else { continue };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if text.contains(&["cli/", "*.c"].concat()) || text.contains(&["cli/", "main.c"].concat()) {
+                compiling.push(path.display().to_string());
+            }
+        }
+    }
+    compiling.retain(|p| !p.ends_with("cli_help.rs"));
+    assert!(compiling.is_empty(), "these files name the CLI's sources instead of calling cli/build.sh: {compiling:?}");
 }

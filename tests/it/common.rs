@@ -206,20 +206,23 @@ pub fn run_ok(bin: &Path, args: &[&str], env: &[(&str, Option<&str>)]) -> String
     String::from_utf8(out.stdout).expect("utf-8 stdout")
 }
 
-/// Builds the `hostfirst` CLI from examples-c/cli/*.c (once per test binary) and returns its path.
+/// Builds the `hostfirst` CLI with its one recipe, cli/build.sh (once per test binary), against the library
+/// under test, and returns its path.
 pub fn cli() -> PathBuf {
     static CLI: OnceLock<PathBuf> = OnceLock::new();
     CLI.get_or_init(|| {
         assert!(have_cc(), "no C compiler ('{}')", cc());
-        let dir = root().join("examples-c/cli");
-        let mut srcs: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|x| x == "c"))
-            .collect();
-        srcs.sort();
-        let refs: Vec<&Path> = srcs.iter().map(|p| p.as_path()).collect();
-        compile_c(&refs, "hostfirst", &[&format!("-I{}", dir.display())])
+        let out = scratch("bin").join("hostfirst");
+        let lib = lib_dir();
+        let mut cmd = Command::new("bash");
+        cmd.arg(root().join("cli/build.sh"))
+            .arg(&out)
+            .arg("-g")
+            .arg(format!("-L{}", lib.display()))
+            .arg(format!("-Wl,-rpath,{}", lib.display()))
+            .env("CC", cc());
+        check(cmd.output().expect("run cli/build.sh"), "building the CLI with cli/build.sh");
+        out
     })
     .clone()
 }

@@ -1,5 +1,5 @@
-"""The `hostfirst` console command: runs the C CLI (examples-c/cli) shipped in the platform wheel, which
-finds the bundled libhostfirst beside it through its RUNPATH."""
+"""The `hostfirst` console command: runs the C CLI (cli/, built by cli/build.sh) shipped in the platform wheel,
+which finds the bundled libhostfirst beside it through its RUNPATH."""
 
 from __future__ import annotations
 
