@@ -33,6 +33,7 @@ mod mpi;
 mod place_cpu;
 mod place_cuda;
 mod place_rules;
+mod python_abi;
 mod readme_example;
 mod shard;
 mod valgrind;

@@ -2,7 +2,9 @@
 
 Every struct mirrors a `struct hostfirst_*` of include/hostfirst.h field by field (same names, same order);
 `_c_name_` names the C type. tests/test_layout.py compiles a C probe against the header and checks every
-mirror's size and field offsets, and every constant below, against it.
+mirror's size and field offsets, and every constant below, against it. tests/abi_check.py (run by the cargo
+tests, tests/it/python_abi.rs, and by test_layout.py) parses the header and requires a signature below for
+every function it declares and a mirror for every struct, with the ctypes types its C types call for.
 """
 
 from __future__ import annotations
@@ -238,6 +240,26 @@ class PutOptions(_Mirror):
     ]
 
 
+class PutStats(_Mirror):
+    _c_name_ = "hostfirst_put_stats"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("register_seconds", ctypes.c_double),
+        ("reused_registration", ctypes.c_int32),
+        ("staged_instead", ctypes.c_int32),
+    ]
+
+
+class LoadOptions(_Mirror):
+    _c_name_ = "hostfirst_load_options"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("copy_on_write", ctypes.c_int32),
+        ("progress", ctypes.c_void_p),  # hostfirst_load_progress_fn
+        ("user", ctypes.c_void_p),
+    ]
+
+
 class ShardOptions(_Mirror):
     _c_name_ = "hostfirst_shard_options"
     _fields_ = [
@@ -288,6 +310,8 @@ SIGNATURES = {
     "hostfirst_last_error_status": (c_status, []),
     "hostfirst_last_fit": (c_status, [P(FitInfo)]),
     "hostfirst_handle_count": (c_status, [P(_size)]),
+    "hostfirst_last_error_message": (c_status, [_str, _size, P(_size)]),
+    "hostfirst_build_info": (c_status, [_str, _size, P(_size)]),
     # backends, devices
     "hostfirst_backend_count": (_size, []),
     "hostfirst_backend_describe": (c_status, [_size, P(BackendInfo)]),
@@ -300,6 +324,7 @@ SIGNATURES = {
     "hostfirst_device_parse": (c_status, [_str, P(Device)]),
     "hostfirst_target_parse": (c_status, [_str, P(Device)]),
     "hostfirst_device_format": (c_status, [Device, _str, _size, P(_size)]),
+    "hostfirst_device_equal": (_i32, [P(Device), P(Device)]),
     # the default device, scopes, strict mode
     "hostfirst_default_device": (c_status, [P(Device), P(_u32), P(_u32)]),
     "hostfirst_default_source_name": (_str, [_u32]),
@@ -320,7 +345,15 @@ SIGNATURES = {
     "hostfirst_dtype_from_name": (c_status, [_str, P(_u32)]),
     # files and views
     "hostfirst_file_open": (c_status, [_str, _ph]),
+    "hostfirst_file_open_index": (c_status, [_str, _ph]),
+    "hostfirst_file_open_memory": (c_status, [ctypes.c_void_p, _size, _ph]),
     "hostfirst_file_free": (c_status, [_h]),
+    "hostfirst_file_find": (c_status, [_h, _str, P(_size)]),
+    "hostfirst_file_metadata_find": (c_status, [_h, _str, P(_str)]),
+    "hostfirst_file_data_bytes": (c_status, [_h, P(_u64)]),
+    "hostfirst_file_path": (c_status, [_h, P(_str)]),
+    "hostfirst_file_view_at": (c_status, [_h, _size, _ph]),
+    "hostfirst_view_read": (c_status, [_h, _u64, ctypes.c_void_p, _size]),
     "hostfirst_file_tensor_count": (c_status, [_h, P(_size)]),
     "hostfirst_file_tensor_name": (c_status, [_h, _size, P(_str)]),
     "hostfirst_file_metadata_count": (c_status, [_h, P(_size)]),
@@ -332,15 +365,26 @@ SIGNATURES = {
     "hostfirst_view_prefault": (c_status, [_h, P(ctypes.c_bool)]),
     "hostfirst_view_copy": (c_status, [_h, ctypes.c_void_p, _size, P(_u64)]),
     "hostfirst_view_to_dlpack": (c_status, [_h, P(P(DLPackManagedTensorVersioned))]),
+    "hostfirst_view_to_dlpack_legacy": (c_status, [_h, P(P(DLPackManagedTensor))]),
     "hostfirst_view_to_dlpack_ex": (c_status, [_h, P(DLPackOptions), P(P(DLPackManagedTensorVersioned)),
                                                P(P(DLPackManagedTensor))]),
     # placement: buffers, rules, plans, whole-file loads
     "hostfirst_put_options_init": (c_status, [P(PutOptions)]),
     "hostfirst_put": (c_status, [_h, P(Device), P(PutOptions), _ph]),
+    "hostfirst_put_ex": (c_status, [_h, P(Device), P(PutOptions), _ph, P(PutStats)]),
+    "hostfirst_put_start": (c_status, [_h, P(Device), P(PutOptions), _ph]),
+    "hostfirst_put_poll": (c_status, [_h]),
+    "hostfirst_put_wait": (c_status, [_h, _ph]),
+    "hostfirst_put_op_free": (c_status, [_h]),
+    "hostfirst_release_cached_memory": (c_status, []),
+    "hostfirst_buffer_is_file_backed": (c_status, [_h, P(_i32)]),
+    "hostfirst_buffer_to": (c_status, [_h, P(Device), _ph]),
     "hostfirst_buffer_describe": (c_status, [_h, P(BufferInfo)]),
     "hostfirst_buffer_free": (c_status, [_h]),
     "hostfirst_buffer_copy_to_host": (c_status, [_h, ctypes.c_void_p, _size]),
     "hostfirst_buffer_to_dlpack": (c_status, [_h, P(P(DLPackManagedTensorVersioned))]),
+    "hostfirst_buffer_to_dlpack_legacy": (c_status, [_h, P(P(DLPackManagedTensor))]),
+    "hostfirst_dtype_to_dlpack": (c_status, [_u32, P(DLPackDtype)]),
     "hostfirst_buffer_to_dlpack_ex": (c_status, [_h, P(DLPackOptions), P(P(DLPackManagedTensorVersioned)),
                                                  P(P(DLPackManagedTensor))]),
     "hostfirst_dlpack_capsule_destructor": (None, [ctypes.c_void_p]),
@@ -359,6 +403,8 @@ SIGNATURES = {
     "hostfirst_plan_unmatched_rule": (c_status, [_h, _size, P(PlanUnmatchedRuleInfo)]),
     "hostfirst_plan_free": (c_status, [_h]),
     "hostfirst_load_run": (c_status, [_h, _h, ctypes.c_void_p, ctypes.c_void_p, _ph]),
+    "hostfirst_load_run_ex": (c_status, [_h, _h, P(LoadOptions), _ph]),
+    "hostfirst_load_count": (c_status, [_h, P(_size)]),
     "hostfirst_load_get": (c_status, [_h, _str, P(_u32), _ph, _ph]),
     "hostfirst_load_free": (c_status, [_h]),
     # gather
@@ -369,6 +415,8 @@ SIGNATURES = {
     "hostfirst_gather_batch": (c_status, [_h, _ph]),
     "hostfirst_gather_set_ring_bound": (c_status, [_h, _size]),
     "hostfirst_gather_ring": (c_status, [_h, P(_size), P(_size), P(_size)]),
+    "hostfirst_gather_copy_to_host": (c_status, [_h, ctypes.c_void_p, _size]),
+    "hostfirst_gather_nbytes": (c_status, [_h, P(_u64)]),
     "hostfirst_gather_free": (c_status, [_h]),
     "hostfirst_gather_stream_start": (c_status, [_h, _h, P(_u64), _size, _size, _ph]),
     "hostfirst_gather_stream_start_from_buffer": (c_status, [_h, _h, P(_u64), _size, _size, _ph]),
@@ -379,6 +427,9 @@ SIGNATURES = {
     "hostfirst_view_narrow": (c_status, [_h, _u32, _u64, _u64, _ph]),
     "hostfirst_shard_mesh_new": (c_status, [P(_str), P(_u64), _size, _ph]),
     "hostfirst_shard_mesh_free": (c_status, [_h]),
+    "hostfirst_shard_mesh_positions": (c_status, [_h, P(_u64)]),
+    "hostfirst_shard_mesh_position": (c_status, [_h, P(_u64), _size, P(_u64)]),
+    "hostfirst_shard_options_init": (c_status, [P(ShardOptions)]),
     "hostfirst_shard_rules_new": (c_status, [_h, _ph]),
     "hostfirst_shard_rules_add": (c_status, [_h, _str, _str]),
     "hostfirst_shard_rules_skip": (c_status, [_h, _str]),
@@ -386,8 +437,11 @@ SIGNATURES = {
     "hostfirst_shard_plan_make": (c_status, [_h, _h, P(_u64), P(Device), _size, P(ShardOptions), _ph]),
     "hostfirst_shard_plan_count": (c_status, [_h, P(_size)]),
     "hostfirst_shard_plan_describe": (c_status, [_h, _size, P(ShardInfo)]),
+    "hostfirst_shard_plan_totals": (c_status, [_h, P(_u64), P(_u64), P(_i32)]),
     "hostfirst_shard_plan_free": (c_status, [_h]),
     "hostfirst_shard_run": (c_status, [_h, ctypes.c_void_p, ctypes.c_void_p, _ph]),
+    "hostfirst_shard_result_count": (c_status, [_h, P(_size)]),
+    "hostfirst_shard_result_bytes_read": (c_status, [_h, P(_u64)]),
     "hostfirst_shard_result_get": (c_status, [_h, _size, _ph, P(_u64)]),
     "hostfirst_shard_result_free": (c_status, [_h]),
 }

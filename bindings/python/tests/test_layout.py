@@ -54,3 +54,12 @@ def test_constants_match_the_header(probe):
 def test_every_mirror_is_probed():
     names = {m._c_name_ for m in _abi.MIRRORS}
     assert len(names) == len(_abi.MIRRORS) >= 14
+
+
+def test_mirrors_and_signatures_match_the_header_by_parse():
+    """Every header function has a signature of the right types, every struct a mirror with the header's
+    fields, every mirrored constant and enum the header's values (tests/abi_check.py)."""
+    import abi_check
+
+    problems = abi_check.check(ROOT / "include/hostfirst.h", _abi)
+    assert not problems, "\n".join(problems)
