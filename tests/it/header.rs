@@ -344,6 +344,34 @@ fn regroup_keeps_every_item_once_and_fails_on_an_unclaimed_one() {
     assert_eq!(regroup(&with_extra, conventions.trim_end()), Err(vec!["hostfirst_frobnicate".to_string()]));
 }
 
+/// Forms other helpers are adding land in their object's section: a transparent enum type with its constants
+/// (cbindgen writes the typedef and the `#define`s as one item), and an `_INIT` macro from cbindgen.toml's
+/// `trailer` (after the functions).
+#[test]
+fn regroup_places_typed_constants_and_trailer_macros() {
+    let conventions = config().after_includes.unwrap();
+    let raw = cbindgen_output();
+    let typed = "/**\n * Where a tensor goes.\n */\ntypedef uint32_t hostfirst_placement;\n/**\n * Host.\n */\n\
+                 #define HOSTFIRST_PLACEMENT_HOST_X 1\n";
+    let init = "/**\n * Initialiser.\n */\n#define HOSTFIRST_PUT_OPTIONS_INIT_X { sizeof(hostfirst_put_options) }\n";
+    let edited = raw.replacen(CPP_OPEN, &format!("{typed}\n{CPP_OPEN}"), 1).replacen(
+        GUARD_END,
+        &format!("{init}\n{GUARD_END}"),
+        1,
+    );
+    let out = regroup(&edited, conventions.trim_end()).expect("claimed");
+    let section = |title: &str| {
+        let start = out.rfind(&format!(". {title}\n")).unwrap(); // the section, not its CONTENTS line
+        let end = out[start..].find("/* ====").map_or(out.len(), |e| start + e);
+        out[start..end].to_string()
+    };
+    let loads = section("RULES, PLANS AND LOADS");
+    assert!(loads
+        .contains("typedef uint32_t hostfirst_placement;\n/**\n * Host.\n */\n#define HOSTFIRST_PLACEMENT_HOST_X 1"));
+    assert!(section("BUFFERS AND PUTS").contains("#define HOSTFIRST_PUT_OPTIONS_INIT_X"));
+    assert!(out.ends_with(&format!("{CPP_CLOSE}\n{GUARD_END}")));
+}
+
 /// The life-cycle paragraphs name only functions and types the header declares (so a rename that
 /// leaves a paragraph behind fails here).
 #[test]
