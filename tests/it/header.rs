@@ -200,10 +200,23 @@ fn declaration(item: &str) -> Option<(Kind, String)> {
         };
         return Some((Kind::Type, name));
     }
-    // A function: `R name(args);`, possibly over several lines.
+    // A function: `R name(args);`, possibly over several lines, perhaps with attributes or macros (cbindgen's
+    // `[fn] prefix`, `must_use`, deprecation notes) before or after: its name is the first `hostfirst_*`
+    // word followed by `(` (every C name has the prefix, checked below), else the word before the first `(`.
     let decl = lines[start..].join(" ");
-    let i = decl.find('(')?;
-    let name = decl[..i].trim_end().rsplit(|c: char| !is_word(c)).next()?.to_string();
+    let prefixed = decl.match_indices("hostfirst_").find_map(|(i, _)| {
+        let before_ok = decl[..i].chars().next_back().map_or(true, |c| !is_word(c));
+        let word: String = decl[i..].chars().take_while(|&c| is_word(c)).collect();
+        let after = decl[i + word.len()..].trim_start();
+        (before_ok && after.starts_with('(')).then_some(word)
+    });
+    let name = match prefixed {
+        Some(word) => word,
+        None => {
+            let i = decl.find('(')?;
+            decl[..i].trim_end().rsplit(|c: char| !is_word(c)).next()?.to_string()
+        }
+    };
     (!name.is_empty()).then_some((Kind::Function, name))
 }
 
@@ -345,15 +358,17 @@ fn regroup_keeps_every_item_once_and_fails_on_an_unclaimed_one() {
 }
 
 /// Forms other helpers are adding land in their object's section: a transparent enum type with its constants
-/// (cbindgen writes the typedef and the `#define`s as one item), and an `_INIT` macro from cbindgen.toml's
-/// `trailer` (after the functions).
+/// (cbindgen writes the typedef and the `#define`s as one item), an `_INIT` macro from cbindgen.toml's
+/// `trailer` (after the functions), and a function with attributes before and after it.
 #[test]
 fn regroup_places_typed_constants_and_trailer_macros() {
     let conventions = config().after_includes.unwrap();
     let raw = cbindgen_output();
     let typed = "/**\n * Where a tensor goes.\n */\ntypedef uint32_t hostfirst_placement;\n/**\n * Host.\n */\n\
                  #define HOSTFIRST_PLACEMENT_HOST_X 1\n";
-    let init = "/**\n * Initialiser.\n */\n#define HOSTFIRST_PUT_OPTIONS_INIT_X { sizeof(hostfirst_put_options) }\n";
+    let init = "/**\n * Initialiser.\n */\n#define HOSTFIRST_PUT_OPTIONS_INIT_X { sizeof(hostfirst_put_options) }\n\n\
+                /**\n * Old.\n */\n__attribute__((deprecated(\"use hostfirst_gather_run\"))) hostfirst_status \
+                hostfirst_gather_old_x(struct hostfirst_gather *g) __attribute__((nonnull(1)));\n";
     let edited = raw.replacen(CPP_OPEN, &format!("{typed}\n{CPP_OPEN}"), 1).replacen(
         GUARD_END,
         &format!("{init}\n{GUARD_END}"),
@@ -369,6 +384,7 @@ fn regroup_places_typed_constants_and_trailer_macros() {
     assert!(loads
         .contains("typedef uint32_t hostfirst_placement;\n/**\n * Host.\n */\n#define HOSTFIRST_PLACEMENT_HOST_X 1"));
     assert!(section("BUFFERS AND PUTS").contains("#define HOSTFIRST_PUT_OPTIONS_INIT_X"));
+    assert!(section("GATHER").contains("hostfirst_gather_old_x(struct hostfirst_gather *g)"));
     assert!(out.ends_with(&format!("{CPP_CLOSE}\n{GUARD_END}")));
 }
 

@@ -52,7 +52,8 @@ class Header:
         kept = []
         for line in code.splitlines():
             s = line.strip()
-            m = re.match(r"#\s*define\s+(\w+)\s+\(?\s*(-?(?:0x[0-9a-fA-F]+|\d+))[uUlL]*\s*\)?\s*$", s)
+            # `#define NAME 1`, `(1)`, `(hostfirst_placement)1`, `1u`
+            m = re.match(r"#\s*define\s+(\w+)\s+\(?\s*(?:\(\w+\)\s*)?(-?(?:0x[0-9a-fA-F]+|\d+))[uUlL]*\s*\)?\s*$", s)
             if m:
                 self.constants[m.group(1)] = int(m.group(2), 0)
             if not s.startswith("#"):
@@ -80,12 +81,22 @@ class Header:
         self.functions: dict[str, tuple[str, list[str]]] = {}
         for stmt in code.split("}"):
             for decl in stmt.split(";"):
+                # `[attributes or MACRO(...)] R hostfirst_name(args) [attributes]`: every C name has the prefix.
                 decl = " ".join(decl.split())
-                m = re.match(r"(.*?)\b(\w+)\s*\((.*)\)$", decl)
+                m = re.search(r"(?<!\w)(hostfirst_\w+)\s*\(", decl)
                 if not m:
                     continue
-                args = [] if m.group(3).strip() in ("", "void") else [a for a in m.group(3).split(",")]
-                self.functions[m.group(2)] = (m.group(1).strip(), [split_declaration(a)[1] for a in args])
+                depth, end = 0, None
+                for i in range(m.end() - 1, len(decl)):
+                    depth += {"(": 1, ")": -1}.get(decl[i], 0)
+                    if depth == 0:
+                        end = i
+                        break
+                params = decl[m.end(): end]
+                ret = re.sub(r"\[\[.*?\]\]", "", decl[: m.start()])
+                ret = ret[ret.rfind(")") + 1:].strip()  # after any attribute or macro call before the type
+                args = [] if params.strip() in ("", "void") else params.split(",")
+                self.functions[m.group(1)] = (ret, [split_declaration(a)[1] for a in args])
 
 
 def split_declaration(decl: str) -> tuple[str, str]:
