@@ -53,12 +53,19 @@ class Device(_Mirror):
 
 class FitInfo(_Mirror):
     _c_name_ = "hostfirst_fit_info"
-    _fields_ = [("needed", ctypes.c_uint64), ("free", ctypes.c_uint64), ("total", ctypes.c_uint64), ("device", Device)]
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("needed", ctypes.c_uint64),
+        ("free", ctypes.c_uint64),
+        ("total", ctypes.c_uint64),
+        ("device", Device),
+    ]
 
 
 class BackendInfo(_Mirror):
     _c_name_ = "hostfirst_backend_info"
     _fields_ = [
+        ("struct_size", ctypes.c_size_t),
         ("name", ctypes.c_char_p),
         ("status", ctypes.c_uint32),
         ("reason", ctypes.c_char_p),
@@ -238,6 +245,16 @@ class PutOptions(_Mirror):
     ]
 
 
+class LoadOptions(_Mirror):
+    _c_name_ = "hostfirst_load_options"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("copy_on_write", ctypes.c_int32),
+        ("progress", ctypes.c_void_p),  # hostfirst_progress_fn
+        ("user", ctypes.c_void_p),
+    ]
+
+
 class ShardOptions(_Mirror):
     _c_name_ = "hostfirst_shard_options"
     _fields_ = [
@@ -284,9 +301,9 @@ SIGNATURES = {
     "hostfirst_status_name": (_str, [_u32]),
     "hostfirst_status_is_format_error": (_i32, [_u32]),
     "hostfirst_status_count": (_size, []),
-    "hostfirst_last_error": (_str, []),
+    "hostfirst_last_error_message": (_str, []),
     "hostfirst_last_error_status": (c_status, []),
-    "hostfirst_last_fit": (c_status, [P(FitInfo)]),
+    "hostfirst_last_error_fit": (c_status, [P(FitInfo)]),
     "hostfirst_handle_count": (c_status, [P(_size)]),
     # backends, devices
     "hostfirst_backend_count": (_size, []),
@@ -336,7 +353,7 @@ SIGNATURES = {
                                                P(P(DLPackManagedTensor))]),
     # placement: buffers, rules, plans, whole-file loads
     "hostfirst_put_options_init": (c_status, [P(PutOptions)]),
-    "hostfirst_put": (c_status, [_h, P(Device), P(PutOptions), _ph]),
+    "hostfirst_put": (c_status, [_h, P(Device), P(PutOptions), _ph, ctypes.c_void_p]),
     "hostfirst_buffer_describe": (c_status, [_h, P(BufferInfo)]),
     "hostfirst_buffer_free": (c_status, [_h]),
     "hostfirst_buffer_copy_to_host": (c_status, [_h, ctypes.c_void_p, _size]),
@@ -358,13 +375,13 @@ SIGNATURES = {
     "hostfirst_plan_unmatched_rule_count": (c_status, [_h, P(_size)]),
     "hostfirst_plan_unmatched_rule": (c_status, [_h, _size, P(PlanUnmatchedRuleInfo)]),
     "hostfirst_plan_free": (c_status, [_h]),
-    "hostfirst_load_run": (c_status, [_h, _h, ctypes.c_void_p, ctypes.c_void_p, _ph]),
+    "hostfirst_load_options_init": (c_status, [P(LoadOptions)]),
+    "hostfirst_load_run": (c_status, [_h, _h, P(LoadOptions), _ph]),
     "hostfirst_load_get": (c_status, [_h, _str, P(_u32), _ph, _ph]),
     "hostfirst_load_free": (c_status, [_h]),
     # gather
     "hostfirst_gather_new": (c_status, [Device, _u32, _u64, _u64, _ph]),
-    "hostfirst_gather_run": (c_status, [_h, _h, P(_u64), _size]),
-    "hostfirst_gather_run_batch": (c_status, [_h, _h, P(_u64), _size, _ph]),
+    "hostfirst_gather_run": (c_status, [_h, _h, P(_u64), _size, _ph]),
     "hostfirst_gather_run_from_buffer": (c_status, [_h, _h, P(_u64), _size, _ph]),
     "hostfirst_gather_batch": (c_status, [_h, _ph]),
     "hostfirst_gather_set_ring_bound": (c_status, [_h, _size]),
