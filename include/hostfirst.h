@@ -19,8 +19,8 @@
  *
  * Status.  Fallible functions return hostfirst_status; HOSTFIRST_STATUS_OK (0) is success. Values are stable
  *   and never renumbered. On failure a thread-local message naming the thing (tensor, device, file) and the
- *   numbers is available from hostfirst_last_error() / hostfirst_last_error_message(); it is replaced only by
- *   the next failing call on the same thread.
+ *   numbers is available from the last-error family, hostfirst_last_error_status() / _message() / _fit(); it
+ *   is replaced only by the next failing call on the same thread.
  * Outputs.  Output parameters are written only on success (enumerations also report the required count on
  *   HOSTFIRST_STATUS_BUFFER_TOO_SMALL). A NULL required pointer gives HOSTFIRST_STATUS_NULL_ARGUMENT.
  *   A buffer (ptr, len) with len == 0 may have ptr == NULL.
@@ -29,10 +29,14 @@
  *   follow the PJRT rule: any struct_size at least the struct's size in hostfirst 0.1.0 (through the last
  *   field it had then; for this version, every field) is accepted, the fields that fit are written, nothing
  *   past struct_size is touched, and struct_size is set to the number of bytes written. A smaller struct_size
- *   gives HOSTFIRST_STATUS_INVALID_ARGUMENT. Input structs (hostfirst_put_options, hostfirst_shard_options)
- *   may be older too: the fields past their struct_size take their defaults.
- * Integers from C.  Enum-like integers (device kinds, dtypes, statuses) are validated; unknown values give
- *   HOSTFIRST_STATUS_INVALID_ARGUMENT, never undefined behaviour.
+ *   gives HOSTFIRST_STATUS_INVALID_ARGUMENT. Options structs (hostfirst_*_options) each have an
+ *   hostfirst_*_options_init() that sets struct_size and the defaults; a NULL options pointer means the
+ *   defaults; an older (smaller) struct_size is accepted, the fields past it take their defaults.
+ * Enums.  Every set of named values is an enum typedef (hostfirst_dtype, hostfirst_placement, ...), and
+ *   parameters and fields take that typedef. Values from C are validated; unknown values give
+ *   HOSTFIRST_STATUS_INVALID_ARGUMENT with a message naming them, never undefined behaviour. Each
+ *   hostfirst_<type>_name(value) returns the value's constant without its HOSTFIRST_<TYPE>_ prefix
+ *   ("OUT_OF_MEMORY", "BF16", "LIBRARY_NOT_FOUND", "BUILT_IN"), or "UNKNOWN"; never NULL.
  * Strings.  Input strings are NUL-terminated UTF-8 (at most 65536 bytes). Returned const char* strings are
  *   owned by the library; each function says how long they live. Never free them.
  * Handles.  Opaque handles (hostfirst_file*, ...) are created by a function that says so and released by the

@@ -185,6 +185,13 @@ static void check_batch(hostfirst_buffer *b, const uint64_t *offs) {
 
 static void test_ring(hostfirst_view *v, hostfirst_device dev) {
     hostfirst_gather *g = NULL;
+    /* Enum integers from C are checked: an unknown dtype or device kind is INVALID_ARGUMENT naming it. */
+    CHECK_STATUS(hostfirst_gather_new(dev, (hostfirst_dtype)99, 4, 64, &g), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("dtype 99 is not a hostfirst_dtype value");
+    hostfirst_device bad_kind = {(hostfirst_device_kind)9, 0};
+    CHECK_STATUS(hostfirst_gather_new(bad_kind, HOSTFIRST_DTYPE_U16, 4, 64, &g), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("unknown device kind 9");
+    CHECK(g == NULL);
     CHECK_OK(hostfirst_gather_new(dev, HOSTFIRST_DTYPE_U16, 4, 64, &g));
     size_t bound = 0, allocated = 0, held = 9;
     CHECK_OK(hostfirst_gather_ring(g, &bound, &allocated, &held));
