@@ -56,5 +56,5 @@ fn readme_checkout_build_line_works_after_cargo_build_release() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("cpu: available"), "{stdout}");
+    assert!(stdout.contains("cpu: AVAILABLE"), "{stdout}");
 }
