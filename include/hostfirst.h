@@ -2395,15 +2395,15 @@ hostfirst_status hostfirst_load_options_init(struct hostfirst_load_options *out)
  *
  * `opts` NULL means the defaults (copies, no progress callback); with `opts->copy_on_write = 1`, tensors
  * placed on `cpu` are mapped copy-on-write instead of copied (the fit check still runs before anything is
- * mapped). `opts->progress` (may be NULL) is called on the calling thread at a bounded rate (at most every 50 ms, plus once
- * after each device's job) with the bytes moved to devices so far and in all, never decreasing, at least
- * once, last with `done == total`; returning nonzero cancels: `CANCELLED`, no further call, and everything
- * the load had allocated is freed. Any other failure also frees everything.
+ * mapped). `opts->progress` (may be NULL) is called on the calling thread at a bounded rate (at most every
+ * 50 ms, plus once after each device's job) with the bytes moved to devices so far and in all, never
+ * decreasing, at least once, last with `done == total`; returning nonzero cancels: `CANCELLED`, no further
+ * call, and everything the load had allocated is freed. Any other failure also frees everything.
  * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (the plan was made for another file; a bad
- * `opts`: struct_size, copy_on_write not 0 or 1),
- * `OUT_OF_MEMORY`, `CANCELLED`, `DEVICE_ERROR`, `IO`, `TRUNCATED`. On error `*out` is unchanged.
- * Thread-safe; `opts->user` is passed to the callback untouched. (0.1 had the options form as
- * `hostfirst_load_run_ex` and took `progress, user` here.)
+ * `opts`: struct_size, copy_on_write not 0 or 1), `OUT_OF_MEMORY`, `CANCELLED`, `DEVICE_ERROR`, `IO`,
+ * `TRUNCATED`. On error `*out` is unchanged.
+ * Thread-safe; `opts->user` is passed to the callback untouched. (0.1 took `progress, user` here instead
+ * of `opts`.)
  */
 hostfirst_status hostfirst_load_run(const struct hostfirst_file *file,
                                     const struct hostfirst_plan *plan,
@@ -2494,8 +2494,7 @@ hostfirst_status hostfirst_gather_new(struct hostfirst_device device,
  * When `out_batch` is not NULL it receives a **new** `hostfirst_buffer` handle for the batch just filled. The
  * handle is the caller's (free it with `hostfirst_buffer_free`); while it lives — or any DLPack export made
  * from it — that batch is never rewritten, so the data a consumer took cannot change under it. Free it when
- * done, or the ring grows to its bound and then reports `BUSY`. On failure `*out_batch` is unchanged. (0.1
- * had this form as `hostfirst_gather_run_batch`.)
+ * done, or the ring grows to its bound and then reports `BUSY`. On failure `*out_batch` is unchanged.
  */
 hostfirst_status hostfirst_gather_run(struct hostfirst_gather *gather,
                                       const struct hostfirst_view *source,

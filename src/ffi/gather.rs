@@ -119,8 +119,7 @@ fn hand_out(batch: crate::place::gather::Batch, out: *mut *mut hostfirst_buffer)
 /// When `out_batch` is not NULL it receives a **new** `hostfirst_buffer` handle for the batch just filled. The
 /// handle is the caller's (free it with `hostfirst_buffer_free`); while it lives — or any DLPack export made
 /// from it — that batch is never rewritten, so the data a consumer took cannot change under it. Free it when
-/// done, or the ring grows to its bound and then reports `BUSY`. On failure `*out_batch` is unchanged. (0.1
-/// had this form as `hostfirst_gather_run_batch`.)
+/// done, or the ring grows to its bound and then reports `BUSY`. On failure `*out_batch` is unchanged.
 #[no_mangle]
 pub extern "C" fn hostfirst_gather_run(
     gather: *mut hostfirst_gather,

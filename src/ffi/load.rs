@@ -94,15 +94,15 @@ pub extern "C" fn hostfirst_load_options_init(out: *mut hostfirst_load_options) 
 ///
 /// `opts` NULL means the defaults (copies, no progress callback); with `opts->copy_on_write = 1`, tensors
 /// placed on `cpu` are mapped copy-on-write instead of copied (the fit check still runs before anything is
-/// mapped). `opts->progress` (may be NULL) is called on the calling thread at a bounded rate (at most every 50 ms, plus once
-/// after each device's job) with the bytes moved to devices so far and in all, never decreasing, at least
-/// once, last with `done == total`; returning nonzero cancels: `CANCELLED`, no further call, and everything
-/// the load had allocated is freed. Any other failure also frees everything.
+/// mapped). `opts->progress` (may be NULL) is called on the calling thread at a bounded rate (at most every
+/// 50 ms, plus once after each device's job) with the bytes moved to devices so far and in all, never
+/// decreasing, at least once, last with `done == total`; returning nonzero cancels: `CANCELLED`, no further
+/// call, and everything the load had allocated is freed. Any other failure also frees everything.
 /// Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (the plan was made for another file; a bad
-/// `opts`: struct_size, copy_on_write not 0 or 1),
-/// `OUT_OF_MEMORY`, `CANCELLED`, `DEVICE_ERROR`, `IO`, `TRUNCATED`. On error `*out` is unchanged.
-/// Thread-safe; `opts->user` is passed to the callback untouched. (0.1 had the options form as
-/// `hostfirst_load_run_ex` and took `progress, user` here.)
+/// `opts`: struct_size, copy_on_write not 0 or 1), `OUT_OF_MEMORY`, `CANCELLED`, `DEVICE_ERROR`, `IO`,
+/// `TRUNCATED`. On error `*out` is unchanged.
+/// Thread-safe; `opts->user` is passed to the callback untouched. (0.1 took `progress, user` here instead
+/// of `opts`.)
 #[no_mangle]
 pub extern "C" fn hostfirst_load_run(
     file: *const hostfirst_file,
