@@ -685,10 +685,6 @@ public:
     static file open(const std::string &path) {
         return detail::adopt<file, hostfirst_file>(hostfirst_file_open, path.c_str());
     }
-    /// Opens a sharded set from its index (Hugging Face weight_map), whatever the index is called.
-    static file open_index(const std::string &path) {
-        return detail::adopt<file, hostfirst_file>(hostfirst_file_open_index, path.c_str());
-    }
     /// Opens a safetensors image in caller memory, which must outlive the file and its views.
     static file open_memory(const void *data, size_t len) {
         return detail::adopt<file, hostfirst_file>(hostfirst_file_open_memory, data, len);

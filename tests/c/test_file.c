@@ -295,7 +295,7 @@ static void test_index_set(void) {
     fputs("{\"metadata\":{\"total_size\":3},\"weight_map\":{\"b\":\"s-2.safetensors\",\"a\":\"s-1.safetensors\"}}", fi);
     fclose(fi);
     hostfirst_file *f = NULL;
-    CHECK_OK(hostfirst_file_open_index(ip, &f));
+    CHECK_OK(hostfirst_file_open(ip, &f)); /* detected by name */
     size_t n = 0;
     CHECK_OK(hostfirst_file_tensor_count(f, &n));
     CHECK(n == 2);
@@ -311,10 +311,19 @@ static void test_index_set(void) {
     CHECK(bb[0] == 'B' && bb[1] == 'B');
     CHECK_OK(hostfirst_view_free(vb));
     CHECK_OK(hostfirst_file_free(f));
+    /* Detected by content whatever it is called; an index naming a missing shard is INVALID_INDEX. */
+    const char *renamed = path_in("set-index.txt");
+    CHECK(rename(ip, renamed) == 0);
     hostfirst_file *g = NULL;
-    CHECK_OK(hostfirst_file_open(ip, &g)); /* detected by name */
+    CHECK_OK(hostfirst_file_open(renamed, &g));
+    CHECK_OK(hostfirst_file_tensor_count(g, &n));
+    CHECK(n == 2);
     CHECK_OK(hostfirst_file_free(g));
-    CHECK_STATUS(hostfirst_file_open_index(path_in("s-1.safetensors"), &g), HOSTFIRST_STATUS_INVALID_INDEX);
+    CHECK(remove(path_in("s-2.safetensors")) == 0);
+    g = NULL;
+    CHECK_STATUS(hostfirst_file_open(renamed, &g), HOSTFIRST_STATUS_INVALID_INDEX);
+    CHECK_MSG("s-2.safetensors");
+    CHECK(g == NULL);
 }
 
 static void test_truncated_after_open(void) {
