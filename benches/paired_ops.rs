@@ -25,7 +25,7 @@ fn median(v: &mut [f64]) -> f64 {
 fn ok(s: Status) {
     if s != Status::Ok {
         // SAFETY: the thread-local message, valid until the next hostfirst call on this thread.
-        let m = unsafe { std::ffi::CStr::from_ptr(hostfirst::ffi::status::hostfirst_last_error()) };
+        let m = unsafe { std::ffi::CStr::from_ptr(hostfirst::ffi::status::hostfirst_last_error_message()) };
         panic!("{s:?}: {}", m.to_string_lossy());
     }
 }
@@ -70,7 +70,7 @@ pub fn op_many_paired(args: &[String]) -> String {
         ok(hostfirst_rules_new(&mut r));
         ok(hostfirst_rules_add(r, star.as_ptr(), cpu.as_ptr()));
         ok(hostfirst_plan_make(f, r, &mut p));
-        ok(hostfirst_load_run(f, p, None, std::ptr::null_mut(), &mut l));
+        ok(hostfirst_load_run(f, p, std::ptr::null(), &mut l));
         let mut n = 0usize;
         ok(hostfirst_load_count(l, &mut n));
         let dt = t.elapsed().as_secs_f64();

@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
     struct hostfirst_device cpu = {HOSTFIRST_DEVICE_CPU, 0};
     if (hostfirst_file_open(argv[1], &f) || hostfirst_file_view(f, "tokens", &v) ||
         hostfirst_gather_new(cpu, HOSTFIRST_DTYPE_U16, B, T, &g)) {
-        fprintf(stderr, "hostfirst: %s\n", hostfirst_last_error());
+        fprintf(stderr, "hostfirst: %s\n", hostfirst_last_error_message());
         return 1;
     }
     int fd = open(argv[1], O_RDONLY);
@@ -76,14 +76,14 @@ int main(int argc, char **argv) {
             offs[i][j] = (s >> 11) % (n - T);
         }
     for (int i = 0; i < N; i++) /* brings every window into the page cache */
-        hostfirst_gather_run(g, v, offs[i], B);
+        hostfirst_gather_run(g, v, offs[i], B, NULL);
     static double lg[N], lp[N], lv[N], lc[N], lm[N];
     struct iovec l[B], r[B];
     unsigned char vec[2];
     for (int round = 0; round < ROUNDS; round++) {
         for (int i = 0; i < N; i++) {
             double t = now();
-            if (hostfirst_gather_run(g, v, offs[i], B)) return 1;
+            if (hostfirst_gather_run(g, v, offs[i], B, NULL)) return 1;
             lg[i] = now() - t;
         }
         for (int i = 0; i < N; i++) {

@@ -4,7 +4,7 @@
 
 int cli_fail(const char *what, hostfirst_status st) {
     fprintf(stderr, "hostfirst: %s: %s: %s\n", what && *what ? what : "''", hostfirst_status_name(st),
-            hostfirst_last_error());
+            hostfirst_last_error_message());
     return 1;
 }
 

@@ -1,6 +1,7 @@
 /* hostfirst devices [--json]: the backend census, the devices, and the effective default with its source.
  * An invalid HOSTFIRST_DEFAULT_DEVICE is an error (exit 1, one line on stderr), reported after the census
  * and the devices: the diagnostic still shows what is there when the default is what is wrong. */
+#include <ctype.h>
 #include <string.h>
 #include "cli.h"
 
@@ -12,6 +13,15 @@ static int on_option(void *ctx, int id, const char *value) {
     return 0;
 }
 
+/* The library's names are its constants without the prefix (LIBRARY_NOT_FOUND, BUILT_IN); the CLI prints them in
+ * lower case (library_not_found, built_in). */
+static const char *lower_name(const char *name, char *buf, size_t cap) {
+    size_t i = 0;
+    for (; name[i] && i + 1 < cap; i++) buf[i] = (char)tolower((unsigned char)name[i]);
+    buf[i] = 0;
+    return buf;
+}
+
 int cmd_devices(int argc, char **argv) {
     int json = 0;
     int rc = cli_parse("devices", argc, argv, &json, on_option, NULL);
@@ -19,10 +29,11 @@ int cmd_devices(int argc, char **argv) {
     /* The default is resolved first (its message is kept: later calls replace the thread's last error) and
      * reported last. */
     hostfirst_device def;
-    uint32_t source = 0, depth = 0;
+    hostfirst_default_source source = 0;
+    uint32_t depth = 0;
     hostfirst_status def_st = hostfirst_default_device(&def, &source, &depth);
     char def_err[1024] = "";
-    if (def_st != HOSTFIRST_STATUS_OK) snprintf(def_err, sizeof def_err, "%s", hostfirst_last_error());
+    if (def_st != HOSTFIRST_STATUS_OK) snprintf(def_err, sizeof def_err, "%s", hostfirst_last_error_message());
     hostfirst_status st;
 
     size_t nwarn = hostfirst_census_warning_count();
@@ -38,10 +49,11 @@ int cmd_devices(int argc, char **argv) {
     if (json) printf("{\"backends\":[");
     else printf("%-7s %-18s %-7s %-8s %s\n", "BACKEND", "STATUS", "DEVICES", "DRIVER", "REASON");
     for (size_t i = 0; i < nb; i++) {
-        hostfirst_backend_info b;
+        hostfirst_backend_info b = {.struct_size = sizeof b};
         st = hostfirst_backend_describe(i, &b);
         if (st != HOSTFIRST_STATUS_OK) return cli_fail("backend", st);
-        const char *status = hostfirst_backend_status_name(b.status);
+        char status_buf[64];
+        const char *status = lower_name(hostfirst_backend_status_name(b.status), status_buf, sizeof status_buf);
         if (json) {
             printf("%s{\"name\":", i ? "," : "");
             cli_json_string(stdout, b.name);
@@ -110,13 +122,14 @@ int cmd_devices(int argc, char **argv) {
     size_t reads_len = 0;
     (void)hostfirst_read_engine(reads, sizeof reads, &reads_len); /* truncated if ever longer: display only */
     cli_device_spec(def, spec, sizeof spec);
+    char source_buf[64];
+    const char *source_name = lower_name(hostfirst_default_source_name(source), source_buf, sizeof source_buf);
     if (json) {
-        printf("],\"default\":{\"spec\":\"%s\",\"source\":\"%s\"},\"reads\":", spec,
-               hostfirst_default_source_name(source));
+        printf("],\"default\":{\"spec\":\"%s\",\"source\":\"%s\"},\"reads\":", spec, source_name);
         cli_json_string(stdout, reads);
         printf("}\n");
     } else {
-        printf("\ndefault device: %s (source: %s)\nreads: %s\n", spec, hostfirst_default_source_name(source), reads);
+        printf("\ndefault device: %s (source: %s)\nreads: %s\n", spec, source_name, reads);
     }
     return 0;
 }

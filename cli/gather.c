@@ -122,7 +122,7 @@ int cmd_gather(int argc, char **argv) {
     if (from_host) {
         hostfirst_device cpu = {HOSTFIRST_DEVICE_CPU, 0};
         double t0 = now_s();
-        st = hostfirst_put(view, &cpu, NULL, &host);
+        st = hostfirst_put(view, &cpu, NULL, &host, NULL);
         host_s = now_s() - t0;
         if (st != HOSTFIRST_STATUS_OK) {
             rc = cli_fail("put to cpu", st);
@@ -183,7 +183,7 @@ int cmd_gather(int argc, char **argv) {
         if (depth) st = hostfirst_gather_stream_next(stream, &b);
         else
             st = host ? hostfirst_gather_run_from_buffer(g, host, offs, (size_t)batch, NULL)
-                      : hostfirst_gather_run(g, view, offs, (size_t)batch);
+                      : hostfirst_gather_run(g, view, offs, (size_t)batch, NULL);
         times[it] = now_s() - t0;
         if (st != HOSTFIRST_STATUS_OK) {
             rc = cli_fail("gather", st);

@@ -23,7 +23,7 @@ typedef struct {
     double *secs;
 } load_progress;
 
-static int on_progress(uint64_t done, uint64_t total, void *user) {
+static int32_t on_progress(uint64_t done, uint64_t total, void *user) {
     load_progress *p = user;
     (void)total;
     double t = now_s();
@@ -69,7 +69,11 @@ int cmd_load(int argc, char **argv) {
     load_progress prog = {now_s(), 0, nt, 0, ends, secs};
     prog.last = prog.start;
     hostfirst_load *load = NULL;
-    hostfirst_status st = hostfirst_load_run(a.file, a.plan, on_progress, &prog, &load);
+    hostfirst_load_options lo;
+    hostfirst_load_options_init(&lo);
+    lo.progress = on_progress;
+    lo.user = &prog;
+    hostfirst_status st = hostfirst_load_run(a.file, a.plan, &lo, &load);
     double total_s = now_s() - prog.start;
     if (st != HOSTFIRST_STATUS_OK) rc = cli_fail(a.path, st);
     /* Every tensor is found by name, as a buffer or a view. */
@@ -77,7 +81,7 @@ int cmd_load(int argc, char **argv) {
     for (size_t i = 0; rc == 0 && i < nt; i++) {
         hostfirst_plan_tensor_info t = {.struct_size = sizeof t};
         hostfirst_plan_tensor(a.plan, i, &t);
-        uint32_t kind = 0;
+        hostfirst_loaded kind = 0;
         hostfirst_buffer *buf = NULL;
         hostfirst_view *view = NULL;
         st = hostfirst_load_get(load, t.name, &kind, &buf, &view);

@@ -37,7 +37,7 @@ static double now(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static int bar(uint64_t done, uint64_t total, void *user) {
+static int32_t bar(uint64_t done, uint64_t total, void *user) {
     (void)user;
     int width = 40, fill = total ? (int)((double)done / (double)total * width) : width;
     char b[64];
@@ -140,7 +140,7 @@ int cmd_put(int argc, char **argv) {
     for (unsigned long long r = 0; r < repeat; r++) {
         hostfirst_buffer *next = NULL;
         double t0 = now();
-        st = hostfirst_put_ex(view, target, &opts, &next, r == 0 ? &first : &stats);
+        st = hostfirst_put(view, target, &opts, &next, r == 0 ? &first : &stats);
         times[r] = now() - t0;
         if (st != HOSTFIRST_STATUS_OK) {
             int rc = cli_fail("put", st);

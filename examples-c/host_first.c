@@ -21,7 +21,7 @@ static double rss_mib(void) {
 }
 
 static int fail(const char *what, hostfirst_status st) {
-    fprintf(stderr, "host_first: %s: %s: %s\n", what, hostfirst_status_name(st), hostfirst_last_error());
+    fprintf(stderr, "host_first: %s: %s: %s\n", what, hostfirst_status_name(st), hostfirst_last_error_message());
     return 1;
 }
 

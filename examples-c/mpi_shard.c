@@ -31,7 +31,7 @@ static const struct {
 static int rank_ = 0;
 
 static void die(const char *what, hostfirst_status st) {
-    fprintf(stderr, "rank %d: %s: %s: %s\n", rank_, what, hostfirst_status_name(st), hostfirst_last_error());
+    fprintf(stderr, "rank %d: %s: %s: %s\n", rank_, what, hostfirst_status_name(st), hostfirst_last_error_message());
     MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1);
 }

@@ -21,11 +21,11 @@ int main(void) {
 
     size_t count = hostfirst_backend_count();
     for (size_t i = 0; i < count; i++) {
-        hostfirst_backend_info info;
+        hostfirst_backend_info info = {.struct_size = sizeof info};
         hostfirst_status st = hostfirst_backend_describe(i, &info);
         if (st != HOSTFIRST_STATUS_OK) {
             fprintf(stderr, "version.c: hostfirst_backend_describe(%zu): %s: %s\n", i, hostfirst_status_name(st),
-                    hostfirst_last_error());
+                    hostfirst_last_error_message());
             return 1;
         }
         printf("backend %s: %s, %u device(s)", info.name, hostfirst_backend_status_name(info.status),

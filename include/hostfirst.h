@@ -19,8 +19,8 @@
  *
  * Status.  Fallible functions return hostfirst_status; HOSTFIRST_STATUS_OK (0) is success. Values are stable
  *   and never renumbered. On failure a thread-local message naming the thing (tensor, device, file) and the
- *   numbers is available from hostfirst_last_error() / hostfirst_last_error_message(); it is replaced only by
- *   the next failing call on the same thread.
+ *   numbers is available from the last-error family, hostfirst_last_error_status() / _message() / _fit(); it
+ *   is replaced only by the next failing call on the same thread.
  * Outputs.  Output parameters are written only on success (enumerations also report the required count on
  *   HOSTFIRST_STATUS_BUFFER_TOO_SMALL). A NULL required pointer gives HOSTFIRST_STATUS_NULL_ARGUMENT.
  *   A buffer (ptr, len) with len == 0 may have ptr == NULL.
@@ -29,10 +29,14 @@
  *   follow the PJRT rule: any struct_size at least the struct's size in hostfirst 0.1.0 (through the last
  *   field it had then; for this version, every field) is accepted, the fields that fit are written, nothing
  *   past struct_size is touched, and struct_size is set to the number of bytes written. A smaller struct_size
- *   gives HOSTFIRST_STATUS_INVALID_ARGUMENT. Input structs (hostfirst_put_options, hostfirst_shard_options)
- *   may be older too: the fields past their struct_size take their defaults.
- * Integers from C.  Enum-like integers (device kinds, dtypes, statuses) are validated; unknown values give
- *   HOSTFIRST_STATUS_INVALID_ARGUMENT, never undefined behaviour.
+ *   gives HOSTFIRST_STATUS_INVALID_ARGUMENT. Options structs (hostfirst_*_options) each have an
+ *   hostfirst_*_options_init() that sets struct_size and the defaults; a NULL options pointer means the
+ *   defaults; an older (smaller) struct_size is accepted, the fields past it take their defaults.
+ * Enums.  Every set of named values is an enum typedef (hostfirst_dtype, hostfirst_placement, ...), and
+ *   parameters and fields take that typedef. Values from C are validated; unknown values give
+ *   HOSTFIRST_STATUS_INVALID_ARGUMENT with a message naming them, never undefined behaviour. Each
+ *   hostfirst_<type>_name(value) returns the value's constant without its HOSTFIRST_<TYPE>_ prefix
+ *   ("OUT_OF_MEMORY", "BF16", "LIBRARY_NOT_FOUND", "BUILT_IN"), or "UNKNOWN"; never NULL.
  * Strings.  Input strings are NUL-terminated UTF-8 (at most 65536 bytes). Returned const char* strings are
  *   owned by the library; each function says how long they live. Never free them.
  * Handles.  Opaque handles (hostfirst_file*, ...) are created by a function that says so and released by the
@@ -72,9 +76,9 @@ extern "C" {
  * 1. ERRORS AND VERSIONS
  *
  * Every fallible call returns a hostfirst_status; HOSTFIRST_STATUS_OK (0) is success. After a failure the same
- * thread can read what went wrong: hostfirst_last_error_status() gives the status, hostfirst_last_error() a
+ * thread can read what went wrong: hostfirst_last_error_status() gives the status, hostfirst_last_error_message() a
  * message naming the thing and the numbers (owned by the library, valid until the next failing call on that
- * thread), hostfirst_last_error_message() copies it into a buffer you own. Nothing here allocates anything you
+ * thread) and hostfirst_last_error_fit() the needed and free bytes of a failed fit. Nothing here allocates anything you
  * free. hostfirst_version_number() against HOSTFIRST_VERSION_NUMBER tells a header from an older or newer library;
  * hostfirst_build_info() and hostfirst_read_engine() say how the library was built and how it reads files;
  * hostfirst_handle_count() counts the live handles of every kind, which is how tests prove nothing leaked.
@@ -183,7 +187,7 @@ enum hostfirst_status
    */
   HOSTFIRST_STATUS_NO_SUCH_DEVICE = 31,
   /**
-   * Not enough free memory on the target device; nothing was allocated (see `hostfirst_last_fit`).
+   * Not enough free memory on the target device; nothing was allocated (see `hostfirst_last_error_fit`).
    */
   HOSTFIRST_STATUS_OUT_OF_MEMORY = 32,
   /**
@@ -278,18 +282,18 @@ typedef uint32_t hostfirst_status;
 #endif // __cplusplus
 
 /**
- * Returns the static name of a status without its prefix, e.g. `"OUT_OF_MEMORY"` for
- * `HOSTFIRST_STATUS_OUT_OF_MEMORY`.
+ * Returns the static name of a status: its constant without the `HOSTFIRST_STATUS_` prefix, e.g.
+ * `"OUT_OF_MEMORY"` for `HOSTFIRST_STATUS_OUT_OF_MEMORY`.
  *
  * Unknown values give `"UNKNOWN"`. Never returns NULL; the string lives for the process lifetime. Thread-safe.
  */
-const char *hostfirst_status_name(uint32_t status);
+const char *hostfirst_status_name(hostfirst_status status);
 
 /**
  * Returns 1 if `status` is in the file-format range (a malformed or rejected safetensors file or index),
- * else 0.
+ * else 0 (also for a value that is no `hostfirst_status`).
  */
-int32_t hostfirst_status_is_format_error(uint32_t status);
+int32_t hostfirst_status_is_format_error(hostfirst_status status);
 
 /**
  * Returns the number of distinct status codes this library defines (for tests and bindings).
@@ -301,7 +305,8 @@ size_t hostfirst_status_count(void);
  * `HOSTFIRST_STATUS_OK` if none has failed yet.
  *
  * The last error is per thread and is only replaced by the next *failing* call on the same thread;
- * successful calls leave it alone.
+ * successful calls leave it alone. The family: `hostfirst_last_error_status` (the code),
+ * `hostfirst_last_error_message` (the text), `hostfirst_last_error_fit` (the numbers of a failed fit check).
  */
 hostfirst_status hostfirst_last_error_status(void);
 
@@ -310,21 +315,10 @@ hostfirst_status hostfirst_last_error_status(void);
  *
  * The message names the thing (tensor, device, file) and the numbers (needed vs free bytes). The pointer
  * is owned by the library and valid until the next failing hostfirst call on the same thread; copy it
- * to keep it. Never returns NULL.
+ * to keep it. Never returns NULL. (0.1's `hostfirst_last_error()`; 0.1's copying
+ * `hostfirst_last_error_message(buf, capacity, out_len)` is gone: copy this string instead.)
  */
-const char *hostfirst_last_error(void);
-
-/**
- * Copies the calling thread's last error message into `buf` (NUL-terminated).
- *
- * `*out_len` (if `out_len` is not NULL) always receives the message length without the NUL. `buf == NULL`
- * with `capacity == 0` is a length query and returns OK. If `capacity < length + 1`, nothing is written
- * to `buf` and `HOSTFIRST_STATUS_BUFFER_TOO_SMALL` is returned; this call does not replace the last error
- * in that case, so the caller can retry with a larger buffer.
- */
-hostfirst_status hostfirst_last_error_message(char *buf,
-                                              size_t capacity,
-                                              size_t *out_len);
+const char *hostfirst_last_error_message(void);
 
 /**
  * Returns the library version as a static string such as `"0.2.0"`.
@@ -379,7 +373,7 @@ hostfirst_status hostfirst_handle_count(size_t *out);
  * first call that needs it: hostfirst_backend_count() / hostfirst_backend_describe() say which backends were found
  * and why one is missing (no driver, hidden by HOSTFIRST_PLATFORMS, ...), hostfirst_devices() lists the devices,
  * hostfirst_device_describe() and hostfirst_device_memory() give their details and free memory. Strings in the
- * info structs live for the process. When a placement does not fit, hostfirst_last_fit() tells the needed, free
+ * info structs live for the process. When a placement does not fit, hostfirst_last_error_fit() tells the needed, free
  * and total bytes of the device that refused it.
  * ============================================================================================================== */
 
@@ -468,9 +462,9 @@ typedef uint32_t hostfirst_backend_status;
  */
 typedef struct hostfirst_device {
   /**
-   * One of the `HOSTFIRST_DEVICE_*` kinds.
+   * The kind (checked on every call: an unknown value is `INVALID_ARGUMENT`).
    */
-  int32_t kind;
+  hostfirst_device_kind kind;
   /**
    * Ordinal within the kind.
    */
@@ -478,9 +472,14 @@ typedef struct hostfirst_device {
 } hostfirst_device;
 
 /**
- * Details of the most recent failed fit check on this thread (see `hostfirst_last_fit`).
+ * Details of the most recent failed fit check on this thread, filled by `hostfirst_last_error_fit`. Set
+ * `struct_size = sizeof(hostfirst_fit_info)` before the call; fields may be appended in later minor versions.
  */
 typedef struct hostfirst_fit_info {
+  /**
+   * In: the caller's `sizeof(hostfirst_fit_info)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
   /**
    * Bytes the operation needed.
    */
@@ -500,17 +499,23 @@ typedef struct hostfirst_fit_info {
 } hostfirst_fit_info;
 
 /**
- * One backend of the census. All strings are owned by the library and live for the process lifetime.
+ * One backend of the census, filled by `hostfirst_backend_describe`. Set
+ * `struct_size = sizeof(hostfirst_backend_info)` before the call; fields may be appended in later minor
+ * versions. All strings are owned by the library and live for the process lifetime.
  */
 typedef struct hostfirst_backend_info {
+  /**
+   * In: the caller's `sizeof(hostfirst_backend_info)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
   /**
    * `"cpu"` or `"cuda"`.
    */
   const char *name;
   /**
-   * A `HOSTFIRST_BACKEND_STATUS_*` value.
+   * The backend's status.
    */
-  uint32_t status;
+  hostfirst_backend_status status;
   /**
    * Why the backend is not available ("" when it is). For `LIBRARY_NOT_FOUND`, the names searched.
    */
@@ -572,12 +577,14 @@ typedef struct hostfirst_device_info {
 
 /**
  * Copies the numbers of the calling thread's last failure into `*out` when that failure was a fit check
- * (`HOSTFIRST_STATUS_OUT_OF_MEMORY` raised before allocating).
+ * (`HOSTFIRST_STATUS_OUT_OF_MEMORY` raised before allocating). Set `out->struct_size` first.
  *
  * Returns `HOSTFIRST_STATUS_NOT_FOUND` (and does not replace the last error) when the last failure was
- * something else; `HOSTFIRST_STATUS_NULL_ARGUMENT` if `out` is NULL.
+ * something else; `HOSTFIRST_STATUS_NULL_ARGUMENT` if `out` is NULL, `HOSTFIRST_STATUS_INVALID_ARGUMENT`
+ * if its `struct_size` is too small (these two do not replace the last error either: the failure being
+ * asked about stays readable). `*out` is written only on OK.
  */
-hostfirst_status hostfirst_last_fit(struct hostfirst_fit_info *out);
+hostfirst_status hostfirst_last_error_fit(struct hostfirst_fit_info *out);
 
 /**
  * Returns the number of backends hostfirst knows (cpu and cuda), whatever their status.
@@ -587,7 +594,7 @@ hostfirst_status hostfirst_last_fit(struct hostfirst_fit_info *out);
 size_t hostfirst_backend_count(void);
 
 /**
- * Describes backend `index` (0 = cpu, 1 = cuda) into `*out`.
+ * Describes backend `index` (0 = cpu, 1 = cuda) into `*out` (set `out->struct_size` first).
  *
  * The census is taken once per process on first use of any function that needs it (the backend and device
  * functions, a CUDA or `cuda_host` spec, the built-in default device): it reads `HOSTFIRST_PLATFORMS` and
@@ -597,16 +604,18 @@ size_t hostfirst_backend_count(void);
  * environment are not seen. In a child process forked after CUDA was initialised (or while the census was
  * initialising it), CUDA is reported as `INIT_FAILED` with a reason naming fork() (the driver cannot be used
  * after fork); cpu stays available.
- * Errors: `NULL_ARGUMENT`, `OUT_OF_RANGE` for `index >= hostfirst_backend_count()`. Thread-safe.
+ * Errors: `NULL_ARGUMENT`, `INVALID_ARGUMENT` (`struct_size` too small), `OUT_OF_RANGE` for
+ * `index >= hostfirst_backend_count()`. Thread-safe.
  */
 hostfirst_status hostfirst_backend_describe(size_t index,
                                             struct hostfirst_backend_info *out);
 
 /**
- * Returns the static lower-case name of a backend status (`"available"`, `"library_not_found"`, ...);
- * `"unknown"` for values this library does not define. Never NULL.
+ * Returns the static name of a backend status: its constant without the `HOSTFIRST_BACKEND_STATUS_` prefix
+ * (`"AVAILABLE"`, `"LIBRARY_NOT_FOUND"`, ...); `"UNKNOWN"` for values this library does not define. Never
+ * NULL. (0.1 returned lower case.) Thread-safe.
  */
-const char *hostfirst_backend_status_name(uint32_t status);
+const char *hostfirst_backend_status_name(hostfirst_backend_status status);
 
 /**
  * Returns the number of warnings the census raised about the environment (e.g. an unknown name in
@@ -771,14 +780,15 @@ typedef struct hostfirst_carried_scope {
  * `NO_SUCH_DEVICE`, the message naming the variable and value). Thread-safe; scopes are per thread.
  */
 hostfirst_status hostfirst_default_device(struct hostfirst_device *out_device,
-                                          uint32_t *out_source,
+                                          hostfirst_default_source *out_source,
                                           uint32_t *out_depth);
 
 /**
- * Returns the static name of a default source: `"scope"`, `"process"`, `"env"`, `"built-in"`; `"unknown"`
- * otherwise. Never NULL.
+ * Returns the static name of a default source: its constant without the `HOSTFIRST_DEFAULT_SOURCE_` prefix
+ * (`"SCOPE"`, `"PROCESS"`, `"ENV"`, `"BUILT_IN"`); `"UNKNOWN"` otherwise. Never NULL. (0.1 returned lower
+ * case, `"built-in"`.) Thread-safe.
  */
-const char *hostfirst_default_source_name(uint32_t source);
+const char *hostfirst_default_source_name(hostfirst_default_source source);
 
 /**
  * Sets the process-wide default device (overrides the environment and the built-in rule, not scopes).
@@ -1015,7 +1025,7 @@ typedef uint32_t hostfirst_dtype;
 /**
  * An open safetensors file, memory buffer or sharded set (`*.safetensors.index.json`).
  *
- * Created by `hostfirst_file_open`, `hostfirst_file_open_index` or `hostfirst_file_open_memory`; released by
+ * Created by `hostfirst_file_open` or `hostfirst_file_open_memory`; released by
  * `hostfirst_file_free`. Immutable once open: every function taking a `const hostfirst_file*` is thread-safe
  * and may run concurrently on the same handle. Views made from it stay valid after it is freed.
  */
@@ -1048,9 +1058,9 @@ typedef struct hostfirst_view_info {
    */
   const char *name;
   /**
-   * A `HOSTFIRST_DTYPE_*` value.
+   * The element type.
    */
-  uint32_t dtype;
+  hostfirst_dtype dtype;
   /**
    * Number of dimensions (0 for a scalar).
    */
@@ -1101,29 +1111,35 @@ typedef struct hostfirst_view_info {
 } hostfirst_view_info;
 
 /**
- * Returns the safetensors name of a dtype (`"F32"`, `"BF16"`, `"F8_E4M3"`, ...), or NULL for a value that is
- * not a `HOSTFIRST_DTYPE_*` constant. The string is static. Thread-safe.
+ * Returns the static name of a dtype: its constant without the `HOSTFIRST_DTYPE_` prefix, which is also its
+ * safetensors name (`"F32"`, `"BF16"`, `"F8_E4M3"`, ...); `"UNKNOWN"` for a value that is not a
+ * `hostfirst_dtype`. Never NULL (0.1 returned NULL for unknown values). Thread-safe.
  */
-const char *hostfirst_dtype_name(uint32_t dtype);
+const char *hostfirst_dtype_name(hostfirst_dtype dtype);
 
 /**
  * Returns the size of one element in bits (4 for F4, 6 for the F6 types, otherwise 8, 16, 32 or 64), or 0
  * for a value that is not a `HOSTFIRST_DTYPE_*` constant. Thread-safe.
  */
-uint32_t hostfirst_dtype_bits(uint32_t dtype);
+uint32_t hostfirst_dtype_bits(hostfirst_dtype dtype);
 
 /**
  * Parses a safetensors dtype name (exact, e.g. `"BF16"`) into `*out_dtype`.
  *
  * Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for an unknown name. Thread-safe.
  */
-hostfirst_status hostfirst_dtype_from_name(const char *name, uint32_t *out_dtype);
+hostfirst_status hostfirst_dtype_from_name(const char *name, hostfirst_dtype *out_dtype);
 
 /**
  * Opens a safetensors file, or a sharded set when `path` is an index, and writes a new handle to `*out`.
  *
- * An index is recognised by a name ending in `.json` or by content (JSON text that cannot be a safetensors
- * length prefix); see `hostfirst_file_open_index` for its rules. Opening reads only the header(s) with
+ * An index (`*.safetensors.index.json`, the Hugging Face `weight_map` format) is recognised by a name ending
+ * in `.json` or by content (JSON text that cannot be a safetensors length prefix) and opened as one logical
+ * file: shard paths in `weight_map` are relative to the index's directory (absolute paths and `..` are
+ * refused); each shard is opened once and validated like a single file. Tensors are ordered by shard file
+ * name, then in file order within each shard. Metadata of a set: the index's `metadata` object (non-string
+ * values as JSON text, e.g. `total_size`), then each shard's `__metadata__` keys not already present. (0.1
+ * also had `hostfirst_file_open_index`, which this covers.) Opening reads only the header(s) with
  * `pread` and maps each file read-only without reading its data, so its cost and memory do not grow with
  * the data size; it never initialises an accelerator. The file must be a regular file whose size is
  * exactly 8 + header + data bytes.
@@ -1138,7 +1154,9 @@ hostfirst_status hostfirst_dtype_from_name(const char *name, uint32_t *out_dtype
  * after the last tensor), `LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_TENSORS` tensors, rank above
  * `HOSTFIRST_MAX_RANK`, a name longer than `HOSTFIRST_MAX_NAME_LEN` bytes), `METADATA_LIMIT_EXCEEDED`
  * (more than `HOSTFIRST_MAX_METADATA_ENTRIES` metadata entries), `NOT_SAFETENSORS` (not a safetensors file at
- * all: the message says what it looks like); for sets also `INVALID_INDEX`.
+ * all: the message says what it looks like); for sets also `INVALID_INDEX` (a missing shard, an indexed
+ * tensor not in its shard, a shard tensor the index does not list), `DUPLICATE_TENSOR` (a name twice in
+ * `weight_map`, or a tensor in two shards), `LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_SET_TENSORS` tensors).
  * Leading and trailing JSON whitespace around the header object is accepted (as the reference crate does).
  *
  * On failure `*out` is left unchanged and no handle or file descriptor is left open. Free the handle with
@@ -1146,22 +1164,6 @@ hostfirst_status hostfirst_dtype_from_name(const char *name, uint32_t *out_dtype
  */
 hostfirst_status hostfirst_file_open(const char *path,
                                      struct hostfirst_file **out);
-
-/**
- * Opens a sharded set from its `*.safetensors.index.json` (the Hugging Face `weight_map` format) as one
- * logical file, whatever the file is called.
- *
- * Shard paths in `weight_map` are relative to the index's directory (absolute paths and `..` are refused);
- * each shard is opened once and validated like `hostfirst_file_open`. Tensors are ordered by shard file
- * name, then in file order within each shard. Statuses beyond those of `hostfirst_file_open`:
- * `INVALID_INDEX` (not an index, a missing shard, an indexed tensor not in its shard, a shard tensor the
- * index does not list), `DUPLICATE_TENSOR` (a name twice in `weight_map`, or a tensor in two shards),
- * `LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_SET_TENSORS` tensors). Metadata of a set: the index's
- * `metadata` object (non-string values as JSON text, e.g. `total_size`), then each shard's `__metadata__`
- * keys not already present. On failure `*out` is unchanged. Thread-safe.
- */
-hostfirst_status hostfirst_file_open_index(const char *path,
-                                           struct hostfirst_file **out);
 
 /**
  * Validates a safetensors image in caller memory `(data, len)` and writes a new handle to `*out`, without
@@ -1358,7 +1360,7 @@ hostfirst_status hostfirst_view_read(const struct hostfirst_view *view,
  *
  * Nothing is allocated: the pages belong to the page cache, which the kernel may reclaim again under memory
  * pressure. A view larger than available host memory less the fit check's margin gives `OUT_OF_MEMORY`
- * (message and `hostfirst_last_fit` as for a put) and reads nothing. When `populated` is not NULL it
+ * (message and `hostfirst_last_error_fit` as for a put) and reads nothing. When `populated` is not NULL it
  * receives, on success, `true` when the pages were mapped and `false` when the system offers only
  * read-ahead advice (Linux before 5.14, other systems) or the view is over a memory buffer (nothing to do).
  *
@@ -1412,9 +1414,9 @@ typedef struct hostfirst_buffer_info {
    */
   struct hostfirst_device device;
   /**
-   * One of `HOSTFIRST_DTYPE_*`.
+   * The element type.
    */
-  uint32_t dtype;
+  hostfirst_dtype dtype;
   /**
    * Number of dimensions.
    */
@@ -1439,17 +1441,20 @@ typedef struct hostfirst_buffer_info {
 } hostfirst_buffer_info;
 
 /**
- * A progress callback: `done` of `total` bytes have reached the destination. Return 0 to go on, nonzero
- * to cancel (the put then frees everything it took and returns `HOSTFIRST_STATUS_CANCELLED`). Called at
- * most every 50 ms, with `done` non-decreasing, and once at the end with `done == total` (cancelling then
- * still cancels). Synchronous puts call it on the calling thread; asynchronous ones on the put's worker
- * thread. It must not call `hostfirst_put_wait` or `hostfirst_put_op_free` on its own operation.
+ * The one progress callback of the library (puts, loads, shard runs): `done` of `total` bytes have reached
+ * their destination. Return 0 to go on, nonzero to cancel (the operation then frees everything it took and
+ * returns `HOSTFIRST_STATUS_CANCELLED`). Called at most every 50 ms, with `done` non-decreasing, and once at
+ * the end with `done == total` (cancelling then still cancels). `user` is the pointer given beside the
+ * callback, passed unchanged. Synchronous operations call it on the calling thread; asynchronous puts on the
+ * put's worker thread. It must not call `hostfirst_put_wait` or `hostfirst_put_op_free` on its own operation.
+ * (0.1 also had `hostfirst_load_progress_fn`, returning `int`; loads take this type now.)
  */
 typedef int32_t (*hostfirst_progress_fn)(uint64_t done, uint64_t total, void *user);
 
 /**
- * Options of a put. Zero-initialise, set `struct_size = sizeof(hostfirst_put_options)`, then set what you
- * need; zero fields mean the defaults. A smaller `struct_size` from an older header is accepted: fields past
+ * Options of `hostfirst_put` and `hostfirst_put_start`. Fill it with `hostfirst_put_options_init` (or
+ * zero-initialise and set `struct_size = sizeof(hostfirst_put_options)`), then set what you need; zero fields
+ * mean the defaults; a NULL options pointer means all defaults. A smaller `struct_size` from an older header is accepted: fields past
  * it take their defaults.
  */
 typedef struct hostfirst_put_options {
@@ -1595,7 +1600,7 @@ hostfirst_status hostfirst_buffer_copy_to_host(const struct hostfirst_buffer *bu
 /**
  * Copies a buffer onto another device (cpu, cuda_host, cuda:N; `device` NULL: the default device, refused in
  * strict mode) as a new buffer in `*out`, fit-checked before anything is allocated (`OUT_OF_MEMORY`,
- * `hostfirst_last_fit`). The source is unchanged. Host to CUDA goes through the pinned staging ring (never
+ * `hostfirst_last_error_fit`). The source is unchanged. Host to CUDA goes through the pinned staging ring (never
  * DMA from pageable memory); CUDA to CUDA on another device is one peer copy (`cuMemcpyPeer`: direct where
  * the devices can reach each other, staged by the driver where not). Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`,
  * `INVALID_ARGUMENT` (unknown device kind), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `DEVICE_ERROR`. On failure
@@ -1625,7 +1630,7 @@ hostfirst_status hostfirst_put_options_init(struct hostfirst_put_options *out);
  * `HOSTFIRST_DEFAULT_DEVICE`); in strict mode that is refused with `IMPLICIT_PLACEMENT`. `opts` NULL means
  * all defaults. The fit check runs before anything is allocated: a tensor that does not fit gives
  * `OUT_OF_MEMORY` with a message such as `tensor 'tokens' (19.09 GiB) does not fit on cuda:0: 4.20 GiB free
- * of 24.00 GiB`, details in `hostfirst_last_fit`, and allocates nothing. cpu targets are filled by parallel
+ * of 24.00 GiB`, details in `hostfirst_last_error_fit`, and allocates nothing. cpu targets are filled by parallel
  * `pread`s straight into the destination; cuda:N targets through the bounded page-locked staging ring (or
  * the resident registration, see `opts->resident`); the driver never copies from pageable memory.
  * Errors also: `NULL_ARGUMENT` (`view`, `out`), `INVALID_HANDLE`, `INVALID_ARGUMENT` (unknown device kind,
@@ -1633,6 +1638,11 @@ hostfirst_status hostfirst_put_options_init(struct hostfirst_put_options *out);
  * `TRUNCATED`/`IO` (the file changed), `CANCELLED` (the progress callback asked). On any failure nothing
  * stays allocated and `*out` is unchanged. The buffer is the caller's; free it with `hostfirst_buffer_free`.
  * Thread-safe: many puts may run at once.
+ *
+ * `out_stats` (NULL: not wanted; otherwise set its `struct_size` first) describes what the transfer did. It
+ * is written only when the put succeeds, together with `*out`: on any failure (a bad argument, the fit check,
+ * a driver error, a cancelled put) `*out_stats` is left exactly as the caller passed it, so stale numbers
+ * from an earlier call are never mistaken for this one's. (0.1 had this as `hostfirst_put_ex`.)
  *
  * **Eager copies and copy-on-write puts to cpu.** By default a put copies: the buffer is new memory the
  * caller owns, and nothing anyone does to the file afterwards can change it or fault it. That is why it is
@@ -1665,23 +1675,13 @@ hostfirst_status hostfirst_put_options_init(struct hostfirst_put_options *out);
 hostfirst_status hostfirst_put(const struct hostfirst_view *view,
                                const struct hostfirst_device *target,
                                const struct hostfirst_put_options *opts,
-                               struct hostfirst_buffer **out);
+                               struct hostfirst_buffer **out,
+                               struct hostfirst_put_stats *out_stats);
 
 /**
- * `hostfirst_put`, also describing what the transfer did in `*out_stats` (NULL: not wanted; otherwise set
- * its `struct_size` first). The stats are written only when the put succeeds, together with `*out`: on any
- * failure (a bad argument, the fit check, a driver error, a cancelled put) `*out_stats` is left exactly as
- * the caller passed it, so stale numbers from an earlier call are never mistaken for this one's.
- */
-hostfirst_status hostfirst_put_ex(const struct hostfirst_view *view,
-                                  const struct hostfirst_device *target,
-                                  const struct hostfirst_put_options *opts,
-                                  struct hostfirst_buffer **out,
-                                  struct hostfirst_put_stats *out_stats);
-
-/**
- * Starts putting a view on a worker thread; `*out_op` receives the operation. Arguments as for
- * `hostfirst_put`; the target (including the default device and strict mode) is resolved now, on the
+ * Starts putting a view on a worker thread; `*out_op` receives the operation, whose buffer
+ * `hostfirst_put_wait` takes. A different operation from `hostfirst_put` (it returns before the bytes move),
+ * with the same options struct. Arguments as for `hostfirst_put`; the target (including the default device and strict mode) is resolved now, on the
  * calling thread, and errors found before the worker starts are returned here (then `*out_op` is
  * unchanged). The view may be freed right after the call (the operation keeps what it needs). The progress
  * callback runs on the worker thread. Free the operation with `hostfirst_put_op_free` in every case.
@@ -1730,24 +1730,54 @@ hostfirst_status hostfirst_put_op_free(struct hostfirst_put_op *op);
  * ============================================================================================================== */
 
 /**
- * Placement of a tensor: it stays a zero-copy host view of the file's mapping.
+ * Where a plan puts a tensor (`hostfirst_plan_tensor_info.placement`).
  */
-#define HOSTFIRST_PLACEMENT_HOST 1
+enum hostfirst_placement
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * It stays a zero-copy host view of the file's mapping.
+   */
+  HOSTFIRST_PLACEMENT_HOST = 1,
+  /**
+   * It is copied into a buffer on a device.
+   */
+  HOSTFIRST_PLACEMENT_DEVICE = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hostfirst_placement hostfirst_placement;
+#else
+typedef uint32_t hostfirst_placement;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
 
 /**
- * Placement of a tensor: it is copied into a buffer on a device.
+ * How a load holds a tensor (`hostfirst_load_get`'s `out_kind`).
  */
-#define HOSTFIRST_PLACEMENT_DEVICE 2
-
-/**
- * Loads a tensor through `hostfirst_load_get`: it is a zero-copy host view.
- */
-#define HOSTFIRST_LOADED_VIEW 1
-
-/**
- * Loads a tensor through `hostfirst_load_get`: it is a buffer on a device.
- */
-#define HOSTFIRST_LOADED_BUFFER 2
+enum hostfirst_loaded
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * A zero-copy host view of the file.
+   */
+  HOSTFIRST_LOADED_VIEW = 1,
+  /**
+   * A buffer on a device.
+   */
+  HOSTFIRST_LOADED_BUFFER = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hostfirst_loaded hostfirst_loaded;
+#else
+typedef uint32_t hostfirst_loaded;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
 
 /**
  * The result of a whole-file load: every tensor of the file by name, as a buffer or a host view. Created by
@@ -1784,7 +1814,7 @@ typedef struct hostfirst_plan_tensor_info {
   /**
    * `HOSTFIRST_PLACEMENT_HOST` or `HOSTFIRST_PLACEMENT_DEVICE`.
    */
-  uint32_t placement;
+  hostfirst_placement placement;
   /**
    * The index of the rule that matched, or -1 when none did (the tensor stays on the host).
    */
@@ -1881,14 +1911,9 @@ typedef struct hostfirst_plan_unmatched_rule_info {
 } hostfirst_plan_unmatched_rule_info;
 
 /**
- * Progress of a load: `done` and `total` bytes moved to devices so far; return nonzero to cancel.
- */
-typedef int (*hostfirst_load_progress_fn)(uint64_t done, uint64_t total, void *user);
-
-/**
- * Options of `hostfirst_load_run_ex`. Zero-initialise, set `struct_size = sizeof(hostfirst_load_options)`,
- * then set what you need; a smaller `struct_size` from an older header is accepted (later fields take their
- * defaults).
+ * Options of `hostfirst_load_run`. Fill it with `hostfirst_load_options_init` (or zero-initialise and set
+ * `struct_size = sizeof(hostfirst_load_options)`), then set what you need; a NULL options pointer means all
+ * defaults; a smaller `struct_size` from an older header is accepted (later fields take their defaults).
  */
 typedef struct hostfirst_load_options {
   /**
@@ -1904,9 +1929,9 @@ typedef struct hostfirst_load_options {
    */
   int32_t copy_on_write;
   /**
-   * Progress callback (as for `hostfirst_load_run`), or NULL.
+   * Progress callback (see `hostfirst_load_run`), or NULL.
    */
-  hostfirst_load_progress_fn progress;
+  hostfirst_progress_fn progress;
   /**
    * Passed to `progress` unchanged.
    */
@@ -1933,8 +1958,10 @@ hostfirst_status hostfirst_rules_add(struct hostfirst_rules *rules,
                                      const char *target);
 
 /**
- * Appends a rule written `pattern=target` (the CLI's `--rule` form; the last `=` separates the two), with
- * the rules of `hostfirst_rules_add`. Thread-safe.
+ * Appends a rule written as text, `pattern=target` (the CLI's `--rule` form; the last `=` separates the two),
+ * with the rules of `hostfirst_rules_add`: the parse of the text form, as `hostfirst_device_parse` is for
+ * devices, for callers that hold rules as strings (command lines, config files). Errors: as for
+ * `hostfirst_rules_add`, and `INVALID_ARGUMENT` for text without `=`. Thread-safe.
  */
 hostfirst_status hostfirst_rules_add_spec(struct hostfirst_rules *rules,
                                           const char *spec);
@@ -2018,17 +2045,23 @@ hostfirst_status hostfirst_plan_unmatched_rule(const struct hostfirst_plan *plan
 hostfirst_status hostfirst_plan_free(struct hostfirst_plan *plan);
 
 /**
+ * Fills `*out` with the default options (`struct_size` set, everything else zero/NULL). Errors:
+ * `NULL_ARGUMENT`. Thread-safe.
+ */
+hostfirst_status hostfirst_load_options_init(struct hostfirst_load_options *out);
+
+/**
  * Applies `plan` (made from `file`) and writes a new load handle to `*out` (free with `hostfirst_load_free`).
  *
  * Before the first byte moves, every device of the plan is fit-checked against its memory free *now* (one
  * memory query per device, the only fit check of the load); the first that does not fit gives
- * `OUT_OF_MEMORY` naming the device with the numbers (structured: `hostfirst_last_fit`), and nothing is
+ * `OUT_OF_MEMORY` naming the device with the numbers (structured: `hostfirst_last_error_fit`), and nothing is
  * allocated. Host tensors become views. Then each device's tensors are placed as one job:
  * - `cpu`: one host allocation for all of them; each tensor's buffer is a 64-byte aligned part of it.
  * - `cuda:N`: one device allocation (`cuMemAlloc`) for all of them; each buffer is a 256-byte aligned part
  *   (the alignment DLPack asks for). The bytes go through the page-locked staging ring on one stream with
  *   one event per staging slab, reused: no stream, event or allocation per tensor.
- * - `cuda_host`, and `cpu` with copy-on-write (`hostfirst_load_run_ex`): one allocation (or mapping) per
+ * - `cuda_host`, and `cpu` with copy-on-write (`opts->copy_on_write`): one allocation (or mapping) per
  *   tensor.
  *
  * Neighbouring tensors in the file are read together (one `pread`/`preadv`, never through the mapping, so
@@ -2036,30 +2069,22 @@ hostfirst_status hostfirst_plan_free(struct hostfirst_plan *plan);
  * them stay within 1.25 pages read per page needed. A buffer obtained from the load keeps its device's
  * allocation alive: the memory is released when the load and every buffer handle from it are freed.
  *
- * `progress` (may be NULL) is called on the calling thread at a bounded rate (at most every 50 ms, plus once
- * after each device's job) with the bytes moved to devices so far and in all, never decreasing, at least
- * once, last with `done == total`; returning nonzero cancels: `CANCELLED`, no further call, and everything
- * the load had allocated is freed. Any other failure also frees everything.
- * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (the plan was made for another file),
- * `OUT_OF_MEMORY`, `CANCELLED`, `DEVICE_ERROR`, `IO`, `TRUNCATED`. On error `*out` is unchanged.
- * Thread-safe; `user` is passed through untouched.
+ * `opts` NULL means the defaults (copies, no progress callback); with `opts->copy_on_write = 1`, tensors
+ * placed on `cpu` are mapped copy-on-write instead of copied (the fit check still runs before anything is
+ * mapped). `opts->progress` (may be NULL) is called on the calling thread at a bounded rate (at most every
+ * 50 ms, plus once after each device's job) with the bytes moved to devices so far and in all, never
+ * decreasing, at least once, last with `done == total`; returning nonzero cancels: `CANCELLED`, no further
+ * call, and everything the load had allocated is freed. Any other failure also frees everything.
+ * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (the plan was made for another file; a bad
+ * `opts`: struct_size, copy_on_write not 0 or 1), `OUT_OF_MEMORY`, `CANCELLED`, `DEVICE_ERROR`, `IO`,
+ * `TRUNCATED`. On error `*out` is unchanged.
+ * Thread-safe; `opts->user` is passed to the callback untouched. (0.1 took `progress, user` here instead
+ * of `opts`.)
  */
 hostfirst_status hostfirst_load_run(const struct hostfirst_file *file,
                                     const struct hostfirst_plan *plan,
-                                    hostfirst_load_progress_fn progress,
-                                    void *user,
+                                    const struct hostfirst_load_options *opts,
                                     struct hostfirst_load **out);
-
-/**
- * `hostfirst_load_run` with options (`opts` NULL: the defaults, no progress callback): with
- * `opts->copy_on_write = 1`, tensors placed on `cpu` are mapped copy-on-write instead of copied; the fit
- * check still runs before anything is mapped. Errors as for `hostfirst_load_run`, plus `INVALID_ARGUMENT`
- * for a bad `opts` (struct_size, copy_on_write not 0 or 1). Thread-safe.
- */
-hostfirst_status hostfirst_load_run_ex(const struct hostfirst_file *file,
-                                       const struct hostfirst_plan *plan,
-                                       const struct hostfirst_load_options *opts,
-                                       struct hostfirst_load **out);
 
 /**
  * Writes the number of tensors of a load (every tensor of the file) to `*out_count`. Errors:
@@ -2078,7 +2103,7 @@ hostfirst_status hostfirst_load_count(const struct hostfirst_load *load, size_t 
  */
 hostfirst_status hostfirst_load_get(const struct hostfirst_load *load,
                                     const char *name,
-                                    uint32_t *out_kind,
+                                    hostfirst_loaded *out_kind,
                                     struct hostfirst_buffer **out_buffer,
                                     struct hostfirst_view **out_view);
 
@@ -2094,7 +2119,7 @@ hostfirst_status hostfirst_load_free(struct hostfirst_load *load);
  * A hostfirst_gather assembles batches of rows of one tensor (for example random token windows) on one device:
  * create it with hostfirst_gather_new() for a batch size, window and dtype, run it with offsets (from your sampler
  * or hostfirst_random_offsets()), free it with hostfirst_gather_free(). Batches come from a bounded ring: a batch
- * you hold (a buffer from hostfirst_gather_run_batch() or hostfirst_gather_batch(), or a DLPack export of one) is
+ * you hold (a buffer from hostfirst_gather_run() with out_batch, or hostfirst_gather_batch(), or a DLPack export of one) is
  * never rewritten until you free it. A hostfirst_gather_stream (hostfirst_gather_stream_start()) fills batches
  * ahead of you on a worker thread; take them with hostfirst_gather_stream_next() and free the stream with
  * hostfirst_gather_stream_free() (it keeps its gather and source alive until then; batches you took stay valid).
@@ -2137,7 +2162,7 @@ typedef struct hostfirst_gather_stream hostfirst_gather_stream;
  * **Batch ownership: the ring.** Each run fills a batch that no one else holds, other than the current
  * one, and makes it the gather's current batch only once every window is in place, so a run that fails
  * never changes the current batch (at the ring's bound with only the current batch free, the windows are
- * assembled in a private scratch or staging buffer first and copied into it on success). A batch handed out — a `hostfirst_buffer` handle from `hostfirst_gather_run_batch` or
+ * assembled in a private scratch or staging buffer first and copied into it on success). A batch handed out — a `hostfirst_buffer` handle from `hostfirst_gather_run` or
  * `hostfirst_gather_batch`, or a DLPack export of one — is never rewritten while any such reference to it
  * remains (the handle not freed, the export's deleter not run), on cpu or on CUDA; on CUDA the rewrite also
  * waits, on the device, for the events recorded on the consumers' streams when they released it (see
@@ -2155,7 +2180,7 @@ typedef struct hostfirst_gather_stream hostfirst_gather_stream;
  * value), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `OUT_OF_MEMORY`, `DEVICE_ERROR`. Thread-safe.
  */
 hostfirst_status hostfirst_gather_new(struct hostfirst_device device,
-                                      uint32_t dtype,
+                                      hostfirst_dtype dtype,
                                       uint64_t batch,
                                       uint64_t window,
                                       struct hostfirst_gather **out);
@@ -2181,25 +2206,18 @@ hostfirst_status hostfirst_gather_new(struct hostfirst_device device,
  * (growing the ring): with these no batch changed. `TRUNCATED` or `IO` while reading, `DEVICE_ERROR` while
  * copying: the current batch stays the previous one, byte for byte (one exception: a `DEVICE_ERROR` in the
  * copy into the current batch itself, when it was the only batch free at the ring's bound, leaves it
- * undefined). Calls on one gather are serialised. `hostfirst_gather_run_batch` also hands out the batch.
+ * undefined). Calls on one gather are serialised.
+ *
+ * When `out_batch` is not NULL it receives a **new** `hostfirst_buffer` handle for the batch just filled. The
+ * handle is the caller's (free it with `hostfirst_buffer_free`); while it lives — or any DLPack export made
+ * from it — that batch is never rewritten, so the data a consumer took cannot change under it. Free it when
+ * done, or the ring grows to its bound and then reports `BUSY`. On failure `*out_batch` is unchanged.
  */
 hostfirst_status hostfirst_gather_run(struct hostfirst_gather *gather,
                                       const struct hostfirst_view *source,
                                       const uint64_t *offsets,
-                                      size_t n);
-
-/**
- * `hostfirst_gather_run`, and writes a **new** `hostfirst_buffer` handle for the batch it filled to
- * `*out_batch` (NULL: not wanted). The handle is the caller's (free it with `hostfirst_buffer_free`); while it
- * lives — or any DLPack export made from it — that batch is never rewritten, so the data a consumer took
- * cannot change under it. Free it when done, or the ring grows to its bound and then reports `BUSY`. On
- * failure `*out_batch` is unchanged. Thread-safe; calls on one gather are serialised.
- */
-hostfirst_status hostfirst_gather_run_batch(struct hostfirst_gather *gather,
-                                            const struct hostfirst_view *source,
-                                            const uint64_t *offsets,
-                                            size_t n,
-                                            struct hostfirst_buffer **out_batch);
+                                      size_t n,
+                                      struct hostfirst_buffer **out_batch);
 
 /**
  * Gathers from a 1-D host buffer (`cpu` or `cuda_host`) instead of a view: rows as for
@@ -2208,7 +2226,8 @@ hostfirst_status hostfirst_gather_run_batch(struct hostfirst_gather *gather,
  * nothing done to the file afterwards can fault or fail the gather (a copy-on-write buffer,
  * `opts->copy_on_write`, is as fast but keeps its file's SIGBUS hazard for pages not written). The source
  * buffer is only read. Writes a new handle for the filled batch to `*out_batch` (NULL: not wanted; see
- * `hostfirst_gather_run_batch`). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`,
+ * `hostfirst_gather_run`). A separate function, not a flag of `hostfirst_gather_run`, because the source is
+ * another handle type and this path has other guarantees (memory speed, no file behind it). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`,
  * `OUT_OF_RANGE`, `BUSY`, `OUT_OF_MEMORY` as for `hostfirst_gather_run`; `UNSUPPORTED` for a CUDA source
  * buffer; `DEVICE_ERROR` while copying to CUDA. Thread-safe; calls on one gather are serialised.
  */
@@ -2660,7 +2679,7 @@ hostfirst_status hostfirst_view_to_dlpack_legacy(const struct hostfirst_view *vi
  * - legacy, copy if needed / never: the copy-on-write mapping (as `hostfirst_view_to_dlpack_legacy`; a view
  *   over memory is copied when allowed, `UNSUPPORTED` under COPY_NEVER);
  * - COPY_ALWAYS, or a `dl_device` other than kDLCPU: a put of the view to that device (an eager copy,
- *   fit-checked: `OUT_OF_MEMORY` with `hostfirst_last_fit`), flag IS_COPIED in the versioned form;
+ *   fit-checked: `OUT_OF_MEMORY` with `hostfirst_last_error_fit`), flag IS_COPIED in the versioned form;
  *   `UNSUPPORTED` under COPY_NEVER.
  *
  * `opts->stream` is validated (0 is `INVALID_ARGUMENT`) but has nothing to order: the view is host memory,
@@ -3065,7 +3084,7 @@ hostfirst_status hostfirst_shard_plan_free(struct hostfirst_shard_plan *plan);
  * device and writes a new result handle to `*out` (free it with `hostfirst_shard_result_free`).
  *
  * Before the first byte moves, every device is fit-checked against its memory free *now*; the first that
- * does not fit gives `OUT_OF_MEMORY` naming the device with the numbers (`hostfirst_last_fit`), and nothing
+ * does not fit gives `OUT_OF_MEMORY` naming the device with the numbers (`hostfirst_last_error_fit`), and nothing
  * is allocated. Then each shard is read from its runs only, with parallel `pread`s straight into host
  * buffers (`cpu`, `cuda_host`) or through the bounded page-locked staging ring for `cuda:N` (runs packed
  * into the slabs); a part held by several owned positions is read once and copied. Files are never read

@@ -62,7 +62,8 @@ public:
     const char *status_name() const noexcept { return hostfirst_status_name(status_); }
     /// For HOSTFIRST_STATUS_OUT_OF_MEMORY raised by a fit check: needed/free/total bytes and the device.
     bool fit(hostfirst_fit_info &out) const noexcept {
-        return status_ == HOSTFIRST_STATUS_OUT_OF_MEMORY && hostfirst_last_fit(&out) == HOSTFIRST_STATUS_OK;
+        out.struct_size = sizeof out;
+        return status_ == HOSTFIRST_STATUS_OUT_OF_MEMORY && hostfirst_last_error_fit(&out) == HOSTFIRST_STATUS_OK;
     }
 
 private:
@@ -71,7 +72,7 @@ private:
 
 /// Throws hostfirst::error unless status is OK.
 inline void check(hostfirst_status status) {
-    if (status != HOSTFIRST_STATUS_OK) throw error(status, hostfirst_last_error());
+    if (status != HOSTFIRST_STATUS_OK) throw error(status, hostfirst_last_error_message());
 }
 
 /// Throws unless the loaded library matches the header this program was compiled with.
@@ -101,7 +102,7 @@ public:
         check(hostfirst_device_format(d_, buf, sizeof buf, nullptr));
         return buf;
     }
-    int32_t kind() const noexcept { return d_.kind; }
+    hostfirst_device_kind kind() const noexcept { return d_.kind; }
     int32_t ordinal() const noexcept { return d_.ordinal; }
     const hostfirst_device &c() const noexcept { return d_; }
     hostfirst_device_info info() const {
@@ -135,7 +136,8 @@ struct backend {
 inline std::vector<backend> backends() {
     std::vector<backend> out;
     for (size_t i = 0, n = hostfirst_backend_count(); i < n; i++) {
-        hostfirst_backend_info b;
+        hostfirst_backend_info b{};
+        b.struct_size = sizeof b;
         check(hostfirst_backend_describe(i, &b));
         out.push_back({b.name, hostfirst_backend_status_name(b.status), b.reason, b.driver_version, b.device_count});
     }
@@ -153,7 +155,7 @@ inline std::vector<device> devices() {
     return out;
 }
 
-/// The effective default device and where it came from ("scope", "process", "env", "built-in").
+/// The effective default device and where it came from ("SCOPE", "PROCESS", "ENV", "BUILT_IN").
 struct default_info {
     hostfirst::device device;
     std::string source;
@@ -162,7 +164,8 @@ struct default_info {
 
 inline default_info default_device() {
     hostfirst_device d;
-    uint32_t source = 0, depth = 0;
+    hostfirst_default_source source = HOSTFIRST_DEFAULT_SOURCE_SCOPE;
+    uint32_t depth = 0;
     check(hostfirst_default_device(&d, &source, &depth));
     return {hostfirst::device(d), hostfirst_default_source_name(source), depth};
 }
@@ -289,32 +292,31 @@ inline std::string read_engine() {
 /// The status of this thread's most recent failed call (OK if none has failed).
 inline hostfirst_status last_error_status() noexcept { return hostfirst_last_error_status(); }
 /// A copy of this thread's most recent error message ("" if none).
-inline std::string last_error_message() {
-    return detail::copy_string([](char *b, size_t c, size_t *n) { return hostfirst_last_error_message(b, c, n); });
-}
+inline std::string last_error_message() { return hostfirst_last_error_message(); }
 /// The number of distinct status codes the library defines.
 inline size_t status_count() noexcept { return hostfirst_status_count(); }
 /// True for the file-format range (a malformed or rejected safetensors file or index).
 inline bool is_format_error(hostfirst_status status) noexcept { return hostfirst_status_is_format_error(status) != 0; }
 
-/// Dtypes are the C header's HOSTFIRST_DTYPE_* values (uint32_t).
+/// Dtypes are the C header's hostfirst_dtype values (HOSTFIRST_DTYPE_*).
 namespace dtype {
 /// The safetensors name ("BF16"); throws INVALID_ARGUMENT for a value that is no dtype.
-inline std::string name(uint32_t dtype) {
-    const char *n = hostfirst_dtype_name(dtype);
-    if (!n) throw error(HOSTFIRST_STATUS_INVALID_ARGUMENT, "no dtype has the value " + std::to_string(dtype));
+inline std::string name(hostfirst_dtype dtype) {
+    std::string n = hostfirst_dtype_name(dtype);
+    if (n == "UNKNOWN")
+        throw error(HOSTFIRST_STATUS_INVALID_ARGUMENT, "no dtype has the value " + std::to_string(uint32_t(dtype)));
     return n;
 }
 /// Bits per element (4 for F4, 6 for F6), 0 for a value that is no dtype.
-inline uint32_t bits(uint32_t dtype) noexcept { return hostfirst_dtype_bits(dtype); }
+inline uint32_t bits(hostfirst_dtype dtype) noexcept { return hostfirst_dtype_bits(dtype); }
 /// Parses an exact safetensors name ("BF16"); throws INVALID_ARGUMENT for an unknown one.
-inline uint32_t from_name(const std::string &name) {
-    uint32_t d = 0;
+inline hostfirst_dtype from_name(const std::string &name) {
+    hostfirst_dtype d = HOSTFIRST_DTYPE_BOOL;
     check(hostfirst_dtype_from_name(name.c_str(), &d));
     return d;
 }
 /// The DLPack DLDataType of a dtype.
-inline hostfirst_dlpack_dtype to_dlpack(uint32_t dtype) {
+inline hostfirst_dlpack_dtype to_dlpack(hostfirst_dtype dtype) {
     hostfirst_dlpack_dtype out{};
     check(hostfirst_dtype_to_dlpack(dtype, &out));
     return out;
@@ -453,7 +455,7 @@ struct put_options : hostfirst_put_options {
 
 /// Options of a whole-file load (zeroed, struct_size set). Callbacks must not throw.
 struct load_options : hostfirst_load_options {
-    load_options() : hostfirst_load_options{} { struct_size = sizeof(hostfirst_load_options); }
+    load_options() : hostfirst_load_options{} { check(hostfirst_load_options_init(this)); }
 };
 
 /// Options of a shard plan and its run (hostfirst_shard_options_init).
@@ -507,7 +509,7 @@ public:
         return i;
     }
     std::string name() const { return info().name; }
-    uint32_t dtype() const { return info().dtype; }
+    hostfirst_dtype dtype() const { return info().dtype; }
     std::string dtype_name() const { return hostfirst_dtype_name(info().dtype); }
     std::vector<uint64_t> shape() const {
         auto i = info();
@@ -653,8 +655,8 @@ public:
     }
     /// Puts the view onto the calling thread's default device (IMPLICIT_PLACEMENT in strict mode).
     buffer put_default(const put_options &opts = put_options()) const { return put_ptr(nullptr, opts, nullptr); }
-    /// put(), also saying what the transfer did.
-    put_result put_ex(const device &target, const put_options &opts = put_options()) const {
+    /// put(), also saying what the transfer did (hostfirst_put's out_stats).
+    put_result put_with_stats(const device &target, const put_options &opts = put_options()) const {
         hostfirst_put_stats stats{};
         stats.struct_size = sizeof stats;
         buffer b = put_ptr(&target.c(), opts, &stats);
@@ -669,7 +671,7 @@ public:
 private:
     buffer put_ptr(const hostfirst_device *target, const put_options &opts, hostfirst_put_stats *stats) const {
         hostfirst_buffer *out = nullptr;
-        check(stats ? hostfirst_put_ex(c(), target, &opts, &out, stats) : hostfirst_put(c(), target, &opts, &out));
+        check(hostfirst_put(c(), target, &opts, &out, stats));
         return buffer(out);
     }
     detail::owner<hostfirst_view, hostfirst_view_free> v_;
@@ -682,10 +684,6 @@ public:
     /// Opens a file or an index (header only; the data is mapped read-only, not read).
     static file open(const std::string &path) {
         return detail::adopt<file, hostfirst_file>(hostfirst_file_open, path.c_str());
-    }
-    /// Opens a sharded set from its index (Hugging Face weight_map), whatever the index is called.
-    static file open_index(const std::string &path) {
-        return detail::adopt<file, hostfirst_file>(hostfirst_file_open_index, path.c_str());
     }
     /// Opens a safetensors image in caller memory, which must outlive the file and its views.
     static file open_memory(const void *data, size_t len) {
@@ -810,7 +808,7 @@ private:
 /// One tensor of a load: a device buffer (kind HOSTFIRST_LOADED_BUFFER) or a host view (HOSTFIRST_LOADED_VIEW);
 /// the other member holds NULL. Both are new handles of their own.
 struct loaded {
-    uint32_t kind;
+    hostfirst_loaded kind;
     hostfirst::buffer buffer;
     hostfirst::view view;
 };
@@ -819,27 +817,29 @@ struct loaded {
 class load {
 public:
     /// Applies `p` (made from `f`); every device is fit-checked before the first byte moves.
-    static load run(const file &f, const plan &p, hostfirst_load_progress_fn progress = nullptr,
-                    void *user = nullptr) {
-        return detail::adopt<load, hostfirst_load>(hostfirst_load_run, f.c(), p.c(), progress, user);
+    static load run(const file &f, const plan &p, hostfirst_progress_fn progress = nullptr, void *user = nullptr) {
+        load_options opts;
+        opts.progress = progress;
+        opts.user = user;
+        return run(f, p, opts);
     }
     /// run() with options (copy_on_write for cpu tensors, progress).
     static load run(const file &f, const plan &p, const load_options &opts) {
-        return detail::adopt<load, hostfirst_load>(hostfirst_load_run_ex, f.c(), p.c(), &opts);
+        return detail::adopt<load, hostfirst_load>(hostfirst_load_run, f.c(), p.c(), &opts);
     }
     explicit load(hostfirst_load *l) noexcept : l_(l) {}
     size_t size() const { return detail::get<size_t>(c(), hostfirst_load_count); }
     /// The tensor `name` as new handles (NOT_FOUND if absent).
     loaded get(const std::string &name) const {
-        uint32_t kind = 0;
+        hostfirst_loaded kind = HOSTFIRST_LOADED_VIEW;
         hostfirst_buffer *b = nullptr;
         hostfirst_view *v = nullptr;
         check(hostfirst_load_get(c(), name.c_str(), &kind, &b, &v));
         return {kind, hostfirst::buffer(b), hostfirst::view(v)};
     }
     /// HOSTFIRST_LOADED_VIEW or HOSTFIRST_LOADED_BUFFER, without making a handle.
-    uint32_t kind(const std::string &name) const {
-        uint32_t kind = 0;
+    hostfirst_loaded kind(const std::string &name) const {
+        hostfirst_loaded kind = HOSTFIRST_LOADED_VIEW;
         check(hostfirst_load_get(c(), name.c_str(), &kind, nullptr, nullptr));
         return kind;
     }
@@ -867,15 +867,15 @@ struct ring_info {
 /// lives; when every batch is held the ring grows up to its bound, then runs throw BUSY.
 class gather {
 public:
-    gather(const hostfirst::device &d, uint32_t dtype, uint64_t batch, uint64_t window)
+    gather(const hostfirst::device &d, hostfirst_dtype dtype, uint64_t batch, uint64_t window)
         : g_(decltype(g_)::make(hostfirst_gather_new, d.c(), dtype, batch, window)) {}
     /// Fills a free batch: row i = elements [offsets[i], offsets[i] + window) of the 1-D `source`.
     void run(const view &source, const std::vector<uint64_t> &offsets) {
-        check(hostfirst_gather_run(g_.get(), source.c(), offsets.data(), offsets.size()));
+        check(hostfirst_gather_run(g_.get(), source.c(), offsets.data(), offsets.size(), nullptr));
     }
     /// run(), handing out the batch it filled (not rewritten while the returned buffer lives).
     buffer run_batch(const view &source, const std::vector<uint64_t> &offsets) {
-        return detail::adopt<buffer, hostfirst_buffer>(hostfirst_gather_run_batch, g_.get(), source.c(), offsets.data(),
+        return detail::adopt<buffer, hostfirst_buffer>(hostfirst_gather_run, g_.get(), source.c(), offsets.data(),
                                                        offsets.size());
     }
     /// Gathers from a 1-D host buffer (the truncation-proof fast path), handing out the batch.

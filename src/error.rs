@@ -59,7 +59,7 @@ pub enum Status {
     Unavailable = 30,
     /// The device ordinal or UUID does not name a present device.
     NoSuchDevice = 31,
-    /// Not enough free memory on the target device; nothing was allocated (see `hostfirst_last_fit`).
+    /// Not enough free memory on the target device; nothing was allocated (see `hostfirst_last_error_fit`).
     OutOfMemory = 32,
     /// The accelerator driver reported an error (its error name is in the message).
     DeviceError = 33,

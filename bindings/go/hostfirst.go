@@ -31,10 +31,11 @@ package hostfirst
 
 // The message of the call that just failed, copied (free it), or NULL on success.
 static char *hf_go_err(hostfirst_status st) {
-	return st == HOSTFIRST_STATUS_OK ? NULL : strdup(hostfirst_last_error());
+	return st == HOSTFIRST_STATUS_OK ? NULL : strdup(hostfirst_last_error_message());
 }
 
 static hostfirst_status hf_go_backend(size_t i, hostfirst_backend_info *out, char **err) {
+	out->struct_size = sizeof *out;
 	hostfirst_status st = hostfirst_backend_describe(i, out);
 	*err = hf_go_err(st);
 	return st;
@@ -107,7 +108,7 @@ static hostfirst_status hf_go_view_read(uintptr_t v, uint64_t off, void *dst, si
 
 static hostfirst_status hf_go_put(uintptr_t v, hostfirst_device target, uintptr_t *out, char **err) {
 	hostfirst_buffer *b = NULL;
-	hostfirst_status st = hostfirst_put((const hostfirst_view *)v, &target, NULL, &b);
+	hostfirst_status st = hostfirst_put((const hostfirst_view *)v, &target, NULL, &b, NULL);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)b;
 	*err = hf_go_err(st);
 	return st;
@@ -144,6 +145,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"unsafe"
 )
@@ -166,7 +168,7 @@ const (
 
 // String is the library's name for the status, such as "NOT_FOUND".
 func (s Status) String() string {
-	return C.GoString(C.hostfirst_status_name(C.uint32_t(s)))
+	return C.GoString(C.hostfirst_status_name(C.hostfirst_status(s)))
 }
 
 // Error is a failed call: its status and the library's message, which names the thing (file, tensor,
@@ -227,7 +229,7 @@ func Backends() ([]Backend, error) {
 		}
 		out = append(out, Backend{
 			Name:          C.GoString(info.name),
-			Status:        C.GoString(C.hostfirst_backend_status_name(C.uint32_t(info.status))),
+			Status:        strings.ToLower(C.GoString(C.hostfirst_backend_status_name(info.status))),
 			Available:     info.status == C.HOSTFIRST_BACKEND_STATUS_AVAILABLE,
 			Reason:        C.GoString(info.reason),
 			DriverVersion: C.GoString(info.driver_version),
@@ -244,7 +246,7 @@ type Device struct {
 }
 
 func (d Device) c() C.hostfirst_device {
-	return C.hostfirst_device{kind: C.int32_t(d.Kind), ordinal: C.int32_t(d.Ordinal)}
+	return C.hostfirst_device{kind: C.hostfirst_device_kind(d.Kind), ordinal: C.int32_t(d.Ordinal)}
 }
 
 // IsCPU reports whether d is the host.

@@ -5,6 +5,39 @@
 use crate::error::{Error, Result, Status};
 use std::ffi::{c_char, CStr, CString};
 
+// Enum-typed integers from C. A Rust enum must never be built from an integer C passed in (an unknown value
+// would be undefined behaviour), so parameters and struct fields C writes keep the plain integer in Rust, and
+// cbindgen prints the enum's typedef for them (cbindgen.toml `[export] exclude` + `[export.rename]`): C callers
+// see `hostfirst_dtype dtype`, the library receives a `u32` and validates it with [`enum_arg`].
+
+/// A `hostfirst_status` from C (printed as `hostfirst_status`).
+pub type c_status = u32;
+/// A `hostfirst_dtype` from C (printed as `hostfirst_dtype`).
+pub type c_dtype = u32;
+/// A `hostfirst_device_kind` from C (printed as `hostfirst_device_kind`).
+pub type c_device_kind = i32;
+/// A `hostfirst_backend_status` from C (printed as `hostfirst_backend_status`).
+pub type c_backend_status = u32;
+/// A `hostfirst_default_source` from C (printed as `hostfirst_default_source`).
+pub type c_default_source = u32;
+
+/// Validates an enum integer from C: an unknown value is `INVALID_ARGUMENT` naming the parameter, the value
+/// and the C type, e.g. `dtype 99 is not a hostfirst_dtype value`.
+pub(crate) fn enum_arg<E, V: Copy + std::fmt::Display>(
+    v: V,
+    from: impl Fn(V) -> Option<E>,
+    param: &str,
+    c_type: &str,
+) -> Result<E> {
+    from(v).ok_or_else(|| Error::new(Status::InvalidArgument, format!("{param} {v} is not a {c_type} value")))
+}
+
+/// The one spelling of every `hostfirst_*_name` function: the value's C constant without its
+/// `HOSTFIRST_<TYPE>_` prefix, from the core's lower-case (snake or kebab) name: `built-in` → `BUILT_IN`.
+pub(crate) fn constant_suffix(name: &str) -> String {
+    name.to_ascii_uppercase().replace('-', "_")
+}
+
 /// A required output pointer: NULL gives `NULL_ARGUMENT` naming the parameter.
 pub(crate) fn out_ptr<'a, T>(p: *mut T, name: &str) -> Result<&'a mut T> {
     if p.is_null() {

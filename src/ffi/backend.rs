@@ -1,18 +1,22 @@
 //! The backend census: `hostfirst_backend_*`, `hostfirst_census_*`.
 
-use super::args::{out_ptr, static_cstr};
+use super::args::{c_backend_status, constant_suffix, out_struct, out_struct_size, static_cstr, write_out_struct};
 use crate::device::{census, BackendStatus};
 use crate::error::{Error, Status};
 use std::ffi::c_char;
 
-/// One backend of the census. All strings are owned by the library and live for the process lifetime.
+/// One backend of the census, filled by `hostfirst_backend_describe`. Set
+/// `struct_size = sizeof(hostfirst_backend_info)` before the call; fields may be appended in later minor
+/// versions. All strings are owned by the library and live for the process lifetime.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct hostfirst_backend_info {
+    /// In: the caller's `sizeof(hostfirst_backend_info)`. Out: the number of bytes written.
+    pub struct_size: usize,
     /// `"cpu"` or `"cuda"`.
     pub name: *const c_char,
-    /// A `HOSTFIRST_BACKEND_STATUS_*` value.
-    pub status: u32,
+    /// The backend's status.
+    pub status: c_backend_status,
     /// Why the backend is not available ("" when it is). For `LIBRARY_NOT_FOUND`, the names searched.
     pub reason: *const c_char,
     /// Driver version `"major.minor"` when known, else "".
@@ -20,6 +24,8 @@ pub struct hostfirst_backend_info {
     /// Devices the backend exposes (0 unless available).
     pub device_count: u32,
 }
+
+out_struct!(hostfirst_backend_info, device_count);
 
 /// Returns the number of backends hostfirst knows (cpu and cuda), whatever their status.
 ///
@@ -29,7 +35,7 @@ pub extern "C" fn hostfirst_backend_count() -> usize {
     hostfirst_boundary!("hostfirst_backend_count", default = 0, { census().backends.len() })
 }
 
-/// Describes backend `index` (0 = cpu, 1 = cuda) into `*out`.
+/// Describes backend `index` (0 = cpu, 1 = cuda) into `*out` (set `out->struct_size` first).
 ///
 /// The census is taken once per process on first use of any function that needs it (the backend and device
 /// functions, a CUDA or `cuda_host` spec, the built-in default device): it reads `HOSTFIRST_PLATFORMS` and
@@ -39,34 +45,38 @@ pub extern "C" fn hostfirst_backend_count() -> usize {
 /// environment are not seen. In a child process forked after CUDA was initialised (or while the census was
 /// initialising it), CUDA is reported as `INIT_FAILED` with a reason naming fork() (the driver cannot be used
 /// after fork); cpu stays available.
-/// Errors: `NULL_ARGUMENT`, `OUT_OF_RANGE` for `index >= hostfirst_backend_count()`. Thread-safe.
+/// Errors: `NULL_ARGUMENT`, `INVALID_ARGUMENT` (`struct_size` too small), `OUT_OF_RANGE` for
+/// `index >= hostfirst_backend_count()`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_backend_describe(index: usize, out: *mut hostfirst_backend_info) -> Status {
     hostfirst_boundary!("hostfirst_backend_describe", {
-        let out = out_ptr(out, "out")?;
+        let size = out_struct_size(out, "out")?;
         let c = census();
         let b = c.backends.get(index).ok_or_else(|| {
             Error::new(Status::OutOfRange, format!("backend index {index}: there are {} backends", c.backends.len()))
         })?;
-        *out = hostfirst_backend_info {
+        let info = hostfirst_backend_info {
+            struct_size: 0,
             name: static_cstr(b.name),
             status: b.status as u32,
             reason: static_cstr(&b.reason),
             driver_version: static_cstr(&b.driver_version),
             device_count: b.device_count,
         };
+        write_out_struct(out, size, info);
         Ok(())
     })
 }
 
-/// Returns the static lower-case name of a backend status (`"available"`, `"library_not_found"`, ...);
-/// `"unknown"` for values this library does not define. Never NULL.
+/// Returns the static name of a backend status: its constant without the `HOSTFIRST_BACKEND_STATUS_` prefix
+/// (`"AVAILABLE"`, `"LIBRARY_NOT_FOUND"`, ...); `"UNKNOWN"` for values this library does not define. Never
+/// NULL. (0.1 returned lower case.) Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_backend_status_name(status: u32) -> *const c_char {
-    hostfirst_boundary!("hostfirst_backend_status_name", default = c"unknown".as_ptr(), {
+pub extern "C" fn hostfirst_backend_status_name(status: c_backend_status) -> *const c_char {
+    hostfirst_boundary!("hostfirst_backend_status_name", default = c"UNKNOWN".as_ptr(), {
         match BackendStatus::from_repr(status) {
-            Some(s) => static_cstr(s.name()),
-            None => c"unknown".as_ptr(),
+            Some(s) => static_cstr(&constant_suffix(s.name())),
+            None => c"UNKNOWN".as_ptr(),
         }
     })
 }

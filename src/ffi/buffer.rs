@@ -28,8 +28,8 @@ pub struct hostfirst_buffer_info {
     pub struct_size: usize,
     /// The device holding the bytes.
     pub device: hostfirst_device,
-    /// One of `HOSTFIRST_DTYPE_*`.
-    pub dtype: u32,
+    /// The element type.
+    pub dtype: super::args::c_dtype,
     /// Number of dimensions.
     pub rank: u32,
     /// `rank` dimensions (NULL when rank is 0); valid while the buffer lives.
@@ -165,7 +165,7 @@ pub extern "C" fn hostfirst_buffer_copy_to_host(
 
 /// Copies a buffer onto another device (cpu, cuda_host, cuda:N; `device` NULL: the default device, refused in
 /// strict mode) as a new buffer in `*out`, fit-checked before anything is allocated (`OUT_OF_MEMORY`,
-/// `hostfirst_last_fit`). The source is unchanged. Host to CUDA goes through the pinned staging ring (never
+/// `hostfirst_last_error_fit`). The source is unchanged. Host to CUDA goes through the pinned staging ring (never
 /// DMA from pageable memory); CUDA to CUDA on another device is one peer copy (`cuMemcpyPeer`: direct where
 /// the devices can reach each other, staged by the driver where not). Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`,
 /// `INVALID_ARGUMENT` (unknown device kind), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `DEVICE_ERROR`. On failure

@@ -16,8 +16,8 @@ use std::ffi::c_char;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct hostfirst_device {
-    /// One of the `HOSTFIRST_DEVICE_*` kinds.
-    pub kind: i32,
+    /// The kind (checked on every call: an unknown value is `INVALID_ARGUMENT`).
+    pub kind: super::args::c_device_kind,
     /// Ordinal within the kind.
     pub ordinal: i32,
 }

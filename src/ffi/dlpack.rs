@@ -544,7 +544,7 @@ pub extern "C" fn hostfirst_view_to_dlpack_legacy(
 /// - legacy, copy if needed / never: the copy-on-write mapping (as `hostfirst_view_to_dlpack_legacy`; a view
 ///   over memory is copied when allowed, `UNSUPPORTED` under COPY_NEVER);
 /// - COPY_ALWAYS, or a `dl_device` other than kDLCPU: a put of the view to that device (an eager copy,
-///   fit-checked: `OUT_OF_MEMORY` with `hostfirst_last_fit`), flag IS_COPIED in the versioned form;
+///   fit-checked: `OUT_OF_MEMORY` with `hostfirst_last_error_fit`), flag IS_COPIED in the versioned form;
 ///   `UNSUPPORTED` under COPY_NEVER.
 ///
 /// `opts->stream` is validated (0 is `INVALID_ARGUMENT`) but has nothing to order: the view is host memory,

@@ -9,7 +9,7 @@ use std::ffi::{c_char, c_void};
 
 /// An open safetensors file, memory buffer or sharded set (`*.safetensors.index.json`).
 ///
-/// Created by `hostfirst_file_open`, `hostfirst_file_open_index` or `hostfirst_file_open_memory`; released by
+/// Created by `hostfirst_file_open` or `hostfirst_file_open_memory`; released by
 /// `hostfirst_file_free`. Immutable once open: every function taking a `const hostfirst_file*` is thread-safe
 /// and may run concurrently on the same handle. Views made from it stay valid after it is freed.
 pub struct hostfirst_file {
@@ -47,8 +47,13 @@ const _: () = assert!(HOSTFIRST_MAX_METADATA_ENTRIES as usize == crate::file::MA
 
 /// Opens a safetensors file, or a sharded set when `path` is an index, and writes a new handle to `*out`.
 ///
-/// An index is recognised by a name ending in `.json` or by content (JSON text that cannot be a safetensors
-/// length prefix); see `hostfirst_file_open_index` for its rules. Opening reads only the header(s) with
+/// An index (`*.safetensors.index.json`, the Hugging Face `weight_map` format) is recognised by a name ending
+/// in `.json` or by content (JSON text that cannot be a safetensors length prefix) and opened as one logical
+/// file: shard paths in `weight_map` are relative to the index's directory (absolute paths and `..` are
+/// refused); each shard is opened once and validated like a single file. Tensors are ordered by shard file
+/// name, then in file order within each shard. Metadata of a set: the index's `metadata` object (non-string
+/// values as JSON text, e.g. `total_size`), then each shard's `__metadata__` keys not already present. (0.1
+/// also had `hostfirst_file_open_index`, which this covers.) Opening reads only the header(s) with
 /// `pread` and maps each file read-only without reading its data, so its cost and memory do not grow with
 /// the data size; it never initialises an accelerator. The file must be a regular file whose size is
 /// exactly 8 + header + data bytes.
@@ -63,7 +68,9 @@ const _: () = assert!(HOSTFIRST_MAX_METADATA_ENTRIES as usize == crate::file::MA
 /// after the last tensor), `LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_TENSORS` tensors, rank above
 /// `HOSTFIRST_MAX_RANK`, a name longer than `HOSTFIRST_MAX_NAME_LEN` bytes), `METADATA_LIMIT_EXCEEDED`
 /// (more than `HOSTFIRST_MAX_METADATA_ENTRIES` metadata entries), `NOT_SAFETENSORS` (not a safetensors file at
-/// all: the message says what it looks like); for sets also `INVALID_INDEX`.
+/// all: the message says what it looks like); for sets also `INVALID_INDEX` (a missing shard, an indexed
+/// tensor not in its shard, a shard tensor the index does not list), `DUPLICATE_TENSOR` (a name twice in
+/// `weight_map`, or a tensor in two shards), `LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_SET_TENSORS` tensors).
 /// Leading and trailing JSON whitespace around the header object is accepted (as the reference crate does).
 ///
 /// On failure `*out` is left unchanged and no handle or file descriptor is left open. Free the handle with
@@ -74,28 +81,6 @@ pub extern "C" fn hostfirst_file_open(path: *const c_char, out: *mut *mut hostfi
         let path = c_str(path, "path")?;
         let out = out_ptr(out, "out")?;
         let f = TensorFile::open(path)?;
-        *out = handle::insert_new::<hostfirst_file>(f);
-        Ok(())
-    })
-}
-
-/// Opens a sharded set from its `*.safetensors.index.json` (the Hugging Face `weight_map` format) as one
-/// logical file, whatever the file is called.
-///
-/// Shard paths in `weight_map` are relative to the index's directory (absolute paths and `..` are refused);
-/// each shard is opened once and validated like `hostfirst_file_open`. Tensors are ordered by shard file
-/// name, then in file order within each shard. Statuses beyond those of `hostfirst_file_open`:
-/// `INVALID_INDEX` (not an index, a missing shard, an indexed tensor not in its shard, a shard tensor the
-/// index does not list), `DUPLICATE_TENSOR` (a name twice in `weight_map`, or a tensor in two shards),
-/// `LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_SET_TENSORS` tensors). Metadata of a set: the index's
-/// `metadata` object (non-string values as JSON text, e.g. `total_size`), then each shard's `__metadata__`
-/// keys not already present. On failure `*out` is unchanged. Thread-safe.
-#[no_mangle]
-pub extern "C" fn hostfirst_file_open_index(path: *const c_char, out: *mut *mut hostfirst_file) -> Status {
-    hostfirst_boundary!("hostfirst_file_open_index", {
-        let path = c_str(path, "path")?;
-        let out = out_ptr(out, "out")?;
-        let f = TensorFile::open_index(path)?;
         *out = handle::insert_new::<hostfirst_file>(f);
         Ok(())
     })

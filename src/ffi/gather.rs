@@ -1,6 +1,6 @@
 //! The batch gather for training loops: `hostfirst_gather_*`, `hostfirst_random_offsets`.
 
-use super::args::{in_ref, opt_out, out_bytes, out_ptr};
+use super::args::{c_dtype, enum_arg, in_ref, opt_out, out_bytes, out_ptr};
 use super::buffer::hostfirst_buffer;
 use super::device::hostfirst_device;
 use super::handle::{self, Handle};
@@ -35,7 +35,7 @@ impl Handle for hostfirst_gather {
 /// **Batch ownership: the ring.** Each run fills a batch that no one else holds, other than the current
 /// one, and makes it the gather's current batch only once every window is in place, so a run that fails
 /// never changes the current batch (at the ring's bound with only the current batch free, the windows are
-/// assembled in a private scratch or staging buffer first and copied into it on success). A batch handed out — a `hostfirst_buffer` handle from `hostfirst_gather_run_batch` or
+/// assembled in a private scratch or staging buffer first and copied into it on success). A batch handed out — a `hostfirst_buffer` handle from `hostfirst_gather_run` or
 /// `hostfirst_gather_batch`, or a DLPack export of one — is never rewritten while any such reference to it
 /// remains (the handle not freed, the export's deleter not run), on cpu or on CUDA; on CUDA the rewrite also
 /// waits, on the device, for the events recorded on the consumers' streams when they released it (see
@@ -54,7 +54,7 @@ impl Handle for hostfirst_gather {
 #[no_mangle]
 pub extern "C" fn hostfirst_gather_new(
     device: hostfirst_device,
-    dtype: u32,
+    dtype: c_dtype,
     batch: u64,
     window: u64,
     out: *mut *mut hostfirst_gather,
@@ -62,9 +62,7 @@ pub extern "C" fn hostfirst_gather_new(
     hostfirst_boundary!("hostfirst_gather_new", {
         let out = out_ptr(out, "out")?;
         let d = device.to_device("device")?;
-        let dt = DType::from_u32(dtype).ok_or_else(|| {
-            Error::new(Status::InvalidArgument, format!("dtype {dtype} is not a HOSTFIRST_DTYPE_* value"))
-        })?;
+        let dt = enum_arg(dtype, DType::from_u32, "dtype", "hostfirst_dtype")?;
         let g = Gather::new(d, dt, batch, window)?;
         *out = handle::insert_new::<hostfirst_gather>(Mutex::new(GatherC { gather: g }));
         Ok(())
@@ -116,31 +114,21 @@ fn hand_out(batch: crate::place::gather::Batch, out: *mut *mut hostfirst_buffer)
 /// (growing the ring): with these no batch changed. `TRUNCATED` or `IO` while reading, `DEVICE_ERROR` while
 /// copying: the current batch stays the previous one, byte for byte (one exception: a `DEVICE_ERROR` in the
 /// copy into the current batch itself, when it was the only batch free at the ring's bound, leaves it
-/// undefined). Calls on one gather are serialised. `hostfirst_gather_run_batch` also hands out the batch.
+/// undefined). Calls on one gather are serialised.
+///
+/// When `out_batch` is not NULL it receives a **new** `hostfirst_buffer` handle for the batch just filled. The
+/// handle is the caller's (free it with `hostfirst_buffer_free`); while it lives — or any DLPack export made
+/// from it — that batch is never rewritten, so the data a consumer took cannot change under it. Free it when
+/// done, or the ring grows to its bound and then reports `BUSY`. On failure `*out_batch` is unchanged.
 #[no_mangle]
 pub extern "C" fn hostfirst_gather_run(
     gather: *mut hostfirst_gather,
     source: *const hostfirst_view,
     offsets: *const u64,
     n: usize,
-) -> Status {
-    hostfirst_boundary!("hostfirst_gather_run", { gather_view(gather, source, offsets, n, std::ptr::null_mut()) })
-}
-
-/// `hostfirst_gather_run`, and writes a **new** `hostfirst_buffer` handle for the batch it filled to
-/// `*out_batch` (NULL: not wanted). The handle is the caller's (free it with `hostfirst_buffer_free`); while it
-/// lives — or any DLPack export made from it — that batch is never rewritten, so the data a consumer took
-/// cannot change under it. Free it when done, or the ring grows to its bound and then reports `BUSY`. On
-/// failure `*out_batch` is unchanged. Thread-safe; calls on one gather are serialised.
-#[no_mangle]
-pub extern "C" fn hostfirst_gather_run_batch(
-    gather: *mut hostfirst_gather,
-    source: *const hostfirst_view,
-    offsets: *const u64,
-    n: usize,
     out_batch: *mut *mut hostfirst_buffer,
 ) -> Status {
-    hostfirst_boundary!("hostfirst_gather_run_batch", { gather_view(gather, source, offsets, n, out_batch) })
+    hostfirst_boundary!("hostfirst_gather_run", { gather_view(gather, source, offsets, n, out_batch) })
 }
 
 fn gather_view(
@@ -164,7 +152,8 @@ fn gather_view(
 /// nothing done to the file afterwards can fault or fail the gather (a copy-on-write buffer,
 /// `opts->copy_on_write`, is as fast but keeps its file's SIGBUS hazard for pages not written). The source
 /// buffer is only read. Writes a new handle for the filled batch to `*out_batch` (NULL: not wanted; see
-/// `hostfirst_gather_run_batch`). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`,
+/// `hostfirst_gather_run`). A separate function, not a flag of `hostfirst_gather_run`, because the source is
+/// another handle type and this path has other guarantees (memory speed, no file behind it). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`,
 /// `OUT_OF_RANGE`, `BUSY`, `OUT_OF_MEMORY` as for `hostfirst_gather_run`; `UNSUPPORTED` for a CUDA source
 /// buffer; `DEVICE_ERROR` while copying to CUDA. Thread-safe; calls on one gather are serialised.
 #[no_mangle]

@@ -6,10 +6,11 @@ use super::buffer::hostfirst_buffer;
 use super::file::hostfirst_file;
 use super::handle::{self, Handle};
 use super::plan::hostfirst_plan;
+use super::put::hostfirst_progress_fn;
 use super::view::hostfirst_view;
 use crate::error::{Error, Result, Status};
 use crate::place::Placed;
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_void};
 
 /// The result of a whole-file load: every tensor of the file by name, as a buffer or a host view. Created by
 /// `hostfirst_load_run`, released by `hostfirst_load_free`. Immutable: every call on it is thread-safe.
@@ -22,54 +23,19 @@ impl Handle for hostfirst_load {
     const NAME: &'static str = "hostfirst_load";
 }
 
-/// Progress of a load: `done` and `total` bytes moved to devices so far; return nonzero to cancel.
-pub type hostfirst_load_progress_fn = Option<unsafe extern "C" fn(done: u64, total: u64, user: *mut c_void) -> c_int>;
-
-/// Loads a tensor through `hostfirst_load_get`: it is a zero-copy host view.
-pub const HOSTFIRST_LOADED_VIEW: u32 = 1;
-
-/// Loads a tensor through `hostfirst_load_get`: it is a buffer on a device.
-pub const HOSTFIRST_LOADED_BUFFER: u32 = 2;
-
-/// Applies `plan` (made from `file`) and writes a new load handle to `*out` (free with `hostfirst_load_free`).
-///
-/// Before the first byte moves, every device of the plan is fit-checked against its memory free *now* (one
-/// memory query per device, the only fit check of the load); the first that does not fit gives
-/// `OUT_OF_MEMORY` naming the device with the numbers (structured: `hostfirst_last_fit`), and nothing is
-/// allocated. Host tensors become views. Then each device's tensors are placed as one job:
-/// - `cpu`: one host allocation for all of them; each tensor's buffer is a 64-byte aligned part of it.
-/// - `cuda:N`: one device allocation (`cuMemAlloc`) for all of them; each buffer is a 256-byte aligned part
-///   (the alignment DLPack asks for). The bytes go through the page-locked staging ring on one stream with
-///   one event per staging slab, reused: no stream, event or allocation per tensor.
-/// - `cuda_host`, and `cpu` with copy-on-write (`hostfirst_load_run_ex`): one allocation (or mapping) per
-///   tensor.
-///
-/// Neighbouring tensors in the file are read together (one `pread`/`preadv`, never through the mapping, so
-/// a file truncated since it was opened gives `TRUNCATED`, not a crash) as long as the bytes read between
-/// them stay within 1.25 pages read per page needed. A buffer obtained from the load keeps its device's
-/// allocation alive: the memory is released when the load and every buffer handle from it are freed.
-///
-/// `progress` (may be NULL) is called on the calling thread at a bounded rate (at most every 50 ms, plus once
-/// after each device's job) with the bytes moved to devices so far and in all, never decreasing, at least
-/// once, last with `done == total`; returning nonzero cancels: `CANCELLED`, no further call, and everything
-/// the load had allocated is freed. Any other failure also frees everything.
-/// Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (the plan was made for another file),
-/// `OUT_OF_MEMORY`, `CANCELLED`, `DEVICE_ERROR`, `IO`, `TRUNCATED`. On error `*out` is unchanged.
-/// Thread-safe; `user` is passed through untouched.
-#[no_mangle]
-pub extern "C" fn hostfirst_load_run(
-    file: *const hostfirst_file,
-    plan: *const hostfirst_plan,
-    progress: hostfirst_load_progress_fn,
-    user: *mut c_void,
-    out: *mut *mut hostfirst_load,
-) -> Status {
-    hostfirst_boundary!("hostfirst_load_run", { load_run(file, plan, progress, user, false, out) })
+/// How a load holds a tensor (`hostfirst_load_get`'s `out_kind`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum hostfirst_loaded {
+    /// A zero-copy host view of the file.
+    View = 1,
+    /// A buffer on a device.
+    Buffer = 2,
 }
 
-/// Options of `hostfirst_load_run_ex`. Zero-initialise, set `struct_size = sizeof(hostfirst_load_options)`,
-/// then set what you need; a smaller `struct_size` from an older header is accepted (later fields take their
-/// defaults).
+/// Options of `hostfirst_load_run`. Fill it with `hostfirst_load_options_init` (or zero-initialise and set
+/// `struct_size = sizeof(hostfirst_load_options)`), then set what you need; a NULL options pointer means all
+/// defaults; a smaller `struct_size` from an older header is accepted (later fields take their defaults).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct hostfirst_load_options {
@@ -81,8 +47,8 @@ pub struct hostfirst_load_options {
     /// extending it again gives them the file's new content, silently losing what was written there). 0 (the
     /// default): copies. Other devices always copy.
     pub copy_on_write: i32,
-    /// Progress callback (as for `hostfirst_load_run`), or NULL.
-    pub progress: hostfirst_load_progress_fn,
+    /// Progress callback (see `hostfirst_load_run`), or NULL.
+    pub progress: hostfirst_progress_fn,
     /// Passed to `progress` unchanged.
     pub user: *mut c_void,
 }
@@ -98,18 +64,53 @@ impl Default for hostfirst_load_options {
     }
 }
 
-/// `hostfirst_load_run` with options (`opts` NULL: the defaults, no progress callback): with
-/// `opts->copy_on_write = 1`, tensors placed on `cpu` are mapped copy-on-write instead of copied; the fit
-/// check still runs before anything is mapped. Errors as for `hostfirst_load_run`, plus `INVALID_ARGUMENT`
-/// for a bad `opts` (struct_size, copy_on_write not 0 or 1). Thread-safe.
+/// Fills `*out` with the default options (`struct_size` set, everything else zero/NULL). Errors:
+/// `NULL_ARGUMENT`. Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_load_run_ex(
+pub extern "C" fn hostfirst_load_options_init(out: *mut hostfirst_load_options) -> Status {
+    hostfirst_boundary!("hostfirst_load_options_init", {
+        *out_ptr(out, "out")? = hostfirst_load_options::default();
+        Ok(())
+    })
+}
+
+/// Applies `plan` (made from `file`) and writes a new load handle to `*out` (free with `hostfirst_load_free`).
+///
+/// Before the first byte moves, every device of the plan is fit-checked against its memory free *now* (one
+/// memory query per device, the only fit check of the load); the first that does not fit gives
+/// `OUT_OF_MEMORY` naming the device with the numbers (structured: `hostfirst_last_error_fit`), and nothing is
+/// allocated. Host tensors become views. Then each device's tensors are placed as one job:
+/// - `cpu`: one host allocation for all of them; each tensor's buffer is a 64-byte aligned part of it.
+/// - `cuda:N`: one device allocation (`cuMemAlloc`) for all of them; each buffer is a 256-byte aligned part
+///   (the alignment DLPack asks for). The bytes go through the page-locked staging ring on one stream with
+///   one event per staging slab, reused: no stream, event or allocation per tensor.
+/// - `cuda_host`, and `cpu` with copy-on-write (`opts->copy_on_write`): one allocation (or mapping) per
+///   tensor.
+///
+/// Neighbouring tensors in the file are read together (one `pread`/`preadv`, never through the mapping, so
+/// a file truncated since it was opened gives `TRUNCATED`, not a crash) as long as the bytes read between
+/// them stay within 1.25 pages read per page needed. A buffer obtained from the load keeps its device's
+/// allocation alive: the memory is released when the load and every buffer handle from it are freed.
+///
+/// `opts` NULL means the defaults (copies, no progress callback); with `opts->copy_on_write = 1`, tensors
+/// placed on `cpu` are mapped copy-on-write instead of copied (the fit check still runs before anything is
+/// mapped). `opts->progress` (may be NULL) is called on the calling thread at a bounded rate (at most every
+/// 50 ms, plus once after each device's job) with the bytes moved to devices so far and in all, never
+/// decreasing, at least once, last with `done == total`; returning nonzero cancels: `CANCELLED`, no further
+/// call, and everything the load had allocated is freed. Any other failure also frees everything.
+/// Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (the plan was made for another file; a bad
+/// `opts`: struct_size, copy_on_write not 0 or 1), `OUT_OF_MEMORY`, `CANCELLED`, `DEVICE_ERROR`, `IO`,
+/// `TRUNCATED`. On error `*out` is unchanged.
+/// Thread-safe; `opts->user` is passed to the callback untouched. (0.1 took `progress, user` here instead
+/// of `opts`.)
+#[no_mangle]
+pub extern "C" fn hostfirst_load_run(
     file: *const hostfirst_file,
     plan: *const hostfirst_plan,
     opts: *const hostfirst_load_options,
     out: *mut *mut hostfirst_load,
 ) -> Status {
-    hostfirst_boundary!("hostfirst_load_run_ex", {
+    hostfirst_boundary!("hostfirst_load_run", {
         let o = read_options(opts, hostfirst_load_options::default(), "opts")?;
         if o.copy_on_write != 0 && o.copy_on_write != 1 {
             return Err(Error::new(
@@ -124,7 +125,7 @@ pub extern "C" fn hostfirst_load_run_ex(
 fn load_run(
     file: *const hostfirst_file,
     plan: *const hostfirst_plan,
-    progress: hostfirst_load_progress_fn,
+    progress: hostfirst_progress_fn,
     user: *mut c_void,
     copy_on_write: bool,
     out: *mut *mut hostfirst_load,
@@ -166,7 +167,7 @@ pub extern "C" fn hostfirst_load_count(load: *const hostfirst_load, out_count: *
 pub extern "C" fn hostfirst_load_get(
     load: *const hostfirst_load,
     name: *const c_char,
-    out_kind: *mut u32,
+    out_kind: *mut hostfirst_loaded,
     out_buffer: *mut *mut hostfirst_buffer,
     out_view: *mut *mut hostfirst_view,
 ) -> Status {
@@ -183,7 +184,7 @@ pub extern "C" fn hostfirst_load_get(
                 } else {
                     handle::insert_new::<hostfirst_view>(view.clone())
                 };
-                (HOSTFIRST_LOADED_VIEW, std::ptr::null_mut(), v)
+                (hostfirst_loaded::View, std::ptr::null_mut(), v)
             }
             Placed::Buffer(buf) => {
                 let b = if out_buffer.is_null() {
@@ -191,7 +192,7 @@ pub extern "C" fn hostfirst_load_get(
                 } else {
                     handle::insert::<hostfirst_buffer>(buf.clone())
                 };
-                (HOSTFIRST_LOADED_BUFFER, b, std::ptr::null_mut())
+                (hostfirst_loaded::Buffer, b, std::ptr::null_mut())
             }
         };
         *kind = k;

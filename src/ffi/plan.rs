@@ -35,11 +35,15 @@ impl Handle for hostfirst_plan {
     const NAME: &'static str = "hostfirst_plan";
 }
 
-/// Placement of a tensor: it stays a zero-copy host view of the file's mapping.
-pub const HOSTFIRST_PLACEMENT_HOST: u32 = 1;
-
-/// Placement of a tensor: it is copied into a buffer on a device.
-pub const HOSTFIRST_PLACEMENT_DEVICE: u32 = 2;
+/// Where a plan puts a tensor (`hostfirst_plan_tensor_info.placement`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum hostfirst_placement {
+    /// It stays a zero-copy host view of the file's mapping.
+    Host = 1,
+    /// It is copied into a buffer on a device.
+    Device = 2,
+}
 
 /// One tensor of a plan, filled by `hostfirst_plan_tensor`. Set `struct_size = sizeof(hostfirst_plan_tensor_info)`
 /// before the call; fields may be appended in later minor versions.
@@ -51,7 +55,7 @@ pub struct hostfirst_plan_tensor_info {
     /// The tensor name (NUL-terminated UTF-8), valid until the plan is freed.
     pub name: *const c_char,
     /// `HOSTFIRST_PLACEMENT_HOST` or `HOSTFIRST_PLACEMENT_DEVICE`.
-    pub placement: u32,
+    pub placement: hostfirst_placement,
     /// The index of the rule that matched, or -1 when none did (the tensor stays on the host).
     pub rule: i32,
     /// The device for `HOSTFIRST_PLACEMENT_DEVICE` (`{0, 0}` for host).
@@ -187,8 +191,8 @@ pub extern "C" fn hostfirst_plan_tensor(
         let size = out_struct_size(out, "out")?;
         let e = nth(&p.plan.entries, index, "tensor")?;
         let (placement, device) = match e.placement {
-            Placement::Host => (HOSTFIRST_PLACEMENT_HOST, hostfirst_device { kind: 0, ordinal: 0 }),
-            Placement::Device(d) => (HOSTFIRST_PLACEMENT_DEVICE, d.into()),
+            Placement::Host => (hostfirst_placement::Host, hostfirst_device { kind: 0, ordinal: 0 }),
+            Placement::Device(d) => (hostfirst_placement::Device, d.into()),
         };
         write_out_struct(
             out,

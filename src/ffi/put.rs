@@ -21,15 +21,18 @@ impl Handle for hostfirst_put_op {
     const NAME: &'static str = "hostfirst_put_op";
 }
 
-/// A progress callback: `done` of `total` bytes have reached the destination. Return 0 to go on, nonzero
-/// to cancel (the put then frees everything it took and returns `HOSTFIRST_STATUS_CANCELLED`). Called at
-/// most every 50 ms, with `done` non-decreasing, and once at the end with `done == total` (cancelling then
-/// still cancels). Synchronous puts call it on the calling thread; asynchronous ones on the put's worker
-/// thread. It must not call `hostfirst_put_wait` or `hostfirst_put_op_free` on its own operation.
+/// The one progress callback of the library (puts, loads, shard runs): `done` of `total` bytes have reached
+/// their destination. Return 0 to go on, nonzero to cancel (the operation then frees everything it took and
+/// returns `HOSTFIRST_STATUS_CANCELLED`). Called at most every 50 ms, with `done` non-decreasing, and once at
+/// the end with `done == total` (cancelling then still cancels). `user` is the pointer given beside the
+/// callback, passed unchanged. Synchronous operations call it on the calling thread; asynchronous puts on the
+/// put's worker thread. It must not call `hostfirst_put_wait` or `hostfirst_put_op_free` on its own operation.
+/// (0.1 also had `hostfirst_load_progress_fn`, returning `int`; loads take this type now.)
 pub type hostfirst_progress_fn = Option<unsafe extern "C" fn(done: u64, total: u64, user: *mut c_void) -> i32>;
 
-/// Options of a put. Zero-initialise, set `struct_size = sizeof(hostfirst_put_options)`, then set what you
-/// need; zero fields mean the defaults. A smaller `struct_size` from an older header is accepted: fields past
+/// Options of `hostfirst_put` and `hostfirst_put_start`. Fill it with `hostfirst_put_options_init` (or
+/// zero-initialise and set `struct_size = sizeof(hostfirst_put_options)`), then set what you need; zero fields
+/// mean the defaults; a NULL options pointer means all defaults. A smaller `struct_size` from an older header is accepted: fields past
 /// it take their defaults.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -189,7 +192,7 @@ pub extern "C" fn hostfirst_put_options_init(out: *mut hostfirst_put_options) ->
 /// `HOSTFIRST_DEFAULT_DEVICE`); in strict mode that is refused with `IMPLICIT_PLACEMENT`. `opts` NULL means
 /// all defaults. The fit check runs before anything is allocated: a tensor that does not fit gives
 /// `OUT_OF_MEMORY` with a message such as `tensor 'tokens' (19.09 GiB) does not fit on cuda:0: 4.20 GiB free
-/// of 24.00 GiB`, details in `hostfirst_last_fit`, and allocates nothing. cpu targets are filled by parallel
+/// of 24.00 GiB`, details in `hostfirst_last_error_fit`, and allocates nothing. cpu targets are filled by parallel
 /// `pread`s straight into the destination; cuda:N targets through the bounded page-locked staging ring (or
 /// the resident registration, see `opts->resident`); the driver never copies from pageable memory.
 /// Errors also: `NULL_ARGUMENT` (`view`, `out`), `INVALID_HANDLE`, `INVALID_ARGUMENT` (unknown device kind,
@@ -197,6 +200,11 @@ pub extern "C" fn hostfirst_put_options_init(out: *mut hostfirst_put_options) ->
 /// `TRUNCATED`/`IO` (the file changed), `CANCELLED` (the progress callback asked). On any failure nothing
 /// stays allocated and `*out` is unchanged. The buffer is the caller's; free it with `hostfirst_buffer_free`.
 /// Thread-safe: many puts may run at once.
+///
+/// `out_stats` (NULL: not wanted; otherwise set its `struct_size` first) describes what the transfer did. It
+/// is written only when the put succeeds, together with `*out`: on any failure (a bad argument, the fit check,
+/// a driver error, a cancelled put) `*out_stats` is left exactly as the caller passed it, so stale numbers
+/// from an earlier call are never mistaken for this one's. (0.1 had this as `hostfirst_put_ex`.)
 ///
 /// **Eager copies and copy-on-write puts to cpu.** By default a put copies: the buffer is new memory the
 /// caller owns, and nothing anyone does to the file afterwards can change it or fault it. That is why it is
@@ -231,26 +239,12 @@ pub extern "C" fn hostfirst_put(
     target: *const hostfirst_device,
     opts: *const hostfirst_put_options,
     out: *mut *mut hostfirst_buffer,
-) -> Status {
-    hostfirst_boundary!("hostfirst_put", { hostfirst_put_ex_impl(view, target, opts, out, std::ptr::null_mut()) })
-}
-
-/// `hostfirst_put`, also describing what the transfer did in `*out_stats` (NULL: not wanted; otherwise set
-/// its `struct_size` first). The stats are written only when the put succeeds, together with `*out`: on any
-/// failure (a bad argument, the fit check, a driver error, a cancelled put) `*out_stats` is left exactly as
-/// the caller passed it, so stale numbers from an earlier call are never mistaken for this one's.
-#[no_mangle]
-pub extern "C" fn hostfirst_put_ex(
-    view: *const hostfirst_view,
-    target: *const hostfirst_device,
-    opts: *const hostfirst_put_options,
-    out: *mut *mut hostfirst_buffer,
     out_stats: *mut hostfirst_put_stats,
 ) -> Status {
-    hostfirst_boundary!("hostfirst_put_ex", { hostfirst_put_ex_impl(view, target, opts, out, out_stats) })
+    hostfirst_boundary!("hostfirst_put", { put_impl(view, target, opts, out, out_stats) })
 }
 
-fn hostfirst_put_ex_impl(
+fn put_impl(
     view: *const hostfirst_view,
     target: *const hostfirst_device,
     opts: *const hostfirst_put_options,
@@ -274,8 +268,9 @@ fn hostfirst_put_ex_impl(
     Ok(())
 }
 
-/// Starts putting a view on a worker thread; `*out_op` receives the operation. Arguments as for
-/// `hostfirst_put`; the target (including the default device and strict mode) is resolved now, on the
+/// Starts putting a view on a worker thread; `*out_op` receives the operation, whose buffer
+/// `hostfirst_put_wait` takes. A different operation from `hostfirst_put` (it returns before the bytes move),
+/// with the same options struct. Arguments as for `hostfirst_put`; the target (including the default device and strict mode) is resolved now, on the
 /// calling thread, and errors found before the worker starts are returned here (then `*out_op` is
 /// unchanged). The view may be freed right after the call (the operation keeps what it needs). The progress
 /// callback runs on the worker thread. Free the operation with `hostfirst_put_op_free` in every case.

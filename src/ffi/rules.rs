@@ -51,8 +51,10 @@ pub extern "C" fn hostfirst_rules_add(
     })
 }
 
-/// Appends a rule written `pattern=target` (the CLI's `--rule` form; the last `=` separates the two), with
-/// the rules of `hostfirst_rules_add`. Thread-safe.
+/// Appends a rule written as text, `pattern=target` (the CLI's `--rule` form; the last `=` separates the two),
+/// with the rules of `hostfirst_rules_add`: the parse of the text form, as `hostfirst_device_parse` is for
+/// devices, for callers that hold rules as strings (command lines, config files). Errors: as for
+/// `hostfirst_rules_add`, and `INVALID_ARGUMENT` for text without `=`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_rules_add_spec(rules: *mut hostfirst_rules, spec: *const c_char) -> Status {
     hostfirst_boundary!("hostfirst_rules_add_spec", {

@@ -1,7 +1,7 @@
 //! The default-device stack: the process default and the queries (`hostfirst_default_*`), per-thread and
 //! carried scopes (`hostfirst_scope_*`), strict mode (`hostfirst_strict_*`).
 
-use super::args::{in_ref, opt_out, out_ptr};
+use super::args::{c_default_source, in_ref, opt_out, out_ptr};
 use super::device::hostfirst_device;
 use crate::error::Status;
 use crate::scope::{self, CarriedScope, DefaultSource, ScopeToken};
@@ -29,7 +29,7 @@ pub struct hostfirst_carried_scope {
 #[no_mangle]
 pub extern "C" fn hostfirst_default_device(
     out_device: *mut hostfirst_device,
-    out_source: *mut u32,
+    out_source: *mut DefaultSource,
     out_depth: *mut u32,
 ) -> Status {
     hostfirst_boundary!("hostfirst_default_device", {
@@ -37,7 +37,7 @@ pub extern "C" fn hostfirst_default_device(
         let cur = scope::current()?;
         *out = cur.device.into();
         if let Some(s) = opt_out(out_source) {
-            *s = cur.source as u32;
+            *s = cur.source;
         }
         if let Some(d) = opt_out(out_depth) {
             *d = cur.depth;
@@ -46,14 +46,15 @@ pub extern "C" fn hostfirst_default_device(
     })
 }
 
-/// Returns the static name of a default source: `"scope"`, `"process"`, `"env"`, `"built-in"`; `"unknown"`
-/// otherwise. Never NULL.
+/// Returns the static name of a default source: its constant without the `HOSTFIRST_DEFAULT_SOURCE_` prefix
+/// (`"SCOPE"`, `"PROCESS"`, `"ENV"`, `"BUILT_IN"`); `"UNKNOWN"` otherwise. Never NULL. (0.1 returned lower
+/// case, `"built-in"`.) Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_default_source_name(source: u32) -> *const std::ffi::c_char {
-    hostfirst_boundary!("hostfirst_default_source_name", default = c"unknown".as_ptr(), {
+pub extern "C" fn hostfirst_default_source_name(source: c_default_source) -> *const std::ffi::c_char {
+    hostfirst_boundary!("hostfirst_default_source_name", default = c"UNKNOWN".as_ptr(), {
         match DefaultSource::from_repr(source) {
-            Some(s) => super::args::static_cstr(s.name()),
-            None => c"unknown".as_ptr(),
+            Some(s) => super::args::static_cstr(&super::args::constant_suffix(s.name())),
+            None => c"UNKNOWN".as_ptr(),
         }
     })
 }

@@ -487,7 +487,7 @@ pub extern "C" fn hostfirst_shard_plan_free(plan: *mut hostfirst_shard_plan) -> 
 /// device and writes a new result handle to `*out` (free it with `hostfirst_shard_result_free`).
 ///
 /// Before the first byte moves, every device is fit-checked against its memory free *now*; the first that
-/// does not fit gives `OUT_OF_MEMORY` naming the device with the numbers (`hostfirst_last_fit`), and nothing
+/// does not fit gives `OUT_OF_MEMORY` naming the device with the numbers (`hostfirst_last_error_fit`), and nothing
 /// is allocated. Then each shard is read from its runs only, with parallel `pread`s straight into host
 /// buffers (`cpu`, `cuda_host`) or through the bounded page-locked staging ring for `cuda:N` (runs packed
 /// into the slabs); a part held by several owned positions is read once and copied. Files are never read

@@ -1,7 +1,7 @@
 //! Statuses and the calling thread's last failure: `hostfirst_status_*`, `hostfirst_last_*` and the fit-check
 //! details (`hostfirst_fit_info`). The last error is recorded here by the panic boundary (`super::run_status`).
 
-use super::args::opt_out;
+use super::args::{c_status, out_struct, out_struct_size, write_out_struct};
 use super::device::hostfirst_device;
 use crate::device::DeviceSpec;
 use crate::error::{Error, FitFailure, Status, ALL_STATUSES};
@@ -46,10 +46,13 @@ pub(crate) fn set_last_error(e: &Error) {
     });
 }
 
-/// Details of the most recent failed fit check on this thread (see `hostfirst_last_fit`).
+/// Details of the most recent failed fit check on this thread, filled by `hostfirst_last_error_fit`. Set
+/// `struct_size = sizeof(hostfirst_fit_info)` before the call; fields may be appended in later minor versions.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct hostfirst_fit_info {
+    /// In: the caller's `sizeof(hostfirst_fit_info)`. Out: the number of bytes written.
+    pub struct_size: usize,
     /// Bytes the operation needed.
     pub needed: u64,
     /// Bytes free on the device when checked (host memory: MemAvailable minus the safety margin).
@@ -60,12 +63,14 @@ pub struct hostfirst_fit_info {
     pub device: hostfirst_device,
 }
 
-/// Returns the static name of a status without its prefix, e.g. `"OUT_OF_MEMORY"` for
-/// `HOSTFIRST_STATUS_OUT_OF_MEMORY`.
+out_struct!(hostfirst_fit_info, device);
+
+/// Returns the static name of a status: its constant without the `HOSTFIRST_STATUS_` prefix, e.g.
+/// `"OUT_OF_MEMORY"` for `HOSTFIRST_STATUS_OUT_OF_MEMORY`.
 ///
 /// Unknown values give `"UNKNOWN"`. Never returns NULL; the string lives for the process lifetime. Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_status_name(status: u32) -> *const c_char {
+pub extern "C" fn hostfirst_status_name(status: c_status) -> *const c_char {
     hostfirst_boundary!("hostfirst_status_name", default = c"UNKNOWN".as_ptr(), {
         match Status::from_u32(status) {
             Some(s) => super::args::static_cstr(s.name()),
@@ -75,9 +80,9 @@ pub extern "C" fn hostfirst_status_name(status: u32) -> *const c_char {
 }
 
 /// Returns 1 if `status` is in the file-format range (a malformed or rejected safetensors file or index),
-/// else 0.
+/// else 0 (also for a value that is no `hostfirst_status`).
 #[no_mangle]
-pub extern "C" fn hostfirst_status_is_format_error(status: u32) -> i32 {
+pub extern "C" fn hostfirst_status_is_format_error(status: c_status) -> i32 {
     hostfirst_boundary!("hostfirst_status_is_format_error", default = 0, {
         Status::from_u32(status).map(|s| s.is_format() as i32).unwrap_or(0)
     })
@@ -93,7 +98,8 @@ pub extern "C" fn hostfirst_status_count() -> usize {
 /// `HOSTFIRST_STATUS_OK` if none has failed yet.
 ///
 /// The last error is per thread and is only replaced by the next *failing* call on the same thread;
-/// successful calls leave it alone.
+/// successful calls leave it alone. The family: `hostfirst_last_error_status` (the code),
+/// `hostfirst_last_error_message` (the text), `hostfirst_last_error_fit` (the numbers of a failed fit check).
 #[no_mangle]
 pub extern "C" fn hostfirst_last_error_status() -> Status {
     hostfirst_boundary!("hostfirst_last_error_status", default = Status::Panic, {
@@ -105,56 +111,29 @@ pub extern "C" fn hostfirst_last_error_status() -> Status {
 ///
 /// The message names the thing (tensor, device, file) and the numbers (needed vs free bytes). The pointer
 /// is owned by the library and valid until the next failing hostfirst call on the same thread; copy it
-/// to keep it. Never returns NULL.
+/// to keep it. Never returns NULL. (0.1's `hostfirst_last_error()`; 0.1's copying
+/// `hostfirst_last_error_message(buf, capacity, out_len)` is gone: copy this string instead.)
 #[no_mangle]
-pub extern "C" fn hostfirst_last_error() -> *const c_char {
-    hostfirst_boundary!("hostfirst_last_error", default = c"".as_ptr(), {
+pub extern "C" fn hostfirst_last_error_message() -> *const c_char {
+    hostfirst_boundary!("hostfirst_last_error_message", default = c"".as_ptr(), {
         LAST_ERROR.try_with(|l| l.borrow().message.as_ptr()).unwrap_or(c"".as_ptr())
     })
 }
 
-/// Copies the calling thread's last error message into `buf` (NUL-terminated).
-///
-/// `*out_len` (if `out_len` is not NULL) always receives the message length without the NUL. `buf == NULL`
-/// with `capacity == 0` is a length query and returns OK. If `capacity < length + 1`, nothing is written
-/// to `buf` and `HOSTFIRST_STATUS_BUFFER_TOO_SMALL` is returned; this call does not replace the last error
-/// in that case, so the caller can retry with a larger buffer.
-#[no_mangle]
-pub extern "C" fn hostfirst_last_error_message(buf: *mut c_char, capacity: usize, out_len: *mut usize) -> Status {
-    hostfirst_boundary!("hostfirst_last_error_message", default = Status::Panic, {
-        let msg = LAST_ERROR.try_with(|l| l.borrow().message.to_string_lossy().into_owned()).unwrap_or_default();
-        if let Some(l) = opt_out(out_len) {
-            *l = msg.len();
-        }
-        if buf.is_null() && capacity == 0 {
-            return Status::Ok;
-        }
-        if buf.is_null() {
-            return Status::NullArgument;
-        }
-        if capacity < msg.len() + 1 {
-            return Status::BufferTooSmall;
-        }
-        // SAFETY: non-NULL with `capacity` writable bytes per the contract.
-        unsafe {
-            std::ptr::copy_nonoverlapping(msg.as_ptr(), buf as *mut u8, msg.len());
-            *buf.add(msg.len()) = 0;
-        }
-        Status::Ok
-    })
-}
-
 /// Copies the numbers of the calling thread's last failure into `*out` when that failure was a fit check
-/// (`HOSTFIRST_STATUS_OUT_OF_MEMORY` raised before allocating).
+/// (`HOSTFIRST_STATUS_OUT_OF_MEMORY` raised before allocating). Set `out->struct_size` first.
 ///
 /// Returns `HOSTFIRST_STATUS_NOT_FOUND` (and does not replace the last error) when the last failure was
-/// something else; `HOSTFIRST_STATUS_NULL_ARGUMENT` if `out` is NULL.
+/// something else; `HOSTFIRST_STATUS_NULL_ARGUMENT` if `out` is NULL, `HOSTFIRST_STATUS_INVALID_ARGUMENT`
+/// if its `struct_size` is too small (these two do not replace the last error either: the failure being
+/// asked about stays readable). `*out` is written only on OK.
 #[no_mangle]
-pub extern "C" fn hostfirst_last_fit(out: *mut hostfirst_fit_info) -> Status {
-    hostfirst_boundary!("hostfirst_last_fit", default = Status::Panic, {
-        if out.is_null() {
-            return Status::NullArgument;
-        }
+pub extern "C" fn hostfirst_last_error_fit(out: *mut hostfirst_fit_info) -> Status {
+    hostfirst_boundary!("hostfirst_last_error_fit", default = Status::Panic, {
+        let size = match out_struct_size(out, "out") {
+            Ok(size) => size,
+            Err(e) => return e.status(),
+        };
         let fit = LAST_ERROR.try_with(|l| l.borrow().fit.clone()).ok().flatten();
         let Some(f) = fit else { return Status::NotFound };
         let dev = DeviceSpec::parse(&f.device)
@@ -162,8 +141,11 @@ pub extern "C" fn hostfirst_last_fit(out: *mut hostfirst_fit_info) -> Status {
             .and_then(|s| crate::device::resolve(&s, &f.device).ok())
             .map(hostfirst_device::from)
             .unwrap_or(hostfirst_device { kind: 0, ordinal: -1 });
-        // SAFETY: checked non-NULL above.
-        unsafe { *out = hostfirst_fit_info { needed: f.needed, free: f.free, total: f.total, device: dev } };
+        write_out_struct(
+            out,
+            size,
+            hostfirst_fit_info { struct_size: 0, needed: f.needed, free: f.free, total: f.total, device: dev },
+        );
         Status::Ok
     })
 }

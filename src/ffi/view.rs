@@ -33,8 +33,8 @@ pub struct hostfirst_view_info {
     pub struct_size: usize,
     /// The tensor's name (NUL-terminated UTF-8); valid until the view is freed.
     pub name: *const c_char,
-    /// A `HOSTFIRST_DTYPE_*` value.
-    pub dtype: u32,
+    /// The element type.
+    pub dtype: super::args::c_dtype,
     /// Number of dimensions (0 for a scalar).
     pub rank: u32,
     /// `rank` dimensions, C order; NULL when `rank` is 0. Valid until the view is freed. For a row slice,
@@ -235,7 +235,7 @@ pub extern "C" fn hostfirst_view_read(
 ///
 /// Nothing is allocated: the pages belong to the page cache, which the kernel may reclaim again under memory
 /// pressure. A view larger than available host memory less the fit check's margin gives `OUT_OF_MEMORY`
-/// (message and `hostfirst_last_fit` as for a put) and reads nothing. When `populated` is not NULL it
+/// (message and `hostfirst_last_error_fit` as for a put) and reads nothing. When `populated` is not NULL it
 /// receives, on success, `true` when the pages were mapped and `false` when the system offers only
 /// read-ahead advice (Linux before 5.14, other systems) or the view is over a memory buffer (nothing to do).
 ///

@@ -12,7 +12,7 @@
     do {                                                                                 \
         if (!(cond)) {                                                                   \
             fprintf(stderr, "%s:%d: CHECK failed: %s\n  last error: %s\n", __FILE__,    \
-                    __LINE__, #cond, hostfirst_last_error());                            \
+                    __LINE__, #cond, hostfirst_last_error_message());                            \
             exit(1);                                                                     \
         }                                                                                \
     } while (0)
@@ -24,7 +24,7 @@
         if (st_ != (expected)) {                                                         \
             fprintf(stderr, "%s:%d: %s returned %s, expected %s\n  last error: %s\n",    \
                     __FILE__, __LINE__, #call, hostfirst_status_name(st_),               \
-                    hostfirst_status_name(expected), hostfirst_last_error());            \
+                    hostfirst_status_name(expected), hostfirst_last_error_message());            \
             exit(1);                                                                     \
         }                                                                                \
     } while (0)
@@ -34,12 +34,22 @@
 /* Asserts the last error message contains a substring. */
 #define CHECK_MSG(needle)                                                                \
     do {                                                                                 \
-        if (strstr(hostfirst_last_error(), (needle)) == NULL) {                          \
+        if (strstr(hostfirst_last_error_message(), (needle)) == NULL) {                          \
             fprintf(stderr, "%s:%d: last error '%s' lacks '%s'\n", __FILE__, __LINE__,   \
-                    hostfirst_last_error(), (needle));                                   \
+                    hostfirst_last_error_message(), (needle));                                   \
             exit(1);                                                                     \
         }                                                                                \
     } while (0)
+
+/* Load options carrying only a progress callback (NULL callback: the defaults). One static struct: use the
+ * result before the next call, on one thread. */
+static inline const hostfirst_load_options *progress_options(hostfirst_progress_fn fn, void *user) {
+    static hostfirst_load_options o;
+    if (hostfirst_load_options_init(&o) != HOSTFIRST_STATUS_OK) abort();
+    o.progress = fn;
+    o.user = user;
+    return &o;
+}
 
 static inline size_t live_handles(void) {
     size_t n = 0;

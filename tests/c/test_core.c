@@ -21,13 +21,16 @@ static void test_status_names(void) {
     CHECK(hostfirst_status_is_format_error(HOSTFIRST_STATUS_INVALID_HEADER_JSON) == 1);
     CHECK(hostfirst_status_is_format_error(HOSTFIRST_STATUS_IO) == 0);
     CHECK(hostfirst_status_count() > 20);
-    CHECK(strcmp(hostfirst_backend_status_name(HOSTFIRST_BACKEND_STATUS_LIBRARY_NOT_FOUND), "library_not_found") == 0);
-    CHECK(strcmp(hostfirst_backend_status_name(77), "unknown") == 0);
-    CHECK(strcmp(hostfirst_default_source_name(HOSTFIRST_DEFAULT_SOURCE_BUILT_IN), "built-in") == 0);
-    CHECK(strcmp(hostfirst_default_source_name(12), "unknown") == 0);
+    /* One spelling for every *_name function: the constant without its prefix; "UNKNOWN" otherwise. */
+    CHECK(strcmp(hostfirst_backend_status_name(HOSTFIRST_BACKEND_STATUS_LIBRARY_NOT_FOUND), "LIBRARY_NOT_FOUND") == 0);
+    CHECK(strcmp(hostfirst_backend_status_name(77), "UNKNOWN") == 0);
+    CHECK(strcmp(hostfirst_default_source_name(HOSTFIRST_DEFAULT_SOURCE_BUILT_IN), "BUILT_IN") == 0);
+    CHECK(strcmp(hostfirst_default_source_name(12), "UNKNOWN") == 0);
+    CHECK(strcmp(hostfirst_dtype_name(HOSTFIRST_DTYPE_F8_E4M3FNUZ), "F8_E4M3FNUZ") == 0);
+    CHECK(strcmp(hostfirst_dtype_name(0), "UNKNOWN") == 0);
 }
 
-static void test_last_error_buffer(void) {
+static void test_last_error(void) {
     hostfirst_device d = {0, 0};
     CHECK_STATUS(hostfirst_device_parse("tpu", &d), HOSTFIRST_STATUS_INVALID_ARGUMENT);
     CHECK(d.kind == 0); /* outputs untouched on failure */
@@ -35,20 +38,15 @@ static void test_last_error_buffer(void) {
     CHECK_MSG("tpu");
     CHECK_MSG("cuda:GPU-<uuid>");
     size_t len = 0;
-    CHECK_OK(hostfirst_last_error_message(NULL, 0, &len));
-    CHECK(len == strlen(hostfirst_last_error()));
-    char small[4] = "xyz";
-    CHECK_STATUS(hostfirst_last_error_message(small, sizeof small, &len), HOSTFIRST_STATUS_BUFFER_TOO_SMALL);
-    CHECK(strcmp(small, "xyz") == 0);
-    CHECK(hostfirst_last_error_status() == HOSTFIRST_STATUS_INVALID_ARGUMENT); /* not replaced */
-    char *big = malloc(len + 1);
-    CHECK_OK(hostfirst_last_error_message(big, len + 1, &len));
-    CHECK(strcmp(big, hostfirst_last_error()) == 0);
-    free(big);
-    CHECK_STATUS(hostfirst_last_error_message(NULL, 10, &len), HOSTFIRST_STATUS_NULL_ARGUMENT);
-    hostfirst_fit_info fit;
-    CHECK_STATUS(hostfirst_last_fit(&fit), HOSTFIRST_STATUS_NOT_FOUND);
-    CHECK_STATUS(hostfirst_last_fit(NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    /* Asking about the last failure never replaces it: not a fit check (NOT_FOUND), a NULL or too-small struct. */
+    hostfirst_fit_info fit = {.struct_size = sizeof fit, .needed = 7};
+    CHECK_STATUS(hostfirst_last_error_fit(&fit), HOSTFIRST_STATUS_NOT_FOUND);
+    CHECK(fit.needed == 7); /* written only on OK */
+    CHECK_STATUS(hostfirst_last_error_fit(NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    hostfirst_fit_info tiny = {.struct_size = sizeof(size_t)};
+    CHECK_STATUS(hostfirst_last_error_fit(&tiny), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK(hostfirst_last_error_status() == HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("tpu");
     char info[512];
     CHECK_OK(hostfirst_build_info(info, sizeof info, &len));
     CHECK(strstr(info, "hostfirst") != NULL);
@@ -77,7 +75,7 @@ static void test_panic_boundary(void) {
 static void test_census_without_cuda(void) {
     size_t n = hostfirst_backend_count();
     CHECK(n == 2);
-    hostfirst_backend_info b;
+    hostfirst_backend_info b = {.struct_size = sizeof b};
     CHECK_OK(hostfirst_backend_describe(0, &b));
     CHECK(strcmp(b.name, "cpu") == 0 && b.status == HOSTFIRST_BACKEND_STATUS_AVAILABLE && b.device_count == 1);
     CHECK_OK(hostfirst_backend_describe(1, &b));
@@ -90,6 +88,10 @@ static void test_census_without_cuda(void) {
     }
     CHECK_STATUS(hostfirst_backend_describe(2, &b), HOSTFIRST_STATUS_OUT_OF_RANGE);
     CHECK_STATUS(hostfirst_backend_describe(0, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    hostfirst_backend_info small = {.struct_size = sizeof(size_t), .device_count = 99};
+    CHECK_STATUS(hostfirst_backend_describe(0, &small), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("struct_size");
+    CHECK(small.device_count == 99 && small.name == NULL); /* nothing written */
 
     size_t count = 0;
     CHECK_OK(hostfirst_devices(NULL, 0, &count));
@@ -162,7 +164,7 @@ static void test_specs(void) {
     CHECK_STATUS(hostfirst_device_parse("cpu", NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(hostfirst_device_parse("cpu:1", &d), HOSTFIRST_STATUS_NO_SUCH_DEVICE);
 
-    hostfirst_backend_info cuda;
+    hostfirst_backend_info cuda = {.struct_size = sizeof cuda};
     CHECK_OK(hostfirst_backend_describe(1, &cuda));
     if (cuda.status != HOSTFIRST_BACKEND_STATUS_AVAILABLE) {
         CHECK_STATUS(hostfirst_device_parse("cuda:0", &d), HOSTFIRST_STATUS_UNAVAILABLE);
@@ -303,7 +305,7 @@ int main(void) {
     size_t handles0 = live_handles();
     test_version();
     test_status_names();
-    test_last_error_buffer();
+    test_last_error();
     test_panic_boundary();
     test_census_without_cuda();
     test_specs();

@@ -106,7 +106,7 @@ int main(int argc, char **argv) {
     hostfirst_buffer *b = NULL;
     CHECK_OK(hostfirst_file_open(path, &f));
     CHECK_OK(hostfirst_file_view(f, "t", &v));
-    CHECK_OK(hostfirst_put(v, &cpu, &o, &b));
+    CHECK_OK(hostfirst_put(v, &cpu, &o, &b, NULL));
     int backed = 0;
     CHECK_OK(hostfirst_buffer_is_file_backed(b, &backed));
     CHECK(backed == 1);

@@ -20,7 +20,7 @@ static const char *UUID0 = "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf";
 static const char *UUID1 = "GPU-b0b1b2b3-b4b5-b6b7-b8b9-babbbcbdbebf";
 
 static void test_backend(void) {
-    hostfirst_backend_info b;
+    hostfirst_backend_info b = {.struct_size = sizeof b};
     CHECK_OK(hostfirst_backend_describe(1, &b));
     CHECK(strcmp(b.name, "cuda") == 0);
     CHECK(b.status == HOSTFIRST_BACKEND_STATUS_AVAILABLE);

@@ -37,13 +37,13 @@ static void cpu_work(void) {
     hostfirst_device cpu;
     CHECK_OK(hostfirst_device_parse("cpu", &cpu));
     CHECK(cpu.kind == HOSTFIRST_DEVICE_CPU);
-    CHECK_OK(hostfirst_put(view, &cpu, NULL, &buf));
+    CHECK_OK(hostfirst_put(view, &cpu, NULL, &buf, NULL));
     uint16_t back[N];
     CHECK_OK(hostfirst_buffer_copy_to_host(buf, back, sizeof back));
     CHECK(memcmp(back, data, sizeof data) == 0);
     CHECK_OK(hostfirst_gather_new(cpu, HOSTFIRST_DTYPE_U16, 2, 16, &g));
     uint64_t offsets[2] = {3, 100};
-    CHECK_OK(hostfirst_gather_run(g, view, offsets, 2));
+    CHECK_OK(hostfirst_gather_run(g, view, offsets, 2, NULL));
     uint16_t batch[32];
     CHECK_OK(hostfirst_gather_copy_to_host(g, batch, sizeof batch));
     CHECK(memcmp(batch, data + 3, 32) == 0 && memcmp(batch + 16, data + 100, 32) == 0);
@@ -65,7 +65,7 @@ static unsigned long long stand_in_counter(const char *name) {
 }
 
 static void fork_test(void) {
-    hostfirst_backend_info cuda;
+    hostfirst_backend_info cuda = {.struct_size = sizeof cuda};
     CHECK_OK(hostfirst_backend_describe(1, &cuda));
     CHECK(cuda.status == HOSTFIRST_BACKEND_STATUS_AVAILABLE);
     /* A CUDA buffer made before the fork: in the child every way to its memory refuses alike. */
@@ -74,7 +74,7 @@ static void fork_test(void) {
     hostfirst_buffer *pbuf = NULL;
     open_tokens(&pfile, &pview);
     hostfirst_device gpu0 = {HOSTFIRST_DEVICE_CUDA, 0};
-    CHECK_OK(hostfirst_put(pview, &gpu0, NULL, &pbuf));
+    CHECK_OK(hostfirst_put(pview, &gpu0, NULL, &pbuf, NULL));
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) {
@@ -88,7 +88,7 @@ static void fork_test(void) {
         hostfirst_buffer *buf = NULL;
         open_tokens(&file, &view);
         hostfirst_device gpu = {HOSTFIRST_DEVICE_CUDA, 0};
-        CHECK_STATUS(hostfirst_put(view, &gpu, NULL, &buf), HOSTFIRST_STATUS_UNAVAILABLE);
+        CHECK_STATUS(hostfirst_put(view, &gpu, NULL, &buf, NULL), HOSTFIRST_STATUS_UNAVAILABLE);
         CHECK_MSG("fork()");
         hostfirst_device def;
         uint32_t source = 0;
@@ -122,7 +122,7 @@ static void fork_test(void) {
     hostfirst_buffer *buf = NULL;
     open_tokens(&file, &view);
     hostfirst_device gpu = {HOSTFIRST_DEVICE_CUDA, 0};
-    CHECK_OK(hostfirst_put(view, &gpu, NULL, &buf));
+    CHECK_OK(hostfirst_put(view, &gpu, NULL, &buf, NULL));
     uint16_t back[N];
     CHECK_OK(hostfirst_buffer_copy_to_host(buf, back, sizeof back));
     CHECK(memcmp(back, data, sizeof data) == 0);

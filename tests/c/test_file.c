@@ -47,8 +47,8 @@ static void test_dtypes(void) {
     CHECK(hostfirst_dtype_bits(HOSTFIRST_DTYPE_F4) == 4);
     CHECK(hostfirst_dtype_bits(HOSTFIRST_DTYPE_F6_E2M3) == 6);
     CHECK(hostfirst_dtype_bits(HOSTFIRST_DTYPE_C64) == 64);
-    CHECK(hostfirst_dtype_name(0) == NULL && hostfirst_dtype_bits(0) == 0);
-    CHECK(hostfirst_dtype_name(999) == NULL && hostfirst_dtype_bits(0xffffffffu) == 0);
+    CHECK(strcmp(hostfirst_dtype_name(0), "UNKNOWN") == 0 && hostfirst_dtype_bits(0) == 0);
+    CHECK(strcmp(hostfirst_dtype_name(999), "UNKNOWN") == 0 && hostfirst_dtype_bits(0xffffffffu) == 0);
     uint32_t d = 0;
     CHECK_OK(hostfirst_dtype_from_name("F8_E5M2FNUZ", &d));
     CHECK(d == HOSTFIRST_DTYPE_F8_E5M2FNUZ);
@@ -70,7 +70,7 @@ static void test_file_api(void) {
     hostfirst_file *f = NULL;
     CHECK_STATUS(hostfirst_file_open(NULL, &f), HOSTFIRST_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(hostfirst_file_open("", &f), HOSTFIRST_STATUS_INVALID_ARGUMENT);
-    CHECK(strcmp(hostfirst_last_error(),
+    CHECK(strcmp(hostfirst_last_error_message(),
                  "the path is empty: give the path of a .safetensors file or of a *.safetensors.index.json") == 0);
     CHECK(f == NULL);
     CHECK_STATUS(hostfirst_file_open(p, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
@@ -295,7 +295,7 @@ static void test_index_set(void) {
     fputs("{\"metadata\":{\"total_size\":3},\"weight_map\":{\"b\":\"s-2.safetensors\",\"a\":\"s-1.safetensors\"}}", fi);
     fclose(fi);
     hostfirst_file *f = NULL;
-    CHECK_OK(hostfirst_file_open_index(ip, &f));
+    CHECK_OK(hostfirst_file_open(ip, &f)); /* detected by name */
     size_t n = 0;
     CHECK_OK(hostfirst_file_tensor_count(f, &n));
     CHECK(n == 2);
@@ -311,10 +311,19 @@ static void test_index_set(void) {
     CHECK(bb[0] == 'B' && bb[1] == 'B');
     CHECK_OK(hostfirst_view_free(vb));
     CHECK_OK(hostfirst_file_free(f));
+    /* Detected by content whatever it is called; an index naming a missing shard is INVALID_INDEX. */
+    const char *renamed = path_in("set-index.txt");
+    CHECK(rename(ip, renamed) == 0);
     hostfirst_file *g = NULL;
-    CHECK_OK(hostfirst_file_open(ip, &g)); /* detected by name */
+    CHECK_OK(hostfirst_file_open(renamed, &g));
+    CHECK_OK(hostfirst_file_tensor_count(g, &n));
+    CHECK(n == 2);
     CHECK_OK(hostfirst_file_free(g));
-    CHECK_STATUS(hostfirst_file_open_index(path_in("s-1.safetensors"), &g), HOSTFIRST_STATUS_INVALID_INDEX);
+    CHECK(remove(path_in("s-2.safetensors")) == 0);
+    g = NULL;
+    CHECK_STATUS(hostfirst_file_open(renamed, &g), HOSTFIRST_STATUS_INVALID_INDEX);
+    CHECK_MSG("s-2.safetensors");
+    CHECK(g == NULL);
 }
 
 static void test_truncated_after_open(void) {

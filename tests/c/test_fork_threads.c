@@ -26,7 +26,7 @@ static atomic_int stop;
 static void put_once(void) {
     hostfirst_device cpu = {HOSTFIRST_DEVICE_CPU, 0};
     hostfirst_buffer *b = NULL;
-    CHECK_OK(hostfirst_put(view, &cpu, NULL, &b));
+    CHECK_OK(hostfirst_put(view, &cpu, NULL, &b, NULL));
     uint16_t back[N];
     CHECK_OK(hostfirst_buffer_copy_to_host(b, back, sizeof back));
     CHECK(memcmp(back, data, sizeof data) == 0);
@@ -45,7 +45,7 @@ static void *worker(void *arg) {
             CHECK_OK(hostfirst_default_device(&d, &source, NULL));
             CHECK(d.kind == HOSTFIRST_DEVICE_CPU);
         } else if (id == 1) {
-            hostfirst_backend_info info;
+            hostfirst_backend_info info = {.struct_size = sizeof info};
             CHECK_OK(hostfirst_backend_describe(0, &info));
         }
     }
@@ -84,7 +84,7 @@ int main(int argc, char **argv) {
             hostfirst_device d;
             uint32_t source = 0;
             CHECK_OK(hostfirst_default_device(&d, &source, NULL));
-            hostfirst_backend_info info;
+            hostfirst_backend_info info = {.struct_size = sizeof info};
             CHECK_OK(hostfirst_backend_describe(0, &info));
             /* Success is SIGTERM, not exit(0): what the other threads held at the fork (a buffer half made)
              * belongs to threads the child does not have, so its leak report means nothing, and the valgrind

@@ -82,7 +82,7 @@ static void run(hostfirst_device dev) {
     /* from a host buffer; the view's and buffer's handles may go first: the stream keeps them */
     hostfirst_device cpu = {HOSTFIRST_DEVICE_CPU, 0};
     hostfirst_buffer *host = NULL;
-    CHECK_OK(hostfirst_put(v, &cpu, NULL, &host));
+    CHECK_OK(hostfirst_put(v, &cpu, NULL, &host, NULL));
     CHECK_OK(hostfirst_gather_stream_start_from_buffer(g, host, offs, NB, 1, &s));
     CHECK_OK(hostfirst_buffer_free(host));
     drain(s, offs, NB);

@@ -47,7 +47,7 @@ static void test_copy_on_write(hostfirst_view *v, hostfirst_file *file) {
     CHECK(o.copy_on_write == 0); /* eager copies are the default */
     o.copy_on_write = 1;
     hostfirst_buffer *b = NULL, *e = NULL;
-    CHECK_OK(hostfirst_put(v, &cpu, &o, &b));
+    CHECK_OK(hostfirst_put(v, &cpu, &o, &b, NULL));
     int32_t fb = -1;
     CHECK_OK(hostfirst_buffer_is_file_backed(b, &fb));
     CHECK(fb == 1);
@@ -59,12 +59,12 @@ static void test_copy_on_write(hostfirst_view *v, hostfirst_file *file) {
     p[0] = 0xdead & 0xffff; /* writable; the write stays in this process */
     p[N - 1] = 1;
     CHECK(file_tok_unchanged());
-    CHECK_OK(hostfirst_put(v, &cpu, NULL, &e));
+    CHECK_OK(hostfirst_put(v, &cpu, NULL, &e, NULL));
     CHECK_OK(hostfirst_buffer_is_file_backed(e, &fb));
     CHECK(fb == 0);
     CHECK_OK(hostfirst_buffer_free(e));
     o.copy_on_write = 2;
-    CHECK_STATUS(hostfirst_put(v, &cpu, &o, &e), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(hostfirst_put(v, &cpu, &o, &e, NULL), HOSTFIRST_STATUS_INVALID_ARGUMENT);
     CHECK_MSG("copy_on_write");
     CHECK_STATUS(hostfirst_buffer_is_file_backed(b, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
     /* the stream calls have nothing to do for host memory; 0 is never a stream */
@@ -82,8 +82,8 @@ static void test_copy_on_write(hostfirst_view *v, hostfirst_file *file) {
     CHECK_OK(hostfirst_rules_add_spec(rules, "*=cpu"));
     CHECK_OK(hostfirst_plan_make(file, rules, &plan));
     hostfirst_load_options lo = {.struct_size = sizeof lo, .copy_on_write = 1};
-    CHECK_OK(hostfirst_load_run_ex(file, plan, &lo, &load));
-    uint32_t kind = 0;
+    CHECK_OK(hostfirst_load_run(file, plan, &lo, &load));
+    hostfirst_loaded kind = 0;
     CHECK_OK(hostfirst_load_get(load, "w", &kind, &b, NULL));
     CHECK_OK(hostfirst_buffer_is_file_backed(b, &fb));
     CHECK(kind == HOSTFIRST_LOADED_BUFFER && fb == 1);
@@ -92,14 +92,14 @@ static void test_copy_on_write(hostfirst_view *v, hostfirst_file *file) {
     CHECK(w[0] == 1 && w[5] == 6);
     CHECK_OK(hostfirst_buffer_free(b));
     CHECK_OK(hostfirst_load_free(load));
-    CHECK_OK(hostfirst_load_run_ex(file, plan, NULL, &load)); /* NULL: the defaults, copies */
+    CHECK_OK(hostfirst_load_run(file, plan, NULL, &load)); /* NULL: the defaults, copies */
     CHECK_OK(hostfirst_load_get(load, "w", &kind, &b, NULL));
     CHECK_OK(hostfirst_buffer_is_file_backed(b, &fb));
     CHECK(fb == 0);
     CHECK_OK(hostfirst_buffer_free(b));
     CHECK_OK(hostfirst_load_free(load));
     lo.copy_on_write = 5;
-    CHECK_STATUS(hostfirst_load_run_ex(file, plan, &lo, &load), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(hostfirst_load_run(file, plan, &lo, &load), HOSTFIRST_STATUS_INVALID_ARGUMENT);
     CHECK_OK(hostfirst_plan_free(plan));
     CHECK_OK(hostfirst_rules_free(rules));
 }
@@ -163,7 +163,7 @@ static void test_dlpack(hostfirst_view *v) {
     /* buffers: both forms share the buffer's memory */
     hostfirst_device cpu = {HOSTFIRST_DEVICE_CPU, 0};
     hostfirst_buffer *b = NULL;
-    CHECK_OK(hostfirst_put(v, &cpu, NULL, &b));
+    CHECK_OK(hostfirst_put(v, &cpu, NULL, &b, NULL));
     hostfirst_buffer_info bi = {.struct_size = sizeof bi};
     CHECK_OK(hostfirst_buffer_describe(b, &bi));
     CHECK_OK(hostfirst_buffer_to_dlpack_legacy(b, &leg));
@@ -185,6 +185,13 @@ static void check_batch(hostfirst_buffer *b, const uint64_t *offs) {
 
 static void test_ring(hostfirst_view *v, hostfirst_device dev) {
     hostfirst_gather *g = NULL;
+    /* Enum integers from C are checked: an unknown dtype or device kind is INVALID_ARGUMENT naming it. */
+    CHECK_STATUS(hostfirst_gather_new(dev, (hostfirst_dtype)99, 4, 64, &g), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("dtype 99 is not a hostfirst_dtype value");
+    hostfirst_device bad_kind = {(hostfirst_device_kind)9, 0};
+    CHECK_STATUS(hostfirst_gather_new(bad_kind, HOSTFIRST_DTYPE_U16, 4, 64, &g), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("unknown device kind 9");
+    CHECK(g == NULL);
     CHECK_OK(hostfirst_gather_new(dev, HOSTFIRST_DTYPE_U16, 4, 64, &g));
     size_t bound = 0, allocated = 0, held = 9;
     CHECK_OK(hostfirst_gather_ring(g, &bound, &allocated, &held));
@@ -192,14 +199,14 @@ static void test_ring(hostfirst_view *v, hostfirst_device dev) {
     uint64_t state = 5, first[4], offs[4];
     CHECK_OK(hostfirst_random_offsets(&state, N, 64, first, 4));
     hostfirst_buffer *held_batch = NULL, *b = NULL;
-    CHECK_OK(hostfirst_gather_run_batch(g, v, first, 4, &held_batch));
+    CHECK_OK(hostfirst_gather_run(g, v, first, 4, &held_batch));
     for (int step = 0; step < 3; step++) { /* each released right away: the current one and a spare, reused */
         CHECK_OK(hostfirst_random_offsets(&state, N, 64, offs, 4));
-        CHECK_OK(hostfirst_gather_run_batch(g, v, offs, 4, &b));
+        CHECK_OK(hostfirst_gather_run(g, v, offs, 4, &b));
         check_batch(b, offs);
         CHECK_OK(hostfirst_buffer_free(b));
     }
-    CHECK_OK(hostfirst_gather_run(g, v, offs, 4)); /* no handle wanted */
+    CHECK_OK(hostfirst_gather_run(g, v, offs, 4, NULL)); /* no handle wanted */
     check_batch(held_batch, first); /* never rewritten while held */
     CHECK_OK(hostfirst_gather_ring(g, NULL, &allocated, &held));
     CHECK(allocated == 3 && held == 1);
@@ -218,16 +225,16 @@ static void test_ring(hostfirst_view *v, hostfirst_device dev) {
     uint64_t more_offs[2][4];
     for (int k = 0; k < 2; k++) {
         CHECK_OK(hostfirst_random_offsets(&state, N, 64, more_offs[k], 4));
-        CHECK_OK(hostfirst_gather_run_batch(g, v, more_offs[k], 4, &more[k]));
+        CHECK_OK(hostfirst_gather_run(g, v, more_offs[k], 4, &more[k]));
     }
     CHECK_OK(hostfirst_gather_ring(g, NULL, &allocated, &held));
     CHECK(allocated == 4 && held == 4);
-    CHECK_STATUS(hostfirst_gather_run(g, v, offs, 4), HOSTFIRST_STATUS_BUSY);
+    CHECK_STATUS(hostfirst_gather_run(g, v, offs, 4, NULL), HOSTFIRST_STATUS_BUSY);
     CHECK_MSG("still held");
     check_batch(held_batch, first);
     check_batch(more[1], more_offs[1]);
     t->deleter(t); /* the consumer is done: that batch is free again */
-    CHECK_OK(hostfirst_gather_run_batch(g, v, first, 4, &b));
+    CHECK_OK(hostfirst_gather_run(g, v, first, 4, &b));
     check_batch(b, first);
     CHECK_OK(hostfirst_buffer_free(b));
 
@@ -246,13 +253,13 @@ static void test_ring(hostfirst_view *v, hostfirst_device dev) {
     /* the truncation-proof fast path: gather from a cpu buffer, even after the file is cut */
     hostfirst_device cpu = {HOSTFIRST_DEVICE_CPU, 0};
     hostfirst_buffer *host = NULL;
-    CHECK_OK(hostfirst_put(v, &cpu, NULL, &host));
+    CHECK_OK(hostfirst_put(v, &cpu, NULL, &host, NULL));
     CHECK_OK(hostfirst_gather_free(g));
     check_batch(held_batch, first); /* batches outlive their gather */
     CHECK_OK(hostfirst_buffer_free(held_batch));
     CHECK_OK(hostfirst_gather_new(dev, HOSTFIRST_DTYPE_U16, 4, 64, &g));
     CHECK(truncate(path, data_start) == 0);
-    CHECK_STATUS(hostfirst_gather_run(g, v, offs, 4), HOSTFIRST_STATUS_TRUNCATED); /* pread of the cut file */
+    CHECK_STATUS(hostfirst_gather_run(g, v, offs, 4, NULL), HOSTFIRST_STATUS_TRUNCATED); /* pread of the cut file */
     offs[3] = N - 64;
     CHECK_OK(hostfirst_gather_run_from_buffer(g, host, offs, 4, &b));
     check_batch(b, offs);
@@ -287,7 +294,7 @@ static void test_cuda_handshake(hostfirst_view *v) {
     CHECK_OK(hostfirst_gather_set_ring_bound(g, 1));
     uint64_t offs[4] = {0, 1, 2, 3};
     hostfirst_buffer *b = NULL;
-    CHECK_OK(hostfirst_gather_run_batch(g, v, offs, 4, &b));
+    CHECK_OK(hostfirst_gather_run(g, v, offs, 4, &b));
     unsigned long long w0 = stand_in("stand_in_stream_wait_events");
     hostfirst_dlpack_options o = {.struct_size = sizeof o, .has_stream = 1, .stream = 2};
     o.max_version.major = 1;
@@ -299,9 +306,9 @@ static void test_cuda_handshake(hostfirst_view *v) {
     CHECK_OK(hostfirst_buffer_sync_stream(b, 1));
     CHECK(stand_in("stand_in_stream_wait_events") == w0 + 2);
     CHECK_OK(hostfirst_buffer_free(b));
-    CHECK_STATUS(hostfirst_gather_run(g, v, offs, 4), HOSTFIRST_STATUS_BUSY); /* bound 1, exported */
+    CHECK_STATUS(hostfirst_gather_run(g, v, offs, 4, NULL), HOSTFIRST_STATUS_BUSY); /* bound 1, exported */
     t->deleter(t); /* records the release on stream 2 */
-    CHECK_OK(hostfirst_gather_run(g, v, offs, 4));
+    CHECK_OK(hostfirst_gather_run(g, v, offs, 4, NULL));
     CHECK(stand_in("stand_in_stream_wait_events") == w0 + 3); /* the copy waited for the release */
     CHECK_OK(hostfirst_gather_batch(g, &b));
     check_batch(b, offs);
@@ -309,7 +316,7 @@ static void test_cuda_handshake(hostfirst_view *v) {
      * stand-in poisons the context for it, see tests/it/handoff.rs.) */
     CHECK_OK(hostfirst_buffer_record_stream(b, 2));
     CHECK_OK(hostfirst_buffer_free(b));
-    CHECK_OK(hostfirst_gather_run(g, v, offs, 4));
+    CHECK_OK(hostfirst_gather_run(g, v, offs, 4, NULL));
     CHECK(stand_in("stand_in_stream_wait_events") == w0 + 4); /* record_stream counts like a release */
     CHECK_OK(hostfirst_gather_free(g));
     printf("cuda ok\n");

@@ -14,7 +14,7 @@ static size_t elems(size_t i) { return 1 + (i * 37) % 300; }
 
 static unsigned char byte_at(size_t k) { return (unsigned char)((k * 2654435761u) >> 11 ^ (k >> 12)); }
 
-static int cancel_at_first(uint64_t done, uint64_t total, void *user) {
+static int32_t cancel_at_first(uint64_t done, uint64_t total, void *user) {
     (void)done;
     (void)total;
     ++*(int *)user;
@@ -65,13 +65,13 @@ int main(int argc, char **argv) {
 
     /* Every byte, through buffers that outlive the load. */
     hostfirst_load *load;
-    CHECK_OK(hostfirst_load_run(file, plan, NULL, NULL, &load));
+    CHECK_OK(hostfirst_load_run(file, plan, NULL, &load));
     hostfirst_buffer **bufs = calloc(N, sizeof *bufs);
     CHECK(bufs != NULL);
     for (size_t i = 0; i < N; i++) {
         char name[32];
         snprintf(name, sizeof name, "t%zu", i);
-        uint32_t kind = 0;
+        hostfirst_loaded kind = 0;
         CHECK_OK(hostfirst_load_get(load, name, &kind, &bufs[i], NULL));
         CHECK(kind == HOSTFIRST_LOADED_BUFFER);
     }
@@ -92,7 +92,7 @@ int main(int argc, char **argv) {
     /* Cancelled by the progress callback: CANCELLED, no further call, nothing kept. */
     int calls = 0;
     load = NULL;
-    CHECK_STATUS(hostfirst_load_run(file, plan, cancel_at_first, &calls, &load), HOSTFIRST_STATUS_CANCELLED);
+    CHECK_STATUS(hostfirst_load_run(file, plan, progress_options(cancel_at_first, &calls), &load), HOSTFIRST_STATUS_CANCELLED);
     CHECK(calls == 1 && load == NULL);
 
     /* The file truncated after opening: TRUNCATED, nothing kept. */
@@ -102,7 +102,7 @@ int main(int argc, char **argv) {
     long size = ftell(f);
     fclose(f);
     CHECK(truncate(path, size / 2) == 0);
-    CHECK_STATUS(hostfirst_load_run(file, plan, NULL, NULL, &load), HOSTFIRST_STATUS_TRUNCATED);
+    CHECK_STATUS(hostfirst_load_run(file, plan, NULL, &load), HOSTFIRST_STATUS_TRUNCATED);
     CHECK_MSG("ends before byte");
     CHECK(load == NULL);
 

@@ -30,7 +30,7 @@ typedef struct {
     int calls, monotonic, cancel;
 } progress_state;
 
-static int on_progress(uint64_t done, uint64_t total, void *user) {
+static int32_t on_progress(uint64_t done, uint64_t total, void *user) {
     progress_state *p = user;
     if (done < p->last) p->monotonic = 0;
     p->last = done;
@@ -41,7 +41,7 @@ static int on_progress(uint64_t done, uint64_t total, void *user) {
 
 /* Holds an async put open (the final progress call always comes) until the main thread opens the gate. */
 static atomic_int gate_open;
-static int gated_progress(uint64_t done, uint64_t total, void *user) {
+static int32_t gated_progress(uint64_t done, uint64_t total, void *user) {
     (void)done;
     (void)total;
     (void)user;
@@ -65,7 +65,7 @@ static void check_round_trip(hostfirst_buffer *b, const void *expect, size_t n) 
 static void test_cpu(hostfirst_view *tokens, hostfirst_view *empty) {
     hostfirst_device cpu = {HOSTFIRST_DEVICE_CPU, 0};
     hostfirst_buffer *b = NULL;
-    CHECK_OK(hostfirst_put(tokens, &cpu, NULL, &b));
+    CHECK_OK(hostfirst_put(tokens, &cpu, NULL, &b, NULL));
     hostfirst_buffer_info info = {.struct_size = sizeof info};
     CHECK_OK(hostfirst_buffer_describe(b, &info));
     CHECK(info.device.kind == HOSTFIRST_DEVICE_CPU && info.dtype == HOSTFIRST_DTYPE_U16);
@@ -83,13 +83,13 @@ static void test_cpu(hostfirst_view *tokens, hostfirst_view *empty) {
     CHECK_OK(hostfirst_buffer_free(c));
     hostfirst_view *rows = NULL;
     CHECK_OK(hostfirst_view_slice_rows(tokens, 10, 1010, &rows));
-    CHECK_OK(hostfirst_put(rows, &cpu, NULL, &c));
+    CHECK_OK(hostfirst_put(rows, &cpu, NULL, &c, NULL));
     check_round_trip(c, data + 10, 2000);
     CHECK_OK(hostfirst_buffer_free(c));
     CHECK_OK(hostfirst_view_free(rows));
 
     /* empty tensor */
-    CHECK_OK(hostfirst_put(empty, &cpu, NULL, &c));
+    CHECK_OK(hostfirst_put(empty, &cpu, NULL, &c, NULL));
     CHECK_OK(hostfirst_buffer_describe(c, &info));
     CHECK(info.nbytes == 0 && info.rank == 2 && info.shape[0] == 0 && info.shape[1] == 4);
     CHECK_OK(hostfirst_buffer_copy_to_host(c, NULL, 0));
@@ -104,13 +104,13 @@ static void test_cpu(hostfirst_view *tokens, hostfirst_view *empty) {
     o.chunk_bytes = 4096;
     o.progress = on_progress;
     o.user = &ps;
-    CHECK_OK(hostfirst_put(tokens, &cpu, &o, &c));
+    CHECK_OK(hostfirst_put(tokens, &cpu, &o, &c, NULL));
     CHECK(ps.calls >= 1 && ps.monotonic && ps.last == sizeof data && ps.total == sizeof data);
     check_round_trip(c, data, sizeof data);
     CHECK_OK(hostfirst_buffer_free(c));
     ps.cancel = 1;
     c = NULL;
-    CHECK_STATUS(hostfirst_put(tokens, &cpu, &o, &c), HOSTFIRST_STATUS_CANCELLED);
+    CHECK_STATUS(hostfirst_put(tokens, &cpu, &o, &c, NULL), HOSTFIRST_STATUS_CANCELLED);
     CHECK(c == NULL);
     /* put_ex writes its stats only on success: a cancelled put, a bad target and strict mode leave the
      * caller's struct exactly as it was */
@@ -118,31 +118,31 @@ static void test_cpu(hostfirst_view *tokens, hostfirst_view *empty) {
     memset(&stats, 0x5a, sizeof stats);
     stats.struct_size = sizeof stats;
     before = stats;
-    CHECK_STATUS(hostfirst_put_ex(tokens, &cpu, &o, &c, &stats), HOSTFIRST_STATUS_CANCELLED);
+    CHECK_STATUS(hostfirst_put(tokens, &cpu, &o, &c, &stats), HOSTFIRST_STATUS_CANCELLED);
     hostfirst_device nowhere = {HOSTFIRST_DEVICE_CPU, 7};
-    CHECK_STATUS(hostfirst_put_ex(tokens, &nowhere, NULL, &c, &stats), HOSTFIRST_STATUS_NO_SUCH_DEVICE);
+    CHECK_STATUS(hostfirst_put(tokens, &nowhere, NULL, &c, &stats), HOSTFIRST_STATUS_NO_SUCH_DEVICE);
     CHECK_OK(hostfirst_strict_thread_set(1));
-    CHECK_STATUS(hostfirst_put_ex(tokens, NULL, NULL, &c, &stats), HOSTFIRST_STATUS_IMPLICIT_PLACEMENT);
+    CHECK_STATUS(hostfirst_put(tokens, NULL, NULL, &c, &stats), HOSTFIRST_STATUS_IMPLICIT_PLACEMENT);
     CHECK_OK(hostfirst_strict_thread_set(0));
     CHECK(c == NULL && memcmp(&stats, &before, sizeof stats) == 0);
-    CHECK_OK(hostfirst_put_ex(tokens, &cpu, NULL, &c, &stats));
+    CHECK_OK(hostfirst_put(tokens, &cpu, NULL, &c, &stats));
     CHECK(stats.register_seconds == 0.0 && stats.reused_registration == 0);
     CHECK_OK(hostfirst_buffer_free(c));
 
     /* misuse */
     hostfirst_device bad = {99, 0}, neg = {HOSTFIRST_DEVICE_CPU, -1};
     c = NULL;
-    CHECK_STATUS(hostfirst_put(NULL, &cpu, NULL, &c), HOSTFIRST_STATUS_NULL_ARGUMENT);
-    CHECK_STATUS(hostfirst_put(tokens, &cpu, NULL, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
-    CHECK_STATUS(hostfirst_put(tokens, &bad, NULL, &c), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(hostfirst_put(NULL, &cpu, NULL, &c, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_put(tokens, &cpu, NULL, NULL, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_put(tokens, &bad, NULL, &c, NULL), HOSTFIRST_STATUS_INVALID_ARGUMENT);
     CHECK_MSG("unknown device kind 99");
-    CHECK_STATUS(hostfirst_put(tokens, &neg, NULL, &c), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(hostfirst_put(tokens, &neg, NULL, &c, NULL), HOSTFIRST_STATUS_INVALID_ARGUMENT);
     CHECK_STATUS(hostfirst_buffer_to(b, &bad, &c), HOSTFIRST_STATUS_INVALID_ARGUMENT);
     hostfirst_put_options zero = {0};
-    CHECK_STATUS(hostfirst_put(tokens, &cpu, &zero, &c), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(hostfirst_put(tokens, &cpu, &zero, &c, NULL), HOSTFIRST_STATUS_INVALID_ARGUMENT);
     hostfirst_put_options res = o;
     res.resident = 2;
-    CHECK_STATUS(hostfirst_put(tokens, &cpu, &res, &c), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(hostfirst_put(tokens, &cpu, &res, &c, NULL), HOSTFIRST_STATUS_INVALID_ARGUMENT);
     CHECK(c == NULL);
     CHECK_STATUS(hostfirst_buffer_describe(NULL, &info), HOSTFIRST_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(hostfirst_buffer_describe(b, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
@@ -156,10 +156,10 @@ static void test_cpu(hostfirst_view *tokens, hostfirst_view *empty) {
     CHECK_STATUS(hostfirst_buffer_copy_to_host(b, NULL, 0), HOSTFIRST_STATUS_INVALID_HANDLE);
 
     /* the default device and strict mode */
-    CHECK_OK(hostfirst_put(tokens, NULL, NULL, &c));
+    CHECK_OK(hostfirst_put(tokens, NULL, NULL, &c, NULL));
     CHECK_OK(hostfirst_buffer_free(c));
     CHECK_OK(hostfirst_strict_thread_set(1));
-    CHECK_STATUS(hostfirst_put(tokens, NULL, NULL, &c), HOSTFIRST_STATUS_IMPLICIT_PLACEMENT);
+    CHECK_STATUS(hostfirst_put(tokens, NULL, NULL, &c, NULL), HOSTFIRST_STATUS_IMPLICIT_PLACEMENT);
     CHECK_STATUS(hostfirst_put_start(tokens, NULL, NULL, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
     hostfirst_put_op *op = NULL;
     CHECK_STATUS(hostfirst_put_start(tokens, NULL, NULL, &op), HOSTFIRST_STATUS_IMPLICIT_PLACEMENT);
@@ -198,18 +198,18 @@ static void test_async(hostfirst_view *tokens, hostfirst_device target) {
     hostfirst_view *none = NULL;
     CHECK_STATUS(hostfirst_view_slice_rows(tokens, 5, 3, &none), HOSTFIRST_STATUS_OUT_OF_RANGE);
     char earlier[512];
-    snprintf(earlier, sizeof earlier, "%s", hostfirst_last_error());
+    snprintf(earlier, sizeof earlier, "%s", hostfirst_last_error_message());
     CHECK(earlier[0] != '\0');
     CHECK_STATUS(hostfirst_put_poll(op), HOSTFIRST_STATUS_NOT_READY);
     CHECK_STATUS(hostfirst_put_poll(op), HOSTFIRST_STATUS_NOT_READY);
     CHECK(hostfirst_last_error_status() == HOSTFIRST_STATUS_OUT_OF_RANGE);
-    CHECK(strcmp(hostfirst_last_error(), earlier) == 0);
+    CHECK(strcmp(hostfirst_last_error_message(), earlier) == 0);
     atomic_store(&gate_open, 1);
     while ((st = hostfirst_put_poll(op)) == HOSTFIRST_STATUS_NOT_READY) {
     }
     CHECK_OK(st);
     CHECK(hostfirst_last_error_status() == HOSTFIRST_STATUS_OUT_OF_RANGE);
-    CHECK(strcmp(hostfirst_last_error(), earlier) == 0);
+    CHECK(strcmp(hostfirst_last_error_message(), earlier) == 0);
     b = NULL;
     CHECK_OK(hostfirst_put_wait(op, &b));
     check_round_trip(b, data, sizeof data);
@@ -241,7 +241,7 @@ static void test_cuda(hostfirst_view *tokens) {
     CHECK_OK(hostfirst_put_options_init(&o));
     o.staging_bytes = 256 << 10;
     o.chunk_bytes = 64 << 10;
-    CHECK_OK(hostfirst_put(tokens, &d0, &o, &b));
+    CHECK_OK(hostfirst_put(tokens, &d0, &o, &b, NULL));
     hostfirst_buffer_info info = {.struct_size = sizeof info};
     CHECK_OK(hostfirst_buffer_describe(b, &info));
     CHECK(info.device.kind == HOSTFIRST_DEVICE_CUDA && info.device.ordinal == 0 && info.address != 0);
@@ -257,16 +257,16 @@ static void test_cuda(hostfirst_view *tokens) {
     hostfirst_put_stats stats = {.struct_size = sizeof stats};
     hostfirst_buffer *r1 = NULL, *r2 = NULL;
     o.resident = 1;
-    CHECK_OK(hostfirst_put_ex(tokens, &d1, &o, &r1, &stats));
+    CHECK_OK(hostfirst_put(tokens, &d1, &o, &r1, &stats));
     CHECK(stats.reused_registration == 0 && stats.register_seconds > 0.0);
-    CHECK_OK(hostfirst_put_ex(tokens, &d1, &o, &r2, &stats));
+    CHECK_OK(hostfirst_put(tokens, &d1, &o, &r2, &stats));
     CHECK(stats.reused_registration == 1 && stats.staged_instead == 0);
     check_round_trip(r2, data, sizeof data);
     /* A row slice inside the registered tensor reuses the registration at an offset. */
     hostfirst_view *inner = NULL;
     hostfirst_buffer *r3 = NULL;
     CHECK_OK(hostfirst_view_slice_rows(tokens, 10, 1010, &inner));
-    CHECK_OK(hostfirst_put_ex(inner, &d1, &o, &r3, &stats));
+    CHECK_OK(hostfirst_put(inner, &d1, &o, &r3, &stats));
     CHECK(stats.reused_registration == 1 && stats.staged_instead == 0);
     check_round_trip(r3, data + 10, 1000 * sizeof data[0]);
     CHECK_OK(hostfirst_buffer_free(r3));
@@ -279,18 +279,18 @@ static void test_cuda(hostfirst_view *tokens) {
     CHECK_OK(hostfirst_buffer_free(r2));
     test_async(tokens, d0);
     hostfirst_device d7 = {HOSTFIRST_DEVICE_CUDA, 7};
-    CHECK_STATUS(hostfirst_put(tokens, &d7, NULL, &b), HOSTFIRST_STATUS_NO_SUCH_DEVICE);
+    CHECK_STATUS(hostfirst_put(tokens, &d7, NULL, &b, NULL), HOSTFIRST_STATUS_NO_SUCH_DEVICE);
     CHECK_OK(hostfirst_release_cached_memory());
 }
 
 static void test_small(hostfirst_view *tokens) {
     hostfirst_device d0 = {HOSTFIRST_DEVICE_CUDA, 0};
     hostfirst_buffer *b = NULL;
-    CHECK_STATUS(hostfirst_put(tokens, &d0, NULL, &b), HOSTFIRST_STATUS_OUT_OF_MEMORY);
+    CHECK_STATUS(hostfirst_put(tokens, &d0, NULL, &b, NULL), HOSTFIRST_STATUS_OUT_OF_MEMORY);
     CHECK_MSG("tensor 'tokens' (195.31 KiB) does not fit on cuda:0: ");
     CHECK(b == NULL);
-    hostfirst_fit_info fit;
-    CHECK_OK(hostfirst_last_fit(&fit));
+    hostfirst_fit_info fit = {.struct_size = sizeof fit};
+    CHECK_OK(hostfirst_last_error_fit(&fit));
     CHECK(fit.needed == sizeof data && fit.device.kind == HOSTFIRST_DEVICE_CUDA && fit.device.ordinal == 0);
 }
 
@@ -306,7 +306,7 @@ static void test_copy_error(hostfirst_view *tokens) {
     for (int resident = 0; resident <= 1; resident++) {
         o.resident = (uint32_t)resident;
         hostfirst_buffer *b = NULL;
-        CHECK_STATUS(hostfirst_put(tokens, &d0, &o, &b), HOSTFIRST_STATUS_DEVICE_ERROR);
+        CHECK_STATUS(hostfirst_put(tokens, &d0, &o, &b, NULL), HOSTFIRST_STATUS_DEVICE_ERROR);
         CHECK_MSG("CUDA_ERROR_INVALID_VALUE");
         CHECK(b == NULL);
     }
@@ -336,7 +336,7 @@ int main(int argc, char **argv) {
         } else {
             hostfirst_device d0 = {HOSTFIRST_DEVICE_CUDA, 0};
             hostfirst_buffer *b = NULL;
-            hostfirst_status st = hostfirst_put(tokens, &d0, NULL, &b);
+            hostfirst_status st = hostfirst_put(tokens, &d0, NULL, &b, NULL);
             CHECK(st == HOSTFIRST_STATUS_UNAVAILABLE || st == HOSTFIRST_STATUS_NO_SUCH_DEVICE);
             CHECK(b == NULL);
         }

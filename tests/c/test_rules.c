@@ -30,7 +30,7 @@ static void write_model(void) {
 
 static int calls;
 static uint64_t last_done, last_total;
-static int count_progress(uint64_t done, uint64_t total, void *user) {
+static int32_t count_progress(uint64_t done, uint64_t total, void *user) {
     CHECK(user == &calls);
     CHECK(done >= last_done && done <= total);
     calls++;
@@ -38,7 +38,7 @@ static int count_progress(uint64_t done, uint64_t total, void *user) {
     last_total = total;
     return 0;
 }
-static int cancel_progress(uint64_t done, uint64_t total, void *user) {
+static int32_t cancel_progress(uint64_t done, uint64_t total, void *user) {
     (void)done, (void)total, (void)user;
     return 1;
 }
@@ -143,12 +143,12 @@ int main(int argc, char **argv) {
 
     /* Load: every tensor by name; buffers and views are new references. */
     hostfirst_load *load = NULL;
-    CHECK_OK(hostfirst_load_run(file, plan, count_progress, &calls, &load));
+    CHECK_OK(hostfirst_load_run(file, plan, progress_options(count_progress, &calls), &load));
     CHECK(calls >= 1 && last_done == 4 * NW && last_total == 4 * NW);
     size_t n = 0;
     CHECK_OK(hostfirst_load_count(load, &n));
     CHECK(n == 3);
-    uint32_t kind = 0;
+    hostfirst_loaded kind = 0;
     hostfirst_buffer *buf = NULL;
     hostfirst_view *view = NULL;
     CHECK_OK(hostfirst_load_get(load, "w", &kind, &buf, &view));
@@ -162,7 +162,7 @@ int main(int argc, char **argv) {
     CHECK(kind == HOSTFIRST_LOADED_VIEW);
     CHECK_STATUS(hostfirst_load_get(load, "nope", &kind, &buf, &view), HOSTFIRST_STATUS_NOT_FOUND);
     CHECK_STATUS(hostfirst_load_get(load, "w", NULL, NULL, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
-    CHECK_STATUS(hostfirst_load_run(file, plan, cancel_progress, NULL, &load), HOSTFIRST_STATUS_CANCELLED);
+    CHECK_STATUS(hostfirst_load_run(file, plan, progress_options(cancel_progress, NULL), &load), HOSTFIRST_STATUS_CANCELLED);
     CHECK_OK(hostfirst_load_free(load));
     CHECK_STATUS(hostfirst_load_free(load), HOSTFIRST_STATUS_INVALID_HANDLE);
     CHECK_STATUS(hostfirst_load_count(load, &n), HOSTFIRST_STATUS_INVALID_HANDLE);
@@ -189,7 +189,7 @@ int main(int argc, char **argv) {
     for (int step = 0; step < 5; step++) {
         CHECK_OK(hostfirst_random_offsets(&state, NTOK, 16, offs, 4));
         if (step == 0) offs[0] = NTOK - 16;
-        CHECK_OK(hostfirst_gather_run(g, view, offs, 4));
+        CHECK_OK(hostfirst_gather_run(g, view, offs, 4, NULL));
         uint16_t got[64], want[16];
         CHECK_OK(hostfirst_gather_copy_to_host(g, got, sizeof got));
         for (int i = 0; i < 4; i++) {
@@ -203,14 +203,14 @@ int main(int argc, char **argv) {
     uint16_t tiny[4];
     CHECK_STATUS(hostfirst_gather_copy_to_host(g, tiny, sizeof tiny), HOSTFIRST_STATUS_BUFFER_TOO_SMALL);
     uint64_t bad[4] = {0, 1, NTOK - 15, 99999};
-    CHECK_STATUS(hostfirst_gather_run(g, view, bad, 4), HOSTFIRST_STATUS_OUT_OF_RANGE);
+    CHECK_STATUS(hostfirst_gather_run(g, view, bad, 4, NULL), HOSTFIRST_STATUS_OUT_OF_RANGE);
     CHECK_MSG("offset 2 (4985)");
-    CHECK_STATUS(hostfirst_gather_run(g, view, offs, 3), HOSTFIRST_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(hostfirst_gather_run(g, view, NULL, 4), HOSTFIRST_STATUS_NULL_ARGUMENT);
-    CHECK_STATUS(hostfirst_gather_run(g, NULL, offs, 4), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_gather_run(g, view, offs, 3, NULL), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(hostfirst_gather_run(g, view, NULL, 4, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_gather_run(g, NULL, offs, 4, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
     hostfirst_view *wv = NULL;
     CHECK_OK(hostfirst_file_view(file, "w", &wv));
-    CHECK_STATUS(hostfirst_gather_run(g, wv, offs, 4), HOSTFIRST_STATUS_INVALID_ARGUMENT); /* 2-D */
+    CHECK_STATUS(hostfirst_gather_run(g, wv, offs, 4, NULL), HOSTFIRST_STATUS_INVALID_ARGUMENT); /* 2-D */
     CHECK_STATUS(hostfirst_random_offsets(&state, 16, 16, offs, 4), HOSTFIRST_STATUS_INVALID_ARGUMENT);
     CHECK_STATUS(hostfirst_random_offsets(NULL, 100, 16, offs, 4), HOSTFIRST_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(hostfirst_gather_new(cpu, HOSTFIRST_DTYPE_F4, 4, 16, &g), HOSTFIRST_STATUS_INVALID_ARGUMENT);
@@ -219,7 +219,7 @@ int main(int argc, char **argv) {
     CHECK_OK(hostfirst_gather_free(g));
     CHECK_OK(hostfirst_buffer_describe(gb, &i1)); /* a reference of its own: valid after the gather is freed */
     CHECK_OK(hostfirst_buffer_free(gb));
-    CHECK_STATUS(hostfirst_gather_run(g, view, offs, 4), HOSTFIRST_STATUS_INVALID_HANDLE);
+    CHECK_STATUS(hostfirst_gather_run(g, view, offs, 4, NULL), HOSTFIRST_STATUS_INVALID_HANDLE);
     CHECK_STATUS(hostfirst_gather_free(g), HOSTFIRST_STATUS_INVALID_HANDLE);
     CHECK_OK(hostfirst_gather_free(NULL));
 

@@ -96,7 +96,7 @@ static void narrow_views(hostfirst_file *file) {
     hostfirst_device cpu;
     CHECK_OK(hostfirst_device_parse("cpu", &cpu));
     hostfirst_buffer *pb = NULL;
-    CHECK_OK(hostfirst_put(both, &cpu, NULL, &pb));
+    CHECK_OK(hostfirst_put(both, &cpu, NULL, &pb, NULL));
     check_buffer(pb, want, sizeof got2);
     CHECK_OK(hostfirst_buffer_free(pb));
     /* DLPack: zero-copy with element strides. */

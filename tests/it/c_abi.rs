@@ -7,8 +7,8 @@ use crate::common::*;
 fn c_core_without_cuda() {
     assert!(have_cc(), "no C compiler ('{}'); install gcc (the test script does)", cc());
     let bin = compile_c_test("test_core");
-    run_ok(&bin, &[], &[("EXPECT_CUDA_STATUS", Some("library_not_found"))]);
-    run_ok(&bin, &[], &[("HOSTFIRST_PLATFORMS", Some("cpu")), ("EXPECT_CUDA_STATUS", Some("hidden_by_env"))]);
+    run_ok(&bin, &[], &[("EXPECT_CUDA_STATUS", Some("LIBRARY_NOT_FOUND"))]);
+    run_ok(&bin, &[], &[("HOSTFIRST_PLATFORMS", Some("cpu")), ("EXPECT_CUDA_STATUS", Some("HIDDEN_BY_ENV"))]);
 }
 
 #[test]

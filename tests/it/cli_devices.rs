@@ -18,7 +18,7 @@ fn devices_json_without_cuda() {
     assert_eq!(devices[0]["spec"], "cpu:0");
     assert!(devices[0]["total_memory"].as_u64().unwrap() >= devices[0]["free_memory"].as_u64().unwrap());
     assert_eq!(v["default"]["spec"], "cpu:0");
-    assert_eq!(v["default"]["source"], "built-in");
+    assert_eq!(v["default"]["source"], "built_in");
     assert_eq!(out.trim().lines().count(), 1, "exactly one JSON object on one line");
 }
 
@@ -27,7 +27,7 @@ fn devices_human_table() {
     let out = run_ok(&cli(), &["devices"], &[]);
     assert!(out.contains("BACKEND"));
     assert!(out.contains("library_not_found"));
-    assert!(out.contains("default device: cpu:0 (source: built-in)"));
+    assert!(out.contains("default device: cpu:0 (source: built_in)"));
 }
 
 #[test]

@@ -46,7 +46,7 @@ fn cpp_example_builds_and_runs() {
     let text = run_ok(&out, &[tokens.to_str().unwrap()], &[]);
     assert!(text.contains("tokens: U16 [ 4096 ], 8192 bytes"), "{text}");
     assert!(text.contains("dlpack 1.1: device 1, code 1 bits 16, read-only yes"), "{text}");
-    assert!(text.contains("default: cpu:0 (scope)"), "{text}");
+    assert!(text.contains("default: cpu:0 (SCOPE)"), "{text}");
     assert!(text.contains("plan: tokens -> host\n"), "{text}");
     assert!(text.contains("warning: rule 1 '*=default' places no tensor"), "{text}");
     assert!(text.contains("loaded 1 tensors; tokens is a host view"), "{text}");

@@ -55,7 +55,7 @@ fn cli_two_devices() {
         assert_eq!(d["free_memory"], 16 * GIB, "free memory from NVML: no context was created, so no reserve");
     }
     assert_eq!(v["default"]["spec"], "cuda:0");
-    assert_eq!(v["default"]["source"], "built-in");
+    assert_eq!(v["default"]["source"], "built_in");
 }
 
 /// `hostfirst devices` prints free memory without creating a context on any GPU where NVML answers (the
@@ -132,7 +132,7 @@ fn cli_properties_from_knobs() {
 fn cli_human_table_with_devices() {
     let out = run_ok_with_stand_in(&cli(), &["devices"], &[("STAND_IN_DEVICES", Some("2"))]);
     assert!(out.contains("cuda:1") && out.contains(UUID1) && out.contains("sm_90"), "{out}");
-    assert!(out.contains("default device: cuda:0 (source: built-in)"), "{out}");
+    assert!(out.contains("default device: cuda:0 (source: built_in)"), "{out}");
 }
 
 #[test]
@@ -250,7 +250,7 @@ fn c_census_with_two_devices() {
 #[test]
 fn c_core_with_the_stand_in() {
     let bin = compile_c_test("test_core");
-    run_ok_with_stand_in(&bin, &[], &[("STAND_IN_DEVICES", Some("2")), ("EXPECT_CUDA_STATUS", Some("available"))]);
+    run_ok_with_stand_in(&bin, &[], &[("STAND_IN_DEVICES", Some("2")), ("EXPECT_CUDA_STATUS", Some("AVAILABLE"))]);
 }
 
 // ---- the Rust API in child processes ---------------------------------------------------------------------

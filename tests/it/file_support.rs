@@ -247,7 +247,7 @@ pub fn tmp(name: &str) -> PathBuf {
 }
 
 pub fn last_error() -> String {
-    let p = hostfirst::ffi::hostfirst_last_error();
+    let p = hostfirst::ffi::hostfirst_last_error_message();
     // SAFETY: the library returns a valid NUL-terminated string.
     unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }

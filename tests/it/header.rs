@@ -31,9 +31,9 @@ const SECTIONS: &[Section] = &[
         title: "ERRORS AND VERSIONS",
         life_cycle: "\
 Every fallible call returns a hostfirst_status; HOSTFIRST_STATUS_OK (0) is success. After a failure the same
-thread can read what went wrong: hostfirst_last_error_status() gives the status, hostfirst_last_error() a
+thread can read what went wrong: hostfirst_last_error_status() gives the status, hostfirst_last_error_message() a
 message naming the thing and the numbers (owned by the library, valid until the next failing call on that
-thread), hostfirst_last_error_message() copies it into a buffer you own. Nothing here allocates anything you
+thread) and hostfirst_last_error_fit() the needed and free bytes of a failed fit. Nothing here allocates anything you
 free. hostfirst_version_number() against HOSTFIRST_VERSION_NUMBER tells a header from an older or newer library;
 hostfirst_build_info() and hostfirst_read_engine() say how the library was built and how it reads files;
 hostfirst_handle_count() counts the live handles of every kind, which is how tests prove nothing leaked.",
@@ -48,9 +48,9 @@ hostfirst_device_parse(). Nothing in this section hands out a handle. The census
 first call that needs it: hostfirst_backend_count() / hostfirst_backend_describe() say which backends were found
 and why one is missing (no driver, hidden by HOSTFIRST_PLATFORMS, ...), hostfirst_devices() lists the devices,
 hostfirst_device_describe() and hostfirst_device_memory() give their details and free memory. Strings in the
-info structs live for the process. When a placement does not fit, hostfirst_last_fit() tells the needed, free
+info structs live for the process. When a placement does not fit, hostfirst_last_error_fit() tells the needed, free
 and total bytes of the device that refused it.",
-        rules: &["backend", "census", "device", "devices", "target", "fit", "last_fit"],
+        rules: &["backend", "census", "device", "devices", "target", "fit", "last_error_fit"],
     },
     Section {
         title: "DEFAULT DEVICE",
@@ -109,7 +109,7 @@ in any order.",
 A hostfirst_gather assembles batches of rows of one tensor (for example random token windows) on one device:
 create it with hostfirst_gather_new() for a batch size, window and dtype, run it with offsets (from your sampler
 or hostfirst_random_offsets()), free it with hostfirst_gather_free(). Batches come from a bounded ring: a batch
-you hold (a buffer from hostfirst_gather_run_batch() or hostfirst_gather_batch(), or a DLPack export of one) is
+you hold (a buffer from hostfirst_gather_run() with out_batch, or hostfirst_gather_batch(), or a DLPack export of one) is
 never rewritten until you free it. A hostfirst_gather_stream (hostfirst_gather_stream_start()) fills batches
 ahead of you on a worker thread; take them with hostfirst_gather_stream_next() and free the stream with
 hostfirst_gather_stream_free() (it keeps its gather and source alive until then; batches you took stay valid).",

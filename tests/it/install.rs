@@ -167,7 +167,7 @@ fn run_version(bin: &Path, lib_path: Option<&Path>) -> String {
     let text = crate::common::run_ok(bin, &[], &[("LD_LIBRARY_PATH", lib_path.as_deref())]);
     let first = format!("hostfirst {} (header ", env!("CARGO_PKG_VERSION"));
     assert!(text.starts_with(&first), "unexpected output of {}:\n{text}", bin.display());
-    assert!(text.contains("backend cpu: available, 1 device(s)"), "no cpu backend in:\n{text}");
+    assert!(text.contains("backend cpu: AVAILABLE, 1 device(s)"), "no cpu backend in:\n{text}");
     assert!(text.contains("backend cuda: "), "no cuda line in:\n{text}");
     text
 }

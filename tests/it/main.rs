@@ -27,6 +27,7 @@ mod go;
 mod gpu_harness;
 mod handoff;
 mod header;
+mod header_api;
 mod install;
 mod load_job;
 mod mpi;

@@ -11,7 +11,7 @@ fn readme_c_example_compiles_and_runs() {
     std::fs::write(&src, &readme[start..end]).unwrap();
     let bin = compile_c(&[&src], "readme_example", &[]);
     let out = run_ok(&bin, &[], &[]);
-    assert!(out.contains("cpu: available"), "{out}");
+    assert!(out.contains("cpu: AVAILABLE"), "{out}");
     assert!(
         out.contains("SCOPE_MISMATCH") || out.contains("not the innermost") || out.contains("not on this thread"),
         "{out}"
@@ -56,5 +56,5 @@ fn readme_checkout_build_line_works_after_cargo_build_release() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("cpu: available"), "{stdout}");
+    assert!(stdout.contains("cpu: AVAILABLE"), "{stdout}");
 }

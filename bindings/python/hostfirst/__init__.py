@@ -3,7 +3,7 @@
     import hostfirst
     hostfirst.backends()                  # every backend, with the reason one is missing
     hostfirst.devices()                   # [Device('cpu:0'), Device('cuda:0'), ...]
-    hostfirst.default_device()            # DefaultDevice(device=Device('cuda:0'), source='built-in', depth=0)
+    hostfirst.default_device()            # DefaultDevice(device=Device('cuda:0'), source='built_in', depth=0)
     with hostfirst.default_device("cpu"):
         ...
     f = hostfirst.open("tokens.safetensors")  # header only; data mapped read-only

@@ -55,12 +55,19 @@ class Device(_Mirror):
 
 class FitInfo(_Mirror):
     _c_name_ = "hostfirst_fit_info"
-    _fields_ = [("needed", ctypes.c_uint64), ("free", ctypes.c_uint64), ("total", ctypes.c_uint64), ("device", Device)]
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("needed", ctypes.c_uint64),
+        ("free", ctypes.c_uint64),
+        ("total", ctypes.c_uint64),
+        ("device", Device),
+    ]
 
 
 class BackendInfo(_Mirror):
     _c_name_ = "hostfirst_backend_info"
     _fields_ = [
+        ("struct_size", ctypes.c_size_t),
         ("name", ctypes.c_char_p),
         ("status", ctypes.c_uint32),
         ("reason", ctypes.c_char_p),
@@ -255,7 +262,7 @@ class LoadOptions(_Mirror):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("copy_on_write", ctypes.c_int32),
-        ("progress", ctypes.c_void_p),  # hostfirst_load_progress_fn
+        ("progress", ctypes.c_void_p),  # hostfirst_progress_fn
         ("user", ctypes.c_void_p),
     ]
 
@@ -306,11 +313,10 @@ SIGNATURES = {
     "hostfirst_status_name": (_str, [_u32]),
     "hostfirst_status_is_format_error": (_i32, [_u32]),
     "hostfirst_status_count": (_size, []),
-    "hostfirst_last_error": (_str, []),
+    "hostfirst_last_error_message": (_str, []),
     "hostfirst_last_error_status": (c_status, []),
-    "hostfirst_last_fit": (c_status, [P(FitInfo)]),
+    "hostfirst_last_error_fit": (c_status, [P(FitInfo)]),
     "hostfirst_handle_count": (c_status, [P(_size)]),
-    "hostfirst_last_error_message": (c_status, [_str, _size, P(_size)]),
     "hostfirst_build_info": (c_status, [_str, _size, P(_size)]),
     # backends, devices
     "hostfirst_backend_count": (_size, []),
@@ -345,7 +351,7 @@ SIGNATURES = {
     "hostfirst_dtype_from_name": (c_status, [_str, P(_u32)]),
     # files and views
     "hostfirst_file_open": (c_status, [_str, _ph]),
-    "hostfirst_file_open_index": (c_status, [_str, _ph]),
+    
     "hostfirst_file_open_memory": (c_status, [ctypes.c_void_p, _size, _ph]),
     "hostfirst_file_free": (c_status, [_h]),
     "hostfirst_file_find": (c_status, [_h, _str, P(_size)]),
@@ -370,8 +376,7 @@ SIGNATURES = {
                                                P(P(DLPackManagedTensor))]),
     # placement: buffers, rules, plans, whole-file loads
     "hostfirst_put_options_init": (c_status, [P(PutOptions)]),
-    "hostfirst_put": (c_status, [_h, P(Device), P(PutOptions), _ph]),
-    "hostfirst_put_ex": (c_status, [_h, P(Device), P(PutOptions), _ph, P(PutStats)]),
+    "hostfirst_put": (c_status, [_h, P(Device), P(PutOptions), _ph, P(PutStats)]),
     "hostfirst_put_start": (c_status, [_h, P(Device), P(PutOptions), _ph]),
     "hostfirst_put_poll": (c_status, [_h]),
     "hostfirst_put_wait": (c_status, [_h, _ph]),
@@ -402,15 +407,14 @@ SIGNATURES = {
     "hostfirst_plan_unmatched_rule_count": (c_status, [_h, P(_size)]),
     "hostfirst_plan_unmatched_rule": (c_status, [_h, _size, P(PlanUnmatchedRuleInfo)]),
     "hostfirst_plan_free": (c_status, [_h]),
-    "hostfirst_load_run": (c_status, [_h, _h, ctypes.c_void_p, ctypes.c_void_p, _ph]),
-    "hostfirst_load_run_ex": (c_status, [_h, _h, P(LoadOptions), _ph]),
+    "hostfirst_load_options_init": (c_status, [P(LoadOptions)]),
+    "hostfirst_load_run": (c_status, [_h, _h, P(LoadOptions), _ph]),
     "hostfirst_load_count": (c_status, [_h, P(_size)]),
     "hostfirst_load_get": (c_status, [_h, _str, P(_u32), _ph, _ph]),
     "hostfirst_load_free": (c_status, [_h]),
     # gather
     "hostfirst_gather_new": (c_status, [Device, _u32, _u64, _u64, _ph]),
-    "hostfirst_gather_run": (c_status, [_h, _h, P(_u64), _size]),
-    "hostfirst_gather_run_batch": (c_status, [_h, _h, P(_u64), _size, _ph]),
+    "hostfirst_gather_run": (c_status, [_h, _h, P(_u64), _size, _ph]),
     "hostfirst_gather_run_from_buffer": (c_status, [_h, _h, P(_u64), _size, _ph]),
     "hostfirst_gather_batch": (c_status, [_h, _ph]),
     "hostfirst_gather_set_ring_bound": (c_status, [_h, _size]),

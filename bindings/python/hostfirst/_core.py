@@ -32,7 +32,7 @@ def text(p: bytes | None) -> str:
 
 
 def last_error() -> str:
-    return text(lib.hostfirst_last_error())
+    return text(lib.hostfirst_last_error_message())
 
 
 def check(status: int) -> None:
@@ -42,7 +42,8 @@ def check(status: int) -> None:
     err = error_for(status, last_error())
     if status == _OUT_OF_MEMORY:
         fit = _abi.FitInfo()
-        if lib.hostfirst_last_fit(ctypes.byref(fit)) == _OK:
+        fit.struct_size = ctypes.sizeof(fit)
+        if lib.hostfirst_last_error_fit(ctypes.byref(fit)) == _OK:
             assert isinstance(err, OutOfMemoryError)
             err.needed, err.free, err.total = fit.needed, fit.free, fit.total
             err.device = Device._from_c(fit.device) if fit.device.kind else None

@@ -15,7 +15,7 @@ Backend = namedtuple("Backend", "name status reason driver_version device_count"
 Backend.__doc__ = "One backend of the census: status is 'available' or why not ('library_not_found', ...)."
 DefaultDevice = namedtuple("DefaultDevice", "device source depth")
 DefaultDevice.__doc__ = (
-    "The effective default device, where it came from ('scope', 'process', 'env', 'built-in') and the scope depth."
+    "The effective default device, where it came from ('scope', 'process', 'env', 'built_in') and the scope depth."
 )
 
 
@@ -24,8 +24,10 @@ def backends() -> List[Backend]:
     out = []
     for i in range(lib.hostfirst_backend_count()):
         b = _abi.BackendInfo()
+        b.struct_size = ctypes.sizeof(b)
         check(lib.hostfirst_backend_describe(i, ctypes.byref(b)))
-        out.append(Backend(text(b.name), text(lib.hostfirst_backend_status_name(b.status)), text(b.reason),
+        # The C names are the constants' suffixes (LIBRARY_NOT_FOUND); Python gives them in lower case.
+        out.append(Backend(text(b.name), text(lib.hostfirst_backend_status_name(b.status)).lower(), text(b.reason),
                            text(b.driver_version), b.device_count))
     return out
 
@@ -74,7 +76,8 @@ def default_device(device: Union[Device, str, None] = None) -> "Union[DefaultDev
         return _Scope(device)
     d, source, depth = _abi.Device(), ctypes.c_uint32(), ctypes.c_uint32()
     check(lib.hostfirst_default_device(ctypes.byref(d), ctypes.byref(source), ctypes.byref(depth)))
-    return DefaultDevice(Device._from_c(d), text(lib.hostfirst_default_source_name(source.value)), depth.value)
+    source_name = text(lib.hostfirst_default_source_name(source.value)).lower()  # BUILT_IN -> built_in
+    return DefaultDevice(Device._from_c(d), source_name, depth.value)
 
 
 def set_default_device(device: Union[Device, str, None]) -> None:

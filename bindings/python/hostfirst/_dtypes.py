@@ -37,7 +37,7 @@ def _codes() -> Dict[str, int]:
     out = {}
     for code in range(1, 256):
         name = lib.hostfirst_dtype_name(code)
-        if name:
+        if name != b"UNKNOWN":
             out[name.decode()] = code
     return out
 

@@ -88,7 +88,7 @@ class Gather:
                                                            ctypes.byref(out)))
             else:
                 src = source_tensor(source)  # held: a row range is a view of its own for the call's length
-                check(lib.hostfirst_gather_run_batch(self._h, src._h, self._offsets, self.batch, ctypes.byref(out)))
+                check(lib.hostfirst_gather_run(self._h, src._h, self._offsets, self.batch, ctypes.byref(out)))
         except HostfirstError as e:
             if e.status_name != "BUSY":
                 raise

@@ -266,10 +266,10 @@ class Tensor(_HostArrayMixin):
         opts.threads, opts.staging_bytes = int(threads), int(staging_mib) << 20
         out = ctypes.c_void_p()
         if isinstance(device, str) and device.strip().lower() == "default":
-            check(lib.hostfirst_put(self._h, None, ctypes.byref(opts), ctypes.byref(out)))
+            check(lib.hostfirst_put(self._h, None, ctypes.byref(opts), ctypes.byref(out), None))
         else:
             d = as_device(device)._c()
-            check(lib.hostfirst_put(self._h, ctypes.byref(d), ctypes.byref(opts), ctypes.byref(out)))
+            check(lib.hostfirst_put(self._h, ctypes.byref(d), ctypes.byref(opts), ctypes.byref(out), None))
         return Buffer(out.value)
 
 
@@ -583,7 +583,7 @@ def load(path: PathLike, rules: Optional[Rules] = None, default: str = "host") -
     ph, lh = ctypes.c_void_p(), ctypes.c_void_p()
     try:
         ph = make_plan(f, r)
-        check(lib.hostfirst_load_run(f._handle(), ph, None, None, ctypes.byref(lh)))
+        check(lib.hostfirst_load_run(f._handle(), ph, None, ctypes.byref(lh)))
         if _no_views(pairs, default):
             # Every tensor is a buffer: each Buffer takes its handle when first used (see _LoadedBuffer), so
             # the Python side of a many-tensor load is one small object per tensor.

@@ -31,7 +31,7 @@ def test_device_specs_and_errors():
 
 def test_default_and_scopes():
     d = hostfirst.default_device()
-    assert d.source in ("built-in", "env", "process") and d.depth == 0
+    assert d.source in ("built_in", "env", "process") and d.depth == 0
     with hostfirst.default_device("cpu") as dev:
         assert dev == "cpu:0"
         inner = hostfirst.default_device()
