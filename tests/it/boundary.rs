@@ -88,3 +88,62 @@ fn shared_library_exports_only_prefixed_symbols() {
         fns.iter().filter(|(_, n, _)| cfg!(feature = "test-hooks") || !n.starts_with("hostfirst__test")).count();
     assert_eq!(exported, expected, "exported functions in the .so vs #[no_mangle] functions in src");
 }
+
+/// The core crate (core/) is safe Rust with no C boundary: no `extern "C"` (or other foreign-ABI) function
+/// definition, no `#[no_mangle]`, no `export_name`, no load-time `link_section` hook. Foreign-ABI function
+/// *pointer types* (`extern "C" fn(` for symbols looked up with dlopen) are allowed. There is no exception for
+/// test code: the core's unit tests need no foreign-ABI function either.
+#[test]
+fn core_crate_has_no_c_boundary() {
+    let root = crate::common::root();
+    let mut files = Vec::new();
+    rust_files(&root.join("core/src"), &mut files);
+    assert!(files.len() > 30, "found only {} files under core/src", files.len());
+    let mut bad = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            let mut hits: Vec<&str> =
+                ["no_mangle", "export_name", "link_section"].into_iter().filter(|p| code.contains(p)).collect();
+            if foreign_fn_definition(code) {
+                hits.push("a foreign-ABI fn definition");
+            }
+            for h in hits {
+                bad.push(format!("{}:{}: {h}: {}", f.strip_prefix(&root).unwrap().display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "the core crate must not define C entry points (they belong in src/ffi):\n{}",
+        bad.join("\n")
+    );
+}
+
+/// `extern "ABI" fn name` (a definition), as opposed to `extern "ABI" fn(` (a pointer type).
+fn foreign_fn_definition(code: &str) -> bool {
+    let mut rest = code;
+    while let Some(at) = rest.find("extern \"") {
+        let after = &rest[at + 8..];
+        let Some(close) = after.find('"') else { return false };
+        let tail = after[close + 1..].trim_start();
+        if let Some(f) = tail.strip_prefix("fn") {
+            if f.starts_with(char::is_whitespace) && f.trim_start().starts_with(|c: char| c.is_alphabetic() || c == '_')
+            {
+                return true;
+            }
+        }
+        rest = &after[close + 1..];
+    }
+    false
+}
+
+#[test]
+fn foreign_fn_definitions_are_told_from_pointer_types() {
+    assert!(foreign_fn_definition(r#"pub extern "C" fn hostfirst_x() -> Status {"#));
+    assert!(foreign_fn_definition(r#"extern "C" fn prepare() {"#));
+    assert!(foreign_fn_definition(r#"unsafe extern "C-unwind" fn cb(p: *mut u8) {"#));
+    assert!(!foreign_fn_definition(r#"memory: unsafe extern "C" fn(NvmlDevice) -> NvmlReturn,"#));
+    assert!(!foreign_fn_definition(r#"type F = unsafe extern "C" fn(*mut c_int) -> CuResult;"#));
+}
