@@ -144,55 +144,6 @@
 #define HOSTFIRST_DLPACK_MINOR_VERSION 1
 
 /**
- * `DLPACK_FLAG_BITMASK_READ_ONLY`: the data must not be written (set for views of mapped files).
- */
-#define HOSTFIRST_DLPACK_FLAG_READ_ONLY 1
-
-/**
- * `DLPACK_FLAG_BITMASK_IS_COPIED`: the data is a copy made for this export, owned by the consumer.
- */
-#define HOSTFIRST_DLPACK_FLAG_IS_COPIED 2
-
-/**
- * `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED`: sub-byte elements padded to bytes (never set: F4 and F6
- * data is packed as in the file).
- */
-#define HOSTFIRST_DLPACK_FLAG_IS_SUBBYTE_TYPE_PADDED 4
-
-/**
- * `kDLCPU`.
- */
-#define HOSTFIRST_DLPACK_DEVICE_CPU 1
-
-/**
- * `kDLCUDA`.
- */
-#define HOSTFIRST_DLPACK_DEVICE_CUDA 2
-
-/**
- * `kDLCUDAHost`.
- */
-#define HOSTFIRST_DLPACK_DEVICE_CUDA_HOST 3
-
-/**
- * `copy` of `hostfirst_dlpack_options`: share where possible, copy or map copy-on-write where the form or
- * the requested device needs it (Python's `copy=None`; the zero default).
- */
-#define HOSTFIRST_DLPACK_COPY_IF_NEEDED 0
-
-/**
- * `copy` of `hostfirst_dlpack_options`: always export a new copy the consumer owns (`copy=True`; flag
- * IS_COPIED in the versioned form).
- */
-#define HOSTFIRST_DLPACK_COPY_ALWAYS 1
-
-/**
- * `copy` of `hostfirst_dlpack_options`: never copy; `UNSUPPORTED` when the request cannot be met without
- * one (`copy=False`).
- */
-#define HOSTFIRST_DLPACK_COPY_NEVER 2
-
-/**
  * The outcome of every fallible hostfirst call.
  *
  * Values are stable and grouped by range: 0 success; 1-19 argument and handle misuse; 20-29 default-device
@@ -365,6 +316,67 @@ enum hostfirst_status
 typedef enum hostfirst_status hostfirst_status;
 #else
 typedef uint32_t hostfirst_status;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * The consumer's `copy` request (the array API's `copy=None/True/False`): the values of
+ * `hostfirst_dlpack_options.copy` (C reads it as `hostfirst_dlpack_copy`, checked; an unknown value is
+ * `INVALID_ARGUMENT`).
+ */
+enum hostfirst_dlpack_copy
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Share where possible; copy, or map copy-on-write, where the form or the requested device needs it
+   * (Python's `copy=None`; the default).
+   */
+  HOSTFIRST_DLPACK_COPY_IF_NEEDED = 0,
+  /**
+   * Always export a new copy the consumer owns (`copy=True`; flag IS_COPIED in the versioned form).
+   */
+  HOSTFIRST_DLPACK_COPY_ALWAYS = 1,
+  /**
+   * Never copy: `UNSUPPORTED` when the request cannot be met without one (`copy=False`).
+   */
+  HOSTFIRST_DLPACK_COPY_NEVER = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hostfirst_dlpack_copy hostfirst_dlpack_copy;
+#else
+typedef uint32_t hostfirst_dlpack_copy;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * dlpack.h's `DLDeviceType`, the values hostfirst produces and accepts (equal to hostfirst's device kinds).
+ */
+enum hostfirst_dlpack_device_type
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * `kDLCPU`.
+   */
+  HOSTFIRST_DLPACK_DEVICE_CPU = 1,
+  /**
+   * `kDLCUDA`.
+   */
+  HOSTFIRST_DLPACK_DEVICE_CUDA = 2,
+  /**
+   * `kDLCUDAHost`.
+   */
+  HOSTFIRST_DLPACK_DEVICE_CUDA_HOST = 3,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hostfirst_dlpack_device_type hostfirst_dlpack_device_type;
+#else
+typedef int32_t hostfirst_dlpack_device_type;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
@@ -583,6 +595,37 @@ enum hostfirst_default_source
 typedef enum hostfirst_default_source hostfirst_default_source;
 #else
 typedef uint32_t hostfirst_default_source;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * A bit of `hostfirst_dlpack_managed_tensor_versioned.flags` (dlpack.h's `DLPACK_FLAG_BITMASK_*`). The field
+ * itself is a `hostfirst_dlpack_flags` (a `uint64_t`), the OR of these values.
+ */
+enum hostfirst_dlpack_flag
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint64_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * `DLPACK_FLAG_BITMASK_READ_ONLY`: the data must not be written (set for views of mapped files).
+   */
+  HOSTFIRST_DLPACK_FLAG_READ_ONLY = (1 << 0),
+  /**
+   * `DLPACK_FLAG_BITMASK_IS_COPIED`: the data is a copy made for this export, owned by the consumer.
+   */
+  HOSTFIRST_DLPACK_FLAG_IS_COPIED = (1 << 1),
+  /**
+   * `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED` (1.1): sub-byte elements each padded to a byte. Never set by
+   * hostfirst: F4 and F6 data is packed as in the file.
+   */
+  HOSTFIRST_DLPACK_FLAG_IS_SUBBYTE_TYPE_PADDED = (1 << 2),
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hostfirst_dlpack_flag hostfirst_dlpack_flag;
+#else
+typedef uint64_t hostfirst_dlpack_flag;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
@@ -1156,13 +1199,14 @@ typedef struct hostfirst_dlpack_version {
 } hostfirst_dlpack_version;
 
 /**
- * Layout-identical to dlpack.h's `DLDevice` (`device_type` is a `DLDeviceType`).
+ * Layout-identical to dlpack.h's `DLDevice`.
  */
 typedef struct hostfirst_dlpack_device {
   /**
-   * `HOSTFIRST_DLPACK_DEVICE_*` (kDLCPU 1, kDLCUDA 2, kDLCUDAHost 3).
+   * Where the data lives: `HOSTFIRST_DLPACK_DEVICE_*` (kDLCPU 1, kDLCUDA 2, kDLCUDAHost 3). Read from C (a
+   * consumer's `dl_device`) as a plain `int32_t` and checked.
    */
-  int32_t device_type;
+  hostfirst_dlpack_device_type device_type;
   /**
    * The device ordinal (0 for cpu and cuda_host).
    */
@@ -1170,7 +1214,60 @@ typedef struct hostfirst_dlpack_device {
 } hostfirst_dlpack_device;
 
 /**
- * Layout-identical to dlpack.h's `DLDataType`.
+ * What a DLPack consumer asked for: the arguments of Python's `__dlpack__(*, stream, max_version,
+ * dl_device, copy)`, for `hostfirst_view_to_dlpack` and `hostfirst_buffer_to_dlpack`. Fill it with
+ * `hostfirst_dlpack_options_init` (the defaults: a DLPack 1.1 consumer that passed nothing else), then set
+ * what the consumer gave. NULL options are those defaults. A zero-initialised struct with `struct_size` set
+ * is a consumer that passed nothing at all (Python's `max_version=None`): the legacy form. A smaller
+ * `struct_size` from an older header is accepted; later fields take their defaults.
+ */
+typedef struct hostfirst_dlpack_options {
+  /**
+   * `sizeof(hostfirst_dlpack_options)`.
+   */
+  size_t struct_size;
+  /**
+   * The highest DLPack version the consumer takes, which picks the form: major >= 1, the versioned form
+   * (`hostfirst_dlpack_managed_tensor_versioned`, the default: {HOSTFIRST_DLPACK_MAJOR_VERSION,
+   * HOSTFIRST_DLPACK_MINOR_VERSION}); major 0 (Python: `max_version=None`), the legacy form
+   * (`hostfirst_dlpack_managed_tensor`).
+   */
+  struct hostfirst_dlpack_version max_version;
+  /**
+   * The consumer's stream, read when `has_stream` is nonzero, with DLPack's meaning: 1 the legacy default
+   * stream, 2 the per-thread default stream, > 2 a `CUstream` (cast to an integer), -1 the consumer
+   * synchronises itself; 0 and other negative values are `INVALID_ARGUMENT`. Not given: the legacy default
+   * stream. Only CUDA data uses it (see `hostfirst_buffer_to_dlpack`).
+   */
+  int64_t stream;
+  /**
+   * Nonzero when `stream` was given (Python: `stream is not None`).
+   */
+  int32_t has_stream;
+  /**
+   * Share, copy, or refuse to copy: a `hostfirst_dlpack_copy` (default `HOSTFIRST_DLPACK_COPY_IF_NEEDED`);
+   * another value is `INVALID_ARGUMENT`.
+   */
+  hostfirst_dlpack_copy copy;
+  /**
+   * Nonzero when `dl_device` was given.
+   */
+  int32_t has_dl_device;
+  /**
+   * The device the consumer wants the data on (kDLCPU 0, kDLCUDA N, kDLCUDAHost 0); when it is not where the
+   * data lives, the export is a copy there (fit-checked; `UNSUPPORTED` under COPY_NEVER, and for any other
+   * device type).
+   */
+  struct hostfirst_dlpack_device dl_device;
+} hostfirst_dlpack_options;
+
+/**
+ * The flags of a versioned export: an OR of `hostfirst_dlpack_flag` values (`HOSTFIRST_DLPACK_FLAG_*`).
+ */
+typedef uint64_t hostfirst_dlpack_flags;
+
+/**
+ * Layout-identical to dlpack.h's `DLDataType`: (code, bits, lanes).
  */
 typedef struct hostfirst_dlpack_dtype {
   /**
@@ -1180,11 +1277,11 @@ typedef struct hostfirst_dlpack_dtype {
    */
   uint8_t code;
   /**
-   * Bits per element.
+   * Bits per element (per lane).
    */
   uint8_t bits;
   /**
-   * Lanes (always 1).
+   * Vector lanes; always 1 here.
    */
   uint16_t lanes;
 } hostfirst_dlpack_dtype;
@@ -1227,9 +1324,10 @@ typedef struct hostfirst_dlpack_tensor {
 /**
  * Layout-identical to dlpack.h's `DLManagedTensorVersioned` (DLPack >= 1.0).
  *
- * Made by `hostfirst_view_to_dlpack`, `hostfirst_buffer_to_dlpack` and their `_ex` forms; the consumer calls
- * `deleter(self)` exactly once when done. Until then it keeps the file mapping (or the buffer's memory) alive
- * on its own, whatever happens to the handle it was made from.
+ * Made by `hostfirst_view_to_dlpack` and `hostfirst_buffer_to_dlpack` when the consumer takes DLPack 1.x
+ * (`opts->max_version.major >= 1`, the default); the consumer calls `deleter(self)` exactly once when done.
+ * Until then it keeps the file mapping (or the buffer's memory) alive on its own, whatever happens to the
+ * handle it was made from.
  */
 typedef struct hostfirst_dlpack_managed_tensor_versioned {
   /**
@@ -1237,7 +1335,7 @@ typedef struct hostfirst_dlpack_managed_tensor_versioned {
    */
   struct hostfirst_dlpack_version version;
   /**
-   * Owned by hostfirst (a registry id); counted by `hostfirst_handle_count` until the deleter runs.
+   * Owned by hostfirst (identifies the export); counted by `hostfirst_handle_count` until the deleter runs.
    */
   void *manager_ctx;
   /**
@@ -1249,9 +1347,9 @@ typedef struct hostfirst_dlpack_managed_tensor_versioned {
    */
   void (*deleter)(struct hostfirst_dlpack_managed_tensor_versioned*);
   /**
-   * `HOSTFIRST_DLPACK_FLAG_*` bits: READ_ONLY for a view's mapping, IS_COPIED for a copy made for the export.
+   * READ_ONLY for a view's mapping, IS_COPIED for a copy made for the export (`hostfirst_dlpack_flag`).
    */
-  uint64_t flags;
+  hostfirst_dlpack_flags flags;
   /**
    * The tensor.
    */
@@ -1262,10 +1360,10 @@ typedef struct hostfirst_dlpack_managed_tensor_versioned {
  * Layout-identical to dlpack.h's `DLManagedTensor`: the unversioned ("legacy") form, which numpy 1.x,
  * JAX and older consumers take (the Python capsule named "dltensor").
  *
- * Made by `hostfirst_view_to_dlpack_legacy`, `hostfirst_buffer_to_dlpack_legacy` and the `_ex` forms. It has
- * no flags, so a consumer cannot be told that memory is read-only: a view never goes out this way as its
- * file's read-only mapping (see `hostfirst_view_to_dlpack_legacy`). Lifetime and deleter as for
- * `hostfirst_dlpack_managed_tensor_versioned`.
+ * Made by `hostfirst_view_to_dlpack` and `hostfirst_buffer_to_dlpack` for a consumer that takes DLPack 0.x
+ * only (`opts->max_version.major == 0`). It has no flags, so a consumer cannot be told that memory is
+ * read-only: a view never goes out this way as its file's read-only mapping (see `hostfirst_view_to_dlpack`).
+ * Lifetime and deleter as for `hostfirst_dlpack_managed_tensor_versioned`.
  */
 typedef struct hostfirst_dlpack_managed_tensor {
   /**
@@ -1273,7 +1371,7 @@ typedef struct hostfirst_dlpack_managed_tensor {
    */
   struct hostfirst_dlpack_tensor dl_tensor;
   /**
-   * Owned by hostfirst (a registry id); counted by `hostfirst_handle_count` until the deleter runs.
+   * Owned by hostfirst (identifies the export); counted by `hostfirst_handle_count` until the deleter runs.
    */
   void *manager_ctx;
   /**
@@ -1285,49 +1383,6 @@ typedef struct hostfirst_dlpack_managed_tensor {
    */
   void (*deleter)(struct hostfirst_dlpack_managed_tensor*);
 } hostfirst_dlpack_managed_tensor;
-
-/**
- * What a DLPack consumer asked for: the arguments of Python's `__dlpack__(*, stream, max_version,
- * dl_device, copy)`, for `hostfirst_view_to_dlpack_ex` / `hostfirst_buffer_to_dlpack_ex`. Zero-initialise,
- * set `struct_size = sizeof(hostfirst_dlpack_options)`, then set what the consumer gave: all zeros is a
- * consumer that passed nothing (a legacy consumer, no stream, copy if needed, the data's own device). A
- * smaller `struct_size` from an older header is accepted; later fields take their defaults.
- */
-typedef struct hostfirst_dlpack_options {
-  /**
-   * `sizeof(hostfirst_dlpack_options)`.
-   */
-  size_t struct_size;
-  /**
-   * The highest DLPack version the consumer takes. Major >= 1: the versioned form; {0, 0} (not given):
-   * the legacy form.
-   */
-  struct hostfirst_dlpack_version max_version;
-  /**
-   * The consumer's stream, read when `has_stream` is nonzero, with DLPack's meaning: 1 the legacy default
-   * stream, 2 the per-thread default stream, > 2 a `CUstream` (cast to an integer), -1 the consumer
-   * synchronises itself; 0 and other negative values are `INVALID_ARGUMENT`. Not given: the legacy default
-   * stream. Only CUDA data uses it (see `hostfirst_buffer_to_dlpack_ex`).
-   */
-  int64_t stream;
-  /**
-   * Nonzero when `stream` was given (Python: `stream is not None`).
-   */
-  int32_t has_stream;
-  /**
-   * `HOSTFIRST_DLPACK_COPY_IF_NEEDED` (0), `_ALWAYS` (1) or `_NEVER` (2).
-   */
-  uint32_t copy;
-  /**
-   * Nonzero when `dl_device` was given.
-   */
-  int32_t has_dl_device;
-  /**
-   * The device the consumer wants the data on (kDLCPU 0, kDLCUDA N, kDLCUDAHost 0); when it is not where the
-   * data lives, the export is a copy there (fit-checked; `UNSUPPORTED` under COPY_NEVER).
-   */
-  struct hostfirst_dlpack_device dl_device;
-} hostfirst_dlpack_options;
 
 /**
  * Options of a shard plan and its run. Zero-initialise (or call `hostfirst_shard_options_init`), set
@@ -2419,7 +2474,7 @@ hostfirst_status hostfirst_load_free(struct hostfirst_load *load);
  * `hostfirst_gather_batch`, or a DLPack export of one — is never rewritten while any such reference to it
  * remains (the handle not freed, the export's deleter not run), on cpu or on CUDA; on CUDA the rewrite also
  * waits, on the device, for the events recorded on the consumers' streams when they released it (see
- * `hostfirst_buffer_to_dlpack_ex` and `hostfirst_buffer_record_stream`). When every batch is held, the ring
+ * `hostfirst_buffer_to_dlpack` and `hostfirst_buffer_record_stream`). When every batch is held, the ring
  * grows by one batch (fit-checked: `OUT_OF_MEMORY` if it does not fit) up to its bound,
  * `HOSTFIRST_GATHER_DEFAULT_RING_BOUND` (4) unless set with `hostfirst_gather_set_ring_bound`; at the bound
  * a run returns `HOSTFIRST_STATUS_BUSY` and changes nothing. A consumer that holds at most the current batch while
@@ -2629,98 +2684,68 @@ hostfirst_status hostfirst_random_offsets(uint64_t *state,
                                           size_t n);
 
 /**
- * Exports a view (or row slice, or narrowed view) as a DLPack 1.1 managed tensor (versioned form) and
- * writes it to `*out`.
+ * Fills `*out` with the default options (`struct_size` set): a DLPack 1.1 consumer that passed nothing else
+ * (versioned form, no stream, `HOSTFIRST_DLPACK_COPY_IF_NEEDED`, the data's own device). Errors:
+ * `NULL_ARGUMENT`. Thread-safe.
+ */
+hostfirst_status hostfirst_dlpack_options_init(struct hostfirst_dlpack_options *out);
+
+/**
+ * Exports a view (or row slice, or narrowed view) as a DLPack managed tensor for a consumer's request
+ * (`opts`; NULL: the defaults of `hostfirst_dlpack_options_init`, a DLPack 1.1 consumer).
  *
- * Zero-copy: `dl_tensor.data` points into the file's read-only mapping (the same pointer as
- * `hostfirst_view_info.data`, with the same SIGBUS hazard), device kDLCPU 0, byte_offset 0, strides NULL
- * (compact C order) or, for a strided view (`hostfirst_view_narrow` on an inner dimension), the view's
- * element strides; a strided view of a sub-byte dtype (F4, F6), whose strides DLPack cannot express, is
- * exported as a packed copy instead (flag IS_COPIED). `flags` has `HOSTFIRST_DLPACK_FLAG_READ_ONLY`: never write through it. The data may be
- * misaligned for its dtype (see `hostfirst_view_info.alignment`). The tensor keeps the mapping alive until
- * its `deleter` is called, even after the view and file handles are freed; until then it counts in
- * `hostfirst_handle_count`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED` for a dtype DLPack has
- * no code for (none in this version), `VALIDATION_OVERFLOW` for a dimension above INT64_MAX. On failure
- * `*out` is unchanged. Thread-safe. `hostfirst_view_to_dlpack_ex` takes a consumer's full request.
+ * **Outputs.** The form follows `opts->max_version`: major >= 1 writes a
+ * `hostfirst_dlpack_managed_tensor_versioned *` to `*out_versioned`, major 0 a `hostfirst_dlpack_managed_tensor *`
+ * to `*out_legacy`. The output of the requested form is required (`NULL_ARGUMENT`); the other may be NULL,
+ * and when given it is set to NULL. From C: `hostfirst_view_to_dlpack(view, NULL, &t, NULL)`.
+ *
+ * **Versioned form** (copy if needed or never): zero-copy. `dl_tensor.data` points into the file's read-only
+ * mapping (the same pointer as `hostfirst_view_info.data`, with the same SIGBUS hazard), device kDLCPU 0,
+ * byte_offset 0, strides NULL (compact C order) or, for a strided view (`hostfirst_view_narrow` on an inner
+ * dimension), the view's element strides; a strided view of a sub-byte dtype (F4, F6), whose strides DLPack
+ * cannot express, is exported as a packed copy instead (flag IS_COPIED). `flags` has
+ * `HOSTFIRST_DLPACK_FLAG_READ_ONLY`: never write through it. The data may be misaligned for its dtype (see
+ * `hostfirst_view_info.alignment`).
+ *
+ * **Legacy form** (`DLManagedTensor`, the Python capsule "dltensor": numpy 1.x, JAX; copy if needed or
+ * never). A legacy consumer cannot see a read-only flag, and some write (in-place operations, buffer
+ * donation), so the file's read-only mapping never goes out this way. The export is a **private
+ * copy-on-write mapping of the view's pages** (`MAP_PRIVATE`, writable): nothing is copied until the consumer
+ * writes a page, a write copies that page into the process, and **the file never changes**. Chosen over a
+ * copy because it costs a page table instead of a copy of the tensor, and it carries the view's own hazards
+ * and no more: pages the consumer has not written still show what other processes write to the file;
+ * truncating the file makes every page past the new end raise SIGBUS when touched, written or not, and
+ * truncating then extending it (a rewrite in place with `O_TRUNC`) gives those pages the file's new content,
+ * silently losing what the consumer wrote there (as for `hostfirst_put` with `opts->copy_on_write`). A
+ * consumer that needs the data isolated from the file asks for a copy (`HOSTFIRST_DLPACK_COPY_ALWAYS`). A view
+ * over memory (`hostfirst_file_open_memory`) has no file to map, and a strided view is not one range of it:
+ * both are copied, packed (device kDLCPU either way; `UNSUPPORTED` under COPY_NEVER). `dl_tensor.data` is
+ * where the view sits in the first mapped page (alignment as in the file), compact C order.
+ *
+ * **Copies.** `HOSTFIRST_DLPACK_COPY_ALWAYS`, or a `dl_device` other than kDLCPU: a put of the view to that
+ * device (an eager copy, fit-checked: `OUT_OF_MEMORY` with `hostfirst_last_fit`), flag IS_COPIED in the
+ * versioned form; `UNSUPPORTED` under COPY_NEVER. `opts->stream` is validated (0 is `INVALID_ARGUMENT`) but
+ * has nothing to order: the view is host memory, and a copy to a device has completed when this returns.
+ *
+ * The tensor keeps what it exports alive until its `deleter` is called, even after the view and file
+ * handles are freed; until then it counts in `hostfirst_handle_count`. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`, `INVALID_ARGUMENT` (bad options), `UNSUPPORTED`, `TRUNCATED` (the file is now shorter
+ * than the view), `IO` (mapping failed), `OUT_OF_MEMORY` (a copy that does not fit), `VALIDATION_OVERFLOW`
+ * (a dimension above INT64_MAX). On failure both outputs are unchanged. Thread-safe.
  */
 hostfirst_status hostfirst_view_to_dlpack(const struct hostfirst_view *view,
-                                          struct hostfirst_dlpack_managed_tensor_versioned **out);
+                                          const struct hostfirst_dlpack_options *opts,
+                                          struct hostfirst_dlpack_managed_tensor_versioned **out_versioned,
+                                          struct hostfirst_dlpack_managed_tensor **out_legacy);
 
 /**
- * Exports a view (or row slice) in the unversioned DLPack form (`DLManagedTensor`, the Python capsule
- * "dltensor": numpy 1.x, JAX) and writes it to `*out`.
- *
- * A legacy consumer cannot see a read-only flag, and some write (in-place operations, buffer donation), so
- * the file's read-only mapping never goes out this way. The export is a **private copy-on-write mapping of
- * the view's pages** (`MAP_PRIVATE`, writable): nothing is copied until the consumer writes a page, a write
- * copies that page into the process, and **the file never changes**. Chosen over a copy because it costs a
- * page table instead of a copy of the tensor, and it carries the view's own hazards and no more: pages the
- * consumer has not written still show what other processes write to the file; truncating the file makes
- * every page past the new end raise SIGBUS when touched, written or not, and truncating then extending it
- * (a rewrite in place with `O_TRUNC`) gives those pages the file's new content, silently losing what the
- * consumer wrote there (as for `hostfirst_put` with `opts->copy_on_write`). A consumer that needs the data isolated from the
- * file asks for a copy (`hostfirst_view_to_dlpack_ex` with `HOSTFIRST_DLPACK_COPY_ALWAYS`). A view over
- * memory (`hostfirst_file_open_memory`) has no file to map, and a strided view (`hostfirst_view_narrow` on
- * an inner dimension) is not one range of it: both are copied, packed (device kDLCPU either way).
- *
- * `dl_tensor.data` is where the view sits in the first mapped page (alignment as in the file), device
- * kDLCPU 0, compact C order. The tensor lives until its `deleter` runs, independently of the view and file
- * handles, and counts in `hostfirst_handle_count` until then. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
- * `TRUNCATED` (the file is now shorter than the view), `IO` (mapping failed), `OUT_OF_MEMORY` (a copy of a
- * memory view that does not fit), `VALIDATION_OVERFLOW`. On failure `*out` is unchanged. Thread-safe.
- */
-hostfirst_status hostfirst_view_to_dlpack_legacy(const struct hostfirst_view *view,
-                                                 struct hostfirst_dlpack_managed_tensor **out);
-
-/**
- * Exports a view for a consumer's full request (`opts`, NULL: a consumer that passed nothing): the form by
- * `opts->max_version` (major >= 1: versioned, written to `*out_versioned`; otherwise legacy, written to
- * `*out_legacy`; the other output is set to NULL, so pass both), then:
- * - versioned, copy if needed / never: the read-only mapping (as `hostfirst_view_to_dlpack`);
- * - legacy, copy if needed / never: the copy-on-write mapping (as `hostfirst_view_to_dlpack_legacy`; a view
- *   over memory is copied when allowed, `UNSUPPORTED` under COPY_NEVER);
- * - COPY_ALWAYS, or a `dl_device` other than kDLCPU: a put of the view to that device (an eager copy,
- *   fit-checked: `OUT_OF_MEMORY` with `hostfirst_last_fit`), flag IS_COPIED in the versioned form;
- *   `UNSUPPORTED` under COPY_NEVER.
- *
- * `opts->stream` is validated (0 is `INVALID_ARGUMENT`) but has nothing to order: the view is host memory,
- * and a copy to a device has completed when this returns. Errors also: `INVALID_ARGUMENT` (bad options),
- * those of the functions above. On failure both outputs are unchanged. Thread-safe.
- */
-hostfirst_status hostfirst_view_to_dlpack_ex(const struct hostfirst_view *view,
-                                             const struct hostfirst_dlpack_options *opts,
-                                             struct hostfirst_dlpack_managed_tensor_versioned **out_versioned,
-                                             struct hostfirst_dlpack_managed_tensor **out_legacy);
-
-/**
- * Exports a buffer as a DLPack 1.1 managed tensor (versioned form) and writes it to `*out`.
- *
- * Zero-copy and writable (`flags` 0): device kDLCUDA with its ordinal for `cuda:N`, kDLCUDAHost 0 for
- * `cuda_host`, kDLCPU 0 for `cpu`; compact C order. The tensor keeps the buffer's memory alive until its
- * `deleter` is called, even after `hostfirst_buffer_free`; until then it counts in `hostfirst_handle_count`,
- * and a gather batch it holds is never rewritten. CUDA: as for a consumer that gave no stream (the legacy
- * default stream waits for hostfirst's last write; see `hostfirst_buffer_to_dlpack_ex`). Errors:
- * `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNSUPPORTED`, `VALIDATION_OVERFLOW` (as for views), `DEVICE_ERROR`;
- * `UNAVAILABLE` for a `cuda:N` buffer in a process that cannot use CUDA (a child forked after CUDA was
- * initialised), as `hostfirst_buffer_copy_to_host` there. On failure `*out` is unchanged. Thread-safe.
- */
-hostfirst_status hostfirst_buffer_to_dlpack(const struct hostfirst_buffer *buffer,
-                                            struct hostfirst_dlpack_managed_tensor_versioned **out);
-
-/**
- * Exports a buffer in the unversioned DLPack form (`DLManagedTensor`, the capsule "dltensor") and writes
- * it to `*out`: the buffer's own memory, shared and writable, exactly as `hostfirst_buffer_to_dlpack` but
- * without version and flags. Lifetime, CUDA stream and errors as there. Thread-safe.
- */
-hostfirst_status hostfirst_buffer_to_dlpack_legacy(const struct hostfirst_buffer *buffer,
-                                                   struct hostfirst_dlpack_managed_tensor **out);
-
-/**
- * Exports a buffer for a consumer's full request (`opts`, NULL: a consumer that passed nothing). The form by
- * `opts->max_version` as for `hostfirst_view_to_dlpack_ex` (pass both outputs; the one not made is set to
- * NULL). The buffer's own memory is shared (both forms, writable), unless `opts->copy` is COPY_ALWAYS or
- * `opts->dl_device` names another device: then the export is a new copy there (fit-checked, IS_COPIED),
- * `UNSUPPORTED` under COPY_NEVER.
+ * Exports a buffer as a DLPack managed tensor for a consumer's request (`opts`; NULL: the defaults of
+ * `hostfirst_dlpack_options_init`, a DLPack 1.1 consumer). The outputs as for `hostfirst_view_to_dlpack`
+ * (the form by `opts->max_version`; the other output may be NULL). The buffer's own memory is shared (both
+ * forms, writable, flags 0), unless `opts->copy` is COPY_ALWAYS or `opts->dl_device` names another device:
+ * then the export is a new copy there (fit-checked, IS_COPIED), `UNSUPPORTED` under COPY_NEVER. The tensor
+ * keeps the buffer's memory alive until its deleter runs, after `hostfirst_buffer_free` too (a gather batch
+ * keeps its place in the ring until then), and counts in `hostfirst_handle_count` until then.
  *
  * **The CUDA stream handshake.** For data on `cuda:N`, the consumer's stream (`opts->stream`: 1 or not
  * given: the legacy default stream; 2: the calling thread's per-thread default stream, so call this from the
@@ -2739,14 +2764,15 @@ hostfirst_status hostfirst_buffer_to_dlpack_legacy(const struct hostfirst_buffer
  * and a destroyed or foreign one is undefined behaviour (a crash, or the wait or release landing on an
  * unrelated stream), not an error hostfirst can report. The stream is ignored for host buffers (cpu,
  * cuda_host): their writes have completed when the call that made them returned. Errors: `NULL_ARGUMENT`,
- * `INVALID_HANDLE`, `INVALID_ARGUMENT` (bad options, stream 0), `UNSUPPORTED`, `OUT_OF_MEMORY` (a copy that
- * does not fit), `DEVICE_ERROR` (a driver failure, e.g. a sticky error of the device's context),
- * `VALIDATION_OVERFLOW`. On failure both outputs are unchanged. Thread-safe.
+ * `INVALID_HANDLE`, `INVALID_ARGUMENT` (bad options, stream 0), `UNAVAILABLE` (CUDA data in a child forked
+ * after CUDA was initialised), `UNSUPPORTED`, `OUT_OF_MEMORY` (a copy that does not fit), `DEVICE_ERROR` (a
+ * driver failure, e.g. a sticky error of the device's context), `VALIDATION_OVERFLOW`. On failure both
+ * outputs are unchanged. Thread-safe.
  */
-hostfirst_status hostfirst_buffer_to_dlpack_ex(const struct hostfirst_buffer *buffer,
-                                               const struct hostfirst_dlpack_options *opts,
-                                               struct hostfirst_dlpack_managed_tensor_versioned **out_versioned,
-                                               struct hostfirst_dlpack_managed_tensor **out_legacy);
+hostfirst_status hostfirst_buffer_to_dlpack(const struct hostfirst_buffer *buffer,
+                                            const struct hostfirst_dlpack_options *opts,
+                                            struct hostfirst_dlpack_managed_tensor_versioned **out_versioned,
+                                            struct hostfirst_dlpack_managed_tensor **out_legacy);
 
 /**
  * Writes the DLPack `DLDataType` of a `HOSTFIRST_DTYPE_*` value to `*out`.

@@ -7,11 +7,7 @@ use crate::forksafe::{self, Handlers};
 use hostfirst_core::fork_handlers;
 
 extern "C" fn prepare() {
-    forksafe::keep(vec![
-        crate::ffi::handle::REGISTRY.hold(),
-        crate::ffi::args::CSTRINGS.hold(),
-        crate::ffi::dlpack::DLPACK_SLOTS.hold(),
-    ]);
+    forksafe::keep(vec![crate::ffi::handle::REGISTRY.hold(), crate::ffi::args::CSTRINGS.hold()]);
     fork_handlers::prepare();
 }
 

@@ -1,32 +1,176 @@
-//! DLPack: how hostfirst's dtypes and devices are spelled in the DLPack exchange format (DLPack 1.1).
+//! DLPack: how hostfirst's dtypes and devices are spelled in the DLPack exchange format (DLPack 1.1), the
+//! C-layout structs of an exported tensor, and who owns an export until its consumer releases it.
 //!
-//! Written from the DLPack specification (`dlpack.h`, DLPack 1.1). The C-layout structs live in
-//! `src/ffi/dlpack.rs`; this module is the safe part: type codes, device types and the mapping of every
-//! hostfirst dtype.
+//! Written from the DLPack specification (`dlpack.h`, DLPack 1.1). The structs below are layout-identical to
+//! `dlpack.h`'s types (a program that includes `dlpack.h` may cast between them); the C API exports them under
+//! the names `hostfirst_dlpack_*` (cbindgen.toml renames them). What an export shares, maps or copies is
+//! decided by [`crate::place::export`]; [`exports`] makes and releases the managed structs.
 
 use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result, Status};
+use std::ffi::c_void;
+use strum::FromRepr;
+
+pub(crate) mod exports;
+pub use exports::{export_buffer, export_view, live_exports, release, Deleters, Published, Request};
 
 /// The DLPack ABI version we produce (`DLPACK_MAJOR_VERSION`, `DLPACK_MINOR_VERSION`).
 pub const VERSION: (u32, u32) = (1, 1);
 
-/// `DLPACK_FLAG_BITMASK_READ_ONLY`: the consumer must not write the data.
-pub const FLAG_READ_ONLY: u64 = 1 << 0;
-/// `DLPACK_FLAG_BITMASK_IS_COPIED`: the data is a copy the consumer owns.
-pub const FLAG_IS_COPIED: u64 = 1 << 1;
-/// `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED` (1.1): sub-byte elements each padded to a byte. Never set by
-/// hostfirst: safetensors packs F4 and F6 elements.
-pub const FLAG_IS_SUBBYTE_TYPE_PADDED: u64 = 1 << 2;
+/// A bit of `hostfirst_dlpack_managed_tensor_versioned.flags` (dlpack.h's `DLPACK_FLAG_BITMASK_*`). The field
+/// itself is a `hostfirst_dlpack_flags` (a `uint64_t`), the OR of these values.
+#[repr(u64)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DlpackFlag {
+    /// `DLPACK_FLAG_BITMASK_READ_ONLY`: the data must not be written (set for views of mapped files).
+    ReadOnly = 1 << 0,
+    /// `DLPACK_FLAG_BITMASK_IS_COPIED`: the data is a copy made for this export, owned by the consumer.
+    IsCopied = 1 << 1,
+    /// `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED` (1.1): sub-byte elements each padded to a byte. Never set by
+    /// hostfirst: F4 and F6 data is packed as in the file.
+    IsSubbyteTypePadded = 1 << 2,
+}
+
+/// The flags of a versioned export: an OR of `hostfirst_dlpack_flag` values (`HOSTFIRST_DLPACK_FLAG_*`).
+pub type DlpackFlags = u64;
+
+/// `DLPACK_FLAG_BITMASK_READ_ONLY`.
+pub const FLAG_READ_ONLY: u64 = DlpackFlag::ReadOnly as u64;
+/// `DLPACK_FLAG_BITMASK_IS_COPIED`.
+pub const FLAG_IS_COPIED: u64 = DlpackFlag::IsCopied as u64;
+/// `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED`.
+pub const FLAG_IS_SUBBYTE_TYPE_PADDED: u64 = DlpackFlag::IsSubbyteTypePadded as u64;
+
+/// dlpack.h's `DLDeviceType`, the values hostfirst produces and accepts (equal to hostfirst's device kinds).
+/// cbindgen:prefix-with-name=false
+/// cbindgen:rename-all=prefix:HOSTFIRST_DLPACK_DEVICE_
+#[repr(i32)]
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromRepr)]
+pub enum DlpackDeviceType {
+    /// `kDLCPU`.
+    CPU = 1,
+    /// `kDLCUDA`.
+    CUDA = 2,
+    /// `kDLCUDAHost`.
+    CUDA_HOST = 3,
+}
 
 /// `DLDeviceType` values used by hostfirst (equal to hostfirst's device kinds).
 pub mod device_type {
     /// `kDLCPU`.
-    pub const CPU: i32 = 1;
+    pub const CPU: i32 = super::DlpackDeviceType::CPU as i32;
     /// `kDLCUDA`.
-    pub const CUDA: i32 = 2;
+    pub const CUDA: i32 = super::DlpackDeviceType::CUDA as i32;
     /// `kDLCUDAHost`.
-    pub const CUDA_HOST: i32 = 3;
+    pub const CUDA_HOST: i32 = super::DlpackDeviceType::CUDA_HOST as i32;
+}
+
+/// Layout-identical to dlpack.h's `DLPackVersion`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DlpackVersion {
+    /// `major`.
+    pub major: u32,
+    /// `minor`.
+    pub minor: u32,
+}
+
+/// Layout-identical to dlpack.h's `DLDevice`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DlpackDevice {
+    /// Where the data lives: `HOSTFIRST_DLPACK_DEVICE_*` (kDLCPU 1, kDLCUDA 2, kDLCUDAHost 3). Read from C (a
+    /// consumer's `dl_device`) as a plain `int32_t` and checked.
+    pub device_type: DlpackDeviceType,
+    /// The device ordinal (0 for cpu and cuda_host).
+    pub device_id: i32,
+}
+
+/// Layout-identical to dlpack.h's `DLTensor`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct DlpackTensor {
+    /// The data: a host pointer (cpu, cuda_host) or a CUDA device address.
+    pub data: *mut c_void,
+    /// Where the data lives.
+    pub device: DlpackDevice,
+    /// Number of dimensions.
+    pub ndim: i32,
+    /// Element type.
+    pub dtype: DlDType,
+    /// `ndim` dimensions (NULL when `ndim` is 0); owned by the managed tensor.
+    pub shape: *mut i64,
+    /// NULL for compact C order (every buffer, every contiguous view); `ndim` element strides for a strided
+    /// view (`hostfirst_view_narrow` on an inner dimension) in the versioned form; owned by the managed tensor.
+    pub strides: *mut i64,
+    /// Always 0: `data` points at the first element.
+    pub byte_offset: u64,
+}
+
+/// Layout-identical to dlpack.h's `DLManagedTensorVersioned` (DLPack >= 1.0).
+///
+/// Made by `hostfirst_view_to_dlpack` and `hostfirst_buffer_to_dlpack` when the consumer takes DLPack 1.x
+/// (`opts->max_version.major >= 1`, the default); the consumer calls `deleter(self)` exactly once when done.
+/// Until then it keeps the file mapping (or the buffer's memory) alive on its own, whatever happens to the
+/// handle it was made from.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ManagedTensorVersioned {
+    /// {HOSTFIRST_DLPACK_MAJOR_VERSION, HOSTFIRST_DLPACK_MINOR_VERSION}.
+    pub version: DlpackVersion,
+    /// Owned by hostfirst (identifies the export); counted by `hostfirst_handle_count` until the deleter runs.
+    pub manager_ctx: *mut c_void,
+    /// Releases the tensor and frees this struct: call it exactly once, then never touch the pointer again.
+    /// A NULL argument, or a struct hostfirst did not make, is ignored. A second call with the same pointer is
+    /// ignored too (the struct's memory is never returned to the allocator and is not reused for a new export
+    /// until 1024 later exports have been deleted); after that the pointer may name a newer export, which the
+    /// second call would release, so do not rely on it.
+    pub deleter: Option<extern "C" fn(*mut ManagedTensorVersioned)>,
+    /// READ_ONLY for a view's mapping, IS_COPIED for a copy made for the export (`hostfirst_dlpack_flag`).
+    pub flags: DlpackFlags,
+    /// The tensor.
+    pub dl_tensor: DlpackTensor,
+}
+
+/// Layout-identical to dlpack.h's `DLManagedTensor`: the unversioned ("legacy") form, which numpy 1.x,
+/// JAX and older consumers take (the Python capsule named "dltensor").
+///
+/// Made by `hostfirst_view_to_dlpack` and `hostfirst_buffer_to_dlpack` for a consumer that takes DLPack 0.x
+/// only (`opts->max_version.major == 0`). It has no flags, so a consumer cannot be told that memory is
+/// read-only: a view never goes out this way as its file's read-only mapping (see `hostfirst_view_to_dlpack`).
+/// Lifetime and deleter as for `hostfirst_dlpack_managed_tensor_versioned`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ManagedTensor {
+    /// The tensor.
+    pub dl_tensor: DlpackTensor,
+    /// Owned by hostfirst (identifies the export); counted by `hostfirst_handle_count` until the deleter runs.
+    pub manager_ctx: *mut c_void,
+    /// Releases the tensor and frees this struct: call it exactly once, then never touch the pointer again.
+    /// A NULL argument, or a struct hostfirst did not make, is ignored. A second call with the same pointer is
+    /// ignored too (the struct's memory is never returned to the allocator and is not reused for a new export
+    /// until 1024 later exports have been deleted); after that the pointer may name a newer export, which the
+    /// second call would release, so do not rely on it.
+    pub deleter: Option<extern "C" fn(*mut ManagedTensor)>,
+}
+
+/// The DLPack device of a consumer's request (`dl_device`): kDLCPU 0, kDLCUDA N (a present device) or
+/// kDLCUDAHost 0; anything else is `UNSUPPORTED`.
+pub fn device_from_dl(device_type: i32, device_id: i32) -> Result<Device> {
+    match (DlpackDeviceType::from_repr(device_type), device_id) {
+        (Some(DlpackDeviceType::CPU), 0) => Ok(Device::CPU),
+        (Some(DlpackDeviceType::CUDA_HOST), 0) => Ok(Device::CUDA_HOST),
+        (Some(DlpackDeviceType::CUDA), n) if n >= 0 => Device::cuda(n as u32).validate(),
+        _ => Err(Error::new(
+            Status::Unsupported,
+            format!(
+                "DLPack device ({device_type}, {device_id}) is not one hostfirst places tensors on (kDLCPU 0, \
+                 kDLCUDA N, kDLCUDAHost 0)"
+            ),
+        )),
+    }
 }
 
 /// `DLDataTypeCode` values (DLPack 1.1).
@@ -69,10 +213,13 @@ pub mod code {
     pub const FLOAT4_E2M1FN: u8 = 17;
 }
 
-/// A DLPack `DLDataType`: (code, bits, lanes).
+/// Layout-identical to dlpack.h's `DLDataType`: (code, bits, lanes).
+#[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DlDType {
-    /// A `DLDataTypeCode`.
+    /// A `DLDataTypeCode` (kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLComplex 5, kDLBool 6,
+    /// kDLFloat8_e4m3fn 10, kDLFloat8_e4m3fnuz 11, kDLFloat8_e5m2 12, kDLFloat8_e5m2fnuz 13,
+    /// kDLFloat8_e8m0fnu 14, kDLFloat6_e2m3fn 15, kDLFloat6_e3m2fn 16, kDLFloat4_e2m1fn 17).
     pub code: u8,
     /// Bits per element (per lane).
     pub bits: u8,
@@ -115,14 +262,20 @@ pub fn dl_dtype_or_err(d: DType, what: &str) -> Result<DlDType> {
 
 /// The `DLDevice` (device_type, device_id) of a hostfirst device.
 pub fn dl_device(d: Device) -> (i32, i32) {
-    let t = match d.kind {
-        DeviceKind::CPU => device_type::CPU,
-        DeviceKind::CUDA => device_type::CUDA,
-        DeviceKind::CUDA_HOST => device_type::CUDA_HOST,
+    let dev = dl_device_of(d);
+    (dev.device_type as i32, dev.device_id)
+}
+
+/// The `DLDevice` of a hostfirst device.
+pub fn dl_device_of(d: Device) -> DlpackDevice {
+    let device_type = match d.kind {
+        DeviceKind::CPU => DlpackDeviceType::CPU,
+        DeviceKind::CUDA => DlpackDeviceType::CUDA,
+        DeviceKind::CUDA_HOST => DlpackDeviceType::CUDA_HOST,
     };
     // cpu and cuda_host are device 0 in DLPack; cuda keeps its ordinal.
-    let id = if d.kind == DeviceKind::CUDA { d.ordinal as i32 } else { 0 };
-    (t, id)
+    let device_id = if d.kind == DeviceKind::CUDA { d.ordinal as i32 } else { 0 };
+    DlpackDevice { device_type, device_id }
 }
 
 /// A shape as DLPack's `int64_t` dimensions; `VALIDATION_OVERFLOW` for a dimension above `i64::MAX`.

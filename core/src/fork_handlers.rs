@@ -10,6 +10,7 @@ use crate::forksafe;
 /// [`child`]. No code path takes two of them in another order. Called by the `prepare` handler only.
 pub fn prepare() {
     forksafe::keep(vec![
+        crate::dlpack::exports::DLPACK_SLOTS.hold(),
         crate::scope::PROCESS_DEFAULT.hold(),
         crate::device::fit::HOST.hold(),
         crate::place::resident::CACHE.hold(),

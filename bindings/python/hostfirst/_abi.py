@@ -166,7 +166,7 @@ class DLPackVersion(_Mirror):
 
 class DLPackDevice(_Mirror):
     _c_name_ = "hostfirst_dlpack_device"
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]  # hostfirst_dlpack_device_type
 
 
 class DLPackDtype(_Mirror):
@@ -193,7 +193,7 @@ class DLPackManagedTensorVersioned(_Mirror):
         ("version", DLPackVersion),
         ("manager_ctx", ctypes.c_void_p),
         ("deleter", ctypes.c_void_p),  # void (*)(hostfirst_dlpack_managed_tensor_versioned *)
-        ("flags", ctypes.c_uint64),
+        ("flags", ctypes.c_uint64),  # hostfirst_dlpack_flags: an OR of HOSTFIRST_DLPACK_FLAG_*
         ("dl_tensor", DLPackTensor),
     ]
 
@@ -218,7 +218,7 @@ class DLPackOptions(_Mirror):
         ("max_version", DLPackVersion),
         ("stream", ctypes.c_int64),
         ("has_stream", ctypes.c_int32),
-        ("copy", ctypes.c_uint32),
+        ("copy", ctypes.c_uint32),  # hostfirst_dlpack_copy
         ("has_dl_device", ctypes.c_int32),
         ("dl_device", DLPackDevice),
     ]
@@ -331,18 +331,17 @@ SIGNATURES = {
     "hostfirst_view_slice_rows": (c_status, [_h, _u64, _u64, _ph]),
     "hostfirst_view_prefault": (c_status, [_h, P(ctypes.c_bool)]),
     "hostfirst_view_copy": (c_status, [_h, ctypes.c_void_p, _size, P(_u64)]),
-    "hostfirst_view_to_dlpack": (c_status, [_h, P(P(DLPackManagedTensorVersioned))]),
-    "hostfirst_view_to_dlpack_ex": (c_status, [_h, P(DLPackOptions), P(P(DLPackManagedTensorVersioned)),
-                                               P(P(DLPackManagedTensor))]),
+    "hostfirst_dlpack_options_init": (c_status, [P(DLPackOptions)]),
+    "hostfirst_view_to_dlpack": (c_status, [_h, P(DLPackOptions), P(P(DLPackManagedTensorVersioned)),
+                                            P(P(DLPackManagedTensor))]),
     # placement: buffers, rules, plans, whole-file loads
     "hostfirst_put_options_init": (c_status, [P(PutOptions)]),
     "hostfirst_put": (c_status, [_h, P(Device), P(PutOptions), _ph]),
     "hostfirst_buffer_describe": (c_status, [_h, P(BufferInfo)]),
     "hostfirst_buffer_free": (c_status, [_h]),
     "hostfirst_buffer_copy_to_host": (c_status, [_h, ctypes.c_void_p, _size]),
-    "hostfirst_buffer_to_dlpack": (c_status, [_h, P(P(DLPackManagedTensorVersioned))]),
-    "hostfirst_buffer_to_dlpack_ex": (c_status, [_h, P(DLPackOptions), P(P(DLPackManagedTensorVersioned)),
-                                                 P(P(DLPackManagedTensor))]),
+    "hostfirst_buffer_to_dlpack": (c_status, [_h, P(DLPackOptions), P(P(DLPackManagedTensorVersioned)),
+                                              P(P(DLPackManagedTensor))]),
     "hostfirst_dlpack_capsule_destructor": (None, [ctypes.c_void_p]),
     "hostfirst_buffer_sync_stream": (c_status, [_h, ctypes.c_int64]),
     "hostfirst_buffer_record_stream": (c_status, [_h, ctypes.c_int64]),
