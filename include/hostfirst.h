@@ -320,67 +320,6 @@ typedef uint32_t hostfirst_status;
 #endif // __cplusplus
 
 /**
- * The consumer's `copy` request (the array API's `copy=None/True/False`): the values of
- * `hostfirst_dlpack_options.copy` (C reads it as `hostfirst_dlpack_copy`, checked; an unknown value is
- * `INVALID_ARGUMENT`).
- */
-enum hostfirst_dlpack_copy
-#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
-  : uint32_t
-#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
- {
-  /**
-   * Share where possible; copy, or map copy-on-write, where the form or the requested device needs it
-   * (Python's `copy=None`; the default).
-   */
-  HOSTFIRST_DLPACK_COPY_IF_NEEDED = 0,
-  /**
-   * Always export a new copy the consumer owns (`copy=True`; flag IS_COPIED in the versioned form).
-   */
-  HOSTFIRST_DLPACK_COPY_ALWAYS = 1,
-  /**
-   * Never copy: `UNSUPPORTED` when the request cannot be met without one (`copy=False`).
-   */
-  HOSTFIRST_DLPACK_COPY_NEVER = 2,
-};
-#ifndef __cplusplus
-#if __STDC_VERSION__ >= 202311L
-typedef enum hostfirst_dlpack_copy hostfirst_dlpack_copy;
-#else
-typedef uint32_t hostfirst_dlpack_copy;
-#endif // __STDC_VERSION__ >= 202311L
-#endif // __cplusplus
-
-/**
- * dlpack.h's `DLDeviceType`, the values hostfirst produces and accepts (equal to hostfirst's device kinds).
- */
-enum hostfirst_dlpack_device_type
-#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
-  : int32_t
-#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
- {
-  /**
-   * `kDLCPU`.
-   */
-  HOSTFIRST_DLPACK_DEVICE_CPU = 1,
-  /**
-   * `kDLCUDA`.
-   */
-  HOSTFIRST_DLPACK_DEVICE_CUDA = 2,
-  /**
-   * `kDLCUDAHost`.
-   */
-  HOSTFIRST_DLPACK_DEVICE_CUDA_HOST = 3,
-};
-#ifndef __cplusplus
-#if __STDC_VERSION__ >= 202311L
-typedef enum hostfirst_dlpack_device_type hostfirst_dlpack_device_type;
-#else
-typedef int32_t hostfirst_dlpack_device_type;
-#endif // __STDC_VERSION__ >= 202311L
-#endif // __cplusplus
-
-/**
  * Where memory lives: the kinds of `hostfirst_device.kind` (an `int32_t`, checked on every call). The
  * values equal DLPack's `DLDeviceType` values.
  */
@@ -626,6 +565,67 @@ enum hostfirst_dlpack_flag
 typedef enum hostfirst_dlpack_flag hostfirst_dlpack_flag;
 #else
 typedef uint64_t hostfirst_dlpack_flag;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * The consumer's `copy` request (the array API's `copy=None/True/False`): the values of
+ * `hostfirst_dlpack_options.copy` (C reads it as `hostfirst_dlpack_copy`, checked; an unknown value is
+ * `INVALID_ARGUMENT`).
+ */
+enum hostfirst_dlpack_copy
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Share where possible; copy, or map copy-on-write, where the form or the requested device needs it
+   * (Python's `copy=None`; the default).
+   */
+  HOSTFIRST_DLPACK_COPY_IF_NEEDED = 0,
+  /**
+   * Always export a new copy the consumer owns (`copy=True`; flag IS_COPIED in the versioned form).
+   */
+  HOSTFIRST_DLPACK_COPY_ALWAYS = 1,
+  /**
+   * Never copy: `UNSUPPORTED` when the request cannot be met without one (`copy=False`).
+   */
+  HOSTFIRST_DLPACK_COPY_NEVER = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hostfirst_dlpack_copy hostfirst_dlpack_copy;
+#else
+typedef uint32_t hostfirst_dlpack_copy;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * dlpack.h's `DLDeviceType`, the values hostfirst produces and accepts (equal to hostfirst's device kinds).
+ */
+enum hostfirst_dlpack_device_type
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * `kDLCPU`.
+   */
+  HOSTFIRST_DLPACK_DEVICE_CPU = 1,
+  /**
+   * `kDLCUDA`.
+   */
+  HOSTFIRST_DLPACK_DEVICE_CUDA = 2,
+  /**
+   * `kDLCUDAHost`.
+   */
+  HOSTFIRST_DLPACK_DEVICE_CUDA_HOST = 3,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hostfirst_dlpack_device_type hostfirst_dlpack_device_type;
+#else
+typedef int32_t hostfirst_dlpack_device_type;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
@@ -1203,8 +1203,8 @@ typedef struct hostfirst_dlpack_version {
  */
 typedef struct hostfirst_dlpack_device {
   /**
-   * Where the data lives: `HOSTFIRST_DLPACK_DEVICE_*` (kDLCPU 1, kDLCUDA 2, kDLCUDAHost 3). Read from C (a
-   * consumer's `dl_device`) as a plain `int32_t` and checked.
+   * Where the data lives: a `hostfirst_dlpack_device_type` (kDLCPU 1, kDLCUDA 2, kDLCUDAHost 3); checked when
+   * it comes from C.
    */
   hostfirst_dlpack_device_type device_type;
   /**

@@ -77,13 +77,19 @@ pub struct DlpackVersion {
     pub minor: u32,
 }
 
+/// A `DLDeviceType` as a plain integer: the C API prints it as `hostfirst_dlpack_device_type` (cbindgen.toml
+/// `[export] exclude` + `rename`). A struct C fills in (a consumer's `dl_device`) must not hold a Rust enum,
+/// since an unknown value would be undefined behaviour; [`device_from_dl`] checks it.
+#[allow(non_camel_case_types)]
+pub type c_dlpack_device_type = i32;
+
 /// Layout-identical to dlpack.h's `DLDevice`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DlpackDevice {
-    /// Where the data lives: `HOSTFIRST_DLPACK_DEVICE_*` (kDLCPU 1, kDLCUDA 2, kDLCUDAHost 3). Read from C (a
-    /// consumer's `dl_device`) as a plain `int32_t` and checked.
-    pub device_type: DlpackDeviceType,
+    /// Where the data lives: a `hostfirst_dlpack_device_type` (kDLCPU 1, kDLCUDA 2, kDLCUDAHost 3); checked when
+    /// it comes from C.
+    pub device_type: c_dlpack_device_type,
     /// The device ordinal (0 for cpu and cuda_host).
     pub device_id: i32,
 }
@@ -263,7 +269,7 @@ pub fn dl_dtype_or_err(d: DType, what: &str) -> Result<DlDType> {
 /// The `DLDevice` (device_type, device_id) of a hostfirst device.
 pub fn dl_device(d: Device) -> (i32, i32) {
     let dev = dl_device_of(d);
-    (dev.device_type as i32, dev.device_id)
+    (dev.device_type, dev.device_id)
 }
 
 /// The `DLDevice` of a hostfirst device.
@@ -275,7 +281,7 @@ pub fn dl_device_of(d: Device) -> DlpackDevice {
     };
     // cpu and cuda_host are device 0 in DLPack; cuda keeps its ordinal.
     let device_id = if d.kind == DeviceKind::CUDA { d.ordinal as i32 } else { 0 };
-    DlpackDevice { device_type, device_id }
+    DlpackDevice { device_type: device_type as i32, device_id }
 }
 
 /// A shape as DLPack's `int64_t` dimensions; `VALIDATION_OVERFLOW` for a dimension above `i64::MAX`.

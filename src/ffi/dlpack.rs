@@ -14,7 +14,7 @@ use crate::dlpack::{ManagedTensor, ManagedTensorVersioned};
 use crate::error::{Error, Status};
 use crate::place::export::{ConsumerStream, CopyPolicy, Form};
 use std::ffi::c_void;
-use std::mem::{offset_of, size_of};
+use std::mem::size_of;
 
 /// DLPack major version of the tensors hostfirst exports (`DLPACK_MAJOR_VERSION`).
 pub const HOSTFIRST_DLPACK_MAJOR_VERSION: u32 = 1;
@@ -46,7 +46,7 @@ pub struct hostfirst_dlpack_options {
     pub has_stream: i32,
     /// Share, copy, or refuse to copy: a `hostfirst_dlpack_copy` (default `HOSTFIRST_DLPACK_COPY_IF_NEEDED`);
     /// another value is `INVALID_ARGUMENT`.
-    pub copy: CopyPolicy,
+    pub copy: c_dlpack_copy,
     /// Nonzero when `dl_device` was given.
     pub has_dl_device: i32,
     /// The device the consumer wants the data on (kDLCPU 0, kDLCUDA N, kDLCUDAHost 0); when it is not where the
@@ -55,44 +55,25 @@ pub struct hostfirst_dlpack_options {
     pub dl_device: DlpackDevice,
 }
 
-/// `hostfirst_dlpack_options` as C may fill it: its enum fields as the plain integers they are in C, read and
-/// checked before they become Rust enums (an out-of-range enum value in Rust is undefined behaviour).
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct RawOptions {
-    struct_size: usize,
-    max_version: DlpackVersion,
-    stream: i64,
-    has_stream: i32,
-    copy: u32,
-    has_dl_device: i32,
-    dl_device_type: i32,
-    dl_device_id: i32,
-}
-
-// The mirror has the C struct's layout.
-const _: () = {
-    assert!(size_of::<RawOptions>() == size_of::<hostfirst_dlpack_options>());
-    assert!(offset_of!(RawOptions, copy) == offset_of!(hostfirst_dlpack_options, copy));
-    assert!(offset_of!(RawOptions, has_dl_device) == offset_of!(hostfirst_dlpack_options, has_dl_device));
-    assert!(offset_of!(RawOptions, dl_device_type) == offset_of!(hostfirst_dlpack_options, dl_device));
-};
+/// A `hostfirst_dlpack_copy` from C, as the plain integer it is there (printed as `hostfirst_dlpack_copy`:
+/// cbindgen.toml `[export] exclude` + `rename`); checked into a [`CopyPolicy`].
+#[allow(non_camel_case_types)]
+pub type c_dlpack_copy = u32;
 
 /// The defaults (`hostfirst_dlpack_options_init`, NULL options, and the fields past an older `struct_size`).
-const DEFAULTS: RawOptions = RawOptions {
+const DEFAULTS: hostfirst_dlpack_options = hostfirst_dlpack_options {
     struct_size: size_of::<hostfirst_dlpack_options>(),
     max_version: DlpackVersion { major: HOSTFIRST_DLPACK_MAJOR_VERSION, minor: HOSTFIRST_DLPACK_MINOR_VERSION },
     stream: 0,
     has_stream: 0,
     copy: CopyPolicy::IfNeeded as u32,
     has_dl_device: 0,
-    dl_device_type: 0,
-    dl_device_id: 0,
+    dl_device: DlpackDevice { device_type: 0, device_id: 0 },
 };
 
 /// The consumer's request, checked.
 fn request(opts: *const hostfirst_dlpack_options) -> crate::error::Result<Request> {
-    let o = read_options(opts as *const RawOptions, DEFAULTS, "opts")?;
+    let o = read_options(opts, DEFAULTS, "opts")?;
     let copy = CopyPolicy::from_repr(o.copy).ok_or_else(|| {
         Error::new(
             Status::InvalidArgument,
@@ -102,8 +83,8 @@ fn request(opts: *const hostfirst_dlpack_options) -> crate::error::Result<Reques
             ),
         )
     })?;
-    let device =
-        if o.has_dl_device != 0 { Some(dlpack::device_from_dl(o.dl_device_type, o.dl_device_id)?) } else { None };
+    let d = o.dl_device;
+    let device = if o.has_dl_device != 0 { Some(dlpack::device_from_dl(d.device_type, d.device_id)?) } else { None };
     let stream = ConsumerStream::from_dlpack(if o.has_stream != 0 { Some(o.stream) } else { None })?;
     let form = if o.max_version.major >= 1 { Form::Versioned } else { Form::Legacy };
     Ok(Request { form, copy, device, stream })
@@ -115,7 +96,7 @@ fn request(opts: *const hostfirst_dlpack_options) -> crate::error::Result<Reques
 #[no_mangle]
 pub extern "C" fn hostfirst_dlpack_options_init(out: *mut hostfirst_dlpack_options) -> Status {
     hostfirst_boundary!("hostfirst_dlpack_options_init", {
-        *out_ptr(out as *mut RawOptions, "out")? = DEFAULTS;
+        *out_ptr(out, "out")? = DEFAULTS;
         Ok(())
     })
 }
@@ -389,7 +370,7 @@ mod tests {
         let o = opts();
         assert_eq!(o.struct_size, size_of::<hostfirst_dlpack_options>());
         assert_eq!(o.max_version, DlpackVersion { major: 1, minor: 1 });
-        assert_eq!((o.has_stream, o.has_dl_device, o.copy), (0, 0, CopyPolicy::IfNeeded));
+        assert_eq!((o.has_stream, o.has_dl_device, o.copy), (0, 0, CopyPolicy::IfNeeded as u32));
         assert_eq!(hostfirst_dlpack_options_init(std::ptr::null_mut()), Status::NullArgument);
     }
 
@@ -410,7 +391,7 @@ mod tests {
         let m = unsafe { &*t };
         assert_eq!(m.version, DlpackVersion { major: 1, minor: 1 });
         assert_eq!(m.flags, DlpackFlag::ReadOnly as u64);
-        assert_eq!(m.dl_tensor.device, DlpackDevice { device_type: DlpackDeviceType::CPU, device_id: 0 });
+        assert_eq!(m.dl_tensor.device, DlpackDevice { device_type: DlpackDeviceType::CPU as i32, device_id: 0 });
         // SAFETY: 8 bytes of data (rows 1..3 of 4x2 bf16), kept alive by the export.
         unsafe {
             assert_eq!(std::slice::from_raw_parts(m.dl_tensor.data as *const u8, 8), &[4, 5, 6, 7, 8, 9, 10, 11]);
@@ -445,15 +426,14 @@ mod tests {
     fn bad_options_and_handles() {
         let mut t: *mut ManagedTensorVersioned = std::ptr::null_mut();
         let mut o = opts();
-        // SAFETY: writes an out-of-range value into the enum field's bytes, as C may.
-        unsafe { *(std::ptr::addr_of_mut!(o.copy) as *mut u32) = 3 };
+        o.copy = 3;
         let f = crate::file::TensorFile::from_bytes(safetensors_bytes()).unwrap();
         let vh = handle::insert_new::<hostfirst_view>(f.view("x").unwrap());
         assert_eq!(hostfirst_view_to_dlpack(vh, &o, &mut t, std::ptr::null_mut()), Status::InvalidArgument);
         let mut o = opts();
         o.has_dl_device = 1;
-        // SAFETY: as above, a DLPack device type hostfirst does not know (kDLVulkan).
-        unsafe { *(std::ptr::addr_of_mut!(o.dl_device) as *mut i32) = 7 };
+        o.dl_device.device_type = 7; // kDLVulkan: a DLPack device type hostfirst does not know
+
         assert_eq!(hostfirst_view_to_dlpack(vh, &o, &mut t, std::ptr::null_mut()), Status::Unsupported);
         handle::remove::<hostfirst_view>(vh, "v").unwrap();
         assert!(t.is_null());

@@ -284,7 +284,7 @@ mod tests {
         let m = unsafe { &*t };
         assert_eq!(m.version, DlpackVersion { major: 1, minor: 1 });
         assert_eq!(m.flags, DlpackFlag::ReadOnly as u64);
-        assert_eq!(m.dl_tensor.device, DlpackDevice { device_type: DlpackDeviceType::CPU, device_id: 0 });
+        assert_eq!(m.dl_tensor.device, DlpackDevice { device_type: DlpackDeviceType::CPU as i32, device_id: 0 });
         assert_eq!(m.dl_tensor.dtype, DlDType { code: 4, bits: 16, lanes: 1 });
         assert_eq!(m.dl_tensor.ndim, 2);
         assert!(m.dl_tensor.strides.is_null());
