@@ -4,7 +4,8 @@
 //! Written from the DLPack specification (`dlpack.h`, DLPack 1.1). The structs below are layout-identical to
 //! `dlpack.h`'s types (a program that includes `dlpack.h` may cast between them); the C API exports them under
 //! the names `hostfirst_dlpack_*` (cbindgen.toml renames them). What an export shares, maps or copies is
-//! decided by [`crate::place::export`]; [`exports`] makes and releases the managed structs.
+//! decided by [`crate::place::export`]; [`export_view`], [`export_buffer`] and [`release`] make and release
+//! the managed structs.
 
 use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;

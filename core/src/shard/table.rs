@@ -99,7 +99,11 @@ mod tests {
 
     fn file() -> TensorFile {
         // a [4, 6] u8 tensor and a scalar
-        let header = br#"{"a":{"dtype":"U8","shape":[4,6],"data_offsets":[0,24]},"s":{"dtype":"U8","shape":[],"data_offsets":[24,25]}}"#;
+        let header = concat!(
+            r#"{"a":{"dtype":"U8","shape":[4,6],"data_offsets":[0,24]},"#,
+            r#""s":{"dtype":"U8","shape":[],"data_offsets":[24,25]}}"#
+        )
+        .as_bytes();
         let mut v = (header.len() as u64).to_le_bytes().to_vec();
         v.extend_from_slice(header);
         v.extend(0u8..25);
