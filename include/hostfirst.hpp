@@ -425,7 +425,7 @@ private:
 };
 }  // namespace detail
 
-/* DLPack ownership. Every export (to_dlpack, to_dlpack_legacy, to_dlpack_ex) comes back in an owner that
+/* DLPack ownership. Every export (to_dlpack, to_dlpack_legacy) comes back in an owner that
  * calls the tensor's deleter when it is destroyed: nothing leaks if the code between export and hand-off
  * throws. To hand a tensor to a consumer (a framework, a Python capsule), call release(): the raw
  * DLManagedTensorVersioned* / DLManagedTensor* is then the consumer's, which must call its deleter exactly
@@ -437,15 +437,10 @@ using dlpack_tensor = detail::dlpack_owner<hostfirst_dlpack_managed_tensor_versi
 /// Owner of one unversioned ("legacy") DLPack tensor (layout of dlpack.h's DLManagedTensor).
 using dlpack_legacy_tensor = detail::dlpack_owner<hostfirst_dlpack_managed_tensor>;
 
-/// The result of a to_dlpack_ex export: exactly one of the two is set, by the request's max_version.
-struct dlpack_export {
-    dlpack_tensor versioned;
-    dlpack_legacy_tensor legacy;
-};
-
-/// A consumer's DLPack request (hostfirst_dlpack_options): zeroed, struct_size set (nothing asked).
+/// A consumer's DLPack request (hostfirst_dlpack_options_init: a DLPack 1.1 consumer that asked nothing else;
+/// set copy, dl_device, stream as the consumer gave them).
 struct dlpack_options : hostfirst_dlpack_options {
-    dlpack_options() : hostfirst_dlpack_options{} { struct_size = sizeof(hostfirst_dlpack_options); }
+    dlpack_options() : hostfirst_dlpack_options{} { check(hostfirst_dlpack_options_init(this)); }
 };
 
 /// Options of a put (hostfirst_put_options_init: every field its default). Callbacks must not throw.
@@ -464,30 +459,29 @@ struct shard_options : hostfirst_shard_options {
 };
 
 namespace detail {
-/// The DLPack exports of a handle class D (view, buffer) whose c() gives the C handle H, over the C exports V
-/// (versioned), L (legacy) and X (a consumer's full request). What each shares, maps or copies is the C
-/// function's contract (hostfirst_view_to_dlpack*, hostfirst_buffer_to_dlpack*).
-template <class D, class H, hostfirst_status (*V)(const H *, hostfirst_dlpack_managed_tensor_versioned **),
-          hostfirst_status (*L)(const H *, hostfirst_dlpack_managed_tensor **),
+/// The DLPack exports of a handle class D (view, buffer) whose c() gives the C handle H, over its one C export
+/// X (hostfirst_view_to_dlpack, hostfirst_buffer_to_dlpack). What each shares, maps or copies is the C
+/// function's contract.
+template <class D, class H,
           hostfirst_status (*X)(const H *, const hostfirst_dlpack_options *,
                                 hostfirst_dlpack_managed_tensor_versioned **, hostfirst_dlpack_managed_tensor **)>
 class dlpack_exports {
 public:
-    /// Exports as a DLPack 1.1 tensor (DLManagedTensorVersioned), sharing the memory where the C function does.
-    dlpack_tensor to_dlpack() const {
-        return adopt<dlpack_tensor, hostfirst_dlpack_managed_tensor_versioned>(V, handle());
-    }
-    /// Exports in the unversioned form (DLManagedTensor), which has no read-only flag: always writable memory.
-    dlpack_legacy_tensor to_dlpack_legacy() const {
-        return adopt<dlpack_legacy_tensor, hostfirst_dlpack_managed_tensor>(L, handle());
-    }
-    /// Exports for a consumer's full request (form by max_version, copy, device, CUDA stream): exactly one of
-    /// the result's two owners is set.
-    dlpack_export to_dlpack_ex(const dlpack_options &opts = dlpack_options()) const {
+    /// Exports as a DLPack 1.x tensor (DLManagedTensorVersioned) for the request `opts` (copy, device, CUDA
+    /// stream; the defaults share the memory where the C function does). A request for the legacy form
+    /// (max_version.major 0) throws NULL_ARGUMENT: use to_dlpack_legacy.
+    dlpack_tensor to_dlpack(const dlpack_options &opts = dlpack_options()) const {
         hostfirst_dlpack_managed_tensor_versioned *v = nullptr;
+        check(X(handle(), &opts, &v, nullptr));
+        return dlpack_tensor(v);
+    }
+    /// Exports in the unversioned form (DLManagedTensor, a consumer of DLPack 0.x), which has no read-only flag:
+    /// always writable memory. `opts` as for to_dlpack; its max_version is set to {0, 0}.
+    dlpack_legacy_tensor to_dlpack_legacy(dlpack_options opts = dlpack_options()) const {
+        opts.max_version = hostfirst_dlpack_version{0, 0};
         hostfirst_dlpack_managed_tensor *l = nullptr;
-        check(X(handle(), &opts, &v, &l));
-        return {dlpack_tensor(v), dlpack_legacy_tensor(l)};
+        check(X(handle(), &opts, nullptr, &l));
+        return dlpack_legacy_tensor(l);
     }
 
 private:
@@ -542,8 +536,7 @@ private:
 /// a gather batch they hold is never rewritten.
 class buffer
     : public detail::tensor_accessors<buffer, hostfirst_buffer, hostfirst_buffer_info, hostfirst_buffer_describe>,
-      public detail::dlpack_exports<buffer, hostfirst_buffer, hostfirst_buffer_to_dlpack,
-                                    hostfirst_buffer_to_dlpack_legacy, hostfirst_buffer_to_dlpack_ex> {
+      public detail::dlpack_exports<buffer, hostfirst_buffer, hostfirst_buffer_to_dlpack> {
 public:
     explicit buffer(hostfirst_buffer *b) noexcept : b_(b) {}
 
@@ -610,8 +603,7 @@ private:
 /// pages (writable; the file never changes), or a packed copy for memory and strided views. Either keeps the
 /// mapping alive on its own.
 class view : public detail::tensor_accessors<view, hostfirst_view, hostfirst_view_info, hostfirst_view_describe>,
-             public detail::dlpack_exports<view, hostfirst_view, hostfirst_view_to_dlpack,
-                                           hostfirst_view_to_dlpack_legacy, hostfirst_view_to_dlpack_ex> {
+             public detail::dlpack_exports<view, hostfirst_view, hostfirst_view_to_dlpack> {
 public:
     /// Adopts a handle (freed by the destructor).
     explicit view(hostfirst_view *v) noexcept : v_(v) {}

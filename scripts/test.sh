@@ -33,13 +33,15 @@ have abidiff && have abidw || apt_install abigail-tools
 # Go (cgo): the Go binding's tests against the installed library (tests/it/go.rs; offline, stdlib only).
 have go || apt_install golang-go
 
-# The house rules: formatted, clippy-clean on every target, every target (benches included) builds.
-cargo fmt --check
-cargo clippy --all-targets --features test-hooks -- -D warnings 2>&1
-cargo build --all-targets 2>&1
+# The house rules: formatted, clippy-clean on every target, every target (benches included) builds, in both
+# crates of the workspace (the C API at the root, the core in core/).
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --features test-hooks -- -D warnings 2>&1
+cargo build --workspace --all-targets 2>&1
 cargo bench --no-run 2>&1
 
-cargo test --features test-hooks --no-fail-fast 2>&1
+# Both crates: the core's unit tests (cargo test -p hostfirst-core), the C API's unit and integration tests.
+cargo test --workspace --features test-hooks --no-fail-fast 2>&1
 
 # The CUDA tests again on the deferred stand-in driver: queued work runs only at synchronisation points, and
 # only as far as they need, in an order shuffled across streams (tests/cuda_stub/stand_in_cuda.c). Ordering bugs

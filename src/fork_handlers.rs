@@ -1,37 +1,28 @@
-//! The `pthread_atfork` handlers: the one list of every process-global lock (see `forksafe.rs` for why and
-//! how). This module names every module that holds such a lock, and no module but the C boundary names it
-//! (`ffi::run_status`/`run_value` install the handlers on every call, which also keeps this module linked
-//! into a static link), so the lock primitives in `forksafe.rs` depend on nothing.
+//! The `pthread_atfork` handlers of the library: `extern "C"` trampolines over the core's
+//! `hostfirst_core::fork_handlers` (the core defines no `extern "C"` function), and their registration when
+//! the library is loaded. `prepare` takes the skin's process-global locks first (outermost) and then the core's;
+//! tests/it/forksafe.rs checks that every process-global lock of both crates is taken here or there.
 
 use crate::forksafe::{self, Handlers};
+use hostfirst_core::fork_handlers;
 
-/// Takes every process-global lock, outermost first. No code path takes two of them in another order.
 extern "C" fn prepare() {
-    forksafe::keep(vec![
-        crate::ffi::handle::REGISTRY.hold(),
-        crate::ffi::args::CSTRINGS.hold(),
-        crate::ffi::dlpack::DLPACK_SLOTS.hold(),
-        crate::scope::PROCESS_DEFAULT.hold(),
-        crate::device::fit::HOST.hold(),
-        crate::place::resident::CACHE.hold(),
-        crate::engine::staging::SLABS.hold(),
-        #[cfg(target_os = "linux")]
-        crate::engine::uring::RINGS.hold(),
-    ]);
+    forksafe::keep(vec![crate::ffi::handle::REGISTRY.hold(), crate::ffi::args::CSTRINGS.hold()]);
+    fork_handlers::prepare();
 }
 
 extern "C" fn parent() {
-    forksafe::release();
+    fork_handlers::parent();
 }
 
 extern "C" fn child() {
-    forksafe::release();
-    crate::device::cuda::probe::forked_child();
+    fork_handlers::child();
 }
 
 static HANDLERS: Handlers = Handlers { prepare, parent, child };
 
-/// Installs and registers the handlers (once per process; cheap after the first call, never blocks).
+/// Installs and registers the handlers (once per process; cheap after the first call, never blocks). Called
+/// on every C call (`ffi::run_status`/`run_value`), which also keeps this module linked into a static link.
 pub(crate) fn install() {
     forksafe::install(&HANDLERS);
 }
@@ -46,3 +37,12 @@ extern "C" fn install_at_load() {
 #[used]
 #[link_section = ".init_array"]
 static INSTALL_AT_LOAD: extern "C" fn() = install_at_load;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn registered_at_load() {
+        assert!(crate::forksafe::registered(), "the .init_array entry did not register the fork handlers");
+    }
+}

@@ -39,7 +39,7 @@ impl Handle for hostfirst_gather {
 /// `hostfirst_gather_batch`, or a DLPack export of one — is never rewritten while any such reference to it
 /// remains (the handle not freed, the export's deleter not run), on cpu or on CUDA; on CUDA the rewrite also
 /// waits, on the device, for the events recorded on the consumers' streams when they released it (see
-/// `hostfirst_buffer_to_dlpack_ex` and `hostfirst_buffer_record_stream`). When every batch is held, the ring
+/// `hostfirst_buffer_to_dlpack` and `hostfirst_buffer_record_stream`). When every batch is held, the ring
 /// grows by one batch (fit-checked: `OUT_OF_MEMORY` if it does not fit) up to its bound,
 /// `HOSTFIRST_GATHER_DEFAULT_RING_BOUND` (4) unless set with `hostfirst_gather_set_ring_bound`; at the bound
 /// a run returns `HOSTFIRST_STATUS_BUSY` and changes nothing. A consumer that holds at most the current batch while

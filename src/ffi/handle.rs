@@ -97,9 +97,9 @@ pub(crate) fn remove<H: Handle>(p: *mut H, param: &str) -> Result<Option<Arc<H::
     }
 }
 
-/// Number of live handles of all types.
+/// Number of live handles of all types, DLPack exports (the core's) included.
 pub(crate) fn live_count() -> usize {
-    registry().read().len()
+    registry().read().len() + crate::dlpack::live_exports()
 }
 
 /// Writes the number of live handles of all types (files, views, buffers, loads, ...) to `*out`.

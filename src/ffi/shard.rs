@@ -1,6 +1,6 @@
 //! Shard-on-read: meshes, sharding rules, shard plans and their runs (`hostfirst_shard_*`).
 
-use super::args::{c_str, cstring, opt_out, out_ptr, out_struct, out_struct_size, read_options, write_out_struct};
+use super::args::{c_str, opt_out, out_ptr, out_struct, out_struct_size, read_options, write_out_struct};
 use super::buffer::hostfirst_buffer;
 use super::device::hostfirst_device;
 use super::file::hostfirst_file;
@@ -9,8 +9,8 @@ use super::put::hostfirst_progress_fn;
 use crate::engine::Tuning;
 use crate::error::{Error, Result, Status};
 use crate::file::ReadPolicy;
-use crate::shard::{self, Mesh, Owned, ShardLoad, ShardOptions, ShardPlan, ShardRules};
-use std::ffi::{c_char, c_void, CString};
+use crate::shard::{self, Mesh, Owned, PlanTable, ShardLoad, ShardOptions, ShardPlan, ShardRules};
+use std::ffi::{c_char, c_void};
 use std::sync::{Arc, Mutex};
 
 /// A device mesh: named axes with sizes (like JAX's `Mesh`). Created by `hostfirst_shard_mesh_new`, released by
@@ -38,18 +38,6 @@ pub struct hostfirst_shard_result {
     _private: [u8; 0],
 }
 
-/// A plan and the C strings and arrays its descriptions point to.
-pub(crate) struct PlanC {
-    plan: ShardPlan,
-    opts: Tuning,
-    files: Vec<CString>,
-    rows: Vec<Row>,
-}
-
-/// What a shard's description points to besides its view: index into `files`, the starts per dimension,
-/// the whole tensor's shape.
-struct Row(usize, Box<[u64]>, Arc<[u64]>);
-
 impl Handle for hostfirst_shard_mesh {
     type Target = Arc<Mesh>;
     const NAME: &'static str = "hostfirst_shard_mesh";
@@ -59,7 +47,7 @@ impl Handle for hostfirst_shard_rules {
     const NAME: &'static str = "hostfirst_shard_rules";
 }
 impl Handle for hostfirst_shard_plan {
-    type Target = PlanC;
+    type Target = PlanTable;
     const NAME: &'static str = "hostfirst_shard_plan";
 }
 impl Handle for hostfirst_shard_result {
@@ -380,15 +368,7 @@ pub extern "C" fn hostfirst_shard_plan_make(
         }
         let rules = r.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let plan = ShardPlan::make(&f, &rules, &owned, policy)?;
-        let files: Vec<CString> = plan.files.iter().map(|s| cstring(&s.file)).collect();
-        let mut rows = Vec::with_capacity(plan.entries.len());
-        for e in &plan.entries {
-            let fi = plan.files.iter().position(|s| s.file == e.view.file_display()).unwrap_or(0);
-            let starts: Box<[u64]> = e.ranges.iter().map(|r| r.0).collect();
-            let global: Arc<[u64]> = f.view_at(e.tensor)?.shape().into();
-            rows.push(Row(fi, starts, global));
-        }
-        *out = handle::insert_new::<hostfirst_shard_plan>(PlanC { plan, opts, files, rows });
+        *out = handle::insert_new::<hostfirst_shard_plan>(PlanTable::new(plan, opts)?);
         Ok(())
     })
 }
@@ -399,7 +379,7 @@ pub extern "C" fn hostfirst_shard_plan_make(
 pub extern "C" fn hostfirst_shard_plan_count(plan: *const hostfirst_shard_plan, out_count: *mut usize) -> Status {
     hostfirst_boundary!("hostfirst_shard_plan_count", {
         let p = handle::get::<hostfirst_shard_plan>(plan, "plan")?;
-        *out_ptr(out_count, "out_count")? = p.plan.entries.len();
+        *out_ptr(out_count, "out_count")? = p.len();
         Ok(())
     })
 }
@@ -417,11 +397,8 @@ pub extern "C" fn hostfirst_shard_plan_describe(
     hostfirst_boundary!("hostfirst_shard_plan_describe", {
         let p = handle::get::<hostfirst_shard_plan>(plan, "plan")?;
         let size = out_struct_size(out, "out")?;
-        let n = p.plan.entries.len();
-        let e = p.plan.entries.get(index).ok_or_else(|| {
-            Error::new(Status::OutOfRange, format!("shard index {index}, but the plan has {n} shards"))
-        })?;
-        let Row(fi, starts, global) = &p.rows[index];
+        let row = p.row(index)?;
+        let e = row.entry;
         let ptr = |s: &[u64]| if s.is_empty() { std::ptr::null() } else { s.as_ptr() };
         write_out_struct(
             out,
@@ -433,15 +410,15 @@ pub extern "C" fn hostfirst_shard_plan_describe(
                 position: e.position,
                 device: e.device.into(),
                 rule: e.rule.map_or(-1, |r| r as i32),
-                rank: global.len() as u32,
-                shape: ptr(global),
+                rank: row.shape.len() as u32,
+                shape: ptr(row.shape),
                 shard_shape: ptr(e.shape()),
-                start: ptr(starts),
+                start: ptr(row.start),
                 nbytes: e.nbytes(),
                 runs: e.runs,
                 read_bytes: e.planned_read,
                 copy_of: e.copy_of.map_or(-1, |c| c as i64),
-                file: p.files.get(*fi).map_or(std::ptr::null(), |c| c.as_ptr()),
+                file: row.file.as_ptr(),
             },
         );
         Ok(())
@@ -513,7 +490,7 @@ pub extern "C" fn hostfirst_shard_run(
             Some(f) => unsafe { f(done, total, user) != 0 },
             None => false,
         };
-        let opts = ShardOptions { tuning: p.opts, progress: if progress.is_some() { Some(&mut cb) } else { None } };
+        let opts = ShardOptions { tuning: p.tuning, progress: if progress.is_some() { Some(&mut cb) } else { None } };
         let load = shard::run(&p.plan, opts)?;
         *out = handle::insert_new::<hostfirst_shard_result>(load);
         Ok(())

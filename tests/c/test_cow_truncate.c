@@ -2,7 +2,7 @@
  * DLPack export (a private mapping too) that the consumer wrote, when the file is truncated, and when it is
  * truncated and then extended again (a checkpoint rewritten in place with O_TRUNC). This is what the header
  * (hostfirst_put, hostfirst_put_options.copy_on_write, hostfirst_load_options.copy_on_write,
- * hostfirst_view_to_dlpack_legacy) and the README say, checked on the running kernel:
+ * hostfirst_view_to_dlpack in the legacy form) and the README say, checked on the running kernel:
  *   - truncation: a page entirely before the new end keeps what was written into it; a page past the new end,
  *     written or not, raises SIGBUS when touched (the kernel discards private copies there too);
  *   - truncate-then-extend: pages past the shortest end the file had, written or not, now read the file's new
@@ -14,6 +14,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "check.h"
+
+/* A consumer that passed nothing (Python's max_version=None): the legacy form. */
+static const hostfirst_dlpack_options LEGACY = {.struct_size = sizeof(hostfirst_dlpack_options)};
 
 #define PAGE 4096
 #define NBYTES (16 * PAGE)
@@ -122,7 +125,7 @@ int main(int argc, char **argv) {
     hostfirst_dlpack_managed_tensor *t = NULL;
     CHECK_OK(hostfirst_file_open(path, &f));
     CHECK_OK(hostfirst_file_view(f, "t", &v));
-    CHECK_OK(hostfirst_view_to_dlpack_legacy(v, &t));
+    CHECK_OK(hostfirst_view_to_dlpack(v, &LEGACY, NULL, &t));
     CHECK_OK(hostfirst_view_free(v));
     CHECK_OK(hostfirst_file_free(f));
     scenario((unsigned char *)t->dl_tensor.data);

@@ -17,6 +17,9 @@
 #include <unistd.h>
 #include "check.h"
 
+/* A consumer that passed nothing (Python's max_version=None): the legacy form. */
+static const hostfirst_dlpack_options LEGACY = {.struct_size = sizeof(hostfirst_dlpack_options)};
+
 static const char *path;
 #define N 4096 /* u16 elements */
 static uint16_t data[N];
@@ -98,12 +101,12 @@ static void fork_test(void) {
         CHECK_STATUS(hostfirst_buffer_copy_to_host(pbuf, one, sizeof one), HOSTFIRST_STATUS_UNAVAILABLE);
         CHECK_MSG("fork()");
         hostfirst_dlpack_managed_tensor_versioned *dl = NULL;
-        CHECK_STATUS(hostfirst_buffer_to_dlpack(pbuf, &dl), HOSTFIRST_STATUS_UNAVAILABLE);
+        CHECK_STATUS(hostfirst_buffer_to_dlpack(pbuf, NULL, &dl, NULL), HOSTFIRST_STATUS_UNAVAILABLE);
         CHECK_MSG("fork()");
         CHECK_MSG("buffer 'tokens'");
         CHECK(dl == NULL);
         hostfirst_dlpack_managed_tensor *legacy = NULL;
-        CHECK_STATUS(hostfirst_buffer_to_dlpack_legacy(pbuf, &legacy), HOSTFIRST_STATUS_UNAVAILABLE);
+        CHECK_STATUS(hostfirst_buffer_to_dlpack(pbuf, &LEGACY, NULL, &legacy), HOSTFIRST_STATUS_UNAVAILABLE);
         CHECK(legacy == NULL);
         CHECK(stand_in_counter("stand_in_calls_after_fork") == 0);
         CHECK_OK(hostfirst_view_free(view));

@@ -1,9 +1,57 @@
 /* C ABI of the DLPack export: a view and a row slice exported as DLManagedTensorVersioned-layout structs,
  * fields checked, the file and view freed before the data is read, deleters called (handle count back to its
- * baseline), errors for NULLs and stale handles. The buffer export is exercised through its error paths here
- * (a buffer comes from a put) and with a real buffer by the Rust tests. argv[1]: tests/fixtures. */
+ * baseline), errors for NULLs and stale handles; the options (hostfirst_dlpack_options_init, the form by
+ * max_version, the typed enums, the output rules). The buffer export is exercised through its error paths here
+ * (a buffer comes from a put) and with a real buffer by the Rust tests and test_handoff.c.
+ * argv[1]: tests/fixtures. */
 #include <stdint.h>
 #include "check.h"
+
+/* A consumer that passed nothing (Python's max_version=None): the legacy form. */
+static const hostfirst_dlpack_options LEGACY = {.struct_size = sizeof(hostfirst_dlpack_options)};
+
+/* hostfirst_dlpack_options_init and what the options select. */
+static void options(hostfirst_view *view) {
+    hostfirst_dlpack_options o;
+    memset(&o, 0xee, sizeof o);
+    CHECK_OK(hostfirst_dlpack_options_init(&o));
+    CHECK(o.struct_size == sizeof o && o.has_stream == 0 && o.has_dl_device == 0);
+    CHECK(o.max_version.major == HOSTFIRST_DLPACK_MAJOR_VERSION && o.max_version.minor == HOSTFIRST_DLPACK_MINOR_VERSION);
+    hostfirst_dlpack_copy copy = o.copy;
+    CHECK(copy == HOSTFIRST_DLPACK_COPY_IF_NEEDED);
+    CHECK_STATUS(hostfirst_dlpack_options_init(NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+
+    /* The defaults are a DLPack 1.1 consumer: the versioned form; the legacy output may be NULL, and when given
+     * it is set to NULL. The output of the requested form is required. */
+    hostfirst_dlpack_managed_tensor_versioned *v = NULL;
+    hostfirst_dlpack_managed_tensor *l = (hostfirst_dlpack_managed_tensor *)(void *)&o;
+    CHECK_OK(hostfirst_view_to_dlpack(view, &o, &v, &l));
+    CHECK(v != NULL && l == NULL && v->flags == HOSTFIRST_DLPACK_FLAG_READ_ONLY);
+    v->deleter(v);
+    v = NULL;
+    CHECK_STATUS(hostfirst_view_to_dlpack(view, &o, NULL, &l), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_MSG("out_versioned");
+    CHECK_STATUS(hostfirst_view_to_dlpack(view, &LEGACY, &v, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_MSG("out_legacy");
+    CHECK(v == NULL);
+    /* The flags are an OR of hostfirst_dlpack_flag values. */
+    o.copy = HOSTFIRST_DLPACK_COPY_ALWAYS;
+    CHECK_OK(hostfirst_view_to_dlpack(view, &o, &v, NULL));
+    hostfirst_dlpack_flags flags = v->flags;
+    CHECK(flags == HOSTFIRST_DLPACK_FLAG_IS_COPIED && (flags & HOSTFIRST_DLPACK_FLAG_READ_ONLY) == 0);
+    hostfirst_dlpack_device_type dt = v->dl_tensor.device.device_type;
+    CHECK(dt == HOSTFIRST_DLPACK_DEVICE_CPU);
+    v->deleter(v);
+    /* Enum values from C are checked. */
+    o.copy = (hostfirst_dlpack_copy)3;
+    CHECK_STATUS(hostfirst_view_to_dlpack(view, &o, &v, NULL), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("opts->copy is 3");
+    o.copy = HOSTFIRST_DLPACK_COPY_IF_NEEDED;
+    o.has_dl_device = 1;
+    o.dl_device.device_type = (hostfirst_dlpack_device_type)7; /* kDLVulkan */
+    CHECK_STATUS(hostfirst_view_to_dlpack(view, &o, &v, NULL), HOSTFIRST_STATUS_UNSUPPORTED);
+    CHECK_MSG("DLPack device (7, 0)");
+}
 
 static size_t handles(void) {
     size_t n = 0;
@@ -17,11 +65,11 @@ static size_t handles(void) {
 static void deleter_twice(hostfirst_view *view, const int32_t *want) {
     size_t base = handles();
     hostfirst_dlpack_managed_tensor_versioned *a = NULL, *b = NULL;
-    CHECK_OK(hostfirst_view_to_dlpack(view, &a));
+    CHECK_OK(hostfirst_view_to_dlpack(view, NULL, &a, NULL));
     void (*del)(hostfirst_dlpack_managed_tensor_versioned *) = a->deleter;
     del(a);
     CHECK(handles() == base);
-    CHECK_OK(hostfirst_view_to_dlpack(view, &b));
+    CHECK_OK(hostfirst_view_to_dlpack(view, NULL, &b, NULL));
     CHECK(handles() == base + 1);
     del(a); /* again: ignored, whatever now lives at that address */
     CHECK(handles() == base + 1);
@@ -33,10 +81,10 @@ static void deleter_twice(hostfirst_view *view, const int32_t *want) {
     CHECK(handles() == base);
 
     hostfirst_dlpack_managed_tensor *la = NULL, *lb = NULL;
-    CHECK_OK(hostfirst_view_to_dlpack_legacy(view, &la));
+    CHECK_OK(hostfirst_view_to_dlpack(view, &LEGACY, NULL, &la));
     void (*ldel)(hostfirst_dlpack_managed_tensor *) = la->deleter;
     ldel(la);
-    CHECK_OK(hostfirst_view_to_dlpack_legacy(view, &lb));
+    CHECK_OK(hostfirst_view_to_dlpack(view, &LEGACY, NULL, &lb));
     ldel(la);
     CHECK(handles() == base + 1);
     CHECK(memcmp(lb->dl_tensor.data, want, 6 * sizeof(int32_t)) == 0);
@@ -45,10 +93,10 @@ static void deleter_twice(hostfirst_view *view, const int32_t *want) {
 
     /* Sixteen live exports, one deleted twice with more made in between: fifteen stay. */
     hostfirst_dlpack_managed_tensor_versioned *many[16];
-    for (int i = 0; i < 16; i++) CHECK_OK(hostfirst_view_to_dlpack(view, &many[i]));
+    for (int i = 0; i < 16; i++) CHECK_OK(hostfirst_view_to_dlpack(view, NULL, &many[i], NULL));
     hostfirst_dlpack_managed_tensor_versioned *gone = many[7];
     gone->deleter(gone);
-    CHECK_OK(hostfirst_view_to_dlpack(view, &many[7]));
+    CHECK_OK(hostfirst_view_to_dlpack(view, NULL, &many[7], NULL));
     del(gone);
     CHECK(handles() == base + 16);
     for (int i = 0; i < 16; i++) {
@@ -75,10 +123,12 @@ int main(int argc, char **argv) {
     CHECK_STATUS(hostfirst_view_copy(view, want, sizeof want, NULL), HOSTFIRST_STATUS_OK);
 
     hostfirst_dlpack_managed_tensor_versioned *t = NULL, *r = NULL;
-    CHECK_STATUS(hostfirst_view_to_dlpack(view, &t), HOSTFIRST_STATUS_OK);
-    CHECK_STATUS(hostfirst_view_to_dlpack(rows, &r), HOSTFIRST_STATUS_OK);
+    CHECK_STATUS(hostfirst_view_to_dlpack(view, NULL, &t, NULL), HOSTFIRST_STATUS_OK);
+    CHECK_STATUS(hostfirst_view_to_dlpack(rows, NULL, &r, NULL), HOSTFIRST_STATUS_OK);
     CHECK(handles() == base + 5);
     deleter_twice(view, want);
+    options(view);
+    CHECK(handles() == base + 5);
     CHECK(hostfirst_view_free(rows) == HOSTFIRST_STATUS_OK && hostfirst_view_free(view) == HOSTFIRST_STATUS_OK);
     CHECK(hostfirst_file_free(file) == HOSTFIRST_STATUS_OK);
     CHECK(handles() == base + 2); /* the two exports */
@@ -104,10 +154,10 @@ int main(int argc, char **argv) {
 
     /* errors: outputs untouched */
     hostfirst_dlpack_managed_tensor_versioned *none = NULL;
-    CHECK_STATUS(hostfirst_view_to_dlpack(NULL, &none), HOSTFIRST_STATUS_NULL_ARGUMENT);
-    CHECK_STATUS(hostfirst_view_to_dlpack(view, &none), HOSTFIRST_STATUS_INVALID_HANDLE); /* freed */
-    CHECK_STATUS(hostfirst_buffer_to_dlpack(NULL, &none), HOSTFIRST_STATUS_NULL_ARGUMENT);
-    CHECK_STATUS(hostfirst_buffer_to_dlpack((const hostfirst_buffer *)(const void *)view, &none),
+    CHECK_STATUS(hostfirst_view_to_dlpack(NULL, NULL, &none, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_view_to_dlpack(view, NULL, &none, NULL), HOSTFIRST_STATUS_INVALID_HANDLE); /* freed */
+    CHECK_STATUS(hostfirst_buffer_to_dlpack(NULL, NULL, &none, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_buffer_to_dlpack((const hostfirst_buffer *)(const void *)view, NULL, &none, NULL),
                  HOSTFIRST_STATUS_INVALID_HANDLE);
     CHECK(none == NULL);
 

@@ -1,5 +1,5 @@
 /* C ABI of the handoff: copy-on-write puts and loads (bytes equal the file, a write never reaches it), DLPack
- * exports in both forms and with a consumer's request (hostfirst_*_to_dlpack_legacy / _ex; a consumer's write
+ * exports in both forms and with a consumer's request (hostfirst_*_to_dlpack with hostfirst_dlpack_options; a consumer's write
  * to a legacy export of a view never reaches the file), the gather's batch ring (a held batch is never
  * rewritten, BUSY at the bound, run_batch / batch / ring / set_ring_bound), gathers from a host buffer after
  * the file was truncated, the stream calls on host buffers; handle counts back to the baseline.
@@ -104,12 +104,15 @@ static void test_copy_on_write(hostfirst_view *v, hostfirst_file *file) {
     CHECK_OK(hostfirst_rules_free(rules));
 }
 
+/* A consumer that passed nothing (Python's max_version=None): the legacy form. */
+static const hostfirst_dlpack_options LEGACY = {.struct_size = sizeof(hostfirst_dlpack_options)};
+
 static void test_dlpack(hostfirst_view *v) {
     hostfirst_view_info vi = {.struct_size = sizeof vi};
     CHECK_OK(hostfirst_view_describe(v, &vi));
     /* legacy: a private copy-on-write mapping, writable; the consumer's write never reaches the file */
     hostfirst_dlpack_managed_tensor *l = NULL;
-    CHECK_OK(hostfirst_view_to_dlpack_legacy(v, &l));
+    CHECK_OK(hostfirst_view_to_dlpack(v, &LEGACY, NULL, &l));
     CHECK(l->deleter != NULL && l->manager_ctx != NULL);
     CHECK(l->dl_tensor.data != vi.data); /* never the read-only mapping */
     CHECK(l->dl_tensor.device.device_type == HOSTFIRST_DLPACK_DEVICE_CPU && l->dl_tensor.ndim == 1);
@@ -125,16 +128,16 @@ static void test_dlpack(hostfirst_view *v) {
     hostfirst_dlpack_options o = {.struct_size = sizeof o};
     hostfirst_dlpack_managed_tensor_versioned *ver = NULL;
     hostfirst_dlpack_managed_tensor *leg = NULL;
-    CHECK_OK(hostfirst_view_to_dlpack_ex(v, &o, &ver, &leg)); /* nothing given: a legacy consumer */
+    CHECK_OK(hostfirst_view_to_dlpack(v, &o, &ver, &leg)); /* nothing given: a legacy consumer */
     CHECK(ver == NULL && leg != NULL && leg->dl_tensor.data != vi.data);
     leg->deleter(leg);
     o.max_version.major = 1;
     o.max_version.minor = 0;
-    CHECK_OK(hostfirst_view_to_dlpack_ex(v, &o, &ver, &leg));
+    CHECK_OK(hostfirst_view_to_dlpack(v, &o, &ver, &leg));
     CHECK(leg == NULL && ver != NULL && ver->flags == HOSTFIRST_DLPACK_FLAG_READ_ONLY && ver->dl_tensor.data == vi.data);
     ver->deleter(ver);
     o.copy = HOSTFIRST_DLPACK_COPY_ALWAYS;
-    CHECK_OK(hostfirst_view_to_dlpack_ex(v, &o, &ver, &leg));
+    CHECK_OK(hostfirst_view_to_dlpack(v, &o, &ver, &leg));
     CHECK(ver->flags == HOSTFIRST_DLPACK_FLAG_IS_COPIED && ver->dl_tensor.data != vi.data);
     CHECK(memcmp(ver->dl_tensor.data, tok, sizeof tok) == 0);
     ver->deleter(ver);
@@ -142,23 +145,23 @@ static void test_dlpack(hostfirst_view *v) {
     o.has_dl_device = 1;
     o.dl_device.device_type = HOSTFIRST_DLPACK_DEVICE_CUDA_HOST;
     ver = NULL;
-    CHECK_STATUS(hostfirst_view_to_dlpack_ex(v, &o, &ver, &leg), HOSTFIRST_STATUS_UNSUPPORTED);
+    CHECK_STATUS(hostfirst_view_to_dlpack(v, &o, &ver, &leg), HOSTFIRST_STATUS_UNSUPPORTED);
     CHECK(ver == NULL);
     o.has_dl_device = 0;
     o.has_stream = 1;
     o.stream = 0;
-    CHECK_STATUS(hostfirst_view_to_dlpack_ex(v, &o, &ver, &leg), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(hostfirst_view_to_dlpack(v, &o, &ver, &leg), HOSTFIRST_STATUS_INVALID_ARGUMENT);
     CHECK_MSG("0 is not allowed");
     o.stream = -1;
     o.copy = 9;
-    CHECK_STATUS(hostfirst_view_to_dlpack_ex(v, &o, &ver, &leg), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(hostfirst_view_to_dlpack(v, &o, &ver, &leg), HOSTFIRST_STATUS_INVALID_ARGUMENT);
     o.copy = 0;
     o.struct_size = 0;
-    CHECK_STATUS(hostfirst_view_to_dlpack_ex(v, &o, &ver, &leg), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(hostfirst_view_to_dlpack(v, &o, &ver, &leg), HOSTFIRST_STATUS_INVALID_ARGUMENT);
     o.struct_size = sizeof o;
-    CHECK_STATUS(hostfirst_view_to_dlpack_ex(v, &o, NULL, &leg), HOSTFIRST_STATUS_NULL_ARGUMENT);
-    CHECK_STATUS(hostfirst_view_to_dlpack_legacy(NULL, &leg), HOSTFIRST_STATUS_NULL_ARGUMENT);
-    CHECK_STATUS(hostfirst_view_to_dlpack_legacy(v, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_view_to_dlpack(v, &o, NULL, &leg), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_view_to_dlpack(NULL, &LEGACY, NULL, &leg), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_view_to_dlpack(v, &LEGACY, NULL, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
 
     /* buffers: both forms share the buffer's memory */
     hostfirst_device cpu = {HOSTFIRST_DEVICE_CPU, 0};
@@ -166,14 +169,14 @@ static void test_dlpack(hostfirst_view *v) {
     CHECK_OK(hostfirst_put(v, &cpu, NULL, &b, NULL));
     hostfirst_buffer_info bi = {.struct_size = sizeof bi};
     CHECK_OK(hostfirst_buffer_describe(b, &bi));
-    CHECK_OK(hostfirst_buffer_to_dlpack_legacy(b, &leg));
+    CHECK_OK(hostfirst_buffer_to_dlpack(b, &LEGACY, NULL, &leg));
     CHECK(leg->dl_tensor.data == (void *)(uintptr_t)bi.address);
     CHECK_OK(hostfirst_buffer_free(b)); /* the export keeps the memory */
     CHECK(memcmp(leg->dl_tensor.data, tok, sizeof tok) == 0);
     void (*deleter)(hostfirst_dlpack_managed_tensor *) = leg->deleter; /* leg is freed by the first call */
     deleter(leg);
     deleter(NULL);
-    CHECK_STATUS(hostfirst_buffer_to_dlpack_legacy(b, &leg), HOSTFIRST_STATUS_INVALID_HANDLE);
+    CHECK_STATUS(hostfirst_buffer_to_dlpack(b, &LEGACY, NULL, &leg), HOSTFIRST_STATUS_INVALID_HANDLE);
 }
 
 /* Gathers [4, 64] windows; checks batch `b` holds the windows at `offs`. */
@@ -219,7 +222,7 @@ static void test_ring(hostfirst_view *v, hostfirst_device dev) {
 
     /* a DLPack export holds its batch too */
     hostfirst_dlpack_managed_tensor_versioned *t = NULL;
-    CHECK_OK(hostfirst_buffer_to_dlpack(current, &t));
+    CHECK_OK(hostfirst_buffer_to_dlpack(current, NULL, &t, NULL));
     CHECK_OK(hostfirst_buffer_free(current));
     hostfirst_buffer *more[2] = {NULL, NULL};
     uint64_t more_offs[2][4];
@@ -300,7 +303,7 @@ static void test_cuda_handshake(hostfirst_view *v) {
     o.max_version.major = 1;
     hostfirst_dlpack_managed_tensor_versioned *t = NULL;
     hostfirst_dlpack_managed_tensor *l = NULL;
-    CHECK_OK(hostfirst_buffer_to_dlpack_ex(b, &o, &t, &l));
+    CHECK_OK(hostfirst_buffer_to_dlpack(b, &o, &t, &l));
     CHECK(t != NULL && l == NULL && t->flags == 0 && t->dl_tensor.device.device_type == HOSTFIRST_DLPACK_DEVICE_CUDA);
     CHECK(stand_in("stand_in_stream_wait_events") == w0 + 1); /* the per-thread stream waits on the copy */
     CHECK_OK(hostfirst_buffer_sync_stream(b, 1));

@@ -101,7 +101,7 @@ static void narrow_views(hostfirst_file *file) {
     CHECK_OK(hostfirst_buffer_free(pb));
     /* DLPack: zero-copy with element strides. */
     hostfirst_dlpack_managed_tensor_versioned *t = NULL;
-    CHECK_OK(hostfirst_view_to_dlpack(both, &t));
+    CHECK_OK(hostfirst_view_to_dlpack(both, NULL, &t, NULL));
     CHECK(t->dl_tensor.strides != NULL && t->dl_tensor.strides[0] == C && t->dl_tensor.strides[1] == 1);
     CHECK(t->dl_tensor.shape[0] == 3 && t->dl_tensor.shape[1] == 4);
     CHECK(((const float *)t->dl_tensor.data)[C + 2] == w[3 * C + 5]);

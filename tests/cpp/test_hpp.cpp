@@ -155,24 +155,23 @@ static int views_buffers_puts(const std::string &fixtures) {
         REQUIRE(throws(HOSTFIRST_STATUS_ALREADY_USED, [&] { (void)op.wait(); }));
         REQUIRE(throws(HOSTFIRST_STATUS_ALREADY_USED, [&] { (void)op.poll(); }));
 
-        /* DLPack: the legacy form of a buffer shares its memory; the _ex form copies on request. */
+        /* DLPack: the legacy form of a buffer shares its memory; a copy on request (the options). */
         hostfirst::dlpack_legacy_tensor bl = b.to_dlpack_legacy();
         REQUIRE(reinterpret_cast<uintptr_t>(bl->dl_tensor.data) == bi.address && !bl.read_only());
         hostfirst::dlpack_options always;
-        always.max_version = {1, 1};
+        REQUIRE(always.max_version.major == HOSTFIRST_DLPACK_MAJOR_VERSION); /* the defaults: DLPack 1.1 */
         always.copy = HOSTFIRST_DLPACK_COPY_ALWAYS;
-        hostfirst::dlpack_export bx = b.to_dlpack_ex(always);
-        REQUIRE(bx.versioned && !bx.legacy && bx.versioned.is_copied());
-        REQUIRE(reinterpret_cast<uintptr_t>(bx.versioned->dl_tensor.data) != bi.address);
-        REQUIRE(std::memcmp(bx.versioned->dl_tensor.data, b.bytes().data(), 24) == 0);
+        hostfirst::dlpack_tensor bx = b.to_dlpack(always);
+        REQUIRE(bx && bx.is_copied());
+        REQUIRE(reinterpret_cast<uintptr_t>(bx->dl_tensor.data) != bi.address);
+        REQUIRE(std::memcmp(bx->dl_tensor.data, b.bytes().data(), 24) == 0);
         hostfirst::dlpack_legacy_tensor vl = v.to_dlpack_legacy(); /* a copy-on-write mapping: writable */
-        REQUIRE(std::memcmp(vl->dl_tensor.data, v.bytes().data(), 24) == 0);
-        hostfirst::dlpack_export vx = v.to_dlpack_ex(); /* nothing asked: the legacy form */
-        REQUIRE(!vx.versioned && vx.legacy && vx.legacy->dl_tensor.ndim == 2);
-        hostfirst::dlpack_options v11;
-        v11.max_version = {1, 1};
-        hostfirst::dlpack_export vv = v.to_dlpack_ex(v11);
-        REQUIRE(vv.versioned && vv.versioned.read_only() && vv.versioned->dl_tensor.data == v.data());
+        REQUIRE(std::memcmp(vl->dl_tensor.data, v.bytes().data(), 24) == 0 && vl->dl_tensor.ndim == 2);
+        hostfirst::dlpack_options v0; /* asks the legacy form: to_dlpack refuses it (the output it has is NULL) */
+        v0.max_version = {0, 0};
+        REQUIRE(throws(HOSTFIRST_STATUS_NULL_ARGUMENT, [&] { (void)v.to_dlpack(v0); }));
+        hostfirst::dlpack_tensor vv = v.to_dlpack();
+        REQUIRE(vv && vv.read_only() && vv->dl_tensor.data == v.data());
         /* release() hands the tensor on: the receiver calls the deleter */
         hostfirst_dlpack_managed_tensor *raw = vl.release();
         REQUIRE(!vl && raw);
@@ -193,7 +192,7 @@ static int views_buffers_puts(const std::string &fixtures) {
         REQUIRE(!m.path() && m.size() == f.size());
         hostfirst::dlpack_options never;
         never.copy = HOSTFIRST_DLPACK_COPY_NEVER;
-        REQUIRE(throws(HOSTFIRST_STATUS_UNSUPPORTED, [&] { (void)m.view("i32").to_dlpack_ex(never); }));
+        REQUIRE(throws(HOSTFIRST_STATUS_UNSUPPORTED, [&] { (void)m.view("i32").to_dlpack_legacy(never); }));
     }
     REQUIRE(hostfirst::handle_count() == base);
 
@@ -415,13 +414,12 @@ static int cuda_wrappers(const std::string &fixtures) {
         REQUIRE(def.device() == cuda && def.to_vector<uint16_t>() == all);
 
         hostfirst::dlpack_options opts;
-        opts.max_version = {1, 1};
         opts.has_stream = 1;
         opts.stream = 1;
-        hostfirst::dlpack_export x = b.to_dlpack_ex(opts);
-        REQUIRE(x.versioned && !x.versioned.read_only() && !x.versioned.is_copied());
-        REQUIRE(x.versioned->dl_tensor.device.device_type == HOSTFIRST_DLPACK_DEVICE_CUDA);
-        REQUIRE(reinterpret_cast<uintptr_t>(x.versioned->dl_tensor.data) == bi.address);
+        hostfirst::dlpack_tensor x = b.to_dlpack(opts);
+        REQUIRE(x && !x.read_only() && !x.is_copied());
+        REQUIRE(x->dl_tensor.device.device_type == HOSTFIRST_DLPACK_DEVICE_CUDA);
+        REQUIRE(reinterpret_cast<uintptr_t>(x->dl_tensor.data) == bi.address);
         hostfirst::dlpack_legacy_tensor xl = b.to_dlpack_legacy();
         REQUIRE(xl->dl_tensor.device.device_type == HOSTFIRST_DLPACK_DEVICE_CUDA);
 

@@ -10,8 +10,8 @@
  * is prepended to LD_LIBRARY_PATH. Both names resolve to one loaded object (the dynamic loader matches the file),
  * so NVML's memory readings see the same allocations as the driver.
  *
- * It implements exactly the entry points hostfirst resolves (src/device/cuda/driver.rs, SYMBOLS, and
- * src/device/cuda/nvml.rs) plus a few neighbours (cuDeviceGetUuid, cuDevicePrimaryCtxRelease_v2); built with
+ * It implements exactly the entry points hostfirst resolves (core/src/device/cuda/driver.rs, SYMBOLS, and
+ * core/src/device/cuda/nvml.rs) plus a few neighbours (cuDeviceGetUuid, cuDevicePrimaryCtxRelease_v2); built with
  * -DSTAND_IN_WITHOUT_UUID_V2 it lacks cuDeviceGetUuid_v2, to test a driver missing an entry point. Device memory
  * is simulated in host memory: a device pointer is a host address with bit 60 set, so copies are real memcpy,
  * and dereferencing a device pointer on the host faults. Every pointer, handle and range is validated

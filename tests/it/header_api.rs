@@ -8,22 +8,6 @@ use crate::header::header_code;
 use std::collections::BTreeMap;
 use std::ffi::CStr;
 
-/// Items still owned by the DLPack rework (a parallel change folds `*_to_dlpack_ex`, types the DLPack constant
-/// families and adds the DLPack options `_init`). Names listed here that are no longer in the header are fine:
-/// delete the entries once that change has landed.
-const DLPACK_PENDING: &[&str] = &[
-    "hostfirst_view_to_dlpack_ex",
-    "hostfirst_buffer_to_dlpack_ex",
-    "hostfirst_dlpack_options",
-    "HOSTFIRST_DLPACK_FLAG_",
-    "HOSTFIRST_DLPACK_DEVICE_",
-    "HOSTFIRST_DLPACK_COPY_",
-];
-
-fn pending(name: &str) -> bool {
-    DLPACK_PENDING.iter().any(|p| name == *p || (p.ends_with('_') && name.starts_with(p)))
-}
-
 /// Structs the library writes that are plain values of a fixed layout, not extensible records: a device (its
 /// layout is DLPack's `DLDevice`), a captured scope (copied into a worker's arguments), and the DLPack structs
 /// (their layouts are DLPack's).
@@ -149,7 +133,7 @@ fn pointee(ty: &str) -> Option<(String, bool)> {
 fn no_ex_twins() {
     let api = api();
     let bad: Vec<&String> =
-        api.functions.keys().filter(|n| (n.ends_with("_ex") || n.contains("_ex_")) && !pending(n)).collect();
+        api.functions.keys().filter(|n| (n.ends_with("_ex") || n.contains("_ex_"))).collect();
     assert!(
         bad.is_empty(),
         "functions with an `_ex` twin: {bad:?}. One function per operation: fold the options into the one function \
@@ -173,7 +157,7 @@ fn every_options_struct_has_an_init() {
         }
     }
     assert!(options.len() >= 3, "options structs found: {options:?}");
-    for s in options.iter().filter(|s| !pending(s)) {
+    for s in options.iter() {
         let init = format!("{s}_init");
         let f = api.functions.get(&init).unwrap_or_else(|| {
             panic!(
@@ -220,7 +204,7 @@ fn named_values_are_enums_not_defines() {
     let allowed = |n: &str| ["MAX", "MIN", "DEFAULT", "VERSION"].iter().any(|w| n.split('_').any(|p| p == *w));
     let ints: Vec<&(String, String)> = api.macros.iter().filter(|(_, v)| v.parse::<i64>().is_ok()).collect();
     assert!(ints.len() >= 8, "integer macros found: {ints:?}");
-    let bad: Vec<&String> = ints.iter().map(|(n, _)| n).filter(|n| !allowed(n) && !pending(n)).collect();
+    let bad: Vec<&String> = ints.iter().map(|(n, _)| n).filter(|n| !allowed(n)).collect();
     assert!(
         bad.is_empty(),
         "bare #define constants that name a choice: {bad:?}. Make the family a #[repr(u32)] enum (a typedef in C) \
@@ -257,7 +241,7 @@ fn enum_parameters_and_fields_use_the_enum_typedefs() {
     };
     for (f, (_, params)) in &api.functions {
         for (ty, name) in params {
-            if !pending(f) && !f.contains("dlpack") {
+            {
                 check(f, ty, name);
             }
         }

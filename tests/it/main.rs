@@ -22,6 +22,7 @@ mod file_props;
 mod file_sets;
 mod file_sparse;
 mod file_support;
+mod forksafe;
 mod gather;
 mod go;
 mod gpu_harness;

@@ -24,6 +24,7 @@ HOSTFIRST_DLPACK_MAJOR_VERSION = 1
 HOSTFIRST_DLPACK_MINOR_VERSION = 1
 HOSTFIRST_DLPACK_FLAG_READ_ONLY = 1
 HOSTFIRST_DLPACK_FLAG_IS_COPIED = 2
+HOSTFIRST_DLPACK_FLAG_IS_SUBBYTE_TYPE_PADDED = 4
 HOSTFIRST_DLPACK_DEVICE_CPU = 1
 HOSTFIRST_DLPACK_DEVICE_CUDA = 2
 HOSTFIRST_DLPACK_DEVICE_CUDA_HOST = 3
@@ -175,7 +176,7 @@ class DLPackVersion(_Mirror):
 
 class DLPackDevice(_Mirror):
     _c_name_ = "hostfirst_dlpack_device"
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]  # hostfirst_dlpack_device_type
 
 
 class DLPackDtype(_Mirror):
@@ -202,7 +203,7 @@ class DLPackManagedTensorVersioned(_Mirror):
         ("version", DLPackVersion),
         ("manager_ctx", ctypes.c_void_p),
         ("deleter", ctypes.c_void_p),  # void (*)(hostfirst_dlpack_managed_tensor_versioned *)
-        ("flags", ctypes.c_uint64),
+        ("flags", ctypes.c_uint64),  # hostfirst_dlpack_flags: an OR of HOSTFIRST_DLPACK_FLAG_*
         ("dl_tensor", DLPackTensor),
     ]
 
@@ -227,7 +228,7 @@ class DLPackOptions(_Mirror):
         ("max_version", DLPackVersion),
         ("stream", ctypes.c_int64),
         ("has_stream", ctypes.c_int32),
-        ("copy", ctypes.c_uint32),
+        ("copy", ctypes.c_uint32),  # hostfirst_dlpack_copy
         ("has_dl_device", ctypes.c_int32),
         ("dl_device", DLPackDevice),
     ]
@@ -370,10 +371,9 @@ SIGNATURES = {
     "hostfirst_view_slice_rows": (c_status, [_h, _u64, _u64, _ph]),
     "hostfirst_view_prefault": (c_status, [_h, P(ctypes.c_bool)]),
     "hostfirst_view_copy": (c_status, [_h, ctypes.c_void_p, _size, P(_u64)]),
-    "hostfirst_view_to_dlpack": (c_status, [_h, P(P(DLPackManagedTensorVersioned))]),
-    "hostfirst_view_to_dlpack_legacy": (c_status, [_h, P(P(DLPackManagedTensor))]),
-    "hostfirst_view_to_dlpack_ex": (c_status, [_h, P(DLPackOptions), P(P(DLPackManagedTensorVersioned)),
-                                               P(P(DLPackManagedTensor))]),
+    "hostfirst_dlpack_options_init": (c_status, [P(DLPackOptions)]),
+    "hostfirst_view_to_dlpack": (c_status, [_h, P(DLPackOptions), P(P(DLPackManagedTensorVersioned)),
+                                            P(P(DLPackManagedTensor))]),
     # placement: buffers, rules, plans, whole-file loads
     "hostfirst_put_options_init": (c_status, [P(PutOptions)]),
     "hostfirst_put": (c_status, [_h, P(Device), P(PutOptions), _ph, P(PutStats)]),
@@ -387,11 +387,9 @@ SIGNATURES = {
     "hostfirst_buffer_describe": (c_status, [_h, P(BufferInfo)]),
     "hostfirst_buffer_free": (c_status, [_h]),
     "hostfirst_buffer_copy_to_host": (c_status, [_h, ctypes.c_void_p, _size]),
-    "hostfirst_buffer_to_dlpack": (c_status, [_h, P(P(DLPackManagedTensorVersioned))]),
-    "hostfirst_buffer_to_dlpack_legacy": (c_status, [_h, P(P(DLPackManagedTensor))]),
+    "hostfirst_buffer_to_dlpack": (c_status, [_h, P(DLPackOptions), P(P(DLPackManagedTensorVersioned)),
+                                              P(P(DLPackManagedTensor))]),
     "hostfirst_dtype_to_dlpack": (c_status, [_u32, P(DLPackDtype)]),
-    "hostfirst_buffer_to_dlpack_ex": (c_status, [_h, P(DLPackOptions), P(P(DLPackManagedTensorVersioned)),
-                                                 P(P(DLPackManagedTensor))]),
     "hostfirst_dlpack_capsule_destructor": (None, [ctypes.c_void_p]),
     "hostfirst_buffer_sync_stream": (c_status, [_h, ctypes.c_int64]),
     "hostfirst_buffer_record_stream": (c_status, [_h, ctypes.c_int64]),

@@ -1,5 +1,5 @@
-"""DLPack export: the consumer's request to the library (`*_to_dlpack_ex`), and PyCapsules around the managed
-tensors it returns, versioned or legacy.
+"""DLPack export: the consumer's request to the library (`hostfirst_*_to_dlpack` with hostfirst_dlpack_options),
+and PyCapsules around the managed tensors it returns, versioned or legacy.
 
 The capsules' destructor is the library's own C function (`hostfirst_dlpack_capsule_destructor`), not a
 ctypes callback: a consumer that refuses a capsule (numpy given bf16) raises its own exception, and the
@@ -75,12 +75,12 @@ _DESTROY_LEGACY = NATIVE_DESTRUCTOR or ctypes.cast(_KEEP[1], ctypes.c_void_p).va
 
 def request(stream: Optional[int], max_version: Optional[Tuple[int, int]], dl_device: Optional[Tuple[int, int]],
             copy: Optional[bool]) -> _abi.DLPackOptions:
-    """`__dlpack__`'s arguments as the C API's hostfirst_dlpack_options."""
+    """`__dlpack__`'s arguments as the C API's hostfirst_dlpack_options (from hostfirst_dlpack_options_init;
+    max_version=None is a pre-1.0 consumer, {0, 0}: the legacy form)."""
     o = _abi.DLPackOptions()
-    o.struct_size = ctypes.sizeof(o)
-    if max_version is not None:
-        major, minor = tuple(max_version)[:2]
-        o.max_version = _abi.DLPackVersion(int(major), int(minor))
+    check(lib.hostfirst_dlpack_options_init(ctypes.byref(o)))
+    major, minor = (0, 0) if max_version is None else tuple(max_version)[:2]
+    o.max_version = _abi.DLPackVersion(int(major), int(minor))
     if stream is not None:
         o.stream, o.has_stream = int(stream), 1
     if copy not in _COPY:
@@ -94,9 +94,9 @@ def request(stream: Optional[int], max_version: Optional[Tuple[int, int]], dl_de
 
 def export(fn: Any, handle: Optional[int], stream: Optional[int], max_version: Optional[Tuple[int, int]],
            dl_device: Optional[Tuple[int, int]], copy: Optional[bool]) -> Any:
-    """Calls a `hostfirst_*_to_dlpack_ex` with the consumer's request and wraps the result in the capsule the
-    consumer asked for: "dltensor_versioned" when max_version >= (1, 0), else the legacy "dltensor". A
-    request the library cannot serve (a copy refused with copy=False, a device it cannot reach) raises
+    """Calls `hostfirst_view_to_dlpack` or `hostfirst_buffer_to_dlpack` with the consumer's request and wraps the
+    result in the capsule the consumer asked for: "dltensor_versioned" when max_version >= (1, 0), else the
+    legacy "dltensor". A request the library cannot serve (a copy refused with copy=False, a device it cannot reach) raises
     BufferError, as the array API asks; so does a dl_device that is absent or unavailable."""
     opts = request(stream, max_version, dl_device, copy)
     versioned, legacy = P(_abi.DLPackManagedTensorVersioned)(), P(_abi.DLPackManagedTensor)()

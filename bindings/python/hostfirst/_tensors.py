@@ -244,8 +244,8 @@ class Tensor(_HostArrayMixin):
         """DLPack export as the consumer asks: max_version >= (1, 0) -> the versioned capsule on the read-only
         mapping (READ_ONLY flag); otherwise the legacy "dltensor" capsule on a private copy-on-write mapping
         (writable, a write never reaches the file). copy=True: a copy; copy=False where a copy is needed, or a
-        device it cannot reach: BufferError. See hostfirst_view_to_dlpack_ex in the C header."""
-        return _dlpack.export(lib.hostfirst_view_to_dlpack_ex, self._h, stream, max_version, dl_device, copy)
+        device it cannot reach: BufferError. See hostfirst_view_to_dlpack in the C header."""
+        return _dlpack.export(lib.hostfirst_view_to_dlpack, self._h, stream, max_version, dl_device, copy)
 
     def to(self, device: Union[Device, str] = "default", *, copy_on_write: bool = False, resident: bool = False,
            threads: int = 0, staging_mib: int = 0) -> "Buffer":
@@ -327,7 +327,7 @@ class Buffer(_HostArrayMixin):
         on that stream; for 1 and 2, on the legacy default stream, which is ordered after every blocking stream
         (every thread's per-thread default stream too), since the release may run on another thread. copy as
         for Tensor."""
-        return _dlpack.export(lib.hostfirst_buffer_to_dlpack_ex, self._h, stream, max_version, dl_device, copy)
+        return _dlpack.export(lib.hostfirst_buffer_to_dlpack, self._h, stream, max_version, dl_device, copy)
 
     @property
     def __cuda_array_interface__(self) -> Dict[str, Any]:

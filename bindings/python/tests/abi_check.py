@@ -42,6 +42,14 @@ def load_abi():
     return module
 
 
+def enum_value(text: str) -> int:
+    """An enumerator's value as cbindgen writes it: `5`, `0x10`, `-1` or a flag `(1 << 3)`."""
+    m = re.fullmatch(r"\(?\s*(-?(?:0x[0-9a-fA-F]+|\d+))\s*(?:<<\s*(\d+))?\s*\)?", text.strip())
+    if not m:
+        raise ValueError(f"enumerator value {text!r} is not a number or a shifted bit")
+    return int(m.group(1), 0) << int(m.group(2) or 0)
+
+
 class Header:
     """The declarations of a cbindgen-generated header: functions, structs, opaque types, enums, constants."""
 
@@ -64,7 +72,7 @@ class Header:
             values, nxt = {}, 0
             for item in filter(None, (v.strip() for v in m.group(2).split(","))):
                 name, _, value = (x.strip() for x in item.partition("="))
-                nxt = int(value, 0) if value else nxt
+                nxt = enum_value(value) if value else nxt
                 values[name] = nxt
                 nxt += 1
             self.enums[m.group(1)] = values

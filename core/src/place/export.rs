@@ -33,15 +33,19 @@ use crate::error::{Error, Result, Status};
 use crate::file::TensorView;
 use std::sync::{Arc, Mutex};
 
-/// The consumer's `copy` request (the array API's `copy=None/True/False`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The consumer's `copy` request (the array API's `copy=None/True/False`): the values of
+/// `hostfirst_dlpack_options.copy` (C reads it as `hostfirst_dlpack_copy`, checked; an unknown value is
+/// `INVALID_ARGUMENT`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::FromRepr)]
 pub enum CopyPolicy {
-    /// Share when possible, copy (or map copy-on-write) when the form or device requires it (`None`).
-    IfNeeded,
-    /// Always hand out a new copy the consumer owns (`True`).
-    Always,
-    /// Never copy: `UNSUPPORTED` when sharing is impossible (`False`).
-    Never,
+    /// Share where possible; copy, or map copy-on-write, where the form or the requested device needs it
+    /// (Python's `copy=None`; the default).
+    IfNeeded = 0,
+    /// Always export a new copy the consumer owns (`copy=True`; flag IS_COPIED in the versioned form).
+    Always = 1,
+    /// Never copy: `UNSUPPORTED` when the request cannot be met without one (`copy=False`).
+    Never = 2,
 }
 
 /// Which DLPack structure the consumer takes.

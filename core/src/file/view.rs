@@ -335,7 +335,7 @@ impl TensorView {
     }
 
     /// The element strides of a strided view (NULL when contiguous), valid while this view lives.
-    pub(crate) fn strides_ptr(&self) -> *const u64 {
+    pub fn strides_ptr(&self) -> *const u64 {
         self.strides.as_ref().map_or(std::ptr::null(), |s| s.as_ptr())
     }
 
@@ -349,7 +349,7 @@ impl TensorView {
     }
 
     /// The name as a NUL-terminated C string, valid while this view lives.
-    pub(crate) fn name_ptr(&self) -> *const std::ffi::c_char {
+    pub fn name_ptr(&self) -> *const std::ffi::c_char {
         self.name.as_ptr()
     }
 }

@@ -79,7 +79,7 @@ impl TensorFile {
     /// # Safety
     /// `ptr` must be valid for reads of `len` bytes (any pointer when `len == 0`), and the memory must stay
     /// valid and unmodified until this object and every view made from it are dropped.
-    pub(crate) unsafe fn from_raw(ptr: *const u8, len: usize) -> Result<TensorFile> {
+    pub unsafe fn from_raw(ptr: *const u8, len: usize) -> Result<TensorFile> {
         // SAFETY: forwarded from this function's contract.
         let mem = unsafe { RawMemory::new(ptr, len) };
         let shard = Arc::new(Shard::from_memory(Box::new(mem))?);
@@ -342,19 +342,19 @@ impl TensorFile {
 
     // ---- C helpers: pointers valid while this object (or a clone) lives ----
 
-    pub(crate) fn name_ptr(&self, i: usize) -> Option<*const std::ffi::c_char> {
+    pub fn name_ptr(&self, i: usize) -> Option<*const std::ffi::c_char> {
         self.entry(i).map(|(_, e)| e.name.as_ptr())
     }
 
-    pub(crate) fn metadata_ptrs(&self, i: usize) -> Option<(*const std::ffi::c_char, *const std::ffi::c_char)> {
+    pub fn metadata_ptrs(&self, i: usize) -> Option<(*const std::ffi::c_char, *const std::ffi::c_char)> {
         self.inner.metadata.get(i).map(|(k, v)| (k.as_ptr(), v.as_ptr()))
     }
 
-    pub(crate) fn metadata_value_ptr(&self, key: &str) -> Option<*const std::ffi::c_char> {
+    pub fn metadata_value_ptr(&self, key: &str) -> Option<*const std::ffi::c_char> {
         self.inner.metadata.iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v.as_ptr())
     }
 
-    pub(crate) fn path_ptr(&self) -> Option<*const std::ffi::c_char> {
+    pub fn path_ptr(&self) -> Option<*const std::ffi::c_char> {
         self.inner.path_c.as_ref().map(|c| c.as_ptr())
     }
 }

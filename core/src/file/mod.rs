@@ -10,13 +10,13 @@
 //! tests is a row of docs/malformed-files.md, the status hostfirst returns for each kind of malformed file.
 //!
 //! ```no_run
-//! use hostfirst::file::TensorFile;
+//! use hostfirst_core::file::TensorFile;
 //! let f = TensorFile::open("model.safetensors")?;
 //! let v = f.view("embed.weight")?;
 //! let first_rows = v.slice_rows(0, 16)?;
 //! let mut buf = vec![0u8; first_rows.nbytes() as usize];
 //! first_rows.read_at(0, &mut buf)?; // pread: a truncated file gives TRUNCATED, never SIGBUS
-//! # Ok::<(), hostfirst::Error>(())
+//! # Ok::<(), hostfirst_core::Error>(())
 //! ```
 
 mod fast_header;

@@ -53,7 +53,6 @@ pub struct Device {
     pub ordinal: u32,
 }
 
-/// cbindgen:ignore
 impl Device {
     /// The host CPU device, `cpu:0`.
     pub const CPU: Device = Device { kind: DeviceKind::CPU, ordinal: 0 };

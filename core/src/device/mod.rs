@@ -9,17 +9,11 @@
 //! - [`census`]: every backend's status, built from the CUDA probe;
 //! - this module: resolving specs against the census and live memory readings; [`fit`] on top of them.
 
-/// cbindgen:ignore
 pub mod census;
-/// cbindgen:ignore
 pub mod cuda;
-/// cbindgen:ignore
 pub mod fit;
-/// cbindgen:ignore
 pub mod host;
-/// cbindgen:ignore
 pub mod platforms;
-/// cbindgen:ignore
 pub mod spec;
 pub mod types;
 
@@ -29,7 +23,6 @@ pub use census::{census, Backend, Census};
 pub use spec::{CudaSelector, DeviceSpec, ACCEPTED_SPECS};
 pub use types::{BackendStatus, Device, DeviceInfo, DeviceKind};
 
-/// cbindgen:ignore
 impl Device {
     /// Parses a spec and resolves it against the census: the device must exist and its backend be available.
     /// `cpu` and `cpu:0` resolve without taking the census (no CUDA driver is loaded for them).

@@ -7,9 +7,9 @@
 //! available in a forked child, so:
 //!
 //! - Every process-global lock is a [`GlobalMutex`] or the handle registry's `RwLock`, and the `pthread_atfork`
-//!   handlers (`fork_handlers.rs`, registered through [`install`]) take them all before `fork()` (in one fixed
-//!   order, its `prepare`) and release them
-//!   after it in the parent and in the child, as glibc does for malloc's arenas. Their critical sections are
+//!   handlers take them all before `fork()`, in one fixed order, and release them after it in the parent and in
+//!   the child: the C-API crate's trampolines (`src/fork_handlers.rs` at the repository root, registered through
+//!   [`install`]) take the skin's locks, then `fork_handlers::prepare` takes the core's, as glibc does for malloc's arenas. Their critical sections are
 //!   short and never call into code that could itself wait for `fork()` (no `dlopen`, no `pthread_atfork`, no
 //!   driver initialisation), so the wait in `prepare` always ends.
 //! - The CUDA-only locks (`device/cuda/memory.rs`) are not taken: they are used only after the CUDA gate
@@ -29,22 +29,22 @@ use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// A process-global mutex that a forked child can always take (see the module documentation). Poisoning is
 /// ignored: every critical section leaves its data consistent between statements.
-pub(crate) struct GlobalMutex<T>(Mutex<T>);
+pub struct GlobalMutex<T>(Mutex<T>);
 
 impl<T: Send + 'static> GlobalMutex<T> {
     /// A new mutex holding `value`.
-    pub(crate) const fn new(value: T) -> GlobalMutex<T> {
+    pub const fn new(value: T) -> GlobalMutex<T> {
         GlobalMutex(Mutex::new(value))
     }
 
     /// Locks the mutex (and makes sure the fork handlers are registered).
-    pub(crate) fn lock(&'static self) -> MutexGuard<'static, T> {
+    pub fn lock(&'static self) -> MutexGuard<'static, T> {
         register();
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Locks the mutex when no one holds it, without waiting.
-    pub(crate) fn try_lock(&'static self) -> Option<MutexGuard<'static, T>> {
+    pub fn try_lock(&'static self) -> Option<MutexGuard<'static, T>> {
         register();
         match self.0.try_lock() {
             Ok(g) => Some(g),
@@ -54,34 +54,34 @@ impl<T: Send + 'static> GlobalMutex<T> {
     }
 
     /// The guard the fork handlers hold across `fork()`.
-    pub(crate) fn hold(&'static self) -> Box<dyn Any> {
+    pub fn hold(&'static self) -> Box<dyn Any> {
         Box::new(self.0.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
 /// A process-global reader-writer lock that a forked child can always take (the handlers hold it for writing).
-pub(crate) struct GlobalRwLock<T>(RwLock<T>);
+pub struct GlobalRwLock<T>(RwLock<T>);
 
 impl<T: Send + Sync + 'static> GlobalRwLock<T> {
     /// A new lock holding `value`.
-    pub(crate) const fn new(value: T) -> GlobalRwLock<T> {
+    pub const fn new(value: T) -> GlobalRwLock<T> {
         GlobalRwLock(RwLock::new(value))
     }
 
     /// Locks for reading.
-    pub(crate) fn read(&'static self) -> RwLockReadGuard<'static, T> {
+    pub fn read(&'static self) -> RwLockReadGuard<'static, T> {
         register();
         self.0.read().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Locks for writing.
-    pub(crate) fn write(&'static self) -> RwLockWriteGuard<'static, T> {
+    pub fn write(&'static self) -> RwLockWriteGuard<'static, T> {
         register();
         self.0.write().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The guard the fork handlers hold across `fork()` (for writing).
-    pub(crate) fn hold(&'static self) -> Box<dyn Any> {
+    pub fn hold(&'static self) -> Box<dyn Any> {
         Box::new(self.0.write().unwrap_or_else(|p| p.into_inner()))
     }
 }
@@ -89,16 +89,22 @@ impl<T: Send + Sync + 'static> GlobalRwLock<T> {
 /// A value computed once per process, on first use, without ever blocking: concurrent first uses may each
 /// compute it (the computation must be free of side effects that matter twice); the first stored wins and
 /// the others are dropped. Unlike `OnceLock`, a child forked during the computation is never left waiting.
-pub(crate) struct InitOnce<T>(AtomicPtr<T>);
+pub struct InitOnce<T>(AtomicPtr<T>);
+
+impl<T: Send + Sync + 'static> Default for InitOnce<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl<T: Send + Sync + 'static> InitOnce<T> {
     /// An empty cell.
-    pub(crate) const fn new() -> InitOnce<T> {
+    pub const fn new() -> InitOnce<T> {
         InitOnce(AtomicPtr::new(std::ptr::null_mut()))
     }
 
     /// The value, when some call has stored it.
-    pub(crate) fn get(&'static self) -> Option<&'static T> {
+    pub fn get(&'static self) -> Option<&'static T> {
         let p = self.0.load(Ordering::Acquire);
         // SAFETY: a non-null pointer was stored from `Box::into_raw` and is never freed (the value lives for
         // the rest of the process).
@@ -106,7 +112,7 @@ impl<T: Send + Sync + 'static> InitOnce<T> {
     }
 
     /// Stores `value` when none is stored yet; false (and `value` dropped) when one already was.
-    pub(crate) fn set(&'static self, value: T) -> bool {
+    pub fn set(&'static self, value: T) -> bool {
         let new = Box::into_raw(Box::new(value));
         match self.0.compare_exchange(std::ptr::null_mut(), new, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => true,
@@ -119,7 +125,7 @@ impl<T: Send + Sync + 'static> InitOnce<T> {
     }
 
     /// The value, computing it with `f` when none is stored yet.
-    pub(crate) fn get_or_init(&'static self, f: impl FnOnce() -> T) -> &'static T {
+    pub fn get_or_init(&'static self, f: impl FnOnce() -> T) -> &'static T {
         if let Some(v) = self.get() {
             return v;
         }
@@ -144,25 +150,26 @@ thread_local! {
 }
 
 /// Keeps `guards` (taken by the prepare handler, outermost first) until [`release`].
-pub(crate) fn keep(guards: Vec<Box<dyn Any>>) {
+pub fn keep(guards: Vec<Box<dyn Any>>) {
     // If the forking thread is being torn down the guards are released here, which only loses the protection.
     let _ = HELD.try_with(|h| h.borrow_mut().extend(guards));
 }
 
 /// Releases the guards [`keep`] kept, innermost first (the parent and child handlers).
-pub(crate) fn release() {
+pub fn release() {
     let _ = HELD.try_with(|h| {
         let mut held = h.borrow_mut();
         while held.pop().is_some() {}
     });
 }
 
-/// The three `pthread_atfork` handlers. The list of locks they take lives in `fork_handlers.rs`, which names
-/// every module holding one; this module names none, so every module can use its primitives.
-pub(crate) struct Handlers {
-    pub(crate) prepare: extern "C" fn(),
-    pub(crate) parent: extern "C" fn(),
-    pub(crate) child: extern "C" fn(),
+/// The three `pthread_atfork` handlers, defined by the C-API crate (this crate defines no `extern "C"`
+/// function). The list of the core's locks lives in `fork_handlers.rs`, which names every module holding one;
+/// this module names none, so every module can use its primitives.
+pub struct Handlers {
+    pub prepare: extern "C" fn(),
+    pub parent: extern "C" fn(),
+    pub child: extern "C" fn(),
 }
 
 /// The handlers, once `fork_handlers.rs` installed them (when the library is loaded, and on every C call).
@@ -172,7 +179,7 @@ static HANDLERS: AtomicPtr<Handlers> = AtomicPtr::new(std::ptr::null_mut());
 static REGISTERED: AtomicU8 = AtomicU8::new(0);
 
 /// Installs the fork handlers and registers them with `pthread_atfork` (once per process; never blocks).
-pub(crate) fn install(handlers: &'static Handlers) {
+pub fn install(handlers: &'static Handlers) {
     let _ = HANDLERS.compare_exchange(
         std::ptr::null_mut(),
         handlers as *const Handlers as *mut Handlers,
@@ -182,9 +189,14 @@ pub(crate) fn install(handlers: &'static Handlers) {
     register();
 }
 
+/// Whether the fork handlers are registered with `pthread_atfork`.
+pub fn registered() -> bool {
+    REGISTERED.load(Ordering::Acquire) == 2
+}
+
 /// Registers the installed fork handlers once per process (nothing before they are installed). Called by
 /// [`install`] and on every lock; never blocks.
-pub(crate) fn register() {
+pub fn register() {
     if REGISTERED.load(Ordering::Acquire) == 2 {
         return;
     }
@@ -213,53 +225,5 @@ mod tests {
         assert_eq!(CELL.get_or_init(|| "a".to_string()), "a");
         assert_eq!(CELL.get_or_init(|| "b".to_string()), "a");
         assert_eq!(CELL.get().map(String::as_str), Some("a"));
-    }
-
-    #[test]
-    fn registered_at_load() {
-        assert_eq!(REGISTERED.load(Ordering::Acquire), 2);
-    }
-
-    /// Every process-global lock in the sources is fork-safe: a `GlobalMutex` held by the fork handlers'
-    /// `prepare` (`fork_handlers.rs`), or one of the CUDA-only locks the module documentation explains; no
-    /// `OnceLock`, `Once` or `LazyLock` (which a child forked during their initialisation would wait on for ever).
-    #[test]
-    fn every_process_global_lock_is_fork_safe() {
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let held = std::fs::read_to_string(src.join("fork_handlers.rs")).unwrap();
-        let cuda_only = ["CONTEXTS", "PAIRS", "SUPPORTED"];
-        let mut stack = vec![src];
-        let mut bad = Vec::new();
-        while let Some(dir) = stack.pop() {
-            for e in std::fs::read_dir(dir).unwrap() {
-                let p = e.unwrap().path();
-                if p.is_dir() {
-                    stack.push(p);
-                    continue;
-                }
-                let text = std::fs::read_to_string(&p).unwrap();
-                let file = p.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap().display().to_string();
-                for line in text.lines().map(str::trim) {
-                    if !line.starts_with("static ") && !line.starts_with("pub(crate) static ") {
-                        continue;
-                    }
-                    let name = line.split_whitespace().find(|w| w.ends_with(':')).unwrap_or("").trim_end_matches(':');
-                    if ["OnceLock", "Once", "LazyLock", "Lazy<", "OnceCell"].iter().any(|t| line.contains(t))
-                        && !line.contains("InitOnce")
-                    {
-                        bad.push(format!("{file}: {line} (use forksafe::InitOnce)"));
-                    }
-                    let global = line.contains("GlobalMutex<") || line.contains("GlobalRwLock<");
-                    let lock = ["Mutex<", "RwLock<"].iter().any(|t| line.contains(t));
-                    if lock && !global && !cuda_only.contains(&name) {
-                        bad.push(format!("{file}: {line} (use forksafe::GlobalMutex)"));
-                    }
-                    if global && !held.contains(&format!("::{name}.hold()")) {
-                        bad.push(format!("{file}: {line} (not held by fork_handlers::prepare)"));
-                    }
-                }
-            }
-        }
-        assert!(bad.is_empty(), "process-global state a forked child could find locked:\n{}", bad.join("\n"));
     }
 }

@@ -20,8 +20,10 @@ pub mod mesh;
 pub mod plan;
 pub mod read;
 pub mod rules;
+pub mod table;
 
 pub use mesh::{Mesh, Spec};
 pub use plan::{Owned, ShardEntry, ShardPlan};
 pub use read::{run, LoadedShard, ShardLoad, ShardOptions};
 pub use rules::ShardRules;
+pub use table::{PlanTable, ShardRow};

@@ -77,7 +77,6 @@ pub(crate) static PROCESS_DEFAULT: GlobalMutex<Option<Device>> = GlobalMutex::ne
 static PROCESS_STRICT: AtomicBool = AtomicBool::new(false);
 
 /// The most scopes one thread may hold (a guard against unbalanced pushes in a loop).
-/// cbindgen:ignore
 pub const MAX_DEPTH: usize = 1 << 16;
 
 fn thread_gone() -> Error {
