@@ -1,9 +1,8 @@
-//! One transfer path (issue 22): outside the transfer engine (`core/src/engine`; paths below are relative to
-//! the core crate, core/, and the C-API crate is scanned too), no code calls the primitives that
-//! read a file's bytes or copy to or from device memory, except the call sites on the allow-list below, each
-//! with the reason it is not routed yet. A source scan in the style of `boundary.rs`: it fails on a new call
-//! anywhere else, on a second call in an allow-listed file, and on an allow-list entry that no longer matches
-//! (so the list shrinks as paths move onto the engine).
+//! One transfer path (issue 22): outside the transfer engine (`core/src/engine`), no code of either crate (the
+//! core in core/, the C API at the root) calls the primitives that read a file's bytes or copy to or from device
+//! memory, with no exceptions: put, load, shard-on-read, `buffer_to`, resident puts and the gather all reach
+//! files and devices through the engine. A source scan in the style of `boundary.rs`: it fails on any call
+//! anywhere else.
 //!
 //! What counts as a primitive:
 //! - file reads: `libc::pread*` (`pread`, `pread64`, `preadv`, `preadv2`), `libc::read(`, std's positioned
@@ -36,24 +35,6 @@ const DEVICE_COPIES: &[&str] = &[
     "memcpy_dtoh",
     "memcpy_dtod",
     "memcpy_peer",
-];
-
-/// (file, pattern, calls, why). Every call of a primitive outside the engine must be here, with its count. The
-/// file is relative to its crate (`src/place/...` is `core/src/place/...`).
-const ALLOWED: &[(&str, &str, usize, &str)] = &[
-    (
-        "src/place/resident.rs",
-        ".copy_to_device_async(",
-        1,
-        "resident mode copies straight from a registered mapping (no file read at all); not routed yet",
-    ),
-    (
-        "src/place/gather.rs",
-        ".copy_to_device_async(",
-        1,
-        "the gather's H2D of a batch from its pinned staging on the gather's own stream (the gather's reads go \
-         through engine::read_many; its device copy is not routed yet)",
-    ),
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -119,9 +100,9 @@ fn calls(source: &str, device_copies_too: bool) -> Vec<(usize, &'static str)> {
 }
 
 #[test]
-fn primitive_calls_outside_the_engine_are_exactly_the_allow_list() {
+fn no_primitive_calls_outside_the_engine() {
     // Both crates: the core (core/, which has src/engine and src/device/cuda) and the C API (the repository
-    // root, src/ffi). Paths here and in ALLOWED are relative to the crate's own directory.
+    // root, src/ffi). Paths are relative to the crate's own directory.
     let root = crate::common::root();
     let mut files = Vec::new();
     for krate in [root.join("core"), root.clone()] {
@@ -130,7 +111,6 @@ fn primitive_calls_outside_the_engine_are_exactly_the_allow_list() {
         files.extend(in_crate.into_iter().map(|f| (krate.clone(), f)));
     }
     assert!(files.iter().any(|(_, f)| f.ends_with("src/engine/mod.rs")), "the scan does not see the engine");
-    let mut seen: Vec<(String, &'static str, usize)> = Vec::new(); // (file, pattern, count)
     let mut bad = Vec::new();
     for (krate, f) in &files {
         let rel = f.strip_prefix(krate).unwrap().to_string_lossy().replace('\\', "/");
@@ -139,23 +119,7 @@ fn primitive_calls_outside_the_engine_are_exactly_the_allow_list() {
         }
         let text = std::fs::read_to_string(f).unwrap();
         for (line, p) in calls(&text, !rel.starts_with("src/device/cuda/")) {
-            if ALLOWED.iter().any(|(a, ap, _, _)| *a == rel && *ap == p) {
-                match seen.iter_mut().find(|(sf, sp, _)| *sf == rel && *sp == p) {
-                    Some(s) => s.2 += 1,
-                    None => seen.push((rel.clone(), p, 1)),
-                }
-            } else {
-                bad.push(format!("{rel}:{line}: `{p}` outside src/engine (route it through the engine)"));
-            }
-        }
-    }
-    for (file, p, want, _why) in ALLOWED {
-        let got = seen.iter().find(|(f, sp, _)| f == file && sp == p).map_or(0, |s| s.2);
-        if got != *want {
-            bad.push(format!(
-                "{file}: {got} calls of `{p}`, the allow-list says {want} (a new call to route, or an entry to \
-                 update or remove)"
-            ));
+            bad.push(format!("{rel}:{line}: `{p}` outside src/engine (route it through the engine)"));
         }
     }
     assert!(bad.is_empty(), "primitive calls outside the transfer engine:\n{}", bad.join("\n"));

@@ -1,6 +1,6 @@
-//! The engine's writer side for device memory, as `buffer_to` and buffer reads use it: the one place outside
-//! the CUDA layer (`src/device/cuda`) that calls its synchronous copies, plus the pinned staging ring for
-//! pageable host bytes ([`super::staging`], where CUDA puts' and shards' tensors are streamed too).
+//! The engine's writer side for device memory, as `buffer_to`, buffer reads, resident puts and CUDA gathers
+//! use it: with the pinned staging ring for pageable host bytes ([`super::staging`], where CUDA puts' and
+//! shards' tensors are streamed), the one place outside the CUDA layer (`src/device/cuda`) that calls its copies.
 //!
 //! Rules: pageable host memory never reaches the driver directly (it goes through the page-locked ring);
 //! page-locked memory is copied as it is; every call is synchronous (the bytes are in place, visible to work
@@ -93,4 +93,69 @@ pub unsafe fn copy_from_slab_async(
         )
     };
     api.check(r, what)
+}
+
+/// Copies `len` bytes of page-locked host bytes `src` from `src_off` to `dst` from offset 0, in pieces of
+/// `piece` bytes (at least 1 MiB), up to four pieces queued at once on a stream of its own; each completed
+/// piece is a progress point (`progress` gets offsets within `dst`; no final report, the caller finishes it).
+/// Resident puts use it: `src` is a registered mapping ([`crate::place::resident::Resident`]), shared by the
+/// pieces in flight. On an error or a cancel, the pieces already queued are waited for before it returns, so
+/// nothing still reads `src` or writes `dst` afterwards.
+pub fn pinned_to_device<B: crate::device::cuda::HostBytes + Clone>(
+    src: &B,
+    src_off: usize,
+    len: usize,
+    dst: &DeviceMemory,
+    piece: usize,
+    progress: &mut Progress<'_>,
+) -> Result<()> {
+    let stream = crate::device::cuda::Stream::new(dst.ordinal())?;
+    let piece = piece.max(1 << 20);
+    let mut off = 0usize;
+    let mut queued = std::collections::VecDeque::new();
+    let mut copied = 0usize;
+    let mut result = Ok(());
+    while copied < len {
+        while result.is_ok() && off < len && queued.len() < 4 {
+            let n = (len - off).min(piece);
+            match stream.copy_to_device_async(src.clone(), src_off + off, dst, off, n) {
+                Ok(f) => queued.push_back((n, f)),
+                Err(e) => result = Err(e),
+            }
+            off += n;
+        }
+        let Some((n, f)) = queued.pop_front() else { break };
+        if let Err(e) = f.wait() {
+            result = result.and(Err(e));
+        }
+        copied += n;
+        if result.is_ok() && copied < len {
+            result = progress.at(copied as u64);
+        }
+        if result.is_err() {
+            // Dropping an InFlight waits for its copy.
+            queued.clear();
+            break;
+        }
+    }
+    result
+}
+
+/// The gather's host-to-device step: copies the first `len` bytes of the page-locked `staging` to `dst` from
+/// offset 0 on `stream` (the gather's own), records `ready` (the batch's event) after the copy, and returns
+/// once both have completed. `Ok((staging, recorded))`: the staging buffer is free again, and `recorded` says
+/// whether the event was recorded and reached (an error there leaves the batch's bytes in place but its event
+/// unusable). `Err`: the copy could not be enqueued or completed, and the staging buffer is gone (dropped once
+/// nothing can still read it; the caller allocates a new one).
+pub fn staged_batch_to_device(
+    stream: &crate::device::cuda::Stream,
+    staging: crate::device::cuda::PinnedHostMemory,
+    dst: &DeviceMemory,
+    len: usize,
+    ready: Option<&crate::device::cuda::Event>,
+) -> Result<(crate::device::cuda::PinnedHostMemory, Result<()>)> {
+    let inflight = stream.copy_to_device_async(staging, 0, dst, 0, len)?;
+    let recorded = ready.map_or(Ok(()), |ev| ev.record(stream));
+    let staging = inflight.wait()?;
+    Ok((staging, recorded.and_then(|()| ready.map_or(Ok(()), |ev| ev.synchronize()))))
 }

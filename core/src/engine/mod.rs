@@ -8,8 +8,11 @@
 //! - **io_uring** where the kernel offers it: probed, never version-checked (an 8-entry ring, the probe of
 //!   `IORING_OP_READ`, a no-op round trip; seccomp filters, `kernel.io_uring_disabled` and sandboxes answer
 //!   `EPERM`/`ENOSYS` there). The whole set is submitted with one `io_uring_enter`; reads of cached pages
-//!   complete inline, the others asynchronously in the kernel. Rings are reused (a small cache, per process:
-//!   a ring inherited through `fork` is never used). If a ring of the asked depth cannot be made later
+//!   complete inline, the others asynchronously in the kernel, and the calling thread waits for all of them
+//!   at once. Each thread keeps a ring of its own that defers completion work until the thread waits
+//!   (`IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN`, Linux 6.1): a cold batch then wakes its
+//!   thread once instead of once per read, which matters when a training step shares the CPUs. Kernels
+//!   without it use a small per-process cache of plain rings. A ring inherited through `fork` is never used. If a ring of the asked depth cannot be made later
 //!   (`ENOMEM`, `RLIMIT_MEMLOCK`), the engine demotes itself to the pool for the rest of the process.
 //! - **a pool of blocking `pread`s** otherwise: persistent helper threads (started on demand, at most
 //!   `queue_depth - 1`) and the calling thread claim reads from the set; the caller never depends on a helper,
@@ -481,6 +484,37 @@ mod tests {
         let mut dst = vec![0u8; 8192];
         let e = fill(f.as_raw_fd(), len as u64 - 4096, &mut dst, &t, &mut Progress::new(None, 8192), &failed);
         assert!(e.unwrap_err().message().contains("Eof"));
+    }
+
+    /// A forked child reads through io_uring too: the ring its thread inherited belongs to the parent's task
+    /// (a single-issuer ring refuses any other task), so the child makes its own.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_forked_child_reads_with_a_ring_of_its_own() {
+        let len = 1 << 16;
+        let (_p, f) = file("fork", len);
+        let fd = f.as_raw_fd();
+        let check = move || {
+            let (mut a, mut b) = (vec![0u8; 5000], vec![0u8; 3000]);
+            let mut reads = vec![Read { fd, offset: 100, dst: &mut a }, Read { fd, offset: 60_000, dst: &mut b }];
+            read_many(&mut reads, &Tuning::default()).unwrap();
+            let want = |o: usize, n: usize| (o..o + n).map(|i| (i * 31 % 251) as u8).collect::<Vec<_>>();
+            a == want(100, 5000) && b == want(60_000, 3000)
+        };
+        assert!(check(), "parent");
+        // SAFETY: the child only reads and exits with _exit (glibc's allocator is usable after fork).
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            let ok = std::panic::catch_unwind(check).unwrap_or(false);
+            // SAFETY: ends the child without running the parent's atexit handlers or test harness.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status:#x}");
+        assert!(check(), "parent after the fork");
     }
 
     #[test]

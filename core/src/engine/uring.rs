@@ -3,6 +3,7 @@
 use super::{FailureKind, Read, ReadFailure};
 use crate::forksafe::GlobalMutex;
 use io_uring::{opcode, types, IoUring, Probe};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Rings kept between calls: (the process that made it, the ring). A ring made before a `fork` belongs to
 /// the parent and is never used by the child.
@@ -61,6 +62,49 @@ fn raise_iowq_cap(ring: &IoUring, entries: u32) {
     });
 }
 
+/// Whether rings that defer completion work to the waiting thread can be made here (0: not tried yet, 1: yes,
+/// 2: no; `IORING_SETUP_DEFER_TASKRUN` needs Linux 6.1).
+static DEFER: AtomicU8 = AtomicU8::new(0);
+
+thread_local! {
+    /// This thread's own ring, with the process that made it: `IORING_SETUP_SINGLE_ISSUER` ties a ring to its
+    /// thread, so it is kept per thread (dropped in a forked child, whose thread is another task).
+    static OWN: std::cell::RefCell<Option<(u32, IoUring)>> = const { std::cell::RefCell::new(None) };
+}
+
+/// This thread's own ring of at least `entries` entries, with completion work deferred to the thread when it
+/// waits (`IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN`). Why: without it, every read that
+/// completes later (an uncached page, read from storage) queues work that wakes the waiting thread at once,
+/// one wake-up per read (64 for a cold batch, each one a trip through the scheduler on a busy machine, where a
+/// training step shares the CPUs); deferred, the thread is woken once, when as many completions as it waits
+/// for are in. None when the kernel cannot make such rings (then the shared rings serve).
+fn own_ring(entries: u32) -> Option<IoUring> {
+    if DEFER.load(Ordering::Relaxed) == 2 {
+        return None;
+    }
+    let pid = std::process::id();
+    let kept = OWN.with(|o| o.borrow_mut().take());
+    if let Some((p, ring)) = kept {
+        if p == pid && ring.params().sq_entries() >= entries {
+            return Some(ring);
+        }
+    }
+    match IoUring::builder().setup_single_issuer().setup_defer_taskrun().build(entries) {
+        Ok(ring) => {
+            DEFER.store(1, Ordering::Relaxed);
+            Some(ring)
+        }
+        Err(_) => {
+            DEFER.store(2, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+fn put_own(ring: IoUring) {
+    OWN.with(|o| *o.borrow_mut() = Some((std::process::id(), ring)));
+}
+
 fn put_ring(ring: IoUring) {
     if let Some(mut kept) = RINGS.try_lock() {
         if kept.len() < KEPT {
@@ -75,7 +119,10 @@ fn put_ring(ring: IoUring) {
 /// write into memory it no longer owns.
 pub(super) fn read_all(reads: &mut [Read<'_>], depth: usize) -> Result<Result<(), ReadFailure>, String> {
     let entries = depth.min(reads.len()).next_power_of_two().clamp(1, 4096) as u32;
-    let mut ring = take_ring(entries)?;
+    let (mut ring, own) = match own_ring(entries) {
+        Some(r) => (r, true),
+        None => (take_ring(entries)?, false),
+    };
     raise_iowq_cap(&ring, entries);
     let cap = (ring.params().sq_entries() as usize).min(depth.max(1));
     let n = reads.len();
@@ -123,7 +170,8 @@ pub(super) fn read_all(reads: &mut [Read<'_>], depth: usize) -> Result<Result<()
         if inflight == 0 {
             break;
         }
-        match ring.submit_and_wait(1) {
+        // Wait for every read in flight: the batch needs them all, and one wake-up serves them (see own_ring).
+        match ring.submit_and_wait(inflight) {
             Ok(_) => {}
             Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)) => {}
             Err(e) => {
@@ -154,7 +202,11 @@ pub(super) fn read_all(reads: &mut [Read<'_>], depth: usize) -> Result<Result<()
             }
         }
     }
-    put_ring(ring);
+    if own {
+        put_own(ring);
+    } else {
+        put_ring(ring);
+    }
     Ok(match failure {
         Some(f) => Err(f),
         None => Ok(()),

@@ -512,12 +512,11 @@ impl Gather {
         }
         let Memory::Cuda(mem) = dest.memory() else { unreachable!("non-host memory is CUDA memory") };
         let n = self.nbytes() as usize;
-        let inflight = stream.copy_to_device_async(staging, 0, mem, 0, n)?;
-        let recorded = dest.ready_event().map_or(Ok(()), |ev| ev.record(stream));
-        self.staging = Some(inflight.wait()?);
         // `run` returns with the batch in place: the batch's own event has completed too (nothing of this run
         // stays queued on the stream).
-        recorded.and_then(|()| dest.ready_event().map_or(Ok(()), |ev| ev.synchronize()))
+        let (staging, recorded) = engine::device::staged_batch_to_device(stream, staging, mem, n, dest.ready_event())?;
+        self.staging = Some(staging);
+        recorded
     }
 
     /// Copies the batch the last run filled into `dst` (at least [`Gather::nbytes`] bytes, else

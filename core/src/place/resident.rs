@@ -27,7 +27,7 @@
 //! goes through the staging ring and says so ([`Lookup::Refused`], `staged_instead` in the put's stats). A
 //! refusal is not cached: the next resident put of the range tries again.
 
-use crate::device::cuda::{DeviceMemory, HostBytes, HostRegistration, Stream};
+use crate::device::cuda::{DeviceMemory, HostBytes, HostRegistration};
 use crate::error::{Error, Result, Status};
 use crate::file::TensorView;
 use crate::forksafe::GlobalMutex;
@@ -212,56 +212,15 @@ pub fn to_cuda(
     view: &TensorView,
     dst: &DeviceMemory,
     piece: usize,
-    mut progress: Option<&mut dyn FnMut(u64, u64) -> bool>,
+    progress: Option<&mut dyn FnMut(u64, u64) -> bool>,
 ) -> Result<Option<ResidentStats>> {
     let total = view.nbytes();
     let (res, base, stats) = match get(view, dst.ordinal())? {
         Lookup::Ready(r, base, s) => (r, base, s),
         Lookup::Overlaps | Lookup::ReadOnlyUnsupported | Lookup::Refused(_) => return Ok(None),
     };
-    let stream = Stream::new(dst.ordinal())?;
-    let piece = piece.max(1 << 20);
-    let mut off = 0usize;
-    let mut last = Instant::now();
-    // Up to four pieces queued on the stream at once; each completion is a progress point.
-    let mut queued = std::collections::VecDeque::new();
-    let mut copied = 0u64;
-    let mut result = Ok(());
-    while copied < total {
-        while result.is_ok() && (off as u64) < total && queued.len() < 4 {
-            let n = (total as usize - off).min(piece);
-            match stream.copy_to_device_async(Arc::clone(&res), base + off, dst, off, n) {
-                Ok(f) => queued.push_back((n, f)),
-                Err(e) => result = Err(e),
-            }
-            off += n;
-        }
-        let Some((n, f)) = queued.pop_front() else { break };
-        if let Err(e) = f.wait() {
-            result = result.and(Err(e));
-        }
-        copied += n as u64;
-        if result.is_ok() && copied < total {
-            if let Some(p) = progress.as_mut() {
-                if last.elapsed() >= super::parallel::PROGRESS_INTERVAL {
-                    last = Instant::now();
-                    if p(copied, total) {
-                        result = Err(Error::new(Status::Cancelled, "cancelled by the progress callback".to_string()));
-                    }
-                }
-            }
-        }
-        if result.is_err() {
-            // Wait for what is queued (dropping an InFlight waits), then report.
-            queued.clear();
-            break;
-        }
-    }
-    result?;
-    if let Some(p) = progress.as_mut() {
-        if p(total, total) {
-            return Err(Error::new(Status::Cancelled, "cancelled by the progress callback at completion".to_string()));
-        }
-    }
+    let mut progress = crate::engine::Progress::new(progress, total);
+    crate::engine::device::pinned_to_device(&res, base, total as usize, dst, piece, &mut progress)?;
+    progress.finish()?;
     Ok(Some(stats))
 }
