@@ -1142,6 +1142,54 @@ typedef struct hostfirst_load_options {
 } hostfirst_load_options;
 
 /**
+ * One tensor of a load, as `hostfirst_load_entries` writes it. Every pointer in it is owned by the load and
+ * stays valid until the load is freed (`hostfirst_load_free`); buffer handles taken from the load do not
+ * extend it. The struct only ever grows by appending fields (see `entry_size` of `hostfirst_load_entries`).
+ */
+typedef struct hostfirst_load_entry {
+  /**
+   * Set by the library to the bytes of this entry it wrote (`min(entry_size, sizeof(hostfirst_load_entry))`).
+   */
+  size_t struct_size;
+  /**
+   * The tensor name, NUL-terminated (interior NULs of a name appear as the two characters `\0`).
+   */
+  const char *name;
+  /**
+   * `HOSTFIRST_LOADED_BUFFER` (a buffer on `device`) or `HOSTFIRST_LOADED_VIEW` (a zero-copy view of the
+   * file's read-only mapping; `device` is then cpu).
+   */
+  uint32_t kind;
+  /**
+   * One of `HOSTFIRST_DTYPE_*`.
+   */
+  uint32_t dtype;
+  /**
+   * The device holding the bytes.
+   */
+  struct hostfirst_device device;
+  /**
+   * Number of dimensions.
+   */
+  uint32_t rank;
+  /**
+   * `rank` dimensions (NULL when rank is 0).
+   */
+  const uint64_t *shape;
+  /**
+   * Size in bytes.
+   */
+  uint64_t nbytes;
+  /**
+   * The data: for a buffer the host pointer (cpu, cuda_host; writable) or the CUDA device address
+   * (`CUdeviceptr`; 0 for an empty CUDA buffer), as an integer; for a view the address of its bytes in
+   * the file's read-only mapping (reading it after the file was truncated raises SIGBUS, as for any
+   * mapping: `hostfirst_view_copy` reads with `pread` instead).
+   */
+  uint64_t address;
+} hostfirst_load_entry;
+
+/**
  * Layout-identical to dlpack.h's `DLPackVersion`.
  */
 typedef struct hostfirst_dlpack_version {
@@ -2402,6 +2450,42 @@ hostfirst_status hostfirst_load_get(const struct hostfirst_load *load,
  * obtained with `hostfirst_load_get` stay valid. Thread-safe.
  */
 hostfirst_status hostfirst_load_free(struct hostfirst_load *load);
+
+/**
+ * Describes every tensor of `load`, in file order, into the caller's array `out` of `capacity` entries of
+ * `entry_size` bytes each (pass `sizeof(hostfirst_load_entry)`; an older, smaller entry from an earlier
+ * header is accepted as long as it holds every field up to `address`, and the library writes only the
+ * fields that fit, setting each entry's `struct_size` to the bytes written).
+ *
+ * Always writes the number of tensors to `*out_count`. `(out NULL, capacity 0)` is a count query and
+ * succeeds; a `capacity` smaller than the count gives `BUFFER_TOO_SMALL` and writes no entry. Entry `i`
+ * is the tensor `hostfirst_load_get` finds by `out[i].name`, described without making a handle: its `name`
+ * and `shape` pointers are owned by the load and valid until the load is freed, and `address` is the
+ * memory a buffer handle from `hostfirst_load_get` would describe (`hostfirst_buffer_describe`), kept alive
+ * by the load. To keep a tensor past the load, take its handle with `hostfirst_load_get`.
+ *
+ * Errors: `NULL_ARGUMENT` (load, out_count; out with capacity > 0), `INVALID_HANDLE`, `INVALID_ARGUMENT`
+ * (`entry_size` smaller than the oldest supported entry), `BUFFER_TOO_SMALL` (count in `*out_count`).
+ * On error no entry is written. Thread-safe.
+ */
+hostfirst_status hostfirst_load_entries(const struct hostfirst_load *load,
+                                        struct hostfirst_load_entry *out,
+                                        size_t capacity,
+                                        size_t entry_size,
+                                        size_t *out_count);
+
+/**
+ * Writes every tensor name of `load`, in file order, into `buf` as one packed run of NUL-terminated
+ * strings (`"a\0b\0c\0"`: the names of `hostfirst_load_entries`, in the same order). Always writes the
+ * bytes needed, NULs included, to `*out_len`; `(buf NULL, capacity 0)` is a length query and succeeds; a
+ * smaller `capacity` gives `BUFFER_TOO_SMALL` and writes nothing. Interior NULs of a name appear as the two
+ * characters `\0`, so the run splits at every NUL into exactly one name per tensor. Errors:
+ * `NULL_ARGUMENT` (load, out_len; buf with capacity > 0), `INVALID_HANDLE`, `BUFFER_TOO_SMALL`. Thread-safe.
+ */
+hostfirst_status hostfirst_load_names(const struct hostfirst_load *load,
+                                      char *buf,
+                                      size_t capacity,
+                                      size_t *out_len);
 
 /**
  * Creates a reusable gather of `[batch, window]` elements of `dtype` (a `HOSTFIRST_DTYPE_*` of whole bytes)

@@ -843,6 +843,25 @@ public:
         check(hostfirst_load_get(c(), name.c_str(), &kind, nullptr, nullptr));
         return kind;
     }
+    /// Every tensor described in one call (hostfirst_load_entries), in file order; the entries' name and
+    /// shape pointers (and the memory at their addresses) stay valid while this load lives.
+    std::vector<hostfirst_load_entry> entries() const {
+        size_t n = 0;
+        check(hostfirst_load_entries(c(), nullptr, 0, sizeof(hostfirst_load_entry), &n));
+        std::vector<hostfirst_load_entry> out(n);
+        if (n) check(hostfirst_load_entries(c(), out.data(), n, sizeof(hostfirst_load_entry), &n));
+        return out;
+    }
+    /// Every tensor name, in file order, from one packed buffer (hostfirst_load_names).
+    std::vector<std::string> names() const {
+        size_t need = 0;
+        check(hostfirst_load_names(c(), nullptr, 0, &need));
+        std::string packed(need, '\0');
+        if (need) check(hostfirst_load_names(c(), packed.data(), need, &need));
+        std::vector<std::string> out;
+        for (size_t at = 0; at < need; at += out.back().size() + 1) out.emplace_back(packed.c_str() + at);
+        return out;
+    }
     const hostfirst_load *c() const noexcept { return l_.get(); }
 
 private:

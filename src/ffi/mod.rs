@@ -115,6 +115,9 @@ pub mod plan;
 /// `hostfirst_load_*` (whole-file placement).
 pub mod load;
 
+/// `hostfirst_load_entries`, `hostfirst_load_names`: a load's tensors in bulk.
+pub mod load_bulk;
+
 /// `hostfirst_gather_*`, `hostfirst_random_offsets`.
 pub mod gather;
 
@@ -130,8 +133,8 @@ pub mod test_hooks;
 
 // The whole C API at `hostfirst::ffi::*`, for Rust callers and tests that use it as C does.
 pub use self::{
-    backend::*, buffer::*, device::*, dlpack::*, dtype::*, file::*, gather::*, load::*, plan::*, put::*, rules::*,
-    scope::*, shard::*, status::*, version::*, view::*,
+    backend::*, buffer::*, device::*, dlpack::*, dtype::*, file::*, gather::*, load::*, load_bulk::*, plan::*, put::*,
+    rules::*, scope::*, shard::*, status::*, version::*, view::*,
 };
 pub use handle::hostfirst_handle_count;
 #[cfg(feature = "test-hooks")]

@@ -248,6 +248,25 @@ static int rules_plans_loads(const std::string &fixtures) {
         REQUIRE(u8.kind == HOSTFIRST_LOADED_VIEW && u8.buffer.c() == nullptr);
         REQUIRE(u8.view.bytes() == std::vector<uint8_t>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
         REQUIRE(throws(HOSTFIRST_STATUS_NOT_FOUND, [&] { (void)l.get("nope"); }));
+        auto entries = l.entries();
+        auto names = l.names();
+        REQUIRE(entries.size() == 16 && names.size() == 16);
+        size_t seen = 0;
+        for (size_t i = 0; i < entries.size(); i++) {
+            REQUIRE(names[i] == entries[i].name && entries[i].struct_size == sizeof(hostfirst_load_entry));
+            if (names[i] == "i32") {
+                seen++;
+                auto bi = i32.buffer.info();
+                REQUIRE(entries[i].kind == HOSTFIRST_LOADED_BUFFER && entries[i].nbytes == 24);
+                REQUIRE(entries[i].address == bi.address && entries[i].rank == bi.rank && entries[i].shape == bi.shape);
+            } else if (names[i] == "u8") {
+                seen++;
+                REQUIRE(entries[i].kind == HOSTFIRST_LOADED_VIEW && entries[i].nbytes == 10);
+                REQUIRE(std::memcmp(reinterpret_cast<const void *>(static_cast<uintptr_t>(entries[i].address)),
+                                    u8.view.bytes().data(), 10) == 0);
+            }
+        }
+        REQUIRE(seen == 2);
 
         hostfirst::load_options cow;
         cow.copy_on_write = 1;

@@ -28,6 +28,7 @@ mod gpu_harness;
 mod handoff;
 mod header;
 mod install;
+mod load_bulk;
 mod load_job;
 mod mpi;
 mod place_cpu;

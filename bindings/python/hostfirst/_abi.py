@@ -118,6 +118,21 @@ class BufferInfo(_Mirror):
     ]
 
 
+class LoadEntry(_Mirror):
+    _c_name_ = "hostfirst_load_entry"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("name", ctypes.c_char_p),
+        ("kind", ctypes.c_uint32),
+        ("dtype", ctypes.c_uint32),
+        ("device", Device),
+        ("rank", ctypes.c_uint32),
+        ("shape", P(ctypes.c_uint64)),
+        ("nbytes", ctypes.c_uint64),
+        ("address", ctypes.c_uint64),
+    ]
+
+
 class PlanTensorInfo(_Mirror):
     _c_name_ = "hostfirst_plan_tensor_info"
     _fields_ = [
@@ -361,6 +376,8 @@ SIGNATURES = {
     "hostfirst_load_run": (c_status, [_h, _h, ctypes.c_void_p, ctypes.c_void_p, _ph]),
     "hostfirst_load_get": (c_status, [_h, _str, P(_u32), _ph, _ph]),
     "hostfirst_load_free": (c_status, [_h]),
+    "hostfirst_load_entries": (c_status, [_h, P(LoadEntry), _size, _size, P(_size)]),
+    "hostfirst_load_names": (c_status, [_h, ctypes.c_char_p, _size, P(_size)]),
     # gather
     "hostfirst_gather_new": (c_status, [Device, _u32, _u64, _u64, _ph]),
     "hostfirst_gather_run": (c_status, [_h, _h, P(_u64), _size]),
