@@ -134,6 +134,13 @@
 #define HOSTFIRST_GATHER_STREAM_MAX_DEPTH 64
 
 /**
+ * The `n_batches` of `hostfirst_gather_stream_start` (and `_start_from_buffer`, `offsets` NULL) that starts
+ * an open stream: its batches come from `hostfirst_gather_stream_push` until
+ * `hostfirst_gather_stream_end_input`. (`SIZE_MAX`: no count of batches of offsets can be that large.)
+ */
+#define HOSTFIRST_GATHER_STREAM_OPEN (size_t)-1
+
+/**
  * DLPack major version of the tensors hostfirst exports (`DLPACK_MAJOR_VERSION`).
  */
 #define HOSTFIRST_DLPACK_MAJOR_VERSION 1
@@ -2633,7 +2640,10 @@ hostfirst_status hostfirst_gather_free(struct hostfirst_gather *gather);
  * Starts prefetching `n_batches` batches of `gather` from the 1-D tensor `source`: batch `k` is what
  * `hostfirst_gather_run` would make from the `batch` offsets `offsets[k * batch ..]` (`offsets` holds
  * `n_batches * batch` values, copied: the array may be freed on return; NULL is allowed when `n_batches` is
- * 0, which makes a stream that ends at once). A background thread fills up to
+ * 0, which makes a stream that ends at once). With `n_batches = HOSTFIRST_GATHER_STREAM_OPEN` (and `offsets`
+ * NULL) the stream is open: it starts with no batch and takes them from `hostfirst_gather_stream_push` until
+ * `hostfirst_gather_stream_end_input`, its thread waiting for input instead of ending (see
+ * `hostfirst_gather_stream_push`). A background thread fills up to
  * `depth` (1 to `HOSTFIRST_GATHER_STREAM_MAX_DEPTH`) batches ahead of the consumer while it computes — reads
  * through the transfer engine and, for `cuda:N`, the host-to-device copy through the gather's page-locked
  * staging on its stream — and `hostfirst_gather_stream_next` hands them out in order. Writes a new handle to
@@ -2707,6 +2717,38 @@ hostfirst_status hostfirst_random_offsets(uint64_t *state,
                                           uint64_t window,
                                           uint64_t *out,
                                           size_t n);
+
+/**
+ * Gives an open stream (started with `n_batches = HOSTFIRST_GATHER_STREAM_OPEN`) `n_batches` more batches:
+ * `offsets` holds `n_batches * batch` values (copied: the array may be freed on return; NULL is allowed
+ * with `n_batches` 0), batch `j` of the call becoming the stream's batch `pushed_so_far + j`.
+ *
+ * Each batch is checked as `hostfirst_gather_stream_start` checks its batches, before any is taken: the
+ * first window past the end gives `OUT_OF_RANGE` naming the batch by its number in the stream and the offset
+ * index, and nothing of this call is taken (the stream goes on with what it had). The stream's thread fills
+ * pushed batches in order, up to `depth` ahead of the consumer, and waits for more input when it has filled
+ * every batch pushed (it does not end). To keep it from ever pausing, keep at least `depth` batches pushed
+ * beyond the ones `hostfirst_gather_stream_next` has handed out; `next` on an open stream whose pushed
+ * batches have all been handed out returns `NOT_READY` at once (it cannot wait for a push that only its own
+ * caller could make). A read failing in the thread ends the stream as for any stream: its error comes at the
+ * `next` that would have returned that batch, and pushes after it are accepted and never filled.
+ *
+ * The check reads the gather's parameters under its lock, so a push made while the thread is filling a
+ * batch waits until that batch is done. Errors: `NULL_ARGUMENT` (stream; offsets with n_batches > 0),
+ * `INVALID_HANDLE`, `INVALID_ARGUMENT` (a stream started with all its offsets, a stream whose input was
+ * ended, size overflow), `OUT_OF_RANGE`, `UNAVAILABLE` (a forked child: the thread is the parent's).
+ * Thread-safe; calls on one stream are serialised (a push waits for a `next` in progress on another thread).
+ */
+hostfirst_status hostfirst_gather_stream_push(struct hostfirst_gather_stream *stream,
+                                              const uint64_t *offsets,
+                                              size_t n_batches);
+
+/**
+ * Says that no more batches come to an open stream: it ends after the batches pushed so far (`next` returns
+ * OK with NULL after the last). Calling it again, or on a stream started with all its offsets, changes
+ * nothing. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_gather_stream_end_input(struct hostfirst_gather_stream *stream);
 
 /**
  * Exports a view (or row slice, or narrowed view) as a DLPack 1.1 managed tensor (versioned form) and

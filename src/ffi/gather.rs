@@ -80,7 +80,7 @@ const _: () = assert!(
         && HOSTFIRST_GATHER_MAX_RING_BOUND == crate::place::gather::MAX_RING_BOUND
 );
 
-fn offsets_arg<'a>(offsets: *const u64, n: usize) -> Result<&'a [u64]> {
+pub(crate) fn offsets_arg<'a>(offsets: *const u64, n: usize) -> Result<&'a [u64]> {
     if n == 0 {
         return Ok(&[]);
     }
@@ -304,7 +304,7 @@ fn stream_start(
     n_batches: usize,
     depth: usize,
     out: *mut *mut hostfirst_gather_stream,
-    check: impl Fn(&Gather, &[u64]) -> Result<()>,
+    check: impl Fn(&Gather, &[u64]) -> Result<()> + Send + 'static,
     run: impl Fn(&mut Gather, &[u64]) -> Result<crate::place::gather::Batch> + Send + 'static,
 ) -> Result<()> {
     let g = handle::get::<hostfirst_gather>(gather, "gather")?;
@@ -319,6 +319,31 @@ fn stream_start(
         let gc = g.lock().unwrap_or_else(|e| e.into_inner());
         gc.gather.batch() as usize
     };
+    if n_batches == super::gather_feed::HOSTFIRST_GATHER_STREAM_OPEN {
+        if !offsets.is_null() {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                "gather stream: an open stream (n_batches HOSTFIRST_GATHER_STREAM_OPEN) starts without offsets: \
+                 pass NULL and give them with hostfirst_gather_stream_push"
+                    .to_string(),
+            ));
+        }
+        {
+            let mut gc = g.lock().unwrap_or_else(|e| e.into_inner());
+            if gc.gather.ring_bound() < depth + 3 {
+                gc.gather.set_ring_bound(depth + 3)?;
+            }
+        }
+        let gr = std::sync::Arc::clone(&g);
+        let stream = GatherStream::open(
+            batch,
+            depth,
+            Box::new(move |offs: &[u64]| run(&mut gr.lock().unwrap_or_else(|e| e.into_inner()).gather, offs)),
+            Box::new(move |offs: &[u64]| check(&g.lock().unwrap_or_else(|e| e.into_inner()).gather, offs)),
+        )?;
+        *out = handle::insert_new::<hostfirst_gather_stream>(Mutex::new(stream));
+        return Ok(());
+    }
     let total = n_batches.checked_mul(batch).ok_or_else(|| {
         Error::new(Status::InvalidArgument, format!("gather stream: {n_batches} batches of {batch} offsets overflow"))
     })?;
@@ -345,7 +370,10 @@ fn stream_start(
 /// Starts prefetching `n_batches` batches of `gather` from the 1-D tensor `source`: batch `k` is what
 /// `hostfirst_gather_run` would make from the `batch` offsets `offsets[k * batch ..]` (`offsets` holds
 /// `n_batches * batch` values, copied: the array may be freed on return; NULL is allowed when `n_batches` is
-/// 0, which makes a stream that ends at once). A background thread fills up to
+/// 0, which makes a stream that ends at once). With `n_batches = HOSTFIRST_GATHER_STREAM_OPEN` (and `offsets`
+/// NULL) the stream is open: it starts with no batch and takes them from `hostfirst_gather_stream_push` until
+/// `hostfirst_gather_stream_end_input`, its thread waiting for input instead of ending (see
+/// `hostfirst_gather_stream_push`). A background thread fills up to
 /// `depth` (1 to `HOSTFIRST_GATHER_STREAM_MAX_DEPTH`) batches ahead of the consumer while it computes — reads
 /// through the transfer engine and, for `cuda:N`, the host-to-device copy through the gather's page-locked
 /// staging on its stream — and `hostfirst_gather_stream_next` hands them out in order. Writes a new handle to

@@ -23,6 +23,7 @@ mod file_sets;
 mod file_sparse;
 mod file_support;
 mod gather;
+mod gather_feed;
 mod go;
 mod gpu_harness;
 mod handoff;
