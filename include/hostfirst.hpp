@@ -947,7 +947,22 @@ public:
                   size_t depth)
         : s_(decltype(s_)::make(hostfirst_gather_stream_start_from_buffer, g.c(), source.c(), offsets.data(),
                                 n_batches, depth)) {}
-    /// The next batch, waiting for it if needed; std::nullopt at the end.
+    /// An open stream of `source` (a 1-D tensor): no batch yet; push() gives it batches until end_input().
+    gather_stream(gather &g, const view &source, size_t depth)
+        : s_(decltype(s_)::make(hostfirst_gather_stream_start, g.c(), source.c(), nullptr,
+                                static_cast<size_t>(HOSTFIRST_GATHER_STREAM_OPEN), depth)) {}
+    /// An open stream of a 1-D host buffer.
+    gather_stream(gather &g, const buffer &source, size_t depth)
+        : s_(decltype(s_)::make(hostfirst_gather_stream_start_from_buffer, g.c(), source.c(), nullptr,
+                                static_cast<size_t>(HOSTFIRST_GATHER_STREAM_OPEN), depth)) {}
+    /// Gives an open stream n_batches more batches (offsets.size() == n_batches * batch; each checked first).
+    void push(const std::vector<uint64_t> &offsets, size_t n_batches) {
+        check(hostfirst_gather_stream_push(s_.get(), offsets.data(), n_batches));
+    }
+    /// No more batches come: the stream ends after those pushed so far.
+    void end_input() { check(hostfirst_gather_stream_end_input(s_.get())); }
+    /// The next batch, waiting for it if needed; std::nullopt at the end. An open stream whose pushed batches
+    /// were all handed out throws NOT_READY.
     std::optional<buffer> next() {
         hostfirst_buffer *b = nullptr;
         check(hostfirst_gather_stream_next(s_.get(), &b));

@@ -39,6 +39,9 @@ HOSTFIRST_VERSION_PATCH = 0
 
 CONSTANTS = {k: v for k, v in dict(globals()).items() if k.startswith("HOSTFIRST_")}
 
+GATHER_STREAM_OPEN = ctypes.c_size_t(-1).value  # HOSTFIRST_GATHER_STREAM_OPEN, `(size_t)-1` (not in CONSTANTS:
+# the layout probe prints constants as long long)
+
 
 class _Mirror(ctypes.Structure):
     """A ctypes mirror of one C struct of the header (`_c_name_`)."""
@@ -391,6 +394,8 @@ SIGNATURES = {
     "hostfirst_gather_stream_start_from_buffer": (c_status, [_h, _h, P(_u64), _size, _size, _ph]),
     "hostfirst_gather_stream_next": (c_status, [_h, _ph]),
     "hostfirst_gather_stream_free": (c_status, [_h]),
+    "hostfirst_gather_stream_push": (c_status, [_h, P(_u64), _size]),
+    "hostfirst_gather_stream_end_input": (c_status, [_h]),
     "hostfirst_random_offsets": (c_status, [P(_u64), _u64, _u64, P(_u64), _size]),
     # shard-on-read
     "hostfirst_view_narrow": (c_status, [_h, _u32, _u64, _u64, _ph]),
