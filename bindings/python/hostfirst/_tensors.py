@@ -63,10 +63,10 @@ class _HostArrayMixin:
 
     @property
     def __array_interface__(self) -> Dict[str, Any]:
-        typestr = _dtypes.builtin_typestr(self.dtype_code)
+        typestr, itemsize = _typestr(self.dtype_code)
         if typestr is None:  # an ml_dtypes dtype (no typestr names it) or none: __array__ handles it
             raise AttributeError("__array_interface__ (this dtype goes through __array__)")
-        return self._interface(typestr, np.dtype(typestr).itemsize)
+        return self._interface(typestr, itemsize)
 
     def numpy(self) -> np.ndarray:
         """A numpy array on the same memory (zero-copy; read-only for file views); bf16/fp8 via ml_dtypes.
@@ -91,6 +91,16 @@ class _HostArrayMixin:
 
 
 _EMPTY = ctypes.c_uint64(0)
+
+_TYPESTRS: Dict[int, Tuple[Optional[str], int]] = {}  # dtype code -> (builtin typestr or None, itemsize)
+
+
+def _typestr(code: int) -> Tuple[Optional[str], int]:
+    r = _TYPESTRS.get(code)
+    if r is None:
+        ts = _dtypes.builtin_typestr(code)
+        r = _TYPESTRS[code] = (ts, np.dtype(ts).itemsize if ts else 0)
+    return r
 
 
 def _describe_shape(shape_ptr: Any, rank: int) -> Tuple[int, ...]:
@@ -377,20 +387,48 @@ class _Load:
         check(lib.hostfirst_load_names(self.h, buf, need.value, ctypes.byref(need)))
         return buf.raw[: need.value - 1].decode("utf-8", "surrogateescape").split("\0")
 
-    def entry(self, i: int) -> _abi.LoadEntry:
-        """Entry `i` of the load's table (`hostfirst_load_entries`, read once for every tensor)."""
-        t = self._entries
-        if t is None:
+    def row(self, i: int) -> Tuple[int, int, int, int, int, int, int, int]:
+        """Tensor `i` of the load's table, read once for every tensor (`hostfirst_load_entries`) and turned into
+        rows by numpy: (kind, dtype, device kind, device ordinal, rank, shape address, nbytes, address)."""
+        rows = self._entries
+        if rows is None:
             with _take_lock:
-                t = self._entries
-                if t is None:
+                rows = self._entries
+                if rows is None:
                     n = ctypes.c_size_t()
-                    size = ctypes.sizeof(_abi.LoadEntry)
+                    E = _abi.LoadEntry
+                    size = ctypes.sizeof(E)
                     check(lib.hostfirst_load_entries(self.h, None, 0, size, ctypes.byref(n)))
-                    t = (_abi.LoadEntry * n.value)()
+                    t = (E * n.value)()
                     check(lib.hostfirst_load_entries(self.h, t, n.value, size, ctypes.byref(n)))
-                    self._entries = t
-        return t[i]
+                    dev = E.device.offset
+                    names = ["k", "d", "dk", "do", "r", "s", "n", "a"]
+                    layout = np.dtype({"names": names,
+                                       "formats": ["<u4", "<u4", "<i4", "<i4", "<u4", "<u8", "<u8", "<u8"],
+                                       "offsets": [E.kind.offset, E.dtype.offset, dev, dev + 4, E.rank.offset,
+                                                   E.shape.offset, E.nbytes.offset, E.address.offset],
+                                       "itemsize": size})
+                    a = np.frombuffer(memoryview(t).cast("B"), dtype=layout, count=n.value)
+                    rows = self._entries = list(zip(*(a[f].tolist() for f in names)))
+        return rows[i]
+
+
+_DEVICES: Dict[Tuple[int, int], Device] = {}  # (kind, ordinal) -> Device (an immutable value, shared)
+_DTYPE_INFO: Dict[int, Tuple[str, Any]] = {}  # dtype code -> (dtype_name, reported dtype)
+
+
+def _device(kind: int, ordinal: int) -> Device:
+    d = _DEVICES.get((kind, ordinal))
+    if d is None:
+        d = _DEVICES[(kind, ordinal)] = Device._from_c(_abi.Device(kind, ordinal))
+    return d
+
+
+def _dtype_info(code: int) -> Tuple[str, Any]:
+    r = _DTYPE_INFO.get(code)
+    if r is None:
+        r = _DTYPE_INFO[code] = (_dtype_name(code), _dtypes.reported(code))
+    return r
 
 
 _META = frozenset(("device", "dtype_code", "dtype_name", "dtype", "shape", "nbytes", "address"))
@@ -414,16 +452,16 @@ class _LoadedBuffer(Buffer):
         load = self.__dict__.get("_load")
         if load is None:  # the handle was taken: the description came with it
             return
-        e = load.entry(self._index)
-        if e.kind != _abi.HOSTFIRST_LOADED_BUFFER:
+        kind, code, dev_kind, dev_ordinal, rank, shape, nbytes, address = load.row(self._index)
+        if kind != _abi.HOSTFIRST_LOADED_BUFFER:
             raise error_named("INVALID_ARGUMENT", f"tensor '{self.name}' of this load is a host view, not a buffer")
-        self.device = Device._from_c(e.device)
-        self.dtype_code = e.dtype
-        self.dtype_name = _dtype_name(e.dtype)
-        self.dtype = _dtypes.reported(e.dtype)
-        self.shape = _describe_shape(e.shape, e.rank)
-        self.nbytes = e.nbytes
-        self.address = e.address
+        d = self.__dict__
+        d["device"] = _device(dev_kind, dev_ordinal)
+        d["dtype_code"] = code
+        d["dtype_name"], d["dtype"] = _dtype_info(code)
+        d["shape"] = tuple((ctypes.c_uint64 * rank).from_address(shape)) if rank else ()
+        d["nbytes"] = nbytes
+        d["address"] = address
 
     def _take(self) -> None:
         with _take_lock:
@@ -443,14 +481,14 @@ class _LoadedBuffer(Buffer):
             self._load = None
 
     def __getattr__(self, attr: str) -> Any:  # only for attributes not set yet
-        if self.__dict__.get("_load") is not None:
-            if attr in _META:
+        if attr in _META:
+            if self.__dict__.get("_load") is not None:
                 with _take_lock:
                     self._describe()
                 return self.__dict__[attr]
-            if attr in _HANDLE:
-                self._take()
-                return getattr(self, attr)
+        elif attr in _HANDLE and self.__dict__.get("_load") is not None:
+            self._take()
+            return getattr(self, attr)
         raise AttributeError(attr)
 
 
