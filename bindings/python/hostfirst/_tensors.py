@@ -362,6 +362,17 @@ def _free_buffer(handle: Optional[int], release_stream: List[Optional[int]]) -> 
     lib.hostfirst_buffer_free(handle)
 
 
+def _load_names(handle: Optional[int]) -> List[str]:
+    """Every tensor name of a load in file order, from one packed buffer (`hostfirst_load_names`)."""
+    need = ctypes.c_size_t()
+    check(lib.hostfirst_load_names(handle, None, 0, ctypes.byref(need)))
+    if not need.value:
+        return []
+    buf = ctypes.create_string_buffer(need.value)
+    check(lib.hostfirst_load_names(handle, buf, need.value, ctypes.byref(need)))
+    return buf.raw[: need.value - 1].decode("utf-8", "surrogateescape").split("\0")
+
+
 class _Load:
     """A hostfirst_load handle, shared by the Buffers of one `load` that have not taken a handle of their own
     yet; freed when the last of them has (or is gone). Its tensors are described in bulk, once, the first time
@@ -378,14 +389,7 @@ class _Load:
         self._entries: Optional[Any] = None
 
     def names(self) -> List[str]:
-        """Every tensor name in file order, from one packed buffer (`hostfirst_load_names`)."""
-        need = ctypes.c_size_t()
-        check(lib.hostfirst_load_names(self.h, None, 0, ctypes.byref(need)))
-        if not need.value:
-            return []
-        buf = ctypes.create_string_buffer(need.value)
-        check(lib.hostfirst_load_names(self.h, buf, need.value, ctypes.byref(need)))
-        return buf.raw[: need.value - 1].decode("utf-8", "surrogateescape").split("\0")
+        return _load_names(self.h)
 
     def row(self, i: int) -> Tuple[int, int, int, int, int, int, int, int]:
         """Tensor `i` of the load's table, read once for every tensor (`hostfirst_load_entries`) and turned into
@@ -710,7 +714,7 @@ def load(path: PathLike, rules: Optional[Rules] = None, default: str = "host") -
         info = _abi.BufferInfo()
         info.struct_size = ctypes.sizeof(info)
         get = lib.hostfirst_load_get
-        for name in f:
+        for name in _load_names(lh.value):
             check(get(lh, c_string(name), *outs))
             out[name] = Buffer(buf.value, info) if buf.value else Tensor(view.value)
         return out
