@@ -2643,7 +2643,7 @@ hostfirst_status hostfirst_gather_free(struct hostfirst_gather *gather);
  * 0, which makes a stream that ends at once). With `n_batches = HOSTFIRST_GATHER_STREAM_OPEN` (and `offsets`
  * NULL) the stream is open: it starts with no batch and takes them from `hostfirst_gather_stream_push` until
  * `hostfirst_gather_stream_end_input`, its thread waiting for input instead of ending (see
- * `hostfirst_gather_stream_push`). A background thread fills up to
+ * `hostfirst_gather_stream_push`); its source is checked now (1-D, dtype, window within it). A background thread fills up to
  * `depth` (1 to `HOSTFIRST_GATHER_STREAM_MAX_DEPTH`) batches ahead of the consumer while it computes — reads
  * through the transfer engine and, for `cuda:N`, the host-to-device copy through the gather's page-locked
  * staging on its stream — and `hostfirst_gather_stream_next` hands them out in order. Writes a new handle to
@@ -2733,8 +2733,8 @@ hostfirst_status hostfirst_random_offsets(uint64_t *state,
  * caller could make). A read failing in the thread ends the stream as for any stream: its error comes at the
  * `next` that would have returned that batch, and pushes after it are accepted and never filled.
  *
- * The check reads the gather's parameters under its lock, so a push made while the thread is filling a
- * batch waits until that batch is done. Errors: `NULL_ARGUMENT` (stream; offsets with n_batches > 0),
+ * The check needs neither the gather's lock nor the source's (the source was checked at the start, and its
+ * length is kept), so a push never waits for the batch the thread is filling. Errors: `NULL_ARGUMENT` (stream; offsets with n_batches > 0),
  * `INVALID_HANDLE`, `INVALID_ARGUMENT` (a stream started with all its offsets, a stream whose input was
  * ended, size overflow), `OUT_OF_RANGE`, `UNAVAILABLE` (a forked child: the thread is the parent's).
  * Thread-safe; calls on one stream are serialised (a push waits for a `next` in progress on another thread).

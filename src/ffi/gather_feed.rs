@@ -24,8 +24,8 @@ pub const HOSTFIRST_GATHER_STREAM_OPEN: usize = -1isize as usize;
 /// caller could make). A read failing in the thread ends the stream as for any stream: its error comes at the
 /// `next` that would have returned that batch, and pushes after it are accepted and never filled.
 ///
-/// The check reads the gather's parameters under its lock, so a push made while the thread is filling a
-/// batch waits until that batch is done. Errors: `NULL_ARGUMENT` (stream; offsets with n_batches > 0),
+/// The check needs neither the gather's lock nor the source's (the source was checked at the start, and its
+/// length is kept), so a push never waits for the batch the thread is filling. Errors: `NULL_ARGUMENT` (stream; offsets with n_batches > 0),
 /// `INVALID_HANDLE`, `INVALID_ARGUMENT` (a stream started with all its offsets, a stream whose input was
 /// ended, size overflow), `OUT_OF_RANGE`, `UNAVAILABLE` (a forked child: the thread is the parent's).
 /// Thread-safe; calls on one stream are serialised (a push waits for a `next` in progress on another thread).

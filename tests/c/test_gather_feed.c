@@ -160,6 +160,13 @@ static void run(hostfirst_device dev) {
     CHECK_STATUS(hostfirst_gather_stream_start(g, v, NULL, HOSTFIRST_GATHER_STREAM_OPEN, 0, &none),
                  HOSTFIRST_STATUS_INVALID_ARGUMENT);
     CHECK(none == NULL);
+    hostfirst_gather *wide = NULL; /* an open stream checks its source at the start: windows longer than it */
+    CHECK_OK(hostfirst_gather_new(dev, HOSTFIRST_DTYPE_U16, B, N + 1, &wide));
+    CHECK_STATUS(hostfirst_gather_stream_start(wide, v, NULL, HOSTFIRST_GATHER_STREAM_OPEN, 1, &none),
+                 HOSTFIRST_STATUS_OUT_OF_RANGE);
+    CHECK_MSG("longer than tensor 'tok'");
+    CHECK(none == NULL);
+    CHECK_OK(hostfirst_gather_free(wide));
     CHECK_OK(hostfirst_gather_stream_start(g, v, five, 5, 2, &s));
     CHECK_STATUS(hostfirst_gather_stream_push(s, five, 1), HOSTFIRST_STATUS_INVALID_ARGUMENT);
     CHECK_MSG("open stream");
