@@ -1939,6 +1939,54 @@ typedef struct hostfirst_load_options {
 } hostfirst_load_options;
 
 /**
+ * One tensor of a load, as `hostfirst_load_entries` writes it. Every pointer in it is owned by the load and
+ * stays valid until the load is freed (`hostfirst_load_free`); buffer handles taken from the load do not
+ * extend it. The struct only ever grows by appending fields (see `entry_size` of `hostfirst_load_entries`).
+ */
+typedef struct hostfirst_load_entry {
+  /**
+   * Set by the library to the bytes of this entry it wrote (`min(entry_size, sizeof(hostfirst_load_entry))`).
+   */
+  size_t struct_size;
+  /**
+   * The tensor name, NUL-terminated (interior NULs of a name appear as the two characters `\0`).
+   */
+  const char *name;
+  /**
+   * `HOSTFIRST_LOADED_BUFFER` (a buffer on `device`) or `HOSTFIRST_LOADED_VIEW` (a zero-copy view of the
+   * file's read-only mapping; `device` is then cpu).
+   */
+  hostfirst_loaded kind;
+  /**
+   * One of `HOSTFIRST_DTYPE_*`.
+   */
+  hostfirst_dtype dtype;
+  /**
+   * The device holding the bytes.
+   */
+  struct hostfirst_device device;
+  /**
+   * Number of dimensions.
+   */
+  uint32_t rank;
+  /**
+   * `rank` dimensions (NULL when rank is 0).
+   */
+  const uint64_t *shape;
+  /**
+   * Size in bytes.
+   */
+  uint64_t nbytes;
+  /**
+   * The data: for a buffer the host pointer (cpu, cuda_host; writable) or the CUDA device address
+   * (`CUdeviceptr`; 0 for an empty CUDA buffer), as an integer; for a view the address of its bytes in
+   * the file's read-only mapping (reading it after the file was truncated raises SIGBUS, as for any
+   * mapping: `hostfirst_view_copy` reads with `pread` instead).
+   */
+  uint64_t address;
+} hostfirst_load_entry;
+
+/**
  * Creates an empty rule list and writes its handle to `*out`. With no rules every tensor stays on the host.
  * Free it with `hostfirst_rules_free`. Errors: `NULL_ARGUMENT`. Thread-safe.
  */
@@ -2113,6 +2161,42 @@ hostfirst_status hostfirst_load_get(const struct hostfirst_load *load,
  */
 hostfirst_status hostfirst_load_free(struct hostfirst_load *load);
 
+/**
+ * Describes every tensor of `load`, in file order, into the caller's array `out` of `capacity` entries of
+ * `entry_size` bytes each (pass `sizeof(hostfirst_load_entry)`; an older, smaller entry from an earlier
+ * header is accepted as long as it holds every field up to `address`, and the library writes only the
+ * fields that fit, setting each entry's `struct_size` to the bytes written).
+ *
+ * Always writes the number of tensors to `*out_count`. `(out NULL, capacity 0)` is a count query and
+ * succeeds; a `capacity` smaller than the count gives `BUFFER_TOO_SMALL` and writes no entry. Entry `i`
+ * is the tensor `hostfirst_load_get` finds by `out[i].name`, described without making a handle: its `name`
+ * and `shape` pointers are owned by the load and valid until the load is freed, and `address` is the
+ * memory a buffer handle from `hostfirst_load_get` would describe (`hostfirst_buffer_describe`), kept alive
+ * by the load. To keep a tensor past the load, take its handle with `hostfirst_load_get`.
+ *
+ * Errors: `NULL_ARGUMENT` (load, out_count; out with capacity > 0), `INVALID_HANDLE`, `INVALID_ARGUMENT`
+ * (`entry_size` smaller than the oldest supported entry), `BUFFER_TOO_SMALL` (count in `*out_count`).
+ * On error no entry is written. Thread-safe.
+ */
+hostfirst_status hostfirst_load_entries(const struct hostfirst_load *load,
+                                        struct hostfirst_load_entry *out,
+                                        size_t capacity,
+                                        size_t entry_size,
+                                        size_t *out_count);
+
+/**
+ * Writes every tensor name of `load`, in file order, into `buf` as one packed run of NUL-terminated
+ * strings (`"a\0b\0c\0"`: the names of `hostfirst_load_entries`, in the same order). Always writes the
+ * bytes needed, NULs included, to `*out_len`; `(buf NULL, capacity 0)` is a length query and succeeds; a
+ * smaller `capacity` gives `BUFFER_TOO_SMALL` and writes nothing. Interior NULs of a name appear as the two
+ * characters `\0`, so the run splits at every NUL into exactly one name per tensor. Errors:
+ * `NULL_ARGUMENT` (load, out_len; buf with capacity > 0), `INVALID_HANDLE`, `BUFFER_TOO_SMALL`. Thread-safe.
+ */
+hostfirst_status hostfirst_load_names(const struct hostfirst_load *load,
+                                      char *buf,
+                                      size_t capacity,
+                                      size_t *out_len);
+
 /* ==============================================================================================================
  * 7. GATHER
  *
@@ -2139,6 +2223,13 @@ hostfirst_status hostfirst_load_free(struct hostfirst_load *load);
  * The deepest prefetch `hostfirst_gather_stream_start` accepts.
  */
 #define HOSTFIRST_GATHER_STREAM_MAX_DEPTH 64
+
+/**
+ * The `n_batches` of `hostfirst_gather_stream_start` (and `_start_from_buffer`, `offsets` NULL) that starts
+ * an open stream: its batches come from `hostfirst_gather_stream_push` until
+ * `hostfirst_gather_stream_end_input`. (`SIZE_MAX`: no count of batches of offsets can be that large.)
+ */
+#define HOSTFIRST_GATHER_STREAM_OPEN (size_t)-1
 
 /**
  * A reusable batch gather: a bounded ring of `[batch, window]` batches on one device (plus page-locked
@@ -2294,7 +2385,10 @@ hostfirst_status hostfirst_gather_free(struct hostfirst_gather *gather);
  * Starts prefetching `n_batches` batches of `gather` from the 1-D tensor `source`: batch `k` is what
  * `hostfirst_gather_run` would make from the `batch` offsets `offsets[k * batch ..]` (`offsets` holds
  * `n_batches * batch` values, copied: the array may be freed on return; NULL is allowed when `n_batches` is
- * 0, which makes a stream that ends at once). A background thread fills up to
+ * 0, which makes a stream that ends at once). With `n_batches = HOSTFIRST_GATHER_STREAM_OPEN` (and `offsets`
+ * NULL) the stream is open: it starts with no batch and takes them from `hostfirst_gather_stream_push` until
+ * `hostfirst_gather_stream_end_input`, its thread waiting for input instead of ending (see
+ * `hostfirst_gather_stream_push`); its source is checked now (1-D, dtype, window within it). A background thread fills up to
  * `depth` (1 to `HOSTFIRST_GATHER_STREAM_MAX_DEPTH`) batches ahead of the consumer while it computes — reads
  * through the transfer engine and, for `cuda:N`, the host-to-device copy through the gather's page-locked
  * staging on its stream — and `hostfirst_gather_stream_next` hands them out in order. Writes a new handle to
@@ -2368,6 +2462,38 @@ hostfirst_status hostfirst_random_offsets(uint64_t *state,
                                           uint64_t window,
                                           uint64_t *out,
                                           size_t n);
+
+/**
+ * Gives an open stream (started with `n_batches = HOSTFIRST_GATHER_STREAM_OPEN`) `n_batches` more batches:
+ * `offsets` holds `n_batches * batch` values (copied: the array may be freed on return; NULL is allowed
+ * with `n_batches` 0), batch `j` of the call becoming the stream's batch `pushed_so_far + j`.
+ *
+ * Each batch is checked as `hostfirst_gather_stream_start` checks its batches, before any is taken: the
+ * first window past the end gives `OUT_OF_RANGE` naming the batch by its number in the stream and the offset
+ * index, and nothing of this call is taken (the stream goes on with what it had). The stream's thread fills
+ * pushed batches in order, up to `depth` ahead of the consumer, and waits for more input when it has filled
+ * every batch pushed (it does not end). To keep it from ever pausing, keep at least `depth` batches pushed
+ * beyond the ones `hostfirst_gather_stream_next` has handed out; `next` on an open stream whose pushed
+ * batches have all been handed out returns `NOT_READY` at once (it cannot wait for a push that only its own
+ * caller could make). A read failing in the thread ends the stream as for any stream: its error comes at the
+ * `next` that would have returned that batch, and pushes after it are accepted and never filled.
+ *
+ * The check needs neither the gather's lock nor the source's (the source was checked at the start, and its
+ * length is kept), so a push never waits for the batch the thread is filling. Errors: `NULL_ARGUMENT` (stream; offsets with n_batches > 0),
+ * `INVALID_HANDLE`, `INVALID_ARGUMENT` (a stream started with all its offsets, a stream whose input was
+ * ended, size overflow), `OUT_OF_RANGE`, `UNAVAILABLE` (a forked child: the thread is the parent's).
+ * Thread-safe; calls on one stream are serialised (a push waits for a `next` in progress on another thread).
+ */
+hostfirst_status hostfirst_gather_stream_push(struct hostfirst_gather_stream *stream,
+                                              const uint64_t *offsets,
+                                              size_t n_batches);
+
+/**
+ * Says that no more batches come to an open stream: it ends after the batches pushed so far (`next` returns
+ * OK with NULL after the last). Calling it again, or on a stream started with all its offsets, changes
+ * nothing. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_gather_stream_end_input(struct hostfirst_gather_stream *stream);
 
 /* ==============================================================================================================
  * 8. DLPACK

@@ -835,6 +835,25 @@ public:
         check(hostfirst_load_get(c(), name.c_str(), &kind, nullptr, nullptr));
         return kind;
     }
+    /// Every tensor described in one call (hostfirst_load_entries), in file order; the entries' name and
+    /// shape pointers (and the memory at their addresses) stay valid while this load lives.
+    std::vector<hostfirst_load_entry> entries() const {
+        size_t n = 0;
+        check(hostfirst_load_entries(c(), nullptr, 0, sizeof(hostfirst_load_entry), &n));
+        std::vector<hostfirst_load_entry> out(n);
+        if (n) check(hostfirst_load_entries(c(), out.data(), n, sizeof(hostfirst_load_entry), &n));
+        return out;
+    }
+    /// Every tensor name, in file order, from one packed buffer (hostfirst_load_names).
+    std::vector<std::string> names() const {
+        size_t need = 0;
+        check(hostfirst_load_names(c(), nullptr, 0, &need));
+        std::string packed(need, '\0');
+        if (need) check(hostfirst_load_names(c(), packed.data(), need, &need));
+        std::vector<std::string> out;
+        for (size_t at = 0; at < need; at += out.back().size() + 1) out.emplace_back(packed.c_str() + at);
+        return out;
+    }
     const hostfirst_load *c() const noexcept { return l_.get(); }
 
 private:
@@ -920,7 +939,22 @@ public:
                   size_t depth)
         : s_(decltype(s_)::make(hostfirst_gather_stream_start_from_buffer, g.c(), source.c(), offsets.data(),
                                 n_batches, depth)) {}
-    /// The next batch, waiting for it if needed; std::nullopt at the end.
+    /// An open stream of `source` (a 1-D tensor): no batch yet; push() gives it batches until end_input().
+    gather_stream(gather &g, const view &source, size_t depth)
+        : s_(decltype(s_)::make(hostfirst_gather_stream_start, g.c(), source.c(), nullptr,
+                                static_cast<size_t>(HOSTFIRST_GATHER_STREAM_OPEN), depth)) {}
+    /// An open stream of a 1-D host buffer.
+    gather_stream(gather &g, const buffer &source, size_t depth)
+        : s_(decltype(s_)::make(hostfirst_gather_stream_start_from_buffer, g.c(), source.c(), nullptr,
+                                static_cast<size_t>(HOSTFIRST_GATHER_STREAM_OPEN), depth)) {}
+    /// Gives an open stream n_batches more batches (offsets.size() == n_batches * batch; each checked first).
+    void push(const std::vector<uint64_t> &offsets, size_t n_batches) {
+        check(hostfirst_gather_stream_push(s_.get(), offsets.data(), n_batches));
+    }
+    /// No more batches come: the stream ends after those pushed so far.
+    void end_input() { check(hostfirst_gather_stream_end_input(s_.get())); }
+    /// The next batch, waiting for it if needed; std::nullopt at the end. An open stream whose pushed batches
+    /// were all handed out throws NOT_READY.
     std::optional<buffer> next() {
         hostfirst_buffer *b = nullptr;
         check(hostfirst_gather_stream_next(s_.get(), &b));

@@ -7,7 +7,7 @@ use super::handle::{self, Handle};
 use super::view::hostfirst_view;
 use crate::dtype::DType;
 use crate::error::{Error, Result, Status};
-use crate::place::gather::{random_offsets, Gather};
+use crate::place::gather::{random_offsets, BatchCheck, Gather};
 use crate::place::gather_stream::GatherStream;
 use std::ffi::c_void;
 use std::sync::Mutex;
@@ -78,7 +78,7 @@ const _: () = assert!(
         && HOSTFIRST_GATHER_MAX_RING_BOUND == crate::place::gather::MAX_RING_BOUND
 );
 
-fn offsets_arg<'a>(offsets: *const u64, n: usize) -> Result<&'a [u64]> {
+pub(crate) fn offsets_arg<'a>(offsets: *const u64, n: usize) -> Result<&'a [u64]> {
     if n == 0 {
         return Ok(&[]);
     }
@@ -286,14 +286,15 @@ pub const HOSTFIRST_GATHER_STREAM_MAX_DEPTH: usize = 64;
 const _: () = assert!(HOSTFIRST_GATHER_STREAM_MAX_DEPTH == crate::place::gather_stream::MAX_DEPTH);
 
 /// The common part of the two starts: checks every batch with `check`, raises the ring bound to `depth + 3`
-/// if it is lower, and starts the worker with `run`.
+/// if it is lower, and starts the worker with `run`. For an open stream (`HOSTFIRST_GATHER_STREAM_OPEN`) it
+/// checks the source now and each pushed batch later against `extent` (the source's name and length).
 fn stream_start(
     gather: *mut hostfirst_gather,
     offsets: *const u64,
     n_batches: usize,
     depth: usize,
     out: *mut *mut hostfirst_gather_stream,
-    check: impl Fn(&Gather, &[u64]) -> Result<()>,
+    (check, extent): (impl Fn(&BatchCheck, &[u64]) -> Result<()>, (String, u64)),
     run: impl Fn(&mut Gather, &[u64]) -> Result<crate::place::gather::Batch> + Send + 'static,
 ) -> Result<()> {
     let g = handle::get::<hostfirst_gather>(gather, "gather")?;
@@ -308,14 +309,46 @@ fn stream_start(
         let gc = g.lock().unwrap_or_else(|e| e.into_inner());
         gc.gather.batch() as usize
     };
+    if n_batches == super::gather_feed::HOSTFIRST_GATHER_STREAM_OPEN {
+        if !offsets.is_null() {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                "gather stream: an open stream (n_batches HOSTFIRST_GATHER_STREAM_OPEN) starts without offsets: \
+                 pass NULL and give them with hostfirst_gather_stream_push"
+                    .to_string(),
+            ));
+        }
+        let bc = {
+            let mut gc = g.lock().unwrap_or_else(|e| e.into_inner());
+            let bc = gc.gather.batch_check();
+            // The source now (1-D, dtype, window within it), with the one batch that fits any source that fits.
+            check(&bc, &vec![0; batch])?;
+            if gc.gather.ring_bound() < depth + 3 {
+                gc.gather.set_ring_bound(depth + 3)?;
+            }
+            bc
+        };
+        // Pushed batches are checked against the source's length taken now (a source's shape never changes),
+        // without the gather's or the source's lock, both of which the worker holds while it fills a batch.
+        let (name, len) = extent;
+        let stream = GatherStream::open(
+            batch,
+            depth,
+            Box::new(move |offs: &[u64]| run(&mut g.lock().unwrap_or_else(|e| e.into_inner()).gather, offs)),
+            Box::new(move |offs: &[u64]| bc.check_offsets(&name, len, offs)),
+        )?;
+        *out = handle::insert_new::<hostfirst_gather_stream>(Mutex::new(stream));
+        return Ok(());
+    }
     let total = n_batches.checked_mul(batch).ok_or_else(|| {
         Error::new(Status::InvalidArgument, format!("gather stream: {n_batches} batches of {batch} offsets overflow"))
     })?;
     let offsets = offsets_arg(offsets, total)?.to_vec();
     {
         let mut gc = g.lock().unwrap_or_else(|e| e.into_inner());
+        let bc = gc.gather.batch_check();
         for (k, offs) in offsets.chunks_exact(batch.max(1)).enumerate() {
-            check(&gc.gather, offs).map_err(|e| Error::new(e.status(), format!("batch {k}: {}", e.message())))?;
+            check(&bc, offs).map_err(|e| Error::new(e.status(), format!("batch {k}: {}", e.message())))?;
         }
         if gc.gather.ring_bound() < depth + 3 {
             gc.gather.set_ring_bound(depth + 3)?;
@@ -334,7 +367,10 @@ fn stream_start(
 /// Starts prefetching `n_batches` batches of `gather` from the 1-D tensor `source`: batch `k` is what
 /// `hostfirst_gather_run` would make from the `batch` offsets `offsets[k * batch ..]` (`offsets` holds
 /// `n_batches * batch` values, copied: the array may be freed on return; NULL is allowed when `n_batches` is
-/// 0, which makes a stream that ends at once). A background thread fills up to
+/// 0, which makes a stream that ends at once). With `n_batches = HOSTFIRST_GATHER_STREAM_OPEN` (and `offsets`
+/// NULL) the stream is open: it starts with no batch and takes them from `hostfirst_gather_stream_push` until
+/// `hostfirst_gather_stream_end_input`, its thread waiting for input instead of ending (see
+/// `hostfirst_gather_stream_push`); its source is checked now (1-D, dtype, window within it). A background thread fills up to
 /// `depth` (1 to `HOSTFIRST_GATHER_STREAM_MAX_DEPTH`) batches ahead of the consumer while it computes — reads
 /// through the transfer engine and, for `cuda:N`, the host-to-device copy through the gather's page-locked
 /// staging on its stream — and `hostfirst_gather_stream_next` hands them out in order. Writes a new handle to
@@ -367,7 +403,16 @@ pub extern "C" fn hostfirst_gather_stream_start(
     hostfirst_boundary!("hostfirst_gather_stream_start", {
         let v = handle::get::<hostfirst_view>(source, "source")?;
         let v2 = std::sync::Arc::clone(&v);
-        stream_start(gather, offsets, n_batches, depth, out, move |g, o| g.check_view(&v, o), move |g, o| g.run(&v2, o))
+        let extent = (v.name().to_string(), v.shape().first().copied().unwrap_or(0));
+        stream_start(
+            gather,
+            offsets,
+            n_batches,
+            depth,
+            out,
+            (move |c: &BatchCheck, o: &[u64]| c.check_view(&v, o), extent),
+            move |g, o| g.run(&v2, o),
+        )
     })
 }
 
@@ -387,13 +432,17 @@ pub extern "C" fn hostfirst_gather_stream_start_from_buffer(
     hostfirst_boundary!("hostfirst_gather_stream_start_from_buffer", {
         let b = handle::get::<hostfirst_buffer>(source, "source")?;
         let b2 = std::sync::Arc::clone(&b);
+        let extent = {
+            let b = b.lock().unwrap_or_else(|e| e.into_inner());
+            (b.name().to_string(), b.shape().first().copied().unwrap_or(0))
+        };
         stream_start(
             gather,
             offsets,
             n_batches,
             depth,
             out,
-            move |g, o| g.check_buffer(&b.lock().unwrap_or_else(|e| e.into_inner()), o),
+            (|c: &BatchCheck, o: &[u64]| c.check_buffer(&b.lock().unwrap_or_else(|e| e.into_inner()), o), extent),
             move |g, o| g.run_from_buffer(&b2.lock().unwrap_or_else(|e| e.into_inner()), o),
         )
     })

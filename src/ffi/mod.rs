@@ -115,8 +115,14 @@ pub mod plan;
 /// `hostfirst_load_*` (whole-file placement).
 pub mod load;
 
+/// `hostfirst_load_entries`, `hostfirst_load_names`: a load's tensors in bulk.
+pub mod load_bulk;
+
 /// `hostfirst_gather_*`, `hostfirst_random_offsets`.
 pub mod gather;
+
+/// `hostfirst_gather_stream_push`, `_end_input`: open gather streams.
+pub mod gather_feed;
 
 /// `*_to_dlpack` and the DLPack structs.
 pub mod dlpack;
@@ -130,8 +136,8 @@ pub mod test_hooks;
 
 // The whole C API at `hostfirst::ffi::*`, for Rust callers and tests that use it as C does.
 pub use self::{
-    backend::*, buffer::*, device::*, dlpack::*, dtype::*, file::*, gather::*, load::*, plan::*, put::*, rules::*,
-    scope::*, shard::*, status::*, version::*, view::*,
+    backend::*, buffer::*, device::*, dlpack::*, dtype::*, file::*, gather::*, gather_feed::*, load::*, load_bulk::*,
+    plan::*, put::*, rules::*, scope::*, shard::*, status::*, version::*, view::*,
 };
 pub use handle::hostfirst_handle_count;
 #[cfg(feature = "test-hooks")]

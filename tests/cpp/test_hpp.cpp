@@ -245,6 +245,25 @@ static int rules_plans_loads(const std::string &fixtures) {
         REQUIRE(u8.kind == HOSTFIRST_LOADED_VIEW && u8.buffer.c() == nullptr);
         REQUIRE(u8.view.bytes() == std::vector<uint8_t>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
         REQUIRE(throws(HOSTFIRST_STATUS_NOT_FOUND, [&] { (void)l.get("nope"); }));
+        auto entries = l.entries();
+        auto names = l.names();
+        REQUIRE(entries.size() == 16 && names.size() == 16);
+        size_t seen = 0;
+        for (size_t i = 0; i < entries.size(); i++) {
+            REQUIRE(names[i] == entries[i].name && entries[i].struct_size == sizeof(hostfirst_load_entry));
+            if (names[i] == "i32") {
+                seen++;
+                auto bi = i32.buffer.info();
+                REQUIRE(entries[i].kind == HOSTFIRST_LOADED_BUFFER && entries[i].nbytes == 24);
+                REQUIRE(entries[i].address == bi.address && entries[i].rank == bi.rank && entries[i].shape == bi.shape);
+            } else if (names[i] == "u8") {
+                seen++;
+                REQUIRE(entries[i].kind == HOSTFIRST_LOADED_VIEW && entries[i].nbytes == 10);
+                REQUIRE(std::memcmp(reinterpret_cast<const void *>(static_cast<uintptr_t>(entries[i].address)),
+                                    u8.view.bytes().data(), 10) == 0);
+            }
+        }
+        REQUIRE(seen == 2);
 
         hostfirst::load_options cow;
         cow.copy_on_write = 1;
@@ -298,6 +317,21 @@ static int gathers_and_shards(const std::string &fixtures) {
             REQUIRE(!st.next());
             hostfirst::gather_stream sb(g, host, {5, 0}, 1, 1);
             REQUIRE(sb.next()->to_vector<uint16_t>()[4] == TOKENS0[0] && !sb.next());
+            /* an open stream: batches pushed as the consumer goes, NOT_READY when all were handed out */
+            hostfirst::gather_stream open(g, tokens, 2);
+            open.push({3, 1, 5, 2}, 2);
+            REQUIRE(open.next()->to_vector<uint16_t>()[0] == TOKENS0[3]);
+            REQUIRE(open.next()->to_vector<uint16_t>()[0] == TOKENS0[5]);
+            REQUIRE(throws(HOSTFIRST_STATUS_NOT_READY, [&] { (void)open.next(); }));
+            REQUIRE(throws(HOSTFIRST_STATUS_OUT_OF_RANGE, [&] { open.push({0, 4093}, 1); }));
+            open.push({6, 0}, 1);
+            open.end_input();
+            REQUIRE(open.next()->to_vector<uint16_t>()[0] == TOKENS0[6] && !open.next());
+            REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { open.push({0, 1}, 1); }));
+            hostfirst::gather_stream open_host(g, host, 1);
+            open_host.push({1, 0}, 1);
+            open_host.end_input();
+            REQUIRE(open_host.next()->to_vector<uint16_t>()[0] == TOKENS0[1] && !open_host.next());
             REQUIRE(throws(HOSTFIRST_STATUS_OUT_OF_RANGE, [&] { hostfirst::gather_stream bad(g, tokens, {0, 4093}, 1, 2); }));
             REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { hostfirst::gather_stream bad(g, tokens, {0, 1}, 1, 0); }));
         }
@@ -449,6 +483,11 @@ static int cuda_wrappers(const std::string &fixtures) {
             std::optional<hostfirst::buffer> b0 = st.next(), b1 = st.next();
             REQUIRE(b0 && b1 && b1->device() == cuda && b0->to_vector<uint16_t>()[4] == TOKENS0[6] &&
                     b1->to_vector<uint16_t>()[0] == TOKENS0[9] && !st.next());
+            hostfirst::gather_stream open(g, tokens, 2); /* an open stream on the device */
+            open.push({9, 3}, 1);
+            open.end_input();
+            std::optional<hostfirst::buffer> b2 = open.next();
+            REQUIRE(b2 && b2->device() == cuda && b2->to_vector<uint16_t>()[0] == TOKENS0[9] && !open.next());
         }
 
         /* a plan and a load onto the device */

@@ -36,6 +36,8 @@ const PASS: &[&str] = &[
     "handoff::",
     "gather::",
     "load_job::",
+    "load_bulk::",
+    "gather_feed::",
 ];
 
 fn ci() -> bool {

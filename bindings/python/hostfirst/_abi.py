@@ -42,6 +42,9 @@ HOSTFIRST_VERSION_PATCH = 0
 
 CONSTANTS = {k: v for k, v in dict(globals()).items() if k.startswith("HOSTFIRST_")}
 
+GATHER_STREAM_OPEN = ctypes.c_size_t(-1).value  # HOSTFIRST_GATHER_STREAM_OPEN, `(size_t)-1` (not in CONSTANTS:
+# the layout probe prints constants as long long)
+
 
 class _Mirror(ctypes.Structure):
     """A ctypes mirror of one C struct of the header (`_c_name_`)."""
@@ -125,6 +128,21 @@ class BufferInfo(_Mirror):
         ("nbytes", ctypes.c_uint64),
         ("address", ctypes.c_uint64),
         ("name", ctypes.c_char_p),
+    ]
+
+
+class LoadEntry(_Mirror):
+    _c_name_ = "hostfirst_load_entry"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("name", ctypes.c_char_p),
+        ("kind", ctypes.c_uint32),
+        ("dtype", ctypes.c_uint32),
+        ("device", Device),
+        ("rank", ctypes.c_uint32),
+        ("shape", P(ctypes.c_uint64)),
+        ("nbytes", ctypes.c_uint64),
+        ("address", ctypes.c_uint64),
     ]
 
 
@@ -410,6 +428,8 @@ SIGNATURES = {
     "hostfirst_load_count": (c_status, [_h, P(_size)]),
     "hostfirst_load_get": (c_status, [_h, _str, P(_u32), _ph, _ph]),
     "hostfirst_load_free": (c_status, [_h]),
+    "hostfirst_load_entries": (c_status, [_h, P(LoadEntry), _size, _size, P(_size)]),
+    "hostfirst_load_names": (c_status, [_h, ctypes.c_char_p, _size, P(_size)]),
     # gather
     "hostfirst_gather_new": (c_status, [Device, _u32, _u64, _u64, _ph]),
     "hostfirst_gather_run": (c_status, [_h, _h, P(_u64), _size, _ph]),
@@ -424,6 +444,8 @@ SIGNATURES = {
     "hostfirst_gather_stream_start_from_buffer": (c_status, [_h, _h, P(_u64), _size, _size, _ph]),
     "hostfirst_gather_stream_next": (c_status, [_h, _ph]),
     "hostfirst_gather_stream_free": (c_status, [_h]),
+    "hostfirst_gather_stream_push": (c_status, [_h, P(_u64), _size]),
+    "hostfirst_gather_stream_end_input": (c_status, [_h]),
     "hostfirst_random_offsets": (c_status, [P(_u64), _u64, _u64, P(_u64), _size]),
     # shard-on-read
     "hostfirst_view_narrow": (c_status, [_h, _u32, _u64, _u64, _ph]),

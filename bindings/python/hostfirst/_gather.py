@@ -8,7 +8,7 @@ from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple, Uni
 
 import numpy as np
 
-from . import _dtypes
+from . import _abi, _dtypes
 from ._core import Device, check
 from ._devices import resolve_target
 from ._errors import HostfirstError, error_named
@@ -103,39 +103,73 @@ class Gather:
         """Yields the batch of each offset array of `offsets` in order, as `run` would, while a background
         thread fills up to `depth` batches ahead (the reads, and for cuda:N the copy to the device) - so the
         next batch is ready when the step that uses this one ends. `offsets`: an iterable of arrays of `batch`
-        integers, or one [n, batch] array. An array is one C stream: the thread reads ahead across all of it. Any
-        other iterable is taken in chunks of up to 256 batches (one C stream each; the first batch of a later
-        chunk is read when the previous chunk ends): pass a 2-D array for a stream that never pauses. A batch
-        yielded is a Buffer the ring never refills while it lives; drop it when the step is done (a loop that
-        keeps every batch stalls the stream, which then raises BusyError). A failed read raises its error when
-        its batch is reached; the batches before it are yielded first. Closing the generator (or dropping it)
-        cancels the prefetch. The ring bound is raised to depth + 3 if lower (hostfirst_gather_stream_start)."""
+        integers (read lazily, at most depth + 1 arrays ahead of the batch yielded, so an endless one such as
+        an OffsetStream works), or one [n, batch] array (given to the thread whole). The thread never pauses
+        between batches: an iterable feeds an open C stream (hostfirst_gather_stream_push), kept depth + 1
+        batches ahead. A batch yielded is a Buffer the ring never refills while it lives; drop it when the step
+        is done (a loop that keeps every batch stalls the stream, which then raises BusyError). A failed read
+        raises its error when its batch is reached; the batches before it are yielded first; an offset out of
+        range raises OutOfRangeError when its array is taken from the iterable. Closing the generator (or
+        dropping it) cancels the prefetch. The ring bound is raised to depth + 3 if lower
+        (hostfirst_gather_stream_start)."""
         depth = int(depth)
         src: Union[Tensor, Buffer]
         if isinstance(source, Buffer):
             src, start = source, lib.hostfirst_gather_stream_start_from_buffer
         else:
             src, start = source_tensor(source), lib.hostfirst_gather_stream_start
-        chunks = _offset_chunks(offsets, self.batch, 256)
-        return self._stream(start, src, chunks, depth)
+        if isinstance(offsets, np.ndarray) and offsets.ndim == 2:
+            return self._stream_all(start, src, offsets, depth)
+        return self._stream_fed(start, src, iter(offsets), depth)
 
-    def _stream(self, start: Any, src: Any, chunks: Iterator[np.ndarray], depth: int) -> Iterator[Buffer]:
-        for chunk in chunks:
-            n = chunk.shape[0]
-            arr = np.ascontiguousarray(chunk, dtype=np.uint64)
-            h = ctypes.c_void_p()
-            check(start(self._h, src._h, arr.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)), n, depth,
-                        ctypes.byref(h)))
-            fin = weakref.finalize(arr, lib.hostfirst_gather_stream_free, h.value)  # freed on any exit
-            try:
-                while True:
-                    out = ctypes.c_void_p()
-                    check(lib.hostfirst_gather_stream_next(h.value, ctypes.byref(out)))
-                    if not out.value:
+    def _stream_all(self, start: Any, src: Any, offsets: np.ndarray, depth: int) -> Iterator[Buffer]:
+        """Every offset given to the C stream at its start."""
+        arr = _whole(offsets, self.batch)
+        n = arr.shape[0]
+        h = ctypes.c_void_p()
+        check(start(self._h, src._h, arr.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)), n, depth,
+                    ctypes.byref(h)))
+        fin = weakref.finalize(arr, lib.hostfirst_gather_stream_free, h.value)  # freed on any exit
+        try:
+            while True:
+                out = ctypes.c_void_p()
+                check(lib.hostfirst_gather_stream_next(h.value, ctypes.byref(out)))
+                if not out.value:
+                    break
+                yield Buffer(out.value)
+        finally:
+            fin()
+
+    def _stream_fed(self, start: Any, src: Any, it: Iterator[Any], depth: int) -> Iterator[Buffer]:
+        """An open C stream, pushed one batch at a time, depth + 1 batches ahead of the one yielded."""
+        h = ctypes.c_void_p()
+        check(start(self._h, src._h, None, _OPEN, depth, ctypes.byref(h)))
+        cell = (ctypes.c_uint64 * self.batch)()
+        cell_np = np.ctypeslib.as_array(cell)
+        fin = weakref.finalize(cell, lib.hostfirst_gather_stream_free, h.value)  # freed on any exit
+        push, nxt = lib.hostfirst_gather_stream_push, lib.hostfirst_gather_stream_next
+        pushed = delivered = 0
+        more = True
+        out = ctypes.c_void_p()
+        try:
+            while True:
+                while more and pushed - delivered < depth + 1:
+                    o = next(it, _END)
+                    if o is _END:
+                        check(lib.hostfirst_gather_stream_end_input(h.value))
+                        more = False
                         break
-                    yield Buffer(out.value)
-            finally:
-                fin()
+                    np.copyto(cell_np, _one(o, self.batch), casting="unsafe")
+                    check(push(h.value, cell, 1))
+                    pushed += 1
+                out.value = None
+                check(nxt(h.value, ctypes.byref(out)))
+                if not out.value:
+                    break
+                delivered += 1
+                yield Buffer(out.value)
+        finally:
+            fin()
 
     def current(self) -> Buffer:
         """The batch the last run filled (before any run, the first batch, zero-filled), as a Buffer of its own."""
@@ -162,31 +196,30 @@ def _refuse_negative(o: np.ndarray) -> None:
                                           "start of the tensor and cannot be negative")
 
 
-def _offset_chunks(offsets: Any, batch: int, most: int) -> Iterator[np.ndarray]:
-    """[k, batch] uint64 arrays: a 2-D array whole, an iterable of offset arrays in chunks of at most `most`."""
-    if isinstance(offsets, np.ndarray) and offsets.ndim == 2:
-        if offsets.shape[1] != batch:
-            raise ValueError(f"offsets of shape {offsets.shape} for a batch of {batch}")
-        if offsets.dtype.kind not in "iu":
-            raise TypeError(f"offsets must be integers, not {offsets.dtype}")
-        _refuse_negative(offsets)
-        if offsets.shape[0]:  # one chunk: the stream reads ahead across the whole array
-            yield offsets.astype(np.uint64, casting="unsafe")
-        return
-    rows: List[np.ndarray] = []
-    for o in offsets:
-        a = np.asarray(o)
-        if a.shape != (batch,):
-            raise ValueError(f"{a.shape[0] if a.ndim == 1 else a.shape} offsets for a batch of {batch}")
-        if a.dtype.kind not in "iu":
-            raise TypeError(f"offsets must be integers, not {a.dtype}")
-        _refuse_negative(a)
-        rows.append(a.astype(np.uint64, casting="unsafe"))
-        if len(rows) == most:
-            yield np.stack(rows)
-            rows = []
-    if rows:
-        yield np.stack(rows)
+def _whole(offsets: np.ndarray, batch: int) -> np.ndarray:
+    """A [n, batch] integer array as uint64 (checked: shape, dtype, no negative offset)."""
+    if offsets.shape[1] != batch:
+        raise ValueError(f"offsets of shape {offsets.shape} for a batch of {batch}")
+    if offsets.dtype.kind not in "iu":
+        raise TypeError(f"offsets must be integers, not {offsets.dtype}")
+    _refuse_negative(offsets)
+    return np.ascontiguousarray(offsets, dtype=np.uint64) if offsets.dtype.kind == "u" else \
+        offsets.astype(np.uint64, casting="unsafe")
+
+
+def _one(o: Any, batch: int) -> np.ndarray:
+    """One batch's offsets from an iterable's item (checked: shape, dtype, no negative offset)."""
+    a = np.asarray(o)
+    if a.shape != (batch,):
+        raise ValueError(f"{a.shape[0] if a.ndim == 1 else a.shape} offsets for a batch of {batch}")
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"offsets must be integers, not {a.dtype}")
+    _refuse_negative(a)
+    return a
+
+
+_OPEN = _abi.GATHER_STREAM_OPEN  # HOSTFIRST_GATHER_STREAM_OPEN: an open stream, fed by push
+_END = object()
 
 
 class OffsetStream:

@@ -63,10 +63,10 @@ class _HostArrayMixin:
 
     @property
     def __array_interface__(self) -> Dict[str, Any]:
-        typestr = _dtypes.builtin_typestr(self.dtype_code)
+        typestr, itemsize = _typestr(self.dtype_code)
         if typestr is None:  # an ml_dtypes dtype (no typestr names it) or none: __array__ handles it
             raise AttributeError("__array_interface__ (this dtype goes through __array__)")
-        return self._interface(typestr, np.dtype(typestr).itemsize)
+        return self._interface(typestr, itemsize)
 
     def numpy(self) -> np.ndarray:
         """A numpy array on the same memory (zero-copy; read-only for file views); bf16/fp8 via ml_dtypes.
@@ -91,6 +91,16 @@ class _HostArrayMixin:
 
 
 _EMPTY = ctypes.c_uint64(0)
+
+_TYPESTRS: Dict[int, Tuple[Optional[str], int]] = {}  # dtype code -> (builtin typestr or None, itemsize)
+
+
+def _typestr(code: int) -> Tuple[Optional[str], int]:
+    r = _TYPESTRS.get(code)
+    if r is None:
+        ts = _dtypes.builtin_typestr(code)
+        r = _TYPESTRS[code] = (ts, np.dtype(ts).itemsize if ts else 0)
+    return r
 
 
 def _describe_shape(shape_ptr: Any, rank: int) -> Tuple[int, ...]:
@@ -352,11 +362,23 @@ def _free_buffer(handle: Optional[int], release_stream: List[Optional[int]]) -> 
     lib.hostfirst_buffer_free(handle)
 
 
+def _load_names(handle: Optional[int]) -> List[str]:
+    """Every tensor name of a load in file order, from one packed buffer (`hostfirst_load_names`)."""
+    need = ctypes.c_size_t()
+    check(lib.hostfirst_load_names(handle, None, 0, ctypes.byref(need)))
+    if not need.value:
+        return []
+    buf = ctypes.create_string_buffer(need.value)
+    check(lib.hostfirst_load_names(handle, buf, need.value, ctypes.byref(need)))
+    return buf.raw[: need.value - 1].decode("utf-8", "surrogateescape").split("\0")
+
+
 class _Load:
     """A hostfirst_load handle, shared by the Buffers of one `load` that have not taken a handle of their own
-    yet; freed when the last of them has (or is gone)."""
+    yet; freed when the last of them has (or is gone). Its tensors are described in bulk, once, the first time
+    one of them is asked for anything but its name (`hostfirst_load_entries`: one call for the whole load)."""
 
-    __slots__ = ("h", "_finalizer", "kind", "buf", "outs", "info", "__weakref__")
+    __slots__ = ("h", "_finalizer", "kind", "buf", "outs", "_entries", "__weakref__")
 
     def __init__(self, handle: Optional[int]):
         self.h = handle
@@ -364,38 +386,111 @@ class _Load:
         # Output cells reused by every _LoadedBuffer._take (under _take_lock; values are copied out at once).
         self.kind, self.buf = ctypes.c_uint32(), ctypes.c_void_p()
         self.outs = (ctypes.byref(self.kind), ctypes.byref(self.buf), None)
-        self.info = _abi.BufferInfo()
-        self.info.struct_size = ctypes.sizeof(self.info)
+        self._entries: Optional[Any] = None
+
+    def names(self) -> List[str]:
+        return _load_names(self.h)
+
+    def row(self, i: int) -> Tuple[int, int, int, int, int, int, int, int]:
+        """Tensor `i` of the load's table, read once for every tensor (`hostfirst_load_entries`) and turned into
+        rows by numpy: (kind, dtype, device kind, device ordinal, rank, shape address, nbytes, address)."""
+        rows = self._entries
+        if rows is None:
+            with _take_lock:
+                rows = self._entries
+                if rows is None:
+                    n = ctypes.c_size_t()
+                    E = _abi.LoadEntry
+                    size = ctypes.sizeof(E)
+                    check(lib.hostfirst_load_entries(self.h, None, 0, size, ctypes.byref(n)))
+                    t = (E * n.value)()
+                    check(lib.hostfirst_load_entries(self.h, t, n.value, size, ctypes.byref(n)))
+                    dev = E.device.offset
+                    names = ["k", "d", "dk", "do", "r", "s", "n", "a"]
+                    layout = np.dtype({"names": names,
+                                       "formats": ["<u4", "<u4", "<i4", "<i4", "<u4", "<u8", "<u8", "<u8"],
+                                       "offsets": [E.kind.offset, E.dtype.offset, dev, dev + 4, E.rank.offset,
+                                                   E.shape.offset, E.nbytes.offset, E.address.offset],
+                                       "itemsize": size})
+                    a = np.frombuffer(memoryview(t).cast("B"), dtype=layout, count=n.value)
+                    rows = self._entries = list(zip(*(a[f].tolist() for f in names)))
+        return rows[i]
 
 
-_OWN_HANDLE = frozenset(("_h", "_release_stream", "_finalizer", "device", "dtype_code", "dtype_name", "dtype",
-                         "shape", "nbytes", "address"))
-_take_lock = threading.Lock()
+_DEVICES: Dict[Tuple[int, int], Device] = {}  # (kind, ordinal) -> Device (an immutable value, shared)
+_DTYPE_INFO: Dict[int, Tuple[str, Any]] = {}  # dtype code -> (dtype_name, reported dtype)
+
+
+def _device(kind: int, ordinal: int) -> Device:
+    d = _DEVICES.get((kind, ordinal))
+    if d is None:
+        d = _DEVICES[(kind, ordinal)] = Device._from_c(_abi.Device(kind, ordinal))
+    return d
+
+
+def _dtype_info(code: int) -> Tuple[str, Any]:
+    r = _DTYPE_INFO.get(code)
+    if r is None:
+        r = _DTYPE_INFO[code] = (_dtype_name(code), _dtypes.reported(code))
+    return r
+
+
+_META = frozenset(("device", "dtype_code", "dtype_name", "dtype", "shape", "nbytes", "address"))
+_HANDLE = frozenset(("_h", "_release_stream", "_finalizer"))
+_take_lock = threading.RLock()
 
 
 class _LoadedBuffer(Buffer):
-    """A Buffer of `load` that takes its own hostfirst_buffer handle (`hostfirst_load_get`) the first time
-    anything but its name is asked for. Until then it holds the load, and with it the tensor's memory: a load's
-    memory is never released while one of its Buffers is alive, and nothing in it changes."""
+    """A Buffer of `load`. Its description (device, dtype, shape, nbytes, address) comes from the load's bulk
+    table the first time it is asked for; it takes a hostfirst_buffer handle of its own (`hostfirst_load_get`)
+    only when something needs one (tobytes, DLPack, the CUDA array interface, a gather source). Until then it
+    holds the load, and with it the tensor's memory: a load's memory is never released while one of its Buffers
+    is alive, and nothing in it changes. numpy's `__array_interface__` needs no handle."""
 
-    def __init__(self, load: _Load, name: str):  # noqa: super().__init__ runs later, in _take
+    def __init__(self, load: _Load, index: int, name: str):  # noqa: super().__init__ is not called: see _take
         self._load: Optional[_Load] = load
+        self._index = index
         self.name = name
+
+    def _describe(self) -> None:
+        load = self.__dict__.get("_load")
+        if load is None:  # the handle was taken: the description came with it
+            return
+        kind, code, dev_kind, dev_ordinal, rank, shape, nbytes, address = load.row(self._index)
+        if kind != _abi.HOSTFIRST_LOADED_BUFFER:
+            raise error_named("INVALID_ARGUMENT", f"tensor '{self.name}' of this load is a host view, not a buffer")
+        d = self.__dict__
+        d["device"] = _device(dev_kind, dev_ordinal)
+        d["dtype_code"] = code
+        d["dtype_name"], d["dtype"] = _dtype_info(code)
+        d["shape"] = tuple((ctypes.c_uint64 * rank).from_address(shape)) if rank else ()
+        d["nbytes"] = nbytes
+        d["address"] = address
 
     def _take(self) -> None:
         with _take_lock:
             load = self.__dict__.get("_load")
             if load is None:  # another thread took it
                 return
+            if "address" not in self.__dict__:
+                self._describe()
             load.buf.value = None
             check(lib.hostfirst_load_get(load.h, c_string(self.name), *load.outs))
             if not load.buf.value:
                 raise error_named("INVALID_ARGUMENT", f"tensor '{self.name}' of this load is a host view, not a buffer")
-            Buffer.__init__(self, load.buf.value, load.info)
+            handle = load.buf.value
+            self._h = handle
+            self._release_stream = [None]
+            self._finalizer = weakref.finalize(self, _free_buffer, handle, self._release_stream)
             self._load = None
 
-    def __getattr__(self, attr: str) -> Any:  # only for attributes not set yet: those of the buffer's own handle
-        if attr in _OWN_HANDLE and self.__dict__.get("_load") is not None:
+    def __getattr__(self, attr: str) -> Any:  # only for attributes not set yet
+        if attr in _META:
+            if self.__dict__.get("_load") is not None:
+                with _take_lock:
+                    self._describe()
+                return self.__dict__[attr]
+        elif attr in _HANDLE and self.__dict__.get("_load") is not None:
             self._take()
             return getattr(self, attr)
         raise AttributeError(attr)
@@ -418,14 +513,8 @@ class File(Mapping):
         self._finalizer = weakref.finalize(self, lib.hostfirst_file_free, h.value)
         n = ctypes.c_size_t()
         check(lib.hostfirst_file_tensor_count(self._h, ctypes.byref(n)))
-        names = []
-        p = ctypes.c_char_p()
-        pref, name_at = ctypes.byref(p), lib.hostfirst_file_tensor_name
-        for i in range(n.value):
-            check(name_at(self._h, i, pref))
-            names.append(text(p.value))
-        self._names = names
-        self._set = set(names)
+        self._count = n.value
+        self._listed: Optional[Tuple[List[str], set]] = None  # (names, set of them), listed on first use
         m = ctypes.c_size_t()
         check(lib.hostfirst_file_metadata_count(self._h, ctypes.byref(m)))
         md = {}
@@ -439,6 +528,27 @@ class File(Mapping):
         if self._h is None:
             raise error_named("INVALID_HANDLE", f"{self.path}: file is closed")
         return self._h
+
+    def _list(self) -> Tuple[List[str], set]:
+        """The names in file order and as a set, listed once (one call per tensor), the first time asked."""
+        listed = self._listed
+        if listed is None:
+            names = []
+            p = ctypes.c_char_p()
+            pref, name_at, h = ctypes.byref(p), lib.hostfirst_file_tensor_name, self._handle()
+            for i in range(self._count):
+                check(name_at(h, i, pref))
+                names.append(text(p.value))
+            listed = self._listed = (names, set(names))
+        return listed
+
+    @property
+    def _names(self) -> List[str]:
+        return self._list()[0]
+
+    @property
+    def _set(self) -> set:
+        return self._list()[1]
 
     def missing(self, name: object) -> Exception:
         """The NotFoundError (a KeyError) for a name this file does not have, naming close matches."""
@@ -457,12 +567,17 @@ class File(Mapping):
         return iter(self._names)
 
     def __len__(self) -> int:
-        return len(self._names)
+        return self._count
 
     def __contains__(self, name: object) -> bool:
         return name in self._set
 
     def close(self) -> None:
+        if self._listed is None and self._h is not None:
+            self._list()  # the names stay readable after close, as they always were
+        self._release()
+
+    def _release(self) -> None:  # close() without listing the names (for a File no one else sees)
         self._h = None
         self._finalizer()
 
@@ -585,11 +700,12 @@ def load(path: PathLike, rules: Optional[Rules] = None, default: str = "host") -
         ph = make_plan(f, r)
         check(lib.hostfirst_load_run(f._handle(), ph, None, ctypes.byref(lh)))
         if _no_views(pairs, default):
-            # Every tensor is a buffer: each Buffer takes its handle when first used (see _LoadedBuffer), so
-            # the Python side of a many-tensor load is one small object per tensor.
+            # Every tensor is a buffer: the names come in one call, each Buffer is described from the load's
+            # bulk table when first used and takes a handle only if it needs one (see _LoadedBuffer), so the
+            # Python side of a many-tensor load is two C calls and one small object per tensor.
             shared = _Load(lh.value)
             lh = ctypes.c_void_p()  # now freed by `shared`
-            return {name: _LoadedBuffer(shared, name) for name in f}
+            return {name: _LoadedBuffer(shared, i, name) for i, name in enumerate(shared.names())}
         out: Dict[str, Union[Tensor, Buffer]] = {}
         # One set of output cells and one info struct for the whole loop (their values are copied out at once;
         # each Buffer or Tensor owns its own new handle).
@@ -598,7 +714,7 @@ def load(path: PathLike, rules: Optional[Rules] = None, default: str = "host") -
         info = _abi.BufferInfo()
         info.struct_size = ctypes.sizeof(info)
         get = lib.hostfirst_load_get
-        for name in f:
+        for name in _load_names(lh.value):
             check(get(lh, c_string(name), *outs))
             out[name] = Buffer(buf.value, info) if buf.value else Tensor(view.value)
         return out
@@ -606,4 +722,4 @@ def load(path: PathLike, rules: Optional[Rules] = None, default: str = "host") -
         for h, free in ((lh, lib.hostfirst_load_free), (ph, lib.hostfirst_plan_free)):
             if h.value:
                 free(h)
-        f.close()
+        f._release()

@@ -1,5 +1,6 @@
 """Gather.stream and hostfirst.jax.stream: batches prefetched by a background thread, in order and byte for byte;
-offsets from lists, generators (chunked past 256 batches) and 2-D arrays (one C stream); errors at their batch;
+offsets from lists, generators (an open C stream fed as the consumer goes) and 2-D arrays (one C stream); errors at
+their batch;
 closing the generator cancels; on the stand-in driver's cuda:0 in both execution modes (in child processes)."""
 
 import gc
@@ -71,6 +72,57 @@ def test_a_2d_array_streams_without_a_pause(tmp_path):
                 time.sleep(0.01)
             assert g.ring()[2] == 4  # this batch and 3 queued
     assert k == 599
+
+
+def _wait_held(g, want):
+    for _ in range(500):  # up to 5 s for the worker to fill what it may
+        if g.ring()[2] >= want:
+            break
+        time.sleep(0.01)
+    return g.ring()[2]
+
+
+@pytest.mark.parametrize("jax_arrays", [False, True], ids=["Gather.stream", "hostfirst.jax.stream"])
+def test_an_endless_iterable_streams_without_a_pause(tmp_path, jax_arrays):
+    """An endless generator of offsets feeds one open C stream: the generator is read at most depth + 1 arrays
+    ahead of the batch yielded; the worker keeps exactly `depth` batches filled ahead (never more) at every
+    batch checked, batch 256 and later included (fed in chunks of 256, the stream would drain there: nothing
+    past batch 255 was read before the consumer asked for batch 256); the bytes are right."""
+    if jax_arrays:
+        jax = pytest.importorskip("jax")
+        import hostfirst.jax as hjax
+    ref = token_file(tmp_path / "t.safetensors")
+    tok = hostfirst.open(tmp_path / "t.safetensors")["tok"]
+    g = hostfirst.Gather("cpu", "uint16", batch=4, window=33)
+    rng = np.random.default_rng(11)
+    offs = rng.integers(0, N - 33, size=(400, 4))
+    pulled = [0]
+
+    def endless():
+        k = 0
+        while True:
+            pulled[0] += 1
+            yield offs[k % len(offs)]
+            k += 1
+
+    depth = 2
+    it = hjax.stream(g, tok, endless(), depth=depth) if jax_arrays else g.stream(tok, endless(), depth=depth)
+    for k, b in enumerate(it):
+        np.testing.assert_array_equal(np.asarray(b), windows(ref, offs[k % len(offs)], 33))
+        assert pulled[0] <= k + 1 + depth + 1, (k, pulled[0])
+        held = g.ring()[2]
+        assert held <= 1 + depth + (1 if jax_arrays else 0), (k, held)  # never more than depth ahead
+        if not jax_arrays and k in (0, 254, 255, 256, 257, 380):
+            assert _wait_held(g, 1 + depth) == 1 + depth, k  # this batch and `depth` filled ahead
+        if jax_arrays and k in (255, 256, 257):
+            # the generator's batch (its jax.Array a copy or an alias of it) and `depth` filled ahead
+            assert _wait_held(g, 1 + depth) >= 1 + depth, k
+        del b
+        if k == 400:
+            break
+    it.close()
+    gc.collect()
+    assert g.ring()[2] == 0  # closing the generator freed the stream and its queued batches
 
 
 def test_stream_errors(tmp_path):

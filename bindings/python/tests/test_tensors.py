@@ -262,8 +262,18 @@ def test_load_to_devices_only_gives_buffers_that_take_their_handles_when_used():
         assert hostfirst.handle_count() == base + 1  # the load's, shared; no buffer handle yet
         keep = placed[names[-1]]
         assert keep.name == names[-1] and hostfirst.handle_count() == base + 1  # the name needs no handle
-        assert keep.device.kind == "cpu" and hostfirst.handle_count() == base + 2
+        # described from the load's bulk table (hostfirst_load_entries), numpy included: still no handle
+        first = placed[names[0]]
+        assert keep.device.kind == "cpu" and keep.shape == expect[names[-1]].shape
+        np.testing.assert_array_equal(np.asarray(first), expect[names[0]])
+        assert hostfirst.handle_count() == base + 1
+        assert keep.tobytes() == expect[names[-1]].tobytes()  # a handle call: keep takes its own
+        assert hostfirst.handle_count() == base + 2
         del placed
+        gc.collect()
+        assert hostfirst.handle_count() == base + 2  # `first` (no handle of its own) still holds the load
+        np.testing.assert_array_equal(np.asarray(first), expect[names[0]])
+        del first
         gc.collect()
         assert hostfirst.handle_count() == base + 1  # the load went with the last untaken Buffer
         a = np.asarray(keep)

@@ -100,6 +100,78 @@ pub struct Gather {
     tuning: Tuning,
 }
 
+/// A gather's checks of a source and of one batch's offsets ([`Gather::batch_check`]).
+#[derive(Clone, Copy, Debug)]
+pub struct BatchCheck {
+    dtype: DType,
+    batch: u64,
+    window: u64,
+}
+
+impl BatchCheck {
+    /// As [`Gather::check_view`].
+    pub fn check_view(&self, source: &TensorView, offsets: &[u64]) -> Result<()> {
+        self.check(&Source::View(source), offsets)
+    }
+
+    /// As [`Gather::check_buffer`].
+    pub fn check_buffer(&self, source: &Buffer, offsets: &[u64]) -> Result<()> {
+        let Some(bytes) = source.host_bytes() else { return Err(not_host(source)) };
+        self.check(&Source::Host { name: source.name(), dtype: source.dtype(), shape: source.shape(), bytes }, offsets)
+    }
+
+    /// Checks `source` and `offsets` for a run.
+    fn check(&self, source: &Source<'_>, offsets: &[u64]) -> Result<()> {
+        let name = source.name();
+        if source.shape().len() != 1 {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!("gather: tensor '{name}' has shape {:?}; the source must be 1-D", source.shape()),
+            ));
+        }
+        if source.dtype() != self.dtype {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!(
+                    "gather: tensor '{name}' is {}, the gather was made for {}",
+                    source.dtype().name(),
+                    self.dtype.name()
+                ),
+            ));
+        }
+        if offsets.len() as u64 != self.batch {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!("gather: {} offsets given for a batch of {}", offsets.len(), self.batch),
+            ));
+        }
+        self.check_offsets(name, source.shape()[0], offsets)
+    }
+
+    /// The bounds check alone: every window of `offsets` within tensor `name` of `len` elements (the source
+    /// itself checked before, by [`BatchCheck::check_view`] or [`BatchCheck::check_buffer`]).
+    pub fn check_offsets(&self, name: &str, len: u64, offsets: &[u64]) -> Result<()> {
+        if self.window > len {
+            return Err(Error::new(
+                Status::OutOfRange,
+                format!("gather: the window ({}) is longer than tensor '{name}' ({len} elements)", self.window),
+            ));
+        }
+        if let Some((i, &o)) =
+            offsets.iter().enumerate().find(|(_, &o)| o.checked_add(self.window).map_or(true, |e| e > len))
+        {
+            return Err(Error::new(
+                Status::OutOfRange,
+                format!(
+                    "gather: offset {i} ({o}) + window {} is past the end of tensor '{name}' ({len} elements)",
+                    self.window
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Where a run assembles its batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Target {
@@ -258,59 +330,24 @@ impl Gather {
     /// Checks a view and the offsets of one batch as [`Gather::run`] would, without running: for callers that
     /// validate ahead (a prefetch stream checks every batch before it starts).
     pub fn check_view(&self, source: &TensorView, offsets: &[u64]) -> Result<()> {
-        self.check(&Source::View(source), offsets)
+        self.batch_check().check_view(source, offsets)
     }
 
     /// [`Gather::check_view`] for a host buffer source ([`Gather::run_from_buffer`]).
     pub fn check_buffer(&self, source: &Buffer, offsets: &[u64]) -> Result<()> {
-        let Some(bytes) = source.host_bytes() else { return Err(not_host(source)) };
-        self.check(&Source::Host { name: source.name(), dtype: source.dtype(), shape: source.shape(), bytes }, offsets)
+        self.batch_check().check_buffer(source, offsets)
     }
 
     /// Checks `source` and `offsets` for a run.
     fn check(&self, source: &Source<'_>, offsets: &[u64]) -> Result<()> {
-        let name = source.name();
-        if source.shape().len() != 1 {
-            return Err(Error::new(
-                Status::InvalidArgument,
-                format!("gather: tensor '{name}' has shape {:?}; the source must be 1-D", source.shape()),
-            ));
-        }
-        if source.dtype() != self.dtype {
-            return Err(Error::new(
-                Status::InvalidArgument,
-                format!(
-                    "gather: tensor '{name}' is {}, the gather was made for {}",
-                    source.dtype().name(),
-                    self.dtype.name()
-                ),
-            ));
-        }
-        if offsets.len() as u64 != self.batch {
-            return Err(Error::new(
-                Status::InvalidArgument,
-                format!("gather: {} offsets given for a batch of {}", offsets.len(), self.batch),
-            ));
-        }
-        let len = source.shape()[0];
-        if self.window > len {
-            return Err(Error::new(
-                Status::OutOfRange,
-                format!("gather: the window ({}) is longer than tensor '{name}' ({len} elements)", self.window),
-            ));
-        }
-        if let Some((i, &o)) =
-            offsets.iter().enumerate().find(|(_, &o)| o.checked_add(self.window).map_or(true, |e| e > len))
-        {
-            return Err(Error::new(
-                Status::OutOfRange,
-                format!(
-                    "gather: offset {i} ({o}) + window {} is past the end of tensor '{name}' ({len} elements)",
-                    self.window
-                ),
-            ));
-        }
-        Ok(())
+        self.batch_check().check(source, offsets)
+    }
+
+    /// The gather's checks of a source and a batch's offsets, apart from the gather (a copy of its dtype,
+    /// batch and window): an open prefetch stream checks each pushed batch with it without waiting for the
+    /// gather's lock, which its worker holds while it fills a batch.
+    pub fn batch_check(&self) -> BatchCheck {
+        BatchCheck { dtype: self.dtype, batch: self.batch, window: self.window }
     }
 
     /// Reads the windows at `offsets` (already checked) into `dst`, row after row: memcpy from a host buffer

@@ -42,6 +42,11 @@ impl Loaded {
     pub fn at(&self, i: usize) -> Option<(&str, &Placed)> {
         Some((self.file.name(i)?, self.entries.get(i)?))
     }
+    /// The `i`-th tensor's name as a NUL-terminated C string, valid while this load lives (the C API's
+    /// `hostfirst_load_entries`).
+    pub fn name_ptr(&self, i: usize) -> Option<*const std::ffi::c_char> {
+        self.file.name_ptr(i)
+    }
 }
 
 /// Checks every device of `plan` against its memory free now; the first that does not fit gives

@@ -1,0 +1,205 @@
+//! A load's tensors in bulk: `hostfirst_load_entries` (name, kind, device, dtype, shape, size and address of
+//! every tensor in one call) and `hostfirst_load_names` (every name in one packed buffer), so that a binding
+//! describes a 20,000-tensor load in one or two calls instead of two per tensor.
+
+use super::args::{out_bytes, out_ptr, out_struct, OutStruct};
+use super::device::hostfirst_device;
+use super::handle;
+use super::args::c_dtype;
+use super::load::{hostfirst_load, hostfirst_loaded};
+use crate::device::Device;
+use crate::error::{Error, Status};
+use crate::place::{Loaded, Placed};
+use std::ffi::c_char;
+
+/// One tensor of a load, as `hostfirst_load_entries` writes it. Every pointer in it is owned by the load and
+/// stays valid until the load is freed (`hostfirst_load_free`); buffer handles taken from the load do not
+/// extend it. The struct only ever grows by appending fields (see `entry_size` of `hostfirst_load_entries`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct hostfirst_load_entry {
+    /// Set by the library to the bytes of this entry it wrote (`min(entry_size, sizeof(hostfirst_load_entry))`).
+    pub struct_size: usize,
+    /// The tensor name, NUL-terminated (interior NULs of a name appear as the two characters `\0`).
+    pub name: *const c_char,
+    /// `HOSTFIRST_LOADED_BUFFER` (a buffer on `device`) or `HOSTFIRST_LOADED_VIEW` (a zero-copy view of the
+    /// file's read-only mapping; `device` is then cpu).
+    pub kind: hostfirst_loaded,
+    /// One of `HOSTFIRST_DTYPE_*`.
+    pub dtype: c_dtype,
+    /// The device holding the bytes.
+    pub device: hostfirst_device,
+    /// Number of dimensions.
+    pub rank: u32,
+    /// `rank` dimensions (NULL when rank is 0).
+    pub shape: *const u64,
+    /// Size in bytes.
+    pub nbytes: u64,
+    /// The data: for a buffer the host pointer (cpu, cuda_host; writable) or the CUDA device address
+    /// (`CUdeviceptr`; 0 for an empty CUDA buffer), as an integer; for a view the address of its bytes in
+    /// the file's read-only mapping (reading it after the file was truncated raises SIGBUS, as for any
+    /// mapping: `hostfirst_view_copy` reads with `pread` instead).
+    pub address: u64,
+}
+
+out_struct!(hostfirst_load_entry, address);
+
+fn entry(l: &Loaded, i: usize) -> hostfirst_load_entry {
+    let (_, placed) = l.at(i).expect("index below the load's length");
+    let name = l.name_ptr(i).expect("index below the load's length");
+    let shape_ptr = |s: &[u64]| if s.is_empty() { std::ptr::null() } else { s.as_ptr() };
+    match placed {
+        Placed::View(v) => hostfirst_load_entry {
+            struct_size: 0,
+            name,
+            kind: hostfirst_loaded::View,
+            dtype: v.dtype() as u32,
+            device: Device::CPU.into(),
+            rank: v.shape().len() as u32,
+            shape: shape_ptr(v.shape()),
+            nbytes: v.nbytes(),
+            address: v.mapped().as_ptr() as u64,
+        },
+        Placed::Buffer(b) => {
+            let b = b.lock().unwrap_or_else(|p| p.into_inner());
+            hostfirst_load_entry {
+                struct_size: 0,
+                name,
+                kind: hostfirst_loaded::Buffer,
+                dtype: b.dtype() as u32,
+                device: b.device().into(),
+                rank: b.shape().len() as u32,
+                // The shape lives in the buffer, which the load keeps (and never reshapes) until it is freed.
+                shape: shape_ptr(b.shape()),
+                nbytes: b.nbytes(),
+                address: b.address(),
+            }
+        }
+    }
+}
+
+/// Describes every tensor of `load`, in file order, into the caller's array `out` of `capacity` entries of
+/// `entry_size` bytes each (pass `sizeof(hostfirst_load_entry)`; an older, smaller entry from an earlier
+/// header is accepted as long as it holds every field up to `address`, and the library writes only the
+/// fields that fit, setting each entry's `struct_size` to the bytes written).
+///
+/// Always writes the number of tensors to `*out_count`. `(out NULL, capacity 0)` is a count query and
+/// succeeds; a `capacity` smaller than the count gives `BUFFER_TOO_SMALL` and writes no entry. Entry `i`
+/// is the tensor `hostfirst_load_get` finds by `out[i].name`, described without making a handle: its `name`
+/// and `shape` pointers are owned by the load and valid until the load is freed, and `address` is the
+/// memory a buffer handle from `hostfirst_load_get` would describe (`hostfirst_buffer_describe`), kept alive
+/// by the load. To keep a tensor past the load, take its handle with `hostfirst_load_get`.
+///
+/// Errors: `NULL_ARGUMENT` (load, out_count; out with capacity > 0), `INVALID_HANDLE`, `INVALID_ARGUMENT`
+/// (`entry_size` smaller than the oldest supported entry), `BUFFER_TOO_SMALL` (count in `*out_count`).
+/// On error no entry is written. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_load_entries(
+    load: *const hostfirst_load,
+    out: *mut hostfirst_load_entry,
+    capacity: usize,
+    entry_size: usize,
+    out_count: *mut usize,
+) -> Status {
+    hostfirst_boundary!("hostfirst_load_entries", {
+        let l = handle::get::<hostfirst_load>(load, "load")?;
+        let count = out_ptr(out_count, "out_count")?;
+        if entry_size < <hostfirst_load_entry as OutStruct>::SIZE_V1 {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!(
+                    "entry_size is {entry_size}; pass sizeof(hostfirst_load_entry) ({} in this version, at least {})",
+                    std::mem::size_of::<hostfirst_load_entry>(),
+                    <hostfirst_load_entry as OutStruct>::SIZE_V1
+                ),
+            ));
+        }
+        let n = l.len();
+        *count = n;
+        if out.is_null() && capacity == 0 {
+            return Ok(());
+        }
+        if out.is_null() {
+            return Err(Error::new(Status::NullArgument, format!("array 'out' is NULL with capacity {capacity}")));
+        }
+        if capacity < n {
+            return Err(Error::new(
+                Status::BufferTooSmall,
+                format!("the load has {n} tensors; the array holds {capacity} entries"),
+            ));
+        }
+        let width = entry_size.min(std::mem::size_of::<hostfirst_load_entry>());
+        for i in 0..n {
+            let mut e = entry(&l, i);
+            e.struct_size = width;
+            // SAFETY: the caller's array holds `capacity >= n` entries of `entry_size` bytes; entry i starts
+            // `i * entry_size` bytes in and gets the first `width <= entry_size` bytes of `e`.
+            unsafe {
+                let dst = (out as *mut u8).add(i * entry_size);
+                std::ptr::copy_nonoverlapping(&e as *const hostfirst_load_entry as *const u8, dst, width);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Writes every tensor name of `load`, in file order, into `buf` as one packed run of NUL-terminated
+/// strings (`"a\0b\0c\0"`: the names of `hostfirst_load_entries`, in the same order). Always writes the
+/// bytes needed, NULs included, to `*out_len`; `(buf NULL, capacity 0)` is a length query and succeeds; a
+/// smaller `capacity` gives `BUFFER_TOO_SMALL` and writes nothing. Interior NULs of a name appear as the two
+/// characters `\0`, so the run splits at every NUL into exactly one name per tensor. Errors:
+/// `NULL_ARGUMENT` (load, out_len; buf with capacity > 0), `INVALID_HANDLE`, `BUFFER_TOO_SMALL`. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_load_names(
+    load: *const hostfirst_load,
+    buf: *mut c_char,
+    capacity: usize,
+    out_len: *mut usize,
+) -> Status {
+    hostfirst_boundary!("hostfirst_load_names", {
+        let l = handle::get::<hostfirst_load>(load, "load")?;
+        let len = out_ptr(out_len, "out_len")?;
+        let names: Vec<&[u8]> = (0..l.len()).map(|i| name_bytes(&l, i)).collect();
+        let need: usize = names.iter().map(|n| n.len() + 1).sum();
+        *len = need;
+        if buf.is_null() && capacity == 0 {
+            return Ok(());
+        }
+        let dst = out_bytes(buf as *mut u8, capacity, "buf")?;
+        if capacity < need {
+            return Err(Error::new(
+                Status::BufferTooSmall,
+                format!(
+                    "the {} names of the load need {need} bytes with their NULs; the buffer has {capacity}",
+                    names.len()
+                ),
+            ));
+        }
+        let mut at = 0;
+        for n in names {
+            dst[at..at + n.len()].copy_from_slice(n);
+            dst[at + n.len()] = 0;
+            at += n.len() + 1;
+        }
+        Ok(())
+    })
+}
+
+/// The C name of tensor `i` (the bytes of `hostfirst_load_entry.name`, without the NUL).
+fn name_bytes(l: &Loaded, i: usize) -> &[u8] {
+    let p = l.name_ptr(i).expect("index below the load's length");
+    // SAFETY: a NUL-terminated string owned by the load's file, which `l` keeps alive.
+    unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_v1_is_the_whole_struct() {
+        // 0.2 introduces the entry: its oldest accepted size is all of it (later fields get appended).
+        assert_eq!(<hostfirst_load_entry as OutStruct>::SIZE_V1, std::mem::size_of::<hostfirst_load_entry>());
+        assert_eq!(std::mem::size_of::<hostfirst_load_entry>(), 64);
+    }
+}

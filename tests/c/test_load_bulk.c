@@ -1,0 +1,195 @@
+/* A load described in bulk (hostfirst_load_entries, hostfirst_load_names): every tensor's name, kind, device,
+ * dtype, shape, size and address in one call, checked against hostfirst_load_get + hostfirst_buffer_describe and
+ * against the bytes; a mixed load (views and buffers); the count query, BUFFER_TOO_SMALL with the count and
+ * nothing written, an older (smaller) entry size, bad arguments with exact statuses; handle counts back to the
+ * baseline.
+ *
+ *   test_load_bulk DIR TARGET     TARGET: cpu or cuda:0 (the latter needs the stand-in driver) */
+#include "check.h"
+
+#define N 300
+
+static size_t elems(size_t i) { return 1 + (i * 13) % 50; }
+
+static void plan_for(hostfirst_file *file, const char *rule, hostfirst_plan **plan) {
+    hostfirst_rules *rules;
+    CHECK_OK(hostfirst_rules_new(&rules));
+    CHECK_OK(hostfirst_rules_add_spec(rules, rule));
+    CHECK_OK(hostfirst_plan_make(file, rules, plan));
+    CHECK_OK(hostfirst_rules_free(rules));
+}
+
+int main(int argc, char **argv) {
+    CHECK(argc == 3);
+    int cuda = strcmp(argv[2], "cpu") != 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/load_bulk_%s.safetensors", argv[1], cuda ? "cuda" : "cpu");
+
+    /* tensors w0..w299: 2-D F32 [elems, 1] in header order; w7 a scalar */
+    size_t cap = 128 * N, len = 1, at = 0;
+    char *header = malloc(cap);
+    CHECK(header != NULL);
+    header[0] = '{';
+    for (size_t i = 0; i < N; i++) {
+        size_t n = i == 7 ? 1 : elems(i);
+        if (i == 7)
+            len += (size_t)snprintf(header + len, cap - len, ",\"w7\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[%zu,%zu]}", at,
+                                    at + 4);
+        else
+            len += (size_t)snprintf(header + len, cap - len,
+                                    "%s\"w%zu\":{\"dtype\":\"F32\",\"shape\":[%zu,1],\"data_offsets\":[%zu,%zu]}", i ? "," : "",
+                                    i, n, at, at + 4 * n);
+        at += 4 * n;
+    }
+    header[len++] = '}';
+    header[len] = '\0';
+    float *data = malloc(at);
+    CHECK(data != NULL);
+    for (size_t k = 0; k < at / 4; k++) data[k] = (float)k;
+    const void *parts[1] = {data};
+    size_t sizes[1] = {at};
+    write_safetensors(path, header, 1, parts, sizes);
+    free(header);
+
+    size_t handles = live_handles();
+    hostfirst_file *file;
+    CHECK_OK(hostfirst_file_open(path, &file));
+    char rule[64];
+    snprintf(rule, sizeof rule, "*=%s", cuda ? "cuda:0" : "cpu");
+    hostfirst_plan *plan;
+    plan_for(file, rule, &plan);
+    hostfirst_load *load;
+    CHECK_OK(hostfirst_load_run(file, plan, NULL, &load));
+
+    /* count query, then the table */
+    size_t count = 0;
+    CHECK_OK(hostfirst_load_entries(load, NULL, 0, sizeof(hostfirst_load_entry), &count));
+    CHECK(count == N);
+    hostfirst_load_entry *e = calloc(N, sizeof *e);
+    CHECK(e != NULL);
+    count = 0;
+    CHECK_STATUS(hostfirst_load_entries(load, e, N - 1, sizeof *e, &count), HOSTFIRST_STATUS_BUFFER_TOO_SMALL);
+    CHECK(count == N);
+    CHECK_MSG("300 tensors");
+    CHECK(e[0].struct_size == 0 && e[0].name == NULL); /* nothing written */
+    CHECK_STATUS(hostfirst_load_entries(load, e, N, offsetof(hostfirst_load_entry, address), &count),
+                 HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(hostfirst_load_entries(load, NULL, N, sizeof *e, &count), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_load_entries(load, e, N, sizeof *e, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_load_entries(NULL, e, N, sizeof *e, &count), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK(e[0].struct_size == 0);
+    CHECK_OK(hostfirst_load_entries(load, e, N, sizeof *e, &count));
+
+    /* every entry against the buffer handle hostfirst_load_get gives, and the bytes */
+    hostfirst_device want = cuda ? (hostfirst_device){HOSTFIRST_DEVICE_CUDA, 0} : (hostfirst_device){HOSTFIRST_DEVICE_CPU, 0};
+    float *back = malloc(4 * 64);
+    CHECK(back != NULL);
+    at = 0;
+    for (size_t i = 0; i < N; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%zu", i);
+        CHECK(e[i].struct_size == sizeof(hostfirst_load_entry));
+        CHECK(strcmp(e[i].name, name) == 0);
+        CHECK(e[i].kind == HOSTFIRST_LOADED_BUFFER);
+        CHECK(e[i].dtype == HOSTFIRST_DTYPE_F32);
+        CHECK(e[i].device.kind == want.kind && e[i].device.ordinal == want.ordinal);
+        size_t n = i == 7 ? 1 : elems(i);
+        if (i == 7) {
+            CHECK(e[i].rank == 0 && e[i].shape == NULL);
+        } else {
+            CHECK(e[i].rank == 2 && e[i].shape[0] == n && e[i].shape[1] == 1);
+        }
+        CHECK(e[i].nbytes == 4 * n);
+        CHECK(e[i].address != 0);
+        uint32_t kind = 0;
+        hostfirst_buffer *b = NULL;
+        CHECK_OK(hostfirst_load_get(load, name, &kind, &b, NULL));
+        hostfirst_buffer_info info;
+        memset(&info, 0, sizeof info);
+        info.struct_size = sizeof info;
+        CHECK_OK(hostfirst_buffer_describe(b, &info));
+        CHECK(info.address == e[i].address && info.nbytes == e[i].nbytes && info.shape == e[i].shape);
+        if (!cuda) CHECK(memcmp((const void *)(uintptr_t)e[i].address, data + at / 4, 4 * n) == 0);
+        CHECK_OK(hostfirst_buffer_copy_to_host(b, back, 4 * n));
+        CHECK(memcmp(back, data + at / 4, 4 * n) == 0);
+        CHECK_OK(hostfirst_buffer_free(b));
+        at += 4 * n;
+    }
+    free(back);
+
+    /* an older header's smaller entry: a stride of 72 bytes, 64 written, nothing past them touched */
+    enum { OLD = sizeof(hostfirst_load_entry) + 8 };
+    unsigned char *wide = malloc(OLD * N);
+    CHECK(wide != NULL);
+    memset(wide, 0xAB, OLD * N);
+    CHECK_OK(hostfirst_load_entries(load, (hostfirst_load_entry *)(void *)wide, N, OLD, &count));
+    for (size_t i = 0; i < N; i++) {
+        hostfirst_load_entry got;
+        memcpy(&got, wide + i * OLD, sizeof got);
+        CHECK(got.struct_size == sizeof(hostfirst_load_entry) && got.address == e[i].address);
+        for (size_t k = sizeof(hostfirst_load_entry); k < OLD; k++) CHECK(wide[i * OLD + k] == 0xAB);
+    }
+    free(wide);
+
+    /* the names, packed */
+    size_t need = 0;
+    CHECK_OK(hostfirst_load_names(load, NULL, 0, &need));
+    size_t sum = 0;
+    for (size_t i = 0; i < N; i++) sum += strlen(e[i].name) + 1;
+    CHECK(need == sum);
+    char *names = malloc(need);
+    CHECK(names != NULL);
+    memset(names, 'x', need);
+    size_t got_len = 0;
+    CHECK_STATUS(hostfirst_load_names(load, names, need - 1, &got_len), HOSTFIRST_STATUS_BUFFER_TOO_SMALL);
+    CHECK(got_len == need && names[0] == 'x');
+    CHECK_STATUS(hostfirst_load_names(load, NULL, need, &got_len), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_load_names(load, names, need, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_OK(hostfirst_load_names(load, names, need, &got_len));
+    const char *p = names;
+    for (size_t i = 0; i < N; i++) {
+        CHECK(strcmp(p, e[i].name) == 0);
+        p += strlen(p) + 1;
+    }
+    CHECK(p == names + need);
+    free(names);
+
+    /* the entries' memory outlives every handle taken from the load, until the load is freed */
+    CHECK_OK(hostfirst_load_free(load));
+    CHECK_STATUS(hostfirst_load_entries(load, e, N, sizeof *e, &count), HOSTFIRST_STATUS_INVALID_HANDLE);
+    CHECK_STATUS(hostfirst_load_names(load, NULL, 0, &need), HOSTFIRST_STATUS_INVALID_HANDLE);
+    CHECK_OK(hostfirst_plan_free(plan));
+
+    /* a mixed load: w1 stays a host view (its address in the mapping), the rest are buffers */
+    hostfirst_rules *rules;
+    CHECK_OK(hostfirst_rules_new(&rules));
+    CHECK_OK(hostfirst_rules_add(rules, "w1", "host"));
+    CHECK_OK(hostfirst_rules_add(rules, "*", cuda ? "cuda:0" : "cpu"));
+    CHECK_OK(hostfirst_plan_make(file, rules, &plan));
+    CHECK_OK(hostfirst_rules_free(rules));
+    CHECK_OK(hostfirst_load_run(file, plan, NULL, &load));
+    CHECK_OK(hostfirst_load_entries(load, e, N, sizeof *e, &count));
+    CHECK(e[1].kind == HOSTFIRST_LOADED_VIEW && e[1].device.kind == HOSTFIRST_DEVICE_CPU);
+    CHECK(e[0].kind == HOSTFIRST_LOADED_BUFFER && e[2].kind == HOSTFIRST_LOADED_BUFFER);
+    hostfirst_view *v = NULL;
+    uint32_t kind = 0;
+    CHECK_OK(hostfirst_load_get(load, "w1", &kind, NULL, &v));
+    hostfirst_view_info vi;
+    memset(&vi, 0, sizeof vi);
+    vi.struct_size = sizeof vi;
+    CHECK_OK(hostfirst_view_describe(v, &vi));
+    CHECK((uint64_t)(uintptr_t)vi.data == e[1].address && vi.nbytes == e[1].nbytes);
+    CHECK(memcmp((const void *)(uintptr_t)e[1].address, data + elems(0), e[1].nbytes) == 0);
+    CHECK_OK(hostfirst_view_free(v));
+    CHECK_OK(hostfirst_load_free(load));
+    CHECK_OK(hostfirst_plan_free(plan));
+
+    free(e);
+    CHECK_OK(hostfirst_file_free(file));
+    CHECK(live_handles() == handles);
+    CHECK_OK(hostfirst_release_cached_memory());
+    free(data);
+    remove(path);
+    printf("ok\n");
+    return 0;
+}
