@@ -253,6 +253,279 @@ pub fn read_vectored_exact(
     Ok(())
 }
 
+/// A piece of a scattered read: (file offset, destination index, offset in that destination, length).
+pub type ScatterPiece = (u64, usize, u64, u64);
+
+/// One read of a [`ScatterPlan`]: the file range `[lo, hi)` and the pieces it serves (one piece covering the
+/// whole range is read straight into its destination; several go through scratch, gaps dropped).
+#[derive(Clone, Debug)]
+struct ScatterRead {
+    lo: u64,
+    hi: u64,
+    pieces: Vec<ScatterPiece>,
+}
+
+/// The reads that fill several destinations from one file: pieces of every destination merged across
+/// destinations under a [`ReadPolicy`] (neighbouring shards of one tensor read together when the gaps between
+/// them stay within the over-read bound), long single pieces cut into reads of at most the policy's
+/// `max_read`, and the reads grouped into tasks of about [`Tuning::chunk`] bytes for [`read_scatter`].
+#[derive(Clone, Debug)]
+pub struct ScatterPlan {
+    reads: Vec<ScatterRead>,
+    /// Task boundaries: task `k` is `reads[tasks[k]..tasks[k + 1]]`.
+    tasks: Vec<usize>,
+    /// File bytes read on behalf of each destination (its pieces, and the gaps attributed to it).
+    per_dst: Vec<u64>,
+    /// Per destination, whether its pieces come in increasing destination order (then each task can prepare
+    /// the part it fills; otherwise the destination is prepared whole before any read).
+    monotone: Vec<bool>,
+}
+
+impl ScatterPlan {
+    /// Plans the reads of `pieces` (sorted by file offset, disjoint in their destinations) into `dsts`
+    /// destinations. A gap inside a merged read is counted for the destination that holds bytes on both sides
+    /// of it (the piece before it, if that destination has a piece after it; else the piece after it).
+    pub fn new(pieces: &[ScatterPiece], dsts: usize, policy: &ReadPolicy, tuning: &Tuning) -> Result<ScatterPlan> {
+        let chunk = tuning.resolved().chunk as u64;
+        let cut = policy.max_read.min(chunk).max(1);
+        let mut reads: Vec<ScatterRead> = Vec::new();
+        let mut per_dst = vec![0u64; dsts];
+        let mut last_d: Vec<Option<u64>> = vec![None; dsts];
+        let mut monotone = vec![true; dsts];
+        for &(_, j, d, _) in pieces {
+            if last_d[j].is_some_and(|l| d < l) {
+                monotone[j] = false;
+            }
+            last_d[j] = Some(d);
+        }
+        // The piece's index stands in for its destination offset: coalesce only looks at file offsets.
+        let indexed = pieces.iter().enumerate().map(|(i, &(src, _, _, n))| (src, i as u64, n));
+        coalesce(indexed, policy, |lo, hi, group| {
+            let group: Vec<ScatterPiece> = group.iter().map(|&(_, i, _)| pieces[i as usize]).collect();
+            for (k, p) in group.iter().enumerate() {
+                per_dst[p.1] += p.3;
+                if let Some(next) = group.get(k + 1) {
+                    let gap = next.0 - (p.0 + p.3);
+                    let to = if group[k + 1..].iter().any(|q| q.1 == p.1) { p.1 } else { next.1 };
+                    per_dst[to] += gap;
+                }
+            }
+            if group.len() == 1 && hi - lo > cut {
+                let (src, j, d, n) = group[0];
+                let mut at = 0;
+                while at < n {
+                    let len = cut.min(n - at);
+                    reads.push(ScatterRead {
+                        lo: src + at,
+                        hi: src + at + len,
+                        pieces: vec![(src + at, j, d + at, len)],
+                    });
+                    at += len;
+                }
+            } else {
+                reads.push(ScatterRead { lo, hi, pieces: group });
+            }
+            Ok(())
+        })?;
+        let mut tasks = vec![0usize];
+        let mut bytes = 0u64;
+        for (i, r) in reads.iter().enumerate() {
+            if bytes > 0 && bytes + (r.hi - r.lo) > chunk {
+                tasks.push(i);
+                bytes = 0;
+            }
+            bytes += r.hi - r.lo;
+        }
+        if reads.is_empty() {
+            tasks.clear();
+        } else {
+            tasks.push(reads.len());
+        }
+        Ok(ScatterPlan { reads, tasks, per_dst, monotone })
+    }
+
+    /// File bytes read for each destination (they sum to [`ScatterPlan::bytes`]).
+    pub fn per_dst(&self) -> &[u64] {
+        &self.per_dst
+    }
+
+    /// File bytes the plan reads.
+    pub fn bytes(&self) -> u64 {
+        self.reads.iter().map(|r| r.hi - r.lo).sum()
+    }
+
+    /// Reads in the plan (after merging and cutting).
+    pub fn reads(&self) -> usize {
+        self.reads.len()
+    }
+}
+
+/// A destination of [`read_scatter`]: raw parts, written only at the pieces' places, by one thread each.
+struct Dst {
+    ptr: *mut u8,
+    len: usize,
+}
+
+/// The destinations as raw parts, shared by the reading threads.
+struct Dsts(Vec<Dst>);
+
+// SAFETY: each piece of a plan is a disjoint range of one destination and is written by the one thread that
+// claimed its task; the destinations are borrowed mutably by `read_scatter` for its whole duration.
+unsafe impl Sync for Dsts {}
+
+impl Dsts {
+    /// The bytes `[at, at + n)` of destination `j`.
+    ///
+    /// # Safety
+    /// No other live slice may overlap them (the plan's pieces are disjoint; tasks are claimed once).
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice(&self, j: usize, at: u64, n: u64) -> &mut [u8] {
+        let d = &self.0[j];
+        assert!(at + n <= d.len as u64, "a piece outside its destination");
+        // SAFETY: inside the destination (checked above), which outlives `read_scatter`; exclusive per the caller.
+        unsafe { std::slice::from_raw_parts_mut(d.ptr.add(at as usize), n as usize) }
+    }
+}
+
+/// Executes `plan` on `fd` into `dsts` (the slices the plan was made for, in its order): its tasks are claimed
+/// by [`Tuning::threads`] threads (the calling thread among them), each submitting its task's reads as one
+/// read set through [`read_many`] (io_uring or the pread pool, `tuning.queue_depth` in flight): so cold pages
+/// are read at the disk's depth and cached ones are copied by several threads at once. A read covering one
+/// piece goes straight to its place; a merged read goes through the thread's scratch and is scattered.
+/// `prepare[j]` (populating fresh pages), when set, runs on destination `j`, on the part a task fills, by the
+/// thread that fills it. The calling thread reports `done` = bytes placed to `progress` between
+/// its tasks and once at the end (rate-limited; no final report). The first failure wins and stops the
+/// others: `failed(failure, destination index)`; a cancel from `progress` stops them too.
+pub fn read_scatter(
+    fd: RawFd,
+    plan: &ScatterPlan,
+    dsts: &mut [&mut [u8]],
+    prepare: &[Option<Prepare<'_>>],
+    tuning: &Tuning,
+    progress: &mut Progress<'_>,
+    failed: &(dyn Fn(ReadFailure, usize) -> Error + Sync),
+) -> Result<()> {
+    let t = tuning.resolved();
+    let ntasks = plan.tasks.len().saturating_sub(1);
+    if ntasks == 0 {
+        return Ok(());
+    }
+    let prep = |j: usize| prepare.get(j).copied().flatten();
+    // Destinations filled out of order are prepared whole, first (no task could own a part of them).
+    for (j, d) in dsts.iter_mut().enumerate() {
+        if let (Some(p), false) = (prep(j), plan.monotone[j]) {
+            p(d);
+        }
+    }
+    let raw = Dsts(dsts.iter_mut().map(|d| Dst { ptr: d.as_mut_ptr(), len: d.len() }).collect());
+    let threads = t.threads.max(1).min(ntasks);
+    let depth = t.queue_depth.div_ceil(threads).max(1);
+    let sub = Tuning { queue_depth: depth, ..t };
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let first_error: Mutex<Option<Error>> = Mutex::new(None);
+    let fail = |e: Error| {
+        stop.store(true, Ordering::Relaxed);
+        first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+    };
+    let task = |k: usize, scratch: &mut Vec<u8>| -> Result<u64> {
+        let reads = &plan.reads[plan.tasks[k]..plan.tasks[k + 1]];
+        // The part of each in-order destination to prepare that this task fills: its first to its last piece.
+        let mut span: Vec<Option<(u64, u64)>> = vec![None; raw.0.len()];
+        for &(_, j, d, n) in reads.iter().flat_map(|r| &r.pieces) {
+            if prep(j).is_some() && plan.monotone[j] {
+                span[j].get_or_insert((d, d + n)).1 = d + n;
+            }
+        }
+        for (j, s) in span.iter().enumerate() {
+            if let (Some((lo, hi)), Some(p)) = (*s, prep(j)) {
+                // SAFETY: in an in-order destination, tasks (file order) fill increasing, disjoint spans.
+                p(unsafe { raw.slice(j, lo, hi - lo) });
+            }
+        }
+        let merged: usize = reads.iter().filter(|r| r.pieces.len() > 1).map(|r| (r.hi - r.lo) as usize).sum();
+        scratch.clear();
+        scratch.resize(merged, 0);
+        let mut set: Vec<Read<'_>> = Vec::with_capacity(reads.len());
+        let mut owner: Vec<usize> = Vec::with_capacity(reads.len());
+        let mut free: &mut [u8] = scratch;
+        for r in reads {
+            if let [(src, j, d, n)] = r.pieces[..] {
+                // SAFETY: the piece is this task's alone.
+                set.push(Read { fd, offset: src, dst: unsafe { raw.slice(j, d, n) } });
+                owner.push(j);
+            } else {
+                let (buf, after) = std::mem::take(&mut free).split_at_mut((r.hi - r.lo) as usize);
+                set.push(Read { fd, offset: r.lo, dst: buf });
+                owner.push(r.pieces[0].1);
+                free = after;
+            }
+        }
+        read_many(&mut set, &sub).map_err(|f| {
+            let j = owner[f.index];
+            failed(f, j)
+        })?;
+        drop(set);
+        let mut placed = 0u64;
+        let mut s = 0usize;
+        for r in reads {
+            if r.pieces.len() == 1 {
+                placed += r.pieces[0].3;
+                continue;
+            }
+            for &(src, j, d, n) in &r.pieces {
+                let from = s + (src - r.lo) as usize;
+                // SAFETY: the piece is this task's alone.
+                unsafe { raw.slice(j, d, n) }.copy_from_slice(&scratch[from..from + n as usize]);
+                placed += n;
+            }
+            s += (r.hi - r.lo) as usize;
+        }
+        Ok(placed)
+    };
+    let worker = |after: &mut dyn FnMut() -> Result<()>| {
+        let mut scratch = Vec::new();
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let k = next.fetch_add(1, Ordering::Relaxed);
+            if k >= ntasks {
+                break;
+            }
+            match task(k, &mut scratch) {
+                Ok(n) => {
+                    done.fetch_add(n, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    fail(e);
+                    break;
+                }
+            }
+            if let Err(e) = after() {
+                fail(e);
+                break;
+            }
+        }
+    };
+    let mut report = || progress.at(done.load(Ordering::Relaxed));
+    if threads == 1 {
+        worker(&mut report);
+    } else {
+        std::thread::scope(|s| {
+            for _ in 1..threads {
+                s.spawn(|| worker(&mut || Ok(())));
+            }
+            worker(&mut report);
+        });
+    }
+    match first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(e),
+        None => report(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,7 +29,7 @@
 pub mod bulk;
 pub mod device;
 pub mod staging;
-pub use bulk::{fill_host, read_exact, read_pieces, read_vectored_exact};
+pub use bulk::{fill_host, read_exact, read_pieces, read_scatter, read_vectored_exact, ScatterPiece, ScatterPlan};
 mod pool;
 #[cfg(target_os = "linux")]
 pub(crate) mod uring;

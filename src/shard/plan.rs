@@ -4,7 +4,8 @@
 
 use super::mesh::Mesh;
 use super::rules::ShardRules;
-use crate::device::Device;
+use crate::device::{Device, DeviceKind};
+use crate::engine::{ScatterPiece, ScatterPlan, Tuning};
 use crate::error::{Error, Result, Status};
 use crate::file::layout::coalesce;
 use crate::file::{ReadPolicy, TensorFile, TensorView};
@@ -104,6 +105,33 @@ pub fn read_cost(view: &TensorView, policy: &ReadPolicy) -> (u64, u64) {
     (runs.count(), bytes)
 }
 
+/// The entries (indices into `entries`, all parts of one tensor) read together through
+/// [`crate::engine::read_scatter`]: those read from a file (not copies of another part) into host memory (`cpu`,
+/// `cuda_host`). A part on a CUDA device goes through the staging ring alone; a memory buffer is copied.
+pub(crate) fn scatter_group(entries: &[ShardEntry]) -> Vec<usize> {
+    (0..entries.len())
+        .filter(|&k| {
+            let e = &entries[k];
+            e.copy_of.is_none()
+                && e.device.kind != DeviceKind::CUDA
+                && e.nbytes() > 0
+                && e.view.file_and_offset().is_some()
+        })
+        .collect()
+}
+
+/// The pieces of `views` (parts of one tensor, each the destination of its index), sorted by file offset.
+pub(crate) fn scatter_pieces(views: &[&TensorView]) -> Vec<ScatterPiece> {
+    let mut pieces: Vec<ScatterPiece> = Vec::new();
+    for (j, v) in views.iter().enumerate() {
+        let (Some(runs), Some((_, first))) = (v.runs(), v.file_and_offset()) else { continue };
+        let data_start = first - runs.start;
+        pieces.extend(runs.pieces(0, runs.nbytes()).map(|(src, d, n)| (data_start + src, j, d, n)));
+    }
+    pieces.sort_unstable_by_key(|p| p.0);
+    pieces
+}
+
 impl ShardPlan {
     /// Plans the shards of every tensor of `file` (but those a skip rule matches) for the `owned` positions of
     /// `rules`' mesh.
@@ -138,6 +166,7 @@ impl ShardPlan {
             }
             let what = format!("{}: tensor '{}'", whole.file_display(), whole.name());
             let mut first: HashMap<Vec<(u64, u64)>, usize> = HashMap::new();
+            let from = entries.len();
             for (o, c) in owned.iter().zip(&coords) {
                 let ranges = match found {
                     Some((ri, r)) => r
@@ -173,7 +202,6 @@ impl ShardPlan {
                         }
                     };
                     f.needed += view.nbytes();
-                    f.planned_read += planned_read;
                 }
                 DeviceSummary::add(&mut devices, o.device, view.name(), view.nbytes())?;
                 entries.push(ShardEntry {
@@ -187,6 +215,19 @@ impl ShardPlan {
                     planned_read,
                     copy_of,
                 });
+            }
+            // The host parts of this tensor read from its file are read together: their runs merged across
+            // neighbouring shards (see `scatter_group`); what each costs is its share of those reads.
+            let group = scatter_group(&entries[from..]);
+            if !group.is_empty() {
+                let views: Vec<&TensorView> = group.iter().map(|&k| &entries[from + k].view).collect();
+                let sp = ScatterPlan::new(&scatter_pieces(&views), views.len(), &policy, &Tuning::default())?;
+                for (&k, &bytes) in group.iter().zip(sp.per_dst()) {
+                    entries[from + k].planned_read = bytes;
+                }
+            }
+            if let Some(f) = files.iter_mut().find(|f| f.file == whole.file_display()) {
+                f.planned_read += entries[from..].iter().map(|e| e.planned_read).sum::<u64>();
             }
         }
         for d in &mut devices {
