@@ -640,4 +640,102 @@ mod tests {
             assert!(e.message().contains("Eof"), "{}", e.message());
         }
     }
+
+    /// Three interleaved destinations (column shards of 3000-byte rows, and one filled backwards): every byte
+    /// in place on 1 and 3 threads, merged across destinations only within the bound, prepared once per
+    /// byte of the in-order destinations, bytes read attributed to the destinations and summing to the plan.
+    #[test]
+    fn scatter_fills_interleaved_destinations() {
+        let (_p, f, want) = file("scatter", 1 << 20);
+        let rows = 300u64;
+        let mut pieces: Vec<ScatterPiece> = Vec::new();
+        for r in 0..rows {
+            pieces.push((r * 3000, 0, r * 1000, 1000));
+            pieces.push((r * 3000 + 1000, 1, r * 1000, 1000));
+            pieces.push((r * 3000 + 2000, 2, (rows - 1 - r) * 1000, 1000)); // out of order
+        }
+        for threads in [1, 3] {
+            let t = Tuning { threads, chunk: 64 << 10, queue_depth: 8, ..Tuning::default() };
+            let plan = ScatterPlan::new(&pieces, 3, &ReadPolicy::default(), &t).unwrap();
+            // Adjacent pieces of three destinations: the whole range in max_read (1 MiB) reads.
+            assert_eq!((plan.bytes(), plan.reads()), (rows * 3000, 1));
+            assert_eq!(plan.per_dst(), [rows * 1000; 3]);
+            let (mut a, mut b, mut c) = (vec![0u8; 300_000], vec![0u8; 300_000], vec![0u8; 300_000]);
+            let prepared = AtomicU64::new(0);
+            let prep = |d: &mut [u8]| {
+                prepared.fetch_add(d.len() as u64, Ordering::Relaxed);
+            };
+            let failed = |r: ReadFailure, j: usize| Error::new(Status::Io, format!("{j}: {r:?}"));
+            let mut dsts: Vec<&mut [u8]> = vec![&mut a, &mut b, &mut c];
+            let mut seen = Vec::new();
+            let mut sink = |d: u64, _t: u64| {
+                seen.push(d);
+                false
+            };
+            let prepare: [Option<Prepare<'_>>; 3] = [Some(&prep), None, Some(&prep)];
+            read_scatter(
+                f.as_raw_fd(),
+                &plan,
+                &mut dsts,
+                &prepare,
+                &t,
+                &mut Progress::new(Some(&mut sink), 900_000),
+                &failed,
+            )
+            .unwrap();
+            for &(src, j, d, n) in &pieces {
+                let got = [&a, &b, &c][j];
+                assert!(got[d as usize..(d + n) as usize] == want[src as usize..(src + n) as usize], "{j} at {d}");
+            }
+            assert_eq!(prepared.into_inner(), 600_000, "destinations 0 and 2, each byte once");
+            assert!(seen.windows(2).all(|w| w[0] <= w[1]));
+            // A tight bound keeps the destinations apart: 8000-byte pieces 8000 bytes apart are not merged.
+            let apart: Vec<ScatterPiece> = (0..40u64)
+                .flat_map(|r| [(r * 24_000, 0, r * 8000, 8000), (r * 24_000 + 16_000, 2, r * 8000, 8000)])
+                .collect();
+            let plan =
+                ScatterPlan::new(&apart, 3, &ReadPolicy { max_over_read: 1.0, ..ReadPolicy::default() }, &t).unwrap();
+            // (Only gaps that add no page merge: fewer than 80 reads, far less than the 960,000-byte span.)
+            assert!(plan.reads() > 30 && plan.bytes() < 700_000, "{} reads, {} bytes", plan.reads(), plan.bytes());
+            assert_eq!(plan.per_dst().iter().sum::<u64>(), plan.bytes());
+            assert_eq!(plan.per_dst()[1], 0);
+        }
+    }
+
+    /// A piece past the end of the file fails with its destination's index; a cancel stops the reads.
+    #[test]
+    fn scatter_fails_with_the_destination_and_cancels() {
+        let (_p, f, _) = file("scatter-short", 100_000);
+        let pieces: Vec<ScatterPiece> = vec![(0, 0, 0, 4096), (50_000, 1, 0, 4096), (99_000, 2, 0, 4096)];
+        let t = Tuning { threads: 2, chunk: 4096, ..Tuning::default() };
+        let plan = ScatterPlan::new(&pieces, 3, &ReadPolicy::default(), &t).unwrap();
+        let (mut a, mut b, mut c) = (vec![0u8; 4096], vec![0u8; 4096], vec![0u8; 4096]);
+        let failed = |r: ReadFailure, j: usize| Error::new(Status::Truncated, format!("destination {j}: {:?}", r.kind));
+        let mut dsts: Vec<&mut [u8]> = vec![&mut a, &mut b, &mut c];
+        let e =
+            read_scatter(f.as_raw_fd(), &plan, &mut dsts, &[], &t, &mut Progress::new(None, 0), &failed).unwrap_err();
+        assert_eq!(e.status(), Status::Truncated);
+        assert!(e.message().starts_with("destination 2: Eof { at: 100000 }"), "{}", e.message());
+        let pieces: Vec<ScatterPiece> = (0..20u64).map(|i| (i * 4096, 0, i * 4096, 4096)).collect();
+        let t = Tuning { threads: 1, chunk: 4096, ..Tuning::default() };
+        let plan = ScatterPlan::new(&pieces, 1, &ReadPolicy { max_read: 4096, ..ReadPolicy::default() }, &t).unwrap();
+        let mut big = vec![0u8; 20 * 4096];
+        let mut calls = 0;
+        let mut cancel = |_: u64, _: u64| {
+            calls += 1;
+            true
+        };
+        let mut dsts: Vec<&mut [u8]> = vec![&mut big];
+        let e = read_scatter(
+            f.as_raw_fd(),
+            &plan,
+            &mut dsts,
+            &[],
+            &t,
+            &mut Progress::new(Some(&mut cancel), 20 * 4096),
+            &failed,
+        );
+        assert_eq!(e.unwrap_err().status(), Status::Cancelled);
+        assert_eq!(calls, 1, "stopped at the first report");
+    }
 }
