@@ -360,47 +360,64 @@ impl ScatterPlan {
     }
 }
 
-/// A destination of [`read_scatter`]: raw parts, written only at the pieces' places, by one thread each.
-struct Dst {
-    ptr: *mut u8,
-    len: usize,
+/// A destination of [`read_scatter`].
+pub struct ScatterDst<'a> {
+    /// Where the plan's pieces for this destination go.
+    pub bytes: &'a mut [u8],
+    /// Run on each part of `bytes` just before it is filled, by the thread that fills it (populating fresh
+    /// pages); `None`: nothing.
+    pub prepare: Option<Prepare<'a>>,
+    /// Copies of the destination (replicas of a part): each receives the same bytes at the same places, from
+    /// the thread that read them while they are in its cache, prepared likewise. Each as long as `bytes`.
+    pub copies: Vec<(&'a mut [u8], Option<Prepare<'a>>)>,
 }
 
-/// The destinations as raw parts, shared by the reading threads.
-struct Dsts(Vec<Dst>);
+/// A place bytes go (a destination or one of its copies), as raw parts.
+struct Target<'a> {
+    ptr: *mut u8,
+    len: usize,
+    prepare: Option<Prepare<'a>>,
+}
 
-// SAFETY: each piece of a plan is a disjoint range of one destination and is written by the one thread that
-// claimed its task; the destinations are borrowed mutably by `read_scatter` for its whole duration.
-unsafe impl Sync for Dsts {}
+/// The targets of every destination, shared by the reading threads: destination `j` goes to
+/// `targets[of[j][0]]` (read into) and its copies `targets[of[j][1..]]`.
+struct Targets<'a> {
+    targets: Vec<Target<'a>>,
+    of: Vec<Vec<usize>>,
+}
 
-impl Dsts {
-    /// The bytes `[at, at + n)` of destination `j`.
+// SAFETY: each piece of a plan is a disjoint range of one destination (and of each of its copies) and is
+// written by the one thread that claimed its task; the destinations are borrowed mutably by `read_scatter`
+// for its whole duration. The prepare callbacks are `Sync`.
+unsafe impl Sync for Targets<'_> {}
+
+impl Targets<'_> {
+    /// The bytes `[at, at + n)` of target `k`.
     ///
     /// # Safety
     /// No other live slice may overlap them (the plan's pieces are disjoint; tasks are claimed once).
     #[allow(clippy::mut_from_ref)]
-    unsafe fn slice(&self, j: usize, at: u64, n: u64) -> &mut [u8] {
-        let d = &self.0[j];
+    unsafe fn slice(&self, k: usize, at: u64, n: u64) -> &mut [u8] {
+        let d = &self.targets[k];
         assert!(at + n <= d.len as u64, "a piece outside its destination");
-        // SAFETY: inside the destination (checked above), which outlives `read_scatter`; exclusive per the caller.
+        // SAFETY: inside the target (checked above), which outlives `read_scatter`; exclusive per the caller.
         unsafe { std::slice::from_raw_parts_mut(d.ptr.add(at as usize), n as usize) }
     }
 }
 
-/// Executes `plan` on `fd` into `dsts` (the slices the plan was made for, in its order): its tasks are claimed
-/// by [`Tuning::threads`] threads (the calling thread among them), each submitting its task's reads as one
-/// read set through [`read_many`] (io_uring or the pread pool, `tuning.queue_depth` in flight): so cold pages
-/// are read at the disk's depth and cached ones are copied by several threads at once. A read covering one
-/// piece goes straight to its place; a merged read goes through the thread's scratch and is scattered.
-/// `prepare[j]` (populating fresh pages), when set, runs on destination `j`, on the part a task fills, by the
-/// thread that fills it. The calling thread reports `done` = bytes placed to `progress` between
-/// its tasks and once at the end (rate-limited; no final report). The first failure wins and stops the
-/// others: `failed(failure, destination index)`; a cancel from `progress` stops them too.
+/// Executes `plan` on `fd` into `dsts` (the destinations the plan was made for, in its order): its tasks are
+/// claimed by [`Tuning::threads`] threads (the calling thread among them), each submitting its task's reads
+/// as one read set through [`read_many`] (io_uring or the pread pool, `tuning.queue_depth` shared among the
+/// threads): so cold pages are read at the disk's depth and cached ones are copied by several threads at
+/// once. A read covering one piece goes straight to its place; a merged read goes through the thread's
+/// scratch and is scattered. Each destination's copies get the same bytes from the same thread. The calling
+/// thread reports `done` = bytes placed (copies included) to `progress` between its tasks and once at the
+/// end (rate-limited; no final report). The first failure wins and stops the others:
+/// `failed(failure, destination index)`; a cancel from `progress` stops them too.
 pub fn read_scatter(
     fd: RawFd,
     plan: &ScatterPlan,
-    dsts: &mut [&mut [u8]],
-    prepare: &[Option<Prepare<'_>>],
+    dsts: &mut [ScatterDst<'_>],
     tuning: &Tuning,
     progress: &mut Progress<'_>,
     failed: &(dyn Fn(ReadFailure, usize) -> Error + Sync),
@@ -410,14 +427,23 @@ pub fn read_scatter(
     if ntasks == 0 {
         return Ok(());
     }
-    let prep = |j: usize| prepare.get(j).copied().flatten();
-    // Destinations filled out of order are prepared whole, first (no task could own a part of them).
+    assert_eq!(dsts.len(), plan.monotone.len(), "the destinations the plan was made for");
+    let mut raw = Targets { targets: Vec::new(), of: Vec::with_capacity(dsts.len()) };
     for (j, d) in dsts.iter_mut().enumerate() {
-        if let (Some(p), false) = (prep(j), plan.monotone[j]) {
-            p(d);
+        let mut of = Vec::with_capacity(1 + d.copies.len());
+        let len = d.bytes.len();
+        let main = (&mut *d.bytes, d.prepare);
+        for (bytes, prepare) in std::iter::once(main).chain(d.copies.iter_mut().map(|(b, p)| (&mut **b, *p))) {
+            assert_eq!(bytes.len(), len, "a copy as long as its destination");
+            // Destinations filled out of order are prepared whole, first (no task could own a part of them).
+            if let (Some(p), false) = (prepare, plan.monotone[j]) {
+                p(bytes);
+            }
+            of.push(raw.targets.len());
+            raw.targets.push(Target { ptr: bytes.as_mut_ptr(), len: bytes.len(), prepare });
         }
+        raw.of.push(of);
     }
-    let raw = Dsts(dsts.iter_mut().map(|d| Dst { ptr: d.as_mut_ptr(), len: d.len() }).collect());
     let threads = t.threads.max(1).min(ntasks);
     let depth = t.queue_depth.div_ceil(threads).max(1);
     let sub = Tuning { queue_depth: depth, ..t };
@@ -431,17 +457,21 @@ pub fn read_scatter(
     };
     let task = |k: usize, scratch: &mut Vec<u8>| -> Result<u64> {
         let reads = &plan.reads[plan.tasks[k]..plan.tasks[k + 1]];
-        // The part of each in-order destination to prepare that this task fills: its first to its last piece.
-        let mut span: Vec<Option<(u64, u64)>> = vec![None; raw.0.len()];
+        // The part of each in-order destination that this task fills (its first to its last piece), prepared
+        // in the destination and its copies.
+        let mut span: Vec<Option<(u64, u64)>> = vec![None; raw.of.len()];
         for &(_, j, d, n) in reads.iter().flat_map(|r| &r.pieces) {
-            if prep(j).is_some() && plan.monotone[j] {
+            if plan.monotone[j] {
                 span[j].get_or_insert((d, d + n)).1 = d + n;
             }
         }
         for (j, s) in span.iter().enumerate() {
-            if let (Some((lo, hi)), Some(p)) = (*s, prep(j)) {
-                // SAFETY: in an in-order destination, tasks (file order) fill increasing, disjoint spans.
-                p(unsafe { raw.slice(j, lo, hi - lo) });
+            let Some((lo, hi)) = *s else { continue };
+            for &k in &raw.of[j] {
+                if let Some(p) = raw.targets[k].prepare {
+                    // SAFETY: in an in-order destination, tasks (file order) fill increasing, disjoint spans.
+                    p(unsafe { raw.slice(k, lo, hi - lo) });
+                }
             }
         }
         let merged: usize = reads.iter().filter(|r| r.pieces.len() > 1).map(|r| (r.hi - r.lo) as usize).sum();
@@ -453,7 +483,7 @@ pub fn read_scatter(
         for r in reads {
             if let [(src, j, d, n)] = r.pieces[..] {
                 // SAFETY: the piece is this task's alone.
-                set.push(Read { fd, offset: src, dst: unsafe { raw.slice(j, d, n) } });
+                set.push(Read { fd, offset: src, dst: unsafe { raw.slice(raw.of[j][0], d, n) } });
                 owner.push(j);
             } else {
                 let (buf, after) = std::mem::take(&mut free).split_at_mut((r.hi - r.lo) as usize);
@@ -470,15 +500,22 @@ pub fn read_scatter(
         let mut placed = 0u64;
         let mut s = 0usize;
         for r in reads {
-            if r.pieces.len() == 1 {
-                placed += r.pieces[0].3;
+            if let [(_, j, d, n)] = r.pieces[..] {
+                let (main, copies) = raw.of[j].split_first().expect("a destination has a target");
+                for &k in copies {
+                    // SAFETY: the piece is this task's alone, in the destination and in each copy.
+                    unsafe { raw.slice(k, d, n) }.copy_from_slice(unsafe { raw.slice(*main, d, n) });
+                }
+                placed += n * raw.of[j].len() as u64;
                 continue;
             }
             for &(src, j, d, n) in &r.pieces {
                 let from = s + (src - r.lo) as usize;
-                // SAFETY: the piece is this task's alone.
-                unsafe { raw.slice(j, d, n) }.copy_from_slice(&scratch[from..from + n as usize]);
-                placed += n;
+                for &k in &raw.of[j] {
+                    // SAFETY: the piece is this task's alone.
+                    unsafe { raw.slice(k, d, n) }.copy_from_slice(&scratch[from..from + n as usize]);
+                    placed += n;
+                }
             }
             s += (r.hi - r.lo) as usize;
         }
@@ -661,33 +698,34 @@ mod tests {
             assert_eq!((plan.bytes(), plan.reads()), (rows * 3000, 1));
             assert_eq!(plan.per_dst(), [rows * 1000; 3]);
             let (mut a, mut b, mut c) = (vec![0u8; 300_000], vec![0u8; 300_000], vec![0u8; 300_000]);
+            let (mut a2, mut b2) = (vec![0u8; 300_000], vec![0u8; 300_000]);
             let prepared = AtomicU64::new(0);
             let prep = |d: &mut [u8]| {
                 prepared.fetch_add(d.len() as u64, Ordering::Relaxed);
             };
             let failed = |r: ReadFailure, j: usize| Error::new(Status::Io, format!("{j}: {r:?}"));
-            let mut dsts: Vec<&mut [u8]> = vec![&mut a, &mut b, &mut c];
             let mut seen = Vec::new();
             let mut sink = |d: u64, _t: u64| {
                 seen.push(d);
                 false
             };
-            let prepare: [Option<Prepare<'_>>; 3] = [Some(&prep), None, Some(&prep)];
-            read_scatter(
-                f.as_raw_fd(),
-                &plan,
-                &mut dsts,
-                &prepare,
-                &t,
-                &mut Progress::new(Some(&mut sink), 900_000),
-                &failed,
-            )
-            .unwrap();
-            for &(src, j, d, n) in &pieces {
-                let got = [&a, &b, &c][j];
-                assert!(got[d as usize..(d + n) as usize] == want[src as usize..(src + n) as usize], "{j} at {d}");
+            {
+                // Destination 0 with a copy (prepared), 1 with none, 2 (out of order, prepared) with a copy.
+                let mut dsts = vec![
+                    ScatterDst { bytes: &mut a, prepare: Some(&prep), copies: vec![(&mut a2, Some(&prep))] },
+                    ScatterDst { bytes: &mut b, prepare: None, copies: Vec::new() },
+                    ScatterDst { bytes: &mut c, prepare: Some(&prep), copies: vec![(&mut b2, None)] },
+                ];
+                let mut progress = Progress::new(Some(&mut sink), 1_500_000);
+                read_scatter(f.as_raw_fd(), &plan, &mut dsts, &t, &mut progress, &failed).unwrap();
             }
-            assert_eq!(prepared.into_inner(), 600_000, "destinations 0 and 2, each byte once");
+            for &(src, j, d, n) in &pieces {
+                let want = &want[src as usize..(src + n) as usize];
+                for got in [[&a, &a2], [&b, &b], [&c, &b2]][j] {
+                    assert!(got[d as usize..(d + n) as usize] == *want, "{j} at {d}");
+                }
+            }
+            assert_eq!(prepared.into_inner(), 900_000, "destinations 0 and 2 and the copy of 0, each byte once");
             assert!(seen.windows(2).all(|w| w[0] <= w[1]));
             // A tight bound keeps the destinations apart: 8000-byte pieces 8000 bytes apart are not merged.
             let apart: Vec<ScatterPiece> = (0..40u64)
@@ -711,9 +749,11 @@ mod tests {
         let plan = ScatterPlan::new(&pieces, 3, &ReadPolicy::default(), &t).unwrap();
         let (mut a, mut b, mut c) = (vec![0u8; 4096], vec![0u8; 4096], vec![0u8; 4096]);
         let failed = |r: ReadFailure, j: usize| Error::new(Status::Truncated, format!("destination {j}: {:?}", r.kind));
-        let mut dsts: Vec<&mut [u8]> = vec![&mut a, &mut b, &mut c];
-        let e =
-            read_scatter(f.as_raw_fd(), &plan, &mut dsts, &[], &t, &mut Progress::new(None, 0), &failed).unwrap_err();
+        let mut dsts: Vec<ScatterDst<'_>> = [&mut a, &mut b, &mut c]
+            .into_iter()
+            .map(|d| ScatterDst { bytes: d.as_mut_slice(), prepare: None, copies: Vec::new() })
+            .collect();
+        let e = read_scatter(f.as_raw_fd(), &plan, &mut dsts, &t, &mut Progress::new(None, 0), &failed).unwrap_err();
         assert_eq!(e.status(), Status::Truncated);
         assert!(e.message().starts_with("destination 2: Eof { at: 100000 }"), "{}", e.message());
         let pieces: Vec<ScatterPiece> = (0..20u64).map(|i| (i * 4096, 0, i * 4096, 4096)).collect();
@@ -725,12 +765,11 @@ mod tests {
             calls += 1;
             true
         };
-        let mut dsts: Vec<&mut [u8]> = vec![&mut big];
+        let mut dsts = vec![ScatterDst { bytes: &mut big, prepare: None, copies: Vec::new() }];
         let e = read_scatter(
             f.as_raw_fd(),
             &plan,
             &mut dsts,
-            &[],
             &t,
             &mut Progress::new(Some(&mut cancel), 20 * 4096),
             &failed,

@@ -29,7 +29,9 @@
 pub mod bulk;
 pub mod device;
 pub mod staging;
-pub use bulk::{fill_host, read_exact, read_pieces, read_scatter, read_vectored_exact, ScatterPiece, ScatterPlan};
+pub use bulk::{
+    fill_host, read_exact, read_pieces, read_scatter, read_vectored_exact, ScatterDst, ScatterPiece, ScatterPlan,
+};
 mod pool;
 #[cfg(target_os = "linux")]
 pub(crate) mod uring;

@@ -78,10 +78,21 @@ pub fn run(plan: &ShardPlan, opts: ShardOptions<'_>) -> Result<ShardLoad> {
         let to = from + plan.entries[from..].iter().take_while(|e| e.tensor == tensor).count();
         let entries = &plan.entries[from..to];
         let group = scatter_group(entries);
+        // Host copies of a part read in the group (another owned position along a replicated axis) are
+        // written by the thread that reads the part; copies to CUDA devices are made after, below.
+        let copies: Vec<(usize, usize)> = entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.device.kind != DeviceKind::CUDA)
+            .filter_map(|(k, e)| {
+                let j = e.copy_of?;
+                Some((k, group.iter().position(|&g| from + g == j)?))
+            })
+            .collect();
         if !group.is_empty() {
             progress.part(base);
-            let got = read_group(entries, &group, plan, &opts.tuning, &mut progress).map_err(named)?;
-            for (&k, loaded) in group.iter().zip(got) {
+            let got = read_group(entries, &group, &copies, plan, &opts.tuning, &mut progress).map_err(named)?;
+            for (k, loaded) in group.iter().copied().chain(copies.iter().map(|c| c.0)).zip(got) {
                 base += entries[k].nbytes();
                 shards[from + k] = Some(loaded);
             }
@@ -122,11 +133,13 @@ pub fn run(plan: &ShardPlan, opts: ShardOptions<'_>) -> Result<ShardLoad> {
 
 /// Reads the host parts `group` of one tensor (indices into `entries`, see [`scatter_group`]) into new
 /// buffers with one [`engine::read_scatter`]: the runs of all of them in file order, merged across
-/// neighbouring shards under the plan's policy, read by several threads at the queue depth. Returns the
-/// loaded shards in `group` order, each with its share of the bytes read.
+/// neighbouring shards under the plan's policy, read by several threads at the queue depth. `copies`: (entry,
+/// position in `group` of the part it copies), host copies filled from the same reads. Returns the loaded
+/// shards in `group` order, each with its share of the bytes read, then the copies (0 bytes read).
 fn read_group(
     entries: &[super::plan::ShardEntry],
     group: &[usize],
+    copies: &[(usize, usize)],
     plan: &ShardPlan,
     tuning: &Tuning,
     progress: &mut Progress<'_>,
@@ -134,24 +147,37 @@ fn read_group(
     let views: Vec<&TensorView> = group.iter().map(|&k| &entries[k].view).collect();
     let (file, _) = views[0].file_and_offset().expect("the group reads from a file");
     let sp = ScatterPlan::new(&scatter_pieces(&views), views.len(), &plan.policy, tuning)?;
-    let mut bufs: Vec<Buffer> = Vec::with_capacity(group.len());
-    for &k in group {
+    let alloc = |k: usize| {
         let (v, device) = (&entries[k].view, entries[k].device);
-        bufs.push(Buffer::alloc(v.name(), v.dtype(), v.shape(), v.nbytes(), device)?);
-    }
-    let mut dsts: Vec<&mut [u8]> =
-        bufs.iter_mut().map(|b| b.host_bytes_mut().expect("a host device's buffer is host memory")).collect();
-    let failed = |f: ReadFailure, j: usize| read_failure(views[j], file, f);
+        Buffer::alloc(v.name(), v.dtype(), v.shape(), v.nbytes(), device)
+    };
+    let mut bufs: Vec<Buffer> = group.iter().map(|&k| alloc(k)).collect::<Result<_>>()?;
+    let mut copy_bufs: Vec<Buffer> = copies.iter().map(|&(k, _)| alloc(k)).collect::<Result<_>>()?;
     // Fresh cpu pages are populated by the thread that fills them (pinned `cuda_host` memory already is).
     let populate: engine::bulk::Prepare<'_> = &crate::place::host::populate_write;
-    let prepare: Vec<Option<engine::bulk::Prepare<'_>>> =
-        group.iter().map(|&k| (entries[k].device.kind == DeviceKind::CPU).then_some(populate)).collect();
-    engine::read_scatter(file.as_raw_fd(), &sp, &mut dsts, &prepare, tuning, progress, &failed)?;
+    let prepare = |k: usize| (entries[k].device.kind == DeviceKind::CPU).then_some(populate);
+    const HOST: &str = "a host device's buffer is host memory";
+    let mut dsts: Vec<engine::ScatterDst<'_>> = group
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|(&k, b)| engine::ScatterDst {
+            bytes: b.host_bytes_mut().expect(HOST),
+            prepare: prepare(k),
+            copies: Vec::new(),
+        })
+        .collect();
+    for (&(k, g), b) in copies.iter().zip(copy_bufs.iter_mut()) {
+        dsts[g].copies.push((b.host_bytes_mut().expect(HOST), prepare(k)));
+    }
+    let failed = |f: ReadFailure, j: usize| read_failure(views[j], file, f);
+    engine::read_scatter(file.as_raw_fd(), &sp, &mut dsts, tuning, progress, &failed)?;
     drop(dsts);
+    let read = sp.per_dst().iter().copied().chain(copies.iter().map(|_| 0));
     Ok(bufs
-        .into_iter()
-        .zip(sp.per_dst())
-        .map(|(b, &read)| LoadedShard { buffer: Arc::new(Mutex::new(b)), bytes_read: read })
+        .drain(..)
+        .chain(copy_bufs.drain(..))
+        .zip(read)
+        .map(|(b, bytes_read)| LoadedShard { buffer: Arc::new(Mutex::new(b)), bytes_read })
         .collect())
 }
 
