@@ -475,11 +475,12 @@ pub fn read_scatter(
             }
         }
         let merged: usize = reads.iter().filter(|r| r.pieces.len() > 1).map(|r| (r.hi - r.lo) as usize).sum();
-        scratch.clear();
-        scratch.resize(merged, 0);
+        if scratch.len() < merged {
+            scratch.resize(merged, 0); // grown, never cleared: every byte used is read first
+        }
         let mut set: Vec<Read<'_>> = Vec::with_capacity(reads.len());
         let mut owner: Vec<usize> = Vec::with_capacity(reads.len());
-        let mut free: &mut [u8] = scratch;
+        let mut free: &mut [u8] = &mut scratch[..merged];
         for r in reads {
             if let [(src, j, d, n)] = r.pieces[..] {
                 // SAFETY: the piece is this task's alone.
