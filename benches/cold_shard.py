@@ -10,7 +10,9 @@ hostfirst package (benches/run.py's `shard` section sets PYTHONPATH and HOSTFIRS
 release build). The file: 20 f32 [1024, 10240] tensors (800 MiB, 40 KiB rows); on a 2x4 mesh (x, y) with
 P(None, "y") each device holds a [1024, 2560] column block (1024 runs of 10 KiB, 40 KiB apart) and the two
 devices of one y column hold the same block. One process owns all 8 devices, so it needs every byte of the
-file once. Per round, in one process, contenders alternating in order:
+file once. Every measurement runs in a fresh process (a load happens once per job: both contenders pay for
+fresh memory, and neither reuses what an earlier load freed), timed from after `import jax` and the mesh to
+the arrays ready. Per round, contenders alternating in order:
 
   cold  the page cache dropped (`sync; echo 1 > /proc/sys/vm/drop_caches`) before each contender; wall time
         to global jax.Arrays on every device (block_until_ready), and /proc/self/io read_bytes (bytes the
@@ -25,11 +27,10 @@ Ratios are hostfirst / peer within a round (lower is better); the report takes t
 """
 
 import argparse
-import gc
 import json
 import os
 import platform
-import statistics
+import subprocess
 import sys
 import time
 
@@ -53,12 +54,41 @@ def read_bytes():
     return 0
 
 
+def load_hostfirst(path, sharding, metas, hl):
+    """hostfirst: shard-on-read straight to global jax.Arrays."""
+    import jax
+    import hostfirst.jax
+
+    out = hostfirst.jax.load_file(path, shardings={"*": sharding})
+    jax.block_until_ready(list(out.values()))
+    return out
+
+
+def load_peer(path, sharding, metas, hl):
+    """The peer: numpy slicing of a memmap + jax.device_put per device, same sharding."""
+    import jax
+
+    mm = np.memmap(path, dtype=np.uint8, mode="r")
+    out = {}
+    for name, v in metas.items():
+        lo, hi = v["data_offsets"]
+        shape = tuple(v["shape"])
+        a = mm[8 + hl + lo:8 + hl + hi].view(np.float32).reshape(shape)
+        parts = [jax.device_put(a[idx], d) for d, idx in sharding.addressable_devices_indices_map(shape).items()]
+        out[name] = jax.make_array_from_single_device_arrays(shape, sharding, parts)
+    jax.block_until_ready(list(out.values()))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--data", default=os.path.join(bench.ROOT, "bench-out", "data"))
     ap.add_argument("--out", default=os.path.join(HERE, "results", "cold-shard.json"))
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--one", choices=("hostfirst", "peer"), help=argparse.SUPPRESS)  # a child's one load
+    ap.add_argument("--path", help=argparse.SUPPRESS)
+    ap.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     import jax
@@ -67,9 +97,9 @@ def main():
     import hostfirst
     import hostfirst.jax
 
-    os.makedirs(args.data, exist_ok=True)
-    path = os.path.join(args.data, f"shard-{TENSORS}x{ROWS}x{COLS}-f32.safetensors")
-    if not os.path.exists(path):
+    path = args.path or os.path.join(args.data, f"shard-{TENSORS}x{ROWS}x{COLS}-f32.safetensors")
+    if not args.one and not os.path.exists(path):
+        os.makedirs(args.data, exist_ok=True)
         bench.write_sharded(path, TENSORS, ROWS, COLS)
     devices = jax.devices()
     assert len(devices) >= 8, f"need 8 JAX devices, have {len(devices)} (XLA_FLAGS={os.environ['XLA_FLAGS']})"
@@ -85,40 +115,31 @@ def main():
         for idx in sharding.addressable_devices_indices_map(shape).values():
             device_bytes += int(np.prod([len(range(*s.indices(n))) for s, n in zip(idx, shape)])) * 4
 
-    def load_hostfirst():
-        out = hostfirst.jax.load_file(path, shardings={"*": sharding})
-        jax.block_until_ready(list(out.values()))
-        return out
+    if args.one:  # a child: one load, one JSON line
+        name = args.one
+        load = load_hostfirst if name == "hostfirst" else load_peer
+        io0, t = read_bytes(), time.perf_counter()
+        out = load(path, sharding, metas, hl)
+        dt = time.perf_counter() - t
+        if args.check:  # the two give the same arrays with the same sharding
+            other = (load_peer if name == "hostfirst" else load_hostfirst)(path, sharding, metas, hl)
+            for k in metas:
+                assert out[k].sharding == other[k].sharding, k
+                assert np.array_equal(np.asarray(out[k]), np.asarray(other[k])), k
+        print(json.dumps(dict(t_s=dt, read_bytes=read_bytes() - io0)))
+        return
 
-    def load_peer():
-        mm = np.memmap(path, dtype=np.uint8, mode="r")
-        out = {}
-        for name, v in metas.items():
-            lo, hi = v["data_offsets"]
-            shape = tuple(v["shape"])
-            a = mm[8 + hl + lo:8 + hl + hi].view(np.float32).reshape(shape)
-            parts = [jax.device_put(a[idx], d) for d, idx in sharding.addressable_devices_indices_map(shape).items()]
-            out[name] = jax.make_array_from_single_device_arrays(shape, sharding, parts)
-        jax.block_until_ready(list(out.values()))
-        return out
-
-    contenders = {"hostfirst": load_hostfirst, "peer": load_peer}
-
-    def timed(name, cold):
+    def timed(name, cold, check=False):
         if cold:
             drop_caches()
-        gc.collect()
-        io0, t = read_bytes(), time.perf_counter()
-        out = contenders[name]()
-        dt = time.perf_counter() - t
-        return out, dt, read_bytes() - io0
+        cmd = [sys.executable, os.path.abspath(__file__), "--one", name, "--path", path] + (["--check"] if check else [])
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            sys.exit(f"cold_shard.py: {name} failed: {p.stderr[-2000:]}")
+        rec = json.loads(p.stdout.strip().splitlines()[-1])
+        return rec["t_s"], rec["read_bytes"]
 
-    # Once, warm: the two give the same arrays with the same sharding.
-    a, b = load_hostfirst(), load_peer()
-    for k in metas:
-        assert a[k].sharding == b[k].sharding and np.array_equal(np.asarray(a[k]), np.asarray(b[k])), k
-    del a, b
-
+    timed("hostfirst", cold=False, check=True)
     fio_limits = [fio(path, 1), fio(path, 64)]
     print(f"fio: {fio_limits}", file=sys.stderr)
     rounds = []
@@ -126,12 +147,8 @@ def main():
         row = {}
         order = ("hostfirst", "peer") if r % 2 == 0 else ("peer", "hostfirst")
         for name in order:
-            out, dt, io = timed(name, cold=True)
-            row[f"cold_{name}_s"], row[f"cold_{name}_read_bytes"] = dt, io
-            del out
-            out, dt, _ = timed(name, cold=False)
-            row[f"warm_{name}_s"] = dt
-            del out
+            row[f"cold_{name}_s"], row[f"cold_{name}_read_bytes"] = timed(name, cold=True)
+            row[f"warm_{name}_s"], _ = timed(name, cold=False)
         row["cold_ratio"] = row["cold_hostfirst_s"] / row["cold_peer_s"]
         row["warm_ratio"] = row["warm_hostfirst_s"] / row["warm_peer_s"]
         row["read_ratio"] = row["cold_hostfirst_read_bytes"] / data_bytes
