@@ -360,6 +360,9 @@ impl ScatterPlan {
     }
 }
 
+/// The smallest read of [`read_scatter`] announced ahead to the kernel.
+const HINT_MIN: u64 = 256 << 10;
+
 /// A destination of [`read_scatter`].
 pub struct ScatterDst<'a> {
     /// Where the plan's pieces for this destination go.
@@ -522,6 +525,25 @@ pub fn read_scatter(
         }
         Ok(placed)
     };
+    // The large reads of the task the threads will claim next are announced to the kernel
+    // (`POSIX_FADV_WILLNEED`: it starts reading them and returns), so the disk works while every thread copies
+    // (a thread's own read set keeps the disk busy only while it waits). Small reads are left to the read sets:
+    // one hint costs about one read of cached pages. The kernel reads at most its I/O size per hint.
+    let hint = |k: usize| {
+        for r in &plan.reads[plan.tasks[k]..plan.tasks[k + 1]] {
+            if r.hi - r.lo >= HINT_MIN {
+                // SAFETY: advice only; `fd` is the caller's open descriptor. Failure changes nothing.
+                unsafe {
+                    libc::posix_fadvise(
+                        fd,
+                        r.lo as libc::off_t,
+                        (r.hi - r.lo) as libc::off_t,
+                        libc::POSIX_FADV_WILLNEED,
+                    )
+                };
+            }
+        }
+    };
     let worker = |after: &mut dyn FnMut() -> Result<()>| {
         let mut scratch = Vec::new();
         loop {
@@ -531,6 +553,9 @@ pub fn read_scatter(
             let k = next.fetch_add(1, Ordering::Relaxed);
             if k >= ntasks {
                 break;
+            }
+            if let Some(ahead) = (k + threads < ntasks).then_some(k + threads) {
+                hint(ahead);
             }
             match task(k, &mut scratch) {
                 Ok(n) => {
