@@ -352,6 +352,14 @@ def main(path):
 
     # ------------------------------------------------------------------ 8. shard-on-read
     shard_verdict = shard_section(w, recs)
+    cold_shard = os.path.join(HERE, "results", "cold-shard.json")
+    if os.path.exists(cold_shard):  # the section's JAX part (benches/cold_shard.py, its own JSON)
+        sys.path.insert(0, HERE)
+        import cold_shard as cold_shard_mod
+
+        doc = json.load(open(cold_shard))
+        w(cold_shard_mod.markdown(doc))
+        shard_verdict = shard_verdict + cold_shard_mod.verdicts(doc)
 
     # ------------------------------------------------------------------ 9. cold batches (its own script)
     cold = os.path.join(HERE, "results", "cold-gather.json")
@@ -373,7 +381,7 @@ def main(path):
         w("| GPU: H2D ≥ 0.92× pinned memcpy; ≥ 5× torch/JAX paths; anon RSS ≤ staging ring | not measured: no GPU run yet | **not measured** |")
     w("")
     if shard_verdict:
-        w("## Targets of issue 14 (shard-on-read)\n")
+        w("## Targets of issues 14 and 22 (shard-on-read)\n")
         w("| target | measured | verdict |\n|---|---|---|")
         for name, val, v in shard_verdict:
             w(f"| {name} | {val} | **{v}** |")
@@ -454,13 +462,14 @@ def shard_section(w, recs):
       "`ShardPlan` + `shard::run` (default read policy: merged reads span ≤ 1.25× the pages they need). "
       "Baseline *read-then-slice*: put every whole tensor on cpu, then copy the rank's part out in memory (what a "
       "loader without shard-on-read does). *Full load*: every tensor whole (`load-all`).\n")
-    w("**Bytes taken from the file** (cold): the file's pages are evicted first (sync + `posix_fadvise(DONTNEED)`, "
+    w("**Bytes taken from the file** (cold): the file's pages are evicted first (sync + `posix_fadvise(DONTNEED)`, and "
+      "as root `echo 1 > /proc/sys/vm/drop_caches`, "
       "residency checked ≤ 1 % with mincore), one process loads, then the resident pages are counted (mincore). "
       "`read_bytes` is the process's /proc/self/io counter (bytes it made the kernel fetch from storage); `bytes_read` is "
       "what hostfirst's preads asked for.\n")
     w("| split | loader | shard bytes | taken from the file (pages resident after) | taken ÷ shard | read_bytes ÷ shard "
-      "| preads ÷ shard | resident before | cold time |")
-    w("|---|---|---|---|---|---|---|---|---|")
+      "| preads ÷ shard | reads | resident before | cold time |")
+    w("|---|---|---|---|---|---|---|---|---|---|")
     verdict = []
     for dim in (0, 1):
         for impl, label in (("hostfirst-shard", "hostfirst shard-on-read"), ("read-then-slice", "read-then-slice")):
@@ -474,6 +483,7 @@ def shard_section(w, recs):
             t = [r["t_s"] for r in g]
             w(f"| dim {dim} | {label} | {sb / MiB:.0f} MiB | {med([r['taken_bytes'] for r in g]) / MiB:.1f} MiB | "
               f"**{med(taken):.3f}×** ({spread(taken, lambda x: f'{x:.3f}')}) | {med(io):.3f}× | {med(rd):.3f}× | "
+              f"{g[0].get('reads', '–') if impl == 'hostfirst-shard' else '–'} | "
               f"{max(r['resident_before'] for r in g) * 100:.2f} % | {med(t):.2f} s |")
             if impl == "hostfirst-shard":
                 bound = 1.25 if dim == 0 else 2.0

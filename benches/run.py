@@ -212,14 +212,19 @@ def write_sharded(path, tensors, rows, cols):
 
 
 def drop_cache(exe, path):
-    """Evicts the file from the page cache (sync, then posix_fadvise DONTNEED) and returns the resident fraction
-    left (mincore), which must be <= 1 % for a cold measurement."""
+    """Evicts the file from the page cache (sync, posix_fadvise DONTNEED, and as root the whole page cache:
+    `echo 1 > /proc/sys/vm/drop_caches`) and returns the resident fraction left (mincore), which must be <= 1 %
+    for a cold measurement."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+    if os.geteuid() == 0:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1\n")
     return resident(exe, path)
 
 
@@ -378,6 +383,15 @@ def main():
                 add(run1([exe, "load-all", shard_file]), rep=r, state="warm", resident=res, dim=dim, op="shard",
                     impl="full-load")
                 add(run1([exe, "read-then-slice", shard_file, "4", "1", str(dim)]), rep=r, state="warm", resident=res)
+        # Cold P(None, "y") on a 2x4 JAX mesh vs numpy memmap slicing + jax.device_put, fio beside (issue 22): its
+        # own script, in this Python (jax[cpu] is in the benchmarks' venv) with the checkout's package and release
+        # library; results/cold-shard.json, read by report.py.
+        subprocess.run(["cargo", "build", "--release", "--lib"], cwd=ROOT, check=True, capture_output=True)
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "bindings", "python"),
+                   HOSTFIRST_LIBRARY=os.path.join(ROOT, "target", "release", "libhostfirst.so"))
+        cmd = [sys.executable, os.path.join(HERE, "cold_shard.py"), "--data", data, "--reps", str(reps)]
+        if subprocess.run(cmd + (["--keep"] if keep else []), env=env).returncode != 0:
+            sys.stderr.write("FAILED: benches/cold_shard.py\n")
 
     # 9. cold training batches through the transfer engine, fio's limits, prefetch (issue 22): its own script, in
     # this Python with the checkout's package and release library; results/cold-gather.json, read by report.py.

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 # The Python peers (safetensors, numpy) and matplotlib live in a venv of the benchmarks' own, made once under
 # target/ and re-made when this list changes; the system Python is never pip-installed into (PEP 668).
 venv="target/bench-venv"
-want="numpy safetensors matplotlib"
+want="numpy safetensors matplotlib jax[cpu]"  # jax: the shard section's JAX peer (benches/cold_shard.py)
 if [ "$(cat "$venv/.installed" 2>/dev/null)" != "$want" ]; then
     echo "benches/run.sh: installing $want into $venv" >&2
     rm -rf "$venv"

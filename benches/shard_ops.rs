@@ -4,8 +4,8 @@
 //!   shard-load FILE WORLD RANK DIM
 //!       hostfirst: open + shard plan (a one-axis mesh of WORLD positions, every tensor split along DIM) for
 //!       position RANK on cpu + shard::run. Reports the time, the shard bytes, the file bytes the reads took
-//!       (counted at the pread level), the planned bytes and /proc/self/io read_bytes (bytes fetched from
-//!       storage by this process).
+//!       (counted at the pread level), the planned bytes and reads, and /proc/self/io read_bytes (bytes fetched
+//!       from storage by this process).
 //!   read-then-slice FILE WORLD RANK DIM
 //!       baseline: what a loader without shard-on-read does: put each whole tensor on cpu, then copy rank
 //!       RANK's part out of it (numpy-style slicing in memory).
@@ -44,11 +44,12 @@ pub fn op_shard_load(a: &[String]) -> String {
     let io = io_read_bytes() - io0;
     let runs: u64 = plan.entries.iter().map(|e| e.runs).sum();
     format!(
-        r#"{{"op":"shard","impl":"hostfirst-shard","file":"{path}","world":{world},"rank":{rank},"dim":{dim},"tensors":{},"runs":{runs},"shard_bytes":{},"bytes_read":{},"planned_read":{},"file_bytes":{},"io_read_bytes":{io},"t_plan_s":{t_plan:.9},"t_s":{t_all:.9}}}"#,
+        r#"{{"op":"shard","impl":"hostfirst-shard","file":"{path}","world":{world},"rank":{rank},"dim":{dim},"tensors":{},"runs":{runs},"shard_bytes":{},"bytes_read":{},"planned_read":{},"reads":{},"file_bytes":{},"io_read_bytes":{io},"t_plan_s":{t_plan:.9},"t_s":{t_all:.9}}}"#,
         plan.entries.len(),
         plan.shard_bytes(),
         load.bytes_read(),
         plan.planned_read(),
+        plan.files.iter().map(|f| f.reads).sum::<u64>(),
         file.data_bytes(),
     )
 }

@@ -253,6 +253,342 @@ pub fn read_vectored_exact(
     Ok(())
 }
 
+/// A piece of a scattered read: (file offset, destination index, offset in that destination, length).
+pub type ScatterPiece = (u64, usize, u64, u64);
+
+/// One read of a [`ScatterPlan`]: the file range `[lo, hi)` and the pieces it serves (one piece covering the
+/// whole range is read straight into its destination; several go through scratch, gaps dropped).
+#[derive(Clone, Debug)]
+struct ScatterRead {
+    lo: u64,
+    hi: u64,
+    pieces: Vec<ScatterPiece>,
+}
+
+/// The reads that fill several destinations from one file: pieces of every destination merged across
+/// destinations under a [`ReadPolicy`] (neighbouring shards of one tensor read together when the gaps between
+/// them stay within the over-read bound), long single pieces cut into reads of at most the policy's
+/// `max_read`, and the reads grouped into tasks of about [`Tuning::chunk`] bytes for [`read_scatter`].
+#[derive(Clone, Debug)]
+pub struct ScatterPlan {
+    reads: Vec<ScatterRead>,
+    /// Task boundaries: task `k` is `reads[tasks[k]..tasks[k + 1]]`.
+    tasks: Vec<usize>,
+    /// File bytes read on behalf of each destination (its pieces, and the gaps attributed to it).
+    per_dst: Vec<u64>,
+    /// Per destination, whether its pieces come in increasing destination order (then each task can prepare
+    /// the part it fills; otherwise the destination is prepared whole before any read).
+    monotone: Vec<bool>,
+}
+
+impl ScatterPlan {
+    /// Plans the reads of `pieces` (sorted by file offset, disjoint in their destinations) into `dsts`
+    /// destinations. A gap inside a merged read is counted for the destination that holds bytes on both sides
+    /// of it (the piece before it, if that destination has a piece after it; else the piece after it).
+    pub fn new(pieces: &[ScatterPiece], dsts: usize, policy: &ReadPolicy, tuning: &Tuning) -> Result<ScatterPlan> {
+        let chunk = tuning.resolved().chunk as u64;
+        let cut = policy.max_read.min(chunk).max(1);
+        let mut reads: Vec<ScatterRead> = Vec::new();
+        let mut per_dst = vec![0u64; dsts];
+        let mut last_d: Vec<Option<u64>> = vec![None; dsts];
+        let mut monotone = vec![true; dsts];
+        for &(_, j, d, _) in pieces {
+            if last_d[j].is_some_and(|l| d < l) {
+                monotone[j] = false;
+            }
+            last_d[j] = Some(d);
+        }
+        // The piece's index stands in for its destination offset: coalesce only looks at file offsets.
+        let indexed = pieces.iter().enumerate().map(|(i, &(src, _, _, n))| (src, i as u64, n));
+        coalesce(indexed, policy, |lo, hi, group| {
+            let group: Vec<ScatterPiece> = group.iter().map(|&(_, i, _)| pieces[i as usize]).collect();
+            for (k, p) in group.iter().enumerate() {
+                per_dst[p.1] += p.3;
+                if let Some(next) = group.get(k + 1) {
+                    let gap = next.0 - (p.0 + p.3);
+                    let to = if group[k + 1..].iter().any(|q| q.1 == p.1) { p.1 } else { next.1 };
+                    per_dst[to] += gap;
+                }
+            }
+            if group.len() == 1 && hi - lo > cut {
+                let (src, j, d, n) = group[0];
+                let mut at = 0;
+                while at < n {
+                    let len = cut.min(n - at);
+                    reads.push(ScatterRead {
+                        lo: src + at,
+                        hi: src + at + len,
+                        pieces: vec![(src + at, j, d + at, len)],
+                    });
+                    at += len;
+                }
+            } else {
+                reads.push(ScatterRead { lo, hi, pieces: group });
+            }
+            Ok(())
+        })?;
+        let mut tasks = vec![0usize];
+        let mut bytes = 0u64;
+        for (i, r) in reads.iter().enumerate() {
+            if bytes > 0 && bytes + (r.hi - r.lo) > chunk {
+                tasks.push(i);
+                bytes = 0;
+            }
+            bytes += r.hi - r.lo;
+        }
+        if reads.is_empty() {
+            tasks.clear();
+        } else {
+            tasks.push(reads.len());
+        }
+        Ok(ScatterPlan { reads, tasks, per_dst, monotone })
+    }
+
+    /// File bytes read for each destination (they sum to [`ScatterPlan::bytes`]).
+    pub fn per_dst(&self) -> &[u64] {
+        &self.per_dst
+    }
+
+    /// File bytes the plan reads.
+    pub fn bytes(&self) -> u64 {
+        self.reads.iter().map(|r| r.hi - r.lo).sum()
+    }
+
+    /// Reads in the plan (after merging and cutting).
+    pub fn reads(&self) -> usize {
+        self.reads.len()
+    }
+}
+
+/// The smallest read of [`read_scatter`] announced ahead to the kernel.
+const HINT_MIN: u64 = 256 << 10;
+
+/// A destination of [`read_scatter`].
+pub struct ScatterDst<'a> {
+    /// Where the plan's pieces for this destination go.
+    pub bytes: &'a mut [u8],
+    /// Run on each part of `bytes` just before it is filled, by the thread that fills it (populating fresh
+    /// pages); `None`: nothing.
+    pub prepare: Option<Prepare<'a>>,
+    /// Copies of the destination (replicas of a part): each receives the same bytes at the same places, from
+    /// the thread that read them while they are in its cache, prepared likewise. Each as long as `bytes`.
+    pub copies: Vec<(&'a mut [u8], Option<Prepare<'a>>)>,
+}
+
+/// A place bytes go (a destination or one of its copies), as raw parts.
+struct Target<'a> {
+    ptr: *mut u8,
+    len: usize,
+    prepare: Option<Prepare<'a>>,
+}
+
+/// The targets of every destination, shared by the reading threads: destination `j` goes to
+/// `targets[of[j][0]]` (read into) and its copies `targets[of[j][1..]]`.
+struct Targets<'a> {
+    targets: Vec<Target<'a>>,
+    of: Vec<Vec<usize>>,
+}
+
+// SAFETY: each piece of a plan is a disjoint range of one destination (and of each of its copies) and is
+// written by the one thread that claimed its task; the destinations are borrowed mutably by `read_scatter`
+// for its whole duration. The prepare callbacks are `Sync`.
+unsafe impl Sync for Targets<'_> {}
+
+impl Targets<'_> {
+    /// The bytes `[at, at + n)` of target `k`.
+    ///
+    /// # Safety
+    /// No other live slice may overlap them (the plan's pieces are disjoint; tasks are claimed once).
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice(&self, k: usize, at: u64, n: u64) -> &mut [u8] {
+        let d = &self.targets[k];
+        assert!(at + n <= d.len as u64, "a piece outside its destination");
+        // SAFETY: inside the target (checked above), which outlives `read_scatter`; exclusive per the caller.
+        unsafe { std::slice::from_raw_parts_mut(d.ptr.add(at as usize), n as usize) }
+    }
+}
+
+/// Executes `plan` on `fd` into `dsts` (the destinations the plan was made for, in its order): its tasks are
+/// claimed by [`Tuning::threads`] threads (the calling thread among them), each submitting its task's reads
+/// as one read set through [`read_many`] (io_uring or the pread pool, `tuning.queue_depth` shared among the
+/// threads): so cold pages are read at the disk's depth and cached ones are copied by several threads at
+/// once. A read covering one piece goes straight to its place; a merged read goes through the thread's
+/// scratch and is scattered. Each destination's copies get the same bytes from the same thread. The calling
+/// thread reports `done` = bytes placed (copies included) to `progress` between its tasks and once at the
+/// end (rate-limited; no final report). The first failure wins and stops the others:
+/// `failed(failure, destination index)`; a cancel from `progress` stops them too.
+pub fn read_scatter(
+    fd: RawFd,
+    plan: &ScatterPlan,
+    dsts: &mut [ScatterDst<'_>],
+    tuning: &Tuning,
+    progress: &mut Progress<'_>,
+    failed: &(dyn Fn(ReadFailure, usize) -> Error + Sync),
+) -> Result<()> {
+    let t = tuning.resolved();
+    let ntasks = plan.tasks.len().saturating_sub(1);
+    if ntasks == 0 {
+        return Ok(());
+    }
+    assert_eq!(dsts.len(), plan.monotone.len(), "the destinations the plan was made for");
+    let mut raw = Targets { targets: Vec::new(), of: Vec::with_capacity(dsts.len()) };
+    for (j, d) in dsts.iter_mut().enumerate() {
+        let mut of = Vec::with_capacity(1 + d.copies.len());
+        let len = d.bytes.len();
+        let main = (&mut *d.bytes, d.prepare);
+        for (bytes, prepare) in std::iter::once(main).chain(d.copies.iter_mut().map(|(b, p)| (&mut **b, *p))) {
+            assert_eq!(bytes.len(), len, "a copy as long as its destination");
+            // Destinations filled out of order are prepared whole, first (no task could own a part of them).
+            if let (Some(p), false) = (prepare, plan.monotone[j]) {
+                p(bytes);
+            }
+            of.push(raw.targets.len());
+            raw.targets.push(Target { ptr: bytes.as_mut_ptr(), len: bytes.len(), prepare });
+        }
+        raw.of.push(of);
+    }
+    let threads = t.threads.max(1).min(ntasks);
+    let depth = t.queue_depth.div_ceil(threads).max(1);
+    let sub = Tuning { queue_depth: depth, ..t };
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let first_error: Mutex<Option<Error>> = Mutex::new(None);
+    let fail = |e: Error| {
+        stop.store(true, Ordering::Relaxed);
+        first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+    };
+    let task = |k: usize, scratch: &mut Vec<u8>| -> Result<u64> {
+        let reads = &plan.reads[plan.tasks[k]..plan.tasks[k + 1]];
+        // The part of each in-order destination that this task fills (its first to its last piece), prepared
+        // in the destination and its copies.
+        let mut span: Vec<Option<(u64, u64)>> = vec![None; raw.of.len()];
+        for &(_, j, d, n) in reads.iter().flat_map(|r| &r.pieces) {
+            if plan.monotone[j] {
+                span[j].get_or_insert((d, d + n)).1 = d + n;
+            }
+        }
+        for (j, s) in span.iter().enumerate() {
+            let Some((lo, hi)) = *s else { continue };
+            for &k in &raw.of[j] {
+                if let Some(p) = raw.targets[k].prepare {
+                    // SAFETY: in an in-order destination, tasks (file order) fill increasing, disjoint spans.
+                    p(unsafe { raw.slice(k, lo, hi - lo) });
+                }
+            }
+        }
+        let merged: usize = reads.iter().filter(|r| r.pieces.len() > 1).map(|r| (r.hi - r.lo) as usize).sum();
+        if scratch.len() < merged {
+            scratch.resize(merged, 0); // grown, never cleared: every byte used is read first
+        }
+        let mut set: Vec<Read<'_>> = Vec::with_capacity(reads.len());
+        let mut owner: Vec<usize> = Vec::with_capacity(reads.len());
+        let mut free: &mut [u8] = &mut scratch[..merged];
+        for r in reads {
+            if let [(src, j, d, n)] = r.pieces[..] {
+                // SAFETY: the piece is this task's alone.
+                set.push(Read { fd, offset: src, dst: unsafe { raw.slice(raw.of[j][0], d, n) } });
+                owner.push(j);
+            } else {
+                let (buf, after) = std::mem::take(&mut free).split_at_mut((r.hi - r.lo) as usize);
+                set.push(Read { fd, offset: r.lo, dst: buf });
+                owner.push(r.pieces[0].1);
+                free = after;
+            }
+        }
+        read_many(&mut set, &sub).map_err(|f| {
+            let j = owner[f.index];
+            failed(f, j)
+        })?;
+        drop(set);
+        let mut placed = 0u64;
+        let mut s = 0usize;
+        for r in reads {
+            if let [(_, j, d, n)] = r.pieces[..] {
+                let (main, copies) = raw.of[j].split_first().expect("a destination has a target");
+                for &k in copies {
+                    // SAFETY: the piece is this task's alone, in the destination and in each copy.
+                    unsafe { raw.slice(k, d, n) }.copy_from_slice(unsafe { raw.slice(*main, d, n) });
+                }
+                placed += n * raw.of[j].len() as u64;
+                continue;
+            }
+            for &(src, j, d, n) in &r.pieces {
+                let from = s + (src - r.lo) as usize;
+                for &k in &raw.of[j] {
+                    // SAFETY: the piece is this task's alone.
+                    unsafe { raw.slice(k, d, n) }.copy_from_slice(&scratch[from..from + n as usize]);
+                    placed += n;
+                }
+            }
+            s += (r.hi - r.lo) as usize;
+        }
+        Ok(placed)
+    };
+    // The large reads of the task the threads will claim next are announced to the kernel
+    // (`POSIX_FADV_WILLNEED`: it starts reading them and returns), so the disk works while every thread copies
+    // (a thread's own read set keeps the disk busy only while it waits). Small reads are left to the read sets:
+    // one hint costs about one read of cached pages. The kernel reads at most its I/O size per hint.
+    let hint = |k: usize| {
+        for r in &plan.reads[plan.tasks[k]..plan.tasks[k + 1]] {
+            if r.hi - r.lo >= HINT_MIN {
+                // SAFETY: advice only; `fd` is the caller's open descriptor. Failure changes nothing.
+                unsafe {
+                    libc::posix_fadvise(
+                        fd,
+                        r.lo as libc::off_t,
+                        (r.hi - r.lo) as libc::off_t,
+                        libc::POSIX_FADV_WILLNEED,
+                    )
+                };
+            }
+        }
+    };
+    let worker = |after: &mut dyn FnMut() -> Result<()>| {
+        let mut scratch = Vec::new();
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let k = next.fetch_add(1, Ordering::Relaxed);
+            if k >= ntasks {
+                break;
+            }
+            if let Some(ahead) = (k + threads < ntasks).then_some(k + threads) {
+                hint(ahead);
+            }
+            match task(k, &mut scratch) {
+                Ok(n) => {
+                    done.fetch_add(n, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    fail(e);
+                    break;
+                }
+            }
+            if let Err(e) = after() {
+                fail(e);
+                break;
+            }
+        }
+    };
+    let mut report = || progress.at(done.load(Ordering::Relaxed));
+    if threads == 1 {
+        worker(&mut report);
+    } else {
+        std::thread::scope(|s| {
+            for _ in 1..threads {
+                s.spawn(|| worker(&mut || Ok(())));
+            }
+            worker(&mut report);
+        });
+    }
+    match first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(e),
+        None => report(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -366,5 +702,105 @@ mod tests {
             let e = fill_host(&mut big, &t, None, read, &mut Progress::new(None, 0)).unwrap_err();
             assert!(e.message().contains("Eof"), "{}", e.message());
         }
+    }
+
+    /// Three interleaved destinations (column shards of 3000-byte rows, and one filled backwards): every byte
+    /// in place on 1 and 3 threads, merged across destinations only within the bound, prepared once per
+    /// byte of the in-order destinations, bytes read attributed to the destinations and summing to the plan.
+    #[test]
+    fn scatter_fills_interleaved_destinations() {
+        let (_p, f, want) = file("scatter", 1 << 20);
+        let rows = 300u64;
+        let mut pieces: Vec<ScatterPiece> = Vec::new();
+        for r in 0..rows {
+            pieces.push((r * 3000, 0, r * 1000, 1000));
+            pieces.push((r * 3000 + 1000, 1, r * 1000, 1000));
+            pieces.push((r * 3000 + 2000, 2, (rows - 1 - r) * 1000, 1000)); // out of order
+        }
+        for threads in [1, 3] {
+            let t = Tuning { threads, chunk: 64 << 10, queue_depth: 8, ..Tuning::default() };
+            let plan = ScatterPlan::new(&pieces, 3, &ReadPolicy::default(), &t).unwrap();
+            // Adjacent pieces of three destinations: the whole range in max_read (1 MiB) reads.
+            assert_eq!((plan.bytes(), plan.reads()), (rows * 3000, 1));
+            assert_eq!(plan.per_dst(), [rows * 1000; 3]);
+            let (mut a, mut b, mut c) = (vec![0u8; 300_000], vec![0u8; 300_000], vec![0u8; 300_000]);
+            let (mut a2, mut b2) = (vec![0u8; 300_000], vec![0u8; 300_000]);
+            let prepared = AtomicU64::new(0);
+            let prep = |d: &mut [u8]| {
+                prepared.fetch_add(d.len() as u64, Ordering::Relaxed);
+            };
+            let failed = |r: ReadFailure, j: usize| Error::new(Status::Io, format!("{j}: {r:?}"));
+            let mut seen = Vec::new();
+            let mut sink = |d: u64, _t: u64| {
+                seen.push(d);
+                false
+            };
+            {
+                // Destination 0 with a copy (prepared), 1 with none, 2 (out of order, prepared) with a copy.
+                let mut dsts = vec![
+                    ScatterDst { bytes: &mut a, prepare: Some(&prep), copies: vec![(&mut a2, Some(&prep))] },
+                    ScatterDst { bytes: &mut b, prepare: None, copies: Vec::new() },
+                    ScatterDst { bytes: &mut c, prepare: Some(&prep), copies: vec![(&mut b2, None)] },
+                ];
+                let mut progress = Progress::new(Some(&mut sink), 1_500_000);
+                read_scatter(f.as_raw_fd(), &plan, &mut dsts, &t, &mut progress, &failed).unwrap();
+            }
+            for &(src, j, d, n) in &pieces {
+                let want = &want[src as usize..(src + n) as usize];
+                for got in [[&a, &a2], [&b, &b], [&c, &b2]][j] {
+                    assert!(got[d as usize..(d + n) as usize] == *want, "{j} at {d}");
+                }
+            }
+            assert_eq!(prepared.into_inner(), 900_000, "destinations 0 and 2 and the copy of 0, each byte once");
+            assert!(seen.windows(2).all(|w| w[0] <= w[1]));
+            // A tight bound keeps the destinations apart: 8000-byte pieces 8000 bytes apart are not merged.
+            let apart: Vec<ScatterPiece> = (0..40u64)
+                .flat_map(|r| [(r * 24_000, 0, r * 8000, 8000), (r * 24_000 + 16_000, 2, r * 8000, 8000)])
+                .collect();
+            let plan =
+                ScatterPlan::new(&apart, 3, &ReadPolicy { max_over_read: 1.0, ..ReadPolicy::default() }, &t).unwrap();
+            // (Only gaps that add no page merge: fewer than 80 reads, far less than the 960,000-byte span.)
+            assert!(plan.reads() > 30 && plan.bytes() < 700_000, "{} reads, {} bytes", plan.reads(), plan.bytes());
+            assert_eq!(plan.per_dst().iter().sum::<u64>(), plan.bytes());
+            assert_eq!(plan.per_dst()[1], 0);
+        }
+    }
+
+    /// A piece past the end of the file fails with its destination's index; a cancel stops the reads.
+    #[test]
+    fn scatter_fails_with_the_destination_and_cancels() {
+        let (_p, f, _) = file("scatter-short", 100_000);
+        let pieces: Vec<ScatterPiece> = vec![(0, 0, 0, 4096), (50_000, 1, 0, 4096), (99_000, 2, 0, 4096)];
+        let t = Tuning { threads: 2, chunk: 4096, ..Tuning::default() };
+        let plan = ScatterPlan::new(&pieces, 3, &ReadPolicy::default(), &t).unwrap();
+        let (mut a, mut b, mut c) = (vec![0u8; 4096], vec![0u8; 4096], vec![0u8; 4096]);
+        let failed = |r: ReadFailure, j: usize| Error::new(Status::Truncated, format!("destination {j}: {:?}", r.kind));
+        let mut dsts: Vec<ScatterDst<'_>> = [&mut a, &mut b, &mut c]
+            .into_iter()
+            .map(|d| ScatterDst { bytes: d.as_mut_slice(), prepare: None, copies: Vec::new() })
+            .collect();
+        let e = read_scatter(f.as_raw_fd(), &plan, &mut dsts, &t, &mut Progress::new(None, 0), &failed).unwrap_err();
+        assert_eq!(e.status(), Status::Truncated);
+        assert!(e.message().starts_with("destination 2: Eof { at: 100000 }"), "{}", e.message());
+        let pieces: Vec<ScatterPiece> = (0..20u64).map(|i| (i * 4096, 0, i * 4096, 4096)).collect();
+        let t = Tuning { threads: 1, chunk: 4096, ..Tuning::default() };
+        let plan = ScatterPlan::new(&pieces, 1, &ReadPolicy { max_read: 4096, ..ReadPolicy::default() }, &t).unwrap();
+        let mut big = vec![0u8; 20 * 4096];
+        let mut calls = 0;
+        let mut cancel = |_: u64, _: u64| {
+            calls += 1;
+            true
+        };
+        let mut dsts = vec![ScatterDst { bytes: &mut big, prepare: None, copies: Vec::new() }];
+        let e = read_scatter(
+            f.as_raw_fd(),
+            &plan,
+            &mut dsts,
+            &t,
+            &mut Progress::new(Some(&mut cancel), 20 * 4096),
+            &failed,
+        );
+        assert_eq!(e.unwrap_err().status(), Status::Cancelled);
+        assert_eq!(calls, 1, "stopped at the first report");
     }
 }

@@ -32,7 +32,9 @@
 pub mod bulk;
 pub mod device;
 pub mod staging;
-pub use bulk::{fill_host, read_exact, read_pieces, read_vectored_exact};
+pub use bulk::{
+    fill_host, read_exact, read_pieces, read_scatter, read_vectored_exact, ScatterDst, ScatterPiece, ScatterPlan,
+};
 mod pool;
 #[cfg(target_os = "linux")]
 pub(crate) mod uring;

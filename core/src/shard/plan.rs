@@ -4,7 +4,8 @@
 
 use super::mesh::Mesh;
 use super::rules::ShardRules;
-use crate::device::Device;
+use crate::device::{Device, DeviceKind};
+use crate::engine::{ScatterPiece, ScatterPlan, Tuning};
 use crate::error::{Error, Result, Status};
 use crate::file::layout::coalesce;
 use crate::file::{ReadPolicy, TensorFile, TensorView};
@@ -69,6 +70,9 @@ pub struct FileSummary {
     pub needed: u64,
     /// Bytes the coalesced reads take from it.
     pub planned_read: u64,
+    /// Reads issued on it (merged runs; with the default [`Tuning`], which cuts runs longer than the
+    /// policy's `max_read`).
+    pub reads: u64,
 }
 
 /// A shard-on-read plan.
@@ -88,20 +92,48 @@ pub struct ShardPlan {
     pub policy: ReadPolicy,
 }
 
-/// The runs of `view` and the file bytes its coalesced reads take under `policy` (the packed bytes for a
-/// memory buffer, which is copied piece by piece).
-pub fn read_cost(view: &TensorView, policy: &ReadPolicy) -> (u64, u64) {
-    let Some(runs) = view.runs() else { return (0, 0) };
+/// The runs of `view`, the file bytes its coalesced reads take under `policy` (the packed bytes for a memory
+/// buffer, which is copied piece by piece), and how many reads (or copies) that is.
+pub fn read_cost(view: &TensorView, policy: &ReadPolicy) -> (u64, u64, u64) {
+    let Some(runs) = view.runs() else { return (0, 0, 0) };
     if view.path().is_none() || runs.outer.is_empty() {
-        return (runs.count(), runs.nbytes());
+        return (runs.count(), runs.nbytes(), runs.count());
     }
-    let mut bytes = 0u64;
+    let (mut bytes, mut reads) = (0u64, 0u64);
     coalesce(runs.pieces(0, runs.nbytes()), policy, |lo, hi, _| {
         bytes += hi - lo;
+        reads += 1;
         Ok(())
     })
     .expect("counting cannot fail");
-    (runs.count(), bytes)
+    (runs.count(), bytes, reads)
+}
+
+/// The entries (indices into `entries`, all parts of one tensor) read together through
+/// [`crate::engine::read_scatter`]: those read from a file (not copies of another part) into host memory (`cpu`,
+/// `cuda_host`). A part on a CUDA device goes through the staging ring alone; a memory buffer is copied.
+pub(crate) fn scatter_group(entries: &[ShardEntry]) -> Vec<usize> {
+    (0..entries.len())
+        .filter(|&k| {
+            let e = &entries[k];
+            e.copy_of.is_none()
+                && e.device.kind != DeviceKind::CUDA
+                && e.nbytes() > 0
+                && e.view.file_and_offset().is_some()
+        })
+        .collect()
+}
+
+/// The pieces of `views` (parts of one tensor, each the destination of its index), sorted by file offset.
+pub(crate) fn scatter_pieces(views: &[&TensorView]) -> Vec<ScatterPiece> {
+    let mut pieces: Vec<ScatterPiece> = Vec::new();
+    for (j, v) in views.iter().enumerate() {
+        let (Some(runs), Some((_, first))) = (v.runs(), v.file_and_offset()) else { continue };
+        let data_start = first - runs.start;
+        pieces.extend(runs.pieces(0, runs.nbytes()).map(|(src, d, n)| (data_start + src, j, d, n)));
+    }
+    pieces.sort_unstable_by_key(|p| p.0);
+    pieces
 }
 
 impl ShardPlan {
@@ -138,6 +170,8 @@ impl ShardPlan {
             }
             let what = format!("{}: tensor '{}'", whole.file_display(), whole.name());
             let mut first: HashMap<Vec<(u64, u64)>, usize> = HashMap::new();
+            let from = entries.len();
+            let mut own_reads: Vec<u64> = Vec::new(); // per entry, its reads if it is read alone
             for (o, c) in owned.iter().zip(&coords) {
                 let ranges = match found {
                     Some((ri, r)) => r
@@ -155,10 +189,11 @@ impl ShardPlan {
                     }
                 }
                 let copy_of = first.get(&ranges).copied();
-                let (runs, planned_read) = match copy_of {
-                    Some(_) => (view.runs().map_or(0, |r| r.count()), 0),
+                let (runs, planned_read, reads) = match copy_of {
+                    Some(_) => (view.runs().map_or(0, |r| r.count()), 0, 0),
                     None => read_cost(&view, &policy),
                 };
+                own_reads.push(reads);
                 if copy_of.is_none() {
                     first.insert(ranges.clone(), entries.len());
                     let f = match files.iter().position(|f| f.file == view.file_display()) {
@@ -168,12 +203,12 @@ impl ShardPlan {
                                 file: view.file_display().to_string(),
                                 needed: 0,
                                 planned_read: 0,
+                                reads: 0,
                             });
                             files.last_mut().expect("just pushed")
                         }
                     };
                     f.needed += view.nbytes();
-                    f.planned_read += planned_read;
                 }
                 DeviceSummary::add(&mut devices, o.device, view.name(), view.nbytes())?;
                 entries.push(ShardEntry {
@@ -187,6 +222,23 @@ impl ShardPlan {
                     planned_read,
                     copy_of,
                 });
+            }
+            // The host parts of this tensor read from its file are read together: their runs merged across
+            // neighbouring shards (see `scatter_group`); what each costs is its share of those reads.
+            let group = scatter_group(&entries[from..]);
+            let mut reads: u64 =
+                own_reads.iter().enumerate().filter(|(k, _)| !group.contains(k)).map(|(_, &r)| r).sum();
+            if !group.is_empty() {
+                let views: Vec<&TensorView> = group.iter().map(|&k| &entries[from + k].view).collect();
+                let sp = ScatterPlan::new(&scatter_pieces(&views), views.len(), &policy, &Tuning::default())?;
+                for (&k, &bytes) in group.iter().zip(sp.per_dst()) {
+                    entries[from + k].planned_read = bytes;
+                }
+                reads += sp.reads() as u64;
+            }
+            if let Some(f) = files.iter_mut().find(|f| f.file == whole.file_display()) {
+                f.planned_read += entries[from..].iter().map(|e| e.planned_read).sum::<u64>();
+                f.reads += reads;
             }
         }
         for d in &mut devices {

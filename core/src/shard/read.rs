@@ -1,12 +1,14 @@
 //! Running a shard plan: every device fit-checked first, then one contiguous buffer per shard, filled through
-//! the transfer engine from the shard's runs only: a strided shard's coalesced runs as read sets
-//! ([`engine::read_pieces`]), a contiguous one in parallel pieces ([`engine::fill_host`]), a CUDA shard
-//! through the pinned staging ring.
+//! the transfer engine from the shards' runs only. The host parts of one tensor are read together
+//! ([`engine::read_scatter`]): the runs of every part in file order, merged across neighbouring shards this
+//! process owns while the policy's over-read bound holds (the four column shards of a row are one read),
+//! read by several threads, each with a read set at the queue depth. A CUDA part goes through the pinned
+//! staging ring; a part of a memory buffer is copied in parallel pieces ([`engine::fill_host`]).
 
-use super::plan::ShardPlan;
+use super::plan::{scatter_group, scatter_pieces, ShardPlan};
 use crate::device::DeviceKind;
 use crate::engine::staging::{ring_config, transfer};
-use crate::engine::{self, Progress, ReadFailure, Tuning};
+use crate::engine::{self, Progress, ReadFailure, ScatterPlan, Tuning};
 use crate::error::{Error, Result, Status};
 use crate::file::TensorView;
 use crate::place::buffer::{Buffer, Memory};
@@ -67,33 +69,120 @@ pub fn run(plan: &ShardPlan, opts: ShardOptions<'_>) -> Result<ShardLoad> {
         }
     }
     let mut progress = Progress::new(opts.progress, total);
-    let mut shards: Vec<LoadedShard> = Vec::with_capacity(plan.entries.len());
+    let mut shards: Vec<Option<LoadedShard>> = vec![None; plan.entries.len()];
     let mut base = 0u64;
-    for e in &plan.entries {
-        progress.part(base);
-        let loaded = match e.copy_of {
-            Some(j) => {
-                let src = shards[j].buffer.lock().unwrap_or_else(|p| p.into_inner());
-                LoadedShard { buffer: Arc::new(Mutex::new(buffer_to(&src, Target::Device(e.device))?)), bytes_read: 0 }
+    let mut from = 0usize;
+    while from < plan.entries.len() {
+        // The entries of one tensor: its host parts read from the file together, then the others in order.
+        let tensor = plan.entries[from].tensor;
+        let to = from + plan.entries[from..].iter().take_while(|e| e.tensor == tensor).count();
+        let entries = &plan.entries[from..to];
+        let group = scatter_group(entries);
+        // Host copies of a part read in the group (another owned position along a replicated axis) are
+        // written by the thread that reads the part; copies to CUDA devices are made after, below.
+        let copies: Vec<(usize, usize)> = entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.device.kind != DeviceKind::CUDA)
+            .filter_map(|(k, e)| {
+                let j = e.copy_of?;
+                Some((k, group.iter().position(|&g| from + g == j)?))
+            })
+            .collect();
+        if !group.is_empty() {
+            progress.part(base);
+            let got = read_group(entries, &group, &copies, plan, &opts.tuning, &mut progress).map_err(named)?;
+            for (k, loaded) in group.iter().copied().chain(copies.iter().map(|c| c.0)).zip(got) {
+                base += entries[k].nbytes();
+                shards[from + k] = Some(loaded);
             }
-            None => {
-                let view = &e.view;
-                let mut buf = Buffer::alloc(view.name(), view.dtype(), view.shape(), view.nbytes(), e.device)?;
-                let fresh_cpu = e.device.kind == DeviceKind::CPU;
-                let read = read_shard(view, &mut buf, fresh_cpu, plan, &opts.tuning, &mut progress).map_err(named)?;
-                LoadedShard { buffer: Arc::new(Mutex::new(buf)), bytes_read: read }
+            progress.part(base);
+            progress.at(0).map_err(named)?;
+        }
+        for (k, e) in entries.iter().enumerate() {
+            if shards[from + k].is_some() {
+                continue;
             }
-        };
-        shards.push(loaded);
-        base += e.nbytes();
-        progress.part(base);
-        progress.at(0).map_err(named)?;
+            progress.part(base);
+            let loaded = match e.copy_of {
+                Some(j) => {
+                    let src = shards[j].as_ref().expect("a copy's source comes first").buffer.lock();
+                    let src = src.unwrap_or_else(|p| p.into_inner());
+                    let copy = buffer_to(&src, Target::Device(e.device))?;
+                    LoadedShard { buffer: Arc::new(Mutex::new(copy)), bytes_read: 0 }
+                }
+                None => {
+                    let view = &e.view;
+                    let mut buf = Buffer::alloc(view.name(), view.dtype(), view.shape(), view.nbytes(), e.device)?;
+                    let fresh_cpu = e.device.kind == DeviceKind::CPU;
+                    let read =
+                        read_shard(view, &mut buf, fresh_cpu, plan, &opts.tuning, &mut progress).map_err(named)?;
+                    LoadedShard { buffer: Arc::new(Mutex::new(buf)), bytes_read: read }
+                }
+            };
+            shards[from + k] = Some(loaded);
+            base += e.nbytes();
+            progress.part(base);
+            progress.at(0).map_err(named)?;
+        }
+        from = to;
     }
     progress.finish().map_err(named)?;
-    Ok(ShardLoad { shards })
+    Ok(ShardLoad { shards: shards.into_iter().map(|s| s.expect("every entry loaded")).collect() })
 }
 
-/// Reads one shard into its new buffer; returns the file bytes read.
+/// Reads the host parts `group` of one tensor (indices into `entries`, see [`scatter_group`]) into new
+/// buffers with one [`engine::read_scatter`]: the runs of all of them in file order, merged across
+/// neighbouring shards under the plan's policy, read by several threads at the queue depth. `copies`: (entry,
+/// position in `group` of the part it copies), host copies filled from the same reads. Returns the loaded
+/// shards in `group` order, each with its share of the bytes read, then the copies (0 bytes read).
+fn read_group(
+    entries: &[super::plan::ShardEntry],
+    group: &[usize],
+    copies: &[(usize, usize)],
+    plan: &ShardPlan,
+    tuning: &Tuning,
+    progress: &mut Progress<'_>,
+) -> Result<Vec<LoadedShard>> {
+    let views: Vec<&TensorView> = group.iter().map(|&k| &entries[k].view).collect();
+    let (file, _) = views[0].file_and_offset().expect("the group reads from a file");
+    let sp = ScatterPlan::new(&scatter_pieces(&views), views.len(), &plan.policy, tuning)?;
+    let alloc = |k: usize| {
+        let (v, device) = (&entries[k].view, entries[k].device);
+        Buffer::alloc(v.name(), v.dtype(), v.shape(), v.nbytes(), device)
+    };
+    let mut bufs: Vec<Buffer> = group.iter().map(|&k| alloc(k)).collect::<Result<_>>()?;
+    let mut copy_bufs: Vec<Buffer> = copies.iter().map(|&(k, _)| alloc(k)).collect::<Result<_>>()?;
+    // Fresh cpu pages are populated by the thread that fills them (pinned `cuda_host` memory already is).
+    let populate: engine::bulk::Prepare<'_> = &crate::place::host::populate_write;
+    let prepare = |k: usize| (entries[k].device.kind == DeviceKind::CPU).then_some(populate);
+    const HOST: &str = "a host device's buffer is host memory";
+    let mut dsts: Vec<engine::ScatterDst<'_>> = group
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|(&k, b)| engine::ScatterDst {
+            bytes: b.host_bytes_mut().expect(HOST),
+            prepare: prepare(k),
+            copies: Vec::new(),
+        })
+        .collect();
+    for (&(k, g), b) in copies.iter().zip(copy_bufs.iter_mut()) {
+        dsts[g].copies.push((b.host_bytes_mut().expect(HOST), prepare(k)));
+    }
+    let failed = |f: ReadFailure, j: usize| read_failure(views[j], file, f);
+    engine::read_scatter(file.as_raw_fd(), &sp, &mut dsts, tuning, progress, &failed)?;
+    drop(dsts);
+    let read = sp.per_dst().iter().copied().chain(copies.iter().map(|_| 0));
+    Ok(bufs
+        .drain(..)
+        .chain(copy_bufs.drain(..))
+        .zip(read)
+        .map(|(b, bytes_read)| LoadedShard { buffer: Arc::new(Mutex::new(b)), bytes_read })
+        .collect())
+}
+
+/// Reads one shard that is not part of a scatter group (a CUDA part through the staging ring, a part of a
+/// memory buffer in parallel pieces) into its new buffer; returns the file bytes read.
 fn read_shard(
     view: &TensorView,
     buf: &mut Buffer,
@@ -118,24 +207,9 @@ fn read_shard(
             let dst = buf.host_bytes_mut().expect("host memory");
             let prepare: Option<engine::bulk::Prepare<'_>> =
                 if fresh_cpu { Some(&crate::place::host::populate_write) } else { None };
-            let runs = view.runs();
-            match (view.file_and_offset(), runs) {
-                // A strided shard of a file: its runs merged under the policy, submitted as read sets.
-                (Some((file, first)), Some(runs)) if !view.is_contiguous() => {
-                    if let Some(p) = prepare {
-                        p(dst);
-                    }
-                    let data_start = first - runs.start;
-                    let pieces = runs.pieces(0, runs.nbytes()).map(|(src, d, n)| (data_start + src, d, n));
-                    let failed = |f: ReadFailure| read_failure(view, file, f);
-                    engine::read_pieces(file.as_raw_fd(), pieces, dst, &policy, tuning, progress, &failed)
-                }
-                // Contiguous (or a memory buffer): parallel pieces.
-                _ => {
-                    engine::fill_host(dst, tuning, prepare, reader, progress)?;
-                    Ok(read.into_inner())
-                }
-            }
+            // A memory buffer (file-backed host parts are read by `read_group`): parallel pieces.
+            engine::fill_host(dst, tuning, prepare, reader, progress)?;
+            Ok(read.into_inner())
         }
     }
 }
