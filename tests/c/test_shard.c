@@ -173,7 +173,7 @@ int main(int argc, char **argv) {
     hostfirst_device devs[8];
     for (int i = 0; i < 8; i++) owned[i] = (uint64_t)(7 - i), devs[i] = cpu;
     hostfirst_shard_options opts;
-    CHECK_OK(hostfirst_shard_options_init(&opts));
+    CHECK_OK(hostfirst_shard_options_init(&opts, sizeof opts));
     CHECK(opts.struct_size == sizeof opts && opts.max_over_read == 0.0);
     opts.threads = 2;
     hostfirst_shard_plan *plan = NULL;
