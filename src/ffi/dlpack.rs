@@ -379,7 +379,10 @@ mod tests {
         assert_eq!(o.struct_size, size_of::<hostfirst_dlpack_options>());
         assert_eq!(o.max_version, DlpackVersion { major: 1, minor: 1 });
         assert_eq!((o.has_stream, o.has_dl_device, o.copy), (0, 0, CopyPolicy::IfNeeded as u32));
-        assert_eq!(hostfirst_dlpack_options_init(std::ptr::null_mut(), size_of::<hostfirst_dlpack_options>()), Status::NullArgument);
+        assert_eq!(
+            hostfirst_dlpack_options_init(std::ptr::null_mut(), size_of::<hostfirst_dlpack_options>()),
+            Status::NullArgument
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Whole-file loads, a plan applied to its file: `hostfirst_load_*`. ("Load" means only this: opening and
 //! validating files is `hostfirst_file_*`.)
 
-use super::args::{c_str, init_options, options_struct, opt_out, out_ptr, read_options};
+use super::args::{c_str, init_options, opt_out, options_struct, out_ptr, read_options};
 use super::buffer::hostfirst_buffer;
 use super::file::hostfirst_file;
 use super::handle::{self, Handle};

@@ -33,8 +33,9 @@ pub type hostfirst_progress_fn = Option<unsafe extern "C" fn(done: u64, total: u
 /// Options of `hostfirst_put` and `hostfirst_put_start`. Fill it with `hostfirst_put_options_init` (or
 /// zero-initialise and set `struct_size = sizeof(hostfirst_put_options)`), then set what you need; zero fields
 /// mean the defaults; a NULL options pointer means all defaults. The way to make one:
-/// `hostfirst_put_options opts; hostfirst_put_options_init(&opts, sizeof opts); opts.threads = 4;`. A smaller `struct_size` from an older header (at least the first version's) is accepted: fields past it
-/// take their defaults.
+/// `hostfirst_put_options opts; hostfirst_put_options_init(&opts, sizeof opts); opts.threads = 4;`. A smaller
+/// `struct_size` from an older header (at least the first version's) is accepted: fields past it take their
+/// defaults.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct hostfirst_put_options {

@@ -1,7 +1,7 @@
 //! Shard-on-read: meshes, sharding rules, shard plans and their runs (`hostfirst_shard_*`).
 
-use super::args::{c_str, init_options, options_struct, opt_out, out_ptr, out_struct, out_struct_size, read_options};
 use super::args::write_out_struct;
+use super::args::{c_str, init_options, opt_out, options_struct, out_ptr, out_struct, out_struct_size, read_options};
 use super::buffer::hostfirst_buffer;
 use super::device::hostfirst_device;
 use super::file::hostfirst_file;
@@ -229,7 +229,10 @@ pub extern "C" fn hostfirst_shard_options_init(out: *mut hostfirst_shard_options
 /// `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's first version (the message names both
 /// sizes). Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_shard_run_options_init(out: *mut hostfirst_shard_run_options, struct_size: usize) -> Status {
+pub extern "C" fn hostfirst_shard_run_options_init(
+    out: *mut hostfirst_shard_run_options,
+    struct_size: usize,
+) -> Status {
     hostfirst_boundary!("hostfirst_shard_run_options_init", {
         init_options(out, struct_size, hostfirst_shard_run_options::default())
     })

@@ -132,8 +132,7 @@ fn pointee(ty: &str) -> Option<(String, bool)> {
 #[test]
 fn no_ex_twins() {
     let api = api();
-    let bad: Vec<&String> =
-        api.functions.keys().filter(|n| n.ends_with("_ex") || n.contains("_ex_")).collect();
+    let bad: Vec<&String> = api.functions.keys().filter(|n| n.ends_with("_ex") || n.contains("_ex_")).collect();
     assert!(
         bad.is_empty(),
         "functions with an `_ex` twin: {bad:?}. One function per operation: fold the options into the one function \
