@@ -70,7 +70,7 @@ int cmd_load(int argc, char **argv) {
     prog.last = prog.start;
     hostfirst_load *load = NULL;
     hostfirst_load_options lo;
-    hostfirst_load_options_init(&lo);
+    hostfirst_load_options_init(&lo, sizeof lo);
     lo.progress = on_progress;
     lo.user = &prog;
     hostfirst_status st = hostfirst_load_run(a.file, a.plan, &lo, &load);

@@ -128,7 +128,7 @@ int cmd_put(int argc, char **argv) {
     uint64_t nbytes = vi.nbytes;
 
     hostfirst_put_options opts;
-    hostfirst_put_options_init(&opts);
+    hostfirst_put_options_init(&opts, sizeof opts);
     if (isatty(2)) opts.progress = bar;
     opts.resident = resident;
     opts.copy_on_write = cow;

@@ -189,7 +189,7 @@ int cmd_shard(int argc, char **argv) {
         refused = args.strict;
         report_unmatched(f, path, i, rules_text[i], args.strict);
     }
-    if (st == HOSTFIRST_STATUS_OK && !refused) st = hostfirst_shard_run(plan, NULL, NULL, &res);
+    if (st == HOSTFIRST_STATUS_OK && !refused) st = hostfirst_shard_run(plan, NULL, &res);
 
     char *text = NULL;
     size_t text_len = 0;

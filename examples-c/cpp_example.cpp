@@ -66,7 +66,7 @@ int main(int argc, char **argv) {
             hostfirst::gather gather(target, tensor.dtype(), 4, 8);
             uint64_t seed = 1234;
             std::vector<uint64_t> offsets = hostfirst::random_offsets(seed, shape[0], 8, 4);
-            hostfirst::buffer batch = gather.run_batch(tensor, offsets);  // not rewritten while `batch` lives
+            hostfirst::buffer batch = gather.run(tensor, offsets);        // not rewritten while `batch` lives
             std::printf("batch [4, 8] on %s; row 0 from offset %llu:", batch.device().spec().c_str(),
                         static_cast<unsigned long long>(offsets[0]));
             if (tensor.dtype() == HOSTFIRST_DTYPE_U16) {

@@ -181,7 +181,7 @@ int main(int argc, char **argv) {
     hostfirst_shard_plan *plan = NULL;
     TRY(hostfirst_shard_plan_make(file, rules, &position, &dev, 1, NULL, &plan));
     hostfirst_shard_result *res = NULL;
-    TRY(hostfirst_shard_run(plan, NULL, NULL, &res));
+    TRY(hostfirst_shard_run(plan, NULL, &res));
 
     /* Checksum of every shard (one per tensor: this rank owns one position). */
     size_t n = 0;

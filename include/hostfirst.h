@@ -30,8 +30,12 @@
  *   field it had then; for this version, every field) is accepted, the fields that fit are written, nothing
  *   past struct_size is touched, and struct_size is set to the number of bytes written. A smaller struct_size
  *   gives HOSTFIRST_STATUS_INVALID_ARGUMENT. Options structs (hostfirst_*_options) each have an
- *   hostfirst_*_options_init() that sets struct_size and the defaults; a NULL options pointer means the
- *   defaults; an older (smaller) struct_size is accepted, the fields past it take their defaults.
+ *   hostfirst_*_options_init(&opts, sizeof opts) that writes the defaults and sets struct_size (only the
+ *   fields that lie wholly within the struct_size it is given: a program built against an older, smaller
+ *   struct gets nothing written past it); a NULL options pointer means the defaults. An older (smaller)
+ *   struct_size is accepted by the init and by every function taking the options, the fields past it take
+ *   their defaults; one smaller than the struct's first version (0.2.0) gives
+ *   HOSTFIRST_STATUS_INVALID_ARGUMENT naming the struct and both sizes.
  * Enums.  Every set of named values is an enum typedef (hostfirst_dtype, hostfirst_placement, ...), and
  *   parameters and fields take that typedef. Values from C are validated; unknown values give
  *   HOSTFIRST_STATUS_INVALID_ARGUMENT with a message naming them, never undefined behaviour. Each
@@ -1454,8 +1458,10 @@ typedef int32_t (*hostfirst_progress_fn)(uint64_t done, uint64_t total, void *us
 /**
  * Options of `hostfirst_put` and `hostfirst_put_start`. Fill it with `hostfirst_put_options_init` (or
  * zero-initialise and set `struct_size = sizeof(hostfirst_put_options)`), then set what you need; zero fields
- * mean the defaults; a NULL options pointer means all defaults. A smaller `struct_size` from an older header is accepted: fields past
- * it take their defaults.
+ * mean the defaults; a NULL options pointer means all defaults. The way to make one:
+ * `hostfirst_put_options opts; hostfirst_put_options_init(&opts, sizeof opts); opts.threads = 4;`. A smaller
+ * `struct_size` from an older header (at least the first version's) is accepted: fields past it take their
+ * defaults.
  */
 typedef struct hostfirst_put_options {
   /**
@@ -1618,10 +1624,14 @@ hostfirst_status hostfirst_buffer_to(const struct hostfirst_buffer *buffer,
 hostfirst_status hostfirst_release_cached_memory(void);
 
 /**
- * Fills `*out` with the default options (`struct_size` set, everything else zero/NULL). Errors:
- * `NULL_ARGUMENT`. Thread-safe.
+ * Fills `*out` with the default options (everything zero/NULL) and sets `out->struct_size = struct_size`.
+ * Pass `sizeof *out`: `hostfirst_put_options_init(&opts, sizeof opts)`. Only the fields that lie wholly
+ * within the caller's `struct_size` bytes are written (a program built against an older, smaller struct
+ * gets nothing written past it). Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a `struct_size` smaller
+ * than the struct's first version (the message names both sizes). Thread-safe.
  */
-hostfirst_status hostfirst_put_options_init(struct hostfirst_put_options *out);
+hostfirst_status hostfirst_put_options_init(struct hostfirst_put_options *out,
+                                            size_t struct_size);
 
 /**
  * Puts a view (a tensor or a row slice) onto a device as a new buffer in `*out`, synchronously.
@@ -1913,7 +1923,9 @@ typedef struct hostfirst_plan_unmatched_rule_info {
 /**
  * Options of `hostfirst_load_run`. Fill it with `hostfirst_load_options_init` (or zero-initialise and set
  * `struct_size = sizeof(hostfirst_load_options)`), then set what you need; a NULL options pointer means all
- * defaults; a smaller `struct_size` from an older header is accepted (later fields take their defaults).
+ * defaults. The way to make one: `hostfirst_load_options opts; hostfirst_load_options_init(&opts, sizeof
+ * opts); opts.progress = my_progress;`. A smaller `struct_size` from an older header (at least the first
+ * version's) is accepted: fields past it take their defaults.
  */
 typedef struct hostfirst_load_options {
   /**
@@ -2093,10 +2105,13 @@ hostfirst_status hostfirst_plan_unmatched_rule(const struct hostfirst_plan *plan
 hostfirst_status hostfirst_plan_free(struct hostfirst_plan *plan);
 
 /**
- * Fills `*out` with the default options (`struct_size` set, everything else zero/NULL). Errors:
- * `NULL_ARGUMENT`. Thread-safe.
+ * Fills `*out` with the default options (everything zero/NULL) and sets `out->struct_size = struct_size`.
+ * Pass `sizeof *out`: `hostfirst_load_options_init(&opts, sizeof opts)`. Only the fields that lie wholly
+ * within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a
+ * `struct_size` smaller than the struct's first version (the message names both sizes). Thread-safe.
  */
-hostfirst_status hostfirst_load_options_init(struct hostfirst_load_options *out);
+hostfirst_status hostfirst_load_options_init(struct hostfirst_load_options *out,
+                                             size_t struct_size);
 
 /**
  * Applies `plan` (made from `file`) and writes a new load handle to `*out` (free with `hostfirst_load_free`).
@@ -2642,8 +2657,10 @@ typedef struct hostfirst_dlpack_device {
  * dl_device, copy)`, for `hostfirst_view_to_dlpack` and `hostfirst_buffer_to_dlpack`. Fill it with
  * `hostfirst_dlpack_options_init` (the defaults: a DLPack 1.1 consumer that passed nothing else), then set
  * what the consumer gave. NULL options are those defaults. A zero-initialised struct with `struct_size` set
- * is a consumer that passed nothing at all (Python's `max_version=None`): the legacy form. A smaller
- * `struct_size` from an older header is accepted; later fields take their defaults.
+ * is a consumer that passed nothing at all (Python's `max_version=None`): the legacy form. The way to make
+ * one: `hostfirst_dlpack_options opts; hostfirst_dlpack_options_init(&opts, sizeof opts); opts.copy =
+ * HOSTFIRST_DLPACK_COPY_NEVER;`. A smaller `struct_size` from an older header (at least the first
+ * version's) is accepted: fields past it take their defaults.
  */
 typedef struct hostfirst_dlpack_options {
   /**
@@ -2809,11 +2826,15 @@ typedef struct hostfirst_dlpack_managed_tensor {
 } hostfirst_dlpack_managed_tensor;
 
 /**
- * Fills `*out` with the default options (`struct_size` set): a DLPack 1.1 consumer that passed nothing else
- * (versioned form, no stream, `HOSTFIRST_DLPACK_COPY_IF_NEEDED`, the data's own device). Errors:
- * `NULL_ARGUMENT`. Thread-safe.
+ * Fills `*out` with the default options, a DLPack 1.1 consumer that passed nothing else (versioned form, no
+ * stream, `HOSTFIRST_DLPACK_COPY_IF_NEEDED`, the data's own device), and sets `out->struct_size =
+ * struct_size`. Pass `sizeof *out`: `hostfirst_dlpack_options_init(&opts, sizeof opts)`. Only the fields
+ * that lie wholly within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`;
+ * `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's first version (the message names both
+ * sizes). Thread-safe.
  */
-hostfirst_status hostfirst_dlpack_options_init(struct hostfirst_dlpack_options *out);
+hostfirst_status hostfirst_dlpack_options_init(struct hostfirst_dlpack_options *out,
+                                               size_t struct_size);
 
 /**
  * Exports a view (or row slice, or narrowed view) as a DLPack managed tensor for a consumer's request
@@ -2939,7 +2960,8 @@ void hostfirst_dlpack_capsule_destructor(void *capsule);
  * devices as a hostfirst_shard_mesh (named axes with sizes; hostfirst_shard_mesh_new()), the partitioning as
  * hostfirst_shard_rules over that mesh (glob patterns to partition specs), then make a hostfirst_shard_plan for the
  * positions this process owns (hostfirst_shard_plan_make(), options from hostfirst_shard_options_init()).
- * hostfirst_shard_run() reads the plan into a hostfirst_shard_result, whose buffers you take with
+ * hostfirst_shard_run() reads the plan into a hostfirst_shard_result (this run's progress callback in
+ * hostfirst_shard_run_options, from hostfirst_shard_run_options_init()), whose buffers you take with
  * hostfirst_shard_result_get() and free yourself. Each object has its own _free; rules keep what they need of
  * the mesh (free it right after), and buffers taken from a result stay valid after the result is freed.
  * ============================================================================================================== */
@@ -2970,9 +2992,12 @@ typedef struct hostfirst_shard_result hostfirst_shard_result;
 typedef struct hostfirst_shard_rules hostfirst_shard_rules;
 
 /**
- * Options of a shard plan and its run. Zero-initialise (or call `hostfirst_shard_options_init`), set
- * `struct_size = sizeof(hostfirst_shard_options)`, then what you need; zero fields mean the defaults. A
- * smaller `struct_size` from an older header is accepted: fields past it take their defaults.
+ * Options of a shard plan (`hostfirst_shard_plan_make`): how its reads merge and how its runs read (kept
+ * by the plan for every run). Fill it with `hostfirst_shard_options_init` (or zero-initialise and set
+ * `struct_size = sizeof(hostfirst_shard_options)`), then what you need; zero fields mean the defaults. The
+ * way to make one: `hostfirst_shard_options opts; hostfirst_shard_options_init(&opts, sizeof opts);
+ * opts.threads = 4;`. A smaller `struct_size` from an older header (at least the first version's) is
+ * accepted: fields past it take their defaults.
  */
 typedef struct hostfirst_shard_options {
   /**
@@ -3002,6 +3027,30 @@ typedef struct hostfirst_shard_options {
    */
   uint64_t staging_bytes;
 } hostfirst_shard_options;
+
+/**
+ * Options of one run of a shard plan (`hostfirst_shard_run`): what belongs to the caller of that run, not
+ * to the plan, which may be run several times, from several threads at once. Fill it with
+ * `hostfirst_shard_run_options_init` (or zero-initialise and set `struct_size = sizeof
+ * (hostfirst_shard_run_options)`), then what you need: `hostfirst_shard_run_options ro;
+ * hostfirst_shard_run_options_init(&ro, sizeof ro); ro.progress = my_progress; ro.user = &my_state;`. A
+ * NULL pointer means the defaults (no callback). A smaller `struct_size` from an older header (at least the
+ * first version's) is accepted: fields past it take their defaults.
+ */
+typedef struct hostfirst_shard_run_options {
+  /**
+   * `sizeof(hostfirst_shard_run_options)`.
+   */
+  size_t struct_size;
+  /**
+   * Progress callback (see `hostfirst_shard_run`), or NULL.
+   */
+  hostfirst_progress_fn progress;
+  /**
+   * Passed to `progress` unchanged.
+   */
+  void *user;
+} hostfirst_shard_run_options;
 
 /**
  * One shard of a plan, filled by `hostfirst_shard_plan_describe`. Set `struct_size =
@@ -3074,10 +3123,23 @@ typedef struct hostfirst_shard_info {
 } hostfirst_shard_info;
 
 /**
- * Fills `*out` with the default options (`struct_size` set, everything else zero). Errors: `NULL_ARGUMENT`.
- * Thread-safe.
+ * Fills `*out` with the default plan options (everything zero) and sets `out->struct_size = struct_size`.
+ * Pass `sizeof *out`: `hostfirst_shard_options_init(&opts, sizeof opts)`. Only the fields that lie wholly
+ * within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a
+ * `struct_size` smaller than the struct's first version (the message names both sizes). Thread-safe.
  */
-hostfirst_status hostfirst_shard_options_init(struct hostfirst_shard_options *out);
+hostfirst_status hostfirst_shard_options_init(struct hostfirst_shard_options *out,
+                                              size_t struct_size);
+
+/**
+ * Fills `*out` with the default run options (no progress callback) and sets `out->struct_size =
+ * struct_size`. Pass `sizeof *out`: `hostfirst_shard_run_options_init(&ro, sizeof ro)`. Only the fields that
+ * lie wholly within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`;
+ * `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's first version (the message names both
+ * sizes). Thread-safe.
+ */
+hostfirst_status hostfirst_shard_run_options_init(struct hostfirst_shard_run_options *out,
+                                                  size_t struct_size);
 
 /**
  * Creates a mesh of `count` axes, outermost first: axis `i` is called `names[i]` and has `sizes[i]`
@@ -3242,15 +3304,16 @@ hostfirst_status hostfirst_shard_plan_free(struct hostfirst_shard_plan *plan);
  * into the slabs); a part held by several owned positions is read once and copied. Files are never read
  * through the mapping: a file truncated since it was opened gives `TRUNCATED`, not SIGBUS.
  *
- * `progress` (may be NULL) is called on the calling thread at a bounded rate with the shard bytes placed so
- * far and in all, at least once, last with `done == total`; returning nonzero cancels: `CANCELLED`, and
- * everything the run had allocated is freed. Any other failure (`IO`, `TRUNCATED`, `DEVICE_ERROR`) also
- * frees everything. Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`. On failure `*out` is unchanged.
- * Thread-safe; `user` is passed through untouched. The same plan may be run more than once.
+ * `opts` NULL means the defaults (no callback). `opts->progress` (may be NULL) is called on the calling
+ * thread at a bounded rate with the shard bytes placed so far and in all, at least once, last with `done ==
+ * total`; returning nonzero cancels: `CANCELLED`, and everything the run had allocated is freed. Any other
+ * failure (`IO`, `TRUNCATED`, `DEVICE_ERROR`) also frees everything. Errors also: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`, `INVALID_ARGUMENT` (`opts->struct_size` too small). On failure `*out` is unchanged.
+ * Thread-safe; `opts->user` is passed through untouched. The same plan may be run more than once, also from
+ * several threads at once. (Earlier in 0.2 this took `progress, user` instead of `opts`.)
  */
 hostfirst_status hostfirst_shard_run(const struct hostfirst_shard_plan *plan,
-                                     hostfirst_progress_fn progress,
-                                     void *user,
+                                     const struct hostfirst_shard_run_options *opts,
                                      struct hostfirst_shard_result **out);
 
 /**

@@ -27,7 +27,7 @@
  *   auto p = hostfirst::plan::make(f, r);                   // dry run; p.unmatched_rules() lists typos
  *   auto l = hostfirst::load::run(f, p);                    // tokens stay a zero-copy host view
  *   hostfirst::gather g(hostfirst::device("cuda:0"), HOSTFIRST_DTYPE_U16, 8, 1024);
- *   hostfirst::buffer batch = g.run_batch(tokens, offsets); // never rewritten while `batch` lives
+ *   hostfirst::buffer batch = g.run(tokens, offsets);       // never rewritten while `batch` lives
  *
  * SPDX-License-Identifier: MIT OR Apache-2.0
  */
@@ -440,22 +440,36 @@ using dlpack_legacy_tensor = detail::dlpack_owner<hostfirst_dlpack_managed_tenso
 /// A consumer's DLPack request (hostfirst_dlpack_options_init: a DLPack 1.1 consumer that asked nothing else;
 /// set copy, dl_device, stream as the consumer gave them).
 struct dlpack_options : hostfirst_dlpack_options {
-    dlpack_options() : hostfirst_dlpack_options{} { check(hostfirst_dlpack_options_init(this)); }
+    dlpack_options() : hostfirst_dlpack_options{} {
+        check(hostfirst_dlpack_options_init(this, sizeof(hostfirst_dlpack_options)));
+    }
 };
 
 /// Options of a put (hostfirst_put_options_init: every field its default). Callbacks must not throw.
 struct put_options : hostfirst_put_options {
-    put_options() : hostfirst_put_options{} { check(hostfirst_put_options_init(this)); }
+    put_options() : hostfirst_put_options{} { check(hostfirst_put_options_init(this, sizeof(hostfirst_put_options))); }
 };
 
-/// Options of a whole-file load (zeroed, struct_size set). Callbacks must not throw.
+/// Options of a whole-file load (hostfirst_load_options_init: copies, no callback). Callbacks must not throw.
 struct load_options : hostfirst_load_options {
-    load_options() : hostfirst_load_options{} { check(hostfirst_load_options_init(this)); }
+    load_options() : hostfirst_load_options{} {
+        check(hostfirst_load_options_init(this, sizeof(hostfirst_load_options)));
+    }
 };
 
-/// Options of a shard plan and its run (hostfirst_shard_options_init).
+/// Options of a shard plan: read merging and how its runs read (hostfirst_shard_options_init).
 struct shard_options : hostfirst_shard_options {
-    shard_options() : hostfirst_shard_options{} { check(hostfirst_shard_options_init(this)); }
+    shard_options() : hostfirst_shard_options{} {
+        check(hostfirst_shard_options_init(this, sizeof(hostfirst_shard_options)));
+    }
+};
+
+/// Options of one run of a shard plan: the progress callback (hostfirst_shard_run_options_init). Callbacks
+/// must not throw.
+struct shard_run_options : hostfirst_shard_run_options {
+    shard_run_options() : hostfirst_shard_run_options{} {
+        check(hostfirst_shard_run_options_init(this, sizeof(hostfirst_shard_run_options)));
+    }
 };
 
 namespace detail {
@@ -569,12 +583,6 @@ private:
     detail::owner<hostfirst_buffer, hostfirst_buffer_free> b_;
 };
 
-/// A put's buffer and what the transfer did.
-struct put_result {
-    hostfirst::buffer buffer;
-    hostfirst_put_stats stats;
-};
-
 /// An asynchronous put (view::put_start); the destructor cancels a running put and frees an untaken result.
 class put_op {
 public:
@@ -641,18 +649,15 @@ public:
         read(offset, out.data(), len);
         return out;
     }
-    /// Puts the view onto `target` as a new buffer (fit-checked before anything is allocated).
-    buffer put(const device &target, const put_options &opts = put_options()) const {
-        return put_ptr(&target.c(), opts, nullptr);
+    /// Puts the view onto `target` as a new buffer (fit-checked before anything is allocated); `stats`, when
+    /// given, says what the transfer did (hostfirst_put's out_stats; its struct_size is set here).
+    buffer put(const device &target, const put_options &opts = put_options(),
+               hostfirst_put_stats *stats = nullptr) const {
+        return put_ptr(&target.c(), opts, stats);
     }
     /// Puts the view onto the calling thread's default device (IMPLICIT_PLACEMENT in strict mode).
-    buffer put_default(const put_options &opts = put_options()) const { return put_ptr(nullptr, opts, nullptr); }
-    /// put(), also saying what the transfer did (hostfirst_put's out_stats).
-    put_result put_with_stats(const device &target, const put_options &opts = put_options()) const {
-        hostfirst_put_stats stats{};
-        stats.struct_size = sizeof stats;
-        buffer b = put_ptr(&target.c(), opts, &stats);
-        return {std::move(b), stats};
+    buffer put_default(const put_options &opts = put_options(), hostfirst_put_stats *stats = nullptr) const {
+        return put_ptr(nullptr, opts, stats);
     }
     /// Starts the put on a worker thread (the target is resolved now); this view may go right after.
     put_op put_start(const device &target, const put_options &opts = put_options()) const {
@@ -662,6 +667,7 @@ public:
 
 private:
     buffer put_ptr(const hostfirst_device *target, const put_options &opts, hostfirst_put_stats *stats) const {
+        if (stats) stats->struct_size = sizeof *stats;
         hostfirst_buffer *out = nullptr;
         check(hostfirst_put(c(), target, &opts, &out, stats));
         return buffer(out);
@@ -809,14 +815,8 @@ struct loaded {
 class load {
 public:
     /// Applies `p` (made from `f`); every device is fit-checked before the first byte moves.
-    static load run(const file &f, const plan &p, hostfirst_progress_fn progress = nullptr, void *user = nullptr) {
-        load_options opts;
-        opts.progress = progress;
-        opts.user = user;
-        return run(f, p, opts);
-    }
-    /// run() with options (copy_on_write for cpu tensors, progress).
-    static load run(const file &f, const plan &p, const load_options &opts) {
+    /// Options: copy_on_write for cpu tensors, the progress callback.
+    static load run(const file &f, const plan &p, const load_options &opts = load_options()) {
         return detail::adopt<load, hostfirst_load>(hostfirst_load_run, f.c(), p.c(), &opts);
     }
     explicit load(hostfirst_load *l) noexcept : l_(l) {}
@@ -874,18 +874,15 @@ struct ring_info {
 };
 
 /// A reusable batch gather of [batch, window] elements of one dtype on one device. A batch handed out (a
-/// buffer from run_batch / run_from_buffer / batch(), or its DLPack export) is never rewritten while it
+/// buffer from run / run_from_buffer / batch(), or its DLPack export) is never rewritten while it
 /// lives; when every batch is held the ring grows up to its bound, then runs throw BUSY.
 class gather {
 public:
     gather(const hostfirst::device &d, hostfirst_dtype dtype, uint64_t batch, uint64_t window)
         : g_(decltype(g_)::make(hostfirst_gather_new, d.c(), dtype, batch, window)) {}
-    /// Fills a free batch: row i = elements [offsets[i], offsets[i] + window) of the 1-D `source`.
-    void run(const view &source, const std::vector<uint64_t> &offsets) {
-        check(hostfirst_gather_run(g_.get(), source.c(), offsets.data(), offsets.size(), nullptr));
-    }
-    /// run(), handing out the batch it filled (not rewritten while the returned buffer lives).
-    buffer run_batch(const view &source, const std::vector<uint64_t> &offsets) {
+    /// Fills a free batch, row i = elements [offsets[i], offsets[i] + window) of the 1-D `source`, and hands
+    /// it out (not rewritten while the returned buffer lives; drop it to give the batch back to the ring).
+    buffer run(const view &source, const std::vector<uint64_t> &offsets) {
         return detail::adopt<buffer, hostfirst_buffer>(hostfirst_gather_run, g_.get(), source.c(), offsets.data(),
                                                        offsets.size());
     }
@@ -1070,8 +1067,8 @@ public:
     }
     /// Loads every shard into its own buffer (fit-checked first; pread, never the mapping). The progress
     /// callback must not throw.
-    shard_result run(hostfirst_progress_fn progress = nullptr, void *user = nullptr) const {
-        return detail::adopt<shard_result, hostfirst_shard_result>(hostfirst_shard_run, c(), progress, user);
+    shard_result run(const shard_run_options &opts = shard_run_options()) const {
+        return detail::adopt<shard_result, hostfirst_shard_result>(hostfirst_shard_run, c(), &opts);
     }
     const hostfirst_shard_plan *c() const noexcept { return p_.get(); }
 

@@ -47,29 +47,104 @@ pub(crate) fn out_ptr<'a, T>(p: *mut T, name: &str) -> Result<&'a mut T> {
     Ok(unsafe { &mut *p })
 }
 
-/// An input options struct whose first field is `size_t struct_size`: NULL gives `default`; otherwise the
-/// first `min(struct_size, sizeof(T))` bytes the caller provides are copied over `default` (fields of a newer
-/// header than the caller's keep their defaults). A `struct_size` smaller than that field is `INVALID_ARGUMENT`.
+/// An options struct (input) that starts with `size_t struct_size` and grows only by appending fields.
+/// Declared with [`options_struct!`], which lists every field (checked: a field left out does not compile).
 ///
-/// `T` must be a `#[repr(C)]` struct starting with `struct_size: usize` whose fields accept any bit pattern
-/// (integers, nullable function pointers, raw pointers).
-pub(crate) fn read_options<T: Copy>(p: *const T, default: T, name: &str) -> Result<T> {
-    let mut o = default;
+/// Growth rule: a field appended in a later version starts at or after the previous version's `sizeof`
+/// (never in its tail padding), so a caller's `sizeof` of an older struct covers whole old fields only.
+/// `every_options_struct_is_well_formed` (unit test) checks the field table.
+pub(crate) trait OptionsStruct: Copy {
+    /// The C type name, for messages.
+    const NAME: &'static str;
+    /// The oldest size the library accepts: the end of the last field of the struct's first published
+    /// version (0.2.0). Appending a field never changes it.
+    const SIZE_V1: usize;
+    /// `(offset, end)` of every field, in declaration order.
+    const FIELDS: &'static [(usize, usize)];
+}
+
+/// Declares `$t` an options struct whose first published version ended with field `$last`; `$f` are all
+/// its fields in order.
+macro_rules! options_struct {
+    ($t:ident, first_version_ends_with = $last:ident, fields = [$($f:ident),+ $(,)?]) => {
+        impl $crate::ffi::args::OptionsStruct for $t {
+            const NAME: &'static str = stringify!($t);
+            const SIZE_V1: usize = $crate::ffi::args::end_of_field!($t, $last);
+            const FIELDS: &'static [(usize, usize)] =
+                &[$((std::mem::offset_of!($t, $f), $crate::ffi::args::end_of_field!($t, $f))),+];
+        }
+        const _: () = {
+            /// Compiles only when the list names every field of the struct.
+            #[allow(dead_code)]
+            fn every_field_is_listed(v: $t) {
+                let $t { $($f: _),+ } = v;
+            }
+        };
+    };
+}
+pub(crate) use options_struct;
+
+/// Copies the whole fields of `T` that lie within the first `size` bytes from `src` to `dst`, field by
+/// field (padding is neither read nor written).
+///
+/// # Safety
+/// `src` and `dst` point to at least `min(size, sizeof(T))` readable / writable bytes laid out as `T`.
+unsafe fn copy_fields<T: OptionsStruct>(src: *const u8, dst: *mut u8, size: usize) {
+    for &(start, end) in T::FIELDS.iter().filter(|&&(_, end)| end <= size) {
+        // SAFETY: start..end lies within the first `size` bytes of both (the filter and the contract).
+        unsafe { std::ptr::copy_nonoverlapping(src.add(start), dst.add(start), end - start) };
+    }
+}
+
+/// The `struct_size` a caller gave for an options struct, checked against the oldest published size.
+fn options_size<T: OptionsStruct>(size: usize, param: &str) -> Result<usize> {
+    if size < T::SIZE_V1 {
+        return Err(Error::new(
+            Status::InvalidArgument,
+            format!(
+                "{param}: struct_size {size} is smaller than {} ({} bytes in its first version, {} in this one); \
+                 pass sizeof the struct",
+                T::NAME,
+                T::SIZE_V1,
+                std::mem::size_of::<T>()
+            ),
+        ));
+    }
+    Ok(size)
+}
+
+/// The body of every `hostfirst_*_options_init(out, struct_size)`: writes the defaults of the whole fields
+/// that fit in the caller's `struct_size` bytes (nothing past them), and `out->struct_size = struct_size`.
+/// A `struct_size` below the first published version is `INVALID_ARGUMENT` naming the struct and both sizes.
+pub(crate) fn init_options<T: OptionsStruct>(out: *mut T, struct_size: usize, defaults: T) -> Result<()> {
+    if out.is_null() {
+        return Err(Error::new(Status::NullArgument, format!("output parameter 'out' ({} *) is NULL", T::NAME)));
+    }
+    let size = options_size::<T>(struct_size, "out")?;
+    // SAFETY: the caller promises `struct_size` writable bytes at `out`, laid out as (a version of) T; only
+    // fields ending within them are written. The struct starts with its usize `struct_size`, written last.
+    unsafe {
+        copy_fields::<T>(&defaults as *const T as *const u8, out as *mut u8, size);
+        (out as *mut usize).write(struct_size);
+    }
+    Ok(())
+}
+
+/// An input options struct: NULL gives `defaults`; otherwise the whole fields within the caller's
+/// `struct_size` are read over `defaults` (fields past it, those of a newer header than the caller's, keep
+/// their defaults) and nothing past `struct_size` is read. A `struct_size` below the struct's first
+/// published version is `INVALID_ARGUMENT` naming the struct and both sizes. `T`'s fields must accept any
+/// bit pattern (integers, nullable function pointers, raw pointers).
+pub(crate) fn read_options<T: OptionsStruct>(p: *const T, defaults: T, name: &str) -> Result<T> {
+    let mut o = defaults;
     if p.is_null() {
         return Ok(o);
     }
     // SAFETY: non-NULL; the caller promises at least struct_size readable bytes, struct_size first.
-    let size = unsafe { *(p as *const usize) };
-    if size < std::mem::size_of::<usize>() {
-        return Err(Error::new(
-            Status::InvalidArgument,
-            format!("{name}->struct_size is {size}; set it to the size of the struct ({})", std::mem::size_of::<T>()),
-        ));
-    }
-    let n = size.min(std::mem::size_of::<T>());
-    // SAFETY: copies n <= sizeof(T) bytes the caller provided over a valid value of T; T's fields accept any
-    // bit pattern (this function's contract).
-    unsafe { std::ptr::copy_nonoverlapping(p as *const u8, &mut o as *mut T as *mut u8, n) };
+    let size = options_size::<T>(unsafe { *(p as *const usize) }, name)?;
+    // SAFETY: copies the fields ending within the caller's struct_size bytes over a valid value of T; T's
+    // fields accept any bit pattern (this function's contract).
+    unsafe { copy_fields::<T>(p as *const u8, &mut o as *mut T as *mut u8, size) };
     Ok(o)
 }
 
@@ -321,5 +396,84 @@ mod tests {
         assert_eq!(e.status(), Status::InvalidArgument);
         assert!(e.message().contains("at least 16"), "{}", e.message());
         assert_eq!(out_struct_size::<Grown>(std::ptr::null_mut(), "out").unwrap_err().status(), Status::NullArgument);
+    }
+
+    /// An options struct whose first version had `struct_size`, `a` and `flag`; `b` appended later.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct Opts {
+        struct_size: usize,
+        a: u64,
+        flag: u32,
+        b: u64,
+    }
+    // First version: struct_size, a, flag (20 bytes, sizeof 24); b starts at 24, past its tail padding.
+    options_struct!(Opts, first_version_ends_with = flag, fields = [struct_size, a, flag, b]);
+    const DEF: Opts = Opts { struct_size: 32, a: 1, flag: 2, b: 3 };
+
+    #[test]
+    fn options_init_writes_whole_fields_within_struct_size() {
+        assert_eq!((Opts::SIZE_V1, std::mem::size_of::<Opts>()), (20, 32));
+        // An older caller: its struct is the first version (sizeof 24), then memory it does not own.
+        let mut mem = [FILL; 5];
+        init_options(mem.as_mut_ptr() as *mut Opts, 24, DEF).unwrap();
+        assert_eq!(mem[..2], [24, 1]);
+        assert_eq!(mem[2] as u32, 2, "flag");
+        assert_eq!(mem[3..], [FILL, FILL], "wrote past the caller's struct");
+        // A newer caller (a larger struct): our fields, nothing past them; struct_size is the caller's.
+        let mut mem = [FILL; 6];
+        init_options(mem.as_mut_ptr() as *mut Opts, 40, DEF).unwrap();
+        assert_eq!((mem[0], mem[1], mem[3], mem[4], mem[5]), (40, 1, 3, FILL, FILL));
+        // Too small: refused, nothing written, the message names the struct and both sizes.
+        let mut mem = [FILL; 4];
+        let e = init_options(mem.as_mut_ptr() as *mut Opts, 19, DEF).unwrap_err();
+        assert_eq!(e.status(), Status::InvalidArgument);
+        assert!(e.message().contains("struct_size 19 is smaller than Opts (20 bytes"), "{}", e.message());
+        assert_eq!(mem, [FILL; 4]);
+        assert_eq!(init_options::<Opts>(std::ptr::null_mut(), 32, DEF).unwrap_err().status(), Status::NullArgument);
+    }
+
+    #[test]
+    fn options_reader_takes_defaults_past_struct_size() {
+        // An older caller's struct (first version, struct_size 24) followed by bytes that are not its own.
+        let mem: [u64; 5] = [24, 7, 9, 0xBAD, 0xBAD];
+        let o = read_options(mem.as_ptr() as *const Opts, DEF, "opts").unwrap();
+        assert_eq!((o.a, o.flag, o.b), (7, 9, 3), "b past struct_size takes its default");
+        // struct_size 20 (offsetof + sizeof of the last first-version field): the same.
+        let mem: [u64; 5] = [20, 7, 9, 0xBAD, 0xBAD];
+        let o = read_options(mem.as_ptr() as *const Opts, DEF, "opts").unwrap();
+        assert_eq!((o.a, o.flag, o.b), (7, 9, 3));
+        // The whole struct.
+        let mem: [u64; 4] = [32, 7, 9, 8];
+        assert_eq!(read_options(mem.as_ptr() as *const Opts, DEF, "opts").unwrap().b, 8);
+        // NULL: the defaults; too small: refused with both sizes.
+        assert_eq!(read_options::<Opts>(std::ptr::null(), DEF, "opts").unwrap(), DEF);
+        let mem: [u64; 4] = [8, 7, 9, 8];
+        let e = read_options(mem.as_ptr() as *const Opts, DEF, "opts").unwrap_err();
+        assert_eq!(e.status(), Status::InvalidArgument);
+        assert!(e.message().contains("opts: struct_size 8 is smaller than Opts (20 bytes"), "{}", e.message());
+    }
+
+    /// The real options structs: every field listed in order, none appended into an earlier version's tail
+    /// padding, and the first version's size is what the header's structs have.
+    #[test]
+    fn every_options_struct_is_well_formed() {
+        fn check<T: OptionsStruct>() {
+            let f = T::FIELDS;
+            assert_eq!(f[0], (0, std::mem::size_of::<usize>()), "{}: struct_size first", T::NAME);
+            assert!(f.windows(2).all(|w| w[0].1 <= w[1].0), "{}: fields in order", T::NAME);
+            assert!(f.last().unwrap().1 <= std::mem::size_of::<T>());
+            let v1_sizeof = T::SIZE_V1.next_multiple_of(std::mem::align_of::<T>());
+            for &(start, end) in f.iter().filter(|&&(_, end)| end > T::SIZE_V1) {
+                assert!(start >= v1_sizeof, "{}: a field at {start}..{end} lies in the first version", T::NAME);
+            }
+            assert!(f.iter().any(|&(_, end)| end == T::SIZE_V1), "{}: SIZE_V1 ends a field", T::NAME);
+        }
+        check::<Opts>();
+        check::<crate::ffi::put::hostfirst_put_options>();
+        check::<crate::ffi::load::hostfirst_load_options>();
+        check::<crate::ffi::dlpack::hostfirst_dlpack_options>();
+        check::<crate::ffi::shard::hostfirst_shard_options>();
+        check::<crate::ffi::shard::hostfirst_shard_run_options>();
     }
 }

@@ -5,7 +5,7 @@
 //! structs, their slots and their release are the core's too (`hostfirst_core::dlpack`). The deleters C calls
 //! are here: they are C functions.
 
-use super::args::{out_ptr, read_options};
+use super::args::{init_options, options_struct, out_ptr, read_options};
 use super::buffer::hostfirst_buffer;
 use super::handle;
 use super::view::hostfirst_view;
@@ -25,8 +25,10 @@ pub const HOSTFIRST_DLPACK_MINOR_VERSION: u32 = 1;
 /// dl_device, copy)`, for `hostfirst_view_to_dlpack` and `hostfirst_buffer_to_dlpack`. Fill it with
 /// `hostfirst_dlpack_options_init` (the defaults: a DLPack 1.1 consumer that passed nothing else), then set
 /// what the consumer gave. NULL options are those defaults. A zero-initialised struct with `struct_size` set
-/// is a consumer that passed nothing at all (Python's `max_version=None`): the legacy form. A smaller
-/// `struct_size` from an older header is accepted; later fields take their defaults.
+/// is a consumer that passed nothing at all (Python's `max_version=None`): the legacy form. The way to make
+/// one: `hostfirst_dlpack_options opts; hostfirst_dlpack_options_init(&opts, sizeof opts); opts.copy =
+/// HOSTFIRST_DLPACK_COPY_NEVER;`. A smaller `struct_size` from an older header (at least the first
+/// version's) is accepted: fields past it take their defaults.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct hostfirst_dlpack_options {
@@ -90,15 +92,21 @@ fn request(opts: *const hostfirst_dlpack_options) -> crate::error::Result<Reques
     Ok(Request { form, copy, device, stream })
 }
 
-/// Fills `*out` with the default options (`struct_size` set): a DLPack 1.1 consumer that passed nothing else
-/// (versioned form, no stream, `HOSTFIRST_DLPACK_COPY_IF_NEEDED`, the data's own device). Errors:
-/// `NULL_ARGUMENT`. Thread-safe.
+options_struct!(
+    hostfirst_dlpack_options,
+    first_version_ends_with = dl_device,
+    fields = [struct_size, max_version, stream, has_stream, copy, has_dl_device, dl_device]
+);
+
+/// Fills `*out` with the default options, a DLPack 1.1 consumer that passed nothing else (versioned form, no
+/// stream, `HOSTFIRST_DLPACK_COPY_IF_NEEDED`, the data's own device), and sets `out->struct_size =
+/// struct_size`. Pass `sizeof *out`: `hostfirst_dlpack_options_init(&opts, sizeof opts)`. Only the fields
+/// that lie wholly within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`;
+/// `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's first version (the message names both
+/// sizes). Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_dlpack_options_init(out: *mut hostfirst_dlpack_options) -> Status {
-    hostfirst_boundary!("hostfirst_dlpack_options_init", {
-        *out_ptr(out, "out")? = DEFAULTS;
-        Ok(())
-    })
+pub extern "C" fn hostfirst_dlpack_options_init(out: *mut hostfirst_dlpack_options, struct_size: usize) -> Status {
+    hostfirst_boundary!("hostfirst_dlpack_options_init", { init_options(out, struct_size, DEFAULTS) })
 }
 
 /// The deleters the managed structs carry: C functions over the core's release.
@@ -360,7 +368,7 @@ mod tests {
 
     fn opts() -> hostfirst_dlpack_options {
         let mut o = std::mem::MaybeUninit::<hostfirst_dlpack_options>::uninit();
-        assert_eq!(hostfirst_dlpack_options_init(o.as_mut_ptr()), Status::Ok);
+        assert_eq!(hostfirst_dlpack_options_init(o.as_mut_ptr(), size_of::<hostfirst_dlpack_options>()), Status::Ok);
         // SAFETY: initialised by the call above, every field with a valid value.
         unsafe { o.assume_init() }
     }
@@ -371,7 +379,10 @@ mod tests {
         assert_eq!(o.struct_size, size_of::<hostfirst_dlpack_options>());
         assert_eq!(o.max_version, DlpackVersion { major: 1, minor: 1 });
         assert_eq!((o.has_stream, o.has_dl_device, o.copy), (0, 0, CopyPolicy::IfNeeded as u32));
-        assert_eq!(hostfirst_dlpack_options_init(std::ptr::null_mut()), Status::NullArgument);
+        assert_eq!(
+            hostfirst_dlpack_options_init(std::ptr::null_mut(), size_of::<hostfirst_dlpack_options>()),
+            Status::NullArgument
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Whole-file loads, a plan applied to its file: `hostfirst_load_*`. ("Load" means only this: opening and
 //! validating files is `hostfirst_file_*`.)
 
-use super::args::{c_str, opt_out, out_ptr, read_options};
+use super::args::{c_str, init_options, opt_out, options_struct, out_ptr, read_options};
 use super::buffer::hostfirst_buffer;
 use super::file::hostfirst_file;
 use super::handle::{self, Handle};
@@ -35,7 +35,9 @@ pub enum hostfirst_loaded {
 
 /// Options of `hostfirst_load_run`. Fill it with `hostfirst_load_options_init` (or zero-initialise and set
 /// `struct_size = sizeof(hostfirst_load_options)`), then set what you need; a NULL options pointer means all
-/// defaults; a smaller `struct_size` from an older header is accepted (later fields take their defaults).
+/// defaults. The way to make one: `hostfirst_load_options opts; hostfirst_load_options_init(&opts, sizeof
+/// opts); opts.progress = my_progress;`. A smaller `struct_size` from an older header (at least the first
+/// version's) is accepted: fields past it take their defaults.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct hostfirst_load_options {
@@ -64,13 +66,20 @@ impl Default for hostfirst_load_options {
     }
 }
 
-/// Fills `*out` with the default options (`struct_size` set, everything else zero/NULL). Errors:
-/// `NULL_ARGUMENT`. Thread-safe.
+options_struct!(
+    hostfirst_load_options,
+    first_version_ends_with = user,
+    fields = [struct_size, copy_on_write, progress, user]
+);
+
+/// Fills `*out` with the default options (everything zero/NULL) and sets `out->struct_size = struct_size`.
+/// Pass `sizeof *out`: `hostfirst_load_options_init(&opts, sizeof opts)`. Only the fields that lie wholly
+/// within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a
+/// `struct_size` smaller than the struct's first version (the message names both sizes). Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_load_options_init(out: *mut hostfirst_load_options) -> Status {
+pub extern "C" fn hostfirst_load_options_init(out: *mut hostfirst_load_options, struct_size: usize) -> Status {
     hostfirst_boundary!("hostfirst_load_options_init", {
-        *out_ptr(out, "out")? = hostfirst_load_options::default();
-        Ok(())
+        init_options(out, struct_size, hostfirst_load_options::default())
     })
 }
 

@@ -1,6 +1,6 @@
 //! Puts of one tensor onto a device, synchronous and asynchronous: `hostfirst_put_*`.
 
-use super::args::{out_ptr, out_struct, out_struct_size, read_options, write_out_struct};
+use super::args::{init_options, options_struct, out_ptr, out_struct, out_struct_size, read_options, write_out_struct};
 use super::buffer::hostfirst_buffer;
 use super::device::{hostfirst_device, target_of};
 use super::handle::{self, Handle};
@@ -32,8 +32,10 @@ pub type hostfirst_progress_fn = Option<unsafe extern "C" fn(done: u64, total: u
 
 /// Options of `hostfirst_put` and `hostfirst_put_start`. Fill it with `hostfirst_put_options_init` (or
 /// zero-initialise and set `struct_size = sizeof(hostfirst_put_options)`), then set what you need; zero fields
-/// mean the defaults; a NULL options pointer means all defaults. A smaller `struct_size` from an older header is accepted: fields past
-/// it take their defaults.
+/// mean the defaults; a NULL options pointer means all defaults. The way to make one:
+/// `hostfirst_put_options opts; hostfirst_put_options_init(&opts, sizeof opts); opts.threads = 4;`. A smaller
+/// `struct_size` from an older header (at least the first version's) is accepted: fields past it take their
+/// defaults.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct hostfirst_put_options {
@@ -102,6 +104,12 @@ pub struct hostfirst_put_stats {
 }
 
 out_struct!(hostfirst_put_stats, staged_instead);
+
+options_struct!(
+    hostfirst_put_options,
+    first_version_ends_with = copy_on_write,
+    fields = [struct_size, threads, resident, staging_bytes, chunk_bytes, progress, user, copy_on_write]
+);
 
 struct CProgress {
     f: unsafe extern "C" fn(u64, u64, *mut c_void) -> i32,
@@ -176,13 +184,15 @@ fn write_stats(out: *mut hostfirst_put_stats, size: Option<usize>, s: PutStats) 
     }
 }
 
-/// Fills `*out` with the default options (`struct_size` set, everything else zero/NULL). Errors:
-/// `NULL_ARGUMENT`. Thread-safe.
+/// Fills `*out` with the default options (everything zero/NULL) and sets `out->struct_size = struct_size`.
+/// Pass `sizeof *out`: `hostfirst_put_options_init(&opts, sizeof opts)`. Only the fields that lie wholly
+/// within the caller's `struct_size` bytes are written (a program built against an older, smaller struct
+/// gets nothing written past it). Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a `struct_size` smaller
+/// than the struct's first version (the message names both sizes). Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_put_options_init(out: *mut hostfirst_put_options) -> Status {
+pub extern "C" fn hostfirst_put_options_init(out: *mut hostfirst_put_options, struct_size: usize) -> Status {
     hostfirst_boundary!("hostfirst_put_options_init", {
-        *out_ptr(out, "out")? = hostfirst_put_options::default();
-        Ok(())
+        init_options(out, struct_size, hostfirst_put_options::default())
     })
 }
 

@@ -1,6 +1,7 @@
 //! Shard-on-read: meshes, sharding rules, shard plans and their runs (`hostfirst_shard_*`).
 
-use super::args::{c_str, opt_out, out_ptr, out_struct, out_struct_size, read_options, write_out_struct};
+use super::args::write_out_struct;
+use super::args::{c_str, init_options, opt_out, options_struct, out_ptr, out_struct, out_struct_size, read_options};
 use super::buffer::hostfirst_buffer;
 use super::device::hostfirst_device;
 use super::file::hostfirst_file;
@@ -55,9 +56,12 @@ impl Handle for hostfirst_shard_result {
     const NAME: &'static str = "hostfirst_shard_result";
 }
 
-/// Options of a shard plan and its run. Zero-initialise (or call `hostfirst_shard_options_init`), set
-/// `struct_size = sizeof(hostfirst_shard_options)`, then what you need; zero fields mean the defaults. A
-/// smaller `struct_size` from an older header is accepted: fields past it take their defaults.
+/// Options of a shard plan (`hostfirst_shard_plan_make`): how its reads merge and how its runs read (kept
+/// by the plan for every run). Fill it with `hostfirst_shard_options_init` (or zero-initialise and set
+/// `struct_size = sizeof(hostfirst_shard_options)`), then what you need; zero fields mean the defaults. The
+/// way to make one: `hostfirst_shard_options opts; hostfirst_shard_options_init(&opts, sizeof opts);
+/// opts.threads = 4;`. A smaller `struct_size` from an older header (at least the first version's) is
+/// accepted: fields past it take their defaults.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct hostfirst_shard_options {
@@ -76,6 +80,42 @@ pub struct hostfirst_shard_options {
     /// Total page-locked staging for CUDA devices (0: 256 MiB).
     pub staging_bytes: u64,
 }
+
+options_struct!(
+    hostfirst_shard_options,
+    first_version_ends_with = staging_bytes,
+    fields = [struct_size, max_over_read, max_read_bytes, threads, chunk_bytes, staging_bytes]
+);
+
+/// Options of one run of a shard plan (`hostfirst_shard_run`): what belongs to the caller of that run, not
+/// to the plan, which may be run several times, from several threads at once. Fill it with
+/// `hostfirst_shard_run_options_init` (or zero-initialise and set `struct_size = sizeof
+/// (hostfirst_shard_run_options)`), then what you need: `hostfirst_shard_run_options ro;
+/// hostfirst_shard_run_options_init(&ro, sizeof ro); ro.progress = my_progress; ro.user = &my_state;`. A
+/// NULL pointer means the defaults (no callback). A smaller `struct_size` from an older header (at least the
+/// first version's) is accepted: fields past it take their defaults.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct hostfirst_shard_run_options {
+    /// `sizeof(hostfirst_shard_run_options)`.
+    pub struct_size: usize,
+    /// Progress callback (see `hostfirst_shard_run`), or NULL.
+    pub progress: hostfirst_progress_fn,
+    /// Passed to `progress` unchanged.
+    pub user: *mut c_void,
+}
+
+impl Default for hostfirst_shard_run_options {
+    fn default() -> Self {
+        hostfirst_shard_run_options {
+            struct_size: std::mem::size_of::<hostfirst_shard_run_options>(),
+            progress: None,
+            user: std::ptr::null_mut(),
+        }
+    }
+}
+
+options_struct!(hostfirst_shard_run_options, first_version_ends_with = user, fields = [struct_size, progress, user]);
 
 impl Default for hostfirst_shard_options {
     fn default() -> Self {
@@ -172,13 +212,29 @@ fn in_array<'a, T>(p: *const T, count: usize, name: &str) -> Result<&'a [T]> {
 
 // ---- meshes ----------------------------------------------------------------------------------------------
 
-/// Fills `*out` with the default options (`struct_size` set, everything else zero). Errors: `NULL_ARGUMENT`.
-/// Thread-safe.
+/// Fills `*out` with the default plan options (everything zero) and sets `out->struct_size = struct_size`.
+/// Pass `sizeof *out`: `hostfirst_shard_options_init(&opts, sizeof opts)`. Only the fields that lie wholly
+/// within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a
+/// `struct_size` smaller than the struct's first version (the message names both sizes). Thread-safe.
 #[no_mangle]
-pub extern "C" fn hostfirst_shard_options_init(out: *mut hostfirst_shard_options) -> Status {
+pub extern "C" fn hostfirst_shard_options_init(out: *mut hostfirst_shard_options, struct_size: usize) -> Status {
     hostfirst_boundary!("hostfirst_shard_options_init", {
-        *out_ptr(out, "out")? = hostfirst_shard_options::default();
-        Ok(())
+        init_options(out, struct_size, hostfirst_shard_options::default())
+    })
+}
+
+/// Fills `*out` with the default run options (no progress callback) and sets `out->struct_size =
+/// struct_size`. Pass `sizeof *out`: `hostfirst_shard_run_options_init(&ro, sizeof ro)`. Only the fields that
+/// lie wholly within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`;
+/// `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's first version (the message names both
+/// sizes). Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_shard_run_options_init(
+    out: *mut hostfirst_shard_run_options,
+    struct_size: usize,
+) -> Status {
+    hostfirst_boundary!("hostfirst_shard_run_options_init", {
+        init_options(out, struct_size, hostfirst_shard_run_options::default())
     })
 }
 
@@ -470,21 +526,24 @@ pub extern "C" fn hostfirst_shard_plan_free(plan: *mut hostfirst_shard_plan) -> 
 /// into the slabs); a part held by several owned positions is read once and copied. Files are never read
 /// through the mapping: a file truncated since it was opened gives `TRUNCATED`, not SIGBUS.
 ///
-/// `progress` (may be NULL) is called on the calling thread at a bounded rate with the shard bytes placed so
-/// far and in all, at least once, last with `done == total`; returning nonzero cancels: `CANCELLED`, and
-/// everything the run had allocated is freed. Any other failure (`IO`, `TRUNCATED`, `DEVICE_ERROR`) also
-/// frees everything. Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`. On failure `*out` is unchanged.
-/// Thread-safe; `user` is passed through untouched. The same plan may be run more than once.
+/// `opts` NULL means the defaults (no callback). `opts->progress` (may be NULL) is called on the calling
+/// thread at a bounded rate with the shard bytes placed so far and in all, at least once, last with `done ==
+/// total`; returning nonzero cancels: `CANCELLED`, and everything the run had allocated is freed. Any other
+/// failure (`IO`, `TRUNCATED`, `DEVICE_ERROR`) also frees everything. Errors also: `NULL_ARGUMENT`,
+/// `INVALID_HANDLE`, `INVALID_ARGUMENT` (`opts->struct_size` too small). On failure `*out` is unchanged.
+/// Thread-safe; `opts->user` is passed through untouched. The same plan may be run more than once, also from
+/// several threads at once. (Earlier in 0.2 this took `progress, user` instead of `opts`.)
 #[no_mangle]
 pub extern "C" fn hostfirst_shard_run(
     plan: *const hostfirst_shard_plan,
-    progress: hostfirst_progress_fn,
-    user: *mut c_void,
+    opts: *const hostfirst_shard_run_options,
     out: *mut *mut hostfirst_shard_result,
 ) -> Status {
     hostfirst_boundary!("hostfirst_shard_run", {
         let p = handle::get::<hostfirst_shard_plan>(plan, "plan")?;
+        let o = read_options(opts, hostfirst_shard_run_options::default(), "opts")?;
         let out = out_ptr(out, "out")?;
+        let (progress, user) = (o.progress, o.user);
         let mut cb = |done: u64, total: u64| match progress {
             // SAFETY: the caller's callback with the caller's user pointer, as documented.
             Some(f) => unsafe { f(done, total, user) != 0 },

@@ -45,7 +45,7 @@
  * result before the next call, on one thread. */
 static inline const hostfirst_load_options *progress_options(hostfirst_progress_fn fn, void *user) {
     static hostfirst_load_options o;
-    if (hostfirst_load_options_init(&o) != HOSTFIRST_STATUS_OK) abort();
+    if (hostfirst_load_options_init(&o, sizeof o) != HOSTFIRST_STATUS_OK) abort();
     o.progress = fn;
     o.user = user;
     return &o;

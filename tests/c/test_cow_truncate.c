@@ -99,7 +99,7 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/cow_truncate.safetensors", argv[1]);
     hostfirst_device cpu = {HOSTFIRST_DEVICE_CPU, 0};
     hostfirst_put_options o;
-    CHECK_OK(hostfirst_put_options_init(&o));
+    CHECK_OK(hostfirst_put_options_init(&o, sizeof o));
     o.copy_on_write = 1;
 
     /* A copy-on-write put. */

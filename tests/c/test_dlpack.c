@@ -14,12 +14,12 @@ static const hostfirst_dlpack_options LEGACY = {.struct_size = sizeof(hostfirst_
 static void options(hostfirst_view *view) {
     hostfirst_dlpack_options o;
     memset(&o, 0xee, sizeof o);
-    CHECK_OK(hostfirst_dlpack_options_init(&o));
+    CHECK_OK(hostfirst_dlpack_options_init(&o, sizeof o));
     CHECK(o.struct_size == sizeof o && o.has_stream == 0 && o.has_dl_device == 0);
     CHECK(o.max_version.major == HOSTFIRST_DLPACK_MAJOR_VERSION && o.max_version.minor == HOSTFIRST_DLPACK_MINOR_VERSION);
     hostfirst_dlpack_copy copy = o.copy;
     CHECK(copy == HOSTFIRST_DLPACK_COPY_IF_NEEDED);
-    CHECK_STATUS(hostfirst_dlpack_options_init(NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_dlpack_options_init(NULL, sizeof o), HOSTFIRST_STATUS_NULL_ARGUMENT);
 
     /* The defaults are a DLPack 1.1 consumer: the versioned form; the legacy output may be NULL, and when given
      * it is set to NULL. The output of the requested form is required. */

@@ -43,7 +43,7 @@ static int file_tok_unchanged(void) {
 static void test_copy_on_write(hostfirst_view *v, hostfirst_file *file) {
     hostfirst_device cpu = {HOSTFIRST_DEVICE_CPU, 0};
     hostfirst_put_options o;
-    CHECK_OK(hostfirst_put_options_init(&o));
+    CHECK_OK(hostfirst_put_options_init(&o, sizeof o));
     CHECK(o.copy_on_write == 0); /* eager copies are the default */
     o.copy_on_write = 1;
     hostfirst_buffer *b = NULL, *e = NULL;

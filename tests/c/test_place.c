@@ -97,7 +97,7 @@ static void test_cpu(hostfirst_view *tokens, hostfirst_view *empty) {
 
     /* options and progress */
     hostfirst_put_options o;
-    CHECK_OK(hostfirst_put_options_init(&o));
+    CHECK_OK(hostfirst_put_options_init(&o, sizeof o));
     CHECK(o.struct_size == sizeof o && o.threads == 0 && o.progress == NULL);
     progress_state ps = {0, 0, 0, 1, 0};
     o.threads = 3;
@@ -190,7 +190,7 @@ static void test_async(hostfirst_view *tokens, hostfirst_device target) {
 
     /* NOT_READY, deterministically: the callback holds the put open until the gate opens */
     hostfirst_put_options og;
-    CHECK_OK(hostfirst_put_options_init(&og));
+    CHECK_OK(hostfirst_put_options_init(&og, sizeof og));
     og.progress = gated_progress;
     atomic_store(&gate_open, 0);
     CHECK_OK(hostfirst_put_start(tokens, &target, &og, &op));
@@ -219,7 +219,7 @@ static void test_async(hostfirst_view *tokens, hostfirst_device target) {
     /* cancelled from the callback (on the worker thread) */
     progress_state ps = {0, 0, 0, 1, 1};
     hostfirst_put_options o;
-    CHECK_OK(hostfirst_put_options_init(&o));
+    CHECK_OK(hostfirst_put_options_init(&o, sizeof o));
     o.progress = on_progress;
     o.user = &ps;
     CHECK_OK(hostfirst_put_start(tokens, &target, &o, &op));
@@ -238,7 +238,7 @@ static void test_cuda(hostfirst_view *tokens) {
                      cpu = {HOSTFIRST_DEVICE_CPU, 0};
     hostfirst_buffer *b = NULL, *c = NULL, *d = NULL, *e = NULL;
     hostfirst_put_options o;
-    CHECK_OK(hostfirst_put_options_init(&o));
+    CHECK_OK(hostfirst_put_options_init(&o, sizeof o));
     o.staging_bytes = 256 << 10;
     o.chunk_bytes = 64 << 10;
     CHECK_OK(hostfirst_put(tokens, &d0, &o, &b, NULL));
@@ -300,7 +300,7 @@ static void test_small(hostfirst_view *tokens) {
 static void test_copy_error(hostfirst_view *tokens) {
     hostfirst_device d0 = {HOSTFIRST_DEVICE_CUDA, 0};
     hostfirst_put_options o;
-    CHECK_OK(hostfirst_put_options_init(&o));
+    CHECK_OK(hostfirst_put_options_init(&o, sizeof o));
     o.staging_bytes = 64 << 10;
     o.chunk_bytes = 16 << 10;
     for (int resident = 0; resident <= 1; resident++) {

@@ -35,6 +35,21 @@ static void write_model(void) {
     write_safetensors(path, hdr, 4, parts, sizes);
 }
 
+/* A shard run's progress calls: their count, the last (done, total), and 1 in `monotonic` if done went down. */
+struct progress_log {
+    int calls, monotonic;
+    uint64_t last_done, last_total;
+};
+
+static int32_t log_progress(uint64_t done, uint64_t total, void *user) {
+    struct progress_log *l = user;
+    if (l->calls > 0 && done < l->last_done) l->monotonic = 1;
+    l->calls++;
+    l->last_done = done;
+    l->last_total = total;
+    return 0;
+}
+
 /* The packed bytes of the 2-D block [r0, r0 + nr) x [c0, c0 + nc) of a row-major array of `cols` columns
  * with `elem`-byte elements. */
 static void block(const void *base, size_t elem, uint64_t cols, uint64_t r0, uint64_t nr, uint64_t c0, uint64_t nc,
@@ -173,7 +188,7 @@ int main(int argc, char **argv) {
     hostfirst_device devs[8];
     for (int i = 0; i < 8; i++) owned[i] = (uint64_t)(7 - i), devs[i] = cpu;
     hostfirst_shard_options opts;
-    CHECK_OK(hostfirst_shard_options_init(&opts));
+    CHECK_OK(hostfirst_shard_options_init(&opts, sizeof opts));
     CHECK(opts.struct_size == sizeof opts && opts.max_over_read == 0.0);
     opts.threads = 2;
     hostfirst_shard_plan *plan = NULL;
@@ -188,7 +203,18 @@ int main(int argc, char **argv) {
     CHECK(read_bytes >= sizeof w + sizeof col + sizeof row + sizeof bias);
 
     hostfirst_shard_result *res = NULL;
-    CHECK_OK(hostfirst_shard_run(plan, NULL, NULL, &res));
+    /* This run's progress through its run options: bytes placed, never decreasing, last done == total. */
+    struct progress_log pl = {0, 0, 0, 0};
+    hostfirst_shard_run_options ro;
+    CHECK_OK(hostfirst_shard_run_options_init(&ro, sizeof ro));
+    CHECK(ro.struct_size == sizeof ro && ro.progress == NULL && ro.user == NULL);
+    ro.progress = log_progress;
+    ro.user = &pl;
+    CHECK_OK(hostfirst_shard_run(plan, &ro, &res));
+    CHECK(pl.calls >= 1 && pl.monotonic == 0 && pl.last_done == shard_bytes && pl.last_total == shard_bytes);
+    CHECK_OK(hostfirst_shard_result_free(res));
+    res = NULL;
+    CHECK_OK(hostfirst_shard_run(plan, NULL, &res));
     size_t rn = 0;
     CHECK_OK(hostfirst_shard_result_count(res, &rn));
     CHECK(rn == n);
@@ -299,7 +325,7 @@ int main(int argc, char **argv) {
 
     CHECK_OK(hostfirst_shard_plan_free(plan));
     CHECK_STATUS(hostfirst_shard_plan_free(plan), HOSTFIRST_STATUS_INVALID_HANDLE);
-    CHECK_STATUS(hostfirst_shard_run(plan, NULL, NULL, &res), HOSTFIRST_STATUS_INVALID_HANDLE);
+    CHECK_STATUS(hostfirst_shard_run(plan, NULL, &res), HOSTFIRST_STATUS_INVALID_HANDLE);
     CHECK_OK(hostfirst_shard_rules_free(rules));
     CHECK_STATUS(hostfirst_shard_rules_add(rules, "a", "x"), HOSTFIRST_STATUS_INVALID_HANDLE);
     CHECK_STATUS(hostfirst_shard_mesh_free(mesh), HOSTFIRST_STATUS_INVALID_HANDLE);

@@ -142,9 +142,10 @@ static int views_buffers_puts(const std::string &fixtures) {
 
         hostfirst::put_options cow;
         cow.copy_on_write = 1;
-        auto r = v.put_with_stats(hostfirst::device::cpu(), cow);
-        REQUIRE(r.buffer.is_file_backed() && r.stats.struct_size == sizeof(hostfirst_put_stats));
-        REQUIRE(r.buffer.to_vector<int32_t>() == b.to_vector<int32_t>());
+        hostfirst_put_stats st{};
+        hostfirst::buffer r = v.put(hostfirst::device::cpu(), cow, &st);
+        REQUIRE(r.is_file_backed() && st.struct_size == sizeof(hostfirst_put_stats) && st.staged_instead == 0);
+        REQUIRE(r.to_vector<int32_t>() == b.to_vector<int32_t>());
         const hostfirst::device no_kind(hostfirst_device{static_cast<hostfirst_device_kind>(7), 0});
         REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { (void)v.put(no_kind); }));
 
@@ -292,7 +293,7 @@ static int gathers_and_shards(const std::string &fixtures) {
         REQUIRE(throws(HOSTFIRST_STATUS_OUT_OF_RANGE, [&] { g.run(tokens, {0, 4093}); }));
         REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { g.run(tokens, {0}); }));
         {
-            hostfirst::buffer held = g.run_batch(tokens, {1, 2});
+            hostfirst::buffer held = g.run(tokens, {1, 2});
             REQUIRE(held.shape() == std::vector<uint64_t>({2, 4}) && held.to_vector<uint16_t>()[0] == TOKENS0[1]);
             REQUIRE(g.ring().held == 1 && g.ring().bound == HOSTFIRST_GATHER_DEFAULT_RING_BOUND);
             g.set_ring_bound(1);
@@ -368,6 +369,17 @@ static int gathers_and_shards(const std::string &fixtures) {
         }));
         auto res = sp.run();
         REQUIRE(res.size() == 2 && res.bytes_read() == 8192);
+        {
+            /* run options: the progress callback of this run only; cancelling frees what the run took */
+            size_t before = hostfirst::handle_count();
+            hostfirst::shard_run_options ro;
+            REQUIRE(ro.struct_size == sizeof(hostfirst_shard_run_options) && ro.progress == nullptr);
+            int calls = 0;
+            ro.progress = [](uint64_t, uint64_t, void *user) -> int32_t { return ++*static_cast<int *>(user) > 0; };
+            ro.user = &calls;
+            REQUIRE(throws(HOSTFIRST_STATUS_CANCELLED, [&] { (void)sp.run(ro); }));
+            REQUIRE(calls == 1 && hostfirst::handle_count() == before);
+        }
         hostfirst::shard_buffer sb = res.get(0);
         REQUIRE(sb.bytes_read == 4096 && sb.buffer.shape() == std::vector<uint64_t>({2048}));
         REQUIRE(sb.buffer.to_vector<uint16_t>() == std::vector<uint16_t>(all.begin() + 2048, all.end()));
@@ -460,17 +472,18 @@ static int cuda_wrappers(const std::string &fixtures) {
         /* resident puts: the registration is cached until release_cached_memory() */
         hostfirst::put_options resident;
         resident.resident = 1;
-        auto r1 = tokens.put_with_stats(cuda, resident);
-        auto r2 = tokens.put_with_stats(cuda, resident);
-        REQUIRE(r2.stats.reused_registration == 1 && r2.buffer.to_vector<uint16_t>() == all);
+        hostfirst_put_stats s1{}, s2{}, s3{};
+        hostfirst::buffer r1 = tokens.put(cuda, resident, &s1);
+        hostfirst::buffer r2 = tokens.put(cuda, resident, &s2);
+        REQUIRE(s2.reused_registration == 1 && r2.to_vector<uint16_t>() == all);
         hostfirst::release_cached_memory();
-        auto r3 = tokens.put_with_stats(cuda, resident);
-        REQUIRE(r3.stats.reused_registration == 0 && r3.buffer.to_vector<uint16_t>() == all);
+        hostfirst::buffer r3 = tokens.put(cuda, resident, &s3);
+        REQUIRE(s3.reused_registration == 0 && r3.to_vector<uint16_t>() == all);
         (void)r1;
 
         /* a gather onto the device; a device buffer is no gather source */
         hostfirst::gather g(cuda, HOSTFIRST_DTYPE_U16, 2, 4);
-        hostfirst::buffer batch = g.run_batch(tokens, {0, 6});
+        hostfirst::buffer batch = g.run(tokens, {0, 6});
         REQUIRE(batch.device() == cuda);
         REQUIRE(batch.to_vector<uint16_t>() == std::vector<uint16_t>({TOKENS0[0], TOKENS0[1], TOKENS0[2], TOKENS0[3],
                                                                      TOKENS0[6], TOKENS0[7], TOKENS0[8], TOKENS0[9]}));

@@ -99,3 +99,12 @@ fn c_cow_truncate() {
     let bin = compile_c_test("test_cow_truncate");
     run_ok(&bin, &[scratch("c_cow_truncate").to_str().unwrap()], &[]);
 }
+
+/// Options structs: every init called as an older and a newer program would, too small a struct_size refused
+/// with both sizes, and every function reading options given them at the end of readable memory.
+#[test]
+fn c_options() {
+    assert!(have_cc(), "no C compiler");
+    let bin = compile_c_test("test_options");
+    run_ok(&bin, &[root().join("tests/fixtures").to_str().unwrap()], &[]);
+}

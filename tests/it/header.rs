@@ -133,7 +133,8 @@ Shard-on-read gives each process only its part of every tensor, read straight fr
 devices as a hostfirst_shard_mesh (named axes with sizes; hostfirst_shard_mesh_new()), the partitioning as
 hostfirst_shard_rules over that mesh (glob patterns to partition specs), then make a hostfirst_shard_plan for the
 positions this process owns (hostfirst_shard_plan_make(), options from hostfirst_shard_options_init()).
-hostfirst_shard_run() reads the plan into a hostfirst_shard_result, whose buffers you take with
+hostfirst_shard_run() reads the plan into a hostfirst_shard_result (this run's progress callback in
+hostfirst_shard_run_options, from hostfirst_shard_run_options_init()), whose buffers you take with
 hostfirst_shard_result_get() and free yourself. Each object has its own _free; rules keep what they need of
 the mesh (free it right after), and buffers taken from a result stay valid after the result is freed.",
         rules: &["shard"],

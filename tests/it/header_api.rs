@@ -132,8 +132,7 @@ fn pointee(ty: &str) -> Option<(String, bool)> {
 #[test]
 fn no_ex_twins() {
     let api = api();
-    let bad: Vec<&String> =
-        api.functions.keys().filter(|n| (n.ends_with("_ex") || n.contains("_ex_"))).collect();
+    let bad: Vec<&String> = api.functions.keys().filter(|n| n.ends_with("_ex") || n.contains("_ex_")).collect();
     assert!(
         bad.is_empty(),
         "functions with an `_ex` twin: {bad:?}. One function per operation: fold the options into the one function \
@@ -156,7 +155,7 @@ fn every_options_struct_has_an_init() {
             }
         }
     }
-    assert!(options.len() >= 3, "options structs found: {options:?}");
+    assert!(options.len() >= 5, "options structs found: {options:?}");
     for s in options.iter() {
         let init = format!("{s}_init");
         let f = api.functions.get(&init).unwrap_or_else(|| {
@@ -165,8 +164,22 @@ fn every_options_struct_has_an_init() {
             )
         });
         assert_eq!(f.0, "hostfirst_status", "{init} returns a status");
-        assert_eq!(f.1.len(), 1, "{init} takes the struct only");
-        assert_eq!(pointee(&f.1[0].0), Some((s.clone(), false)), "{init} takes a {s}*");
+        // (T *out, size_t struct_size): the caller says how big its struct is, so a program built against an
+        // older, smaller struct never gets a newer, bigger one written past its own.
+        assert_eq!(f.1.len(), 2, "{init} takes (T *out, size_t struct_size): {:?}", f.1);
+        assert_eq!(pointee(&f.1[0].0), Some((s.clone(), false)), "{init} takes a {s}* first");
+        assert_eq!(f.1[1], ("size_t".to_string(), "struct_size".to_string()), "{init}'s second parameter");
+    }
+    // Every `*_options_init` has that shape, also one for a struct no function takes yet.
+    let inits: Vec<&String> = api.functions.keys().filter(|n| n.ends_with("_options_init")).collect();
+    assert!(inits.len() >= options.len(), "inits {inits:?}, options {options:?}");
+    for init in inits {
+        let params = &api.functions[init].1;
+        let s = init.trim_end_matches("_init");
+        assert!(
+            params.len() == 2 && pointee(&params[0].0) == Some((s.to_string(), false)) && params[1].0 == "size_t",
+            "{init} takes ({s} *out, size_t struct_size): {params:?}"
+        );
     }
 }
 

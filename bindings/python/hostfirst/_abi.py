@@ -298,6 +298,15 @@ class ShardOptions(_Mirror):
     ]
 
 
+class ShardRunOptions(_Mirror):
+    _c_name_ = "hostfirst_shard_run_options"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("progress", ctypes.c_void_p),  # hostfirst_progress_fn
+        ("user", ctypes.c_void_p),
+    ]
+
+
 class ShardInfo(_Mirror):
     _c_name_ = "hostfirst_shard_info"
     _fields_ = [
@@ -389,11 +398,11 @@ SIGNATURES = {
     "hostfirst_view_slice_rows": (c_status, [_h, _u64, _u64, _ph]),
     "hostfirst_view_prefault": (c_status, [_h, P(ctypes.c_bool)]),
     "hostfirst_view_copy": (c_status, [_h, ctypes.c_void_p, _size, P(_u64)]),
-    "hostfirst_dlpack_options_init": (c_status, [P(DLPackOptions)]),
+    "hostfirst_dlpack_options_init": (c_status, [P(DLPackOptions), _size]),
     "hostfirst_view_to_dlpack": (c_status, [_h, P(DLPackOptions), P(P(DLPackManagedTensorVersioned)),
                                             P(P(DLPackManagedTensor))]),
     # placement: buffers, rules, plans, whole-file loads
-    "hostfirst_put_options_init": (c_status, [P(PutOptions)]),
+    "hostfirst_put_options_init": (c_status, [P(PutOptions), _size]),
     "hostfirst_put": (c_status, [_h, P(Device), P(PutOptions), _ph, P(PutStats)]),
     "hostfirst_put_start": (c_status, [_h, P(Device), P(PutOptions), _ph]),
     "hostfirst_put_poll": (c_status, [_h]),
@@ -423,7 +432,7 @@ SIGNATURES = {
     "hostfirst_plan_unmatched_rule_count": (c_status, [_h, P(_size)]),
     "hostfirst_plan_unmatched_rule": (c_status, [_h, _size, P(PlanUnmatchedRuleInfo)]),
     "hostfirst_plan_free": (c_status, [_h]),
-    "hostfirst_load_options_init": (c_status, [P(LoadOptions)]),
+    "hostfirst_load_options_init": (c_status, [P(LoadOptions), _size]),
     "hostfirst_load_run": (c_status, [_h, _h, P(LoadOptions), _ph]),
     "hostfirst_load_count": (c_status, [_h, P(_size)]),
     "hostfirst_load_get": (c_status, [_h, _str, P(_u32), _ph, _ph]),
@@ -453,7 +462,7 @@ SIGNATURES = {
     "hostfirst_shard_mesh_free": (c_status, [_h]),
     "hostfirst_shard_mesh_positions": (c_status, [_h, P(_u64)]),
     "hostfirst_shard_mesh_position": (c_status, [_h, P(_u64), _size, P(_u64)]),
-    "hostfirst_shard_options_init": (c_status, [P(ShardOptions)]),
+    "hostfirst_shard_options_init": (c_status, [P(ShardOptions), _size]),
     "hostfirst_shard_rules_new": (c_status, [_h, _ph]),
     "hostfirst_shard_rules_add": (c_status, [_h, _str, _str]),
     "hostfirst_shard_rules_skip": (c_status, [_h, _str]),
@@ -463,7 +472,8 @@ SIGNATURES = {
     "hostfirst_shard_plan_describe": (c_status, [_h, _size, P(ShardInfo)]),
     "hostfirst_shard_plan_totals": (c_status, [_h, P(_u64), P(_u64), P(_i32)]),
     "hostfirst_shard_plan_free": (c_status, [_h]),
-    "hostfirst_shard_run": (c_status, [_h, ctypes.c_void_p, ctypes.c_void_p, _ph]),
+    "hostfirst_shard_run_options_init": (c_status, [P(ShardRunOptions), _size]),
+    "hostfirst_shard_run": (c_status, [_h, P(ShardRunOptions), _ph]),
     "hostfirst_shard_result_count": (c_status, [_h, P(_size)]),
     "hostfirst_shard_result_bytes_read": (c_status, [_h, P(_u64)]),
     "hostfirst_shard_result_get": (c_status, [_h, _size, _ph, P(_u64)]),

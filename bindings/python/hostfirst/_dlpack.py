@@ -78,7 +78,7 @@ def request(stream: Optional[int], max_version: Optional[Tuple[int, int]], dl_de
     """`__dlpack__`'s arguments as the C API's hostfirst_dlpack_options (from hostfirst_dlpack_options_init;
     max_version=None is a pre-1.0 consumer, {0, 0}: the legacy form)."""
     o = _abi.DLPackOptions()
-    check(lib.hostfirst_dlpack_options_init(ctypes.byref(o)))
+    check(lib.hostfirst_dlpack_options_init(ctypes.byref(o), ctypes.sizeof(o)))
     major, minor = (0, 0) if max_version is None else tuple(max_version)[:2]
     o.max_version = _abi.DLPackVersion(int(major), int(minor))
     if stream is not None:

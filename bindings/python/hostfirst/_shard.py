@@ -82,7 +82,7 @@ def load_shards(path: PathLike, mesh: Union[Mapping[str, int], Iterable[Tuple[st
     positions = (ctypes.c_uint64 * max(len(where), 1))(*[int(p) for p in where])
     devices = (_abi.Device * max(len(where), 1))(*[as_device(d)._c() for d in where.values()])
     opts = _abi.ShardOptions()
-    opts.struct_size = ctypes.sizeof(opts)
+    check(lib.hostfirst_shard_options_init(ctypes.byref(opts), ctypes.sizeof(opts)))
     opts.max_over_read = float(max_over_read or 0.0)
     opts.threads = int(threads)
     fh, mh, rh, ph, res = _vp(), _vp(), _vp(), _vp(), _vp()
@@ -99,7 +99,7 @@ def load_shards(path: PathLike, mesh: Union[Mapping[str, int], Iterable[Tuple[st
                 check(lib.hostfirst_shard_rules_add(rh, str(pattern).encode(), spec_text(spec).encode()))
         check(lib.hostfirst_shard_plan_make(fh, rh, positions, devices, len(where), ctypes.byref(opts),
                                             ctypes.byref(ph)))
-        check(lib.hostfirst_shard_run(ph, None, None, ctypes.byref(res)))
+        check(lib.hostfirst_shard_run(ph, None, ctypes.byref(res)))
         n = ctypes.c_size_t()
         check(lib.hostfirst_shard_plan_count(ph, ctypes.byref(n)))
         out: List[Shard] = []

@@ -269,7 +269,7 @@ class Tensor(_HostArrayMixin):
         transferred many times). `threads`: reader threads (0: the CPUs available, at most 16).
         `staging_mib`: page-locked staging for CUDA puts in MiB (0: 256). See hostfirst_put in the C header."""
         opts = _abi.PutOptions()
-        check(lib.hostfirst_put_options_init(ctypes.byref(opts)))
+        check(lib.hostfirst_put_options_init(ctypes.byref(opts), ctypes.sizeof(opts)))
         opts.copy_on_write, opts.resident = int(bool(copy_on_write)), int(bool(resident))
         if int(threads) < 0 or int(staging_mib) < 0:
             raise ValueError(f"threads ({threads}) and staging_mib ({staging_mib}) must not be negative")

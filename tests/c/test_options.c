@@ -1,0 +1,193 @@
+/* Options structs and their inits (issue 24). Every hostfirst_*_options_init(out, struct_size) is called as a
+ * program built against the struct's first version would call it (its struct, then a canary): nothing is
+ * written past struct_size, the fields within it are the defaults, struct_size is the caller's; a newer, larger
+ * struct gets nothing past this version's fields; a struct_size below the first version is INVALID_ARGUMENT
+ * naming the struct and both sizes, nothing written. Every function reading options is given them at the end of
+ * readable memory (an inaccessible page right after) with struct_size = the first version's size: it runs and
+ * reads nothing past the struct; too small a struct_size is INVALID_ARGUMENT there too. Handle count back to its
+ * baseline. argv[1]: tests/fixtures. */
+#define _DEFAULT_SOURCE
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include "check.h"
+
+#define CANARY 0xA5
+/* The end of field f of T: the size of the struct's first version when f is its last field. */
+#define END_OF(T, f) (offsetof(T, f) + sizeof(((T *)0)->f))
+#define ROUND8(n) (((n) + 7u) & ~(size_t)7u)
+
+static void check_msg_sizes(const char *param, const char *type, size_t given, size_t v1) {
+    char want[200];
+    snprintf(want, sizeof want, "%s: struct_size %zu is smaller than %s (%zu bytes in its first version", param,
+             given, type, v1);
+    CHECK_MSG(want);
+}
+
+/* The init of T whose first version ends with field `last`. */
+#define CHECK_INIT(T, last)                                                                                \
+    do {                                                                                                   \
+        const size_t v1 = END_OF(T, last);                                                                 \
+        union {                                                                                            \
+            T t;                                                                                           \
+            unsigned char b[sizeof(T) + 64];                                                               \
+        } full, old, big, small;                                                                           \
+        memset(&full, CANARY, sizeof full);                                                                \
+        CHECK_OK(T##_init(&full.t, sizeof full.t));                                                        \
+        CHECK(full.t.struct_size == sizeof(T));                                                            \
+        for (size_t i = sizeof(T); i < sizeof full; i++) CHECK(full.b[i] == CANARY);                       \
+        /* An older program: its struct is the first version's fields, then memory it does not own. */    \
+        memset(&old, CANARY, sizeof old);                                                                  \
+        CHECK_OK(T##_init(&old.t, v1));                                                                    \
+        CHECK(old.t.struct_size == v1);                                                                    \
+        CHECK(memcmp(old.b + sizeof(size_t), full.b + sizeof(size_t), v1 - sizeof(size_t)) == 0);          \
+        for (size_t i = v1; i < sizeof old; i++) CHECK(old.b[i] == CANARY);                                \
+        /* A newer program: a larger struct; this version's fields, nothing past them. */                  \
+        memset(&big, CANARY, sizeof big);                                                                  \
+        CHECK_OK(T##_init(&big.t, sizeof(T) + 32));                                                        \
+        CHECK(big.t.struct_size == sizeof(T) + 32);                                                        \
+        CHECK(memcmp(big.b + sizeof(size_t), full.b + sizeof(size_t), sizeof(T) - sizeof(size_t)) == 0);  \
+        for (size_t i = sizeof(T); i < sizeof big; i++) CHECK(big.b[i] == CANARY);                         \
+        /* Smaller than any version: refused, nothing written. */                                          \
+        memset(&small, CANARY, sizeof small);                                                              \
+        CHECK_STATUS(T##_init(&small.t, v1 - 1), HOSTFIRST_STATUS_INVALID_ARGUMENT);                       \
+        check_msg_sizes("out", #T, v1 - 1, v1);                                                            \
+        CHECK_STATUS(T##_init(&small.t, 0), HOSTFIRST_STATUS_INVALID_ARGUMENT);                            \
+        for (size_t i = 0; i < sizeof small; i++) CHECK(small.b[i] == CANARY);                             \
+        CHECK_STATUS(T##_init(NULL, sizeof(T)), HOSTFIRST_STATUS_NULL_ARGUMENT);                           \
+    } while (0)
+
+/* The literal case: a program's struct with a canary right after it (the first version is this one). */
+struct old_put {
+    hostfirst_put_options opts;
+    uint64_t canary;
+};
+
+static unsigned char *guarded; /* two pages, the second inaccessible */
+static size_t page;
+
+/* An options struct of T with struct_size = its first version's size, ending at the inaccessible page (at
+ * the first 8-byte boundary at or past the end of its last field), filled by its init. */
+static void *at_guard(size_t v1) { return guarded + page - ROUND8(v1); }
+#define AT_GUARD(T, last, p)                 \
+    T *p = at_guard(END_OF(T, last));        \
+    CHECK_OK(T##_init(p, END_OF(T, last)))
+
+int main(int argc, char **argv) {
+    CHECK(argc == 2);
+    size_t base = live_handles();
+
+    CHECK_INIT(hostfirst_put_options, copy_on_write);
+    CHECK_INIT(hostfirst_load_options, user);
+    CHECK_INIT(hostfirst_dlpack_options, dl_device);
+    CHECK_INIT(hostfirst_shard_options, staging_bytes);
+    CHECK_INIT(hostfirst_shard_run_options, user);
+
+    struct old_put op;
+    op.canary = 0x0123456789abcdefULL;
+    CHECK_OK(hostfirst_put_options_init(&op.opts, sizeof op.opts));
+    CHECK(op.canary == 0x0123456789abcdefULL && op.opts.struct_size == sizeof op.opts && op.opts.threads == 0);
+
+    /* The readers: options at the end of readable memory. */
+    page = (size_t)sysconf(_SC_PAGESIZE);
+    guarded = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(guarded != MAP_FAILED);
+    CHECK(mprotect(guarded + page, page, PROT_NONE) == 0);
+
+    char path[1100];
+    snprintf(path, sizeof path, "%s/tokens.safetensors", argv[1]);
+    hostfirst_file *f = NULL;
+    hostfirst_view *v = NULL;
+    CHECK_OK(hostfirst_file_open(path, &f));
+    CHECK_OK(hostfirst_file_view(f, "tokens", &v));
+    hostfirst_device cpu = {HOSTFIRST_DEVICE_CPU, 0};
+
+    /* put */
+    AT_GUARD(hostfirst_put_options, copy_on_write, po);
+    po->threads = 2;
+    hostfirst_buffer *b = NULL;
+    CHECK_OK(hostfirst_put(v, &cpu, po, &b, NULL));
+    CHECK_OK(hostfirst_buffer_free(b));
+    b = NULL;
+    po->struct_size = END_OF(hostfirst_put_options, copy_on_write) - 1;
+    CHECK_STATUS(hostfirst_put(v, &cpu, po, &b, NULL), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    check_msg_sizes("opts", "hostfirst_put_options", po->struct_size, END_OF(hostfirst_put_options, copy_on_write));
+    po->struct_size = sizeof(size_t); /* sizeof a pointer, a classic slip: refused, not read as "all defaults" */
+    CHECK_STATUS(hostfirst_put(v, &cpu, po, &b, NULL), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    hostfirst_put_op *pop = NULL;
+    CHECK_STATUS(hostfirst_put_start(v, &cpu, po, &pop), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK(b == NULL && pop == NULL);
+
+    /* load */
+    hostfirst_rules *rules = NULL;
+    hostfirst_plan *plan = NULL;
+    hostfirst_load *load = NULL;
+    CHECK_OK(hostfirst_rules_new(&rules));
+    CHECK_OK(hostfirst_rules_add_spec(rules, "*=cpu"));
+    CHECK_OK(hostfirst_plan_make(f, rules, &plan));
+    AT_GUARD(hostfirst_load_options, user, lo);
+    CHECK_OK(hostfirst_load_run(f, plan, lo, &load));
+    CHECK_OK(hostfirst_load_free(load));
+    load = NULL;
+    lo->struct_size = END_OF(hostfirst_load_options, user) - 1;
+    CHECK_STATUS(hostfirst_load_run(f, plan, lo, &load), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    check_msg_sizes("opts", "hostfirst_load_options", lo->struct_size, END_OF(hostfirst_load_options, user));
+    CHECK(load == NULL);
+
+    /* DLPack */
+    AT_GUARD(hostfirst_dlpack_options, dl_device, d);
+    hostfirst_dlpack_managed_tensor_versioned *t = NULL;
+    CHECK_OK(hostfirst_view_to_dlpack(v, d, &t, NULL));
+    CHECK(t != NULL && t->version.major == HOSTFIRST_DLPACK_MAJOR_VERSION);
+    t->deleter(t);
+    t = NULL;
+    d->struct_size = END_OF(hostfirst_dlpack_options, dl_device) - 1;
+    CHECK_STATUS(hostfirst_view_to_dlpack(v, d, &t, NULL), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    check_msg_sizes("opts", "hostfirst_dlpack_options", d->struct_size, END_OF(hostfirst_dlpack_options, dl_device));
+    CHECK(t == NULL);
+
+    /* shard plan and run */
+    const char *axes[] = {"x"};
+    uint64_t sizes[] = {2}, positions[] = {1};
+    hostfirst_shard_mesh *mesh = NULL;
+    hostfirst_shard_rules *sr = NULL;
+    hostfirst_shard_plan *sp = NULL;
+    hostfirst_shard_result *res = NULL;
+    CHECK_OK(hostfirst_shard_mesh_new(axes, sizes, 1, &mesh));
+    CHECK_OK(hostfirst_shard_rules_new(mesh, &sr));
+    CHECK_OK(hostfirst_shard_rules_add(sr, "tokens", "x"));
+    AT_GUARD(hostfirst_shard_options, staging_bytes, so);
+    CHECK_OK(hostfirst_shard_plan_make(f, sr, positions, &cpu, 1, so, &sp));
+    so->struct_size = END_OF(hostfirst_shard_options, staging_bytes) - 1;
+    hostfirst_shard_plan *sp2 = NULL;
+    CHECK_STATUS(hostfirst_shard_plan_make(f, sr, positions, &cpu, 1, so, &sp2), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    check_msg_sizes("options", "hostfirst_shard_options", so->struct_size,
+                    END_OF(hostfirst_shard_options, staging_bytes));
+    CHECK(sp2 == NULL);
+    AT_GUARD(hostfirst_shard_run_options, user, ro);
+    CHECK_OK(hostfirst_shard_run(sp, ro, &res));
+    uint64_t read = 0;
+    CHECK_OK(hostfirst_shard_result_bytes_read(res, &read));
+    CHECK(read == 4096);
+    CHECK_OK(hostfirst_shard_result_free(res));
+    res = NULL;
+    ro->struct_size = END_OF(hostfirst_shard_run_options, user) - 1;
+    CHECK_STATUS(hostfirst_shard_run(sp, ro, &res), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    check_msg_sizes("opts", "hostfirst_shard_run_options", ro->struct_size, END_OF(hostfirst_shard_run_options, user));
+    CHECK(res == NULL);
+    CHECK_OK(hostfirst_shard_run(sp, NULL, &res)); /* NULL: the defaults */
+    CHECK_OK(hostfirst_shard_result_free(res));
+
+    CHECK_OK(hostfirst_shard_plan_free(sp));
+    CHECK_OK(hostfirst_shard_rules_free(sr));
+    CHECK_OK(hostfirst_shard_mesh_free(mesh));
+    CHECK_OK(hostfirst_plan_free(plan));
+    CHECK_OK(hostfirst_rules_free(rules));
+    CHECK_OK(hostfirst_view_free(v));
+    CHECK_OK(hostfirst_file_free(f));
+    CHECK(munmap(guarded, 2 * page) == 0);
+    CHECK(live_handles() == base);
+    printf("options ok\n");
+    return 0;
+}
