@@ -20,14 +20,14 @@
 //!   rust-safetensors-load-all FILE peer: safetensors crate deserialize + to_vec every tensor
 //!   gather-readat FILE TENSOR B T ITERS SEED
 //!                                  B random T+1-token windows of a u16 tensor with hostfirst's existing
-//!                                  TensorView::read_at (NOT the gather primitive); p50/p99 per batch
+//!                                  View::read_at (NOT the gather primitive); p50/p99 per batch
 //!   gather FILE TENSOR B T ITERS SEED
 //!                                  hostfirst's gather primitive (place::Gather): x and y = two [B, T] u16 gathers at
 //!                                  offsets and offsets+1, offsets drawn by place::gather::random_offsets; p50/p99
 //!   gather1 FILE TENSOR B T ITERS SEED
 //!                                  the same with one [B, T+1] gather (x = row[..T], y = row[1..] as views)
 //!   gather1p FILE TENSOR B T ITERS SEED
-//!                                  gather1 after TensorView::prefault (its one-time cost reported as prefault_s)
+//!                                  gather1 after View::prefault (its one-time cost reported as prefault_s)
 //!   resident FILE                  fraction of the file's pages in the page cache (mincore)
 //!   gpu-put, gpu-gather, gpu-seeds the GPU section (benches/gpu_ops.rs; run on a GPU by benches/gpu/run.sh)
 //!   gpu-check, gpu-census         the GPU correctness op and the census (benches/gpu_check.rs), run first

@@ -231,7 +231,7 @@ enum hostfirst_status
    */
   HOSTFIRST_STATUS_INVALID_OFFSET = 65,
   /**
-   * The same tensor name appears twice (in a header, or in two shards of a set).
+   * The same tensor name appears twice (in a header, or in two part files of a set).
    */
   HOSTFIRST_STATUS_DUPLICATE_TENSOR = 66,
   /**
@@ -255,7 +255,7 @@ enum hostfirst_status
    */
   HOSTFIRST_STATUS_LIMIT_EXCEEDED = 71,
   /**
-   * A sharded index (`*.safetensors.index.json`) is malformed or disagrees with its shards.
+   * A sharded index (`*.safetensors.index.json`) is malformed or disagrees with its part files.
    */
   HOSTFIRST_STATUS_INVALID_INDEX = 72,
   /**
@@ -883,7 +883,7 @@ hostfirst_status hostfirst_strict_get(int32_t *out_thread, int32_t *out_process)
 /* ==============================================================================================================
  * 4. FILES AND VIEWS
  *
- * Open a safetensors file, a sharded set (*.safetensors.index.json) or bytes in memory with hostfirst_file_open(),
+ * Open a safetensors file, a multi-file set (*.safetensors.index.json) or bytes in memory with hostfirst_file_open(),
  * _open_index() or _open_memory(); release it with hostfirst_file_free(). A file is immutable once open: its
  * tensor names, metadata and path (strings owned by the file, valid until it is freed) may be read from many
  * threads at once. hostfirst_file_view() / hostfirst_file_view_at() give a hostfirst_view: a read-only, zero-copy
@@ -899,7 +899,7 @@ hostfirst_status hostfirst_strict_get(int32_t *out_thread, int32_t *out_process)
 #define HOSTFIRST_MAX_TENSORS 262144
 
 /**
- * Cap on tensors in a sharded set.
+ * Cap on tensors in a multi-file set.
  */
 #define HOSTFIRST_MAX_SET_TENSORS 1048576
 
@@ -1027,7 +1027,7 @@ typedef uint32_t hostfirst_dtype;
 #endif // __cplusplus
 
 /**
- * An open safetensors file, memory buffer or sharded set (`*.safetensors.index.json`).
+ * An open safetensors file, memory buffer or multi-file set (`*.safetensors.index.json`).
  *
  * Created by `hostfirst_file_open` or `hostfirst_file_open_memory`; released by
  * `hostfirst_file_free`. Immutable once open: every function taking a `const hostfirst_file*` is thread-safe
@@ -1135,14 +1135,14 @@ uint32_t hostfirst_dtype_bits(hostfirst_dtype dtype);
 hostfirst_status hostfirst_dtype_from_name(const char *name, hostfirst_dtype *out_dtype);
 
 /**
- * Opens a safetensors file, or a sharded set when `path` is an index, and writes a new handle to `*out`.
+ * Opens a safetensors file, or a multi-file set when `path` is an index, and writes a new handle to `*out`.
  *
  * An index (`*.safetensors.index.json`, the Hugging Face `weight_map` format) is recognised by a name ending
  * in `.json` or by content (JSON text that cannot be a safetensors length prefix) and opened as one logical
- * file: shard paths in `weight_map` are relative to the index's directory (absolute paths and `..` are
- * refused); each shard is opened once and validated like a single file. Tensors are ordered by shard file
- * name, then in file order within each shard. Metadata of a set: the index's `metadata` object (non-string
- * values as JSON text, e.g. `total_size`), then each shard's `__metadata__` keys not already present. (0.1
+ * file: part file paths in `weight_map` are relative to the index's directory (absolute paths and `..` are
+ * refused); each part file is opened once and validated like a single file. Tensors are ordered by part file
+ * name, then in file order within each part file. Metadata of a set: the index's `metadata` object (non-string
+ * values as JSON text, e.g. `total_size`), then each part file's `__metadata__` keys not already present. (0.1
  * also had `hostfirst_file_open_index`, which this covers.) Opening reads only the header(s) with
  * `pread` and maps each file read-only without reading its data, so its cost and memory do not grow with
  * the data size; it never initialises an accelerator. The file must be a regular file whose size is
@@ -1158,9 +1158,9 @@ hostfirst_status hostfirst_dtype_from_name(const char *name, hostfirst_dtype *ou
  * after the last tensor), `LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_TENSORS` tensors, rank above
  * `HOSTFIRST_MAX_RANK`, a name longer than `HOSTFIRST_MAX_NAME_LEN` bytes), `METADATA_LIMIT_EXCEEDED`
  * (more than `HOSTFIRST_MAX_METADATA_ENTRIES` metadata entries), `NOT_SAFETENSORS` (not a safetensors file at
- * all: the message says what it looks like); for sets also `INVALID_INDEX` (a missing shard, an indexed
- * tensor not in its shard, a shard tensor the index does not list), `DUPLICATE_TENSOR` (a name twice in
- * `weight_map`, or a tensor in two shards), `LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_SET_TENSORS` tensors).
+ * all: the message says what it looks like); for sets also `INVALID_INDEX` (a missing part file, an indexed
+ * tensor not in its part file, a part file's tensor the index does not list), `DUPLICATE_TENSOR` (a name twice in
+ * `weight_map`, or a tensor in two part files), `LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_SET_TENSORS` tensors).
  * Leading and trailing JSON whitespace around the header object is accepted (as the reference crate does).
  *
  * On failure `*out` is left unchanged and no handle or file descriptor is left open. Free the handle with
@@ -1195,12 +1195,12 @@ hostfirst_status hostfirst_file_open_memory(const void *data,
 hostfirst_status hostfirst_file_free(struct hostfirst_file *file);
 
 /**
- * Writes the number of tensors (all shards of a set) to `*out_count`. Thread-safe.
+ * Writes the number of tensors (all part files of a set) to `*out_count`. Thread-safe.
  */
 hostfirst_status hostfirst_file_tensor_count(const struct hostfirst_file *file, size_t *out_count);
 
 /**
- * Writes the name of tensor `index` (file order: by data offset; for a set, shards by file name) to
+ * Writes the name of tensor `index` (file order: by data offset; for a set, part files by file name) to
  * `*out_name`.
  *
  * The string is owned by the file and valid until `hostfirst_file_free`. Errors: `NULL_ARGUMENT`,
@@ -1246,7 +1246,7 @@ hostfirst_status hostfirst_file_metadata_find(const struct hostfirst_file *file,
                                               const char **out_value);
 
 /**
- * Writes the total bytes of tensor data (all shards of a set) to `*out_bytes`. Thread-safe.
+ * Writes the total bytes of tensor data (all part files of a set) to `*out_bytes`. Thread-safe.
  */
 hostfirst_status hostfirst_file_data_bytes(const struct hostfirst_file *file, uint64_t *out_bytes);
 
@@ -3117,7 +3117,7 @@ typedef struct hostfirst_shard_info {
    */
   int64_t copy_of;
   /**
-   * The file the tensor is in (for a sharded set, the shard file's path; `<memory>` for a buffer).
+   * The file the tensor is in (for a multi-file set, the part file's path; `<memory>` for a buffer).
    */
   const char *file;
 } hostfirst_shard_info;
@@ -3227,7 +3227,7 @@ hostfirst_status hostfirst_shard_rules_skip(struct hostfirst_shard_rules *rules,
 hostfirst_status hostfirst_shard_rules_free(struct hostfirst_shard_rules *rules);
 
 /**
- * Plans the shards this process loads from `file` (a safetensors file, a buffer, or a sharded set): it
+ * Plans the shards this process loads from `file` (a safetensors file, a buffer, or a multi-file set): it
  * owns the mesh positions `positions[0..count]`, whose shards go to `devices[0..count]`
  * (`HOSTFIRST_DEVICE_CPU`, `_CUDA_HOST` or `_CUDA` with an ordinal). Writes a new handle to `*out` (free it
  * with `hostfirst_shard_plan_free`).
@@ -3299,7 +3299,7 @@ hostfirst_status hostfirst_shard_plan_free(struct hostfirst_shard_plan *plan);
  *
  * Before the first byte moves, every device is fit-checked against its memory free *now*; the first that
  * does not fit gives `OUT_OF_MEMORY` naming the device with the numbers (`hostfirst_last_error_fit`), and nothing
- * is allocated. Then each shard is read from its runs only, with parallel `pread`s straight into host
+ * is allocated. Then each part file is read from its runs only, with parallel `pread`s straight into host
  * buffers (`cpu`, `cuda_host`) or through the bounded page-locked staging ring for `cuda:N` (runs packed
  * into the slabs); a part held by several owned positions is read once and copied. Files are never read
  * through the mapping: a file truncated since it was opened gives `TRUNCATED`, not SIGBUS.

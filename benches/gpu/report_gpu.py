@@ -224,7 +224,7 @@ def section(paths, allow_stand_in=False):
     if gat:
         w("### Gather B × (T+1) random windows to cuda:0\n")
         w("hostfirst: `place::Gather` to cuda:0, pinned staging + one async copy, returned when the copy completed; `prefaulted`")
-        w("after one `TensorView::prefault`. nanoGPT: `get_batch` with `x.pin_memory().to('cuda', non_blocking=True)` (and y),")
+        w("after one `View::prefault`. nanoGPT: `get_batch` with `x.pin_memory().to('cuda', non_blocking=True)` (and y),")
         w("then `torch.cuda.synchronize()`; it ships x and y as int64.\n")
         w("| B | T | nanoGPT p50 | hostfirst p50 | p99 | nanoGPT ÷ hostfirst | prefaulted p50 | nanoGPT ÷ prefaulted | tokens/s (hostfirst) |")
         w("|---|---|---|---|---|---|---|---|---|")

@@ -81,7 +81,7 @@ pub enum Status {
     InvalidHeaderJson = 64,
     /// Tensor data offsets are not contiguous from 0, overlap, or end before they begin.
     InvalidOffset = 65,
-    /// The same tensor name appears twice (in a header, or in two shards of a set).
+    /// The same tensor name appears twice (in a header, or in two part files of a set).
     DuplicateTensor = 66,
     /// Shape or size arithmetic overflows.
     ValidationOverflow = 67,
@@ -93,7 +93,7 @@ pub enum Status {
     IncompleteBuffer = 70,
     /// A safety cap (tensor count, rank, name length) was exceeded.
     LimitExceeded = 71,
-    /// A sharded index (`*.safetensors.index.json`) is malformed or disagrees with its shards.
+    /// A sharded index (`*.safetensors.index.json`) is malformed or disagrees with its part files.
     InvalidIndex = 72,
     /// The input is not a safetensors file at all: its first 8 bytes are no possible header length and no JSON
     /// object follows them (the message says what it looks like: a zip archive, a Git LFS pointer, text, ...).

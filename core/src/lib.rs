@@ -29,4 +29,4 @@ pub mod shard;
 pub use device::{Device, DeviceKind};
 pub use dtype::DType;
 pub use error::{Error, Result, Status};
-pub use file::{TensorFile, TensorView};
+pub use file::{TensorFile, View};

@@ -1,4 +1,4 @@
-//! Opening safetensors files, memory buffers and sharded sets: `hostfirst_file_*` (the core is `crate::file`).
+//! Opening safetensors files, memory buffers and multi-file sets: `hostfirst_file_*` (the core is `crate::file`).
 
 use super::args::{c_str, in_bytes, out_ptr};
 use super::handle::{self, Handle};
@@ -7,7 +7,7 @@ use crate::error::{Error, Status};
 use crate::file::TensorFile;
 use std::ffi::{c_char, c_void};
 
-/// An open safetensors file, memory buffer or sharded set (`*.safetensors.index.json`).
+/// An open safetensors file, memory buffer or multi-file set (`*.safetensors.index.json`).
 ///
 /// Created by `hostfirst_file_open` or `hostfirst_file_open_memory`; released by
 /// `hostfirst_file_free`. Immutable once open: every function taking a `const hostfirst_file*` is thread-safe
@@ -24,7 +24,7 @@ impl Handle for hostfirst_file {
 /// Cap on tensors in one safetensors file (larger headers give `HOSTFIRST_STATUS_LIMIT_EXCEEDED`).
 pub const HOSTFIRST_MAX_TENSORS: u32 = 262144;
 
-/// Cap on tensors in a sharded set.
+/// Cap on tensors in a multi-file set.
 pub const HOSTFIRST_MAX_SET_TENSORS: u32 = 1048576;
 
 /// Cap on a tensor's rank.
@@ -45,14 +45,14 @@ const _: () = assert!(HOSTFIRST_MAX_RANK as usize == crate::file::MAX_RANK);
 const _: () = assert!(HOSTFIRST_MAX_NAME_LEN as usize == crate::file::MAX_NAME_LEN);
 const _: () = assert!(HOSTFIRST_MAX_METADATA_ENTRIES as usize == crate::file::MAX_METADATA_ENTRIES);
 
-/// Opens a safetensors file, or a sharded set when `path` is an index, and writes a new handle to `*out`.
+/// Opens a safetensors file, or a multi-file set when `path` is an index, and writes a new handle to `*out`.
 ///
 /// An index (`*.safetensors.index.json`, the Hugging Face `weight_map` format) is recognised by a name ending
 /// in `.json` or by content (JSON text that cannot be a safetensors length prefix) and opened as one logical
-/// file: shard paths in `weight_map` are relative to the index's directory (absolute paths and `..` are
-/// refused); each shard is opened once and validated like a single file. Tensors are ordered by shard file
-/// name, then in file order within each shard. Metadata of a set: the index's `metadata` object (non-string
-/// values as JSON text, e.g. `total_size`), then each shard's `__metadata__` keys not already present. (0.1
+/// file: part file paths in `weight_map` are relative to the index's directory (absolute paths and `..` are
+/// refused); each part file is opened once and validated like a single file. Tensors are ordered by part file
+/// name, then in file order within each part file. Metadata of a set: the index's `metadata` object (non-string
+/// values as JSON text, e.g. `total_size`), then each part file's `__metadata__` keys not already present. (0.1
 /// also had `hostfirst_file_open_index`, which this covers.) Opening reads only the header(s) with
 /// `pread` and maps each file read-only without reading its data, so its cost and memory do not grow with
 /// the data size; it never initialises an accelerator. The file must be a regular file whose size is
@@ -68,9 +68,9 @@ const _: () = assert!(HOSTFIRST_MAX_METADATA_ENTRIES as usize == crate::file::MA
 /// after the last tensor), `LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_TENSORS` tensors, rank above
 /// `HOSTFIRST_MAX_RANK`, a name longer than `HOSTFIRST_MAX_NAME_LEN` bytes), `METADATA_LIMIT_EXCEEDED`
 /// (more than `HOSTFIRST_MAX_METADATA_ENTRIES` metadata entries), `NOT_SAFETENSORS` (not a safetensors file at
-/// all: the message says what it looks like); for sets also `INVALID_INDEX` (a missing shard, an indexed
-/// tensor not in its shard, a shard tensor the index does not list), `DUPLICATE_TENSOR` (a name twice in
-/// `weight_map`, or a tensor in two shards), `LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_SET_TENSORS` tensors).
+/// all: the message says what it looks like); for sets also `INVALID_INDEX` (a missing part file, an indexed
+/// tensor not in its part file, a part file's tensor the index does not list), `DUPLICATE_TENSOR` (a name twice in
+/// `weight_map`, or a tensor in two part files), `LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_SET_TENSORS` tensors).
 /// Leading and trailing JSON whitespace around the header object is accepted (as the reference crate does).
 ///
 /// On failure `*out` is left unchanged and no handle or file descriptor is left open. Free the handle with
@@ -122,7 +122,7 @@ pub extern "C" fn hostfirst_file_free(file: *mut hostfirst_file) -> Status {
     })
 }
 
-/// Writes the number of tensors (all shards of a set) to `*out_count`. Thread-safe.
+/// Writes the number of tensors (all part files of a set) to `*out_count`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_file_tensor_count(file: *const hostfirst_file, out_count: *mut usize) -> Status {
     hostfirst_boundary!("hostfirst_file_tensor_count", {
@@ -132,7 +132,7 @@ pub extern "C" fn hostfirst_file_tensor_count(file: *const hostfirst_file, out_c
     })
 }
 
-/// Writes the name of tensor `index` (file order: by data offset; for a set, shards by file name) to
+/// Writes the name of tensor `index` (file order: by data offset; for a set, part files by file name) to
 /// `*out_name`.
 ///
 /// The string is owned by the file and valid until `hostfirst_file_free`. Errors: `NULL_ARGUMENT`,
@@ -236,7 +236,7 @@ pub extern "C" fn hostfirst_file_metadata_find(
     })
 }
 
-/// Writes the total bytes of tensor data (all shards of a set) to `*out_bytes`. Thread-safe.
+/// Writes the total bytes of tensor data (all part files of a set) to `*out_bytes`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_file_data_bytes(file: *const hostfirst_file, out_bytes: *mut u64) -> Status {
     hostfirst_boundary!("hostfirst_file_data_bytes", {

@@ -2,10 +2,10 @@
 //! every tensor in one call) and `hostfirst_load_names` (every name in one packed buffer), so that a binding
 //! describes a 20,000-tensor load in one or two calls instead of two per tensor.
 
+use super::args::c_dtype;
 use super::args::{out_bytes, out_ptr, out_struct, OutStruct};
 use super::device::hostfirst_device;
 use super::handle;
-use super::args::c_dtype;
 use super::load::{hostfirst_load, hostfirst_loaded};
 use crate::device::Device;
 use crate::error::{Error, Status};

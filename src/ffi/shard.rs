@@ -166,7 +166,7 @@ pub struct hostfirst_shard_info {
     /// -1, or the index of an earlier shard of this plan holding the same part of the same tensor (another
     /// owned position along a replicated axis): this one is copied from that one's buffer, not read again.
     pub copy_of: i64,
-    /// The file the tensor is in (for a sharded set, the shard file's path; `<memory>` for a buffer).
+    /// The file the tensor is in (for a multi-file set, the part file's path; `<memory>` for a buffer).
     pub file: *const c_char,
 }
 
@@ -378,7 +378,7 @@ pub extern "C" fn hostfirst_shard_rules_free(rules: *mut hostfirst_shard_rules) 
 
 // ---- plans -----------------------------------------------------------------------------------------------
 
-/// Plans the shards this process loads from `file` (a safetensors file, a buffer, or a sharded set): it
+/// Plans the shards this process loads from `file` (a safetensors file, a buffer, or a multi-file set): it
 /// owns the mesh positions `positions[0..count]`, whose shards go to `devices[0..count]`
 /// (`HOSTFIRST_DEVICE_CPU`, `_CUDA_HOST` or `_CUDA` with an ordinal). Writes a new handle to `*out` (free it
 /// with `hostfirst_shard_plan_free`).
@@ -521,7 +521,7 @@ pub extern "C" fn hostfirst_shard_plan_free(plan: *mut hostfirst_shard_plan) -> 
 ///
 /// Before the first byte moves, every device is fit-checked against its memory free *now*; the first that
 /// does not fit gives `OUT_OF_MEMORY` naming the device with the numbers (`hostfirst_last_error_fit`), and nothing
-/// is allocated. Then each shard is read from its runs only, with parallel `pread`s straight into host
+/// is allocated. Then each part file is read from its runs only, with parallel `pread`s straight into host
 /// buffers (`cpu`, `cuda_host`) or through the bounded page-locked staging ring for `cuda:N` (runs packed
 /// into the slabs); a part held by several owned positions is read once and copied. Files are never read
 /// through the mapping: a file truncated since it was opened gives `TRUNCATED`, not SIGBUS.

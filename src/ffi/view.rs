@@ -3,7 +3,7 @@
 use super::args::{opt_out, out_bytes, out_ptr, out_struct, out_struct_size, write_out_struct};
 use super::handle::{self, Handle};
 use crate::error::{Error, Status};
-use crate::file::TensorView;
+use crate::file::View;
 use std::ffi::{c_char, c_void};
 
 /// A read-only view of one tensor, or of a part of one: a row range (`hostfirst_view_slice_rows`) or a range
@@ -18,7 +18,7 @@ pub struct hostfirst_view {
 }
 
 impl Handle for hostfirst_view {
-    type Target = TensorView;
+    type Target = View;
     const NAME: &'static str = "hostfirst_view";
 }
 

@@ -61,13 +61,13 @@ fn good_set_is_one_logical_file() {
         expect(&p, Status::Ok, "");
         let f = TensorFile::open(&p).unwrap();
         assert!(f.is_set());
-        assert_eq!(f.shard_count(), 2);
-        assert_eq!(f.names().collect::<Vec<_>>(), ["a", "b", "c", "d"]); // shards by name, then file order
+        assert_eq!(f.part_count(), 2);
+        assert_eq!(f.names().collect::<Vec<_>>(), ["a", "b", "c", "d"]); // part files by name, then file order
         assert_eq!(f.find("c"), Some(2));
         assert_eq!(f.data_bytes(), 7);
         assert_eq!(f.metadata("total_size"), Some("7"));
         assert_eq!(f.metadata("format"), Some("pt"));
-        assert_eq!(f.metadata("shard"), Some("a-00001.safetensors")); // first shard by name wins
+        assert_eq!(f.metadata("shard"), Some("a-00001.safetensors")); // first part file by name wins
         let c = f.view("c").unwrap();
         assert_eq!(c.to_vec().unwrap(), [5, 6]);
         assert!(c.path().unwrap().ends_with("b-00002.safetensors"));
@@ -95,7 +95,7 @@ fn tensor_in_two_shards() {
         let d = set_dir("set-two-shards");
         shard(&d, "b-00002.safetensors", &[("c", &[5, 6]), ("d", &[7]), ("a", &[9])]);
         let p = index(&d, GOOD);
-        expect(&p, Status::DuplicateTensor, "'a' is in two shards");
+        expect(&p, Status::DuplicateTensor, "'a' is in two part files");
     });
 }
 

@@ -129,7 +129,7 @@ fn views_from_many_threads() {
     std::fs::remove_file(&path).unwrap();
 }
 
-/// `TensorView::prefault` maps a view's pages (reads through the mapping then find them present), refuses a
+/// `View::prefault` maps a view's pages (reads through the mapping then find them present), refuses a
 /// tensor larger than available memory before reading anything (the fit message and numbers), reports
 /// TRUNCATED, not SIGBUS, for a file that shrank, and is a no-op over memory buffers.
 #[test]
@@ -143,7 +143,7 @@ fn prefault_maps_pages_and_refuses_what_cannot_fit() {
         std::fs::write(&path, image(&h, &data)).unwrap();
         let f = TensorFile::open(&path).unwrap();
         let v = f.view("tokens").unwrap();
-        let faults = |v: &hostfirst::TensorView| {
+        let faults = |v: &hostfirst::View| {
             // Minor faults taken by reading one byte of every page through the mapping.
             let before = minor_faults();
             let m = v.mapped();

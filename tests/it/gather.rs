@@ -218,12 +218,7 @@ use hostfirst::place::gather_stream::GatherStream;
 use std::sync::{Arc, Mutex};
 
 /// A stream over `g` (shared with the test) from view `v`, as the C API builds it.
-fn stream_over(
-    g: &Arc<Mutex<Gather>>,
-    v: &hostfirst::file::TensorView,
-    offsets: Vec<u64>,
-    depth: usize,
-) -> GatherStream {
+fn stream_over(g: &Arc<Mutex<Gather>>, v: &hostfirst::file::View, offsets: Vec<u64>, depth: usize) -> GatherStream {
     let (g, v) = (Arc::clone(g), v.clone());
     let b = g.lock().unwrap().batch() as usize;
     g.lock().unwrap().set_ring_bound(depth + 3).unwrap();

@@ -67,7 +67,7 @@ No handles; nothing to free.",
     Section {
         title: "FILES AND VIEWS",
         life_cycle: "\
-Open a safetensors file, a sharded set (*.safetensors.index.json) or bytes in memory with hostfirst_file_open(),
+Open a safetensors file, a multi-file set (*.safetensors.index.json) or bytes in memory with hostfirst_file_open(),
 _open_index() or _open_memory(); release it with hostfirst_file_free(). A file is immutable once open: its
 tensor names, metadata and path (strings owned by the file, valid until it is freed) may be read from many
 threads at once. hostfirst_file_view() / hostfirst_file_view_at() give a hostfirst_view: a read-only, zero-copy

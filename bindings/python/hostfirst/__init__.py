@@ -44,7 +44,7 @@ from ._devices import (
     set_default_device,
     strict,
 )
-from ._tensors import Buffer, File, Tensor, load, open, rule_pairs  # noqa: A004
+from ._tensors import Buffer, File, View, load, open, rule_pairs  # noqa: A004
 from ._gather import Gather, OffsetStream
 from ._shard import Shard, load_shards
 from ._safe_open import safe_open
@@ -74,10 +74,10 @@ library_path = native._hostfirst_path
 # `from hostfirst import *`: everything above but `open`, which would shadow the builtin (hostfirst.open stays).
 __all__ = [
     "Backend", "Buffer", "CarriedScope", "DefaultDevice", "Device", "DeviceInfo", "Error", "File", "FormatError",
-    "Gather", "HostfirstError", "MissingFileError", "OffsetStream", "OutOfMemoryError", "Shard", "Tensor",
+    "Gather", "HostfirstError", "MissingFileError", "OffsetStream", "OutOfMemoryError", "Shard", "View",
     "UnmatchedRuleWarning", "backends", "capture_scope", "default_device", "devices", "handle_count", "load",
     "load_shards", "resolve_target", "rule_pairs", "safe_open", "set_default_device", "strict",
 ] + [n for n in _errors_all if n not in ("Error", "HostfirstError", "FormatError", "MissingFileError")]
 
-if "jax" in _sys.modules:  # JAX already imported: register Tensor and Buffer with it now (see hostfirst.jax)
+if "jax" in _sys.modules:  # JAX already imported: register View and Buffer with it now (see hostfirst.jax)
     from . import jax as _jax  # noqa: F401

@@ -3,7 +3,7 @@
 In: a safetensors name in any case ("U16", "u16", "BF16"), a numpy name ("uint16", "bfloat16",
 "float8_e4m3fn"), a numpy scalar type (np.uint16), an np.dtype, or an ml_dtypes type.
 
-Out (`Tensor.dtype`, `Buffer.dtype`): an `np.dtype` wherever numpy has one; bf16 and the fp8 types come as
+Out (`View.dtype`, `Buffer.dtype`): an `np.dtype` wherever numpy has one; bf16 and the fp8 types come as
 ml_dtypes dtypes when ml_dtypes is installed, otherwise as their ml_dtypes name (a str: "bfloat16",
 "float8_e4m3fn", ...). The packed sub-byte types (F4, F6_E2M3, F6_E3M2) have no numpy dtype anywhere
 (numpy stores at least a byte per element): they come as their safetensors name (a str). `.dtype_name` is

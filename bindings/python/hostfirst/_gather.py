@@ -13,21 +13,21 @@ from ._core import Device, check
 from ._devices import resolve_target
 from ._errors import HostfirstError, error_named
 from ._lib import lib
-from ._tensors import Buffer, Tensor, _Carrier
+from ._tensors import Buffer, View, _Carrier
 
 
-def source_tensor(x: Union[Tensor, np.ndarray]) -> Tensor:
-    """The Tensor to gather from: a Tensor, or a numpy array made from one (the host arrays
+def source_tensor(x: Union[View, np.ndarray]) -> View:
+    """The View to gather from: a View, or a numpy array made from one (the host arrays
     `hostfirst.jax.load_file` returns for host rules, `np.asarray(tensor)`) covering whole rows of it — the
     whole tensor or a row range such as `tokens[:n]` (a train/validation split), given as a zero-copy row
     slice of the tensor."""
-    if isinstance(x, Tensor):
+    if isinstance(x, View):
         return x
     base: Any = x
     while isinstance(base, np.ndarray):
         base = base.base
     owner = getattr(base, "owner", None) if isinstance(base, _Carrier) else None
-    if isinstance(x, np.ndarray) and isinstance(owner, Tensor) and x.flags.c_contiguous and owner.strides is None \
+    if isinstance(x, np.ndarray) and isinstance(owner, View) and x.flags.c_contiguous and owner.strides is None \
             and owner.shape and x.shape[1:] == owner.shape[1:]:
         if x.ctypes.data == owner.data_ptr and x.nbytes == owner.nbytes:
             return owner
@@ -35,7 +35,7 @@ def source_tensor(x: Union[Tensor, np.ndarray]) -> Tensor:
         start = x.ctypes.data - owner.data_ptr
         if row and start % row == 0 and 0 <= start and start + x.nbytes <= owner.nbytes:
             return owner[start // row: start // row + x.shape[0]]  # type: ignore[return-value]
-    raise TypeError("Gather.run takes a hostfirst Tensor, or a numpy array made from one that covers whole rows "
+    raise TypeError("Gather.run takes a hostfirst View, or a numpy array made from one that covers whole rows "
                     "of it (such as a host entry of hostfirst.jax.load_file, or a row range tokens[a:b] of one)")
 
 
@@ -69,9 +69,9 @@ class Gather:
         self._offsets = (ctypes.c_uint64 * self.batch)()
         self._offsets_np = np.ctypeslib.as_array(self._offsets)
 
-    def run(self, source: Union[Tensor, Buffer, np.ndarray], offsets: Union[Sequence[int], np.ndarray]) -> Buffer:
+    def run(self, source: Union[View, Buffer, np.ndarray], offsets: Union[Sequence[int], np.ndarray]) -> Buffer:
         """Row i = source[offsets[i] : offsets[i] + window] for every i; returns the batch it filled.
-        `source`: a Tensor (or a numpy array on one, see `source_tensor`), or a 1-D host Buffer (`t.to("cpu")`:
+        `source`: a View (or a numpy array on one, see `source_tensor`), or a 1-D host Buffer (`t.to("cpu")`:
         the truncation-proof fast path, each window a memcpy). OutOfRangeError names the first offset whose
         window runs past the end."""
         if len(offsets) != self.batch:
@@ -98,7 +98,7 @@ class Gather:
                           "it) before the next run, or make the Gather with a larger ring_bound=", e.status) from e
         return Buffer(out.value)
 
-    def stream(self, source: Union[Tensor, Buffer, np.ndarray], offsets: Iterable[Sequence[int]],
+    def stream(self, source: Union[View, Buffer, np.ndarray], offsets: Iterable[Sequence[int]],
                depth: int = 2) -> Iterator[Buffer]:
         """Yields the batch of each offset array of `offsets` in order, as `run` would, while a background
         thread fills up to `depth` batches ahead (the reads, and for cuda:N the copy to the device) - so the
@@ -113,7 +113,7 @@ class Gather:
         dropping it) cancels the prefetch. The ring bound is raised to depth + 3 if lower
         (hostfirst_gather_stream_start)."""
         depth = int(depth)
-        src: Union[Tensor, Buffer]
+        src: Union[View, Buffer]
         if isinstance(source, Buffer):
             src, start = source, lib.hostfirst_gather_stream_start_from_buffer
         else:

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from ._core import PathLike
-from ._tensors import File, Tensor
+from ._tensors import File, View
 
 _FRAMEWORKS = {"numpy": "numpy", "np": "numpy", "jax": "jax", "flax": "jax"}
 
@@ -26,7 +26,7 @@ _FRAMEWORKS = {"numpy": "numpy", "np": "numpy", "jax": "jax", "flax": "jax"}
 class _Slice:
     """`safe_open(...).get_slice(name)`: the tensor's shape and dtype, and `[...]` without reading the rest."""
 
-    def __init__(self, owner: "safe_open", tensor: Tensor):
+    def __init__(self, owner: "safe_open", tensor: View):
         self._owner, self._tensor = owner, tensor
 
     def get_shape(self) -> List[int]:
@@ -99,12 +99,12 @@ class safe_open:  # noqa: N801 - named as safetensors names it
         return _Slice(self, self._file[name])
 
     def _convert(self, part: Any, name: str) -> Any:
-        if isinstance(part, Tensor):
+        if isinstance(part, View):
             try:
                 part = part.numpy()
             except TypeError as e:
                 raise TypeError(f"{self._file.path}: tensor '{name}' ({part.dtype_name}): {e}; "
-                                "hostfirst.open(path)[name] gives it as a hostfirst Tensor") from None
+                                "hostfirst.open(path)[name] gives it as a hostfirst View") from None
         if self.framework == "numpy":
             return part
         return self._jax.to_jax(np.asarray(part), name, self.device)

@@ -1,5 +1,5 @@
-"""Host-first loading: files (a read-only mapping of name -> Tensor), zero-copy tensor views and row slices,
-numpy arrays (`__array_interface__`, `__array__`), DLPack export, and placement (`Tensor.to`, `load`)."""
+"""Host-first loading: files (a read-only mapping of name -> View), zero-copy tensor views and row slices,
+numpy arrays (`__array_interface__`, `__array__`), DLPack export, and placement (`View.to`, `load`)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ Rules = Union[Mapping, Iterable[Union[str, Tuple[str, str]]]]
 
 
 class _Carrier:
-    """Hands numpy one `__array_interface__` and keeps the owner (a Tensor or Buffer) alive as the base."""
+    """Hands numpy one `__array_interface__` and keeps the owner (a View or Buffer) alive as the base."""
 
     __slots__ = ("__array_interface__", "owner")
 
@@ -117,7 +117,7 @@ def _dtype_name(code: int) -> str:
     return name
 
 
-class Tensor(_HostArrayMixin):
+class View(_HostArrayMixin):
     """A zero-copy, read-only view of one tensor of an open file, or of a part of one.
 
     `.name .dtype .dtype_name .shape .nbytes .strides`; `np.asarray(t)`, `t.numpy()`, `np.from_dlpack(t)` and
@@ -125,7 +125,7 @@ class Tensor(_HostArrayMixin):
     file mapping alive on its own.
 
     Indexing is numpy's basic indexing, zero-copy: slices with step 1 and `...` on any dimensions give a
-    Tensor (`t[0:1024]`, `t[:, 128:256]`, `t[..., :64]`; an inner-dimension slice is strided, and `.to()`,
+    View (`t[0:1024]`, `t[:, 128:256]`, `t[..., :64]`; an inner-dimension slice is strided, and `.to()`,
     `tobytes()` and DLPack give its packed bytes); integer indices and other steps (`t[3]`, `t[:, 0]`,
     `t[::2]`) give a read-only numpy array on the same mapping (numpy holds a dropped dimension or a step;
     the library's views do not).
@@ -135,7 +135,7 @@ class Tensor(_HostArrayMixin):
                  "alignment", "strides", "__weakref__")
 
     def __init__(self, handle: Optional[int]):
-        """`handle`: a hostfirst_view* the library returned; this Tensor owns it."""
+        """`handle`: a hostfirst_view* the library returned; this View owns it."""
         self._h = handle
         self._finalizer = weakref.finalize(self, lib.hostfirst_view_free, handle)
         i = _abi.ViewInfo()
@@ -159,7 +159,7 @@ class Tensor(_HostArrayMixin):
         return None if self.strides is None else tuple(s * itemsize for s in self.strides)
 
     def __repr__(self) -> str:
-        return f"Tensor('{self.name}', {self.dtype_name}, shape={self.shape})"
+        return f"View('{self.name}', {self.dtype_name}, shape={self.shape})"
 
     @property
     def ndim(self) -> int:
@@ -171,13 +171,13 @@ class Tensor(_HostArrayMixin):
         return self.shape[0]
 
     @overload
-    def __getitem__(self, key: "Union[slice, EllipsisType]") -> "Tensor": ...
+    def __getitem__(self, key: "Union[slice, EllipsisType]") -> "View": ...
 
     @overload
     def __getitem__(self, key: "Union[SupportsIndex, Tuple[Union[slice, SupportsIndex, EllipsisType], ...]]") \
-        -> "Union[Tensor, np.ndarray]": ...
+        -> "Union[View, np.ndarray]": ...
 
-    def __getitem__(self, key: Any) -> "Union[Tensor, np.ndarray]":
+    def __getitem__(self, key: Any) -> "Union[View, np.ndarray]":
         keys = key if isinstance(key, tuple) else (key,)
         ellipses = sum(k is Ellipsis for k in keys)
         if ellipses > 1:
@@ -220,7 +220,7 @@ class Tensor(_HostArrayMixin):
             if (start, length) != (0, self.shape[dim]):
                 out = ctypes.c_void_p()
                 check(lib.hostfirst_view_narrow(view._h, dim, start, length, ctypes.byref(out)))
-                view = Tensor(out.value)
+                view = View(out.value)
         # (a whole-tensor index gives the tensor itself: a view is immutable)
         if not numpy_needed:
             return view
@@ -228,7 +228,7 @@ class Tensor(_HostArrayMixin):
             a = view.numpy()
         except TypeError as e:
             raise TypeError(f"tensor '{self.name}': integer indices and steps give a numpy array, and {e}; "
-                            "slice with step 1 instead (a Tensor)") from None
+                            "slice with step 1 instead (a View)") from None
         return a[tuple(after)]
 
     def prefault(self) -> bool:
@@ -336,7 +336,7 @@ class Buffer(_HostArrayMixin):
         write, and hostfirst's next write into a released batch waits for the consumer's work: for a CUstream,
         on that stream; for 1 and 2, on the legacy default stream, which is ordered after every blocking stream
         (every thread's per-thread default stream too), since the release may run on another thread. copy as
-        for Tensor."""
+        for View."""
         return _dlpack.export(lib.hostfirst_buffer_to_dlpack, self._h, stream, max_version, dl_device, copy)
 
     @property
@@ -497,7 +497,7 @@ class _LoadedBuffer(Buffer):
 
 
 class File(Mapping):
-    """An open safetensors file or sharded set: a read-only mapping of tensor name -> Tensor, in file order.
+    """An open safetensors file or sharded set: a read-only mapping of tensor name -> View, in file order.
 
     `len(f)`, `name in f`, `f[name]`, iteration, `.metadata` (dict of str), `.path`. Tensors stay valid after
     the file is closed. Use as a context manager or call `close()`; garbage collection closes it too. A
@@ -556,12 +556,12 @@ class File(Mapping):
         hint = ("; did you mean " + ", ".join(repr(c) for c in close) + "?") if close else ""
         return error_named("NOT_FOUND", f"no tensor {str(name)!r} in {self.path} ({len(self)} tensors){hint}")
 
-    def __getitem__(self, name: str) -> Tensor:
+    def __getitem__(self, name: str) -> View:
         if name not in self._set:
             raise self.missing(name)
         out = ctypes.c_void_p()
         check(lib.hostfirst_file_view(self._handle(), c_string(name, "tensor name"), ctypes.byref(out)))
-        return Tensor(out.value)
+        return View(out.value)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
@@ -593,7 +593,7 @@ class File(Mapping):
 
 def open(path: PathLike) -> File:  # noqa: A001 - hostfirst.open, like builtins.open for tensors
     """Opens a safetensors file (or a sharded set through its *.safetensors.index.json): reads the header only,
-    maps the data read-only. `path`: str, bytes or os.PathLike. Returns a File, a mapping of name -> Tensor
+    maps the data read-only. `path`: str, bytes or os.PathLike. Returns a File, a mapping of name -> View
     in file order."""
     return File(path)
 
@@ -684,11 +684,11 @@ def _no_views(pairs: List[Tuple[str, str]], default: str) -> bool:
     return default.strip().lower() != "host" or any(p == "*" for p, _ in pairs)
 
 
-def load(path: PathLike, rules: Optional[Rules] = None, default: str = "host") -> Dict[str, Union[Tensor, Buffer]]:
+def load(path: PathLike, rules: Optional[Rules] = None, default: str = "host") -> Dict[str, Union[View, Buffer]]:
     """Places a whole file by rules (see `rule_pairs` for the forms: dict, "pattern=target" strings, pairs);
     the first match wins, and tensors no rule matches go to `default`: "host" (the default: host first,
     zero-copy views, nothing read) or any target ("default" for the default device, "cpu", "cuda:0").
-    Every device is fit-checked before the first byte moves. Returns a dict name -> Tensor (host) or Buffer.
+    Every device is fit-checked before the first byte moves. Returns a dict name -> View (host) or Buffer.
 
         hostfirst.load(path, rules={"tokens": "host"}, default="default")   # all but tokens on the device
     """
@@ -706,9 +706,9 @@ def load(path: PathLike, rules: Optional[Rules] = None, default: str = "host") -
             shared = _Load(lh.value)
             lh = ctypes.c_void_p()  # now freed by `shared`
             return {name: _LoadedBuffer(shared, i, name) for i, name in enumerate(shared.names())}
-        out: Dict[str, Union[Tensor, Buffer]] = {}
+        out: Dict[str, Union[View, Buffer]] = {}
         # One set of output cells and one info struct for the whole loop (their values are copied out at once;
-        # each Buffer or Tensor owns its own new handle).
+        # each Buffer or View owns its own new handle).
         kind, buf, view = ctypes.c_uint32(), ctypes.c_void_p(), ctypes.c_void_p()
         outs = (ctypes.byref(kind), ctypes.byref(buf), ctypes.byref(view))
         info = _abi.BufferInfo()
@@ -716,7 +716,7 @@ def load(path: PathLike, rules: Optional[Rules] = None, default: str = "host") -
         get = lib.hostfirst_load_get
         for name in _load_names(lh.value):
             check(get(lh, c_string(name), *outs))
-            out[name] = Buffer(buf.value, info) if buf.value else Tensor(view.value)
+            out[name] = Buffer(buf.value, info) if buf.value else View(view.value)
         return out
     finally:
         for h, free in ((lh, lib.hostfirst_load_free), (ph, lib.hostfirst_plan_free)):

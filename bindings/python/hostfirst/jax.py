@@ -13,7 +13,7 @@ say otherwise). An explicit `"*": "host"` rule keeps the rest on the host. Targe
 becomes:
 
     host        a zero-copy, read-only numpy array on the file mapping (not a jax.Array: nothing moves); the
-                packed F4/F6 dtypes, which numpy cannot hold, stay a hostfirst Tensor (DLPack, tobytes())
+                packed F4/F6 dtypes, which numpy cannot hold, stay a hostfirst View (DLPack, tobytes())
     cpu         a jax.Array on jax.devices("cpu")[0] (read into RAM by hostfirst, handed to JAX by DLPack)
     cuda:N      a jax.Array on JAX's GPU N (jax.devices("gpu")[N]; put by hostfirst, handed over by DLPack)
     default     hostfirst's default device (HOSTFIRST_DEFAULT_DEVICE, scopes, ...), then as above
@@ -21,7 +21,7 @@ becomes:
 
 Before any byte moves, the plan is fit-checked on every device it uses (OutOfMemoryError, a MemoryError, with
 the numbers), every device target is matched to a JAX device (UnavailableError when JAX has none) and every
-device tensor's dtype to one JAX holds (TypeError). Importing this module also registers hostfirst's Tensor and
+device tensor's dtype to one JAX holds (TypeError). Importing this module also registers hostfirst's View and
 Buffer with JAX as pytrees, so `jax.device_put(tensor_or_buffer)` gives a jax.Array; `jax.dlpack.from_dlpack`
 and `jnp.asarray` take them directly. A gather's batch stays unchanged while any array made from it lives.
 
@@ -50,11 +50,11 @@ from ._core import Device, PathLike, check, text
 from ._devices import is_strict, resolve_target
 from ._errors import OutOfMemoryError, error_named
 from ._lib import lib
-from ._tensors import Buffer, File, RuleList, Rules, Tensor, _LoadedBuffer, make_plan, rule_pairs, with_default
+from ._tensors import Buffer, File, RuleList, Rules, View, _LoadedBuffer, make_plan, rule_pairs, with_default
 from . import _shard
 
 HostArray = np.ndarray
-Placed = Union["jax.Array", HostArray, Tensor]
+Placed = Union["jax.Array", HostArray, View]
 
 
 def jax_device(device: Device) -> Any:
@@ -80,7 +80,7 @@ class Placement:
     JAX device it becomes an array on."""
 
     name: str
-    tensor: Tensor
+    tensor: View
     device: Optional[Device]
     jax_device: Optional[Any] = None
 
@@ -125,7 +125,7 @@ def plan(file: File, rules: Optional[Rules] = None) -> List[Placement]:
         except TypeError as e:
             raise TypeError(f"{file.path}: tensor '{p.name}' ({p.tensor.dtype_name}) cannot become a JAX array on "
                             f"{p.device}: {e}. Give it a host rule, e.g. rules={{{_glob_literal(p.name)!r}: "
-                            f"'host'}}, to keep it a hostfirst Tensor on the file mapping") from None
+                            f"'host'}}, to keep it a hostfirst View on the file mapping") from None
         if p.jax_device is not None and dt.itemsize == 8 and dt.kind in "iuf" and not _x64():
             narrowed.append(f"'{p.name}' ({p.tensor.dtype_name})")
     if narrowed:
@@ -225,7 +225,7 @@ def _glob_literal(name: str) -> str:
     return "".join("\\" + c if c in "*?[\\" else c for c in name)
 
 
-def _leaf(x: Union[Tensor, Buffer]) -> Any:
+def _leaf(x: Union[View, Buffer]) -> Any:
     """The pytree child JAX places: host memory as a zero-copy numpy array, CUDA buffers through DLPack."""
     if isinstance(x, Buffer) and not x.device.is_host:
         return ((jax.dlpack.from_dlpack(x),), None)
@@ -233,7 +233,7 @@ def _leaf(x: Union[Tensor, Buffer]) -> Any:
 
 
 def _register() -> None:
-    for cls in (Tensor, Buffer, _LoadedBuffer):  # by exact type: hostfirst.load's Buffers too
+    for cls in (View, Buffer, _LoadedBuffer):  # by exact type: hostfirst.load's Buffers too
         try:
             jax.tree_util.register_pytree_node(cls, _leaf, lambda _aux, children: children[0])  # type: ignore
         except ValueError:  # registered already (the module was reloaded)

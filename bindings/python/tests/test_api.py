@@ -179,7 +179,7 @@ def test_the_type_hints_check():
 def test_star_import_leaves_the_builtin_open_alone():
     ns = {}
     exec("from hostfirst import *", ns)
-    assert "open" not in ns and "Tensor" in ns and "safe_open" in ns and "NotFoundError" in ns
+    assert "open" not in ns and "View" in ns and "safe_open" in ns and "NotFoundError" in ns
     assert all(hasattr(hostfirst, n) for n in hostfirst.__all__)
     assert callable(hostfirst.open)  # still there by its full name
 
@@ -197,7 +197,7 @@ def test_hostfirst_jax_without_jax_says_what_to_install():
 
 def test_return_types_follow_arguments_for_mypy(tmp_path):
     """Typed overloads: default_device() is a DefaultDevice, default_device(spec) a scope giving a Device;
-    t[a:b] is a Tensor. Code using them that way passes mypy, and misuse does not."""
+    t[a:b] is a View. Code using them that way passes mypy, and misuse does not."""
     pytest.importorskip("mypy")
     import subprocess
     import sys

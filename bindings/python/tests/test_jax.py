@@ -74,7 +74,7 @@ def test_an_explicit_star_host_rule_and_default_keep_the_rest_on_the_host():
                 warnings.simplefilter("error")  # no rule that places nothing, the implicit default included
                 out = hostfirst.jax.load_file(BASIC, **kw)
             assert isinstance(out["f32"], jax.Array), kw
-            assert all(isinstance(v, (np.ndarray, hostfirst.Tensor)) for k, v in out.items() if k != "f32"), kw
+            assert all(isinstance(v, (np.ndarray, hostfirst.View)) for k, v in out.items() if k != "f32"), kw
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             out = hostfirst.jax.load_file(BASIC, rules={"*": "cpu"})  # every tensor matched: no default appended
@@ -85,8 +85,8 @@ def test_load_takes_a_default_and_stays_host_first():
     with hostfirst.default_device("cpu"):
         host = hostfirst.load(BASIC, rules={"f32": "cpu"})
         dev = hostfirst.load(BASIC, rules={"f32": "host"}, default="default")
-    assert isinstance(host["f32"], hostfirst.Buffer) and isinstance(host["i32"], hostfirst.Tensor)
-    assert isinstance(dev["f32"], hostfirst.Tensor) and isinstance(dev["i32"], hostfirst.Buffer)
+    assert isinstance(host["f32"], hostfirst.Buffer) and isinstance(host["i32"], hostfirst.View)
+    assert isinstance(dev["f32"], hostfirst.View) and isinstance(dev["i32"], hostfirst.Buffer)
     assert dev["i32"].device == "cpu"
 
 
@@ -160,7 +160,7 @@ def test_what_jax_cannot_take_fails_before_moving():
     with pytest.raises(TypeError, match=r"tensor 'f4' \(F4\).*rules=\{'f4': 'host'\}"):
         hostfirst.jax.load_file(FIX / "lowp.safetensors", rules={"*": "cpu"})
     out = hostfirst.jax.load_file(FIX / "lowp.safetensors", rules={"f4": "host", "*": "cpu"})
-    assert isinstance(out["f4"], hostfirst.Tensor)  # numpy has no packed 4-bit dtype: the view itself
+    assert isinstance(out["f4"], hostfirst.View)  # numpy has no packed 4-bit dtype: the view itself
     assert out["bf16"].dtype == hostfirst.open(FIX / "lowp.safetensors")["bf16"].dtype
     with pytest.raises(hostfirst.Error):  # no CUDA here: hostfirst's plan refuses the device first
         hostfirst.jax.load_file(BASIC, rules={"*": "cuda:0"})

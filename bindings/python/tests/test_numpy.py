@@ -112,7 +112,7 @@ def test_jnp_asarray_and_device_put(t):
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp
 
-    import hostfirst.jax  # noqa: F401 - registers Tensor and Buffer with JAX
+    import hostfirst.jax  # noqa: F401 - registers View and Buffer with JAX
 
     want = np.asarray(t)
     with jax.enable_x64(True):

@@ -102,7 +102,7 @@ def test_basic_indexing_on_any_dimension_matches_numpy(tmp_path, key):
     want = ref[key]
     keys = key if isinstance(key, tuple) else (key,)
     if all(isinstance(k, slice) and k.step in (None, 1) or k is Ellipsis for k in keys):
-        assert isinstance(got, hostfirst.Tensor)  # a view of the library: .to(), DLPack, tobytes() work on it
+        assert isinstance(got, hostfirst.View)  # a view of the library: .to(), DLPack, tobytes() work on it
         assert got.tobytes() == np.ascontiguousarray(want).tobytes()
         assert np.asarray(got.to("cpu")).tobytes() == want.tobytes()
         if want.size and got.strides is not None:
@@ -223,7 +223,7 @@ def test_load_by_rules_keeps_unmatched_on_the_host():
     placed = hostfirst.load(FIX / "basic.safetensors", rules=[(names[0], "cpu")])
     assert list(placed) == names
     assert isinstance(placed[names[0]], hostfirst.Buffer)
-    assert all(isinstance(placed[n], hostfirst.Tensor) for n in names[1:])
+    assert all(isinstance(placed[n], hostfirst.View) for n in names[1:])
     with hostfirst.strict():
         with pytest.raises(hostfirst.ImplicitPlacementError):
             hostfirst.load(FIX / "basic.safetensors", rules=[("*", "default")])
@@ -237,7 +237,7 @@ def test_load_warns_about_a_rule_that_places_nothing():
     assert len(messages) == 2, messages
     assert "u1" in messages[0] and "u16" in messages[0], messages  # names the rule and the tensor it meant
     assert "i8" in messages[1], messages  # shadowed by '*=host'
-    assert isinstance(placed["f32"], hostfirst.Buffer) and isinstance(placed["i8"], hostfirst.Tensor)
+    assert isinstance(placed["f32"], hostfirst.Buffer) and isinstance(placed["i8"], hostfirst.View)
     with hostfirst.strict():
         with pytest.raises(hostfirst.UnmatchedRuleError) as e:
             hostfirst.load(FIX / "basic.safetensors", rules=["u1=host", "*=host"])

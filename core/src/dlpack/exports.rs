@@ -13,7 +13,7 @@ use super::{dl_device_of, dl_dtype_or_err, dl_shape, DlpackTensor, DlpackVersion
 use super::{ManagedTensorVersioned, FLAG_IS_COPIED, FLAG_READ_ONLY, VERSION};
 use crate::device::Device;
 use crate::error::Result;
-use crate::file::TensorView;
+use crate::file::View;
 use crate::forksafe::GlobalMutex;
 use crate::place::export::{self, ConsumerStream, CopyPolicy, Export, Form, Keep};
 use crate::place::Buffer;
@@ -113,7 +113,7 @@ fn take_slot() -> *mut Slot {
 }
 
 /// Exports a view for `req` (see [`export::export_view`] for what is shared, mapped or copied).
-pub fn export_view(view: &TensorView, req: &Request, deleters: Deleters) -> Result<Published> {
+pub fn export_view(view: &View, req: &Request, deleters: Deleters) -> Result<Published> {
     let what = format!("{}: tensor '{}'", view.file_display(), view.name());
     let e = export::export_view(view, req.form, req.copy, req.device)?;
     publish(e, req.form, &what, deleters)

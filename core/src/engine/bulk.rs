@@ -1,7 +1,7 @@
 //! The engine's bulk side: what put, shard-on-read and `buffer_to` call to move bytes into host memory.
 //!
 //! - [`read_exact`]: one blocking positioned read of a whole range (the engine's single-read primitive; every
-//!   `pread` of a file's tensor bytes outside a read set comes here, through `TensorView::read_at`).
+//!   `pread` of a file's tensor bytes outside a read set comes here, through `View::read_at`).
 //! - [`fill_host`]: a large host destination filled in [`Tuning::chunk`] pieces by [`Tuning::threads`] threads
 //!   (the calling thread among them), each piece prepared (fresh pages populated) and read by the same thread,
 //!   progress reported from the calling thread between its pieces.

@@ -1,10 +1,10 @@
-//! Sharded sets: the Hugging Face `*.safetensors.index.json` format.
+//! Multi-file sets: the Hugging Face `*.safetensors.index.json` format.
 //!
 //! ```json
 //! {"metadata": {"total_size": 123}, "weight_map": {"a": "model-00001-of-00002.safetensors", ...}}
 //! ```
 
-use super::{MAX_INDEX_SIZE, MAX_SHARDS};
+use super::{MAX_INDEX_SIZE, MAX_PARTS};
 use crate::error::{Error, Result, Status};
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use std::cell::RefCell;
@@ -60,7 +60,7 @@ impl<'de> DeserializeSeed<'de> for WeightMapSeed<'_> {
 impl<'de> Visitor<'de> for WeightMapSeed<'_> {
     type Value = Vec<(String, String)>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("\"weight_map\" as an object of tensor name -> shard file name")
+        f.write_str("\"weight_map\" as an object of tensor name -> part file name")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
         let mut seen = std::collections::HashSet::new();
@@ -139,22 +139,24 @@ pub(crate) fn parse(text: &[u8]) -> Result<Index> {
             return Err(Error::new(Status::InvalidIndex, format!("not a safetensors index ({e})")));
         }
     };
-    // Shard names must stay inside the index's directory.
-    let mut shards = std::collections::HashSet::new();
+    // Part names must stay inside the index's directory.
+    let mut parts = std::collections::HashSet::new();
     for (t, s) in &index.weight_map {
         let p = Path::new(s);
         let ok = !s.is_empty() && p.components().all(|c| matches!(c, Component::Normal(_)));
         if !ok {
             return Err(Error::new(
                 Status::InvalidIndex,
-                format!("tensor '{t}' maps to shard '{s}', which is not a relative path inside the index's directory"),
+                format!(
+                    "tensor '{t}' maps to part file '{s}', which is not a relative path inside the index's directory"
+                ),
             ));
         }
-        shards.insert(s.as_str());
-        if shards.len() > MAX_SHARDS {
+        parts.insert(s.as_str());
+        if parts.len() > MAX_PARTS {
             return Err(Error::new(
                 Status::LimitExceeded,
-                format!("more than {MAX_SHARDS} shards (the hostfirst cap)"),
+                format!("more than {MAX_PARTS} part files (the hostfirst cap)"),
             ));
         }
     }

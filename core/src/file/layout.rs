@@ -7,7 +7,7 @@
 //! (C-order copy-out) bytes; [`read_packed`] reads such a range with `pread`, merging neighbouring runs into
 //! one read when that costs few extra pages (see [`ReadPolicy`]).
 
-use super::shard::{Shard, Source};
+use super::part::{Part, Source};
 use crate::error::{Error, Result, Status};
 
 /// The size of the unit in which reads are accounted: the kernel moves whole pages into the page cache.
@@ -265,22 +265,22 @@ pub fn coalesce(
     Ok(())
 }
 
-/// Reads packed bytes `[off, off + dst.len())` of the layout `runs` from `shard` into `dst`; returns the file
+/// Reads packed bytes `[off, off + dst.len())` of the layout `runs` from `part` into `dst`; returns the file
 /// bytes read (for a file; the bytes copied for a memory buffer). Merged reads go through one scratch buffer
 /// of at most `policy.max_read` bytes.
 pub(crate) fn read_packed(
-    shard: &Shard,
+    part: &Part,
     runs: &Runs,
     off: u64,
     dst: &mut [u8],
     policy: &ReadPolicy,
     what: &dyn Fn() -> String,
 ) -> Result<u64> {
-    let base = shard.header.data_start();
+    let base = part.header.data_start();
     let pieces = runs.pieces(off, dst.len() as u64).map(|(src, d, n)| (base + src, d, n));
-    if let Source::Memory(_) = shard.source {
+    if let Source::Memory(_) = part.source {
         for (src, d, n) in pieces {
-            shard.read_at(src, &mut dst[d as usize..(d + n) as usize], what)?;
+            part.read_at(src, &mut dst[d as usize..(d + n) as usize], what)?;
         }
         return Ok(dst.len() as u64);
     }
@@ -289,13 +289,13 @@ pub(crate) fn read_packed(
     coalesce(pieces, policy, |lo, hi, group| {
         read += hi - lo;
         if let [(src, d, n)] = group {
-            return shard.read_at(*src, &mut dst[*d as usize..(*d + *n) as usize], what);
+            return part.read_at(*src, &mut dst[*d as usize..(*d + *n) as usize], what);
         }
         let len = (hi - lo) as usize;
         if scratch.len() < len {
             scratch.resize(len, 0);
         }
-        shard.read_at(lo, &mut scratch[..len], what)?;
+        part.read_at(lo, &mut scratch[..len], what)?;
         for &(src, d, n) in group {
             let s = (src - lo) as usize;
             dst[d as usize..(d + n) as usize].copy_from_slice(&scratch[s..s + n as usize]);

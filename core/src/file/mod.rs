@@ -1,4 +1,4 @@
-//! Opening safetensors files: files, memory buffers and sharded sets opened zero-copy and validated strictly,
+//! Opening safetensors files: files, memory buffers and multi-file sets opened zero-copy and validated strictly,
 //! with cheap thread-safe tensor views. (Placing a whole file on devices is `crate::place::load`.)
 //!
 //! Opening reads only the header (with `pread`) and maps the file read-only without populating it, so its
@@ -24,23 +24,23 @@ mod header;
 mod index;
 pub mod layout;
 mod names;
+mod part;
 mod raw;
-mod shard;
 mod tensor_file;
 mod view;
 
 pub use layout::{ReadPolicy, Runs};
 pub use names::CName;
-pub(crate) use shard::ReadaheadOff;
+pub(crate) use part::ReadaheadOff;
 pub use tensor_file::TensorFile;
-pub use view::{alignment_of, TensorView};
+pub use view::{alignment_of, View};
 
 /// The safetensors limit on the JSON header (bytes), as in the reference crate.
 pub const MAX_HEADER_SIZE: u64 = 100_000_000;
 /// Cap on tensors in one file: 262,144. Real checkpoints hold at most a few tens of thousands per file;
 /// header-bloat files (catalogue row 34) beyond this give `LIMIT_EXCEEDED`.
 pub const MAX_TENSORS: usize = 1 << 18;
-/// Cap on tensors in a sharded set: 1,048,576.
+/// Cap on tensors in a multi-file set: 1,048,576.
 pub const MAX_SET_TENSORS: usize = 1 << 20;
 /// Cap on the entries of a file's metadata (a header's `__metadata__`, an index's `metadata`, a set's merged
 /// metadata): 65,536. Real checkpoints carry a few dozen; a header of millions of tiny entries (which the
@@ -52,8 +52,8 @@ pub const MAX_RANK: usize = 32;
 pub const MAX_NAME_LEN: usize = 4096;
 /// Cap on the size of a `*.index.json` file: 100,000,000 bytes.
 pub const MAX_INDEX_SIZE: u64 = 100_000_000;
-/// Cap on the number of shard files in a set: 65,536.
-pub const MAX_SHARDS: usize = 1 << 16;
+/// Cap on the number of part files in a set: 65,536.
+pub const MAX_PARTS: usize = 1 << 16;
 
 #[cfg(test)]
 mod tests;

@@ -1,17 +1,17 @@
-//! `TensorFile`: one safetensors file, a memory buffer, or a sharded set, behind one set of accessors.
+//! `TensorFile`: one safetensors file, a memory buffer, or a multi-file set, behind one set of accessors.
 
 use super::header::Entry;
 use super::index;
 use super::names::CName;
-use super::shard::{Opened, RawMemory, Shard};
-use super::view::TensorView;
+use super::part::{Opened, Part, RawMemory};
+use super::view::View;
 use super::MAX_SET_TENSORS;
 use crate::error::{Error, Result, Status};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// An open safetensors file, memory buffer or sharded set. Cloning is cheap (an `Arc`); it is `Send + Sync`
+/// An open safetensors file, memory buffer or multi-file set. Cloning is cheap (an `Arc`); it is `Send + Sync`
 /// and every accessor may be called from many threads at once.
 #[derive(Clone)]
 pub struct TensorFile {
@@ -19,7 +19,7 @@ pub struct TensorFile {
 }
 
 struct SetIndex {
-    /// (shard, entry) in set order: shards by file name, tensors in file order within each.
+    /// (part, entry) in set order: parts by file name, tensors in file order within each.
     order: Vec<(u32, u32)>,
     by_name: HashMap<CName, u32>,
 }
@@ -28,7 +28,7 @@ struct Inner {
     display: String,
     path: Option<PathBuf>,
     path_c: Option<CName>,
-    shards: Vec<Arc<Shard>>,
+    parts: Vec<Arc<Part>>,
     set: Option<SetIndex>,
     metadata: Vec<(CName, CName)>,
     data_bytes: u64,
@@ -39,13 +39,13 @@ impl std::fmt::Debug for TensorFile {
         f.debug_struct("TensorFile")
             .field("file", &self.inner.display)
             .field("tensors", &self.len())
-            .field("shards", &self.inner.shards.len())
+            .field("parts", &self.inner.parts.len())
             .finish()
     }
 }
 
 impl TensorFile {
-    /// Opens a `.safetensors` file, or a sharded set when the path is an index (see [`TensorFile::open_index`];
+    /// Opens a `.safetensors` file, or a multi-file set when the path is an index (see [`TensorFile::open_index`];
     /// detected by a `.json` name or by content). Reads only headers; never touches an accelerator.
     pub fn open(path: impl AsRef<Path>) -> Result<TensorFile> {
         // A sharded index: a `.json` name, or content that starts (after JSON whitespace) with `{` while its
@@ -55,8 +55,8 @@ impl TensorFile {
         if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json")) {
             return TensorFile::open_index(path);
         }
-        match Shard::open_file_detect(path, true)? {
-            Opened::Shard(s) => Ok(TensorFile::single(Arc::new(s))),
+        match Part::open_file_detect(path, true)? {
+            Opened::Part(s) => Ok(TensorFile::single(Arc::new(s))),
             Opened::Index => TensorFile::open_index(path),
         }
     }
@@ -64,14 +64,14 @@ impl TensorFile {
     /// Opens one `.safetensors` file (never an index).
     pub fn open_safetensors(path: impl AsRef<Path>) -> Result<TensorFile> {
         not_empty(path.as_ref())?;
-        let shard = Arc::new(Shard::open_file(path.as_ref())?);
-        Ok(TensorFile::single(shard))
+        let part = Arc::new(Part::open_file(path.as_ref())?);
+        Ok(TensorFile::single(part))
     }
 
     /// Validates a safetensors image held in memory (owned by the returned object).
     pub fn from_bytes(bytes: impl AsRef<[u8]> + Send + Sync + 'static) -> Result<TensorFile> {
-        let shard = Arc::new(Shard::from_memory(Box::new(bytes))?);
-        Ok(TensorFile::single(shard))
+        let part = Arc::new(Part::from_memory(Box::new(bytes))?);
+        Ok(TensorFile::single(part))
     }
 
     /// Validates a safetensors image in caller memory, without copying it.
@@ -82,33 +82,33 @@ impl TensorFile {
     pub unsafe fn from_raw(ptr: *const u8, len: usize) -> Result<TensorFile> {
         // SAFETY: forwarded from this function's contract.
         let mem = unsafe { RawMemory::new(ptr, len) };
-        let shard = Arc::new(Shard::from_memory(Box::new(mem))?);
-        Ok(TensorFile::single(shard))
+        let part = Arc::new(Part::from_memory(Box::new(mem))?);
+        Ok(TensorFile::single(part))
     }
 
-    fn single(shard: Arc<Shard>) -> TensorFile {
+    fn single(part: Arc<Part>) -> TensorFile {
         TensorFile {
             inner: Arc::new(Inner {
-                display: shard.display.clone(),
-                path: shard.path.clone(),
-                path_c: shard.path_c.clone(),
-                metadata: shard.header.metadata.clone(),
-                data_bytes: shard.header.data_len,
+                display: part.display.clone(),
+                path: part.path.clone(),
+                path_c: part.path_c.clone(),
+                metadata: part.header.metadata.clone(),
+                data_bytes: part.header.data_len,
                 set: None,
-                shards: vec![shard],
+                parts: vec![part],
             }),
         }
     }
 
-    /// Opens a sharded set from its `*.safetensors.index.json` (the Hugging Face `weight_map` format).
+    /// Opens a multi-file set from its `*.safetensors.index.json` (the Hugging Face `weight_map` format).
     ///
-    /// Each shard named in `weight_map` is opened once (shard paths are relative to the index's directory).
-    /// The set's tensors are ordered by shard file name, then in file order within each shard. Rules:
-    /// every indexed tensor must be in the shard the index names (`INVALID_INDEX` otherwise); a tensor in
-    /// two shards is `DUPLICATE_TENSOR`; a shard tensor missing from the index is `INVALID_INDEX`; a shard
-    /// that does not exist is `INVALID_INDEX`; a malformed shard gives its own format status. Metadata: the
-    /// index's `metadata` object (non-string values as JSON text), then each shard's `__metadata__` keys not
-    /// already present (first shard by name wins).
+    /// Each part named in `weight_map` is opened once (part paths are relative to the index's directory).
+    /// The set's tensors are ordered by part file name, then in file order within each part. Rules:
+    /// every indexed tensor must be in the part the index names (`INVALID_INDEX` otherwise); a tensor in
+    /// two parts is `DUPLICATE_TENSOR`; a part tensor missing from the index is `INVALID_INDEX`; a part
+    /// that does not exist is `INVALID_INDEX`; a malformed part gives its own format status. Metadata: the
+    /// index's `metadata` object (non-string values as JSON text), then each part's `__metadata__` keys not
+    /// already present (first part by name wins).
     pub fn open_index(path: impl AsRef<Path>) -> Result<TensorFile> {
         let path = path.as_ref();
         not_empty(path)?;
@@ -119,38 +119,43 @@ impl TensorFile {
         drop(text);
         let dir = path.parent().unwrap_or(Path::new("."));
 
-        // Shards, sorted by file name, each opened once.
-        let mut shard_names: BTreeMap<&str, u32> = idx.weight_map.iter().map(|(_, s)| (s.as_str(), 0)).collect();
-        let mut shards = Vec::with_capacity(shard_names.len());
-        for (i, (name, slot)) in shard_names.iter_mut().enumerate() {
+        // Parts, sorted by file name, each opened once.
+        let mut part_names: BTreeMap<&str, u32> = idx.weight_map.iter().map(|(_, s)| (s.as_str(), 0)).collect();
+        let mut parts = Vec::with_capacity(part_names.len());
+        for (i, (name, slot)) in part_names.iter_mut().enumerate() {
             *slot = i as u32;
             let p = dir.join(name);
             if !p.exists() {
                 return Err(Error::new(
                     Status::InvalidIndex,
-                    format!("{display}: shard '{name}' ({}) does not exist", p.display()),
+                    format!("{display}: part file '{name}' ({}) does not exist", p.display()),
                 ));
             }
-            let s = Shard::open_file(&p).map_err(|e| e.context(format!("{display}: shard '{name}'")))?;
-            shards.push(Arc::new(s));
+            let s = Part::open_file(&p).map_err(|e| e.context(format!("{display}: part file '{name}'")))?;
+            parts.push(Arc::new(s));
         }
 
-        let total: usize = shards.iter().map(|s| s.header.entries.len()).sum();
+        let total: usize = parts.iter().map(|s| s.header.entries.len()).sum();
         if total > MAX_SET_TENSORS {
             return Err(Error::new(
                 Status::LimitExceeded,
-                format!("{display}: the shards hold {total} tensors; the hostfirst cap for a set is {MAX_SET_TENSORS}"),
+                format!(
+                    "{display}: the part files hold {total} tensors; the hostfirst cap for a set is {MAX_SET_TENSORS}"
+                ),
             ));
         }
         let mut order: Vec<(u32, u32)> = Vec::with_capacity(total);
         let mut by_name: HashMap<CName, u32> = HashMap::with_capacity(total);
-        for (si, s) in shards.iter().enumerate() {
+        for (si, s) in parts.iter().enumerate() {
             for (ei, e) in s.header.entries.iter().enumerate() {
                 if let Some(&prev) = by_name.get(e.name.as_str()) {
-                    let other = &shards[order[prev as usize].0 as usize];
+                    let other = &parts[order[prev as usize].0 as usize];
                     return Err(Error::new(
                         Status::DuplicateTensor,
-                        format!("{display}: tensor '{}' is in two shards: {} and {}", e.name, other.display, s.display),
+                        format!(
+                            "{display}: tensor '{}' is in two part files: {} and {}",
+                            e.name, other.display, s.display
+                        ),
                     ));
                 }
                 by_name.insert(e.name.clone(), order.len() as u32);
@@ -158,34 +163,37 @@ impl TensorFile {
             }
         }
 
-        // The index and the shards must agree exactly.
+        // The index and the parts must agree exactly.
         let mut indexed: HashMap<&str, &str> = HashMap::with_capacity(idx.weight_map.len());
         for (t, s) in &idx.weight_map {
             indexed.insert(t.as_str(), s.as_str());
             let Some(&gi) = by_name.get(t.as_str()) else {
                 return Err(Error::new(
                     Status::InvalidIndex,
-                    format!("{display}: the index maps tensor '{t}' to shard '{s}', which does not contain it"),
+                    format!("{display}: the index maps tensor '{t}' to part file '{s}', which does not contain it"),
                 ));
             };
             let actual = order[gi as usize].0;
-            if actual != shard_names[s.as_str()] {
+            if actual != part_names[s.as_str()] {
                 return Err(Error::new(
                     Status::InvalidIndex,
                     format!(
-                        "{display}: the index maps tensor '{t}' to shard '{s}', but it is in {}",
-                        shards[actual as usize].display
+                        "{display}: the index maps tensor '{t}' to part file '{s}', but it is in {}",
+                        parts[actual as usize].display
                     ),
                 ));
             }
         }
         for (si, ei) in &order {
-            let s = &shards[*si as usize];
+            let s = &parts[*si as usize];
             let e = &s.header.entries[*ei as usize];
             if !indexed.contains_key(e.name.as_str()) {
                 return Err(Error::new(
                     Status::InvalidIndex,
-                    format!("{display}: shard {} holds tensor '{}', which the index does not list", s.display, e.name),
+                    format!(
+                        "{display}: part file {} holds tensor '{}', which the index does not list",
+                        s.display, e.name
+                    ),
                 ));
             }
         }
@@ -203,24 +211,24 @@ impl TensorFile {
                 metadata.push((kc, vc));
             }
         }
-        for s in &shards {
+        for s in &parts {
             for (k, v) in &s.header.metadata {
                 if keys.insert(k.as_str().to_string()) {
                     if metadata.len() == super::MAX_METADATA_ENTRIES {
-                        let e = super::header::metadata_cap_error("the set's metadata (the index's and its shards')");
+                        let e = super::header::metadata_cap_error("the set's metadata (the index's and its parts')");
                         return Err(e.context(&display));
                     }
                     metadata.push((k.clone(), v.clone()));
                 }
             }
         }
-        let data_bytes = shards.iter().map(|s| s.header.data_len).fold(0u64, |a, b| a.saturating_add(b));
+        let data_bytes = parts.iter().map(|s| s.header.data_len).fold(0u64, |a, b| a.saturating_add(b));
         Ok(TensorFile {
             inner: Arc::new(Inner {
                 path_c: CName::new(display.clone()),
                 display,
                 path: Some(path.to_path_buf()),
-                shards,
+                parts,
                 set: Some(SetIndex { order, by_name }),
                 metadata,
                 data_bytes,
@@ -228,15 +236,15 @@ impl TensorFile {
         })
     }
 
-    fn entry(&self, i: usize) -> Option<(&Arc<Shard>, &Entry)> {
+    fn entry(&self, i: usize) -> Option<(&Arc<Part>, &Entry)> {
         match &self.inner.set {
             None => {
-                let s = &self.inner.shards[0];
+                let s = &self.inner.parts[0];
                 s.header.entries.get(i).map(|e| (s, e))
             }
             Some(set) => {
                 let &(si, ei) = set.order.get(i)?;
-                let s = &self.inner.shards[si as usize];
+                let s = &self.inner.parts[si as usize];
                 Some((s, &s.header.entries[ei as usize]))
             }
         }
@@ -252,20 +260,20 @@ impl TensorFile {
         &self.inner.display
     }
 
-    /// True for a sharded set.
+    /// True for a multi-file set.
     pub fn is_set(&self) -> bool {
         self.inner.set.is_some()
     }
 
     /// Number of files (1 unless this is a set).
-    pub fn shard_count(&self) -> usize {
-        self.inner.shards.len()
+    pub fn part_count(&self) -> usize {
+        self.inner.parts.len()
     }
 
     /// Number of tensors.
     pub fn len(&self) -> usize {
         match &self.inner.set {
-            None => self.inner.shards[0].header.entries.len(),
+            None => self.inner.parts[0].header.entries.len(),
             Some(s) => s.order.len(),
         }
     }
@@ -288,7 +296,7 @@ impl TensorFile {
     /// Index of a tensor by name (a hash lookup).
     pub fn find(&self, name: &str) -> Option<usize> {
         match &self.inner.set {
-            None => self.inner.shards[0].header.by_name.get(name).map(|&i| i as usize),
+            None => self.inner.parts[0].header.by_name.get(name).map(|&i| i as usize),
             Some(s) => s.by_name.get(name).map(|&i| i as usize),
         }
     }
@@ -308,21 +316,21 @@ impl TensorFile {
         self.inner.metadata.iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v.as_str())
     }
 
-    /// Total bytes of tensor data (all shards of a set).
+    /// Total bytes of tensor data (all parts of a set).
     pub fn data_bytes(&self) -> u64 {
         self.inner.data_bytes
     }
 
     /// A view of tensor `i` (file order). `OUT_OF_RANGE` past the end.
-    pub fn view_at(&self, i: usize) -> Result<TensorView> {
+    pub fn view_at(&self, i: usize) -> Result<View> {
         let (s, e) = self.entry(i).ok_or_else(|| {
             Error::new(
                 Status::OutOfRange,
                 format!("{}: tensor index {i}, but there are {} tensors", self.inner.display, self.len()),
             )
         })?;
-        Ok(TensorView {
-            shard: Arc::clone(s),
+        Ok(View {
+            part: Arc::clone(s),
             name: e.name.clone(),
             dtype: e.dtype,
             shape: Arc::clone(&e.shape),
@@ -333,7 +341,7 @@ impl TensorFile {
     }
 
     /// A view of the tensor called `name`. `NOT_FOUND` if there is none.
-    pub fn view(&self, name: &str) -> Result<TensorView> {
+    pub fn view(&self, name: &str) -> Result<View> {
         let i = self
             .find(name)
             .ok_or_else(|| Error::new(Status::NotFound, format!("{}: no tensor named '{name}'", self.inner.display)))?;

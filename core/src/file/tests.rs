@@ -68,7 +68,7 @@ fn sub_byte_slices_need_byte_boundaries() {
 #[test]
 fn views_are_send_sync_and_cheap() {
     fn assert_send_sync<T: Send + Sync>() {}
-    assert_send_sync::<TensorView>();
+    assert_send_sync::<View>();
     assert_send_sync::<TensorFile>();
 }
 

@@ -3,26 +3,26 @@
 
 use super::layout::{read_packed, ReadPolicy, Runs};
 use super::names::CName;
-use super::shard::Shard;
+use super::part::Part;
 use crate::dtype::DType;
 use crate::error::{Error, Result, Status};
 use std::path::Path;
 use std::sync::Arc;
 
-/// A read-only view of one tensor, or of a part of one narrowed along any dimensions ([`TensorView::narrow`];
-/// [`TensorView::slice_rows`] is the dimension-0 case).
+/// A read-only view of one tensor, or of a part of one narrowed along any dimensions ([`View::narrow`];
+/// [`View::slice_rows`] is the dimension-0 case).
 ///
 /// A view narrowed on an inner dimension is *strided*: its elements are not one contiguous block of the
-/// file ([`TensorView::is_contiguous`] is false, [`TensorView::strides`] says where they are). Everything
-/// that copies a view ([`TensorView::read_at`], puts, loads) works on its packed C-order bytes and reads only
-/// the runs it needs; [`TensorView::mapped`] and DLPack export give the strided memory as it is.
+/// file ([`View::is_contiguous`] is false, [`View::strides`] says where they are). Everything
+/// that copies a view ([`View::read_at`], puts, loads) works on its packed C-order bytes and reads only
+/// the runs it needs; [`View::mapped`] and DLPack export give the strided memory as it is.
 ///
 /// Cloning is a few reference-count increments; a view keeps its file's mapping and descriptor alive, so
 /// it stays valid after the `TensorFile` it came from is dropped. `Send + Sync`: any number of threads may
 /// read one view at once.
 #[derive(Clone)]
-pub struct TensorView {
-    pub(crate) shard: Arc<Shard>,
+pub struct View {
+    pub(crate) part: Arc<Part>,
     pub(crate) name: CName,
     pub(crate) dtype: DType,
     pub(crate) shape: Arc<[u64]>,
@@ -35,10 +35,10 @@ pub struct TensorView {
     pub(crate) strides: Option<Arc<[u64]>>,
 }
 
-impl std::fmt::Debug for TensorView {
+impl std::fmt::Debug for View {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TensorView")
-            .field("file", &self.shard.display)
+        f.debug_struct("View")
+            .field("file", &self.part.display)
             .field("name", &self.name.as_str())
             .field("dtype", &self.dtype)
             .field("shape", &&self.shape[..])
@@ -49,7 +49,7 @@ impl std::fmt::Debug for TensorView {
     }
 }
 
-impl TensorView {
+impl View {
     /// The tensor's name.
     pub fn name(&self) -> &str {
         self.name.as_str()
@@ -112,12 +112,12 @@ impl TensorView {
     }
 
     fn describe(&self) -> String {
-        format!("{}: tensor '{}'", self.shard.display, self.name)
+        format!("{}: tensor '{}'", self.part.display, self.name)
     }
 
     /// Absolute offset of the first byte in its file (or buffer).
     pub fn file_offset(&self) -> u64 {
-        self.shard.header.data_start() + self.start
+        self.part.header.data_start() + self.start
     }
 
     /// Offset of the first byte within the file's data section (the header's `data_offsets[0]` for a whole
@@ -128,27 +128,27 @@ impl TensorView {
 
     /// The file this view reads from; `None` for a buffer opened from memory.
     pub fn path(&self) -> Option<&Path> {
-        self.shard.path.as_deref()
+        self.part.path.as_deref()
     }
 
     /// The file's name for messages (`"<memory>"` for buffers).
     pub fn file_display(&self) -> &str {
-        &self.shard.display
+        &self.part.display
     }
 
     /// The bytes, zero-copy, straight from the read-only mapping (or the memory buffer).
     ///
     /// For a strided view this is the span from its first to its last byte, with the bytes of the rows it
-    /// does not include in between: address its elements with [`TensorView::strides`].
+    /// does not include in between: address its elements with [`View::strides`].
     ///
     /// No page is read until it is touched. **Hazard:** if the file is truncated by anyone while the mapping
-    /// is in use, touching a page past the new end raises SIGBUS in this process; use [`TensorView::read_at`]
+    /// is in use, touching a page past the new end raises SIGBUS in this process; use [`View::read_at`]
     /// (pread) where that matters, and for a data loader gather from a cpu copy
     /// (`place::Gather::run_from_buffer`). The data is not necessarily aligned for its dtype (see
-    /// [`TensorView::alignment`]).
+    /// [`View::alignment`]).
     pub fn mapped(&self) -> &[u8] {
         let off = self.file_offset() as usize;
-        &self.shard.bytes()[off..off + self.span_bytes() as usize]
+        &self.part.bytes()[off..off + self.span_bytes() as usize]
     }
 
     /// Alignment of the mapped data in bytes: the largest power of two dividing its address, capped at 4096.
@@ -157,7 +157,7 @@ impl TensorView {
     }
 
     /// Maps every page of this view into the process now (`MADV_POPULATE_READ`), reading from storage what
-    /// is not in the page cache, so that reads through [`TensorView::mapped`] (the gather primitive's) take
+    /// is not in the page cache, so that reads through [`View::mapped`] (the gather primitive's) take
     /// no page faults afterwards. For a data loader this is a one-time cost that makes each later batch
     /// several times faster (BENCHMARKS.md, section 3, has both).
     ///
@@ -168,7 +168,7 @@ impl TensorView {
     /// systems) or the view is over a memory buffer (nothing to do). A file that shrank since it was opened
     /// gives `TRUNCATED`, never SIGBUS.
     pub fn prefault(&self) -> Result<bool> {
-        if self.shard.path.is_some() {
+        if self.part.path.is_some() {
             let (free, total) = crate::device::fit::usable(crate::Device::CPU)?;
             crate::device::fit::check_against(
                 &format!("prefault of tensor '{}'", self.name),
@@ -178,28 +178,28 @@ impl TensorView {
                 total,
             )?;
         }
-        self.shard.prefault(self.file_offset(), self.span_bytes(), &|| format!("tensor '{}'", self.name))
+        self.part.prefault(self.file_offset(), self.span_bytes(), &|| format!("tensor '{}'", self.name))
     }
 
-    /// Whether reads of this view through [`TensorView::mapped`] take no page faults: the view lies inside a
-    /// range that [`TensorView::prefault`] populated (on this view or another view of the same file), or it is
+    /// Whether reads of this view through [`View::mapped`] take no page faults: the view lies inside a
+    /// range that [`View::prefault`] populated (on this view or another view of the same file), or it is
     /// over a memory buffer. The gather primitive uses it to choose between copying from the mapping (when
     /// true) and positioned reads.
     pub fn is_prefaulted(&self) -> bool {
-        self.shard.is_populated(self.file_offset(), self.span_bytes())
+        self.part.is_populated(self.file_offset(), self.span_bytes())
     }
 
     /// Copies `dst.len()` bytes starting `offset` bytes into this view's packed C-order bytes.
     ///
     /// A strided view reads only its runs, merging neighbouring runs into one read under the default
-    /// [`ReadPolicy`] (see [`TensorView::read_at_with`]). Files are read with positioned reads (`pread`) on the file descriptor, never through the mapping, so a
+    /// [`ReadPolicy`] (see [`View::read_at_with`]). Files are read with positioned reads (`pread`) on the file descriptor, never through the mapping, so a
     /// file that shrank since it was opened gives `TRUNCATED` instead of SIGBUS. Safe to call from many
     /// threads at once. A range outside the view gives `OUT_OF_RANGE`.
     pub fn read_at(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
         self.read_at_with(offset, dst, &ReadPolicy::default()).map(|_| ())
     }
 
-    /// [`TensorView::read_at`] with an explicit policy for merging the runs of a strided view; returns the
+    /// [`View::read_at`] with an explicit policy for merging the runs of a strided view; returns the
     /// bytes read from the file (from the buffer for a memory source), which exceeds `dst.len()` by the gaps
     /// merged reads took.
     pub fn read_at_with(&self, offset: u64, dst: &mut [u8], policy: &ReadPolicy) -> Result<u64> {
@@ -209,7 +209,7 @@ impl TensorView {
                 Status::OutOfRange,
                 format!(
                     "{}: tensor '{}': bytes [{offset}, {offset} + {}) are outside its {} bytes",
-                    self.shard.display,
+                    self.part.display,
                     self.name,
                     dst.len(),
                     self.nbytes
@@ -222,11 +222,11 @@ impl TensorView {
         let what = || format!("tensor '{}'", self.name);
         if self.strides.is_none() {
             let abs = self.file_offset() + offset;
-            self.shard.read_at(abs, dst, &what)?;
+            self.part.read_at(abs, dst, &what)?;
             return Ok(dst.len() as u64);
         }
         let runs = self.runs().expect("a non-empty view");
-        read_packed(&self.shard, &runs, offset, dst, policy, &what)
+        read_packed(&self.part, &runs, offset, dst, policy, &what)
     }
 
     /// Copies the whole view into a new vector (pread for files).
@@ -241,11 +241,11 @@ impl TensorView {
     ///
     /// Errors: `UNSUPPORTED` for a scalar; `OUT_OF_RANGE` when `start > stop` or `stop > shape[0]`;
     /// `MISALIGNED_SLICE` when a row boundary of a sub-byte dtype does not fall on a byte.
-    pub fn slice_rows(&self, start: u64, stop: u64) -> Result<TensorView> {
+    pub fn slice_rows(&self, start: u64, stop: u64) -> Result<View> {
         if self.shape.is_empty() {
             return Err(Error::new(
                 Status::Unsupported,
-                format!("{}: tensor '{}' is a scalar and has no rows to slice", self.shard.display, self.name),
+                format!("{}: tensor '{}' is a scalar and has no rows to slice", self.part.display, self.name),
             ));
         }
         if start > stop {
@@ -253,7 +253,7 @@ impl TensorView {
                 Status::OutOfRange,
                 format!(
                     "{}: tensor '{}': rows {start}..{stop} are not within 0..{}",
-                    self.shard.display, self.name, self.shape[0]
+                    self.part.display, self.name, self.shape[0]
                 ),
             ));
         }
@@ -269,14 +269,14 @@ impl TensorView {
     /// Errors: `OUT_OF_RANGE` when `dim` is not below the rank (a scalar has no dimension) or
     /// `start + len > shape[dim]`; `MISALIGNED_SLICE` when a run of a sub-byte dtype (F4, F6) would start or
     /// end inside a byte.
-    pub fn narrow(&self, dim: usize, start: u64, len: u64) -> Result<TensorView> {
+    pub fn narrow(&self, dim: usize, start: u64, len: u64) -> Result<View> {
         let rank = self.shape.len();
         if dim >= rank {
             return Err(Error::new(
                 Status::OutOfRange,
                 format!(
                     "{}: tensor '{}' has {rank} dimension(s); there is no dimension {dim}",
-                    self.shard.display, self.name
+                    self.part.display, self.name
                 ),
             ));
         }
@@ -286,7 +286,7 @@ impl TensorView {
                 Status::OutOfRange,
                 format!(
                     "{}: tensor '{}': [{start}, {start} + {len}) is not within dimension {dim} of size {size}",
-                    self.shard.display, self.name
+                    self.part.display, self.name
                 ),
             ));
         }
@@ -297,7 +297,7 @@ impl TensorView {
         let nbits = elems.and_then(|e| e.checked_mul(bits));
         let Some(nbits) = nbits.filter(|_| len > 0 && self.nbytes > 0) else {
             // Empty: no stride arithmetic (the other dimensions of an empty tensor may not fit 64 bits).
-            return Ok(TensorView { shape: shape.into(), nbytes: 0, strides: None, ..self.clone() });
+            return Ok(View { shape: shape.into(), nbytes: 0, strides: None, ..self.clone() });
         };
         // The view is not empty, so neither is its source: its strides fit (they divide its size).
         let strides = self.strides();
@@ -305,7 +305,7 @@ impl TensorView {
         let what = || {
             format!(
                 "{}: tensor '{}' narrowed on dimension {dim} to [{start}, {})",
-                self.shard.display,
+                self.part.display,
                 self.name,
                 start + len
             )
@@ -318,8 +318,8 @@ impl TensorView {
         }
         let runs = Runs::new(&shape, &strides, bits, start_bits, &what)?;
         let contiguous = runs.outer.is_empty();
-        Ok(TensorView {
-            shard: Arc::clone(&self.shard),
+        Ok(View {
+            part: Arc::clone(&self.part),
             name: self.name.clone(),
             dtype: self.dtype,
             shape: shape.into(),
@@ -329,9 +329,9 @@ impl TensorView {
         })
     }
 
-    /// Turns off read-ahead on this view's file while the guard lives (see [`super::shard::ReadaheadOff`]).
-    pub(crate) fn readahead_off(&self) -> super::shard::ReadaheadOff {
-        super::shard::ReadaheadOff::new(&self.shard)
+    /// Turns off read-ahead on this view's file while the guard lives (see [`super::part::ReadaheadOff`]).
+    pub(crate) fn readahead_off(&self) -> super::part::ReadaheadOff {
+        super::part::ReadaheadOff::new(&self.part)
     }
 
     /// The element strides of a strided view (NULL when contiguous), valid while this view lives.
@@ -342,9 +342,9 @@ impl TensorView {
     /// The open file this view reads from and the absolute offset of its first byte in it; `None` for a view
     /// over a memory buffer. (For private mappings of the view's pages: copy-on-write puts and exports.)
     pub(crate) fn file_and_offset(&self) -> Option<(&std::fs::File, u64)> {
-        match &self.shard.source {
-            super::shard::Source::File { file, .. } => Some((file, self.file_offset())),
-            super::shard::Source::Memory(_) => None,
+        match &self.part.source {
+            super::part::Source::File { file, .. } => Some((file, self.file_offset())),
+            super::part::Source::Memory(_) => None,
         }
     }
 

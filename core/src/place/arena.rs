@@ -25,7 +25,7 @@ use super::host::HostAlloc;
 use super::parallel::{default_threads, PROGRESS_INTERVAL};
 use crate::device::cuda::{DeviceMemory, Event, PinnedHostMemory, Stream};
 use crate::error::{Error, Result, Status};
-use crate::file::{ReadPolicy, TensorView};
+use crate::file::{ReadPolicy, View};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -96,7 +96,7 @@ pub(crate) fn cancelled() -> Error {
 }
 
 /// Places of `views` in an arena whose parts are `align`-aligned: (offset of each, arena size).
-fn layout(views: &[TensorView], align: usize) -> Result<(Vec<usize>, usize)> {
+fn layout(views: &[View], align: usize) -> Result<(Vec<usize>, usize)> {
     let mut offsets = Vec::with_capacity(views.len());
     let mut end = 0usize;
     for v in views {
@@ -137,7 +137,7 @@ enum From<'a> {
 struct Group<'a> {
     from: From<'a>,
     /// The first tensor of the group (messages, memory reads).
-    view: &'a TensorView,
+    view: &'a View,
     pieces: Vec<Piece>,
     /// Tensor bytes (the span less its gaps).
     bytes: u64,
@@ -176,11 +176,11 @@ fn pages(lo: u64, hi: u64) -> u64 {
 
 /// Cuts the tensors into reads of at most `cap` bytes, merging file neighbours within `policy`'s over-read
 /// bound. `offsets[i]` is where `views[i]` goes in the arena.
-fn groups<'a>(views: &'a [TensorView], offsets: &[usize], cap: usize, policy: &ReadPolicy) -> Vec<Group<'a>> {
+fn groups<'a>(views: &'a [View], offsets: &[usize], cap: usize, policy: &ReadPolicy) -> Vec<Group<'a>> {
     let cap = cap.max(1);
     let mut out = Vec::new();
     // (file, absolute offset, length, arena offset, view) of every piece of a file-backed tensor.
-    let mut file_pieces: Vec<(&std::fs::File, u64, usize, usize, &TensorView)> = Vec::new();
+    let mut file_pieces: Vec<(&std::fs::File, u64, usize, usize, &View)> = Vec::new();
     for (v, &dst) in views.iter().zip(offsets) {
         let n = v.nbytes() as usize;
         if n == 0 {
@@ -300,7 +300,7 @@ impl SendPtr {
 }
 
 /// Loads `views` into one host arena and returns one allocation per view (parts of the arena, in order).
-pub(crate) fn load_host(views: &[TensorView], rep: &mut Reporter<'_>) -> Result<Vec<HostAlloc>> {
+pub(crate) fn load_host(views: &[View], rep: &mut Reporter<'_>) -> Result<Vec<HostAlloc>> {
     let (offsets, size) = layout(views, HOST_ALIGN)?;
     let what = format!("{} tensor(s) to cpu", views.len());
     let mut arena = HostAlloc::zeroed(size, &what)?;
@@ -377,7 +377,7 @@ fn wait_slot(slot: Slot) -> std::result::Result<Slot, Error> {
 
 /// Loads `views` into one allocation on `cuda:<ordinal>` through the staging ring (one stream, one event per
 /// slab) and returns one part per view, in order.
-pub(crate) fn load_cuda(ordinal: u32, views: &[TensorView], rep: &mut Reporter<'_>) -> Result<Vec<DeviceMemory>> {
+pub(crate) fn load_cuda(ordinal: u32, views: &[View], rep: &mut Reporter<'_>) -> Result<Vec<DeviceMemory>> {
     let (offsets, size) = layout(views, CUDA_ALIGN)?;
     let arena = DeviceMemory::alloc(ordinal, size)
         .map_err(|e| e.context(format!("{} tensor(s) to cuda:{ordinal} (one allocation)", views.len())))?;

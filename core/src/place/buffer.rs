@@ -11,7 +11,7 @@ use crate::device::cuda::{DeviceMemory, Event, PinnedHostMemory, Stream};
 use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result, Status};
-use crate::file::TensorView;
+use crate::file::View;
 
 /// Where a buffer's bytes live.
 pub enum Memory {
@@ -76,7 +76,7 @@ impl Buffer {
     /// A cpu buffer over a private, writable (copy-on-write) mapping of the view's pages in its file (see
     /// [`HostAlloc::map_file_private`]; `populate` maps them for reading now). No fit check here. A view over
     /// a memory buffer has no file to map, and a strided view is not one range of it: `UNSUPPORTED`.
-    pub fn map_private(view: &TensorView, populate: bool) -> Result<Buffer> {
+    pub fn map_private(view: &View, populate: bool) -> Result<Buffer> {
         let what = || format!("{}: tensor '{}'", view.file_display(), view.name());
         let Some((file, offset)) = view.file_and_offset() else {
             return Err(Error::new(

@@ -30,7 +30,7 @@ use super::put::{buffer_to, put, PutOptions, Target};
 use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result, Status};
-use crate::file::TensorView;
+use crate::file::View;
 use std::sync::{Arc, Mutex};
 
 /// The consumer's `copy` request (the array API's `copy=None/True/False`): the values of
@@ -61,7 +61,7 @@ pub enum Form {
 #[derive(Clone)]
 pub enum Keep {
     /// The file's read-only mapping (through the view).
-    View(TensorView),
+    View(View),
     /// A buffer: the exported one (shared), a copy, or a copy-on-write mapping made for the export.
     Buffer(Arc<Mutex<Buffer>>),
 }
@@ -109,7 +109,7 @@ fn from_buffer(b: Buffer, read_only: bool, copied: bool) -> Export {
 
 /// Exports a view: see the module documentation for the rules. `device`: the consumer's requested device
 /// (`None`: where the data is, cpu); another device is reached by a put (a copy, fit-checked).
-pub fn export_view(view: &TensorView, form: Form, copy: CopyPolicy, device: Option<Device>) -> Result<Export> {
+pub fn export_view(view: &View, form: Form, copy: CopyPolicy, device: Option<Device>) -> Result<Export> {
     let what = format!("{}: tensor '{}'", view.file_display(), view.name());
     let target = device.unwrap_or(Device::CPU);
     if target.kind != DeviceKind::CPU || copy == CopyPolicy::Always {

@@ -20,7 +20,7 @@
 //!
 //! How a window is read depends on the source. A host buffer ([`Gather::run_from_buffer`], e.g. after a put
 //! to cpu) is copied with memcpy: the fastest way, and immune to anything done to the file. A tensor whose
-//! pages were mapped by [`TensorView::prefault`] (or one over a memory buffer) is copied from the mapping,
+//! pages were mapped by [`View::prefault`] (or one over a memory buffer) is copied from the mapping,
 //! as fast, but a file truncated under it raises SIGBUS. Otherwise each window is one positioned read
 //! (`pread`): a window's first touch of an unpopulated mapping costs a page fault, which on the benchmark
 //! machine made a window 1.5-4x slower than a `pread` of it (BENCHMARKS.md, section 3), and a file truncated
@@ -33,7 +33,7 @@ use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
 use crate::engine::{self, Tuning};
 use crate::error::{human_bytes, Error, Result, Status};
-use crate::file::TensorView;
+use crate::file::View;
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 
@@ -48,7 +48,7 @@ pub type Batch = Arc<Mutex<Buffer>>;
 
 /// Where the windows come from.
 enum Source<'a> {
-    View(&'a TensorView),
+    View(&'a View),
     Host { name: &'a str, dtype: DType, shape: &'a [u64], bytes: &'a [u8] },
 }
 
@@ -110,7 +110,7 @@ pub struct BatchCheck {
 
 impl BatchCheck {
     /// As [`Gather::check_view`].
-    pub fn check_view(&self, source: &TensorView, offsets: &[u64]) -> Result<()> {
+    pub fn check_view(&self, source: &View, offsets: &[u64]) -> Result<()> {
         self.check(&Source::View(source), offsets)
     }
 
@@ -329,7 +329,7 @@ impl Gather {
 
     /// Checks a view and the offsets of one batch as [`Gather::run`] would, without running: for callers that
     /// validate ahead (a prefetch stream checks every batch before it starts).
-    pub fn check_view(&self, source: &TensorView, offsets: &[u64]) -> Result<()> {
+    pub fn check_view(&self, source: &View, offsets: &[u64]) -> Result<()> {
         self.batch_check().check_view(source, offsets)
     }
 
@@ -478,9 +478,9 @@ impl Gather {
     /// changed. `TRUNCATED` (the file shrank since it was opened) or `IO` while reading, `DEVICE_ERROR` while
     /// copying: the batch being filled is not returned and the current batch keeps its bytes (except after a
     /// `DEVICE_ERROR` in the copy into the current batch, when it was the only one free at the ring's bound).
-    /// A prefaulted source is read through the mapping (see [`TensorView::mapped`] for its truncation
+    /// A prefaulted source is read through the mapping (see [`View::mapped`] for its truncation
     /// hazard); any other is read with `pread`.
-    pub fn run(&mut self, source: &TensorView, offsets: &[u64]) -> Result<Batch> {
+    pub fn run(&mut self, source: &View, offsets: &[u64]) -> Result<Batch> {
         self.run_source(&Source::View(source), offsets)
     }
 

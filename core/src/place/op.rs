@@ -3,7 +3,7 @@
 use super::buffer::Buffer;
 use super::put::{put_with_stats, PutOptions, PutStats, Target};
 use crate::error::{Error, Result, Status};
-use crate::file::TensorView;
+use crate::file::View;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -44,7 +44,7 @@ pub struct PutOp {
 impl PutOp {
     /// Starts putting `view` on `target`. The target is resolved now, on the calling thread (so the caller's
     /// default-device scope and strict mode apply); errors found before the worker starts are returned here.
-    pub fn start(view: &TensorView, target: Target, opts: AsyncPutOptions) -> Result<PutOp> {
+    pub fn start(view: &View, target: Target, opts: AsyncPutOptions) -> Result<PutOp> {
         let device = target.resolve(&format!("tensor '{}'", view.name()))?;
         let shared =
             Arc::new(Shared { state: Mutex::new(State::Running), cv: Condvar::new(), cancel: AtomicBool::new(false) });

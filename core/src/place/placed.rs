@@ -7,14 +7,14 @@ use super::put::{fill, PutOptions};
 use crate::device::fit;
 use crate::device::DeviceKind;
 use crate::error::{human_bytes, Error, FitFailure, Result, Status};
-use crate::file::{TensorFile, TensorView};
+use crate::file::{TensorFile, View};
 use std::sync::{Arc, Mutex};
 
 /// One loaded tensor.
 #[derive(Clone)]
 pub enum Placed {
     /// A zero-copy host view of the mapping.
-    View(TensorView),
+    View(View),
     /// A buffer on a device (shared: the C API hands out new references to it).
     Buffer(Arc<Mutex<Buffer>>),
 }
@@ -116,7 +116,7 @@ pub fn load_with(file: &TensorFile, plan: &Plan, opts: LoadOptions<'_>) -> Resul
     let mut rep = Reporter::new(progress, total);
     let mut entries: Vec<Option<Placed>> = Vec::with_capacity(plan.entries.len());
     // Jobs: per device, the entry indices and views it receives.
-    let mut jobs: Vec<(crate::device::Device, Vec<usize>, Vec<TensorView>)> = Vec::new();
+    let mut jobs: Vec<(crate::device::Device, Vec<usize>, Vec<View>)> = Vec::new();
     for (i, e) in plan.entries.iter().enumerate() {
         let view = file.view_at(e.index)?;
         let d = match e.placement {

@@ -6,7 +6,7 @@ use crate::device::{Device, DeviceKind};
 use crate::engine::device::HostSource;
 use crate::engine::{self, Progress, Tuning};
 use crate::error::Result;
-use crate::file::TensorView;
+use crate::file::View;
 
 /// Where a put goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,12 +69,12 @@ pub struct PutStats {
 /// process writing the file may change them, and truncating the file raises SIGBUS when any page past the new
 /// end is touched (on Linux even pages already written). The fit check counts what can become private: every
 /// page the tensor touches. Copies (the default) have none of these ties.
-pub fn put(view: &TensorView, target: Target, opts: PutOptions<'_>) -> Result<Buffer> {
+pub fn put(view: &View, target: Target, opts: PutOptions<'_>) -> Result<Buffer> {
     put_with_stats(view, target, opts).map(|(b, _)| b)
 }
 
 /// [`put`], also returning what the transfer did.
-pub fn put_with_stats(view: &TensorView, target: Target, opts: PutOptions<'_>) -> Result<(Buffer, PutStats)> {
+pub fn put_with_stats(view: &View, target: Target, opts: PutOptions<'_>) -> Result<(Buffer, PutStats)> {
     let what = format!("tensor '{}'", view.name());
     let device = target.resolve(&what)?;
     let cow = opts.copy_on_write && view.is_contiguous(); // a strided view is copied (packed) instead
@@ -90,7 +90,7 @@ pub fn put_with_stats(view: &TensorView, target: Target, opts: PutOptions<'_>) -
 
 /// A copy-on-write cpu buffer for `view` (file-backed, checked by the caller): mapped and populated, with
 /// the progress contract of a copy (one call at the end, which may still cancel).
-pub(crate) fn map_private(view: &TensorView, progress: Option<&mut dyn FnMut(u64, u64) -> bool>) -> Result<Buffer> {
+pub(crate) fn map_private(view: &View, progress: Option<&mut dyn FnMut(u64, u64) -> bool>) -> Result<Buffer> {
     let buf = Buffer::map_private(view, true)?;
     Progress::new(progress, view.nbytes())
         .finish()
@@ -99,18 +99,18 @@ pub(crate) fn map_private(view: &TensorView, progress: Option<&mut dyn FnMut(u64
 }
 
 /// Copies the view's bytes into an allocated buffer of the same size.
-pub fn fill(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>) -> Result<()> {
+pub fn fill(view: &View, buf: &mut Buffer, opts: PutOptions<'_>) -> Result<()> {
     fill_with_stats(view, buf, opts).map(|_| ())
 }
 
 /// [`fill`], also returning what the transfer did.
-pub fn fill_with_stats(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>) -> Result<PutStats> {
+pub fn fill_with_stats(view: &View, buf: &mut Buffer, opts: PutOptions<'_>) -> Result<PutStats> {
     fill_impl(view, buf, opts, false)
 }
 
 /// `fresh`: the buffer was just allocated, so its host pages are not faulted in yet; each reader populates
 /// its chunk in one call before reading into it (see [`super::host::populate_write`]).
-fn fill_impl(view: &TensorView, buf: &mut Buffer, opts: PutOptions<'_>, fresh: bool) -> Result<PutStats> {
+fn fill_impl(view: &View, buf: &mut Buffer, opts: PutOptions<'_>, fresh: bool) -> Result<PutStats> {
     let device = buf.device();
     match buf.memory_mut() {
         Memory::Host(_) | Memory::Pinned(_) => {

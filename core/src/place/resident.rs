@@ -29,7 +29,7 @@
 
 use crate::device::cuda::{DeviceMemory, HostBytes, HostRegistration};
 use crate::error::{Error, Result, Status};
-use crate::file::TensorView;
+use crate::file::View;
 use crate::forksafe::GlobalMutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -39,7 +39,7 @@ use std::time::Instant;
 pub struct Resident {
     // Field order: the registration is dropped (unregistered) before the view (and with it the mapping).
     reg: HostRegistration<'static>,
-    view: TensorView,
+    view: View,
     /// Seconds spent faulting and registering the range.
     pub register_seconds: f64,
 }
@@ -105,7 +105,7 @@ pub fn cached_count() -> usize {
 /// Faults the range in before registration: `MADV_POPULATE_READ` (Linux ≥ 5.14; fails cleanly with EFAULT on
 /// a truncated file instead of SIGBUS), else reads every page through `pread` into a scratch buffer (which
 /// also warms the page cache without touching the mapping).
-fn populate(view: &TensorView) -> Result<()> {
+fn populate(view: &View) -> Result<()> {
     let bytes = view.mapped();
     if bytes.is_empty() {
         return Ok(());
@@ -154,7 +154,7 @@ fn pages(a: usize, len: usize) -> (usize, usize) {
 /// (and timing that) when no cached one touches its pages; [`Lookup::Overlaps`] when cached ones touch them
 /// without covering the view; [`Lookup::ReadOnlyUnsupported`] when the view is a read-only file mapping that
 /// the device cannot register.
-pub fn get(view: &TensorView, ordinal: u32) -> Result<Lookup> {
+pub fn get(view: &View, ordinal: u32) -> Result<Lookup> {
     let m = view.mapped();
     let (a, len) = (m.as_ptr() as usize, m.len());
     let from_file = view.path().is_some();
@@ -209,7 +209,7 @@ pub fn get(view: &TensorView, ordinal: u32) -> Result<Lookup> {
 /// device cannot register, or its registration was refused, and nothing was copied (the caller uses the
 /// staging ring).
 pub fn to_cuda(
-    view: &TensorView,
+    view: &View,
     dst: &DeviceMemory,
     piece: usize,
     progress: Option<&mut dyn FnMut(u64, u64) -> bool>,

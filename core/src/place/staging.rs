@@ -9,7 +9,7 @@ pub use crate::engine::staging::{
     POOL_CAP_BYTES,
 };
 use crate::error::{Error, Result, Status};
-use crate::file::TensorView;
+use crate::file::View;
 
 /// Frees every cached staging slab and every cached resident registration. Safe at any time: transfers in
 /// progress keep their own slabs and return them (or free them) when they finish.
@@ -20,7 +20,7 @@ pub fn release_cached_memory() {
 
 /// Copies all of `view` into `dst` (which must hold `view.nbytes()` bytes) through the staging ring.
 pub fn to_cuda(
-    view: &TensorView,
+    view: &View,
     dst: &DeviceMemory,
     cfg: &RingConfig,
     progress: Option<&mut dyn FnMut(u64, u64) -> bool>,

@@ -8,7 +8,7 @@ use crate::device::{Device, DeviceKind};
 use crate::engine::{ScatterPiece, ScatterPlan, Tuning};
 use crate::error::{Error, Result, Status};
 use crate::file::layout::coalesce;
-use crate::file::{ReadPolicy, TensorFile, TensorView};
+use crate::file::{ReadPolicy, TensorFile, View};
 use crate::place::plan::DeviceSummary;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,7 +36,7 @@ pub struct ShardEntry {
     /// Per tensor dimension, `(start, len)` of the part held.
     pub ranges: Vec<(u64, u64)>,
     /// The part, as a (possibly strided) view of the file.
-    pub view: TensorView,
+    pub view: View,
     /// Contiguous byte runs the part consists of in its file.
     pub runs: u64,
     /// File bytes the coalesced reads of those runs take (0 when `copy_of` is set).
@@ -94,7 +94,7 @@ pub struct ShardPlan {
 
 /// The runs of `view`, the file bytes its coalesced reads take under `policy` (the packed bytes for a memory
 /// buffer, which is copied piece by piece), and how many reads (or copies) that is.
-pub fn read_cost(view: &TensorView, policy: &ReadPolicy) -> (u64, u64, u64) {
+pub fn read_cost(view: &View, policy: &ReadPolicy) -> (u64, u64, u64) {
     let Some(runs) = view.runs() else { return (0, 0, 0) };
     if view.path().is_none() || runs.outer.is_empty() {
         return (runs.count(), runs.nbytes(), runs.count());
@@ -125,7 +125,7 @@ pub(crate) fn scatter_group(entries: &[ShardEntry]) -> Vec<usize> {
 }
 
 /// The pieces of `views` (parts of one tensor, each the destination of its index), sorted by file offset.
-pub(crate) fn scatter_pieces(views: &[&TensorView]) -> Vec<ScatterPiece> {
+pub(crate) fn scatter_pieces(views: &[&View]) -> Vec<ScatterPiece> {
     let mut pieces: Vec<ScatterPiece> = Vec::new();
     for (j, v) in views.iter().enumerate() {
         let (Some(runs), Some((_, first))) = (v.runs(), v.file_and_offset()) else { continue };
@@ -229,7 +229,7 @@ impl ShardPlan {
             let mut reads: u64 =
                 own_reads.iter().enumerate().filter(|(k, _)| !group.contains(k)).map(|(_, &r)| r).sum();
             if !group.is_empty() {
-                let views: Vec<&TensorView> = group.iter().map(|&k| &entries[from + k].view).collect();
+                let views: Vec<&View> = group.iter().map(|&k| &entries[from + k].view).collect();
                 let sp = ScatterPlan::new(&scatter_pieces(&views), views.len(), &policy, &Tuning::default())?;
                 for (&k, &bytes) in group.iter().zip(sp.per_dst()) {
                     entries[from + k].planned_read = bytes;

@@ -10,7 +10,7 @@ use crate::device::DeviceKind;
 use crate::engine::staging::{ring_config, transfer};
 use crate::engine::{self, Progress, ReadFailure, ScatterPlan, Tuning};
 use crate::error::{Error, Result, Status};
-use crate::file::TensorView;
+use crate::file::View;
 use crate::place::buffer::{Buffer, Memory};
 use crate::place::{buffer_to, Target};
 use std::os::fd::AsRawFd;
@@ -144,7 +144,7 @@ fn read_group(
     tuning: &Tuning,
     progress: &mut Progress<'_>,
 ) -> Result<Vec<LoadedShard>> {
-    let views: Vec<&TensorView> = group.iter().map(|&k| &entries[k].view).collect();
+    let views: Vec<&View> = group.iter().map(|&k| &entries[k].view).collect();
     let (file, _) = views[0].file_and_offset().expect("the group reads from a file");
     let sp = ScatterPlan::new(&scatter_pieces(&views), views.len(), &plan.policy, tuning)?;
     let alloc = |k: usize| {
@@ -184,7 +184,7 @@ fn read_group(
 /// Reads one shard that is not part of a scatter group (a CUDA part through the staging ring, a part of a
 /// memory buffer in parallel pieces) into its new buffer; returns the file bytes read.
 fn read_shard(
-    view: &TensorView,
+    view: &View,
     buf: &mut Buffer,
     fresh_cpu: bool,
     plan: &ShardPlan,
@@ -216,7 +216,7 @@ fn read_shard(
 
 /// A failed read of a shard's read set as the error a `pread` of it gives: `TRUNCATED` at the end of the
 /// file, `IO` otherwise.
-fn read_failure(view: &TensorView, file: &std::fs::File, f: ReadFailure) -> Error {
+fn read_failure(view: &View, file: &std::fs::File, f: ReadFailure) -> Error {
     match f.kind {
         engine::FailureKind::Eof { at } => Error::new(
             Status::Truncated,

@@ -40,7 +40,7 @@ impl AsRef<[u8]> for RawMemory {
 }
 
 pub(crate) enum Source {
-    /// `populated`: the absolute byte ranges `[lo, hi)` that [`Shard::prefault`] mapped, merged and sorted.
+    /// `populated`: the absolute byte ranges `[lo, hi)` that [`Part::prefault`] mapped, merged and sorted.
     File {
         file: fs::File,
         map: Mmap,
@@ -51,17 +51,17 @@ pub(crate) enum Source {
     Memory(Box<dyn AsRef<[u8]> + Send + Sync>),
 }
 
-/// What [`Shard::open_file_detect`] found (a value returned once per open, never stored: no need to box).
+/// What [`Part::open_file_detect`] found (a value returned once per open, never stored: no need to box).
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Opened {
     /// A validated safetensors file.
-    Shard(Shard),
-    /// The file looks like a sharded set's JSON index, not safetensors.
+    Part(Part),
+    /// The file looks like a multi-file set's JSON index, not safetensors.
     Index,
 }
 
 /// A validated safetensors file or buffer.
-pub(crate) struct Shard {
+pub(crate) struct Part {
     pub display: String,
     pub path: Option<PathBuf>,
     pub path_c: Option<CName>,
@@ -98,18 +98,18 @@ pub(crate) fn pread_exact(
     })
 }
 
-impl Shard {
+impl Part {
     /// Opens and validates a safetensors file. Reads only the header (with pread); maps the file read-only
     /// without populating it, so no data page is touched.
-    pub(crate) fn open_file(path: &Path) -> Result<Shard> {
-        match Shard::open_file_detect(path, false)? {
-            Opened::Shard(s) => Ok(s),
+    pub(crate) fn open_file(path: &Path) -> Result<Part> {
+        match Part::open_file_detect(path, false)? {
+            Opened::Part(s) => Ok(s),
             Opened::Index => unreachable!("index detection is off"),
         }
     }
 
-    /// [`Shard::open_file`]; with `detect_index`, a file whose first bytes begin a JSON object but cannot be a
-    /// safetensors length prefix for this file is reported as [`Opened::Index`] (a sharded set's index)
+    /// [`Part::open_file`]; with `detect_index`, a file whose first bytes begin a JSON object but cannot be a
+    /// safetensors length prefix for this file is reported as [`Opened::Index`] (a multi-file set's index)
     /// instead of an error. One open, one `fstat`, one `pread` of the first 4 KiB (a header that fits there
     /// is not read again), one mapping.
     pub(crate) fn open_file_detect(path: &Path, detect_index: bool) -> Result<Opened> {
@@ -158,26 +158,26 @@ impl Shard {
         // and the pread paths (`read_at`) never touch the mapping.
         let map = unsafe { memmap2::MmapOptions::new().len(map_len).map(&file) }
             .map_err(|e| io_error(&display, "cannot map", &e))?;
-        let shard = Shard {
+        let part = Part {
             path_c: CName::from_str(&display),
             display,
             path: Some(path.to_path_buf()),
             source: Source::File { file, map, populated: Mutex::new(Vec::new()), no_readahead: Mutex::new(0) },
             header,
         };
-        Ok(Opened::Shard(shard))
+        Ok(Opened::Part(part))
     }
 
     /// Validates a memory buffer (owned by `owner`).
-    pub(crate) fn from_memory(owner: Box<dyn AsRef<[u8]> + Send + Sync>) -> Result<Shard> {
+    pub(crate) fn from_memory(owner: Box<dyn AsRef<[u8]> + Send + Sync>) -> Result<Part> {
         let display = "<memory>".to_string();
         let bytes = (*owner).as_ref();
         let len = bytes.len() as u64;
         let ctx = |e: Error| e.context("<memory>");
         let n = header::header_len(bytes, len, Status::InvalidHeaderLength).map_err(ctx)?;
         let header = header::parse(&bytes[8..8 + n as usize], len, Status::IncompleteBuffer).map_err(ctx)?;
-        let shard = Shard { display, path: None, path_c: None, source: Source::Memory(owner), header };
-        Ok(shard)
+        let part = Part { display, path: None, path_c: None, source: Source::Memory(owner), header };
+        Ok(part)
     }
 
     /// The whole file or buffer (file: the read-only mapping).
@@ -263,7 +263,7 @@ impl Shard {
     }
 
     /// Whether reads of `[offset, offset + len)` (absolute) through the mapping are expected to take no page
-    /// faults: a memory buffer, or a file range that [`Shard::prefault`] populated (the kernel may still
+    /// faults: a memory buffer, or a file range that [`Part::prefault`] populated (the kernel may still
     /// reclaim such pages under memory pressure; a read then faults them in again, correctly but slower).
     pub(crate) fn is_populated(&self, offset: u64, len: u64) -> bool {
         match &self.source {
@@ -292,15 +292,15 @@ impl Shard {
 }
 
 /// While it lives, the kernel reads only the pages asked for from its file (`POSIX_FADV_RANDOM` on the
-/// descriptor): shard-on-read reads a few ranges of a file, and read-ahead past the end of each range took
-/// half as many bytes again from storage for dimension-0 shards (BENCHMARKS.md, shard-on-read). Guards nest;
+/// descriptor): part-on-read reads a few ranges of a file, and read-ahead past the end of each range took
+/// half as many bytes again from storage for dimension-0 parts (BENCHMARKS.md, part-on-read). Guards nest;
 /// the last one dropped restores the default advice. Advice only: reads are correct either way.
-pub(crate) struct ReadaheadOff(std::sync::Arc<Shard>);
+pub(crate) struct ReadaheadOff(std::sync::Arc<Part>);
 
 impl ReadaheadOff {
-    pub(crate) fn new(shard: &std::sync::Arc<Shard>) -> ReadaheadOff {
-        shard.advise_random(true);
-        ReadaheadOff(std::sync::Arc::clone(shard))
+    pub(crate) fn new(part: &std::sync::Arc<Part>) -> ReadaheadOff {
+        part.advise_random(true);
+        ReadaheadOff(std::sync::Arc::clone(part))
     }
 }
 
@@ -310,7 +310,7 @@ impl Drop for ReadaheadOff {
     }
 }
 
-impl Shard {
+impl Part {
     fn advise_random(&self, on: bool) {
         let Source::File { file, no_readahead, .. } = &self.source else { return };
         let mut n = no_readahead.lock().unwrap_or_else(|p| p.into_inner());
