@@ -122,7 +122,6 @@ pub mod load_bulk;
 pub mod gather;
 
 /// `hostfirst_gather_stream_push`, `_end_input`: open gather streams.
-pub mod gather_feed;
 
 /// `*_to_dlpack` and the DLPack structs.
 pub mod dlpack;
@@ -136,7 +135,7 @@ pub mod test_hooks;
 
 // The whole C API at `hostfirst::ffi::*`, for Rust callers and tests that use it as C does.
 pub use self::{
-    backend::*, buffer::*, device::*, dlpack::*, dtype::*, file::*, gather::*, gather_feed::*, load::*, load_bulk::*,
+    backend::*, buffer::*, device::*, dlpack::*, dtype::*, file::*, gather::*, load::*, load_bulk::*,
     plan::*, put::*, rules::*, scope::*, shard::*, status::*, version::*, view::*,
 };
 pub use handle::hostfirst_handle_count;

@@ -1,4 +1,4 @@
-//! Open gather streams fed incrementally (src/ffi/gather_feed.rs, src/place/gather_stream.rs): the C program
+//! Open gather streams fed incrementally (src/ffi/gather.rs, core/src/place/gather_stream.rs): the C program
 //! tests/c/test_gather_feed.c, compiled once, on cpu and on cuda:0 of the stand-in driver (in the run's mode:
 //! immediate, or deferred with STAND_IN_DEFERRED=1), whose exit report must show nothing live; in the valgrind
 //! pass too.

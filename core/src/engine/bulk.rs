@@ -79,22 +79,36 @@ where
             break;
         }
     };
+    on_threads(threads, &reader, &done, progress, &first_error)
+}
+
+/// Runs `worker` on `threads` threads, the calling thread one of them and the only one whose `after` reports
+/// `done` to `progress`; then the first error in `first_error`, or, when there is none, one more report at
+/// the end of the calling thread's share (rate-limited like the others): when the other threads took every
+/// step, the caller has reported nothing yet, and the sink must still get its chance to cancel.
+fn on_threads<W>(
+    threads: usize,
+    worker: &W,
+    done: &AtomicU64,
+    progress: &mut Progress<'_>,
+    first_error: &Mutex<Option<Error>>,
+) -> Result<()>
+where
+    W: Fn(&mut dyn FnMut() -> Result<()>) + Sync,
+{
     let mut report = || progress.at(done.load(Ordering::Relaxed));
     if threads == 1 {
-        reader(&mut report);
+        worker(&mut report);
     } else {
         std::thread::scope(|s| {
             for _ in 1..threads {
-                s.spawn(|| reader(&mut || Ok(())));
+                s.spawn(|| worker(&mut || Ok(())));
             }
-            reader(&mut report);
+            worker(&mut report);
         });
     }
-    match first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+    match first_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
         Some(e) => Err(e),
-        // One report at the end of the calling thread's share (rate-limited like the others): when the other
-        // threads took every piece, the caller has reported nothing yet, and the sink must still get its chance
-        // to cancel.
         None => report(),
     }
 }
@@ -572,21 +586,7 @@ pub fn read_scatter(
             }
         }
     };
-    let mut report = || progress.at(done.load(Ordering::Relaxed));
-    if threads == 1 {
-        worker(&mut report);
-    } else {
-        std::thread::scope(|s| {
-            for _ in 1..threads {
-                s.spawn(|| worker(&mut || Ok(())));
-            }
-            worker(&mut report);
-        });
-    }
-    match first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        Some(e) => Err(e),
-        None => report(),
-    }
+    on_threads(threads, &worker, &done, progress, &first_error)
 }
 
 #[cfg(test)]
