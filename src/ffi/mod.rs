@@ -135,8 +135,8 @@ pub mod test_hooks;
 
 // The whole C API at `hostfirst::ffi::*`, for Rust callers and tests that use it as C does.
 pub use self::{
-    backend::*, buffer::*, device::*, dlpack::*, dtype::*, file::*, gather::*, load::*, load_bulk::*,
-    plan::*, put::*, rules::*, scope::*, shard::*, status::*, version::*, view::*,
+    backend::*, buffer::*, device::*, dlpack::*, dtype::*, file::*, gather::*, load::*, load_bulk::*, plan::*, put::*,
+    rules::*, scope::*, shard::*, status::*, version::*, view::*,
 };
 pub use handle::hostfirst_handle_count;
 #[cfg(feature = "test-hooks")]
