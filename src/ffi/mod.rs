@@ -118,10 +118,8 @@ pub mod load;
 /// `hostfirst_load_entries`, `hostfirst_load_names`: a load's tensors in bulk.
 pub mod load_bulk;
 
-/// `hostfirst_gather_*`, `hostfirst_random_offsets`.
+/// `hostfirst_gather_*` (open streams too: `hostfirst_gather_stream_push`, `_end_input`), `hostfirst_random_offsets`.
 pub mod gather;
-
-/// `hostfirst_gather_stream_push`, `_end_input`: open gather streams.
 
 /// `*_to_dlpack` and the DLPack structs.
 pub mod dlpack;
