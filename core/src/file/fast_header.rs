@@ -8,7 +8,7 @@
 //! field, a number it does not expect, a cap reached, invalid JSON of any kind) it returns `None` and the
 //! serde pass in [`super::header`] parses the whole header again and gives its verdict and message.
 
-use super::names::CName;
+use super::names::{NameAt, NameBlock};
 use super::raw::{RawEntry, RawHeader};
 use super::{MAX_METADATA_ENTRIES, MAX_NAME_LEN, MAX_RANK, MAX_TENSORS};
 use crate::dtype::DType;
@@ -97,13 +97,23 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// An entry as parsed, its name still a place in the header's name block.
+struct Parsed {
+    name: NameAt,
+    dtype: DType,
+    shape: Arc<[u64]>,
+    offsets: [u64; 2],
+}
+
 /// The fast parse, or `None` to let the serde pass decide.
 pub(crate) fn parse(json: &str) -> Option<RawHeader> {
     let mut c = Cursor { b: json.as_bytes(), s: json, i: 0 };
-    let mut entries: Vec<RawEntry> = Vec::new();
+    // Every name goes into one block (one allocation for the header's names, not one per name); the
+    // entries get their names once the block is complete.
+    let mut parsed: Vec<Parsed> = Vec::new();
+    let mut names = NameBlock::default();
     let mut metadata: Option<Vec<(String, Result<String, &'static str>)>> = None;
     let mut last_shape: Option<Arc<[u64]>> = None;
-    let mut scratch = String::new();
     let mut last_dtype = None;
     c.eat(b'{')?;
     if c.peek()? == b'}' {
@@ -118,10 +128,10 @@ pub(crate) fn parse(json: &str) -> Option<RawHeader> {
                 }
                 metadata = Some(meta(&mut c)?);
             } else {
-                if key.len() > MAX_NAME_LEN || entries.len() >= MAX_TENSORS {
+                if key.len() > MAX_NAME_LEN || parsed.len() >= MAX_TENSORS {
                     return None;
                 }
-                let name = CName::from_str_with(key, &mut scratch)?;
+                let name = names.push(key)?;
                 let (dtype, dims, rank, offsets) = entry(&mut c, &mut last_dtype)?;
                 let shape = match last_shape.as_ref().filter(|p| p[..] == dims[..rank]) {
                     Some(p) => p.clone(),
@@ -131,7 +141,7 @@ pub(crate) fn parse(json: &str) -> Option<RawHeader> {
                         s
                     }
                 };
-                entries.push(RawEntry { name, dtype, shape, offsets });
+                parsed.push(Parsed { name, dtype, shape, offsets });
             }
             match c.peek()? {
                 b',' => c.i += 1,
@@ -147,6 +157,11 @@ pub(crate) fn parse(json: &str) -> Option<RawHeader> {
     if c.i != c.b.len() {
         return None;
     }
+    let block = names.finish();
+    let entries = parsed
+        .into_iter()
+        .map(|p| RawEntry { name: NameBlock::name(&block, p.name), dtype: p.dtype, shape: p.shape, offsets: p.offsets })
+        .collect();
     Some(RawHeader { entries, metadata })
 }
 

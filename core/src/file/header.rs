@@ -7,14 +7,13 @@
 //! cases in `file/tests.rs`, and a property test that every random mutation we accept the reference accepts
 //! with the same data length (`tests/it/file_props.rs`). [`reference_check`] stays for those tests.
 
-use super::names::CName;
+use super::names::{CName, NameIndex};
 use super::raw::{MetaValue, RawEntry, RawHeader};
 use super::{MAX_HEADER_SIZE, MAX_METADATA_ENTRIES, MAX_NAME_LEN, MAX_RANK, MAX_TENSORS};
 use crate::dtype::DType;
 use crate::error::{Error, Result, Status};
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::fmt;
 
 /// One validated tensor entry. `start` is relative to the data section.
@@ -35,7 +34,8 @@ pub(crate) struct Header {
     /// Bytes of the data section (the end of the last tensor).
     pub data_len: u64,
     pub entries: Vec<Entry>,
-    pub by_name: HashMap<CName, u32, foldhash::fast::RandomState>,
+    /// Position in `entries` by name.
+    pub by_name: NameIndex,
     pub metadata: Vec<(CName, CName)>,
 }
 
@@ -597,9 +597,10 @@ pub(crate) fn parse(header: &[u8], total_len: u64, short_status: Status) -> Resu
     let mut raw_entries = raw.entries;
     raw_entries.sort_by_key(|r| r.offsets);
 
-    let mut by_name = HashMap::with_capacity_and_hasher(raw_entries.len(), Default::default());
+    let mut by_name = NameIndex::with_capacity(raw_entries.len());
+    let name_of = |i: u32| raw_entries[i as usize].name.as_str();
     for (file_idx, r) in raw_entries.iter().enumerate() {
-        if by_name.insert(r.name.clone(), file_idx as u32).is_some() {
+        if by_name.insert(r.name.as_str(), file_idx as u32, name_of).is_err() {
             return Err(Error::new(
                 Status::DuplicateTensor,
                 format!(

@@ -296,7 +296,10 @@ impl TensorFile {
     /// Index of a tensor by name (a hash lookup).
     pub fn find(&self, name: &str) -> Option<usize> {
         match &self.inner.set {
-            None => self.inner.parts[0].header.by_name.get(name).map(|&i| i as usize),
+            None => {
+                let h = &self.inner.parts[0].header;
+                h.by_name.get(name, |i| h.entries[i as usize].name.as_str()).map(|i| i as usize)
+            }
             Some(s) => s.by_name.get(name).map(|&i| i as usize),
         }
     }
