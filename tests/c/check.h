@@ -74,4 +74,28 @@ static inline void write_safetensors(const char *path, const char *header, size_
     CHECK(fclose(f) == 0);
 }
 
+/* Writes a file holding one 1-D U16 tensor `name` of `n` elements (`data`) to `path`, its header padded to 8
+ * bytes; returns where the data starts in the file (8 + the header). */
+static inline long write_u16_tensor(const char *path, const char *name, const uint16_t *data, size_t n) {
+    char header[256];
+    int len = snprintf(header, sizeof header, "{\"%s\":{\"dtype\":\"U16\",\"shape\":[%zu],\"data_offsets\":[0,%zu]}}",
+                       name, n, 2 * n);
+    CHECK(len > 0 && (size_t)len + 8 < sizeof header);
+    while ((8 + len) % 8) header[len++] = ' ';
+    header[len] = 0;
+    const void *parts[] = {data};
+    const size_t sizes[] = {2 * n};
+    write_safetensors(path, header, 1, parts, sizes);
+    return 8 + len;
+}
+
+/* A plan that puts every tensor of `file` on `target` ("cpu", "cuda:0", ...). */
+static inline void plan_all_to(hostfirst_file *file, const char *target, hostfirst_plan **plan) {
+    hostfirst_rules *rules;
+    CHECK_OK(hostfirst_rules_new(&rules));
+    CHECK_OK(hostfirst_rules_add(rules, "*", target));
+    CHECK_OK(hostfirst_plan_make(file, rules, plan));
+    CHECK_OK(hostfirst_rules_free(rules));
+}
+
 #endif

@@ -21,16 +21,8 @@ static long data_start;
 
 static void write_file(const char *dir) {
     for (int i = 0; i < N; i++) tok[i] = (uint16_t)(i * 31 + 3);
-    char header[256];
-    int len = snprintf(header, sizeof header, "{\"tok\":{\"dtype\":\"U16\",\"shape\":[%d],\"data_offsets\":[0,%d]}}", N,
-                       2 * N);
-    while ((8 + len) % 8) header[len++] = ' ';
-    header[len] = 0;
-    data_start = 8 + len;
     snprintf(path, sizeof path, "%s/feed.safetensors", dir);
-    const void *parts[] = {tok};
-    const size_t sizes[] = {sizeof tok};
-    write_safetensors(path, header, 1, parts, sizes);
+    data_start = write_u16_tensor(path, "tok", tok, N);
 }
 
 static void check_batch(hostfirst_buffer *b, const uint64_t *offs) {

@@ -11,14 +11,6 @@
 
 static size_t elems(size_t i) { return 1 + (i * 13) % 50; }
 
-static void plan_for(hostfirst_file *file, const char *rule, hostfirst_plan **plan) {
-    hostfirst_rules *rules;
-    CHECK_OK(hostfirst_rules_new(&rules));
-    CHECK_OK(hostfirst_rules_add_spec(rules, rule));
-    CHECK_OK(hostfirst_plan_make(file, rules, plan));
-    CHECK_OK(hostfirst_rules_free(rules));
-}
-
 int main(int argc, char **argv) {
     CHECK(argc == 3);
     int cuda = strcmp(argv[2], "cpu") != 0;
@@ -54,10 +46,8 @@ int main(int argc, char **argv) {
     size_t handles = live_handles();
     hostfirst_file *file;
     CHECK_OK(hostfirst_file_open(path, &file));
-    char rule[64];
-    snprintf(rule, sizeof rule, "*=%s", cuda ? "cuda:0" : "cpu");
     hostfirst_plan *plan;
-    plan_for(file, rule, &plan);
+    plan_all_to(file, cuda ? "cuda:0" : "cpu", &plan);
     hostfirst_load *load;
     CHECK_OK(hostfirst_load_run(file, plan, NULL, &load));
 

@@ -21,14 +21,6 @@ static int32_t cancel_at_first(uint64_t done, uint64_t total, void *user) {
     return 1;
 }
 
-static void plan_for(hostfirst_file *file, const char *target, hostfirst_plan **plan) {
-    hostfirst_rules *rules;
-    CHECK_OK(hostfirst_rules_new(&rules));
-    CHECK_OK(hostfirst_rules_add(rules, "*", target));
-    CHECK_OK(hostfirst_plan_make(file, rules, plan));
-    CHECK_OK(hostfirst_rules_free(rules));
-}
-
 int main(int argc, char **argv) {
     CHECK(argc == 3);
     char path[4096];
@@ -61,7 +53,7 @@ int main(int argc, char **argv) {
     hostfirst_file *file;
     CHECK_OK(hostfirst_file_open(path, &file));
     hostfirst_plan *plan;
-    plan_for(file, argv[2], &plan);
+    plan_all_to(file, argv[2], &plan);
 
     /* Every byte, through buffers that outlive the load. */
     hostfirst_load *load;

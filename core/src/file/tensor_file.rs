@@ -2,7 +2,7 @@
 
 use super::header::Entry;
 use super::index;
-use super::names::CName;
+use super::names::{CName, NameIndex};
 use super::part::{Opened, Part, RawMemory};
 use super::view::View;
 use super::MAX_SET_TENSORS;
@@ -21,7 +21,20 @@ pub struct TensorFile {
 struct SetIndex {
     /// (part, entry) in set order: parts by file name, tensors in file order within each.
     order: Vec<(u32, u32)>,
-    by_name: HashMap<CName, u32>,
+    /// Position in `order` by name.
+    by_name: NameIndex,
+}
+
+impl SetIndex {
+    /// The name at position `g` of `order`.
+    fn name_at<'a>(order: &[(u32, u32)], parts: &'a [Arc<Part>], g: u32) -> &'a str {
+        let (p, e) = order[g as usize];
+        parts[p as usize].header.entries[e as usize].name.as_str()
+    }
+
+    fn find(&self, parts: &[Arc<Part>], name: &str) -> Option<u32> {
+        self.by_name.get(name, |g| SetIndex::name_at(&self.order, parts, g))
+    }
 }
 
 struct Inner {
@@ -145,10 +158,12 @@ impl TensorFile {
             ));
         }
         let mut order: Vec<(u32, u32)> = Vec::with_capacity(total);
-        let mut by_name: HashMap<CName, u32> = HashMap::with_capacity(total);
+        let mut by_name = NameIndex::with_capacity(total);
         for (si, s) in parts.iter().enumerate() {
             for (ei, e) in s.header.entries.iter().enumerate() {
-                if let Some(&prev) = by_name.get(e.name.as_str()) {
+                let at = order.len() as u32;
+                order.push((si as u32, ei as u32));
+                if let Err(prev) = by_name.insert(e.name.as_str(), at, |g| SetIndex::name_at(&order, &parts, g)) {
                     let other = &parts[order[prev as usize].0 as usize];
                     return Err(Error::new(
                         Status::DuplicateTensor,
@@ -158,22 +173,21 @@ impl TensorFile {
                         ),
                     ));
                 }
-                by_name.insert(e.name.clone(), order.len() as u32);
-                order.push((si as u32, ei as u32));
             }
         }
+        let set = SetIndex { order, by_name };
 
         // The index and the parts must agree exactly.
         let mut indexed: HashMap<&str, &str> = HashMap::with_capacity(idx.weight_map.len());
         for (t, s) in &idx.weight_map {
             indexed.insert(t.as_str(), s.as_str());
-            let Some(&gi) = by_name.get(t.as_str()) else {
+            let Some(gi) = set.find(&parts, t.as_str()) else {
                 return Err(Error::new(
                     Status::InvalidIndex,
                     format!("{display}: the index maps tensor '{t}' to part file '{s}', which does not contain it"),
                 ));
             };
-            let actual = order[gi as usize].0;
+            let actual = set.order[gi as usize].0;
             if actual != part_names[s.as_str()] {
                 return Err(Error::new(
                     Status::InvalidIndex,
@@ -184,7 +198,7 @@ impl TensorFile {
                 ));
             }
         }
-        for (si, ei) in &order {
+        for (si, ei) in &set.order {
             let s = &parts[*si as usize];
             let e = &s.header.entries[*ei as usize];
             if !indexed.contains_key(e.name.as_str()) {
@@ -229,7 +243,7 @@ impl TensorFile {
                 display,
                 path: Some(path.to_path_buf()),
                 parts,
-                set: Some(SetIndex { order, by_name }),
+                set: Some(set),
                 metadata,
                 data_bytes,
             }),
@@ -300,7 +314,7 @@ impl TensorFile {
                 let h = &self.inner.parts[0].header;
                 h.by_name.get(name, |i| h.entries[i as usize].name.as_str()).map(|i| i as usize)
             }
-            Some(s) => s.by_name.get(name).map(|&i| i as usize),
+            Some(s) => s.find(&self.inner.parts, name).map(|i| i as usize),
         }
     }
 
