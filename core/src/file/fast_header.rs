@@ -8,7 +8,7 @@
 //! field, a number it does not expect, a cap reached, invalid JSON of any kind) it returns `None` and the
 //! serde pass in [`super::header`] parses the whole header again and gives its verdict and message.
 
-use super::names::{NameAt, NameBlock};
+use super::names::NameBlock;
 use super::raw::{RawEntry, RawHeader};
 use super::{MAX_METADATA_ENTRIES, MAX_NAME_LEN, MAX_RANK, MAX_TENSORS};
 use crate::dtype::DType;
@@ -97,24 +97,18 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// An entry as parsed, its name still a place in the header's name block.
-struct Parsed {
-    name: NameAt,
-    dtype: DType,
-    shape: Arc<[u64]>,
-    offsets: [u64; 2],
-}
-
 /// The fast parse, or `None` to let the serde pass decide.
 pub(crate) fn parse(json: &str) -> Option<RawHeader> {
     let mut c = Cursor { b: json.as_bytes(), s: json, i: 0 };
-    // Every name goes into one block (one allocation for the header's names, not one per name); the
-    // entries get their names once the block is complete.
-    let mut parsed: Vec<Parsed> = Vec::new();
+    // Every name goes into one block (one allocation for the header's names, not one per name); an entry
+    // holds its name's place in the block.
+    let mut parsed: Vec<RawEntry> = Vec::new();
     let mut names = NameBlock::default();
     let mut metadata: Option<Vec<(String, Result<String, &'static str>)>> = None;
     let mut last_shape: Option<Arc<[u64]>> = None;
     let mut last_dtype = None;
+    // One scratch for every entry's dimensions (only `[..rank]` is read), not a zeroed array per entry.
+    let mut dims = [0u64; MAX_RANK];
     c.eat(b'{')?;
     if c.peek()? == b'}' {
         c.i += 1;
@@ -132,7 +126,7 @@ pub(crate) fn parse(json: &str) -> Option<RawHeader> {
                     return None;
                 }
                 let name = names.push(key)?;
-                let (dtype, dims, rank, offsets) = entry(&mut c, &mut last_dtype)?;
+                let (dtype, rank, offsets) = entry(&mut c, &mut last_dtype, &mut dims)?;
                 let shape = match last_shape.as_ref().filter(|p| p[..] == dims[..rank]) {
                     Some(p) => p.clone(),
                     None => {
@@ -141,7 +135,7 @@ pub(crate) fn parse(json: &str) -> Option<RawHeader> {
                         s
                     }
                 };
-                parsed.push(Parsed { name, dtype, shape, offsets });
+                parsed.push(RawEntry { name, dtype, shape, offsets });
             }
             match c.peek()? {
                 b',' => c.i += 1,
@@ -157,18 +151,17 @@ pub(crate) fn parse(json: &str) -> Option<RawHeader> {
     if c.i != c.b.len() {
         return None;
     }
-    let block = names.finish();
-    let entries = parsed
-        .into_iter()
-        .map(|p| RawEntry { name: NameBlock::name(&block, p.name), dtype: p.dtype, shape: p.shape, offsets: p.offsets })
-        .collect();
-    Some(RawHeader { entries, metadata })
+    Some(RawHeader { names: names.finish(), entries: parsed, metadata })
 }
 
 /// `{"dtype": .., "shape": .., "data_offsets": ..}`, each once, any order.
-fn entry(c: &mut Cursor<'_>, last_dtype: &mut Option<DType>) -> Option<(DType, [u64; MAX_RANK], usize, [u64; 2])> {
+/// The shape's dimensions go to `dims[..rank]`.
+fn entry(
+    c: &mut Cursor<'_>,
+    last_dtype: &mut Option<DType>,
+    dims: &mut [u64; MAX_RANK],
+) -> Option<(DType, usize, [u64; 2])> {
     let (mut dtype, mut shape, mut offsets) = (None, None, None);
-    let mut dims = [0u64; MAX_RANK];
     c.eat(b'{')?;
     loop {
         let k = c.string()?;
@@ -184,7 +177,7 @@ fn entry(c: &mut Cursor<'_>, last_dtype: &mut Option<DType>) -> Option<(DType, [
                 *last_dtype = Some(d);
                 dtype = Some(d);
             }
-            b"shape" if shape.is_none() => shape = Some(c.uints(&mut dims)?),
+            b"shape" if shape.is_none() => shape = Some(c.uints(dims)?),
             b"data_offsets" if offsets.is_none() => {
                 let mut p = [0u64; 2];
                 if c.uints(&mut p)? != 2 {
@@ -203,7 +196,7 @@ fn entry(c: &mut Cursor<'_>, last_dtype: &mut Option<DType>) -> Option<(DType, [
             _ => return None,
         }
     }
-    Some((dtype?, dims, shape?, offsets?))
+    Some((dtype?, shape?, offsets?))
 }
 
 /// `__metadata__`: an object of plain strings.
@@ -245,7 +238,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(h.entries.len(), 2);
-        assert_eq!(h.entries[0].name.as_str(), "a");
+        assert_eq!(NameBlock::text(&h.names, h.entries[0].name), "a");
         assert_eq!((&h.entries[0].shape[..], h.entries[0].offsets), (&[2u64, 3][..], [0, 24]));
         assert_eq!((&h.entries[1].shape[..], h.entries[1].dtype), (&[0u64][..], DType::U8));
         assert_eq!(h.metadata.unwrap(), vec![("format".to_string(), Ok("pt".to_string()))]);

@@ -7,7 +7,7 @@
 //! cases in `file/tests.rs`, and a property test that every random mutation we accept the reference accepts
 //! with the same data length (`tests/it/file_props.rs`). [`reference_check`] stays for those tests.
 
-use super::names::{CName, NameIndex};
+use super::names::{CName, NameAt, NameBlock, NameIndex};
 use super::raw::{MetaValue, RawEntry, RawHeader};
 use super::{MAX_HEADER_SIZE, MAX_METADATA_ENTRIES, MAX_NAME_LEN, MAX_RANK, MAX_TENSORS};
 use crate::dtype::DType;
@@ -17,9 +17,10 @@ use std::cell::RefCell;
 use std::fmt;
 
 /// One validated tensor entry. `start` is relative to the data section.
+/// `name` is a place in the header's name block ([`Header::name`]).
 #[derive(Clone, Debug)]
 pub(crate) struct Entry {
-    pub name: CName,
+    pub name: NameAt,
     pub dtype: DType,
     pub shape: std::sync::Arc<[u64]>,
     pub start: u64,
@@ -34,12 +35,29 @@ pub(crate) struct Header {
     /// Bytes of the data section (the end of the last tensor).
     pub data_len: u64,
     pub entries: Vec<Entry>,
+    /// Every tensor name, NUL-terminated, in one shared buffer (entries hold places in it).
+    pub names: std::sync::Arc<str>,
     /// Position in `entries` by name.
     pub by_name: NameIndex,
     pub metadata: Vec<(CName, CName)>,
 }
 
 impl Header {
+    /// The text of the name of entry `e`.
+    pub fn name(&self, e: &Entry) -> &str {
+        NameBlock::text(&self.names, e.name)
+    }
+
+    /// The NUL-terminated name of entry `e`, valid while this header lives.
+    pub fn cname_ptr(&self, e: &Entry) -> *const std::ffi::c_char {
+        NameBlock::ptr(&self.names, e.name)
+    }
+
+    /// The name of entry `e` as a shared C string (a clone of the block's handle).
+    pub fn cname(&self, e: &Entry) -> CName {
+        NameBlock::name(&self.names, e.name)
+    }
+
     /// Offset of the data section in the file: `8 + header_len`.
     pub fn data_start(&self) -> u64 {
         8 + self.header_len
@@ -149,11 +167,11 @@ fn looks_like(b: &[u8]) -> String {
 #[derive(Default)]
 struct Side {
     error: RefCell<Option<Error>>,
-    tensor: RefCell<Option<CName>>,
+    tensor: RefCell<Option<String>>,
     /// The last shape read: consecutive tensors of one shape share one allocation.
     last_shape: RefCell<Option<std::sync::Arc<[u64]>>>,
-    /// Scratch for building names with their NUL (one allocation per name).
-    scratch: RefCell<String>,
+    /// Every tensor name, in one block (as the fast path builds it).
+    names: RefCell<NameBlock>,
 }
 
 impl Side {
@@ -174,7 +192,8 @@ impl<'de> DeserializeSeed<'de> for TopSeed<'_> {
 
 enum Key {
     Metadata,
-    Tensor(CName),
+    /// A tensor name: its place in the header's name block, and its text (for messages).
+    Tensor(NameAt, String),
 }
 
 struct KeySeed<'s>(&'s Side);
@@ -205,8 +224,8 @@ impl<'de> Visitor<'de> for KeySeed<'_> {
                 ),
             )));
         }
-        match CName::from_str_with(v, &mut self.0.scratch.borrow_mut()) {
-            Some(c) => Ok(Key::Tensor(c)),
+        match self.0.names.borrow_mut().push(v) {
+            Some(at) => Ok(Key::Tensor(at, v.to_string())),
             None => Err(self.0.fail(Error::new(
                 Status::InvalidHeaderJson,
                 format!("tensor name '{}' contains a NUL character, which C cannot represent", v.escape_debug()),
@@ -237,7 +256,7 @@ impl<'de> Visitor<'de> for TopVisitor<'_> {
                     metadata = map.next_value_seed(MetaSeed(side))?;
                     continue;
                 }
-                Key::Tensor(name) => name,
+                Key::Tensor(at, text) => (at, text),
             };
             if entries.len() >= MAX_TENSORS {
                 return Err(side.fail(Error::new(
@@ -245,12 +264,13 @@ impl<'de> Visitor<'de> for TopVisitor<'_> {
                     format!("more than {MAX_TENSORS} tensors in one header (the hostfirst cap)"),
                 )));
             }
-            *side.tensor.borrow_mut() = Some(name.clone());
+            *side.tensor.borrow_mut() = Some(name.1);
             let (dtype, shape, offsets) = map.next_value_seed(EntrySeed(side))?;
             *side.tensor.borrow_mut() = None;
-            entries.push(RawEntry { name, dtype, shape, offsets });
+            entries.push(RawEntry { name: name.0, dtype, shape, offsets });
         }
-        Ok(RawHeader { entries, metadata })
+        let names = std::mem::take(&mut *side.names.borrow_mut()).finish();
+        Ok(RawHeader { names, entries, metadata })
     }
 }
 
@@ -419,7 +439,7 @@ impl<'de> Visitor<'de> for ShapeSeed<'_> {
         let mut rank = 0;
         while let Some(d) = seq.next_element::<u64>()? {
             if rank == MAX_RANK {
-                let name = self.0.tensor.borrow().as_ref().map(|c| c.to_string()).unwrap_or_default();
+                let name = self.0.tensor.borrow().clone().unwrap_or_default();
                 return Err(self.0.fail(Error::new(
                     Status::LimitExceeded,
                     format!("tensor '{name}': rank exceeds the hostfirst cap of {MAX_RANK}"),
@@ -595,17 +615,21 @@ pub(crate) fn parse(header: &[u8], total_len: u64, short_status: Status) -> Resu
     // File order: by (begin, end), ties (empty tensors) in header order (the sort is stable; files written
     // in order are one run, so this is linear for them).
     let mut raw_entries = raw.entries;
-    raw_entries.sort_by_key(|r| r.offsets);
+    if !raw_entries.windows(2).all(|w| w[0].offsets <= w[1].offsets) {
+        raw_entries.sort_by_key(|r| r.offsets);
+    }
+    let block = raw.names;
+    let text = |r: &RawEntry| NameBlock::text(&block, r.name);
 
     let mut by_name = NameIndex::with_capacity(raw_entries.len());
-    let name_of = |i: u32| raw_entries[i as usize].name.as_str();
+    let name_of = |i: u32| text(&raw_entries[i as usize]);
     for (file_idx, r) in raw_entries.iter().enumerate() {
-        if by_name.insert(r.name.as_str(), file_idx as u32, name_of).is_err() {
+        if by_name.insert(text(r), file_idx as u32, name_of).is_err() {
             return Err(Error::new(
                 Status::DuplicateTensor,
                 format!(
                     "tensor '{}' appears more than once in the header (safetensors forbids duplicate names)",
-                    r.name
+                    text(r)
                 ),
             ));
         }
@@ -615,6 +639,7 @@ pub(crate) fn parse(header: &[u8], total_len: u64, short_status: Status) -> Resu
     let mut expected = 0u64;
     let mut sorted = Vec::with_capacity(raw_entries.len());
     for r in raw_entries {
+        let name = text(&r);
         let [b, end] = r.offsets;
         if b != expected || end < b {
             let why = if end < b {
@@ -624,19 +649,16 @@ pub(crate) fn parse(header: &[u8], total_len: u64, short_status: Status) -> Resu
             } else {
                 format!("leaves a gap (expected it to begin at {expected})")
             };
-            return Err(Error::new(
-                Status::InvalidOffset,
-                format!("tensor '{}': data_offsets [{b}, {end}] {why}", r.name),
-            ));
+            return Err(Error::new(Status::InvalidOffset, format!("tensor '{name}': data_offsets [{b}, {end}] {why}")));
         }
         expected = end;
-        let nbytes = tensor_bytes(r.name.as_str(), r.dtype, &r.shape)?;
+        let nbytes = tensor_bytes(name, r.dtype, &r.shape)?;
         if end - b != nbytes {
             return Err(Error::new(
                 Status::TensorInvalidInfo,
                 format!(
                     "tensor '{}': {} {:?} needs {nbytes} bytes but data_offsets [{b}, {end}] span {}",
-                    r.name,
+                    name,
                     r.dtype,
                     &r.shape[..],
                     end - b
@@ -669,7 +691,7 @@ pub(crate) fn parse(header: &[u8], total_len: u64, short_status: Status) -> Resu
             ),
         ));
     }
-    Ok(Header { header_len, data_len, entries: sorted, by_name, metadata })
+    Ok(Header { header_len, data_len, entries: sorted, names: block, by_name, metadata })
 }
 
 fn truncate(s: &str, max: usize) -> &str {
@@ -727,7 +749,7 @@ mod fast_path_tests {
         let mut v: Vec<String> = h
             .entries
             .iter()
-            .map(|e| format!("{}|{}|{:?}|{:?}", e.name.as_str(), e.dtype, &e.shape[..], e.offsets))
+            .map(|e| format!("{}|{}|{:?}|{:?}", NameBlock::text(&h.names, e.name), e.dtype, &e.shape[..], e.offsets))
             .collect();
         v.push(format!("{:?}", h.metadata));
         v

@@ -28,7 +28,7 @@ pub(crate) struct NameBlock {
 }
 
 /// Where [`NameBlock::push`] put a name.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct NameAt {
     start: u32,
     len: u32,
@@ -51,6 +51,18 @@ impl NameBlock {
     /// The shared buffer every name of the block points into.
     pub(crate) fn finish(self) -> Arc<str> {
         Arc::from(self.text)
+    }
+
+    /// The text of the name at `at` of a finished block.
+    pub(crate) fn text(buf: &Arc<str>, at: NameAt) -> &str {
+        &buf[at.start as usize..(at.start + at.len) as usize]
+    }
+
+    /// A pointer to the NUL-terminated name at `at` of a finished block, valid while `buf` (or a clone) lives.
+    pub(crate) fn ptr(buf: &Arc<str>, at: NameAt) -> *const c_char {
+        debug_assert_eq!(buf.as_bytes()[(at.start + at.len) as usize], 0);
+        // SAFETY: a name's text and its NUL lie inside the block.
+        unsafe { buf.as_ptr().add(at.start as usize) as *const c_char }
     }
 
     /// The name at `at` of a finished block.
@@ -82,18 +94,6 @@ impl CName {
         owned.push_str(s);
         owned.push('\0');
         Some(CName { buf: Arc::from(owned), start: 0, len })
-    }
-
-    /// [`CName::from_str`] building the text in `scratch` (cleared first) so the name costs one allocation.
-    pub fn from_str_with(s: &str, scratch: &mut String) -> Option<CName> {
-        if s.as_bytes().contains(&0) {
-            return None;
-        }
-        let len = u32::try_from(s.len()).ok()?;
-        scratch.clear();
-        scratch.push_str(s);
-        scratch.push('\0');
-        Some(CName { buf: Arc::from(scratch.as_str()), start: 0, len })
     }
 
     /// The text, without the NUL.

@@ -29,7 +29,8 @@ impl SetIndex {
     /// The name at position `g` of `order`.
     fn name_at<'a>(order: &[(u32, u32)], parts: &'a [Arc<Part>], g: u32) -> &'a str {
         let (p, e) = order[g as usize];
-        parts[p as usize].header.entries[e as usize].name.as_str()
+        let h = &parts[p as usize].header;
+        h.name(&h.entries[e as usize])
     }
 
     fn find(&self, parts: &[Arc<Part>], name: &str) -> Option<u32> {
@@ -163,13 +164,15 @@ impl TensorFile {
             for (ei, e) in s.header.entries.iter().enumerate() {
                 let at = order.len() as u32;
                 order.push((si as u32, ei as u32));
-                if let Err(prev) = by_name.insert(e.name.as_str(), at, |g| SetIndex::name_at(&order, &parts, g)) {
+                if let Err(prev) = by_name.insert(s.header.name(e), at, |g| SetIndex::name_at(&order, &parts, g)) {
                     let other = &parts[order[prev as usize].0 as usize];
                     return Err(Error::new(
                         Status::DuplicateTensor,
                         format!(
                             "{display}: tensor '{}' is in two part files: {} and {}",
-                            e.name, other.display, s.display
+                            s.header.name(e),
+                            other.display,
+                            s.display
                         ),
                     ));
                 }
@@ -201,12 +204,13 @@ impl TensorFile {
         for (si, ei) in &set.order {
             let s = &parts[*si as usize];
             let e = &s.header.entries[*ei as usize];
-            if !indexed.contains_key(e.name.as_str()) {
+            if !indexed.contains_key(s.header.name(e)) {
                 return Err(Error::new(
                     Status::InvalidIndex,
                     format!(
                         "{display}: part file {} holds tensor '{}', which the index does not list",
-                        s.display, e.name
+                        s.display,
+                        s.header.name(e)
                     ),
                 ));
             }
@@ -299,7 +303,7 @@ impl TensorFile {
 
     /// Name of tensor `i` in file order.
     pub fn name(&self, i: usize) -> Option<&str> {
-        self.entry(i).map(|(_, e)| e.name.as_str())
+        self.entry(i).map(|(s, e)| s.header.name(e))
     }
 
     /// All names in file order.
@@ -312,7 +316,7 @@ impl TensorFile {
         match &self.inner.set {
             None => {
                 let h = &self.inner.parts[0].header;
-                h.by_name.get(name, |i| h.entries[i as usize].name.as_str()).map(|i| i as usize)
+                h.by_name.get(name, |i| h.name(&h.entries[i as usize])).map(|i| i as usize)
             }
             Some(s) => s.find(&self.inner.parts, name).map(|i| i as usize),
         }
@@ -348,7 +352,7 @@ impl TensorFile {
         })?;
         Ok(View {
             part: Arc::clone(s),
-            name: e.name.clone(),
+            name: s.header.cname(e),
             dtype: e.dtype,
             shape: Arc::clone(&e.shape),
             start: e.start,
@@ -368,7 +372,7 @@ impl TensorFile {
     // ---- C helpers: pointers valid while this object (or a clone) lives ----
 
     pub fn name_ptr(&self, i: usize) -> Option<*const std::ffi::c_char> {
-        self.entry(i).map(|(_, e)| e.name.as_ptr())
+        self.entry(i).map(|(s, e)| s.header.cname_ptr(e))
     }
 
     pub fn metadata_ptrs(&self, i: usize) -> Option<(*const std::ffi::c_char, *const std::ffi::c_char)> {
