@@ -17,7 +17,6 @@ pub struct hostfirst_plan {
 
 pub(crate) struct PlanC {
     pub(crate) plan: Plan,
-    names: Vec<CString>,
     largest: Vec<CString>,
     unmatched: Vec<UnmatchedC>,
 }
@@ -149,7 +148,6 @@ pub extern "C" fn hostfirst_plan_make(
         let out = out_ptr(out, "out")?;
         let rules = r.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let plan = Plan::make(&f, &rules)?;
-        let names = plan.entries.iter().map(|e| cstring(&e.name)).collect();
         let largest = plan.devices.iter().map(|d| cstring(&d.largest.0)).collect();
         let unmatched = plan
             .unmatched
@@ -161,7 +159,7 @@ pub extern "C" fn hostfirst_plan_make(
                 message: cstring(&u.to_string()),
             })
             .collect();
-        *out = handle::insert_new::<hostfirst_plan>(PlanC { plan, names, largest, unmatched });
+        *out = handle::insert_new::<hostfirst_plan>(PlanC { plan, largest, unmatched });
         Ok(())
     })
 }
@@ -199,7 +197,7 @@ pub extern "C" fn hostfirst_plan_tensor(
             size,
             hostfirst_plan_tensor_info {
                 struct_size: 0,
-                name: p.names[index].as_ptr(),
+                name: e.name.as_ptr(), // a tensor name has no NUL (the header parser refuses one)
                 placement,
                 rule: e.rule.map_or(-1, |r| r as i32),
                 device,

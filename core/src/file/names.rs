@@ -101,6 +101,13 @@ impl CName {
         &self.buf[self.start as usize..(self.start + self.len) as usize]
     }
 
+    /// The text and its NUL as a C string.
+    pub fn as_c_str(&self) -> &std::ffi::CStr {
+        let b = &self.buf.as_bytes()[self.start as usize..=(self.start + self.len) as usize];
+        // SAFETY: a name's text has no NUL (every constructor refuses one) and is followed by one in `buf`.
+        unsafe { std::ffi::CStr::from_bytes_with_nul_unchecked(b) }
+    }
+
     /// A pointer to the NUL-terminated text, valid while this `CName` (or a clone) lives.
     pub fn as_ptr(&self) -> *const c_char {
         // SAFETY: `start` is within `buf` (a name's text and its NUL lie inside it).

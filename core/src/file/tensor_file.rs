@@ -306,6 +306,16 @@ impl TensorFile {
         self.entry(i).map(|(s, e)| s.header.name(e))
     }
 
+    /// Name of tensor `i` in file order, as a shared C string (no copy of the text).
+    pub fn cname(&self, i: usize) -> Option<CName> {
+        self.entry(i).map(|(s, e)| s.header.cname(e))
+    }
+
+    /// Size in bytes of tensor `i` in file order (without making a view of it).
+    pub fn nbytes_at(&self, i: usize) -> Option<u64> {
+        self.entry(i).map(|(_, e)| e.nbytes)
+    }
+
     /// All names in file order.
     pub fn names(&self) -> impl Iterator<Item = &str> + '_ {
         (0..self.len()).filter_map(move |i| self.name(i))

@@ -11,7 +11,8 @@ use crate::device::cuda::{DeviceMemory, Event, PinnedHostMemory, Stream};
 use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result, Status};
-use crate::file::View;
+use crate::file::{CName, View};
+use std::sync::Arc;
 
 /// Where a buffer's bytes live.
 pub enum Memory {
@@ -25,10 +26,13 @@ pub enum Memory {
 
 /// Memory on one device with a dtype and shape. Buffers own their memory and outlive the file they came from.
 pub struct Buffer {
-    name: String,
-    cname: std::ffi::CString,
+    /// The name as C sees it (a NUL in the name given is written `\0`); made from a view, the file's own
+    /// name (shared, not copied).
+    cname: CName,
+    /// The name as given, where it differs from `cname` (it held a NUL).
+    raw_name: Option<Box<str>>,
     dtype: DType,
-    shape: Vec<u64>,
+    shape: Arc<[u64]>,
     nbytes: u64,
     mem: Memory,
     /// CUDA: recorded after hostfirst's last asynchronous write (None: every write has completed).
@@ -54,23 +58,26 @@ impl Buffer {
         Ok(Buffer::with_memory(name, dtype, shape, nbytes, mem))
     }
 
-    /// A buffer over memory the caller allocated (a load's sub-allocations, see [`super::arena`]).
-    pub(crate) fn from_memory(name: &str, dtype: DType, shape: &[u64], nbytes: u64, mem: Memory) -> Buffer {
-        Buffer::with_memory(name, dtype, shape, nbytes, mem)
+    /// A buffer over memory the caller allocated (a load's sub-allocations, see [`super::arena`]) for the
+    /// tensor of `view` (its name and shape are shared with the view, not copied).
+    pub(crate) fn from_view_memory(view: &View, mem: Memory) -> Buffer {
+        Buffer::with_parts(view.name.clone(), None, view.dtype(), Arc::clone(&view.shape), view.nbytes(), mem)
     }
 
     fn with_memory(name: &str, dtype: DType, shape: &[u64], nbytes: u64, mem: Memory) -> Buffer {
-        Buffer {
-            name: name.to_string(),
-            cname: c_name(name),
-            dtype,
-            shape: shape.to_vec(),
-            nbytes,
-            mem,
-            ready: None,
-            released: Vec::new(),
-            release_failed: false,
-        }
+        let (cname, raw_name) = c_name(name);
+        Buffer::with_parts(cname, raw_name, dtype, Arc::from(shape), nbytes, mem)
+    }
+
+    fn with_parts(
+        cname: CName,
+        raw_name: Option<Box<str>>,
+        dtype: DType,
+        shape: Arc<[u64]>,
+        nbytes: u64,
+        mem: Memory,
+    ) -> Buffer {
+        Buffer { cname, raw_name, dtype, shape, nbytes, mem, ready: None, released: Vec::new(), release_failed: false }
     }
 
     /// A cpu buffer over a private, writable (copy-on-write) mapping of the view's pages in its file (see
@@ -93,7 +100,7 @@ impl Buffer {
         let len = usize::try_from(view.nbytes())
             .map_err(|_| Error::new(Status::OutOfMemory, format!("{}: too large to map", what())))?;
         let mem = Memory::Host(HostAlloc::map_file_private(file, offset, len, populate, &what)?);
-        Ok(Buffer::with_memory(view.name(), view.dtype(), view.shape(), view.nbytes(), mem))
+        Ok(Buffer::from_view_memory(view, mem))
     }
 
     /// True when the bytes are a private (copy-on-write) mapping of a file ([`Buffer::map_private`]): pages
@@ -104,7 +111,7 @@ impl Buffer {
 
     /// The tensor name it was made from (or given).
     pub fn name(&self) -> &str {
-        &self.name
+        self.raw_name.as_deref().unwrap_or(self.cname.as_str())
     }
     /// Its dtype.
     pub fn dtype(&self) -> DType {
@@ -164,7 +171,12 @@ impl Buffer {
         let end = offset.checked_add(dst.len() as u64).filter(|e| *e <= self.nbytes).ok_or_else(|| {
             Error::new(
                 Status::OutOfRange,
-                format!("buffer '{}': bytes {offset}..+{} are outside its {} bytes", self.name, dst.len(), self.nbytes),
+                format!(
+                    "buffer '{}': bytes {offset}..+{} are outside its {} bytes",
+                    self.name(),
+                    dst.len(),
+                    self.nbytes
+                ),
             )
         })?;
         let (s, e) = (offset as usize, end as usize);
@@ -181,7 +193,7 @@ impl Buffer {
         if (dst.len() as u64) < self.nbytes {
             return Err(Error::new(
                 Status::BufferTooSmall,
-                format!("buffer '{}' has {} bytes; the destination holds {}", self.name, self.nbytes, dst.len()),
+                format!("buffer '{}' has {} bytes; the destination holds {}", self.name(), self.nbytes, dst.len()),
             ));
         }
         self.read_at(0, &mut dst[..self.nbytes as usize])
@@ -205,7 +217,7 @@ impl Buffer {
     pub fn sync_stream(&self, consumer: ConsumerStream) -> Result<bool> {
         match (&self.mem, &self.ready, consumer.raw()) {
             (Memory::Cuda(_), Some(ev), Some(raw)) => {
-                ev.make_raw_stream_wait(raw).map_err(|e| e.context(format!("buffer '{}'", self.name)))?;
+                ev.make_raw_stream_wait(raw).map_err(|e| e.context(format!("buffer '{}'", self.name())))?;
                 Ok(true)
             }
             _ => Ok(false),
@@ -247,7 +259,7 @@ impl Buffer {
                 self.release_failed = true;
                 Err(e.context(format!(
                     "buffer '{}': recording its release on the consumer's stream (the buffer will not be reused)",
-                    self.name
+                    self.name()
                 )))
             }
         }
@@ -267,11 +279,11 @@ impl Buffer {
         if self.release_failed {
             return Err(Error::new(
                 Status::Busy,
-                format!("buffer '{}': a consumer's release could not be recorded; it is never rewritten", self.name),
+                format!("buffer '{}': a consumer's release could not be recorded; it is never rewritten", self.name()),
             ));
         }
         for (_, ev) in &self.released {
-            stream.wait_event(ev).map_err(|e| e.context(format!("buffer '{}'", self.name)))?;
+            stream.wait_event(ev).map_err(|e| e.context(format!("buffer '{}'", self.name())))?;
         }
         self.released.clear();
         Ok(())
@@ -279,21 +291,24 @@ impl Buffer {
 
     /// Renames (used when a buffer is made for a named tensor).
     pub fn set_name(&mut self, name: &str) {
-        self.name = name.to_string();
-        self.cname = c_name(name);
+        (self.cname, self.raw_name) = c_name(name);
     }
 
     /// The name as a C string (interior NULs escaped), stable while the buffer lives and is not renamed.
     pub fn c_name(&self) -> &std::ffi::CStr {
-        &self.cname
+        self.cname.as_c_str()
     }
 }
 
-fn c_name(name: &str) -> std::ffi::CString {
-    if !name.as_bytes().contains(&0) {
-        return std::ffi::CString::new(name).unwrap_or_default(); // one allocation (the usual case)
+/// The C name of `name` (a NUL written `\0`), and `name` itself when that differs.
+fn c_name(name: &str) -> (CName, Option<Box<str>>) {
+    match CName::from_str(name) {
+        Some(c) => (c, None), // one allocation (the usual case)
+        None => {
+            let escaped = CName::new(name.replace('\0', "\\0")).expect("no NUL is left");
+            (escaped, Some(name.into()))
+        }
     }
-    std::ffi::CString::new(name.replace('\0', "\\0")).unwrap_or_default()
 }
 
 impl std::fmt::Debug for Buffer {
@@ -301,9 +316,9 @@ impl std::fmt::Debug for Buffer {
         write!(
             f,
             "Buffer('{}', {:?}, {:?}, {} bytes on {})",
-            self.name,
+            self.name(),
             self.dtype,
-            self.shape,
+            &self.shape[..],
             self.nbytes,
             self.device()
         )

@@ -172,7 +172,7 @@ pub fn load_with(file: &TensorFile, plan: &Plan, opts: LoadOptions<'_>) -> Resul
             rep.call(rep.base)?;
         }
         for ((i, v), mem) in idx.into_iter().zip(&views).zip(mems) {
-            let buf = Buffer::from_memory(v.name(), v.dtype(), v.shape(), v.nbytes(), mem);
+            let buf = Buffer::from_view_memory(v, mem);
             entries[i] = Some(Placed::Buffer(Arc::new(Mutex::new(buf))));
         }
     }

@@ -4,7 +4,7 @@ use super::rules::{glob_match, RuleTarget, Rules};
 use crate::device::fit;
 use crate::device::Device;
 use crate::error::{Error, Result, Status};
-use crate::file::TensorFile;
+use crate::file::{CName, TensorFile};
 
 /// Where one tensor goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,8 +18,8 @@ pub enum Placement {
 /// One tensor of a plan.
 #[derive(Clone, Debug)]
 pub struct PlanEntry {
-    /// The tensor name.
-    pub name: String,
+    /// The tensor name (shared with the file: a NUL-terminated C string too, see [`CName::as_ptr`]).
+    pub name: CName,
     /// Its index in the file.
     pub index: usize,
     /// Its size in bytes.
@@ -138,8 +138,10 @@ impl Plan {
         let mut entries = Vec::with_capacity(file.len());
         let mut devices: Vec<DeviceSummary> = Vec::new();
         let mut resolved: std::collections::HashMap<usize, Device> = std::collections::HashMap::new();
-        for (index, name) in file.names().enumerate() {
-            let nbytes = file.view_at(index)?.nbytes();
+        for index in 0..file.len() {
+            let cname = file.cname(index).expect("an index below the tensor count");
+            let nbytes = file.nbytes_at(index).expect("an index below the tensor count");
+            let name = cname.as_str();
             let found = rules.find(name);
             let placement = match found.map(|(_, r)| &r.target) {
                 None | Some(RuleTarget::Host) => Placement::Host,
@@ -167,7 +169,8 @@ impl Plan {
             if let Placement::Device(d) = placement {
                 DeviceSummary::add(&mut devices, d, name, nbytes)?;
             }
-            entries.push(PlanEntry { name: name.to_string(), index, nbytes, placement, rule: found.map(|(i, _)| i) });
+            let rule = found.map(|(i, _)| i);
+            entries.push(PlanEntry { name: cname, index, nbytes, placement, rule });
         }
         for s in &mut devices {
             s.fits = s.bytes <= s.usable;
@@ -196,7 +199,7 @@ impl Plan {
 
     /// The entry for a tensor name.
     pub fn find(&self, name: &str) -> Option<&PlanEntry> {
-        self.entries.iter().find(|e| e.name == name)
+        self.entries.iter().find(|e| e.name.as_str() == name)
     }
 }
 
@@ -211,8 +214,8 @@ fn unmatched_rules(file: &TensorFile, rules: &Rules, entries: &[PlanEntry]) -> V
         // Which earlier rule took the first tensor this pattern matches, if any does.
         let shadowed = entries
             .iter()
-            .find(|e| glob_match(&rule.pattern, &e.name))
-            .map(|e| (e.name.clone(), e.rule.expect("a matching rule exists")));
+            .find(|e| glob_match(&rule.pattern, e.name.as_str()))
+            .map(|e| (e.name.to_string(), e.rule.expect("a matching rule exists")));
         let near = match shadowed {
             Some(_) => None,
             None => file.names().find(|n| n.contains(rule.pattern.as_str())).map(str::to_string),
