@@ -156,26 +156,69 @@ def load_jax(path: PathLike, shardings: Mapping[str, Any], *, max_over_read: Opt
             raise TypeError(f"hostfirst: sharding for '{pattern}' is a {type(sh).__name__}; use a NamedSharding "
                             "(Mesh + PartitionSpec) or a SingleDeviceSharding")
         rules.append((pattern, sh, named))
-    meshes: List[Any] = []  # one plan per distinct mesh: its own patterns split, every other pattern skipped
+    # One plan per (mesh, the mesh axes a spec splits over): its own patterns split, every other pattern
+    # skipped. Devices that differ only along the other axes hold the same part of each tensor the plan places
+    # (P(None, "y") on an (x, y) mesh: the x pairs): one of them is read into host memory and `jax.device_put`
+    # copies it to each (a host copy per replica would be one more copy of those bytes).
+    groups: List[Tuple[Any, frozenset]] = []
     for pattern, _, named in rules:
-        if not any(m == named.mesh for m in meshes):
-            meshes.append(named.mesh)
+        key = (named.mesh, _split_axes(named.spec, named.mesh.axis_names))
+        if not any(m == key[0] and u == key[1] for m, u in groups):
+            groups.append(key)
     me = jax.process_index()
     out = {}
-    for mesh in meshes:
+    for mesh, used in groups:
         flat = list(mesh.devices.flat)
-        specs = [(p, tuple(n.spec) if n.mesh == mesh else SKIP) for p, _, n in rules] + [("*", SKIP)]
-        owned = {k: "cpu" for k, d in enumerate(flat) if d.process_index == me}
-        if not owned:
+
+        def mine_rule(n: Any) -> bool:
+            return bool(n.mesh == mesh and _split_axes(n.spec, mesh.axis_names) == used)
+
+        specs = [(p, tuple(n.spec) if mine_rule(n) else SKIP) for p, _, n in rules] + [("*", SKIP)]
+        mine = [k for k, d in enumerate(flat) if d.process_index == me]
+        if not mine:
             continue
+        same = _replica_of(mine, mesh, used)
+        owned = {k: "cpu" for k in mine if same[k] == k}
         axes = list(zip(mesh.axis_names, mesh.devices.shape))
-        by_name: Dict[str, List[Shard]] = {}
+        by_name: Dict[str, Dict[int, Shard]] = {}
         for s in load_shards(path, axes, specs, owned, max_over_read=max_over_read):
-            by_name.setdefault(s.name, []).append(s)
+            by_name.setdefault(s.name, {})[s.position] = s
         for name, parts in by_name.items():
-            rule = parts[0].rule
-            assert rule is not None, "the plan holds only tensors its rules name (a last skip rule '*')"
-            sharding = rules[rule][1]
-            arrays = [jax.device_put(s.numpy(), flat[s.position]) for s in parts]
-            out[name] = jax.make_array_from_single_device_arrays(parts[0].shape, sharding, arrays)
+            first = next(iter(parts.values()))
+            assert first.rule is not None, "the plan holds only tensors its rules name (a last skip rule '*')"
+            sharding = rules[first.rule][1]
+            host = {k: s.numpy() for k, s in parts.items()}
+            arrays = [jax.device_put(host[same[k]], flat[k]) for k in mine]
+            out[name] = jax.make_array_from_single_device_arrays(first.shape, sharding, arrays)
+    return out
+
+
+def _split_axes(spec: Any, axis_names: Sequence[str]) -> frozenset:
+    """The mesh axes a JAX PartitionSpec splits over. An entry that is not None, an axis name or a tuple of
+    names counts as splitting over every axis."""
+    used = set()
+    for entry in spec:
+        if entry is None:
+            continue
+        if isinstance(entry, str):
+            used.add(entry)
+        elif isinstance(entry, (tuple, list)) and all(isinstance(a, str) for a in entry):
+            used.update(entry)
+        else:
+            used.update(axis_names)
+    return frozenset(used)
+
+
+def _replica_of(positions: List[int], mesh: Any, used: frozenset) -> Dict[int, int]:
+    """{position: the first of `positions` whose coordinates agree with it on every mesh axis in `used`}:
+    positions mapped to one hold the same part of every tensor whose spec splits over just those axes."""
+    import numpy as np
+
+    keep = [i for i, a in enumerate(mesh.axis_names) if a in used]
+    shape = tuple(mesh.devices.shape)
+    first: Dict[Tuple[int, ...], int] = {}
+    out = {}
+    for k in positions:
+        coords = [int(c) for c in np.unravel_index(k, shape)] if shape else []
+        out[k] = first.setdefault(tuple(coords[i] for i in keep), k)
     return out

@@ -54,3 +54,25 @@ def test_two_processes_jax_distributed(tmp_path):
         assert (r["process"], r["devices"], r["local"], r["arrays"]) == (rank, 8, 4, 5)
         assert r["shards_checked"] == 5 * 4  # its own 4 devices' shards, not the other process's
         assert r["sum"] is not None
+
+
+def test_replicated_devices_share_one_host_read():
+    """Devices that differ only along axes a spec does not split over are read once (the first of them) and
+    copied by jax.device_put: P(None, "y") on a 2x4 (x, y) mesh reads positions 0-3 and gives 4-7 their copies."""
+    import types
+
+    import numpy as np
+    from jax.sharding import PartitionSpec as P
+
+    from hostfirst._shard import _replica_of, _split_axes
+
+    assert _split_axes(P(None, "y"), ("x", "y")) == {"y"}
+    assert _split_axes(P(("x", "y")), ("x", "y")) == {"x", "y"}
+    assert _split_axes(P(), ("x", "y")) == frozenset()
+    mesh = types.SimpleNamespace(axis_names=("x", "y"), devices=np.empty((2, 4), dtype=object))
+    assert _replica_of(list(range(8)), mesh, frozenset({"y"})) == {k: k % 4 for k in range(8)}
+    assert _replica_of(list(range(8)), mesh, frozenset({"x"})) == {k: 0 if k < 4 else 4 for k in range(8)}
+    assert _replica_of(list(range(8)), mesh, frozenset()) == {k: 0 for k in range(8)}
+    assert _replica_of([5, 6], mesh, frozenset({"x", "y"})) == {5: 5, 6: 6}
+    # Under jax.distributed a process holds only some positions: its first of each class is its reader.
+    assert _replica_of([4, 5, 6, 7], mesh, frozenset({"x"})) == {4: 4, 5: 4, 6: 4, 7: 4}
