@@ -180,6 +180,11 @@ pub fn op_gpu_put(a: &[String]) -> String {
         "rss_peak_kib": {"anon": peaks[0], "file": peaks[1], "shmem": peaks[2]},
         "anon_growth_kib": peaks[0].saturating_sub(before[0]),
         "anon_growth_over_ring": peaks[0].saturating_sub(before[0]) as f64 * 1024.0 / ring as f64,
+        // What the put added to host memory whichever way the driver maps pinned pages (anonymous or shared):
+        // the report's verdict is on this, with VmLck / VmPin beside.
+        "shmem_growth_kib": peaks[2].saturating_sub(before[2]),
+        "host_growth_over_ring": (peaks[0].saturating_sub(before[0]) + peaks[2].saturating_sub(before[2])) as f64
+            * 1024.0 / ring as f64,
         "verified": verified,
     })
     .to_string()

@@ -46,6 +46,33 @@ fn report_tolerates_crashed_and_incomplete_records() {
     assert!(out.contains("| 12 | 1024 |"), "the good record is rendered: {out}");
 }
 
+/// The host-memory verdict of a put counts what the driver maps as shared memory too (page-locked pages may
+/// not be anonymous): a put whose anonymous growth is half the ring but whose shared growth is as much again is
+/// a miss, with VmLck / VmPin shown.
+#[test]
+fn put_verdict_counts_shared_growth() {
+    let dir = scratch("gpu_harness_put_verdict");
+    let file = dir.join("gpu-put.json");
+    let ring = 256u64 << 20;
+    let put = serde_json::json!({
+        "op": "gpu-put", "impl": "hostfirst-put-ring", "cache": "warm", "bytes": 1u64 << 30, "resident": 1.0,
+        "ceiling_gbps_best": 20.0, "gbps_first": 18.0, "gbps_best": 19.0, "ratio_first_to_ceiling": 0.9,
+        "ratio_best_to_ceiling": 0.95, "anon_growth_kib": ring / 2048, "anon_growth_over_ring": 0.5,
+        "shmem_growth_kib": ring / 1024 * 7 / 10, "host_growth_over_ring": 1.2, "register_s": 0.0,
+        "verified": true, "vm_lck_kib_after": 0, "vm_pin_kib_after": ring / 1024, "staging_ring_bytes": ring
+    });
+    let doc = serde_json::json!({
+        "machine": {"stand_in": false, "gpu": "synthetic", "gpu_fields": "", "cpu": "x", "cores": 2, "mem_gib": 1,
+                     "kernel": "k", "python": "3", "versions": {}, "git": "g", "date_utc": "d", "wall_s": 1,
+                     "command": "c", "gib": 1, "reps": 1},
+        "records": [put]
+    });
+    std::fs::write(&file, serde_json::to_string(&doc).unwrap()).unwrap();
+    let out = ok(python(&["benches/gpu/report_gpu.py", file.to_str().unwrap()]), "report_gpu.py");
+    let line = out.lines().find(|l| l.contains("host RSS the put adds")).unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains("1.20× the ring") && line.contains("VmPin 256 MiB") && line.contains("missed"), "{line}");
+}
+
 /// run.py's process runner turns a crash with no output, a non-record output and a missing program into failed
 /// records instead of raising.
 #[test]
