@@ -341,10 +341,15 @@ impl ScatterPlan {
             }
             Ok(())
         })?;
+        // Tasks of at most `chunk` bytes, and small enough that every thread gets several: the threads claim
+        // them as they go, so they finish together (two 8 MiB tasks each on two threads left one thread
+        // idle for a third of a 32 MiB tensor).
+        let total: u64 = reads.iter().map(|r| r.hi - r.lo).sum();
+        let per_task = chunk.min(total.div_ceil(4 * tuning.resolved().threads.max(1) as u64).max(MIN_TASK));
         let mut tasks = vec![0usize];
         let mut bytes = 0u64;
         for (i, r) in reads.iter().enumerate() {
-            if bytes > 0 && bytes + (r.hi - r.lo) > chunk {
+            if bytes > 0 && bytes + (r.hi - r.lo) > per_task {
                 tasks.push(i);
                 bytes = 0;
             }
@@ -373,6 +378,10 @@ impl ScatterPlan {
         self.reads.len()
     }
 }
+
+/// The smallest task [`ScatterPlan::new`] cuts for balance (smaller ones would cost more in claiming and
+/// preparing than they save).
+const MIN_TASK: u64 = 1 << 20;
 
 /// The smallest read of [`read_scatter`] announced ahead to the kernel.
 const HINT_MIN: u64 = 256 << 10;
