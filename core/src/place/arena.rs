@@ -36,6 +36,8 @@ pub const HOST_ALIGN: usize = 64;
 pub const CUDA_ALIGN: usize = 256;
 /// Largest coalesced host read.
 pub const HOST_READ_BYTES: usize = 8 << 20;
+/// The smallest group a host load cuts for balance between its threads.
+const MIN_GROUP: usize = 1 << 20;
 const PAGE: u64 = 4096;
 
 /// Progress of a whole load: `sink(done, total)` at most every [`PROGRESS_INTERVAL`]; true cancels.
@@ -304,7 +306,9 @@ pub(crate) fn load_host(views: &[View], rep: &mut Reporter<'_>) -> Result<Vec<Ho
     let (offsets, size) = layout(views, HOST_ALIGN)?;
     let what = format!("{} tensor(s) to cpu", views.len());
     let mut arena = HostAlloc::zeroed(size, &what)?;
-    let groups = groups(views, &offsets, HOST_READ_BYTES, &ReadPolicy::default());
+    // Groups small enough that each thread claims many (so they finish together), at most HOST_READ_BYTES.
+    let per_group = (size / (16 * default_threads())).clamp(MIN_GROUP, HOST_READ_BYTES);
+    let groups = groups(views, &offsets, per_group, &ReadPolicy::default());
     let base = SendPtr(arena.as_mut_slice().as_mut_ptr());
     let threads = default_threads().min(groups.len()).max(1);
     let next = AtomicUsize::new(0);
