@@ -167,7 +167,7 @@ fn looks_like(b: &[u8]) -> String {
 #[derive(Default)]
 struct Side {
     error: RefCell<Option<Error>>,
-    tensor: RefCell<Option<String>>,
+    tensor: RefCell<Option<NameAt>>,
     /// The last shape read: consecutive tensors of one shape share one allocation.
     last_shape: RefCell<Option<std::sync::Arc<[u64]>>>,
     /// Every tensor name, in one block (as the fast path builds it).
@@ -175,6 +175,12 @@ struct Side {
 }
 
 impl Side {
+    /// The name of the tensor being read, if any (for messages).
+    fn tensor_name(&self) -> Option<String> {
+        let at = (*self.tensor.borrow())?;
+        Some(self.names.borrow().get(at).to_string())
+    }
+
     fn fail<E: de::Error>(&self, e: Error) -> E {
         *self.error.borrow_mut() = Some(e);
         E::custom("hostfirst validation error")
@@ -192,8 +198,8 @@ impl<'de> DeserializeSeed<'de> for TopSeed<'_> {
 
 enum Key {
     Metadata,
-    /// A tensor name: its place in the header's name block, and its text (for messages).
-    Tensor(NameAt, String),
+    /// A tensor name: its place in the header's name block.
+    Tensor(NameAt),
 }
 
 struct KeySeed<'s>(&'s Side);
@@ -225,7 +231,7 @@ impl<'de> Visitor<'de> for KeySeed<'_> {
             )));
         }
         match self.0.names.borrow_mut().push(v) {
-            Some(at) => Ok(Key::Tensor(at, v.to_string())),
+            Some(at) => Ok(Key::Tensor(at)),
             None => Err(self.0.fail(Error::new(
                 Status::InvalidHeaderJson,
                 format!("tensor name '{}' contains a NUL character, which C cannot represent", v.escape_debug()),
@@ -256,7 +262,7 @@ impl<'de> Visitor<'de> for TopVisitor<'_> {
                     metadata = map.next_value_seed(MetaSeed(side))?;
                     continue;
                 }
-                Key::Tensor(at, text) => (at, text),
+                Key::Tensor(at) => at,
             };
             if entries.len() >= MAX_TENSORS {
                 return Err(side.fail(Error::new(
@@ -264,10 +270,10 @@ impl<'de> Visitor<'de> for TopVisitor<'_> {
                     format!("more than {MAX_TENSORS} tensors in one header (the hostfirst cap)"),
                 )));
             }
-            *side.tensor.borrow_mut() = Some(name.1);
+            *side.tensor.borrow_mut() = Some(name);
             let (dtype, shape, offsets) = map.next_value_seed(EntrySeed(side))?;
             *side.tensor.borrow_mut() = None;
-            entries.push(RawEntry { name: name.0, dtype, shape, offsets });
+            entries.push(RawEntry { name, dtype, shape, offsets });
         }
         let names = std::mem::take(&mut *side.names.borrow_mut()).finish();
         Ok(RawHeader { names, entries, metadata })
@@ -439,7 +445,7 @@ impl<'de> Visitor<'de> for ShapeSeed<'_> {
         let mut rank = 0;
         while let Some(d) = seq.next_element::<u64>()? {
             if rank == MAX_RANK {
-                let name = self.0.tensor.borrow().clone().unwrap_or_default();
+                let name = self.0.tensor_name().unwrap_or_default();
                 return Err(self.0.fail(Error::new(
                     Status::LimitExceeded,
                     format!("tensor '{name}': rank exceeds the hostfirst cap of {MAX_RANK}"),
@@ -535,7 +541,7 @@ fn parse_raw_serde(json: &str) -> Result<RawHeader> {
             if let Some(err) = side.error.borrow_mut().take() {
                 return Err(err);
             }
-            let msg = match side.tensor.borrow().as_ref() {
+            let msg = match side.tensor_name() {
                 Some(t) => format!("tensor '{t}': header JSON: {e}"),
                 None => format!("header is not a valid safetensors JSON object: {e}"),
             };
@@ -615,9 +621,7 @@ pub(crate) fn parse(header: &[u8], total_len: u64, short_status: Status) -> Resu
     // File order: by (begin, end), ties (empty tensors) in header order (the sort is stable; files written
     // in order are one run, so this is linear for them).
     let mut raw_entries = raw.entries;
-    if !raw_entries.windows(2).all(|w| w[0].offsets <= w[1].offsets) {
-        raw_entries.sort_by_key(|r| r.offsets);
-    }
+    raw_entries.sort_by_key(|r| r.offsets);
     let block = raw.names;
     let text = |r: &RawEntry| NameBlock::text(&block, r.name);
 
@@ -753,6 +757,22 @@ mod fast_path_tests {
             .collect();
         v.push(format!("{:?}", h.metadata));
         v
+    }
+
+    /// Errors the serde pass finds inside an entry name the tensor being read.
+    #[test]
+    fn serde_pass_errors_name_the_tensor() {
+        let dims = vec!["1"; MAX_RANK + 1].join(",");
+        let deep = format!(
+            r#"{{"ok":{{"dtype":"U8","shape":[1],"data_offsets":[0,1]}},"deep":{{"dtype":"U8","shape":[{dims}],"data_offsets":[1,2]}}}}"#
+        );
+        let e = parse_raw_serde(&deep).err().expect("rank over the cap");
+        assert_eq!(e.status(), Status::LimitExceeded);
+        assert!(e.message().starts_with("tensor 'deep': rank exceeds"), "{}", e.message());
+        let bad = r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b\u0062":{"dtype":"U8","shape":[1],"data_offsets":[1,}}"#;
+        let e = parse_raw_serde(bad).err().expect("invalid JSON");
+        assert_eq!(e.status(), Status::InvalidHeaderJson);
+        assert!(e.message().starts_with("tensor 'bb': header JSON:"), "{}", e.message());
     }
 
     /// Where the fast path answers, it answers exactly what the serde pass does.

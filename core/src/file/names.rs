@@ -48,6 +48,11 @@ impl NameBlock {
         Some(NameAt { start, len })
     }
 
+    /// The text of the name at `at` of this (unfinished) block.
+    pub(crate) fn get(&self, at: NameAt) -> &str {
+        &self.text[at.start as usize..(at.start + at.len) as usize]
+    }
+
     /// The shared buffer every name of the block points into.
     pub(crate) fn finish(self) -> Arc<str> {
         Arc::from(self.text)
