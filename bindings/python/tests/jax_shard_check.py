@@ -67,7 +67,20 @@ def main():
     }
     if not multi:
         shardings["other"] = SingleDeviceSharding(jax.devices()[3])
-    got = hostfirst.jax.load_file(path, rules={"*": "host"}, shardings=shardings)
+    # Which positions each plan reads into host memory (replicas of a part are read once: see below).
+    from hostfirst import _shard
+    real_load_shards, reads = _shard.load_shards, []
+
+    def recording_load_shards(path, mesh, rules, owned, **kw):
+        shards = real_load_shards(path, mesh, rules, owned, **kw)
+        reads.append((sorted(owned), sorted({s.name for s in shards})))
+        return shards
+
+    _shard.load_shards = recording_load_shards
+    try:
+        got = hostfirst.jax.load_file(path, rules={"*": "host"}, shardings=shardings)
+    finally:
+        _shard.load_shards = real_load_shards
     assert list(got) == list(arrays), list(got)  # every tensor, in file order
     if multi:  # no sharding for it: the rules keep it a host array
         other = got.pop("other")
@@ -87,7 +100,7 @@ def main():
         assert abs(total - float(arrays["layer.0.w"].sum())) < 1e-3, total
     print(json.dumps({"process": jax.process_index(), "devices": jax.device_count(),
                       "local": jax.local_device_count(), "arrays": len(got), "shards_checked": checked,
-                      "sum": total}))
+                      "sum": total, "reads": reads}))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,14 @@ def test_one_process_2x4_mesh(tmp_path):
     r = result(p)
     assert (r["devices"], r["local"], r["arrays"]) == (8, 8, 6)
     assert r["shards_checked"] == 5 * 8 + 1
+    # One plan per (mesh, split axes); devices holding the same part are read once, into the first of them.
+    reads = {tuple(names): owned for owned, names in r["reads"]}
+    assert reads[("layer.0.w",)] == list(range(8))  # P("x", "y"): every device its own part
+    assert reads[("layer.0.col",)] == [0, 1, 2, 3]  # P(None, "y"): the x pairs share a read
+    assert reads[("layer.0.row",)] == [0, 4]  # P("x"): each row of the mesh one read
+    assert reads[("layer.0.bias",)] == [0]  # P(): one read for all 8
+    assert reads[("embed",)] == list(range(8))  # P("all") on the 1-D mesh
+    assert reads[("other",)] == [0]  # SingleDeviceSharding: a one-device mesh of its own
 
 
 def test_two_processes_jax_distributed(tmp_path):
@@ -53,6 +61,9 @@ def test_two_processes_jax_distributed(tmp_path):
     for rank, r in enumerate(rs):
         assert (r["process"], r["devices"], r["local"], r["arrays"]) == (rank, 8, 4, 5)
         assert r["shards_checked"] == 5 * 4  # its own 4 devices' shards, not the other process's
+        reads = {tuple(names): owned for owned, names in r["reads"]}
+        assert reads[("layer.0.col",)] == ([0, 1, 2, 3] if rank == 0 else [4, 5, 6, 7])  # y parts, own x row
+        assert reads[("layer.0.bias",)] == [4 * rank]  # one read per process
         assert r["sum"] is not None
 
 
