@@ -228,6 +228,17 @@ int main(int argc, char **argv) {
     CHECK_OK(hostfirst_plan_free(plan));
     CHECK_STATUS(hostfirst_plan_free(plan), HOSTFIRST_STATUS_INVALID_HANDLE);
     CHECK_STATUS(hostfirst_plan_tensor_count(plan, &n), HOSTFIRST_STATUS_INVALID_HANDLE);
+    /* A plan's tensor names stay valid after its file is freed (they are the plan's until hostfirst_plan_free;
+     * the plan shares them with the file, and under memcheck a name freed with the file would be caught). */
+    hostfirst_file *other = NULL;
+    hostfirst_plan *kept = NULL;
+    CHECK_OK(hostfirst_file_open(path, &other));
+    CHECK_OK(hostfirst_plan_make(other, rules, &kept));
+    CHECK_OK(hostfirst_file_free(other));
+    CHECK_OK(hostfirst_plan_tensor(kept, 1, &t));
+    CHECK(!strcmp(t.name, "w") && t.rule == 1);
+    CHECK_OK(hostfirst_plan_free(kept));
+
     CHECK_OK(hostfirst_rules_free(rules));
     CHECK_STATUS(hostfirst_rules_add(rules, "a", "cpu"), HOSTFIRST_STATUS_INVALID_HANDLE);
     CHECK_OK(hostfirst_rules_free(NULL));
