@@ -7,9 +7,8 @@ use super::args::{out_bytes, out_ptr, out_struct, OutStruct};
 use super::device::hostfirst_device;
 use super::handle;
 use super::load::{hostfirst_load, hostfirst_loaded};
-use crate::device::Device;
 use crate::error::{Error, Status};
-use crate::place::{Loaded, Placed};
+use crate::place::Loaded;
 use std::ffi::c_char;
 
 /// One tensor of a load, as `hostfirst_load_entries` writes it. Every pointer in it is owned by the load and
@@ -45,36 +44,19 @@ pub struct hostfirst_load_entry {
 out_struct!(hostfirst_load_entry, address);
 
 fn entry(l: &Loaded, i: usize) -> hostfirst_load_entry {
-    let (_, placed) = l.at(i).expect("index below the load's length");
+    let d = l.describe(i).expect("index below the load's length");
     let name = l.name_ptr(i).expect("index below the load's length");
-    let shape_ptr = |s: &[u64]| if s.is_empty() { std::ptr::null() } else { s.as_ptr() };
-    match placed {
-        Placed::View(v) => hostfirst_load_entry {
-            struct_size: 0,
-            name,
-            kind: hostfirst_loaded::View,
-            dtype: v.dtype() as u32,
-            device: Device::CPU.into(),
-            rank: v.shape().len() as u32,
-            shape: shape_ptr(v.shape()),
-            nbytes: v.nbytes(),
-            address: v.mapped().as_ptr() as u64,
-        },
-        Placed::Buffer(b) => {
-            let b = b.lock().unwrap_or_else(|p| p.into_inner());
-            hostfirst_load_entry {
-                struct_size: 0,
-                name,
-                kind: hostfirst_loaded::Buffer,
-                dtype: b.dtype() as u32,
-                device: b.device().into(),
-                rank: b.shape().len() as u32,
-                // The shape lives in the buffer, which the load keeps (and never reshapes) until it is freed.
-                shape: shape_ptr(b.shape()),
-                nbytes: b.nbytes(),
-                address: b.address(),
-            }
-        }
+    hostfirst_load_entry {
+        struct_size: 0,
+        name,
+        kind: if d.is_buffer { hostfirst_loaded::Buffer } else { hostfirst_loaded::View },
+        dtype: d.dtype as u32,
+        device: d.device.into(),
+        rank: d.shape.len() as u32,
+        // The shape lives in the file's header, which the load keeps until it is freed.
+        shape: if d.shape.is_empty() { std::ptr::null() } else { d.shape.as_ptr() },
+        nbytes: d.nbytes,
+        address: d.address,
     }
 }
 

@@ -4,7 +4,7 @@
 //! (STAND_IN_DEFERRED=1 for the deferred one).
 
 use crate::common::*;
-use hostfirst::place::{load, release_cached_memory, Placed, Plan, Rules};
+use hostfirst::place::{load, load_with, release_cached_memory, LoadOptions, Placed, Plan, Rules};
 use hostfirst::{Status, TensorFile};
 use std::path::PathBuf;
 
@@ -256,4 +256,128 @@ fn c_load_job_on_cpu_and_the_stand_in() {
     assert!(run.status.success() && stdout.contains("ok"), "{stdout}\n{stderr}");
     assert_clean_exit_report(&stderr, "test_load_job on cuda:0");
     assert!(stderr.contains("stand-in cuda: at exit: 0 device allocations"), "{stderr}");
+}
+
+/// A load's tensors become buffers (and host tensors views) when first asked for: `describe` reports each
+/// before and after that with the same device, dtype, shape (the file's own), size and address; threads
+/// asking for the same tensor at once get the same buffer; a load whose tensors were never asked for frees
+/// its arena with the load.
+#[test]
+fn tensors_are_placed_when_first_asked_for_and_once() {
+    let (path, want) = write_many("lazy.safetensors", 64, |i| 1 + (i * 29) % 300, false);
+    let f = TensorFile::open(&path).unwrap();
+    let plan = Plan::make(&f, &Rules::parse(["t1=host", "*=cpu"]).unwrap()).unwrap();
+    let loaded = load(&f, &plan, None).unwrap();
+    let before: Vec<_> = (0..want.len())
+        .map(|i| {
+            let d = loaded.describe(i).unwrap();
+            (d.is_buffer, d.dtype, d.device, d.shape.as_ptr(), d.shape.to_vec(), d.nbytes, d.address)
+        })
+        .collect();
+    assert!(!before[1].0 && before.iter().enumerate().all(|(i, b)| b.0 == (i != 1)), "t1 alone is a view");
+    // Eight threads ask for every tensor at once, each in its own order: one buffer (or view) per tensor.
+    let order = |k: usize, j: usize| (j * 5 + k * 11) % 64;
+    let got: Vec<Vec<(usize, usize)>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..8)
+            .map(|k| {
+                let l = &loaded;
+                s.spawn(move || {
+                    let mut seen: Vec<(usize, usize)> = (0..64)
+                        .map(|j| {
+                            let i = order(k, j);
+                            let at = match l.get(&format!("t{i}")).unwrap() {
+                                Placed::Buffer(b) => std::sync::Arc::as_ptr(b) as usize,
+                                Placed::View(v) => v as *const _ as usize,
+                            };
+                            (i, at)
+                        })
+                        .collect();
+                    seen.sort();
+                    seen
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(got.iter().all(|g| *g == got[0]), "every thread got the same object for every tensor");
+    for (i, b) in before.iter().enumerate() {
+        let d = loaded.describe(i).unwrap();
+        let after = (d.is_buffer, d.dtype, d.device, d.shape.as_ptr(), d.shape.to_vec(), d.nbytes, d.address);
+        assert_eq!(&after, b, "tensor {i} is described the same before and after it was placed");
+        let (name, p) = loaded.at(i).unwrap();
+        assert!(bytes_of(p) == want[name[1..].parse::<usize>().unwrap()], "{name}");
+        match p {
+            Placed::Buffer(buf) => {
+                let buf = buf.lock().unwrap();
+                let mine = (buf.address(), buf.shape().as_ptr(), buf.nbytes(), buf.device());
+                assert_eq!(mine, (d.address, d.shape.as_ptr(), d.nbytes, d.device), "tensor {i}");
+            }
+            Placed::View(v) => assert_eq!(v.mapped().as_ptr() as u64, d.address, "tensor {i}"),
+        }
+    }
+    drop(loaded);
+    // Copy-on-write cpu tensors are placed one by one at load time: described the same way.
+    let plan = Plan::make(&f, &Rules::parse(["*=cpu"]).unwrap()).unwrap();
+    let loaded = load_with(&f, &plan, LoadOptions { copy_on_write: true, progress: None }).unwrap();
+    assert_described_as_placed(&loaded, 64);
+    drop(loaded);
+    // Nothing asked for: the load alone holds the arena, and frees it.
+    let plan = Plan::make(&f, &Rules::parse(["*=cpu"]).unwrap()).unwrap();
+    let loaded = load(&f, &plan, None).unwrap();
+    let d0 = loaded.describe(0).unwrap();
+    assert!(d0.is_buffer && d0.address % 64 == 0);
+    drop(loaded);
+}
+
+/// On CUDA too: a load described but never asked for a tensor holds its one allocation until it is freed.
+#[test]
+fn cuda_load_never_asked_for_frees_its_arena_with_the_load() {
+    in_stand_in_child(
+        concat!(module_path!(), "::cuda_load_never_asked_for_frees_its_arena_with_the_load"),
+        &[],
+        || {
+            let (path, _) = write_many("never.safetensors", 500, |i| 1 + i % 97, false);
+            let f = TensorFile::open(&path).unwrap();
+            let plan = Plan::make(&f, &Rules::parse(["*=cuda:0"]).unwrap()).unwrap();
+            let loaded = load(&f, &plan, None).unwrap();
+            assert_eq!(stand_in_query("stand_in_live_allocations"), 1, "one allocation holds every tensor");
+            let addrs: Vec<u64> = (0..500).map(|i| loaded.describe(i).unwrap().address).collect();
+            assert!(
+                addrs.iter().all(|a| a % 256 == 0) && addrs.windows(2).all(|w| w[0] < w[1]),
+                "256-byte aligned parts"
+            );
+            assert_eq!(
+                addrs[499],
+                address(loaded.get("t499").unwrap()),
+                "the buffer made later is where it was described"
+            );
+            drop(loaded);
+            assert_nothing_live();
+            // cuda_host tensors (placed one by one) and cuda:0 parts side by side.
+            let plan = Plan::make(&f, &Rules::parse(["t1*=cuda_host", "*=cuda:0"]).unwrap()).unwrap();
+            let loaded = load(&f, &plan, None).unwrap();
+            assert_described_as_placed(&loaded, 500);
+            drop(loaded);
+            assert_nothing_live();
+        },
+    );
+}
+
+/// Every tensor of `loaded` is described as the buffer (or view) it is: device, shape (the same pointer),
+/// size and address.
+fn assert_described_as_placed(loaded: &hostfirst::place::Loaded, n: usize) {
+    for i in 0..n {
+        let d = loaded.describe(i).unwrap();
+        match loaded.at(i).unwrap().1 {
+            Placed::Buffer(b) => {
+                let b = b.lock().unwrap();
+                let got = (true, b.device(), b.shape().as_ptr(), b.nbytes(), b.address());
+                assert_eq!(got, (d.is_buffer, d.device, d.shape.as_ptr(), d.nbytes, d.address), "tensor {i}");
+            }
+            Placed::View(v) => {
+                let got = (false, v.shape().as_ptr(), v.nbytes(), v.mapped().as_ptr() as u64);
+                assert_eq!(got, (d.is_buffer, d.shape.as_ptr(), d.nbytes, d.address), "tensor {i}");
+            }
+        }
+    }
 }

@@ -32,7 +32,7 @@ mod view;
 pub use layout::{ReadPolicy, Runs};
 pub use names::CName;
 pub(crate) use part::ReadaheadOff;
-pub use tensor_file::TensorFile;
+pub use tensor_file::{TensorFile, TensorRef};
 pub use view::{alignment_of, View};
 
 /// The safetensors limit on the JSON header (bytes), as in the reference crate.

@@ -316,6 +316,16 @@ impl TensorFile {
         self.entry(i).map(|(_, e)| e.nbytes)
     }
 
+    /// Shape of tensor `i` in file order, owned by the file (without making a view of it).
+    pub fn shape_at(&self, i: usize) -> Option<&[u64]> {
+        self.entry(i).map(|(_, e)| &e.shape[..])
+    }
+
+    /// Element type of tensor `i` in file order (without making a view of it).
+    pub fn dtype_at(&self, i: usize) -> Option<crate::dtype::DType> {
+        self.entry(i).map(|(_, e)| e.dtype)
+    }
+
     /// All names in file order.
     pub fn names(&self) -> impl Iterator<Item = &str> + '_ {
         (0..self.len()).filter_map(move |i| self.name(i))
@@ -354,21 +364,17 @@ impl TensorFile {
 
     /// A view of tensor `i` (file order). `OUT_OF_RANGE` past the end.
     pub fn view_at(&self, i: usize) -> Result<View> {
-        let (s, e) = self.entry(i).ok_or_else(|| {
+        self.tensor_ref(i).map(|t| t.view()).ok_or_else(|| {
             Error::new(
                 Status::OutOfRange,
                 format!("{}: tensor index {i}, but there are {} tensors", self.inner.display, self.len()),
             )
-        })?;
-        Ok(View {
-            part: Arc::clone(s),
-            name: s.header.cname(e),
-            dtype: e.dtype,
-            shape: Arc::clone(&e.shape),
-            start: e.start,
-            nbytes: e.nbytes,
-            strides: None,
         })
+    }
+
+    /// Tensor `i` (file order) by reference, without making a view; `None` past the end.
+    pub fn tensor_ref(&self, i: usize) -> Option<TensorRef<'_>> {
+        self.entry(i).map(|(part, entry)| TensorRef { part, entry })
     }
 
     /// A view of the tensor called `name`. `NOT_FOUND` if there is none.
@@ -407,4 +413,48 @@ fn not_empty(path: &Path) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// A whole tensor of an open file, borrowed from it: what a load reads, without the reference counts a
+/// [`View`] takes (a 20,000-tensor load makes no 20,000 views to read them). [`TensorRef::view`] makes the
+/// view where one is needed.
+#[derive(Clone, Copy)]
+pub struct TensorRef<'a> {
+    part: &'a Arc<Part>,
+    entry: &'a super::header::Entry,
+}
+
+impl<'a> TensorRef<'a> {
+    /// The tensor's name.
+    pub fn name(&self) -> &'a str {
+        self.part.header.name(self.entry)
+    }
+    /// Size in bytes.
+    pub fn nbytes(&self) -> u64 {
+        self.entry.nbytes
+    }
+    /// The file (or set part) it belongs to, as messages name it.
+    pub fn file_display(&self) -> &'a str {
+        &self.part.display
+    }
+    /// The open file and the absolute offset of the tensor's first byte; `None` for a memory buffer.
+    pub(crate) fn file_and_offset(&self) -> Option<(&'a std::fs::File, u64)> {
+        match &self.part.source {
+            super::part::Source::File { file, .. } => Some((file, self.part.header.data_start() + self.entry.start)),
+            super::part::Source::Memory(_) => None,
+        }
+    }
+    /// A view of the whole tensor.
+    pub fn view(&self) -> View {
+        let e = self.entry;
+        View {
+            part: Arc::clone(self.part),
+            name: self.part.header.cname(e),
+            dtype: e.dtype,
+            shape: Arc::clone(&e.shape),
+            start: e.start,
+            nbytes: e.nbytes,
+            strides: None,
+        }
+    }
 }

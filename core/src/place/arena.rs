@@ -25,7 +25,7 @@ use super::host::HostAlloc;
 use super::parallel::{default_threads, PROGRESS_INTERVAL};
 use crate::device::cuda::{DeviceMemory, Event, PinnedHostMemory, Stream};
 use crate::error::{Error, Result, Status};
-use crate::file::{ReadPolicy, View};
+use crate::file::{ReadPolicy, TensorRef};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -98,7 +98,7 @@ pub(crate) fn cancelled() -> Error {
 }
 
 /// Places of `views` in an arena whose parts are `align`-aligned: (offset of each, arena size).
-fn layout(views: &[View], align: usize) -> Result<(Vec<usize>, usize)> {
+fn layout(views: &[TensorRef<'_>], align: usize) -> Result<(Vec<usize>, usize)> {
     let mut offsets = Vec::with_capacity(views.len());
     let mut end = 0usize;
     for v in views {
@@ -139,7 +139,7 @@ enum From<'a> {
 struct Group<'a> {
     from: From<'a>,
     /// The first tensor of the group (messages, memory reads).
-    view: &'a View,
+    view: TensorRef<'a>,
     pieces: Vec<Piece>,
     /// Tensor bytes (the span less its gaps).
     bytes: u64,
@@ -178,17 +178,17 @@ fn pages(lo: u64, hi: u64) -> u64 {
 
 /// Cuts the tensors into reads of at most `cap` bytes, merging file neighbours within `policy`'s over-read
 /// bound. `offsets[i]` is where `views[i]` goes in the arena.
-fn groups<'a>(views: &'a [View], offsets: &[usize], cap: usize, policy: &ReadPolicy) -> Vec<Group<'a>> {
+fn groups<'a>(views: &[TensorRef<'a>], offsets: &[usize], cap: usize, policy: &ReadPolicy) -> Vec<Group<'a>> {
     let cap = cap.max(1);
     let mut out = Vec::new();
     // (file, absolute offset, length, arena offset, view) of every piece of a file-backed tensor.
-    let mut file_pieces: Vec<(&std::fs::File, u64, usize, usize, &View)> = Vec::new();
-    for (v, &dst) in views.iter().zip(offsets) {
+    let mut file_pieces: Vec<(&std::fs::File, u64, usize, usize, TensorRef<'a>)> = Vec::new();
+    for (&v, &dst) in views.iter().zip(offsets) {
         let n = v.nbytes() as usize;
         if n == 0 {
             continue;
         }
-        match v.file_and_offset().filter(|_| v.is_contiguous()) {
+        match v.file_and_offset() {
             Some((file, at)) => {
                 let mut k = 0;
                 while k < n {
@@ -259,7 +259,7 @@ unsafe fn read_group(g: &Group<'_>, base: *mut u8, relative: bool, scratch: &mut
             let d = if relative { p.src } else { p.dst };
             // SAFETY: forwarded from the caller: `span` bytes at `base + d` are ours.
             let dst = unsafe { std::slice::from_raw_parts_mut(base.add(d), span) };
-            g.view.read_at(at, dst)
+            g.view.view().read_at(at, dst)
         }
         From::File { file, at, span } if relative => {
             // SAFETY: forwarded: the slab holds `span` bytes for this group.
@@ -301,8 +301,9 @@ impl SendPtr {
     }
 }
 
-/// Loads `views` into one host arena and returns one allocation per view (parts of the arena, in order).
-pub(crate) fn load_host(views: &[View], rep: &mut Reporter<'_>) -> Result<Vec<HostAlloc>> {
+/// Loads `views` into one host arena; returns it with each view's offset in it (in order: the view's part
+/// is `HostAlloc::sub(&arena, offset, nbytes)`).
+pub(crate) fn load_host(views: &[TensorRef<'_>], rep: &mut Reporter<'_>) -> Result<(Arc<HostAlloc>, Vec<usize>)> {
     let (offsets, size) = layout(views, HOST_ALIGN)?;
     let what = format!("{} tensor(s) to cpu", views.len());
     let mut arena = HostAlloc::zeroed(size, &what)?;
@@ -344,8 +345,7 @@ pub(crate) fn load_host(views: &[View], rep: &mut Reporter<'_>) -> Result<Vec<Ho
     if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e); // the arena is dropped here: nothing kept
     }
-    let arena = Arc::new(arena);
-    views.iter().zip(&offsets).map(|(v, &o)| HostAlloc::sub(&arena, o, v.nbytes() as usize)).collect()
+    Ok((Arc::new(arena), offsets))
 }
 
 /// A staging slab and the event recorded after its latest copy.
@@ -380,8 +380,12 @@ fn wait_slot(slot: Slot) -> std::result::Result<Slot, Error> {
 }
 
 /// Loads `views` into one allocation on `cuda:<ordinal>` through the staging ring (one stream, one event per
-/// slab) and returns one part per view, in order.
-pub(crate) fn load_cuda(ordinal: u32, views: &[View], rep: &mut Reporter<'_>) -> Result<Vec<DeviceMemory>> {
+/// slab); returns it with each view's offset in it, in order (as [`load_host`]).
+pub(crate) fn load_cuda(
+    ordinal: u32,
+    views: &[TensorRef<'_>],
+    rep: &mut Reporter<'_>,
+) -> Result<(Arc<DeviceMemory>, Vec<usize>)> {
     let (offsets, size) = layout(views, CUDA_ALIGN)?;
     let arena = DeviceMemory::alloc(ordinal, size)
         .map_err(|e| e.context(format!("{} tensor(s) to cuda:{ordinal} (one allocation)", views.len())))?;
@@ -400,8 +404,7 @@ pub(crate) fn load_cuda(ordinal: u32, views: &[View], rep: &mut Reporter<'_>) ->
             return Err(e);
         }
     }
-    let arena = Arc::new(arena);
-    views.iter().zip(&offsets).map(|(v, &o)| DeviceMemory::sub(&arena, o, v.nbytes() as usize)).collect()
+    Ok((Arc::new(arena), offsets))
 }
 
 /// The pipeline; returns the outcome and whether copies may still be running after a failure.

@@ -24,6 +24,38 @@ pub enum Memory {
     Cuda(DeviceMemory),
 }
 
+/// `nbytes` of memory (zeroed for host kinds) on `device` for the tensor `name`.
+fn alloc_memory(name: &str, nbytes: u64, device: Device) -> Result<Memory> {
+    let len = usize::try_from(nbytes)
+        .map_err(|_| Error::new(Status::OutOfMemory, format!("{name}: {nbytes} bytes does not fit in memory")))?;
+    let what = format!("tensor '{name}'");
+    Ok(match device.kind {
+        DeviceKind::CPU => Memory::Host(HostAlloc::zeroed(len, &what)?),
+        DeviceKind::CUDA_HOST => Memory::Pinned(PinnedHostMemory::alloc(len).map_err(|e| e.context(&what))?),
+        DeviceKind::CUDA => Memory::Cuda(DeviceMemory::alloc(device.ordinal, len).map_err(|e| e.context(&what))?),
+    })
+}
+
+impl Memory {
+    /// The device holding it.
+    pub fn device(&self) -> Device {
+        match self {
+            Memory::Host(_) => Device::CPU,
+            Memory::Pinned(_) => Device::CUDA_HOST,
+            Memory::Cuda(d) => Device::cuda(d.ordinal()),
+        }
+    }
+
+    /// Its address: a host pointer (cpu, cuda_host) or a `CUdeviceptr`, as an integer.
+    pub fn address(&self) -> u64 {
+        match self {
+            Memory::Host(h) => h.as_ptr() as u64,
+            Memory::Pinned(p) => p.as_ptr() as u64,
+            Memory::Cuda(d) => d.device_ptr(),
+        }
+    }
+}
+
 /// Memory on one device with a dtype and shape. Buffers own their memory and outlive the file they came from.
 pub struct Buffer {
     /// The name as C sees it (a NUL in the name given is written `\0`); made from a view, the file's own
@@ -47,15 +79,14 @@ pub struct Buffer {
 impl Buffer {
     /// Allocates (zeroed for host kinds) memory for `nbytes` on `device`. No fit check: see [`crate::device::fit`].
     pub fn alloc(name: &str, dtype: DType, shape: &[u64], nbytes: u64, device: Device) -> Result<Buffer> {
-        let len = usize::try_from(nbytes)
-            .map_err(|_| Error::new(Status::OutOfMemory, format!("{name}: {nbytes} bytes does not fit in memory")))?;
-        let what = format!("tensor '{name}'");
-        let mem = match device.kind {
-            DeviceKind::CPU => Memory::Host(HostAlloc::zeroed(len, &what)?),
-            DeviceKind::CUDA_HOST => Memory::Pinned(PinnedHostMemory::alloc(len).map_err(|e| e.context(&what))?),
-            DeviceKind::CUDA => Memory::Cuda(DeviceMemory::alloc(device.ordinal, len).map_err(|e| e.context(&what))?),
-        };
+        let mem = alloc_memory(name, nbytes, device)?;
         Ok(Buffer::with_memory(name, dtype, shape, nbytes, mem))
+    }
+
+    /// [`Buffer::alloc`] for a view's tensor; the buffer shares the view's name and shape (no copies).
+    pub fn alloc_for(view: &View, device: Device) -> Result<Buffer> {
+        let mem = alloc_memory(view.name(), view.nbytes(), device)?;
+        Ok(Buffer::from_view_memory(view, mem))
     }
 
     /// A buffer over memory the caller allocated (a load's sub-allocations, see [`super::arena`]) for the
@@ -127,11 +158,7 @@ impl Buffer {
     }
     /// The device holding the bytes.
     pub fn device(&self) -> Device {
-        match &self.mem {
-            Memory::Host(_) => Device::CPU,
-            Memory::Pinned(_) => Device::CUDA_HOST,
-            Memory::Cuda(d) => Device::cuda(d.ordinal()),
-        }
+        self.mem.device()
     }
     /// The memory.
     pub fn memory(&self) -> &Memory {
@@ -159,11 +186,7 @@ impl Buffer {
     }
     /// The data address: a host pointer, or the CUDA device address, as an integer.
     pub fn address(&self) -> u64 {
-        match &self.mem {
-            Memory::Host(h) => h.as_ptr() as u64,
-            Memory::Pinned(p) => p.as_ptr() as u64,
-            Memory::Cuda(d) => d.device_ptr(),
-        }
+        self.mem.address()
     }
 
     /// Copies bytes `[offset, offset + dst.len())` of the buffer into caller host memory.

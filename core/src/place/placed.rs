@@ -2,13 +2,15 @@
 
 use super::arena::{cancelled, load_cuda, load_host, Reporter};
 use super::buffer::{Buffer, Memory};
+use super::host::HostAlloc;
 use super::plan::{DeviceSummary, Placement, Plan};
 use super::put::{fill, PutOptions};
+use crate::device::cuda::DeviceMemory;
 use crate::device::fit;
 use crate::device::DeviceKind;
 use crate::error::{human_bytes, Error, FitFailure, Result, Status};
-use crate::file::{TensorFile, View};
-use std::sync::{Arc, Mutex};
+use crate::file::{TensorFile, TensorRef, View};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// One loaded tensor.
 #[derive(Clone)]
@@ -20,9 +22,69 @@ pub enum Placed {
 }
 
 /// The result of a load: every tensor of the file by name (names and lookups come from the file itself).
+///
+/// The tensors of a device job are parts of that job's one allocation (its arena). Each becomes a
+/// [`Buffer`] the first time it is asked for ([`Loaded::get`], [`Loaded::at`]); until then the load holds
+/// the arena, and [`Loaded::describe`] reports where the tensor is without making a buffer (a binding
+/// describing a 20,000-tensor load in bulk makes no 20,000 buffers it may never need).
 pub struct Loaded {
     file: TensorFile,
-    entries: Vec<Placed>,
+    entries: Vec<Entry>,
+    arenas: Vec<Arena>,
+}
+
+/// One tensor of a load: placed, or placed when first asked for (a host view of the file, or a part of a
+/// job's arena made into a buffer).
+struct Entry {
+    /// Boxed: an entry stays small (32 bytes) however large a view is, and most are made only when asked for.
+    placed: OnceLock<Box<Placed>>,
+    /// For a tensor of a device job: (its job's arena in `Loaded::arenas`, its offset in that arena); `None`
+    /// for a host view.
+    part: Option<(u32, usize)>,
+}
+
+impl Entry {
+    fn placed(p: Placed) -> Entry {
+        Entry { placed: OnceLock::from(Box::new(p)), part: None }
+    }
+    /// Placed when first asked for: a host view, or (once `part` is set) a part of a job's arena.
+    fn later() -> Entry {
+        Entry { placed: OnceLock::new(), part: None }
+    }
+}
+
+/// A device job's one allocation; the buffers made from it hold it too, and it is freed when the load and
+/// the last of them are gone.
+enum Arena {
+    Host(Arc<HostAlloc>),
+    Cuda(Arc<DeviceMemory>),
+}
+
+impl Arena {
+    fn part(&self, offset: usize, len: u64) -> Memory {
+        let len = len as usize; // the job laid it out in this address space
+        let made = match self {
+            Arena::Host(a) => HostAlloc::sub(a, offset, len).map(Memory::Host),
+            Arena::Cuda(a) => DeviceMemory::sub(a, offset, len).map(Memory::Cuda),
+        };
+        made.expect("a job's tensor lies inside its arena")
+    }
+}
+
+/// Where a loaded tensor is, as [`Loaded::describe`] reports it.
+pub struct Described<'a> {
+    /// Whether it is a buffer (else a view of the file's mapping).
+    pub is_buffer: bool,
+    /// The element type.
+    pub dtype: crate::dtype::DType,
+    /// The device holding the bytes (cpu for a view).
+    pub device: crate::device::Device,
+    /// The shape, owned by the load's file (valid while the load lives; a buffer's shape is the same one).
+    pub shape: &'a [u64],
+    /// Size in bytes.
+    pub nbytes: u64,
+    /// The address a buffer made from it reports ([`Buffer::address`]); a view's bytes in the mapping.
+    pub address: u64,
 }
 
 impl Loaded {
@@ -36,16 +98,52 @@ impl Loaded {
     }
     /// The tensor called `name`.
     pub fn get(&self, name: &str) -> Option<&Placed> {
-        self.file.find(name).and_then(|i| self.entries.get(i))
+        self.file.find(name).and_then(|i| self.placed(i))
     }
     /// The `i`-th tensor (file order) with its name.
     pub fn at(&self, i: usize) -> Option<(&str, &Placed)> {
-        Some((self.file.name(i)?, self.entries.get(i)?))
+        Some((self.file.name(i)?, self.placed(i)?))
     }
     /// The `i`-th tensor's name as a NUL-terminated C string, valid while this load lives (the C API's
     /// `hostfirst_load_entries`).
     pub fn name_ptr(&self, i: usize) -> Option<*const std::ffi::c_char> {
         self.file.name_ptr(i)
+    }
+
+    /// The `i`-th tensor, made into a buffer now if it is a part of an arena nobody has asked for yet.
+    fn placed(&self, i: usize) -> Option<&Placed> {
+        let e = self.entries.get(i)?;
+        Some(&**e.placed.get_or_init(|| {
+            let view = self.file.view_at(i).expect("the load's file has this tensor");
+            Box::new(match e.part {
+                None => Placed::View(view),
+                Some((k, offset)) => {
+                    let mem = self.arenas[k as usize].part(offset, view.nbytes());
+                    Placed::Buffer(Arc::new(Mutex::new(Buffer::from_view_memory(&view, mem))))
+                }
+            })
+        }))
+    }
+
+    /// Describes the `i`-th tensor without making a buffer of it (a host view is made: that is cheap, and
+    /// its address is the mapping's).
+    pub fn describe(&self, i: usize) -> Option<Described<'_>> {
+        let e = self.entries.get(i)?;
+        let (dtype, shape, nbytes) = (self.file.dtype_at(i)?, self.file.shape_at(i)?, self.file.nbytes_at(i)?);
+        let (is_buffer, device, address) = match e.part {
+            None => match self.placed(i)? {
+                Placed::View(v) => (false, crate::device::Device::CPU, v.mapped().as_ptr() as u64),
+                Placed::Buffer(b) => {
+                    let b = b.lock().unwrap_or_else(|p| p.into_inner());
+                    (true, b.device(), b.address())
+                }
+            },
+            Some((k, offset)) => {
+                let mem = self.arenas[k as usize].part(offset, nbytes);
+                (true, mem.device(), mem.address())
+            }
+        };
+        Some(Described { is_buffer, dtype, device, shape, nbytes, address })
     }
 }
 
@@ -114,32 +212,42 @@ pub fn load_with(file: &TensorFile, plan: &Plan, opts: LoadOptions<'_>) -> Resul
     check_plan(plan)?;
     let total = plan.device_bytes();
     let mut rep = Reporter::new(progress, total);
-    let mut entries: Vec<Option<Placed>> = Vec::with_capacity(plan.entries.len());
-    // Jobs: per device, the entry indices and views it receives.
-    let mut jobs: Vec<(crate::device::Device, Vec<usize>, Vec<View>)> = Vec::new();
+    let mut entries: Vec<Entry> = Vec::with_capacity(plan.entries.len());
+    // Jobs: per device, the entry indices and tensors it receives.
+    let mut jobs: Vec<(crate::device::Device, Vec<usize>, Vec<TensorRef<'_>>)> = Vec::new();
     for (i, e) in plan.entries.iter().enumerate() {
-        let view = file.view_at(e.index)?;
+        let t = file.tensor_ref(e.index).ok_or_else(|| {
+            Error::new(Status::InvalidArgument, format!("the plan was not made for {}", file.display_name()))
+        })?;
         let d = match e.placement {
             Placement::Host => {
-                entries.push(Some(Placed::View(view)));
+                entries.push(Entry::later()); // a view, made when first asked for
                 continue;
             }
             Placement::Device(d) => d,
         };
-        let cow = copy_on_write && d.kind == DeviceKind::CPU && view.file_and_offset().is_some();
+        let cow = copy_on_write && d.kind == DeviceKind::CPU && t.file_and_offset().is_some();
         if !cow && matches!(d.kind, DeviceKind::CPU | DeviceKind::CUDA) {
             match jobs.iter_mut().find(|j| j.0 == d) {
                 Some(j) => {
                     j.1.push(i);
-                    j.2.push(view);
+                    j.2.push(t);
                 }
-                None => jobs.push((d, vec![i], vec![view])),
+                None => {
+                    // Sized for every tensor the plan puts on the device (no regrowth of 20,000-entry lists).
+                    let n = plan.devices.iter().find(|s| s.device == d).map_or(1, |s| s.tensors.max(1));
+                    let (mut idx, mut ts) = (Vec::with_capacity(n), Vec::with_capacity(n));
+                    idx.push(i);
+                    ts.push(t);
+                    jobs.push((d, idx, ts));
+                }
             }
-            entries.push(None);
+            entries.push(Entry::later()); // its part comes with its job
             continue;
         }
         // One by one: copy-on-write mappings and cuda_host buffers (the load was fit-checked up front; a
         // per-tensor check would read /proc/meminfo or ask the driver once per tensor).
+        let view = t.view();
         let base = rep.base;
         let made = if cow {
             Buffer::map_private(&view, true)
@@ -150,38 +258,39 @@ pub fn load_with(file: &TensorFile, plan: &Plan, opts: LoadOptions<'_>) -> Resul
                 None => false,
             };
             let opts = PutOptions { progress: if active { Some(&mut sink) } else { None }, ..PutOptions::default() };
-            Buffer::alloc(view.name(), view.dtype(), view.shape(), view.nbytes(), d)
-                .and_then(|mut b| fill(&view, &mut b, opts).map(|_| b))
+            Buffer::alloc_for(&view, d).and_then(|mut b| fill(&view, &mut b, opts).map(|_| b))
         };
         let buf = made.map_err(|err| if err.status() == Status::Cancelled { cancelled() } else { err })?;
         rep.base += e.nbytes;
         if rep.active() && (rep.base == total || rep.due()) {
             rep.call(rep.base)?;
         }
-        entries.push(Some(Placed::Buffer(Arc::new(Mutex::new(buf)))));
+        entries.push(Entry::placed(Placed::Buffer(Arc::new(Mutex::new(buf)))));
     }
+    let mut arenas = Vec::with_capacity(jobs.len());
     for (d, idx, views) in jobs {
         let bytes: u64 = views.iter().map(|v| v.nbytes()).sum();
-        let mems: Vec<Memory> = match d.kind {
-            DeviceKind::CPU => load_host(&views, &mut rep)?.into_iter().map(Memory::Host).collect(),
-            _ => load_cuda(d.ordinal, &views, &mut rep)?.into_iter().map(Memory::Cuda).collect(),
+        let (arena, offsets) = match d.kind {
+            DeviceKind::CPU => load_host(&views, &mut rep).map(|(a, o)| (Arena::Host(a), o))?,
+            _ => load_cuda(d.ordinal, &views, &mut rep).map(|(a, o)| (Arena::Cuda(a), o))?,
         };
         rep.base += bytes;
         // After each device's job (not rate-limited: one call per device); the last comes below.
         if rep.active() && rep.base < total {
             rep.call(rep.base)?;
         }
-        for ((i, v), mem) in idx.into_iter().zip(&views).zip(mems) {
-            let buf = Buffer::from_view_memory(v, mem);
-            entries[i] = Some(Placed::Buffer(Arc::new(Mutex::new(buf))));
+        // Each tensor becomes a buffer when first asked for (Loaded::placed); the arena is the load's now.
+        let k = arenas.len() as u32;
+        arenas.push(arena);
+        for (i, offset) in idx.into_iter().zip(offsets) {
+            entries[i].part = Some((k, offset));
         }
     }
     // The final call: done == total (also for a load that moves nothing).
     if rep.active() {
         rep.call(total)?;
     }
-    let entries = entries.into_iter().map(|e| e.expect("every entry placed")).collect();
-    Ok(Loaded { file: file.clone(), entries })
+    Ok(Loaded { file: file.clone(), entries, arenas })
 }
 
 #[cfg(test)]
