@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -68,6 +68,7 @@ class Gather:
         self.dtype_name = _dtypes.NAMES[code]
         self._offsets = (ctypes.c_uint64 * self.batch)()
         self._offsets_np = np.ctypeslib.as_array(self._offsets)
+        self._layout: Dict[str, Any] = {}  # what every batch shares (Buffer._of_batch)
 
     def run(self, source: Union[View, Buffer, np.ndarray], offsets: Union[Sequence[int], np.ndarray]) -> Buffer:
         """Row i = source[offsets[i] : offsets[i] + window] for every i; returns the batch it filled.
@@ -79,16 +80,20 @@ class Gather:
         o = np.asarray(offsets)
         if o.dtype.kind not in "iu":
             raise TypeError(f"offsets must be integers, not {o.dtype}")
-        _refuse_negative(o)
+        # A negative offset becomes one past 2**63 here, which the library refuses (no tensor is that long);
+        # the message naming the negative one is made only then.
         np.copyto(self._offsets_np, o, casting="unsafe")
         out = ctypes.c_void_p()
         try:
             if isinstance(source, Buffer):
-                check(lib.hostfirst_gather_run_from_buffer(self._h, source._h, self._offsets, self.batch,
-                                                           ctypes.byref(out)))
+                status = lib.hostfirst_gather_run_from_buffer(self._h, source._h, self._offsets, self.batch,
+                                                              ctypes.byref(out))
             else:
                 src = source_tensor(source)  # held: a row range is a view of its own for the call's length
-                check(lib.hostfirst_gather_run(self._h, src._h, self._offsets, self.batch, ctypes.byref(out)))
+                status = lib.hostfirst_gather_run(self._h, src._h, self._offsets, self.batch, ctypes.byref(out))
+            if status:
+                _refuse_negative(o)
+                check(status)
         except HostfirstError as e:
             if e.status_name != "BUSY":
                 raise
@@ -96,7 +101,7 @@ class Gather:
             raise type(e)(f"all {held} batches of this Gather are held (its ring_bound is {bound}), so there is no "
                           "batch to fill; drop a batch you no longer need (del batch, and the arrays made from "
                           "it) before the next run, or make the Gather with a larger ring_bound=", e.status) from e
-        return Buffer(out.value)
+        return Buffer._of_batch(out.value, self._layout)
 
     def stream(self, source: Union[View, Buffer, np.ndarray], offsets: Iterable[Sequence[int]],
                depth: int = 2) -> Iterator[Buffer]:
@@ -136,7 +141,7 @@ class Gather:
                 check(lib.hostfirst_gather_stream_next(h.value, ctypes.byref(out)))
                 if not out.value:
                     break
-                yield Buffer(out.value)
+                yield Buffer._of_batch(out.value, self._layout)
         finally:
             fin()
 
@@ -167,7 +172,7 @@ class Gather:
                 if not out.value:
                     break
                 delivered += 1
-                yield Buffer(out.value)
+                yield Buffer._of_batch(out.value, self._layout)
         finally:
             fin()
 

@@ -288,25 +288,48 @@ class Buffer(_HostArrayMixin):
     .dtype_name .shape .nbytes .address`; `tobytes()` copies back to the host; `__dlpack__` exports it
     (writable); host buffers also speak `__array_interface__`/`__array__` (writable)."""
 
+    device: Device
+    name: str
+    dtype_code: int
+    dtype_name: str
+    dtype: Any
+    shape: Tuple[int, ...]
+    nbytes: int
+    address: int
+
     def __init__(self, handle: Optional[int], _info: Optional[_abi.BufferInfo] = None):
         """`handle`: a hostfirst_buffer* the library returned; this Buffer owns it. `_info`: a
         hostfirst_buffer_info (struct_size set) to describe into, reused across calls by `load`."""
+        i = self._own(handle, _info)
+        self.__dict__.update(_layout(i))
+        self.name = text(i.name)
+        self.address = i.address
+
+    @classmethod
+    def _of_batch(cls, handle: Optional[int], layout: Dict[str, Any]) -> "Buffer":
+        """A Buffer for a batch of a gather: as Buffer(handle), except that what the batches of one gather share
+        (device, dtype, shape, size) is decoded once into the gather's `layout` dict and reused after."""
+        b = cls.__new__(cls)
+        i = b._own(handle, None)
+        if layout.get("dtype_code") != i.dtype or layout.get("nbytes") != i.nbytes or \
+                len(layout["shape"]) != i.rank:
+            layout.clear()
+            layout.update(_layout(i))
+        b.__dict__.update(layout)
+        b.name = text(i.name)
+        b.address = i.address
+        return b
+
+    def _own(self, handle: Optional[int], info: Optional[_abi.BufferInfo]) -> _abi.BufferInfo:
+        """Takes ownership of `handle` (freed with this object, also if describing it fails) and describes it."""
         self._h = handle
         self._release_stream: List[Optional[int]] = [None]
         self._finalizer = weakref.finalize(self, _free_buffer, handle, self._release_stream)
-        i = _info
-        if i is None:
-            i = _abi.BufferInfo()
-            i.struct_size = ctypes.sizeof(i)
-        check(lib.hostfirst_buffer_describe(handle, ctypes.byref(i)))
-        self.device = Device._from_c(i.device)
-        self.name = text(i.name)
-        self.dtype_code = i.dtype
-        self.dtype_name = _dtype_name(i.dtype)
-        self.dtype = _dtypes.reported(i.dtype)
-        self.shape = _describe_shape(i.shape, i.rank)
-        self.nbytes = i.nbytes
-        self.address = i.address
+        if info is None:
+            info = _abi.BufferInfo()
+            info.struct_size = ctypes.sizeof(info)
+        check(lib.hostfirst_buffer_describe(handle, ctypes.byref(info)))
+        return info
 
     def _host_memory(self) -> Tuple[int, bool]:
         if not self.device.is_host:
@@ -354,6 +377,12 @@ class Buffer(_HostArrayMixin):
 
 
 _LEGACY_DEFAULT_STREAM = 1  # DLPack's and the CUDA Array Interface's value for CUDA's legacy default stream
+
+
+def _layout(i: _abi.BufferInfo) -> Dict[str, Any]:
+    """A described buffer's device, dtype (code, name, the dtype reported) shape and size, as attributes."""
+    return {"device": Device._from_c(i.device), "dtype_code": i.dtype, "dtype_name": _dtype_name(i.dtype),
+            "dtype": _dtypes.reported(i.dtype), "shape": _describe_shape(i.shape, i.rank), "nbytes": i.nbytes}
 
 
 def _free_buffer(handle: Optional[int], release_stream: List[Optional[int]]) -> None:

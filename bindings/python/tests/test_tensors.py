@@ -345,6 +345,13 @@ def test_gather_batches_match_numpy_and_stay_unchanged_while_held():
     with pytest.raises(hostfirst.OutOfRangeError, match=r"offsets\[2\] is -1: .*cannot be negative") as e:
         g.run(tokens, [0, 1, -1, 2])
     assert "18446744073709551615" not in str(e.value)
+    # A negative offset after one past the end, and the most negative of two: still named as negative.
+    for bad, at in (([0, n, -3, 2], 2), ([-1, 0, -2**62, 2], 2)):
+        with pytest.raises(hostfirst.OutOfRangeError, match=rf"offsets\[{at}\] is -\d+: .*cannot be negative"):
+            g.run(tokens, bad)
+    # The failed runs changed no batch: the ring's current one is the last good run's.
+    np.testing.assert_array_equal(np.frombuffer(g.current().tobytes(), np.uint16).reshape(4, 33),
+                                  np.stack([ref[o:o + 33] for o in second]))
     assert hostfirst.handle_count() == before + 3  # the gather and the two batches
     del g, b, b2, e
     gc.collect()
