@@ -97,11 +97,11 @@ pub(crate) fn cancelled() -> Error {
     Error::new(Status::Cancelled, "load cancelled by the progress callback; nothing kept")
 }
 
-/// Places of `views` in an arena whose parts are `align`-aligned: (offset of each, arena size).
-fn layout(views: &[TensorRef<'_>], align: usize) -> Result<(Vec<usize>, usize)> {
-    let mut offsets = Vec::with_capacity(views.len());
+/// Places of `tensors` in an arena whose parts are `align`-aligned: (offset of each, arena size).
+fn layout(tensors: &[TensorRef<'_>], align: usize) -> Result<(Vec<usize>, usize)> {
+    let mut offsets = Vec::with_capacity(tensors.len());
     let mut end = 0usize;
-    for v in views {
+    for v in tensors {
         let n = usize::try_from(v.nbytes()).ok();
         let at = end.checked_next_multiple_of(align);
         match (n, at.and_then(|a| n.and_then(|n| a.checked_add(n)))) {
@@ -131,15 +131,15 @@ struct Piece {
 enum From<'a> {
     /// One read of `span` bytes of a file at absolute offset `at`.
     File { file: &'a std::fs::File, at: u64, span: usize },
-    /// A view over memory (or a file source that is not plain): bytes `at..at + span` of the tensor.
-    View { at: u64, span: usize },
+    /// A tensor over memory (a file opened from bytes): bytes `at..at + span` of it.
+    Memory { at: u64, span: usize },
 }
 
 /// One read and where its bytes go.
 struct Group<'a> {
     from: From<'a>,
     /// The first tensor of the group (messages, memory reads).
-    view: TensorRef<'a>,
+    tensor: TensorRef<'a>,
     pieces: Vec<Piece>,
     /// Tensor bytes (the span less its gaps).
     bytes: u64,
@@ -148,7 +148,7 @@ struct Group<'a> {
 impl Group<'_> {
     fn span(&self) -> usize {
         match self.from {
-            From::File { span, .. } | From::View { span, .. } => span,
+            From::File { span, .. } | From::Memory { span, .. } => span,
         }
     }
 
@@ -164,7 +164,7 @@ impl Group<'_> {
     }
 
     fn what(&self) -> String {
-        format!("{}: tensor '{}'", self.view.file_display(), self.view.name())
+        format!("{}: tensor '{}'", self.tensor.file_display(), self.tensor.name())
     }
 }
 
@@ -177,13 +177,13 @@ fn pages(lo: u64, hi: u64) -> u64 {
 }
 
 /// Cuts the tensors into reads of at most `cap` bytes, merging file neighbours within `policy`'s over-read
-/// bound. `offsets[i]` is where `views[i]` goes in the arena.
-fn groups<'a>(views: &[TensorRef<'a>], offsets: &[usize], cap: usize, policy: &ReadPolicy) -> Vec<Group<'a>> {
+/// bound. `offsets[i]` is where `tensors[i]` goes in the arena.
+fn groups<'a>(tensors: &[TensorRef<'a>], offsets: &[usize], cap: usize, policy: &ReadPolicy) -> Vec<Group<'a>> {
     let cap = cap.max(1);
     let mut out = Vec::new();
-    // (file, absolute offset, length, arena offset, view) of every piece of a file-backed tensor.
+    // (file, absolute offset, length, arena offset, tensor) of every piece of a file-backed tensor.
     let mut file_pieces: Vec<(&std::fs::File, u64, usize, usize, TensorRef<'a>)> = Vec::new();
-    for (&v, &dst) in views.iter().zip(offsets) {
+    for (&v, &dst) in tensors.iter().zip(offsets) {
         let n = v.nbytes() as usize;
         if n == 0 {
             continue;
@@ -202,8 +202,8 @@ fn groups<'a>(views: &[TensorRef<'a>], offsets: &[usize], cap: usize, policy: &R
                 while k < n {
                     let len = (n - k).min(cap);
                     out.push(Group {
-                        from: From::View { at: k as u64, span: len },
-                        view: v,
+                        from: From::Memory { at: k as u64, span: len },
+                        tensor: v,
                         pieces: vec![Piece { src: 0, dst: dst + k, len }],
                         bytes: len as u64,
                     });
@@ -235,7 +235,7 @@ fn groups<'a>(views: &[TensorRef<'a>], offsets: &[usize], cap: usize, policy: &R
         if let Some((g, _)) = cur.take() {
             out.push(g);
         }
-        let mut g = Group { from: From::File { file, at, span: len }, view: v, pieces: Vec::new(), bytes: 0 };
+        let mut g = Group { from: From::File { file, at, span: len }, tensor: v, pieces: Vec::new(), bytes: 0 };
         g.push(Piece { src: 0, dst, len });
         cur = Some((g, pages(at, end)));
     }
@@ -254,12 +254,12 @@ fn groups<'a>(views: &[TensorRef<'a>], offsets: &[usize], cap: usize, policy: &R
 unsafe fn read_group(g: &Group<'_>, base: *mut u8, relative: bool, scratch: &mut Vec<u8>) -> Result<()> {
     let what = || g.what();
     match g.from {
-        From::View { at, span } => {
+        From::Memory { at, span } => {
             let p = g.pieces[0];
             let d = if relative { p.src } else { p.dst };
             // SAFETY: forwarded from the caller: `span` bytes at `base + d` are ours.
             let dst = unsafe { std::slice::from_raw_parts_mut(base.add(d), span) };
-            g.view.view().read_at(at, dst)
+            g.tensor.view().read_at(at, dst)
         }
         From::File { file, at, span } if relative => {
             // SAFETY: forwarded: the slab holds `span` bytes for this group.
@@ -301,15 +301,15 @@ impl SendPtr {
     }
 }
 
-/// Loads `views` into one host arena; returns it with each view's offset in it (in order: the view's part
-/// is `HostAlloc::sub(&arena, offset, nbytes)`).
-pub(crate) fn load_host(views: &[TensorRef<'_>], rep: &mut Reporter<'_>) -> Result<(Arc<HostAlloc>, Vec<usize>)> {
-    let (offsets, size) = layout(views, HOST_ALIGN)?;
-    let what = format!("{} tensor(s) to cpu", views.len());
+/// Loads `tensors` into one host arena; returns it with each tensor's offset in it (in order: the tensor's
+/// part is `HostAlloc::sub(&arena, offset, nbytes)`).
+pub(crate) fn load_host(tensors: &[TensorRef<'_>], rep: &mut Reporter<'_>) -> Result<(Arc<HostAlloc>, Vec<usize>)> {
+    let (offsets, size) = layout(tensors, HOST_ALIGN)?;
+    let what = format!("{} tensor(s) to cpu", tensors.len());
     let mut arena = HostAlloc::zeroed(size, &what)?;
     // Groups small enough that each thread claims many (so they finish together), at most HOST_READ_BYTES.
     let per_group = (size / (16 * default_threads())).clamp(MIN_GROUP, HOST_READ_BYTES);
-    let groups = groups(views, &offsets, per_group, &ReadPolicy::default());
+    let groups = groups(tensors, &offsets, per_group, &ReadPolicy::default());
     let base = SendPtr(arena.as_mut_slice().as_mut_ptr());
     let threads = default_threads().min(groups.len()).max(1);
     let next = AtomicUsize::new(0);
@@ -379,21 +379,21 @@ fn wait_slot(slot: Slot) -> std::result::Result<Slot, Error> {
     }
 }
 
-/// Loads `views` into one allocation on `cuda:<ordinal>` through the staging ring (one stream, one event per
-/// slab); returns it with each view's offset in it, in order (as [`load_host`]).
+/// Loads `tensors` into one allocation on `cuda:<ordinal>` through the staging ring (one stream, one event per
+/// slab); returns it with each tensor's offset in it, in order (as [`load_host`]).
 pub(crate) fn load_cuda(
     ordinal: u32,
-    views: &[TensorRef<'_>],
+    tensors: &[TensorRef<'_>],
     rep: &mut Reporter<'_>,
 ) -> Result<(Arc<DeviceMemory>, Vec<usize>)> {
-    let (offsets, size) = layout(views, CUDA_ALIGN)?;
+    let (offsets, size) = layout(tensors, CUDA_ALIGN)?;
     let arena = DeviceMemory::alloc(ordinal, size)
-        .map_err(|e| e.context(format!("{} tensor(s) to cuda:{ordinal} (one allocation)", views.len())))?;
-    let bytes: u64 = views.iter().map(|v| v.nbytes()).sum();
+        .map_err(|e| e.context(format!("{} tensor(s) to cuda:{ordinal} (one allocation)", tensors.len())))?;
+    let bytes: u64 = tensors.iter().map(|v| v.nbytes()).sum();
     if bytes > 0 {
         let cfg = crate::engine::staging::RingConfig::default();
         let (slab_len, count) = crate::engine::staging::geometry(bytes, &cfg);
-        let groups = groups(views, &offsets, slab_len, &ReadPolicy::default());
+        let groups = groups(tensors, &offsets, slab_len, &ReadPolicy::default());
         let count = count.min(groups.len()).max(1);
         let threads = default_threads().min(count).max(1);
         let (ok, copies_may_run) = ring(ordinal, &groups, &arena, slab_len, count, threads, rep);

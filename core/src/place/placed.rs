@@ -268,11 +268,11 @@ pub fn load_with(file: &TensorFile, plan: &Plan, opts: LoadOptions<'_>) -> Resul
         entries.push(Entry::placed(Placed::Buffer(Arc::new(Mutex::new(buf)))));
     }
     let mut arenas = Vec::with_capacity(jobs.len());
-    for (d, idx, views) in jobs {
-        let bytes: u64 = views.iter().map(|v| v.nbytes()).sum();
+    for (d, idx, tensors) in jobs {
+        let bytes: u64 = tensors.iter().map(|v| v.nbytes()).sum();
         let (arena, offsets) = match d.kind {
-            DeviceKind::CPU => load_host(&views, &mut rep).map(|(a, o)| (Arena::Host(a), o))?,
-            _ => load_cuda(d.ordinal, &views, &mut rep).map(|(a, o)| (Arena::Cuda(a), o))?,
+            DeviceKind::CPU => load_host(&tensors, &mut rep).map(|(a, o)| (Arena::Host(a), o))?,
+            _ => load_cuda(d.ordinal, &tensors, &mut rep).map(|(a, o)| (Arena::Cuda(a), o))?,
         };
         rep.base += bytes;
         // After each device's job (not rate-limited: one call per device); the last comes below.
