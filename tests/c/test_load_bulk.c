@@ -2,9 +2,12 @@
  * dtype, shape, size and address in one call, checked against hostfirst_load_get + hostfirst_buffer_describe and
  * against the bytes; a mixed load (views and buffers); the count query, BUFFER_TOO_SMALL with the count and
  * nothing written, an older (smaller) entry size, bad arguments with exact statuses; handle counts back to the
- * baseline.
+ * baseline; on cpu, a forked child taking tensors of the load that nobody had asked for.
  *
  *   test_load_bulk DIR TARGET     TARGET: cpu or cuda:0 (the latter needs the stand-in driver) */
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "check.h"
 
 #define N 300
@@ -171,6 +174,38 @@ int main(int argc, char **argv) {
     CHECK((uint64_t)(uintptr_t)vi.data == e[1].address && vi.nbytes == e[1].nbytes);
     CHECK(memcmp((const void *)(uintptr_t)e[1].address, data + elems(0), e[1].nbytes) == 0);
     CHECK_OK(hostfirst_view_free(v));
+    if (!cuda) {
+        /* A forked child takes tensors nobody has asked for yet (made from the load's arena on first use) and
+         * sees their bytes; the parent's writes after the fork do not reach it, nor the child's the parent. */
+        hostfirst_buffer *b5 = NULL;
+        CHECK_OK(hostfirst_load_get(load, "w5", &kind, &b5, NULL));
+        float *p5 = (float *)(uintptr_t)e[5].address;
+        size_t at5 = 0;
+        for (size_t i = 0; i < 5; i++) at5 += i == 7 ? 1 : elems(i);
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            hostfirst_buffer *b4 = NULL, *c5 = NULL;
+            int ok = hostfirst_load_get(load, "w4", &kind, &b4, NULL) == HOSTFIRST_STATUS_OK &&
+                     hostfirst_load_get(load, "w5", &kind, &c5, NULL) == HOSTFIRST_STATUS_OK;
+            hostfirst_buffer_info i4;
+            memset(&i4, 0, sizeof i4);
+            i4.struct_size = sizeof i4;
+            ok = ok && hostfirst_buffer_describe(b4, &i4) == HOSTFIRST_STATUS_OK && i4.address == e[4].address;
+            ok = ok && memcmp((const void *)(uintptr_t)i4.address, data + (at5 - elems(4)), 4 * elems(4)) == 0;
+            ok = ok && p5[0] == (float)at5; /* the parent's write below happens after the fork */
+            p5[1] = -2.0f;                  /* the child's own copy */
+            _exit(ok && hostfirst_buffer_free(b4) == HOSTFIRST_STATUS_OK &&
+                          hostfirst_buffer_free(c5) == HOSTFIRST_STATUS_OK
+                      ? 0
+                      : 1);
+        }
+        p5[0] = -1.0f;
+        int st = 0;
+        CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        CHECK(p5[0] == -1.0f && p5[1] == (float)(at5 + 1));
+        CHECK_OK(hostfirst_buffer_free(b5));
+    }
     CHECK_OK(hostfirst_load_free(load));
     CHECK_OK(hostfirst_plan_free(plan));
 
