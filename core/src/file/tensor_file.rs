@@ -444,6 +444,11 @@ impl<'a> TensorRef<'a> {
             super::part::Source::Memory(_) => None,
         }
     }
+    /// The address of the tensor's first byte in the file's read-only mapping (or memory buffer): what
+    /// [`View::mapped`] of its view starts at.
+    pub fn mapped_address(&self) -> u64 {
+        self.part.bytes().as_ptr() as u64 + self.part.header.data_start() + self.entry.start
+    }
     /// A view of the whole tensor.
     pub fn view(&self) -> View {
         let e = self.entry;

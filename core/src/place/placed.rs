@@ -125,15 +125,16 @@ impl Loaded {
         }))
     }
 
-    /// Describes the `i`-th tensor without making a buffer of it (a host view is made: that is cheap, and
-    /// its address is the mapping's).
+    /// Describes the `i`-th tensor without making a buffer or view of it.
     pub fn describe(&self, i: usize) -> Option<Described<'_>> {
         let e = self.entries.get(i)?;
         let (dtype, shape, nbytes) = (self.file.dtype_at(i)?, self.file.shape_at(i)?, self.file.nbytes_at(i)?);
         let (is_buffer, device, address) = match e.part {
-            None => match self.placed(i)? {
-                Placed::View(v) => (false, crate::device::Device::CPU, v.mapped().as_ptr() as u64),
-                Placed::Buffer(b) => {
+            None => match e.placed.get().map(|b| &**b) {
+                None | Some(Placed::View(_)) => {
+                    (false, crate::device::Device::CPU, self.file.tensor_ref(i)?.mapped_address())
+                }
+                Some(Placed::Buffer(b)) => {
                     let b = b.lock().unwrap_or_else(|p| p.into_inner());
                     (true, b.device(), b.address())
                 }
