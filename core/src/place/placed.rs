@@ -10,7 +10,8 @@ use crate::device::fit;
 use crate::device::DeviceKind;
 use crate::error::{human_bytes, Error, FitFailure, Result, Status};
 use crate::file::{TensorFile, TensorRef, View};
-use std::sync::{Arc, Mutex, OnceLock};
+use once_cell::race::OnceBox;
+use std::sync::{Arc, Mutex};
 
 /// One loaded tensor.
 #[derive(Clone)]
@@ -36,8 +37,11 @@ pub struct Loaded {
 /// One tensor of a load: placed, or placed when first asked for (a host view of the file, or a part of a
 /// job's arena made into a buffer).
 struct Entry {
-    /// Boxed: an entry stays small (32 bytes) however large a view is, and most are made only when asked for.
-    placed: OnceLock<Box<Placed>>,
+    /// Boxed: an entry stays small however large a view is, and most are made only when asked for. A
+    /// `OnceBox` never blocks: threads placing the same tensor at once each make one and all get the first
+    /// stored (the others are dropped; making one has no side effect), so a process forked while a thread was
+    /// placing a tensor places it again instead of waiting for a thread it does not have.
+    placed: OnceBox<Placed>,
     /// For a tensor of a device job: (its job's arena in `Loaded::arenas`, its offset in that arena); `None`
     /// for a host view.
     part: Option<(u32, usize)>,
@@ -45,11 +49,11 @@ struct Entry {
 
 impl Entry {
     fn placed(p: Placed) -> Entry {
-        Entry { placed: OnceLock::from(Box::new(p)), part: None }
+        Entry { placed: OnceBox::with_value(Box::new(p)), part: None }
     }
     /// Placed when first asked for: a host view, or (once `part` is set) a part of a job's arena.
     fn later() -> Entry {
-        Entry { placed: OnceLock::new(), part: None }
+        Entry { placed: OnceBox::new(), part: None }
     }
 }
 
@@ -113,7 +117,9 @@ impl Loaded {
     /// The `i`-th tensor, made into a buffer now if it is a part of an arena nobody has asked for yet.
     fn placed(&self, i: usize) -> Option<&Placed> {
         let e = self.entries.get(i)?;
-        Some(&**e.placed.get_or_init(|| {
+        Some(e.placed.get_or_init(|| {
+            #[cfg(test)]
+            tests::pause_point();
             let view = self.file.view_at(i).expect("the load's file has this tensor");
             Box::new(match e.part {
                 None => Placed::View(view),
@@ -130,7 +136,7 @@ impl Loaded {
         let e = self.entries.get(i)?;
         let (dtype, shape, nbytes) = (self.file.dtype_at(i)?, self.file.shape_at(i)?, self.file.nbytes_at(i)?);
         let (is_buffer, device, address) = match e.part {
-            None => match e.placed.get().map(|b| &**b) {
+            None => match e.placed.get() {
                 None | Some(Placed::View(_)) => {
                     (false, crate::device::Device::CPU, self.file.tensor_ref(i)?.mapped_address())
                 }
@@ -298,6 +304,84 @@ pub fn load_with(file: &TensorFile, plan: &Plan, opts: LoadOptions<'_>) -> Resul
 mod tests {
     use super::*;
     use crate::device::Device;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    thread_local! {
+        /// Set by a test on the thread that is to stop inside a placement (see `pause_point`).
+        static PAUSE_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    static PAUSED: AtomicBool = AtomicBool::new(false);
+    static RELEASE: AtomicBool = AtomicBool::new(false);
+
+    /// Called inside every placement: a thread marked with `PAUSE_HERE` stops there until `RELEASE`.
+    pub(super) fn pause_point() {
+        if PAUSE_HERE.with(|p| p.get()) {
+            PAUSED.store(true, Ordering::SeqCst);
+            while !RELEASE.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+
+    /// A process forked while another thread is in the middle of placing a tensor can still take that tensor:
+    /// the child has no such thread, so anything that waits for it would wait forever.
+    #[test]
+    fn a_fork_while_a_thread_places_a_tensor_does_not_wait_for_it() {
+        let header = br#"{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2],"data_offsets":[16,24]}}"#;
+        let mut img = (header.len() as u64).to_le_bytes().to_vec();
+        img.extend_from_slice(header);
+        img.extend((0u8..24).collect::<Vec<u8>>());
+        let f = TensorFile::from_bytes(img).unwrap();
+        let plan = Plan::make(&f, &super::super::rules::Rules::parse(["*=cpu"]).unwrap()).unwrap();
+        let loaded = load(&f, &plan, None).unwrap();
+        std::thread::scope(|s| {
+            let l = &loaded;
+            let placing = s.spawn(move || {
+                PAUSE_HERE.with(|p| p.set(true));
+                l.get("a").is_some()
+            });
+            while !PAUSED.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // SAFETY: the child only places the tensor, compares its bytes and leaves with _exit.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                let ok = match loaded.get("a") {
+                    Some(Placed::Buffer(b)) => {
+                        let mut back = [0u8; 16];
+                        b.lock().unwrap().copy_to_host(&mut back).is_ok() && back == core::array::from_fn(|k| k as u8)
+                    }
+                    _ => false,
+                };
+                // SAFETY: ends the child without running the parent's destructors or test harness.
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+            }
+            assert!(pid > 0, "fork failed");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let mut status = 0;
+            let waited = loop {
+                // SAFETY: waits for our own child.
+                let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+                if r == pid || Instant::now() > deadline {
+                    break r == pid;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            if !waited {
+                // SAFETY: our own child, stuck.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                unsafe { libc::waitpid(pid, &mut status, 0) };
+            }
+            RELEASE.store(true, Ordering::SeqCst);
+            assert!(placing.join().unwrap());
+            assert!(waited, "the forked child waited for the parent's placing thread");
+            assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status}");
+        });
+        // Both placements in the parent ended on one buffer.
+        let (Some(Placed::Buffer(x)), Some(Placed::Buffer(y))) = (loaded.get("a"), loaded.get("a")) else { panic!() };
+        assert!(Arc::ptr_eq(x, y));
+    }
 
     /// Load and shard load name the safety margin behind their "free" figure, as put does.
     #[test]
