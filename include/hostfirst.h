@@ -921,6 +921,30 @@ hostfirst_status hostfirst_strict_get(int32_t *out_thread, int32_t *out_process)
 #define HOSTFIRST_MAX_METADATA_ENTRIES 65536
 
 /**
+ * Describes every tensor of `load`, in file order, into the caller's array `out` of `capacity` entries of
+ * `entry_size` bytes each (pass `sizeof(hostfirst_load_entry)`; an older, smaller entry from an earlier
+ * header is accepted as long as it holds every field up to `address`, and the library writes only the
+ * fields that fit, setting each entry's `struct_size` to the bytes written).
+ *
+ * Always writes the number of tensors to `*out_count`. `(out NULL, capacity 0)` is a count query and
+ * succeeds; a `capacity` smaller than the count gives `BUFFER_TOO_SMALL` and writes no entry. Entry `i`
+ * is the tensor `hostfirst_load_get` finds by `out[i].name`, described without making a handle: its `name`
+ * and `shape` pointers are owned by the load and valid until the load is freed, and `address` is the
+ * memory a buffer handle from `hostfirst_load_get` would describe (`hostfirst_buffer_describe`), kept alive
+ * by the load. To keep a tensor past the load, take its handle with `hostfirst_load_get`.
+ *
+ * Errors: `NULL_ARGUMENT` (load, out_count; out with capacity > 0), `INVALID_HANDLE`, `INVALID_ARGUMENT`
+ * (`entry_size` smaller than the oldest supported entry or larger than `HOSTFIRST_MAX_ENTRY_SIZE`;
+ * `capacity * entry_size` bytes from `out` overflowing or running past the end of the address space),
+ * `BUFFER_TOO_SMALL` (count in `*out_count`).
+ * On error no entry is written. Thread-safe.
+ * The largest `entry_size` `hostfirst_load_entries` accepts: no version of `hostfirst_load_entry` will be
+ * larger, so a bigger stride is a caller's mistake (a byte count passed as an entry size), refused before
+ * anything is written.
+ */
+#define HOSTFIRST_MAX_ENTRY_SIZE 1024
+
+/**
  * Element type of a tensor. Values of `HOSTFIRST_DTYPE_*` are stable and never renumbered; 0 is no dtype.
  * Functions take and return them as `uint32_t` and check values from C.
  */
@@ -2176,23 +2200,6 @@ hostfirst_status hostfirst_load_get(const struct hostfirst_load *load,
  */
 hostfirst_status hostfirst_load_free(struct hostfirst_load *load);
 
-/**
- * Describes every tensor of `load`, in file order, into the caller's array `out` of `capacity` entries of
- * `entry_size` bytes each (pass `sizeof(hostfirst_load_entry)`; an older, smaller entry from an earlier
- * header is accepted as long as it holds every field up to `address`, and the library writes only the
- * fields that fit, setting each entry's `struct_size` to the bytes written).
- *
- * Always writes the number of tensors to `*out_count`. `(out NULL, capacity 0)` is a count query and
- * succeeds; a `capacity` smaller than the count gives `BUFFER_TOO_SMALL` and writes no entry. Entry `i`
- * is the tensor `hostfirst_load_get` finds by `out[i].name`, described without making a handle: its `name`
- * and `shape` pointers are owned by the load and valid until the load is freed, and `address` is the
- * memory a buffer handle from `hostfirst_load_get` would describe (`hostfirst_buffer_describe`), kept alive
- * by the load. To keep a tensor past the load, take its handle with `hostfirst_load_get`.
- *
- * Errors: `NULL_ARGUMENT` (load, out_count; out with capacity > 0), `INVALID_HANDLE`, `INVALID_ARGUMENT`
- * (`entry_size` smaller than the oldest supported entry), `BUFFER_TOO_SMALL` (count in `*out_count`).
- * On error no entry is written. Thread-safe.
- */
 hostfirst_status hostfirst_load_entries(const struct hostfirst_load *load,
                                         struct hostfirst_load_entry *out,
                                         size_t capacity,

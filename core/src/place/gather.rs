@@ -246,8 +246,17 @@ impl Gather {
         if let (Some(stream), Memory::Cuda(mem)) = (&self.stream, b.memory()) {
             let ev = Event::new(self.device.ordinal)?;
             stream.memset_async(mem, 0)?;
-            ev.record(stream)?;
-            ev.synchronize()?;
+            // Waited for under the one error rule: a batch a failed memset may still write is never freed.
+            let settled = stream.fence((), ev).and_then(|f| f.finish());
+            let ev = match settled {
+                Ok(((), ev)) => ev,
+                Err(f) => {
+                    if !f.ended {
+                        mem.keep_after_error();
+                    }
+                    return Err(f.error);
+                }
+            };
             b.set_ready_event(ev);
         }
         Ok(Arc::new(Mutex::new(b)))

@@ -223,10 +223,13 @@ pub struct DeviceMemory {
     /// A sub-allocation ([`DeviceMemory::sub`]): the allocation it lies in, kept alive by this reference and
     /// freed when the last sub-allocation (and the arena itself) is dropped. `None`: this value owns `dptr`.
     arena: Option<std::sync::Arc<DeviceMemory>>,
+    /// Set by [`DeviceMemory::keep_after_error`]: a copy that may still write this memory could not be
+    /// settled, so dropping it leaks the allocation instead of freeing it.
+    keep: std::sync::atomic::AtomicBool,
 }
 
-// `DeviceMemory` is Send + Sync automatically (a `&'static Context`, a u64 and a usize): its only resource is
-// the allocation, freed once, in `Drop`, which has exclusive access.
+// `DeviceMemory` is Send + Sync automatically (a `&'static Context`, a u64, a usize and an atomic flag): its
+// only resource is the allocation, freed once, in `Drop`, which has exclusive access.
 
 impl DeviceMemory {
     /// Allocates `len` bytes on `cuda:<ordinal>` (retaining its primary context if needed). The contents are
@@ -238,7 +241,7 @@ impl DeviceMemory {
     pub fn alloc(ordinal: u32, len: usize) -> Result<DeviceMemory> {
         let ctx = Context::get(ordinal)?;
         if len == 0 {
-            return Ok(DeviceMemory { ctx, dptr: 0, len: 0, arena: None });
+            return Ok(DeviceMemory { ctx, dptr: 0, len: 0, arena: None, keep: Default::default() });
         }
         let api = api()?;
         let _current = ctx.enter()?;
@@ -260,7 +263,7 @@ impl DeviceMemory {
             ));
         }
         api.check(r, what)?;
-        Ok(DeviceMemory { ctx, dptr, len, arena: None })
+        Ok(DeviceMemory { ctx, dptr, len, arena: None, keep: Default::default() })
     }
 
     /// Bytes `offset..offset + len` of `arena` as an allocation of their own: same device, device pointer
@@ -274,7 +277,18 @@ impl DeviceMemory {
             dptr: if len == 0 { 0 } else { arena.dptr + offset as u64 },
             len,
             arena: Some(arena.clone()),
+            keep: Default::default(),
         })
+    }
+
+    /// After a copy into this memory failed and could not be established to have ended (rule 2 of
+    /// [`super::inflight`]): dropping this value (for a part: the allocation it lies in) leaks the allocation
+    /// instead of freeing memory a transfer may still write.
+    pub fn keep_after_error(&self) {
+        match &self.arena {
+            Some(a) => a.keep_after_error(),
+            None => self.keep.store(true, std::sync::atomic::Ordering::Relaxed),
+        }
     }
 
     /// True for a part of a larger allocation ([`DeviceMemory::sub`]).
@@ -312,6 +326,9 @@ impl Drop for DeviceMemory {
     fn drop(&mut self) {
         if self.len == 0 || self.arena.is_some() {
             return; // nothing allocated, or a part: the arena frees the whole when its last reference goes
+        }
+        if *self.keep.get_mut() {
+            return; // a transfer may still write it (see `keep_after_error`): leaked, never freed under it
         }
         if let Ok(api) = api() {
             if let Ok(_current) = self.ctx.enter() {
