@@ -84,6 +84,12 @@
  *   STAND_IN_COPY_ERROR=code|NAME       the error of such a failed copy (default CUDA_ERROR_ILLEGAL_ADDRESS,
  *                                       sticky: later copies fail because the context is poisoned; a
  *                                       non-sticky code fails every later copy on its own).
+ *   STAND_IN_EARLY_ERROR=0|1            deferred mode, non-sticky copy errors: 1 reports the error before the
+ *                                       failed copy has ended, as a driver may report an error while the DMA is
+ *                                       still running. The copy stops at the failure, the synchronisation that
+ *                                       ran it returns the error at once, and the rest of that copy (it still
+ *                                       reads its source and writes its destination) and of the work the
+ *                                       synchronisation waited for stays queued until the next one (default 0).
  *   STAND_IN_READ_ONLY_REGISTER=0|1     CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED (default 1).
  *   STAND_IN_PEER_ACCESS=0|1            what cuDeviceCanAccessPeer says for two different devices (default 1);
  *                                       with 0, cuCtxEnablePeerAccess is CUDA_ERROR_PEER_ACCESS_UNSUPPORTED.
@@ -252,6 +258,7 @@ static struct {
     unsigned long long fail_alloc_nth;
     long long fail_copy_after; /* -1: never */
     int copy_error;
+    int early_error; /* STAND_IN_EARLY_ERROR */
     unsigned long long ctx_reserve;
     int read_only_register;
     int peer_access;
@@ -401,6 +408,7 @@ static void load_config(void) {
     e = getenv("STAND_IN_FAIL_COPY_AFTER");
     cfg.fail_copy_after = e && *e ? (long long)parse_bytes(e, 0) : -1;
     cfg.copy_error = parse_error(getenv("STAND_IN_COPY_ERROR"), CUDA_ERROR_ILLEGAL_ADDRESS);
+    cfg.early_error = env_flag("STAND_IN_EARLY_ERROR", 0);
     cfg.ctx_reserve = parse_bytes(getenv("STAND_IN_CONTEXT_RESERVE"), 256ULL << 20);
     cfg.read_only_register = env_flag("STAND_IN_READ_ONLY_REGISTER", 1);
     cfg.peer_access = env_flag("STAND_IN_PEER_ACCESS", 1);
@@ -477,6 +485,7 @@ struct op {
     struct stand_in_stream *wait;  /* OP_WAIT: this stream must have executed everything up to wait_seq */
     unsigned long long wait_seq;
     unsigned char value;           /* OP_SET: the byte written to [dst, dst + n) */
+    int rest;                      /* the rest of a copy that failed early (STAND_IN_EARLY_ERROR): runs whole */
     struct op *next;
 };
 
@@ -704,18 +713,37 @@ static struct stand_in_stream *resolve_stream(CUstream s, CUresult *r) {
 }
 
 /* With the lock held: the copy-failure knob. Copies what may be copied and says whether to fail. */
-static CUresult do_copy(void *dst, const void *src, size_t n) {
+/* Copies n bytes, or up to the STAND_IN_FAIL_COPY_AFTER budget and fails; *done (when non-NULL) gets the bytes
+ * copied. */
+static CUresult do_copy_part(void *dst, const void *src, size_t n, size_t *done) {
     if (cfg.fail_copy_after >= 0 && bytes_copied + n > (unsigned long long)cfg.fail_copy_after) {
         size_t part = bytes_copied < (unsigned long long)cfg.fail_copy_after
                           ? (size_t)((unsigned long long)cfg.fail_copy_after - bytes_copied)
                           : 0;
         if (part) memcpy(dst, src, part);
         bytes_copied += part;
+        if (done) *done = part;
         return cfg.copy_error;
     }
     if (n) memcpy(dst, src, n);
     bytes_copied += n;
+    if (done) *done = n;
     return CUDA_SUCCESS;
+}
+
+static CUresult do_copy(void *dst, const void *src, size_t n) { return do_copy_part(dst, src, n, NULL); }
+
+/* Set by run_head when a copy failed early (STAND_IN_EARLY_ERROR): a drain for a synchronisation point
+ * (early_ok, set by the calls that report errors) stops there; barriers (frees, allocations, staging) run on. */
+static int early_stop, early_ok;
+
+/* drain() for a synchronisation point that reports errors: it may return early (STAND_IN_EARLY_ERROR). */
+static void drain(struct stand_in_stream *target, unsigned long long upto);
+static struct op *new_op(int kind);
+static void drain_sync(struct stand_in_stream *target, unsigned long long upto) {
+    early_ok = 1;
+    drain(target, upto);
+    early_ok = 0;
 }
 
 /* Sleeps what the call owes (latency knobs), outside the lock like a real wake-up or driver-side work. */
@@ -837,7 +865,30 @@ static void run_head(struct stand_in_stream *s) {
     s->head = op->next;
     if (!s->head) s->tail = NULL;
     deferred_ops++;
-    if (op->kind == OP_COPY) {
+    if (op->kind == OP_COPY && op->rest) {
+        /* The rest of a copy whose error was reported early: the DMA finishing, whole. */
+        if (op->n) memmove(op->dst, op->src, op->n);
+    } else if (op->kind == OP_COPY && cfg.early_error && !op->foreign && !op->peer_src) {
+        size_t done = 0;
+        CUresult r = do_copy_part(op->dst, op->src, op->n, &done);
+        if (r && !is_sticky(r)) {
+            /* Reported now, while the copy goes on: its rest stays at the head of the stream, with its seq. */
+            struct op *rest = new_op(OP_COPY);
+            rest->seq = op->seq;
+            rest->dst = op->dst + done;
+            rest->src = op->src + done;
+            rest->n = op->n - done;
+            rest->owned = op->owned; /* a staged source moves with the rest */
+            op->owned = NULL;
+            rest->rest = 1;
+            rest->next = s->head;
+            s->head = rest;
+            if (!s->tail) s->tail = rest;
+            deferred_ops--; /* counted when the rest runs */
+            early_stop = 1;
+        }
+        if (r) fail_with(s->ctx, r);
+    } else if (op->kind == OP_COPY) {
         CUresult r = execute_copy(s->ctx, op);
         if (r) fail_with(s->ctx, r);
     } else if (op->kind == OP_SET) {
@@ -880,6 +931,10 @@ static void drain(struct stand_in_stream *target, unsigned long long upto) {
             abort();
         }
         run_head(runnable[cfg.seed ? next_random() % r : 0]);
+        if (early_stop) {
+            early_stop = 0;
+            if (early_ok) break; /* an error reported before its copy ended: the synchronisation returns now */
+        }
     }
     free(runnable);
     free(v);
@@ -1251,7 +1306,9 @@ static CUresult ctx_synchronize(void) {
     if (r) return r;
     spinning_waits++;
     owed_us += cfg.wakeup_us;
+    early_ok = 1;
     if (cfg.deferred) drain_context(current);
+    early_ok = 0;
     return sync_result(current);
 }
 EXPORT CUresult cuCtxSynchronize(void) { LOCKED(ctx_synchronize()); }
@@ -1585,9 +1642,9 @@ static CUresult stream_sync(CUstream hs) {
          * work of every blocking stream (a marker queued like any legacy operation). */
         struct op *marker = new_op(OP_RECORD);
         enqueue(s, marker);
-        drain(s, marker->seq);
+        drain_sync(s, marker->seq);
     } else if (cfg.deferred && s->tail) {
-        drain(s, s->tail->seq);
+        drain_sync(s, s->tail->seq);
     }
     return sync_result(current);
 }
@@ -1656,7 +1713,7 @@ static CUresult event_query(CUevent e) {
         e->pending_queries--;
         return CUDA_ERROR_NOT_READY;
     }
-    if (cfg.deferred) drain(e->stream, e->seq);
+    if (cfg.deferred) drain_sync(e->stream, e->seq);
     return sync_result(e->ctx);
 }
 EXPORT CUresult cuEventQuery(CUevent e) { LOCKED(event_query(e)); }
@@ -1667,7 +1724,7 @@ static CUresult event_sync(CUevent e) {
     if (!(e->flags & CU_EVENT_BLOCKING_SYNC)) spinning_waits++;
     if (event_pending(e) || !cfg.deferred) owed_us += cfg.wakeup_us; /* a blocked thread's wake-up */
     e->pending_queries = 0;
-    if (cfg.deferred && event_pending(e)) drain(e->stream, e->seq);
+    if (cfg.deferred && event_pending(e)) drain_sync(e->stream, e->seq);
     return sync_result(e->ctx);
 }
 EXPORT CUresult cuEventSynchronize(CUevent e) { LOCKED(event_sync(e)); }
