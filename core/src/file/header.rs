@@ -530,8 +530,51 @@ fn parse_raw(json: &str) -> Result<RawHeader> {
     parse_raw_serde(json)
 }
 
+/// The deepest nesting of arrays and objects a header may have: what serde_json's recursion limit lets the
+/// reference crate read (it refuses 128 levels, "recursion limit exceeded"). Our pass skips unknown fields
+/// without recursing, so it would read any depth; this keeps both verdicts the same.
+pub(crate) const MAX_JSON_DEPTH: usize = 127;
+
+/// Where the header's nesting of arrays and objects first goes deeper than [`MAX_JSON_DEPTH`] (a byte
+/// offset), if it does; brackets inside strings do not count.
+fn too_deep(json: &str) -> Option<usize> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (i, &b) in json.as_bytes().iter().enumerate() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_JSON_DEPTH {
+                    return Some(i);
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
 /// The serde pass: every header, every verdict and message.
 fn parse_raw_serde(json: &str) -> Result<RawHeader> {
+    if let Some(at) = too_deep(json) {
+        return Err(Error::new(
+            Status::InvalidHeaderJson,
+            format!(
+                "header JSON is nested more than {MAX_JSON_DEPTH} levels deep (at byte {at} of the header), past \
+                 the recursion limit of safetensors' own reader"
+            ),
+        ));
+    }
     let side = Side::default();
     let mut de = serde_json::Deserializer::from_str(json);
     let parsed = TopSeed(&side).deserialize(&mut de).and_then(|h| de.end().map(|_| h));
