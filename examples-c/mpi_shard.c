@@ -15,6 +15,7 @@
 #include <inttypes.h>
 #include <mpi.h>
 #include <stdint.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,25 @@ static int write_shard(const char *path, const struct demo_tensor *t, size_t n, 
     return fclose(f);
 }
 
+/* With a report folder (the third argument), each rank also writes its result lines there, one file per rank
+ * (report-<rank>.txt): a test reads them without parsing mpirun's output, which MPI itself writes to as well. */
+static const char *report_dir;
+static void report(const char *fmt, ...) {
+    if (!report_dir) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/report-%d.txt", report_dir, rank_);
+    FILE *f = fopen(path, "a");
+    if (!f) {
+        fprintf(stderr, "rank %d: cannot write %s\n", rank_, path);
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fclose(f);
+}
+
 static void write_demo(const char *index) {
     char dir[1024], p1[1200], p2[1200];
     snprintf(dir, sizeof dir, "%s", index);
@@ -113,6 +133,7 @@ static void write_demo(const char *index) {
     fprintf(f, "}}\n");
     fclose(f);
     printf("rank 0: wrote a demo set at %s\n", index);
+    report("wrote a demo set\n");
 }
 
 /* ---- the reference: a block of a whole C-order tensor, element by element ---- */
@@ -136,11 +157,12 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     if (argc < 2) {
-        if (rank_ == 0) fprintf(stderr, "usage: mpirun -np W %s INDEX.json [DEVICE]\n", argv[0]);
+        if (rank_ == 0) fprintf(stderr, "usage: mpirun -np W %s INDEX.json [DEVICE [REPORT_DIR]]\n", argv[0]);
         MPI_Finalize();
         return 2;
     }
     const char *index = argv[1];
+    report_dir = argc > 3 ? argv[3] : NULL;
     struct stat sb;
     if (rank_ == 0 && stat(index, &sb) != 0) write_demo(index);
     MPI_Barrier(MPI_COMM_WORLD);
@@ -204,6 +226,7 @@ int main(int argc, char **argv) {
     }
     printf("rank %d on %s: %zu shards, %" PRIu64 " bytes, %" PRIu64 " bytes read from the files\n", rank_, spec, n,
            mine[0], mine[1]);
+    report("rank %d on %s: %zu shards\n", rank_, spec, n);
     fflush(stdout);
 
     uint64_t *all = rank_ == 0 ? calloc(n * (size_t)world + 1, sizeof *all) : NULL;
@@ -253,6 +276,7 @@ int main(int argc, char **argv) {
         printf("rank 0: %zu tensors x %d ranks verified against the whole file: %s; "
                "all ranks read %" PRIu64 " bytes for %" PRIu64 " bytes of shards (the files hold %" PRIu64 ")\n",
                n, world, failures ? "MISMATCH" : "every checksum matches", totals[1], totals[0], data_bytes);
+        report("%zu tensors x %d ranks verified: %s\n", n, world, failures ? "MISMATCH" : "every checksum matches");
         free(all);
     }
     free(sums);

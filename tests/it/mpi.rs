@@ -47,20 +47,32 @@ fn four_ranks_load_their_shards_and_rank0_verifies() {
     let dir = scratch(&format!("mpi-{}", std::process::id()));
     let index = dir.join("model.safetensors.index.json");
     let _ = std::fs::remove_file(&index);
-    let out = mpirun(&bin, "4", &[index.to_str().unwrap()]);
+    // Results come through per-rank report files, not mpirun's stdout (which MPI writes to as well).
+    let reports = |np: usize| -> Vec<String> {
+        (0..np).map(|r| std::fs::read_to_string(dir.join(format!("report-{r}.txt"))).unwrap_or_default()).collect()
+    };
+    let clear = || {
+        for r in 0..8 {
+            let _ = std::fs::remove_file(dir.join(format!("report-{r}.txt")));
+        }
+    };
+    clear();
+    let out = mpirun(&bin, "4", &[index.to_str().unwrap(), "cpu", dir.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "mpirun failed ({}):\n{stdout}\n{stderr}", out.status);
-    assert!(stdout.contains("wrote a demo set"), "{stdout}");
-    for r in 0..4 {
-        assert!(stdout.contains(&format!("rank {r} on cpu: 6 shards")), "{stdout}");
+    let r = reports(4);
+    assert!(r[0].contains("wrote a demo set"), "{r:?}");
+    for (rank, text) in r.iter().enumerate() {
+        assert!(text.contains(&format!("rank {rank} on cpu: 6 shards")), "{r:?}");
     }
-    assert!(stdout.contains("6 tensors x 4 ranks verified against the whole file: every checksum matches"), "{stdout}");
+    assert!(r[0].contains("6 tensors x 4 ranks verified: every checksum matches"), "{r:?}");
     // The set now exists: a second run (2 ranks) reads it as it is.
-    let out = mpirun(&bin, "2", &[index.to_str().unwrap()]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && !stdout.contains("wrote a demo set"), "{stdout}");
-    assert!(stdout.contains("6 tensors x 2 ranks verified"), "{stdout}");
+    clear();
+    let out = mpirun(&bin, "2", &[index.to_str().unwrap(), "cpu", dir.to_str().unwrap()]);
+    let r = reports(2);
+    assert!(out.status.success() && !r[0].contains("wrote a demo set"), "{r:?}");
+    assert!(r[0].contains("6 tensors x 2 ranks verified: every checksum matches"), "{r:?}");
     // 5 ranks cannot split the 512 embedding rows evenly: every rank's plan fails with INVALID_ARGUMENT
     // naming the tensor, and the job fails.
     let out = mpirun(&bin, "5", &[index.to_str().unwrap()]);

@@ -187,7 +187,8 @@ CHILD = textwrap.dedent(r"""
     ok = []
     for k, b in enumerate(g.stream(tok, offs, depth=3)):
         ok.append(str(b.device) == "cuda:0" and b.tobytes() == np.stack([ref[o:o + 16] for o in offs[k]]).tobytes())
-    print(json.dumps({"n": len(ok), "ok": all(ok)}))
+    with open(sys.argv[2], "w") as f:  # a file of its own: nothing else writes there
+        json.dump({"n": len(ok), "ok": all(ok)}, f)
 """)
 
 
@@ -203,10 +204,10 @@ def test_stream_on_the_stand_in(tmp_path, deferred):
     env["PYTHONPATH"] = str(Path(hostfirst.__file__).resolve().parents[1])
     env["LD_LIBRARY_PATH"] = f"{d}:{env.get('LD_LIBRARY_PATH', '')}".rstrip(":")
     env.update(STAND_IN_DEVICES="1", STAND_IN_DEFERRED=deferred, STAND_IN_POISON_FRESH="1", STAND_IN_LEAK_REPORT="1")
-    out = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "t.safetensors")], env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "t.safetensors"), str(tmp_path / "r.json")],
+                         env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == {"n": 20, "ok": True}
+    assert json.loads((tmp_path / "r.json").read_text()) == {"n": 20, "ok": True}
 
 
 def test_read_engine_is_named():

@@ -28,17 +28,17 @@ def env(devices):
     return e
 
 
-def result(p):
+def result(p, folder, process=0):
+    """The check's result, from the file it writes (never from stdout, which JAX's collectives print to too)."""
     out, err = p.communicate(timeout=240)
     assert p.returncode == 0, err[-3000:]
-    # JAX's collectives (gloo) print progress lines on stdout too: take our JSON line.
-    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+    return json.loads((Path(folder) / f"result-{process}.json").read_text())
 
 
 def test_one_process_2x4_mesh(tmp_path):
     p = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], env=env(8), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
-    r = result(p)
+    r = result(p, tmp_path)
     assert (r["devices"], r["local"], r["arrays"]) == (8, 8, 6)
     assert r["shards_checked"] == 5 * 8 + 1
     # One plan per (mesh, split axes); devices holding the same part are read once, into the first of them.
@@ -57,7 +57,7 @@ def test_two_processes_jax_distributed(tmp_path):
         port = str(s.getsockname()[1])
     procs = [subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path), port, str(rank)], env=env(4),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
-    rs = [result(p) for p in procs]
+    rs = [result(p, tmp_path, rank) for rank, p in enumerate(procs)]
     for rank, r in enumerate(rs):
         assert (r["process"], r["devices"], r["local"], r["arrays"]) == (rank, 8, 4, 5)
         assert r["shards_checked"] == 5 * 4  # its own 4 devices' shards, not the other process's
