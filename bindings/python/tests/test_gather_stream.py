@@ -66,7 +66,7 @@ def test_a_2d_array_streams_without_a_pause(tmp_path):
     for k, b in enumerate(g.stream(tok, offs, depth=3)):
         np.testing.assert_array_equal(np.asarray(b), windows(ref, offs[k], 33))
         if k == 255:
-            for _ in range(200):  # up to 2 s for the worker to fill the 3 batches after this one
+            for _ in range(12000):  # the worker is asynchronous: wait (up to 2 min, never a speed test) for it
                 if g.ring()[2] >= 4:
                     break
                 time.sleep(0.01)
@@ -75,7 +75,7 @@ def test_a_2d_array_streams_without_a_pause(tmp_path):
 
 
 def _wait_held(g, want):
-    for _ in range(500):  # up to 5 s for the worker to fill what it may
+    for _ in range(12000):  # up to 2 min (never a speed test) for the worker to fill what it may
         if g.ring()[2] >= want:
             break
         time.sleep(0.01)
