@@ -8,7 +8,9 @@ use crate::error::{Error, Status};
 use crate::place::Buffer;
 use std::ffi::{c_char, c_void};
 
-/// A buffer: memory owned on one device (cpu, cuda:N or cuda_host) holding one tensor's bytes. Created by a
+/// A buffer: memory owned on one device (cpu, cuda:N or cuda_host) holding one tensor's bytes (cuda:N and
+/// cuda_host memory is unusable in a child forked after CUDA was initialised: its calls give `UNAVAILABLE`
+/// there, and a raw address from `hostfirst_buffer_describe` must not be read there). Created by a
 /// put (or a load, or a gather); released with `hostfirst_buffer_free`. Buffers outlive the file they came
 /// from. Read-only calls on one buffer may run from several threads at once.
 pub struct hostfirst_buffer {
@@ -142,7 +144,14 @@ pub extern "C" fn hostfirst_buffer_record_stream(buffer: *const hostfirst_buffer
 
 /// Copies the whole buffer (from any device) into the caller's host memory `(dst, capacity)`. A capacity
 /// below the buffer's size gives `BUFFER_TOO_SMALL` and writes nothing; `(NULL, 0)` copies an empty buffer.
-/// Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`, `DEVICE_ERROR`. Thread-safe.
+/// For `cuda:N` the copy is a synchronous `cuMemcpyDtoH` on the legacy default stream: it sees every hostfirst
+/// write (they have completed when the call that made them returned) and is ordered after work queued on
+/// blocking streams, but it does **not** wait for work a consumer queued on a non-blocking stream (a
+/// framework's side stream, or the `CUstream` a DLPack export was made for): when such work writes into the
+/// buffer, synchronise that stream before calling this; that is the caller's job. In a child forked after CUDA
+/// was initialised, `cuda:N` and `cuda_host` buffers give `UNAVAILABLE` naming fork(): their memory was
+/// allocated by the CUDA driver, which the child cannot use (page-locked pages may be absent there).
+/// Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNAVAILABLE`, `DEVICE_ERROR`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_buffer_copy_to_host(
     buffer: *const hostfirst_buffer,
