@@ -1541,7 +1541,10 @@ typedef struct hostfirst_put_stats {
 
 /**
  * Frees a buffer and its device or host memory. NULL is a no-op; a freed or foreign handle gives
- * `INVALID_HANDLE` and frees nothing. Memory is released once no call in flight still uses the buffer.
+ * `INVALID_HANDLE` and frees nothing. Memory is released once no call in flight still uses the buffer. Safe
+ * from a garbage collector's finalizer during another framework's CUDA graph capture: the free is made in
+ * relaxed capture mode, or kept for the next hostfirst call while a capture is seen (as a DLPack deleter's
+ * release; see `hostfirst_buffer_to_dlpack`).
  */
 hostfirst_status hostfirst_buffer_free(struct hostfirst_buffer *buffer);
 
@@ -1590,7 +1593,9 @@ hostfirst_status hostfirst_buffer_sync_stream(const struct hostfirst_buffer *buf
  * the device's legacy default stream, which is ordered after every blocking stream's work (every thread's
  * per-thread default stream included), so it covers the consumer's work from whichever thread this is
  * called. -1 and host buffers: nothing to do. If the event cannot be recorded (`DEVICE_ERROR`), the buffer
- * is never rewritten: a gather drops that batch from its ring. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
+ * is never rewritten: a gather drops that batch from its ring. The record is made in relaxed stream-capture
+ * mode; while another framework's CUDA graph capture is seen it makes no driver call at all, and the next
+ * rewrite waits for the whole device instead. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
  * `INVALID_ARGUMENT`, `DEVICE_ERROR`. Thread-safe.
  */
 hostfirst_status hostfirst_buffer_record_stream(const struct hostfirst_buffer *buffer,

@@ -11,9 +11,15 @@
  *                                    nor exported (DLPack), nor can a cuda_host buffer or a cuda_host gather's
  *                                    batches (page-locked by the driver: the stand-in leaves those pages out of
  *                                    the child, so touching them would crash it), each with UNAVAILABLE naming
- *                                    fork(), and the driver is never called; the parent still uses CUDA. */
+ *                                    fork(), and the driver is never called; the parent still uses CUDA.
+ *   test_cuda_process capture FILE   while another framework captures a CUDA graph (the stand-in's
+ *                                    stand_in_begin_capture, modes from STAND_IN_CAPTURE_*), a garbage collector's
+ *                                    finalizer calls hostfirst_buffer_record_stream then hostfirst_buffer_free, on
+ *                                    the capturing thread and on another: the capture stays valid, and the memory
+ *                                    is freed by the next hostfirst call after it. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -176,6 +182,58 @@ static void fork_test(void) {
     CHECK_OK(hostfirst_release_cached_memory());
 }
 
+typedef unsigned long long (*control_fn)(void);
+
+static unsigned long long stand_in_control(const char *name, int arg, int with_arg) {
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    CHECK(lib != NULL);
+    void *f = dlsym(lib, name);
+    CHECK(f != NULL);
+    unsigned long long v;
+    if (with_arg) {
+        unsigned long long (*g)(int);
+        *(void **)&g = f;
+        v = g(arg);
+    } else {
+        control_fn g;
+        *(void **)&g = f;
+        v = g();
+    }
+    dlclose(lib);
+    return v;
+}
+
+/* What a garbage collector's finalizer does with a buffer a consumer used by address (Python's
+ * __cuda_array_interface__): record the consumer's stream, then free the handle. */
+static void *finalize(void *buf) {
+    CHECK_OK(hostfirst_buffer_record_stream((hostfirst_buffer *)buf, 1));
+    CHECK_OK(hostfirst_buffer_free((hostfirst_buffer *)buf));
+    return NULL;
+}
+
+static void capture_test(void) {
+    hostfirst_file *file = NULL;
+    hostfirst_view *view = NULL;
+    hostfirst_buffer *a = NULL, *b = NULL;
+    open_tokens(&file, &view);
+    hostfirst_device gpu = {HOSTFIRST_DEVICE_CUDA, 0};
+    CHECK_OK(hostfirst_put(view, &gpu, NULL, &a, NULL));
+    CHECK_OK(hostfirst_put(view, &gpu, NULL, &b, NULL));
+    CHECK_OK(hostfirst_release_cached_memory());
+    CHECK(stand_in_counter("stand_in_live_allocations") == 2);
+    CHECK(stand_in_control("stand_in_begin_capture", 0, 1) == 0);
+    finalize(a); /* on the capturing thread */
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, finalize, b) == 0); /* and on another */
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK(stand_in_counter("stand_in_capture_refusals") == 0);
+    CHECK(stand_in_control("stand_in_end_capture", 0, 0) == 0); /* the capture is still valid */
+    CHECK_OK(hostfirst_release_cached_memory()); /* a safe point: frees kept during the capture are done */
+    CHECK(stand_in_counter("stand_in_live_allocations") == 0);
+    CHECK_OK(hostfirst_view_free(view));
+    CHECK_OK(hostfirst_file_free(file));
+}
+
 int main(int argc, char **argv) {
     CHECK(argc >= 3);
     path = argv[2];
@@ -185,6 +243,8 @@ int main(int argc, char **argv) {
         if (argc > 3 && !strcmp(argv[3], "census")) CHECK(hostfirst_backend_count() == 2);
     } else if (!strcmp(argv[1], "fork")) {
         fork_test();
+    } else if (!strcmp(argv[1], "capture")) {
+        capture_test();
     } else {
         CHECK(!"unknown mode");
     }

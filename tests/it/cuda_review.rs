@@ -209,3 +209,33 @@ fn cuda_release_during_a_graph_capture_keeps_the_capture_valid() {
         in_stand_in_child(TEST, knobs, body);
     }
 }
+
+/// A garbage collector's finalizer (Python frees a Buffer a consumer used by address: it records the consumer's
+/// stream, then frees the handle) during another framework's CUDA graph capture, on the capturing thread and on
+/// another (`tests/c/test_cuda_process.c capture`): the capture stays valid, and the device memory is freed by
+/// the next hostfirst call after the capture. Before the fix `hostfirst_buffer_record_stream` and
+/// `hostfirst_buffer_free` made their driver calls in global mode and invalidated the capture.
+#[test]
+fn cuda_finalizer_during_a_graph_capture_keeps_the_capture_valid() {
+    let src = root().join("tests/c/test_cuda_process.c");
+    let bin = compile_c(&[&src], "test_cuda_process_capture", &["-ldl", "-lpthread"]);
+    let n = 4096usize;
+    let h = format!(r#"{{"tokens":{{"dtype":"U16","shape":[{n}],"data_offsets":[0,{}]}}}}"#, 2 * n);
+    let mut img = (h.len() as u64).to_le_bytes().to_vec();
+    img.extend_from_slice(h.as_bytes());
+    img.extend((0..n).flat_map(|i| ((i * 5 + 1) as u16).to_le_bytes()));
+    let path = scratch("cuda_review_finalizer").join("process.safetensors");
+    std::fs::write(&path, img).unwrap();
+    for knobs in [
+        &[("STAND_IN_CAPTURE_MODE", Some("global"))][..],
+        &[("STAND_IN_CAPTURE_MODE", Some("global")), ("STAND_IN_CAPTURE_BLOCKING", Some("1"))],
+        &[("STAND_IN_CAPTURE_MODE", Some("thread_local"))],
+    ] {
+        let mut all = knobs.to_vec();
+        all.push(("STAND_IN_LEAK_REPORT", Some("1")));
+        let out = run_with_stand_in(&bin, &["capture", path.to_str().unwrap()], &all);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{knobs:?}: {err}");
+        assert_clean_exit_report(&err, "capture");
+    }
+}

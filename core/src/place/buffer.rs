@@ -345,6 +345,15 @@ impl Buffer {
         }
     }
 
+    /// The release side without any driver call, for where none may be made now (another framework's graph
+    /// capture is seen): the next rewrite waits for the whole device instead, as after a release from a
+    /// consumer's own stream ([`Buffer::record_release`]). Nothing for host memory or [`ConsumerStream::NoSync`].
+    pub fn release_without_driver_calls(&mut self, consumer: ConsumerStream) {
+        if consumer != ConsumerStream::NoSync && matches!(self.mem, Memory::Cuda(_)) {
+            self.wait_for_device = true;
+        }
+    }
+
     /// CUDA: true once a consumer's release could not be recorded ([`Buffer::record_stream`] failed): hostfirst
     /// cannot order a rewrite after that consumer's work, so it never rewrites this buffer.
     pub fn release_failed(&self) -> bool {

@@ -210,6 +210,34 @@ pub fn export_buffer(
     Ok(out)
 }
 
+/// The release side for a consumer that names its stream when it lets go (`hostfirst_buffer_record_stream`,
+/// often called from a garbage collector's finalizer): [`Buffer::record_stream`] on that live stream, in
+/// relaxed capture mode; while another framework's graph capture is seen, no driver call at all
+/// ([`Buffer::release_without_driver_calls`]: the next rewrite waits for the device).
+pub fn record_consumer_stream(buf: &Arc<Mutex<Buffer>>, consumer: ConsumerStream) -> Result<()> {
+    crate::device::cuda::capture::with_relaxed(|capturing| {
+        let mut g = buf.lock().unwrap_or_else(|p| p.into_inner());
+        if capturing {
+            g.release_without_driver_calls(consumer);
+            Ok(())
+        } else {
+            g.record_stream(consumer)
+        }
+    })
+}
+
+/// Drops a reference to a buffer (a handle freed): when it may be the last one of `cuda:N` or `cuda_host`
+/// memory, the free goes through [`crate::device::cuda::capture::release_or_defer`] (relaxed capture mode, or
+/// kept for a safe point while a capture is seen).
+pub fn drop_buffer(buf: Arc<Mutex<Buffer>>) {
+    let host = buf.lock().unwrap_or_else(|p| p.into_inner()).device().kind == DeviceKind::CPU;
+    if host {
+        drop(buf);
+    } else {
+        crate::device::cuda::capture::release_or_defer(buf);
+    }
+}
+
 /// Records the release of an export: for a CUDA buffer exported for a consumer stream, what orders
 /// hostfirst's next write into the buffer after that consumer's work ([`Buffer::record_release`]: an event on
 /// the legacy default stream, or a wait for the device before the rewrite; the consumer's own stream is never

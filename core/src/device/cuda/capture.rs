@@ -151,6 +151,21 @@ pub fn safe_point() {
     RELEASING.with(|r| r.set(false));
 }
 
+/// Runs `f` with the calling thread's capture interaction mode relaxed, telling it whether a capture its CUDA
+/// calls could conflict with is seen now (`true` also when the driver does not say): then `f` must make none.
+/// Without CUDA, `f(false)`. For C calls a garbage collector makes (a finalizer recording a consumer's stream
+/// before it frees a buffer, see `hostfirst_buffer_record_stream`).
+pub fn with_relaxed<R>(f: impl FnOnce(bool) -> R) -> R {
+    let Ok(api) = api() else { return f(false) };
+    let was = RELEASING.with(|r| r.replace(true));
+    let relaxed = Relaxed::enter(api);
+    let seen = relaxed.is_none() || capture_seen(api);
+    let r = f(seen);
+    drop(relaxed);
+    RELEASING.with(|r| r.set(was));
+    r
+}
+
 /// How many releases are kept for the next safe point (for tests and diagnostics).
 pub fn deferred_releases() -> usize {
     PENDING.load(Ordering::Acquire)
