@@ -26,7 +26,7 @@
 //!
 //! In a child forked after CUDA was initialised nothing is kept: dropping a release makes no driver call there.
 
-use super::driver::{Api, CUDA_SUCCESS};
+use super::driver::{is_sticky, Api, CUDA_SUCCESS};
 use super::memory::Context;
 use super::probe::api;
 use crate::forksafe::GlobalMutex;
@@ -77,7 +77,8 @@ impl Drop for Relaxed {
 }
 
 /// True when a capture the releases could conflict with is running in a context this process holds, or when
-/// the driver does not say (see the module documentation). Called in relaxed mode.
+/// the driver does not say (see the module documentation); a context poisoned by a sticky error counts as not
+/// capturing (releases in it fail harmlessly, and kept ones would never be done). Called in relaxed mode.
 fn capture_seen(api: &'static Api) -> bool {
     for ctx in Context::retained() {
         let Ok(_current) = ctx.enter() else { return true };
@@ -85,6 +86,10 @@ fn capture_seen(api: &'static Api) -> bool {
             let mut status: c_int = CAPTURE_STATUS_NONE;
             // SAFETY: a default stream handle of the current context and a valid out-pointer.
             let r = unsafe { (api.stream_is_capturing)(stream as super::driver::RawHandle, &mut status) };
+            // A sticky error: the context is dead, every call in it fails harmlessly and no capture runs there.
+            if is_sticky(r) {
+                break;
+            }
             if r != CUDA_SUCCESS || status != CAPTURE_STATUS_NONE {
                 return true;
             }
