@@ -265,7 +265,9 @@ def main(path):
         w("resident-registered, anonymous RSS during the put, the torch/JAX safetensors peers, gather to cuda, the")
         w("larger-than-GPU token file) stays empty until `benches/gpu/run.sh` runs on a real GPU (`benches/gpu/README.md`);")
         w("no figure is estimated. The harness has run end to end only against the stand-in driver (`--dry-run`). The first")
-        w("GPU run starts with the correctness op (`--only check`); its results come first in this section, before any timing.\n")
+        w("GPU run is one prepared call (`bash benches/gpu/run.sh first`, issue 32): the census, `gpu-check`, a 4096-tensor")
+        w("load check and the torch/JAX consumers before any timing, then H2D against the pinned peak, then memcheck; its")
+        w("results come first in this section, pass or fail, with the machine.\n")
 
     # ------------------------------------------------------------------ 6. copy-on-write put
     def cow(op, impl):

@@ -1417,7 +1417,9 @@ hostfirst_status hostfirst_view_prefault(const struct hostfirst_view *view,
  * ============================================================================================================== */
 
 /**
- * A buffer: memory owned on one device (cpu, cuda:N or cuda_host) holding one tensor's bytes. Created by a
+ * A buffer: memory owned on one device (cpu, cuda:N or cuda_host) holding one tensor's bytes (cuda:N and
+ * cuda_host memory is unusable in a child forked after CUDA was initialised: its calls give `UNAVAILABLE`
+ * there, and a raw address from `hostfirst_buffer_describe` must not be read there). Created by a
  * put (or a load, or a gather); released with `hostfirst_buffer_free`. Buffers outlive the file they came
  * from. Read-only calls on one buffer may run from several threads at once.
  */
@@ -1563,7 +1565,10 @@ typedef struct hostfirst_put_stats {
 
 /**
  * Frees a buffer and its device or host memory. NULL is a no-op; a freed or foreign handle gives
- * `INVALID_HANDLE` and frees nothing. Memory is released once no call in flight still uses the buffer.
+ * `INVALID_HANDLE` and frees nothing. Memory is released once no call in flight still uses the buffer. Safe
+ * from a garbage collector's finalizer during another framework's CUDA graph capture: the free is made in
+ * relaxed capture mode, or kept for the next hostfirst call while a capture is seen (as a DLPack deleter's
+ * release; see `hostfirst_buffer_to_dlpack`).
  */
 hostfirst_status hostfirst_buffer_free(struct hostfirst_buffer *buffer);
 
@@ -1612,7 +1617,9 @@ hostfirst_status hostfirst_buffer_sync_stream(const struct hostfirst_buffer *buf
  * the device's legacy default stream, which is ordered after every blocking stream's work (every thread's
  * per-thread default stream included), so it covers the consumer's work from whichever thread this is
  * called. -1 and host buffers: nothing to do. If the event cannot be recorded (`DEVICE_ERROR`), the buffer
- * is never rewritten: a gather drops that batch from its ring. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
+ * is never rewritten: a gather drops that batch from its ring. The record is made in relaxed stream-capture
+ * mode; while another framework's CUDA graph capture is seen it makes no driver call at all, and the next
+ * rewrite waits for the whole device instead. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
  * `INVALID_ARGUMENT`, `DEVICE_ERROR`. Thread-safe.
  */
 hostfirst_status hostfirst_buffer_record_stream(const struct hostfirst_buffer *buffer,
@@ -1621,7 +1628,14 @@ hostfirst_status hostfirst_buffer_record_stream(const struct hostfirst_buffer *b
 /**
  * Copies the whole buffer (from any device) into the caller's host memory `(dst, capacity)`. A capacity
  * below the buffer's size gives `BUFFER_TOO_SMALL` and writes nothing; `(NULL, 0)` copies an empty buffer.
- * Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`, `DEVICE_ERROR`. Thread-safe.
+ * For `cuda:N` the copy is a synchronous `cuMemcpyDtoH` on the legacy default stream: it sees every hostfirst
+ * write (they have completed when the call that made them returned) and is ordered after work queued on
+ * blocking streams, but it does **not** wait for work a consumer queued on a non-blocking stream (a
+ * framework's side stream, or the `CUstream` a DLPack export was made for): when such work writes into the
+ * buffer, synchronise that stream before calling this; that is the caller's job. In a child forked after CUDA
+ * was initialised, `cuda:N` and `cuda_host` buffers give `UNAVAILABLE` naming fork(): their memory was
+ * allocated by the CUDA driver, which the child cannot use (page-locked pages may be absent there).
+ * Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNAVAILABLE`, `DEVICE_ERROR`. Thread-safe.
  */
 hostfirst_status hostfirst_buffer_copy_to_host(const struct hostfirst_buffer *buffer,
                                                void *dst,
@@ -2155,6 +2169,10 @@ hostfirst_status hostfirst_load_options_init(struct hostfirst_load_options *out,
  * a file truncated since it was opened gives `TRUNCATED`, not a crash) as long as the bytes read between
  * them stay within 1.25 pages read per page needed. A buffer obtained from the load keeps its device's
  * allocation alive: the memory is released when the load and every buffer handle from it are freed.
+ * **One kept tensor keeps the whole arena**: the allocation is one per device for all of that device's
+ * tensors, so a single buffer handle (or DLPack export) of one small tensor, kept after
+ * `hostfirst_load_free`, keeps every tensor's memory on that device allocated. To keep a few tensors and
+ * give the rest back, copy them out (`hostfirst_buffer_to`), then free the load and its handles.
  *
  * `opts` NULL means the defaults (copies, no progress callback); with `opts->copy_on_write = 1`, tensors
  * placed on `cpu` are mapped copy-on-write instead of copied (the fit check still runs before anything is
@@ -2185,7 +2203,8 @@ hostfirst_status hostfirst_load_count(const struct hostfirst_load *load, size_t 
  * and for a view a **new** `hostfirst_view` handle to `*out_view` (when non-NULL); the other output is set
  * to NULL. The caller frees each returned handle (`hostfirst_buffer_free`, `hostfirst_view_free`); a
  * returned buffer shares its memory with the load, and that memory is released when the load and every
- * handle to it are freed, in any order. Pass NULL for both to ask only for the kind. Errors:
+ * handle to it are freed, in any order; it is a part of its device's one allocation for the whole load, which
+ * it keeps allocated entirely (see `hostfirst_load_run`). Pass NULL for both to ask only for the kind. Errors:
  * `NULL_ARGUMENT` (load, name, out_kind), `INVALID_HANDLE`, `NOT_FOUND`. Thread-safe.
  */
 hostfirst_status hostfirst_load_get(const struct hostfirst_load *load,
@@ -2196,7 +2215,8 @@ hostfirst_status hostfirst_load_get(const struct hostfirst_load *load,
 
 /**
  * Frees a load. NULL is a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Buffers and views
- * obtained with `hostfirst_load_get` stay valid. Thread-safe.
+ * obtained with `hostfirst_load_get` stay valid, and while any buffer of a device (or a DLPack export of one)
+ * lives, that device's whole allocation for the load does too (see `hostfirst_load_run`). Thread-safe.
  */
 hostfirst_status hostfirst_load_free(struct hostfirst_load *load);
 
@@ -2905,20 +2925,38 @@ hostfirst_status hostfirst_view_to_dlpack(const struct hostfirst_view *view,
  * thread that queues the consumer's work, as the DLPack protocol does; > 2: the consumer's `CUstream`, which
  * must belong to the buffer's device; -1: the consumer synchronises itself) is made to wait for the event
  * recorded after hostfirst's last write into the buffer (`cuStreamWaitEvent`; the host is never blocked),
- * so its kernels never read a batch before the copy that produced it has finished. When the consumer calls
- * the deleter, an event is recorded on the consumer's stream (for 1 and 2: on the device's legacy default
- * stream, which is ordered after the work of every blocking stream, every thread's per-thread default stream
- * included, so the event covers the consumer's work whichever thread runs the deleter), and hostfirst's next
- * write into the buffer (a gather reusing the batch) waits for it on the device, so the rewrite never
- * overtakes the consumer's work queued before the release (as torch's `record_stream`). If that event cannot
- * be recorded, the batch is never rewritten (its gather drops it from the ring). With -1 neither happens:
- * the consumer owns the ordering. A `CUstream` passed here must stay alive (not destroyed) until the
- * deleter has run, and must be a stream of the buffer's device: the driver does not check stream handles,
- * and a destroyed or foreign one is undefined behaviour (a crash, or the wait or release landing on an
- * unrelated stream), not an error hostfirst can report. The stream is ignored for host buffers (cpu,
+ * so its kernels never read a batch before the copy that produced it has finished. DLPack defines that
+ * stream for the export call only, so the deleter never touches a consumer's own stream again (the consumer
+ * may have destroyed it by then; CuPy does on garbage collection). When the consumer calls the deleter: for 1
+ * and 2 an event is recorded on the device's legacy default stream, which is ordered after the work of every
+ * blocking stream, every thread's per-thread default stream included, so the event covers the consumer's
+ * work whichever thread runs the deleter, and hostfirst's next write into the buffer (a gather reusing the
+ * batch) waits for it on the device (as torch's `record_stream`); if that event cannot be recorded, the batch
+ * is never rewritten (its gather drops it from the ring). For a consumer's own `CUstream` nothing is called at
+ * release: the next rewrite first waits, on the host, until the whole device is idle (`cuCtxSynchronize`),
+ * which covers whatever the consumer queued before releasing; a consumer that wants the rewrite to overlap its
+ * later work calls `hostfirst_buffer_record_stream` on its live stream before releasing, or exports for stream
+ * 1 or 2. Either way the rewrite never overtakes the consumer's work queued before the release. With -1
+ * nothing is done: the consumer owns the ordering. A `CUstream` passed here must be a live stream of the
+ * buffer's device during this call (the driver does not check stream handles: a destroyed or foreign one is
+ * undefined behaviour, not an error hostfirst can report); it may be destroyed any time after.
+ *
+ * **Deleters and CUDA graph capture.** The deleter's CUDA calls (the event above; freeing the memory when the
+ * export held the last reference) run with the calling thread's stream capture mode set to relaxed
+ * (`cuThreadExchangeStreamCaptureMode`), so they do not invalidate another framework's graph capture
+ * (`torch.cuda.graph` captures in global mode). Where a capture they would conflict with is seen
+ * (`cuStreamIsCapturing`: a blocking stream capturing, on any thread, or the deleter thread's per-thread
+ * stream), or the driver will not say, the deleter calls nothing more: the release is kept and done at the
+ * next hostfirst call that sees no capture (any outermost C call is such a safe point, as is
+ * `hostfirst_release_cached_memory`); until then the memory stays allocated and a batch stays out of its
+ * ring. A capture on a non-blocking stream (torch's) cannot be seen from outside; the relaxed mode is what
+ * keeps the release from disturbing it. Do not run a deleter inside a CUDA host callback (`cuLaunchHostFunc`),
+ * where CUDA forbids all driver calls.
+ *
+ * The stream is ignored for host buffers (cpu,
  * cuda_host): their writes have completed when the call that made them returned. Errors: `NULL_ARGUMENT`,
- * `INVALID_HANDLE`, `INVALID_ARGUMENT` (bad options, stream 0), `UNAVAILABLE` (CUDA data in a child forked
- * after CUDA was initialised), `UNSUPPORTED`, `OUT_OF_MEMORY` (a copy that does not fit), `DEVICE_ERROR` (a
+ * `INVALID_HANDLE`, `INVALID_ARGUMENT` (bad options, stream 0), `UNAVAILABLE` (cuda:N or cuda_host data in
+ * a child forked after CUDA was initialised), `UNSUPPORTED`, `OUT_OF_MEMORY` (a copy that does not fit), `DEVICE_ERROR` (a
  * driver failure, e.g. a sticky error of the device's context), `VALIDATION_OVERFLOW`. On failure both
  * outputs are unchanged. Thread-safe.
  */

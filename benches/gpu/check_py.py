@@ -118,6 +118,7 @@ def main(framework, d):
         def deleter_from_another_thread():
             offs = draw()
             b = g.run(tokens, offs)
+            addr = b.address
             t = torch.from_dlpack(b)
             torch.cuda._sleep(50_000_000)  # the sum below is still queued when the release happens
             total = t.to(torch.int64).sum()
@@ -128,11 +129,19 @@ def main(framework, d):
             th.join()
             import gc
             gc.collect()
-            for _ in range(4):  # the ring reuses the released batch: its rewrite must wait for the sum
-                g.run(tokens, draw())
+            reused = False
+            for _ in range(6):  # the ring reuses the released batch: its rewrite must wait for the sum
+                o = draw()
+                nb = g.run(tokens, o)
+                reused |= nb.address == addr
+                if not np.array_equal(np.frombuffer(nb.tobytes(), dtype=np.uint16).reshape(B, T), want(o)):
+                    raise AssertionError("a batch after the release differs from the file")
+                del nb
             if int(total.item()) != int(want(offs).astype(np.int64).sum()):
                 raise AssertionError("the sum queued before the release saw a rewritten batch")
-            return f"ring {g.ring}"
+            if not reused:
+                raise AssertionError(f"the released batch was never reused (ring {g.ring()})")
+            return f"ring {g.ring()}, the released batch reused"
         c.run("deleter-from-another-thread", deleter_from_another_thread)
 
         def stream_2():
@@ -189,11 +198,22 @@ def main(framework, d):
         def through_dlpack():
             offs = draw()
             b = g.run(tokens, offs)
+            addr = b.address
             x = jax.dlpack.from_dlpack(b)
             s = int(jax.jit(lambda a: jnp.sum(a.astype(jnp.int32)))(x))
             if s != int(want(offs).astype(np.int64).sum()):
                 raise AssertionError(f"checksum {s} differs")
-            return f"checksum {s} on {list(x.devices())[0]}"
+            dev = list(x.devices())[0]
+            x.block_until_ready()
+            del x, b
+            import gc
+            gc.collect()
+            reused = False
+            for _ in range(6):  # once JAX lets go of the batch, the ring fills it again
+                nb = g.run(tokens, draw())
+                reused |= nb.address == addr
+                del nb
+            return f"checksum {s} on {dev}; the batch {'was' if reused else 'was NOT yet'} reused after JAX let go"
         c.run("jax-dlpack-checksum", through_dlpack)
 
     failed = [x["name"] for x in c.items if not x["ok"]]

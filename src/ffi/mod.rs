@@ -154,10 +154,34 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Runs a status-returning body inside the panic boundary.
+thread_local! {
+    /// How many status-returning C calls this thread is inside (a callback may call back into the API).
+    static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Leaves one level of [`DEPTH`] when dropped (also on a panic).
+struct Depth;
+
+impl Drop for Depth {
+    fn drop(&mut self) {
+        let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
+/// Runs a status-returning body inside the panic boundary. An outermost call (not one a callback makes from
+/// inside another) is first a safe point for the DLPack releases kept while a CUDA graph capture was seen
+/// (`hostfirst_core::device::cuda::capture`): no hostfirst lock is held there.
 #[doc(hidden)]
 pub fn run_status<F: FnOnce() -> Result<()>>(name: &'static str, f: F) -> Status {
     crate::fork_handlers::install();
+    let outermost = DEPTH.try_with(|d| d.replace(d.get() + 1) == 0).unwrap_or(false);
+    let _depth = Depth;
+    let f = move || {
+        if outermost {
+            hostfirst_core::device::cuda::capture::safe_point();
+        }
+        f()
+    };
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => Status::Ok,
         Ok(Err(e)) => {

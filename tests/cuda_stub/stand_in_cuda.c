@@ -11,7 +11,8 @@
  * so NVML's memory readings see the same allocations as the driver.
  *
  * It implements exactly the entry points hostfirst resolves (core/src/device/cuda/driver.rs, SYMBOLS, and
- * core/src/device/cuda/nvml.rs) plus a few neighbours (cuDeviceGetUuid, cuDevicePrimaryCtxRelease_v2); built with
+ * core/src/device/cuda/nvml.rs) plus a few neighbours (cuDeviceGetUuid, cuDevicePrimaryCtxRelease_v2, and the
+ * synchronous copies tests use as a consumer would); built with
  * -DSTAND_IN_WITHOUT_UUID_V2 it lacks cuDeviceGetUuid_v2, to test a driver missing an entry point. Device memory
  * is simulated in host memory: a device pointer is a host address with bit 60 set, so copies are real memcpy,
  * and dereferencing a device pointer on the host faults. Every pointer, handle and range is validated
@@ -39,6 +40,11 @@
  *   work of the device, not only work that uses the range; cuMemcpyPeerAsync waits only for its own stream.
  *   Opt-in: registration refused (STAND_IN_REGISTER_ERROR, STAND_IN_HOST_REGISTER=0), a foreign framework
  *   sharing the primary context (STAND_IN_FOREIGN), and latencies (wake-ups, context creation, registration).
+ * - Page-locked allocations (cuMemHostAlloc) are whole pages of their own, left out of a forked child
+ *   (MADV_DONTFORK): reading one there faults, the worst case of what CUDA leaves undefined after fork().
+ * - Stream capture by another framework (stand_in_begin_capture / stand_in_end_capture, modes by knob): calls CUDA
+ *   forbids during a capture are refused with CUDA_ERROR_STREAM_CAPTURE_* and invalidate it (see "stream capture"
+ *   below); cuThreadExchangeStreamCaptureMode and cuStreamIsCapturing behave as documented.
  *
  * Execution of asynchronous work has two modes:
  * - immediate (default): every copy runs when it is enqueued, and its error is returned by the enqueuing call.
@@ -113,6 +119,11 @@
  *   STAND_IN_WAKEUP_US=N                each blocking wait (cu*Synchronize) costs N us (default 0).
  *   STAND_IN_CONTEXT_CREATE_MS=N        the first primary-context retain of a device costs N ms (default 0).
  *   STAND_IN_REGISTER_MS_PER_GIB=N      cuMemHostRegister costs N ms per GiB (default 0).
+ *   STAND_IN_PINNED_DONTFORK=0|1        page-locked allocations absent in a forked child (default 1).
+ *   STAND_IN_CAPTURE_MODE=global|thread_local|relaxed  the mode of a capture stand_in_begin_capture starts
+ *                                       (default global, as torch.cuda.graph).
+ *   STAND_IN_CAPTURE_BLOCKING=0|1       that capture's stream is a blocking stream (default 0: non-blocking, as
+ *                                       torch's capture stream).
  *   STAND_IN_LEAK_REPORT=1              at process exit, print live allocations/registrations/streams/events,
  *                                       queued operations and retained contexts to stderr.
  *   CUDA_VISIBLE_DEVICES                honoured like the real driver: a comma list of physical ordinals or
@@ -138,8 +149,15 @@
  *   stand_in_poisoned_by_streams (contexts poisoned by an unknown stream handle)   stand_in_per_thread_streams
  *   stand_in_foreign_submissions   stand_in_foreign_ops_run   stand_in_poison_byte (0xA5, or 0 when off)
  *   stand_in_records_on_legacy / stand_in_records_on_per_thread (cuEventRecord calls on those default streams)
+ *   stand_in_capture_refusals (calls refused because of a capture, each invalidating it)
+ *   stand_in_capture_mode_exchanges (cuThreadExchangeStreamCaptureMode calls)
+ *   stand_in_capture_status_queries (cuStreamIsCapturing calls)
  * Controls: void stand_in_fail_next_records(unsigned n, int code) (the next n cuEventRecord calls fail with
- * code); unsigned long long stand_in_foreign_submit(int device) (the foreign framework queues more work).
+ * code); unsigned long long stand_in_foreign_submit(int device) (the foreign framework queues more work);
+ * unsigned long long stand_in_begin_capture(int device) / stand_in_end_capture(void) (another framework's graph
+ * capture, from the calling thread; the end returns CUDA_ERROR_STREAM_CAPTURE_INVALIDATED when it was). The
+ * driver's cuStreamBeginCapture_v2 / cuStreamEndCapture / cuGraphDestroy do the same on a stream of the caller's
+ * (a capture of nothing: an empty graph).
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -148,6 +166,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -177,6 +196,9 @@ enum {
     CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
     CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
     CUDA_ERROR_NOT_SUPPORTED = 801,
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+    CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906,
     CUDA_ERROR_UNKNOWN = 999,
 };
 
@@ -225,6 +247,10 @@ static const struct {
     {800, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
     {801, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
     {803, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "system has unsupported display driver / cuda driver combination"},
+    {900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "operation not permitted when stream is capturing"},
+    {901, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "operation failed due to a previous error during capture"},
+    {906, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+     "operation would make the legacy stream depend on a capturing blocking stream"},
     {911, "CUDA_ERROR_EXTERNAL_DEVICE", "external device error"},
     {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
@@ -280,6 +306,10 @@ static struct {
     unsigned long long wakeup_us;     /* STAND_IN_WAKEUP_US: each blocking wait costs this */
     unsigned long long context_ms;    /* STAND_IN_CONTEXT_CREATE_MS: the first retain of a device costs this */
     unsigned long long register_ms_per_gib; /* STAND_IN_REGISTER_MS_PER_GIB */
+    int pinned_dontfork;         /* STAND_IN_PINNED_DONTFORK: page-locked allocations absent in a forked child */
+    int capture_mode;            /* STAND_IN_CAPTURE_MODE: the foreign capture's mode (0 global, 1 thread-local,
+                                    2 relaxed) */
+    int capture_blocking;        /* STAND_IN_CAPTURE_BLOCKING: the foreign capture's stream is a blocking one */
     unsigned long long seed;
     int unavailable[MAX_DEVICES]; /* by visible ordinal */
     int n_visible;
@@ -431,6 +461,14 @@ static void load_config(void) {
     cfg.wakeup_us = parse_bytes(getenv("STAND_IN_WAKEUP_US"), 0);
     cfg.context_ms = parse_bytes(getenv("STAND_IN_CONTEXT_CREATE_MS"), 0);
     cfg.register_ms_per_gib = parse_bytes(getenv("STAND_IN_REGISTER_MS_PER_GIB"), 0);
+    cfg.pinned_dontfork = env_flag("STAND_IN_PINNED_DONTFORK", 1);
+    e = getenv("STAND_IN_CAPTURE_MODE");
+    cfg.capture_mode = !e || !*e || !strcmp(e, "global")  ? 0
+                       : !strcmp(e, "thread_local")       ? 1
+                       : !strcmp(e, "relaxed")            ? 2
+                                                          : atoi(e);
+    if (cfg.capture_mode < 0 || cfg.capture_mode > 2) cfg.capture_mode = 0;
+    cfg.capture_blocking = env_flag("STAND_IN_CAPTURE_BLOCKING", 0);
     long pg = sysconf(_SC_PAGESIZE);
     cfg.page = pg > 0 ? (size_t)pg : 4096;
 
@@ -762,6 +800,171 @@ static void settle(void) {
         settle();                      \
         return r_;                     \
     } while (0)
+
+/* ---- stream capture: another framework capturing a CUDA graph ----------------------------------------------
+ * stand_in_begin_capture(device) starts a capture by "another framework" (torch.cuda.graph, say) on a stream of
+ * its own in that device's primary context, from the calling thread: by default a non-blocking stream in global
+ * mode, as torch does (STAND_IN_CAPTURE_MODE=thread_local|relaxed and STAND_IN_CAPTURE_BLOCKING=1 choose
+ * otherwise). stand_in_end_capture() ends it and returns CUDA_ERROR_STREAM_CAPTURE_INVALIDATED when a call made
+ * meanwhile invalidated it, as cuStreamEndCapture would. The capture queues no work of its own. While it runs:
+ * - a "potentially unsafe" call from a thread whose interaction mode (cuThreadExchangeStreamCaptureMode) is not
+ *   relaxed is refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture when the capture
+ *   is global and the thread's mode is global (any thread), or when the thread is the capturing one and the
+ *   capture is not relaxed. The stand-in counts every call that allocates, frees, registers, copies, sets,
+ *   synchronises, queries, records, waits, asks for memory information, or creates or destroys a stream or an
+ *   event as potentially unsafe, harsher than the driver (whose documentation names an allocation as the
+ *   example); only cuInit, versions, error strings, device queries, primary-context retain and release,
+ *   cuCtxGetCurrent / cuCtxSetCurrent, cuStreamIsCapturing and cuThreadExchangeStreamCaptureMode are safe.
+ * - whatever the modes, in the capture's context: any use of the legacy default stream while a blocking stream
+ *   captures (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), and cuCtxSynchronize (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+ *   it would wait for work that is being captured, not run); both invalidate the capture.
+ * cuStreamIsCapturing on the legacy stream while a blocking stream captures returns
+ * CUDA_ERROR_STREAM_CAPTURE_IMPLICIT and invalidates nothing, as documented; a non-blocking capture is invisible
+ * to it (as on the driver: only the capturing stream's own handle reports it). */
+
+enum { MODE_GLOBAL = 0, MODE_THREAD_LOCAL = 1, MODE_RELAXED = 2 };
+
+static struct {
+    int active, invalidated, blocking, mode;
+    CUcontext ctx;
+    pthread_t owner;
+    struct stand_in_stream *stream; /* the capturing stream: own_stream, or one given to cuStreamBeginCapture_v2 */
+    struct stand_in_stream own_stream; /* stand_in_begin_capture's (never holds work) */
+} cap;
+/* The calling thread's capture interaction mode (cuThreadExchangeStreamCaptureMode). */
+static __thread int thread_capture_mode = MODE_GLOBAL;
+static unsigned long long capture_refusals, capture_mode_exchanges, capture_status_queries;
+
+/* With the lock held, at the start of a call that is potentially unsafe during a capture: `legacy_use` when it
+ * uses the legacy default stream, `device_sync` when it synchronises the whole context. Refuses it (and
+ * invalidates the capture) where the rules above say so. */
+static CUresult capture_gate(int legacy_use, int device_sync) {
+    if (!cap.active) return CUDA_SUCCESS;
+    CUresult r = CUDA_SUCCESS;
+    int same = current == cap.ctx;
+    if (same && legacy_use && cap.blocking) {
+        r = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    } else if (same && device_sync) {
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    } else if (cap.mode != MODE_RELAXED && thread_capture_mode != MODE_RELAXED) {
+        int own = pthread_equal(cap.owner, pthread_self());
+        if (own || (cap.mode == MODE_GLOBAL && thread_capture_mode == MODE_GLOBAL))
+            r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    if (r) {
+        cap.invalidated = 1;
+        capture_refusals++;
+    }
+    return r;
+}
+
+EXPORT CUresult cuThreadExchangeStreamCaptureMode(int *mode) {
+    config();
+    if (!mode || *mode < MODE_GLOBAL || *mode > MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    CUresult r = need_init();
+    if (!r) {
+        int old = thread_capture_mode;
+        thread_capture_mode = *mode;
+        *mode = old;
+        capture_mode_exchanges++;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* cuStreamIsCapturing: 0 (CU_STREAM_CAPTURE_STATUS_NONE), 1 (_ACTIVE), 2 (_INVALIDATED). */
+static CUresult stream_is_capturing(CUstream hs, int *status) {
+    CUresult r = need_ctx();
+    if (r) return r;
+    if (!status) return CUDA_ERROR_INVALID_VALUE;
+    capture_status_queries++;
+    *status = 0;
+    int legacy = !hs || hs == CU_STREAM_LEGACY || (hs == CU_STREAM_PER_THREAD && !cfg.per_thread_streams);
+    if (cap.active && current == cap.ctx) {
+        if (legacy && cap.blocking) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+        if (hs == cap.stream) {
+            *status = cap.invalidated ? 2 : 1;
+            return CUDA_SUCCESS;
+        }
+    }
+    if (!legacy && hs != CU_STREAM_PER_THREAD && !resolve_stream(hs, &r)) return r;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) { LOCKED(stream_is_capturing(s, status)); }
+
+/* Test controls: begin a foreign capture on `device` from the calling thread (0, or 1 when CUDA is not
+ * initialised, the device's context is not retained or a capture runs already); end it (0, or
+ * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, or 1 when none runs). */
+EXPORT unsigned long long stand_in_begin_capture(int device) {
+    config();
+    pthread_mutex_lock(&lock);
+    int ok = initialized && device >= 0 && device < cfg.n_visible && contexts[device].refcount > 0 && !cap.active;
+    if (ok) {
+        cap.active = 1;
+        cap.invalidated = 0;
+        cap.ctx = &contexts[device];
+        cap.owner = pthread_self();
+        cap.mode = cfg.capture_mode;
+        cap.blocking = cfg.capture_blocking;
+        memset(&cap.own_stream, 0, sizeof cap.own_stream);
+        cap.own_stream.ctx = cap.ctx;
+        cap.own_stream.flags = cap.blocking ? 0 : CU_STREAM_NON_BLOCKING;
+        cap.stream = &cap.own_stream;
+    }
+    pthread_mutex_unlock(&lock);
+    return !ok;
+}
+
+/* The driver's own capture calls, for programs that capture as a framework would (benches/gpu_check.rs): one
+ * capture at a time, on a created stream of the current context, in the given mode; the capture records no work
+ * (nothing may be queued on the stream meanwhile: CUDA_ERROR_NOT_SUPPORTED here). cuStreamEndCapture gives an
+ * empty graph, or CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (and no graph) when a refused call invalidated it. */
+static CUresult begin_capture(CUstream hs, int mode) {
+    CUresult r = need_ctx();
+    if (r) return r;
+    if (mode < MODE_GLOBAL || mode > MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+    if (!hs || hs == CU_STREAM_LEGACY || hs == CU_STREAM_PER_THREAD) return CUDA_ERROR_NOT_SUPPORTED;
+    struct stand_in_stream *s = resolve_stream(hs, &r);
+    if (!s) return r;
+    if (cap.active || s->head) return CUDA_ERROR_NOT_SUPPORTED;
+    cap.active = 1;
+    cap.invalidated = 0;
+    cap.ctx = current;
+    cap.owner = pthread_self();
+    cap.mode = mode;
+    cap.blocking = !(s->flags & CU_STREAM_NON_BLOCKING);
+    cap.stream = s;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode) { LOCKED(begin_capture(s, mode)); }
+
+static CUresult end_capture(CUstream hs, void **graph) {
+    CUresult r = need_ctx();
+    if (r) return r;
+    if (!graph) return CUDA_ERROR_INVALID_VALUE;
+    *graph = NULL;
+    if (!cap.active || hs != cap.stream) return CUDA_ERROR_INVALID_VALUE; /* not capturing */
+    cap.active = 0;
+    if (cap.invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    *graph = malloc(1);
+    return *graph ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+EXPORT CUresult cuStreamEndCapture(CUstream s, void **graph) { LOCKED(end_capture(s, graph)); }
+
+EXPORT CUresult cuGraphDestroy(void *graph) {
+    if (!graph) return CUDA_ERROR_INVALID_VALUE;
+    free(graph);
+    return CUDA_SUCCESS;
+}
+
+EXPORT unsigned long long stand_in_end_capture(void) {
+    pthread_mutex_lock(&lock);
+    unsigned long long r = !cap.active ? 1 : cap.invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : 0;
+    cap.active = 0;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
 
 /* ---- queues (deferred mode) --------------------------------------------------------------------------- */
 
@@ -1304,6 +1507,7 @@ EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx) { LOCKED(get_current(pctx)); }
 static CUresult ctx_synchronize(void) {
     CUresult r = need_ctx();
     if (r) return r;
+    if ((r = capture_gate(1, 1))) return r;
     spinning_waits++;
     owed_us += cfg.wakeup_us;
     early_ok = 1;
@@ -1316,6 +1520,7 @@ EXPORT CUresult cuCtxSynchronize(void) { LOCKED(ctx_synchronize()); }
 static CUresult enable_peer_access(CUcontext peer, unsigned int flags) {
     CUresult r = need_ctx();
     if (r) return r;
+    if ((r = capture_gate(0, 0))) return r;
     if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
     if (!is_live_ctx(peer)) return CUDA_ERROR_INVALID_CONTEXT;
     if (peer == current) return CUDA_ERROR_INVALID_DEVICE;
@@ -1331,6 +1536,7 @@ EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) { LOCK
 static CUresult mem_get_info(size_t *free_b, size_t *total_b) {
     CUresult r = need_ctx();
     if (r) return r;
+    if ((r = capture_gate(0, 0))) return r;
     if (!free_b || !total_b) return CUDA_ERROR_INVALID_VALUE;
     mem_get_info_calls++;
     *free_b = (size_t)free_on(current->device);
@@ -1342,6 +1548,7 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) { LOCKED(mem_ge
 static CUresult mem_alloc(CUdeviceptr *dptr, size_t size) {
     CUresult r = need_ctx();
     if (r) return r;
+    if ((r = capture_gate(0, 0))) return r;
     if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
     total_allocs++;
     if (cfg.fail_alloc_nth && total_allocs == cfg.fail_alloc_nth) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1375,7 +1582,8 @@ static CUresult release_region(struct list *l, size_t i, int device_memory) {
     if (cfg.deferred && !current->sticky) drain_touching(g.base, g.base + g.size);
     sweep_orphans();
     list_remove(l, i);
-    if (device_memory || l == &pinned) free(g.base);
+    if (device_memory) free(g.base);
+    if (l == &pinned) munmap(g.base, (g.size + cfg.page - 1) / cfg.page * cfg.page);
     return sticky ? sticky : current->sticky;
 }
 
@@ -1383,6 +1591,7 @@ static CUresult mem_free(CUdeviceptr dptr) {
     CUresult r = need_init();
     if (r) return r;
     if (!is_live_ctx(current)) return CUDA_ERROR_INVALID_CONTEXT;
+    if ((r = capture_gate(0, 0))) return r;
     for (size_t i = 0; i < allocations.len; i++)
         if (((CUdeviceptr)(uintptr_t)allocations.items[i].base | DPTR_TAG) == dptr) {
             if (allocations.items[i].device != current->device) return CUDA_ERROR_INVALID_CONTEXT;
@@ -1395,11 +1604,16 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) { LOCKED(mem_free(dptr)); }
 static CUresult host_alloc(void **pp, size_t size, unsigned int flags) {
     CUresult r = need_ctx();
     if (r) return r;
+    if ((r = capture_gate(0, 0))) return r;
     if (!pp || size == 0 || (flags & ~0x7u)) return CUDA_ERROR_INVALID_VALUE;
-    void *p = NULL;
-    if (posix_memalign(&p, cfg.page, size) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    /* Whole pages of their own, like the driver's; absent in a forked child (STAND_IN_PINNED_DONTFORK): reading
+     * them there faults, the worst case of what CUDA leaves undefined for memory it allocated. */
+    size_t len = (size + cfg.page - 1) / cfg.page * cfg.page;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (cfg.pinned_dontfork && madvise(p, len, MADV_DONTFORK) != 0) abort();
     if (!list_push(&pinned, (struct region){p, size, (int)flags, current})) {
-        free(p);
+        munmap(p, len);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *pp = p;
@@ -1411,6 +1625,7 @@ static CUresult free_host(void *p) {
     CUresult r = need_init();
     if (r) return r;
     if (!is_live_ctx(current)) return CUDA_ERROR_INVALID_CONTEXT;
+    if ((r = capture_gate(0, 0))) return r;
     for (size_t i = 0; i < pinned.len; i++)
         if (pinned.items[i].base == p) return release_region(&pinned, i, 0);
     return current->sticky ? current->sticky : CUDA_ERROR_INVALID_VALUE;
@@ -1442,6 +1657,7 @@ static CUresult check_protection(uintptr_t lo, uintptr_t hi, int read_only) {
 static CUresult host_register(void *p, size_t size, unsigned int flags) {
     CUresult r = need_ctx();
     if (r) return r;
+    if ((r = capture_gate(0, 0))) return r;
     register_calls++;
     if (!p || size == 0 || (flags & ~0xfu)) return CUDA_ERROR_INVALID_VALUE;
     /* Pinning costs time per byte on the real driver (faulting and mapping every page). */
@@ -1470,6 +1686,7 @@ static CUresult host_unregister(void *p) {
     CUresult r = need_init();
     if (r) return r;
     if (!is_live_ctx(current)) return CUDA_ERROR_INVALID_CONTEXT;
+    if ((r = capture_gate(0, 0))) return r;
     for (size_t i = 0; i < registrations.len; i++)
         if (registrations.items[i].base == p) return release_region(&registrations, i, 0);
     return current->sticky ? current->sticky : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
@@ -1483,6 +1700,7 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream hs, in
     if (r) return r;
     struct stand_in_stream *s = resolve_stream(async ? hs : NULL, &r);
     if (!s) return r;
+    if ((r = capture_gate(s->legacy, 0))) return r;
     if (n == 0) return CUDA_SUCCESS;
     unsigned char *d = device_range(dst, n);
     if (!d || !src) return CUDA_ERROR_INVALID_VALUE;
@@ -1502,6 +1720,7 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream hs, int asyn
     if (r) return r;
     struct stand_in_stream *s = resolve_stream(async ? hs : NULL, &r);
     if (!s) return r;
+    if ((r = capture_gate(s->legacy, 0))) return r;
     if (n == 0) return CUDA_SUCCESS;
     unsigned char *p = device_range(src, n);
     if (!p || !dst) return CUDA_ERROR_INVALID_VALUE;
@@ -1520,6 +1739,7 @@ static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream hs, in
     if (r) return r;
     struct stand_in_stream *s = resolve_stream(async ? hs : NULL, &r);
     if (!s) return r;
+    if ((r = capture_gate(s->legacy, 0))) return r;
     if (n == 0) return CUDA_SUCCESS;
     unsigned char *d = device_range(dst, n), *p = device_range(src, n);
     if (!d || !p) return CUDA_ERROR_INVALID_VALUE;
@@ -1538,6 +1758,7 @@ static CUresult memset_d8(CUdeviceptr dst, unsigned char value, size_t n, CUstre
     if (r) return r;
     struct stand_in_stream *s = resolve_stream(hs, &r);
     if (!s) return r;
+    if ((r = capture_gate(s->legacy, 0))) return r;
     if (n == 0) return CUDA_SUCCESS;
     unsigned char *d = device_range(dst, n);
     if (!d) return CUDA_ERROR_INVALID_VALUE;
@@ -1572,6 +1793,7 @@ static CUresult peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext
         if ((r = need_ctx())) return r;
         if (!(s = resolve_stream(hs, &r))) return r;
     }
+    if ((r = capture_gate(s->legacy, 0))) return r;
     if (n == 0) return CUDA_SUCCESS;
     if (device_of(dst, n) != dctx->device || device_of(src, n) != sctx->device) return CUDA_ERROR_INVALID_VALUE;
     unsigned char *d = device_range(dst, n), *p = device_range(src, n);
@@ -1595,6 +1817,7 @@ EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr s
 static CUresult stream_create(CUstream *ps, unsigned int flags) {
     CUresult r = need_ctx();
     if (r) return r;
+    if ((r = capture_gate(0, 0))) return r;
     if (!ps || (flags & ~CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
     CUstream s = calloc(1, sizeof *s);
     if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1617,6 +1840,7 @@ static CUresult stream_destroy(CUstream s) {
     if (i < 0) return CUDA_ERROR_INVALID_HANDLE;
     if (!is_live_ctx(current)) return CUDA_ERROR_INVALID_CONTEXT;
     if (s->ctx != current) return CUDA_ERROR_INVALID_CONTEXT;
+    if ((r = capture_gate(0, 0))) return r;
     streams[i] = streams[--n_streams];
     /* Like the driver, destroying a stream returns at once: work already queued still runs (when a
      * synchronisation needs it, or when memory it uses is freed), after which the stream is gone. */
@@ -1635,6 +1859,7 @@ static CUresult stream_sync(CUstream hs) {
     if (r) return r;
     struct stand_in_stream *s = resolve_stream(hs, &r);
     if (!s) return r;
+    if ((r = capture_gate(s->legacy, 0))) return r;
     spinning_waits++;
     owed_us += cfg.wakeup_us;
     if (cfg.deferred && s->legacy) {
@@ -1653,6 +1878,7 @@ EXPORT CUresult cuStreamSynchronize(CUstream s) { LOCKED(stream_sync(s)); }
 static CUresult event_create(CUevent *pe, unsigned int flags) {
     CUresult r = need_ctx();
     if (r) return r;
+    if ((r = capture_gate(0, 0))) return r;
     if (!pe || (flags & ~0xfu)) return CUDA_ERROR_INVALID_VALUE;
     CUevent e = calloc(1, sizeof *e);
     if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1685,6 +1911,7 @@ static CUresult event_record(CUevent e, CUstream hs) {
     if ((r = current->sticky)) return r;
     struct stand_in_stream *s = resolve_stream(hs, &r);
     if (!s) return r;
+    if ((r = capture_gate(s->legacy, 0))) return r;
     if (e->ctx != current) return CUDA_ERROR_INVALID_HANDLE;
     if (fail_records) {
         fail_records--;
@@ -1708,6 +1935,7 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream s) { LOCKED(event_record(e, s)
 static CUresult event_query(CUevent e) {
     CUresult r = event_check(e);
     if (r) return r;
+    if ((r = capture_gate(0, 0))) return r;
     if (cfg.deferred && !event_pending(e)) return sync_result(e->ctx);
     if (e->pending_queries > 0) {
         e->pending_queries--;
@@ -1721,6 +1949,7 @@ EXPORT CUresult cuEventQuery(CUevent e) { LOCKED(event_query(e)); }
 static CUresult event_sync(CUevent e) {
     CUresult r = event_check(e);
     if (r) return r;
+    if ((r = capture_gate(0, 0))) return r;
     if (!(e->flags & CU_EVENT_BLOCKING_SYNC)) spinning_waits++;
     if (event_pending(e) || !cfg.deferred) owed_us += cfg.wakeup_us; /* a blocked thread's wake-up */
     e->pending_queries = 0;
@@ -1734,6 +1963,7 @@ static CUresult stream_wait_event(CUstream hs, CUevent e, unsigned int flags) {
     if (r) return r;
     struct stand_in_stream *s = resolve_stream(hs, &r);
     if (!s) return r;
+    if ((r = capture_gate(s->legacy, 0))) return r;
     if (!e || handles_find(events, n_events, e) < 0) return CUDA_ERROR_INVALID_HANDLE;
     if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
     stream_wait_events++;
@@ -1752,6 +1982,7 @@ static CUresult event_destroy(CUevent e) {
     CUresult r = need_init();
     if (r) return r;
     if (!is_live_ctx(current)) return CUDA_ERROR_INVALID_CONTEXT;
+    if ((r = capture_gate(0, 0))) return r;
     long i = e ? handles_find(events, n_events, e) : -1;
     if (i < 0) return CUDA_ERROR_INVALID_HANDLE;
     r = e->ctx->sticky;
@@ -1895,6 +2126,9 @@ QUERY(stand_in_foreign_ops_run, foreign_ops_run)
 QUERY(stand_in_poison_byte, cfg.poison_fresh ? POISON_BYTE : 0)
 QUERY(stand_in_records_on_legacy, records_legacy)
 QUERY(stand_in_records_on_per_thread, records_per_thread)
+QUERY(stand_in_capture_refusals, capture_refusals)
+QUERY(stand_in_capture_mode_exchanges, capture_mode_exchanges)
+QUERY(stand_in_capture_status_queries, capture_status_queries)
 
 /* Test controls (dlsym): the next n cuEventRecord calls fail with `code` (a non-sticky failure to record, e.g. on
  * a consumer's stream); the foreign framework (STAND_IN_FOREIGN=1) queues one more piece of its work on device

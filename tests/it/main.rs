@@ -12,6 +12,7 @@ mod cli_rules;
 mod cli_shard;
 mod common;
 mod cpp;
+mod cuda_review;
 mod cuda_stub;
 mod cuda_truth;
 mod engine_path;

@@ -32,6 +32,7 @@ const PASS: &[&str] = &[
     // own allocations would drown the report); the pass re-runs the test as it is.
     "mpi::",
     "cuda_stub::",
+    "cuda_review::",
     "place_cuda::",
     "handoff::",
     "gather::",

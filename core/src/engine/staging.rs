@@ -16,6 +16,8 @@
 //!   tensors get smaller slabs, at least 64 KiB, and no more slabs than pieces).
 //! - **Reuse**: slabs go back to a process-wide pool (bounded to [`POOL_CAP_BYTES`]) so repeated puts do
 //!   not pay `cuMemHostAlloc` again; `place::release_cached_memory` frees the pool (and resident registrations).
+//!   In a child forked after CUDA was initialised no slab is handed out or pooled (`UNAVAILABLE` naming
+//!   fork()): the driver's page-locked pages may be absent there.
 //! - **Progress** is reported from the calling thread at most every [`PROGRESS_INTERVAL`], monotonic, and
 //!   once at the end with `done == total`; returning `true` cancels: readers stop, in-flight copies are waited
 //!   for, slabs go back to the pool and the caller drops the destination → `CANCELLED`.
@@ -85,6 +87,13 @@ fn pool() -> &'static GlobalMutex<Vec<PinnedHostMemory>> {
 /// New slabs are allocated through the destination device's context (`ordinal`); pooled ones, being portable,
 /// serve any device.
 pub(crate) fn take_slab(ordinal: u32, len: usize) -> Result<PinnedHostMemory> {
+    if let Some(reason) = crate::device::cuda::forked_reason() {
+        // The pool's slabs were page-locked by the driver before a fork(): never handed out in the child.
+        return Err(Error::new(
+            Status::Unavailable,
+            format!("a page-locked staging slab cannot be used in this process: {reason}"),
+        ));
+    }
     {
         let mut p = pool().lock();
         let best = p.iter().enumerate().filter(|(_, s)| s.len() >= len).min_by_key(|(_, s)| s.len()).map(|(i, _)| i);
@@ -108,6 +117,10 @@ fn recycle(free_tx: &Option<mpsc::Sender<PinnedHostMemory>>, slab: PinnedHostMem
 }
 
 pub(crate) fn give_slab(slab: PinnedHostMemory) {
+    if crate::device::cuda::forked_reason().is_some() {
+        drop(slab); // never pooled in a forked child (freeing it there makes no driver call)
+        return;
+    }
     let mut p = pool().lock();
     let held: usize = p.iter().map(|s| s.len()).sum();
     if held + slab.len() <= POOL_CAP_BYTES {

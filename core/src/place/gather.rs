@@ -116,6 +116,7 @@ impl BatchCheck {
 
     /// As [`Gather::check_buffer`].
     pub fn check_buffer(&self, source: &Buffer, offsets: &[u64]) -> Result<()> {
+        source.check_usable()?;
         let Some(bytes) = source.host_bytes() else { return Err(not_host(source)) };
         self.check(&Source::Host { name: source.name(), dtype: source.dtype(), shape: source.shape(), bytes }, offsets)
     }
@@ -498,16 +499,21 @@ impl Gather {
     /// copy owns its bytes; a copy-on-write buffer keeps its file's hazards for pages not written).
     /// `UNSUPPORTED` for a CUDA buffer.
     pub fn run_from_buffer(&mut self, source: &Buffer, offsets: &[u64]) -> Result<Batch> {
+        source.check_usable()?;
         let Some(bytes) = source.host_bytes() else { return Err(not_host(source)) };
         let src = Source::Host { name: source.name(), dtype: source.dtype(), shape: source.shape(), bytes };
         self.run_source(&src, offsets)
     }
 
     fn run_source(&mut self, source: &Source<'_>, offsets: &[u64]) -> Result<Batch> {
+        // Releases of batches kept while a CUDA graph capture was seen are done here if none is seen now.
+        crate::device::cuda::capture::safe_point();
         self.check(source, offsets)?;
         let t = self.target()?;
         let batch = Arc::clone(&self.ring[t.index]);
         let mut dest = batch.lock().unwrap_or_else(|p| p.into_inner());
+        // A cuda_host (or CUDA) batch made before a fork() is not touched in the child.
+        dest.check_usable()?;
         if dest.host_bytes_mut().is_none() {
             self.fill_cuda(source, offsets, &mut dest)?;
         } else if t.current {

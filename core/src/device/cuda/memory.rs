@@ -74,6 +74,26 @@ impl Context {
         table.get(ordinal as usize).is_some_and(|c| c.is_some())
     }
 
+    /// Every primary context this process has retained, lowest ordinal first (none in a forked child).
+    pub(crate) fn retained() -> Vec<&'static Context> {
+        if super::forked_reason().is_some() {
+            return Vec::new();
+        }
+        CONTEXTS.lock().unwrap_or_else(|p| p.into_inner()).iter().flatten().copied().collect()
+    }
+
+    /// Blocks until every piece of work queued in this context so far, on any stream (hostfirst's and every
+    /// other user's of the primary context), has completed (`cuCtxSynchronize`). An error of any of that work
+    /// is reported here (`DEVICE_ERROR`). Used before rewriting memory a consumer released without a stream
+    /// hostfirst may use (see `Buffer::wait_for_consumers`); it spins a core while it waits, like any
+    /// `cuCtxSynchronize` under the primary context's default scheduling.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        let api = api()?;
+        let _current = self.enter()?;
+        // SAFETY: no arguments; this context is current.
+        api.check(unsafe { (api.ctx_synchronize)() }, || format!("cuCtxSynchronize(cuda:{})", self.ordinal))
+    }
+
     /// A context for host memory that belongs to no device (page-locked memory for `cuda_host`, which is
     /// allocated portable, so any context serves): one this process already retained (the lowest ordinal),
     /// else the first device whose primary context can be retained (an exclusive-process GPU held by another
@@ -409,6 +429,24 @@ impl PinnedHostMemory {
     /// True when empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// `Ok` where the bytes may be touched; `UNAVAILABLE` naming fork() in a child forked after this process
+    /// initialised CUDA. NVIDIA leaves the use of memory its interfaces allocated undefined after `fork()`
+    /// (the pages may be absent in the child: reading them faults), so a child never reads or writes it:
+    /// `cuda_host` buffers and staging slabs made before the fork are unavailable there, as CUDA memory is.
+    pub fn check_usable(&self) -> Result<()> {
+        match super::forked_reason() {
+            None => Ok(()),
+            Some(reason) => Err(Error::new(
+                Status::Unavailable,
+                format!(
+                    "page-locked host memory ({} bytes) allocated by the CUDA driver cannot be used in this \
+                     process: {reason}",
+                    self.len
+                ),
+            )),
+        }
     }
 
     /// The bytes.

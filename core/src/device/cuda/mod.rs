@@ -25,6 +25,7 @@
 //! The probe lives in [`probe`]; the wrapper types are documented in [`memory`], [`copy`] and [`stream`] and
 //! re-exported here; [`inflight`] holds the one rule for errors of asynchronous work that every path follows. Modules below this one never import it back.
 
+pub mod capture;
 pub mod copy;
 pub mod driver;
 pub mod inflight;
