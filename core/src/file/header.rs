@@ -117,7 +117,8 @@ fn not_safetensors(prefix: &[u8], n: u64, total_len: u64) -> Option<Error> {
         format!(
             "not a safetensors file: it looks like {looks}. A safetensors file begins with an 8-byte little-endian \
              header length followed by a JSON object; here the first 8 bytes read as length {n} (the file has \
-             {total_len} bytes) and '{{' does not follow. Check the path, or convert the file to safetensors"
+             {total_len} bytes) and '{{' does not follow. Check the path, or convert the file to safetensors; \
+             headerless data (nanoGPT's train.bin) opens with hostfirst_file_open_raw, given its dtype, shape and offset"
         ),
     ))
 }
