@@ -22,7 +22,6 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from . import _dtypes
 from ._gather import Gather
 from ._tensors import File, open, open_raw  # noqa: A004
 
@@ -79,7 +78,7 @@ class TokenWindows(_Source):
         if self.window <= 0 or self.stride <= 0 or self.window > n:
             raise ValueError(f"window {self.window} and stride {self.stride} do not fit {n} tokens")
         self._len = (n - self.window) // self.stride + 1
-        self._dtype = _dtypes.code_of(self._tokens.dtype_name)
+        self._dtype = self._tokens.dtype_name
         self._gathers: Dict[int, Gather] = {}
         self._lock = threading.Lock()
 
@@ -118,7 +117,7 @@ class Sequences(_Source):
         longest = int(self._file.metadata["max_sequence_length"])
         self.max_len = max(1, int(max_len) if max_len is not None else longest)
         self._tokens = self._file["tokens"]
-        self._dtype = _dtypes.code_of(self._tokens.dtype_name)
+        self._dtype = self._tokens.dtype_name
         self._gathers: Dict[int, Gather] = {}
         self._lock = threading.Lock()
 

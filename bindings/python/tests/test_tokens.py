@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import hostfirst
+import hostfirst.grain  # noqa: F401 - the grain data sources (grain itself is imported by its test)
 
 NPY_DTYPES = ["bool", "uint8", "int8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32",
               "float64", "complex64"]
@@ -170,10 +171,12 @@ def test_megatron_against_our_reader(tmp_path, dtype, code):
     g = hostfirst.Gather("cpu", np.dtype(dtype), batch=3, window=12)
     batch, got_lens = g.run_sequences(f, [24, 0, 7], pad=5)
     rows = np.asarray(batch)
+    pad = np.frombuffer(np.uint64(5).tobytes()[:np.dtype(dtype).itemsize], dtype)  # pad is the element's bits
     for r, i in enumerate([24, 0, 7]):
         k = min(len(ref[i]), 12)
         assert got_lens[r] == k
-        assert np.array_equal(rows[r, :k], ref[i][:k]) and np.all(rows[r, k:] == 5)
+        assert np.array_equal(rows[r, :k], ref[i][:k])
+        assert rows[r, k:].tobytes() == pad.tobytes() * (12 - k)
 
 
 def test_megatron_hostile(tmp_path):
@@ -219,3 +222,19 @@ def test_grain_sources(tmp_path):
     got = grain.MapDataset.source(ms)._getitems([2, 1, 0])
     assert [list(x) for x in got] == [list(seqs[2]), [], list(seqs[0])]
     assert list(pickle.loads(pickle.dumps(ms))[3]) == list(seqs[3])
+
+
+def test_readme_get_batch_runs(tmp_path, monkeypatch):
+    """README's nanoGPT get_batch block, run as written on a train.bin made here."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    block = readme.split("<!-- python-get-batch")[1].split("```python\n")[1].split("```")[0]
+    toks = np.random.default_rng(5).integers(0, 50257, 100_000).astype(np.uint16)
+    (tmp_path / "train.bin").write_bytes(toks.tobytes())
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(block, "README.md", "exec"), scope)
+    x, y = scope["x"], scope["y"]
+    assert x.shape == y.shape == (64, 1024)
+    assert np.array_equal(x[:, 1:], y[:, :-1])
