@@ -165,7 +165,7 @@ def main():
     with open(train, "rb") as fh:
         while fh.read(1 << 24):
             pass
-    for kind in ("nanogpt_once", "nanogpt", "hostfirst"):
+    for kind in ("nanogpt_once", "hostfirst"):
         res[f"rss_{kind}"] = run_child("--child", kind, "--mode", "rss", "--file", str(train),
                                        "--batches", str(args.batches))
     res["warm_ratio"] = res["warm_hostfirst"]["p50_us"] / res["warm_nanogpt"]["p50_us"]
