@@ -100,20 +100,17 @@ fn open_c(path: &Path) -> (Status, *mut hostfirst_file) {
 
 /// Every hostile variant: a name, the files it consists of (name, bytes) and the expected status of
 /// `hostfirst_file_open` on the first. Megatron variants are an `.idx` and a `.bin`.
-pub fn hostile() -> Vec<(String, Vec<(String, Vec<u8>)>, Status)> {
-    let mut out: Vec<(String, Vec<(String, Vec<u8>)>, Status)> = Vec::new();
+/// A hostile variant: its name, its files (name, bytes), and the status opening the first must give.
+pub type Variant = (String, Vec<(String, Vec<u8>)>, Status);
+
+pub fn hostile() -> Vec<Variant> {
+    let mut out: Vec<Variant> = Vec::new();
     let mut one = |name: &str, ext: &str, bytes: Vec<u8>, st: Status| {
         out.push((name.to_string(), vec![(format!("{name}.{ext}"), bytes)], st));
     };
     let good_npy = npy(1, "<u2", &[4], false, &toks(4));
     for cut in [6, 7, 9, 11, 40, good_npy.len() - 1] {
-        let st = if cut < 10 {
-            Status::HeaderTooSmall
-        } else if cut < 64 {
-            Status::Truncated
-        } else {
-            Status::Truncated
-        };
+        let st = if cut < 10 { Status::HeaderTooSmall } else { Status::Truncated };
         one(&format!("npy-cut-{cut}"), "npy", good_npy[..cut].to_vec(), st);
     }
     one("npy-extra-byte", "npy", [good_npy.clone(), vec![0]].concat(), Status::IncompleteBuffer);
