@@ -684,10 +684,10 @@ def format_code(format: str) -> int:
             name = lib.hostfirst_format_name(code)
             if name != unknown:
                 _FORMATS[name.decode().lower()] = code
-    code = _FORMATS.get(str(format).lower().replace(".", "").replace("-", "_"))
-    if code is None:
+    found = _FORMATS.get(str(format).lower().replace(".", "").replace("-", "_"))
+    if found is None:
         raise error_named("INVALID_ARGUMENT", f"unknown format {format!r}; valid: {', '.join(sorted(_FORMATS))}")
-    return code
+    return found
 
 
 def rule_pairs(rules: Optional[Rules]) -> List[Tuple[str, str]]:

@@ -30,6 +30,8 @@ __all__ = ["Sequences", "TokenWindows"]
 
 class _Source:
     _args: Dict[str, Any]
+    _dtype: str
+    _gathers: Dict[int, Gather]
 
     def __getstate__(self) -> Dict[str, Any]:
         return dict(self._args)
