@@ -255,12 +255,16 @@ enum hostfirst_status
    */
   HOSTFIRST_STATUS_LIMIT_EXCEEDED = 71,
   /**
-   * A sharded index (`*.safetensors.index.json`) is malformed or disagrees with its part files.
+   * A sharded index (`*.safetensors.index.json`) is malformed or disagrees with its part files; or a
+   * Megatron `.idx` has a negative sequence length, or document indices that do not run in order from 0 to
+   * its sequence count.
    */
   HOSTFIRST_STATUS_INVALID_INDEX = 72,
   /**
    * The input is not a safetensors file at all: its first 8 bytes are no possible header length and no JSON
-   * object follows them (the message says what it looks like: a zip archive, a Git LFS pointer, text, ...).
+   * object follows them, and it is no other format the open recognises by content (`.npy`, an llm.c shard,
+   * a Megatron index). The message says what it looks like (a zip archive, a Git LFS pointer, text, ...) and,
+   * for headerless data, names the raw opener.
    */
   HOSTFIRST_STATUS_NOT_SAFETENSORS = 73,
   /**
@@ -268,6 +272,34 @@ enum hostfirst_status
    * more entries than the hostfirst cap (`HOSTFIRST_MAX_METADATA_ENTRIES`).
    */
   HOSTFIRST_STATUS_METADATA_LIMIT_EXCEEDED = 74,
+  /**
+   * The file is of a format hostfirst knows, but not the one the call asked for (an `.npy` file given to
+   * the raw opener, a safetensors file opened as llm.c, ...): the message names what it is and the call that
+   * opens it.
+   */
+  HOSTFIRST_STATUS_OTHER_FORMAT = 75,
+  /**
+   * The file declares an element type hostfirst cannot hand out as it is: a NumPy object, string,
+   * structured, datetime or big-endian dtype, a complex128 or float128 array (the message says which, and how
+   * to convert it).
+   */
+  HOSTFIRST_STATUS_UNSUPPORTED_DTYPE = 76,
+  /**
+   * The fixed header of a `.npy`, llm.c or Megatron file is malformed: a bad magic for the format asked for,
+   * a `.npy` header that is not the Python dict NumPy writes (syntax, keys, a negative or non-integer
+   * dimension), an unknown dtype code, a negative count.
+   */
+  HOSTFIRST_STATUS_INVALID_HEADER = 77,
+  /**
+   * The file's format version is one hostfirst does not read (`.npy` other than 1.0, 2.0, 3.0; an llm.c
+   * version other than its magic's; a Megatron index version other than 1).
+   */
+  HOSTFIRST_STATUS_UNSUPPORTED_VERSION = 78,
+  /**
+   * The array is stored in an order hostfirst does not hand out: a `.npy` file in Fortran (column-major)
+   * order with more than one dimension longer than 1 (re-save it C-ordered).
+   */
+  HOSTFIRST_STATUS_UNSUPPORTED_LAYOUT = 79,
   /**
    * An internal invariant failed (a bug in hostfirst).
    */
@@ -883,8 +915,10 @@ hostfirst_status hostfirst_strict_get(int32_t *out_thread, int32_t *out_process)
 /* ==============================================================================================================
  * 4. FILES AND VIEWS
  *
- * Open a safetensors file, a multi-file set (*.safetensors.index.json) or bytes in memory with hostfirst_file_open(),
- * _open_index() or _open_memory(); release it with hostfirst_file_free(). A file is immutable once open: its
+ * Open a safetensors file, a multi-file set (*.safetensors.index.json), a NumPy .npy file, an llm.c token shard or
+ * a Megatron indexed dataset with hostfirst_file_open() (recognised by content; _open_format() insists on one
+ * hostfirst_format), a headerless raw file with _open_raw() (dtype, shape, offset), or bytes in memory with
+ * _open_memory(); release it with hostfirst_file_free(). A file is immutable once open: its
  * tensor names, metadata and path (strings owned by the file, valid until it is freed) may be read from many
  * threads at once. hostfirst_file_view() / hostfirst_file_view_at() give a hostfirst_view: a read-only, zero-copy
  * window on one tensor in the file's mapping; slice or narrow it into further views, describe it, copy or read its
@@ -919,6 +953,12 @@ hostfirst_status hostfirst_strict_get(int32_t *out_thread, int32_t *out_process)
  * the rest is read (a header of millions of tiny entries costs neither time nor memory).
  */
 #define HOSTFIRST_MAX_METADATA_ENTRIES 65536
+
+/**
+ * A shape entry for `hostfirst_file_open_raw` (dimension 0 only): as many rows as the file holds after the
+ * offset, as `np.memmap` infers without a shape.
+ */
+#define HOSTFIRST_FILE_RAW_INFER UINT64_MAX
 
 /**
  * Describes every tensor of `load`, in file order, into the caller's array `out` of `capacity` entries of
@@ -1051,9 +1091,60 @@ typedef uint32_t hostfirst_dtype;
 #endif // __cplusplus
 
 /**
- * An open safetensors file, memory buffer or multi-file set (`*.safetensors.index.json`).
+ * The format of an open file, or the one a caller asks an open for. Values cross the C ABI as
+ * `hostfirst_format` (`HOSTFIRST_FORMAT_*`) and are never renumbered.
+ */
+enum hostfirst_format
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Asked for: recognise the format by content (what `hostfirst_file_open` does). Never a file's format.
+   */
+  HOSTFIRST_FORMAT_AUTO = 0,
+  /**
+   * A `.safetensors` file (or a memory image of one).
+   */
+  HOSTFIRST_FORMAT_SAFETENSORS = 1,
+  /**
+   * A multi-file set opened through its `*.safetensors.index.json`.
+   */
+  HOSTFIRST_FORMAT_SAFETENSORS_INDEX = 2,
+  /**
+   * A NumPy `.npy` file, format version 1.0, 2.0 or 3.0: one tensor named `data`.
+   */
+  HOSTFIRST_FORMAT_NPY = 3,
+  /**
+   * An llm.c / modded-nanogpt token shard (256 x int32 header, magic 20240520 with u16 tokens or
+   * 20240801 with u32 tokens): one tensor named `tokens`.
+   */
+  HOSTFIRST_FORMAT_LLMC = 4,
+  /**
+   * A Megatron-LM / NeMo indexed dataset (`PREFIX.idx`, magic `MMIDIDX`, and `PREFIX.bin`): the tensors
+   * `tokens` (the `.bin`), `sequence_lengths`, `sequence_pointers`, `document_indices` and, for a multimodal
+   * index, `sequence_modes` (the `.idx`).
+   */
+  HOSTFIRST_FORMAT_MEGATRON = 5,
+  /**
+   * A headerless file opened with an explicit dtype, shape and offset (nanoGPT's `train.bin`).
+   */
+  HOSTFIRST_FORMAT_RAW = 6,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hostfirst_format hostfirst_format;
+#else
+typedef uint32_t hostfirst_format;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * An open file of named tensors: a safetensors file, memory buffer or multi-file set
+ * (`*.safetensors.index.json`), a NumPy `.npy` file, an llm.c token shard, a Megatron indexed dataset, or a
+ * headerless raw file (`hostfirst_file_format` says which).
  *
- * Created by `hostfirst_file_open` or `hostfirst_file_open_memory`; released by
+ * Created by `hostfirst_file_open`, `_open_format`, `_open_raw` or `_open_memory`; released by
  * `hostfirst_file_free`. Immutable once open: every function taking a `const hostfirst_file*` is thread-safe
  * and may run concurrently on the same handle. Views made from it stay valid after it is freed.
  */
@@ -1159,7 +1250,36 @@ uint32_t hostfirst_dtype_bits(hostfirst_dtype dtype);
 hostfirst_status hostfirst_dtype_from_name(const char *name, hostfirst_dtype *out_dtype);
 
 /**
- * Opens a safetensors file, or a multi-file set when `path` is an index, and writes a new handle to `*out`.
+ * Opens a file of any format hostfirst recognises by content and writes a new handle to `*out`: a safetensors
+ * file, a multi-file set when `path` is an index, a NumPy `.npy` file (versions 1.0, 2.0, 3.0; magic
+ * `\x93NUMPY`), an llm.c / modded-nanogpt token shard (256 x int32 header, magic 20240520 or 20240801) or a
+ * Megatron-LM / NeMo indexed dataset (`.idx` magic `MMIDIDX`; `path` may be the `.idx`, the `.bin` beside it,
+ * or the prefix of both). Every format becomes the same `hostfirst_file` of named tensors (views, puts, loads,
+ * gathers and shard-on-read treat them alike):
+ *
+ * - `.npy`: one tensor, `data`, of the array's dtype and shape (C order). Metadata `format` = `npy`,
+ *   `npy_version`, `descr`, `fortran_order`.
+ * - llm.c: one 1-D tensor, `tokens` (U16 for magic 20240520 version 1, U32 for magic 20240801 version 7).
+ *   Metadata `format` = `llm.c`, `magic`, `version`.
+ * - Megatron: `tokens` (1-D, the `.bin`, of the index's dtype), and from the `.idx` `sequence_lengths` (I32),
+ *   `sequence_pointers` (I64, byte offsets into the `.bin`), `document_indices` (I64) and, for a multimodal
+ *   index, `sequence_modes` (I8). Metadata `format` = `megatron`, `dtype_code`, `sequence_count`,
+ *   `document_count`, `max_sequence_length`, `multimodal`. The whole `.idx` is read once at open to validate
+ *   it (12 bytes a sequence): the pointers must be the running sum of the lengths (the sequences tile the
+ *   `.bin` in order) and the document indices run from 0 to the sequence count.
+ *
+ * A headerless raw file (nanoGPT's `train.bin`) has no magic: `hostfirst_file_open_raw`. The statuses of the
+ * other formats: `HEADER_TOO_SMALL` (the file ends inside a fixed header), `HEADER_TOO_LARGE` (an `.npy`
+ * header over 10,000 bytes, NumPy's own limit), `TRUNCATED` / `INCOMPLETE_BUFFER` (the file is shorter /
+ * longer than its header declares; the `.bin` shorter / longer than the index's sequences), `INVALID_HEADER`
+ * (an `.npy` header that is not the dict NumPy writes, a negative count, an unknown Megatron dtype code),
+ * `UNSUPPORTED_VERSION`, `UNSUPPORTED_DTYPE` (object, string, structured, datetime, big-endian, complex128,
+ * float128 arrays), `UNSUPPORTED_LAYOUT` (a Fortran-ordered `.npy` array with more than one dimension longer
+ * than 1: refused, not opened strided), `VALIDATION_OVERFLOW`, `LIMIT_EXCEEDED` (rank), `INVALID_OFFSET` (a
+ * Megatron sequence pointer out of order, overlapping, or leaving a gap), `INVALID_INDEX` (a negative sequence
+ * length, document indices out of order or not ending at the sequence count).
+ *
+ * Safetensors: opens a safetensors file, or a multi-file set when `path` is an index.
  *
  * An index (`*.safetensors.index.json`, the Hugging Face `weight_map` format) is recognised by a name ending
  * in `.json` or by content (JSON text that cannot be a safetensors length prefix) and opened as one logical
@@ -1194,8 +1314,66 @@ hostfirst_status hostfirst_file_open(const char *path,
                                      struct hostfirst_file **out);
 
 /**
+ * Opens `path` as the format `format` only and writes a new handle to `*out`.
+ *
+ * `HOSTFIRST_FORMAT_AUTO` is `hostfirst_file_open`. `HOSTFIRST_FORMAT_SAFETENSORS`, `_NPY` and `_LLMC` open the
+ * file if it is of that format; `_SAFETENSORS_INDEX` opens a multi-file set's index; `_MEGATRON` a Megatron
+ * dataset (`path`: its `.idx`, its `.bin` or their prefix). A file of another format hostfirst recognises
+ * (by its magic, or a safetensors length prefix followed by `{`) gives `HOSTFIRST_STATUS_OTHER_FORMAT`, with
+ * a message naming what it is and the call that opens it; a file of no known format gets the asked
+ * format's own verdict (`INVALID_HEADER` for a missing magic). `HOSTFIRST_FORMAT_RAW` needs a layout:
+ * `INVALID_ARGUMENT` (use `hostfirst_file_open_raw`); an unknown `format` value is `INVALID_ARGUMENT`.
+ * Other statuses as `hostfirst_file_open`. On failure `*out` is unchanged and nothing is left open.
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_file_open_format(const char *path,
+                                            hostfirst_format format,
+                                            struct hostfirst_file **out);
+
+/**
+ * Opens a headerless file (nanoGPT's `train.bin`: u16 tokens and nothing else) as one tensor of `dtype` and
+ * `shape` (`rank` entries; `shape` may be NULL when `rank` is 0, a scalar) whose first byte is at `offset`,
+ * named `name` (NULL: `"data"`), and writes a new handle to `*out`.
+ *
+ * `shape[0]` may be `HOSTFIRST_FILE_RAW_INFER`: as many rows of `shape[1..]` as the file holds after `offset`
+ * (nanoGPT's `np.memmap(path, dtype=np.uint16, mode="r")` is dtype U16, shape `{HOSTFIRST_FILE_RAW_INFER}`,
+ * rank 1, offset 0). The file must be exactly `offset` + the tensor's bytes, as a safetensors file must be
+ * covered exactly: `TRUNCATED` when it is shorter (or `offset` is past its end), `INCOMPLETE_BUFFER` when
+ * bytes follow (with an inferred dimension: a partial row left over). A file that is, at offset 0, a valid
+ * `.npy` file, llm.c shard or Megatron index gives `OTHER_FORMAT` naming the call that reads its header (give
+ * the offset of its data to map past the header on purpose). Other statuses: `NULL_ARGUMENT`;
+ * `INVALID_ARGUMENT` (unknown dtype, `HOSTFIRST_FILE_RAW_INFER` past dimension 0 or with rows of no bytes,
+ * rank above `HOSTFIRST_MAX_RANK`, an empty name or one longer than `HOSTFIRST_MAX_NAME_LEN`, path or name
+ * not UTF-8); `VALIDATION_OVERFLOW`; `MISALIGNED_SLICE` (a sub-byte dtype that does not fill whole bytes);
+ * `IO`. Metadata: `format` = `raw`, `offset`. On failure `*out` is unchanged and nothing is left open.
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_file_open_raw(const char *path,
+                                         hostfirst_dtype dtype,
+                                         const uint64_t *shape,
+                                         size_t rank,
+                                         uint64_t offset,
+                                         const char *name,
+                                         struct hostfirst_file **out);
+
+/**
+ * Writes the format of an open file to `*out_format` (never `HOSTFIRST_FORMAT_AUTO`). Errors:
+ * `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_file_format(const struct hostfirst_file *file,
+                                       hostfirst_format *out_format);
+
+/**
+ * Returns the static name of a format: its constant without the `HOSTFIRST_FORMAT_` prefix (`"NPY"`,
+ * `"MEGATRON"`), or `"UNKNOWN"` for a value that is not a `hostfirst_format`. Never NULL. Thread-safe.
+ */
+const char *hostfirst_format_name(hostfirst_format format);
+
+/**
  * Validates a safetensors image in caller memory `(data, len)` and writes a new handle to `*out`, without
- * copying the data.
+ * copying the data. An image that begins with the `.npy` magic or an llm.c token-shard magic is opened as that
+ * format (statuses as `hostfirst_file_open`, with `INCOMPLETE_BUFFER` for a short image); a Megatron index
+ * needs its `.bin` and gives `OTHER_FORMAT` here.
  *
  * **Ownership:** the caller keeps the memory alive and unmodified until the file handle and every view
  * made from it are freed; view data pointers point into it. Same validation and statuses as
@@ -1296,6 +1474,23 @@ hostfirst_status hostfirst_file_view(const struct hostfirst_file *file,
 hostfirst_status hostfirst_file_view_at(const struct hostfirst_file *file,
                                         size_t index,
                                         struct hostfirst_view **out_view);
+
+/**
+ * For a Megatron dataset (`hostfirst_file_format` gives `HOSTFIRST_FORMAT_MEGATRON`): writes, for each of
+ * the `n` sequence indices, the element offset of the sequence's first token in the `tokens` tensor to
+ * `out_starts[i]` and its length in elements to `out_lengths[i]` (each an array of `n`). Document boundaries
+ * are the `document_indices` tensor (document `d` is sequences `[document_indices[d],
+ * document_indices[d + 1])`). Reads 12 bytes of the `.idx` per sequence with positioned reads.
+ *
+ * Errors: `NULL_ARGUMENT` (an array NULL with `n > 0`), `INVALID_HANDLE`, `UNSUPPORTED` (not a Megatron
+ * dataset), `OUT_OF_RANGE` (the first index at or past the sequence count), `TRUNCATED` / `IO`. Outputs are
+ * written only on success. Thread-safe.
+ */
+hostfirst_status hostfirst_file_sequence_spans(const struct hostfirst_file *file,
+                                               const uint64_t *indices,
+                                               size_t n,
+                                               uint64_t *out_starts,
+                                               uint64_t *out_lengths);
 
 /**
  * Releases a view. NULL is a no-op returning OK; a view already freed gives `INVALID_HANDLE`. Pointers from
@@ -2351,6 +2546,30 @@ hostfirst_status hostfirst_gather_run(struct hostfirst_gather *gather,
                                       const uint64_t *offsets,
                                       size_t n,
                                       struct hostfirst_buffer **out_batch);
+
+/**
+ * Assembles one batch of whole sequences of a Megatron dataset (`dataset`, opened with `hostfirst_file_open`):
+ * row `i` = the tokens of sequence `indices[i]`, for `i < n` (`n` must equal the batch), **padded**: the
+ * first `min(length, window)` tokens, then `pad` in every element up to the window (`pad`'s low bytes,
+ * little-endian, as one element: the pad token id). A sequence longer than the window is cut at it.
+ * When `out_lengths` is not NULL, `out_lengths[i]` receives the tokens row `i` holds (`min(length, window)`),
+ * what an attention mask or a loss mask is built from.
+ *
+ * Padded rather than packed because the batch is then the gather's fixed `[batch, window]` buffer: it shares
+ * the ring (never rewritten while held), the one transfer to `cuda:N`, DLPack export, and a jitted step sees
+ * one shape (JAX recompiles for every new shape a packed batch would have). The gather's dtype must be the
+ * dataset's token dtype. Other rules, ownership of `*out_batch` and errors as `hostfirst_gather_run`, plus
+ * `UNSUPPORTED` (not a Megatron dataset) and `OUT_OF_RANGE` (an index at or past the sequence count).
+ * `*out_lengths` and `*out_batch` are written only on success. Thread-safe; calls on one gather are
+ * serialised.
+ */
+hostfirst_status hostfirst_gather_run_sequences(struct hostfirst_gather *gather,
+                                                const struct hostfirst_file *dataset,
+                                                const uint64_t *indices,
+                                                size_t n,
+                                                uint64_t pad,
+                                                uint64_t *out_lengths,
+                                                struct hostfirst_buffer **out_batch);
 
 /**
  * Gathers from a 1-D host buffer (`cpu` or `cuda_host`) instead of a view: rows as for

@@ -675,13 +675,37 @@ private:
     detail::owner<hostfirst_view, hostfirst_view_free> v_;
 };
 
-/// An open safetensors file or sharded set (*.safetensors.index.json). Move-only; const members are
-/// thread-safe. Views outlive it; strings it returns do not.
+/// An open file of named tensors: a safetensors file or sharded set (*.safetensors.index.json), a NumPy .npy
+/// file, an llm.c token shard, a Megatron indexed dataset or a headerless raw file. Move-only; const members
+/// are thread-safe. Views outlive it; strings it returns do not.
 class file {
 public:
-    /// Opens a file or an index (header only; the data is mapped read-only, not read).
+    /// Opens a file of any format recognised by content, or an index (header only; the data is mapped
+    /// read-only, not read).
     static file open(const std::string &path) {
         return detail::adopt<file, hostfirst_file>(hostfirst_file_open, path.c_str());
+    }
+    /// Opens a file as `format` only (HOSTFIRST_STATUS_OTHER_FORMAT, naming it, for a file of another format).
+    static file open_format(const std::string &path, hostfirst_format format) {
+        return detail::adopt<file, hostfirst_file>(hostfirst_file_open_format, path.c_str(), format);
+    }
+    /// Opens a headerless file as one tensor: `shape[0]` may be HOSTFIRST_FILE_RAW_INFER (rows from the size).
+    static file open_raw(const std::string &path, hostfirst_dtype dtype, const std::vector<uint64_t> &shape,
+                         uint64_t offset = 0, const std::string &name = "data") {
+        return detail::adopt<file, hostfirst_file>(hostfirst_file_open_raw, path.c_str(), dtype, shape.data(),
+                                                   shape.size(), offset, name.c_str());
+    }
+    /// The file's format.
+    hostfirst_format format() const { return detail::get<hostfirst_format>(c(), hostfirst_file_format); }
+    /// The format's name ("NPY", "MEGATRON").
+    static std::string format_name(hostfirst_format format) { return hostfirst_format_name(format); }
+    /// A Megatron dataset's sequences as (first element in `tokens`, length) pairs.
+    std::vector<std::pair<uint64_t, uint64_t>> sequence_spans(const std::vector<uint64_t> &indices) const {
+        std::vector<uint64_t> starts(indices.size()), lengths(indices.size());
+        check(hostfirst_file_sequence_spans(c(), indices.data(), indices.size(), starts.data(), lengths.data()));
+        std::vector<std::pair<uint64_t, uint64_t>> out;
+        for (size_t i = 0; i < indices.size(); i++) out.emplace_back(starts[i], lengths[i]);
+        return out;
     }
     /// Opens a safetensors image in caller memory, which must outlive the file and its views.
     static file open_memory(const void *data, size_t len) {
@@ -890,6 +914,16 @@ public:
     buffer run_from_buffer(const buffer &source, const std::vector<uint64_t> &offsets) {
         return detail::adopt<buffer, hostfirst_buffer>(hostfirst_gather_run_from_buffer, g_.get(), source.c(),
                                                        offsets.data(), offsets.size());
+    }
+    /// Whole sequences of a Megatron dataset, padded with `pad` to the window; `lengths` (if given) receives
+    /// the tokens each row holds.
+    buffer run_sequences(const file &dataset, const std::vector<uint64_t> &indices, uint64_t pad = 0,
+                         std::vector<uint64_t> *lengths = nullptr) {
+        std::vector<uint64_t> l(indices.size());
+        buffer b = detail::adopt<buffer, hostfirst_buffer>(hostfirst_gather_run_sequences, g_.get(), dataset.c(),
+                                                           indices.data(), indices.size(), pad, l.data());
+        if (lengths) *lengths = std::move(l);
+        return b;
     }
     /// The current batch, as a new handle.
     buffer batch() const {

@@ -93,14 +93,36 @@ pub enum Status {
     IncompleteBuffer = 70,
     /// A safety cap (tensor count, rank, name length) was exceeded.
     LimitExceeded = 71,
-    /// A sharded index (`*.safetensors.index.json`) is malformed or disagrees with its part files.
+    /// A sharded index (`*.safetensors.index.json`) is malformed or disagrees with its part files; or a
+    /// Megatron `.idx` has a negative sequence length, or document indices that do not run in order from 0 to
+    /// its sequence count.
     InvalidIndex = 72,
     /// The input is not a safetensors file at all: its first 8 bytes are no possible header length and no JSON
-    /// object follows them (the message says what it looks like: a zip archive, a Git LFS pointer, text, ...).
+    /// object follows them, and it is no other format the open recognises by content (`.npy`, an llm.c shard,
+    /// a Megatron index). The message says what it looks like (a zip archive, a Git LFS pointer, text, ...) and,
+    /// for headerless data, names the raw opener.
     NotSafetensors = 73,
     /// A file's metadata (a header's `__metadata__`, an index's `metadata`, or a set's merged metadata) has
     /// more entries than the hostfirst cap (`HOSTFIRST_MAX_METADATA_ENTRIES`).
     MetadataLimitExceeded = 74,
+    /// The file is of a format hostfirst knows, but not the one the call asked for (an `.npy` file given to
+    /// the raw opener, a safetensors file opened as llm.c, ...): the message names what it is and the call that
+    /// opens it.
+    OtherFormat = 75,
+    /// The file declares an element type hostfirst cannot hand out as it is: a NumPy object, string,
+    /// structured, datetime or big-endian dtype, a complex128 or float128 array (the message says which, and how
+    /// to convert it).
+    UnsupportedDtype = 76,
+    /// The fixed header of a `.npy`, llm.c or Megatron file is malformed: a bad magic for the format asked for,
+    /// a `.npy` header that is not the Python dict NumPy writes (syntax, keys, a negative or non-integer
+    /// dimension), an unknown dtype code, a negative count.
+    InvalidHeader = 77,
+    /// The file's format version is one hostfirst does not read (`.npy` other than 1.0, 2.0, 3.0; an llm.c
+    /// version other than its magic's; a Megatron index version other than 1).
+    UnsupportedVersion = 78,
+    /// The array is stored in an order hostfirst does not hand out: a `.npy` file in Fortran (column-major)
+    /// order with more than one dimension longer than 1 (re-save it C-ordered).
+    UnsupportedLayout = 79,
 
     /// An internal invariant failed (a bug in hostfirst).
     Internal = 100,

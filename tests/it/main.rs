@@ -41,4 +41,5 @@ mod place_rules;
 mod python_abi;
 mod readme_example;
 mod shard;
+mod tokens;
 mod valgrind;

@@ -6,7 +6,8 @@
     hostfirst.default_device()            # DefaultDevice(device=Device('cuda:0'), source='built_in', depth=0)
     with hostfirst.default_device("cpu"):
         ...
-    f = hostfirst.open("tokens.safetensors")  # header only; data mapped read-only
+    f = hostfirst.open("tokens.safetensors")  # header only; data mapped read-only; .npy, llm.c, Megatron too
+    hostfirst.open_raw("train.bin", "uint16")["data"]   # nanoGPT's headerless token file
     t = f["tokens"]; t.dtype, t.shape         # dtype('uint16'); zero-copy view; t[0:1024], t[:, 64:128] views
     np.asarray(t)                             # zero-copy, read-only (bf16/fp8 via ml_dtypes); np.from_dlpack too
     with hostfirst.safe_open(path, framework="numpy") as f:   # safetensors' API: keys, get_tensor, get_slice
@@ -44,7 +45,7 @@ from ._devices import (
     set_default_device,
     strict,
 )
-from ._tensors import Buffer, File, View, load, open, rule_pairs  # noqa: A004
+from ._tensors import Buffer, File, View, load, open, open_raw, rule_pairs  # noqa: A004
 from ._gather import Gather, OffsetStream
 from ._shard import Shard, load_shards
 from ._safe_open import safe_open
@@ -76,7 +77,7 @@ __all__ = [
     "Backend", "Buffer", "CarriedScope", "DefaultDevice", "Device", "DeviceInfo", "Error", "File", "FormatError",
     "Gather", "HostfirstError", "MissingFileError", "OffsetStream", "OutOfMemoryError", "Shard", "View",
     "UnmatchedRuleWarning", "backends", "capture_scope", "default_device", "devices", "handle_count", "load",
-    "load_shards", "resolve_target", "rule_pairs", "safe_open", "set_default_device", "strict",
+    "load_shards", "open_raw", "resolve_target", "rule_pairs", "safe_open", "set_default_device", "strict",
 ] + [n for n in _errors_all if n not in ("Error", "HostfirstError", "FormatError", "MissingFileError")]
 
 if "jax" in _sys.modules:  # JAX already imported: register View and Buffer with it now (see hostfirst.jax)

@@ -379,6 +379,11 @@ SIGNATURES = {
     "hostfirst_dtype_from_name": (c_status, [_str, P(_u32)]),
     # files and views
     "hostfirst_file_open": (c_status, [_str, _ph]),
+    "hostfirst_file_open_format": (c_status, [_str, _u32, _ph]),
+    "hostfirst_file_open_raw": (c_status, [_str, _u32, P(_u64), _size, _u64, _str, _ph]),
+    "hostfirst_file_format": (c_status, [_h, P(_u32)]),
+    "hostfirst_format_name": (_str, [_u32]),
+    "hostfirst_file_sequence_spans": (c_status, [_h, P(_u64), _size, P(_u64), P(_u64)]),
     
     "hostfirst_file_open_memory": (c_status, [ctypes.c_void_p, _size, _ph]),
     "hostfirst_file_free": (c_status, [_h]),
@@ -443,6 +448,7 @@ SIGNATURES = {
     "hostfirst_gather_new": (c_status, [Device, _u32, _u64, _u64, _ph]),
     "hostfirst_gather_run": (c_status, [_h, _h, P(_u64), _size, _ph]),
     "hostfirst_gather_run_from_buffer": (c_status, [_h, _h, P(_u64), _size, _ph]),
+    "hostfirst_gather_run_sequences": (c_status, [_h, _h, P(_u64), _size, _u64, P(_u64), _ph]),
     "hostfirst_gather_batch": (c_status, [_h, _ph]),
     "hostfirst_gather_set_ring_bound": (c_status, [_h, _size]),
     "hostfirst_gather_ring": (c_status, [_h, P(_size), P(_size), P(_size)]),

@@ -103,6 +103,29 @@ class Gather:
                           "it) before the next run, or make the Gather with a larger ring_bound=", e.status) from e
         return Buffer._of_batch(out.value, self._layout)
 
+    def run_sequences(self, dataset: Any, indices: Union[Sequence[int], np.ndarray],
+                      pad: int = 0) -> Tuple[Buffer, np.ndarray]:
+        """Whole sequences of a Megatron dataset (a File from hostfirst.open on its .idx/.bin/prefix): row i =
+        the tokens of sequence indices[i], cut at the window and padded with `pad` (the pad token id) up to it.
+        Returns (batch, lengths): the [batch, window] Buffer, as `run` hands it out, and a uint64 array of the
+        tokens each row holds (for an attention or loss mask). One gather for the whole batch
+        (hostfirst_gather_run_sequences)."""
+        if len(indices) != self.batch:
+            raise ValueError(f"{len(indices)} indices for a batch of {self.batch}")
+        o = np.asarray(indices)
+        if o.dtype.kind not in "iu":
+            raise TypeError(f"indices must be integers, not {o.dtype}")
+        if o.dtype.kind == "i" and o.size and o.min() < 0:
+            raise error_named("OUT_OF_RANGE", f"sequence index {int(o.min())} is negative")
+        np.copyto(self._offsets_np, o, casting="unsafe")
+        lengths = np.empty(self.batch, np.uint64)
+        out = ctypes.c_void_p()
+        check(lib.hostfirst_gather_run_sequences(self._h, dataset._handle(), self._offsets, self.batch,
+                                                 int(pad) & 0xFFFFFFFFFFFFFFFF,
+                                                 lengths.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)),
+                                                 ctypes.byref(out)))
+        return Buffer._of_batch(out.value, self._layout), lengths
+
     def stream(self, source: Union[View, Buffer, np.ndarray], offsets: Iterable[Sequence[int]],
                depth: int = 2) -> Iterator[Buffer]:
         """Yields the batch of each offset array of `offsets` in order, as `run` would, while a background

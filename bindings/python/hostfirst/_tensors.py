@@ -526,20 +526,35 @@ class _LoadedBuffer(Buffer):
 
 
 class File(Mapping):
-    """An open safetensors file or sharded set: a read-only mapping of tensor name -> View, in file order.
+    """An open file of named tensors: a read-only mapping of tensor name -> View, in file order. A safetensors
+    file or sharded set, a NumPy .npy file (one tensor, "data"), an llm.c token shard ("tokens"), a Megatron
+    indexed dataset ("tokens", "sequence_lengths", "sequence_pointers", "document_indices") or a headerless raw
+    file (`hostfirst.open_raw`).
 
-    `len(f)`, `name in f`, `f[name]`, iteration, `.metadata` (dict of str), `.path`. Tensors stay valid after
-    the file is closed. Use as a context manager or call `close()`; garbage collection closes it too. A
-    missing name raises KeyError (NotFoundError) naming the closest names the file has.
+    `len(f)`, `name in f`, `f[name]`, iteration, `.metadata` (dict of str), `.path`, `.format` ("safetensors",
+    "safetensors_index", "npy", "llmc", "megatron", "raw"). Tensors stay valid after the file is closed. Use as
+    a context manager or call `close()`; garbage collection closes it too. A missing name raises KeyError
+    (NotFoundError) naming the closest names the file has.
     """
 
-    def __init__(self, path: PathLike):
+    def __init__(self, path: PathLike, format: Optional[str] = None, *, _raw: Optional[Tuple[Any, ...]] = None):
         raw = c_path(path)
         self.path = os.fsdecode(raw)
         h = ctypes.c_void_p()
-        check_path(lib.hostfirst_file_open(raw, ctypes.byref(h)), raw)
+        if _raw is not None:
+            code, shape, offset, name = _raw
+            dims = (ctypes.c_uint64 * max(1, len(shape)))(*shape)
+            check_path(lib.hostfirst_file_open_raw(raw, code, dims, len(shape), offset, c_string(name, "name"),
+                                                   ctypes.byref(h)), raw)
+        elif format is None:
+            check_path(lib.hostfirst_file_open(raw, ctypes.byref(h)), raw)
+        else:
+            check_path(lib.hostfirst_file_open_format(raw, format_code(format), ctypes.byref(h)), raw)
         self._h: Optional[int] = h.value
         self._finalizer = weakref.finalize(self, lib.hostfirst_file_free, h.value)
+        fmt = ctypes.c_uint32()
+        check(lib.hostfirst_file_format(self._h, ctypes.byref(fmt)))
+        self.format: str = text(lib.hostfirst_format_name(fmt.value)).lower()
         n = ctypes.c_size_t()
         check(lib.hostfirst_file_tensor_count(self._h, ctypes.byref(n)))
         self._count = n.value
@@ -552,6 +567,20 @@ class File(Mapping):
             check(lib.hostfirst_file_metadata_get(self._h, i, ctypes.byref(k), ctypes.byref(v)))
             md[text(k.value)] = text(v.value)
         self.metadata: Dict[str, str] = md
+
+    def sequence_spans(self, indices: Any) -> Tuple[np.ndarray, np.ndarray]:
+        """A Megatron dataset's sequences `indices` as (starts, lengths): uint64 arrays, the element offset of
+        each sequence's first token in f["tokens"] and its length (hostfirst_file_sequence_spans). Document d
+        is sequences f["document_indices"][d] to f["document_indices"][d + 1]."""
+        idx = np.ascontiguousarray(np.asarray(indices, dtype=np.int64).reshape(-1))
+        if idx.size and idx.min() < 0:
+            raise error_named("OUT_OF_RANGE", f"sequence index {int(idx.min())} is negative")
+        idx = idx.astype(np.uint64)
+        starts, lengths = np.empty(idx.size, np.uint64), np.empty(idx.size, np.uint64)
+        u64p = ctypes.POINTER(ctypes.c_uint64)
+        check(lib.hostfirst_file_sequence_spans(self._handle(), idx.ctypes.data_as(u64p), idx.size,
+                                                starts.ctypes.data_as(u64p), lengths.ctypes.data_as(u64p)))
+        return starts, lengths
 
     def _handle(self) -> int:
         if self._h is None:
@@ -620,11 +649,45 @@ class File(Mapping):
         return f"hostfirst.File('{self.path}', {len(self)} tensors)"
 
 
-def open(path: PathLike) -> File:  # noqa: A001 - hostfirst.open, like builtins.open for tensors
-    """Opens a safetensors file (or a sharded set through its *.safetensors.index.json): reads the header only,
-    maps the data read-only. `path`: str, bytes or os.PathLike. Returns a File, a mapping of name -> View
-    in file order."""
-    return File(path)
+def open(path: PathLike, format: Optional[str] = None) -> File:  # noqa: A001 - hostfirst.open, like builtins.open
+    """Opens a file of named tensors, recognised by content: safetensors (or a sharded set through its
+    *.safetensors.index.json), NumPy .npy, an llm.c token shard, a Megatron indexed dataset (its .idx, its .bin
+    or their prefix). Reads the header only and maps the data read-only. `format` ("safetensors", "npy",
+    "llmc", "megatron", "safetensors_index") insists on one: a file of another format raises OtherFormatError
+    naming it. Headerless files: `open_raw`. `path`: str, bytes or os.PathLike. Returns a File, a mapping of
+    name -> View in file order."""
+    return File(path, format)
+
+
+def open_raw(path: PathLike, dtype: _dtypes.DTypeLike, shape: Optional[Iterable[int]] = None, offset: int = 0,
+             name: str = "data") -> File:
+    """Opens a headerless file as one tensor `name` of `dtype` and `shape` starting at byte `offset`:
+    nanoGPT's `np.memmap("train.bin", dtype=np.uint16, mode="r")` is `hostfirst.open_raw("train.bin",
+    "uint16")["data"]`. `shape=None` is 1-D over the whole file after `offset`; a shape's first entry may be
+    -1 (rows inferred from the file's size). The file must be exactly offset + the tensor's bytes."""
+    code = _dtypes.code_of(dtype)
+    dims = [-1] if shape is None else [int(d) for d in shape]
+    if any(d < 0 for d in dims[1:]) or (dims and dims[0] < -1):
+        raise error_named("INVALID_ARGUMENT", f"shape {tuple(dims)}: only the first entry may be -1 (inferred)")
+    infer = 0xFFFFFFFFFFFFFFFF  # HOSTFIRST_FILE_RAW_INFER
+    return File(path, _raw=(code, [infer if d == -1 else d for d in dims], int(offset), name))
+
+
+_FORMATS: Dict[str, int] = {}
+
+
+def format_code(format: str) -> int:
+    """HOSTFIRST_FORMAT_* for a format name ("npy", "llmc", "megatron", "safetensors", ...), from the library."""
+    if not _FORMATS:
+        unknown = lib.hostfirst_format_name(0xFFFFFFFF)
+        for code in range(64):
+            name = lib.hostfirst_format_name(code)
+            if name != unknown:
+                _FORMATS[name.decode().lower()] = code
+    found = _FORMATS.get(str(format).lower().replace(".", "").replace("-", "_"))
+    if found is None:
+        raise error_named("INVALID_ARGUMENT", f"unknown format {format!r}; valid: {', '.join(sorted(_FORMATS))}")
+    return found
 
 
 def rule_pairs(rules: Optional[Rules]) -> List[Tuple[str, str]]:
