@@ -48,9 +48,16 @@ from ._tensors import Buffer, File, View, load, open, rule_pairs  # noqa: A004
 from ._gather import Gather, OffsetStream
 from ._shard import Shard, load_shards
 from ._safe_open import safe_open
-from ._errors import *  # noqa: F401,F403 - one exception class per status
-from ._errors import Error, FormatError, HostfirstError, MissingFileError, OutOfMemoryError, UnmatchedRuleWarning
-from ._errors import __all__ as _errors_all
+from ._errors import (  # one exception class per status (see hostfirst._errors for the builtin each also is)
+    AlreadyUsedError, BufferTooSmallError, BusyError, CancelledError, DeviceErrorError, DuplicateTensorError,
+    Error, FormatError, HeaderTooLargeError, HeaderTooSmallError, HostfirstError, ImplicitPlacementError,
+    IncompleteBufferError, InternalError, InvalidArgumentError, InvalidHandleError, InvalidHeaderJsonError,
+    InvalidHeaderLengthError, InvalidHeaderUtf8Error, InvalidIndexError, InvalidOffsetError, IoError,
+    LimitExceededError, MetadataLimitExceededError, MisalignedSliceError, MissingFileError, NoSuchDeviceError,
+    NotFoundError, NotReadyError, NotSafetensorsError, NullArgumentError, OutOfMemoryError, OutOfRangeError,
+    PanicError, ScopeMismatchError, TensorInvalidInfoError, TruncatedError, UnavailableError, UnmatchedRuleError,
+    UnmatchedRuleWarning, UnsupportedError, ValidationOverflowError,
+)
 from . import numpy  # noqa: E402 - hostfirst.numpy.load_file, after the names it uses
 
 __version__ = native.hostfirst_version().decode()
@@ -69,15 +76,26 @@ def read_engine() -> str:
     return buf.value.decode()
 
 
-library_path = native._hostfirst_path
+#: The path of the libhostfirst this package loaded (the one bundled in the wheel, or HOSTFIRST_LIBRARY's).
+library_path: str = str(native._hostfirst_path)
 
-# `from hostfirst import *`: everything above but `open`, which would shadow the builtin (hostfirst.open stays).
+# The public names, as a literal list (type checkers read it: `mypy --strict` sees every name exported), and
+# what pydoc documents. `open` is among them, as `os`, `io` and `gzip` list theirs: `from hostfirst import *`
+# shadows the builtin open, so import the module (`import hostfirst`) rather than its names.
 __all__ = [
-    "Backend", "Buffer", "CarriedScope", "DefaultDevice", "Device", "DeviceInfo", "Error", "File", "FormatError",
-    "Gather", "HostfirstError", "MissingFileError", "OffsetStream", "OutOfMemoryError", "Shard", "View",
-    "UnmatchedRuleWarning", "backends", "capture_scope", "default_device", "devices", "handle_count", "load",
-    "load_shards", "resolve_target", "rule_pairs", "safe_open", "set_default_device", "strict",
-] + [n for n in _errors_all if n not in ("Error", "HostfirstError", "FormatError", "MissingFileError")]
+    "Backend", "Buffer", "CarriedScope", "DefaultDevice", "Device", "DeviceInfo", "File", "Gather", "OffsetStream",
+    "Shard", "View", "backends", "capture_scope", "default_device", "devices", "handle_count", "library_path",
+    "load", "load_shards", "open", "read_engine", "resolve_target", "rule_pairs", "safe_open",
+    "set_default_device", "strict", "AlreadyUsedError", "BufferTooSmallError", "BusyError", "CancelledError",
+    "DeviceErrorError", "DuplicateTensorError", "Error", "FormatError", "HeaderTooLargeError",
+    "HeaderTooSmallError", "HostfirstError", "ImplicitPlacementError", "IncompleteBufferError", "InternalError",
+    "InvalidArgumentError", "InvalidHandleError", "InvalidHeaderJsonError", "InvalidHeaderLengthError",
+    "InvalidHeaderUtf8Error", "InvalidIndexError", "InvalidOffsetError", "IoError", "LimitExceededError",
+    "MetadataLimitExceededError", "MisalignedSliceError", "MissingFileError", "NoSuchDeviceError", "NotFoundError",
+    "NotReadyError", "NotSafetensorsError", "NullArgumentError", "OutOfMemoryError", "OutOfRangeError",
+    "PanicError", "ScopeMismatchError", "TensorInvalidInfoError", "TruncatedError", "UnavailableError",
+    "UnmatchedRuleError", "UnmatchedRuleWarning", "UnsupportedError", "ValidationOverflowError",
+]
 
 if "jax" in _sys.modules:  # JAX already imported: register View and Buffer with it now (see hostfirst.jax)
     from . import jax as _jax  # noqa: F401
