@@ -57,16 +57,20 @@ def run_load(file: File, pairs: List[Tuple[str, str]]) -> _Load:
     return _Load(lh.value)
 
 
-def host_arrays(load: _Load, wanted: Optional[Sequence[int]] = None) -> Dict[int, np.ndarray]:
+def host_arrays(load: _Load, wanted: Optional[Sequence[int]] = None, views: bool = False) -> Dict[int, np.ndarray]:
     """numpy arrays over the cpu buffers of a load (those among `wanted`, indices in file order; None: all),
     writable and owned by the load: each is a slice of one array spanning the load's cpu arena (one
     `__array_interface__` for the whole load, then one np.ndarray call per tensor; the table is read in bulk and
     a rank-1 tensor's length is its size over its itemsize, so only shapes of rank 2 and up are read one by
-    one). Rows that are not cpu buffers, and dtypes numpy cannot hold, are left out."""
+    one). Rows that are not cpu buffers, and dtypes numpy cannot hold, are left out. `views=True`: the load's
+    host views instead, as read-only arrays on the file mapping (zero-copy; the load keeps the mapping alive)."""
     c = load.columns()
     idx = np.arange(len(c)) if wanted is None else np.asarray(wanted, dtype=np.intp)
     t = c[idx]
-    keep = (t["k"] == _abi.HOSTFIRST_LOADED_BUFFER) & (t["dk"] == _abi.HOSTFIRST_DEVICE_CPU)
+    if views:
+        keep = t["k"] == _abi.HOSTFIRST_LOADED_VIEW
+    else:
+        keep = (t["k"] == _abi.HOSTFIRST_LOADED_BUFFER) & (t["dk"] == _abi.HOSTFIRST_DEVICE_CPU)
     dtypes = {int(code): _dtypes.numpy_dtype(int(code)) for code in np.unique(t["d"][keep])}
     for code, dt in dtypes.items():
         if dt is None:
@@ -79,11 +83,12 @@ def host_arrays(load: _Load, wanted: Optional[Sequence[int]] = None) -> Dict[int
     if full.any():
         lo = int(address[full].min())
         hi = int((address + nbytes)[full].max())
-        # One allocation (the arena: each part 64-byte aligned) spans no more than its parts and their padding;
-        # anything else gets an array per tensor, so that no array covers memory the load does not own.
+        # One allocation (the arena: each part 64-byte aligned; a file's data: tensors back to back) spans no more
+        # than its parts and their padding; anything else (a set's part files, pinned buffers) gets an array per
+        # tensor, so that no array covers memory the load does not own.
         if hi - lo <= int(nbytes[full].sum()) + 64 * int(full.sum()):
             span = np.asarray(_Carrier(load, {"version": 3, "shape": (hi - lo,), "typestr": "|u1",
-                                              "data": (lo, False), "strides": None}))
+                                              "data": (lo, views), "strides": None}))
     out: Dict[int, np.ndarray] = {}
     new = np.ndarray
     for i, code, rank, at, n, addr in zip(idx.tolist(), t["d"].tolist(), t["r"].tolist(), t["s"].tolist(),
@@ -94,11 +99,13 @@ def host_arrays(load: _Load, wanted: Optional[Sequence[int]] = None) -> Dict[int
             if rank else ()
         if not n:
             out[i] = np.zeros(shape, dt)
+            if views:
+                out[i].flags.writeable = False
         elif span is not None:
             out[i] = new(shape, dt, span, addr - lo)
         else:
             one = np.asarray(_Carrier(load, {"version": 3, "shape": (n,), "typestr": "|u1",
-                                             "data": (addr, False), "strides": None}))
+                                             "data": (addr, views), "strides": None}))
             out[i] = one.view(dt).reshape(shape)
     return out
 
@@ -130,6 +137,19 @@ def load_numpy(file: File) -> Dict[str, np.ndarray]:
     names = load.names()
     refuse_unholdable(file, load, names, "hostfirst.open(path)[name] gives it as a hostfirst View")
     arrays = host_arrays(load)
+    return {name: arrays[i] for i, name in enumerate(names)}
+
+
+def map_numpy(file: File) -> Dict[str, np.ndarray]:
+    """Every tensor of `file` as a read-only numpy view of the file's mapping, in file order (zero_copy=True):
+    one load of views (nothing read), the arrays made from its table in bulk. TypeError naming the tensor for a
+    dtype numpy cannot hold."""
+    if not len(file):
+        return {}
+    load = run_load(file, [("*", "host")])
+    names = load.names()
+    refuse_unholdable(file, load, names, "hostfirst.open(path)[name] gives it as a hostfirst View")
+    arrays = host_arrays(load, views=True)
     return {name: arrays[i] for i, name in enumerate(names)}
 
 

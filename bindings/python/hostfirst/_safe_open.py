@@ -29,7 +29,8 @@ import numpy as np
 from . import _dtypes
 from ._core import Device, PathLike
 from ._errors import error_named
-from ._owned import copy_view, load_numpy
+from ._owned import copy_view, load_numpy, map_numpy
+from ._targets import parse_target
 from ._tensors import File, View
 
 _FRAMEWORKS = {"numpy": "numpy", "np": "numpy", "jax": "jax", "flax": "jax"}
@@ -100,7 +101,7 @@ class _Slice:
 
     def __getitem__(self, key: Any) -> Any:
         name = self._tensor.name
-        if self._owner.zero_copy:
+        if self._owner._mapped:
             part = self._tensor[key]
             if isinstance(part, View):
                 part = self._owner._numpy_of(part, name)
@@ -130,7 +131,8 @@ class safe_open:  # noqa: N801 - named as safetensors names it
     file's mapping instead: nothing is read or copied, but the views show the new bytes if the file is rewritten
     in place (`open(path, "wb")`, `np.save`) and **a read of a view whose file was truncated kills the process
     with SIGBUS** (no exception can be raised). Use it only for files nothing rewrites while you hold the arrays
-    (writers that replace the file with a rename are safe: the views keep the old file).
+    (writers that replace the file with a rename are safe: the views keep the old file). It applies to numpy
+    arrays: jax.Arrays are always in JAX's own memory, read with pread (never an alias of the mapping).
     """
 
     def __init__(self, filename: PathLike, framework: str = "numpy", device: Union[str, Device] = "default", *,
@@ -146,15 +148,13 @@ class safe_open:  # noqa: N801 - named as safetensors names it
                               "'numpy' (or 'np') and 'jax' (or 'flax') arrays")
         check_backend(backend)
         if fw == "jax":
-            from . import jax as _jax  # ImportError saying pip install hostfirst[jax] without JAX
-
-            self._jax: Any = _jax
-            _jax.parse_target(device)  # a bad device or memory kind fails here, as safetensors checks it at open
+            parse_target(device)  # a bad device or memory kind fails here, as safetensors checks it at open
         elif str(device).strip().lower() not in _HOST_DEVICES:
             raise error_named("INVALID_ARGUMENT", f"device {str(device)!r} is not supported for framework numpy: "
                               "numpy arrays live in host memory (device='cpu'); for arrays on a device use "
                               "framework='jax'")
         self.framework, self.device, self.backend, self.zero_copy = fw, device, backend, bool(zero_copy)
+        self._mapped = self.zero_copy and fw == "numpy"  # JAX arrays are JAX's own memory either way
         self._file = File(filename)
         self._closed = False
         md = self._file.metadata
@@ -194,7 +194,7 @@ class safe_open:  # noqa: N801 - named as safetensors names it
     def get_tensor(self, name: str) -> Any:
         """The whole tensor: a numpy array (numpy) or a jax.Array (jax); owned unless `zero_copy=True`."""
         view = self._open()[name]
-        if self.zero_copy:
+        if self._mapped:
             return self._deliver(self._numpy_of(view, name), name)
         return self._deliver(self._owned(lambda: copy_view(view), name), name)
 
@@ -202,12 +202,10 @@ class safe_open:  # noqa: N801 - named as safetensors names it
         """Every tensor, {name: array} in file order (safetensors 0.8's `get_tensors`). Owned arrays come from
         one parallel load into one host allocation (for JAX, handed to `device` as one batch)."""
         f = self._open()
-        if self.zero_copy:
-            return {name: self._deliver(self._numpy_of(f[name], name), name) for name in f}
-        arrays = load_numpy(f)
+        arrays = map_numpy(f) if self._mapped else load_numpy(f)
         if self.framework == "numpy":
             return dict(arrays)
-        return cast(Dict[str, Any], self._jax.host_to_jax(arrays, self.device))
+        return cast(Dict[str, Any], self._jax().host_to_jax(arrays, self.device))
 
     def get_slice(self, name: str) -> _Slice:
         """A lazy handle: `get_shape()`, `get_dtype()`, and `[...]` with numpy's basic indexing on any dimension,
@@ -229,7 +227,15 @@ class safe_open:  # noqa: N801 - named as safetensors names it
     def _deliver(self, array: np.ndarray, name: str) -> Any:
         if self.framework == "numpy":
             return array
-        return self._jax.to_jax(array, name, self.device)
+        return self._jax().to_jax(array, name, self.device)
+
+    @staticmethod
+    def _jax() -> Any:
+        """hostfirst.jax, imported when the first array is made (ImportError naming pip install hostfirst[jax]
+        without JAX), so that opening a file for JAX and listing it need no JAX, as with safetensors."""
+        from . import jax as _jax
+
+        return _jax
 
     def __repr__(self) -> str:
         return f"hostfirst.safe_open('{self._file.path}', framework='{self.framework}')"

@@ -64,6 +64,7 @@ from ._lib import lib
 from ._owned import copy_view, host_arrays, memory_file, run_load
 from ._owned import load_numpy as _load_numpy
 from ._safe_open import check_backend
+from ._targets import MEMORY_KINDS, parse_target
 from ._tensors import Buffer, File, RuleList, Rules, View, _Load, _LoadedBuffer, make_plan, rule_pairs, with_default
 from . import _shard
 
@@ -71,10 +72,6 @@ __all__ = ["MEMORY_KINDS", "jax_device", "load", "load_file", "parse_target", "s
 
 HostArray = np.ndarray
 Placed = Union["jax.Array", HostArray, View, Buffer]
-
-#: The JAX memory kinds a target may name (CPU JAX has all three; a GPU's default is "device").
-MEMORY_KINDS = ("device", "pinned_host", "unpinned_host")
-
 
 def jax_device(device: Device) -> Any:
     """The JAX device a hostfirst device names: cpu -> jax.devices("cpu")[0], cuda:N -> JAX's GPU N, cuda_host
@@ -92,25 +89,6 @@ def jax_device(device: Device) -> Any:
             raise error_named("UNAVAILABLE", f"hostfirst target {device} has no JAX device: JAX sees {len(gpus)} GPUs")
         return gpus[device.ordinal]
     raise error_named("UNSUPPORTED", f"{device} has no JAX device")
-
-
-def parse_target(target: Union[str, Device]) -> Tuple[str, Optional[str]]:
-    """A target as (hostfirst target, JAX memory kind or None): "cpu:pinned_host" -> ("cpu", "pinned_host"),
-    "pinned_host" -> ("default", "pinned_host"), "cuda:0" -> ("cuda:0", None). InvalidArgumentError for a
-    memory kind after "host" (host targets are numpy arrays, which have no memory kind)."""
-    if isinstance(target, Device):
-        return str(target), None
-    spec = str(target).strip()
-    if spec.lower() in MEMORY_KINDS:
-        return "default", spec.lower()
-    head, sep, tail = spec.rpartition(":")
-    if sep and tail.lower() in MEMORY_KINDS:
-        if head.strip().lower() == "host":
-            raise error_named("INVALID_ARGUMENT", f"target {spec!r}: a memory kind names JAX memory, and 'host' "
-                              "gives numpy arrays; for a jax.Array in host memory write "
-                              f"'cpu:{tail.lower()}' (or '{tail.lower()}' on a GPU's default device)")
-        return head.strip(), tail.lower()
-    return spec, None
 
 
 @dataclass

@@ -37,7 +37,7 @@ CHILD = textwrap.dedent(r"""
         out.write(json.dumps(kw) + "\n")
         out.flush()
 
-    if "jax" in entry or "View)" in entry:
+    if "jax" in entry:
         import jax, jax.numpy as jnp, hostfirst.jax
         jax.config.update("jax_enable_x64", True)
         from jax.sharding import Mesh, NamedSharding, PartitionSpec
