@@ -9,13 +9,14 @@
     f = hostfirst.open("tokens.safetensors")  # header only; data mapped read-only
     t = f["tokens"]; t.dtype, t.shape         # dtype('uint16'); zero-copy view; t[0:1024], t[:, 64:128] views
     np.asarray(t)                             # zero-copy, read-only (bf16/fp8 via ml_dtypes); np.from_dlpack too
-    with hostfirst.safe_open(path, framework="numpy") as f:   # safetensors' API: keys, get_tensor, get_slice
+    with hostfirst.safe_open(path, framework="numpy") as f:   # safetensors 0.8's read API, owned arrays
         f.get_slice("w")[:, 10:20]
 
     t.to("cuda:0")                            # Buffer on the device, fit-checked; __dlpack__ for torch/jax/cupy
     hostfirst.load(path, rules={"tokens": "cpu"})              # unmatched tensors stay on the host (default="host")
     hostfirst.jax.load_file(path, rules={"tokens": "host"})    # the rest on the default device: jax.Arrays
-    hostfirst.numpy.load_file(path)           # the drop-in for safetensors.numpy.load_file (zero-copy)
+    hostfirst.numpy.load_file(path)           # the drop-in for safetensors.numpy.load_file (owned arrays;
+                                              # zero_copy=True: the mapping, SIGBUS if the file is truncated)
     hostfirst.load_shards(path, mesh={"x": 2, "y": 4}, rules=[("*.weight", ("x", "y"))], owned={5: "cpu"})
 
     t.prefault()                              # once, before a training loop gathers from t

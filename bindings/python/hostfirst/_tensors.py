@@ -133,6 +133,12 @@ class View(_HostArrayMixin):
     `jnp.asarray(t)` read the mapping itself (read-only). The tensor, and every array made from it, keeps the
     file mapping alive on its own.
 
+    The mapping is the file: if the file is rewritten in place (`open(path, "wb")`, `np.save`) its new bytes show
+    through, and **reading a view or such an array after the file was truncated kills the process with SIGBUS**
+    (no exception can be raised). A file replaced by a rename is harmless (the mapping keeps the old one). Where
+    a file may change under you, copy: `np.array(t)`, `t.tobytes()` and `t.to("cpu")` read with pread (a
+    truncated file raises TruncatedError), as do the drop-ins (`hostfirst.numpy.load_file`, `safe_open`).
+
     Indexing is numpy's basic indexing, zero-copy: slices with step 1 and `...` on any dimensions give a
     View (`t[0:1024]`, `t[:, 128:256]`, `t[..., :64]`; an inner-dimension slice is strided, and `.to()`,
     `tobytes()` and DLPack give its packed bytes); integer indices and other steps (`t[3]`, `t[:, 0]`,
@@ -702,7 +708,7 @@ class File(Mapping[str, View]):
 def open(path: PathLike) -> File:  # noqa: A001 - hostfirst.open, like builtins.open for tensors
     """Opens a safetensors file (or a sharded set through its *.safetensors.index.json): reads the header only,
     maps the data read-only. `path`: str, bytes or os.PathLike. Returns a File, a mapping of name -> View
-    in file order."""
+    in file order (zero-copy views of the mapping: see View for what a truncated file does to them)."""
     return File(path)
 
 
