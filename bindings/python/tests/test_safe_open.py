@@ -209,3 +209,36 @@ def test_jax_framework_and_load_file_match_safetensors_flax(files):
     with jax.enable_x64(False), hostfirst.safe_open(path, framework="jax", device="cpu") as f:
         with pytest.warns(UserWarning, match="tensor 'i64'.*x64"):
             f.get_tensor("i64")
+
+
+def test_load_file_of_many_like_tensors(tmp_path):
+    """Runs of like rank-1 tensors become the rows of one 2-D array (hostfirst._owned._runs): each is still its own
+    tensor's bytes, writable (owned) or read-only (zero_copy), and a write to one touches no other."""
+    rng = np.random.default_rng(5)
+    tensors = {}
+    for i in range(40):  # runs broken by a dtype, a size, a rank-2 and a 0-d tensor, and an empty one
+        shape = (300,) if i not in (17, 23) else (7,)
+        dt = np.float32 if i != 30 else np.int16
+        tensors[f"t{i:02d}"] = rng.standard_normal(shape).astype(dt)
+    tensors["t12"] = rng.standard_normal((3, 4)).astype(np.float32)
+    tensors["t33"] = np.array(1.5, np.float64)
+    tensors["t35"] = np.zeros(0, np.float32)
+    path = tmp_path / "like.safetensors"
+    safetensors.numpy.save_file(tensors, str(path))
+    want = safetensors.numpy.load_file(str(path))
+    for zero_copy in (False, True):
+        got = hostfirst.numpy.load_file(path, zero_copy=zero_copy)
+        assert list(got) == list(want)
+        for name in want:
+            same(got[name], want[name])
+            assert got[name].flags.writeable != zero_copy and got[name].flags.c_contiguous, name
+    got = hostfirst.numpy.load_file(path)
+    before = {n: a.copy() for n, a in got.items()}
+    got["t05"][:] = -1
+    assert all(np.array_equal(got[n], before[n]) for n in got if n != "t05") and (got["t05"] == -1).all()
+    from hostfirst import _owned
+
+    f = hostfirst.open(path)
+    load = _owned.run_load(f, [("*", "cpu")])
+    runs = _owned._runs(load.columns(), {c: np.dtype(np.float32) for c in set(load.columns()["d"].tolist())})
+    assert runs and all(k >= 8 for _, k, _ in runs)  # the path is taken
