@@ -483,7 +483,7 @@ def main():
                     sys.stderr.write(f"FAILED {cmd}: {out.stderr[-2000:]}\n")
                     continue
                 for line in out.stdout.strip().splitlines():
-                    add(json.loads(line), rep=r, resident=res)
+                    add(json.loads(line), rep=r, resident=res, impl="python-dropin")
     m["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
     m["wall_s"] = round(time.time() - t_start, 1)
     outdir = os.path.join(HERE, "results")
