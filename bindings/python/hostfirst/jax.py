@@ -155,11 +155,13 @@ def _plan(file: File, rules: Optional[Rules], default: str, zero_copy: bool,
     pairs = [(_glob_literal(n), "host") for n in keep_host] + rule_pairs(rules)
     dests = [_destination("host", True) for _ in keep_host] + \
         [_destination(t, zero_copy) for _, t in pairs[len(keep_host):]]
-    default_dest = _destination(default, zero_copy)
-    c_pairs = with_default(file, [(p, d.load_to) for (p, _), d in zip(pairs, dests)], default_dest.load_to)
+    c_pairs = [(p, d.load_to) for (p, _), d in zip(pairs, dests)]
+    if len(with_default(file, c_pairs, "cpu")) > len(c_pairs):  # some tensor no rule matches: `default` is used
+        default_dest = _destination(default, zero_copy)  # (resolved only then: strict mode refuses it only then)
+        if default_dest.load_to != "host":
+            c_pairs.append(("*", default_dest.load_to))
+            dests.append(default_dest)
     unmatched = _destination("host", True)  # no rule and a zero-copy "host" default: stays a view
-    if len(c_pairs) > len(pairs):
-        dests.append(default_dest)
     rl = RuleList(c_pairs)
     ph = make_plan(file, rl)
     try:

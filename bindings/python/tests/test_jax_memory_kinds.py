@@ -116,6 +116,9 @@ def test_memory_kind_errors(model):
         hostfirst.jax.load_file(path, rules={"embed": "cpu:pinned"})
     with hostfirst.strict(), pytest.raises(hostfirst.ImplicitPlacementError):  # alone: the default device
         hostfirst.jax.load_file(path, rules={"*": "pinned_host"})
+    with hostfirst.strict():  # a default no tensor goes to is not resolved, so strict mode has nothing to refuse
+        out = hostfirst.jax.load_file(path, rules={"*": "cpu"}, default="pinned_host")
+    assert {a.sharding.memory_kind for a in out.values()} == {"device"}
     with pytest.raises(hostfirst.InvalidArgumentError):
         hostfirst.safe_open(path, framework="jax", device="host:device")
 
