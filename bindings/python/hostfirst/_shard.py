@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _abi
 from ._core import Device, PathLike, as_device, c_path, check, check_path, text
@@ -140,7 +140,9 @@ def load_jax(path: PathLike, shardings: Mapping[str, Any], *, max_over_read: Opt
 
     Shardings: `NamedSharding` (any mesh and PartitionSpec; several meshes may be mixed, one plan each) and
     `SingleDeviceSharding`. Other kinds raise TypeError. Splits must be even (JAX's rule too): an uneven
-    dimension raises InvalidArgumentError naming the tensor, the dimension, its size and the mesh axes."""
+    dimension raises InvalidArgumentError naming the tensor, the dimension, its size and the mesh axes. A
+    sharding with a memory kind (`NamedSharding(mesh, spec, memory_kind="pinned_host")`) gives an array whose
+    shards are in that kind of memory."""
     import jax
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
@@ -151,7 +153,7 @@ def load_jax(path: PathLike, shardings: Mapping[str, Any], *, max_over_read: Opt
             named = sh
         elif isinstance(sh, SingleDeviceSharding):
             (dev,) = sh.device_set
-            named = NamedSharding(Mesh(np.array([dev]), ("one",)), PartitionSpec())
+            named = NamedSharding(Mesh(np.array([dev]), ("one",)), PartitionSpec())  # type: ignore[no-untyped-call]
         else:
             raise TypeError(f"hostfirst: sharding for '{pattern}' is a {type(sh).__name__}; use a NamedSharding "
                             "(Mesh + PartitionSpec) or a SingleDeviceSharding")
@@ -160,7 +162,7 @@ def load_jax(path: PathLike, shardings: Mapping[str, Any], *, max_over_read: Opt
     # skipped. Devices that differ only along the other axes hold the same part of each tensor the plan places
     # (P(None, "y") on an (x, y) mesh: the x pairs): one of them is read into host memory and `jax.device_put`
     # copies it to each (a host copy per replica would be one more copy of those bytes).
-    groups: List[Tuple[Any, frozenset]] = []
+    groups: List[Tuple[Any, FrozenSet[str]]] = []
     for pattern, _, named in rules:
         key = (named.mesh, _split_axes(named.spec, named.mesh.axis_names))
         if not any(m == key[0] and u == key[1] for m, u in groups):
@@ -188,12 +190,14 @@ def load_jax(path: PathLike, shardings: Mapping[str, Any], *, max_over_read: Opt
             assert first.rule is not None, "the plan holds only tensors its rules name (a last skip rule '*')"
             sharding = rules[first.rule][1]
             host = {k: s.numpy() for k, s in parts.items()}
-            arrays = [jax.device_put(host[same[k]], flat[k]) for k in mine]
+            kind = getattr(sharding, "memory_kind", None)  # a sharding with a memory kind: each shard in that kind
+            arrays = [jax.device_put(host[same[k]], flat[k] if kind is None else
+                                     SingleDeviceSharding(flat[k], memory_kind=kind)) for k in mine]
             out[name] = jax.make_array_from_single_device_arrays(first.shape, sharding, arrays)
     return out
 
 
-def _split_axes(spec: Any, axis_names: Sequence[str]) -> frozenset:
+def _split_axes(spec: Any, axis_names: Sequence[str]) -> FrozenSet[str]:
     """The mesh axes a JAX PartitionSpec splits over. An entry that is not None, an axis name or a tuple of
     names counts as splitting over every axis."""
     used = set()
@@ -209,7 +213,7 @@ def _split_axes(spec: Any, axis_names: Sequence[str]) -> frozenset:
     return frozenset(used)
 
 
-def _replica_of(positions: List[int], mesh: Any, used: frozenset) -> Dict[int, int]:
+def _replica_of(positions: List[int], mesh: Any, used: FrozenSet[str]) -> Dict[int, int]:
     """{position: the first of `positions` whose coordinates agree with it on every mesh axis in `used`}:
     positions mapped to one hold the same part of every tensor whose spec splits over just those axes."""
     import numpy as np
