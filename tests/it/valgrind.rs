@@ -38,6 +38,7 @@ const PASS: &[&str] = &[
     "load_job::",
     "load_bulk::",
     "gather_feed::",
+    "writer::",
 ];
 
 fn ci() -> bool {

@@ -194,6 +194,7 @@ fn flush(outs: &[Out<'_>], out: usize, writes: &mut Vec<Write<'_>>, t: &Tuning, 
     }
     let lo = writes.iter().map(|w| w.offset).min().unwrap_or(0);
     let hi = writes.iter().map(|w| w.offset + w.src.len() as u64).max().unwrap_or(0);
+    super::kill_point();
     write_many(outs[out].file, writes, t).map_err(|f: WriteFailure| {
         let w = &writes[f.index];
         Error::io(format!("{}: writing {} bytes at offset {}", outs[out].display, w.src.len(), w.offset), &f.error)
@@ -359,11 +360,13 @@ pub(super) fn finish_path(
 ) -> Result<Summary> {
     let (dir, _) = split(path)?;
     let mut staged = stage(&dir, layout, None)?;
+    super::kill_point();
     let mut written = 0u64;
     for (s, p) in staged.iter().zip(&layout.parts) {
         write_exact(s.file(), 0, &p.header)
             .map_err(|e| Error::io(format!("{}: writing the header", s.target.display()), &e))?;
         written += p.header.len() as u64;
+        super::kill_point();
     }
     let total: u64 = decls.iter().flat_map(|d| d.pieces.iter().map(move |p| super::piece_bytes(d, p))).sum();
     let mut progress = Progress::new(progress, total);
@@ -373,6 +376,7 @@ pub(super) fn finish_path(
     drop(outs);
     progress.finish()?;
     let index = stage_index(&dir, layout, None)?;
+    super::kill_point();
     written += layout.index.as_ref().map_or(0, |(_, b)| b.len() as u64);
     commit(&dir, &mut staged, index, layout, opts.durable)
         .map_err(|e| e.context(format!("{display}: committing the save")))?;
@@ -381,13 +385,15 @@ pub(super) fn finish_path(
 
 /// Makes the staged file of every part (removing stale ones first).
 pub(super) fn stage(dir: &Path, layout: &Layout, tag: Option<&str>) -> Result<Vec<Staged>> {
+    // Staged files the current index names (a set committed through its staged names) are its data: kept.
+    let keep = layout.index.as_ref().map(|(n, _)| set_files(&dir.join(n))).unwrap_or_default();
     let mut staged = Vec::with_capacity(layout.parts.len());
     for p in &layout.parts {
-        remove_stale(dir, &p.file_name);
+        remove_stale(dir, &p.file_name, &keep);
         staged.push(Staged::create(&dir.join(&p.file_name), p.file_len(), tag)?);
     }
     if let Some((name, _)) = &layout.index {
-        remove_stale(dir, name);
+        remove_stale(dir, name, &keep);
     }
     Ok(staged)
 }
@@ -400,7 +406,18 @@ pub(super) fn stage_index(dir: &Path, layout: &Layout, tag: Option<&str>) -> Res
     Ok(Some(s))
 }
 
-/// Commits parts, then the index; removes the old set's parts the new one does not name.
+/// Commits a save: every file synced first (when durable), then renamed over its target, the index last; the
+/// old set's files that the new one does not name are removed afterwards.
+///
+/// A set whose part names are those of the set it replaces (the same number of parts) cannot be replaced by
+/// renaming parts then the index: a process killed between the two would leave new parts under the old
+/// index. So the new set is committed through its staged names first: each staged part gets a second name
+/// (a hard link), an index naming the staged files is renamed over the index (from then on readers get the
+/// complete new set), each second name is renamed over its part, the final index over that one, and the
+/// staged names are removed. Killed at any point, the index names either the complete old set or the complete
+/// new one; the next save keeps staged files the current index names and removes them once it has replaced
+/// that index. Where the file system has no hard links, the parts and then the index are renamed (the window
+/// between them is then open: documented in the README).
 pub(super) fn commit(
     dir: &Path,
     parts: &mut [Staged],
@@ -417,9 +434,21 @@ pub(super) fn commit(
             i.sync()?;
         }
     }
-    let old_parts = index.as_ref().map(|i| old_set_parts(&i.target)).unwrap_or_default();
+    super::kill_point();
+    let old_files = index.as_ref().map(|i| set_files(&i.target)).unwrap_or_default();
+    let collide = parts.iter().any(|s| old_files.iter().any(|o| s.target.file_name().is_some_and(|n| n == o.as_str())));
+    let mut index = index;
+    if collide {
+        if let Some(links) = link_all(parts) {
+            let mut idx = index.take().expect("a set has an index");
+            switch_through_staged_names(dir, parts, &mut idx, links, layout, durable)?;
+            remove_old(dir, &old_files, layout, parts);
+            return Ok(());
+        }
+    }
     for s in parts.iter_mut() {
         s.commit(false)?;
+        super::kill_point();
     }
     if let Some(mut i) = index {
         // The parts' renames are durable before the index names them.
@@ -427,22 +456,100 @@ pub(super) fn commit(
             sync_dir(dir)?;
         }
         i.commit(false)?;
+        super::kill_point();
     }
     if durable {
         sync_dir(dir)?;
     }
-    let new: Vec<&str> = layout.parts.iter().map(|p| p.file_name.as_str()).collect();
-    for old in old_parts {
-        if !new.contains(&old.as_str()) {
-            let _ = std::fs::remove_file(dir.join(&old));
+    super::kill_point();
+    remove_old(dir, &old_files, layout, parts);
+    Ok(())
+}
+
+/// A second name for every staged part; `None` (and no second name left) where the file system refuses.
+fn link_all(parts: &[Staged]) -> Option<Vec<PathBuf>> {
+    let mut links = Vec::with_capacity(parts.len());
+    for s in parts {
+        match s.link_aside() {
+            Ok(l) => links.push(l),
+            Err(_) => {
+                for l in links {
+                    let _ = std::fs::remove_file(l);
+                }
+                return None;
+            }
         }
+    }
+    Some(links)
+}
+
+/// The set commit through staged names (see [`commit`]).
+fn switch_through_staged_names(
+    dir: &Path,
+    parts: &mut [Staged],
+    index: &mut Staged,
+    links: Vec<PathBuf>,
+    layout: &Layout,
+    durable: bool,
+) -> Result<()> {
+    let (name, bytes) = layout.index.as_ref().expect("a set has an index");
+    // The index that names the staged files.
+    let mut doc: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| Error::new(Status::Internal, format!("the index: {e}")))?;
+    if let Some(map) = doc.get_mut("weight_map").and_then(|m| m.as_object_mut()) {
+        for v in map.values_mut() {
+            if let Some(s) = parts
+                .iter()
+                .find(|s| s.target.file_name().is_some_and(|n| Some(n) == v.as_str().map(std::ffi::OsStr::new)))
+            {
+                *v = serde_json::Value::String(s.temp_file_name());
+            }
+        }
+    }
+    let mut mid_bytes = serde_json::to_vec_pretty(&doc).expect("serialising JSON values");
+    mid_bytes.push(b'\n');
+    let mut mid = Staged::create(&dir.join(name), mid_bytes.len() as u64, None)?;
+    write_exact(mid.file(), 0, &mid_bytes)
+        .map_err(|e| Error::io(format!("{}: writing the index", mid.target.display()), &e))?;
+    mid.commit(durable)?;
+    if durable {
+        sync_dir(dir)?;
+    }
+    super::kill_point();
+    // Readers now get the new set through its staged names; the parts take their own names.
+    for (s, link) in parts.iter_mut().zip(links) {
+        std::fs::rename(&link, &s.target)
+            .map_err(|e| Error::io(format!("renaming {} over {}", link.display(), s.target.display()), &e))?;
+        super::kill_point();
+    }
+    if durable {
+        sync_dir(dir)?;
+    }
+    index.commit(false)?;
+    if durable {
+        sync_dir(dir)?;
+    }
+    super::kill_point();
+    for s in parts.iter_mut() {
+        s.placed();
+        let _ = std::fs::remove_file(&s.temp);
     }
     Ok(())
 }
 
-/// The part files an existing index at `path` names (plain file names only), for the clean-up after a new set
-/// replaced it.
-fn old_set_parts(path: &Path) -> Vec<String> {
+/// Removes the files the old index named that the new set does not (old parts, and staged names of a set
+/// committed through them).
+fn remove_old(dir: &Path, old_files: &[String], layout: &Layout, parts: &[Staged]) {
+    let new: Vec<&str> = layout.parts.iter().map(|p| p.file_name.as_str()).collect();
+    for old in old_files {
+        if !new.contains(&old.as_str()) && !parts.iter().any(|s| s.temp_file_name() == *old) {
+            let _ = std::fs::remove_file(dir.join(old));
+        }
+    }
+}
+
+/// The files an existing index at `path` names (plain file names of parts or of staged files only).
+fn set_files(path: &Path) -> Vec<String> {
     let Ok(text) = std::fs::read_to_string(path) else { return Vec::new() };
     let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else { return Vec::new() };
     let mut names: Vec<String> = v
@@ -452,7 +559,9 @@ fn old_set_parts(path: &Path) -> Vec<String> {
         .unwrap_or_default();
     names.sort();
     names.dedup();
-    names.retain(|n| !n.contains('/') && !n.contains('\\') && n.ends_with(".safetensors"));
+    names.retain(|n| {
+        !n.contains('/') && !n.contains('\\') && (n.ends_with(".safetensors") || n.ends_with(super::staged::SUFFIX))
+    });
     names
 }
 

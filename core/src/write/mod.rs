@@ -591,6 +591,30 @@ impl Writer {
     }
 }
 
+/// A point of a save where the crash test kills the process (feature `test-hooks`): with
+/// `HOSTFIRST_WRITER_KILL_AT=k` in the environment, the k-th point a process passes (1-based, counted across
+/// its saves) sends it SIGKILL (Unix; elsewhere it aborts). Without the feature it compiles to nothing.
+#[inline]
+pub(crate) fn kill_point() {
+    #[cfg(feature = "test-hooks")]
+    {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static AT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        static PASSED: AtomicU64 = AtomicU64::new(0);
+        let at = *AT.get_or_init(|| {
+            std::env::var("HOSTFIRST_WRITER_KILL_AT").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+        });
+        if at != 0 && PASSED.fetch_add(1, Ordering::Relaxed) + 1 == at {
+            #[cfg(unix)]
+            // SAFETY: a plain system call; the process ends here.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+            std::process::abort();
+        }
+    }
+}
+
 fn piece_bytes(d: &Decl, p: &Piece) -> u64 {
     tensor_bytes(d.dtype, &p.len, "").unwrap_or(0)
 }

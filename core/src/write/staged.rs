@@ -169,6 +169,28 @@ impl Staged {
         Ok(())
     }
 
+    /// A second name for the staged file, `.<target>.<tag>.l.hostfirst-tmp` (a hard link): the set commit
+    /// renames it over the target while the first name stays for an index that names it. `Err` where the file
+    /// system has no hard links (nothing was changed).
+    pub fn link_aside(&self) -> std::io::Result<PathBuf> {
+        let name = self.temp.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let link = self.temp.with_file_name(format!("{}.l{SUFFIX}", name.trim_end_matches(SUFFIX)));
+        let _ = std::fs::remove_file(&link);
+        std::fs::hard_link(&self.temp, &link)?;
+        Ok(link)
+    }
+
+    /// The staged file's name (no directory).
+    pub fn temp_file_name(&self) -> String {
+        self.temp.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+
+    /// Marks the staged file as placed by other means (its name is removed by the caller when nothing names it).
+    pub fn placed(&mut self) {
+        self.committed = true;
+        self.file = None;
+    }
+
     /// Closes the file without committing or removing it (a rank that wrote its pieces into a file the first
     /// rank staged).
     pub fn close(mut self) {
@@ -200,15 +222,20 @@ pub fn split(target: &Path) -> Result<(PathBuf, String)> {
     Ok((dir, name.to_string()))
 }
 
-/// Removes every staged file of `target_name` in `dir` that no live writer holds (left by a killed process).
+/// Removes every staged file of `target_name` in `dir` that no live writer holds (left by a killed process),
+/// except those named in `keep` (files a current index names: a set committed through its staged names).
 /// Best effort: what cannot be removed stays for a later writer.
-pub fn remove_stale(dir: &Path, target_name: &str) {
+pub fn remove_stale(dir: &Path, target_name: &str, keep: &[String]) {
     let prefix = format!(".{target_name}.");
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries.flatten() {
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
-        if name.starts_with(&prefix) && name.ends_with(SUFFIX) && name.len() > prefix.len() + SUFFIX.len() {
+        if name.starts_with(&prefix)
+            && name.ends_with(SUFFIX)
+            && name.len() > prefix.len() + SUFFIX.len()
+            && !keep.iter().any(|k| k == name)
+        {
             remove_if_stale(&e.path());
         }
     }
@@ -339,7 +366,7 @@ mod tests {
         std::fs::write(&dead, b"left by a killed writer").unwrap();
         let other = d.join(temp_name("other.safetensors", "1-dead"));
         std::fs::write(&other, b"another target's").unwrap();
-        remove_stale(&d, "m.safetensors");
+        remove_stale(&d, "m.safetensors", &[]);
         assert!(held.temp.exists(), "a held file stays");
         assert!(!dead.exists(), "a stale file goes");
         assert!(other.exists(), "another target's file stays");

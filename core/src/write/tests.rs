@@ -61,6 +61,19 @@ fn crate_key_order(bytes: &[u8], metadata: &[(String, String)]) -> Vec<(String, 
     m.into_iter().map(|x| x.1).collect()
 }
 
+/// The crate's bytes for `ts` with `metadata` written in exactly this order: its HashMap picks another order
+/// for each map, so it is asked again until it picks this one (at most 4 keys here: quickly found).
+fn crate_bytes_in_order(ts: &[T], metadata: Option<&[(String, String)]>) -> Vec<u8> {
+    let Some(m) = metadata else { return crate_bytes(ts, None) };
+    for _ in 0..10_000 {
+        let b = crate_bytes(ts, Some(m));
+        if crate_key_order(&b, m) == m {
+            return b;
+        }
+    }
+    panic!("the crate never wrote the metadata in the order {m:?}");
+}
+
 fn write_all(path: &Path, ts: &[T], metadata: Option<&[(String, String)]>, opts: WriteOptions) -> Result<Summary> {
     let mut w = Writer::create(path, opts)?;
     for t in ts {
@@ -150,12 +163,14 @@ proptest! {
         });
         let d = dir("prop");
         let p = d.join("model.safetensors");
+        // The crate writes an invalid header for no tensors and an empty map (see the test below).
+        let crate_is_broken = |ts: &[T]| ts.is_empty() && meta.as_ref().is_some_and(|m| m.is_empty());
         let want = crate_bytes(&ts, meta.as_deref());
         let order = meta.as_ref().map(|m| crate_key_order(&want, m));
         let opts = WriteOptions { max_part_bytes: limit, durable: false, ..WriteOptions::default() };
         let s = write_all(&p, &ts, order.as_deref(), opts).unwrap();
         if s.index.is_none() {
-            prop_assert!(std::fs::read(&p).unwrap() == want);
+            prop_assert!(crate_is_broken(&ts) || std::fs::read(&p).unwrap() == want);
         } else {
             // Each part is the crate's serialization of its tensors; the index opens as a set.
             let f = TensorFile::open(s.index.as_ref().unwrap()).unwrap();
@@ -163,8 +178,8 @@ proptest! {
             for part in &s.parts {
                 let pf = TensorFile::open(part).unwrap();
                 let mine: Vec<T> = pf.names().map(|n| ts.iter().find(|t| t.name == n).unwrap().clone()).collect();
-                let want = crate_bytes(&mine, order.as_deref());
-                prop_assert!(std::fs::read(part).unwrap() == want, "part {}", part.display());
+                let want = crate_bytes_in_order(&mine, order.as_deref());
+                prop_assert!(crate_is_broken(&mine) || std::fs::read(part).unwrap() == want, "part {}", part.display());
             }
             for t in &ts {
                 prop_assert_eq!(f.view(&t.name).unwrap().to_vec().unwrap(), t.data.clone());
@@ -550,4 +565,21 @@ fn ranks_write_their_pieces_and_agree() {
     assert!(out.iter().all(|r| r.is_err()), "{out:?}");
     assert_eq!(std::fs::read(&p).unwrap(), before, "the target is as it was");
     assert_eq!(std::fs::read_dir(&d).unwrap().count(), files_before, "nothing left behind");
+}
+
+/// The one case where hostfirst does not write the crate's bytes: no tensor and an empty metadata map. The
+/// crate asks serde_json for a map of `tensors + metadata entries` = 0 entries, gets `{}` written at once, and
+/// then appends `,"__metadata__":{}}`: a header no reader accepts (the crate's own neither). hostfirst writes
+/// `{"__metadata__":{}}`. (If the crate is fixed, this test says so.)
+#[test]
+fn no_tensors_and_empty_metadata_is_valid_json_unlike_the_crate() {
+    let d = dir("empty");
+    let p = d.join("model.safetensors");
+    let theirs = crate_bytes(&[], Some(&[]));
+    assert!(safetensors::SafeTensors::deserialize(&theirs).is_err(), "the crate's output became valid: compare bytes");
+    write_all(&p, &[], Some(&[]), WriteOptions::default()).unwrap();
+    let ours = std::fs::read(&p).unwrap();
+    assert_eq!(&ours[8..], b"{\"__metadata__\":{}}     ");
+    safetensors::SafeTensors::deserialize(&ours).unwrap();
+    assert_eq!(TensorFile::open(&p).unwrap().len(), 0);
 }
