@@ -16,6 +16,7 @@
     hostfirst.load(path, rules={"tokens": "cpu"})              # unmatched tensors stay on the host (default="host")
     hostfirst.jax.load_file(path, rules={"tokens": "host"})    # the rest on the default device: jax.Arrays
     hostfirst.numpy.load_file(path)           # the drop-in for safetensors.numpy.load_file (zero-copy)
+    hostfirst.numpy.save_file(arrays, path)   # and for save_file: no copy of the arrays, never a half-written file
     hostfirst.load_shards(path, mesh={"x": 2, "y": 4}, rules=[("*.weight", ("x", "y"))], owned={5: "cpu"})
 
     t.prefault()                              # once, before a training loop gathers from t
@@ -48,6 +49,7 @@ from ._tensors import Buffer, File, View, load, open, rule_pairs  # noqa: A004
 from ._gather import Gather, OffsetStream
 from ._shard import Shard, load_shards
 from ._safe_open import safe_open
+from ._save import Writer
 from ._errors import *  # noqa: F401,F403 - one exception class per status
 from ._errors import Error, FormatError, HostfirstError, MissingFileError, OutOfMemoryError, UnmatchedRuleWarning
 from ._errors import __all__ as _errors_all
@@ -75,7 +77,7 @@ library_path = native._hostfirst_path
 __all__ = [
     "Backend", "Buffer", "CarriedScope", "DefaultDevice", "Device", "DeviceInfo", "Error", "File", "FormatError",
     "Gather", "HostfirstError", "MissingFileError", "OffsetStream", "OutOfMemoryError", "Shard", "View",
-    "UnmatchedRuleWarning", "backends", "capture_scope", "default_device", "devices", "handle_count", "load",
+    "UnmatchedRuleWarning", "Writer", "backends", "capture_scope", "default_device", "devices", "handle_count", "load",
     "load_shards", "resolve_target", "rule_pairs", "safe_open", "set_default_device", "strict",
 ] + [n for n in _errors_all if n not in ("Error", "HostfirstError", "FormatError", "MissingFileError")]
 
