@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -107,6 +108,7 @@ class Writer:
             os.fsdecode(path)) or ".")
         self._h: Optional[int] = h.value
         self.info: Optional[Dict[str, Any]] = None
+        self._finalizer = weakref.finalize(self, lib.hostfirst_writer_free, h.value)
 
     @classmethod
     def _on_fd(cls, fd: int, sync: bool = True) -> "Writer":
@@ -117,6 +119,7 @@ class Writer:
         h = ctypes.c_void_p()
         check(lib.hostfirst_writer_open_fd(int(fd), ctypes.byref(o), ctypes.byref(h)))
         self._h, self._keep, self._agree_fn, self._agree_error, self.info = h.value, [], None, None, None
+        self._finalizer = weakref.finalize(self, lib.hostfirst_writer_free, h.value)
         return self
 
     def _handle(self) -> int:
@@ -196,9 +199,9 @@ class Writer:
             self._keep.clear()
 
     def close(self) -> None:
-        """Frees the writer (one never finished writes nothing)."""
+        """Frees the writer (one never finished writes nothing); also done when it is garbage-collected."""
         if self._h is not None:
-            lib.hostfirst_writer_free(self._h)
+            self._finalizer()
             self._h = None
             self._keep.clear()
 
@@ -211,12 +214,6 @@ class Writer:
                 self.finish()
         finally:
             self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
 
 
 def _check_dict(tensors: Any) -> None:
