@@ -4,6 +4,7 @@
 mod abi;
 mod boundary;
 mod c_abi;
+mod cli_convert;
 mod cli_devices;
 mod cli_help;
 mod cli_inspect;

@@ -22,6 +22,7 @@ const PASS: &[&str] = &[
     "cpp::",
     "example_host_first::",
     "readme_example::readme_c_example",
+    "cli_convert::",
     "cli_devices::",
     "cli_help::",
     "cli_inspect::",
