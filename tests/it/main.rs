@@ -43,3 +43,4 @@ mod readme_example;
 mod shard;
 mod valgrind;
 mod writer;
+mod writer_corpus;

@@ -271,7 +271,7 @@ pub fn plan(
     Ok(Layout { parts, index, placement, digest: h.0 })
 }
 
-/// The index document: `metadata` (`total_size`, then the metadata given, sorted by key) and the
+/// The index document: `metadata` (`total_size` and the metadata given, sorted by key) and the
 /// `weight_map` (sorted by name), two spaces of indent, a final newline.
 fn index_json(
     tensors: &[TensorSpec<'_>],
@@ -280,11 +280,12 @@ fn index_json(
     metadata: Option<&[(String, String)]>,
     total: u64,
 ) -> Vec<u8> {
+    // `total_size`, then the metadata given, which wins a clash (as huggingface_hub merges them).
     let mut meta = serde_json::Map::new();
+    meta.insert("total_size".to_string(), serde_json::Value::from(total));
     for (k, v) in metadata.unwrap_or(&[]) {
         meta.insert(k.clone(), serde_json::Value::String(v.clone()));
     }
-    meta.insert("total_size".to_string(), serde_json::Value::from(total));
     let mut map: Vec<(&str, &str)> =
         tensors.iter().zip(placement).map(|(t, &(p, _))| (t.name, parts[p].file_name.as_str())).collect();
     map.sort_by(|a, b| a.0.cmp(b.0));
