@@ -7,8 +7,10 @@ builtin, from that builtin too:
     NOT_FOUND (a tensor, a key)              NotFoundError                 KeyError
     OUT_OF_RANGE                             OutOfRangeError               IndexError
     OUT_OF_MEMORY (a fit check failed)       OutOfMemoryError              MemoryError
-    IO, TRUNCATED                            IoError, TruncatedError       OSError
+    IO, TRUNCATED, NO_SPACE                  IoError, TruncatedError,      OSError
+                                             NoSpaceError
       IO on a path that does not exist       MissingFileError (an IoError) FileNotFoundError
+    PERMISSION_DENIED                        PermissionDeniedError         PermissionError
     INVALID_ARGUMENT, NULL_ARGUMENT,         InvalidArgumentError, ...     ValueError
       INVALID_HANDLE, BUFFER_TOO_SMALL,
       NO_SUCH_DEVICE, UNSUPPORTED
@@ -84,6 +86,8 @@ class NoSuchDeviceError(HostfirstError, ValueError): status_name = "NO_SUCH_DEVI
 class DeviceErrorError(HostfirstError): status_name = "DEVICE_ERROR"  # noqa: E701
 class IoError(HostfirstError, OSError): status_name = "IO"  # noqa: E701
 class TruncatedError(HostfirstError, OSError): status_name = "TRUNCATED"  # noqa: E701
+class NoSpaceError(HostfirstError, OSError): status_name = "NO_SPACE"  # noqa: E701
+class PermissionDeniedError(HostfirstError, PermissionError): status_name = "PERMISSION_DENIED"  # noqa: E701
 class InternalError(HostfirstError): status_name = "INTERNAL"  # noqa: E701
 class PanicError(HostfirstError): status_name = "PANIC"  # noqa: E701
 

@@ -154,3 +154,20 @@ def test_writer_views_buffers_pieces_and_parts(tmp_path):
     with pytest.raises(hostfirst.AlreadyUsedError):
         wr.finish()
     wr.close()
+
+
+def test_save_errors_are_builtin_exceptions_too():
+    assert issubclass(hostfirst.NoSpaceError, OSError) and issubclass(hostfirst.PermissionDeniedError, PermissionError)
+    assert hostfirst.NoSpaceError.status != hostfirst.PermissionDeniedError.status
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes into any directory")
+def test_unwritable_directory_is_permission_denied(tmp_path):
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(0o555)
+    try:
+        with pytest.raises(PermissionError):
+            hostfirst.numpy.save_file({"a": np.zeros(2)}, d / "m.safetensors")
+    finally:
+        d.chmod(0o755)
