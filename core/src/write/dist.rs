@@ -193,7 +193,8 @@ fn receipt(w: &Writer, layout: &Layout) -> Vec<u8> {
 fn check_receipts(w: &Writer, layout: &Layout, receipts: &[PathBuf]) -> Result<()> {
     let digest = format!("{:016x}", layout.digest);
     // Per tensor: (rank, start, len) of every piece.
-    let mut boxes: Vec<Vec<(usize, Vec<u64>, Vec<u64>)>> = vec![Vec::new(); w.decls.len()];
+    type Boxes = Vec<(usize, Vec<u64>, Vec<u64>)>;
+    let mut boxes: Vec<Boxes> = vec![Vec::new(); w.decls.len()];
     for (r, p) in receipts.iter().enumerate() {
         let text =
             std::fs::read(p).map_err(|e| Error::io(format!("reading rank {r}'s receipt {}", p.display()), &e))?;

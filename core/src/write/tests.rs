@@ -338,7 +338,7 @@ fn views_are_sources_even_of_their_own_file() {
     let d = dir("views");
     let src = t("m", DType::I16, &[8, 6], 5);
     let p = d.join("m.safetensors");
-    std::fs::write(&p, crate_bytes(&[src.clone()], None)).unwrap();
+    std::fs::write(&p, crate_bytes(std::slice::from_ref(&src), None)).unwrap();
     let f = TensorFile::open(&p).unwrap();
     let v = f.view("m").unwrap();
     let cols = v.narrow(1, 2, 3).unwrap();
