@@ -24,7 +24,8 @@ use std::collections::VecDeque;
 /// Copies bytes `[src_off, src_off + len)` of `src` to host memory through the staging ring and calls
 /// `consume(offset within the range, bytes)` for each slab's worth, in order, once its copy has completed.
 /// The ring's geometry comes from `tuning` as for host-to-device transfers (`chunk`: slab size, default 16
-/// MiB; `staging`: ring size, default 256 MiB; fewer and smaller slabs for small ranges). The first error (a
+/// MiB; `staging`: ring size, default 256 MiB; fewer and smaller slabs for small ranges), less one slab (the
+/// headroom that keeps the whole transfer within `staging`) when there are more than two. The first error (a
 /// driver error as `DEVICE_ERROR`, or the consumer's) ends the transfer and is returned.
 pub fn device_to_host_slabs(
     src: &DeviceMemory,
@@ -38,6 +39,9 @@ pub fn device_to_host_slabs(
     }
     let cfg = ring_config(&Tuning { threads: 1, ..*tuning });
     let (slab_len, count) = geometry(len as u64, &cfg);
+    // One slab's worth of the budget is left for everything else the transfer holds (the stream, events, the
+    // consumer's own bookkeeping), so the host memory it takes stays within `staging`.
+    let count = if count > 2 { count - 1 } else { count };
     let stream = Stream::new(src.ordinal())?;
     let mut free: Vec<PinnedHostMemory> = Vec::with_capacity(count);
     let mut queued: VecDeque<(usize, usize, InFlight<PinnedHostMemory>)> = VecDeque::with_capacity(count);

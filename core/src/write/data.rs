@@ -215,8 +215,10 @@ pub(super) fn write_pieces(
     let t = tuning(opts);
     let guards = lock_buffers(decls);
     let jobs = jobs(decls, layout, outs, &guards)?;
-    let wave_limit = (t.chunk as u64).saturating_mul(8).max(t.staging as u64);
-    let mut pacer = Pacer::new(opts.durable, wave_limit.saturating_mul(4).max(256 << 20));
+    // Host waves of two chunks: the kernel starts writing the first one back after a few milliseconds, and
+    // the disk is kept busy from then on; at most a window of 8 waves (at least 64 MiB) waits for writeback.
+    let wave_limit = (t.chunk as u64).saturating_mul(2);
+    let mut pacer = Pacer::new(opts.durable, wave_limit.saturating_mul(8).max(64 << 20));
     let mut done = 0u64;
     let mut i = 0usize;
     while i < jobs.len() {
