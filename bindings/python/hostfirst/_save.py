@@ -243,13 +243,15 @@ def save(tensors: Dict[str, Any], metadata: Optional[Dict[str, str]] = None) -> 
     """`safetensors.numpy.save`'s drop-in: the bytes of the file `save_file` would write."""
     _check_dict(tensors)
     pairs = check_metadata(metadata)
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("hostfirst-save")
-    else:  # pragma: no cover - not Linux
+    if not hasattr(os, "memfd_create"):  # not Linux (Windows: no writer on descriptors): a file in a temp dir
         import tempfile
-        f = tempfile.TemporaryFile()
-        fd = os.dup(f.fileno())
-        f.close()
+
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "save.safetensors")
+            save_file(tensors, p, metadata, sync=False)
+            with open(p, "rb") as f:
+                return f.read()
+    fd = os.memfd_create("hostfirst-save")  # the file in memory, written through the writer's descriptor form
     try:
         w = Writer._on_fd(fd, sync=False)
         try:
