@@ -599,7 +599,7 @@ pub(crate) fn kill_point() {
     #[cfg(feature = "test-hooks")]
     {
         use std::sync::atomic::{AtomicU64, Ordering};
-        static AT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        static AT: crate::forksafe::InitOnce<u64> = crate::forksafe::InitOnce::new();
         static PASSED: AtomicU64 = AtomicU64::new(0);
         let at = *AT.get_or_init(|| {
             std::env::var("HOSTFIRST_WRITER_KILL_AT").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0)
