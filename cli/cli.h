@@ -43,6 +43,8 @@ enum cli_option_id {
     CLI_OPT_WORLD,
     CLI_OPT_RANK,
     CLI_OPT_DEPTH,
+    CLI_OPT_MAX_PART_MIB,
+    CLI_OPT_NO_SYNC,
 };
 
 #define CLI_REQUIRED 1u   /* the command needs it (shown without brackets) */
@@ -108,5 +110,6 @@ int cmd_plan(int argc, char **argv);
 int cmd_load(int argc, char **argv);
 int cmd_gather(int argc, char **argv);
 int cmd_shard(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 
 #endif

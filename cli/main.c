@@ -78,6 +78,15 @@ static const cli_option shard_options[] = {
     {0, NULL, NULL, NULL, 0},
 };
 
+static const cli_option convert_options[] = {
+    {CLI_OPT_MAX_PART_MIB, "--max-part-mib", "M",
+     "split the output into Hugging Face part files of at most M MiB of tensor data and an index (0: one file)", 0},
+    {CLI_OPT_NO_SYNC, "--no-sync", NULL,
+     "do not fsync (the output is still renamed into place, never written in place)", 0},
+    {CLI_OPT_JSON, "--json", NULL, "one JSON object instead of text", 0},
+    {0, NULL, NULL, NULL, 0},
+};
+
 static const cli_command commands[] = {
     {"devices", "", "backends (and why one is missing), devices, the default device and where it came from",
      devices_options, cmd_devices},
@@ -94,6 +103,10 @@ static const cli_command commands[] = {
     {"shard", "FILE", "load rank R's shards (shard-on-read: only their bytes are read); per tensor the global and "
                       "shard shapes, start, bytes read and FNV-1a 64 of the shard",
      shard_options, cmd_shard},
+    {"convert", "INPUT OUTPUT",
+     "write every tensor and the metadata of what hostfirst reads (a safetensors file, a set's index, ...) as "
+     "safetensors: streamed, never a half-written OUTPUT",
+     convert_options, cmd_convert},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

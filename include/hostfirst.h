@@ -69,7 +69,8 @@
  *    7. GATHER
  *    8. DLPACK
  *    9. SHARD-ON-READ
- *   10. TEST HOOKS
+ *   10. WRITING SAFETENSORS FILES
+ *   11. TEST HOOKS
  */
 
 #ifdef __cplusplus
@@ -206,6 +207,16 @@ enum hostfirst_status
    * The file is shorter than its header says (it may have been truncated).
    */
   HOSTFIRST_STATUS_TRUNCATED = 51,
+  /**
+   * The file system has no room for what is being written (`ENOSPC`, or a quota: `EDQUOT`, `EFBIG`); a
+   * writer leaves the target as it was.
+   */
+  HOSTFIRST_STATUS_NO_SPACE = 52,
+  /**
+   * The operating system refused access: no permission on the file or its directory (`EACCES`, `EPERM`),
+   * or a read-only file system (`EROFS`); a writer leaves the target as it was.
+   */
+  HOSTFIRST_STATUS_PERMISSION_DENIED = 53,
   /**
    * The buffer is shorter than the 8-byte header-length prefix.
    */
@@ -3613,7 +3624,340 @@ hostfirst_status hostfirst_shard_result_bytes_read(const struct hostfirst_shard_
 hostfirst_status hostfirst_shard_result_free(struct hostfirst_shard_result *result);
 
 /* ==============================================================================================================
- * 10. TEST HOOKS
+ * 10. WRITING SAFETENSORS FILES
+ *
+ * A hostfirst_writer writes one safetensors file (or a Hugging Face set of part files and an index): open it on a
+ * path with hostfirst_writer_open() (options from hostfirst_writer_options_init()) or on a descriptor with
+ * hostfirst_writer_open_fd(), declare every tensor with where its bytes are (a view, a buffer on any device, or
+ * host memory you keep alive until finish), set the metadata, then hostfirst_writer_finish() once; free it with
+ * hostfirst_writer_free(). Nothing is written before finish, and finish never leaves a half-written file: it
+ * writes a temporary file beside the target and renames it over the target when complete. The writer keeps the
+ * views and buffers it was given alive until finish returns; strings it hands out (part paths, the index path in
+ * hostfirst_writer_info) stay valid until it is freed. With several ranks (world > 1) finish is collective and
+ * calls your hostfirst_agree_fn between its steps.
+ * ============================================================================================================== */
+
+/**
+ * A safetensors writer (`hostfirst_writer_open`, `hostfirst_writer_open_fd`): declarations, metadata, then
+ * one `hostfirst_writer_finish`; released with `hostfirst_writer_free`.
+ *
+ * **Thread safety:** calls on one writer are serialised (a second thread waits while `finish` runs);
+ * different writers are independent.
+ */
+typedef struct hostfirst_writer hostfirst_writer;
+
+/**
+ * The agreement step of a save written by several processes (`hostfirst_writer_options.world` > 1; see
+ * `hostfirst_writer_finish`): every rank calls it at the same points with `ok` = 1 when it has succeeded so
+ * far, 0 when not; it must return 1 when every rank passed 1, 0 when any passed 0 (an MPI_Allreduce of `ok`
+ * with MPI_LAND over the job's communicator, which is also a barrier), or a negative value when it could not
+ * agree (the save then fails on this rank with `CANCELLED`). `user` is the options' `user`. Called on the
+ * thread that called `hostfirst_writer_finish`.
+ */
+typedef int32_t (*hostfirst_agree_fn)(int32_t ok, void *user);
+
+/**
+ * Options of `hostfirst_writer_open` and `hostfirst_writer_open_fd`. Fill it with
+ * `hostfirst_writer_options_init(&opts, sizeof opts)`, then set what you need; zero fields mean the defaults;
+ * a NULL options pointer means all defaults (one process, one file, fsync before `finish` returns).
+ */
+typedef struct hostfirst_writer_options {
+  /**
+   * `sizeof(hostfirst_writer_options)`.
+   */
+  size_t struct_size;
+  /**
+   * Split the save into part files of at most this many bytes of tensor data, laid out as the Hugging Face
+   * writers do (`model-00001-of-00003.safetensors` ... and `model.safetensors.index.json`); 0: one file.
+   */
+  uint64_t max_part_bytes;
+  /**
+   * 1: do not `fsync` (the data may still be in the page cache when `finish` returns; the target is still
+   * replaced by a rename, never written in place). 0 (default): every file and its directory are synced
+   * before `finish` returns.
+   */
+  int32_t no_sync;
+  /**
+   * Threads reading view sources (0: the CPUs available, at most 16).
+   */
+  uint32_t threads;
+  /**
+   * Writes in flight at once (0: 64).
+   */
+  uint32_t queue_depth;
+  /**
+   * Bytes per write, and per page-locked slab for CUDA sources (0: 8 MiB writes, 16 MiB slabs).
+   */
+  uint64_t chunk_bytes;
+  /**
+   * Bytes of bounce buffers for view sources and of the page-locked ring for CUDA sources (0: 64 MiB):
+   * host memory a save uses beyond its sources stays within this bound.
+   */
+  uint64_t staging_bytes;
+  /**
+   * This process's rank, 0 .. `world` - 1 (with `world` > 1).
+   */
+  uint32_t rank;
+  /**
+   * The processes writing the save together (0 or 1: this one alone). With more, every rank opens a
+   * writer on the same path (a directory all of them see), declares the same tensors with their global
+   * shapes in the same order and the same metadata, adds the pieces it holds, and calls
+   * `hostfirst_writer_finish`, which is then collective and needs `agree`.
+   */
+  uint32_t world;
+  /**
+   * The agreement callback of a save by several ranks (see `hostfirst_agree_fn`); NULL otherwise.
+   */
+  hostfirst_agree_fn agree;
+  /**
+   * Progress callback of `finish` (bytes of this process's sources written; nonzero return cancels), or NULL.
+   */
+  hostfirst_progress_fn progress;
+  /**
+   * Passed to `agree` and `progress` unchanged.
+   */
+  void *user;
+} hostfirst_writer_options;
+
+/**
+ * What a finished save wrote (`hostfirst_writer_finish`). Set `struct_size = sizeof(hostfirst_writer_info)`.
+ */
+typedef struct hostfirst_writer_info {
+  /**
+   * In: the caller's `sizeof(hostfirst_writer_info)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
+  /**
+   * Safetensors files of the save (0 for a descriptor: its one file has no path).
+   */
+  uint64_t parts;
+  /**
+   * Bytes of every file of the save: headers, data and the index.
+   */
+  uint64_t file_bytes;
+  /**
+   * Bytes this process wrote (with ranks: its pieces, and the headers and index on rank 0).
+   */
+  uint64_t written;
+  /**
+   * Tensors in the save.
+   */
+  uint64_t tensors;
+  /**
+   * The index of a split save (`*.safetensors.index.json`), NUL-terminated; NULL for one file. Valid while
+   * the writer lives.
+   */
+  const char *index;
+} hostfirst_writer_info;
+
+/**
+ * Fills `*out` with the default options (everything zero/NULL) and sets `out->struct_size = struct_size`.
+ * Pass `sizeof *out`. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a `struct_size` smaller than the
+ * struct's first version. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_options_init(struct hostfirst_writer_options *out,
+                                               size_t struct_size);
+
+/**
+ * Opens a writer of the safetensors file `path` (UTF-8) and writes its handle to `*out`. Nothing is created
+ * or written until `hostfirst_writer_finish`: declare the tensors (`hostfirst_writer_add_*`,
+ * `hostfirst_writer_declare` + `hostfirst_writer_add_piece_*`), set the metadata, then finish.
+ *
+ * **Never a half-written file.** `finish` writes into a temporary file in `path`'s directory
+ * (`.<name>.<tag>.hostfirst-tmp`), then `fsync`s it, renames it over `path` and `fsync`s the directory: at
+ * every instant `path` is the old file or the complete new one, and a reader holding the old file keeps its
+ * bytes (nothing is truncated in place). A process killed at any point leaves the old file and at most its
+ * temporary file, which the next writer of that path removes. (Windows: the temporary file is closed before
+ * the rename, a target another process has open or mapped cannot be replaced, and the directory is not
+ * synced; see the README.) With `opts->max_part_bytes`, `path` names the set: `model.safetensors` (or
+ * `model.safetensors.index.json`) becomes `model-0000k-of-0000N.safetensors` and
+ * `model.safetensors.index.json`, each file replaced the same way, the index last.
+ *
+ * Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` (an empty path, a path that is a directory or whose directory
+ * is not one, bad options, `world` > 1 without `agree`, `rank` >= `world`); `IO`, `PERMISSION_DENIED` (the
+ * directory cannot be read). On failure `*out` is unchanged. Free the handle with `hostfirst_writer_free`.
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_writer_open(const char *path,
+                                       const struct hostfirst_writer_options *opts,
+                                       struct hostfirst_writer **out);
+
+/**
+ * Opens a writer into the open file descriptor `fd` (Unix), which the caller owns and keeps open: the
+ * writer uses a duplicate (closed by `hostfirst_writer_free`) and never closes `fd`. A seekable file is
+ * written from its current position with positioned writes (nothing before it is touched, nothing is
+ * truncated) and is positioned after the save when `finish` returns; anything else (a pipe, a socket) is
+ * written in order and takes whole tensors only (pieces: `UNSUPPORTED` at `finish`). There is no temporary
+ * file here: what a failed save leaves in `fd` is the caller's. One file, one process: `max_part_bytes` must
+ * be 0 and `world` at most 1 (`INVALID_ARGUMENT`). `fsync` unless `no_sync` (skipped for pipes).
+ *
+ * Errors also: `IO` (`fd` is not an open descriptor). Windows: `UNSUPPORTED` (use `hostfirst_writer_open`).
+ * On failure `*out` is unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_open_fd(int32_t fd,
+                                          const struct hostfirst_writer_options *opts,
+                                          struct hostfirst_writer **out);
+
+/**
+ * Declares tensor `name` with the bytes of `view` (its dtype and shape; a row slice or a narrowed view gives
+ * its packed C-order bytes), read from its file through the transfer engine at `finish` (any file hostfirst
+ * opens: the source may even be the file being replaced). `name` NULL: the view's own name. The writer keeps
+ * the view's file alive; the caller may free the view handle at once.
+ *
+ * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (a name that is `__metadata__`, holds a NUL
+ * or is not UTF-8), `LIMIT_EXCEEDED` (a name longer than `HOSTFIRST_MAX_NAME_LEN` bytes, too many tensors),
+ * `DUPLICATE_TENSOR` (the name is declared already), `ALREADY_USED` (after finish). On error nothing is
+ * declared. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_add_view(struct hostfirst_writer *writer,
+                                           const char *name,
+                                           const struct hostfirst_view *view);
+
+/**
+ * Declares tensor `name` with the bytes of `buffer` (its dtype and shape), on any device: cpu and cuda_host
+ * buffers are written from where they lie; a CUDA buffer is copied to host through the page-locked staging
+ * ring (at most `staging_bytes` of host memory, however large it is) while earlier slabs are written. The
+ * writer keeps the buffer alive until finish (free the handle when you like) and holds its lock while
+ * finish writes it. `name` NULL: the buffer's name. Errors as `hostfirst_writer_add_view`. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_add_buffer(struct hostfirst_writer *writer,
+                                             const char *name,
+                                             const struct hostfirst_buffer *buffer);
+
+/**
+ * Declares tensor `name` of `dtype` and shape `(shape, rank)` with the `nbytes` bytes at `data` (host memory,
+ * C order, little-endian), written from where they lie at finish: no copy.
+ *
+ * **Ownership:** the caller keeps `data` valid and unchanged until `hostfirst_writer_finish` returns (or the
+ * writer is freed).
+ *
+ * Errors: as `hostfirst_writer_add_view`, and `INVALID_ARGUMENT` (unknown dtype, or `nbytes` is not the
+ * shape's bytes: the message gives both), `MISALIGNED_SLICE` (a sub-byte dtype whose elements are not whole
+ * bytes), `VALIDATION_OVERFLOW`, `LIMIT_EXCEEDED` (rank above `HOSTFIRST_MAX_RANK`). On error nothing is
+ * declared. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_add_host(struct hostfirst_writer *writer,
+                                           const char *name,
+                                           hostfirst_dtype dtype,
+                                           const uint64_t *shape,
+                                           size_t rank,
+                                           const void *data,
+                                           size_t nbytes);
+
+/**
+ * Declares tensor `name` of `dtype` and (global) shape `(shape, rank)` without bytes: its bytes come from
+ * pieces (`hostfirst_writer_add_piece_host`, `_buffer`, `_view`). In one process the pieces must cover it
+ * exactly by `finish`; in a save by several ranks each rank adds the pieces it holds and the ranks together
+ * must cover it exactly once. Declaring a name again with the same dtype and shape changes nothing.
+ * Errors as `hostfirst_writer_add_host` (`DUPLICATE_TENSOR` for a name declared with another dtype or shape).
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_writer_declare(struct hostfirst_writer *writer,
+                                          const char *name,
+                                          hostfirst_dtype dtype,
+                                          const uint64_t *shape,
+                                          size_t rank);
+
+/**
+ * Adds the piece of declared tensor `name` that spans `len[d]` elements from `start[d]` of each of its `rank`
+ * dimensions, with the `nbytes` bytes at `data` (the box's elements in C order; same ownership as
+ * `hostfirst_writer_add_host`). Errors: `NOT_FOUND` (not declared), `OUT_OF_RANGE` (the box passes the
+ * tensor's end), `INVALID_ARGUMENT` (`rank` is not the tensor's, `nbytes` is not the box's, or the box
+ * overlaps a piece added before), `MISALIGNED_SLICE` (a sub-byte dtype whose rows would not be whole bytes).
+ * On error nothing is added. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_add_piece_host(struct hostfirst_writer *writer,
+                                                 const char *name,
+                                                 const uint64_t *start,
+                                                 const uint64_t *len,
+                                                 size_t rank,
+                                                 const void *data,
+                                                 size_t nbytes);
+
+/**
+ * Adds the piece of declared tensor `name` at `(start, rank)` whose extent and bytes are those of `buffer` (its
+ * shape; its dtype must be the tensor's), on any device (as `hostfirst_writer_add_buffer`): e.g. a shard that
+ * `hostfirst_shard_run` gave this rank, at the start `hostfirst_shard_plan_describe` reports. Errors as
+ * `hostfirst_writer_add_piece_host`. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_add_piece_buffer(struct hostfirst_writer *writer,
+                                                   const char *name,
+                                                   const uint64_t *start,
+                                                   size_t rank,
+                                                   const struct hostfirst_buffer *buffer);
+
+/**
+ * Adds the piece of declared tensor `name` at `(start, rank)` whose extent and bytes are those of `view` (its
+ * shape and packed bytes; its dtype must be the tensor's). Errors as `hostfirst_writer_add_piece_host`.
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_writer_add_piece_view(struct hostfirst_writer *writer,
+                                                 const char *name,
+                                                 const uint64_t *start,
+                                                 size_t rank,
+                                                 const struct hostfirst_view *view);
+
+/**
+ * Sets the metadata map (`__metadata__`, string to string) to the `count` pairs `keys[i]` → `values[i]`
+ * (UTF-8), replacing any set before. They are written in the order given; `count` 0 writes an empty map
+ * (`{}`); a save that never calls this has no `__metadata__` (as the `safetensors` serializer with `None`).
+ * A split save also puts them in the index's `metadata`, beside `total_size`. The strings are copied.
+ * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (a key given twice, text that is not UTF-8),
+ * `METADATA_LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_METADATA_ENTRIES`), `ALREADY_USED`. On error the map
+ * is unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_set_metadata(struct hostfirst_writer *writer,
+                                               const char *const *keys,
+                                               const char *const *values,
+                                               size_t count);
+
+/**
+ * Writes the save: the files are staged in the target's directory, each header written first, then the
+ * tensors' bytes streamed by the transfer engine (positioned writes, `queue_depth` in flight, io_uring where
+ * available; host memory written from where it lies, views read through the engine, CUDA buffers drained
+ * through the page-locked ring), the kernel's writeback started as it goes; then (unless `no_sync`) each file
+ * is synced, renamed over its target, and the directory synced. The bytes of each file are exactly what the
+ * `safetensors` crate's serializer writes for the same tensors and metadata: tensors sorted by dtype
+ * (descending) then name, packed, the header JSON padded to 8 bytes (metadata in the order given).
+ *
+ * **Several ranks** (`opts->world` > 1): collective — every rank calls it; it returns on every rank with the
+ * same outcome. Rank 0 stages the files and writes the headers; every rank writes only its own pieces;
+ * rank 0 checks that all ranks' pieces cover every tensor exactly once (a byte two ranks give, or none,
+ * fails the save with `INVALID_ARGUMENT` naming the tensor), then commits; `agree` is called four times on
+ * every rank in between. A rank that fails returns its error; the others return `CANCELLED`.
+ *
+ * `out_info` (NULL: not wanted) receives what was written. The writer is used up either way: a second call
+ * is `ALREADY_USED`, and the sources (views, buffers, caller memory) are released when it returns.
+ *
+ * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `ALREADY_USED`; `INVALID_ARGUMENT` (a declared tensor whose pieces
+ * do not cover it, a split save whose path does not end in `.safetensors` or `.safetensors.index.json`);
+ * `HEADER_TOO_LARGE`; `NO_SPACE` (the file system is full or a quota is reached: the message gives the bytes
+ * needed and free), `PERMISSION_DENIED` (the directory or the target cannot be written, a read-only file
+ * system), `IO`; a source's failure: `TRUNCATED` or `IO` (a view's file changed), `DEVICE_ERROR` (a CUDA
+ * copy failed, with the driver's error); `CANCELLED` (the progress callback, or another rank failed). On any
+ * error every target is as it was and no temporary file is left. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_finish(struct hostfirst_writer *writer,
+                                         struct hostfirst_writer_info *out_info);
+
+/**
+ * Writes the path of part file `index` of a finished save (`0 .. info.parts`) to `*out`: NUL-terminated,
+ * valid while the writer lives. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `NOT_READY` (not finished, or
+ * finish failed), `OUT_OF_RANGE`. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_part_path(struct hostfirst_writer *writer,
+                                            size_t index,
+                                            const char **out);
+
+/**
+ * Frees a writer. A writer freed before `finish` writes nothing (no file is created). NULL is a no-op; a freed
+ * or foreign handle gives `INVALID_HANDLE` and frees nothing. The sources it kept (views, buffers) are
+ * released. Thread-safe (a `finish` in progress on another thread completes first).
+ */
+hostfirst_status hostfirst_writer_free(struct hostfirst_writer *writer);
+
+/* ==============================================================================================================
+ * 11. TEST HOOKS
  *
  * Present only in builds with the test-hooks feature (HOSTFIRST_TEST_HOOKS): functions that panic inside the
  * boundary, so the test suite can prove that no panic crosses it.

@@ -13,7 +13,8 @@
  * The wrappers cover the whole C API (a test fails when a hostfirst_* function of hostfirst.h is not called
  * here): the census, devices and default-device scopes; files, views and sharded sets; puts (sync, with
  * stats, async), buffers and their CUDA stream handshake; rules, plans (with the rules that place no tensor)
- * and whole-file loads; the batch gather; shard-on-read (mesh, rules, plan, run); DLPack exports; dtypes,
+ * and whole-file loads; the batch gather; shard-on-read (mesh, rules, plan, run); the safetensors writer; DLPack
+ * exports; dtypes,
  * errors and build information. Enum values (statuses, dtypes, device kinds) are the C header's HOSTFIRST_*
  * constants; info structs are the C header's, with strings owned by the handle that filled them.
  *
@@ -1108,6 +1109,110 @@ public:
 
 private:
     detail::owner<hostfirst_shard_plan, hostfirst_shard_plan_free> p_;
+};
+
+/// Options of a safetensors writer (hostfirst_writer_options_init: one process, one file, fsync). Callbacks
+/// (agree, progress) must not throw.
+struct writer_options : hostfirst_writer_options {
+    writer_options() : hostfirst_writer_options{} {
+        check(hostfirst_writer_options_init(this, sizeof(hostfirst_writer_options)));
+    }
+};
+
+/// A streaming safetensors writer: declare tensors (views, buffers on any device, host memory kept alive until
+/// finish), set the metadata, finish() once. finish() writes a temporary file beside the target and renames it
+/// over the target when complete (never a half-written file); with options.world > 1 it is collective.
+///
+///   auto w = hostfirst::writer::open("model.safetensors");
+///   w.add("wte", HOSTFIRST_DTYPE_F32, {vocab, dim}, wte.data(), wte.size() * 4).add(f.view("tokens"));
+///   w.metadata({{"format", "pt"}});
+///   hostfirst_writer_info info = w.finish();
+class writer {
+public:
+    static writer open(const std::string &path, const writer_options &opts = writer_options()) {
+        return detail::adopt<writer, hostfirst_writer>(hostfirst_writer_open, path.c_str(),
+                                                       static_cast<const hostfirst_writer_options *>(&opts));
+    }
+    /// A writer into an open descriptor (Unix; the writer uses a duplicate and never closes `fd`).
+    static writer open_fd(int fd, const writer_options &opts = writer_options()) {
+        return detail::adopt<writer, hostfirst_writer>(hostfirst_writer_open_fd, fd,
+                                                       static_cast<const hostfirst_writer_options *>(&opts));
+    }
+    explicit writer(hostfirst_writer *w) noexcept : w_(w) {}
+
+    /// A view's bytes under its own name (or `name`), read through the engine at finish.
+    writer &add(const view &v) {
+        check(hostfirst_writer_add_view(c(), nullptr, v.c()));
+        return *this;
+    }
+    writer &add(const std::string &name, const view &v) {
+        check(hostfirst_writer_add_view(c(), name.c_str(), v.c()));
+        return *this;
+    }
+    /// A buffer's bytes on any device (CUDA through the page-locked ring); the writer keeps it alive.
+    writer &add(const std::string &name, const buffer &b) {
+        check(hostfirst_writer_add_buffer(c(), name.c_str(), b.c()));
+        return *this;
+    }
+    /// Host memory (C order, little-endian), written where it lies: keep it alive until finish() returns.
+    writer &add(const std::string &name, hostfirst_dtype dtype, const std::vector<uint64_t> &shape, const void *data,
+                size_t nbytes) {
+        check(hostfirst_writer_add_host(c(), name.c_str(), dtype, shape.data(), shape.size(), data, nbytes));
+        return *this;
+    }
+    /// A tensor whose bytes come in pieces (add_piece).
+    writer &declare(const std::string &name, hostfirst_dtype dtype, const std::vector<uint64_t> &shape) {
+        check(hostfirst_writer_declare(c(), name.c_str(), dtype, shape.data(), shape.size()));
+        return *this;
+    }
+    writer &add_piece(const std::string &name, const std::vector<uint64_t> &start, const std::vector<uint64_t> &len,
+                      const void *data, size_t nbytes) {
+        if (start.size() != len.size())
+            throw error(HOSTFIRST_STATUS_INVALID_ARGUMENT, "add_piece: start and len differ in rank");
+        check(hostfirst_writer_add_piece_host(c(), name.c_str(), start.data(), len.data(), start.size(), data, nbytes));
+        return *this;
+    }
+    writer &add_piece(const std::string &name, const std::vector<uint64_t> &start, const buffer &b) {
+        check(hostfirst_writer_add_piece_buffer(c(), name.c_str(), start.data(), start.size(), b.c()));
+        return *this;
+    }
+    writer &add_piece(const std::string &name, const std::vector<uint64_t> &start, const view &v) {
+        check(hostfirst_writer_add_piece_view(c(), name.c_str(), start.data(), start.size(), v.c()));
+        return *this;
+    }
+    /// `__metadata__`, written in the order given.
+    writer &metadata(const std::vector<std::pair<std::string, std::string>> &entries) {
+        std::vector<const char *> k, v;
+        for (const auto &e : entries) {
+            k.push_back(e.first.c_str());
+            v.push_back(e.second.c_str());
+        }
+        check(hostfirst_writer_set_metadata(c(), k.data(), v.data(), entries.size()));
+        return *this;
+    }
+    /// Writes the save; throws (every target as it was) on failure.
+    hostfirst_writer_info finish() {
+        hostfirst_writer_info info{};
+        info.struct_size = sizeof info;
+        check(hostfirst_writer_finish(c(), &info));
+        parts_ = info.parts;
+        return info;
+    }
+    /// The part files of the finished save.
+    std::vector<std::string> part_paths() const {
+        std::vector<std::string> out;
+        for (uint64_t i = 0; i < parts_; i++) {
+            const char *p = nullptr;
+            check(hostfirst_writer_part_path(c(), static_cast<size_t>(i), &p));
+            out.emplace_back(p);
+        }
+        return out;
+    }
+    hostfirst_writer *c() const noexcept { return w_.get(); }
+
+private:
+    detail::owner<hostfirst_writer, hostfirst_writer_free> w_;
+    uint64_t parts_ = 0;
 };
 
 /// The number of live handles (files, views, buffers, unreleased DLPack exports): a leak check.

@@ -68,6 +68,12 @@ pub enum Status {
     Io = 50,
     /// The file is shorter than its header says (it may have been truncated).
     Truncated = 51,
+    /// The file system has no room for what is being written (`ENOSPC`, or a quota: `EDQUOT`, `EFBIG`); a
+    /// writer leaves the target as it was.
+    NoSpace = 52,
+    /// The operating system refused access: no permission on the file or its directory (`EACCES`, `EPERM`),
+    /// or a read-only file system (`EROFS`); a writer leaves the target as it was.
+    PermissionDenied = 53,
 
     /// The buffer is shorter than the 8-byte header-length prefix.
     HeaderTooSmall = 60,
@@ -211,6 +217,45 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+impl Status {
+    /// The status of an operating-system error: [`Status::NoSpace`] for a full file system or quota,
+    /// [`Status::PermissionDenied`] for refused access or a read-only file system, [`Status::Io`] otherwise.
+    pub fn of_io(e: &std::io::Error) -> Status {
+        #[cfg(unix)]
+        if let Some(code) = e.raw_os_error() {
+            if code == libc::ENOSPC || code == libc::EDQUOT || code == libc::EFBIG {
+                return Status::NoSpace;
+            }
+            if code == libc::EACCES || code == libc::EPERM || code == libc::EROFS {
+                return Status::PermissionDenied;
+            }
+        }
+        #[cfg(windows)]
+        if let Some(code) = e.raw_os_error() {
+            // ERROR_HANDLE_DISK_FULL (39), ERROR_DISK_FULL (112), ERROR_DISK_QUOTA_EXCEEDED (1295).
+            if code == 39 || code == 112 || code == 1295 {
+                return Status::NoSpace;
+            }
+            // ERROR_ACCESS_DENIED (5), ERROR_WRITE_PROTECT (19).
+            if code == 5 || code == 19 {
+                return Status::PermissionDenied;
+            }
+        }
+        match e.kind() {
+            std::io::ErrorKind::PermissionDenied => Status::PermissionDenied,
+            _ => Status::Io,
+        }
+    }
+}
+
+impl Error {
+    /// An error for a failed operating-system call: the status of [`Status::of_io`] and the message
+    /// `"{what}: {e}"`.
+    pub fn io(what: impl fmt::Display, e: &std::io::Error) -> Error {
+        Error::new(Status::of_io(e), format!("{what}: {e}"))
+    }
+}
 
 /// Result alias used throughout the crate.
 pub type Result<T> = std::result::Result<T, Error>;

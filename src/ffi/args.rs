@@ -501,5 +501,6 @@ mod tests {
         check::<crate::ffi::dlpack::hostfirst_dlpack_options>();
         check::<crate::ffi::shard::hostfirst_shard_options>();
         check::<crate::ffi::shard::hostfirst_shard_run_options>();
+        check::<crate::ffi::writer::hostfirst_writer_options>();
     }
 }

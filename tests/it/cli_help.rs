@@ -54,7 +54,7 @@ fn options_in_sources() -> BTreeSet<String> {
 fn help_lists_every_command_and_option() {
     let top = run_ok(&cli(), &["--help"], &[]);
     let cmds = commands(&top);
-    assert_eq!(cmds, ["devices", "inspect", "put", "plan", "load", "gather", "shard"], "{top}");
+    assert_eq!(cmds, ["devices", "inspect", "put", "plan", "load", "gather", "shard", "convert"], "{top}");
     let mut listed = BTreeSet::from(["--help".to_string(), "--version".to_string()]);
     for cmd in &cmds {
         let help = run_ok(&cli(), &[cmd, "--help"], &[]);

@@ -142,6 +142,20 @@ the mesh (free it right after), and buffers taken from a result stay valid after
         rules: &["shard"],
     },
     Section {
+        title: "WRITING SAFETENSORS FILES",
+        life_cycle: "\
+A hostfirst_writer writes one safetensors file (or a Hugging Face set of part files and an index): open it on a
+path with hostfirst_writer_open() (options from hostfirst_writer_options_init()) or on a descriptor with
+hostfirst_writer_open_fd(), declare every tensor with where its bytes are (a view, a buffer on any device, or
+host memory you keep alive until finish), set the metadata, then hostfirst_writer_finish() once; free it with
+hostfirst_writer_free(). Nothing is written before finish, and finish never leaves a half-written file: it
+writes a temporary file beside the target and renames it over the target when complete. The writer keeps the
+views and buffers it was given alive until finish returns; strings it hands out (part paths, the index path in
+hostfirst_writer_info) stay valid until it is freed. With several ranks (world > 1) finish is collective and
+calls your hostfirst_agree_fn between its steps.",
+        rules: &["writer", "agree"],
+    },
+    Section {
         title: "TEST HOOKS",
         life_cycle: "\
 Present only in builds with the test-hooks feature (HOSTFIRST_TEST_HOOKS): functions that panic inside the

@@ -4,6 +4,7 @@
 mod abi;
 mod boundary;
 mod c_abi;
+mod cli_convert;
 mod cli_devices;
 mod cli_help;
 mod cli_inspect;
@@ -43,3 +44,5 @@ mod readme_example;
 mod shard;
 mod tokens;
 mod valgrind;
+mod writer;
+mod writer_corpus;

@@ -12,6 +12,10 @@ fn have(tool: &str) -> bool {
 
 /// Builds the example with the C compiler and the flags `mpicc` would add (the same warnings as every C test).
 fn build() -> std::path::PathBuf {
+    build_example("mpi_shard")
+}
+
+fn build_example(name: &str) -> std::path::PathBuf {
     let showme = |what: &str| {
         let o = Command::new("mpicc").arg(format!("--showme:{what}")).output().expect("run mpicc");
         assert!(o.status.success(), "mpicc --showme:{what}: {}", String::from_utf8_lossy(&o.stderr));
@@ -23,7 +27,7 @@ fn build() -> std::path::PathBuf {
     flags.extend(showme("compile"));
     flags.extend(showme("link"));
     let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
-    compile_c(&[&root().join("examples-c/mpi_shard.c")], "mpi_shard", &refs)
+    compile_c(&[&root().join(format!("examples-c/{name}.c"))], name, &refs)
 }
 
 fn mpirun(bin: &std::path::Path, np: &str, args: &[&str]) -> std::process::Output {
@@ -79,4 +83,69 @@ fn four_ranks_load_their_shards_and_rank0_verifies() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("INVALID_ARGUMENT") && stderr.contains("'embed.weight'"), "{stderr}");
+}
+
+/// examples-c/mpi_save.c: the reverse. 4 ranks load their shards, then save them together into part files:
+/// each rank writes only its own shards' bytes (replicated tensors: rank 0), the ranks' bytes add up to the
+/// files' bytes exactly, and the saved set reads back equal to the original. Then a save where two ranks give
+/// the same piece is refused by all ranks, leaving the saved set as it was.
+#[test]
+fn four_ranks_save_their_shards_together_and_nothing_twice() {
+    assert!(have("mpicc") && have("mpirun"), "OpenMPI is missing (scripts/test.sh installs it)");
+    let shard = build();
+    let save = build_example("mpi_save");
+    let dir = scratch(&format!("mpi-save-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let index = dir.join("model.safetensors.index.json");
+    let out = mpirun(&shard, "2", &[index.to_str().unwrap()]); // writes the demo set
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let saved = dir.join("saved.safetensors");
+    let out = mpirun(&save, "4", &[index.to_str().unwrap(), saved.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "mpirun failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for r in 1..4 {
+        let line = stdout.lines().find(|l| l.starts_with(&format!("rank {r}: wrote "))).expect("each rank reports");
+        assert!(!line.contains("wrote 0 bytes"), "rank {r} wrote its shards: {line}");
+    }
+    assert!(stdout.contains("nothing twice") && stdout.contains("every tensor matches"), "{stdout}");
+    let set = dir.join("saved.safetensors.index.json");
+    let parts: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("saved-"))
+        .collect();
+    assert!(parts.len() >= 2, "{parts:?}");
+    assert!(!std::fs::read_dir(&dir).unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .ends_with(".hostfirst-tmp")));
+    let f = hostfirst::file::TensorFile::open(&set).unwrap();
+    assert_eq!(f.len(), 6);
+    // Every rank gives the replicated tensors too: refused everywhere, the saved set unchanged.
+    let before: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("saved"))
+        .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
+        .collect();
+    let out = mpirun(&save, "4", &[index.to_str().unwrap(), saved.to_str().unwrap(), "twice"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("rank 0: refused: INVALID_ARGUMENT") && stdout.contains("written twice"), "{stdout}");
+    assert!(stdout.contains("rank 3: refused: CANCELLED"), "{stdout}");
+    for (p, bytes) in before {
+        assert_eq!(std::fs::read(&p).unwrap(), bytes, "{p} changed");
+    }
+    assert!(!std::fs::read_dir(&dir).unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .ends_with(".hostfirst-tmp")));
 }

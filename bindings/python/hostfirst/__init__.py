@@ -18,6 +18,7 @@
     hostfirst.jax.load_file(path, rules={"tokens": "host"})    # the rest on the default device: jax.Arrays
     hostfirst.numpy.load_file(path)           # the drop-in for safetensors.numpy.load_file (owned arrays;
                                               # zero_copy=True: the mapping, SIGBUS if the file is truncated)
+    hostfirst.numpy.save_file(arrays, path)   # and for save_file: no copy of the arrays, never a half-written file
     hostfirst.load_shards(path, mesh={"x": 2, "y": 4}, rules=[("*.weight", ("x", "y"))], owned={5: "cpu"})
 
     t.prefault()                              # once, before a training loop gathers from t
@@ -50,6 +51,7 @@ from ._tensors import Buffer, File, View, load, open, open_raw, rule_pairs  # no
 from ._gather import Gather, OffsetStream
 from ._shard import Shard, load_shards
 from ._safe_open import safe_open
+from ._save import Writer
 from ._errors import (  # one exception class per status (see hostfirst._errors for the builtin each also is)
     AlreadyUsedError, BufferTooSmallError, BusyError, CancelledError, DeviceErrorError, DuplicateTensorError,
     Error, FormatError, HeaderTooLargeError, HeaderTooSmallError, HostfirstError, ImplicitPlacementError,
@@ -59,7 +61,7 @@ from ._errors import (  # one exception class per status (see hostfirst._errors 
     NotFoundError, NotReadyError, NotSafetensorsError, NullArgumentError, OutOfMemoryError, OutOfRangeError,
     PanicError, ScopeMismatchError, TensorInvalidInfoError, TruncatedError, UnavailableError, UnmatchedRuleError,
     UnmatchedRuleWarning, UnsupportedError, ValidationOverflowError, OtherFormatError, UnsupportedDtypeError,
-    InvalidHeaderError, UnsupportedVersionError, UnsupportedLayoutError,
+    InvalidHeaderError, UnsupportedVersionError, UnsupportedLayoutError, NoSpaceError, PermissionDeniedError,
 )
 from . import numpy  # noqa: E402 - hostfirst.numpy.load_file, after the names it uses
 
@@ -87,7 +89,7 @@ library_path: str = str(native._hostfirst_path)
 # shadows the builtin open, so import the module (`import hostfirst`) rather than its names.
 __all__ = [
     "Backend", "Buffer", "CarriedScope", "DefaultDevice", "Device", "DeviceInfo", "File", "Gather", "OffsetStream",
-    "Shard", "View", "backends", "capture_scope", "default_device", "devices", "handle_count", "library_path",
+    "Shard", "View", "Writer", "backends", "capture_scope", "default_device", "devices", "handle_count", "library_path",
     "load", "load_shards", "open", "open_raw", "read_engine", "resolve_target", "rule_pairs", "safe_open",
     "set_default_device", "strict", "AlreadyUsedError", "BufferTooSmallError", "BusyError", "CancelledError",
     "DeviceErrorError", "DuplicateTensorError", "Error", "FormatError", "HeaderTooLargeError",
@@ -100,6 +102,7 @@ __all__ = [
     "PanicError", "ScopeMismatchError", "TensorInvalidInfoError", "TruncatedError", "UnavailableError",
     "UnmatchedRuleError", "UnmatchedRuleWarning", "UnsupportedDtypeError", "UnsupportedError",
     "UnsupportedLayoutError", "UnsupportedVersionError", "ValidationOverflowError", "InvalidHeaderError",
+    "NoSpaceError", "PermissionDeniedError",
 ]
 
 if "jax" in _sys.modules:  # JAX already imported: register View and Buffer with it now (see hostfirst.jax)

@@ -7,8 +7,10 @@ builtin, from that builtin too:
     NOT_FOUND (a tensor, a key)              NotFoundError                 KeyError
     OUT_OF_RANGE                             OutOfRangeError               IndexError
     OUT_OF_MEMORY (a fit check failed)       OutOfMemoryError              MemoryError
-    IO, TRUNCATED                            IoError, TruncatedError       OSError
+    IO, TRUNCATED, NO_SPACE                  IoError, TruncatedError,      OSError
+                                             NoSpaceError
       IO on a path that does not exist       MissingFileError (an IoError) FileNotFoundError
+    PERMISSION_DENIED                        PermissionDeniedError         PermissionError
     INVALID_ARGUMENT, NULL_ARGUMENT,         InvalidArgumentError, ...     ValueError
       INVALID_HANDLE, BUFFER_TOO_SMALL,
       NO_SUCH_DEVICE, UNSUPPORTED
@@ -277,6 +279,18 @@ class UnsupportedVersionError(FormatError):
 class UnsupportedLayoutError(FormatError):
     """UNSUPPORTED_LAYOUT: a layout hostfirst refuses (a Fortran-order array of more than one long dimension)."""
     status_name = "UNSUPPORTED_LAYOUT"
+
+
+class NoSpaceError(HostfirstError, OSError):
+    """NO_SPACE: the file system has no room for a file being written (the message has the bytes needed and
+    free); the target is left as it was."""
+    status_name = "NO_SPACE"
+
+
+class PermissionDeniedError(HostfirstError, PermissionError):
+    """PERMISSION_DENIED: the file or its folder may not be written (or the file system is read-only); the
+    target is left as it was."""
+    status_name = "PERMISSION_DENIED"
 
 
 class InternalError(HostfirstError):

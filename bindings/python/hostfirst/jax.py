@@ -41,6 +41,12 @@ while the next ones are read in the background (see `stream`).
 Shard-on-read: `load_file(path, shardings={"layer.*.weight": NamedSharding(mesh, P("x", "y"))})` gives those
 tensors as global jax.Arrays made from the addressable devices' shards only, each read from its own bytes (a
 sharding with a memory kind puts every shard in that kind of memory).
+
+Writing: `save_file(tensors, filename, metadata=None)` is the drop-in for `safetensors.flax.save_file` (the same
+bytes), and `save_tree(tree, path)` saves a whole pytree of jax.Arrays by their key paths ("params.dense.kernel").
+Sharded arrays are written shard by shard (each distinct shard once: those whose `replica_id` is 0) without
+gathering them; under `jax.distributed` every process writes the shards it holds into the same files (a
+directory all processes see) and one process the headers and index: call it on every process.
 """
 
 from __future__ import annotations
@@ -416,3 +422,119 @@ def _register() -> None:
 
 
 _register()
+
+
+# ---- writing ----------------------------------------------------------------------------------------------
+
+_SAVES = [0]  # collective saves made by this process (the same count on every process of a job)
+
+
+def _distributed_agree(path: str) -> Any:
+    """An agreement callback over jax.distributed's key-value store: every process posts its flag, waits at a
+    barrier, reads every flag. Keys are unique per collective save (a per-process count, equal on every
+    process because every process makes the same saves) and per step."""
+    from jax._src import distributed  # the coordination service jax.distributed.initialize started
+
+    client = distributed.global_state.client
+    if client is None:
+        raise error_named("UNAVAILABLE", "a save by several processes needs jax.distributed.initialize() first")
+    _SAVES[0] += 1
+    import hashlib
+    token = f"hostfirst/save/{_SAVES[0]}/{hashlib.sha1(path.encode()).hexdigest()[:12]}"
+    n, me = jax.process_count(), jax.process_index()
+    steps = [0]
+    timeout_ms = 10 * 60 * 1000
+
+    def agree(ok: bool) -> bool:
+        steps[0] += 1
+        key = f"{token}/{steps[0]}"
+        client.key_value_set(f"{key}/{me}", "1" if ok else "0")
+        client.wait_at_barrier(f"{key}/barrier", timeout_ms)
+        return all(client.blocking_key_value_get(f"{key}/{r}", timeout_ms) == "1" for r in range(n))
+
+    return agree
+
+
+def _key_name(path: Any, sep: str) -> str:
+    parts = []
+    for k in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(k, attr):
+                parts.append(str(getattr(k, attr)))
+                break
+        else:
+            parts.append(str(k))
+    return sep.join(parts)
+
+
+def _save_arrays(named: List[Any], path: Any, metadata: Optional[Dict[str, str]], max_part_bytes: int,
+                 sync: bool) -> Dict[str, Any]:
+    """Saves (name, array) pairs: jax.Arrays shard by shard (the shards whose replica_id is 0, each at its place
+    in the global array), anything else as numpy; collectively under jax.distributed when an array spans
+    processes."""
+    from ._save import Writer, check_metadata
+
+    pairs = check_metadata(metadata)
+    multi = jax.process_count() > 1 and any(isinstance(a, jax.Array) and not a.is_fully_addressable
+                                            for _, a in named)
+    kw: Dict[str, Any] = {}
+    if multi:
+        import os
+        kw = dict(rank=jax.process_index(), world=jax.process_count(),
+                  agree=_distributed_agree(os.path.abspath(os.fsdecode(path))))
+    with Writer(path, max_part_bytes=max_part_bytes, sync=sync, **kw) as w:
+        for name, a in named:
+            if not isinstance(name, str):
+                raise TypeError(f"tensor names must be str, got {name!r}")
+            if isinstance(a, jax.Array) and (multi or len(a.sharding.device_set) > 1):
+                # Shard by shard: each distinct shard once (replica 0), by the process that holds it.
+                w.declare(name, np.dtype(a.dtype), a.shape)
+                for s in a.addressable_shards:
+                    if s.replica_id != 0:
+                        continue
+                    start = [sl.start or 0 for sl in s.index] if a.ndim else []
+                    w.add_piece(name, start, np.asarray(s.data))
+            elif multi and jax.process_index() != 0:
+                # A host value every process has: the first process writes it.
+                arr = np.asarray(a)
+                w.declare(name, arr.dtype, arr.shape)
+            else:
+                w.add(name, np.asarray(a))
+        if pairs is not None:
+            w.metadata(dict(pairs))
+        return w.finish()
+
+
+def save_file(tensors: Dict[str, Any], filename: Any, metadata: Optional[Dict[str, str]] = None, *,
+              max_part_bytes: int = 0, sync: bool = True) -> None:
+    """`safetensors.flax.save_file`'s drop-in: the same bytes (metadata in the dict's order), written through a
+    temporary file renamed over `filename` (never a half-written file). Sharded jax.Arrays are written shard by
+    shard without being gathered; arrays that span processes make it collective (call it on every process)."""
+    if not isinstance(tensors, Mapping):
+        raise TypeError(f"expected a dict of name -> array, got {type(tensors).__name__}")
+    _save_arrays(list(tensors.items()), filename, metadata, max_part_bytes, sync)
+
+
+def save(tensors: Dict[str, Any], metadata: Optional[Dict[str, str]] = None) -> bytes:
+    """`safetensors.flax.save`'s drop-in: the bytes of the file (arrays copied to host by JAX)."""
+    from ._save import save as save_numpy
+
+    return save_numpy({k: np.asarray(v) for k, v in tensors.items()}, metadata)
+
+
+def save_tree(tree: Any, path: Any, metadata: Optional[Dict[str, str]] = None, *, sep: str = ".",
+              max_part_bytes: int = 0, sync: bool = True) -> Dict[str, Any]:
+    """Saves every leaf of a pytree of jax.Arrays (and numpy arrays) under its key path joined by `sep`
+    ({"params": {"dense": {"kernel": k}}} -> "params.dense.kernel", as flax's flatten_dict). Sharded arrays are
+    written shard by shard from the devices that hold them, each distinct shard once; under jax.distributed
+    every process writes its own shards into the same files (call it on every process, on a path all of them
+    see) and the first process the headers and index. Returns what was written (`parts`, `index`, ...)."""
+    leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
+    named = [(_key_name(p, sep), leaf) for p, leaf in leaves]
+    seen: Dict[str, int] = {}
+    for n, _ in named:
+        seen[n] = seen.get(n, 0) + 1
+    dup = [n for n, c in seen.items() if c > 1]
+    if dup:
+        raise ValueError(f"two leaves of the tree have the name {dup[0]!r} (choose another sep)")
+    return _save_arrays(named, path, metadata, max_part_bytes, sync)

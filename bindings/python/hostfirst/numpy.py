@@ -1,5 +1,4 @@
-"""hostfirst for numpy users: `load_file` and `load`, the drop-ins for `safetensors.numpy.load_file` and
-`safetensors.numpy.load`.
+"""hostfirst for numpy users: `load_file`, `load`, `save_file` and `save`, the drop-ins for `safetensors.numpy`'s.
 
     import hostfirst.numpy
     params = hostfirst.numpy.load_file("model.safetensors")   # {name: np.ndarray}, in file order
@@ -15,6 +14,13 @@ nothing in them and cannot crash the process.
 **reading one after the file was truncated kills the process with SIGBUS**: no exception can be raised. Use it only
 for files nothing rewrites while you hold the arrays (a writer that writes a new file and renames it over the old
 one is safe: the views keep the old file).
+
+    hostfirst.numpy.save_file({"w": w}, "model.safetensors", metadata={"format": "np"})
+    blob = hostfirst.numpy.save({"w": w})
+
+`save_file` writes the bytes `safetensors.numpy.save_file` writes (metadata in the dict's order), from the arrays
+where they lie (no copy of each array), through a temporary file renamed over the target: never a half-written
+file (`sync=False` skips the fsyncs; `max_part_bytes` splits into Hugging Face part files and an index).
 """
 
 from __future__ import annotations
@@ -26,9 +32,10 @@ import numpy as np
 from ._core import PathLike
 from ._owned import load_numpy, memory_file
 from ._safe_open import check_backend, safe_open
+from ._save import save, save_file
 from ._tensors import File
 
-__all__ = ["load_file", "load"]
+__all__ = ["load_file", "load", "save", "save_file"]
 
 
 def load_file(filename: PathLike, *, backend: str = "mmap", zero_copy: bool = False) -> Dict[str, np.ndarray]:

@@ -25,13 +25,19 @@
 //! to a [`Progress`] between waves: the form the bulk transfers (put, load, shard-on-read) will take when they
 //! move onto the engine. Today the gather is the engine's user.
 //!
+//! **Writer side**: [`write::write_many`] is the same for positioned writes of host bytes into one file
+//! (io_uring `IORING_OP_WRITE` or a pool of `pwrite`s), with the durability helpers the safetensors writer
+//! uses; [`drain::device_to_host_slabs`] streams CUDA memory to host consumers through the staging ring.
+//!
 //! Short reads are resumed; `EINTR`/`EAGAIN` are retried; a read at end of file reports [`ReadFailure::Eof`]
 //! (the caller turns it into `TRUNCATED`). Whatever happens, [`read_many`] returns only once no read it
 //! issued can still write into a destination.
 
 pub mod bulk;
 pub mod device;
+pub mod drain;
 pub mod staging;
+pub mod write;
 pub use bulk::{
     fill_host, read_exact, read_pieces, read_scatter, read_vectored_exact, ScatterDst, ScatterPiece, ScatterPlan,
 };
