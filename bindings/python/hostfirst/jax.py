@@ -167,10 +167,12 @@ def place(p: Placement) -> Placed:
     return jax.dlpack.from_dlpack(buffer)
 
 
-def load_file(path: PathLike, rules: Optional[Rules] = None, shardings: Optional[Mapping[str, Any]] = None,
-              default: str = "default") -> Dict[str, Placed]:
+def load_file(path: Union[PathLike, File], rules: Optional[Rules] = None,
+              shardings: Optional[Mapping[str, Any]] = None, default: str = "default") -> Dict[str, Placed]:
     """Loads a safetensors file (or a sharded set's index) by placement rules: a dict name -> jax.Array (device
-    targets) or numpy array (host targets), in file order. Like `safetensors.flax.load_file` (the drop-in:
+    targets) or numpy array (host targets), in file order. `path` may be any file `hostfirst.open` opens (.npy,
+    an llm.c shard, a Megatron dataset), or a File already open (`hostfirst.open_raw` for a headerless token
+    file; it stays open). Like `safetensors.flax.load_file` (the drop-in:
     `load_file(path)` puts everything on the default device) but with the fit check first.
 
     `rules` name the exceptions (dict, "pattern=target" strings, one such string, or pairs; the first match
@@ -194,8 +196,11 @@ def load_file(path: PathLike, rules: Optional[Rules] = None, shardings: Optional
     pairs = rule_pairs(rules)
     if sharded:  # the sharded tensors stay out of the placement (host views, not read)
         pairs = [(_glob_literal(n), "host") for n in sharded] + pairs
-    with File(path) as f:
-        placements = plan(f, with_default(f, pairs, default))
+    if isinstance(path, File):
+        placements = plan(path, with_default(path, pairs, default))
+    else:
+        with File(path) as f:
+            placements = plan(f, with_default(f, pairs, default))
     return {p.name: sharded[p.name] if p.name in sharded else place(p) for p in placements}
 
 
