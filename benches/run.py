@@ -261,7 +261,8 @@ def main():
     py = [sys.executable, os.path.abspath(__file__), "--peer"]
     t_start = time.time()
     only = set(argv[argv.index("--only") + 1].split(",")) if "--only" in argv else {"open", "put", "gather", "many", "cow",
-                                                                                  "shard", "coldgather", "job"}
+                                                                                  "shard", "coldgather", "job",
+                                                                                  "tokens"}
     exe = build()
     m = machine()
     m["reps"] = reps
@@ -281,7 +282,7 @@ def main():
     if "open" not in only:  # the other sections use only the 2 GiB token file (and "many" its own)
         sizes, counts = [2 * GiB], []
     files = {}
-    if only <= {"shard", "coldgather", "job"}:  # these sections write their own files
+    if only <= {"shard", "coldgather", "job", "tokens"}:  # these sections write their own files
         sizes, counts = [], []
     print("generating files ...", flush=True)
     for s in sizes:
@@ -423,6 +424,18 @@ def main():
             add(run1([exe, "open-paired", lots, "11"]), rep=r, series="open-100000", resident=warm(exe, lots))
             rec = run1([sys.executable, os.path.join(HERE, "python_load.py"), many, "--rounds", "7"])
             add(rec, rep=r, resident=res, impl="python")
+    # 11. token files (issue 35): nanoGPT's get_batch vs a hostfirst gather (warm, cold, RSS over many batches) and
+    # opening 10 GiB files: its own script, in this Python with the checkout's package and release library;
+    # results/tokens.json, read by report.py.
+    if "tokens" in only:
+        print("11. token files ...", flush=True)
+        subprocess.run(["cargo", "build", "--release", "--lib"], cwd=ROOT, check=True, capture_output=True)
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "bindings", "python"),
+                   HOSTFIRST_LIBRARY=os.path.join(ROOT, "target", "release", "libhostfirst.so"))
+        cmd = [sys.executable, os.path.join(HERE, "tokens.py"), "--data", os.path.join(data, "tokens"),
+               "--command", m["command"]]
+        if subprocess.run(cmd + (["--quick"] if quick else []), env=env).returncode != 0:
+            sys.stderr.write("FAILED: benches/tokens.py\n")
     m["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
     m["wall_s"] = round(time.time() - t_start, 1)
     outdir = os.path.join(HERE, "results")
@@ -434,7 +447,7 @@ def main():
         # A partial re-run replaces those sections' records in latest.json and is noted in its machine block.
         prev = json.load(open(latest))
         ops = {"open": {"open"}, "put": {"put-cpu", "memcpy", "pread"}, "gather": {"gather"}, "many": {"load-all"},
-               "cow": set(), "shard": {"shard"}, "coldgather": set(),
+               "cow": set(), "shard": {"shard"}, "coldgather": set(), "tokens": set(),
                "job": {"many-paired", "open-paired", "python-load-paired"}}
         drop = set().union(*(ops[o] for o in only))
 
