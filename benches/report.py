@@ -372,6 +372,15 @@ def main(path):
         w("## 9. Cold training batches through the transfer engine, and prefetch while the step runs (issue 22)\n")
         w(cold_gather.markdown(json.load(open(cold))))
 
+    # ------------------------------------------------------------------ 11. token files (its own script)
+    token_results = os.path.join(HERE, "results", "tokens.json")
+    if os.path.exists(token_results):
+        sys.path.insert(0, HERE)
+        import tokens
+
+        w("## 11. Token files (issue 35): nanoGPT get_batch vs a hostfirst gather, RSS, opening 10 GiB\n")
+        w(tokens.markdown(json.load(open(token_results))))
+
     # ------------------------------------------------------------------ targets
     w("## Targets of issue 6\n")
     w("| target | measured | verdict |\n|---|---|---|")

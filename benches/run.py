@@ -293,7 +293,7 @@ def main():
     t_start = time.time()
     only = set(argv[argv.index("--only") + 1].split(",")) if "--only" in argv else {"open", "put", "gather", "many", "cow",
                                                                                   "shard", "coldgather", "job",
-                                                                                  "dropin"}
+                                                                                  "dropin", "tokens"}
     exe = build()
     m = machine()
     m["reps"] = reps
@@ -313,7 +313,7 @@ def main():
     if "open" not in only:  # the other sections use only the 2 GiB token file (and "many" its own)
         sizes, counts = [2 * GiB], []
     files = {}
-    if only <= {"shard", "coldgather", "job", "dropin"}:  # these sections write their own files
+    if only <= {"shard", "coldgather", "job", "dropin", "tokens"}:  # these sections write their own files
         sizes, counts = [], []
     print("generating files ...", flush=True)
     for s in sizes:
@@ -455,12 +455,25 @@ def main():
             add(run1([exe, "open-paired", lots, "11"]), rep=r, series="open-100000", resident=warm(exe, lots))
             rec = run1([sys.executable, os.path.join(HERE, "python_load.py"), many, "--rounds", "7"])
             add(rec, rep=r, resident=res, impl="python")
-    # 11. issue 34: the drop-ins (owned arrays, filled by the parallel engine) against safetensors' numpy and flax
+    # 11. token files (issue 35): nanoGPT's get_batch vs a hostfirst gather (warm, cold, RSS over many batches) and
+    # opening 10 GiB files: its own script, in this Python with the checkout's package and release library;
+    # results/tokens.json, read by report.py.
+    if "tokens" in only:
+        print("11. token files ...", flush=True)
+        subprocess.run(["cargo", "build", "--release", "--lib"], cwd=ROOT, check=True, capture_output=True)
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "bindings", "python"),
+                   HOSTFIRST_LIBRARY=os.path.join(ROOT, "target", "release", "libhostfirst.so"))
+        cmd = [sys.executable, os.path.join(HERE, "tokens.py"), "--data", os.path.join(data, "tokens"),
+               "--command", m["command"]]
+        if subprocess.run(cmd + (["--quick"] if quick else []), env=env).returncode != 0:
+            sys.stderr.write("FAILED: benches/tokens.py\n")
+
+    # 12. issue 34: the drop-ins (owned arrays, filled by the parallel engine) against safetensors' numpy and flax
     # loaders, paired in one process (benches/python_dropin.py), on a many-tensor file, a model-shaped file and one
     # large tensor; hostfirst's package and release library from the checkout, JAX on its CPU.
     dropin_files = []
     if "dropin" in only:
-        print("11. drop-in load_file ...", flush=True)
+        print("12. drop-in load_file ...", flush=True)
         subprocess.run(["cargo", "build", "--release", "--lib"], cwd=ROOT, check=True, capture_output=True)
         env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "bindings", "python"), JAX_PLATFORMS="cpu",
                    HOSTFIRST_LIBRARY=os.path.join(ROOT, "target", "release", "libhostfirst.so"))
@@ -495,7 +508,7 @@ def main():
         # A partial re-run replaces those sections' records in latest.json and is noted in its machine block.
         prev = json.load(open(latest))
         ops = {"open": {"open"}, "put": {"put-cpu", "memcpy", "pread"}, "gather": {"gather"}, "many": {"load-all"},
-               "cow": set(), "shard": {"shard"}, "coldgather": set(),
+               "cow": set(), "shard": {"shard"}, "coldgather": set(), "tokens": set(),
                "job": {"many-paired", "open-paired", "python-load-paired"}, "dropin": {"python-dropin-paired"}}
         drop = set().union(*(ops[o] for o in only))
 

@@ -2,6 +2,7 @@
 //! rank (1, at most 4), offset (2, LE), then up to four 1-byte dims (255 = inferred from the size); the rest is
 //! the file (`TensorFile::raw_from_bytes`). When it opens, the tensor must read back as the bytes after the
 //! offset. Any status is fine; a panic or a crash is a bug.
+//! Seeds: tests/corpus/tokens/raw-*.bin (layouts that open and that do not; replayed by `cargo test --test it tokens::`).
 #![no_main]
 
 use hostfirst::file::{RawLayout, RAW_INFER};

@@ -25,7 +25,7 @@ fn options(help: &str) -> Vec<(String, Option<String>)> {
             if !name.starts_with("--") || name == "--help" {
                 return None;
             }
-            let value = w.next().filter(|v| v.chars().all(|c| c.is_ascii_uppercase() || "=:".contains(c)));
+            let value = w.next().filter(|v| v.chars().all(|c| c.is_ascii_uppercase() || "=:[]@".contains(c)));
             Some((name.to_string(), value.map(str::to_string)))
         })
         .collect()
@@ -91,6 +91,7 @@ fn every_listed_option_is_accepted() {
                 "SPEC" => "cpu",
                 "A:B" => "0:1",
                 "PATTERN=TARGET" => "x=cpu",
+                "DTYPE[:SHAPE][@OFFSET]" => "U8",
                 _ => "1",
             });
             let mut args = vec![cmd.as_str(), name.as_str()];

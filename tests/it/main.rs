@@ -11,6 +11,7 @@ mod cli_inspect;
 mod cli_put;
 mod cli_rules;
 mod cli_shard;
+mod cli_tokens;
 mod common;
 mod cpp;
 mod cuda_review;

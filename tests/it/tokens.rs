@@ -9,7 +9,7 @@ use crate::common::*;
 use crate::file_support::{handles, last_error, panics_on_this_thread};
 use hostfirst::ffi::*;
 use hostfirst::file::formats::megatron::write_index;
-use hostfirst::file::{Format, RawLayout};
+use hostfirst::file::{Format, RawLayout, RAW_INFER};
 use hostfirst::place::Gather;
 use hostfirst::{DType, Device, Status, TensorFile};
 use std::ffi::CString;
@@ -170,6 +170,58 @@ pub fn hostile() -> Vec<Variant> {
     m.push(mega("mega-pointer-past-end", edit(ptr_at(2), &(1i64 << 40).to_le_bytes()), 10, Status::InvalidOffset));
     out.extend(m);
     out
+}
+
+/// An input of the fuzz target `open_raw` (fuzz/fuzz_targets/open_raw.rs): the layout in 8 bytes (dtype code,
+/// rank, offset as u16 LE, up to four 1-byte dims, 255 = inferred), then the file.
+fn raw_input(dtype: DType, dims: &[u8], offset: u16, file: &[u8]) -> Vec<u8> {
+    let mut v = vec![dtype as u8, dims.len() as u8];
+    v.extend_from_slice(&offset.to_le_bytes());
+    let mut d = dims.to_vec();
+    d.resize(4, 0);
+    v.extend_from_slice(&d);
+    v.extend_from_slice(file);
+    v
+}
+
+/// Seeds for the fuzz targets besides the hostile variants: inputs that open (so fuzzing starts past validation,
+/// where the targets read views, slice rows, take sequence spans and gather), and raw layouts, good and bad (the
+/// `open_raw` target had no seed). Each in its corpus form (a Megatron one as the 8-byte length of its `.bin`,
+/// then its `.idx`), with the status `open_corpus_input` must give.
+pub fn fuzz_seeds() -> Vec<(String, Vec<u8>, Status)> {
+    let mega = |idx: Vec<u8>, bin_len: u64| [bin_len.to_le_bytes().to_vec(), idx].concat();
+    let s = |name: &str, bytes: Vec<u8>, st: Status| (name.to_string(), bytes, st);
+    let f32s: Vec<u8> = (0..15).flat_map(|i| (i as f32 * 0.5 - 3.0).to_le_bytes()).collect();
+    vec![
+        s("npy-valid-u16", npy(1, "<u2", &[40], false, &toks(40)), Status::Ok),
+        s("npy-valid-2d-f32", npy(2, "<f4", &[3, 5], false, &f32s), Status::Ok),
+        s(
+            "npy-valid-scalar",
+            npy_dict(3, "{'descr': '<i8', 'fortran_order': False, 'shape': (), }", &[7; 8]),
+            Status::Ok,
+        ),
+        s("npy-valid-empty", npy(1, "|i1", &[0, 4], false, &[]), Status::Ok),
+        s("llmc-valid-u16", llmc(20240520, 1, 50, &toks(50)), Status::Ok),
+        s("llmc-valid-u32", llmc(20240801, 7, 3, &[1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 1, 0]), Status::Ok),
+        s("llmc-valid-empty", llmc(20240520, 1, 0, &[]), Status::Ok),
+        s("mega-valid-u16", mega(write_index(8, &[3, 0, 5, 1], &[0, 2, 4], None), 18), Status::Ok),
+        s("mega-valid-i32", mega(write_index(4, &[2, 9], &[0, 2], None), 44), Status::Ok),
+        s("mega-valid-empty", mega(write_index(1, &[], &[0], None), 0), Status::Ok),
+        s("raw-valid-u16-infer", raw_input(DType::U16, &[255], 4, &[b"HDR!".to_vec(), toks(32)].concat()), Status::Ok),
+        s("raw-valid-u8-rows", raw_input(DType::U8, &[255, 4], 0, &[9; 32]), Status::Ok),
+        s("raw-valid-i32-scalar", raw_input(DType::I32, &[], 0, &[1, 2, 3, 4]), Status::Ok),
+        s("raw-valid-bf16-2x3", raw_input(DType::BF16, &[2, 3], 2, &[0; 14]), Status::Ok),
+        s("raw-partial-row", raw_input(DType::U16, &[255, 3], 0, &toks(16)), Status::IncompleteBuffer),
+        s("raw-extra-byte", raw_input(DType::U8, &[4], 0, &[1, 2, 3, 4, 5]), Status::IncompleteBuffer),
+        s("raw-short", raw_input(DType::U32, &[4], 0, &[0; 12]), Status::IncompleteBuffer),
+        s("raw-offset-past-end", raw_input(DType::U8, &[255], 100, &[0; 10]), Status::IncompleteBuffer),
+        s("raw-f4-half-byte", raw_input(DType::F4, &[3], 0, &[0; 2]), Status::MisalignedSlice),
+        s(
+            "raw-npy-image",
+            raw_input(DType::U16, &[255], 0, &npy(1, "<u2", &[4], false, &toks(4))),
+            Status::OtherFormat,
+        ),
+    ]
 }
 
 // ---- tests ---------------------------------------------------------------------------------------------
@@ -392,7 +444,17 @@ fn corpus_bytes(files: &[(String, Vec<u8>)]) -> Vec<u8> {
 /// Opens a corpus input as the fuzz targets do; the status (memory statuses: `INCOMPLETE_BUFFER` where a
 /// file gives `TRUNCATED`).
 pub fn open_corpus_input(name: &str, bytes: &[u8]) -> Status {
-    let r = if name.starts_with("mega") {
+    let r = if name.starts_with("raw") {
+        // As fuzz/fuzz_targets/open_raw.rs reads its input.
+        if bytes.len() < 8 {
+            return Status::InvalidArgument;
+        }
+        let Some(dtype) = DType::from_u32(u32::from(bytes[0])) else { return Status::InvalidArgument };
+        let rank = usize::from(bytes[1] % 5);
+        let offset = u64::from(u16::from_le_bytes([bytes[2], bytes[3]]));
+        let shape = bytes[4..4 + rank].iter().map(|&d| if d == 255 { RAW_INFER } else { u64::from(d) }).collect();
+        TensorFile::raw_from_bytes(bytes[8..].to_vec(), &RawLayout { dtype, shape, offset, name: "data".into() })
+    } else if name.starts_with("mega") {
         let (len, idx) = bytes.split_at(8.min(bytes.len()));
         let n = u64::from_le_bytes(len.try_into().unwrap_or([0; 8])).min(1 << 20) as usize;
         TensorFile::megatron_from_bytes(idx.to_vec(), vec![0u8; n])
@@ -414,6 +476,9 @@ fn corpus_replays() {
             let st = open_corpus_input(&name, &b);
             std::fs::write(dir.join(format!("{name}.{}.bin", st.name())), b).unwrap();
         }
+        for (name, b, st) in fuzz_seeds() {
+            std::fs::write(dir.join(format!("{name}.{}.bin", st.name())), b).unwrap();
+        }
     }
     let mut n = 0;
     for e in std::fs::read_dir(&dir).unwrap() {
@@ -424,7 +489,16 @@ fn corpus_replays() {
         assert_eq!(got.name(), want, "{}", p.display());
         n += 1;
     }
-    assert!(n >= hostile().len(), "{n} corpus files for {} variants", hostile().len());
+    assert!(n >= hostile().len() + fuzz_seeds().len(), "{n} corpus files for {} variants", hostile().len());
+}
+
+/// The fuzz seeds give the statuses they are filed under: the valid ones open, and the bad raw layouts are
+/// refused as a raw file would be (`OTHER_FORMAT` for an `.npy` image at offset 0).
+#[test]
+fn fuzz_seeds_give_their_statuses() {
+    for (name, bytes, want) in fuzz_seeds() {
+        assert_eq!(open_corpus_input(&name, &bytes), want, "{name}");
+    }
 }
 
 #[test]

@@ -42,7 +42,7 @@ def host_bytes(array: Any, name: str) -> np.ndarray:
         array = array.astype(array.dtype.newbyteorder("<"))
     if not array.flags.c_contiguous:
         array = np.ascontiguousarray(array)
-    return array
+    return np.asarray(array)  # the same object: typed as an ndarray for mypy --strict
 
 
 def dtype_code(array: np.ndarray, name: str) -> int:

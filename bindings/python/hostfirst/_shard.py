@@ -11,7 +11,7 @@ from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequ
 from . import _abi
 from ._core import Device, PathLike, as_device, c_path, check, check_path, text
 from ._lib import lib
-from ._tensors import Buffer
+from ._tensors import Buffer, File
 
 _vp = ctypes.c_void_p
 
@@ -67,10 +67,12 @@ def _mesh_axes(mesh: Union[Mapping[str, int], Iterable[Tuple[str, int]]]) -> Tup
     return [str(a) for a, _ in items], [int(n) for _, n in items]
 
 
-def load_shards(path: PathLike, mesh: Union[Mapping[str, int], Iterable[Tuple[str, int]]],
+def load_shards(path: Union[PathLike, File], mesh: Union[Mapping[str, int], Iterable[Tuple[str, int]]],
                 rules: Sequence[Tuple[str, Any]], owned: Union[Mapping[int, Any], Iterable[int]], *,
                 max_over_read: Optional[float] = None, threads: int = 0) -> List[Shard]:
-    """Loads the shards of the mesh positions this process owns from a safetensors file or sharded set.
+    """Loads the shards of the mesh positions this process owns from a file of named tensors: a path opened as
+    `hostfirst.open` opens it (safetensors or a sharded set, .npy, an llm.c shard, a Megatron dataset), or a
+    File already open (`hostfirst.open_raw` for a headerless token file; the File stays open and the caller's).
 
     mesh: {axis: size} in order (or a sequence of (axis, size)), like JAX's Mesh; positions are numbered
     row-major over the axes. rules: [(glob pattern, spec)], the first match wins, unmatched tensors are
@@ -87,7 +89,11 @@ def load_shards(path: PathLike, mesh: Union[Mapping[str, int], Iterable[Tuple[st
     opts.threads = int(threads)
     fh, mh, rh, ph, res = _vp(), _vp(), _vp(), _vp(), _vp()
     try:
-        check_path(lib.hostfirst_file_open(c_path(path), ctypes.byref(fh)), path)
+        if isinstance(path, File):
+            fp: Any = path._handle()  # the caller's: used, never freed here
+        else:
+            check_path(lib.hostfirst_file_open(c_path(path), ctypes.byref(fh)), path)
+            fp = fh
         c_names = (ctypes.c_char_p * len(names))(*[n.encode() for n in names])
         check(lib.hostfirst_shard_mesh_new(c_names, (ctypes.c_uint64 * len(sizes))(*sizes), len(names),
                                            ctypes.byref(mh)))
@@ -97,7 +103,7 @@ def load_shards(path: PathLike, mesh: Union[Mapping[str, int], Iterable[Tuple[st
                 check(lib.hostfirst_shard_rules_skip(rh, str(pattern).encode()))
             else:
                 check(lib.hostfirst_shard_rules_add(rh, str(pattern).encode(), spec_text(spec).encode()))
-        check(lib.hostfirst_shard_plan_make(fh, rh, positions, devices, len(where), ctypes.byref(opts),
+        check(lib.hostfirst_shard_plan_make(fp, rh, positions, devices, len(where), ctypes.byref(opts),
                                             ctypes.byref(ph)))
         check(lib.hostfirst_shard_run(ph, None, ctypes.byref(res)))
         n = ctypes.c_size_t()
@@ -131,9 +137,9 @@ def load_shards(path: PathLike, mesh: Union[Mapping[str, int], Iterable[Tuple[st
                 free(h)
 
 
-def load_jax(path: PathLike, shardings: Mapping[str, Any], *, max_over_read: Optional[float] = None) -> Dict[str, Any]:
+def load_jax(path: Union[PathLike, File], shardings: Mapping[str, Any], *, max_over_read: Optional[float] = None) -> Dict[str, Any]:
     """{glob pattern: jax Sharding} -> {name: jax.Array} for every tensor a pattern matches (the first pattern
-    wins; tensors no pattern matches are not loaded). Each array is global, built with
+    wins; tensors no pattern matches are not loaded); `path` as for `load_shards`. Each array is global, built with
     `jax.make_array_from_single_device_arrays` from the shards of this process's addressable devices only:
     each is read from its byte runs into host memory by libhostfirst and put on its JAX device. Works in one
     process and under `jax.distributed` (each process reads its own shards; no communication here).

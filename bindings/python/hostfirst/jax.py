@@ -317,10 +317,13 @@ def _load_view(load: _Load, name: str) -> View:
     return View(view.value)
 
 
-def load_file(path: PathLike, rules: Optional[Rules] = None, shardings: Optional[Mapping[str, Any]] = None,
-              default: str = "default", *, backend: str = "mmap", zero_copy: bool = False) -> Dict[str, Placed]:
+def load_file(path: Union[PathLike, File], rules: Optional[Rules] = None,
+              shardings: Optional[Mapping[str, Any]] = None, default: str = "default", *,
+              backend: str = "mmap", zero_copy: bool = False) -> Dict[str, Placed]:
     """Loads a safetensors file (or a sharded set's index) by placement rules: a dict name -> jax.Array (device
-    targets) or numpy array (host targets), in file order. Like `safetensors.flax.load_file` (the drop-in:
+    targets) or numpy array (host targets), in file order. `path` may be any file `hostfirst.open` opens (.npy,
+    an llm.c shard, a Megatron dataset), or a File already open (`hostfirst.open_raw` for a headerless token
+    file; it stays open). Like `safetensors.flax.load_file` (the drop-in:
     `load_file(path)` puts everything on the default device) but with the fit check first.
 
     `rules` name the exceptions (dict, "pattern=target" strings, one such string, or pairs; the first match
@@ -352,7 +355,7 @@ def load_file(path: PathLike, rules: Optional[Rules] = None, shardings: Optional
     `backend` ("mmap" or "pread"): safetensors 0.8's keyword, checked; both read the same way here."""
     check_backend(backend)
     sharded = _shard.load_jax(path, shardings) if shardings else {}
-    f = File(path)
+    f = path if isinstance(path, File) else File(path)
     try:
         tensors, ph, _rules = _plan(f, rules, default, zero_copy, keep_host=list(sharded))
         try:
@@ -360,7 +363,8 @@ def load_file(path: PathLike, rules: Optional[Rules] = None, shardings: Optional
         finally:
             lib.hostfirst_plan_free(ph)
     finally:
-        f._release()
+        if f is not path:
+            f._release()
     return {t.name: sharded[t.name] if t.name in sharded else placed[t.name] for t in tensors}
 
 
