@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Builds the fuzz targets with AddressSanitizer and libFuzzer on the stable toolchain, runs them, and appends
+# each run to the record (fuzz/record.tsv, summarised in fuzz/README.md).
+#
+#   bash fuzz/run.sh build                      build every target (ASan + coverage), nothing else
+#   bash fuzz/run.sh run TARGET RUNS [ARGS...]  run TARGET for RUNS executions (libFuzzer -runs=RUNS), then record
+#   bash fuzz/run.sh time TARGET SECONDS [...]  run TARGET for SECONDS (-max_total_time), then record
+#   bash fuzz/run.sh all RUNS                   every target in turn, RUNS executions each (never two at once)
+#   bash fuzz/run.sh summary                    executions per target summed over the record
+#   bash fuzz/run.sh list                       the targets
+#
+# One fuzzer process at a time, under `nice -n 19` (a shared 2-core machine). The working corpus of TARGET is
+# fuzz/corpus/TARGET (git-ignored; seeded from the committed tests/corpus/TARGET/ on every run), crashes go to
+# fuzz/artifacts/TARGET/, the full libFuzzer output to fuzz/logs/. A crash stops the run: minimise it
+# (`$BIN -minimize_crash=1 -runs=100000 CRASH`), fix it, and copy it to tests/corpus/TARGET/ under the
+# status the fixed library gives (see fuzz/README.md), where `cargo test` replays it.
+#
+# The build is cargo-fuzz's (`cargo fuzz build -O --debug-assertions`) without needing cargo-fuzz: sancov
+# instrumentation, `--cfg fuzzing`, -Zsanitizer=address (RUSTC_BOOTSTRAP=1 lets the stable compiler take -Z
+# flags), and an explicit --target so build scripts and proc macros stay uninstrumented.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+triple="$(rustc -vV | sed -n 's/^host: //p')"
+target_dir="$here/target/asan"
+bin_dir="$target_dir/$triple/release"
+record="$here/record.tsv"
+
+targets() { sed -n 's/^name = "\(.*\)"$/\1/p' "$here/Cargo.toml" | grep -v '^hostfirst-fuzz$'; }
+
+build() {
+    (
+        cd "$here"
+        export RUSTC_BOOTSTRAP=1
+        export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
+-Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
+-Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Zsanitizer=address"
+        nice -n 19 cargo build --release --locked --target "$triple" --target-dir "$target_dir" --bins
+    )
+}
+
+# Per-target libFuzzer options: the longest input worth trying.
+max_len() {
+    case "$1" in
+        open_memory | open_file) echo 8192 ;;
+        index_set) echo 4096 ;;
+        *) echo 1024 ;;
+    esac
+}
+
+# The committed corpus folders (tests/corpus/*) a target starts from: its own (fuzz/harness/mod.rs, TARGETS) and,
+# for the file targets, the safetensors catalogue.
+seed_dirs() {
+    case "$1" in
+        open_memory) echo safetensors ;;
+        open_file) echo "open_file safetensors" ;;
+        *) echo "$1" ;;
+    esac
+}
+
+fuzz() { # mode(run|time) target amount [extra libFuzzer args]
+    local mode="$1" t="$2" amount="$3"
+    shift 3
+    targets | grep -qx "$t" || { echo "run.sh: unknown target '$t' (bash fuzz/run.sh list)" >&2; exit 2; }
+    local bin="$bin_dir/$t"
+    [ -x "$bin" ] || build
+    local work="$here/corpus/$t" art="$here/artifacts/$t/" logs="$here/logs"
+    mkdir -p "$work" "$art" "$logs"
+    # The committed seeds (and every past crash) join the working corpus.
+    local d
+    for d in $(seed_dirs "$t"); do
+        [ -d "$root/tests/corpus/$d" ] && find "$root/tests/corpus/$d" -maxdepth 1 -type f -exec cp -n {} "$work/" \;
+    done
+    local dict=()
+    [ -f "$here/dict/$t.dict" ] && dict=("-dict=$here/dict/$t.dict")
+    local limit
+    if [ "$mode" = run ]; then limit="-runs=$amount"; else limit="-max_total_time=$amount"; fi
+    local stamp log start end rc
+    stamp="$(date -u +%Y%m%dT%H%M%SZ)"
+    log="$logs/$t-$stamp.log"
+    echo "run.sh: $t $limit, log $log" >&2
+    start=$(date +%s)
+    set +e
+    # detect_leaks: every run also checks for leaks; ASan aborts on the first error.
+    ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:symbolize=1}" \
+        nice -n 19 "$bin" "$limit" -max_len="$(max_len "$t")" -timeout=30 -rss_limit_mb=4096 \
+        -print_final_stats=1 -artifact_prefix="$art" "${dict[@]}" "$@" "$work" >"$log" 2>&1
+    rc=$?
+    set -e
+    end=$(date +%s)
+    local execs
+    execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
+    [ -n "$execs" ] || execs=0
+    local result=ok
+    if [ "$rc" -ne 0 ]; then result="crash(rc=$rc)"; fi
+    local commit
+    commit="$(git -C "$root" rev-parse --short HEAD)"
+    git -C "$root" diff --quiet HEAD -- . 2>/dev/null || commit="$commit+dirty"
+    local corpus_n
+    corpus_n="$(find "$work" -maxdepth 1 -type f | wc -l)"
+    [ -f "$record" ] || printf 'date_utc\ttarget\texecutions\tseconds\tresult\tcorpus_files\tcommit\tsanitizer\n' >"$record"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$stamp" "$t" "$execs" "$((end - start))" "$result" "$corpus_n" \
+        "$commit" "address" >>"$record"
+    tail -n 12 "$log" >&2
+    echo "run.sh: $t: $execs executions in $((end - start)) s, $result" >&2
+    [ "$rc" -eq 0 ]
+}
+
+summary() {
+    [ -f "$record" ] || { echo "no record yet"; return; }
+    awk -F'\t' 'NR > 1 { n[$2] += $3; s[$2] += $4; if ($5 != "ok") c[$2]++; last[$2] = substr($1, 1, 8) }
+        END { printf "| target | executions (ASan) | seconds | runs that crashed | last run |\n|---|---:|---:|---:|---|\n";
+              for (t in n) printf "| %s | %d | %d | %d | %s |\n", t, n[t], s[t], c[t], last[t] }' "$record" | sort
+}
+
+cmd="${1:-}"
+case "$cmd" in
+    build) build ;;
+    run | time)
+        [ $# -ge 3 ] || { echo "usage: $0 $cmd TARGET AMOUNT [libFuzzer args]" >&2; exit 2; }
+        fuzz "$@"
+        ;;
+    all)
+        [ $# -ge 2 ] || { echo "usage: $0 all RUNS" >&2; exit 2; }
+        build
+        for t in $(targets); do fuzz run "$t" "$2"; done
+        ;;
+    summary) summary ;;
+    list) targets ;;
+    *)
+        sed -n '2,10p' "$0" >&2
+        exit 2
+        ;;
+esac
