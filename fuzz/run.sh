@@ -37,6 +37,11 @@ build() {
 -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Zsanitizer=address"
         nice -n 19 cargo build --release --locked --target "$triple" --target-dir "$target_dir" --bins
     )
+    # The commit the binaries were built from (with +dirty for uncommitted changes), for the record.
+    local commit
+    commit="$(git -C "$root" rev-parse --short HEAD)"
+    git -C "$root" diff --quiet HEAD -- . 2>/dev/null || commit="$commit+dirty"
+    echo "$commit" >"$target_dir/built-from"
 }
 
 # Per-target libFuzzer options: the longest input worth trying.
@@ -63,7 +68,7 @@ fuzz() { # mode(run|time) target amount [extra libFuzzer args]
     shift 3
     targets | grep -qx "$t" || { echo "run.sh: unknown target '$t' (bash fuzz/run.sh list)" >&2; exit 2; }
     local bin="$bin_dir/$t"
-    [ -x "$bin" ] || build
+    [ "${FUZZ_NO_BUILD:-}" = 1 ] && [ -x "$bin" ] || build
     local work="$here/corpus/$t" art="$here/artifacts/$t/" logs="$here/logs"
     mkdir -p "$work" "$art" "$logs"
     # The committed seeds (and every past crash) join the working corpus.
@@ -94,8 +99,7 @@ fuzz() { # mode(run|time) target amount [extra libFuzzer args]
     local result=ok
     if [ "$rc" -ne 0 ]; then result="crash(rc=$rc)"; fi
     local commit
-    commit="$(git -C "$root" rev-parse --short HEAD)"
-    git -C "$root" diff --quiet HEAD -- . 2>/dev/null || commit="$commit+dirty"
+    commit="$(cat "$target_dir/built-from" 2>/dev/null || echo unknown)"
     local corpus_n
     corpus_n="$(find "$work" -maxdepth 1 -type f | wc -l)"
     [ -f "$record" ] || printf 'date_utc\ttarget\texecutions\tseconds\tresult\tcorpus_files\tcommit\tsanitizer\n' >"$record"
