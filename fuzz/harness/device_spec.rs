@@ -110,15 +110,20 @@ fn one(text: &[u8]) -> Status {
     }
 }
 
-/// Every dtype name, as `hostfirst_dtype_name` gives them.
-fn dtype_names() -> Vec<&'static str> {
-    (0..=255u32)
-        .map(|v| {
-            // SAFETY: the library returns a static NUL-terminated string.
-            unsafe { std::ffi::CStr::from_ptr(hostfirst_dtype_name(v as _)) }.to_str().unwrap()
-        })
-        .filter(|n| *n != "UNKNOWN")
-        .collect()
+/// Every dtype name, as `hostfirst_dtype_name` gives them (asked once per process).
+fn dtype_names() -> &'static [&'static str] {
+    static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let names: Vec<&'static str> = (0..=255u32)
+            .map(|v| {
+                // SAFETY: the library returns a static NUL-terminated string.
+                unsafe { std::ffi::CStr::from_ptr(hostfirst_dtype_name(v as _)) }.to_str().unwrap()
+            })
+            .filter(|n| *n != "UNKNOWN")
+            .collect();
+        assert!(names.len() >= 20, "{names:?}");
+        names
+    })
 }
 
 /// Formats a valid device and parses the text back.

@@ -22,8 +22,9 @@ use hostfirst::place::rules::{glob_match, RuleTarget};
 use hostfirst::place::Rules;
 use hostfirst::Status;
 
-/// Longest pattern or name compared (the reference's table is patterns × names).
-const MAX_FIELD: usize = 256;
+/// Longest rule spec or name, in bytes (the reference's table is pattern × name characters, for every rule
+/// and name).
+const MAX_FIELD: usize = 64;
 
 pub fn run(data: &[u8]) -> Status {
     let hs = handles();
