@@ -86,8 +86,11 @@ fuzz() { # mode(run|time) target amount [extra libFuzzer args]
     echo "run.sh: $t $limit, log $log" >&2
     start=$(date +%s)
     set +e
-    # detect_leaks: every run also checks for leaks; ASan aborts on the first error.
-    ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:symbolize=1}" \
+    # The file targets write a file or two per execution under $TMPDIR: a tmpfs keeps that off the disk (4x
+    # faster here). detect_leaks: every run also checks for leaks; ASan aborts on the first error.
+    local tmp="${TMPDIR:-/tmp}"
+    [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ] && tmp=/dev/shm
+    TMPDIR="$tmp" ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:symbolize=1}" \
         nice -n 19 "$bin" "$limit" -max_len="$(max_len "$t")" -timeout=30 -rss_limit_mb=4096 \
         -print_final_stats=1 -artifact_prefix="$art" "${dict[@]}" "$@" "$work" >"$log" 2>&1
     rc=$?
