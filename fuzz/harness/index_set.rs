@@ -84,6 +84,9 @@ fn fixture() -> &'static Fixture {
         for p in ["model-00001-of-00002.safetensors", "outside.safetensors", "other/part.safetensors"] {
             std::fs::write(base.join(p), &decoy).unwrap();
         }
+        // The index under both names is one file (written once per input).
+        std::fs::write(set.join("model.safetensors.index.json"), b"{}").unwrap();
+        std::fs::hard_link(set.join("model.safetensors.index.json"), set.join("model.idx")).unwrap();
         opens::self_test(&base);
         Fixture { set, parts }
     })
@@ -184,8 +187,7 @@ pub fn run(data: &[u8]) -> Status {
     let fx = fixture();
     let json = fx.set.join("model.safetensors.index.json");
     let idx = fx.set.join("model.idx");
-    std::fs::write(&json, data).unwrap();
-    std::fs::write(&idx, data).unwrap();
+    std::fs::write(&json, data).unwrap(); // also model.idx: a hard link
     let st = open(fx, &json, data);
     let st2 = open(fx, &idx, data);
     // Content recognised as an index: JSON text whose first 8 bytes cannot be a length prefix of this file.

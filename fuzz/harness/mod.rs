@@ -86,9 +86,21 @@ pub fn cstring(bytes: &[u8]) -> std::ffi::CString {
     std::ffi::CString::new(&bytes[..end]).expect("no NUL")
 }
 
-/// A per-process scratch folder for `target`, with no symbolic link on its path (canonical).
+/// A per-process scratch folder for `target`, with no symbolic link on its path (canonical). Folders left by
+/// processes that are gone are removed first (where /proc tells).
 pub fn scratch(target: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("hostfirst-fuzz-{target}-{}", std::process::id()));
+    let tmp = std::env::temp_dir();
+    let prefix = format!("hostfirst-fuzz-{target}-");
+    if std::path::Path::new("/proc/self").exists() {
+        for e in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
+            let name = e.file_name();
+            let pid = name.to_str().and_then(|n| n.strip_prefix(&prefix)).and_then(|p| p.parse::<u32>().ok());
+            if pid.is_some_and(|p| !std::path::Path::new(&format!("/proc/{p}")).exists()) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let d = tmp.join(format!("{prefix}{}", std::process::id()));
     std::fs::create_dir_all(&d).expect("scratch folder");
     std::fs::canonicalize(&d).expect("canonical scratch folder")
 }
