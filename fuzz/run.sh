@@ -9,11 +9,11 @@
 #   bash fuzz/run.sh summary                    executions per target summed over the record
 #   bash fuzz/run.sh list                       the targets
 #
-# One fuzzer process at a time, under `nice -n 19` (a shared 2-core machine). The working corpus of TARGET is
-# fuzz/corpus/TARGET (git-ignored; seeded from the committed tests/corpus/TARGET/ on every run), crashes go to
-# fuzz/artifacts/TARGET/, the full libFuzzer output to fuzz/logs/. A crash stops the run: minimise it
-# (`$BIN -minimize_crash=1 -runs=100000 CRASH`), fix it, and copy it to tests/corpus/TARGET/ under the
-# status the fixed library gives (see fuzz/README.md), where `cargo test` replays it.
+# Every run builds first (a no-op when current). One fuzzer process at a time, under `nice -n 19` (a shared
+# 2-core machine). The working corpus of TARGET is fuzz/corpus/TARGET (git-ignored; seeded on every run from
+# its committed folders under tests/corpus/, see seed_dirs), crashes go to fuzz/artifacts/TARGET/, the full
+# libFuzzer output to fuzz/logs/. A crash stops the run: minimise it (`$BIN -minimize_crash=1 -runs=100000
+# CRASH`), fix it, and keep it in tests/corpus/ as fuzz/README.md says, where `cargo test` replays it.
 #
 # The build is cargo-fuzz's (`cargo fuzz build -O --debug-assertions`) without needing cargo-fuzz: sancov
 # instrumentation, `--cfg fuzzing`, -Zsanitizer=address (RUSTC_BOOTSTRAP=1 lets the stable compiler take -Z
