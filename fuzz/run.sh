@@ -115,9 +115,21 @@ fuzz() { # mode(run|time) target amount [extra libFuzzer args]
 
 summary() {
     [ -f "$record" ] || { echo "no record yet"; return; }
-    awk -F'\t' 'NR > 1 { n[$2] += $3; s[$2] += $4; if ($5 != "ok") c[$2]++; last[$2] = substr($1, 1, 8) }
-        END { printf "| target | executions (ASan) | seconds | runs that crashed | last run |\n|---|---:|---:|---:|---|\n";
-              for (t in n) printf "| %s | %d | %d | %d | %s |\n", t, n[t], s[t], c[t], last[t] }' "$record" | sort
+    echo "| target | executions under ASan | runs | seconds | dates (UTC) | working corpus | committed corpus | runs ended by a crash |"
+    echo "|---|---:|---:|---:|---|---:|---:|---:|"
+    local t
+    for t in $(targets); do
+        local committed=0 d
+        for d in $(seed_dirs "$t"); do
+            committed=$((committed + $(find "$root/tests/corpus/$d" -maxdepth 1 -name '*.bin' 2>/dev/null | wc -l)))
+        done
+        awk -F'\t' -v t="$t" -v c="$committed" 'NR > 1 && $2 == t {
+                n += $3; s += $4; r++; if ($5 != "ok") x++; day = substr($1, 1, 4) "-" substr($1, 5, 2) "-" substr($1, 7, 2);
+                if (first == "") first = day; last = day; corpus = $6 }
+            END { if (r) printf "| %s | %d | %d | %d | %s | %d | %d | %d |\n", t, n, r, s,
+                      (first == last ? first : first " to " last), corpus, c, x
+                  else printf "| %s | 0 | 0 | 0 | - | - | %d | 0 |\n", t, c }' "$record"
+    done
 }
 
 cmd="${1:-}"
