@@ -210,25 +210,30 @@ fn choose() -> u8 {
     if c != UNDECIDED {
         return c;
     }
-    let forced = std::env::var("HOSTFIRST_IO").unwrap_or_default();
-    let pick = match forced.trim() {
-        "pool" | "pread" => {
-            let _ = WHY_POOL.set("HOSTFIRST_IO=pool".to_string());
-            POOL
-        }
-        _ => match probe_uring() {
+    let pick = if env_forces_pool(std::env::var_os("HOSTFIRST_IO").as_deref()) {
+        let _ = WHY_POOL.set("HOSTFIRST_IO=pool".to_string());
+        POOL
+    } else {
+        match probe_uring() {
             Ok(()) => URING,
             Err(why) => {
                 let _ = WHY_POOL.set(format!("io_uring unavailable: {why}"));
                 POOL
             }
-        },
+        }
     };
     // The first decision wins if two threads probe at once.
     match CHOSEN.compare_exchange(UNDECIDED, pick, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => pick,
         Err(other) => other,
     }
+}
+
+/// Whether a value of `HOSTFIRST_IO` (None: unset) forces the pool of preads: `pool` or `pread`, white space
+/// around it ignored. Anything else (unset, other words, text that is not UTF-8) leaves the choice to the
+/// io_uring probe.
+pub fn env_forces_pool(value: Option<&std::ffi::OsStr>) -> bool {
+    value.and_then(|v| v.to_str()).is_some_and(|v| matches!(v.trim(), "pool" | "pread"))
 }
 
 #[cfg(target_os = "linux")]
