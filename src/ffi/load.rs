@@ -39,7 +39,7 @@ pub enum hostfirst_loaded {
 /// opts); opts.progress = my_progress;`. A smaller `struct_size` from an older header (at least the first
 /// version's) is accepted: fields past it take their defaults.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub struct hostfirst_load_options {
     /// `sizeof(hostfirst_load_options)`.
     pub struct_size: usize,

@@ -37,7 +37,7 @@ pub type hostfirst_progress_fn = Option<unsafe extern "C" fn(done: u64, total: u
 /// `struct_size` from an older header (at least the first version's) is accepted: fields past it take their
 /// defaults.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub struct hostfirst_put_options {
     /// `sizeof(hostfirst_put_options)`.
     pub struct_size: usize,

@@ -68,7 +68,7 @@ pub struct hostfirst_view_info {
     pub strides: *const u64,
 }
 
-out_struct!(hostfirst_view_info, alignment);
+out_struct!(hostfirst_view_info, strides);
 
 /// Releases a view. NULL is a no-op returning OK; a view already freed gives `INVALID_HANDLE`. Pointers from
 /// `hostfirst_view_describe` become invalid. Thread-safe.

@@ -249,6 +249,7 @@ class DLPackOptions(_Mirror):
         ("copy", ctypes.c_uint32),  # hostfirst_dlpack_copy
         ("has_dl_device", ctypes.c_int32),
         ("dl_device", DLPackDevice),
+        ("legacy", ctypes.c_int32),
     ]
 
 
