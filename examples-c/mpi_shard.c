@@ -12,6 +12,8 @@
  *   mpicc -Wall -Wextra -Werror -Iinclude examples-c/mpi_shard.c -Ltarget/release -lhostfirst -o mpi_shard
  *   mpirun -np 4 ./mpi_shard /tmp/demo/model.safetensors.index.json */
 #define _POSIX_C_SOURCE 200809L
+/* Shard-on-read is experimental (hostfirst.h, CONVENTIONS): opt in before including the header. */
+#define HOSTFIRST_EXPERIMENTAL
 #include <inttypes.h>
 #include <mpi.h>
 #include <stdint.h>

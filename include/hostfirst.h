@@ -24,18 +24,29 @@
  * Outputs.  Output parameters are written only on success (enumerations also report the required count on
  *   HOSTFIRST_STATUS_BUFFER_TOO_SMALL). A NULL required pointer gives HOSTFIRST_STATUS_NULL_ARGUMENT.
  *   A buffer (ptr, len) with len == 0 may have ptr == NULL.
- * Extensible structs.  Structs that begin with `size_t struct_size` only ever grow by appending fields. Set
- *   struct_size = sizeof(the struct) before the call. Output structs (hostfirst_*_info, hostfirst_put_stats)
- *   follow the PJRT rule: any struct_size at least the struct's size in hostfirst 0.1.0 (through the last
- *   field it had then; for this version, every field) is accepted, the fields that fit are written, nothing
- *   past struct_size is touched, and struct_size is set to the number of bytes written. A smaller struct_size
- *   gives HOSTFIRST_STATUS_INVALID_ARGUMENT. Options structs (hostfirst_*_options) each have an
- *   hostfirst_*_options_init(&opts, sizeof opts) that writes the defaults and sets struct_size (only the
- *   fields that lie wholly within the struct_size it is given: a program built against an older, smaller
- *   struct gets nothing written past it); a NULL options pointer means the defaults. An older (smaller)
- *   struct_size is accepted by the init and by every function taking the options, the fields past it take
- *   their defaults; one smaller than the struct's first version (0.2.0) gives
- *   HOSTFIRST_STATUS_INVALID_ARGUMENT naming the struct and both sizes.
+ * Versions.  HOSTFIRST_VERSION_COMPATIBLE(header, library) is the one rule for telling whether a program built
+ *   against this header (HOSTFIRST_VERSION_NUMBER) works with the library it runs with
+ *   (hostfirst_version_number()): the same ABI line and a library at least as new as the header.
+ * Extensible structs.  Every struct that begins with `size_t struct_size` follows one rule, in and out (the
+ *   Linux kernel's copy_struct_from_user / copy_struct_to_user). Set struct_size = sizeof(the struct) before
+ *   the call. struct_size must hold the struct's whole 1.0 layout and be at most 4096, else
+ *   HOSTFIRST_STATUS_INVALID_ARGUMENT naming the struct and the sizes. Fields are only ever appended.
+ *   In (hostfirst_*_options): the whole fields within struct_size are read; fields past it (a program built
+ *   against an older header) take their defaults; bytes past the fields this library knows, up to
+ *   struct_size (a newer header), must be zero, else HOSTFIRST_STATUS_INVALID_ARGUMENT naming the struct and
+ *   the offset of the first non-zero byte, and nothing is done. Every field's zero value is its default, so a
+ *   zero-filled struct with struct_size set, the struct hostfirst_*_options_init(&opts, sizeof opts) fills,
+ *   and a NULL options pointer all mean the defaults.
+ *   Out (hostfirst_*_info, hostfirst_put_stats, hostfirst_load_entry, and the options inits): only whole
+ *   fields within struct_size are written, never part of one; bytes past the fields this library knows, up to
+ *   struct_size, are set to zero; nothing past struct_size is touched; and struct_size is set to the bytes of
+ *   the fields written (an init keeps the caller's struct_size), so a field was written when its offset plus
+ *   its size is at most struct_size.
+ * Experimental.  What may still change in any minor release sits in each section's "Experimental" block,
+ *   behind #if defined(HOSTFIRST_EXPERIMENTAL): define HOSTFIRST_EXPERIMENTAL before including this header to
+ *   use it. Those functions carry the symbol version HOSTFIRST_EXPERIMENTAL_MAJOR.MINOR, renamed with every
+ *   minor, so a program that uses one runs only with the minor it was built against (the loader refuses
+ *   another); everything else keeps the promise of HOSTFIRST_VERSION_COMPATIBLE.
  * Enums.  Every set of named values is an enum typedef (hostfirst_dtype, hostfirst_placement, ...), and
  *   parameters and fields take that typedef. Values from C are validated; unknown values give
  *   HOSTFIRST_STATUS_INVALID_ARGUMENT with a message naming them, never undefined behaviour. Each
@@ -68,7 +79,7 @@
  *    6. RULES, PLANS AND LOADS
  *    7. GATHER
  *    8. DLPACK
- *    9. SHARD-ON-READ
+ *    9. SHARD-ON-READ (EXPERIMENTAL: HOSTFIRST_EXPERIMENTAL)
  *   10. TEST HOOKS
  */
 
@@ -83,7 +94,8 @@ extern "C" {
  * thread can read what went wrong: hostfirst_last_error_status() gives the status, hostfirst_last_error_message() a
  * message naming the thing and the numbers (owned by the library, valid until the next failing call on that
  * thread) and hostfirst_last_error_fit() the needed and free bytes of a failed fit. Nothing here allocates anything you
- * free. hostfirst_version_number() against HOSTFIRST_VERSION_NUMBER tells a header from an older or newer library;
+ * free. HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, hostfirst_version_number()) says whether this library
+ * serves a program built against this header (the same ABI line, the library at least as new);
  * hostfirst_build_info() and hostfirst_read_engine() say how the library was built and how it reads files;
  * hostfirst_handle_count() counts the live handles of every kind, which is how tests prove nothing leaked.
  * ============================================================================================================== */
@@ -105,9 +117,26 @@ extern "C" {
 
 /**
  * `MAJOR * 1000000 + MINOR * 1000 + PATCH` of this header (the sqlite idiom). Programs should check
- * `hostfirst_version_number() == HOSTFIRST_VERSION_NUMBER` at start-up.
+ * `HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, hostfirst_version_number())` at start-up.
  */
 #define HOSTFIRST_VERSION_NUMBER 2000
+
+/**
+ * The one version rule of hostfirst: whether a program built against the header whose
+ * HOSTFIRST_VERSION_NUMBER is `header` works with the library whose hostfirst_version_number() is `library`.
+ * True when both belong to the same ABI line (the same major version; while the major is 0, the same minor
+ * too, since every 0.y minor may break the ABI and has its own SONAME; 0.0.z: the same release) and the
+ * library is at least as new as the header (a later release of the line keeps every function, constant and
+ * struct field of an earlier one; an earlier one may lack what the program uses). Check it once at start-up:
+ *     if (!HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, hostfirst_version_number())) { ... }
+ * hostfirst.hpp's hostfirst::check_version() and the Go package apply this macro. An integer constant
+ * expression when its arguments are, so usable in #if. Experimental functions (HOSTFIRST_EXPERIMENTAL) need
+ * the same minor as well, which the loader enforces by their symbol version.
+ */
+#define HOSTFIRST_VERSION_COMPATIBLE(header, library)                     \
+    ((library) >= (header) && (library) / 1000000 == (header) / 1000000 && \
+     ((header) / 1000000 != 0 || (library) / 1000 == (header) / 1000) &&  \
+     ((header) / 1000 != 0 || (library) == (header)))
 
 /**
  * The outcome of every fallible hostfirst call.
@@ -334,7 +363,8 @@ const char *hostfirst_version(void);
 /**
  * Returns the library version as `MAJOR * 1000000 + MINOR * 1000 + PATCH`.
  *
- * Compare with `HOSTFIRST_VERSION_NUMBER` to detect a header/library mismatch. Never fails. Thread-safe.
+ * Compare with `HOSTFIRST_VERSION_NUMBER` by `HOSTFIRST_VERSION_COMPATIBLE` (the one rule: the same ABI line,
+ * the library at least as new as the header). Never fails. Thread-safe.
  */
 uint32_t hostfirst_version_number(void);
 
@@ -345,6 +375,16 @@ uint32_t hostfirst_version_number(void);
 hostfirst_status hostfirst_build_info(char *buf,
                                       size_t capacity,
                                       size_t *out_len);
+
+/**
+ * Writes the number of live handles of all types (files, views, buffers, loads, ...) to `*out`.
+ *
+ * Useful for leak checks: after every handle is freed the count returns to what it was. Thread-safe.
+ */
+hostfirst_status hostfirst_handle_count(size_t *out);
+
+/* ---- Experimental: may change in any minor; #define HOSTFIRST_EXPERIMENTAL to use (see CONVENTIONS) ---- */
+#if defined(HOSTFIRST_EXPERIMENTAL)
 
 /**
  * Copies one line naming how this process reads files into `buf` (buffer rules of
@@ -361,12 +401,7 @@ hostfirst_status hostfirst_read_engine(char *buf,
                                        size_t capacity,
                                        size_t *out_len);
 
-/**
- * Writes the number of live handles of all types (files, views, buffers, loads, ...) to `*out`.
- *
- * Useful for leak checks: after every handle is freed the count returns to what it was. Thread-safe.
- */
-hostfirst_status hostfirst_handle_count(size_t *out);
+#endif /* HOSTFIRST_EXPERIMENTAL */
 
 /* ==============================================================================================================
  * 2. CENSUS AND DEVICES
@@ -622,17 +657,6 @@ hostfirst_status hostfirst_backend_describe(size_t index,
 const char *hostfirst_backend_status_name(hostfirst_backend_status status);
 
 /**
- * Returns the number of warnings the census raised about the environment (e.g. an unknown name in
- * `HOSTFIRST_PLATFORMS`). Read them with `hostfirst_census_warning`.
- */
-size_t hostfirst_census_warning_count(void);
-
-/**
- * Returns census warning `index`, or NULL when out of range. The string lives for the process lifetime.
- */
-const char *hostfirst_census_warning(size_t index);
-
-/**
  * Lists the devices of every available backend: `cpu:0` first, then `cuda:0..N-1`. (`cuda_host` is a
  * memory kind, not a listed device; it is usable whenever CUDA is available.)
  *
@@ -710,6 +734,22 @@ hostfirst_status hostfirst_device_format(struct hostfirst_device device,
  */
 int32_t hostfirst_device_equal(const struct hostfirst_device *a,
                                const struct hostfirst_device *b);
+
+/* ---- Experimental: may change in any minor; #define HOSTFIRST_EXPERIMENTAL to use (see CONVENTIONS) ---- */
+#if defined(HOSTFIRST_EXPERIMENTAL)
+
+/**
+ * Returns the number of warnings the census raised about the environment (e.g. an unknown name in
+ * `HOSTFIRST_PLATFORMS`). Read them with `hostfirst_census_warning`.
+ */
+size_t hostfirst_census_warning_count(void);
+
+/**
+ * Returns census warning `index`, or NULL when out of range. The string lives for the process lifetime.
+ */
+const char *hostfirst_census_warning(size_t index);
+
+#endif /* HOSTFIRST_EXPERIMENTAL */
 
 /* ==============================================================================================================
  * 3. DEFAULT DEVICE
@@ -921,23 +961,6 @@ hostfirst_status hostfirst_strict_get(int32_t *out_thread, int32_t *out_process)
 #define HOSTFIRST_MAX_METADATA_ENTRIES 65536
 
 /**
- * Describes every tensor of `load`, in file order, into the caller's array `out` of `capacity` entries of
- * `entry_size` bytes each (pass `sizeof(hostfirst_load_entry)`; an older, smaller entry from an earlier
- * header is accepted as long as it holds every field up to `address`, and the library writes only the
- * fields that fit, setting each entry's `struct_size` to the bytes written).
- *
- * Always writes the number of tensors to `*out_count`. `(out NULL, capacity 0)` is a count query and
- * succeeds; a `capacity` smaller than the count gives `BUFFER_TOO_SMALL` and writes no entry. Entry `i`
- * is the tensor `hostfirst_load_get` finds by `out[i].name`, described without making a handle: its `name`
- * and `shape` pointers are owned by the load and valid until the load is freed, and `address` is the
- * memory a buffer handle from `hostfirst_load_get` would describe (`hostfirst_buffer_describe`), kept alive
- * by the load. To keep a tensor past the load, take its handle with `hostfirst_load_get`.
- *
- * Errors: `NULL_ARGUMENT` (load, out_count; out with capacity > 0), `INVALID_HANDLE`, `INVALID_ARGUMENT`
- * (`entry_size` smaller than the oldest supported entry or larger than `HOSTFIRST_MAX_ENTRY_SIZE`;
- * `capacity * entry_size` bytes from `out` overflowing or running past the end of the address space),
- * `BUFFER_TOO_SMALL` (count in `*out_count`).
- * On error no entry is written. Thread-safe.
  * The largest `entry_size` `hostfirst_load_entries` accepts: no version of `hostfirst_load_entry` will be
  * larger, so a bigger stride is a caller's mistake (a byte count passed as an entry size), refused before
  * anything is written.
@@ -1995,7 +2018,8 @@ typedef struct hostfirst_load_options {
  */
 typedef struct hostfirst_load_entry {
   /**
-   * Set by the library to the bytes of this entry it wrote (`min(entry_size, sizeof(hostfirst_load_entry))`).
+   * Set by the library to the bytes of known fields it wrote in this entry (`sizeof(hostfirst_load_entry)`
+   * when `entry_size` is at least that).
    */
   size_t struct_size;
   /**
@@ -2220,6 +2244,27 @@ hostfirst_status hostfirst_load_get(const struct hostfirst_load *load,
  */
 hostfirst_status hostfirst_load_free(struct hostfirst_load *load);
 
+/**
+ * Describes every tensor of `load`, in file order, into the caller's array `out` of `capacity` entries of
+ * `entry_size` bytes each (pass `sizeof(hostfirst_load_entry)`). Each entry follows the rule of every
+ * extensible struct (the header's CONVENTIONS): an older, smaller entry from an earlier header is accepted as
+ * long as it holds the whole 1.0 layout, the library writes only the whole fields that fit and zeroes the
+ * bytes of a newer, larger entry past the fields it knows, and sets each entry's `struct_size` to the bytes
+ * of known fields written.
+ *
+ * Always writes the number of tensors to `*out_count`. `(out NULL, capacity 0)` is a count query and
+ * succeeds; a `capacity` smaller than the count gives `BUFFER_TOO_SMALL` and writes no entry. Entry `i`
+ * is the tensor `hostfirst_load_get` finds by `out[i].name`, described without making a handle: its `name`
+ * and `shape` pointers are owned by the load and valid until the load is freed, and `address` is the
+ * memory a buffer handle from `hostfirst_load_get` would describe (`hostfirst_buffer_describe`), kept alive
+ * by the load. To keep a tensor past the load, take its handle with `hostfirst_load_get`.
+ *
+ * Errors: `NULL_ARGUMENT` (load, out_count; out with capacity > 0), `INVALID_HANDLE`, `INVALID_ARGUMENT`
+ * (`entry_size` smaller than the oldest supported entry or larger than `HOSTFIRST_MAX_ENTRY_SIZE`;
+ * `capacity * entry_size` bytes from `out` overflowing or running past the end of the address space),
+ * `BUFFER_TOO_SMALL` (count in `*out_count`).
+ * On error no entry is written. Thread-safe.
+ */
 hostfirst_status hostfirst_load_entries(const struct hostfirst_load *load,
                                         struct hostfirst_load_entry *out,
                                         size_t capacity,
@@ -2265,13 +2310,6 @@ hostfirst_status hostfirst_load_names(const struct hostfirst_load *load,
  * The deepest prefetch `hostfirst_gather_stream_start` accepts.
  */
 #define HOSTFIRST_GATHER_STREAM_MAX_DEPTH 64
-
-/**
- * The `n_batches` of `hostfirst_gather_stream_start` (and `_start_from_buffer`, `offsets` NULL) that starts
- * an open stream: its batches come from `hostfirst_gather_stream_push` until
- * `hostfirst_gather_stream_end_input`. (`SIZE_MAX`: no count of batches of offsets can be that large.)
- */
-#define HOSTFIRST_GATHER_STREAM_OPEN (size_t)-1
 
 /**
  * A reusable batch gather: a bounded ring of `[batch, window]` batches on one device (plus page-locked
@@ -2505,6 +2543,16 @@ hostfirst_status hostfirst_random_offsets(uint64_t *state,
                                           uint64_t *out,
                                           size_t n);
 
+/* ---- Experimental: may change in any minor; #define HOSTFIRST_EXPERIMENTAL to use (see CONVENTIONS) ---- */
+#if defined(HOSTFIRST_EXPERIMENTAL)
+
+/**
+ * The `n_batches` of `hostfirst_gather_stream_start` (and `_start_from_buffer`, `offsets` NULL) that starts
+ * an open stream: its batches come from `hostfirst_gather_stream_push` until
+ * `hostfirst_gather_stream_end_input`. (`SIZE_MAX`: no count of batches of offsets can be that large.)
+ */
+#define HOSTFIRST_GATHER_STREAM_OPEN (size_t)-1
+
 /**
  * Gives an open stream (started with `n_batches = HOSTFIRST_GATHER_STREAM_OPEN`) `n_batches` more batches:
  * `offsets` holds `n_batches * batch` values (copied: the array may be freed on return; NULL is allowed
@@ -2536,6 +2584,8 @@ hostfirst_status hostfirst_gather_stream_push(struct hostfirst_gather_stream *st
  * nothing. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
  */
 hostfirst_status hostfirst_gather_stream_end_input(struct hostfirst_gather_stream *stream);
+
+#endif /* HOSTFIRST_EXPERIMENTAL */
 
 /* ==============================================================================================================
  * 8. DLPACK
@@ -2681,13 +2731,13 @@ typedef struct hostfirst_dlpack_device {
 
 /**
  * What a DLPack consumer asked for: the arguments of Python's `__dlpack__(*, stream, max_version,
- * dl_device, copy)`, for `hostfirst_view_to_dlpack` and `hostfirst_buffer_to_dlpack`. Fill it with
- * `hostfirst_dlpack_options_init` (the defaults: a DLPack 1.1 consumer that passed nothing else), then set
- * what the consumer gave. NULL options are those defaults. A zero-initialised struct with `struct_size` set
- * is a consumer that passed nothing at all (Python's `max_version=None`): the legacy form. The way to make
- * one: `hostfirst_dlpack_options opts; hostfirst_dlpack_options_init(&opts, sizeof opts); opts.copy =
- * HOSTFIRST_DLPACK_COPY_NEVER;`. A smaller `struct_size` from an older header (at least the first
- * version's) is accepted: fields past it take their defaults.
+ * dl_device, copy)`, for `hostfirst_view_to_dlpack` and `hostfirst_buffer_to_dlpack`. As for every options
+ * struct, zero means the default in every field: a zero-filled struct with `struct_size` set, NULL options
+ * and `hostfirst_dlpack_options_init` are the same request, a DLPack 1.1 consumer that passed nothing else
+ * (the versioned form, no stream, copy if needed, the data's own device). Then set what the consumer gave:
+ * `hostfirst_dlpack_options opts; hostfirst_dlpack_options_init(&opts, sizeof opts); opts.copy =
+ * HOSTFIRST_DLPACK_COPY_NEVER;`. A consumer that passed no `max_version` at all (Python's
+ * `max_version=None`) takes only the legacy form: set `legacy = 1`.
  */
 typedef struct hostfirst_dlpack_options {
   /**
@@ -2695,10 +2745,10 @@ typedef struct hostfirst_dlpack_options {
    */
   size_t struct_size;
   /**
-   * The highest DLPack version the consumer takes, which picks the form: major >= 1, the versioned form
-   * (`hostfirst_dlpack_managed_tensor_versioned`, the default: {HOSTFIRST_DLPACK_MAJOR_VERSION,
-   * HOSTFIRST_DLPACK_MINOR_VERSION}); major 0 (Python: `max_version=None`), the legacy form
-   * (`hostfirst_dlpack_managed_tensor`).
+   * The highest DLPack version the consumer takes, which picks the form: {0, 0} (not given, the default)
+   * or major >= 1, the versioned form (`hostfirst_dlpack_managed_tensor_versioned`, DLPack
+   * {HOSTFIRST_DLPACK_MAJOR_VERSION, HOSTFIRST_DLPACK_MINOR_VERSION}); a version below 1.0 ({0, n}, n > 0),
+   * the legacy form (`hostfirst_dlpack_managed_tensor`).
    */
   struct hostfirst_dlpack_version max_version;
   /**
@@ -2727,6 +2777,13 @@ typedef struct hostfirst_dlpack_options {
    * device type).
    */
   struct hostfirst_dlpack_device dl_device;
+  /**
+   * Nonzero: the consumer takes only the legacy form (`hostfirst_dlpack_managed_tensor`, DLPack's
+   * `DLManagedTensor`), as a consumer that passed no `max_version` (Python's `max_version=None`: numpy 1.x,
+   * JAX). 0 (default): the form follows `max_version`. Nonzero with a `max_version` of 1.0 or more is
+   * `INVALID_ARGUMENT` (the two ask for different forms).
+   */
+  int32_t legacy;
 } hostfirst_dlpack_options;
 
 /**
@@ -2853,12 +2910,11 @@ typedef struct hostfirst_dlpack_managed_tensor {
 } hostfirst_dlpack_managed_tensor;
 
 /**
- * Fills `*out` with the default options, a DLPack 1.1 consumer that passed nothing else (versioned form, no
- * stream, `HOSTFIRST_DLPACK_COPY_IF_NEEDED`, the data's own device), and sets `out->struct_size =
- * struct_size`. Pass `sizeof *out`: `hostfirst_dlpack_options_init(&opts, sizeof opts)`. Only the fields
- * that lie wholly within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`;
- * `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's first version (the message names both
- * sizes). Thread-safe.
+ * Fills `*out` with the default options, all zero: a DLPack 1.1 consumer that passed nothing else (versioned
+ * form, no stream, `HOSTFIRST_DLPACK_COPY_IF_NEEDED`, the data's own device), and sets `out->struct_size =
+ * struct_size`. Pass `sizeof *out`: `hostfirst_dlpack_options_init(&opts, sizeof opts)`. Writes by the rule
+ * of extensible structs (CONVENTIONS). Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a `struct_size`
+ * smaller than the struct's 1.0 layout or larger than 4096 (the message names the sizes). Thread-safe.
  */
 hostfirst_status hostfirst_dlpack_options_init(struct hostfirst_dlpack_options *out,
                                                size_t struct_size);
@@ -2867,9 +2923,9 @@ hostfirst_status hostfirst_dlpack_options_init(struct hostfirst_dlpack_options *
  * Exports a view (or row slice, or narrowed view) as a DLPack managed tensor for a consumer's request
  * (`opts`; NULL: the defaults of `hostfirst_dlpack_options_init`, a DLPack 1.1 consumer).
  *
- * **Outputs.** The form follows `opts->max_version`: major >= 1 writes a
- * `hostfirst_dlpack_managed_tensor_versioned *` to `*out_versioned`, major 0 a `hostfirst_dlpack_managed_tensor *`
- * to `*out_legacy`. The output of the requested form is required (`NULL_ARGUMENT`); the other may be NULL,
+ * **Outputs.** The form follows `opts->legacy` and `opts->max_version` (see `hostfirst_dlpack_options`): the
+ * versioned form (the default) writes a `hostfirst_dlpack_managed_tensor_versioned *` to `*out_versioned`,
+ * the legacy form a `hostfirst_dlpack_managed_tensor *` to `*out_legacy`. The output of the requested form is required (`NULL_ARGUMENT`); the other may be NULL,
  * and when given it is set to NULL. From C: `hostfirst_view_to_dlpack(view, NULL, &t, NULL)`.
  *
  * **Versioned form** (copy if needed or never): zero-copy. `dl_tensor.data` points into the file's read-only
@@ -2914,7 +2970,7 @@ hostfirst_status hostfirst_view_to_dlpack(const struct hostfirst_view *view,
 /**
  * Exports a buffer as a DLPack managed tensor for a consumer's request (`opts`; NULL: the defaults of
  * `hostfirst_dlpack_options_init`, a DLPack 1.1 consumer). The outputs as for `hostfirst_view_to_dlpack`
- * (the form by `opts->max_version`; the other output may be NULL). The buffer's own memory is shared (both
+ * (the form by `opts->legacy` and `opts->max_version`; the other output may be NULL). The buffer's own memory is shared (both
  * forms, writable, flags 0), unless `opts->copy` is COPY_ALWAYS or `opts->dl_device` names another device:
  * then the export is a new copy there (fit-checked, IS_COPIED), `UNSUPPORTED` under COPY_NEVER. The tensor
  * keeps the buffer's memory alive until its deleter runs, after `hostfirst_buffer_free` too (a gather batch
@@ -2974,6 +3030,9 @@ hostfirst_status hostfirst_buffer_to_dlpack(const struct hostfirst_buffer *buffe
 hostfirst_status hostfirst_dtype_to_dlpack(hostfirst_dtype dtype,
                                            struct hostfirst_dlpack_dtype *out);
 
+/* ---- Experimental: may change in any minor; #define HOSTFIRST_EXPERIMENTAL to use (see CONVENTIONS) ---- */
+#if defined(HOSTFIRST_EXPERIMENTAL)
+
 /**
  * A Python capsule destructor (`PyCapsule_Destructor`) for capsules holding a hostfirst DLPack export, for
  * bindings that make those capsules without a compiled extension (ctypes, cffi in ABI mode).
@@ -2998,8 +3057,10 @@ hostfirst_status hostfirst_dtype_to_dlpack(hostfirst_dtype dtype,
  */
 void hostfirst_dlpack_capsule_destructor(void *capsule);
 
+#endif /* HOSTFIRST_EXPERIMENTAL */
+
 /* ==============================================================================================================
- * 9. SHARD-ON-READ
+ * 9. SHARD-ON-READ (EXPERIMENTAL: HOSTFIRST_EXPERIMENTAL)
  *
  * Shard-on-read gives each process only its part of every tensor, read straight from the file. Describe the
  * devices as a hostfirst_shard_mesh (named axes with sizes; hostfirst_shard_mesh_new()), the partitioning as
@@ -3010,6 +3071,9 @@ void hostfirst_dlpack_capsule_destructor(void *capsule);
  * hostfirst_shard_result_get() and free yourself. Each object has its own _free; rules keep what they need of
  * the mesh (free it right after), and buffers taken from a result stay valid after the result is freed.
  * ============================================================================================================== */
+
+/* ---- Experimental: may change in any minor; #define HOSTFIRST_EXPERIMENTAL to use (see CONVENTIONS) ---- */
+#if defined(HOSTFIRST_EXPERIMENTAL)
 
 /**
  * A device mesh: named axes with sizes (like JAX's `Mesh`). Created by `hostfirst_shard_mesh_new`, released by
@@ -3392,6 +3456,8 @@ hostfirst_status hostfirst_shard_result_bytes_read(const struct hostfirst_shard_
  * `hostfirst_shard_result_get` stay valid. Thread-safe.
  */
 hostfirst_status hostfirst_shard_result_free(struct hostfirst_shard_result *result);
+
+#endif /* HOSTFIRST_EXPERIMENTAL */
 
 /* ==============================================================================================================
  * 10. TEST HOOKS

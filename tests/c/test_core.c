@@ -1,10 +1,35 @@
 /* Core C ABI: versions, statuses, last error, panic boundary, devices and specs (no CUDA), default stack. */
+#define HOSTFIRST_EXPERIMENTAL /* uses the experimental tier */
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "check.h"
 
+/* The one version rule is usable in #if: a header compatible with itself. */
+#if !HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, HOSTFIRST_VERSION_NUMBER)
+#error "HOSTFIRST_VERSION_COMPATIBLE refuses the header's own version"
+#endif
+
+/* HOSTFIRST_VERSION_COMPATIBLE(header, library): the same ABI line (major; and minor while the major is 0),
+ * and the library at least as new as the header. */
+static void test_version_rule(void) {
+    static const struct {
+        unsigned header, library;
+        int ok;
+    } cases[] = {
+        {2000, 2000, 1},       {2000, 2001, 1},          {2001, 2000, 0},    /* 0.2.x: patches, never older */
+        {2000, 3000, 0},       {3000, 2000, 0},          {2005, 2999, 1},    /* 0.y: every minor is its own line */
+        {1000000, 1000000, 1}, {1000000, 1003002, 1},    {1003000, 1002009, 0}, /* 1.x: later minors serve */
+        {1000000, 2000000, 0}, {2000000, 1999999, 0},    {1000000, 999999, 0},  /* a new major never does */
+        {0, 0, 1},             {0, 1, 0},                {0, 1000, 0},          /* 0.0.z: each release */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        CHECK(HOSTFIRST_VERSION_COMPATIBLE(cases[i].header, cases[i].library) == cases[i].ok);
+    CHECK(HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, hostfirst_version_number()));
+}
+
 static void test_version(void) {
+    test_version_rule();
     CHECK(hostfirst_version_number() == HOSTFIRST_VERSION_NUMBER);
     char expect[32];
     snprintf(expect, sizeof expect, "%d.%d.%d", HOSTFIRST_VERSION_MAJOR, HOSTFIRST_VERSION_MINOR,
