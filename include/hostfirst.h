@@ -672,7 +672,7 @@ hostfirst_status hostfirst_devices(struct hostfirst_device *out,
  * Describes a present device into `*out` (set `out->struct_size` first).
  *
  * `cuda_host` reports the host's properties. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for an unknown
- * kind, a negative ordinal or `out->struct_size` smaller than the first version of the struct;
+ * kind, a negative ordinal or `out->struct_size` smaller than the struct's 1.0 layout;
  * `UNAVAILABLE` when the device's backend is not available; `NO_SUCH_DEVICE` for an ordinal out of range.
  * Creates no CUDA context. Thread-safe.
  */
@@ -1152,10 +1152,9 @@ typedef struct hostfirst_view_info {
    */
   uint64_t alignment;
   /**
-   * Appended after 0.1.0 (a caller built against an older header gets every field but this one). NULL when
-   * the view is one contiguous C-order block (every whole tensor, every row slice). For a strided view
-   * (`hostfirst_view_narrow` on an inner dimension): `rank` element strides, so element `(i0, i1, ...)` is
-   * at element offset `sum(ik * strides[k])` from `data`; `nbytes` is still the packed size, which copies
+   * NULL when the view is one contiguous C-order block (every whole tensor, every row slice). For a strided
+   * view (`hostfirst_view_narrow` on an inner dimension): `rank` element strides, so element `(i0, i1, ...)`
+   * is at element offset `sum(ik * strides[k])` from `data`; `nbytes` is still the packed size, which copies
    * (`hostfirst_view_copy`) and puts produce. Valid until the view is freed.
    */
   const uint64_t *strides;
@@ -1509,7 +1508,7 @@ typedef int32_t (*hostfirst_progress_fn)(uint64_t done, uint64_t total, void *us
  * zero-initialise and set `struct_size = sizeof(hostfirst_put_options)`), then set what you need; zero fields
  * mean the defaults; a NULL options pointer means all defaults. The way to make one:
  * `hostfirst_put_options opts; hostfirst_put_options_init(&opts, sizeof opts); opts.threads = 4;`. A smaller
- * `struct_size` from an older header (at least the first version's) is accepted: fields past it take their
+ * `struct_size` from an older header (at least its 1.0 layout) is accepted: fields past it take their
  * defaults.
  */
 typedef struct hostfirst_put_options {
@@ -1689,7 +1688,7 @@ hostfirst_status hostfirst_release_cached_memory(void);
  * Pass `sizeof *out`: `hostfirst_put_options_init(&opts, sizeof opts)`. Only the fields that lie wholly
  * within the caller's `struct_size` bytes are written (a program built against an older, smaller struct
  * gets nothing written past it). Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a `struct_size` smaller
- * than the struct's first version (the message names both sizes). Thread-safe.
+ * than the struct's 1.0 layout (the message names both sizes). Thread-safe.
  */
 hostfirst_status hostfirst_put_options_init(struct hostfirst_put_options *out,
                                             size_t struct_size);
@@ -2170,7 +2169,7 @@ hostfirst_status hostfirst_plan_free(struct hostfirst_plan *plan);
  * Fills `*out` with the default options (everything zero/NULL) and sets `out->struct_size = struct_size`.
  * Pass `sizeof *out`: `hostfirst_load_options_init(&opts, sizeof opts)`. Only the fields that lie wholly
  * within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a
- * `struct_size` smaller than the struct's first version (the message names both sizes). Thread-safe.
+ * `struct_size` smaller than the struct's 1.0 layout (the message names both sizes). Thread-safe.
  */
 hostfirst_status hostfirst_load_options_init(struct hostfirst_load_options *out,
                                              size_t struct_size);
@@ -3105,7 +3104,7 @@ typedef struct hostfirst_shard_rules hostfirst_shard_rules;
  * by the plan for every run). Fill it with `hostfirst_shard_options_init` (or zero-initialise and set
  * `struct_size = sizeof(hostfirst_shard_options)`), then what you need; zero fields mean the defaults. The
  * way to make one: `hostfirst_shard_options opts; hostfirst_shard_options_init(&opts, sizeof opts);
- * opts.threads = 4;`. A smaller `struct_size` from an older header (at least the first version's) is
+ * opts.threads = 4;`. A smaller `struct_size` from an older header (at least its 1.0 layout) is
  * accepted: fields past it take their defaults.
  */
 typedef struct hostfirst_shard_options {
@@ -3143,8 +3142,8 @@ typedef struct hostfirst_shard_options {
  * `hostfirst_shard_run_options_init` (or zero-initialise and set `struct_size = sizeof
  * (hostfirst_shard_run_options)`), then what you need: `hostfirst_shard_run_options ro;
  * hostfirst_shard_run_options_init(&ro, sizeof ro); ro.progress = my_progress; ro.user = &my_state;`. A
- * NULL pointer means the defaults (no callback). A smaller `struct_size` from an older header (at least the
- * first version's) is accepted: fields past it take their defaults.
+ * NULL pointer means the defaults (no callback). A smaller `struct_size` from an older header (at least its
+ * 1.0 layout) is accepted: fields past it take their defaults.
  */
 typedef struct hostfirst_shard_run_options {
   /**
@@ -3235,7 +3234,7 @@ typedef struct hostfirst_shard_info {
  * Fills `*out` with the default plan options (everything zero) and sets `out->struct_size = struct_size`.
  * Pass `sizeof *out`: `hostfirst_shard_options_init(&opts, sizeof opts)`. Only the fields that lie wholly
  * within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a
- * `struct_size` smaller than the struct's first version (the message names both sizes). Thread-safe.
+ * `struct_size` smaller than the struct's 1.0 layout (the message names both sizes). Thread-safe.
  */
 hostfirst_status hostfirst_shard_options_init(struct hostfirst_shard_options *out,
                                               size_t struct_size);
@@ -3244,7 +3243,7 @@ hostfirst_status hostfirst_shard_options_init(struct hostfirst_shard_options *ou
  * Fills `*out` with the default run options (no progress callback) and sets `out->struct_size =
  * struct_size`. Pass `sizeof *out`: `hostfirst_shard_run_options_init(&ro, sizeof ro)`. Only the fields that
  * lie wholly within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`;
- * `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's first version (the message names both
+ * `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's 1.0 layout (the message names both
  * sizes). Thread-safe.
  */
 hostfirst_status hostfirst_shard_run_options_init(struct hostfirst_shard_run_options *out,

@@ -75,7 +75,7 @@ options_struct!(
 /// Fills `*out` with the default options (everything zero/NULL) and sets `out->struct_size = struct_size`.
 /// Pass `sizeof *out`: `hostfirst_load_options_init(&opts, sizeof opts)`. Only the fields that lie wholly
 /// within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a
-/// `struct_size` smaller than the struct's first version (the message names both sizes). Thread-safe.
+/// `struct_size` smaller than the struct's 1.0 layout (the message names both sizes). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_load_options_init(out: *mut hostfirst_load_options, struct_size: usize) -> Status {
     hostfirst_boundary!("hostfirst_load_options_init", {

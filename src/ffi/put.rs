@@ -34,7 +34,7 @@ pub type hostfirst_progress_fn = Option<unsafe extern "C" fn(done: u64, total: u
 /// zero-initialise and set `struct_size = sizeof(hostfirst_put_options)`), then set what you need; zero fields
 /// mean the defaults; a NULL options pointer means all defaults. The way to make one:
 /// `hostfirst_put_options opts; hostfirst_put_options_init(&opts, sizeof opts); opts.threads = 4;`. A smaller
-/// `struct_size` from an older header (at least the first version's) is accepted: fields past it take their
+/// `struct_size` from an older header (at least its 1.0 layout) is accepted: fields past it take their
 /// defaults.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -188,7 +188,7 @@ fn write_stats(out: *mut hostfirst_put_stats, size: Option<usize>, s: PutStats) 
 /// Pass `sizeof *out`: `hostfirst_put_options_init(&opts, sizeof opts)`. Only the fields that lie wholly
 /// within the caller's `struct_size` bytes are written (a program built against an older, smaller struct
 /// gets nothing written past it). Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a `struct_size` smaller
-/// than the struct's first version (the message names both sizes). Thread-safe.
+/// than the struct's 1.0 layout (the message names both sizes). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_put_options_init(out: *mut hostfirst_put_options, struct_size: usize) -> Status {
     hostfirst_boundary!("hostfirst_put_options_init", {

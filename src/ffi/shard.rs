@@ -60,7 +60,7 @@ impl Handle for hostfirst_shard_result {
 /// by the plan for every run). Fill it with `hostfirst_shard_options_init` (or zero-initialise and set
 /// `struct_size = sizeof(hostfirst_shard_options)`), then what you need; zero fields mean the defaults. The
 /// way to make one: `hostfirst_shard_options opts; hostfirst_shard_options_init(&opts, sizeof opts);
-/// opts.threads = 4;`. A smaller `struct_size` from an older header (at least the first version's) is
+/// opts.threads = 4;`. A smaller `struct_size` from an older header (at least its 1.0 layout) is
 /// accepted: fields past it take their defaults.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -92,8 +92,8 @@ options_struct!(
 /// `hostfirst_shard_run_options_init` (or zero-initialise and set `struct_size = sizeof
 /// (hostfirst_shard_run_options)`), then what you need: `hostfirst_shard_run_options ro;
 /// hostfirst_shard_run_options_init(&ro, sizeof ro); ro.progress = my_progress; ro.user = &my_state;`. A
-/// NULL pointer means the defaults (no callback). A smaller `struct_size` from an older header (at least the
-/// first version's) is accepted: fields past it take their defaults.
+/// NULL pointer means the defaults (no callback). A smaller `struct_size` from an older header (at least its
+/// 1.0 layout) is accepted: fields past it take their defaults.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct hostfirst_shard_run_options {
@@ -170,7 +170,6 @@ pub struct hostfirst_shard_info {
     pub file: *const c_char,
 }
 
-// New after 0.1.0: the whole struct is its oldest size.
 out_struct!(hostfirst_shard_info, file);
 
 fn shard_options(p: *const hostfirst_shard_options) -> Result<(ReadPolicy, Tuning)> {
@@ -215,7 +214,7 @@ fn in_array<'a, T>(p: *const T, count: usize, name: &str) -> Result<&'a [T]> {
 /// Fills `*out` with the default plan options (everything zero) and sets `out->struct_size = struct_size`.
 /// Pass `sizeof *out`: `hostfirst_shard_options_init(&opts, sizeof opts)`. Only the fields that lie wholly
 /// within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a
-/// `struct_size` smaller than the struct's first version (the message names both sizes). Thread-safe.
+/// `struct_size` smaller than the struct's 1.0 layout (the message names both sizes). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_shard_options_init(out: *mut hostfirst_shard_options, struct_size: usize) -> Status {
     hostfirst_boundary!("hostfirst_shard_options_init", {
@@ -226,7 +225,7 @@ pub extern "C" fn hostfirst_shard_options_init(out: *mut hostfirst_shard_options
 /// Fills `*out` with the default run options (no progress callback) and sets `out->struct_size =
 /// struct_size`. Pass `sizeof *out`: `hostfirst_shard_run_options_init(&ro, sizeof ro)`. Only the fields that
 /// lie wholly within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`;
-/// `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's first version (the message names both
+/// `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's 1.0 layout (the message names both
 /// sizes). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_shard_run_options_init(

@@ -60,10 +60,9 @@ pub struct hostfirst_view_info {
     pub data: *const c_void,
     /// Alignment of `data` in bytes: the largest power of two dividing its address, capped at 4096.
     pub alignment: u64,
-    /// Appended after 0.1.0 (a caller built against an older header gets every field but this one). NULL when
-    /// the view is one contiguous C-order block (every whole tensor, every row slice). For a strided view
-    /// (`hostfirst_view_narrow` on an inner dimension): `rank` element strides, so element `(i0, i1, ...)` is
-    /// at element offset `sum(ik * strides[k])` from `data`; `nbytes` is still the packed size, which copies
+    /// NULL when the view is one contiguous C-order block (every whole tensor, every row slice). For a strided
+    /// view (`hostfirst_view_narrow` on an inner dimension): `rank` element strides, so element `(i0, i1, ...)`
+    /// is at element offset `sum(ik * strides[k])` from `data`; `nbytes` is still the packed size, which copies
     /// (`hostfirst_view_copy`) and puts produce. Valid until the view is freed.
     pub strides: *const u64,
 }
