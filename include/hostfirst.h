@@ -80,7 +80,8 @@
  *    7. GATHER
  *    8. DLPACK
  *    9. SHARD-ON-READ (EXPERIMENTAL: HOSTFIRST_EXPERIMENTAL)
- *   10. TEST HOOKS
+ *   10. WRITING SAFETENSORS FILES
+ *   11. TEST HOOKS
  */
 
 #ifdef __cplusplus
@@ -236,6 +237,16 @@ enum hostfirst_status
    */
   HOSTFIRST_STATUS_TRUNCATED = 51,
   /**
+   * The file system has no room for what is being written (`ENOSPC`, or a quota: `EDQUOT`, `EFBIG`); a
+   * writer leaves the target as it was.
+   */
+  HOSTFIRST_STATUS_NO_SPACE = 52,
+  /**
+   * The operating system refused access: no permission on the file or its directory (`EACCES`, `EPERM`),
+   * or a read-only file system (`EROFS`); a writer leaves the target as it was.
+   */
+  HOSTFIRST_STATUS_PERMISSION_DENIED = 53,
+  /**
    * The buffer is shorter than the 8-byte header-length prefix.
    */
   HOSTFIRST_STATUS_HEADER_TOO_SMALL = 60,
@@ -284,12 +295,16 @@ enum hostfirst_status
    */
   HOSTFIRST_STATUS_LIMIT_EXCEEDED = 71,
   /**
-   * A sharded index (`*.safetensors.index.json`) is malformed or disagrees with its part files.
+   * A sharded index (`*.safetensors.index.json`) is malformed or disagrees with its part files; or a
+   * Megatron `.idx` has a negative sequence length, or document indices that do not run in order from 0 to
+   * its sequence count.
    */
   HOSTFIRST_STATUS_INVALID_INDEX = 72,
   /**
    * The input is not a safetensors file at all: its first 8 bytes are no possible header length and no JSON
-   * object follows them (the message says what it looks like: a zip archive, a Git LFS pointer, text, ...).
+   * object follows them, and it is no other format the open recognises by content (`.npy`, an llm.c shard,
+   * a Megatron index). The message says what it looks like (a zip archive, a Git LFS pointer, text, ...) and,
+   * for headerless data, names the raw opener.
    */
   HOSTFIRST_STATUS_NOT_SAFETENSORS = 73,
   /**
@@ -297,6 +312,34 @@ enum hostfirst_status
    * more entries than the hostfirst cap (`HOSTFIRST_MAX_METADATA_ENTRIES`).
    */
   HOSTFIRST_STATUS_METADATA_LIMIT_EXCEEDED = 74,
+  /**
+   * The file is of a format hostfirst knows, but not the one the call asked for (an `.npy` file given to
+   * the raw opener, a safetensors file opened as llm.c, ...): the message names what it is and the call that
+   * opens it.
+   */
+  HOSTFIRST_STATUS_OTHER_FORMAT = 75,
+  /**
+   * The file declares an element type hostfirst cannot hand out as it is: a NumPy object, string,
+   * structured, datetime or big-endian dtype, a complex128 or float128 array (the message says which, and how
+   * to convert it).
+   */
+  HOSTFIRST_STATUS_UNSUPPORTED_DTYPE = 76,
+  /**
+   * The fixed header of a `.npy`, llm.c or Megatron file is malformed: a bad magic for the format asked for,
+   * a `.npy` header that is not the Python dict NumPy writes (syntax, keys, a negative or non-integer
+   * dimension), an unknown dtype code, a negative count.
+   */
+  HOSTFIRST_STATUS_INVALID_HEADER = 77,
+  /**
+   * The file's format version is one hostfirst does not read (`.npy` other than 1.0, 2.0, 3.0; an llm.c
+   * version other than its magic's; a Megatron index version other than 1).
+   */
+  HOSTFIRST_STATUS_UNSUPPORTED_VERSION = 78,
+  /**
+   * The array is stored in an order hostfirst does not hand out: a `.npy` file in Fortran (column-major)
+   * order with more than one dimension longer than 1 (re-save it C-ordered).
+   */
+  HOSTFIRST_STATUS_UNSUPPORTED_LAYOUT = 79,
   /**
    * An internal invariant failed (a bug in hostfirst).
    */
@@ -923,8 +966,10 @@ hostfirst_status hostfirst_strict_get(int32_t *out_thread, int32_t *out_process)
 /* ==============================================================================================================
  * 4. FILES AND VIEWS
  *
- * Open a safetensors file, a multi-file set (*.safetensors.index.json) or bytes in memory with hostfirst_file_open(),
- * _open_index() or _open_memory(); release it with hostfirst_file_free(). A file is immutable once open: its
+ * Open a safetensors file, a multi-file set (*.safetensors.index.json), a NumPy .npy file, an llm.c token shard or
+ * a Megatron indexed dataset with hostfirst_file_open() (recognised by content; _open_format() insists on one
+ * hostfirst_format), a headerless raw file with _open_raw() (dtype, shape, offset), or bytes in memory with
+ * _open_memory(); release it with hostfirst_file_free(). A file is immutable once open: its
  * tensor names, metadata and path (strings owned by the file, valid until it is freed) may be read from many
  * threads at once. hostfirst_file_view() / hostfirst_file_view_at() give a hostfirst_view: a read-only, zero-copy
  * window on one tensor in the file's mapping; slice or narrow it into further views, describe it, copy or read its
@@ -959,6 +1004,12 @@ hostfirst_status hostfirst_strict_get(int32_t *out_thread, int32_t *out_process)
  * the rest is read (a header of millions of tiny entries costs neither time nor memory).
  */
 #define HOSTFIRST_MAX_METADATA_ENTRIES 65536
+
+/**
+ * A shape entry for `hostfirst_file_open_raw` (dimension 0 only): as many rows as the file holds after the
+ * offset, as `np.memmap` infers without a shape.
+ */
+#define HOSTFIRST_FILE_RAW_INFER UINT64_MAX
 
 /**
  * The largest `entry_size` `hostfirst_load_entries` accepts: no version of `hostfirst_load_entry` will be
@@ -1074,9 +1125,60 @@ typedef uint32_t hostfirst_dtype;
 #endif // __cplusplus
 
 /**
- * An open safetensors file, memory buffer or multi-file set (`*.safetensors.index.json`).
+ * The format of an open file, or the one a caller asks an open for. Values cross the C ABI as
+ * `hostfirst_format` (`HOSTFIRST_FORMAT_*`) and are never renumbered.
+ */
+enum hostfirst_format
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Asked for: recognise the format by content (what `hostfirst_file_open` does). Never a file's format.
+   */
+  HOSTFIRST_FORMAT_AUTO = 0,
+  /**
+   * A `.safetensors` file (or a memory image of one).
+   */
+  HOSTFIRST_FORMAT_SAFETENSORS = 1,
+  /**
+   * A multi-file set opened through its `*.safetensors.index.json`.
+   */
+  HOSTFIRST_FORMAT_SAFETENSORS_INDEX = 2,
+  /**
+   * A NumPy `.npy` file, format version 1.0, 2.0 or 3.0: one tensor named `data`.
+   */
+  HOSTFIRST_FORMAT_NPY = 3,
+  /**
+   * An llm.c / modded-nanogpt token shard (256 x int32 header, magic 20240520 with u16 tokens or
+   * 20240801 with u32 tokens): one tensor named `tokens`.
+   */
+  HOSTFIRST_FORMAT_LLMC = 4,
+  /**
+   * A Megatron-LM / NeMo indexed dataset (`PREFIX.idx`, magic `MMIDIDX`, and `PREFIX.bin`): the tensors
+   * `tokens` (the `.bin`), `sequence_lengths`, `sequence_pointers`, `document_indices` and, for a multimodal
+   * index, `sequence_modes` (the `.idx`).
+   */
+  HOSTFIRST_FORMAT_MEGATRON = 5,
+  /**
+   * A headerless file opened with an explicit dtype, shape and offset (nanoGPT's `train.bin`).
+   */
+  HOSTFIRST_FORMAT_RAW = 6,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hostfirst_format hostfirst_format;
+#else
+typedef uint32_t hostfirst_format;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * An open file of named tensors: a safetensors file, memory buffer or multi-file set
+ * (`*.safetensors.index.json`), a NumPy `.npy` file, an llm.c token shard, a Megatron indexed dataset, or a
+ * headerless raw file (`hostfirst_file_format` says which).
  *
- * Created by `hostfirst_file_open` or `hostfirst_file_open_memory`; released by
+ * Created by `hostfirst_file_open`, `_open_format`, `_open_raw` or `_open_memory`; released by
  * `hostfirst_file_free`. Immutable once open: every function taking a `const hostfirst_file*` is thread-safe
  * and may run concurrently on the same handle. Views made from it stay valid after it is freed.
  */
@@ -1181,7 +1283,36 @@ uint32_t hostfirst_dtype_bits(hostfirst_dtype dtype);
 hostfirst_status hostfirst_dtype_from_name(const char *name, hostfirst_dtype *out_dtype);
 
 /**
- * Opens a safetensors file, or a multi-file set when `path` is an index, and writes a new handle to `*out`.
+ * Opens a file of any format hostfirst recognises by content and writes a new handle to `*out`: a safetensors
+ * file, a multi-file set when `path` is an index, a NumPy `.npy` file (versions 1.0, 2.0, 3.0; magic
+ * `\x93NUMPY`), an llm.c / modded-nanogpt token shard (256 x int32 header, magic 20240520 or 20240801) or a
+ * Megatron-LM / NeMo indexed dataset (`.idx` magic `MMIDIDX`; `path` may be the `.idx`, the `.bin` beside it,
+ * or the prefix of both). Every format becomes the same `hostfirst_file` of named tensors (views, puts, loads,
+ * gathers and shard-on-read treat them alike):
+ *
+ * - `.npy`: one tensor, `data`, of the array's dtype and shape (C order). Metadata `format` = `npy`,
+ *   `npy_version`, `descr`, `fortran_order`.
+ * - llm.c: one 1-D tensor, `tokens` (U16 for magic 20240520 version 1, U32 for magic 20240801 version 7).
+ *   Metadata `format` = `llm.c`, `magic`, `version`.
+ * - Megatron: `tokens` (1-D, the `.bin`, of the index's dtype), and from the `.idx` `sequence_lengths` (I32),
+ *   `sequence_pointers` (I64, byte offsets into the `.bin`), `document_indices` (I64) and, for a multimodal
+ *   index, `sequence_modes` (I8). Metadata `format` = `megatron`, `dtype_code`, `sequence_count`,
+ *   `document_count`, `max_sequence_length`, `multimodal`. The whole `.idx` is read once at open to validate
+ *   it (12 bytes a sequence): the pointers must be the running sum of the lengths (the sequences tile the
+ *   `.bin` in order) and the document indices run from 0 to the sequence count.
+ *
+ * A headerless raw file (nanoGPT's `train.bin`) has no magic: `hostfirst_file_open_raw`. The statuses of the
+ * other formats: `HEADER_TOO_SMALL` (the file ends inside a fixed header), `HEADER_TOO_LARGE` (an `.npy`
+ * header over 10,000 bytes, NumPy's own limit), `TRUNCATED` / `INCOMPLETE_BUFFER` (the file is shorter /
+ * longer than its header declares; the `.bin` shorter / longer than the index's sequences), `INVALID_HEADER`
+ * (an `.npy` header that is not the dict NumPy writes, a negative count, an unknown Megatron dtype code),
+ * `UNSUPPORTED_VERSION`, `UNSUPPORTED_DTYPE` (object, string, structured, datetime, big-endian, complex128,
+ * float128 arrays), `UNSUPPORTED_LAYOUT` (a Fortran-ordered `.npy` array with more than one dimension longer
+ * than 1: refused, not opened strided), `VALIDATION_OVERFLOW`, `LIMIT_EXCEEDED` (rank), `INVALID_OFFSET` (a
+ * Megatron sequence pointer out of order, overlapping, or leaving a gap), `INVALID_INDEX` (a negative sequence
+ * length, document indices out of order or not ending at the sequence count).
+ *
+ * Safetensors: opens a safetensors file, or a multi-file set when `path` is an index.
  *
  * An index (`*.safetensors.index.json`, the Hugging Face `weight_map` format) is recognised by a name ending
  * in `.json` or by content (JSON text that cannot be a safetensors length prefix) and opened as one logical
@@ -1216,8 +1347,66 @@ hostfirst_status hostfirst_file_open(const char *path,
                                      struct hostfirst_file **out);
 
 /**
+ * Opens `path` as the format `format` only and writes a new handle to `*out`.
+ *
+ * `HOSTFIRST_FORMAT_AUTO` is `hostfirst_file_open`. `HOSTFIRST_FORMAT_SAFETENSORS`, `_NPY` and `_LLMC` open the
+ * file if it is of that format; `_SAFETENSORS_INDEX` opens a multi-file set's index; `_MEGATRON` a Megatron
+ * dataset (`path`: its `.idx`, its `.bin` or their prefix). A file of another format hostfirst recognises
+ * (by its magic, or a safetensors length prefix followed by `{`) gives `HOSTFIRST_STATUS_OTHER_FORMAT`, with
+ * a message naming what it is and the call that opens it; a file of no known format gets the asked
+ * format's own verdict (`INVALID_HEADER` for a missing magic). `HOSTFIRST_FORMAT_RAW` needs a layout:
+ * `INVALID_ARGUMENT` (use `hostfirst_file_open_raw`); an unknown `format` value is `INVALID_ARGUMENT`.
+ * Other statuses as `hostfirst_file_open`. On failure `*out` is unchanged and nothing is left open.
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_file_open_format(const char *path,
+                                            hostfirst_format format,
+                                            struct hostfirst_file **out);
+
+/**
+ * Opens a headerless file (nanoGPT's `train.bin`: u16 tokens and nothing else) as one tensor of `dtype` and
+ * `shape` (`rank` entries; `shape` may be NULL when `rank` is 0, a scalar) whose first byte is at `offset`,
+ * named `name` (NULL: `"data"`), and writes a new handle to `*out`.
+ *
+ * `shape[0]` may be `HOSTFIRST_FILE_RAW_INFER`: as many rows of `shape[1..]` as the file holds after `offset`
+ * (nanoGPT's `np.memmap(path, dtype=np.uint16, mode="r")` is dtype U16, shape `{HOSTFIRST_FILE_RAW_INFER}`,
+ * rank 1, offset 0). The file must be exactly `offset` + the tensor's bytes, as a safetensors file must be
+ * covered exactly: `TRUNCATED` when it is shorter (or `offset` is past its end), `INCOMPLETE_BUFFER` when
+ * bytes follow (with an inferred dimension: a partial row left over). A file that is, at offset 0, a valid
+ * `.npy` file, llm.c shard or Megatron index gives `OTHER_FORMAT` naming the call that reads its header (give
+ * the offset of its data to map past the header on purpose). Other statuses: `NULL_ARGUMENT`;
+ * `INVALID_ARGUMENT` (unknown dtype, `HOSTFIRST_FILE_RAW_INFER` past dimension 0 or with rows of no bytes,
+ * rank above `HOSTFIRST_MAX_RANK`, an empty name or one longer than `HOSTFIRST_MAX_NAME_LEN`, path or name
+ * not UTF-8); `VALIDATION_OVERFLOW`; `MISALIGNED_SLICE` (a sub-byte dtype that does not fill whole bytes);
+ * `IO`. Metadata: `format` = `raw`, `offset`. On failure `*out` is unchanged and nothing is left open.
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_file_open_raw(const char *path,
+                                         hostfirst_dtype dtype,
+                                         const uint64_t *shape,
+                                         size_t rank,
+                                         uint64_t offset,
+                                         const char *name,
+                                         struct hostfirst_file **out);
+
+/**
+ * Writes the format of an open file to `*out_format` (never `HOSTFIRST_FORMAT_AUTO`). Errors:
+ * `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_file_format(const struct hostfirst_file *file,
+                                       hostfirst_format *out_format);
+
+/**
+ * Returns the static name of a format: its constant without the `HOSTFIRST_FORMAT_` prefix (`"NPY"`,
+ * `"MEGATRON"`), or `"UNKNOWN"` for a value that is not a `hostfirst_format`. Never NULL. Thread-safe.
+ */
+const char *hostfirst_format_name(hostfirst_format format);
+
+/**
  * Validates a safetensors image in caller memory `(data, len)` and writes a new handle to `*out`, without
- * copying the data.
+ * copying the data. An image that begins with the `.npy` magic or an llm.c token-shard magic is opened as that
+ * format (statuses as `hostfirst_file_open`, with `INCOMPLETE_BUFFER` for a short image); a Megatron index
+ * needs its `.bin` and gives `OTHER_FORMAT` here.
  *
  * **Ownership:** the caller keeps the memory alive and unmodified until the file handle and every view
  * made from it are freed; view data pointers point into it. Same validation and statuses as
@@ -1318,6 +1507,23 @@ hostfirst_status hostfirst_file_view(const struct hostfirst_file *file,
 hostfirst_status hostfirst_file_view_at(const struct hostfirst_file *file,
                                         size_t index,
                                         struct hostfirst_view **out_view);
+
+/**
+ * For a Megatron dataset (`hostfirst_file_format` gives `HOSTFIRST_FORMAT_MEGATRON`): writes, for each of
+ * the `n` sequence indices, the element offset of the sequence's first token in the `tokens` tensor to
+ * `out_starts[i]` and its length in elements to `out_lengths[i]` (each an array of `n`). Document boundaries
+ * are the `document_indices` tensor (document `d` is sequences `[document_indices[d],
+ * document_indices[d + 1])`). Reads 12 bytes of the `.idx` per sequence with positioned reads.
+ *
+ * Errors: `NULL_ARGUMENT` (an array NULL with `n > 0`), `INVALID_HANDLE`, `UNSUPPORTED` (not a Megatron
+ * dataset), `OUT_OF_RANGE` (the first index at or past the sequence count), `TRUNCATED` / `IO`. Outputs are
+ * written only on success. Thread-safe.
+ */
+hostfirst_status hostfirst_file_sequence_spans(const struct hostfirst_file *file,
+                                               const uint64_t *indices,
+                                               size_t n,
+                                               uint64_t *out_starts,
+                                               uint64_t *out_lengths);
 
 /**
  * Releases a view. NULL is a no-op returning OK; a view already freed gives `INVALID_HANDLE`. Pointers from
@@ -2390,6 +2596,30 @@ hostfirst_status hostfirst_gather_run(struct hostfirst_gather *gather,
                                       struct hostfirst_buffer **out_batch);
 
 /**
+ * Assembles one batch of whole sequences of a Megatron dataset (`dataset`, opened with `hostfirst_file_open`):
+ * row `i` = the tokens of sequence `indices[i]`, for `i < n` (`n` must equal the batch), **padded**: the
+ * first `min(length, window)` tokens, then `pad` in every element up to the window (`pad`'s low bytes,
+ * little-endian, as one element: the pad token id). A sequence longer than the window is cut at it.
+ * When `out_lengths` is not NULL, `out_lengths[i]` receives the tokens row `i` holds (`min(length, window)`),
+ * what an attention mask or a loss mask is built from.
+ *
+ * Padded rather than packed because the batch is then the gather's fixed `[batch, window]` buffer: it shares
+ * the ring (never rewritten while held), the one transfer to `cuda:N`, DLPack export, and a jitted step sees
+ * one shape (JAX recompiles for every new shape a packed batch would have). The gather's dtype must be the
+ * dataset's token dtype. Other rules, ownership of `*out_batch` and errors as `hostfirst_gather_run`, plus
+ * `UNSUPPORTED` (not a Megatron dataset) and `OUT_OF_RANGE` (an index at or past the sequence count).
+ * `*out_lengths` and `*out_batch` are written only on success. Thread-safe; calls on one gather are
+ * serialised.
+ */
+hostfirst_status hostfirst_gather_run_sequences(struct hostfirst_gather *gather,
+                                                const struct hostfirst_file *dataset,
+                                                const uint64_t *indices,
+                                                size_t n,
+                                                uint64_t pad,
+                                                uint64_t *out_lengths,
+                                                struct hostfirst_buffer **out_batch);
+
+/**
  * Gathers from a 1-D host buffer (`cpu` or `cuda_host`) instead of a view: rows as for
  * `hostfirst_gather_run`, each window a memcpy from the buffer. The truncation-proof fast path: put the token
  * tensor to cpu once with an eager copy (`hostfirst_put`), then gather from that buffer at memory speed;
@@ -3459,7 +3689,342 @@ hostfirst_status hostfirst_shard_result_free(struct hostfirst_shard_result *resu
 #endif /* HOSTFIRST_EXPERIMENTAL */
 
 /* ==============================================================================================================
- * 10. TEST HOOKS
+ * 10. WRITING SAFETENSORS FILES
+ *
+ * A hostfirst_writer writes one safetensors file (or a Hugging Face set of part files and an index): open it on a
+ * path with hostfirst_writer_open() (options from hostfirst_writer_options_init()) or on a descriptor with
+ * hostfirst_writer_open_fd(), declare every tensor with where its bytes are (a view, a buffer on any device, or
+ * host memory you keep alive until finish), set the metadata, then hostfirst_writer_finish() once; free it with
+ * hostfirst_writer_free(). Nothing is written before finish, and finish never leaves a half-written file: it
+ * writes a temporary file beside the target and renames it over the target when complete. The writer keeps the
+ * views and buffers it was given alive until finish returns; strings it hands out (part paths, the index path in
+ * hostfirst_writer_info) stay valid until it is freed. With several ranks (world > 1) finish is collective and
+ * calls your hostfirst_agree_fn between its steps.
+ * ============================================================================================================== */
+
+/**
+ * A safetensors writer (`hostfirst_writer_open`, `hostfirst_writer_open_fd`): declarations, metadata, then
+ * one `hostfirst_writer_finish`; released with `hostfirst_writer_free`.
+ *
+ * **Thread safety:** calls on one writer are serialised (a second thread waits while `finish` runs);
+ * different writers are independent.
+ */
+typedef struct hostfirst_writer hostfirst_writer;
+
+/**
+ * The agreement step of a save written by several processes (`hostfirst_writer_options.world` > 1; see
+ * `hostfirst_writer_finish`): every rank calls it at the same points with `ok` = 1 when it has succeeded so
+ * far, 0 when not; it must return 1 when every rank passed 1, 0 when any passed 0 (an MPI_Allreduce of `ok`
+ * with MPI_LAND over the job's communicator, which is also a barrier), or a negative value when it could not
+ * agree (the save then fails on this rank with `CANCELLED`). `user` is the options' `user`. Called on the
+ * thread that called `hostfirst_writer_finish`.
+ */
+typedef int32_t (*hostfirst_agree_fn)(int32_t ok, void *user);
+
+/**
+ * Options of `hostfirst_writer_open` and `hostfirst_writer_open_fd`. Fill it with
+ * `hostfirst_writer_options_init(&opts, sizeof opts)`, then set what you need; zero fields mean the defaults;
+ * a NULL options pointer means all defaults (one process, one file, fsync before `finish` returns).
+ */
+typedef struct hostfirst_writer_options {
+  /**
+   * `sizeof(hostfirst_writer_options)`.
+   */
+  size_t struct_size;
+  /**
+   * Split the save into part files of at most this many bytes of tensor data, laid out as the Hugging Face
+   * writers do (`model-00001-of-00003.safetensors` ... and `model.safetensors.index.json`); 0: one file.
+   */
+  uint64_t max_part_bytes;
+  /**
+   * 1: do not `fsync` (the data may still be in the page cache when `finish` returns; the target is still
+   * replaced by a rename, never written in place). 0 (default): every file and its directory are synced
+   * before `finish` returns.
+   */
+  int32_t no_sync;
+  /**
+   * Threads reading view sources (0: the CPUs available, at most 16).
+   */
+  uint32_t threads;
+  /**
+   * Writes in flight at once (0: 64).
+   */
+  uint32_t queue_depth;
+  /**
+   * Bytes per write, and per page-locked slab for CUDA sources (0: 8 MiB writes, 16 MiB slabs).
+   */
+  uint64_t chunk_bytes;
+  /**
+   * Bytes of bounce buffers for view sources and of the page-locked ring for CUDA sources (0: 64 MiB):
+   * host memory a save uses beyond its sources stays within this bound.
+   */
+  uint64_t staging_bytes;
+  /**
+   * This process's rank, 0 .. `world` - 1 (with `world` > 1).
+   */
+  uint32_t rank;
+  /**
+   * The processes writing the save together (0 or 1: this one alone). With more, every rank opens a
+   * writer on the same path (a directory all of them see), declares the same tensors with their global
+   * shapes in the same order and the same metadata, adds the pieces it holds, and calls
+   * `hostfirst_writer_finish`, which is then collective and needs `agree`.
+   */
+  uint32_t world;
+  /**
+   * The agreement callback of a save by several ranks (see `hostfirst_agree_fn`); NULL otherwise.
+   */
+  hostfirst_agree_fn agree;
+  /**
+   * Progress callback of `finish` (bytes of this process's sources written; nonzero return cancels), or NULL.
+   */
+  hostfirst_progress_fn progress;
+  /**
+   * Passed to `agree` and `progress` unchanged.
+   */
+  void *user;
+} hostfirst_writer_options;
+
+/**
+ * What a finished save wrote (`hostfirst_writer_finish`). Set `struct_size = sizeof(hostfirst_writer_info)`
+ * (at least its 1.0 layout, at most 4096); fields past what the library knows are zeroed.
+ */
+typedef struct hostfirst_writer_info {
+  /**
+   * In: the caller's `sizeof(hostfirst_writer_info)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
+  /**
+   * Safetensors files of the save (0 for a descriptor: its one file has no path).
+   */
+  uint64_t parts;
+  /**
+   * Bytes of every file of the save: headers, data and the index.
+   */
+  uint64_t file_bytes;
+  /**
+   * Bytes this process wrote (with ranks: its pieces, and the headers and index on rank 0).
+   */
+  uint64_t written;
+  /**
+   * Tensors in the save.
+   */
+  uint64_t tensors;
+  /**
+   * The index of a split save (`*.safetensors.index.json`), NUL-terminated; NULL for one file. Valid while
+   * the writer lives.
+   */
+  const char *index;
+} hostfirst_writer_info;
+
+/**
+ * Fills `*out` with the default options (everything zero/NULL) and sets `out->struct_size = struct_size`.
+ * Pass `sizeof *out`. Only the fields that lie wholly within the caller's `struct_size` bytes are written.
+ * Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's 1.0 layout or
+ * larger than 4096 (the message names the sizes). Thread-safe.
+ */
+hostfirst_status hostfirst_writer_options_init(struct hostfirst_writer_options *out,
+                                               size_t struct_size);
+
+/**
+ * Opens a writer of the safetensors file `path` (UTF-8) and writes its handle to `*out`. Nothing is created
+ * or written until `hostfirst_writer_finish`: declare the tensors (`hostfirst_writer_add_*`,
+ * `hostfirst_writer_declare` + `hostfirst_writer_add_piece_*`), set the metadata, then finish.
+ *
+ * **Never a half-written file.** `finish` writes into a temporary file in `path`'s directory
+ * (`.<name>.<tag>.hostfirst-tmp`), then `fsync`s it, renames it over `path` and `fsync`s the directory: at
+ * every instant `path` is the old file or the complete new one, and a reader holding the old file keeps its
+ * bytes (nothing is truncated in place). A process killed at any point leaves the old file and at most its
+ * temporary file, which the next writer of that path removes. (Windows: the temporary file is closed before
+ * the rename, a target another process has open or mapped cannot be replaced, and the directory is not
+ * synced; see the README.) With `opts->max_part_bytes`, `path` names the set: `model.safetensors` (or
+ * `model.safetensors.index.json`) becomes `model-0000k-of-0000N.safetensors` and
+ * `model.safetensors.index.json`, each file replaced the same way, the index last.
+ *
+ * Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` (an empty path, a path that is a directory or whose directory
+ * is not one, bad options, `world` > 1 without `agree`, `rank` >= `world`); `IO`, `PERMISSION_DENIED` (the
+ * directory cannot be read). On failure `*out` is unchanged. Free the handle with `hostfirst_writer_free`.
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_writer_open(const char *path,
+                                       const struct hostfirst_writer_options *opts,
+                                       struct hostfirst_writer **out);
+
+/**
+ * Opens a writer into the open file descriptor `fd` (Unix), which the caller owns and keeps open: the
+ * writer uses a duplicate (closed by `hostfirst_writer_free`) and never closes `fd`. A seekable file is
+ * written from its current position with positioned writes (nothing before it is touched, nothing is
+ * truncated) and is positioned after the save when `finish` returns; anything else (a pipe, a socket) is
+ * written in order and takes whole tensors only (pieces: `UNSUPPORTED` at `finish`). There is no temporary
+ * file here: what a failed save leaves in `fd` is the caller's. One file, one process: `max_part_bytes` must
+ * be 0 and `world` at most 1 (`INVALID_ARGUMENT`). `fsync` unless `no_sync` (skipped for pipes).
+ *
+ * Errors also: `IO` (`fd` is not an open descriptor). Windows: `UNSUPPORTED` (use `hostfirst_writer_open`).
+ * On failure `*out` is unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_open_fd(int32_t fd,
+                                          const struct hostfirst_writer_options *opts,
+                                          struct hostfirst_writer **out);
+
+/**
+ * Declares tensor `name` with the bytes of `view` (its dtype and shape; a row slice or a narrowed view gives
+ * its packed C-order bytes), read from its file through the transfer engine at `finish` (any file hostfirst
+ * opens: the source may even be the file being replaced). `name` NULL: the view's own name. The writer keeps
+ * the view's file alive; the caller may free the view handle at once.
+ *
+ * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (a name that is `__metadata__`, holds a NUL
+ * or is not UTF-8), `LIMIT_EXCEEDED` (a name longer than `HOSTFIRST_MAX_NAME_LEN` bytes, too many tensors),
+ * `DUPLICATE_TENSOR` (the name is declared already), `ALREADY_USED` (after finish). On error nothing is
+ * declared. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_add_view(struct hostfirst_writer *writer,
+                                           const char *name,
+                                           const struct hostfirst_view *view);
+
+/**
+ * Declares tensor `name` with the bytes of `buffer` (its dtype and shape), on any device: cpu and cuda_host
+ * buffers are written from where they lie; a CUDA buffer is copied to host through the page-locked staging
+ * ring (at most `staging_bytes` of host memory, however large it is) while earlier slabs are written. The
+ * writer keeps the buffer alive until finish (free the handle when you like) and holds its lock while
+ * finish writes it. `name` NULL: the buffer's name. Errors as `hostfirst_writer_add_view`. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_add_buffer(struct hostfirst_writer *writer,
+                                             const char *name,
+                                             const struct hostfirst_buffer *buffer);
+
+/**
+ * Declares tensor `name` of `dtype` and shape `(shape, rank)` with the `nbytes` bytes at `data` (host memory,
+ * C order, little-endian), written from where they lie at finish: no copy.
+ *
+ * **Ownership:** the caller keeps `data` valid and unchanged until `hostfirst_writer_finish` returns (or the
+ * writer is freed).
+ *
+ * Errors: as `hostfirst_writer_add_view`, and `INVALID_ARGUMENT` (unknown dtype, or `nbytes` is not the
+ * shape's bytes: the message gives both), `MISALIGNED_SLICE` (a sub-byte dtype whose elements are not whole
+ * bytes), `VALIDATION_OVERFLOW`, `LIMIT_EXCEEDED` (rank above `HOSTFIRST_MAX_RANK`). On error nothing is
+ * declared. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_add_host(struct hostfirst_writer *writer,
+                                           const char *name,
+                                           hostfirst_dtype dtype,
+                                           const uint64_t *shape,
+                                           size_t rank,
+                                           const void *data,
+                                           size_t nbytes);
+
+/**
+ * Declares tensor `name` of `dtype` and (global) shape `(shape, rank)` without bytes: its bytes come from
+ * pieces (`hostfirst_writer_add_piece_host`, `_buffer`, `_view`). In one process the pieces must cover it
+ * exactly by `finish`; in a save by several ranks each rank adds the pieces it holds and the ranks together
+ * must cover it exactly once. Declaring a name again with the same dtype and shape changes nothing.
+ * Errors as `hostfirst_writer_add_host` (`DUPLICATE_TENSOR` for a name declared with another dtype or shape).
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_writer_declare(struct hostfirst_writer *writer,
+                                          const char *name,
+                                          hostfirst_dtype dtype,
+                                          const uint64_t *shape,
+                                          size_t rank);
+
+/**
+ * Adds the piece of declared tensor `name` that spans `len[d]` elements from `start[d]` of each of its `rank`
+ * dimensions, with the `nbytes` bytes at `data` (the box's elements in C order; same ownership as
+ * `hostfirst_writer_add_host`). Errors: `NOT_FOUND` (not declared), `OUT_OF_RANGE` (the box passes the
+ * tensor's end), `INVALID_ARGUMENT` (`rank` is not the tensor's, `nbytes` is not the box's, or the box
+ * overlaps a piece added before), `MISALIGNED_SLICE` (a sub-byte dtype whose rows would not be whole bytes).
+ * On error nothing is added. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_add_piece_host(struct hostfirst_writer *writer,
+                                                 const char *name,
+                                                 const uint64_t *start,
+                                                 const uint64_t *len,
+                                                 size_t rank,
+                                                 const void *data,
+                                                 size_t nbytes);
+
+/**
+ * Adds the piece of declared tensor `name` at `(start, rank)` whose extent and bytes are those of `buffer` (its
+ * shape; its dtype must be the tensor's), on any device (as `hostfirst_writer_add_buffer`): e.g. a shard that
+ * `hostfirst_shard_run` gave this rank, at the start `hostfirst_shard_plan_describe` reports. Errors as
+ * `hostfirst_writer_add_piece_host`. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_add_piece_buffer(struct hostfirst_writer *writer,
+                                                   const char *name,
+                                                   const uint64_t *start,
+                                                   size_t rank,
+                                                   const struct hostfirst_buffer *buffer);
+
+/**
+ * Adds the piece of declared tensor `name` at `(start, rank)` whose extent and bytes are those of `view` (its
+ * shape and packed bytes; its dtype must be the tensor's). Errors as `hostfirst_writer_add_piece_host`.
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_writer_add_piece_view(struct hostfirst_writer *writer,
+                                                 const char *name,
+                                                 const uint64_t *start,
+                                                 size_t rank,
+                                                 const struct hostfirst_view *view);
+
+/**
+ * Sets the metadata map (`__metadata__`, string to string) to the `count` pairs `keys[i]` → `values[i]`
+ * (UTF-8), replacing any set before. They are written in the order given; `count` 0 writes an empty map
+ * (`{}`); a save that never calls this has no `__metadata__` (as the `safetensors` serializer with `None`).
+ * A split save also puts them in the index's `metadata`, beside `total_size`. The strings are copied.
+ * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (a key given twice, text that is not UTF-8),
+ * `METADATA_LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_METADATA_ENTRIES`), `ALREADY_USED`. On error the map
+ * is unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_set_metadata(struct hostfirst_writer *writer,
+                                               const char *const *keys,
+                                               const char *const *values,
+                                               size_t count);
+
+/**
+ * Writes the save: the files are staged in the target's directory, each header written first, then the
+ * tensors' bytes streamed by the transfer engine (positioned writes, `queue_depth` in flight, io_uring where
+ * available; host memory written from where it lies, views read through the engine, CUDA buffers drained
+ * through the page-locked ring), the kernel's writeback started as it goes; then (unless `no_sync`) each file
+ * is synced, renamed over its target, and the directory synced. The bytes of each file are exactly what the
+ * `safetensors` crate's serializer writes for the same tensors and metadata: tensors sorted by dtype
+ * (descending) then name, packed, the header JSON padded to 8 bytes (metadata in the order given).
+ *
+ * **Several ranks** (`opts->world` > 1): collective — every rank calls it; it returns on every rank with the
+ * same outcome. Rank 0 stages the files and writes the headers; every rank writes only its own pieces;
+ * rank 0 checks that all ranks' pieces cover every tensor exactly once (a byte two ranks give, or none,
+ * fails the save with `INVALID_ARGUMENT` naming the tensor), then commits; `agree` is called four times on
+ * every rank in between. A rank that fails returns its error; the others return `CANCELLED`.
+ *
+ * `out_info` (NULL: not wanted) receives what was written. The writer is used up either way: a second call
+ * is `ALREADY_USED`, and the sources (views, buffers, caller memory) are released when it returns.
+ *
+ * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `ALREADY_USED`; `INVALID_ARGUMENT` (a declared tensor whose pieces
+ * do not cover it, a split save whose path does not end in `.safetensors` or `.safetensors.index.json`);
+ * `HEADER_TOO_LARGE`; `NO_SPACE` (the file system is full or a quota is reached: the message gives the bytes
+ * needed and free), `PERMISSION_DENIED` (the directory or the target cannot be written, a read-only file
+ * system), `IO`; a source's failure: `TRUNCATED` or `IO` (a view's file changed), `DEVICE_ERROR` (a CUDA
+ * copy failed, with the driver's error); `CANCELLED` (the progress callback, or another rank failed). On any
+ * error every target is as it was and no temporary file is left. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_finish(struct hostfirst_writer *writer,
+                                         struct hostfirst_writer_info *out_info);
+
+/**
+ * Writes the path of part file `index` of a finished save (`0 .. info.parts`) to `*out`: NUL-terminated,
+ * valid while the writer lives. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `NOT_READY` (not finished, or
+ * finish failed), `OUT_OF_RANGE`. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_part_path(struct hostfirst_writer *writer,
+                                            size_t index,
+                                            const char **out);
+
+/**
+ * Frees a writer. A writer freed before `finish` writes nothing (no file is created). NULL is a no-op; a freed
+ * or foreign handle gives `INVALID_HANDLE` and frees nothing. The sources it kept (views, buffers) are
+ * released. Thread-safe (a `finish` in progress on another thread completes first).
+ */
+hostfirst_status hostfirst_writer_free(struct hostfirst_writer *writer);
+
+/* ==============================================================================================================
+ * 11. TEST HOOKS
  *
  * Present only in builds with the test-hooks feature (HOSTFIRST_TEST_HOOKS): functions that panic inside the
  * boundary, so the test suite can prove that no panic crosses it.

@@ -126,6 +126,9 @@ pub mod dlpack;
 /// `hostfirst_shard_*`: meshes, sharding rules, shard plans and runs (shard-on-read).
 pub mod shard;
 
+/// `hostfirst_writer_*`: the streaming safetensors writer.
+pub mod writer;
+
 /// `hostfirst__test_*` (feature `test-hooks`).
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;
@@ -133,7 +136,7 @@ pub mod test_hooks;
 // The whole C API at `hostfirst::ffi::*`, for Rust callers and tests that use it as C does.
 pub use self::{
     backend::*, buffer::*, device::*, dlpack::*, dtype::*, file::*, gather::*, load::*, load_bulk::*, plan::*, put::*,
-    rules::*, scope::*, shard::*, status::*, version::*, view::*,
+    rules::*, scope::*, shard::*, status::*, version::*, view::*, writer::*,
 };
 pub use handle::hostfirst_handle_count;
 #[cfg(feature = "test-hooks")]

@@ -339,9 +339,15 @@ fn every_name_function_spells_the_constant_suffix() {
     assert_eq!(name(hostfirst_status_name(9999)), "UNKNOWN");
     assert_eq!(name(hostfirst_dtype_name(9999)), "UNKNOWN");
     assert_eq!(name(hostfirst_backend_status_name(9999)), "UNKNOWN");
+    for f in hostfirst::file::Format::VARIANTS {
+        let n = name(hostfirst_format_name(*f as u32));
+        assert!(is_constant("HOSTFIRST_FORMAT_", &n, *f as u32), "format {} named {n}", *f as u32);
+        checked += 1;
+    }
     assert_eq!(name(hostfirst_default_source_name(9999)), "UNKNOWN");
+    assert_eq!(name(hostfirst_format_name(9999)), "UNKNOWN");
     assert!(checked > 40);
-    // Every *_name function of the header returning a string is one of the four checked here.
+    // Every *_name function of the header returning a string is one of the five checked here.
     let names: Vec<&String> = api
         .functions
         .iter()
@@ -354,6 +360,7 @@ fn every_name_function_spells_the_constant_suffix() {
             "hostfirst_backend_status_name",
             "hostfirst_default_source_name",
             "hostfirst_dtype_name",
+            "hostfirst_format_name",
             "hostfirst_status_name"
         ],
         "a new *_name function: spell it as the others and check it here"

@@ -192,6 +192,40 @@ CHILD = textwrap.dedent(r"""
 """)
 
 
+def test_a_stream_whose_batches_are_all_kept_says_ring_bound(tmp_path):
+    """Keeping every batch of a stream stalls its ring: BusyError in Python's terms (ring_bound=, not the C call)."""
+    token_file(tmp_path / "t.safetensors")
+    tok = hostfirst.open(tmp_path / "t.safetensors")["tok"]
+    for offsets in (np.zeros((40, 4), dtype=np.int64), iter([[0, 1, 2, 3]] * 40)):  # one C stream, and a fed one
+        g = hostfirst.Gather("cpu", "u16", batch=4, window=8)
+        kept = []
+        with pytest.raises(hostfirst.BusyError) as e:
+            for b in g.stream(tok, offsets):
+                kept.append(b)
+        msg = str(e.value)
+        assert "ring_bound=" in msg and "hostfirst_gather_set_ring_bound" not in msg, msg
+        assert f"ring_bound is {g.ring()[0]}" in msg and "Gather(..., ring_bound=" in msg
+        del kept
+
+
+def test_jax_stream_arrays_of_a_host_gather_can_all_be_kept(tmp_path):
+    """Gradient accumulation: keeping every jax.Array of hostfirst.jax.stream over a host gather never holds the
+    gather's ring (each batch is copied into JAX's memory), so it never raises BusyError; every array keeps its
+    values after the batches it came from were refilled."""
+    jax = pytest.importorskip("jax")
+    import hostfirst.jax
+
+    ref = token_file(tmp_path / "t.safetensors")
+    tok = hostfirst.open(tmp_path / "t.safetensors")["tok"]
+    g = hostfirst.Gather("cpu", "u16", batch=4, window=8)  # ring bound: the default (4), raised to depth + 3
+    offs = np.random.default_rng(1).integers(0, N - 8, size=(32, 4))
+    kept = list(hostfirst.jax.stream(g, tok, iter(offs.tolist()), depth=2))
+    assert len(kept) == 32 and all(isinstance(a, jax.Array) for a in kept)
+    for a, o in zip(kept, offs):
+        np.testing.assert_array_equal(np.asarray(a), windows(ref, o, 8))
+    assert g.ring()[2] <= 1  # no batch held by the arrays
+
+
 @pytest.mark.parametrize("deferred", ["0", "1"])
 def test_stream_on_the_stand_in(tmp_path, deferred):
     d = tmp_path / "stand-in"

@@ -30,8 +30,8 @@ pub(crate) struct Entry {
 /// A validated header: tensors in file order (by data offset; ties between empty tensors keep header order).
 #[derive(Debug)]
 pub(crate) struct Header {
-    /// Bytes of JSON after the 8-byte length prefix.
-    pub header_len: u64,
+    /// Offset of the data section in the file (`8 +` the JSON's length for safetensors).
+    pub data_start: u64,
     /// Bytes of the data section (the end of the last tensor).
     pub data_len: u64,
     pub entries: Vec<Entry>,
@@ -58,9 +58,9 @@ impl Header {
         NameBlock::name(&self.names, e.name)
     }
 
-    /// Offset of the data section in the file: `8 + header_len`.
+    /// Offset of the data section in the file (`8 + header_len` for safetensors).
     pub fn data_start(&self) -> u64 {
-        8 + self.header_len
+        self.data_start
     }
 }
 
@@ -117,7 +117,8 @@ fn not_safetensors(prefix: &[u8], n: u64, total_len: u64) -> Option<Error> {
         format!(
             "not a safetensors file: it looks like {looks}. A safetensors file begins with an 8-byte little-endian \
              header length followed by a JSON object; here the first 8 bytes read as length {n} (the file has \
-             {total_len} bytes) and '{{' does not follow. Check the path, or convert the file to safetensors"
+             {total_len} bytes) and '{{' does not follow. Check the path, or convert the file to safetensors; \
+             headerless data (nanoGPT's train.bin) opens with hostfirst_file_open_raw, given its dtype, shape and offset"
         ),
     ))
 }
@@ -738,7 +739,7 @@ pub(crate) fn parse(header: &[u8], total_len: u64, short_status: Status) -> Resu
             ),
         ));
     }
-    Ok(Header { header_len, data_len, entries: sorted, names: block, by_name, metadata })
+    Ok(Header { data_start: 8 + header_len, data_len, entries: sorted, names: block, by_name, metadata })
 }
 
 fn truncate(s: &str, max: usize) -> &str {
