@@ -1,5 +1,6 @@
-// Package hostfirst is a small Go binding of libhostfirst's C API (cgo): the device census, safetensors files
-// and their tensor views, reads, puts to a device, and the library's status codes and messages as Go errors.
+// Package hostfirst is a Go binding of libhostfirst's C API (cgo): the device census, safetensors and token
+// files and their tensor views, reads, puts to a device, batch gathers, the safetensors writer, and the
+// library's status codes and messages as Go errors (not-yet-covered.txt lists what it does not call yet).
 //
 // Its module path is github.com/hostfirst/hostfirst/bindings/go (the directory bindings/go of the hostfirst
 // repository; releases are tagged bindings/go/vX.Y.Z), so
@@ -382,7 +383,21 @@ func (h *handle) release(free func(C.uintptr_t) error) error {
 }
 
 // File is an open safetensors file (or sharded set): its header is parsed, its data stays on disk, mapped.
-type File struct{ h handle }
+type File struct {
+	h   handle
+	mem *cmem // OpenMemory's copy of the image, freed after the file and its views (see cmem)
+}
+
+// cmem is C memory that library handles point into. It is freed by its finalizer, once nothing refers to it:
+// a File refers to it and every View to its File, so Go's finalizer order (a referring object's finalizer
+// first) frees it only after the views' and the file's handles are gone.
+type cmem struct{ p unsafe.Pointer }
+
+func newCmem(p unsafe.Pointer) *cmem {
+	m := &cmem{p: p}
+	runtime.SetFinalizer(m, func(m *cmem) { C.free(m.p) })
+	return m
+}
 
 // Open opens a .safetensors file or a *.safetensors.index.json; only the header is read.
 func Open(path string) (*File, error) {

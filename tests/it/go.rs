@@ -49,6 +49,10 @@ fn go_binding_tests_pass_against_the_installed_library() {
         "TestErrorsCarryStatusAndMessage",
         "TestVersionRule",
         "TestWriterRoundTrip",
+        "TestTokenFiles",
+        "TestGather",
+        "TestFileDetails",
+        "TestWriterPieces",
     ] {
         assert!(text.contains(&format!("--- PASS: {name}")), "{name} did not run:\n{text}");
     }
