@@ -53,6 +53,7 @@ fn go_binding_tests_pass_against_the_installed_library() {
         "TestGather",
         "TestFileDetails",
         "TestWriterPieces",
+        "TestRulesPlanLoad",
     ] {
         assert!(text.contains(&format!("--- PASS: {name}")), "{name} did not run:\n{text}");
     }
