@@ -54,6 +54,8 @@ fn go_binding_tests_pass_against_the_installed_library() {
         "TestFileDetails",
         "TestWriterPieces",
         "TestRulesPlanLoad",
+        "TestViewsMore",
+        "TestPutsDevicesStreams",
     ] {
         assert!(text.contains(&format!("--- PASS: {name}")), "{name} did not run:\n{text}");
     }
