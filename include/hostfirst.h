@@ -17,10 +17,22 @@
 /*
  * CONVENTIONS (they hold for every function below unless its comment says otherwise)
  *
+ * Language.  This header is C99 or later (also C++11 or later; hostfirst.hpp needs C++17); it includes only
+ *   <stdbool.h>, <stddef.h> and <stdint.h>.
  * Status.  Fallible functions return hostfirst_status; HOSTFIRST_STATUS_OK (0) is success. Values are stable
  *   and never renumbered. On failure a thread-local message naming the thing (tensor, device, file) and the
  *   numbers is available from the last-error family, hostfirst_last_error_status() / _message() / _fit(); it
- *   is replaced only by the next failing call on the same thread.
+ *   is replaced only by the next failing call on the same thread. Functions that return a value instead of a
+ *   status (counts, names, hostfirst_device_equal) cannot fail: each documents its answer for bad input. A
+ *   function that returns a status without a failure of its own today (hostfirst_default_device_clear,
+ *   hostfirst_release_cached_memory) returns OK, keeping the status so that a bug inside the library can
+ *   still be reported as HOSTFIRST_STATUS_PANIC.
+ * Booleans.  One spelling: int32_t, 1 for true and 0 for false, in parameters, outputs and struct fields
+ *   alike. The library writes only 0 or 1; a boolean it reads that is neither 0 nor 1 gives
+ *   HOSTFIRST_STATUS_INVALID_ARGUMENT naming it.
+ * Names.  The size of a caller's buffer that the library writes into is `capacity` (bytes, or elements for
+ *   an array); an options struct is passed as `opts`. A handle parameter without `const` may be changed or
+ *   used up by the call (hostfirst_put_wait takes the operation's result; the *_free functions).
  * Outputs.  Output parameters are written only on success (enumerations also report the required count on
  *   HOSTFIRST_STATUS_BUFFER_TOO_SMALL). A NULL required pointer gives HOSTFIRST_STATUS_NULL_ARGUMENT.
  *   A buffer (ptr, len) with len == 0 may have ptr == NULL.
@@ -53,7 +65,8 @@
  *   hostfirst_<type>_name(value) returns the value's constant without its HOSTFIRST_<TYPE>_ prefix
  *   ("OUT_OF_MEMORY", "BF16", "LIBRARY_NOT_FOUND", "BUILT_IN"), or "UNKNOWN"; never NULL.
  * Strings.  Input strings are NUL-terminated UTF-8 (at most 65536 bytes). Returned const char* strings are
- *   owned by the library; each function says how long they live. Never free them.
+ *   owned by the library; each function says how long they live. Never free them. A function that returns
+ *   const char* never returns NULL (out-of-range input gives "UNKNOWN" for names, "" otherwise).
  * Handles.  Opaque handles (hostfirst_file*, ...) are created by a function that says so and released by the
  *   matching *_free, which accepts NULL. A handle is an id checked on every call: a freed, stale or
  *   wrong-type handle gives HOSTFIRST_STATUS_INVALID_HANDLE, not a crash.
@@ -66,6 +79,10 @@
  *   parent initialised it, or while it was doing so (see hostfirst_backend_describe).
  * Panics.  No Rust panic crosses this boundary: a bug inside the library returns HOSTFIRST_STATUS_PANIC (or
  *   the function's documented default value) and the library stays usable.
+ * Signals.  No function is async-signal-safe: none may be called from a signal handler (they take locks and
+ *   allocate). Where a mapping can raise SIGBUS (a file truncated under a view's data, see
+ *   hostfirst_view_info.data), a handler may only record the fault and siglongjmp/exit; the ways that never
+ *   fault are the copying calls (hostfirst_view_copy, hostfirst_view_read, a put to cpu).
  */
 
 /*
@@ -788,7 +805,8 @@ int32_t hostfirst_device_equal(const struct hostfirst_device *a,
 size_t hostfirst_census_warning_count(void);
 
 /**
- * Returns census warning `index`, or NULL when out of range. The string lives for the process lifetime.
+ * Returns census warning `index` (`0 .. hostfirst_census_warning_count()`), or the empty string when out of
+ * range; never NULL. The string lives for the process lifetime.
  */
 const char *hostfirst_census_warning(size_t index);
 
@@ -886,7 +904,8 @@ const char *hostfirst_default_source_name(hostfirst_default_source source);
 hostfirst_status hostfirst_default_device_set(struct hostfirst_device device);
 
 /**
- * Clears the process-wide default device, so the environment or built-in rule applies again. Never fails.
+ * Clears the process-wide default device, so the environment or built-in rule applies again. Returns `OK`
+ * (it has no failure of its own: see CONVENTIONS, Status).
  */
 hostfirst_status hostfirst_default_device_clear(void);
 
@@ -947,14 +966,15 @@ hostfirst_status hostfirst_scope_enter(const struct hostfirst_carried_scope *car
 hostfirst_status hostfirst_scope_leave(uint64_t token);
 
 /**
- * Turns strict mode on (`on != 0`) or off for the calling thread. In strict mode any operation that would
+ * Turns strict mode on (`on` = 1) or off (0) for the calling thread. In strict mode any operation that would
  * resolve the implicit default device fails with `IMPLICIT_PLACEMENT` (the analogue of JAX's
- * transfer guard). Never fails.
+ * transfer guard). Errors: `INVALID_ARGUMENT` for an `on` other than 0 or 1 (nothing changes).
  */
 hostfirst_status hostfirst_strict_thread_set(int32_t on);
 
 /**
- * Turns strict mode on (`on != 0`) or off for the whole process (every thread). Never fails.
+ * Turns strict mode on (`on` = 1) or off (0) for the whole process (every thread). Errors:
+ * `INVALID_ARGUMENT` for an `on` other than 0 or 1 (nothing changes).
  */
 hostfirst_status hostfirst_strict_process_set(int32_t on);
 
@@ -1617,7 +1637,7 @@ hostfirst_status hostfirst_view_read(const struct hostfirst_view *view,
  * Nothing is allocated: the pages belong to the page cache, which the kernel may reclaim again under memory
  * pressure. A view larger than available host memory less the fit check's margin gives `OUT_OF_MEMORY`
  * (message and `hostfirst_last_error_fit` as for a put) and reads nothing. When `populated` is not NULL it
- * receives, on success, `true` when the pages were mapped and `false` when the system offers only
+ * receives, on success, 1 when the pages were mapped and 0 when the system offers only
  * read-ahead advice (Linux before 5.14, other systems) or the view is over a memory buffer (nothing to do).
  *
  * The gathers that follow read through the mapping, so a file truncated afterwards kills them with SIGBUS
@@ -1629,7 +1649,7 @@ hostfirst_status hostfirst_view_read(const struct hostfirst_view *view,
  * that is not in the page cache.
  */
 hostfirst_status hostfirst_view_prefault(const struct hostfirst_view *view,
-                                         bool *populated);
+                                         int32_t *populated);
 
 /* ==============================================================================================================
  * 5. BUFFERS AND PUTS
@@ -1727,7 +1747,7 @@ typedef struct hostfirst_put_options {
    */
   uint32_t threads;
   /**
-   * Nonzero: resident mode for CUDA targets — page-lock the tensor's mapped range once (read-only
+   * 1: resident mode for CUDA targets — page-lock the tensor's mapped range once (read-only
    * registration, cached until `hostfirst_release_cached_memory`) and copy straight from it. Pays off only
    * for data transferred many times (registration costs ≥ 0.1 s/GB); the default is the staging ring. Where
    * registration is unsupported or refused the put goes through the staging ring instead and says so
@@ -1885,7 +1905,8 @@ hostfirst_status hostfirst_buffer_to(const struct hostfirst_buffer *buffer,
 /**
  * Frees the process-wide caches of page-locked memory: idle staging slabs kept for reuse by CUDA puts, and
  * resident-mode registrations (unregistered once no transfer uses them). Puts in progress are not affected;
- * later puts allocate again. Thread-safe; never fails.
+ * later puts allocate again. Returns `OK` (it has no failure of its own: see CONVENTIONS, Status).
+ * Thread-safe.
  */
 hostfirst_status hostfirst_release_cached_memory(void);
 
@@ -1982,7 +2003,7 @@ hostfirst_status hostfirst_put_poll(const struct hostfirst_put_op *op);
  * nothing stays allocated). The result is handed out once: a second wait gives `ALREADY_USED`. Errors also:
  * `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe; the operation must still be freed.
  */
-hostfirst_status hostfirst_put_wait(const struct hostfirst_put_op *op,
+hostfirst_status hostfirst_put_wait(struct hostfirst_put_op *op,
                                     struct hostfirst_buffer **out);
 
 /**
@@ -2137,7 +2158,7 @@ typedef struct hostfirst_plan_device_info {
   /**
    * 1 when `bytes <= usable`, else 0.
    */
-  uint32_t fits;
+  int32_t fits;
   /**
    * The largest tensor it receives (NUL-terminated UTF-8), valid until the plan is freed.
    */
@@ -2563,7 +2584,7 @@ hostfirst_status hostfirst_gather_new(struct hostfirst_device device,
 
 /**
  * Assembles one batch: row `i` = elements `offsets[i] .. offsets[i] + window` of the 1-D tensor `source`,
- * for `i < n` (`n` must equal the batch), into a batch of the ring no one holds (see `hostfirst_gather_new`),
+ * for `i < n`, into a batch of the ring no one holds (see `hostfirst_gather_new`),
  * which becomes the gather's current batch. The windows are read into the batch (cpu and cuda_host) or into
  * the staging buffer followed by one asynchronous copy (cuda). Returns once the batch is in place.
  *
@@ -2575,6 +2596,11 @@ hostfirst_status hostfirst_gather_new(struct hostfirst_device device,
  * fits in memory, the fast and truncation-proof way** is to put it to cpu once (an eager copy,
  * `hostfirst_put`) and gather from that buffer with `hostfirst_gather_run_from_buffer`: memcpy speed, and
  * nothing done to the file can fault or fail it. BENCHMARKS.md section 3 has the speeds.
+ *
+ * `n` is the length of the caller's `offsets` array and must equal the gather's batch size: the batch shape
+ * is fixed by `hostfirst_gather_new` (one shape for a jitted step); `n` is there so that the library never
+ * reads past the caller's array (a mismatch is `INVALID_ARGUMENT`, naming both numbers, not a read of
+ * memory that is not the caller's).
  *
  * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (source not 1-D, dtype differs, `n`
  * differs from the batch), `OUT_OF_RANGE` (a window longer than the tensor, or the first offset — index and
@@ -2597,7 +2623,8 @@ hostfirst_status hostfirst_gather_run(struct hostfirst_gather *gather,
 
 /**
  * Assembles one batch of whole sequences of a Megatron dataset (`dataset`, opened with `hostfirst_file_open`):
- * row `i` = the tokens of sequence `indices[i]`, for `i < n` (`n` must equal the batch), **padded**: the
+ * row `i` = the tokens of sequence `indices[i]`, for `i < n` (`n`, the length of `indices`, must equal the
+ * batch size, as for `hostfirst_gather_run`), **padded**: the
  * first `min(length, window)` tokens, then `pad` in every element up to the window (`pad`'s low bytes,
  * little-endian, as one element: the pad token id). A sequence longer than the window is cut at it.
  * When `out_lengths` is not NULL, `out_lengths[i]` receives the tokens row `i` holds (`min(length, window)`),
@@ -2669,12 +2696,12 @@ hostfirst_status hostfirst_gather_ring(const struct hostfirst_gather *gather,
                                        size_t *out_held);
 
 /**
- * Copies the current batch (`batch * window * element size` bytes, C order) into `dst`, which holds `cap`
- * bytes. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `BUFFER_TOO_SMALL`, `DEVICE_ERROR`. Thread-safe.
+ * Copies the current batch (`batch * window * element size` bytes, C order) into `dst`, which holds
+ * `capacity` bytes. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `BUFFER_TOO_SMALL`, `DEVICE_ERROR`. Thread-safe.
  */
 hostfirst_status hostfirst_gather_copy_to_host(const struct hostfirst_gather *gather,
                                                void *dst,
-                                               size_t cap);
+                                               size_t capacity);
 
 /**
  * Writes the size of one batch in bytes to `*out_nbytes`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`.
@@ -3574,13 +3601,13 @@ hostfirst_status hostfirst_shard_rules_free(struct hostfirst_shard_rules *rules)
  * given), the plan holds the part of the tensor that position holds under `rules` (unmatched tensors: all
  * of it), as the contiguous byte runs
  * it needs from its file, and the reads those take once neighbouring runs are merged under
- * `options->max_over_read` (default 1.25 pages read per page needed). A part several owned positions hold
+ * `opts->max_over_read` (default 1.25 pages read per page needed). A part several owned positions hold
  * (along a replicated mesh axis) is read once and copied (`hostfirst_shard_info.copy_of`). Making a plan
  * reads no tensor data and allocates nothing on a device; it records each device's free memory now
  * (`hostfirst_shard_plan_totals`). No communication with other processes: each process makes its own
  * plan from the same rules.
  *
- * `options` may be NULL (defaults). Errors: `NULL_ARGUMENT` (`file`, `rules`, `out`; `positions` or
+ * `opts` may be NULL (defaults). Errors: `NULL_ARGUMENT` (`file`, `rules`, `out`; `positions` or
  * `devices` NULL with `count > 0`), `INVALID_HANDLE`; `OUT_OF_RANGE` for a position not below
  * `hostfirst_shard_mesh_positions` (e.g. an MPI rank ≥ the mesh size); `INVALID_ARGUMENT` for a position
  * listed twice, an unknown device kind, bad options, a spec with more entries than a tensor it matches has
@@ -3594,7 +3621,7 @@ hostfirst_status hostfirst_shard_plan_make(const struct hostfirst_file *file,
                                            const uint64_t *positions,
                                            const struct hostfirst_device *devices,
                                            size_t count,
-                                           const struct hostfirst_shard_options *options,
+                                           const struct hostfirst_shard_options *opts,
                                            struct hostfirst_shard_plan **out);
 
 /**

@@ -275,8 +275,7 @@ inline device resolve_default_device() {
 inline std::vector<std::string> census_warnings() {
     std::vector<std::string> out;
     for (size_t i = 0, n = hostfirst_census_warning_count(); i < n; i++) {
-        const char *w = hostfirst_census_warning(i);
-        if (w) out.emplace_back(w);
+        out.emplace_back(hostfirst_census_warning(i));
     }
     return out;
 }
@@ -668,7 +667,7 @@ public:
     }
     /// Blocks until the put finishes; returns its buffer or throws its error (or the exception its progress
     /// callback threw, which cancelled it). Once only (then ALREADY_USED).
-    hostfirst::buffer wait() const {
+    hostfirst::buffer wait() {
         hostfirst_buffer *b = nullptr;
         hostfirst_status st = hostfirst_put_wait(op_.get(), &b);
         if (guard_) guard_->rethrow();
@@ -713,9 +712,9 @@ public:
     /// mapping with no page faults instead of one pread each. Returns true when the pages were mapped, false
     /// for read-ahead advice only or memory buffers.
     bool prefault() const {
-        bool populated = false;
+        int32_t populated = 0;
         check(hostfirst_view_prefault(c(), &populated));
-        return populated;
+        return populated == 1;
     }
     /// Copies the bytes with pread into dst (capacity bytes); TRUNCATED instead of SIGBUS.
     void copy_to(void *dst, size_t capacity) const { check(hostfirst_view_copy(c(), dst, capacity, nullptr)); }

@@ -36,7 +36,7 @@ static hostfirst_status hf_go_view_sub(uintptr_t v, int rows, uint32_t dim, uint
 }
 
 static hostfirst_status hf_go_view_prefault(uintptr_t v, int *populated, char **err) {
-	bool p = false;
+	int32_t p = 0;
 	hostfirst_status st = hostfirst_view_prefault((const hostfirst_view *)v, &p);
 	if (st == HOSTFIRST_STATUS_OK) *populated = p;
 	*err = hf_go_merr(st);

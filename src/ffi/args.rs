@@ -41,6 +41,16 @@ pub(crate) fn constant_suffix(name: &str) -> String {
 }
 
 /// A required output pointer: NULL gives `NULL_ARGUMENT` naming the parameter.
+/// A boolean from C (the header's one spelling: `int32_t`, 1 true, 0 false); any other value is
+/// `INVALID_ARGUMENT` naming the parameter.
+pub(crate) fn bool_arg(v: i32, name: &str) -> Result<bool> {
+    match v {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(Error::new(Status::InvalidArgument, format!("{name} is {v}; expected 0 or 1"))),
+    }
+}
+
 pub(crate) fn out_ptr<'a, T>(p: *mut T, name: &str) -> Result<&'a mut T> {
     if p.is_null() {
         return Err(Error::new(Status::NullArgument, format!("output parameter '{name}' is NULL")));

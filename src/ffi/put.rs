@@ -43,7 +43,7 @@ pub struct hostfirst_put_options {
     pub struct_size: usize,
     /// Reader threads (0: the CPUs available to the process, at most 16).
     pub threads: u32,
-    /// Nonzero: resident mode for CUDA targets — page-lock the tensor's mapped range once (read-only
+    /// 1: resident mode for CUDA targets — page-lock the tensor's mapped range once (read-only
     /// registration, cached until `hostfirst_release_cached_memory`) and copy straight from it. Pays off only
     /// for data transferred many times (registration costs ≥ 0.1 s/GB); the default is the staging ring. Where
     /// registration is unsupported or refused the put goes through the staging ring instead and says so
@@ -328,7 +328,7 @@ pub extern "C" fn hostfirst_put_poll(op: *const hostfirst_put_op) -> Status {
 /// nothing stays allocated). The result is handed out once: a second wait gives `ALREADY_USED`. Errors also:
 /// `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe; the operation must still be freed.
 #[no_mangle]
-pub extern "C" fn hostfirst_put_wait(op: *const hostfirst_put_op, out: *mut *mut hostfirst_buffer) -> Status {
+pub extern "C" fn hostfirst_put_wait(op: *mut hostfirst_put_op, out: *mut *mut hostfirst_buffer) -> Status {
     hostfirst_boundary!("hostfirst_put_wait", {
         let op = handle::get::<hostfirst_put_op>(op, "op")?;
         let out = out_ptr(out, "out")?;

@@ -235,7 +235,7 @@ pub extern "C" fn hostfirst_view_read(
 /// Nothing is allocated: the pages belong to the page cache, which the kernel may reclaim again under memory
 /// pressure. A view larger than available host memory less the fit check's margin gives `OUT_OF_MEMORY`
 /// (message and `hostfirst_last_error_fit` as for a put) and reads nothing. When `populated` is not NULL it
-/// receives, on success, `true` when the pages were mapped and `false` when the system offers only
+/// receives, on success, 1 when the pages were mapped and 0 when the system offers only
 /// read-ahead advice (Linux before 5.14, other systems) or the view is over a memory buffer (nothing to do).
 ///
 /// The gathers that follow read through the mapping, so a file truncated afterwards kills them with SIGBUS
@@ -246,12 +246,12 @@ pub extern "C" fn hostfirst_view_read(
 /// shorter than when it was opened; never SIGBUS), `IO`. Thread-safe; may take seconds for a large tensor
 /// that is not in the page cache.
 #[no_mangle]
-pub extern "C" fn hostfirst_view_prefault(view: *const hostfirst_view, populated: *mut bool) -> Status {
+pub extern "C" fn hostfirst_view_prefault(view: *const hostfirst_view, populated: *mut i32) -> Status {
     hostfirst_boundary!("hostfirst_view_prefault", {
         let v = handle::get::<hostfirst_view>(view, "view")?;
         let p = v.prefault()?;
         if let Some(out) = opt_out(populated) {
-            *out = p;
+            *out = p as i32;
         }
         Ok(())
     })

@@ -167,6 +167,12 @@ static void test_census_without_cuda(void) {
     CHECK_OK(hostfirst_device_memory(devs[0], &free_b, &total_b));
     CHECK(total_b > 0 && free_b <= total_b);
     CHECK_OK(hostfirst_device_memory(devs[0], NULL, NULL));
+
+    /* a function returning a string never returns NULL (CONVENTIONS): past the last warning, "" */
+    size_t nwarn = hostfirst_census_warning_count();
+    const char *past = hostfirst_census_warning(nwarn);
+    CHECK(past != NULL && past[0] == '\0');
+    CHECK(hostfirst_census_warning(SIZE_MAX) != NULL);
 }
 
 static void test_specs(void) {
@@ -273,6 +279,12 @@ static void test_scopes(void) {
     CHECK_MSG("the process");
     CHECK_OK(hostfirst_strict_process_set(0));
     CHECK_OK(hostfirst_target_parse("default", &d));
+    /* booleans are int32_t 0 or 1 (CONVENTIONS): another value is refused and changes nothing */
+    CHECK_STATUS(hostfirst_strict_thread_set(2), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("on is 2; expected 0 or 1");
+    CHECK_STATUS(hostfirst_strict_process_set(-1), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_OK(hostfirst_strict_get(&t, &p));
+    CHECK(t == 0 && p == 0);
 }
 
 /* Worker: enters a carried scope, checks it, leaves it; hammers push/pop. */

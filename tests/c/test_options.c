@@ -247,7 +247,7 @@ int main(int argc, char **argv) {
     so->struct_size = END_OF(hostfirst_shard_options, staging_bytes) - 1;
     hostfirst_shard_plan *sp2 = NULL;
     CHECK_STATUS(hostfirst_shard_plan_make(f, sr, positions, &cpu, 1, so, &sp2), HOSTFIRST_STATUS_INVALID_ARGUMENT);
-    check_msg_sizes("options", "hostfirst_shard_options", so->struct_size,
+    check_msg_sizes("opts", "hostfirst_shard_options", so->struct_size,
                     END_OF(hostfirst_shard_options, staging_bytes));
     CHECK(sp2 == NULL);
     AT_GUARD(hostfirst_shard_run_options, user, ro);
