@@ -56,6 +56,7 @@ fn go_binding_tests_pass_against_the_installed_library() {
         "TestRulesPlanLoad",
         "TestViewsMore",
         "TestPutsDevicesStreams",
+        "TestDefaultsAndScopes",
     ] {
         assert!(text.contains(&format!("--- PASS: {name}")), "{name} did not run:\n{text}");
     }
