@@ -1,6 +1,7 @@
-// Package hostfirst is a Go binding of libhostfirst's C API (cgo): the device census, safetensors and token
-// files and their tensor views, reads, puts to a device, batch gathers, the safetensors writer, and the
-// library's status codes and messages as Go errors (not-yet-covered.txt lists what it does not call yet).
+// Package hostfirst is a Go binding of every stable function of libhostfirst's C API (cgo): the device
+// census, the default device and strict mode, safetensors and token files and their tensor views, reads,
+// puts, rules, plans and loads, batch gathers and streams, DLPack exports, the safetensors writer, and the
+// library's status codes and messages as Go errors. The experimental tier is left out.
 //
 // Its module path is github.com/hostfirst/hostfirst/bindings/go (the directory bindings/go of the hostfirst
 // repository; releases are tagged bindings/go/vX.Y.Z), so
@@ -49,9 +50,12 @@ static int hf_go_version_compatible(uint32_t header, uint32_t library) {
 	return HOSTFIRST_VERSION_COMPATIBLE(header, library);
 }
 
-// The message of the call that just failed, copied (free it), or NULL on success.
+// The message of the call that just failed, copied (free it), or NULL on success. The thread's last error
+// is that call's when its status is the one the call returned (the last-error family's rule).
 static char *hf_go_err(hostfirst_status st) {
-	return st == HOSTFIRST_STATUS_OK ? NULL : strdup(hostfirst_last_error_message());
+	if (st == HOSTFIRST_STATUS_OK) return NULL;
+	if (hostfirst_last_error_status() != st) return strdup("(the library kept no message for this failure)");
+	return strdup(hostfirst_last_error_message());
 }
 
 static hostfirst_status hf_go_backend(size_t i, hostfirst_backend_info *out, char **err) {
@@ -126,11 +130,15 @@ static hostfirst_status hf_go_view_read(uintptr_t v, uint64_t off, void *dst, si
 	return st;
 }
 
-static hostfirst_status hf_go_put(uintptr_t v, hostfirst_device target, uintptr_t *out, char **err) {
+// On failure, *has_fit says whether it was a fit check, whose numbers are in *fit.
+static hostfirst_status hf_go_put(uintptr_t v, hostfirst_device target, uintptr_t *out, char **err,
+                                  hostfirst_fit_info *fit, int *has_fit) {
 	hostfirst_buffer *b = NULL;
 	hostfirst_status st = hostfirst_put((const hostfirst_view *)v, &target, NULL, &b, NULL);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)b;
 	*err = hf_go_err(st);
+	fit->struct_size = sizeof *fit;
+	*has_fit = st != HOSTFIRST_STATUS_OK && hostfirst_last_error_fit(fit) == HOSTFIRST_STATUS_OK;
 	return st;
 }
 
@@ -185,6 +193,7 @@ const (
 	StatusIO              Status = C.HOSTFIRST_STATUS_IO
 	StatusNotSafetensors  Status = C.HOSTFIRST_STATUS_NOT_SAFETENSORS
 	StatusUnsupported     Status = C.HOSTFIRST_STATUS_UNSUPPORTED
+	StatusOutOfMemory     Status = C.HOSTFIRST_STATUS_OUT_OF_MEMORY
 )
 
 // String is the library's name for the status, such as "NOT_FOUND".
@@ -197,6 +206,13 @@ func (s Status) String() string {
 type Error struct {
 	Status  Status
 	Message string
+	Fit     *Fit // the numbers of a fit check that refused the call (StatusOutOfMemory before allocating), or nil
+}
+
+// Fit is what a fit check found: bytes needed, free and total on the device.
+type Fit struct {
+	Needed, Free, Total uint64
+	Device              Device
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("hostfirst: %s: %s", e.Status, e.Message) }
@@ -550,7 +566,8 @@ type Buffer struct {
 	view *View
 }
 
-// Put places the tensor on device (for example the result of ParseDevice("cpu")) with default options.
+// Put places the tensor on device (for example the result of ParseDevice("cpu")) with default options. A put
+// refused by the fit check (StatusOutOfMemory before allocating) carries the numbers in the *Error's Fit.
 func (v *View) Put(device Device) (*Buffer, error) {
 	p, err := v.h.get()
 	if err != nil {
@@ -559,7 +576,13 @@ func (v *View) Put(device Device) (*Buffer, error) {
 	defer runtime.KeepAlive(v)
 	var id C.uintptr_t
 	var msg *C.char
-	if err := check(C.hf_go_put(p, device.c(), &id, &msg), msg); err != nil {
+	var fit C.hostfirst_fit_info
+	var hasFit C.int
+	if err := check(C.hf_go_put(p, device.c(), &id, &msg, &fit, &hasFit), msg); err != nil {
+		if hasFit != 0 {
+			err.(*Error).Fit = &Fit{Needed: uint64(fit.needed), Free: uint64(fit.free), Total: uint64(fit.total),
+				Device: Device{Kind: int32(fit.device.kind), Ordinal: int32(fit.device.ordinal)}}
+		}
 		return nil, err
 	}
 	buf := &Buffer{h: handle{id: id}, view: v}

@@ -57,6 +57,7 @@ fn go_binding_tests_pass_against_the_installed_library() {
         "TestViewsMore",
         "TestPutsDevicesStreams",
         "TestDefaultsAndScopes",
+        "TestDLPackStreamsFit",
     ] {
         assert!(text.contains(&format!("--- PASS: {name}")), "{name} did not run:\n{text}");
     }
