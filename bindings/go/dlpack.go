@@ -71,17 +71,18 @@ func (b *Buffer) stream(which C.int, stream int64) error {
 // DLPackTensor is a DLPack 1.x export (DLManagedTensorVersioned) owned by Go until it is handed on: Close
 // calls its deleter; Release hands the pointer to a consumer, which then owns it.
 type DLPackTensor struct {
-	mu sync.Mutex
-	p  *C.hostfirst_dlpack_managed_tensor_versioned
+	mu    sync.Mutex
+	p     *C.hostfirst_dlpack_managed_tensor_versioned
+	owner interface{} // the View or Buffer exported: keeps Go-owned memory under it (OpenMemory's) reachable
 }
 
-func newDLPack(h C.uintptr_t, fromBuffer C.int) (*DLPackTensor, error) {
+func newDLPack(h C.uintptr_t, fromBuffer C.int, owner interface{}) (*DLPackTensor, error) {
 	var out *C.hostfirst_dlpack_managed_tensor_versioned
 	var msg *C.char
 	if err := check(C.hf_go_to_dlpack(h, fromBuffer, &out, &msg), msg); err != nil {
 		return nil, err
 	}
-	t := &DLPackTensor{p: out}
+	t := &DLPackTensor{p: out, owner: owner}
 	runtime.SetFinalizer(t, (*DLPackTensor).Close)
 	return t, nil
 }
@@ -93,7 +94,7 @@ func (v *View) DLPack() (*DLPackTensor, error) {
 		return nil, err
 	}
 	defer runtime.KeepAlive(v)
-	return newDLPack(p, 0)
+	return newDLPack(p, 0, v)
 }
 
 // DLPack exports the buffer on its device.
@@ -103,7 +104,7 @@ func (b *Buffer) DLPack() (*DLPackTensor, error) {
 		return nil, err
 	}
 	defer runtime.KeepAlive(b)
-	return newDLPack(p, 1)
+	return newDLPack(p, 1, b)
 }
 
 // Shape is the tensor's shape; Data its first byte (valid until Close or Release).
@@ -135,12 +136,15 @@ func (t *DLPackTensor) Data() unsafe.Pointer {
 }
 
 // Release hands the DLManagedTensorVersioned pointer to a consumer (which calls its deleter); t is empty after.
+// The export keeps its library handles alive, but not Go memory: for a view of a File from OpenMemory, keep
+// that File reachable (runtime.KeepAlive) until the consumer has called the deleter.
 func (t *DLPackTensor) Release() unsafe.Pointer {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	runtime.SetFinalizer(t, nil)
 	p := t.p
 	t.p = nil
+	t.owner = nil
 	return unsafe.Pointer(p)
 }
 

@@ -503,9 +503,12 @@ func (g *Gather) RunFromBuffer(source *Buffer, offsets []uint64) (*Buffer, error
 }
 
 // GatherStream fills batches ahead of the consumer on a worker thread.
-type GatherStream struct{ h handle }
+type GatherStream struct {
+	h      handle
+	source interface{} // the View or Buffer read: keeps Go-owned memory under it (OpenMemory's) reachable
+}
 
-func (g *Gather) stream(fromBuffer C.int, source C.uintptr_t, offsets []uint64, nBatches, depth int) (*GatherStream, error) {
+func (g *Gather) stream(fromBuffer C.int, source C.uintptr_t, src interface{}, offsets []uint64, nBatches, depth int) (*GatherStream, error) {
 	p, err := g.h.get()
 	if err != nil {
 		return nil, err
@@ -517,7 +520,7 @@ func (g *Gather) stream(fromBuffer C.int, source C.uintptr_t, offsets []uint64, 
 	if err := check(st, msg); err != nil {
 		return nil, err
 	}
-	s := &GatherStream{h: handle{id: id}}
+	s := &GatherStream{h: handle{id: id}, source: src}
 	runtime.SetFinalizer(s, (*GatherStream).Close)
 	return s, nil
 }
@@ -530,7 +533,7 @@ func (g *Gather) Stream(source *View, offsets []uint64, nBatches, depth int) (*G
 		return nil, err
 	}
 	defer runtime.KeepAlive(source)
-	return g.stream(0, vp, offsets, nBatches, depth)
+	return g.stream(0, vp, source, offsets, nBatches, depth)
 }
 
 // StreamFromBuffer is Stream over a 1-D host buffer.
@@ -540,7 +543,7 @@ func (g *Gather) StreamFromBuffer(source *Buffer, offsets []uint64, nBatches, de
 		return nil, err
 	}
 	defer runtime.KeepAlive(source)
-	return g.stream(1, bp, offsets, nBatches, depth)
+	return g.stream(1, bp, source, offsets, nBatches, depth)
 }
 
 // Next returns the next batch in order (nil after the last), or the error of a run that failed.
