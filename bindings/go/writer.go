@@ -264,7 +264,11 @@ func (w *Writer) AddPieceBuffer(name string, start []uint64, b *Buffer) error {
 	cname := C.CString(name)
 	defer C.free(unsafe.Pointer(cname))
 	var msg *C.char
-	return check(C.hf_go_writer_piece_buffer(p, cname, u64s(start), C.size_t(len(start)), bp, &msg), msg)
+	if err := check(C.hf_go_writer_piece_buffer(p, cname, u64s(start), C.size_t(len(start)), bp, &msg), msg); err != nil {
+		return err
+	}
+	w.keep = append(w.keep, b) // read at Finish: its memory (an OpenMemory copy) must stay
+	return nil
 }
 
 // AddPieceView gives the block of declared tensor name at start with the bytes of v (its shape is the block's).
@@ -282,7 +286,11 @@ func (w *Writer) AddPieceView(name string, start []uint64, v *View) error {
 	cname := C.CString(name)
 	defer C.free(unsafe.Pointer(cname))
 	var msg *C.char
-	return check(C.hf_go_writer_piece_view(p, cname, u64s(start), C.size_t(len(start)), vp, &msg), msg)
+	if err := check(C.hf_go_writer_piece_view(p, cname, u64s(start), C.size_t(len(start)), vp, &msg), msg); err != nil {
+		return err
+	}
+	w.keep = append(w.keep, v) // read at Finish: its memory (an OpenMemory copy) must stay
+	return nil
 }
 
 func (w *Writer) name(name string) *C.char {
@@ -307,7 +315,11 @@ func (w *Writer) AddView(name string, v *View) error {
 	cname := w.name(name)
 	defer C.free(unsafe.Pointer(cname))
 	var msg *C.char
-	return check(C.hf_go_writer_add_view(p, cname, vp, &msg), msg)
+	if err := check(C.hf_go_writer_add_view(p, cname, vp, &msg), msg); err != nil {
+		return err
+	}
+	w.keep = append(w.keep, v) // read at Finish: its memory (an OpenMemory copy) must stay
+	return nil
 }
 
 // AddBuffer declares a tensor with the bytes of b, on any device (name "": the buffer's own name).
@@ -325,7 +337,11 @@ func (w *Writer) AddBuffer(name string, b *Buffer) error {
 	cname := w.name(name)
 	defer C.free(unsafe.Pointer(cname))
 	var msg *C.char
-	return check(C.hf_go_writer_add_buffer(p, cname, bp, &msg), msg)
+	if err := check(C.hf_go_writer_add_buffer(p, cname, bp, &msg), msg); err != nil {
+		return err
+	}
+	w.keep = append(w.keep, b) // read at Finish: its memory (an OpenMemory copy) must stay
+	return nil
 }
 
 // AddBytes declares a tensor of dtype (a safetensors name: "F32", "BF16", ...) and shape with data (C order,
@@ -416,5 +432,6 @@ func (w *Writer) Close() error {
 		C.free(m)
 	}
 	w.mem = nil
+	w.keep = nil
 	return err
 }
