@@ -30,9 +30,11 @@
  * Booleans.  One spelling: int32_t, 1 for true and 0 for false, in parameters, outputs and struct fields
  *   alike. The library writes only 0 or 1; a boolean it reads that is neither 0 nor 1 gives
  *   HOSTFIRST_STATUS_INVALID_ARGUMENT naming it.
- * Names.  The size of a caller's buffer that the library writes into is `capacity` (bytes, or elements for
- *   an array); an options struct is passed as `opts`. A handle parameter without `const` may be changed or
- *   used up by the call (hostfirst_put_wait takes the operation's result; the *_free functions).
+ * Names.  A caller's buffer that the library fills up to its size (a string, a copy, a list whose length the
+ *   caller cannot know beforehand) comes with that size as `capacity` (bytes, or elements for an array); an
+ *   array of a length the caller chooses (offsets, indices, names) comes with `n` or `count`. An options
+ *   struct is passed as `opts`. A handle parameter without `const` may be changed or used up by the call
+ *   (hostfirst_put_wait takes the operation's result; the *_free functions).
  * Outputs.  Output parameters are written only on success (enumerations also report the required count on
  *   HOSTFIRST_STATUS_BUFFER_TOO_SMALL). A NULL required pointer gives HOSTFIRST_STATUS_NULL_ARGUMENT.
  *   A buffer (ptr, len) with len == 0 may have ptr == NULL.
