@@ -3010,14 +3010,14 @@ typedef struct hostfirst_dlpack_options {
    */
   struct hostfirst_dlpack_version max_version;
   /**
-   * The consumer's stream, read when `has_stream` is nonzero, with DLPack's meaning: 1 the legacy default
+   * The consumer's stream, read when `has_stream` is 1, with DLPack's meaning: 1 the legacy default
    * stream, 2 the per-thread default stream, > 2 a `CUstream` (cast to an integer), -1 the consumer
    * synchronises itself; 0 and other negative values are `INVALID_ARGUMENT`. Not given: the legacy default
    * stream. Only CUDA data uses it (see `hostfirst_buffer_to_dlpack`).
    */
   int64_t stream;
   /**
-   * Nonzero when `stream` was given (Python: `stream is not None`).
+   * 1 when `stream` was given (Python: `stream is not None`), else 0.
    */
   int32_t has_stream;
   /**
@@ -3026,7 +3026,7 @@ typedef struct hostfirst_dlpack_options {
    */
   hostfirst_dlpack_copy copy;
   /**
-   * Nonzero when `dl_device` was given.
+   * 1 when `dl_device` was given, else 0.
    */
   int32_t has_dl_device;
   /**
@@ -3036,9 +3036,9 @@ typedef struct hostfirst_dlpack_options {
    */
   struct hostfirst_dlpack_device dl_device;
   /**
-   * Nonzero: the consumer takes only the legacy form (`hostfirst_dlpack_managed_tensor`, DLPack's
+   * 1: the consumer takes only the legacy form (`hostfirst_dlpack_managed_tensor`, DLPack's
    * `DLManagedTensor`), as a consumer that passed no `max_version` (Python's `max_version=None`: numpy 1.x,
-   * JAX). 0 (default): the form follows `max_version`. Nonzero with a `max_version` of 1.0 or more is
+   * JAX). 0 (default): the form follows `max_version`. 1 with a `max_version` of 1.0 or more is
    * `INVALID_ARGUMENT` (the two ask for different forms).
    */
   int32_t legacy;

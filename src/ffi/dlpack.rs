@@ -5,7 +5,7 @@
 //! structs, their slots and their release are the core's too (`hostfirst_core::dlpack`). The deleters C calls
 //! are here: they are C functions.
 
-use super::args::{init_options, options_struct, out_ptr, read_options};
+use super::args::{bool_arg, init_options, options_struct, out_ptr, read_options};
 use super::buffer::hostfirst_buffer;
 use super::handle;
 use super::view::hostfirst_view;
@@ -39,25 +39,25 @@ pub struct hostfirst_dlpack_options {
     /// {HOSTFIRST_DLPACK_MAJOR_VERSION, HOSTFIRST_DLPACK_MINOR_VERSION}); a version below 1.0 ({0, n}, n > 0),
     /// the legacy form (`hostfirst_dlpack_managed_tensor`).
     pub max_version: DlpackVersion,
-    /// The consumer's stream, read when `has_stream` is nonzero, with DLPack's meaning: 1 the legacy default
+    /// The consumer's stream, read when `has_stream` is 1, with DLPack's meaning: 1 the legacy default
     /// stream, 2 the per-thread default stream, > 2 a `CUstream` (cast to an integer), -1 the consumer
     /// synchronises itself; 0 and other negative values are `INVALID_ARGUMENT`. Not given: the legacy default
     /// stream. Only CUDA data uses it (see `hostfirst_buffer_to_dlpack`).
     pub stream: i64,
-    /// Nonzero when `stream` was given (Python: `stream is not None`).
+    /// 1 when `stream` was given (Python: `stream is not None`), else 0.
     pub has_stream: i32,
     /// Share, copy, or refuse to copy: a `hostfirst_dlpack_copy` (default `HOSTFIRST_DLPACK_COPY_IF_NEEDED`);
     /// another value is `INVALID_ARGUMENT`.
     pub copy: c_dlpack_copy,
-    /// Nonzero when `dl_device` was given.
+    /// 1 when `dl_device` was given, else 0.
     pub has_dl_device: i32,
     /// The device the consumer wants the data on (kDLCPU 0, kDLCUDA N, kDLCUDAHost 0); when it is not where the
     /// data lives, the export is a copy there (fit-checked; `UNSUPPORTED` under COPY_NEVER, and for any other
     /// device type).
     pub dl_device: DlpackDevice,
-    /// Nonzero: the consumer takes only the legacy form (`hostfirst_dlpack_managed_tensor`, DLPack's
+    /// 1: the consumer takes only the legacy form (`hostfirst_dlpack_managed_tensor`, DLPack's
     /// `DLManagedTensor`), as a consumer that passed no `max_version` (Python's `max_version=None`: numpy 1.x,
-    /// JAX). 0 (default): the form follows `max_version`. Nonzero with a `max_version` of 1.0 or more is
+    /// JAX). 0 (default): the form follows `max_version`. 1 with a `max_version` of 1.0 or more is
     /// `INVALID_ARGUMENT` (the two ask for different forms).
     pub legacy: i32,
 }
@@ -97,10 +97,13 @@ fn request(opts: *const hostfirst_dlpack_options) -> crate::error::Result<Reques
         )
     })?;
     let d = o.dl_device;
-    let device = if o.has_dl_device != 0 { Some(dlpack::device_from_dl(d.device_type, d.device_id)?) } else { None };
-    let stream = ConsumerStream::from_dlpack(if o.has_stream != 0 { Some(o.stream) } else { None })?;
+    let (has_dl_device, has_stream) =
+        (bool_arg(o.has_dl_device, "opts->has_dl_device")?, bool_arg(o.has_stream, "opts->has_stream")?);
+    let legacy = bool_arg(o.legacy, "opts->legacy")?;
+    let device = if has_dl_device { Some(dlpack::device_from_dl(d.device_type, d.device_id)?) } else { None };
+    let stream = ConsumerStream::from_dlpack(if has_stream { Some(o.stream) } else { None })?;
     let v = o.max_version;
-    if o.legacy != 0 && v.major >= 1 {
+    if legacy && v.major >= 1 {
         return Err(Error::new(
             Status::InvalidArgument,
             format!(
@@ -111,7 +114,7 @@ fn request(opts: *const hostfirst_dlpack_options) -> crate::error::Result<Reques
         ));
     }
     let pre_1_0 = v.major == 0 && v.minor != 0;
-    let form = if o.legacy != 0 || pre_1_0 { Form::Legacy } else { Form::Versioned };
+    let form = if legacy || pre_1_0 { Form::Legacy } else { Form::Versioned };
     Ok(Request { form, copy, device, stream })
 }
 

@@ -34,6 +34,18 @@ static void options(hostfirst_view *view) {
     CHECK_STATUS(hostfirst_view_to_dlpack(view, &LEGACY, &v, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
     CHECK_MSG("out_legacy");
     CHECK(v == NULL);
+    /* booleans are 0 or 1 (CONVENTIONS): another value is refused, naming the field */
+    hostfirst_dlpack_options odd = o;
+    odd.has_stream = 2;
+    CHECK_STATUS(hostfirst_view_to_dlpack(view, &odd, &v, NULL), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("opts->has_stream is 2; expected 0 or 1");
+    odd = o;
+    odd.legacy = -1;
+    CHECK_STATUS(hostfirst_view_to_dlpack(view, &odd, &v, &l), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    odd = o;
+    odd.has_dl_device = 7;
+    CHECK_STATUS(hostfirst_view_to_dlpack(view, &odd, &v, NULL), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK(v == NULL);
     /* legacy with a versioned max_version asks two forms: refused. A version below 1.0 is the legacy form. */
     hostfirst_dlpack_options both = LEGACY;
     both.max_version.major = 1;
