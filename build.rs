@@ -15,25 +15,40 @@
 //! records the SONAME, so without the link the loader finds nothing there, even with an rpath (the README's
 //! checkout build line; `tests/it/readme_example.rs` runs it).
 //!
-//! Symbol versions: the cdylib is linked with the version script `abi/hostfirst.map` (one node, e.g.
-//! `HOSTFIRST_0.2`, for every `hostfirst_*` export; everything else local), under cargo-c too. The node name is
-//! passed to the crate as `HOSTFIRST_SYMBOL_VERSION`, and `hostfirst_boundary!` binds each export to it with a
-//! `.symver` directive (cfg `hostfirst_symver`), which rustc's own version script cannot override. GNU ld refuses
-//! two version scripts (rustc's is anonymous), so the link uses lld (`-fuse-ld=lld`): rustc's bundled rust-lld on
-//! x86_64 Linux (the default linker there since Rust 1.90), a system `ld.lld` elsewhere.
+//! Symbol versions: the cdylib is linked with the version script `abi/hostfirst.map` (a node per minor since
+//! 1.0, the open one named after the crate's MAJOR.MINOR, and the experimental node; everything else local),
+//! under cargo-c too. This script reads the map with `abi/nodes.rs` (which also checks its rules against the
+//! crate version), finds every exported function in the sources (`hostfirst_boundary!("NAME"`), and writes
+//! `$OUT_DIR/symbol_nodes.rs`: the macro `symbol_node!("NAME")` giving each one's node, with which
+//! `hostfirst_boundary!` binds the export by a `.symver` directive (cfg `hostfirst_symver`), which rustc's own
+//! version script cannot override. The open node's name is also passed to the crate as
+//! `HOSTFIRST_SYMBOL_VERSION`. GNU ld refuses two version scripts (rustc's is anonymous), so the link uses lld
+//! (`-fuse-ld=lld`): rustc's bundled rust-lld on x86_64 Linux (the default linker there since Rust 1.90), a system
+//! `ld.lld` elsewhere.
 
 use std::env;
 use std::path::{Path, PathBuf};
 
+/// The map's rules and the node of each function (shared with tests/it/abi.rs).
+#[path = "abi/nodes.rs"]
+mod nodes;
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed={VERSION_SCRIPT}");
+    println!("cargo:rerun-if-changed=abi/nodes.rs");
+    println!("cargo:rerun-if-changed=src");
     println!("cargo:rustc-check-cfg=cfg(hostfirst_symver)");
 
     let major: u64 = version_part("CARGO_PKG_VERSION_MAJOR");
     let minor: u64 = version_part("CARGO_PKG_VERSION_MINOR");
     let patch: u64 = version_part("CARGO_PKG_VERSION_PATCH");
     let soversion = soversion(major, minor, patch);
+
+    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let script = manifest_dir.join(VERSION_SCRIPT);
+    let map = read_map(&script, major, minor);
+    write_symbol_nodes(&manifest_dir, &map);
 
     let os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let family = env::var("CARGO_CFG_TARGET_FAMILY").unwrap_or_default();
@@ -48,9 +63,7 @@ fn main() {
         return;
     }
 
-    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
-    let script = manifest_dir.join(VERSION_SCRIPT);
-    let node = version_node(&script);
+    let node = &map.stable.last().expect("checked: a stable node").name;
     println!("cargo:rustc-env=HOSTFIRST_SYMBOL_VERSION={node}");
     println!("cargo:rustc-cfg=hostfirst_symver");
     println!("cargo:rustc-cdylib-link-arg=-Wl,--version-script={}", script.display());
@@ -107,19 +120,57 @@ fn soname_link(_dir: &Path, _soname: &str) -> std::io::Result<()> {
 /// The linker version script, relative to the package root.
 const VERSION_SCRIPT: &str = "abi/hostfirst.map";
 
-/// The name of the one version node the script defines (`NAME {` at the start of a line).
-fn version_node(script: &Path) -> String {
+/// Reads and checks the version script (abi/nodes.rs); a map that breaks its rules fails the build, saying why.
+fn read_map(script: &Path, major: u64, minor: u64) -> nodes::Nodes {
     let text = std::fs::read_to_string(script).unwrap_or_else(|e| panic!("cannot read {}: {e}", script.display()));
-    let nodes: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.trim_end().strip_suffix('{'))
-        .map(str::trim)
-        .filter(|n| n.starts_with("HOSTFIRST_"))
-        .collect();
-    match nodes.as_slice() {
-        [one] => one.to_string(),
-        _ => panic!("{} must define exactly one HOSTFIRST_* version node, found {nodes:?}", script.display()),
+    let map = nodes::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+    if let Err(e) = nodes::check(&map, major, minor) {
+        panic!("{}: {e}", script.display());
     }
+    map
+}
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// Writes `$OUT_DIR/symbol_nodes.rs`: `symbol_node!("NAME")` is the version node of each exported function of
+/// src/ (a name it does not know fails the build by name).
+fn write_symbol_nodes(manifest_dir: &Path, map: &nodes::Nodes) {
+    let mut files = Vec::new();
+    rust_files(&manifest_dir.join("src"), &mut files);
+    files.sort();
+    let mut names = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("cannot read {}: {e}", f.display()));
+        names.extend(nodes::exported_names(&text));
+    }
+    names.sort();
+    names.dedup();
+    let mut out = String::from(
+        "// Generated by build.rs from abi/hostfirst.map and the sources: the version node of each export.\n\
+         // (Unused where exports get no version: unit tests, targets without ELF symbol versions.)\n\
+         #[allow(unused_macros)]\n\
+         macro_rules! symbol_node {\n",
+    );
+    for name in &names {
+        let node = nodes::node_of(map, name).unwrap_or_else(|e| panic!("{VERSION_SCRIPT}: {e}"));
+        out.push_str(&format!("    (\"{name}\") => {{ \"{node}\" }};\n"));
+    }
+    out.push_str(
+        "    ($other:tt) => { compile_error!(concat!(\"build.rs found no hostfirst_boundary!(\", $other, \" in src/\")) };\n}\n",
+    );
+    let dest = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("symbol_nodes.rs");
+    std::fs::write(&dest, out).unwrap_or_else(|e| panic!("cannot write {}: {e}", dest.display()));
 }
 
 fn version_part(var: &str) -> u64 {

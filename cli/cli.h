@@ -4,6 +4,8 @@
 
 #include <stdint.h>
 #include <stdio.h>
+/* The CLI ships with its library, so it may use the experimental tier (shard-on-read, census warnings). */
+#define HOSTFIRST_EXPERIMENTAL
 #include "hostfirst.h"
 
 /* Prints `hostfirst: <what>: <STATUS>: <message>` on stderr and returns 1. */

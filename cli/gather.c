@@ -135,7 +135,7 @@ int cmd_gather(int argc, char **argv) {
             goto done;
         }
     }
-    bool populated = false;
+    int32_t populated = 0;
     if (prefault) {
         double t0 = now_s();
         st = hostfirst_view_prefault(view, &populated);

@@ -289,8 +289,8 @@ int cli_parse(const char *cmd, int argc, char **argv, void *ctx, cli_on_option o
 }
 
 int main(int argc, char **argv) {
-    if (hostfirst_version_number() != HOSTFIRST_VERSION_NUMBER) {
-        fprintf(stderr, "hostfirst: header version %d does not match library version %u\n",
+    if (!HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, hostfirst_version_number())) {
+        fprintf(stderr, "hostfirst: built against header version %d, which library version %u does not serve\n",
                 HOSTFIRST_VERSION_NUMBER, hostfirst_version_number());
         return 1;
     }

@@ -18,7 +18,6 @@ int main(int argc, char **argv) {
         hostfirst::check_version();
         for (const auto &b : hostfirst::backends())
             std::printf("backend %s: %s %s\n", b.name.c_str(), b.status.c_str(), b.reason.c_str());
-        for (const auto &w : hostfirst::census_warnings()) std::printf("census warning: %s\n", w.c_str());
         hostfirst::scope on_cpu("cpu");  // this thread's default, popped at the end of main
         auto d = hostfirst::default_device();
         std::printf("default: %s (%s)\n", d.device.spec().c_str(), d.source.c_str());

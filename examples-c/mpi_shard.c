@@ -19,6 +19,8 @@
  *   mpirun -np 4 ./mpi_shard /tmp/demo/model.safetensors.index.json
  *   mpirun -np 4 ./mpi_shard train.bin cpu "" U16 */
 #define _POSIX_C_SOURCE 200809L
+/* Shard-on-read is experimental (hostfirst.h, CONVENTIONS): opt in before including the header. */
+#define HOSTFIRST_EXPERIMENTAL
 #include <inttypes.h>
 #include <mpi.h>
 #include <stdint.h>

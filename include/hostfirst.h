@@ -17,32 +17,58 @@
 /*
  * CONVENTIONS (they hold for every function below unless its comment says otherwise)
  *
+ * Language.  This header is C99 or later (also C++11 or later; hostfirst.hpp needs C++17); it includes only
+ *   <stdbool.h>, <stddef.h> and <stdint.h>.
  * Status.  Fallible functions return hostfirst_status; HOSTFIRST_STATUS_OK (0) is success. Values are stable
  *   and never renumbered. On failure a thread-local message naming the thing (tensor, device, file) and the
  *   numbers is available from the last-error family, hostfirst_last_error_status() / _message() / _fit(); it
- *   is replaced only by the next failing call on the same thread.
+ *   is replaced only by the next failing call on the same thread. Functions that return a value instead of a
+ *   status (counts, names, hostfirst_device_equal) cannot fail: each documents its answer for bad input. A
+ *   function that returns a status without a failure of its own today (hostfirst_default_device_clear,
+ *   hostfirst_release_cached_memory) returns OK, keeping the status so that a bug inside the library can
+ *   still be reported as HOSTFIRST_STATUS_PANIC.
+ * Booleans.  One spelling: int32_t, 1 for true and 0 for false, in parameters, outputs and struct fields
+ *   alike. The library writes only 0 or 1; a boolean it reads that is neither 0 nor 1 gives
+ *   HOSTFIRST_STATUS_INVALID_ARGUMENT naming it.
+ * Names.  A caller's buffer that the library fills up to its size (a string, a copy, a list whose length the
+ *   caller cannot know beforehand) comes with that size as `capacity` (bytes, or elements for an array); an
+ *   array of a length the caller chooses (offsets, indices, names) comes with `n` or `count`. An options
+ *   struct is passed as `opts`. A handle parameter without `const` may be changed or used up by the call
+ *   (hostfirst_put_wait takes the operation's result; the *_free functions).
  * Outputs.  Output parameters are written only on success (enumerations also report the required count on
  *   HOSTFIRST_STATUS_BUFFER_TOO_SMALL). A NULL required pointer gives HOSTFIRST_STATUS_NULL_ARGUMENT.
  *   A buffer (ptr, len) with len == 0 may have ptr == NULL.
- * Extensible structs.  Structs that begin with `size_t struct_size` only ever grow by appending fields. Set
- *   struct_size = sizeof(the struct) before the call. Output structs (hostfirst_*_info, hostfirst_put_stats)
- *   follow the PJRT rule: any struct_size at least the struct's size in hostfirst 0.1.0 (through the last
- *   field it had then; for this version, every field) is accepted, the fields that fit are written, nothing
- *   past struct_size is touched, and struct_size is set to the number of bytes written. A smaller struct_size
- *   gives HOSTFIRST_STATUS_INVALID_ARGUMENT. Options structs (hostfirst_*_options) each have an
- *   hostfirst_*_options_init(&opts, sizeof opts) that writes the defaults and sets struct_size (only the
- *   fields that lie wholly within the struct_size it is given: a program built against an older, smaller
- *   struct gets nothing written past it); a NULL options pointer means the defaults. An older (smaller)
- *   struct_size is accepted by the init and by every function taking the options, the fields past it take
- *   their defaults; one smaller than the struct's first version (0.2.0) gives
- *   HOSTFIRST_STATUS_INVALID_ARGUMENT naming the struct and both sizes.
+ * Versions.  HOSTFIRST_VERSION_COMPATIBLE(header, library) is the one rule for telling whether a program built
+ *   against this header (HOSTFIRST_VERSION_NUMBER) works with the library it runs with
+ *   (hostfirst_version_number()): the same ABI line and a library at least as new as the header.
+ * Extensible structs.  Every struct that begins with `size_t struct_size` follows one rule, in and out (the
+ *   Linux kernel's copy_struct_from_user / copy_struct_to_user). Set struct_size = sizeof(the struct) before
+ *   the call. struct_size must hold the struct's whole 1.0 layout and be at most 4096, else
+ *   HOSTFIRST_STATUS_INVALID_ARGUMENT naming the struct and the sizes. Fields are only ever appended.
+ *   In (hostfirst_*_options): the whole fields within struct_size are read; fields past it (a program built
+ *   against an older header) take their defaults; bytes past the fields this library knows, up to
+ *   struct_size (a newer header), must be zero, else HOSTFIRST_STATUS_INVALID_ARGUMENT naming the struct and
+ *   the offset of the first non-zero byte, and nothing is done. Every field's zero value is its default, so a
+ *   zero-filled struct with struct_size set, the struct hostfirst_*_options_init(&opts, sizeof opts) fills,
+ *   and a NULL options pointer all mean the defaults.
+ *   Out (hostfirst_*_info, hostfirst_put_stats, hostfirst_load_entry, and the options inits): only whole
+ *   fields within struct_size are written, never part of one; bytes past the fields this library knows, up to
+ *   struct_size, are set to zero; nothing past struct_size is touched; and struct_size is set to the bytes of
+ *   the fields written (an init keeps the caller's struct_size), so a field was written when its offset plus
+ *   its size is at most struct_size.
+ * Experimental.  What may still change in any minor release sits in each section's "Experimental" block,
+ *   behind #if defined(HOSTFIRST_EXPERIMENTAL): define HOSTFIRST_EXPERIMENTAL before including this header to
+ *   use it. Those functions carry the symbol version HOSTFIRST_EXPERIMENTAL_MAJOR.MINOR, renamed with every
+ *   minor, so a program that uses one runs only with the minor it was built against (the loader refuses
+ *   another); everything else keeps the promise of HOSTFIRST_VERSION_COMPATIBLE.
  * Enums.  Every set of named values is an enum typedef (hostfirst_dtype, hostfirst_placement, ...), and
  *   parameters and fields take that typedef. Values from C are validated; unknown values give
  *   HOSTFIRST_STATUS_INVALID_ARGUMENT with a message naming them, never undefined behaviour. Each
  *   hostfirst_<type>_name(value) returns the value's constant without its HOSTFIRST_<TYPE>_ prefix
  *   ("OUT_OF_MEMORY", "BF16", "LIBRARY_NOT_FOUND", "BUILT_IN"), or "UNKNOWN"; never NULL.
  * Strings.  Input strings are NUL-terminated UTF-8 (at most 65536 bytes). Returned const char* strings are
- *   owned by the library; each function says how long they live. Never free them.
+ *   owned by the library; each function says how long they live. Never free them. A function that returns
+ *   const char* never returns NULL (out-of-range input gives "UNKNOWN" for names, "" otherwise).
  * Handles.  Opaque handles (hostfirst_file*, ...) are created by a function that says so and released by the
  *   matching *_free, which accepts NULL. A handle is an id checked on every call: a freed, stale or
  *   wrong-type handle gives HOSTFIRST_STATUS_INVALID_HANDLE, not a crash.
@@ -55,6 +81,10 @@
  *   parent initialised it, or while it was doing so (see hostfirst_backend_describe).
  * Panics.  No Rust panic crosses this boundary: a bug inside the library returns HOSTFIRST_STATUS_PANIC (or
  *   the function's documented default value) and the library stays usable.
+ * Signals.  No function is async-signal-safe: none may be called from a signal handler (they take locks and
+ *   allocate). Where a mapping can raise SIGBUS (a file truncated under a view's data, see
+ *   hostfirst_view_info.data), a handler may only record the fault and siglongjmp/exit; the ways that never
+ *   fault are the copying calls (hostfirst_view_copy, hostfirst_view_read, a put to cpu).
  */
 
 /*
@@ -68,7 +98,7 @@
  *    6. RULES, PLANS AND LOADS
  *    7. GATHER
  *    8. DLPACK
- *    9. SHARD-ON-READ
+ *    9. SHARD-ON-READ (EXPERIMENTAL: HOSTFIRST_EXPERIMENTAL)
  *   10. WRITING SAFETENSORS FILES
  *   11. TEST HOOKS
  */
@@ -84,7 +114,8 @@ extern "C" {
  * thread can read what went wrong: hostfirst_last_error_status() gives the status, hostfirst_last_error_message() a
  * message naming the thing and the numbers (owned by the library, valid until the next failing call on that
  * thread) and hostfirst_last_error_fit() the needed and free bytes of a failed fit. Nothing here allocates anything you
- * free. hostfirst_version_number() against HOSTFIRST_VERSION_NUMBER tells a header from an older or newer library;
+ * free. HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, hostfirst_version_number()) says whether this library
+ * serves a program built against this header (the same ABI line, the library at least as new);
  * hostfirst_build_info() and hostfirst_read_engine() say how the library was built and how it reads files;
  * hostfirst_handle_count() counts the live handles of every kind, which is how tests prove nothing leaked.
  * ============================================================================================================== */
@@ -106,9 +137,26 @@ extern "C" {
 
 /**
  * `MAJOR * 1000000 + MINOR * 1000 + PATCH` of this header (the sqlite idiom). Programs should check
- * `hostfirst_version_number() == HOSTFIRST_VERSION_NUMBER` at start-up.
+ * `HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, hostfirst_version_number())` at start-up.
  */
 #define HOSTFIRST_VERSION_NUMBER 2000
+
+/**
+ * The one version rule of hostfirst: whether a program built against the header whose
+ * HOSTFIRST_VERSION_NUMBER is `header` works with the library whose hostfirst_version_number() is `library`.
+ * True when both belong to the same ABI line (the same major version; while the major is 0, the same minor
+ * too, since every 0.y minor may break the ABI and has its own SONAME; 0.0.z: the same release) and the
+ * library is at least as new as the header (a later release of the line keeps every function, constant and
+ * struct field of an earlier one; an earlier one may lack what the program uses). Check it once at start-up:
+ *     if (!HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, hostfirst_version_number())) { ... }
+ * hostfirst.hpp's hostfirst::check_version() and the Go package apply this macro. An integer constant
+ * expression when its arguments are, so usable in #if. Experimental functions (HOSTFIRST_EXPERIMENTAL) need
+ * the same minor as well, which the loader enforces by their symbol version.
+ */
+#define HOSTFIRST_VERSION_COMPATIBLE(header, library)                     \
+    ((library) >= (header) && (library) / 1000000 == (header) / 1000000 && \
+     ((header) / 1000000 != 0 || (library) / 1000 == (header) / 1000) &&  \
+     ((header) / 1000 != 0 || (library) == (header)))
 
 /**
  * The outcome of every fallible hostfirst call.
@@ -377,7 +425,8 @@ const char *hostfirst_version(void);
 /**
  * Returns the library version as `MAJOR * 1000000 + MINOR * 1000 + PATCH`.
  *
- * Compare with `HOSTFIRST_VERSION_NUMBER` to detect a header/library mismatch. Never fails. Thread-safe.
+ * Compare with `HOSTFIRST_VERSION_NUMBER` by `HOSTFIRST_VERSION_COMPATIBLE` (the one rule: the same ABI line,
+ * the library at least as new as the header). Never fails. Thread-safe.
  */
 uint32_t hostfirst_version_number(void);
 
@@ -388,6 +437,16 @@ uint32_t hostfirst_version_number(void);
 hostfirst_status hostfirst_build_info(char *buf,
                                       size_t capacity,
                                       size_t *out_len);
+
+/**
+ * Writes the number of live handles of all types (files, views, buffers, loads, ...) to `*out`.
+ *
+ * Useful for leak checks: after every handle is freed the count returns to what it was. Thread-safe.
+ */
+hostfirst_status hostfirst_handle_count(size_t *out);
+
+/* ---- Experimental: may change in any minor; #define HOSTFIRST_EXPERIMENTAL to use (see CONVENTIONS) ---- */
+#if defined(HOSTFIRST_EXPERIMENTAL)
 
 /**
  * Copies one line naming how this process reads files into `buf` (buffer rules of
@@ -404,12 +463,7 @@ hostfirst_status hostfirst_read_engine(char *buf,
                                        size_t capacity,
                                        size_t *out_len);
 
-/**
- * Writes the number of live handles of all types (files, views, buffers, loads, ...) to `*out`.
- *
- * Useful for leak checks: after every handle is freed the count returns to what it was. Thread-safe.
- */
-hostfirst_status hostfirst_handle_count(size_t *out);
+#endif /* HOSTFIRST_EXPERIMENTAL */
 
 /* ==============================================================================================================
  * 2. CENSUS AND DEVICES
@@ -665,17 +719,6 @@ hostfirst_status hostfirst_backend_describe(size_t index,
 const char *hostfirst_backend_status_name(hostfirst_backend_status status);
 
 /**
- * Returns the number of warnings the census raised about the environment (e.g. an unknown name in
- * `HOSTFIRST_PLATFORMS`). Read them with `hostfirst_census_warning`.
- */
-size_t hostfirst_census_warning_count(void);
-
-/**
- * Returns census warning `index`, or NULL when out of range. The string lives for the process lifetime.
- */
-const char *hostfirst_census_warning(size_t index);
-
-/**
  * Lists the devices of every available backend: `cpu:0` first, then `cuda:0..N-1`. (`cuda_host` is a
  * memory kind, not a listed device; it is usable whenever CUDA is available.)
  *
@@ -691,7 +734,7 @@ hostfirst_status hostfirst_devices(struct hostfirst_device *out,
  * Describes a present device into `*out` (set `out->struct_size` first).
  *
  * `cuda_host` reports the host's properties. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for an unknown
- * kind, a negative ordinal or `out->struct_size` smaller than the first version of the struct;
+ * kind, a negative ordinal or `out->struct_size` smaller than the struct's 1.0 layout;
  * `UNAVAILABLE` when the device's backend is not available; `NO_SUCH_DEVICE` for an ordinal out of range.
  * Creates no CUDA context. Thread-safe.
  */
@@ -753,6 +796,23 @@ hostfirst_status hostfirst_device_format(struct hostfirst_device device,
  */
 int32_t hostfirst_device_equal(const struct hostfirst_device *a,
                                const struct hostfirst_device *b);
+
+/* ---- Experimental: may change in any minor; #define HOSTFIRST_EXPERIMENTAL to use (see CONVENTIONS) ---- */
+#if defined(HOSTFIRST_EXPERIMENTAL)
+
+/**
+ * Returns the number of warnings the census raised about the environment (e.g. an unknown name in
+ * `HOSTFIRST_PLATFORMS`). Read them with `hostfirst_census_warning`.
+ */
+size_t hostfirst_census_warning_count(void);
+
+/**
+ * Returns census warning `index` (`0 .. hostfirst_census_warning_count()`), or the empty string when out of
+ * range; never NULL. The string lives for the process lifetime.
+ */
+const char *hostfirst_census_warning(size_t index);
+
+#endif /* HOSTFIRST_EXPERIMENTAL */
 
 /* ==============================================================================================================
  * 3. DEFAULT DEVICE
@@ -846,7 +906,8 @@ const char *hostfirst_default_source_name(hostfirst_default_source source);
 hostfirst_status hostfirst_default_device_set(struct hostfirst_device device);
 
 /**
- * Clears the process-wide default device, so the environment or built-in rule applies again. Never fails.
+ * Clears the process-wide default device, so the environment or built-in rule applies again. Returns `OK`
+ * (it has no failure of its own: see CONVENTIONS, Status).
  */
 hostfirst_status hostfirst_default_device_clear(void);
 
@@ -907,14 +968,15 @@ hostfirst_status hostfirst_scope_enter(const struct hostfirst_carried_scope *car
 hostfirst_status hostfirst_scope_leave(uint64_t token);
 
 /**
- * Turns strict mode on (`on != 0`) or off for the calling thread. In strict mode any operation that would
+ * Turns strict mode on (`on` = 1) or off (0) for the calling thread. In strict mode any operation that would
  * resolve the implicit default device fails with `IMPLICIT_PLACEMENT` (the analogue of JAX's
- * transfer guard). Never fails.
+ * transfer guard). Errors: `INVALID_ARGUMENT` for an `on` other than 0 or 1 (nothing changes).
  */
 hostfirst_status hostfirst_strict_thread_set(int32_t on);
 
 /**
- * Turns strict mode on (`on != 0`) or off for the whole process (every thread). Never fails.
+ * Turns strict mode on (`on` = 1) or off (0) for the whole process (every thread). Errors:
+ * `INVALID_ARGUMENT` for an `on` other than 0 or 1 (nothing changes).
  */
 hostfirst_status hostfirst_strict_process_set(int32_t on);
 
@@ -972,23 +1034,6 @@ hostfirst_status hostfirst_strict_get(int32_t *out_thread, int32_t *out_process)
 #define HOSTFIRST_FILE_RAW_INFER UINT64_MAX
 
 /**
- * Describes every tensor of `load`, in file order, into the caller's array `out` of `capacity` entries of
- * `entry_size` bytes each (pass `sizeof(hostfirst_load_entry)`; an older, smaller entry from an earlier
- * header is accepted as long as it holds every field up to `address`, and the library writes only the
- * fields that fit, setting each entry's `struct_size` to the bytes written).
- *
- * Always writes the number of tensors to `*out_count`. `(out NULL, capacity 0)` is a count query and
- * succeeds; a `capacity` smaller than the count gives `BUFFER_TOO_SMALL` and writes no entry. Entry `i`
- * is the tensor `hostfirst_load_get` finds by `out[i].name`, described without making a handle: its `name`
- * and `shape` pointers are owned by the load and valid until the load is freed, and `address` is the
- * memory a buffer handle from `hostfirst_load_get` would describe (`hostfirst_buffer_describe`), kept alive
- * by the load. To keep a tensor past the load, take its handle with `hostfirst_load_get`.
- *
- * Errors: `NULL_ARGUMENT` (load, out_count; out with capacity > 0), `INVALID_HANDLE`, `INVALID_ARGUMENT`
- * (`entry_size` smaller than the oldest supported entry or larger than `HOSTFIRST_MAX_ENTRY_SIZE`;
- * `capacity * entry_size` bytes from `out` overflowing or running past the end of the address space),
- * `BUFFER_TOO_SMALL` (count in `*out_count`).
- * On error no entry is written. Thread-safe.
  * The largest `entry_size` `hostfirst_load_entries` accepts: no version of `hostfirst_load_entry` will be
  * larger, so a bigger stride is a caller's mistake (a byte count passed as an entry size), refused before
  * anything is written.
@@ -1231,10 +1276,9 @@ typedef struct hostfirst_view_info {
    */
   uint64_t alignment;
   /**
-   * Appended after 0.1.0 (a caller built against an older header gets every field but this one). NULL when
-   * the view is one contiguous C-order block (every whole tensor, every row slice). For a strided view
-   * (`hostfirst_view_narrow` on an inner dimension): `rank` element strides, so element `(i0, i1, ...)` is
-   * at element offset `sum(ik * strides[k])` from `data`; `nbytes` is still the packed size, which copies
+   * NULL when the view is one contiguous C-order block (every whole tensor, every row slice). For a strided
+   * view (`hostfirst_view_narrow` on an inner dimension): `rank` element strides, so element `(i0, i1, ...)`
+   * is at element offset `sum(ik * strides[k])` from `data`; `nbytes` is still the packed size, which copies
    * (`hostfirst_view_copy`) and puts produce. Valid until the view is freed.
    */
   const uint64_t *strides;
@@ -1595,7 +1639,7 @@ hostfirst_status hostfirst_view_read(const struct hostfirst_view *view,
  * Nothing is allocated: the pages belong to the page cache, which the kernel may reclaim again under memory
  * pressure. A view larger than available host memory less the fit check's margin gives `OUT_OF_MEMORY`
  * (message and `hostfirst_last_error_fit` as for a put) and reads nothing. When `populated` is not NULL it
- * receives, on success, `true` when the pages were mapped and `false` when the system offers only
+ * receives, on success, 1 when the pages were mapped and 0 when the system offers only
  * read-ahead advice (Linux before 5.14, other systems) or the view is over a memory buffer (nothing to do).
  *
  * The gathers that follow read through the mapping, so a file truncated afterwards kills them with SIGBUS
@@ -1607,7 +1651,7 @@ hostfirst_status hostfirst_view_read(const struct hostfirst_view *view,
  * that is not in the page cache.
  */
 hostfirst_status hostfirst_view_prefault(const struct hostfirst_view *view,
-                                         bool *populated);
+                                         int32_t *populated);
 
 /* ==============================================================================================================
  * 5. BUFFERS AND PUTS
@@ -1692,7 +1736,7 @@ typedef int32_t (*hostfirst_progress_fn)(uint64_t done, uint64_t total, void *us
  * zero-initialise and set `struct_size = sizeof(hostfirst_put_options)`), then set what you need; zero fields
  * mean the defaults; a NULL options pointer means all defaults. The way to make one:
  * `hostfirst_put_options opts; hostfirst_put_options_init(&opts, sizeof opts); opts.threads = 4;`. A smaller
- * `struct_size` from an older header (at least the first version's) is accepted: fields past it take their
+ * `struct_size` from an older header (at least its 1.0 layout) is accepted: fields past it take their
  * defaults.
  */
 typedef struct hostfirst_put_options {
@@ -1705,7 +1749,7 @@ typedef struct hostfirst_put_options {
    */
   uint32_t threads;
   /**
-   * Nonzero: resident mode for CUDA targets — page-lock the tensor's mapped range once (read-only
+   * 1: resident mode for CUDA targets — page-lock the tensor's mapped range once (read-only
    * registration, cached until `hostfirst_release_cached_memory`) and copy straight from it. Pays off only
    * for data transferred many times (registration costs ≥ 0.1 s/GB); the default is the staging ring. Where
    * registration is unsupported or refused the put goes through the staging ring instead and says so
@@ -1863,7 +1907,8 @@ hostfirst_status hostfirst_buffer_to(const struct hostfirst_buffer *buffer,
 /**
  * Frees the process-wide caches of page-locked memory: idle staging slabs kept for reuse by CUDA puts, and
  * resident-mode registrations (unregistered once no transfer uses them). Puts in progress are not affected;
- * later puts allocate again. Thread-safe; never fails.
+ * later puts allocate again. Returns `OK` (it has no failure of its own: see CONVENTIONS, Status).
+ * Thread-safe.
  */
 hostfirst_status hostfirst_release_cached_memory(void);
 
@@ -1872,7 +1917,7 @@ hostfirst_status hostfirst_release_cached_memory(void);
  * Pass `sizeof *out`: `hostfirst_put_options_init(&opts, sizeof opts)`. Only the fields that lie wholly
  * within the caller's `struct_size` bytes are written (a program built against an older, smaller struct
  * gets nothing written past it). Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a `struct_size` smaller
- * than the struct's first version (the message names both sizes). Thread-safe.
+ * than the struct's 1.0 layout (the message names both sizes). Thread-safe.
  */
 hostfirst_status hostfirst_put_options_init(struct hostfirst_put_options *out,
                                             size_t struct_size);
@@ -1960,7 +2005,7 @@ hostfirst_status hostfirst_put_poll(const struct hostfirst_put_op *op);
  * nothing stays allocated). The result is handed out once: a second wait gives `ALREADY_USED`. Errors also:
  * `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe; the operation must still be freed.
  */
-hostfirst_status hostfirst_put_wait(const struct hostfirst_put_op *op,
+hostfirst_status hostfirst_put_wait(struct hostfirst_put_op *op,
                                     struct hostfirst_buffer **out);
 
 /**
@@ -2115,7 +2160,7 @@ typedef struct hostfirst_plan_device_info {
   /**
    * 1 when `bytes <= usable`, else 0.
    */
-  uint32_t fits;
+  int32_t fits;
   /**
    * The largest tensor it receives (NUL-terminated UTF-8), valid until the plan is freed.
    */
@@ -2201,7 +2246,8 @@ typedef struct hostfirst_load_options {
  */
 typedef struct hostfirst_load_entry {
   /**
-   * Set by the library to the bytes of this entry it wrote (`min(entry_size, sizeof(hostfirst_load_entry))`).
+   * Set by the library to the bytes of known fields it wrote in this entry (`sizeof(hostfirst_load_entry)`
+   * when `entry_size` is at least that).
    */
   size_t struct_size;
   /**
@@ -2352,7 +2398,7 @@ hostfirst_status hostfirst_plan_free(struct hostfirst_plan *plan);
  * Fills `*out` with the default options (everything zero/NULL) and sets `out->struct_size = struct_size`.
  * Pass `sizeof *out`: `hostfirst_load_options_init(&opts, sizeof opts)`. Only the fields that lie wholly
  * within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a
- * `struct_size` smaller than the struct's first version (the message names both sizes). Thread-safe.
+ * `struct_size` smaller than the struct's 1.0 layout (the message names both sizes). Thread-safe.
  */
 hostfirst_status hostfirst_load_options_init(struct hostfirst_load_options *out,
                                              size_t struct_size);
@@ -2426,6 +2472,27 @@ hostfirst_status hostfirst_load_get(const struct hostfirst_load *load,
  */
 hostfirst_status hostfirst_load_free(struct hostfirst_load *load);
 
+/**
+ * Describes every tensor of `load`, in file order, into the caller's array `out` of `capacity` entries of
+ * `entry_size` bytes each (pass `sizeof(hostfirst_load_entry)`). Each entry follows the rule of every
+ * extensible struct (the header's CONVENTIONS): an older, smaller entry from an earlier header is accepted as
+ * long as it holds the whole 1.0 layout, the library writes only the whole fields that fit and zeroes the
+ * bytes of a newer, larger entry past the fields it knows, and sets each entry's `struct_size` to the bytes
+ * of known fields written.
+ *
+ * Always writes the number of tensors to `*out_count`. `(out NULL, capacity 0)` is a count query and
+ * succeeds; a `capacity` smaller than the count gives `BUFFER_TOO_SMALL` and writes no entry. Entry `i`
+ * is the tensor `hostfirst_load_get` finds by `out[i].name`, described without making a handle: its `name`
+ * and `shape` pointers are owned by the load and valid until the load is freed, and `address` is the
+ * memory a buffer handle from `hostfirst_load_get` would describe (`hostfirst_buffer_describe`), kept alive
+ * by the load. To keep a tensor past the load, take its handle with `hostfirst_load_get`.
+ *
+ * Errors: `NULL_ARGUMENT` (load, out_count; out with capacity > 0), `INVALID_HANDLE`, `INVALID_ARGUMENT`
+ * (`entry_size` smaller than the oldest supported entry or larger than `HOSTFIRST_MAX_ENTRY_SIZE`;
+ * `capacity * entry_size` bytes from `out` overflowing or running past the end of the address space),
+ * `BUFFER_TOO_SMALL` (count in `*out_count`).
+ * On error no entry is written. Thread-safe.
+ */
 hostfirst_status hostfirst_load_entries(const struct hostfirst_load *load,
                                         struct hostfirst_load_entry *out,
                                         size_t capacity,
@@ -2471,13 +2538,6 @@ hostfirst_status hostfirst_load_names(const struct hostfirst_load *load,
  * The deepest prefetch `hostfirst_gather_stream_start` accepts.
  */
 #define HOSTFIRST_GATHER_STREAM_MAX_DEPTH 64
-
-/**
- * The `n_batches` of `hostfirst_gather_stream_start` (and `_start_from_buffer`, `offsets` NULL) that starts
- * an open stream: its batches come from `hostfirst_gather_stream_push` until
- * `hostfirst_gather_stream_end_input`. (`SIZE_MAX`: no count of batches of offsets can be that large.)
- */
-#define HOSTFIRST_GATHER_STREAM_OPEN (size_t)-1
 
 /**
  * A reusable batch gather: a bounded ring of `[batch, window]` batches on one device (plus page-locked
@@ -2526,7 +2586,7 @@ hostfirst_status hostfirst_gather_new(struct hostfirst_device device,
 
 /**
  * Assembles one batch: row `i` = elements `offsets[i] .. offsets[i] + window` of the 1-D tensor `source`,
- * for `i < n` (`n` must equal the batch), into a batch of the ring no one holds (see `hostfirst_gather_new`),
+ * for `i < n`, into a batch of the ring no one holds (see `hostfirst_gather_new`),
  * which becomes the gather's current batch. The windows are read into the batch (cpu and cuda_host) or into
  * the staging buffer followed by one asynchronous copy (cuda). Returns once the batch is in place.
  *
@@ -2538,6 +2598,11 @@ hostfirst_status hostfirst_gather_new(struct hostfirst_device device,
  * fits in memory, the fast and truncation-proof way** is to put it to cpu once (an eager copy,
  * `hostfirst_put`) and gather from that buffer with `hostfirst_gather_run_from_buffer`: memcpy speed, and
  * nothing done to the file can fault or fail it. BENCHMARKS.md section 3 has the speeds.
+ *
+ * `n` is the length of the caller's `offsets` array and must equal the gather's batch size: the batch shape
+ * is fixed by `hostfirst_gather_new` (one shape for a jitted step); `n` is there so that the library never
+ * reads past the caller's array (a mismatch is `INVALID_ARGUMENT`, naming both numbers, not a read of
+ * memory that is not the caller's).
  *
  * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (source not 1-D, dtype differs, `n`
  * differs from the batch), `OUT_OF_RANGE` (a window longer than the tensor, or the first offset — index and
@@ -2560,7 +2625,8 @@ hostfirst_status hostfirst_gather_run(struct hostfirst_gather *gather,
 
 /**
  * Assembles one batch of whole sequences of a Megatron dataset (`dataset`, opened with `hostfirst_file_open`):
- * row `i` = the tokens of sequence `indices[i]`, for `i < n` (`n` must equal the batch), **padded**: the
+ * row `i` = the tokens of sequence `indices[i]`, for `i < n` (`n`, the length of `indices`, must equal the
+ * batch size, as for `hostfirst_gather_run`), **padded**: the
  * first `min(length, window)` tokens, then `pad` in every element up to the window (`pad`'s low bytes,
  * little-endian, as one element: the pad token id). A sequence longer than the window is cut at it.
  * When `out_lengths` is not NULL, `out_lengths[i]` receives the tokens row `i` holds (`min(length, window)`),
@@ -2632,12 +2698,12 @@ hostfirst_status hostfirst_gather_ring(const struct hostfirst_gather *gather,
                                        size_t *out_held);
 
 /**
- * Copies the current batch (`batch * window * element size` bytes, C order) into `dst`, which holds `cap`
- * bytes. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `BUFFER_TOO_SMALL`, `DEVICE_ERROR`. Thread-safe.
+ * Copies the current batch (`batch * window * element size` bytes, C order) into `dst`, which holds
+ * `capacity` bytes. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `BUFFER_TOO_SMALL`, `DEVICE_ERROR`. Thread-safe.
  */
 hostfirst_status hostfirst_gather_copy_to_host(const struct hostfirst_gather *gather,
                                                void *dst,
-                                               size_t cap);
+                                               size_t capacity);
 
 /**
  * Writes the size of one batch in bytes to `*out_nbytes`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`.
@@ -2735,6 +2801,16 @@ hostfirst_status hostfirst_random_offsets(uint64_t *state,
                                           uint64_t *out,
                                           size_t n);
 
+/* ---- Experimental: may change in any minor; #define HOSTFIRST_EXPERIMENTAL to use (see CONVENTIONS) ---- */
+#if defined(HOSTFIRST_EXPERIMENTAL)
+
+/**
+ * The `n_batches` of `hostfirst_gather_stream_start` (and `_start_from_buffer`, `offsets` NULL) that starts
+ * an open stream: its batches come from `hostfirst_gather_stream_push` until
+ * `hostfirst_gather_stream_end_input`. (`SIZE_MAX`: no count of batches of offsets can be that large.)
+ */
+#define HOSTFIRST_GATHER_STREAM_OPEN (size_t)-1
+
 /**
  * Gives an open stream (started with `n_batches = HOSTFIRST_GATHER_STREAM_OPEN`) `n_batches` more batches:
  * `offsets` holds `n_batches * batch` values (copied: the array may be freed on return; NULL is allowed
@@ -2766,6 +2842,8 @@ hostfirst_status hostfirst_gather_stream_push(struct hostfirst_gather_stream *st
  * nothing. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
  */
 hostfirst_status hostfirst_gather_stream_end_input(struct hostfirst_gather_stream *stream);
+
+#endif /* HOSTFIRST_EXPERIMENTAL */
 
 /* ==============================================================================================================
  * 8. DLPACK
@@ -2911,13 +2989,13 @@ typedef struct hostfirst_dlpack_device {
 
 /**
  * What a DLPack consumer asked for: the arguments of Python's `__dlpack__(*, stream, max_version,
- * dl_device, copy)`, for `hostfirst_view_to_dlpack` and `hostfirst_buffer_to_dlpack`. Fill it with
- * `hostfirst_dlpack_options_init` (the defaults: a DLPack 1.1 consumer that passed nothing else), then set
- * what the consumer gave. NULL options are those defaults. A zero-initialised struct with `struct_size` set
- * is a consumer that passed nothing at all (Python's `max_version=None`): the legacy form. The way to make
- * one: `hostfirst_dlpack_options opts; hostfirst_dlpack_options_init(&opts, sizeof opts); opts.copy =
- * HOSTFIRST_DLPACK_COPY_NEVER;`. A smaller `struct_size` from an older header (at least the first
- * version's) is accepted: fields past it take their defaults.
+ * dl_device, copy)`, for `hostfirst_view_to_dlpack` and `hostfirst_buffer_to_dlpack`. As for every options
+ * struct, zero means the default in every field: a zero-filled struct with `struct_size` set, NULL options
+ * and `hostfirst_dlpack_options_init` are the same request, a DLPack 1.1 consumer that passed nothing else
+ * (the versioned form, no stream, copy if needed, the data's own device). Then set what the consumer gave:
+ * `hostfirst_dlpack_options opts; hostfirst_dlpack_options_init(&opts, sizeof opts); opts.copy =
+ * HOSTFIRST_DLPACK_COPY_NEVER;`. A consumer that passed no `max_version` at all (Python's
+ * `max_version=None`) takes only the legacy form: set `legacy = 1`.
  */
 typedef struct hostfirst_dlpack_options {
   /**
@@ -2925,21 +3003,21 @@ typedef struct hostfirst_dlpack_options {
    */
   size_t struct_size;
   /**
-   * The highest DLPack version the consumer takes, which picks the form: major >= 1, the versioned form
-   * (`hostfirst_dlpack_managed_tensor_versioned`, the default: {HOSTFIRST_DLPACK_MAJOR_VERSION,
-   * HOSTFIRST_DLPACK_MINOR_VERSION}); major 0 (Python: `max_version=None`), the legacy form
-   * (`hostfirst_dlpack_managed_tensor`).
+   * The highest DLPack version the consumer takes, which picks the form: {0, 0} (not given, the default)
+   * or major >= 1, the versioned form (`hostfirst_dlpack_managed_tensor_versioned`, DLPack
+   * {HOSTFIRST_DLPACK_MAJOR_VERSION, HOSTFIRST_DLPACK_MINOR_VERSION}); a version below 1.0 ({0, n}, n > 0),
+   * the legacy form (`hostfirst_dlpack_managed_tensor`).
    */
   struct hostfirst_dlpack_version max_version;
   /**
-   * The consumer's stream, read when `has_stream` is nonzero, with DLPack's meaning: 1 the legacy default
+   * The consumer's stream, read when `has_stream` is 1, with DLPack's meaning: 1 the legacy default
    * stream, 2 the per-thread default stream, > 2 a `CUstream` (cast to an integer), -1 the consumer
    * synchronises itself; 0 and other negative values are `INVALID_ARGUMENT`. Not given: the legacy default
    * stream. Only CUDA data uses it (see `hostfirst_buffer_to_dlpack`).
    */
   int64_t stream;
   /**
-   * Nonzero when `stream` was given (Python: `stream is not None`).
+   * 1 when `stream` was given (Python: `stream is not None`), else 0.
    */
   int32_t has_stream;
   /**
@@ -2948,7 +3026,7 @@ typedef struct hostfirst_dlpack_options {
    */
   hostfirst_dlpack_copy copy;
   /**
-   * Nonzero when `dl_device` was given.
+   * 1 when `dl_device` was given, else 0.
    */
   int32_t has_dl_device;
   /**
@@ -2957,6 +3035,13 @@ typedef struct hostfirst_dlpack_options {
    * device type).
    */
   struct hostfirst_dlpack_device dl_device;
+  /**
+   * 1: the consumer takes only the legacy form (`hostfirst_dlpack_managed_tensor`, DLPack's
+   * `DLManagedTensor`), as a consumer that passed no `max_version` (Python's `max_version=None`: numpy 1.x,
+   * JAX). 0 (default): the form follows `max_version`. 1 with a `max_version` of 1.0 or more is
+   * `INVALID_ARGUMENT` (the two ask for different forms).
+   */
+  int32_t legacy;
 } hostfirst_dlpack_options;
 
 /**
@@ -3083,12 +3168,11 @@ typedef struct hostfirst_dlpack_managed_tensor {
 } hostfirst_dlpack_managed_tensor;
 
 /**
- * Fills `*out` with the default options, a DLPack 1.1 consumer that passed nothing else (versioned form, no
- * stream, `HOSTFIRST_DLPACK_COPY_IF_NEEDED`, the data's own device), and sets `out->struct_size =
- * struct_size`. Pass `sizeof *out`: `hostfirst_dlpack_options_init(&opts, sizeof opts)`. Only the fields
- * that lie wholly within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`;
- * `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's first version (the message names both
- * sizes). Thread-safe.
+ * Fills `*out` with the default options, all zero: a DLPack 1.1 consumer that passed nothing else (versioned
+ * form, no stream, `HOSTFIRST_DLPACK_COPY_IF_NEEDED`, the data's own device), and sets `out->struct_size =
+ * struct_size`. Pass `sizeof *out`: `hostfirst_dlpack_options_init(&opts, sizeof opts)`. Writes by the rule
+ * of extensible structs (CONVENTIONS). Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a `struct_size`
+ * smaller than the struct's 1.0 layout or larger than 4096 (the message names the sizes). Thread-safe.
  */
 hostfirst_status hostfirst_dlpack_options_init(struct hostfirst_dlpack_options *out,
                                                size_t struct_size);
@@ -3097,9 +3181,9 @@ hostfirst_status hostfirst_dlpack_options_init(struct hostfirst_dlpack_options *
  * Exports a view (or row slice, or narrowed view) as a DLPack managed tensor for a consumer's request
  * (`opts`; NULL: the defaults of `hostfirst_dlpack_options_init`, a DLPack 1.1 consumer).
  *
- * **Outputs.** The form follows `opts->max_version`: major >= 1 writes a
- * `hostfirst_dlpack_managed_tensor_versioned *` to `*out_versioned`, major 0 a `hostfirst_dlpack_managed_tensor *`
- * to `*out_legacy`. The output of the requested form is required (`NULL_ARGUMENT`); the other may be NULL,
+ * **Outputs.** The form follows `opts->legacy` and `opts->max_version` (see `hostfirst_dlpack_options`): the
+ * versioned form (the default) writes a `hostfirst_dlpack_managed_tensor_versioned *` to `*out_versioned`,
+ * the legacy form a `hostfirst_dlpack_managed_tensor *` to `*out_legacy`. The output of the requested form is required (`NULL_ARGUMENT`); the other may be NULL,
  * and when given it is set to NULL. From C: `hostfirst_view_to_dlpack(view, NULL, &t, NULL)`.
  *
  * **Versioned form** (copy if needed or never): zero-copy. `dl_tensor.data` points into the file's read-only
@@ -3144,7 +3228,7 @@ hostfirst_status hostfirst_view_to_dlpack(const struct hostfirst_view *view,
 /**
  * Exports a buffer as a DLPack managed tensor for a consumer's request (`opts`; NULL: the defaults of
  * `hostfirst_dlpack_options_init`, a DLPack 1.1 consumer). The outputs as for `hostfirst_view_to_dlpack`
- * (the form by `opts->max_version`; the other output may be NULL). The buffer's own memory is shared (both
+ * (the form by `opts->legacy` and `opts->max_version`; the other output may be NULL). The buffer's own memory is shared (both
  * forms, writable, flags 0), unless `opts->copy` is COPY_ALWAYS or `opts->dl_device` names another device:
  * then the export is a new copy there (fit-checked, IS_COPIED), `UNSUPPORTED` under COPY_NEVER. The tensor
  * keeps the buffer's memory alive until its deleter runs, after `hostfirst_buffer_free` too (a gather batch
@@ -3204,6 +3288,9 @@ hostfirst_status hostfirst_buffer_to_dlpack(const struct hostfirst_buffer *buffe
 hostfirst_status hostfirst_dtype_to_dlpack(hostfirst_dtype dtype,
                                            struct hostfirst_dlpack_dtype *out);
 
+/* ---- Experimental: may change in any minor; #define HOSTFIRST_EXPERIMENTAL to use (see CONVENTIONS) ---- */
+#if defined(HOSTFIRST_EXPERIMENTAL)
+
 /**
  * A Python capsule destructor (`PyCapsule_Destructor`) for capsules holding a hostfirst DLPack export, for
  * bindings that make those capsules without a compiled extension (ctypes, cffi in ABI mode).
@@ -3228,8 +3315,10 @@ hostfirst_status hostfirst_dtype_to_dlpack(hostfirst_dtype dtype,
  */
 void hostfirst_dlpack_capsule_destructor(void *capsule);
 
+#endif /* HOSTFIRST_EXPERIMENTAL */
+
 /* ==============================================================================================================
- * 9. SHARD-ON-READ
+ * 9. SHARD-ON-READ (EXPERIMENTAL: HOSTFIRST_EXPERIMENTAL)
  *
  * Shard-on-read gives each process only its part of every tensor, read straight from the file. Describe the
  * devices as a hostfirst_shard_mesh (named axes with sizes; hostfirst_shard_mesh_new()), the partitioning as
@@ -3240,6 +3329,9 @@ void hostfirst_dlpack_capsule_destructor(void *capsule);
  * hostfirst_shard_result_get() and free yourself. Each object has its own _free; rules keep what they need of
  * the mesh (free it right after), and buffers taken from a result stay valid after the result is freed.
  * ============================================================================================================== */
+
+/* ---- Experimental: may change in any minor; #define HOSTFIRST_EXPERIMENTAL to use (see CONVENTIONS) ---- */
+#if defined(HOSTFIRST_EXPERIMENTAL)
 
 /**
  * A device mesh: named axes with sizes (like JAX's `Mesh`). Created by `hostfirst_shard_mesh_new`, released by
@@ -3271,7 +3363,7 @@ typedef struct hostfirst_shard_rules hostfirst_shard_rules;
  * by the plan for every run). Fill it with `hostfirst_shard_options_init` (or zero-initialise and set
  * `struct_size = sizeof(hostfirst_shard_options)`), then what you need; zero fields mean the defaults. The
  * way to make one: `hostfirst_shard_options opts; hostfirst_shard_options_init(&opts, sizeof opts);
- * opts.threads = 4;`. A smaller `struct_size` from an older header (at least the first version's) is
+ * opts.threads = 4;`. A smaller `struct_size` from an older header (at least its 1.0 layout) is
  * accepted: fields past it take their defaults.
  */
 typedef struct hostfirst_shard_options {
@@ -3309,8 +3401,8 @@ typedef struct hostfirst_shard_options {
  * `hostfirst_shard_run_options_init` (or zero-initialise and set `struct_size = sizeof
  * (hostfirst_shard_run_options)`), then what you need: `hostfirst_shard_run_options ro;
  * hostfirst_shard_run_options_init(&ro, sizeof ro); ro.progress = my_progress; ro.user = &my_state;`. A
- * NULL pointer means the defaults (no callback). A smaller `struct_size` from an older header (at least the
- * first version's) is accepted: fields past it take their defaults.
+ * NULL pointer means the defaults (no callback). A smaller `struct_size` from an older header (at least its
+ * 1.0 layout) is accepted: fields past it take their defaults.
  */
 typedef struct hostfirst_shard_run_options {
   /**
@@ -3401,7 +3493,7 @@ typedef struct hostfirst_shard_info {
  * Fills `*out` with the default plan options (everything zero) and sets `out->struct_size = struct_size`.
  * Pass `sizeof *out`: `hostfirst_shard_options_init(&opts, sizeof opts)`. Only the fields that lie wholly
  * within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a
- * `struct_size` smaller than the struct's first version (the message names both sizes). Thread-safe.
+ * `struct_size` smaller than the struct's 1.0 layout (the message names both sizes). Thread-safe.
  */
 hostfirst_status hostfirst_shard_options_init(struct hostfirst_shard_options *out,
                                               size_t struct_size);
@@ -3410,7 +3502,7 @@ hostfirst_status hostfirst_shard_options_init(struct hostfirst_shard_options *ou
  * Fills `*out` with the default run options (no progress callback) and sets `out->struct_size =
  * struct_size`. Pass `sizeof *out`: `hostfirst_shard_run_options_init(&ro, sizeof ro)`. Only the fields that
  * lie wholly within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`;
- * `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's first version (the message names both
+ * `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's 1.0 layout (the message names both
  * sizes). Thread-safe.
  */
 hostfirst_status hostfirst_shard_run_options_init(struct hostfirst_shard_run_options *out,
@@ -3511,13 +3603,13 @@ hostfirst_status hostfirst_shard_rules_free(struct hostfirst_shard_rules *rules)
  * given), the plan holds the part of the tensor that position holds under `rules` (unmatched tensors: all
  * of it), as the contiguous byte runs
  * it needs from its file, and the reads those take once neighbouring runs are merged under
- * `options->max_over_read` (default 1.25 pages read per page needed). A part several owned positions hold
+ * `opts->max_over_read` (default 1.25 pages read per page needed). A part several owned positions hold
  * (along a replicated mesh axis) is read once and copied (`hostfirst_shard_info.copy_of`). Making a plan
  * reads no tensor data and allocates nothing on a device; it records each device's free memory now
  * (`hostfirst_shard_plan_totals`). No communication with other processes: each process makes its own
  * plan from the same rules.
  *
- * `options` may be NULL (defaults). Errors: `NULL_ARGUMENT` (`file`, `rules`, `out`; `positions` or
+ * `opts` may be NULL (defaults). Errors: `NULL_ARGUMENT` (`file`, `rules`, `out`; `positions` or
  * `devices` NULL with `count > 0`), `INVALID_HANDLE`; `OUT_OF_RANGE` for a position not below
  * `hostfirst_shard_mesh_positions` (e.g. an MPI rank ≥ the mesh size); `INVALID_ARGUMENT` for a position
  * listed twice, an unknown device kind, bad options, a spec with more entries than a tensor it matches has
@@ -3531,7 +3623,7 @@ hostfirst_status hostfirst_shard_plan_make(const struct hostfirst_file *file,
                                            const uint64_t *positions,
                                            const struct hostfirst_device *devices,
                                            size_t count,
-                                           const struct hostfirst_shard_options *options,
+                                           const struct hostfirst_shard_options *opts,
                                            struct hostfirst_shard_plan **out);
 
 /**
@@ -3622,6 +3714,8 @@ hostfirst_status hostfirst_shard_result_bytes_read(const struct hostfirst_shard_
  * `hostfirst_shard_result_get` stay valid. Thread-safe.
  */
 hostfirst_status hostfirst_shard_result_free(struct hostfirst_shard_result *result);
+
+#endif /* HOSTFIRST_EXPERIMENTAL */
 
 /* ==============================================================================================================
  * 10. WRITING SAFETENSORS FILES
@@ -3720,7 +3814,8 @@ typedef struct hostfirst_writer_options {
 } hostfirst_writer_options;
 
 /**
- * What a finished save wrote (`hostfirst_writer_finish`). Set `struct_size = sizeof(hostfirst_writer_info)`.
+ * What a finished save wrote (`hostfirst_writer_finish`). Set `struct_size = sizeof(hostfirst_writer_info)`
+ * (at least its 1.0 layout, at most 4096); fields past what the library knows are zeroed.
  */
 typedef struct hostfirst_writer_info {
   /**
@@ -3752,8 +3847,9 @@ typedef struct hostfirst_writer_info {
 
 /**
  * Fills `*out` with the default options (everything zero/NULL) and sets `out->struct_size = struct_size`.
- * Pass `sizeof *out`. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a `struct_size` smaller than the
- * struct's first version. Thread-safe.
+ * Pass `sizeof *out`. Only the fields that lie wholly within the caller's `struct_size` bytes are written.
+ * Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's 1.0 layout or
+ * larger than 4096 (the message names the sizes). Thread-safe.
  */
 hostfirst_status hostfirst_writer_options_init(struct hostfirst_writer_options *out,
                                                size_t struct_size);

@@ -14,15 +14,22 @@
  * here): the census, devices and default-device scopes; files, views and sharded sets; puts (sync, with
  * stats, async), buffers and their CUDA stream handshake; rules, plans (with the rules that place no tensor)
  * and whole-file loads; the batch gather; shard-on-read (mesh, rules, plan, run); the safetensors writer; DLPack
- * exports; dtypes,
- * errors and build information. Enum values (statuses, dtypes, device kinds) are the C header's HOSTFIRST_*
+ * exports; dtypes, errors and build information. The wrappers of hostfirst.h's experimental tier (shard-on-read,
+ * open gather streams, census warnings, the read engine) are there only when HOSTFIRST_EXPERIMENTAL is defined
+ * before this header is included, as in hostfirst.h. Enum values (statuses, dtypes, device kinds) are the C header's HOSTFIRST_*
  * constants; info structs are the C header's, with strings owned by the handle that filled them.
  *
  * Ownership: every handle class owns one C handle and frees it in its destructor; a constructor or factory
  * whose C call fails throws and owns nothing (the C API writes outputs only on success). Handles handed out
  * by a call (a batch, a load's tensor, a shard's buffer) are new handles of their own. DLPack exports come
  * back in owners that call the deleter (see dlpack_tensor); release() hands the raw pointer to a consumer.
- * Callbacks (progress) are C function pointers called from inside the library: they must not throw.
+ * Callbacks (progress, agree) are C function pointers called from inside the library. The wrappers that take
+ * options with callbacks (view::put, view::put_start, load::run, shard_plan::run, writer::open) guard them: an
+ * exception one throws never enters the library (which cannot unwind it: the process would abort); the wrapper
+ * cancels the operation (the callback returns nonzero) and rethrows that exception to the caller once the C
+ * call has returned (put_op::wait for put_start, writer::finish for a writer), instead of hostfirst::error
+ * CANCELLED. Calling the C functions
+ * directly, a C++ callback must still not throw.
  *
  *   hostfirst::rules r;  r.add("tokens", "host").add("*", "cuda:0");
  *   auto p = hostfirst::plan::make(f, r);                   // dry run; p.unmatched_rules() lists typos
@@ -42,7 +49,9 @@
 #else
 
 #include <cstdint>
+#include <exception>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -76,11 +85,13 @@ inline void check(hostfirst_status status) {
     if (status != HOSTFIRST_STATUS_OK) throw error(status, hostfirst_last_error_message());
 }
 
-/// Throws unless the loaded library matches the header this program was compiled with.
+/// Throws unless the loaded library serves a program compiled with this header: the one rule,
+/// HOSTFIRST_VERSION_COMPATIBLE (the same ABI line, the library at least as new as the header).
 inline void check_version() {
-    if (hostfirst_version_number() != HOSTFIRST_VERSION_NUMBER)
+    if (!HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, hostfirst_version_number()))
         throw error(HOSTFIRST_STATUS_UNSUPPORTED, std::string("library version ") + hostfirst_version() +
-                                                      " does not match the header");
+                                                      " does not serve a program built against header version " +
+                                                      std::to_string(HOSTFIRST_VERSION_NUMBER));
 }
 
 /// A device value (kind + ordinal), parsed from and formatted to specs such as "cuda:1".
@@ -259,15 +270,16 @@ inline device resolve_default_device() {
     return device(d);
 }
 
+#if defined(HOSTFIRST_EXPERIMENTAL) /* experimental: may change in any minor (hostfirst.h, CONVENTIONS) */
 /// Census warnings about the environment (e.g. an unknown name in HOSTFIRST_PLATFORMS).
 inline std::vector<std::string> census_warnings() {
     std::vector<std::string> out;
     for (size_t i = 0, n = hostfirst_census_warning_count(); i < n; i++) {
-        const char *w = hostfirst_census_warning(i);
-        if (w) out.emplace_back(w);
+        out.emplace_back(hostfirst_census_warning(i));
     }
     return out;
 }
+#endif /* HOSTFIRST_EXPERIMENTAL */
 
 namespace detail {
 /// Fills a string through one of the C API's (buf, capacity, out_len) calls: a length query, then the copy.
@@ -286,10 +298,12 @@ std::string copy_string(F &&call) {
 inline std::string build_info() {
     return detail::copy_string([](char *b, size_t c, size_t *n) { return hostfirst_build_info(b, c, n); });
 }
+#if defined(HOSTFIRST_EXPERIMENTAL) /* experimental: may change in any minor (hostfirst.h, CONVENTIONS) */
 /// How this process reads files: "io_uring (...)" or "pread pool (...; why)" (see hostfirst_read_engine).
 inline std::string read_engine() {
     return detail::copy_string([](char *b, size_t c, size_t *n) { return hostfirst_read_engine(b, c, n); });
 }
+#endif /* HOSTFIRST_EXPERIMENTAL */
 /// The status of this thread's most recent failed call (OK if none has failed).
 inline hostfirst_status last_error_status() noexcept { return hostfirst_last_error_status(); }
 /// A copy of this thread's most recent error message ("" if none).
@@ -328,6 +342,55 @@ inline hostfirst_dlpack_dtype to_dlpack(hostfirst_dtype dtype) {
 inline void release_cached_memory() { check(hostfirst_release_cached_memory()); }
 
 namespace detail {
+/// A copy of options `Opts` (put_options, load_options, shard_run_options) whose progress callback is guarded:
+/// the library calls a noexcept trampoline, which calls the caller's callback with the caller's user pointer,
+/// catches whatever it throws, keeps the first exception and cancels the operation (returns 1). rethrow()
+/// then throws it on the caller's thread, after the C call returned. Not copyable or movable (the library holds
+/// its address as the callback's user pointer).
+template <class Opts>
+class guarded_options {
+public:
+    explicit guarded_options(const Opts &opts) : o_(opts), fn_(opts.progress), user_(opts.user) {
+        if (fn_) {
+            o_.progress = &trampoline;
+            o_.user = this;
+        }
+    }
+    guarded_options(const guarded_options &) = delete;
+    guarded_options &operator=(const guarded_options &) = delete;
+    const Opts *get() const noexcept { return &o_; }
+    /// Throws the exception the callback threw, if any (once).
+    void rethrow() {
+        if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    }
+
+private:
+    static int32_t trampoline(uint64_t done, uint64_t total, void *self) noexcept {
+        auto *g = static_cast<guarded_options *>(self);
+        if (g->error_) return 1; /* cancelling: the library may still report the end */
+        try {
+            return g->fn_(done, total, g->user_);
+        } catch (...) {
+            g->error_ = std::current_exception();
+            return 1;
+        }
+    }
+    Opts o_;
+    hostfirst_progress_fn fn_;
+    void *user_;
+    std::exception_ptr error_;
+};
+
+/// Calls `call(opts)` with the options' callback guarded (guarded_options): a callback's exception is rethrown
+/// here once the call has returned (it cancelled the call); otherwise a failing status throws hostfirst::error.
+template <class Opts, class F>
+void call_guarded(const Opts &opts, F &&call) {
+    guarded_options<Opts> g(opts);
+    hostfirst_status st = call(g.get());
+    g.rethrow();
+    check(st);
+}
+
 /// Calls `call(args..., &out)` and hands the new handle to its owner: the C API writes `out` only on
 /// success, so a failing call throws and leaves nothing to free.
 template <class Owner, class Raw, class F, class... A>
@@ -446,18 +509,19 @@ struct dlpack_options : hostfirst_dlpack_options {
     }
 };
 
-/// Options of a put (hostfirst_put_options_init: every field its default). Callbacks must not throw.
+/// Options of a put (hostfirst_put_options_init: every field its default). The wrappers guard its callback.
 struct put_options : hostfirst_put_options {
     put_options() : hostfirst_put_options{} { check(hostfirst_put_options_init(this, sizeof(hostfirst_put_options))); }
 };
 
-/// Options of a whole-file load (hostfirst_load_options_init: copies, no callback). Callbacks must not throw.
+/// Options of a whole-file load (hostfirst_load_options_init: copies, no callback). load::run guards its callback.
 struct load_options : hostfirst_load_options {
     load_options() : hostfirst_load_options{} {
         check(hostfirst_load_options_init(this, sizeof(hostfirst_load_options)));
     }
 };
 
+#if defined(HOSTFIRST_EXPERIMENTAL) /* experimental: may change in any minor (hostfirst.h, CONVENTIONS) */
 /// Options of a shard plan: read merging and how its runs read (hostfirst_shard_options_init).
 struct shard_options : hostfirst_shard_options {
     shard_options() : hostfirst_shard_options{} {
@@ -465,13 +529,14 @@ struct shard_options : hostfirst_shard_options {
     }
 };
 
-/// Options of one run of a shard plan: the progress callback (hostfirst_shard_run_options_init). Callbacks
-/// must not throw.
+/// Options of one run of a shard plan: the progress callback (hostfirst_shard_run_options_init), which
+/// shard_plan::run guards.
 struct shard_run_options : hostfirst_shard_run_options {
     shard_run_options() : hostfirst_shard_run_options{} {
         check(hostfirst_shard_run_options_init(this, sizeof(hostfirst_shard_run_options)));
     }
 };
+#endif /* HOSTFIRST_EXPERIMENTAL */
 
 namespace detail {
 /// The DLPack exports of a handle class D (view, buffer) whose c() gives the C handle H, over its one C export
@@ -484,16 +549,17 @@ class dlpack_exports {
 public:
     /// Exports as a DLPack 1.x tensor (DLManagedTensorVersioned) for the request `opts` (copy, device, CUDA
     /// stream; the defaults share the memory where the C function does). A request for the legacy form
-    /// (max_version.major 0) throws NULL_ARGUMENT: use to_dlpack_legacy.
+    /// (legacy set, or a max_version below 1.0) throws NULL_ARGUMENT: use to_dlpack_legacy.
     dlpack_tensor to_dlpack(const dlpack_options &opts = dlpack_options()) const {
         hostfirst_dlpack_managed_tensor_versioned *v = nullptr;
         check(X(handle(), &opts, &v, nullptr));
         return dlpack_tensor(v);
     }
     /// Exports in the unversioned form (DLManagedTensor, a consumer of DLPack 0.x), which has no read-only flag:
-    /// always writable memory. `opts` as for to_dlpack; its max_version is set to {0, 0}.
+    /// always writable memory. `opts` as for to_dlpack; its legacy is set to 1 and its max_version to {0, 0}.
     dlpack_legacy_tensor to_dlpack_legacy(dlpack_options opts = dlpack_options()) const {
         opts.max_version = hostfirst_dlpack_version{0, 0};
+        opts.legacy = 1;
         hostfirst_dlpack_managed_tensor *l = nullptr;
         check(X(handle(), &opts, nullptr, &l));
         return dlpack_legacy_tensor(l);
@@ -588,6 +654,9 @@ private:
 class put_op {
 public:
     explicit put_op(hostfirst_put_op *op) noexcept : op_(op) {}
+    /// Adopts `op` together with the guarded options its callback runs with (see view::put_start).
+    put_op(hostfirst_put_op *op, std::unique_ptr<detail::guarded_options<put_options>> guard) noexcept
+        : guard_(std::move(guard)), op_(op) {}
     /// True once the put has finished (wait() then returns at once); false while it runs. Throws
     /// ALREADY_USED after the result was taken.
     bool poll() const {
@@ -596,13 +665,21 @@ public:
         check(st);
         return true;
     }
-    /// Blocks until the put finishes; returns its buffer or throws its error. Once only (then ALREADY_USED).
-    hostfirst::buffer wait() const {
-        return detail::adopt<hostfirst::buffer, hostfirst_buffer>(hostfirst_put_wait, op_.get());
+    /// Blocks until the put finishes; returns its buffer or throws its error (or the exception its progress
+    /// callback threw, which cancelled it). Once only (then ALREADY_USED).
+    hostfirst::buffer wait() {
+        hostfirst_buffer *b = nullptr;
+        hostfirst_status st = hostfirst_put_wait(op_.get(), &b);
+        if (guard_) guard_->rethrow();
+        check(st);
+        return hostfirst::buffer(b);
     }
     const hostfirst_put_op *c() const noexcept { return op_.get(); }
 
 private:
+    /// Declared before op_, so destroyed after it: freeing the operation waits for its worker, the last
+    /// caller of the guarded callback.
+    std::unique_ptr<detail::guarded_options<put_options>> guard_;
     detail::owner<hostfirst_put_op, hostfirst_put_op_free> op_;
 };
 
@@ -635,9 +712,9 @@ public:
     /// mapping with no page faults instead of one pread each. Returns true when the pages were mapped, false
     /// for read-ahead advice only or memory buffers.
     bool prefault() const {
-        bool populated = false;
+        int32_t populated = 0;
         check(hostfirst_view_prefault(c(), &populated));
-        return populated;
+        return populated == 1;
     }
     /// Copies the bytes with pread into dst (capacity bytes); TRUNCATED instead of SIGBUS.
     void copy_to(void *dst, size_t capacity) const { check(hostfirst_view_copy(c(), dst, capacity, nullptr)); }
@@ -660,9 +737,13 @@ public:
     buffer put_default(const put_options &opts = put_options(), hostfirst_put_stats *stats = nullptr) const {
         return put_ptr(nullptr, opts, stats);
     }
-    /// Starts the put on a worker thread (the target is resolved now); this view may go right after.
+    /// Starts the put on a worker thread (the target is resolved now); this view may go right after. The
+    /// progress callback runs on that thread, guarded: put_op::wait rethrows what it threw.
     put_op put_start(const device &target, const put_options &opts = put_options()) const {
-        return detail::adopt<put_op, hostfirst_put_op>(hostfirst_put_start, c(), &target.c(), &opts);
+        auto guard = std::make_unique<detail::guarded_options<put_options>>(opts);
+        hostfirst_put_op *op = nullptr;
+        check(hostfirst_put_start(c(), &target.c(), guard->get(), &op));
+        return put_op(op, std::move(guard));
     }
     const hostfirst_view *c() const noexcept { return v_.get(); }
 
@@ -670,7 +751,7 @@ private:
     buffer put_ptr(const hostfirst_device *target, const put_options &opts, hostfirst_put_stats *stats) const {
         if (stats) stats->struct_size = sizeof *stats;
         hostfirst_buffer *out = nullptr;
-        check(hostfirst_put(c(), target, &opts, &out, stats));
+        detail::call_guarded(opts, [&](const put_options *o) { return hostfirst_put(c(), target, o, &out, stats); });
         return buffer(out);
     }
     detail::owner<hostfirst_view, hostfirst_view_free> v_;
@@ -842,7 +923,9 @@ public:
     /// Applies `p` (made from `f`); every device is fit-checked before the first byte moves.
     /// Options: copy_on_write for cpu tensors, the progress callback.
     static load run(const file &f, const plan &p, const load_options &opts = load_options()) {
-        return detail::adopt<load, hostfirst_load>(hostfirst_load_run, f.c(), p.c(), &opts);
+        hostfirst_load *out = nullptr;
+        detail::call_guarded(opts, [&](const load_options *o) { return hostfirst_load_run(f.c(), p.c(), o, &out); });
+        return load(out);
     }
     explicit load(hostfirst_load *l) noexcept : l_(l) {}
     size_t size() const { return detail::get<size_t>(c(), hostfirst_load_count); }
@@ -971,6 +1054,7 @@ public:
                   size_t depth)
         : s_(decltype(s_)::make(hostfirst_gather_stream_start_from_buffer, g.c(), source.c(), offsets.data(),
                                 n_batches, depth)) {}
+#if defined(HOSTFIRST_EXPERIMENTAL) /* experimental: may change in any minor (hostfirst.h, CONVENTIONS) */
     /// An open stream of `source` (a 1-D tensor): no batch yet; push() gives it batches until end_input().
     gather_stream(gather &g, const view &source, size_t depth)
         : s_(decltype(s_)::make(hostfirst_gather_stream_start, g.c(), source.c(), nullptr,
@@ -985,6 +1069,7 @@ public:
     }
     /// No more batches come: the stream ends after those pushed so far.
     void end_input() { check(hostfirst_gather_stream_end_input(s_.get())); }
+#endif /* HOSTFIRST_EXPERIMENTAL */
     /// The next batch, waiting for it if needed; std::nullopt at the end. An open stream whose pushed batches
     /// were all handed out throws NOT_READY.
     std::optional<buffer> next() {
@@ -999,6 +1084,7 @@ private:
     detail::owner<hostfirst_gather_stream, hostfirst_gather_stream_free> s_;
 };
 
+#if defined(HOSTFIRST_EXPERIMENTAL) /* experimental: may change in any minor (hostfirst.h, CONVENTIONS) */
 /// A device mesh: named axes with sizes, positions numbered row-major (the last axis fastest).
 class shard_mesh {
 public:
@@ -1100,24 +1186,77 @@ public:
         t.fits = fits != 0;
         return t;
     }
-    /// Loads every shard into its own buffer (fit-checked first; pread, never the mapping). The progress
-    /// callback must not throw.
+    /// Loads every shard into its own buffer (fit-checked first; pread, never the mapping). A progress
+    /// callback that throws cancels the run, and its exception is rethrown here.
     shard_result run(const shard_run_options &opts = shard_run_options()) const {
-        return detail::adopt<shard_result, hostfirst_shard_result>(hostfirst_shard_run, c(), &opts);
+        hostfirst_shard_result *out = nullptr;
+        detail::call_guarded(opts, [&](const shard_run_options *o) { return hostfirst_shard_run(c(), o, &out); });
+        return shard_result(out);
     }
     const hostfirst_shard_plan *c() const noexcept { return p_.get(); }
 
 private:
     detail::owner<hostfirst_shard_plan, hostfirst_shard_plan_free> p_;
 };
+#endif /* HOSTFIRST_EXPERIMENTAL */
 
-/// Options of a safetensors writer (hostfirst_writer_options_init: one process, one file, fsync). Callbacks
-/// (agree, progress) must not throw.
+/// Options of a safetensors writer (hostfirst_writer_options_init: one process, one file, fsync). writer::open
+/// guards its callbacks (agree, progress): one that throws fails the save and finish() rethrows the exception.
 struct writer_options : hostfirst_writer_options {
     writer_options() : hostfirst_writer_options{} {
         check(hostfirst_writer_options_init(this, sizeof(hostfirst_writer_options)));
     }
 };
+
+namespace detail {
+/// The callbacks of a writer's options, guarded as guarded_options guards a progress callback: the library
+/// calls noexcept trampolines with this object as the user pointer; an exception is kept (the first) and the
+/// save fails (progress returns 1: cancel; agree returns -1: an error on this rank, CANCELLED on the others);
+/// writer::finish rethrows it once the C call has returned. Owned by the writer on the heap, so its address
+/// stays valid while the writer moves.
+class writer_guard {
+public:
+    explicit writer_guard(const writer_options &opts)
+        : o_(opts), progress_(opts.progress), agree_(opts.agree), user_(opts.user) {
+        o_.user = this;
+        if (progress_) o_.progress = &on_progress;
+        if (agree_) o_.agree = &on_agree;
+    }
+    writer_guard(const writer_guard &) = delete;
+    writer_guard &operator=(const writer_guard &) = delete;
+    const hostfirst_writer_options *get() const noexcept { return &o_; }
+    void rethrow() {
+        if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    }
+
+private:
+    static int32_t on_progress(uint64_t done, uint64_t total, void *self) noexcept {
+        auto *g = static_cast<writer_guard *>(self);
+        if (g->error_) return 1;
+        try {
+            return g->progress_(done, total, g->user_);
+        } catch (...) {
+            g->error_ = std::current_exception();
+            return 1;
+        }
+    }
+    static int32_t on_agree(int32_t ok, void *self) noexcept {
+        auto *g = static_cast<writer_guard *>(self);
+        if (g->error_) return -1;
+        try {
+            return g->agree_(ok, g->user_);
+        } catch (...) {
+            g->error_ = std::current_exception();
+            return -1;
+        }
+    }
+    hostfirst_writer_options o_;
+    hostfirst_progress_fn progress_;
+    hostfirst_agree_fn agree_;
+    void *user_;
+    std::exception_ptr error_;
+};
+}  // namespace detail
 
 /// A streaming safetensors writer: declare tensors (views, buffers on any device, host memory kept alive until
 /// finish), set the metadata, finish() once. finish() writes a temporary file beside the target and renames it
@@ -1130,14 +1269,19 @@ struct writer_options : hostfirst_writer_options {
 class writer {
 public:
     static writer open(const std::string &path, const writer_options &opts = writer_options()) {
-        return detail::adopt<writer, hostfirst_writer>(hostfirst_writer_open, path.c_str(),
-                                                       static_cast<const hostfirst_writer_options *>(&opts));
+        auto g = std::make_unique<detail::writer_guard>(opts);
+        hostfirst_writer *w = nullptr;
+        check(hostfirst_writer_open(path.c_str(), g->get(), &w));
+        return writer(w, std::move(g));
     }
     /// A writer into an open descriptor (Unix; the writer uses a duplicate and never closes `fd`).
     static writer open_fd(int fd, const writer_options &opts = writer_options()) {
-        return detail::adopt<writer, hostfirst_writer>(hostfirst_writer_open_fd, fd,
-                                                       static_cast<const hostfirst_writer_options *>(&opts));
+        auto g = std::make_unique<detail::writer_guard>(opts);
+        hostfirst_writer *w = nullptr;
+        check(hostfirst_writer_open_fd(fd, g->get(), &w));
+        return writer(w, std::move(g));
     }
+    /// Adopts `w`, whose options' callbacks (if any) must not throw: use open() for guarded ones.
     explicit writer(hostfirst_writer *w) noexcept : w_(w) {}
 
     /// A view's bytes under its own name (or `name`), read through the engine at finish.
@@ -1191,10 +1335,13 @@ public:
         return *this;
     }
     /// Writes the save; throws (every target as it was) on failure.
+    /// An exception thrown by a callback of the options is rethrown here (the save failed).
     hostfirst_writer_info finish() {
         hostfirst_writer_info info{};
         info.struct_size = sizeof info;
-        check(hostfirst_writer_finish(c(), &info));
+        hostfirst_status st = hostfirst_writer_finish(c(), &info);
+        if (g_) g_->rethrow();
+        check(st);
         parts_ = info.parts;
         return info;
     }
@@ -1211,7 +1358,9 @@ public:
     hostfirst_writer *c() const noexcept { return w_.get(); }
 
 private:
+    writer(hostfirst_writer *w, std::unique_ptr<detail::writer_guard> g) noexcept : w_(w), g_(std::move(g)) {}
     detail::owner<hostfirst_writer, hostfirst_writer_free> w_;
+    std::unique_ptr<detail::writer_guard> g_; /* the callbacks' guard: the library holds its address */
     uint64_t parts_ = 0;
 };
 

@@ -1,44 +1,67 @@
 #!/usr/bin/env bash
-# Checks the ABI of the installed libhostfirst against the committed baseline abi/<SONAME>.abi (libabigail's
-# abidiff; the baseline is written by scripts/abi-baseline.sh). Run by the test suite (tests/it/abi.rs).
+# Checks the ABI of the installed libhostfirst against the committed baselines of its SONAME, both ways: what the
+# policy calls compatible passes, anything else fails. Run by the test suite (tests/it/abi.rs); the baselines are
+# written by scripts/abi-baseline.sh.
 #
-#   compatible (nothing changed, or functions added)   exit 0; additions are listed
-#   incompatible (a function removed, a signature or a struct/enum it uses changed), or no baseline for the
-#   library's SONAME                                   exit 1, with abidiff's report and what to do
-#   abidiff missing or failing                         exit 2
+# Three checks, each in C terms first:
+#   1. The C view (abi/<SONAME>.txt, scripts/abi_c_view.py): every function prototype, struct layout (size,
+#      alignment, each field's offset, size and C type), typedef, enum constant and macro value of the installed
+#      hostfirst.h, as the C compiler sees them. Additions pass; a field appended at the end of an extensible
+#      struct (one that begins with size_t struct_size) passes; a renumbered constant or #define, a field inserted
+#      or changed, a changed prototype, anything removed fails.
+#   2. Symbol versions (abi/hostfirst.map): a function missing from the baseline must carry the open node (the
+#      current minor) or the experimental node, never a released one; a function of the baseline keeps its node.
+#   3. The binary (abi/<SONAME>.abi, libabigail's abidiff on the library's debug info): the same rules for what the
+#      compiled library really exports; appends at the end of extensible structs are accepted with a generated
+#      `has_data_member_inserted_at = end` suppression, which refuses insertions elsewhere.
+# The experimental tier (HOSTFIRST_EXPERIMENTAL; its node HOSTFIRST_EXPERIMENTAL_MAJOR.MINOR) is listed and never
+# compared: it may change in any minor.
 #
-# Usage: scripts/abi-check.sh [--prefix DIR] [--libdir lib] [--baseline FILE]
-#   --prefix DIR     a tree installed by scripts/install.sh (default: install into a temporary directory)
-#   --libdir DIR     its library directory, relative to the prefix (default: lib)
-#   --baseline FILE  compare against FILE instead of abi/<SONAME>.abi
-# The comparison reads the types from the installed debug info (libhostfirst.so.X.Y.Z.debug beside the library),
-# so neither the build path nor the debug info's own contents (paths, line numbers) matter: only the exported
-# functions, their symbol versions, and the C types they reach.
+#   compatible (nothing changed, or additions)        exit 0; additions are listed
+#   incompatible, or no baseline for the SONAME         exit 1, with every break in C terms and what to do
+#   a tool missing or failing                           exit 2
+#
+# Usage: scripts/abi-check.sh [--prefix DIR] [--libdir lib] [--baseline FILE] [--c-baseline FILE] [--header FILE]
+#                             [--map FILE]
+#   --prefix DIR        a tree installed by scripts/install.sh (default: install into a temporary directory)
+#   --libdir DIR        its library directory, relative to the prefix (default: lib)
+#   --baseline FILE     compare the library against FILE instead of abi/<SONAME>.abi
+#   --c-baseline FILE   compare the header's C view against FILE instead of abi/<SONAME>.txt
+#   --header FILE       take the C view of FILE instead of the installed include/hostfirst.h
+#   --map FILE          the version script whose open and experimental nodes apply (default: abi/hostfirst.map)
+# The binary comparison reads the types from the installed debug info (libhostfirst.so.X.Y.Z.debug beside the
+# library), so neither the build path nor the debug info's own contents (paths, line numbers) matter.
 set -euo pipefail
 
 die() { echo "abi-check.sh: $*" >&2; exit 2; }
-prefix="" libdir="lib" baseline=""
+prefix="" libdir="lib" baseline="" c_baseline="" header="" map=""
+abspath() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --prefix) [ $# -ge 2 ] || die "--prefix needs a value"; prefix="$2"; shift 2 ;;
         --libdir) [ $# -ge 2 ] || die "--libdir needs a value"; libdir="$2"; shift 2 ;;
-        --baseline) [ $# -ge 2 ] || die "--baseline needs a value"; baseline="$2"; shift 2 ;;
+        --baseline) [ $# -ge 2 ] || die "--baseline needs a value"; baseline="$(abspath "$2")"; shift 2 ;;
+        --c-baseline) [ $# -ge 2 ] || die "--c-baseline needs a value"; c_baseline="$(abspath "$2")"; shift 2 ;;
+        --header) [ $# -ge 2 ] || die "--header needs a value"; header="$(abspath "$2")"; shift 2 ;;
+        --map) [ $# -ge 2 ] || die "--map needs a value"; map="$(abspath "$2")"; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument '$1'" ;;
     esac
 done
-[ -z "$baseline" ] || baseline="$(cd "$(dirname "$baseline")" && pwd)/$(basename "$baseline")"
 [ -z "$prefix" ] || prefix="$(cd "$prefix" && pwd)"
 cd "$(dirname "$0")/.."
 regenerate="bash scripts/abi-baseline.sh"
+map="${map:-$PWD/abi/hostfirst.map}"
 
 command -v abidiff >/dev/null 2>&1 \
     || die "abidiff not found: install libabigail (Debian/Ubuntu: apt-get install abigail-tools; scripts/test.sh does)"
 command -v readelf >/dev/null 2>&1 || die "readelf not found (binutils)"
+command -v python3 >/dev/null 2>&1 || die "python3 not found (the C view, scripts/abi_c_view.py)"
+command -v "${CC:-cc}" >/dev/null 2>&1 || die "no C compiler ('${CC:-cc}'; set CC): the C view needs one"
 
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
 if [ -z "$prefix" ]; then
-    tmp="$(mktemp -d)"
-    trap 'rm -rf "$tmp"' EXIT
     prefix="$tmp/prefix"
     bash scripts/install.sh --prefix "$prefix" --libdir "$libdir" --no-cli >&2 || die "scripts/install.sh failed"
 fi
@@ -47,18 +70,82 @@ lib="$prefix/$libdir/libhostfirst.so"
 lib="$(readlink -f "$lib")"
 soname="$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\].*/\1/p')"
 [ -n "$soname" ] || die "$lib has no SONAME"
+header="${header:-$prefix/include/hostfirst.h}"
+[ -f "$header" ] || die "$header not found"
 
-if [ -z "$baseline" ]; then
-    baseline="$PWD/abi/$soname.abi"
-    if [ ! -f "$baseline" ]; then
-        others="$(cd abi && ls -- *.abi 2>/dev/null | tr '\n' ' ')"
-        echo "abi-check.sh: FAILED: no ABI baseline for $soname (abi/ has: ${others:-nothing})." >&2
-        echo "abi-check.sh: a new SONAME needs its baseline, made on purpose, with: $regenerate" >&2
-        exit 1
+for b in baseline:abi c_baseline:txt; do
+    var="${b%%:*}" ext="${b##*:}"
+    if [ -z "${!var}" ]; then
+        printf -v "$var" '%s' "$PWD/abi/$soname.$ext"
+        if [ ! -f "${!var}" ]; then
+            others="$(cd abi && ls -- *."$ext" 2>/dev/null | tr '\n' ' ')"
+            echo "abi-check.sh: FAILED: no ABI baseline abi/$soname.$ext for $soname (abi/ has: ${others:-nothing})." >&2
+            echo "abi-check.sh: a new SONAME needs its baselines, made on purpose, with: $regenerate" >&2
+            exit 1
+        fi
     fi
-fi
+done
 
-flags=(--d2 "$(dirname "$lib")" --fail-no-debug-info)
+breaks=0
+
+# 1. The C view.
+echo "== the C view of $(basename "$header") against $(basename "$c_baseline")"
+python3 scripts/abi_c_view.py report "$header" --soname "$soname" > "$tmp/c-view.txt" || die "the C view failed"
+set +e
+python3 scripts/abi_c_view.py compare "$c_baseline" "$tmp/c-view.txt" > "$tmp/c-compare.txt"
+rc=$?
+set -e
+[ "$rc" -le 1 ] || die "comparing the C views failed (exit $rc)"
+if [ -s "$tmp/c-compare.txt" ]; then cat "$tmp/c-compare.txt"; else echo "  no changes"; fi
+[ "$rc" -eq 0 ] || breaks=1
+
+# 2. Symbol versions: new functions only in the open or the experimental node; old ones keep theirs.
+nodes="$(sed -n 's/^\(HOSTFIRST_[A-Za-z0-9_.]*\) *{.*/\1/p' "$map")"
+open_node="$(printf '%s\n' "$nodes" | grep -v '^HOSTFIRST_EXPERIMENTAL_' | tail -n 1)"
+[ -n "$open_node" ] || die "no stable node in $map"
+echo "== symbol versions (open node $open_node)"
+readelf --dyn-syms -W "$lib" | awk '$7 != "UND" && $8 ~ /^hostfirst_/ { print $8 }' | sed 's/@@*/ /' | sort \
+    > "$tmp/lib-syms"
+sed -n "s/.*<elf-symbol name='\(hostfirst_[^']*\)' version='\([^']*\)'.*/\1 \2/p" "$baseline" | sort > "$tmp/base-syms"
+node_breaks=0
+while read -r name version; do
+    old="$(awk -v n="$name" '$1 == n { print $2 }' "$tmp/base-syms")"
+    if [ -z "$old" ]; then
+        case "$version" in
+            "$open_node"|HOSTFIRST_EXPERIMENTAL_*) ;;
+            *) echo "  INCOMPATIBLE: $name is new but carries $version, a released node: new functions go into" \
+                    "$open_node (or the experimental node); fix abi/hostfirst.map"; node_breaks=1 ;;
+        esac
+    elif [ "$old" != "$version" ]; then
+        case "$old$version" in
+            HOSTFIRST_EXPERIMENTAL_*HOSTFIRST_EXPERIMENTAL_*) ;;
+            *) echo "  INCOMPATIBLE: $name moved from $old to $version (programs linked against $old would not load)"
+               node_breaks=1 ;;
+        esac
+    fi
+done < "$tmp/lib-syms"
+[ "$node_breaks" -eq 0 ] && echo "  every function carries its node"
+[ "$node_breaks" -eq 0 ] || breaks=1
+
+# 3. The binary, with libabigail: experimental functions left out, appends at the end of extensible structs
+# (the C view's list) accepted.
+echo "== the library's debug info against $(basename "$baseline") (libabigail's abidiff; types named as the Rust" \
+    "debug info names them)"
+extensible="$(sed -n 's/^struct \(hostfirst_[a-z0-9_]*\): .* extensible$/\1/p; s/^experimental struct \(hostfirst_[a-z0-9_]*\): .* extensible$/\1/p' \
+    "$tmp/c-view.txt" | paste -sd '|')"
+{
+    echo "# Generated by scripts/abi-check.sh: the experimental tier is not compared."
+    echo "[suppress_function]"
+    echo "  symbol_version_regexp = ^HOSTFIRST_EXPERIMENTAL_"
+    if [ -n "$extensible" ]; then
+        echo "# Extensible structs (size_t struct_size first) may grow by fields appended at their end."
+        echo "[suppress_type]"
+        echo "  type_kind = struct"
+        echo "  name_regexp = (^|::)($extensible)\$"
+        echo "  has_data_member_inserted_at = end"
+    fi
+} > "$tmp/suppressions"
+flags=(--d2 "$(dirname "$lib")" --fail-no-debug-info --suppressions "$tmp/suppressions")
 # First without added symbols: any change left is incompatible (abidiff sets bit 4 for a changed type or
 # signature and bit 8 for a removed symbol, but also bit 4 for a mere addition, hence two runs).
 set +e
@@ -70,19 +157,25 @@ if [ $((rc & 3)) -ne 0 ]; then
     die "abidiff failed (exit $rc) comparing $baseline with $lib"
 fi
 if [ "$rc" -ne 0 ]; then
-    printf '%s\n' "$report" >&2
-    echo "abi-check.sh: FAILED: $lib ($soname) is not ABI-compatible with $baseline (abidiff exit $rc:" \
-        "$([ $((rc & 8)) -ne 0 ] && echo 'symbols removed' || echo 'types or signatures changed'))." >&2
+    printf '%s\n' "$report"
+    echo "  INCOMPATIBLE: abidiff exit $rc: $([ $((rc & 8)) -ne 0 ] && echo 'symbols removed' || echo 'types or signatures changed')"
+    breaks=1
+else
+    set +e
+    added="$(abidiff "${flags[@]}" "$baseline" "$lib" 2>&1)"
+    rc=$?
+    set -e
+    if [ "$rc" -ne 0 ]; then printf '%s\n' "$added"; else echo "  no changes"; fi
+fi
+
+if [ "$breaks" -ne 0 ]; then
+    echo "abi-check.sh: FAILED: $lib ($soname) is not ABI-compatible with $(basename "$baseline") /" \
+        "$(basename "$c_baseline") (the INCOMPATIBLE lines above)." >&2
     echo "abi-check.sh: if the break is deliberate, bump the version in Cargo.toml (a new SONAME; 0.x: the minor)," \
-        "list it in CHANGELOG.md and regenerate the baseline with: $regenerate" >&2
+        "list it in CHANGELOG.md and regenerate the baselines with: $regenerate" >&2
     exit 1
 fi
-set +e
-added="$(abidiff "${flags[@]}" "$baseline" "$lib" 2>&1)"
-rc=$?
-set -e
-if [ "$rc" -ne 0 ]; then
-    printf '%s\n' "$added"
+if grep -q 'added:' "$tmp/c-compare.txt" || [ "${rc:-0}" -ne 0 ]; then
     echo "abi-check.sh: compatible with $(basename "$baseline"), with additions (above); record them with: $regenerate"
 else
     echo "abi-check.sh: $soname is ABI-compatible with $(basename "$baseline") (no changes)"

@@ -1,3 +1,3 @@
-module hostfirst
+module github.com/hostfirst/hostfirst/bindings/go
 
 go 1.19

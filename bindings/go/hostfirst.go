@@ -1,11 +1,25 @@
-// Package hostfirst is a small Go binding of libhostfirst's C API (cgo): the device census, safetensors files
-// and their tensor views, reads, puts to a device, and the library's status codes and messages as Go errors.
+// Package hostfirst is a Go binding of every stable function of libhostfirst's C API (cgo): the device
+// census, the default device and strict mode, safetensors and token files and their tensor views, reads,
+// puts, rules, plans and loads, batch gathers and streams, DLPack exports, the safetensors writer, and the
+// library's status codes and messages as Go errors. The experimental tier is left out.
+//
+// Its module path is github.com/hostfirst/hostfirst/bindings/go (the directory bindings/go of the hostfirst
+// repository; releases are tagged bindings/go/vX.Y.Z), so
+//
+//	go get github.com/hostfirst/hostfirst/bindings/go
+//	import hostfirst "github.com/hostfirst/hostfirst/bindings/go"
 //
 // It builds against an installed hostfirst (scripts/install.sh or cargo cinstall), found with pkg-config:
 //
 //	PKG_CONFIG_PATH=<prefix>/lib/pkgconfig CGO_ENABLED=1 go build
 //
 // and needs the library at run time (its SONAME on the loader's path, or LD_LIBRARY_PATH=<prefix>/lib).
+//
+// Versions follow the C header's one rule, HOSTFIRST_VERSION_COMPATIBLE (the same ABI line, the library at least
+// as new as the header): the build fails when the installed hostfirst.h cannot serve this package (it is written
+// for hostfirst 0.2.0: WrittenFor), and CheckVersion (also run by the entry points: Open, Backends, Devices,
+// ParseDevice, HandleCount) fails when the library the program runs with cannot serve the header it was built
+// against.
 //
 // Errors: the C library keeps the message of a failed call per OS thread, and a goroutine may move between
 // threads between two cgo calls. So each call goes through a C shim that makes the call and, on failure, copies
@@ -25,13 +39,23 @@ package hostfirst
 #include <string.h>
 #include <hostfirst.h>
 
-#if HOSTFIRST_VERSION_MAJOR != 0 || HOSTFIRST_VERSION_MINOR != 2
-#error "this Go package is written for hostfirst 0.2 (installed hostfirst.h has another ABI line)"
+// The oldest hostfirst this package is written for (its HOSTFIRST_VERSION_NUMBER): 0.2.0.
+#define HF_GO_WRITTEN_FOR 2000
+#if !HOSTFIRST_VERSION_COMPATIBLE(HF_GO_WRITTEN_FOR, HOSTFIRST_VERSION_NUMBER)
+#error "the installed hostfirst.h cannot serve this Go package (written for hostfirst 0.2.0): HOSTFIRST_VERSION_COMPATIBLE"
 #endif
 
-// The message of the call that just failed, copied (free it), or NULL on success.
+// The one version rule of the header, for Go.
+static int hf_go_version_compatible(uint32_t header, uint32_t library) {
+	return HOSTFIRST_VERSION_COMPATIBLE(header, library);
+}
+
+// The message of the call that just failed, copied (free it), or NULL on success. The thread's last error
+// is that call's when its status is the one the call returned (the last-error family's rule).
 static char *hf_go_err(hostfirst_status st) {
-	return st == HOSTFIRST_STATUS_OK ? NULL : strdup(hostfirst_last_error_message());
+	if (st == HOSTFIRST_STATUS_OK) return NULL;
+	if (hostfirst_last_error_status() != st) return strdup("(the library kept no message for this failure)");
+	return strdup(hostfirst_last_error_message());
 }
 
 static hostfirst_status hf_go_backend(size_t i, hostfirst_backend_info *out, char **err) {
@@ -106,11 +130,15 @@ static hostfirst_status hf_go_view_read(uintptr_t v, uint64_t off, void *dst, si
 	return st;
 }
 
-static hostfirst_status hf_go_put(uintptr_t v, hostfirst_device target, uintptr_t *out, char **err) {
+// On failure, *has_fit says whether it was a fit check, whose numbers are in *fit.
+static hostfirst_status hf_go_put(uintptr_t v, hostfirst_device target, uintptr_t *out, char **err,
+                                  hostfirst_fit_info *fit, int *has_fit) {
 	hostfirst_buffer *b = NULL;
 	hostfirst_status st = hostfirst_put((const hostfirst_view *)v, &target, NULL, &b, NULL);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)b;
 	*err = hf_go_err(st);
+	fit->struct_size = sizeof *fit;
+	*has_fit = st != HOSTFIRST_STATUS_OK && hostfirst_last_error_fit(fit) == HOSTFIRST_STATUS_OK;
 	return st;
 }
 
@@ -164,6 +192,8 @@ const (
 	StatusNoSuchDevice    Status = C.HOSTFIRST_STATUS_NO_SUCH_DEVICE
 	StatusIO              Status = C.HOSTFIRST_STATUS_IO
 	StatusNotSafetensors  Status = C.HOSTFIRST_STATUS_NOT_SAFETENSORS
+	StatusUnsupported     Status = C.HOSTFIRST_STATUS_UNSUPPORTED
+	StatusOutOfMemory     Status = C.HOSTFIRST_STATUS_OUT_OF_MEMORY
 )
 
 // String is the library's name for the status, such as "NOT_FOUND".
@@ -176,6 +206,13 @@ func (s Status) String() string {
 type Error struct {
 	Status  Status
 	Message string
+	Fit     *Fit // the numbers of a fit check that refused the call (StatusOutOfMemory before allocating), or nil
+}
+
+// Fit is what a fit check found: bytes needed, free and total on the device.
+type Fit struct {
+	Needed, Free, Total uint64
+	Device              Device
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("hostfirst: %s: %s", e.Status, e.Message) }
@@ -207,6 +244,31 @@ func VersionNumber() uint32 { return uint32(C.hostfirst_version_number()) }
 // HeaderVersionNumber is the same number for the header this package was compiled against.
 const HeaderVersionNumber uint32 = C.HOSTFIRST_VERSION_NUMBER
 
+// WrittenFor is the oldest hostfirst version (a version number) whose header this package builds against.
+const WrittenFor uint32 = C.HF_GO_WRITTEN_FOR
+
+// versionCompatible is the header's HOSTFIRST_VERSION_COMPATIBLE(header, library).
+func versionCompatible(header, library uint32) bool {
+	return C.hf_go_version_compatible(C.uint32_t(header), C.uint32_t(library)) != 0
+}
+
+// versionErr is CheckVersion's answer, taken once.
+var versionErr = checkVersion()
+
+func checkVersion() error {
+	if versionCompatible(HeaderVersionNumber, VersionNumber()) {
+		return nil
+	}
+	return &Error{Status: StatusUnsupported, Message: fmt.Sprintf(
+		"libhostfirst %s (%d) cannot serve a program built against hostfirst.h %d (HOSTFIRST_VERSION_COMPATIBLE: "+
+			"the same ABI line, the library at least as new as the header)", Version(), VersionNumber(), HeaderVersionNumber)}
+}
+
+// CheckVersion reports whether the library the program runs with serves the header it was built against
+// (HOSTFIRST_VERSION_COMPATIBLE); an *Error with StatusUnsupported when not. The entry points return the same
+// error.
+func CheckVersion() error { return versionErr }
+
 // Backend is one entry of the device census (cpu, cuda, ...).
 type Backend struct {
 	Name          string
@@ -219,6 +281,9 @@ type Backend struct {
 
 // Backends lists the census: every backend the library knows, available or not, and why.
 func Backends() ([]Backend, error) {
+	if versionErr != nil {
+		return nil, versionErr
+	}
 	n := int(C.hostfirst_backend_count())
 	out := make([]Backend, 0, n)
 	for i := 0; i < n; i++ {
@@ -254,6 +319,9 @@ func (d Device) IsCPU() bool { return d.Kind == C.HOSTFIRST_DEVICE_CPU }
 
 // ParseDevice parses a device spec such as "cpu" or "cuda:1".
 func ParseDevice(spec string) (Device, error) {
+	if versionErr != nil {
+		return Device{}, versionErr
+	}
 	cs := C.CString(spec)
 	defer C.free(unsafe.Pointer(cs))
 	var d C.hostfirst_device
@@ -266,6 +334,9 @@ func ParseDevice(spec string) (Device, error) {
 
 // Devices lists every device the census found (the host first).
 func Devices() ([]Device, error) {
+	if versionErr != nil {
+		return nil, versionErr
+	}
 	var count C.size_t
 	var msg *C.char
 	if st := C.hf_go_devices(nil, 0, &count, &msg); st != C.HOSTFIRST_STATUS_BUFFER_TOO_SMALL {
@@ -289,6 +360,9 @@ func Devices() ([]Device, error) {
 
 // HandleCount is the number of live library handles in the process (files, views, buffers, ...).
 func HandleCount() (int, error) {
+	if versionErr != nil {
+		return 0, versionErr
+	}
 	var n C.size_t
 	var msg *C.char
 	if err := check(C.hf_go_handle_count(&n, &msg), msg); err != nil {
@@ -325,10 +399,27 @@ func (h *handle) release(free func(C.uintptr_t) error) error {
 }
 
 // File is an open safetensors file (or sharded set): its header is parsed, its data stays on disk, mapped.
-type File struct{ h handle }
+type File struct {
+	h   handle
+	mem *cmem // OpenMemory's copy of the image, freed after the file and its views (see cmem)
+}
+
+// cmem is C memory that library handles point into. It is freed by its finalizer, once nothing refers to it:
+// a File refers to it and every View to its File, so Go's finalizer order (a referring object's finalizer
+// first) frees it only after the views' and the file's handles are gone.
+type cmem struct{ p unsafe.Pointer }
+
+func newCmem(p unsafe.Pointer) *cmem {
+	m := &cmem{p: p}
+	runtime.SetFinalizer(m, func(m *cmem) { C.free(m.p) })
+	return m
+}
 
 // Open opens a .safetensors file or a *.safetensors.index.json; only the header is read.
 func Open(path string) (*File, error) {
+	if versionErr != nil {
+		return nil, versionErr
+	}
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
 	var id C.uintptr_t
@@ -475,7 +566,8 @@ type Buffer struct {
 	view *View
 }
 
-// Put places the tensor on device (for example the result of ParseDevice("cpu")) with default options.
+// Put places the tensor on device (for example the result of ParseDevice("cpu")) with default options. A put
+// refused by the fit check (StatusOutOfMemory before allocating) carries the numbers in the *Error's Fit.
 func (v *View) Put(device Device) (*Buffer, error) {
 	p, err := v.h.get()
 	if err != nil {
@@ -484,7 +576,13 @@ func (v *View) Put(device Device) (*Buffer, error) {
 	defer runtime.KeepAlive(v)
 	var id C.uintptr_t
 	var msg *C.char
-	if err := check(C.hf_go_put(p, device.c(), &id, &msg), msg); err != nil {
+	var fit C.hostfirst_fit_info
+	var hasFit C.int
+	if err := check(C.hf_go_put(p, device.c(), &id, &msg, &fit, &hasFit), msg); err != nil {
+		if hasFit != 0 {
+			err.(*Error).Fit = &Fit{Needed: uint64(fit.needed), Free: uint64(fit.free), Total: uint64(fit.total),
+				Device: Device{Kind: int32(fit.device.kind), Ordinal: int32(fit.device.ordinal)}}
+		}
 		return nil, err
 	}
 	buf := &Buffer{h: handle{id: id}, view: v}

@@ -285,6 +285,28 @@ func TestFinalizersReleaseHandles(t *testing.T) {
 	t.Fatalf("handles: %d before, %d after the garbage collector ran", before, n)
 }
 
+// The header's one version rule, through the package: the same ABI line and a library at least as new.
+func TestVersionRule(t *testing.T) {
+	cases := []struct {
+		header, library uint32
+		ok              bool
+	}{
+		{2000, 2000, true}, {2000, 2001, true}, {2001, 2000, false}, {2000, 3000, false},
+		{1000000, 1003002, true}, {1003000, 1002009, false}, {1000000, 2000000, false}, {0, 1, false},
+	}
+	for _, c := range cases {
+		if got := versionCompatible(c.header, c.library); got != c.ok {
+			t.Errorf("versionCompatible(%d, %d) = %v, want %v", c.header, c.library, got, c.ok)
+		}
+	}
+	if err := CheckVersion(); err != nil {
+		t.Fatalf("the installed library does not serve the installed header: %v", err)
+	}
+	if !versionCompatible(WrittenFor, HeaderVersionNumber) {
+		t.Fatalf("the header %d cannot serve this package (written for %d), yet it built", HeaderVersionNumber, WrittenFor)
+	}
+}
+
 func TestWriterRoundTrip(t *testing.T) {
 	handles(t)
 	dir := t.TempDir()

@@ -25,6 +25,55 @@ static hostfirst_status hf_go_writer_open(const char *path, uint64_t max_part_by
 	return st;
 }
 
+static hostfirst_status hf_go_writer_open_fd(int32_t fd, uint64_t max_part_bytes, int no_sync, uintptr_t *out,
+                                             char **err) {
+	hostfirst_writer_options o;
+	hostfirst_status st = hostfirst_writer_options_init(&o, sizeof o);
+	hostfirst_writer *w = NULL;
+	if (st == HOSTFIRST_STATUS_OK) {
+		o.max_part_bytes = max_part_bytes;
+		o.no_sync = no_sync;
+		st = hostfirst_writer_open_fd(fd, &o, &w);
+	}
+	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)w;
+	*err = hf_go_werr(st);
+	return st;
+}
+
+static hostfirst_status hf_go_writer_declare(uintptr_t w, const char *name, const char *dtype, const uint64_t *shape,
+                                             size_t rank, char **err) {
+	hostfirst_dtype d;
+	hostfirst_status st = hostfirst_dtype_from_name(dtype, &d);
+	if (st == HOSTFIRST_STATUS_OK) st = hostfirst_writer_declare((hostfirst_writer *)w, name, d, shape, rank);
+	*err = hf_go_werr(st);
+	return st;
+}
+
+// `data` is C memory the Writer keeps until it is closed.
+static hostfirst_status hf_go_writer_piece_host(uintptr_t w, const char *name, const uint64_t *start,
+                                                const uint64_t *len, size_t rank, const void *data, size_t nbytes,
+                                                char **err) {
+	hostfirst_status st = hostfirst_writer_add_piece_host((hostfirst_writer *)w, name, start, len, rank, data, nbytes);
+	*err = hf_go_werr(st);
+	return st;
+}
+
+static hostfirst_status hf_go_writer_piece_buffer(uintptr_t w, const char *name, const uint64_t *start, size_t rank,
+                                                  uintptr_t b, char **err) {
+	hostfirst_status st =
+	    hostfirst_writer_add_piece_buffer((hostfirst_writer *)w, name, start, rank, (const hostfirst_buffer *)b);
+	*err = hf_go_werr(st);
+	return st;
+}
+
+static hostfirst_status hf_go_writer_piece_view(uintptr_t w, const char *name, const uint64_t *start, size_t rank,
+                                                uintptr_t v, char **err) {
+	hostfirst_status st =
+	    hostfirst_writer_add_piece_view((hostfirst_writer *)w, name, start, rank, (const hostfirst_view *)v);
+	*err = hf_go_werr(st);
+	return st;
+}
+
 static hostfirst_status hf_go_writer_add_view(uintptr_t w, const char *name, uintptr_t v, char **err) {
 	hostfirst_status st = hostfirst_writer_add_view((hostfirst_writer *)w, name, (const hostfirst_view *)v);
 	*err = hf_go_werr(st);
@@ -137,6 +186,113 @@ func Create(path string, opts *WriterOptions) (*Writer, error) {
 	return w, nil
 }
 
+// CreateFD opens a writer into the open descriptor fd (Unix; the writer uses a duplicate and never closes fd).
+// MaxPartBytes must be 0: a descriptor is one file.
+func CreateFD(fd int, opts *WriterOptions) (*Writer, error) {
+	if opts == nil {
+		opts = &WriterOptions{}
+	}
+	noSync := C.int(0)
+	if opts.NoSync {
+		noSync = 1
+	}
+	var id C.uintptr_t
+	var msg *C.char
+	if err := check(C.hf_go_writer_open_fd(C.int32_t(fd), C.uint64_t(opts.MaxPartBytes), noSync, &id, &msg), msg); err != nil {
+		return nil, err
+	}
+	w := &Writer{h: handle{id: id}}
+	runtime.SetFinalizer(w, (*Writer).Close)
+	return w, nil
+}
+
+// Declare declares a tensor of dtype and shape whose bytes come in pieces (AddPieceBytes, AddPieceBuffer,
+// AddPieceView), which must cover it exactly once by Finish.
+func (w *Writer) Declare(name, dtype string, shape []uint64) error {
+	p, err := w.h.get()
+	if err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(w)
+	cname, cdtype := C.CString(name), C.CString(dtype)
+	defer C.free(unsafe.Pointer(cname))
+	defer C.free(unsafe.Pointer(cdtype))
+	var msg *C.char
+	return check(C.hf_go_writer_declare(p, cname, cdtype, u64s(shape), C.size_t(len(shape)), &msg), msg)
+}
+
+// AddPieceBytes gives the block of declared tensor name that starts at start and spans length (per
+// dimension), with data (C order within the block), copied now.
+func (w *Writer) AddPieceBytes(name string, start, length []uint64, data []byte) error {
+	p, err := w.h.get()
+	if err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(w)
+	if len(start) != len(length) {
+		return &Error{Status: StatusInvalidArgument, Message: "AddPieceBytes: start and length differ in rank"}
+	}
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	mem := C.malloc(C.size_t(len(data) + 1))
+	if len(data) > 0 {
+		C.memcpy(mem, unsafe.Pointer(&data[0]), C.size_t(len(data)))
+	}
+	var msg *C.char
+	st := C.hf_go_writer_piece_host(p, cname, u64s(start), u64s(length), C.size_t(len(start)), mem, C.size_t(len(data)), &msg)
+	if err := check(st, msg); err != nil {
+		C.free(mem)
+		return err
+	}
+	w.mem = append(w.mem, mem)
+	return nil
+}
+
+// AddPieceBuffer gives the block of declared tensor name at start with the bytes of b (its shape is the
+// block's), on any device.
+func (w *Writer) AddPieceBuffer(name string, start []uint64, b *Buffer) error {
+	p, err := w.h.get()
+	if err != nil {
+		return err
+	}
+	bp, err := b.h.get()
+	if err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(w)
+	defer runtime.KeepAlive(b)
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	var msg *C.char
+	if err := check(C.hf_go_writer_piece_buffer(p, cname, u64s(start), C.size_t(len(start)), bp, &msg), msg); err != nil {
+		return err
+	}
+	w.keep = append(w.keep, b) // read at Finish: its memory (an OpenMemory copy) must stay
+	return nil
+}
+
+// AddPieceView gives the block of declared tensor name at start with the bytes of v (its shape is the block's).
+func (w *Writer) AddPieceView(name string, start []uint64, v *View) error {
+	p, err := w.h.get()
+	if err != nil {
+		return err
+	}
+	vp, err := v.h.get()
+	if err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(w)
+	defer runtime.KeepAlive(v)
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	var msg *C.char
+	if err := check(C.hf_go_writer_piece_view(p, cname, u64s(start), C.size_t(len(start)), vp, &msg), msg); err != nil {
+		return err
+	}
+	w.keep = append(w.keep, v) // read at Finish: its memory (an OpenMemory copy) must stay
+	return nil
+}
+
 func (w *Writer) name(name string) *C.char {
 	if name == "" {
 		return nil
@@ -159,7 +315,11 @@ func (w *Writer) AddView(name string, v *View) error {
 	cname := w.name(name)
 	defer C.free(unsafe.Pointer(cname))
 	var msg *C.char
-	return check(C.hf_go_writer_add_view(p, cname, vp, &msg), msg)
+	if err := check(C.hf_go_writer_add_view(p, cname, vp, &msg), msg); err != nil {
+		return err
+	}
+	w.keep = append(w.keep, v) // read at Finish: its memory (an OpenMemory copy) must stay
+	return nil
 }
 
 // AddBuffer declares a tensor with the bytes of b, on any device (name "": the buffer's own name).
@@ -177,7 +337,11 @@ func (w *Writer) AddBuffer(name string, b *Buffer) error {
 	cname := w.name(name)
 	defer C.free(unsafe.Pointer(cname))
 	var msg *C.char
-	return check(C.hf_go_writer_add_buffer(p, cname, bp, &msg), msg)
+	if err := check(C.hf_go_writer_add_buffer(p, cname, bp, &msg), msg); err != nil {
+		return err
+	}
+	w.keep = append(w.keep, b) // read at Finish: its memory (an OpenMemory copy) must stay
+	return nil
 }
 
 // AddBytes declares a tensor of dtype (a safetensors name: "F32", "BF16", ...) and shape with data (C order,
@@ -268,5 +432,6 @@ func (w *Writer) Close() error {
 		C.free(m)
 	}
 	w.mem = nil
+	w.keep = nil
 	return err
 }

@@ -88,10 +88,11 @@ pub extern "C" fn hostfirst_census_warning_count() -> usize {
     hostfirst_boundary!("hostfirst_census_warning_count", default = 0, { census().warnings.len() })
 }
 
-/// Returns census warning `index`, or NULL when out of range. The string lives for the process lifetime.
+/// Returns census warning `index` (`0 .. hostfirst_census_warning_count()`), or the empty string when out of
+/// range; never NULL. The string lives for the process lifetime.
 #[no_mangle]
 pub extern "C" fn hostfirst_census_warning(index: usize) -> *const c_char {
-    hostfirst_boundary!("hostfirst_census_warning", default = std::ptr::null(), {
-        census().warnings.get(index).map(|w| static_cstr(w)).unwrap_or(std::ptr::null())
+    hostfirst_boundary!("hostfirst_census_warning", default = c"".as_ptr(), {
+        census().warnings.get(index).map(|w| static_cstr(w)).unwrap_or(c"".as_ptr())
     })
 }

@@ -210,7 +210,8 @@ pub extern "C" fn hostfirst_buffer_to(
 
 /// Frees the process-wide caches of page-locked memory: idle staging slabs kept for reuse by CUDA puts, and
 /// resident-mode registrations (unregistered once no transfer uses them). Puts in progress are not affected;
-/// later puts allocate again. Thread-safe; never fails.
+/// later puts allocate again. Returns `OK` (it has no failure of its own: see CONVENTIONS, Status).
+/// Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_release_cached_memory() -> Status {
     hostfirst_boundary!("hostfirst_release_cached_memory", {

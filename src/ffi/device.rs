@@ -105,7 +105,7 @@ pub extern "C" fn hostfirst_devices(out: *mut hostfirst_device, capacity: usize,
 /// Describes a present device into `*out` (set `out->struct_size` first).
 ///
 /// `cuda_host` reports the host's properties. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for an unknown
-/// kind, a negative ordinal or `out->struct_size` smaller than the first version of the struct;
+/// kind, a negative ordinal or `out->struct_size` smaller than the struct's 1.0 layout;
 /// `UNAVAILABLE` when the device's backend is not available; `NO_SUCH_DEVICE` for an ordinal out of range.
 /// Creates no CUDA context. Thread-safe.
 #[no_mangle]

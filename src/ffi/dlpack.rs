@@ -5,7 +5,7 @@
 //! structs, their slots and their release are the core's too (`hostfirst_core::dlpack`). The deleters C calls
 //! are here: they are C functions.
 
-use super::args::{init_options, options_struct, out_ptr, read_options};
+use super::args::{bool_arg, init_options, options_struct, out_ptr, read_options};
 use super::buffer::hostfirst_buffer;
 use super::handle;
 use super::view::hostfirst_view;
@@ -22,39 +22,44 @@ pub const HOSTFIRST_DLPACK_MAJOR_VERSION: u32 = 1;
 pub const HOSTFIRST_DLPACK_MINOR_VERSION: u32 = 1;
 
 /// What a DLPack consumer asked for: the arguments of Python's `__dlpack__(*, stream, max_version,
-/// dl_device, copy)`, for `hostfirst_view_to_dlpack` and `hostfirst_buffer_to_dlpack`. Fill it with
-/// `hostfirst_dlpack_options_init` (the defaults: a DLPack 1.1 consumer that passed nothing else), then set
-/// what the consumer gave. NULL options are those defaults. A zero-initialised struct with `struct_size` set
-/// is a consumer that passed nothing at all (Python's `max_version=None`): the legacy form. The way to make
-/// one: `hostfirst_dlpack_options opts; hostfirst_dlpack_options_init(&opts, sizeof opts); opts.copy =
-/// HOSTFIRST_DLPACK_COPY_NEVER;`. A smaller `struct_size` from an older header (at least the first
-/// version's) is accepted: fields past it take their defaults.
+/// dl_device, copy)`, for `hostfirst_view_to_dlpack` and `hostfirst_buffer_to_dlpack`. As for every options
+/// struct, zero means the default in every field: a zero-filled struct with `struct_size` set, NULL options
+/// and `hostfirst_dlpack_options_init` are the same request, a DLPack 1.1 consumer that passed nothing else
+/// (the versioned form, no stream, copy if needed, the data's own device). Then set what the consumer gave:
+/// `hostfirst_dlpack_options opts; hostfirst_dlpack_options_init(&opts, sizeof opts); opts.copy =
+/// HOSTFIRST_DLPACK_COPY_NEVER;`. A consumer that passed no `max_version` at all (Python's
+/// `max_version=None`) takes only the legacy form: set `legacy = 1`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct hostfirst_dlpack_options {
     /// `sizeof(hostfirst_dlpack_options)`.
     pub struct_size: usize,
-    /// The highest DLPack version the consumer takes, which picks the form: major >= 1, the versioned form
-    /// (`hostfirst_dlpack_managed_tensor_versioned`, the default: {HOSTFIRST_DLPACK_MAJOR_VERSION,
-    /// HOSTFIRST_DLPACK_MINOR_VERSION}); major 0 (Python: `max_version=None`), the legacy form
-    /// (`hostfirst_dlpack_managed_tensor`).
+    /// The highest DLPack version the consumer takes, which picks the form: {0, 0} (not given, the default)
+    /// or major >= 1, the versioned form (`hostfirst_dlpack_managed_tensor_versioned`, DLPack
+    /// {HOSTFIRST_DLPACK_MAJOR_VERSION, HOSTFIRST_DLPACK_MINOR_VERSION}); a version below 1.0 ({0, n}, n > 0),
+    /// the legacy form (`hostfirst_dlpack_managed_tensor`).
     pub max_version: DlpackVersion,
-    /// The consumer's stream, read when `has_stream` is nonzero, with DLPack's meaning: 1 the legacy default
+    /// The consumer's stream, read when `has_stream` is 1, with DLPack's meaning: 1 the legacy default
     /// stream, 2 the per-thread default stream, > 2 a `CUstream` (cast to an integer), -1 the consumer
     /// synchronises itself; 0 and other negative values are `INVALID_ARGUMENT`. Not given: the legacy default
     /// stream. Only CUDA data uses it (see `hostfirst_buffer_to_dlpack`).
     pub stream: i64,
-    /// Nonzero when `stream` was given (Python: `stream is not None`).
+    /// 1 when `stream` was given (Python: `stream is not None`), else 0.
     pub has_stream: i32,
     /// Share, copy, or refuse to copy: a `hostfirst_dlpack_copy` (default `HOSTFIRST_DLPACK_COPY_IF_NEEDED`);
     /// another value is `INVALID_ARGUMENT`.
     pub copy: c_dlpack_copy,
-    /// Nonzero when `dl_device` was given.
+    /// 1 when `dl_device` was given, else 0.
     pub has_dl_device: i32,
     /// The device the consumer wants the data on (kDLCPU 0, kDLCUDA N, kDLCUDAHost 0); when it is not where the
     /// data lives, the export is a copy there (fit-checked; `UNSUPPORTED` under COPY_NEVER, and for any other
     /// device type).
     pub dl_device: DlpackDevice,
+    /// 1: the consumer takes only the legacy form (`hostfirst_dlpack_managed_tensor`, DLPack's
+    /// `DLManagedTensor`), as a consumer that passed no `max_version` (Python's `max_version=None`: numpy 1.x,
+    /// JAX). 0 (default): the form follows `max_version`. 1 with a `max_version` of 1.0 or more is
+    /// `INVALID_ARGUMENT` (the two ask for different forms).
+    pub legacy: i32,
 }
 
 /// A `hostfirst_dlpack_copy` from C, as the plain integer it is there (printed as `hostfirst_dlpack_copy`:
@@ -62,20 +67,26 @@ pub struct hostfirst_dlpack_options {
 #[allow(non_camel_case_types)]
 pub type c_dlpack_copy = u32;
 
-/// The defaults (`hostfirst_dlpack_options_init`, NULL options, and the fields past an older `struct_size`).
-const DEFAULTS: hostfirst_dlpack_options = hostfirst_dlpack_options {
-    struct_size: size_of::<hostfirst_dlpack_options>(),
-    max_version: DlpackVersion { major: HOSTFIRST_DLPACK_MAJOR_VERSION, minor: HOSTFIRST_DLPACK_MINOR_VERSION },
-    stream: 0,
-    has_stream: 0,
-    copy: CopyPolicy::IfNeeded as u32,
-    has_dl_device: 0,
-    dl_device: DlpackDevice { device_type: 0, device_id: 0 },
-};
+/// The defaults (`hostfirst_dlpack_options_init`, NULL options, and the fields past an older `struct_size`):
+/// all zero, as for every options struct.
+impl Default for hostfirst_dlpack_options {
+    fn default() -> Self {
+        hostfirst_dlpack_options {
+            struct_size: size_of::<hostfirst_dlpack_options>(),
+            max_version: DlpackVersion { major: 0, minor: 0 },
+            stream: 0,
+            has_stream: 0,
+            copy: CopyPolicy::IfNeeded as u32,
+            has_dl_device: 0,
+            dl_device: DlpackDevice { device_type: 0, device_id: 0 },
+            legacy: 0,
+        }
+    }
+}
 
 /// The consumer's request, checked.
 fn request(opts: *const hostfirst_dlpack_options) -> crate::error::Result<Request> {
-    let o = read_options(opts, DEFAULTS, "opts")?;
+    let o = read_options(opts, hostfirst_dlpack_options::default(), "opts")?;
     let copy = CopyPolicy::from_repr(o.copy).ok_or_else(|| {
         Error::new(
             Status::InvalidArgument,
@@ -86,27 +97,43 @@ fn request(opts: *const hostfirst_dlpack_options) -> crate::error::Result<Reques
         )
     })?;
     let d = o.dl_device;
-    let device = if o.has_dl_device != 0 { Some(dlpack::device_from_dl(d.device_type, d.device_id)?) } else { None };
-    let stream = ConsumerStream::from_dlpack(if o.has_stream != 0 { Some(o.stream) } else { None })?;
-    let form = if o.max_version.major >= 1 { Form::Versioned } else { Form::Legacy };
+    let (has_dl_device, has_stream) =
+        (bool_arg(o.has_dl_device, "opts->has_dl_device")?, bool_arg(o.has_stream, "opts->has_stream")?);
+    let legacy = bool_arg(o.legacy, "opts->legacy")?;
+    let device = if has_dl_device { Some(dlpack::device_from_dl(d.device_type, d.device_id)?) } else { None };
+    let stream = ConsumerStream::from_dlpack(if has_stream { Some(o.stream) } else { None })?;
+    let v = o.max_version;
+    if legacy && v.major >= 1 {
+        return Err(Error::new(
+            Status::InvalidArgument,
+            format!(
+                "opts->legacy is {} (the legacy form) but opts->max_version is {{{}, {}}} (the versioned form): \
+                 set one of them",
+                o.legacy, v.major, v.minor
+            ),
+        ));
+    }
+    let pre_1_0 = v.major == 0 && v.minor != 0;
+    let form = if legacy || pre_1_0 { Form::Legacy } else { Form::Versioned };
     Ok(Request { form, copy, device, stream })
 }
 
 options_struct!(
     hostfirst_dlpack_options,
-    first_version_ends_with = dl_device,
-    fields = [struct_size, max_version, stream, has_stream, copy, has_dl_device, dl_device]
+    first_version_ends_with = legacy,
+    fields = [struct_size, max_version, stream, has_stream, copy, has_dl_device, dl_device, legacy]
 );
 
-/// Fills `*out` with the default options, a DLPack 1.1 consumer that passed nothing else (versioned form, no
-/// stream, `HOSTFIRST_DLPACK_COPY_IF_NEEDED`, the data's own device), and sets `out->struct_size =
-/// struct_size`. Pass `sizeof *out`: `hostfirst_dlpack_options_init(&opts, sizeof opts)`. Only the fields
-/// that lie wholly within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`;
-/// `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's first version (the message names both
-/// sizes). Thread-safe.
+/// Fills `*out` with the default options, all zero: a DLPack 1.1 consumer that passed nothing else (versioned
+/// form, no stream, `HOSTFIRST_DLPACK_COPY_IF_NEEDED`, the data's own device), and sets `out->struct_size =
+/// struct_size`. Pass `sizeof *out`: `hostfirst_dlpack_options_init(&opts, sizeof opts)`. Writes by the rule
+/// of extensible structs (CONVENTIONS). Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a `struct_size`
+/// smaller than the struct's 1.0 layout or larger than 4096 (the message names the sizes). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_dlpack_options_init(out: *mut hostfirst_dlpack_options, struct_size: usize) -> Status {
-    hostfirst_boundary!("hostfirst_dlpack_options_init", { init_options(out, struct_size, DEFAULTS) })
+    hostfirst_boundary!("hostfirst_dlpack_options_init", {
+        init_options(out, struct_size, hostfirst_dlpack_options::default())
+    })
 }
 
 /// The deleters the managed structs carry: C functions over the core's release.
@@ -156,9 +183,9 @@ fn write(p: Published, (ov, ol): Outs<'_>) {
 /// Exports a view (or row slice, or narrowed view) as a DLPack managed tensor for a consumer's request
 /// (`opts`; NULL: the defaults of `hostfirst_dlpack_options_init`, a DLPack 1.1 consumer).
 ///
-/// **Outputs.** The form follows `opts->max_version`: major >= 1 writes a
-/// `hostfirst_dlpack_managed_tensor_versioned *` to `*out_versioned`, major 0 a `hostfirst_dlpack_managed_tensor *`
-/// to `*out_legacy`. The output of the requested form is required (`NULL_ARGUMENT`); the other may be NULL,
+/// **Outputs.** The form follows `opts->legacy` and `opts->max_version` (see `hostfirst_dlpack_options`): the
+/// versioned form (the default) writes a `hostfirst_dlpack_managed_tensor_versioned *` to `*out_versioned`,
+/// the legacy form a `hostfirst_dlpack_managed_tensor *` to `*out_legacy`. The output of the requested form is required (`NULL_ARGUMENT`); the other may be NULL,
 /// and when given it is set to NULL. From C: `hostfirst_view_to_dlpack(view, NULL, &t, NULL)`.
 ///
 /// **Versioned form** (copy if needed or never): zero-copy. `dl_tensor.data` points into the file's read-only
@@ -212,7 +239,7 @@ pub extern "C" fn hostfirst_view_to_dlpack(
 
 /// Exports a buffer as a DLPack managed tensor for a consumer's request (`opts`; NULL: the defaults of
 /// `hostfirst_dlpack_options_init`, a DLPack 1.1 consumer). The outputs as for `hostfirst_view_to_dlpack`
-/// (the form by `opts->max_version`; the other output may be NULL). The buffer's own memory is shared (both
+/// (the form by `opts->legacy` and `opts->max_version`; the other output may be NULL). The buffer's own memory is shared (both
 /// forms, writable, flags 0), unless `opts->copy` is COPY_ALWAYS or `opts->dl_device` names another device:
 /// then the export is a new copy there (fit-checked, IS_COPIED), `UNSUPPORTED` under COPY_NEVER. The tensor
 /// keeps the buffer's memory alive until its deleter runs, after `hostfirst_buffer_free` too (a gather batch
@@ -395,8 +422,9 @@ mod tests {
     fn init_writes_the_defaults() {
         let o = opts();
         assert_eq!(o.struct_size, size_of::<hostfirst_dlpack_options>());
-        assert_eq!(o.max_version, DlpackVersion { major: 1, minor: 1 });
-        assert_eq!((o.has_stream, o.has_dl_device, o.copy), (0, 0, CopyPolicy::IfNeeded as u32));
+        assert_eq!(o.max_version, DlpackVersion { major: 0, minor: 0 }, "not given: the versioned form");
+        assert_eq!((o.has_stream, o.has_dl_device, o.copy, o.legacy), (0, 0, CopyPolicy::IfNeeded as u32, 0));
+        assert_eq!(request(&o).unwrap().form, Form::Versioned);
         assert_eq!(
             hostfirst_dlpack_options_init(std::ptr::null_mut(), size_of::<hostfirst_dlpack_options>()),
             Status::NullArgument
@@ -431,11 +459,22 @@ mod tests {
 
     #[test]
     fn legacy_form_by_max_version_and_output_checks() {
+        // The form: legacy = 1 or a version below 1.0; {0, 0} (not given) and >= 1.0 are versioned;
+        // legacy = 1 with a version >= 1.0 is refused.
+        let form = |legacy: i32, major: u32, minor: u32| {
+            let o = hostfirst_dlpack_options { legacy, max_version: DlpackVersion { major, minor }, ..opts() };
+            request(&o).map(|r| r.form).map_err(|e| e.status())
+        };
+        assert_eq!(form(0, 0, 0), Ok(Form::Versioned));
+        assert_eq!(form(0, 1, 0), Ok(Form::Versioned));
+        assert_eq!(form(0, 0, 8), Ok(Form::Legacy));
+        assert_eq!(form(1, 0, 0), Ok(Form::Legacy));
+        assert_eq!(form(1, 1, 1), Err(Status::InvalidArgument));
         let b = Buffer::alloc("b", DType::F32, &[3], 12, Device::CPU).unwrap();
         let addr = b.address();
         let bh = handle::insert_new::<hostfirst_buffer>(Mutex::new(b));
         let mut o = opts();
-        o.max_version = DlpackVersion { major: 0, minor: 0 };
+        o.legacy = 1;
         let mut l: *mut ManagedTensor = std::ptr::null_mut();
         // The legacy output is the required one now.
         let mut t: *mut ManagedTensorVersioned = std::ptr::null_mut();

@@ -96,7 +96,7 @@ fn hand_out(batch: crate::place::gather::Batch, out: *mut *mut hostfirst_buffer)
 }
 
 /// Assembles one batch: row `i` = elements `offsets[i] .. offsets[i] + window` of the 1-D tensor `source`,
-/// for `i < n` (`n` must equal the batch), into a batch of the ring no one holds (see `hostfirst_gather_new`),
+/// for `i < n`, into a batch of the ring no one holds (see `hostfirst_gather_new`),
 /// which becomes the gather's current batch. The windows are read into the batch (cpu and cuda_host) or into
 /// the staging buffer followed by one asynchronous copy (cuda). Returns once the batch is in place.
 ///
@@ -108,6 +108,11 @@ fn hand_out(batch: crate::place::gather::Batch, out: *mut *mut hostfirst_buffer)
 /// fits in memory, the fast and truncation-proof way** is to put it to cpu once (an eager copy,
 /// `hostfirst_put`) and gather from that buffer with `hostfirst_gather_run_from_buffer`: memcpy speed, and
 /// nothing done to the file can fault or fail it. BENCHMARKS.md section 3 has the speeds.
+///
+/// `n` is the length of the caller's `offsets` array and must equal the gather's batch size: the batch shape
+/// is fixed by `hostfirst_gather_new` (one shape for a jitted step); `n` is there so that the library never
+/// reads past the caller's array (a mismatch is `INVALID_ARGUMENT`, naming both numbers, not a read of
+/// memory that is not the caller's).
 ///
 /// Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (source not 1-D, dtype differs, `n`
 /// differs from the batch), `OUT_OF_RANGE` (a window longer than the tensor, or the first offset — index and
@@ -148,7 +153,8 @@ fn gather_view(
 }
 
 /// Assembles one batch of whole sequences of a Megatron dataset (`dataset`, opened with `hostfirst_file_open`):
-/// row `i` = the tokens of sequence `indices[i]`, for `i < n` (`n` must equal the batch), **padded**: the
+/// row `i` = the tokens of sequence `indices[i]`, for `i < n` (`n`, the length of `indices`, must equal the
+/// batch size, as for `hostfirst_gather_run`), **padded**: the
 /// first `min(length, window)` tokens, then `pad` in every element up to the window (`pad`'s low bytes,
 /// little-endian, as one element: the pad token id). A sequence longer than the window is cut at it.
 /// When `out_lengths` is not NULL, `out_lengths[i]` receives the tokens row `i` holds (`min(length, window)`),
@@ -279,17 +285,17 @@ pub extern "C" fn hostfirst_gather_ring(
     })
 }
 
-/// Copies the current batch (`batch * window * element size` bytes, C order) into `dst`, which holds `cap`
-/// bytes. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `BUFFER_TOO_SMALL`, `DEVICE_ERROR`. Thread-safe.
+/// Copies the current batch (`batch * window * element size` bytes, C order) into `dst`, which holds
+/// `capacity` bytes. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `BUFFER_TOO_SMALL`, `DEVICE_ERROR`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_gather_copy_to_host(
     gather: *const hostfirst_gather,
     dst: *mut c_void,
-    cap: usize,
+    capacity: usize,
 ) -> Status {
     hostfirst_boundary!("hostfirst_gather_copy_to_host", {
         let g = handle::get::<hostfirst_gather>(gather, "gather")?;
-        let dst = out_bytes(dst as *mut u8, cap, "dst")?;
+        let dst = out_bytes(dst as *mut u8, capacity, "dst")?;
         let batch = g.lock().unwrap_or_else(|e| e.into_inner()).gather.current();
         let r = batch.lock().unwrap_or_else(|e| e.into_inner()).copy_to_host(dst);
         r

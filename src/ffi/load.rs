@@ -39,7 +39,7 @@ pub enum hostfirst_loaded {
 /// opts); opts.progress = my_progress;`. A smaller `struct_size` from an older header (at least the first
 /// version's) is accepted: fields past it take their defaults.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub struct hostfirst_load_options {
     /// `sizeof(hostfirst_load_options)`.
     pub struct_size: usize,
@@ -75,7 +75,7 @@ options_struct!(
 /// Fills `*out` with the default options (everything zero/NULL) and sets `out->struct_size = struct_size`.
 /// Pass `sizeof *out`: `hostfirst_load_options_init(&opts, sizeof opts)`. Only the fields that lie wholly
 /// within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a
-/// `struct_size` smaller than the struct's first version (the message names both sizes). Thread-safe.
+/// `struct_size` smaller than the struct's 1.0 layout (the message names both sizes). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_load_options_init(out: *mut hostfirst_load_options, struct_size: usize) -> Status {
     hostfirst_boundary!("hostfirst_load_options_init", {

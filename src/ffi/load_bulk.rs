@@ -3,7 +3,7 @@
 //! describes a 20,000-tensor load in one or two calls instead of two per tensor.
 
 use super::args::c_dtype;
-use super::args::{out_bytes, out_ptr, out_struct, OutStruct};
+use super::args::{out_bytes, out_ptr, out_struct, struct_size_ok, write_struct_at};
 use super::device::hostfirst_device;
 use super::handle;
 use super::load::{hostfirst_load, hostfirst_loaded};
@@ -17,7 +17,8 @@ use std::ffi::c_char;
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct hostfirst_load_entry {
-    /// Set by the library to the bytes of this entry it wrote (`min(entry_size, sizeof(hostfirst_load_entry))`).
+    /// Set by the library to the bytes of known fields it wrote in this entry (`sizeof(hostfirst_load_entry)`
+    /// when `entry_size` is at least that).
     pub struct_size: usize,
     /// The tensor name, NUL-terminated (interior NULs of a name appear as the two characters `\0`).
     pub name: *const c_char,
@@ -60,10 +61,17 @@ fn entry(l: &Loaded, i: usize) -> hostfirst_load_entry {
     }
 }
 
+/// The largest `entry_size` `hostfirst_load_entries` accepts: no version of `hostfirst_load_entry` will be
+/// larger, so a bigger stride is a caller's mistake (a byte count passed as an entry size), refused before
+/// anything is written.
+pub const HOSTFIRST_MAX_ENTRY_SIZE: u32 = 1024;
+
 /// Describes every tensor of `load`, in file order, into the caller's array `out` of `capacity` entries of
-/// `entry_size` bytes each (pass `sizeof(hostfirst_load_entry)`; an older, smaller entry from an earlier
-/// header is accepted as long as it holds every field up to `address`, and the library writes only the
-/// fields that fit, setting each entry's `struct_size` to the bytes written).
+/// `entry_size` bytes each (pass `sizeof(hostfirst_load_entry)`). Each entry follows the rule of every
+/// extensible struct (the header's CONVENTIONS): an older, smaller entry from an earlier header is accepted as
+/// long as it holds the whole 1.0 layout, the library writes only the whole fields that fit and zeroes the
+/// bytes of a newer, larger entry past the fields it knows, and sets each entry's `struct_size` to the bytes
+/// of known fields written.
 ///
 /// Always writes the number of tensors to `*out_count`. `(out NULL, capacity 0)` is a count query and
 /// succeeds; a `capacity` smaller than the count gives `BUFFER_TOO_SMALL` and writes no entry. Entry `i`
@@ -77,11 +85,6 @@ fn entry(l: &Loaded, i: usize) -> hostfirst_load_entry {
 /// `capacity * entry_size` bytes from `out` overflowing or running past the end of the address space),
 /// `BUFFER_TOO_SMALL` (count in `*out_count`).
 /// On error no entry is written. Thread-safe.
-/// The largest `entry_size` `hostfirst_load_entries` accepts: no version of `hostfirst_load_entry` will be
-/// larger, so a bigger stride is a caller's mistake (a byte count passed as an entry size), refused before
-/// anything is written.
-pub const HOSTFIRST_MAX_ENTRY_SIZE: u32 = 1024;
-
 #[no_mangle]
 pub extern "C" fn hostfirst_load_entries(
     load: *const hostfirst_load,
@@ -93,15 +96,8 @@ pub extern "C" fn hostfirst_load_entries(
     hostfirst_boundary!("hostfirst_load_entries", {
         let l = handle::get::<hostfirst_load>(load, "load")?;
         let count = out_ptr(out_count, "out_count")?;
-        if entry_size < <hostfirst_load_entry as OutStruct>::SIZE_V1 {
-            return Err(Error::new(
-                Status::InvalidArgument,
-                format!(
-                    "entry_size is {entry_size}; pass sizeof(hostfirst_load_entry) ({} in this version, at least {})",
-                    std::mem::size_of::<hostfirst_load_entry>(),
-                    <hostfirst_load_entry as OutStruct>::SIZE_V1
-                ),
-            ));
+        if entry_size <= HOSTFIRST_MAX_ENTRY_SIZE as usize {
+            struct_size_ok::<hostfirst_load_entry>(entry_size, "entry_size")?;
         }
         if entry_size > HOSTFIRST_MAX_ENTRY_SIZE as usize {
             return Err(Error::new(
@@ -141,16 +137,10 @@ pub extern "C" fn hostfirst_load_entries(
                 format!("the load has {n} tensors; the array holds {capacity} entries"),
             ));
         }
-        let width = entry_size.min(std::mem::size_of::<hostfirst_load_entry>());
         for i in 0..n {
-            let mut e = entry(&l, i);
-            e.struct_size = width;
-            // SAFETY: the caller's array holds `capacity >= n` entries of `entry_size` bytes; entry i starts
-            // `i * entry_size` bytes in and gets the first `width <= entry_size` bytes of `e`.
-            unsafe {
-                let dst = (out as *mut u8).add(i * entry_size);
-                std::ptr::copy_nonoverlapping(&e as *const hostfirst_load_entry as *const u8, dst, width);
-            }
+            // SAFETY: the caller's array holds `capacity >= n` entries of `entry_size` bytes (checked above to
+            // fit in the address space).
+            unsafe { write_struct_at(out, i, entry_size, entry(&l, i)) };
         }
         Ok(())
     })
@@ -207,12 +197,13 @@ fn name_bytes(l: &Loaded, i: usize) -> &[u8] {
 
 #[cfg(test)]
 mod tests {
+    use super::super::args::Extensible;
     use super::*;
 
     #[test]
     fn entry_v1_is_the_whole_struct() {
         // 0.2 introduces the entry: its oldest accepted size is all of it (later fields get appended).
-        assert_eq!(<hostfirst_load_entry as OutStruct>::SIZE_V1, std::mem::size_of::<hostfirst_load_entry>());
+        assert_eq!(<hostfirst_load_entry as Extensible>::MIN_SIZE, std::mem::size_of::<hostfirst_load_entry>());
         assert_eq!(std::mem::size_of::<hostfirst_load_entry>(), 64);
     }
 }

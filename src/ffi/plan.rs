@@ -83,7 +83,7 @@ pub struct hostfirst_plan_device_info {
     /// Its total memory.
     pub total: u64,
     /// 1 when `bytes <= usable`, else 0.
-    pub fits: u32,
+    pub fits: i32,
     /// The largest tensor it receives (NUL-terminated UTF-8), valid until the plan is freed.
     pub largest_name: *const c_char,
     /// That tensor's size in bytes.
@@ -242,7 +242,7 @@ pub extern "C" fn hostfirst_plan_device(
                 tensors: d.tensors as u64,
                 usable: d.usable,
                 total: d.total,
-                fits: d.fits as u32,
+                fits: d.fits as i32,
                 largest_name: p.largest[index].as_ptr(),
                 largest_bytes: d.largest.1,
             },

@@ -34,16 +34,16 @@ pub type hostfirst_progress_fn = Option<unsafe extern "C" fn(done: u64, total: u
 /// zero-initialise and set `struct_size = sizeof(hostfirst_put_options)`), then set what you need; zero fields
 /// mean the defaults; a NULL options pointer means all defaults. The way to make one:
 /// `hostfirst_put_options opts; hostfirst_put_options_init(&opts, sizeof opts); opts.threads = 4;`. A smaller
-/// `struct_size` from an older header (at least the first version's) is accepted: fields past it take their
+/// `struct_size` from an older header (at least its 1.0 layout) is accepted: fields past it take their
 /// defaults.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub struct hostfirst_put_options {
     /// `sizeof(hostfirst_put_options)`.
     pub struct_size: usize,
     /// Reader threads (0: the CPUs available to the process, at most 16).
     pub threads: u32,
-    /// Nonzero: resident mode for CUDA targets — page-lock the tensor's mapped range once (read-only
+    /// 1: resident mode for CUDA targets — page-lock the tensor's mapped range once (read-only
     /// registration, cached until `hostfirst_release_cached_memory`) and copy straight from it. Pays off only
     /// for data transferred many times (registration costs ≥ 0.1 s/GB); the default is the staging ring. Where
     /// registration is unsupported or refused the put goes through the staging ring instead and says so
@@ -188,7 +188,7 @@ fn write_stats(out: *mut hostfirst_put_stats, size: Option<usize>, s: PutStats) 
 /// Pass `sizeof *out`: `hostfirst_put_options_init(&opts, sizeof opts)`. Only the fields that lie wholly
 /// within the caller's `struct_size` bytes are written (a program built against an older, smaller struct
 /// gets nothing written past it). Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a `struct_size` smaller
-/// than the struct's first version (the message names both sizes). Thread-safe.
+/// than the struct's 1.0 layout (the message names both sizes). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_put_options_init(out: *mut hostfirst_put_options, struct_size: usize) -> Status {
     hostfirst_boundary!("hostfirst_put_options_init", {
@@ -328,7 +328,7 @@ pub extern "C" fn hostfirst_put_poll(op: *const hostfirst_put_op) -> Status {
 /// nothing stays allocated). The result is handed out once: a second wait gives `ALREADY_USED`. Errors also:
 /// `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe; the operation must still be freed.
 #[no_mangle]
-pub extern "C" fn hostfirst_put_wait(op: *const hostfirst_put_op, out: *mut *mut hostfirst_buffer) -> Status {
+pub extern "C" fn hostfirst_put_wait(op: *mut hostfirst_put_op, out: *mut *mut hostfirst_buffer) -> Status {
     hostfirst_boundary!("hostfirst_put_wait", {
         let op = handle::get::<hostfirst_put_op>(op, "op")?;
         let out = out_ptr(out, "out")?;

@@ -1,7 +1,7 @@
 //! The default-device stack: the process default and the queries (`hostfirst_default_*`), per-thread and
 //! carried scopes (`hostfirst_scope_*`), strict mode (`hostfirst_strict_*`).
 
-use super::args::{c_default_source, in_ref, opt_out, out_ptr};
+use super::args::{bool_arg, c_default_source, in_ref, opt_out, out_ptr};
 use super::device::hostfirst_device;
 use crate::error::Status;
 use crate::scope::{self, CarriedScope, DefaultSource, ScopeToken};
@@ -70,7 +70,8 @@ pub extern "C" fn hostfirst_default_device_set(device: hostfirst_device) -> Stat
     })
 }
 
-/// Clears the process-wide default device, so the environment or built-in rule applies again. Never fails.
+/// Clears the process-wide default device, so the environment or built-in rule applies again. Returns `OK`
+/// (it has no failure of its own: see CONVENTIONS, Status).
 #[no_mangle]
 pub extern "C" fn hostfirst_default_device_clear() -> Status {
     hostfirst_boundary!("hostfirst_default_device_clear", { scope::set_process_default(None) })
@@ -158,22 +159,23 @@ pub extern "C" fn hostfirst_scope_leave(token: u64) -> Status {
     hostfirst_boundary!("hostfirst_scope_leave", { scope::leave(ScopeToken(token)).map(|_| ()) })
 }
 
-/// Turns strict mode on (`on != 0`) or off for the calling thread. In strict mode any operation that would
+/// Turns strict mode on (`on` = 1) or off (0) for the calling thread. In strict mode any operation that would
 /// resolve the implicit default device fails with `IMPLICIT_PLACEMENT` (the analogue of JAX's
-/// transfer guard). Never fails.
+/// transfer guard). Errors: `INVALID_ARGUMENT` for an `on` other than 0 or 1 (nothing changes).
 #[no_mangle]
 pub extern "C" fn hostfirst_strict_thread_set(on: i32) -> Status {
     hostfirst_boundary!("hostfirst_strict_thread_set", {
-        scope::set_thread_strict(on != 0);
+        scope::set_thread_strict(bool_arg(on, "on")?);
         Ok(())
     })
 }
 
-/// Turns strict mode on (`on != 0`) or off for the whole process (every thread). Never fails.
+/// Turns strict mode on (`on` = 1) or off (0) for the whole process (every thread). Errors:
+/// `INVALID_ARGUMENT` for an `on` other than 0 or 1 (nothing changes).
 #[no_mangle]
 pub extern "C" fn hostfirst_strict_process_set(on: i32) -> Status {
     hostfirst_boundary!("hostfirst_strict_process_set", {
-        scope::set_process_strict(on != 0);
+        scope::set_process_strict(bool_arg(on, "on")?);
         Ok(())
     })
 }

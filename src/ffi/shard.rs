@@ -60,7 +60,7 @@ impl Handle for hostfirst_shard_result {
 /// by the plan for every run). Fill it with `hostfirst_shard_options_init` (or zero-initialise and set
 /// `struct_size = sizeof(hostfirst_shard_options)`), then what you need; zero fields mean the defaults. The
 /// way to make one: `hostfirst_shard_options opts; hostfirst_shard_options_init(&opts, sizeof opts);
-/// opts.threads = 4;`. A smaller `struct_size` from an older header (at least the first version's) is
+/// opts.threads = 4;`. A smaller `struct_size` from an older header (at least its 1.0 layout) is
 /// accepted: fields past it take their defaults.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -92,8 +92,8 @@ options_struct!(
 /// `hostfirst_shard_run_options_init` (or zero-initialise and set `struct_size = sizeof
 /// (hostfirst_shard_run_options)`), then what you need: `hostfirst_shard_run_options ro;
 /// hostfirst_shard_run_options_init(&ro, sizeof ro); ro.progress = my_progress; ro.user = &my_state;`. A
-/// NULL pointer means the defaults (no callback). A smaller `struct_size` from an older header (at least the
-/// first version's) is accepted: fields past it take their defaults.
+/// NULL pointer means the defaults (no callback). A smaller `struct_size` from an older header (at least its
+/// 1.0 layout) is accepted: fields past it take their defaults.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct hostfirst_shard_run_options {
@@ -170,11 +170,10 @@ pub struct hostfirst_shard_info {
     pub file: *const c_char,
 }
 
-// New after 0.1.0: the whole struct is its oldest size.
 out_struct!(hostfirst_shard_info, file);
 
 fn shard_options(p: *const hostfirst_shard_options) -> Result<(ReadPolicy, Tuning)> {
-    let o = read_options(p, hostfirst_shard_options::default(), "options")?;
+    let o = read_options(p, hostfirst_shard_options::default(), "opts")?;
     let mut policy = ReadPolicy::default();
     if o.max_over_read != 0.0 {
         policy.max_over_read = o.max_over_read;
@@ -184,10 +183,10 @@ fn shard_options(p: *const hostfirst_shard_options) -> Result<(ReadPolicy, Tunin
     }
     policy.validate()?;
     let size = |v: u64, what: &str| {
-        usize::try_from(v).map_err(|_| Error::new(Status::InvalidArgument, format!("options->{what} {v} is too large")))
+        usize::try_from(v).map_err(|_| Error::new(Status::InvalidArgument, format!("opts->{what} {v} is too large")))
     };
     if o.threads > 1024 {
-        return Err(Error::new(Status::InvalidArgument, format!("options->threads is {}; at most 1024", o.threads)));
+        return Err(Error::new(Status::InvalidArgument, format!("opts->threads is {}; at most 1024", o.threads)));
     }
     let run = Tuning {
         threads: o.threads as usize,
@@ -215,7 +214,7 @@ fn in_array<'a, T>(p: *const T, count: usize, name: &str) -> Result<&'a [T]> {
 /// Fills `*out` with the default plan options (everything zero) and sets `out->struct_size = struct_size`.
 /// Pass `sizeof *out`: `hostfirst_shard_options_init(&opts, sizeof opts)`. Only the fields that lie wholly
 /// within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a
-/// `struct_size` smaller than the struct's first version (the message names both sizes). Thread-safe.
+/// `struct_size` smaller than the struct's 1.0 layout (the message names both sizes). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_shard_options_init(out: *mut hostfirst_shard_options, struct_size: usize) -> Status {
     hostfirst_boundary!("hostfirst_shard_options_init", {
@@ -226,7 +225,7 @@ pub extern "C" fn hostfirst_shard_options_init(out: *mut hostfirst_shard_options
 /// Fills `*out` with the default run options (no progress callback) and sets `out->struct_size =
 /// struct_size`. Pass `sizeof *out`: `hostfirst_shard_run_options_init(&ro, sizeof ro)`. Only the fields that
 /// lie wholly within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`;
-/// `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's first version (the message names both
+/// `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's 1.0 layout (the message names both
 /// sizes). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_shard_run_options_init(
@@ -387,13 +386,13 @@ pub extern "C" fn hostfirst_shard_rules_free(rules: *mut hostfirst_shard_rules) 
 /// given), the plan holds the part of the tensor that position holds under `rules` (unmatched tensors: all
 /// of it), as the contiguous byte runs
 /// it needs from its file, and the reads those take once neighbouring runs are merged under
-/// `options->max_over_read` (default 1.25 pages read per page needed). A part several owned positions hold
+/// `opts->max_over_read` (default 1.25 pages read per page needed). A part several owned positions hold
 /// (along a replicated mesh axis) is read once and copied (`hostfirst_shard_info.copy_of`). Making a plan
 /// reads no tensor data and allocates nothing on a device; it records each device's free memory now
 /// (`hostfirst_shard_plan_totals`). No communication with other processes: each process makes its own
 /// plan from the same rules.
 ///
-/// `options` may be NULL (defaults). Errors: `NULL_ARGUMENT` (`file`, `rules`, `out`; `positions` or
+/// `opts` may be NULL (defaults). Errors: `NULL_ARGUMENT` (`file`, `rules`, `out`; `positions` or
 /// `devices` NULL with `count > 0`), `INVALID_HANDLE`; `OUT_OF_RANGE` for a position not below
 /// `hostfirst_shard_mesh_positions` (e.g. an MPI rank ≥ the mesh size); `INVALID_ARGUMENT` for a position
 /// listed twice, an unknown device kind, bad options, a spec with more entries than a tensor it matches has
@@ -408,7 +407,7 @@ pub extern "C" fn hostfirst_shard_plan_make(
     positions: *const u64,
     devices: *const hostfirst_device,
     count: usize,
-    options: *const hostfirst_shard_options,
+    opts: *const hostfirst_shard_options,
     out: *mut *mut hostfirst_shard_plan,
 ) -> Status {
     hostfirst_boundary!("hostfirst_shard_plan_make", {
@@ -417,14 +416,14 @@ pub extern "C" fn hostfirst_shard_plan_make(
         let positions = in_array(positions, count, "positions")?;
         let devices = in_array(devices, count, "devices")?;
         let out = out_ptr(out, "out")?;
-        let (policy, opts) = shard_options(options)?;
+        let (policy, tuning) = shard_options(opts)?;
         let mut owned = Vec::with_capacity(count);
         for (i, (&position, d)) in positions.iter().zip(devices).enumerate() {
             owned.push(Owned { position, device: d.to_device(&format!("devices[{i}]"))? });
         }
         let rules = r.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let plan = ShardPlan::make(&f, &rules, &owned, policy)?;
-        *out = handle::insert_new::<hostfirst_shard_plan>(PlanTable::new(plan, opts)?);
+        *out = handle::insert_new::<hostfirst_shard_plan>(PlanTable::new(plan, tuning)?);
         Ok(())
     })
 }

@@ -14,7 +14,7 @@ pub const HOSTFIRST_VERSION_MINOR: u32 = 2;
 pub const HOSTFIRST_VERSION_PATCH: u32 = 0;
 
 /// `MAJOR * 1000000 + MINOR * 1000 + PATCH` of this header (the sqlite idiom). Programs should check
-/// `hostfirst_version_number() == HOSTFIRST_VERSION_NUMBER` at start-up.
+/// `HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, hostfirst_version_number())` at start-up.
 pub const HOSTFIRST_VERSION_NUMBER: u32 = 2000;
 
 /// Returns the library version as a static string such as `"0.2.0"`.
@@ -29,7 +29,8 @@ pub extern "C" fn hostfirst_version() -> *const c_char {
 
 /// Returns the library version as `MAJOR * 1000000 + MINOR * 1000 + PATCH`.
 ///
-/// Compare with `HOSTFIRST_VERSION_NUMBER` to detect a header/library mismatch. Never fails. Thread-safe.
+/// Compare with `HOSTFIRST_VERSION_NUMBER` by `HOSTFIRST_VERSION_COMPATIBLE` (the one rule: the same ABI line,
+/// the library at least as new as the header). Never fails. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_version_number() -> u32 {
     hostfirst_boundary!("hostfirst_version_number", default = 0, {

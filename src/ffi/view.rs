@@ -60,15 +60,14 @@ pub struct hostfirst_view_info {
     pub data: *const c_void,
     /// Alignment of `data` in bytes: the largest power of two dividing its address, capped at 4096.
     pub alignment: u64,
-    /// Appended after 0.1.0 (a caller built against an older header gets every field but this one). NULL when
-    /// the view is one contiguous C-order block (every whole tensor, every row slice). For a strided view
-    /// (`hostfirst_view_narrow` on an inner dimension): `rank` element strides, so element `(i0, i1, ...)` is
-    /// at element offset `sum(ik * strides[k])` from `data`; `nbytes` is still the packed size, which copies
+    /// NULL when the view is one contiguous C-order block (every whole tensor, every row slice). For a strided
+    /// view (`hostfirst_view_narrow` on an inner dimension): `rank` element strides, so element `(i0, i1, ...)`
+    /// is at element offset `sum(ik * strides[k])` from `data`; `nbytes` is still the packed size, which copies
     /// (`hostfirst_view_copy`) and puts produce. Valid until the view is freed.
     pub strides: *const u64,
 }
 
-out_struct!(hostfirst_view_info, alignment);
+out_struct!(hostfirst_view_info, strides);
 
 /// Releases a view. NULL is a no-op returning OK; a view already freed gives `INVALID_HANDLE`. Pointers from
 /// `hostfirst_view_describe` become invalid. Thread-safe.
@@ -236,7 +235,7 @@ pub extern "C" fn hostfirst_view_read(
 /// Nothing is allocated: the pages belong to the page cache, which the kernel may reclaim again under memory
 /// pressure. A view larger than available host memory less the fit check's margin gives `OUT_OF_MEMORY`
 /// (message and `hostfirst_last_error_fit` as for a put) and reads nothing. When `populated` is not NULL it
-/// receives, on success, `true` when the pages were mapped and `false` when the system offers only
+/// receives, on success, 1 when the pages were mapped and 0 when the system offers only
 /// read-ahead advice (Linux before 5.14, other systems) or the view is over a memory buffer (nothing to do).
 ///
 /// The gathers that follow read through the mapping, so a file truncated afterwards kills them with SIGBUS
@@ -247,12 +246,12 @@ pub extern "C" fn hostfirst_view_read(
 /// shorter than when it was opened; never SIGBUS), `IO`. Thread-safe; may take seconds for a large tensor
 /// that is not in the page cache.
 #[no_mangle]
-pub extern "C" fn hostfirst_view_prefault(view: *const hostfirst_view, populated: *mut bool) -> Status {
+pub extern "C" fn hostfirst_view_prefault(view: *const hostfirst_view, populated: *mut i32) -> Status {
     hostfirst_boundary!("hostfirst_view_prefault", {
         let v = handle::get::<hostfirst_view>(view, "view")?;
         let p = v.prefault()?;
         if let Some(out) = opt_out(populated) {
-            *out = p;
+            *out = p as i32;
         }
         Ok(())
     })

@@ -48,7 +48,7 @@ pub type hostfirst_agree_fn = Option<unsafe extern "C" fn(ok: i32, user: *mut c_
 /// `hostfirst_writer_options_init(&opts, sizeof opts)`, then set what you need; zero fields mean the defaults;
 /// a NULL options pointer means all defaults (one process, one file, fsync before `finish` returns).
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub struct hostfirst_writer_options {
     /// `sizeof(hostfirst_writer_options)`.
     pub struct_size: usize,
@@ -121,7 +121,8 @@ options_struct!(
     ]
 );
 
-/// What a finished save wrote (`hostfirst_writer_finish`). Set `struct_size = sizeof(hostfirst_writer_info)`.
+/// What a finished save wrote (`hostfirst_writer_finish`). Set `struct_size = sizeof(hostfirst_writer_info)`
+/// (at least its 1.0 layout, at most 4096); fields past what the library knows are zeroed.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct hostfirst_writer_info {
@@ -210,8 +211,9 @@ fn register(w: Writer, c: COpts) -> *mut hostfirst_writer {
 }
 
 /// Fills `*out` with the default options (everything zero/NULL) and sets `out->struct_size = struct_size`.
-/// Pass `sizeof *out`. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a `struct_size` smaller than the
-/// struct's first version. Thread-safe.
+/// Pass `sizeof *out`. Only the fields that lie wholly within the caller's `struct_size` bytes are written.
+/// Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's 1.0 layout or
+/// larger than 4096 (the message names the sizes). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_writer_options_init(out: *mut hostfirst_writer_options, struct_size: usize) -> Status {
     hostfirst_boundary!("hostfirst_writer_options_init", {

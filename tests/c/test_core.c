@@ -1,10 +1,35 @@
 /* Core C ABI: versions, statuses, last error, panic boundary, devices and specs (no CUDA), default stack. */
+#define HOSTFIRST_EXPERIMENTAL /* uses the experimental tier */
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "check.h"
 
+/* The one version rule is usable in #if: a header compatible with itself. */
+#if !HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, HOSTFIRST_VERSION_NUMBER)
+#error "HOSTFIRST_VERSION_COMPATIBLE refuses the header's own version"
+#endif
+
+/* HOSTFIRST_VERSION_COMPATIBLE(header, library): the same ABI line (major; and minor while the major is 0),
+ * and the library at least as new as the header. */
+static void test_version_rule(void) {
+    static const struct {
+        unsigned header, library;
+        int ok;
+    } cases[] = {
+        {2000, 2000, 1},       {2000, 2001, 1},          {2001, 2000, 0},    /* 0.2.x: patches, never older */
+        {2000, 3000, 0},       {3000, 2000, 0},          {2005, 2999, 1},    /* 0.y: every minor is its own line */
+        {1000000, 1000000, 1}, {1000000, 1003002, 1},    {1003000, 1002009, 0}, /* 1.x: later minors serve */
+        {1000000, 2000000, 0}, {2000000, 1999999, 0},    {1000000, 999999, 0},  /* a new major never does */
+        {0, 0, 1},             {0, 1, 0},                {0, 1000, 0},          /* 0.0.z: each release */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        CHECK(HOSTFIRST_VERSION_COMPATIBLE(cases[i].header, cases[i].library) == cases[i].ok);
+    CHECK(HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, hostfirst_version_number()));
+}
+
 static void test_version(void) {
+    test_version_rule();
     CHECK(hostfirst_version_number() == HOSTFIRST_VERSION_NUMBER);
     char expect[32];
     snprintf(expect, sizeof expect, "%d.%d.%d", HOSTFIRST_VERSION_MAJOR, HOSTFIRST_VERSION_MINOR,
@@ -142,6 +167,12 @@ static void test_census_without_cuda(void) {
     CHECK_OK(hostfirst_device_memory(devs[0], &free_b, &total_b));
     CHECK(total_b > 0 && free_b <= total_b);
     CHECK_OK(hostfirst_device_memory(devs[0], NULL, NULL));
+
+    /* a function returning a string never returns NULL (CONVENTIONS): past the last warning, "" */
+    size_t nwarn = hostfirst_census_warning_count();
+    const char *past = hostfirst_census_warning(nwarn);
+    CHECK(past != NULL && past[0] == '\0');
+    CHECK(hostfirst_census_warning(SIZE_MAX) != NULL);
 }
 
 static void test_specs(void) {
@@ -248,6 +279,12 @@ static void test_scopes(void) {
     CHECK_MSG("the process");
     CHECK_OK(hostfirst_strict_process_set(0));
     CHECK_OK(hostfirst_target_parse("default", &d));
+    /* booleans are int32_t 0 or 1 (CONVENTIONS): another value is refused and changes nothing */
+    CHECK_STATUS(hostfirst_strict_thread_set(2), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("on is 2; expected 0 or 1");
+    CHECK_STATUS(hostfirst_strict_process_set(-1), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_OK(hostfirst_strict_get(&t, &p));
+    CHECK(t == 0 && p == 0);
 }
 
 /* Worker: enters a carried scope, checks it, leaves it; hammers push/pop. */

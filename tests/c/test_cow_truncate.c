@@ -15,8 +15,8 @@
 #include <unistd.h>
 #include "check.h"
 
-/* A consumer that passed nothing (Python's max_version=None): the legacy form. */
-static const hostfirst_dlpack_options LEGACY = {.struct_size = sizeof(hostfirst_dlpack_options)};
+/* A consumer that passed no max_version (Python's max_version=None): the legacy form. */
+static const hostfirst_dlpack_options LEGACY = {.struct_size = sizeof(hostfirst_dlpack_options), .legacy = 1};
 
 #define PAGE 4096
 #define NBYTES (16 * PAGE)

@@ -25,8 +25,8 @@
 #include <unistd.h>
 #include "check.h"
 
-/* A consumer that passed nothing (Python's max_version=None): the legacy form. */
-static const hostfirst_dlpack_options LEGACY = {.struct_size = sizeof(hostfirst_dlpack_options)};
+/* A consumer that passed no max_version (Python's max_version=None): the legacy form. */
+static const hostfirst_dlpack_options LEGACY = {.struct_size = sizeof(hostfirst_dlpack_options), .legacy = 1};
 
 static const char *path;
 #define N 4096 /* u16 elements */

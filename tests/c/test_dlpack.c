@@ -7,16 +7,16 @@
 #include <stdint.h>
 #include "check.h"
 
-/* A consumer that passed nothing (Python's max_version=None): the legacy form. */
-static const hostfirst_dlpack_options LEGACY = {.struct_size = sizeof(hostfirst_dlpack_options)};
+/* A consumer that passed no max_version (Python's max_version=None): the legacy form. */
+static const hostfirst_dlpack_options LEGACY = {.struct_size = sizeof(hostfirst_dlpack_options), .legacy = 1};
 
 /* hostfirst_dlpack_options_init and what the options select. */
 static void options(hostfirst_view *view) {
     hostfirst_dlpack_options o;
     memset(&o, 0xee, sizeof o);
     CHECK_OK(hostfirst_dlpack_options_init(&o, sizeof o));
-    CHECK(o.struct_size == sizeof o && o.has_stream == 0 && o.has_dl_device == 0);
-    CHECK(o.max_version.major == HOSTFIRST_DLPACK_MAJOR_VERSION && o.max_version.minor == HOSTFIRST_DLPACK_MINOR_VERSION);
+    CHECK(o.struct_size == sizeof o && o.has_stream == 0 && o.has_dl_device == 0 && o.legacy == 0);
+    CHECK(o.max_version.major == 0 && o.max_version.minor == 0); /* zero: not given, the default */
     hostfirst_dlpack_copy copy = o.copy;
     CHECK(copy == HOSTFIRST_DLPACK_COPY_IF_NEEDED);
     CHECK_STATUS(hostfirst_dlpack_options_init(NULL, sizeof o), HOSTFIRST_STATUS_NULL_ARGUMENT);
@@ -34,6 +34,28 @@ static void options(hostfirst_view *view) {
     CHECK_STATUS(hostfirst_view_to_dlpack(view, &LEGACY, &v, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
     CHECK_MSG("out_legacy");
     CHECK(v == NULL);
+    /* booleans are 0 or 1 (CONVENTIONS): another value is refused, naming the field */
+    hostfirst_dlpack_options odd = o;
+    odd.has_stream = 2;
+    CHECK_STATUS(hostfirst_view_to_dlpack(view, &odd, &v, NULL), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("opts->has_stream is 2; expected 0 or 1");
+    odd = o;
+    odd.legacy = -1;
+    CHECK_STATUS(hostfirst_view_to_dlpack(view, &odd, &v, &l), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    odd = o;
+    odd.has_dl_device = 7;
+    CHECK_STATUS(hostfirst_view_to_dlpack(view, &odd, &v, NULL), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK(v == NULL);
+    /* legacy with a versioned max_version asks two forms: refused. A version below 1.0 is the legacy form. */
+    hostfirst_dlpack_options both = LEGACY;
+    both.max_version.major = 1;
+    CHECK_STATUS(hostfirst_view_to_dlpack(view, &both, &v, &l), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("opts->legacy is 1 (the legacy form) but opts->max_version is {1, 0}");
+    hostfirst_dlpack_options old = {.struct_size = sizeof old, .max_version = {0, 8}};
+    l = NULL;
+    CHECK_OK(hostfirst_view_to_dlpack(view, &old, NULL, &l));
+    CHECK(l != NULL);
+    l->deleter(l);
     /* The flags are an OR of hostfirst_dlpack_flag values. */
     o.copy = HOSTFIRST_DLPACK_COPY_ALWAYS;
     CHECK_OK(hostfirst_view_to_dlpack(view, &o, &v, NULL));

@@ -142,27 +142,31 @@ static void test_file_api(void) {
     CHECK((uintptr_t)info.data % info.alignment == 0);
     CHECK(info.alignment == 4096 || ((uintptr_t)info.data / info.alignment) % 2 == 1);
 
-    /* The PJRT rule for output structs: a struct as old as 0.1.0 (through `alignment`) gets the fields it has
-     * and nothing past them; a newer, larger one gets today's fields and struct_size says how many bytes; one
-     * byte less than the oldest size is refused. */
+    /* The rule of extensible structs for an output (issue 37): struct_size must hold the whole 1.0 layout
+     * (every field today; 0.1's shorter struct is refused now); a newer, larger struct gets today's fields,
+     * zeros past them up to its struct_size and nothing past it, and struct_size says how many bytes are the
+     * library's; a struct_size ending inside the last field is refused, nothing written (never part of a
+     * field). */
     {
-        const size_t v1 = offsetof(hostfirst_view_info, alignment) + sizeof info.alignment;
+        const size_t end = offsetof(hostfirst_view_info, strides) + sizeof info.strides;
         union {
             hostfirst_view_info info;
             unsigned char bytes[sizeof(hostfirst_view_info) + 16];
         } u;
         memset(&u, 0xAA, sizeof u);
-        u.info.struct_size = v1;
-        CHECK_OK(hostfirst_view_describe(vw, &u.info));
-        CHECK(u.info.struct_size == v1 && u.info.nbytes == 24 && u.info.alignment == info.alignment);
-        for (size_t i = v1; i < sizeof u.bytes; i++) CHECK(u.bytes[i] == 0xAA);
-        memset(&u, 0xAA, sizeof u);
-        u.info.struct_size = sizeof u.bytes;
+        u.info.struct_size = sizeof(hostfirst_view_info) + 8;
         CHECK_OK(hostfirst_view_describe(vw, &u.info));
         CHECK(u.info.struct_size == sizeof(hostfirst_view_info) && u.info.nbytes == 24);
-        for (size_t i = sizeof(hostfirst_view_info); i < sizeof u.bytes; i++) CHECK(u.bytes[i] == 0xAA);
-        u.info.struct_size = v1 - 1;
-        CHECK_STATUS(hostfirst_view_describe(vw, &u.info), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+        for (size_t i = sizeof(hostfirst_view_info); i < sizeof(hostfirst_view_info) + 8; i++) CHECK(u.bytes[i] == 0);
+        for (size_t i = sizeof(hostfirst_view_info) + 8; i < sizeof u.bytes; i++) CHECK(u.bytes[i] == 0xAA);
+        const size_t refused[] = {end - 1, offsetof(hostfirst_view_info, alignment) + sizeof info.alignment, 4097};
+        for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++) {
+            memset(&u, 0xAA, sizeof u);
+            u.info.struct_size = refused[k];
+            CHECK_STATUS(hostfirst_view_describe(vw, &u.info), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+            CHECK_MSG("hostfirst_view_info");
+            for (size_t i = sizeof(size_t); i < sizeof u.bytes; i++) CHECK(u.bytes[i] == 0xAA);
+        }
     }
 
     hostfirst_view_info si;
@@ -193,9 +197,9 @@ static void test_file_api(void) {
     CHECK_OK(hostfirst_view_read(vw, 24, NULL, 0));
 
     /* Prefault: maps the view's pages (Linux 5.14+ on CI); the flag is written only on success. */
-    bool populated = false;
+    int32_t populated = 0;
     CHECK_OK(hostfirst_view_prefault(vw, &populated));
-    CHECK(populated);
+    CHECK(populated == 1);
     CHECK_OK(hostfirst_view_prefault(vs, NULL));
     CHECK_STATUS(hostfirst_view_prefault(NULL, &populated), HOSTFIRST_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(hostfirst_view_prefault((const hostfirst_view *)f, &populated), HOSTFIRST_STATUS_INVALID_HANDLE);

@@ -104,8 +104,8 @@ static void test_copy_on_write(hostfirst_view *v, hostfirst_file *file) {
     CHECK_OK(hostfirst_rules_free(rules));
 }
 
-/* A consumer that passed nothing (Python's max_version=None): the legacy form. */
-static const hostfirst_dlpack_options LEGACY = {.struct_size = sizeof(hostfirst_dlpack_options)};
+/* A consumer that passed no max_version (Python's max_version=None): the legacy form. */
+static const hostfirst_dlpack_options LEGACY = {.struct_size = sizeof(hostfirst_dlpack_options), .legacy = 1};
 
 static void test_dlpack(hostfirst_view *v) {
     hostfirst_view_info vi = {.struct_size = sizeof vi};
@@ -128,9 +128,11 @@ static void test_dlpack(hostfirst_view *v) {
     hostfirst_dlpack_options o = {.struct_size = sizeof o};
     hostfirst_dlpack_managed_tensor_versioned *ver = NULL;
     hostfirst_dlpack_managed_tensor *leg = NULL;
-    CHECK_OK(hostfirst_view_to_dlpack(v, &o, &ver, &leg)); /* nothing given: a legacy consumer */
+    o.legacy = 1; /* no max_version given (Python's max_version=None): a legacy consumer */
+    CHECK_OK(hostfirst_view_to_dlpack(v, &o, &ver, &leg));
     CHECK(ver == NULL && leg != NULL && leg->dl_tensor.data != vi.data);
     leg->deleter(leg);
+    o.legacy = 0;
     o.max_version.major = 1;
     o.max_version.minor = 0;
     CHECK_OK(hostfirst_view_to_dlpack(v, &o, &ver, &leg));

@@ -4,11 +4,13 @@
 #include <unistd.h>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #undef NDEBUG
+#define HOSTFIRST_EXPERIMENTAL /* every wrapper, the experimental ones too */
 #include "hostfirst.hpp"
 
 #define REQUIRE(c)                                                              \
@@ -162,7 +164,7 @@ static int views_buffers_puts(const std::string &fixtures) {
         hostfirst::dlpack_legacy_tensor bl = b.to_dlpack_legacy();
         REQUIRE(reinterpret_cast<uintptr_t>(bl->dl_tensor.data) == bi.address && !bl.read_only());
         hostfirst::dlpack_options always;
-        REQUIRE(always.max_version.major == HOSTFIRST_DLPACK_MAJOR_VERSION); /* the defaults: DLPack 1.1 */
+        REQUIRE(always.max_version.major == 0 && always.legacy == 0); /* the defaults: zero, a DLPack 1.1 consumer */
         always.copy = HOSTFIRST_DLPACK_COPY_ALWAYS;
         hostfirst::dlpack_tensor bx = b.to_dlpack(always);
         REQUIRE(bx && bx.is_copied());
@@ -171,7 +173,7 @@ static int views_buffers_puts(const std::string &fixtures) {
         hostfirst::dlpack_legacy_tensor vl = v.to_dlpack_legacy(); /* a copy-on-write mapping: writable */
         REQUIRE(std::memcmp(vl->dl_tensor.data, v.bytes().data(), 24) == 0 && vl->dl_tensor.ndim == 2);
         hostfirst::dlpack_options v0; /* asks the legacy form: to_dlpack refuses it (the output it has is NULL) */
-        v0.max_version = {0, 0};
+        v0.legacy = 1;
         REQUIRE(throws(HOSTFIRST_STATUS_NULL_ARGUMENT, [&] { (void)v.to_dlpack(v0); }));
         hostfirst::dlpack_tensor vv = v.to_dlpack();
         REQUIRE(vv && vv.read_only() && vv->dl_tensor.data == v.data());
@@ -520,6 +522,84 @@ static int cuda_wrappers(const std::string &fixtures) {
     return 0;
 }
 
+/* A C++ progress callback that throws (issue 37, finding 7): the wrappers cancel the operation and rethrow the
+ * exception to the caller once the C call has returned; without the guard the exception would meet the library,
+ * which cannot unwind it, and the process would abort. Synchronous and asynchronous puts, loads; nothing leaks;
+ * a callback that returns nonzero still gives CANCELLED and one that returns 0 lets the operation finish. */
+struct stop_here : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+static int32_t throw_stop(uint64_t, uint64_t, void *user) {
+    ++*static_cast<int *>(user);
+    throw stop_here("stop from the callback");
+}
+
+template <class F>
+static bool throws_stop(F &&f) {
+    try {
+        f();
+    } catch (const stop_here &e) {
+        return std::string(e.what()) == "stop from the callback";
+    }
+    return false;
+}
+
+static int throwing_callbacks(const std::string &fixtures) {
+    size_t base = hostfirst::handle_count();
+    {
+        auto f = hostfirst::file::open(fixtures + "/basic.safetensors");
+        hostfirst::view v = f.view("i32");
+        int calls = 0;
+        hostfirst::put_options po;
+        po.progress = throw_stop;
+        po.user = &calls;
+        REQUIRE(throws_stop([&] { (void)v.put(hostfirst::device::cpu(), po); }) && calls == 1);
+        REQUIRE(po.progress == throw_stop && po.user == &calls); /* the caller's options are untouched */
+        calls = 0;
+        hostfirst::put_op op = v.put_start(hostfirst::device::cpu(), po);
+        REQUIRE(throws_stop([&] { (void)op.wait(); }) && calls == 1);
+        REQUIRE(hostfirst::handle_count() == base + 3); /* file, view, operation */
+
+        hostfirst::rules r;
+        r.add("*", "cpu");
+        auto p = hostfirst::plan::make(f, r);
+        hostfirst::load_options lo;
+        lo.progress = throw_stop;
+        lo.user = &calls;
+        calls = 0;
+        REQUIRE(throws_stop([&] { (void)hostfirst::load::run(f, p, lo); }) && calls == 1);
+
+        lo.progress = [](uint64_t, uint64_t, void *user) -> int32_t { return ++*static_cast<int *>(user) > 0; };
+        calls = 0;
+        REQUIRE(throws(HOSTFIRST_STATUS_CANCELLED, [&] { (void)hostfirst::load::run(f, p, lo); }) && calls == 1);
+        lo.progress = [](uint64_t done, uint64_t total, void *user) -> int32_t {
+            *static_cast<int *>(user) = done == total;
+            return 0;
+        };
+        calls = 0;
+        hostfirst::load l = hostfirst::load::run(f, p, lo);
+        REQUIRE(calls == 1 && l.size() == 16);
+
+        /* The writer keeps its options' callbacks until finish(): a throwing progress callback cancels the save
+         * (no file is left) and finish() rethrows its exception; the writer is used up, as after any failure. */
+        std::string out = "/tmp/hostfirst-hpp-throw-" + std::to_string(getpid()) + ".safetensors";
+        hostfirst::writer_options wo;
+        wo.progress = throw_stop;
+        wo.user = &calls;
+        calls = 0;
+        auto w = hostfirst::writer::open(out, wo);
+        w.add(v);
+        hostfirst::writer moved = std::move(w); /* the guard travels with the writer */
+        REQUIRE(throws_stop([&] { (void)moved.finish(); }) && calls == 1);
+        REQUIRE(::access(out.c_str(), F_OK) != 0);
+        REQUIRE(wo.progress == throw_stop && wo.user == &calls);
+        REQUIRE(throws(HOSTFIRST_STATUS_ALREADY_USED, [&] { (void)moved.finish(); }));
+    }
+    REQUIRE(hostfirst::handle_count() == base);
+    return 0;
+}
+
 static int host_wrappers(const std::string &fixtures);
 
 int main(int argc, char **argv) {
@@ -581,6 +661,7 @@ static int host_wrappers(const std::string &fixtures) {
     if (writer_wrappers(fixtures) != 0) return 1;
     if (files_views_dlpack(fixtures) != 0) return 1;
     if (views_buffers_puts(fixtures) != 0) return 1;
+    if (throwing_callbacks(fixtures) != 0) return 1;
     if (rules_plans_loads(fixtures) != 0) return 1;
     if (gathers_and_shards(fixtures) != 0) return 1;
     if (process_state_and_errors() != 0) return 1;

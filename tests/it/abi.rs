@@ -1,9 +1,12 @@
 //! The ABI promise, checked on the library scripts/install.sh installs (the tree of tests/it/install.rs):
-//! every export is a `hostfirst_*` function of the header carrying the version node of abi/hostfirst.map; the
-//! library is stripped (<= 5 MiB) with its debug info beside it; and libabigail's abidiff finds it compatible
-//! with the committed baseline abi/<SONAME>.abi (scripts/abi-check.sh; scripts/abi-baseline.sh regenerates it).
-//! The check's own verdicts (an addition passes and is reported, a removal or a layout change fails and names
-//! the regeneration command) are tested on edited copies of the baseline.
+//! every export is a `hostfirst_*` function of the header carrying the version node abi/hostfirst.map gives it
+//! (abi/nodes.rs: per-minor nodes, the open one taking new functions, released ones frozen, the experimental
+//! node); the library is stripped (<= 5 MiB) with its debug info beside it; and scripts/abi-check.sh finds it
+//! compatible with the committed baselines abi/<SONAME>.txt (the C view) and abi/<SONAME>.abi (libabigail;
+//! scripts/abi-baseline.sh regenerates both). The check's own verdicts are tested both ways on copies: a header
+//! with a field appended to an extensible struct, a field inserted mid-struct, a renumbered enum constant, a
+//! renumbered #define, a retyped parameter, a removed function, an added function; the binary baseline with the
+//! same kinds of edits; and a new function in a released node.
 //!
 //! readelf and abidiff are installed by scripts/test.sh; where one is missing the test fails under CI (`CI=true`)
 //! and otherwise skips with a message.
@@ -28,29 +31,50 @@ fn run(cmd: &mut Command) -> Output {
     cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
 }
 
-/// The one version node of abi/hostfirst.map.
-fn map_node() -> String {
-    let map = std::fs::read_to_string(root().join("abi/hostfirst.map")).unwrap();
-    let nodes: Vec<String> = map
-        .lines()
-        .filter_map(|l| l.trim_end().strip_suffix('{'))
-        .map(|n| n.trim().to_string())
-        .filter(|n| n.starts_with("HOSTFIRST_"))
-        .collect();
-    assert_eq!(nodes.len(), 1, "abi/hostfirst.map must define one HOSTFIRST_* node: {nodes:?}");
-    nodes[0].clone()
+/// abi/hostfirst.map, parsed by abi/nodes.rs (as build.rs reads it).
+fn map() -> crate::nodes::Nodes {
+    let text = std::fs::read_to_string(root().join("abi/hostfirst.map")).unwrap();
+    crate::nodes::parse(&text).unwrap()
 }
 
 #[test]
-fn version_node_names_the_abi_line() {
+fn version_nodes_follow_the_map_rules() {
     let (major, minor) = (env!("CARGO_PKG_VERSION_MAJOR"), env!("CARGO_PKG_VERSION_MINOR"));
-    // 0.y: every minor is its own ABI line (its own SONAME), so its own node. From 1.0 the node of 1.0 stays and
-    // minors add nodes (see abi/hostfirst.map); this test will need that rule then.
-    assert_eq!(major, "0", "1.0: give later minors their own nodes and extend this test");
-    assert_eq!(map_node(), format!("HOSTFIRST_{major}.{minor}"));
+    let map = map();
+    crate::nodes::check(&map, major.parse().unwrap(), minor.parse().unwrap()).unwrap();
+    let open = &map.stable.last().unwrap().name;
+    assert_eq!(open, &format!("HOSTFIRST_{major}.{minor}"));
+    assert_eq!(map.experimental.as_ref().unwrap().name, format!("HOSTFIRST_EXPERIMENTAL_{major}.{minor}"));
     if cfg!(target_os = "linux") {
-        assert_eq!(option_env!("HOSTFIRST_SYMBOL_VERSION"), Some(map_node().as_str()), "build.rs reads the map");
+        assert_eq!(option_env!("HOSTFIRST_SYMBOL_VERSION"), Some(open.as_str()), "build.rs reads the map");
     }
+}
+
+/// The rules of abi/nodes.rs on maps of a later life: 1.0 released, 1.1 open, an experimental node.
+#[test]
+fn per_minor_nodes_take_new_functions_in_the_open_node_only() {
+    use crate::nodes::{check, node_of, parse};
+    let text = "/* 1.0 */ HOSTFIRST_1.0 { global: hostfirst_a; hostfirst_b; local: *; };\n\
+                HOSTFIRST_1.1 { global: hostfirst_*; } HOSTFIRST_1.0;\n\
+                HOSTFIRST_EXPERIMENTAL_1.1 { global: hostfirst_x_*; };";
+    let map = parse(text).unwrap();
+    check(&map, 1, 1).unwrap();
+    assert_eq!(node_of(&map, "hostfirst_a"), Ok("HOSTFIRST_1.0"));
+    assert_eq!(node_of(&map, "hostfirst_new"), Ok("HOSTFIRST_1.1"), "a new function lands in the open node");
+    assert_eq!(node_of(&map, "hostfirst_x_thing"), Ok("HOSTFIRST_EXPERIMENTAL_1.1"));
+    assert!(crate::nodes::is_experimental(&map, "HOSTFIRST_X_CONSTANT"), "constants by the same patterns");
+    // A released node cannot take functions by pattern: the new one would land in it.
+    let open_old = text.replace("hostfirst_a; hostfirst_b;", "hostfirst_*;");
+    assert!(check(&parse(&open_old).unwrap(), 1, 1).unwrap_err().contains("HOSTFIRST_1.0 is released"));
+    // The crate moved on to 1.2 but the map did not: the build says what to do.
+    let e = check(&map, 1, 2).unwrap_err();
+    assert!(e.contains("freeze HOSTFIRST_1.1") && e.contains("HOSTFIRST_1.2 { global: hostfirst_*; } HOSTFIRST_1.1;"));
+    // Nodes chain; the experimental node is renamed each minor.
+    assert!(check(&parse(&text.replace("} HOSTFIRST_1.0;", "};")).unwrap(), 1, 1).is_err());
+    assert!(check(&parse(&text.replace("EXPERIMENTAL_1.1", "EXPERIMENTAL_1.0")).unwrap(), 1, 1).is_err());
+    // A name both listed in a released node and matched by an experimental pattern is refused.
+    let both = parse(&text.replace("hostfirst_b;", "hostfirst_x_b;")).unwrap();
+    assert!(node_of(&both, "hostfirst_x_b").unwrap_err().contains("released node HOSTFIRST_1.0"));
 }
 
 /// (name, version) of every symbol the library defines in its dynamic symbol table, from `readelf --dyn-syms -W`.
@@ -85,13 +109,28 @@ fn every_export_is_a_header_function_with_the_version_node() {
     }
     let lib = prefix().join("lib").join(real_name());
     let syms = defined_dynamic_symbols(&lib);
-    let node = map_node();
+    let map = map();
     let bad: Vec<String> = syms
         .iter()
-        .filter(|(n, v)| !n.starts_with("hostfirst_") || *v != node)
-        .map(|(n, v)| format!("{n}@{v}"))
+        .filter(|(n, v)| !n.starts_with("hostfirst_") || crate::nodes::node_of(&map, n).ok() != Some(v.as_str()))
+        .map(|(n, v)| format!("{n}@{v} (the map says {:?})", crate::nodes::node_of(&map, n)))
         .collect();
-    assert!(bad.is_empty(), "exports that are not hostfirst_* functions versioned {node}: {bad:?}");
+    assert!(bad.is_empty(), "exports that are not hostfirst_* functions with their node of abi/hostfirst.map: {bad:?}");
+    // The header's experimental block and the experimental node hold the same functions.
+    let experimental_node = map.experimental.as_ref().unwrap().name.clone();
+    let mut in_node: Vec<&str> =
+        syms.iter().filter(|(_, v)| *v == experimental_node).map(|(n, _)| n.as_str()).collect();
+    in_node.sort();
+    let header = crate::header::header_code();
+    let mut gated = Vec::new();
+    for block in header.split("#if defined(HOSTFIRST_EXPERIMENTAL)").skip(1) {
+        let block = block.split("#endif").next().unwrap();
+        gated
+            .extend(crate::header::declared_names(block).into_iter().filter(|(k, _)| *k == "function").map(|(_, n)| n));
+    }
+    gated.sort();
+    assert!(in_node.len() >= 10, "only {} experimental exports", in_node.len());
+    assert_eq!(in_node, gated, "the header's experimental functions and the node {experimental_node} differ");
 
     // Exactly the header's functions (the installed build has no test hooks).
     let mut exported: Vec<String> = syms.into_iter().map(|(n, _)| n).collect();
@@ -149,88 +188,283 @@ fn installed_library_is_stripped_with_debug_info_beside_it() {
     assert!(!sections(&archive).contains(".debug_info"), "{} has debug info", archive.display());
 }
 
-/// Runs scripts/abi-check.sh on the installed tree (optionally against another baseline).
-fn abi_check(baseline: Option<&Path>) -> (i32, String) {
+/// Runs scripts/abi-check.sh on the installed tree with extra arguments (`--baseline`, `--header`, ...).
+fn abi_check(args: &[(&str, &Path)]) -> (i32, String) {
     let mut cmd = Command::new("bash");
     cmd.arg(root().join("scripts/abi-check.sh")).arg("--prefix").arg(prefix());
-    if let Some(b) = baseline {
-        cmd.arg("--baseline").arg(b);
+    for (flag, path) in args {
+        cmd.arg(flag).arg(path);
     }
     let out = run(&mut cmd);
     (out.status.code().unwrap_or(-1), text(&out))
 }
 
+fn have_abi_tools() -> bool {
+    have_tool("abidiff", "--version") && have_tool("readelf", "--version") && have_tool("python3", "--version")
+}
+
 #[test]
-fn library_is_compatible_with_the_committed_baseline() {
-    if !have_tool("abidiff", "--version") || !have_tool("readelf", "--version") {
+fn library_is_compatible_with_the_committed_baselines() {
+    if !have_abi_tools() {
         return;
     }
-    let baseline = root().join("abi").join(format!("{}.abi", soname()));
-    assert!(
-        baseline.is_file(),
-        "no ABI baseline {} for this SONAME: make it on purpose with: {REGENERATE}",
-        baseline.display()
-    );
-    let (code, report) = abi_check(None);
+    for ext in ["abi", "txt"] {
+        let baseline = root().join("abi").join(format!("{}.{ext}", soname()));
+        assert!(
+            baseline.is_file(),
+            "no ABI baseline {} for this SONAME: make it on purpose with: {REGENERATE}",
+            baseline.display()
+        );
+    }
+    let (code, report) = abi_check(&[]);
     eprintln!("{report}");
     assert_eq!(code, 0, "the ABI check failed:\n{report}");
 }
 
-/// The committed baseline with `edit` applied, written under the tests' work directory.
-fn edited_baseline(name: &str, edit: impl FnOnce(String) -> String) -> PathBuf {
-    let text = std::fs::read_to_string(root().join("abi").join(format!("{}.abi", soname()))).unwrap();
+/// A copy of `src` with `edit` applied, under the tests' work directory.
+fn edited(name: &str, src: &Path, edit: impl FnOnce(String) -> String) -> PathBuf {
+    let text = std::fs::read_to_string(src).unwrap();
     let edited = edit(text.clone());
     assert_ne!(edited, text, "the edit for {name} changed nothing");
     let dir = work_dir().join("abi");
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{name}.abi"));
+    let ext = src.extension().unwrap().to_str().unwrap();
+    let path = dir.join(format!("{name}.{ext}"));
     std::fs::write(&path, edited).unwrap();
     path
 }
 
+fn committed_xml() -> PathBuf {
+    root().join("abi").join(format!("{}.abi", soname()))
+}
+
 /// Removes the element that starts with `start` (through `end`) once.
 fn cut(text: &str, start: &str, end: &str) -> String {
-    let i = text.find(start).unwrap_or_else(|| panic!("{start} not in the baseline"));
+    let i = text.find(start).unwrap_or_else(|| panic!("{start} not in the text"));
     let j = i + text[i..].find(end).unwrap() + end.len();
     format!("{}{}", &text[..i], &text[j..])
 }
 
+/// Replaces the first `from` after `anchor` with `to`.
+fn replace_after(text: &str, anchor: &str, from: &str, to: &str) -> String {
+    let a = text.find(anchor).unwrap_or_else(|| panic!("{anchor} not in the text"));
+    let i = a + text[a..].find(from).unwrap_or_else(|| panic!("{from} not after {anchor}"));
+    format!("{}{to}{}", &text[..i], &text[i + from.len()..])
+}
+
+fn assert_verdict(what: &str, (code, report): (i32, String), want: i32, says: &[&str]) {
+    assert_eq!(code, want, "{what}: exit {code}, expected {want}:\n{report}");
+    for s in says {
+        assert!(report.contains(s), "{what}: the report does not say `{s}`:\n{report}");
+    }
+    if want == 1 {
+        assert!(report.contains(REGENERATE), "{what}: the failure must name the regeneration command:\n{report}");
+    }
+}
+
+/// Each kind of change, made to a copy of the installed header, judged by the C view: the two the policy
+/// allows pass, the others fail and name the thing in C terms (finding 2 of issue 37: renumbered constants
+/// and #defines passed before, as they never reached the binary baseline).
 #[test]
-fn abi_check_reports_additions_and_fails_on_removals_and_layout_changes() {
-    if !have_tool("abidiff", "--version") || !have_tool("readelf", "--version") {
+fn abi_check_verdicts_on_changed_headers() {
+    if !have_abi_tools() {
         return;
     }
-    // A baseline without hostfirst_view_narrow: the library adds a function. Reported, not a failure.
-    let added = edited_baseline("added", |t| {
-        let t = cut(&t, "<elf-symbol name='hostfirst_view_narrow'", "/>");
-        cut(&t, "<function-decl name='hostfirst_view_narrow'", "</function-decl>")
+    let header = prefix().join("include/hostfirst.h");
+    let check = |name: &str, edit: &dyn Fn(String) -> String| {
+        let h = edited(name, &header, edit);
+        abi_check(&[("--header", &h)])
+    };
+    // Append a field at the end of an extensible struct: compatible, reported as an addition.
+    let r = check("append", &|t| {
+        t.replacen(
+            "  const uint64_t *strides;\n} hostfirst_view_info;",
+            "  const uint64_t *strides;\n  uint64_t appended;\n} hostfirst_view_info;",
+            1,
+        )
     });
-    let (code, report) = abi_check(Some(&added));
-    assert_eq!(code, 0, "an added function must pass:\n{report}");
-    assert!(report.contains("1 Added function") && report.contains("hostfirst_view_narrow"), "{report}");
-    assert!(report.contains(REGENERATE), "the report must say how to record the addition:\n{report}");
+    assert_verdict("append at the end", r, 0, &["field `uint64_t appended` appended at offset 80 (size 80 -> 88)"]);
+    // Insert a field in the middle: incompatible.
+    let r = check("insert", &|t| {
+        replace_after(
+            &t,
+            "typedef struct hostfirst_view_info {",
+            "  uint64_t nbytes;",
+            "  uint64_t inserted;\n  uint64_t nbytes;",
+        )
+    });
+    assert_verdict(
+        "insert mid-struct",
+        r,
+        1,
+        &["INCOMPATIBLE: struct hostfirst_view_info", "`uint64_t nbytes` at offset 32 is now uint64_t inserted at 32"],
+    );
+    // Append to a struct that does not begin with struct_size (callers allocate it): incompatible.
+    let r = check("append_fixed", &|t| {
+        t.replacen(
+            "  int32_t ordinal;\n} hostfirst_device;",
+            "  int32_t ordinal;\n  int32_t more;\n} hostfirst_device;",
+            1,
+        )
+    });
+    assert_verdict("append to a fixed struct", r, 1, &["INCOMPATIBLE: struct hostfirst_device"]);
+    // Renumber an enum constant (the issue's example): incompatible.
+    let r = check("renumber_enum", &|t| {
+        t.replacen(
+            "HOSTFIRST_BACKEND_STATUS_LIBRARY_NOT_FOUND = 2,",
+            "HOSTFIRST_BACKEND_STATUS_LIBRARY_NOT_FOUND = 9,",
+            1,
+        )
+    });
+    assert_verdict(
+        "renumber an enum constant",
+        r,
+        1,
+        &["INCOMPATIBLE: constant HOSTFIRST_BACKEND_STATUS_LIBRARY_NOT_FOUND: 2 (hostfirst_backend_status)  ->  9"],
+    );
+    // Renumber a #define: incompatible.
+    let r =
+        check("renumber_define", &|t| t.replacen("#define HOSTFIRST_MAX_RANK 32", "#define HOSTFIRST_MAX_RANK 33", 1));
+    assert_verdict("renumber a #define", r, 1, &["INCOMPATIBLE: macro HOSTFIRST_MAX_RANK: 32  ->  33"]);
+    // Change a parameter's type: incompatible.
+    let r =
+        check("param_type", &|t| replace_after(&t, "hostfirst_view_slice_rows(", "uint64_t start", "uint32_t start"));
+    assert_verdict(
+        "change a parameter type",
+        r,
+        1,
+        &["INCOMPATIBLE: function hostfirst_view_slice_rows", "uint32_t, uint64_t"],
+    );
+    // Remove an exported function: incompatible.
+    let r = check("remove", &|t| {
+        let i = t.find("hostfirst_status hostfirst_view_narrow(").unwrap();
+        let j = i + t[i..].find(");").unwrap() + 2;
+        format!("{}{}", &t[..i], &t[j..])
+    });
+    assert_verdict("remove a function", r, 1, &["INCOMPATIBLE: function hostfirst_view_narrow was removed"]);
+    // Add a function: compatible, reported.
+    let r = check("add", &|t| {
+        t.replacen(
+            "#ifdef __cplusplus\n}  // extern \"C\"",
+            "hostfirst_status hostfirst_frobnicate(void);\n\n#ifdef __cplusplus\n}  // extern \"C\"",
+            1,
+        )
+    });
+    assert_verdict(
+        "add a function",
+        r,
+        0,
+        &["added: function hostfirst_frobnicate: hostfirst_status hostfirst_frobnicate()", REGENERATE],
+    );
+    // The experimental tier is not compared: changing one of its functions passes.
+    let r = check("experimental", &|t| {
+        replace_after(&t, "hostfirst_shard_rules_skip(", "const char *pattern", "const char *pattern, int32_t x")
+    });
+    assert_verdict("change an experimental function", r, 0, &[]);
+}
 
+/// The same kinds of change seen by libabigail in the compiled library (edits to a copy of the binary
+/// baseline: the library then looks changed against it): an append at the end of an extensible struct passes
+/// (finding 1 of issue 37: it failed before), a mid-struct insertion, a retyped parameter, a moved field and a
+/// removed function fail, an added function passes; a new function in a released node fails.
+#[test]
+fn abi_check_verdicts_on_edited_binary_baselines() {
+    if !have_abi_tools() {
+        return;
+    }
+    let xml = committed_xml();
+    let class = |t: &str| {
+        let s = t.find("<class-decl name='hostfirst_view_info'").expect("hostfirst_view_info in the baseline");
+        (s, s + t[s..].find("</class-decl>").unwrap())
+    };
+    // The library appended `strides` to hostfirst_view_info (the baseline lacks it).
+    let appended = edited("bin_append", &xml, |t| {
+        let (s, e) = class(&t);
+        let c = &t[s..e];
+        let i = c.rfind("<data-member").unwrap();
+        let j = i + c[i..].find("</data-member>").unwrap() + "</data-member>".len();
+        let c = format!("{}{}", &c[..i], &c[j..]).replacen("size-in-bits='640'", "size-in-bits='576'", 1);
+        format!("{}{c}{}", &t[..s], &t[e..])
+    });
+    assert_verdict("append at the end (binary)", abi_check(&[("--baseline", &appended)]), 0, &[]);
+    // The library inserted `nbytes` in the middle (the baseline lacks it; later fields sit 64 bits lower).
+    let inserted = edited("bin_insert", &xml, |t| {
+        let (s, e) = class(&t);
+        let c = &t[s..e];
+        let k = c.find("<var-decl name='nbytes'").unwrap();
+        let i = c[..k].rfind("<data-member").unwrap();
+        let j = k + c[k..].find("</data-member>").unwrap() + "</data-member>".len();
+        let mut c = format!("{}{}", &c[..i], &c[j..]).replacen("size-in-bits='640'", "size-in-bits='576'", 1);
+        for bits in [320, 384, 448, 512, 576] {
+            c = c.replacen(
+                &format!("layout-offset-in-bits='{bits}'"),
+                &format!("layout-offset-in-bits='{}'", bits - 64),
+                1,
+            );
+        }
+        format!("{}{c}{}", &t[..s], &t[e..])
+    });
+    assert_verdict(
+        "insert mid-struct (binary)",
+        abi_check(&[("--baseline", &inserted)]),
+        1,
+        &["hostfirst_view_info", "nbytes", "INCOMPATIBLE: abidiff exit 4"],
+    );
+    // A parameter of another type: slice_rows' `start` was the type of `view`.
+    let retyped = edited("bin_param", &xml, |t| {
+        let a = t.find("<function-decl name='hostfirst_view_slice_rows'").unwrap();
+        let view_type = {
+            let p = a + t[a..].find("<parameter type-id='").unwrap() + "<parameter type-id='".len();
+            t[p..p + t[p..].find('\'').unwrap()].to_string()
+        };
+        replace_after(
+            &t,
+            "<function-decl name='hostfirst_view_slice_rows'",
+            "<parameter type-id='79fae712' name='start'/>",
+            &format!("<parameter type-id='{view_type}' name='start'/>"),
+        )
+    });
+    assert_verdict(
+        "change a parameter type (binary)",
+        abi_check(&[("--baseline", &retyped)]),
+        1,
+        &["hostfirst_view_slice_rows", "INCOMPATIBLE"],
+    );
     // A baseline with a function the library lacks: a removal fails.
-    let removed = edited_baseline("removed", |t| {
+    let removed = edited("bin_removed", &xml, |t| {
         t.replace("'hostfirst_view_narrow'", "'hostfirst_view_narrow_old'")
             .replace("'hostfirst_view_narrow@@", "'hostfirst_view_narrow_old@@")
     });
-    let (code, report) = abi_check(Some(&removed));
-    assert_eq!(code, 1, "a removed function must fail:\n{report}");
-    assert!(report.contains("1 Removed function") && report.contains("hostfirst_view_narrow_old"), "{report}");
-    assert!(report.contains(REGENERATE), "the failure must name the regeneration command:\n{report}");
-
-    // A baseline where a field of hostfirst_view_info sits elsewhere: a layout change fails.
-    let moved = edited_baseline("layout", |t| {
-        let s = t.find("<class-decl name='hostfirst_view_info'").expect("hostfirst_view_info in the baseline");
-        let field = s + t[s..].find("name='nbytes'").unwrap();
-        let off = t[..field].rfind("layout-offset-in-bits='").unwrap() + "layout-offset-in-bits='".len();
-        let end = off + t[off..].find('\'').unwrap();
-        let bits: u64 = t[off..end].parse().unwrap();
-        format!("{}{}{}", &t[..off], bits + 64, &t[end..])
+    assert_verdict(
+        "remove a function (binary)",
+        abi_check(&[("--baseline", &removed)]),
+        1,
+        &["1 Removed function", "hostfirst_view_narrow_old", "symbols removed"],
+    );
+    // A baseline without hostfirst_view_narrow: the library adds a function in the open node. Passes, reported.
+    let added = edited("bin_added", &xml, |t| {
+        let t = cut(&t, "<elf-symbol name='hostfirst_view_narrow'", "/>");
+        cut(&t, "<function-decl name='hostfirst_view_narrow'", "</function-decl>")
     });
-    let (code, report) = abi_check(Some(&moved));
-    assert_eq!(code, 1, "a moved struct field must fail:\n{report}");
-    assert!(report.contains("hostfirst_view_info") && report.contains("nbytes"), "{report}");
-    assert!(report.contains(REGENERATE), "{report}");
+    assert_verdict(
+        "add a function (binary)",
+        abi_check(&[("--baseline", &added)]),
+        0,
+        &["1 Added function", "hostfirst_view_narrow", REGENERATE],
+    );
+    // The same addition with HOSTFIRST_0.2 released and a later minor's node open: the new function carries
+    // the released node, which the check refuses.
+    let (major, minor): (u64, u64) =
+        (env!("CARGO_PKG_VERSION_MAJOR").parse().unwrap(), env!("CARGO_PKG_VERSION_MINOR").parse().unwrap());
+    let open = format!("HOSTFIRST_{major}.{minor}");
+    let next = format!("HOSTFIRST_{major}.{}", minor + 1);
+    let later = edited("later_minor", &root().join("abi/hostfirst.map"), |t| {
+        format!("{t}\n{next} {{ global: hostfirst_*; }} {open};\n")
+    });
+    assert_verdict(
+        "a new function in a released node",
+        abi_check(&[("--baseline", &added), ("--map", &later)]),
+        1,
+        &[&format!("INCOMPATIBLE: hostfirst_view_narrow is new but carries {open}, a released node: new functions go into {next}")],
+    );
 }

@@ -20,20 +20,34 @@ fn header_compiles_standalone_in_every_mode() {
     let two = dir.join("two.c");
     std::fs::write(&one, "#include \"hostfirst.h\"\n#include \"hostfirst.h\"\nint one(void) { return (int)hostfirst_version_number(); }\n").unwrap();
     std::fs::write(&two, "#include \"hostfirst.h\"\nint one(void);\nint main(void) { return one() == HOSTFIRST_VERSION_NUMBER ? 0 : 1; }\n").unwrap();
-    for std in ["c99", "c11"] {
+    // With and without the experimental tier (its declarations must stand alone too).
+    for (std, define) in
+        [("c99", ""), ("c11", ""), ("c99", "-DHOSTFIRST_EXPERIMENTAL"), ("c11", "-DHOSTFIRST_EXPERIMENTAL")]
+    {
         let out = std::process::Command::new(cc())
             .args([&format!("-std={std}"), "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-c"])
+            .args((!define.is_empty()).then_some(define))
             .arg(format!("-I{}", inc.display()))
             .arg(&one)
             .arg("-o")
-            .arg(dir.join(format!("one-{std}.o")))
+            .arg(dir.join(format!("one-{std}{define}.o")))
             .output()
             .unwrap();
-        assert!(out.status.success(), "{std}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{std} {define}: {}", String::from_utf8_lossy(&out.stderr));
     }
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
     let out = std::process::Command::new(&cxx)
-        .args(["-x", "c++", "-std=c++17", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-c"])
+        .args([
+            "-x",
+            "c++",
+            "-std=c++17",
+            "-Wall",
+            "-Wextra",
+            "-Wpedantic",
+            "-Werror",
+            "-DHOSTFIRST_EXPERIMENTAL",
+            "-c",
+        ])
         .arg(format!("-I{}", inc.display()))
         .arg(&one)
         .arg("-o")

@@ -42,9 +42,23 @@ fn go_binding_tests_pass_against_the_installed_library() {
         .expect("run go test");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "go test failed ({}):\n{text}", out.status);
-    for name in
-        ["TestCensus", "TestOpenViewRead", "TestPutToCPU", "TestErrorsCarryStatusAndMessage", "TestWriterRoundTrip"]
-    {
+    for name in [
+        "TestCensus",
+        "TestOpenViewRead",
+        "TestPutToCPU",
+        "TestErrorsCarryStatusAndMessage",
+        "TestVersionRule",
+        "TestWriterRoundTrip",
+        "TestTokenFiles",
+        "TestGather",
+        "TestFileDetails",
+        "TestWriterPieces",
+        "TestRulesPlanLoad",
+        "TestViewsMore",
+        "TestPutsDevicesStreams",
+        "TestDefaultsAndScopes",
+        "TestDLPackStreamsFit",
+    ] {
         assert!(text.contains(&format!("--- PASS: {name}")), "{name} did not run:\n{text}");
     }
     // The test binary used the installed library (pkg-config's flags name the prefix).
@@ -55,4 +69,76 @@ fn go_binding_tests_pass_against_the_installed_library() {
         .unwrap();
     let flags = String::from_utf8_lossy(&flags.stdout).to_string();
     assert!(flags.contains(prefix().to_str().unwrap()), "pkg-config does not point at the install: {flags}");
+}
+
+/// The Go module can be fetched with `go get`: its path is the repository's (Cargo.toml `repository`, without
+/// the scheme) plus the directory, and the README that tells users so says the same.
+#[test]
+fn go_module_path_is_the_repository_path() {
+    let root = crate::common::root();
+    let cargo = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let repo = cargo
+        .lines()
+        .find_map(|l| l.strip_prefix("repository = \""))
+        .and_then(|r| r.strip_suffix('"'))
+        .expect("Cargo.toml names its repository");
+    let want = format!("{}/bindings/go", repo.trim_start_matches("https://"));
+    let go_mod = std::fs::read_to_string(root.join("bindings/go/go.mod")).unwrap();
+    assert_eq!(go_mod.lines().next(), Some(format!("module {want}").as_str()));
+    assert!(want.contains('.') && want.split('/').count() >= 3, "{want} is not a path `go get` can fetch");
+    let readme = std::fs::read_to_string(root.join("bindings/go/README.md")).unwrap();
+    assert!(readme.contains(&format!("go get {want}")), "bindings/go/README.md does not show `go get {want}`");
+}
+
+/// Every function of the header outside the experimental tier is called by the Go package, or listed in
+/// bindings/go/not-yet-covered.txt; the list holds nothing the package calls or the header lacks, so it only
+/// shrinks. (Experimental functions: declared only with HOSTFIRST_EXPERIMENTAL, which the package does not define.)
+#[test]
+fn go_covers_every_stable_function_but_the_listed_ones() {
+    let root = crate::common::root();
+    let header = crate::header::header_code();
+    let mut stable = std::collections::BTreeSet::new();
+    let mut rest = header.as_str();
+    // The header without its experimental blocks.
+    let mut outside = String::new();
+    while let Some(i) = rest.find("#if defined(HOSTFIRST_EXPERIMENTAL)") {
+        outside.push_str(&rest[..i]);
+        let end = rest[i..].find("#endif").expect("an experimental block ends");
+        rest = &rest[i + end..];
+    }
+    outside.push_str(rest);
+    for (kind, name) in crate::header::declared_names(&outside) {
+        if kind == "function" && !name.starts_with("hostfirst__test_") {
+            stable.insert(name);
+        }
+    }
+    assert!(stable.len() > 90, "{} stable functions parsed", stable.len());
+    // Every source file of the package (tests excluded: a call from a test covers nothing).
+    let mut go = String::new();
+    for e in std::fs::read_dir(root.join("bindings/go")).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with(".go") && !name.ends_with("_test.go") {
+            go.push_str(&std::fs::read_to_string(&p).unwrap());
+        }
+    }
+    let called = |f: &str| go.contains(&format!("{f}("));
+    let listed: Vec<String> = std::fs::read_to_string(root.join("bindings/go/not-yet-covered.txt"))
+        .unwrap()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect();
+    let uncovered: Vec<&String> = stable.iter().filter(|f| !called(f) && !listed.contains(f)).collect();
+    assert!(
+        uncovered.is_empty(),
+        "stable functions the Go package neither calls nor lists as not yet covered: {uncovered:?}"
+    );
+    let stale: Vec<&String> = listed.iter().filter(|f| called(f) || !stable.contains(*f)).collect();
+    assert!(
+        stale.is_empty(),
+        "bindings/go/not-yet-covered.txt lists functions the package calls or the header lacks: {stale:?}"
+    );
+    eprintln!("Go covers {} of {} stable functions", stable.len() - listed.len(), stable.len());
 }

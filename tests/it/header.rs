@@ -34,7 +34,8 @@ Every fallible call returns a hostfirst_status; HOSTFIRST_STATUS_OK (0) is succe
 thread can read what went wrong: hostfirst_last_error_status() gives the status, hostfirst_last_error_message() a
 message naming the thing and the numbers (owned by the library, valid until the next failing call on that
 thread) and hostfirst_last_error_fit() the needed and free bytes of a failed fit. Nothing here allocates anything you
-free. hostfirst_version_number() against HOSTFIRST_VERSION_NUMBER tells a header from an older or newer library;
+free. HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, hostfirst_version_number()) says whether this library
+serves a program built against this header (the same ABI line, the library at least as new);
 hostfirst_build_info() and hostfirst_read_engine() say how the library was built and how it reads files;
 hostfirst_handle_count() counts the live handles of every kind, which is how tests prove nothing leaked.",
         rules: &["status", "last_error", "error", "version", "build_info", "read_engine", "handle_count"],
@@ -243,6 +244,14 @@ const CPP_OPEN: &str = "#ifdef __cplusplus\nextern \"C\" {\n#endif // __cplusplu
 const CPP_CLOSE: &str = "#ifdef __cplusplus\n}  // extern \"C\"\n#endif  // __cplusplus\n";
 const GUARD_END: &str = "#endif  /* HOSTFIRST_H */\n";
 
+/// The experimental tier in the header (abi/hostfirst.map's experimental node): the block that opens and closes
+/// it in each section, and what the title of a section with nothing else says.
+const EXPERIMENTAL_OPEN: &str =
+    "/* ---- Experimental: may change in any minor; #define HOSTFIRST_EXPERIMENTAL to use (see \
+                                 CONVENTIONS) ---- */\n#if defined(HOSTFIRST_EXPERIMENTAL)\n";
+const EXPERIMENTAL_CLOSE: &str = "#endif /* HOSTFIRST_EXPERIMENTAL */\n";
+const EXPERIMENTAL_TITLE: &str = "EXPERIMENTAL: HOSTFIRST_EXPERIMENTAL";
+
 /// Regroups cbindgen's output into the sections of [`SECTIONS`]. `preamble_end` is the text that ends the part
 /// kept as is (banner, include guard, includes and the conventions: cbindgen.toml's `after_includes`). Fails
 /// with the names of the items no section claims.
@@ -250,8 +259,9 @@ fn regroup(generated: &str, preamble_end: &str) -> Result<String, Vec<String>> {
     let cut = generated.find(preamble_end).expect("the generated header holds cbindgen.toml's after_includes")
         + preamble_end.len();
     let (preamble, body) = generated.split_at(cut);
-    let body = body.strip_suffix(GUARD_END).expect("the generated header ends with its include guard");
-    let body = body.replacen(CPP_OPEN, "\n", 1).replacen(CPP_CLOSE, "\n", 1);
+    // cbindgen writes cbindgen.toml's `trailer` after the include guard's end: its items join the others.
+    let (body, trailer) = body.rsplit_once(GUARD_END).expect("the generated header ends with its include guard");
+    let body = format!("{body}\n{trailer}").replacen(CPP_OPEN, "\n", 1).replacen(CPP_CLOSE, "\n", 1);
     assert!(!body.contains("extern \"C\""), "cbindgen's C++ linkage lines changed; update CPP_OPEN/CPP_CLOSE");
 
     // Items are separated by blank lines; a comment standing alone belongs to the item after it.
@@ -276,11 +286,26 @@ fn regroup(generated: &str, preamble_end: &str) -> Result<String, Vec<String>> {
         return Err(unclaimed);
     }
 
+    // The experimental tier: items abi/hostfirst.map's experimental node matches go last in their section,
+    // behind HOSTFIRST_EXPERIMENTAL; a section holding nothing else says so in its title.
+    let map = crate::nodes::parse(&std::fs::read_to_string(crate::common::root().join("abi/hostfirst.map")).unwrap())
+        .expect("abi/hostfirst.map parses");
+    let experimental = |name: &str| crate::nodes::is_experimental(&map, name);
+    let all_experimental = |section: &Vec<(Kind, String, String)>| {
+        !section.is_empty() && section.iter().all(|(_, name, _)| experimental(name))
+    };
+    let title = |s: &Section, section: &Vec<(Kind, String, String)>| {
+        if all_experimental(section) {
+            format!("{} ({EXPERIMENTAL_TITLE})", s.title)
+        } else {
+            s.title.to_string()
+        }
+    };
     let rule = "=".repeat(110);
     let mut out = preamble.trim_end().to_string();
     out.push_str("\n\n/*\n * CONTENTS\n *\n");
-    for (i, s) in SECTIONS.iter().enumerate() {
-        out.push_str(&format!(" *   {:>2}. {}\n", i + 1, s.title));
+    for (i, (s, section)) in SECTIONS.iter().zip(&items).enumerate() {
+        out.push_str(&format!(" *   {:>2}. {}\n", i + 1, title(s, section)));
     }
     out.push_str(" */\n\n");
     out.push_str(CPP_OPEN);
@@ -288,16 +313,25 @@ fn regroup(generated: &str, preamble_end: &str) -> Result<String, Vec<String>> {
         if section.is_empty() {
             continue;
         }
-        out.push_str(&format!("\n/* {rule}\n * {}. {}\n *\n", i + 1, s.title));
+        out.push_str(&format!("\n/* {rule}\n * {}. {}\n *\n", i + 1, title(s, &section)));
         for line in s.life_cycle.lines() {
             out.push_str(&format!(" * {line}\n"));
         }
         out.push_str(&format!(" * {rule} */\n"));
-        section.sort_by_key(|(kind, _, _)| *kind); // stable: cbindgen's order within a kind
-        for (_, _, text) in section {
+        // Stable items first, then the experimental ones; within each, by kind (stable: cbindgen's order).
+        section.sort_by_key(|(kind, name, _)| (experimental(name), *kind));
+        let mut gated = false;
+        for (_, name, text) in section {
+            if experimental(&name) && !gated {
+                gated = true;
+                out.push_str(&format!("\n{EXPERIMENTAL_OPEN}"));
+            }
             out.push('\n');
             out.push_str(&text);
             out.push('\n');
+        }
+        if gated {
+            out.push_str(&format!("\n{EXPERIMENTAL_CLOSE}"));
         }
     }
     out.push('\n');
@@ -362,7 +396,7 @@ fn regroup_keeps_every_item_once_and_fails_on_an_unclaimed_one() {
     // Every section is present, in order, each with its life-cycle paragraph.
     let mut at = 0;
     for (i, s) in SECTIONS.iter().enumerate() {
-        let title = format!(" * {}. {}\n", i + 1, s.title);
+        let title = format!(" * {}. {}", i + 1, s.title);
         let found =
             sectioned[at..].find(&title).unwrap_or_else(|| panic!("section {} missing or out of order", s.title));
         at += found + title.len();
@@ -514,13 +548,15 @@ pub(crate) fn declared_names(code: &str) -> Vec<(&'static str, String)> {
     let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
     let last_word = |s: &str| s.trim_end().rsplit(|c: char| !is_word(c)).next().unwrap_or("").to_string();
     let mut names = Vec::new();
-    // Preprocessor lines: only `#define NAME` declares anything.
+    // Preprocessor lines (continuations joined): only `#define NAME` declares anything.
+    let code = code.replace("\\\n", " ");
     let mut c_code = String::new();
     for line in code.lines() {
         match line.trim_start().strip_prefix('#') {
             Some(p) => {
                 if let Some(d) = p.trim_start().strip_prefix("define") {
-                    names.push(("macro", d.split_whitespace().next().unwrap_or("").to_string()));
+                    let name = d.split_whitespace().next().unwrap_or("").split('(').next().unwrap_or("");
+                    names.push(("macro", name.to_string()));
                 }
             }
             None => c_code.push_str(line),

@@ -37,6 +37,10 @@ mod install;
 mod load_bulk;
 mod load_job;
 mod mpi;
+/// abi/hostfirst.map's rules, shared with build.rs.
+#[path = "../../abi/nodes.rs"]
+#[allow(dead_code)]
+mod nodes;
 mod place_cpu;
 mod place_cuda;
 mod place_rules;

@@ -167,7 +167,7 @@ class PlanDeviceInfo(_Mirror):
         ("tensors", ctypes.c_uint64),
         ("usable", ctypes.c_uint64),
         ("total", ctypes.c_uint64),
-        ("fits", ctypes.c_uint32),
+        ("fits", ctypes.c_int32),
         ("largest_name", ctypes.c_char_p),
         ("largest_bytes", ctypes.c_uint64),
     ]
@@ -249,6 +249,7 @@ class DLPackOptions(_Mirror):
         ("copy", ctypes.c_uint32),  # hostfirst_dlpack_copy
         ("has_dl_device", ctypes.c_int32),
         ("dl_device", DLPackDevice),
+        ("legacy", ctypes.c_int32),
     ]
 
 
@@ -431,7 +432,7 @@ SIGNATURES = {
     "hostfirst_view_free": (c_status, [_h]),
     "hostfirst_view_describe": (c_status, [_h, P(ViewInfo)]),
     "hostfirst_view_slice_rows": (c_status, [_h, _u64, _u64, _ph]),
-    "hostfirst_view_prefault": (c_status, [_h, P(ctypes.c_bool)]),
+    "hostfirst_view_prefault": (c_status, [_h, P(ctypes.c_int32)]),
     "hostfirst_view_copy": (c_status, [_h, ctypes.c_void_p, _size, P(_u64)]),
     "hostfirst_dlpack_options_init": (c_status, [P(DLPackOptions), _size]),
     "hostfirst_view_to_dlpack": (c_status, [_h, P(DLPackOptions), P(P(DLPackManagedTensorVersioned)),

@@ -76,11 +76,14 @@ _DESTROY_LEGACY = NATIVE_DESTRUCTOR or ctypes.cast(_KEEP[1], ctypes.c_void_p).va
 def request(stream: Optional[int], max_version: Optional[Tuple[int, int]], dl_device: Optional[Tuple[int, int]],
             copy: Optional[bool]) -> _abi.DLPackOptions:
     """`__dlpack__`'s arguments as the C API's hostfirst_dlpack_options (from hostfirst_dlpack_options_init;
-    max_version=None is a pre-1.0 consumer, {0, 0}: the legacy form)."""
+    max_version=None or below (1, 0) is a pre-1.0 consumer: legacy = 1, the legacy form)."""
     o = _abi.DLPackOptions()
     check(lib.hostfirst_dlpack_options_init(ctypes.byref(o), ctypes.sizeof(o)))
-    major, minor = (0, 0) if max_version is None else tuple(max_version)[:2]
-    o.max_version = _abi.DLPackVersion(int(major), int(minor))
+    major, minor = (0, 0) if max_version is None else tuple(int(x) for x in tuple(max_version)[:2])
+    if (major, minor) < (1, 0):
+        o.legacy = 1
+    else:
+        o.max_version = _abi.DLPackVersion(major, minor)
     if stream is not None:
         o.stream, o.has_stream = int(stream), 1
     if copy not in _COPY:

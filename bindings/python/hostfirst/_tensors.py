@@ -283,9 +283,9 @@ class View(_HostArrayMixin):
         take no page faults. Returns True when the pages were mapped, False when the system offers only
         read-ahead advice or the tensor is over a memory buffer. Raises OutOfMemoryError (with the fit numbers)
         for a tensor larger than available memory, TruncatedError for a file that shrank."""
-        populated = ctypes.c_bool(False)
+        populated = ctypes.c_int32(0)
         check(lib.hostfirst_view_prefault(self._h, ctypes.byref(populated)))
-        return populated.value
+        return populated.value == 1
 
     def tobytes(self) -> bytes:
         """A copy of the bytes, read with pread (a truncated file raises TruncatedError, never SIGBUS)."""
