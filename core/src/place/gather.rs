@@ -34,7 +34,6 @@ use crate::dtype::DType;
 use crate::engine::{self, Tuning};
 use crate::error::{human_bytes, Error, Result, Status};
 use crate::file::View;
-use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 
 /// Batches a gather's ring may hold unless told otherwise: the one being filled, the one the consumer
@@ -368,7 +367,7 @@ impl Gather {
                     return Ok(());
                 };
                 let _readahead_off = v.readahead_off();
-                let fd = file.as_raw_fd();
+                let fd = crate::os::raw_file(file);
                 let elem = self.elem as u64;
                 let mut reads: Vec<engine::Read<'_>> =
                     rows.map(|(d, &o)| engine::Read { fd, offset: base + o * elem, dst: d }).collect();
