@@ -48,11 +48,23 @@
  *   wrong-type handle gives HOSTFIRST_STATUS_INVALID_HANDLE, not a crash.
  * Threads.  Every function may be called from any thread. Handles may be shared between threads for the
  *   read-only calls documented as thread-safe; the default-device scopes and strict flag are per thread.
+ * Files that change while open.  A file is mapped read-only when opened and never written. The two platforms
+ *   differ in what another process may do to it meanwhile:
+ *   - Linux (and other POSIX systems) lets it be truncated. Reads by the library (hostfirst_view_copy and
+ *     _read, puts, loads, gathers not prefaulted, shard runs) then give HOSTFIRST_STATUS_TRUNCATED; touching
+ *     mapped memory past the new end (hostfirst_view_info.data, prefaulted gathers, copy-on-write buffers and
+ *     loads, legacy DLPack exports of views) raises SIGBUS, which kills the process unless it handles it.
+ *   - Windows refuses to shrink a file while any mapping of it lives: the writer's SetEndOfFile (truncate,
+ *     _chsize) fails with ERROR_USER_MAPPED_FILE (1224) until every file handle, view, copy-on-write buffer,
+ *     load and export made from it is freed. What the library hands out keeps its bytes: no SIGBUS, and
+ *     TRUNCATED only for a file that was already shorter than its header says when opened.
+ *   The functions that read files or hand out mapped memory restate what applies to them.
  * fork().  A child forked at any moment, also while other threads are inside the library, can use it for cpu
  *   work: the library's process-wide locks are taken around fork() by pthread_atfork handlers (as glibc does
  *   for malloc). Handles made before the fork stay valid in the child, except one that another thread was
  *   using at the moment of fork() (its own lock may be held). CUDA cannot be used in a child forked after the
- *   parent initialised it, or while it was doing so (see hostfirst_backend_describe).
+ *   parent initialised it, or while it was doing so (see hostfirst_backend_describe). Windows has no fork():
+ *   no handlers are registered there.
  * Panics.  No Rust panic crosses this boundary: a bug inside the library returns HOSTFIRST_STATUS_PANIC (or
  *   the function's documented default value) and the library stays usable.
  */
@@ -1092,9 +1104,10 @@ typedef struct hostfirst_view_info {
    * caller's buffer for `hostfirst_file_open_memory`). Pages are read from disk when first touched.
    * Valid until the view is freed. May be misaligned for the dtype: check `alignment`.
    *
-   * **SIGBUS hazard:** if the file is truncated (by any process) while this pointer is in use, touching a
-   * page past the new end of file raises SIGBUS, which kills the process unless it handles that signal.
-   * hostfirst installs no signal handler. Where files may change underneath you, read with
+   * **SIGBUS hazard (Linux, POSIX):** if the file is truncated (by any process) while this pointer is in use,
+   * touching a page past the new end of file raises SIGBUS, which kills the process unless it handles that
+   * signal. hostfirst installs no signal handler. (Windows refuses to shrink the file while the view lives:
+   * see "Files that change while open" at the top.) Where files may change underneath you, read with
    * `hostfirst_view_copy` / `hostfirst_view_read`, which use `pread` and return `HOSTFIRST_STATUS_TRUNCATED`
    * instead. For a data loader's token tensor, put it to cpu once (an eager copy, `hostfirst_put`) and
    * gather from that buffer (`hostfirst_gather_run_from_buffer`): as fast as the mapping, and no SIGBUS.
@@ -1329,8 +1342,8 @@ hostfirst_status hostfirst_view_narrow(const struct hostfirst_view *view,
  * Copies the view's bytes (packed, C order) into the caller's buffer `(dst, capacity)`.
  *
  * `*out_nbytes` (if not NULL) always receives the view's size. Files are read with `pread` on the file
- * descriptor, not through the mapping, so a file truncated after opening gives `HOSTFIRST_STATUS_TRUNCATED`
- * (never SIGBUS); other read failures give `IO`. If `capacity < nbytes`, nothing is written and
+ * descriptor (`ReadFile` at an offset on Windows), not through the mapping, so a file truncated after opening
+ * gives `HOSTFIRST_STATUS_TRUNCATED` (never SIGBUS); other read failures give `IO`. If `capacity < nbytes`, nothing is written and
  * `BUFFER_TOO_SMALL` is returned. `(NULL, 0)` is valid: a size query, or the copy of an empty tensor.
  * Errors also: `NULL_ARGUMENT` (`dst` NULL with a capacity), `INVALID_HANDLE`. On an I/O failure the
  * buffer's contents are unspecified. Thread-safe; many threads may copy from one view at once.
@@ -1502,8 +1515,9 @@ typedef struct hostfirst_put_options {
    * private, writable mapping of the tensor's pages in the file (`MAP_PRIVATE`) instead of a copy: it costs
    * a page table, not a copy (milliseconds for gigabytes in the page cache). 0 (the default): an eager
    * copy. Other targets, and views over memory (`hostfirst_file_open_memory`), always copy. The file stays
-   * tied to the buffer: truncating it makes pages past the new end raise SIGBUS, and extending it again
-   * replaces them, written or not, with the file's new content (what was written there is lost, silently).
+   * tied to the buffer: on Linux, truncating it makes pages past the new end raise SIGBUS, and extending it
+   * again replaces them, written or not, with the file's new content (what was written there is lost,
+   * silently); Windows refuses to shrink the file while the buffer lives (a `FILE_MAP_COPY` view).
    * See `hostfirst_put` for the contract and `hostfirst_buffer_is_file_backed` to ask a buffer which it got.
    */
   int32_t copy_on_write;
@@ -1675,7 +1689,10 @@ hostfirst_status hostfirst_put_options_init(struct hostfirst_put_options *out,
  * file** (a checkpoint rewritten in place with `O_TRUNC`, which cuts it to nothing first) leaves no fault to
  * see: every page past the shortest length the file had, written or not, now reads the file's new content,
  * and **what the consumer wrote there is lost, with no signal and no error**; hostfirst cannot detect it
- * (tests/c/test_cow_truncate.c checks both on the running kernel). Prefer the eager
+ * (tests/c/test_cow_truncate.c checks both on the running kernel). On Windows the buffer is a `FILE_MAP_COPY`
+ * view, populated with `PrefetchVirtualMemory` and a read per page: the file cannot be shrunk while it lives
+ * (the writer gets `ERROR_USER_MAPPED_FILE`), and the written pages keep their writes (the same test checks
+ * that under Wine). Prefer the eager
  * copy (the default, `copy_on_write = 0`) when the file may be rewritten or truncated while the buffer
  * lives (shared or network storage, checkpoints replaced in place, files you do not control), when the
  * buffer must be isolated from the file, or when you will overwrite most of it anyway (a fault per written
@@ -1935,9 +1952,9 @@ typedef struct hostfirst_load_options {
   /**
    * 1: tensors the plan puts on `cpu` become copy-on-write mappings of their pages in the file instead of
    * copies (`hostfirst_put` documents the contract: writable, never written back, pages not yet written
-   * tied to the file; truncating the file makes pages past the new end raise SIGBUS, written or not, and
-   * extending it again gives them the file's new content, silently losing what was written there). 0 (the
-   * default): copies. Other devices always copy.
+   * tied to the file; on Linux truncating the file makes pages past the new end raise SIGBUS, written or
+   * not, and extending it again gives them the file's new content, silently losing what was written there;
+   * Windows refuses to shrink the file while they live). 0 (the default): copies. Other devices always copy.
    */
   int32_t copy_on_write;
   /**
@@ -1992,8 +2009,8 @@ typedef struct hostfirst_load_entry {
   /**
    * The data: for a buffer the host pointer (cpu, cuda_host; writable) or the CUDA device address
    * (`CUdeviceptr`; 0 for an empty CUDA buffer), as an integer; for a view the address of its bytes in
-   * the file's read-only mapping (reading it after the file was truncated raises SIGBUS, as for any
-   * mapping: `hostfirst_view_copy` reads with `pread` instead).
+   * the file's read-only mapping (on Linux, reading it after the file was truncated raises SIGBUS, as for
+   * any mapping: `hostfirst_view_copy` reads with `pread` instead; Windows refuses to shrink a mapped file).
    */
   uint64_t address;
 } hostfirst_load_entry;
@@ -2299,7 +2316,8 @@ hostfirst_status hostfirst_gather_new(struct hostfirst_device device,
  *
  * How windows are read: if `hostfirst_view_prefault` populated the source's pages (on this view or another
  * view of the same file) or the source is over a memory buffer, each window is a memcpy from the mapping,
- * the fastest way — but a file truncated under the mapping raises SIGBUS (see `hostfirst_view_info.data`).
+ * the fastest way — but on Linux a file truncated under the mapping raises SIGBUS (see
+ * `hostfirst_view_info.data`; Windows refuses to shrink a mapped file).
  * Otherwise each window is one positioned read (`pread`), which avoids a page fault per window and turns a
  * file truncated after opening into `TRUNCATED` instead of SIGBUS. **For a training loop over a tensor that
  * fits in memory, the fast and truncation-proof way** is to put it to cpu once (an eager copy,
@@ -2860,9 +2878,10 @@ hostfirst_status hostfirst_dlpack_options_init(struct hostfirst_dlpack_options *
  * writes a page, a write copies that page into the process, and **the file never changes**. Chosen over a
  * copy because it costs a page table instead of a copy of the tensor, and it carries the view's own hazards
  * and no more: pages the consumer has not written still show what other processes write to the file;
- * truncating the file makes every page past the new end raise SIGBUS when touched, written or not, and
- * truncating then extending it (a rewrite in place with `O_TRUNC`) gives those pages the file's new content,
- * silently losing what the consumer wrote there (as for `hostfirst_put` with `opts->copy_on_write`). A
+ * on Linux, truncating the file makes every page past the new end raise SIGBUS when touched, written or not,
+ * and truncating then extending it (a rewrite in place with `O_TRUNC`) gives those pages the file's new
+ * content, silently losing what the consumer wrote there (as for `hostfirst_put` with
+ * `opts->copy_on_write`); Windows refuses to shrink the file while the export lives. A
  * consumer that needs the data isolated from the file asks for a copy (`HOSTFIRST_DLPACK_COPY_ALWAYS`). A view
  * over memory (`hostfirst_file_open_memory`) has no file to map, and a strided view is not one range of it:
  * both are copied, packed (device kDLCPU either way; `UNSUPPORTED` under COPY_NEVER). `dl_tensor.data` is
@@ -2946,9 +2965,11 @@ hostfirst_status hostfirst_dtype_to_dlpack(hostfirst_dtype dtype,
  * ctypes callback, cannot promise that). It needs the caller's GIL (a capsule destructor has it) and
  * CPython's `PyCapsule_IsValid` and `PyCapsule_GetPointer` among the process's global symbols: the
  * `python` executable exports them, as does a libpython it links. They are looked up with
- * `dlsym(RTLD_DEFAULT, ...)` on the first call; where they are absent (a Python loaded with `RTLD_LOCAL` by
+ * `dlsym(RTLD_DEFAULT, ...)` on the first call (on Windows: `GetProcAddress` in each module loaded into the
+ * process, which finds them in `python3X.dll`); where they are absent (a Python loaded with `RTLD_LOCAL` by
  * an embedding program) it releases nothing, so check beforehand (from Python:
- * `hasattr(ctypes.CDLL(None), "PyCapsule_IsValid")`) and keep a destructor of your own for that case.
+ * `hasattr(ctypes.CDLL(None), "PyCapsule_IsValid")`; on Windows `hasattr(ctypes.pythonapi,
+ * "PyCapsule_IsValid")`) and keep a destructor of your own for that case.
  * A NULL `capsule` is ignored. Returns nothing (a destructor's signature); never unwinds.
  */
 void hostfirst_dlpack_capsule_destructor(void *capsule);

@@ -176,9 +176,10 @@ fn write(p: Published, (ov, ol): Outs<'_>) {
 /// writes a page, a write copies that page into the process, and **the file never changes**. Chosen over a
 /// copy because it costs a page table instead of a copy of the tensor, and it carries the view's own hazards
 /// and no more: pages the consumer has not written still show what other processes write to the file;
-/// truncating the file makes every page past the new end raise SIGBUS when touched, written or not, and
-/// truncating then extending it (a rewrite in place with `O_TRUNC`) gives those pages the file's new content,
-/// silently losing what the consumer wrote there (as for `hostfirst_put` with `opts->copy_on_write`). A
+/// on Linux, truncating the file makes every page past the new end raise SIGBUS when touched, written or not,
+/// and truncating then extending it (a rewrite in place with `O_TRUNC`) gives those pages the file's new
+/// content, silently losing what the consumer wrote there (as for `hostfirst_put` with
+/// `opts->copy_on_write`); Windows refuses to shrink the file while the export lives. A
 /// consumer that needs the data isolated from the file asks for a copy (`HOSTFIRST_DLPACK_COPY_ALWAYS`). A view
 /// over memory (`hostfirst_file_open_memory`) has no file to map, and a strided view is not one range of it:
 /// both are copied, packed (device kDLCPU either way; `UNSUPPORTED` under COPY_NEVER). `dl_tensor.data` is

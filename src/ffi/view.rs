@@ -51,9 +51,10 @@ pub struct hostfirst_view_info {
     /// caller's buffer for `hostfirst_file_open_memory`). Pages are read from disk when first touched.
     /// Valid until the view is freed. May be misaligned for the dtype: check `alignment`.
     ///
-    /// **SIGBUS hazard:** if the file is truncated (by any process) while this pointer is in use, touching a
-    /// page past the new end of file raises SIGBUS, which kills the process unless it handles that signal.
-    /// hostfirst installs no signal handler. Where files may change underneath you, read with
+    /// **SIGBUS hazard (Linux, POSIX):** if the file is truncated (by any process) while this pointer is in use,
+    /// touching a page past the new end of file raises SIGBUS, which kills the process unless it handles that
+    /// signal. hostfirst installs no signal handler. (Windows refuses to shrink the file while the view lives:
+    /// see "Files that change while open" at the top.) Where files may change underneath you, read with
     /// `hostfirst_view_copy` / `hostfirst_view_read`, which use `pread` and return `HOSTFIRST_STATUS_TRUNCATED`
     /// instead. For a data loader's token tensor, put it to cpu once (an eager copy, `hostfirst_put`) and
     /// gather from that buffer (`hostfirst_gather_run_from_buffer`): as fast as the mapping, and no SIGBUS.
@@ -169,8 +170,8 @@ pub extern "C" fn hostfirst_view_narrow(
 /// Copies the view's bytes (packed, C order) into the caller's buffer `(dst, capacity)`.
 ///
 /// `*out_nbytes` (if not NULL) always receives the view's size. Files are read with `pread` on the file
-/// descriptor, not through the mapping, so a file truncated after opening gives `HOSTFIRST_STATUS_TRUNCATED`
-/// (never SIGBUS); other read failures give `IO`. If `capacity < nbytes`, nothing is written and
+/// descriptor (`ReadFile` at an offset on Windows), not through the mapping, so a file truncated after opening
+/// gives `HOSTFIRST_STATUS_TRUNCATED` (never SIGBUS); other read failures give `IO`. If `capacity < nbytes`, nothing is written and
 /// `BUFFER_TOO_SMALL` is returned. `(NULL, 0)` is valid: a size query, or the copy of an empty tensor.
 /// Errors also: `NULL_ARGUMENT` (`dst` NULL with a capacity), `INVALID_HANDLE`. On an I/O failure the
 /// buffer's contents are unspecified. Thread-safe; many threads may copy from one view at once.
