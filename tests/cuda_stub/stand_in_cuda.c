@@ -10,6 +10,10 @@
  * is prepended to LD_LIBRARY_PATH. Both names resolve to one loaded object (the dynamic loader matches the file),
  * so NVML's memory readings see the same allocations as the driver.
  *
+ * On Windows (tests/it/windows.rs, under Wine) it is built with mingw-w64 as nvcuda.dll, copied as nvml.dll, both
+ * beside the test program. There the two names are two loaded copies: NVML's readings see no allocation (the
+ * census's free memory is then the device's total less the context reserve).
+ *
  * It implements exactly the entry points hostfirst resolves (core/src/device/cuda/driver.rs, SYMBOLS, and
  * core/src/device/cuda/nvml.rs) plus a few neighbours (cuDeviceGetUuid, cuDevicePrimaryCtxRelease_v2); built with
  * -DSTAND_IN_WITHOUT_UUID_V2 it lacks cuDeviceGetUuid_v2, to test a driver missing an entry point. Device memory
@@ -143,8 +147,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
+#ifdef _WIN32
+#define WIN32_LEAN_AND_MEAN
+#include <windows.h>
+#include <malloc.h>
+#define EXPORT __declspec(dllexport)
+/* Memory handed out aligned: _aligned_malloc / _aligned_free on Windows. */
+static int aligned_alloc_into(void **p, size_t align, size_t size) {
+    *p = _aligned_malloc(size, align);
+    return *p ? 0 : 1;
+}
+#define aligned_free _aligned_free
+#else
 #define EXPORT __attribute__((visibility("default")))
+static int aligned_alloc_into(void **p, size_t align, size_t size) { return posix_memalign(p, align, size); }
+#define aligned_free free
+#endif
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -423,7 +441,13 @@ static void load_config(void) {
     cfg.wakeup_us = parse_bytes(getenv("STAND_IN_WAKEUP_US"), 0);
     cfg.context_ms = parse_bytes(getenv("STAND_IN_CONTEXT_CREATE_MS"), 0);
     cfg.register_ms_per_gib = parse_bytes(getenv("STAND_IN_REGISTER_MS_PER_GIB"), 0);
+#ifdef _WIN32
+    SYSTEM_INFO si;
+    GetSystemInfo(&si);
+    long pg = (long)si.dwPageSize;
+#else
     long pg = sysconf(_SC_PAGESIZE);
+#endif
     cfg.page = pg > 0 ? (size_t)pg : 4096;
 
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
@@ -1294,12 +1318,12 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t size) {
     if (current->sticky) return current->sticky;
     /* Like the driver's, allocations are at least 256-byte aligned (CUDA guarantees 256; 512 is observed). */
     unsigned char *p = NULL;
-    if (posix_memalign((void **)&p, 512, size)) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (aligned_alloc_into((void **)&p, 512, size)) return CUDA_ERROR_OUT_OF_MEMORY;
     /* Fresh device memory is whatever the device held before, never zeroes by promise: a non-zero pattern makes
      * a read of memory nobody wrote visible (STAND_IN_POISON_FRESH=0: malloc's contents). */
     if (cfg.poison_fresh) memset(p, POISON_BYTE, size);
     if (!list_push(&allocations, (struct region){p, size, current->device, current})) {
-        free(p);
+        aligned_free(p);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *dptr = (CUdeviceptr)(uintptr_t)p | DPTR_TAG;
@@ -1318,7 +1342,7 @@ static CUresult release_region(struct list *l, size_t i, int device_memory) {
     if (cfg.deferred && !current->sticky) drain_touching(g.base, g.base + g.size);
     sweep_orphans();
     list_remove(l, i);
-    if (device_memory || l == &pinned) free(g.base);
+    if (device_memory || l == &pinned) aligned_free(g.base);
     return sticky ? sticky : current->sticky;
 }
 
@@ -1340,9 +1364,9 @@ static CUresult host_alloc(void **pp, size_t size, unsigned int flags) {
     if (r) return r;
     if (!pp || size == 0 || (flags & ~0x7u)) return CUDA_ERROR_INVALID_VALUE;
     void *p = NULL;
-    if (posix_memalign(&p, cfg.page, size) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (aligned_alloc_into(&p, cfg.page, size) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
     if (!list_push(&pinned, (struct region){p, size, (int)flags, current})) {
-        free(p);
+        aligned_free(p);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *pp = p;
@@ -1360,8 +1384,23 @@ static CUresult free_host(void *p) {
 }
 EXPORT CUresult cuMemFreeHost(void *p) { LOCKED(free_host(p)); }
 
-/* Checks the protection of every page of [lo, hi) in /proc/self/maps: 0 when all are mapped readable and (unless
- * read_only) writable, else the driver's error. */
+/* Checks the protection of every page of [lo, hi) in /proc/self/maps (VirtualQuery on Windows): 0 when all are
+ * mapped readable and (unless read_only) writable, else the driver's error. */
+#ifdef _WIN32
+static CUresult check_protection(uintptr_t lo, uintptr_t hi, int read_only) {
+    for (uintptr_t at = lo; at < hi;) {
+        MEMORY_BASIC_INFORMATION m;
+        if (VirtualQuery((const void *)at, &m, sizeof m) == 0 || m.State != MEM_COMMIT) return CUDA_ERROR_INVALID_VALUE;
+        DWORD p = m.Protect & 0xff;
+        int readable = p != PAGE_NOACCESS && p != PAGE_EXECUTE;
+        int writable = p == PAGE_READWRITE || p == PAGE_WRITECOPY || p == PAGE_EXECUTE_READWRITE ||
+                       p == PAGE_EXECUTE_WRITECOPY;
+        if (!readable || (!read_only && !writable) || (m.Protect & PAGE_GUARD)) return CUDA_ERROR_INVALID_VALUE;
+        at = (uintptr_t)m.BaseAddress + m.RegionSize;
+    }
+    return CUDA_SUCCESS;
+}
+#else
 static CUresult check_protection(uintptr_t lo, uintptr_t hi, int read_only) {
     FILE *f = fopen("/proc/self/maps", "r");
     if (!f) return CUDA_SUCCESS; /* cannot tell: accept */
@@ -1381,6 +1420,7 @@ static CUresult check_protection(uintptr_t lo, uintptr_t hi, int read_only) {
     if (covered < hi) r = CUDA_ERROR_INVALID_VALUE;
     return r;
 }
+#endif
 
 static CUresult host_register(void *p, size_t size, unsigned int flags) {
     CUresult r = need_ctx();
