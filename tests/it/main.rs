@@ -41,3 +41,4 @@ mod python_abi;
 mod readme_example;
 mod shard;
 mod valgrind;
+mod windows;
