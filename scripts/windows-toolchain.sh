@@ -14,7 +14,7 @@
 # Everything lands under target/ and is reused: the second run does no download and no std build.
 #
 # After sourcing:
-#   win_cargo ARGS...  cargo for the Windows target (build std as needed; output under target/win)
+#   win_cargo CMD ARGS...  cargo CMD for the Windows target (std built as needed; output under target/win)
 #   WIN_TARGET         x86_64-pc-windows-gnu
 #   WIN_OUT            target/win/x86_64-pc-windows-gnu/release (absolute)
 #   WIN_CC, WIN_STRIP, WIN_OBJDUMP, WIN_DLLTOOL   the mingw-w64 tools
@@ -120,5 +120,5 @@ win_cargo() {
     PATH="$WIN_TC/bin:$PATH" RUSTC="$WIN_TC/bin/rustc" RUSTDOC="$WIN_TC/bin/rustdoc" RUSTC_BOOTSTRAP=1 \
         CARGO_TARGET_DIR="$WIN_ROOT/target/win" CARGO_PROFILE_RELEASE_DEBUG=0 \
         CARGO_TARGET_X86_64_PC_WINDOWS_GNU_LINKER="$WIN_CC" \
-        nice "$WIN_TC/bin/cargo" "$@" -Zbuild-std --target "$WIN_TARGET"
+        nice "$WIN_TC/bin/cargo" "$1" -Zbuild-std --target "$WIN_TARGET" "${@:2}"
 }
