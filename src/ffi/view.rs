@@ -227,7 +227,8 @@ pub extern "C" fn hostfirst_view_read(
 }
 
 /// Maps every page of the view (of a strided view: every page from its first to its last byte) into the
-/// process now (Linux `MADV_POPULATE_READ`), reading from storage what
+/// process now (Linux `MADV_POPULATE_READ`; Windows `PrefetchVirtualMemory` and a read per page), reading from
+/// storage what
 /// is not in the page cache, so that later reads through the mapping, such as `hostfirst_gather_run`'s,
 /// take no page faults. Call it once on a data loader's token tensor before the training loop: a one-time
 /// cost (one pass over the tensor) that makes every later gather several times faster (BENCHMARKS.md):
@@ -238,10 +239,11 @@ pub extern "C" fn hostfirst_view_read(
 /// pressure. A view larger than available host memory less the fit check's margin gives `OUT_OF_MEMORY`
 /// (message and `hostfirst_last_error_fit` as for a put) and reads nothing. When `populated` is not NULL it
 /// receives, on success, `true` when the pages were mapped and `false` when the system offers only
-/// read-ahead advice (Linux before 5.14, other systems) or the view is over a memory buffer (nothing to do).
+/// read-ahead advice (Linux before 5.14, other POSIX systems) or the view is over a memory buffer (nothing to
+/// do).
 ///
-/// The gathers that follow read through the mapping, so a file truncated afterwards kills them with SIGBUS
-/// (see `hostfirst_view_info.data`). The truncation-proof way at the same speed: put the tensor to cpu (an
+/// The gathers that follow read through the mapping, so on Linux a file truncated afterwards kills them with
+/// SIGBUS (see `hostfirst_view_info.data`; Windows refuses to shrink a mapped file). The truncation-proof way at the same speed: put the tensor to cpu (an
 /// eager copy, `hostfirst_put`) and gather from that buffer with `hostfirst_gather_run_from_buffer`.
 ///
 /// Errors: `NULL_ARGUMENT` (`view`), `INVALID_HANDLE`, `OUT_OF_MEMORY`, `TRUNCATED` (the file is now
