@@ -20,8 +20,10 @@
 
 use crate::common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// What the test command built for Windows, unpacked.
 struct Win {
@@ -86,7 +88,12 @@ fn wpath(path: &Path) -> String {
     format!("Z:{}", path.display()).replace('/', "\\")
 }
 
-/// Runs a Windows program under Wine in its own directory (where Windows looks for the DLLs it imports).
+/// How long one program may run under Wine before the test fails (a hang is a failure, not a stuck CI).
+const WINE_DEADLINE: Duration = Duration::from_secs(600);
+
+/// Runs a Windows program under Wine in its own directory (where Windows looks for the DLLs it imports). Its
+/// output goes to files, not pipes: a Wine service process started meanwhile would inherit a pipe and hold it
+/// open long after the program ended.
 fn wine(w: &Win, exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(&w.wine);
     cmd.arg(exe).args(args).current_dir(exe.parent().unwrap()).env("WINEDEBUG", "-all");
@@ -96,7 +103,33 @@ fn wine(w: &Win, exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.output().expect("run wine")
+    run_to_files(cmd, &format!("{} {}", exe.display(), args.join(" ")))
+}
+
+/// Runs `cmd` with stdin empty and stdout and stderr in files; fails the test past [`WINE_DEADLINE`].
+fn run_to_files(mut cmd: Command, what: &str) -> Output {
+    static SEQ: AtomicUsize = AtomicUsize::new(0);
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    let dir = scratch("windows/output");
+    let (out, err) =
+        (dir.join(format!("{}-{n}.out", std::process::id())), dir.join(format!("{}-{n}.err", std::process::id())));
+    cmd.stdin(Stdio::null()).stdout(std::fs::File::create(&out).unwrap()).stderr(std::fs::File::create(&err).unwrap());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > WINE_DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} ran past {WINE_DEADLINE:?} under Wine:\n{}", text(&std::fs::read(&err).unwrap_or_default()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let o = Output { status, stdout: std::fs::read(&out).unwrap(), stderr: std::fs::read(&err).unwrap() };
+    let _ = (std::fs::remove_file(&out), std::fs::remove_file(&err));
+    o
 }
 
 /// Text of a Windows program's output with its CRLF line ends as LF.
@@ -673,7 +706,7 @@ fn the_windows_wheel_installs_for_win_amd64_and_its_cli_runs() {
     let mut cmd = Command::new(&w.wine);
     cmd.arg(&exe).args(["devices", "--json"]).env("WINEDEBUG", "-all").env("WINEPATH", wpath(&pkg));
     cmd.env_remove("HOSTFIRST_PLATFORMS").env_remove("CUDA_VISIBLE_DEVICES").env_remove("HOSTFIRST_DEFAULT_DEVICE");
-    let o = cmd.output().unwrap();
+    let o = run_to_files(cmd, "the wheel's hostfirst.exe");
     assert!(o.status.success(), "the wheel's CLI: {}", text(&o.stderr));
     assert_eq!(json(&text(&o.stdout))["devices"][0]["spec"], "cpu:0");
 }
