@@ -56,8 +56,10 @@ fi
 [ -x "$WINE" ] || win_die "wine64 not found (looked on PATH and in /usr/lib/wine)"
 
 # --- the standard library's sources for exactly this rustc
-win_rustc_version="$(cd "$WIN_ROOT" && rustc -V | awk '{print $2}')"
-[ -n "$win_rustc_version" ] || win_die "rustc -V gave no version"
+win_pinned="$(sed -n 's/^channel = "\(.*\)"/\1/p' "$WIN_ROOT/rust-toolchain.toml" 2>/dev/null | head -n 1)"
+win_rustc_version="$(cd "$WIN_ROOT" && rustc -V 2>/dev/null | awk '{print $2}')" || true
+[ -n "$win_rustc_version" ] || win_die "rustc does not run here; is the toolchain rust-toolchain.toml pins \
+(${win_pinned:-?}) installed? (rustup toolchain install ${win_pinned:-<version>})"
 win_sysroot="$(cd "$WIN_ROOT" && rustc --print sysroot)"
 WIN_TC="$WIN_ROOT/target/win-tc-$win_rustc_version"
 if [ ! -f "$WIN_TC/.ready" ]; then
@@ -84,7 +86,7 @@ if [ ! -f "$WIN_TC/.ready" ]; then
     available="$(apt-cache "${apt_opts[@]}" madison rust-src 2>/dev/null | awk -F'|' '{gsub(/ /, "", $2); print $2}')"
     pick="$(printf '%s\n' "$available" | grep -E "^${win_rustc_version//./\\.}\+dfsg" | sort -V | tail -n 1 || true)"
     if [ -z "$pick" ]; then
-        have_versions="$(printf '%s\n' "$available" | sed 's/+dfsg.*//' | sort -uV | tr '\n' ' ')"
+        have_versions="$(printf '%s\n' "$available" | sed 's/+dfsg.*//' | sort -uV | xargs)"
         win_die "Debian's $suite has no rust-src for rustc $win_rustc_version (it has: ${have_versions:-none}). \
 Pin one of those in rust-toolchain.toml (that toolchain installed), or set WIN_RUST_SRC_SUITE to a suite with it."
     fi
