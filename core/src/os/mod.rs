@@ -1,8 +1,8 @@
 //! The platform layer: every call the core makes to the operating system that std does not make portable, behind
 //! one set of functions with one contract. The rest of the core calls these and holds no `#[cfg(unix)]` /
 //! `#[cfg(windows)]` of its own for them (a test, `tests/it/engine_path.rs`, keeps `libc::pread`/`preadv` and
-//! friends out of the other modules). Two implementations: `unix.rs` (Linux first; the BSDs and macOS compile)
-//! and `windows.rs` (x86_64-pc-windows-gnu, tested under Wine by `scripts/windows.sh`).
+//! friends out of the other modules). Two implementations: `unix.rs` (Linux; no other Unix system is built or
+//! tested) and `windows.rs` (x86_64-pc-windows-gnu, tested under Wine by `scripts/test-windows.sh`).
 //!
 //! # Files
 //!
@@ -36,10 +36,11 @@
 //! `MAP_PRIVATE` on Unix, a section mapped `FILE_MAP_COPY` on Windows; see `place/host.rs`.
 //!
 //! **A mapped file that changes.** Unix lets another process truncate a file while it is mapped; touching a page
-//! past the new end raises SIGBUS, and [`populate_read`] reports it as [`Populate::Shrunk`] instead. Windows
+//! past the new end raises SIGBUS, and [`populate_read`] reports it as [`PopulateError::Shrunk`] instead. Windows
 //! refuses to shrink a file while any mapping of it lives (`SetEndOfFile` fails with `ERROR_USER_MAPPED_FILE`,
-//! 1224): the writer is refused and the mapping keeps its bytes. Writes in place are seen through shared
-//! mappings, and through the pages of a copy-on-write mapping not yet written, on both.
+//! 1224): the writer is refused and the mapping keeps its bytes. On Linux, writes in place reach shared mappings
+//! and the pages of a copy-on-write mapping not yet written; Windows promises that only between mapped views of
+//! one file (writes with `WriteFile` are not part of its contract, and not tested here).
 //!
 //! # Processes
 //!
