@@ -31,6 +31,7 @@
 //!   resident FILE                  fraction of the file's pages in the page cache (mincore)
 //!   gpu-put, gpu-gather, gpu-seeds the GPU section (benches/gpu_ops.rs; run on a GPU by benches/gpu/run.sh)
 //!   gpu-check, gpu-census         the GPU correctness op and the census (benches/gpu_check.rs), run first
+//!   gpu-load-check                a load of a few thousand tensors to cuda:0, checked (benches/gpu_check.rs)
 //!   shard-load, read-then-slice    shard-on-read vs read-then-slice (benches/shard_ops.rs)
 //!   many-paired, open-paired       hostfirst's C API vs the safetensors crate in the same process, paired
 //!                                  rounds (benches/paired_ops.rs)
@@ -118,6 +119,7 @@ fn main() {
         "gpu-check" => gpu_check::op_gpu_check(&args[1..]),
         "gpu-load" => gpu_ops::op_gpu_load(&args[1..]),
         "gpu-census" => gpu_check::op_gpu_census(&args[1..]),
+        "gpu-load-check" => gpu_check::op_gpu_load_check(&args[1..]),
         "shard-load" => shard_ops::op_shard_load(&args[1..]),
         "read-then-slice" => shard_ops::op_read_then_slice(&args[1..]),
         "many-paired" => paired_ops::op_many_paired(&args[1..]),

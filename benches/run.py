@@ -193,6 +193,37 @@ def write_many(path, count, elems):
         f.write(data)
 
 
+def write_model(path, layers=12, d=768, vocab=50257, ctx=1024):
+    """A model-shaped f32 file of real values: GPT-2 small's 148 tensors (wte, wpe, 12 blocks of 12, ln_f), 498 MB."""
+    import numpy as np
+
+    shapes = [("wte.weight", (vocab, d)), ("wpe.weight", (ctx, d))]
+    for i in range(layers):
+        for name, shape in [("ln_1.weight", (d,)), ("ln_1.bias", (d,)), ("attn.c_attn.weight", (d, 3 * d)),
+                            ("attn.c_attn.bias", (3 * d,)), ("attn.c_proj.weight", (d, d)), ("attn.c_proj.bias", (d,)),
+                            ("ln_2.weight", (d,)), ("ln_2.bias", (d,)), ("mlp.c_fc.weight", (d, 4 * d)),
+                            ("mlp.c_fc.bias", (4 * d,)), ("mlp.c_proj.weight", (4 * d, d)), ("mlp.c_proj.bias", (d,))]:
+            shapes.append((f"h.{i}.{name}", shape))
+    shapes += [("ln_f.weight", (d,)), ("ln_f.bias", (d,))]
+    hdr, at = {"__metadata__": {"format": "np", "source": "hostfirst benches (model-shaped)"}}, 0
+    for name, shape in shapes:
+        nb = int(np.prod(shape)) * 4
+        hdr[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [at, at + nb]}
+        at += nb
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    rng = np.random.default_rng(3)
+    block = rng.standard_normal(16 * MiB // 4, dtype=np.float32)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for name, shape in shapes:
+            left = int(np.prod(shape))
+            while left:
+                k = min(left, block.size)
+                f.write(block[:k].tobytes())
+                left -= k
+
+
 def write_sharded(path, tensors, rows, cols):
     """tensors x f32[rows, cols] of real bytes (the shard section's file: rows of cols * 4 bytes)."""
     import numpy as np
@@ -261,7 +292,8 @@ def main():
     py = [sys.executable, os.path.abspath(__file__), "--peer"]
     t_start = time.time()
     only = set(argv[argv.index("--only") + 1].split(",")) if "--only" in argv else {"open", "put", "gather", "many", "cow",
-                                                                                  "shard", "coldgather", "job"}
+                                                                                  "shard", "coldgather", "job",
+                                                                                  "dropin", "tokens"}
     exe = build()
     m = machine()
     m["reps"] = reps
@@ -281,7 +313,7 @@ def main():
     if "open" not in only:  # the other sections use only the 2 GiB token file (and "many" its own)
         sizes, counts = [2 * GiB], []
     files = {}
-    if only <= {"shard", "coldgather", "job"}:  # these sections write their own files
+    if only <= {"shard", "coldgather", "job", "dropin", "tokens"}:  # these sections write their own files
         sizes, counts = [], []
     print("generating files ...", flush=True)
     for s in sizes:
@@ -423,6 +455,48 @@ def main():
             add(run1([exe, "open-paired", lots, "11"]), rep=r, series="open-100000", resident=warm(exe, lots))
             rec = run1([sys.executable, os.path.join(HERE, "python_load.py"), many, "--rounds", "7"])
             add(rec, rep=r, resident=res, impl="python")
+    # 11. token files (issue 35): nanoGPT's get_batch vs a hostfirst gather (warm, cold, RSS over many batches) and
+    # opening 10 GiB files: its own script, in this Python with the checkout's package and release library;
+    # results/tokens.json, read by report.py.
+    if "tokens" in only:
+        print("11. token files ...", flush=True)
+        subprocess.run(["cargo", "build", "--release", "--lib"], cwd=ROOT, check=True, capture_output=True)
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "bindings", "python"),
+                   HOSTFIRST_LIBRARY=os.path.join(ROOT, "target", "release", "libhostfirst.so"))
+        cmd = [sys.executable, os.path.join(HERE, "tokens.py"), "--data", os.path.join(data, "tokens"),
+               "--command", m["command"]]
+        if subprocess.run(cmd + (["--quick"] if quick else []), env=env).returncode != 0:
+            sys.stderr.write("FAILED: benches/tokens.py\n")
+
+    # 12. issue 34: the drop-ins (owned arrays, filled by the parallel engine) against safetensors' numpy and flax
+    # loaders, paired in one process (benches/python_dropin.py), on a many-tensor file, a model-shaped file and one
+    # large tensor; hostfirst's package and release library from the checkout, JAX on its CPU.
+    dropin_files = []
+    if "dropin" in only:
+        print("12. drop-in load_file ...", flush=True)
+        subprocess.run(["cargo", "build", "--release", "--lib"], cwd=ROOT, check=True, capture_output=True)
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "bindings", "python"), JAX_PLATFORMS="cpu",
+                   HOSTFIRST_LIBRARY=os.path.join(ROOT, "target", "release", "libhostfirst.so"))
+        model = os.path.join(data, "model-gpt2-small-f32.safetensors")
+        one = os.path.join(data, f"single-{512 if not quick else 64}MiB.safetensors")
+        for p, write in ((many, lambda p: write_many(p, 20000, 1024)), (model, write_model),
+                         (one, lambda p: write_single(p, (512 if not quick else 64) * MiB))):
+            if not os.path.exists(p):
+                write(p)
+            dropin_files.append(p)
+        labels = {many: "20,000 × f32[1024] (80 MiB)", model: "GPT-2-small-shaped, 148 × f32 (498 MB)",
+                  one: f"one u16 tensor ({512 if not quick else 64} MiB)"}
+        for r in range(reps):
+            for p in dropin_files:
+                res = warm(exe, p)
+                cmd = [sys.executable, os.path.join(HERE, "python_dropin.py"), p, "--rounds",
+                       "7" if p == many else "5", "--label", labels[p]]
+                out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                if out.returncode != 0:
+                    sys.stderr.write(f"FAILED {cmd}: {out.stderr[-2000:]}\n")
+                    continue
+                for line in out.stdout.strip().splitlines():
+                    add(json.loads(line), rep=r, resident=res, impl="python-dropin")
     m["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
     m["wall_s"] = round(time.time() - t_start, 1)
     outdir = os.path.join(HERE, "results")
@@ -434,8 +508,8 @@ def main():
         # A partial re-run replaces those sections' records in latest.json and is noted in its machine block.
         prev = json.load(open(latest))
         ops = {"open": {"open"}, "put": {"put-cpu", "memcpy", "pread"}, "gather": {"gather"}, "many": {"load-all"},
-               "cow": set(), "shard": {"shard"}, "coldgather": set(),
-               "job": {"many-paired", "open-paired", "python-load-paired"}}
+               "cow": set(), "shard": {"shard"}, "coldgather": set(), "tokens": set(),
+               "job": {"many-paired", "open-paired", "python-load-paired"}, "dropin": {"python-dropin-paired"}}
         drop = set().union(*(ops[o] for o in only))
 
         def dropped(r):  # the cow section's records are its series (it shares ops with the put section)
@@ -453,7 +527,7 @@ def main():
         json.dump(doc, f, indent=1)
     print(f"wrote benches/results/{raw} ({len(recs)} records, {m['wall_s']} s)")
     if not keep:
-        for p in list(files.values()) + [many, shard_file, os.path.join(data, f"single-{2 * GiB // MiB}MiB.safetensors")] + job_files:
+        for p in list(files.values()) + [many, shard_file, os.path.join(data, f"single-{2 * GiB // MiB}MiB.safetensors")] + job_files + dropin_files:
             if os.path.exists(p):
                 os.remove(p)
     subprocess.run([sys.executable, os.path.join(HERE, "report.py"), os.path.join(outdir, "latest.json")], check=True)

@@ -3,7 +3,7 @@
 #   bash benches/run.sh            # full run (~4 min on 2 cores), writes benches/results/, BENCHMARKS.md, benches/plot.png
 #   bash benches/run.sh --quick    # fewer sizes, 3 reps
 # Options: --reps N, --data DIR (scratch for generated files, default bench-out/data), --keep (keep the files),
-#          --only open,put,gather,many,cow,shard,coldgather (re-run sections into latest.json).
+#          --only open,put,gather,many,cow,shard,coldgather,job,tokens,dropin (re-run sections into latest.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The Python peers (safetensors, numpy) and matplotlib live in a venv of the benchmarks' own, made once under

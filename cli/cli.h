@@ -57,6 +57,9 @@ enum cli_option_id {
     CLI_OPT_WORLD,
     CLI_OPT_RANK,
     CLI_OPT_DEPTH,
+    CLI_OPT_MAX_PART_MIB,
+    CLI_OPT_NO_SYNC,
+    CLI_OPT_RAW,
 };
 
 #define CLI_REQUIRED 1u   /* the command needs it (shown without brackets) */
@@ -99,9 +102,39 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* `--raw DTYPE[:SHAPE][@OFFSET]` (every command that opens a FILE): open it as a headerless file with
+ * hostfirst_file_open_raw, one tensor named CLI_RAW_NAME, instead of recognising its format by content. */
+#define CLI_RAW_NAME "data"
+#define CLI_RAW_OPTION                                                                                       \
+    {CLI_OPT_RAW, "--raw", "DTYPE[:SHAPE][@OFFSET]",                                                         \
+     "FILE is headerless (nanoGPT's train.bin): one tensor '" CLI_RAW_NAME "' of DTYPE (U8, U16, I32, F32, "  \
+     "BF16, ...; any case) and SHAPE (dimensions joined by ','; the first may be -1: as many rows as the file " \
+     "holds; default -1) from byte OFFSET (default 0), as np.memmap(FILE, DTYPE, offset=OFFSET, shape=SHAPE) "  \
+     "reads it; the file must hold exactly that",                                                             \
+     0}
+
+typedef struct {
+    int set;                             /* --raw was given */
+    hostfirst_dtype dtype;
+    uint64_t shape[HOSTFIRST_MAX_RANK];  /* shape[0] may be HOSTFIRST_FILE_RAW_INFER */
+    size_t rank;
+    uint64_t offset;
+} cli_raw;
+
+/* Parses the value of --raw for command `cmd` into *out; returns 0, or a usage error's exit status (2) after
+ * saying what is wrong. */
+int cli_parse_raw(const char *cmd, const char *text, cli_raw *out);
+
+/* Opens `path`: with hostfirst_file_open_raw when `raw` was given (raw->set), else with hostfirst_file_open
+ * (recognised by content). Returns 0, or 1 after the failure line on stderr ("hostfirst: PATH: STATUS: message",
+ * with the command-line form of the library's advice where there is one). */
+int cli_open(const char *path, const cli_raw *raw, hostfirst_file **out);
+
 /* Shared by `plan` (plan.c) and `load` (load.c): the parsed arguments, the open file, the rules and the plan. */
 typedef struct {
     int json, strict;
+    cli_raw raw;
+    const char *cmd; /* "plan" or "load" */
     const char *path;
     hostfirst_file *file;
     hostfirst_rules *rules;
@@ -124,5 +157,6 @@ int cmd_plan(int argc, char **argv);
 int cmd_load(int argc, char **argv);
 int cmd_gather(int argc, char **argv);
 int cmd_shard(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 
 #endif

@@ -59,6 +59,7 @@ typedef struct {
     const char *spec;
     uint64_t batch, window, iters, seed, depth;
     int json, prefault, from_host;
+    cli_raw raw;
 } gather_args;
 
 static int on_option(void *ctx, int id, const char *v) {
@@ -74,11 +75,16 @@ static int on_option(void *ctx, int id, const char *v) {
     else if (id == CLI_OPT_PREFAULT) g->prefault = 1;
     else if (id == CLI_OPT_FROM_HOST) g->from_host = 1;
     else if (id == CLI_OPT_DEVICE) g->spec = v;
+    else if (id == CLI_OPT_RAW) return cli_parse_raw("gather", v, &g->raw);
     return 0;
 }
 
 int cmd_gather(int argc, char **argv) {
-    gather_args g0 = {{NULL, NULL}, "default", 0, 0, 100, 1337, 0, 0, 0, 0};
+    gather_args g0;
+    memset(&g0, 0, sizeof g0);
+    g0.spec = "default";
+    g0.iters = 100;
+    g0.seed = 1337;
     int prc = cli_parse("gather", argc, argv, &g0, on_option, g0.operands);
     if (prc) return prc;
     if (g0.batch == 0 || g0.window == 0 || g0.iters == 0)
@@ -98,8 +104,8 @@ int cmd_gather(int argc, char **argv) {
     uint64_t *offs = NULL;
     double *times = NULL;
     int rc = 0;
-    st = hostfirst_file_open(path, &file);
-    if (st == HOSTFIRST_STATUS_OK) st = hostfirst_file_view(file, tensor, &view);
+    if ((rc = cli_open(path, &g0.raw, &file)) != 0) goto done;
+    st = hostfirst_file_view(file, tensor, &view);
     if (st != HOSTFIRST_STATUS_OK) {
         rc = cli_fail(path, st);
         goto done;

@@ -44,26 +44,29 @@ static void print_shape(FILE *o, const hostfirst_view_info *info, int json) {
 typedef struct {
     int json, sums;
     const char *path;
+    cli_raw raw;
 } inspect_args;
 
 static int on_option(void *ctx, int id, const char *value) {
     inspect_args *a = ctx;
-    (void)value;
     if (id == CLI_OPT_JSON) a->json = 1;
     else if (id == CLI_OPT_CHECKSUM) a->sums = 1;
+    else if (id == CLI_OPT_RAW) return cli_parse_raw("inspect", value, &a->raw);
     return 0;
 }
 
 int cmd_inspect(int argc, char **argv) {
-    inspect_args a = {0, 0, NULL};
+    inspect_args a;
+    memset(&a, 0, sizeof a);
     int rc = cli_parse("inspect", argc, argv, &a, on_option, &a.path);
     if (rc) return rc;
     int json = a.json, sums = a.sums;
     const char *path = a.path;
 
     hostfirst_file *f = NULL;
-    hostfirst_status st = hostfirst_file_open(path, &f);
-    if (st != HOSTFIRST_STATUS_OK) return cli_fail(path, st);
+    rc = cli_open(path, &a.raw, &f);
+    if (rc) return rc;
+    hostfirst_status st = HOSTFIRST_STATUS_OK;
 
     cli_memstream out;
     FILE *o = cli_memstream_open(&out);
@@ -77,11 +80,14 @@ int cmd_inspect(int argc, char **argv) {
     hostfirst_file_tensor_count(f, &n);
     hostfirst_file_metadata_count(f, &nmeta);
     hostfirst_file_data_bytes(f, &total);
+    hostfirst_format format = HOSTFIRST_FORMAT_AUTO;
+    hostfirst_file_format(f, &format);
+    const char *format_name = hostfirst_format_name(format);
 
     if (json) {
         fputs("{\"file\":", o);
         cli_json_string(o, path);
-        fputs(",\"metadata\":{", o);
+        fprintf(o, ",\"format\":\"%s\",\"metadata\":{", format_name);
         for (size_t i = 0; i < nmeta; i++) {
             const char *k = NULL, *v = NULL;
             hostfirst_file_metadata_get(f, i, &k, &v);
@@ -99,8 +105,8 @@ int cmd_inspect(int argc, char **argv) {
             if (hostfirst_file_tensor_name(f, i, &name) == HOSTFIRST_STATUS_OK && name && strlen(name) > name_width)
                 name_width = strlen(name);
         }
-        fprintf(o, "file: %s\ntensors: %zu, data: %s (%llu bytes)\n\n", path, n, cli_bytes(total, b, sizeof b),
-                (unsigned long long)total);
+        fprintf(o, "file: %s\nformat: %s\ntensors: %zu, data: %s (%llu bytes)\n\n", path, format_name, n,
+                cli_bytes(total, b, sizeof b), (unsigned long long)total);
         fprintf(o, "%-*s %-11s %-24s %12s %14s%s\n", (int)name_width, "NAME", "DTYPE", "SHAPE", "SIZE", "OFFSET",
                 sums ? "  FNV1A64" : "");
     }

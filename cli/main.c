@@ -14,6 +14,7 @@ static const cli_option devices_options[] = {
 static const cli_option inspect_options[] = {
     {CLI_OPT_JSON, "--json", NULL, "one JSON object instead of a table", 0},
     {CLI_OPT_CHECKSUM, "--checksum", NULL, "FNV-1a 64 of every tensor's bytes (reads all the data)", 0},
+    CLI_RAW_OPTION,
     {0, NULL, NULL, NULL, 0},
 };
 
@@ -26,6 +27,7 @@ static const cli_option put_options[] = {
     {CLI_OPT_REPEAT, "--repeat", "N", "put N times (1..1000), each buffer freed before the next; report each and the best", 0},
     {CLI_OPT_THREADS, "--threads", "N", "reader threads (0..1024; 0: automatic)", 0},
     {CLI_OPT_STAGING_MIB, "--staging-mib", "M", "size of the pinned staging ring in MiB (0: automatic, 256)", 0},
+    CLI_RAW_OPTION,
     {CLI_OPT_JSON, "--json", NULL, "one JSON object instead of text", 0},
     {0, NULL, NULL, NULL, 0},
 };
@@ -39,6 +41,7 @@ static const cli_option rules_options[] = {
      CLI_REPEATABLE},
     {CLI_OPT_STRICT, "--strict", NULL,
      "strict mode: a rule that matches no tensor, or a tensor sent to the implicit default device, is an error", 0},
+    CLI_RAW_OPTION,
     {CLI_OPT_JSON, "--json", NULL, "one JSON object instead of tables", 0},
     {0, NULL, NULL, NULL, 0},
 };
@@ -60,6 +63,7 @@ static const cli_option gather_options[] = {
      "prefetch: a background thread fills up to D batches ahead (hostfirst_gather_stream_*); times the wait for "
      "each batch (default 0: each batch gathered when asked)",
      0},
+    CLI_RAW_OPTION,
     {CLI_OPT_JSON, "--json", NULL, "one JSON object instead of text", 0},
     {0, NULL, NULL, NULL, 0},
 };
@@ -74,14 +78,26 @@ static const cli_option shard_options[] = {
      CLI_REQUIRED | CLI_REPEATABLE},
     {CLI_OPT_DEVICE, "--device", "SPEC", "where the shards go: cpu, cuda:N, cuda_host (default: cpu)", 0},
     {CLI_OPT_STRICT, "--strict", NULL, "a rule that splits no tensor is an error (else a warning)", 0},
+    CLI_RAW_OPTION,
     {CLI_OPT_JSON, "--json", NULL, "one JSON object instead of a table", 0},
+    {0, NULL, NULL, NULL, 0},
+};
+
+static const cli_option convert_options[] = {
+    {CLI_OPT_MAX_PART_MIB, "--max-part-mib", "M",
+     "split the output into Hugging Face part files of at most M MiB of tensor data and an index (0: one file)", 0},
+    {CLI_OPT_NO_SYNC, "--no-sync", NULL,
+     "do not fsync (the output is still renamed into place, never written in place)", 0},
+    {CLI_OPT_JSON, "--json", NULL, "one JSON object instead of text", 0},
     {0, NULL, NULL, NULL, 0},
 };
 
 static const cli_command commands[] = {
     {"devices", "", "backends (and why one is missing), devices, the default device and where it came from",
      devices_options, cmd_devices},
-    {"inspect", "FILE", "tensors and metadata of a .safetensors file or a *.safetensors.index.json set",
+    {"inspect", "FILE",
+     "format, tensors and metadata of a file of tensors: .safetensors, a *.safetensors.index.json set, NumPy .npy, "
+     "an llm.c token shard, a Megatron dataset (.idx, .bin or their prefix), or a headerless file (--raw)",
      inspect_options, cmd_inspect},
     {"put", "FILE TENSOR", "put a tensor on a device, copy it back, verify it, time it", put_options, cmd_put},
     {"plan", "FILE", "where each tensor would go under the rules, per device bytes and whether they fit (a dry run: "
@@ -89,11 +105,17 @@ static const cli_command commands[] = {
      rules_options, cmd_plan},
     {"load", "FILE", "place the file by the rules (fit-checked before the first byte moves); per-tensor time",
      rules_options, cmd_load},
-    {"gather", "FILE TENSOR", "random [B, T] batches of a 1-D tensor onto a device, one transfer each; p50/p99",
+    {"gather", "FILE TENSOR",
+     "random [B, T] batches of a 1-D tensor (tokens: llm.c 'tokens', .npy or --raw 'data', Megatron 'tokens') onto a "
+     "device, one transfer each; p50/p99",
      gather_options, cmd_gather},
     {"shard", "FILE", "load rank R's shards (shard-on-read: only their bytes are read); per tensor the global and "
                       "shard shapes, start, bytes read and FNV-1a 64 of the shard",
      shard_options, cmd_shard},
+    {"convert", "INPUT OUTPUT",
+     "write every tensor and the metadata of what hostfirst reads (a safetensors file, a set's index, ...) as "
+     "safetensors: streamed, never a half-written OUTPUT",
+     convert_options, cmd_convert},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -152,7 +174,10 @@ static void print_synopsis(FILE *out, int col, const cli_command *c) {
 
 static void print_option(FILE *out, const char *lhs, const char *help) {
     int col = fprintf(out, "      %-22s", lhs);
-    put_words(out, col, 29, 1, help);
+    if (col > 28) /* a long option and its value: the help starts on the next line, in its column */
+        put_words(out, fprintf(out, "\n%*s", 29, "") - 1, 29, 0, help);
+    else
+        put_words(out, col, 29, 1, help);
     fputc('\n', out);
 }
 
@@ -165,9 +190,15 @@ static void print_options(FILE *out, const cli_command *c) {
     print_option(out, "-h, --help", "this command's help");
 }
 
-static void print_footer(FILE *out) {
+static void print_footer(FILE *out, int files) {
+    fputc('\n', out);
+    if (files)
+        fprintf(out,
+                "files: FILE is recognised by content: a .safetensors file, a *.safetensors.index.json set, a NumPy\n"
+                "       .npy file (tensor 'data'), an llm.c token shard ('tokens'), a Megatron dataset (its .idx, .bin\n"
+                "       or their prefix: 'tokens', 'sequence_lengths', ...); a headerless file (nanoGPT's train.bin)\n"
+                "       needs --raw DTYPE[:SHAPE][@OFFSET] (tensor 'data'), e.g. --raw U16\n");
     fprintf(out,
-            "\n"
             "environment: HOSTFIRST_PLATFORMS (e.g. cpu), HOSTFIRST_DEFAULT_DEVICE (e.g. cuda:1),\n"
             "             CUDA_VISIBLE_DEVICES\n"
             "exit status: 0 success, 1 failure (one line on stderr: hostfirst: WHAT: STATUS: message),\n"
@@ -180,7 +211,7 @@ static void print_command_help(FILE *out, const cli_command *c) {
     put_words(out, 0, 0, 0, c->summary);
     fprintf(out, "\n\noptions:\n");
     print_options(out, c);
-    print_footer(out);
+    print_footer(out, strstr(c->operands, "FILE") != NULL);
 }
 
 static int usage(FILE *out) {
@@ -196,7 +227,7 @@ static int usage(FILE *out) {
         fputc('\n', out);
         print_options(out, c);
     }
-    print_footer(out);
+    print_footer(out, 1);
     return out == stderr ? 2 : 0;
 }
 

@@ -13,6 +13,7 @@ static int on_option(void *ctx, int id, const char *value) {
     plan_args *a = ctx;
     if (id == CLI_OPT_JSON) a->json = 1;
     else if (id == CLI_OPT_STRICT) a->strict = 1;
+    else if (id == CLI_OPT_RAW) return cli_parse_raw(a->cmd, value, &a->raw);
     else if (id == CLI_OPT_RULE) {
         hostfirst_status st = hostfirst_rules_add_spec(a->rules, value);
         if (st != HOSTFIRST_STATUS_OK) return cli_fail(value, st) + 1;
@@ -22,13 +23,13 @@ static int on_option(void *ctx, int id, const char *value) {
 
 int plan_setup(const char *cmd, int argc, char **argv, plan_args *a) {
     memset(a, 0, sizeof *a);
+    a->cmd = cmd;
     hostfirst_status st = hostfirst_rules_new(&a->rules);
     if (st != HOSTFIRST_STATUS_OK) return cli_fail("rules", st);
     int rc = cli_parse(cmd, argc, argv, a, on_option, &a->path);
     if (rc) return rc;
     if (a->strict && (st = hostfirst_strict_thread_set(1)) != HOSTFIRST_STATUS_OK) return cli_fail("strict", st);
-    st = hostfirst_file_open(a->path, &a->file);
-    if (st != HOSTFIRST_STATUS_OK) return cli_fail(a->path, st);
+    if ((rc = cli_open(a->path, &a->raw, &a->file)) != 0) return rc;
     st = hostfirst_plan_make(a->file, a->rules, &a->plan);
     if (st != HOSTFIRST_STATUS_OK) return cli_fail(a->path, st);
     /* A rule that places nothing is almost always a typo (token=host for tokens): one warning line each.

@@ -59,6 +59,7 @@ typedef struct {
     const char *spec, *rows;
     int json, resident, cow;
     unsigned long long repeat, threads, staging_mib, a, b;
+    cli_raw raw;
 } put_args;
 
 /* "A:B" with decimal A and B. */
@@ -78,6 +79,7 @@ static int on_option(void *ctx, int id, const char *v) {
         case CLI_OPT_RESIDENT: p->resident = 1; break;
         case CLI_OPT_COPY_ON_WRITE: p->cow = 1; break;
         case CLI_OPT_DEVICE: p->spec = v; break;
+        case CLI_OPT_RAW: return cli_parse_raw("put", v, &p->raw);
         case CLI_OPT_ROWS:
             if (!parse_rows(v, &p->a, &p->b)) return cli_usage_error("put", "--rows wants A:B, got '%s'", v);
             p->rows = v;
@@ -98,7 +100,9 @@ static int on_option(void *ctx, int id, const char *v) {
 }
 
 int cmd_put(int argc, char **argv) {
-    put_args p = {{NULL, NULL}, NULL, NULL, 0, 0, 0, 1, 0, 0, 0, 0};
+    put_args p;
+    memset(&p, 0, sizeof p);
+    p.repeat = 1;
     int prc = cli_parse("put", argc, argv, &p, on_option, p.operands);
     if (prc) return prc;
     const char *path = p.operands[0], *tensor = p.operands[1], *spec = p.spec, *rows = p.rows;
@@ -111,7 +115,7 @@ int cmd_put(int argc, char **argv) {
         target = &dev;
     }
     hostfirst_file *file = NULL;
-    if ((st = hostfirst_file_open(path, &file)) != HOSTFIRST_STATUS_OK) return cli_fail(path, st);
+    if ((prc = cli_open(path, &p.raw, &file)) != 0) return prc;
     hostfirst_view *view = NULL;
     st = hostfirst_file_view(file, tensor, &view);
     hostfirst_file_free(file);

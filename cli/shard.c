@@ -26,6 +26,7 @@ typedef struct {
     size_t nrules;
     uint64_t world, rank;
     int json, strict, have_world, have_rank;
+    cli_raw raw;
 } shard_args;
 
 static int on_option(void *ctx, int id, const char *v) {
@@ -33,6 +34,7 @@ static int on_option(void *ctx, int id, const char *v) {
     if (id == CLI_OPT_JSON) a->json = 1;
     else if (id == CLI_OPT_STRICT) a->strict = 1;
     else if (id == CLI_OPT_DEVICE) a->device = v;
+    else if (id == CLI_OPT_RAW) return cli_parse_raw("shard", v, &a->raw);
     else if (id == CLI_OPT_WORLD || id == CLI_OPT_RANK) {
         if (!cli_parse_u64(v, id == CLI_OPT_WORLD ? &a->world : &a->rank))
             return cli_usage_error("shard", "'%s' is not a non-negative integer", v);
@@ -141,8 +143,7 @@ int cmd_shard(int argc, char **argv) {
     hostfirst_status st = hostfirst_device_parse(device, &dev);
     if (st != HOSTFIRST_STATUS_OK) return cli_fail(device, st);
     hostfirst_file *f = NULL;
-    st = hostfirst_file_open(path, &f);
-    if (st != HOSTFIRST_STATUS_OK) return cli_fail(path, st);
+    if ((prc = cli_open(path, &args.raw, &f)) != 0) return prc;
 
     /* One axis, "rank", of size W; each rule splits its DIM over it. */
     const char *axis = "rank";

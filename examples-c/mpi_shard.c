@@ -1,20 +1,28 @@
-/* Shard-on-read under MPI: every rank of `mpirun -np W mpi_shard INDEX [DEVICE]` loads only its shards of
- * every tensor of a sharded safetensors set, and rank 0 verifies every shard of every rank against a
- * whole-file reference through MPI_Gather of FNV-1a checksums.
+/* Shard-on-read under MPI: every rank of `mpirun -np W mpi_shard FILE [DEVICE [REPORT_DIR [RAW]]]` loads only its
+ * shards of every tensor of FILE, and rank 0 verifies every shard of every rank against a whole-file reference
+ * through MPI_Gather of FNV-1a checksums. FILE is anything hostfirst_file_open opens (a sharded safetensors set's
+ * index, a .safetensors file, a NumPy .npy file, an llm.c token shard, a Megatron dataset) or, with RAW
+ * (DTYPE[@OFFSET], e.g. U16 or U16@1024), a headerless token file (nanoGPT's train.bin: one 1-D tensor named
+ * "tokens", as many elements as the file holds after OFFSET).
  *
  * hostfirst does the reading; MPI does the communication (the library never links MPI). The mesh has one
  * axis, "tp", of size W; rank r owns position r. Rules split each weight along one dimension (column- and
  * row-parallel layers, the embedding by rows); tensors no rule matches are replicated on every rank.
  *
- * If INDEX does not exist, rank 0 first writes a small demo set there (two shard files and the index).
+ * Token files split their tokens ("tokens"; a .npy file's "data") by rows; a Megatron index's other tensors
+ * (sequence lengths, pointers, document indices) are replicated.
+ *
+ * If FILE does not exist, rank 0 first writes a small demo set there (two shard files and the index).
  * DEVICE: a device spec for every rank's shards (default cpu); `cuda` means cuda:(rank % CUDA devices).
  *
  *   mpicc -Wall -Wextra -Werror -Iinclude examples-c/mpi_shard.c -Ltarget/release -lhostfirst -o mpi_shard
- *   mpirun -np 4 ./mpi_shard /tmp/demo/model.safetensors.index.json */
+ *   mpirun -np 4 ./mpi_shard /tmp/demo/model.safetensors.index.json
+ *   mpirun -np 4 ./mpi_shard train.bin cpu "" U16 */
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
 #include <mpi.h>
 #include <stdint.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,13 +33,34 @@
 static const struct {
     const char *pattern;
     unsigned dim;
-} RULES[] = {{"*.attn.weight", 1}, {"*.mlp.weight", 0}, {"embed.*", 0}, {"tokens", 0}};
+} RULES[] = {{"*.attn.weight", 1}, {"*.mlp.weight", 0}, {"embed.*", 0}, {"tokens", 0}, {"data", 0}};
 #define NRULES (sizeof RULES / sizeof RULES[0])
 
 static int rank_ = 0;
 
+/* With a report folder (the third argument, "" for none), each rank also writes its result lines there, one file
+ * per rank (report-<rank>.txt), errors included: a test reads them without parsing mpirun's output, which MPI
+ * itself writes to as well. */
+static const char *report_dir;
+static void report(const char *fmt, ...) {
+    if (!report_dir || !*report_dir) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/report-%d.txt", report_dir, rank_);
+    FILE *f = fopen(path, "a");
+    if (!f) {
+        fprintf(stderr, "rank %d: cannot write %s\n", rank_, path);
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fclose(f);
+}
+
 static void die(const char *what, hostfirst_status st) {
     fprintf(stderr, "rank %d: %s: %s: %s\n", rank_, what, hostfirst_status_name(st), hostfirst_last_error_message());
+    report("error: %s: %s: %s\n", what, hostfirst_status_name(st), hostfirst_last_error_message());
     MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1);
 }
@@ -113,6 +142,7 @@ static void write_demo(const char *index) {
     fprintf(f, "}}\n");
     fclose(f);
     printf("rank 0: wrote a demo set at %s\n", index);
+    report("wrote a demo set\n");
 }
 
 /* ---- the reference: a block of a whole C-order tensor, element by element ---- */
@@ -136,13 +166,14 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     if (argc < 2) {
-        if (rank_ == 0) fprintf(stderr, "usage: mpirun -np W %s INDEX.json [DEVICE]\n", argv[0]);
+        if (rank_ == 0) fprintf(stderr, "usage: mpirun -np W %s FILE [DEVICE [REPORT_DIR [DTYPE[@OFFSET]]]]\n", argv[0]);
         MPI_Finalize();
         return 2;
     }
-    const char *index = argv[1];
+    const char *index = argv[1], *raw = argc > 4 ? argv[4] : NULL;
+    report_dir = argc > 3 ? argv[3] : NULL;
     struct stat sb;
-    if (rank_ == 0 && stat(index, &sb) != 0) write_demo(index);
+    if (rank_ == 0 && !raw && stat(index, &sb) != 0) write_demo(index);
     MPI_Barrier(MPI_COMM_WORLD);
 
     /* This rank's device. */
@@ -165,7 +196,28 @@ int main(int argc, char **argv) {
 
     /* The mesh (tp: world), the rules, and this rank's plan: position = rank. */
     hostfirst_file *file = NULL;
-    TRY(hostfirst_file_open(index, &file));
+    if (raw) {
+        /* DTYPE[@OFFSET]: one 1-D tensor "tokens", its length inferred from the file's size. */
+        char dtype_name[32];
+        unsigned long long offset = 0;
+        const char *at = strchr(raw, '@');
+        size_t len = at ? (size_t)(at - raw) : strlen(raw);
+        if (len >= sizeof dtype_name || (at && sscanf(at + 1, "%llu", &offset) != 1)) {
+            if (rank_ == 0) fprintf(stderr, "rank 0: '%s' is not DTYPE[@OFFSET]\n", raw);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        memcpy(dtype_name, raw, len);
+        dtype_name[len] = '\0';
+        hostfirst_dtype dtype;
+        TRY(hostfirst_dtype_from_name(dtype_name, &dtype));
+        uint64_t shape = HOSTFIRST_FILE_RAW_INFER;
+        TRY(hostfirst_file_open_raw(index, dtype, &shape, 1, (uint64_t)offset, "tokens", &file));
+    } else {
+        TRY(hostfirst_file_open(index, &file));
+    }
+    hostfirst_format format;
+    TRY(hostfirst_file_format(file, &format));
+    if (rank_ == 0) report("format %s\n", hostfirst_format_name(format));
     const char *axis = "tp";
     uint64_t size = (uint64_t)world, position = (uint64_t)rank_;
     hostfirst_shard_mesh *mesh = NULL;
@@ -201,9 +253,14 @@ int main(int argc, char **argv) {
         TRY(hostfirst_buffer_free(buf));
         mine[0] += si.nbytes;
         mine[1] += read;
+        /* Where its part starts in the whole tensor (the split dimension's start; 0 when replicated). */
+        uint64_t start = si.rule >= 0 ? si.start[RULES[si.rule].dim] : 0;
+        report("shard %s: start %" PRIu64 ", %" PRIu64 " bytes, %" PRIu64 " bytes read\n", si.name, start, si.nbytes,
+               read);
     }
     printf("rank %d on %s: %zu shards, %" PRIu64 " bytes, %" PRIu64 " bytes read from the files\n", rank_, spec, n,
            mine[0], mine[1]);
+    report("rank %d on %s: %zu shards, %" PRIu64 " bytes, %" PRIu64 " bytes read\n", rank_, spec, n, mine[0], mine[1]);
     fflush(stdout);
 
     uint64_t *all = rank_ == 0 ? calloc(n * (size_t)world + 1, sizeof *all) : NULL;
@@ -253,6 +310,7 @@ int main(int argc, char **argv) {
         printf("rank 0: %zu tensors x %d ranks verified against the whole file: %s; "
                "all ranks read %" PRIu64 " bytes for %" PRIu64 " bytes of shards (the files hold %" PRIu64 ")\n",
                n, world, failures ? "MISMATCH" : "every checksum matches", totals[1], totals[0], data_bytes);
+        report("%zu tensors x %d ranks verified: %s\n", n, world, failures ? "MISMATCH" : "every checksum matches");
         free(all);
     }
     free(sums);

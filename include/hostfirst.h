@@ -81,7 +81,8 @@
  *    7. GATHER
  *    8. DLPACK
  *    9. SHARD-ON-READ
- *   10. TEST HOOKS
+ *   10. WRITING SAFETENSORS FILES
+ *   11. TEST HOOKS
  */
 
 #ifdef __cplusplus
@@ -219,6 +220,16 @@ enum hostfirst_status
    */
   HOSTFIRST_STATUS_TRUNCATED = 51,
   /**
+   * The file system has no room for what is being written (`ENOSPC`, or a quota: `EDQUOT`, `EFBIG`); a
+   * writer leaves the target as it was.
+   */
+  HOSTFIRST_STATUS_NO_SPACE = 52,
+  /**
+   * The operating system refused access: no permission on the file or its directory (`EACCES`, `EPERM`),
+   * or a read-only file system (`EROFS`); a writer leaves the target as it was.
+   */
+  HOSTFIRST_STATUS_PERMISSION_DENIED = 53,
+  /**
    * The buffer is shorter than the 8-byte header-length prefix.
    */
   HOSTFIRST_STATUS_HEADER_TOO_SMALL = 60,
@@ -267,12 +278,16 @@ enum hostfirst_status
    */
   HOSTFIRST_STATUS_LIMIT_EXCEEDED = 71,
   /**
-   * A sharded index (`*.safetensors.index.json`) is malformed or disagrees with its part files.
+   * A sharded index (`*.safetensors.index.json`) is malformed or disagrees with its part files; or a
+   * Megatron `.idx` has a negative sequence length, or document indices that do not run in order from 0 to
+   * its sequence count.
    */
   HOSTFIRST_STATUS_INVALID_INDEX = 72,
   /**
    * The input is not a safetensors file at all: its first 8 bytes are no possible header length and no JSON
-   * object follows them (the message says what it looks like: a zip archive, a Git LFS pointer, text, ...).
+   * object follows them, and it is no other format the open recognises by content (`.npy`, an llm.c shard,
+   * a Megatron index). The message says what it looks like (a zip archive, a Git LFS pointer, text, ...) and,
+   * for headerless data, names the raw opener.
    */
   HOSTFIRST_STATUS_NOT_SAFETENSORS = 73,
   /**
@@ -280,6 +295,34 @@ enum hostfirst_status
    * more entries than the hostfirst cap (`HOSTFIRST_MAX_METADATA_ENTRIES`).
    */
   HOSTFIRST_STATUS_METADATA_LIMIT_EXCEEDED = 74,
+  /**
+   * The file is of a format hostfirst knows, but not the one the call asked for (an `.npy` file given to
+   * the raw opener, a safetensors file opened as llm.c, ...): the message names what it is and the call that
+   * opens it.
+   */
+  HOSTFIRST_STATUS_OTHER_FORMAT = 75,
+  /**
+   * The file declares an element type hostfirst cannot hand out as it is: a NumPy object, string,
+   * structured, datetime or big-endian dtype, a complex128 or float128 array (the message says which, and how
+   * to convert it).
+   */
+  HOSTFIRST_STATUS_UNSUPPORTED_DTYPE = 76,
+  /**
+   * The fixed header of a `.npy`, llm.c or Megatron file is malformed: a bad magic for the format asked for,
+   * a `.npy` header that is not the Python dict NumPy writes (syntax, keys, a negative or non-integer
+   * dimension), an unknown dtype code, a negative count.
+   */
+  HOSTFIRST_STATUS_INVALID_HEADER = 77,
+  /**
+   * The file's format version is one hostfirst does not read (`.npy` other than 1.0, 2.0, 3.0; an llm.c
+   * version other than its magic's; a Megatron index version other than 1).
+   */
+  HOSTFIRST_STATUS_UNSUPPORTED_VERSION = 78,
+  /**
+   * The array is stored in an order hostfirst does not hand out: a `.npy` file in Fortran (column-major)
+   * order with more than one dimension longer than 1 (re-save it C-ordered).
+   */
+  HOSTFIRST_STATUS_UNSUPPORTED_LAYOUT = 79,
   /**
    * An internal invariant failed (a bug in hostfirst).
    */
@@ -895,8 +938,10 @@ hostfirst_status hostfirst_strict_get(int32_t *out_thread, int32_t *out_process)
 /* ==============================================================================================================
  * 4. FILES AND VIEWS
  *
- * Open a safetensors file, a multi-file set (*.safetensors.index.json) or bytes in memory with hostfirst_file_open(),
- * _open_index() or _open_memory(); release it with hostfirst_file_free(). A file is immutable once open: its
+ * Open a safetensors file, a multi-file set (*.safetensors.index.json), a NumPy .npy file, an llm.c token shard or
+ * a Megatron indexed dataset with hostfirst_file_open() (recognised by content; _open_format() insists on one
+ * hostfirst_format), a headerless raw file with _open_raw() (dtype, shape, offset), or bytes in memory with
+ * _open_memory(); release it with hostfirst_file_free(). A file is immutable once open: its
  * tensor names, metadata and path (strings owned by the file, valid until it is freed) may be read from many
  * threads at once. hostfirst_file_view() / hostfirst_file_view_at() give a hostfirst_view: a read-only, zero-copy
  * window on one tensor in the file's mapping; slice or narrow it into further views, describe it, copy or read its
@@ -931,6 +976,36 @@ hostfirst_status hostfirst_strict_get(int32_t *out_thread, int32_t *out_process)
  * the rest is read (a header of millions of tiny entries costs neither time nor memory).
  */
 #define HOSTFIRST_MAX_METADATA_ENTRIES 65536
+
+/**
+ * A shape entry for `hostfirst_file_open_raw` (dimension 0 only): as many rows as the file holds after the
+ * offset, as `np.memmap` infers without a shape.
+ */
+#define HOSTFIRST_FILE_RAW_INFER UINT64_MAX
+
+/**
+ * Describes every tensor of `load`, in file order, into the caller's array `out` of `capacity` entries of
+ * `entry_size` bytes each (pass `sizeof(hostfirst_load_entry)`; an older, smaller entry from an earlier
+ * header is accepted as long as it holds every field up to `address`, and the library writes only the
+ * fields that fit, setting each entry's `struct_size` to the bytes written).
+ *
+ * Always writes the number of tensors to `*out_count`. `(out NULL, capacity 0)` is a count query and
+ * succeeds; a `capacity` smaller than the count gives `BUFFER_TOO_SMALL` and writes no entry. Entry `i`
+ * is the tensor `hostfirst_load_get` finds by `out[i].name`, described without making a handle: its `name`
+ * and `shape` pointers are owned by the load and valid until the load is freed, and `address` is the
+ * memory a buffer handle from `hostfirst_load_get` would describe (`hostfirst_buffer_describe`), kept alive
+ * by the load. To keep a tensor past the load, take its handle with `hostfirst_load_get`.
+ *
+ * Errors: `NULL_ARGUMENT` (load, out_count; out with capacity > 0), `INVALID_HANDLE`, `INVALID_ARGUMENT`
+ * (`entry_size` smaller than the oldest supported entry or larger than `HOSTFIRST_MAX_ENTRY_SIZE`;
+ * `capacity * entry_size` bytes from `out` overflowing or running past the end of the address space),
+ * `BUFFER_TOO_SMALL` (count in `*out_count`).
+ * On error no entry is written. Thread-safe.
+ * The largest `entry_size` `hostfirst_load_entries` accepts: no version of `hostfirst_load_entry` will be
+ * larger, so a bigger stride is a caller's mistake (a byte count passed as an entry size), refused before
+ * anything is written.
+ */
+#define HOSTFIRST_MAX_ENTRY_SIZE 1024
 
 /**
  * Element type of a tensor. Values of `HOSTFIRST_DTYPE_*` are stable and never renumbered; 0 is no dtype.
@@ -1039,9 +1114,60 @@ typedef uint32_t hostfirst_dtype;
 #endif // __cplusplus
 
 /**
- * An open safetensors file, memory buffer or multi-file set (`*.safetensors.index.json`).
+ * The format of an open file, or the one a caller asks an open for. Values cross the C ABI as
+ * `hostfirst_format` (`HOSTFIRST_FORMAT_*`) and are never renumbered.
+ */
+enum hostfirst_format
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Asked for: recognise the format by content (what `hostfirst_file_open` does). Never a file's format.
+   */
+  HOSTFIRST_FORMAT_AUTO = 0,
+  /**
+   * A `.safetensors` file (or a memory image of one).
+   */
+  HOSTFIRST_FORMAT_SAFETENSORS = 1,
+  /**
+   * A multi-file set opened through its `*.safetensors.index.json`.
+   */
+  HOSTFIRST_FORMAT_SAFETENSORS_INDEX = 2,
+  /**
+   * A NumPy `.npy` file, format version 1.0, 2.0 or 3.0: one tensor named `data`.
+   */
+  HOSTFIRST_FORMAT_NPY = 3,
+  /**
+   * An llm.c / modded-nanogpt token shard (256 x int32 header, magic 20240520 with u16 tokens or
+   * 20240801 with u32 tokens): one tensor named `tokens`.
+   */
+  HOSTFIRST_FORMAT_LLMC = 4,
+  /**
+   * A Megatron-LM / NeMo indexed dataset (`PREFIX.idx`, magic `MMIDIDX`, and `PREFIX.bin`): the tensors
+   * `tokens` (the `.bin`), `sequence_lengths`, `sequence_pointers`, `document_indices` and, for a multimodal
+   * index, `sequence_modes` (the `.idx`).
+   */
+  HOSTFIRST_FORMAT_MEGATRON = 5,
+  /**
+   * A headerless file opened with an explicit dtype, shape and offset (nanoGPT's `train.bin`).
+   */
+  HOSTFIRST_FORMAT_RAW = 6,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hostfirst_format hostfirst_format;
+#else
+typedef uint32_t hostfirst_format;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * An open file of named tensors: a safetensors file, memory buffer or multi-file set
+ * (`*.safetensors.index.json`), a NumPy `.npy` file, an llm.c token shard, a Megatron indexed dataset, or a
+ * headerless raw file (`hostfirst_file_format` says which).
  *
- * Created by `hostfirst_file_open` or `hostfirst_file_open_memory`; released by
+ * Created by `hostfirst_file_open`, `_open_format`, `_open_raw` or `_open_memory`; released by
  * `hostfirst_file_free`. Immutable once open: every function taking a `const hostfirst_file*` is thread-safe
  * and may run concurrently on the same handle. Views made from it stay valid after it is freed.
  */
@@ -1148,7 +1274,36 @@ uint32_t hostfirst_dtype_bits(hostfirst_dtype dtype);
 hostfirst_status hostfirst_dtype_from_name(const char *name, hostfirst_dtype *out_dtype);
 
 /**
- * Opens a safetensors file, or a multi-file set when `path` is an index, and writes a new handle to `*out`.
+ * Opens a file of any format hostfirst recognises by content and writes a new handle to `*out`: a safetensors
+ * file, a multi-file set when `path` is an index, a NumPy `.npy` file (versions 1.0, 2.0, 3.0; magic
+ * `\x93NUMPY`), an llm.c / modded-nanogpt token shard (256 x int32 header, magic 20240520 or 20240801) or a
+ * Megatron-LM / NeMo indexed dataset (`.idx` magic `MMIDIDX`; `path` may be the `.idx`, the `.bin` beside it,
+ * or the prefix of both). Every format becomes the same `hostfirst_file` of named tensors (views, puts, loads,
+ * gathers and shard-on-read treat them alike):
+ *
+ * - `.npy`: one tensor, `data`, of the array's dtype and shape (C order). Metadata `format` = `npy`,
+ *   `npy_version`, `descr`, `fortran_order`.
+ * - llm.c: one 1-D tensor, `tokens` (U16 for magic 20240520 version 1, U32 for magic 20240801 version 7).
+ *   Metadata `format` = `llm.c`, `magic`, `version`.
+ * - Megatron: `tokens` (1-D, the `.bin`, of the index's dtype), and from the `.idx` `sequence_lengths` (I32),
+ *   `sequence_pointers` (I64, byte offsets into the `.bin`), `document_indices` (I64) and, for a multimodal
+ *   index, `sequence_modes` (I8). Metadata `format` = `megatron`, `dtype_code`, `sequence_count`,
+ *   `document_count`, `max_sequence_length`, `multimodal`. The whole `.idx` is read once at open to validate
+ *   it (12 bytes a sequence): the pointers must be the running sum of the lengths (the sequences tile the
+ *   `.bin` in order) and the document indices run from 0 to the sequence count.
+ *
+ * A headerless raw file (nanoGPT's `train.bin`) has no magic: `hostfirst_file_open_raw`. The statuses of the
+ * other formats: `HEADER_TOO_SMALL` (the file ends inside a fixed header), `HEADER_TOO_LARGE` (an `.npy`
+ * header over 10,000 bytes, NumPy's own limit), `TRUNCATED` / `INCOMPLETE_BUFFER` (the file is shorter /
+ * longer than its header declares; the `.bin` shorter / longer than the index's sequences), `INVALID_HEADER`
+ * (an `.npy` header that is not the dict NumPy writes, a negative count, an unknown Megatron dtype code),
+ * `UNSUPPORTED_VERSION`, `UNSUPPORTED_DTYPE` (object, string, structured, datetime, big-endian, complex128,
+ * float128 arrays), `UNSUPPORTED_LAYOUT` (a Fortran-ordered `.npy` array with more than one dimension longer
+ * than 1: refused, not opened strided), `VALIDATION_OVERFLOW`, `LIMIT_EXCEEDED` (rank), `INVALID_OFFSET` (a
+ * Megatron sequence pointer out of order, overlapping, or leaving a gap), `INVALID_INDEX` (a negative sequence
+ * length, document indices out of order or not ending at the sequence count).
+ *
+ * Safetensors: opens a safetensors file, or a multi-file set when `path` is an index.
  *
  * An index (`*.safetensors.index.json`, the Hugging Face `weight_map` format) is recognised by a name ending
  * in `.json` or by content (JSON text that cannot be a safetensors length prefix) and opened as one logical
@@ -1183,8 +1338,66 @@ hostfirst_status hostfirst_file_open(const char *path,
                                      struct hostfirst_file **out);
 
 /**
+ * Opens `path` as the format `format` only and writes a new handle to `*out`.
+ *
+ * `HOSTFIRST_FORMAT_AUTO` is `hostfirst_file_open`. `HOSTFIRST_FORMAT_SAFETENSORS`, `_NPY` and `_LLMC` open the
+ * file if it is of that format; `_SAFETENSORS_INDEX` opens a multi-file set's index; `_MEGATRON` a Megatron
+ * dataset (`path`: its `.idx`, its `.bin` or their prefix). A file of another format hostfirst recognises
+ * (by its magic, or a safetensors length prefix followed by `{`) gives `HOSTFIRST_STATUS_OTHER_FORMAT`, with
+ * a message naming what it is and the call that opens it; a file of no known format gets the asked
+ * format's own verdict (`INVALID_HEADER` for a missing magic). `HOSTFIRST_FORMAT_RAW` needs a layout:
+ * `INVALID_ARGUMENT` (use `hostfirst_file_open_raw`); an unknown `format` value is `INVALID_ARGUMENT`.
+ * Other statuses as `hostfirst_file_open`. On failure `*out` is unchanged and nothing is left open.
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_file_open_format(const char *path,
+                                            hostfirst_format format,
+                                            struct hostfirst_file **out);
+
+/**
+ * Opens a headerless file (nanoGPT's `train.bin`: u16 tokens and nothing else) as one tensor of `dtype` and
+ * `shape` (`rank` entries; `shape` may be NULL when `rank` is 0, a scalar) whose first byte is at `offset`,
+ * named `name` (NULL: `"data"`), and writes a new handle to `*out`.
+ *
+ * `shape[0]` may be `HOSTFIRST_FILE_RAW_INFER`: as many rows of `shape[1..]` as the file holds after `offset`
+ * (nanoGPT's `np.memmap(path, dtype=np.uint16, mode="r")` is dtype U16, shape `{HOSTFIRST_FILE_RAW_INFER}`,
+ * rank 1, offset 0). The file must be exactly `offset` + the tensor's bytes, as a safetensors file must be
+ * covered exactly: `TRUNCATED` when it is shorter (or `offset` is past its end), `INCOMPLETE_BUFFER` when
+ * bytes follow (with an inferred dimension: a partial row left over). A file that is, at offset 0, a valid
+ * `.npy` file, llm.c shard or Megatron index gives `OTHER_FORMAT` naming the call that reads its header (give
+ * the offset of its data to map past the header on purpose). Other statuses: `NULL_ARGUMENT`;
+ * `INVALID_ARGUMENT` (unknown dtype, `HOSTFIRST_FILE_RAW_INFER` past dimension 0 or with rows of no bytes,
+ * rank above `HOSTFIRST_MAX_RANK`, an empty name or one longer than `HOSTFIRST_MAX_NAME_LEN`, path or name
+ * not UTF-8); `VALIDATION_OVERFLOW`; `MISALIGNED_SLICE` (a sub-byte dtype that does not fill whole bytes);
+ * `IO`. Metadata: `format` = `raw`, `offset`. On failure `*out` is unchanged and nothing is left open.
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_file_open_raw(const char *path,
+                                         hostfirst_dtype dtype,
+                                         const uint64_t *shape,
+                                         size_t rank,
+                                         uint64_t offset,
+                                         const char *name,
+                                         struct hostfirst_file **out);
+
+/**
+ * Writes the format of an open file to `*out_format` (never `HOSTFIRST_FORMAT_AUTO`). Errors:
+ * `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+ */
+hostfirst_status hostfirst_file_format(const struct hostfirst_file *file,
+                                       hostfirst_format *out_format);
+
+/**
+ * Returns the static name of a format: its constant without the `HOSTFIRST_FORMAT_` prefix (`"NPY"`,
+ * `"MEGATRON"`), or `"UNKNOWN"` for a value that is not a `hostfirst_format`. Never NULL. Thread-safe.
+ */
+const char *hostfirst_format_name(hostfirst_format format);
+
+/**
  * Validates a safetensors image in caller memory `(data, len)` and writes a new handle to `*out`, without
- * copying the data.
+ * copying the data. An image that begins with the `.npy` magic or an llm.c token-shard magic is opened as that
+ * format (statuses as `hostfirst_file_open`, with `INCOMPLETE_BUFFER` for a short image); a Megatron index
+ * needs its `.bin` and gives `OTHER_FORMAT` here.
  *
  * **Ownership:** the caller keeps the memory alive and unmodified until the file handle and every view
  * made from it are freed; view data pointers point into it. Same validation and statuses as
@@ -1285,6 +1498,23 @@ hostfirst_status hostfirst_file_view(const struct hostfirst_file *file,
 hostfirst_status hostfirst_file_view_at(const struct hostfirst_file *file,
                                         size_t index,
                                         struct hostfirst_view **out_view);
+
+/**
+ * For a Megatron dataset (`hostfirst_file_format` gives `HOSTFIRST_FORMAT_MEGATRON`): writes, for each of
+ * the `n` sequence indices, the element offset of the sequence's first token in the `tokens` tensor to
+ * `out_starts[i]` and its length in elements to `out_lengths[i]` (each an array of `n`). Document boundaries
+ * are the `document_indices` tensor (document `d` is sequences `[document_indices[d],
+ * document_indices[d + 1])`). Reads 12 bytes of the `.idx` per sequence with positioned reads.
+ *
+ * Errors: `NULL_ARGUMENT` (an array NULL with `n > 0`), `INVALID_HANDLE`, `UNSUPPORTED` (not a Megatron
+ * dataset), `OUT_OF_RANGE` (the first index at or past the sequence count), `TRUNCATED` / `IO`. Outputs are
+ * written only on success. Thread-safe.
+ */
+hostfirst_status hostfirst_file_sequence_spans(const struct hostfirst_file *file,
+                                               const uint64_t *indices,
+                                               size_t n,
+                                               uint64_t *out_starts,
+                                               uint64_t *out_lengths);
 
 /**
  * Releases a view. NULL is a no-op returning OK; a view already freed gives `INVALID_HANDLE`. Pointers from
@@ -1408,7 +1638,9 @@ hostfirst_status hostfirst_view_prefault(const struct hostfirst_view *view,
  * ============================================================================================================== */
 
 /**
- * A buffer: memory owned on one device (cpu, cuda:N or cuda_host) holding one tensor's bytes. Created by a
+ * A buffer: memory owned on one device (cpu, cuda:N or cuda_host) holding one tensor's bytes (cuda:N and
+ * cuda_host memory is unusable in a child forked after CUDA was initialised: its calls give `UNAVAILABLE`
+ * there, and a raw address from `hostfirst_buffer_describe` must not be read there). Created by a
  * put (or a load, or a gather); released with `hostfirst_buffer_free`. Buffers outlive the file they came
  * from. Read-only calls on one buffer may run from several threads at once.
  */
@@ -1555,7 +1787,10 @@ typedef struct hostfirst_put_stats {
 
 /**
  * Frees a buffer and its device or host memory. NULL is a no-op; a freed or foreign handle gives
- * `INVALID_HANDLE` and frees nothing. Memory is released once no call in flight still uses the buffer.
+ * `INVALID_HANDLE` and frees nothing. Memory is released once no call in flight still uses the buffer. Safe
+ * from a garbage collector's finalizer during another framework's CUDA graph capture: the free is made in
+ * relaxed capture mode, or kept for the next hostfirst call while a capture is seen (as a DLPack deleter's
+ * release; see `hostfirst_buffer_to_dlpack`).
  */
 hostfirst_status hostfirst_buffer_free(struct hostfirst_buffer *buffer);
 
@@ -1604,7 +1839,9 @@ hostfirst_status hostfirst_buffer_sync_stream(const struct hostfirst_buffer *buf
  * the device's legacy default stream, which is ordered after every blocking stream's work (every thread's
  * per-thread default stream included), so it covers the consumer's work from whichever thread this is
  * called. -1 and host buffers: nothing to do. If the event cannot be recorded (`DEVICE_ERROR`), the buffer
- * is never rewritten: a gather drops that batch from its ring. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
+ * is never rewritten: a gather drops that batch from its ring. The record is made in relaxed stream-capture
+ * mode; while another framework's CUDA graph capture is seen it makes no driver call at all, and the next
+ * rewrite waits for the whole device instead. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
  * `INVALID_ARGUMENT`, `DEVICE_ERROR`. Thread-safe.
  */
 hostfirst_status hostfirst_buffer_record_stream(const struct hostfirst_buffer *buffer,
@@ -1613,7 +1850,14 @@ hostfirst_status hostfirst_buffer_record_stream(const struct hostfirst_buffer *b
 /**
  * Copies the whole buffer (from any device) into the caller's host memory `(dst, capacity)`. A capacity
  * below the buffer's size gives `BUFFER_TOO_SMALL` and writes nothing; `(NULL, 0)` copies an empty buffer.
- * Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`, `DEVICE_ERROR`. Thread-safe.
+ * For `cuda:N` the copy is a synchronous `cuMemcpyDtoH` on the legacy default stream: it sees every hostfirst
+ * write (they have completed when the call that made them returned) and is ordered after work queued on
+ * blocking streams, but it does **not** wait for work a consumer queued on a non-blocking stream (a
+ * framework's side stream, or the `CUstream` a DLPack export was made for): when such work writes into the
+ * buffer, synchronise that stream before calling this; that is the caller's job. In a child forked after CUDA
+ * was initialised, `cuda:N` and `cuda_host` buffers give `UNAVAILABLE` naming fork(): their memory was
+ * allocated by the CUDA driver, which the child cannot use (page-locked pages may be absent there).
+ * Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNAVAILABLE`, `DEVICE_ERROR`. Thread-safe.
  */
 hostfirst_status hostfirst_buffer_copy_to_host(const struct hostfirst_buffer *buffer,
                                                void *dst,
@@ -2150,6 +2394,10 @@ hostfirst_status hostfirst_load_options_init(struct hostfirst_load_options *out,
  * a file truncated since it was opened gives `TRUNCATED`, not a crash) as long as the bytes read between
  * them stay within 1.25 pages read per page needed. A buffer obtained from the load keeps its device's
  * allocation alive: the memory is released when the load and every buffer handle from it are freed.
+ * **One kept tensor keeps the whole arena**: the allocation is one per device for all of that device's
+ * tensors, so a single buffer handle (or DLPack export) of one small tensor, kept after
+ * `hostfirst_load_free`, keeps every tensor's memory on that device allocated. To keep a few tensors and
+ * give the rest back, copy them out (`hostfirst_buffer_to`), then free the load and its handles.
  *
  * `opts` NULL means the defaults (copies, no progress callback); with `opts->copy_on_write = 1`, tensors
  * placed on `cpu` are mapped copy-on-write instead of copied (the fit check still runs before anything is
@@ -2180,7 +2428,8 @@ hostfirst_status hostfirst_load_count(const struct hostfirst_load *load, size_t 
  * and for a view a **new** `hostfirst_view` handle to `*out_view` (when non-NULL); the other output is set
  * to NULL. The caller frees each returned handle (`hostfirst_buffer_free`, `hostfirst_view_free`); a
  * returned buffer shares its memory with the load, and that memory is released when the load and every
- * handle to it are freed, in any order. Pass NULL for both to ask only for the kind. Errors:
+ * handle to it are freed, in any order; it is a part of its device's one allocation for the whole load, which
+ * it keeps allocated entirely (see `hostfirst_load_run`). Pass NULL for both to ask only for the kind. Errors:
  * `NULL_ARGUMENT` (load, name, out_kind), `INVALID_HANDLE`, `NOT_FOUND`. Thread-safe.
  */
 hostfirst_status hostfirst_load_get(const struct hostfirst_load *load,
@@ -2191,27 +2440,11 @@ hostfirst_status hostfirst_load_get(const struct hostfirst_load *load,
 
 /**
  * Frees a load. NULL is a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Buffers and views
- * obtained with `hostfirst_load_get` stay valid. Thread-safe.
+ * obtained with `hostfirst_load_get` stay valid, and while any buffer of a device (or a DLPack export of one)
+ * lives, that device's whole allocation for the load does too (see `hostfirst_load_run`). Thread-safe.
  */
 hostfirst_status hostfirst_load_free(struct hostfirst_load *load);
 
-/**
- * Describes every tensor of `load`, in file order, into the caller's array `out` of `capacity` entries of
- * `entry_size` bytes each (pass `sizeof(hostfirst_load_entry)`; an older, smaller entry from an earlier
- * header is accepted as long as it holds every field up to `address`, and the library writes only the
- * fields that fit, setting each entry's `struct_size` to the bytes written).
- *
- * Always writes the number of tensors to `*out_count`. `(out NULL, capacity 0)` is a count query and
- * succeeds; a `capacity` smaller than the count gives `BUFFER_TOO_SMALL` and writes no entry. Entry `i`
- * is the tensor `hostfirst_load_get` finds by `out[i].name`, described without making a handle: its `name`
- * and `shape` pointers are owned by the load and valid until the load is freed, and `address` is the
- * memory a buffer handle from `hostfirst_load_get` would describe (`hostfirst_buffer_describe`), kept alive
- * by the load. To keep a tensor past the load, take its handle with `hostfirst_load_get`.
- *
- * Errors: `NULL_ARGUMENT` (load, out_count; out with capacity > 0), `INVALID_HANDLE`, `INVALID_ARGUMENT`
- * (`entry_size` smaller than the oldest supported entry), `BUFFER_TOO_SMALL` (count in `*out_count`).
- * On error no entry is written. Thread-safe.
- */
 hostfirst_status hostfirst_load_entries(const struct hostfirst_load *load,
                                         struct hostfirst_load_entry *out,
                                         size_t capacity,
@@ -2344,6 +2577,30 @@ hostfirst_status hostfirst_gather_run(struct hostfirst_gather *gather,
                                       const uint64_t *offsets,
                                       size_t n,
                                       struct hostfirst_buffer **out_batch);
+
+/**
+ * Assembles one batch of whole sequences of a Megatron dataset (`dataset`, opened with `hostfirst_file_open`):
+ * row `i` = the tokens of sequence `indices[i]`, for `i < n` (`n` must equal the batch), **padded**: the
+ * first `min(length, window)` tokens, then `pad` in every element up to the window (`pad`'s low bytes,
+ * little-endian, as one element: the pad token id). A sequence longer than the window is cut at it.
+ * When `out_lengths` is not NULL, `out_lengths[i]` receives the tokens row `i` holds (`min(length, window)`),
+ * what an attention mask or a loss mask is built from.
+ *
+ * Padded rather than packed because the batch is then the gather's fixed `[batch, window]` buffer: it shares
+ * the ring (never rewritten while held), the one transfer to `cuda:N`, DLPack export, and a jitted step sees
+ * one shape (JAX recompiles for every new shape a packed batch would have). The gather's dtype must be the
+ * dataset's token dtype. Other rules, ownership of `*out_batch` and errors as `hostfirst_gather_run`, plus
+ * `UNSUPPORTED` (not a Megatron dataset) and `OUT_OF_RANGE` (an index at or past the sequence count).
+ * `*out_lengths` and `*out_batch` are written only on success. Thread-safe; calls on one gather are
+ * serialised.
+ */
+hostfirst_status hostfirst_gather_run_sequences(struct hostfirst_gather *gather,
+                                                const struct hostfirst_file *dataset,
+                                                const uint64_t *indices,
+                                                size_t n,
+                                                uint64_t pad,
+                                                uint64_t *out_lengths,
+                                                struct hostfirst_buffer **out_batch);
 
 /**
  * Gathers from a 1-D host buffer (`cpu` or `cuda_host`) instead of a view: rows as for
@@ -2919,20 +3176,38 @@ hostfirst_status hostfirst_view_to_dlpack(const struct hostfirst_view *view,
  * thread that queues the consumer's work, as the DLPack protocol does; > 2: the consumer's `CUstream`, which
  * must belong to the buffer's device; -1: the consumer synchronises itself) is made to wait for the event
  * recorded after hostfirst's last write into the buffer (`cuStreamWaitEvent`; the host is never blocked),
- * so its kernels never read a batch before the copy that produced it has finished. When the consumer calls
- * the deleter, an event is recorded on the consumer's stream (for 1 and 2: on the device's legacy default
- * stream, which is ordered after the work of every blocking stream, every thread's per-thread default stream
- * included, so the event covers the consumer's work whichever thread runs the deleter), and hostfirst's next
- * write into the buffer (a gather reusing the batch) waits for it on the device, so the rewrite never
- * overtakes the consumer's work queued before the release (as torch's `record_stream`). If that event cannot
- * be recorded, the batch is never rewritten (its gather drops it from the ring). With -1 neither happens:
- * the consumer owns the ordering. A `CUstream` passed here must stay alive (not destroyed) until the
- * deleter has run, and must be a stream of the buffer's device: the driver does not check stream handles,
- * and a destroyed or foreign one is undefined behaviour (a crash, or the wait or release landing on an
- * unrelated stream), not an error hostfirst can report. The stream is ignored for host buffers (cpu,
+ * so its kernels never read a batch before the copy that produced it has finished. DLPack defines that
+ * stream for the export call only, so the deleter never touches a consumer's own stream again (the consumer
+ * may have destroyed it by then; CuPy does on garbage collection). When the consumer calls the deleter: for 1
+ * and 2 an event is recorded on the device's legacy default stream, which is ordered after the work of every
+ * blocking stream, every thread's per-thread default stream included, so the event covers the consumer's
+ * work whichever thread runs the deleter, and hostfirst's next write into the buffer (a gather reusing the
+ * batch) waits for it on the device (as torch's `record_stream`); if that event cannot be recorded, the batch
+ * is never rewritten (its gather drops it from the ring). For a consumer's own `CUstream` nothing is called at
+ * release: the next rewrite first waits, on the host, until the whole device is idle (`cuCtxSynchronize`),
+ * which covers whatever the consumer queued before releasing; a consumer that wants the rewrite to overlap its
+ * later work calls `hostfirst_buffer_record_stream` on its live stream before releasing, or exports for stream
+ * 1 or 2. Either way the rewrite never overtakes the consumer's work queued before the release. With -1
+ * nothing is done: the consumer owns the ordering. A `CUstream` passed here must be a live stream of the
+ * buffer's device during this call (the driver does not check stream handles: a destroyed or foreign one is
+ * undefined behaviour, not an error hostfirst can report); it may be destroyed any time after.
+ *
+ * **Deleters and CUDA graph capture.** The deleter's CUDA calls (the event above; freeing the memory when the
+ * export held the last reference) run with the calling thread's stream capture mode set to relaxed
+ * (`cuThreadExchangeStreamCaptureMode`), so they do not invalidate another framework's graph capture
+ * (`torch.cuda.graph` captures in global mode). Where a capture they would conflict with is seen
+ * (`cuStreamIsCapturing`: a blocking stream capturing, on any thread, or the deleter thread's per-thread
+ * stream), or the driver will not say, the deleter calls nothing more: the release is kept and done at the
+ * next hostfirst call that sees no capture (any outermost C call is such a safe point, as is
+ * `hostfirst_release_cached_memory`); until then the memory stays allocated and a batch stays out of its
+ * ring. A capture on a non-blocking stream (torch's) cannot be seen from outside; the relaxed mode is what
+ * keeps the release from disturbing it. Do not run a deleter inside a CUDA host callback (`cuLaunchHostFunc`),
+ * where CUDA forbids all driver calls.
+ *
+ * The stream is ignored for host buffers (cpu,
  * cuda_host): their writes have completed when the call that made them returned. Errors: `NULL_ARGUMENT`,
- * `INVALID_HANDLE`, `INVALID_ARGUMENT` (bad options, stream 0), `UNAVAILABLE` (CUDA data in a child forked
- * after CUDA was initialised), `UNSUPPORTED`, `OUT_OF_MEMORY` (a copy that does not fit), `DEVICE_ERROR` (a
+ * `INVALID_HANDLE`, `INVALID_ARGUMENT` (bad options, stream 0), `UNAVAILABLE` (cuda:N or cuda_host data in
+ * a child forked after CUDA was initialised), `UNSUPPORTED`, `OUT_OF_MEMORY` (a copy that does not fit), `DEVICE_ERROR` (a
  * driver failure, e.g. a sticky error of the device's context), `VALIDATION_OVERFLOW`. On failure both
  * outputs are unchanged. Thread-safe.
  */
@@ -3372,7 +3647,340 @@ hostfirst_status hostfirst_shard_result_bytes_read(const struct hostfirst_shard_
 hostfirst_status hostfirst_shard_result_free(struct hostfirst_shard_result *result);
 
 /* ==============================================================================================================
- * 10. TEST HOOKS
+ * 10. WRITING SAFETENSORS FILES
+ *
+ * A hostfirst_writer writes one safetensors file (or a Hugging Face set of part files and an index): open it on a
+ * path with hostfirst_writer_open() (options from hostfirst_writer_options_init()) or on a descriptor with
+ * hostfirst_writer_open_fd(), declare every tensor with where its bytes are (a view, a buffer on any device, or
+ * host memory you keep alive until finish), set the metadata, then hostfirst_writer_finish() once; free it with
+ * hostfirst_writer_free(). Nothing is written before finish, and finish never leaves a half-written file: it
+ * writes a temporary file beside the target and renames it over the target when complete. The writer keeps the
+ * views and buffers it was given alive until finish returns; strings it hands out (part paths, the index path in
+ * hostfirst_writer_info) stay valid until it is freed. With several ranks (world > 1) finish is collective and
+ * calls your hostfirst_agree_fn between its steps.
+ * ============================================================================================================== */
+
+/**
+ * A safetensors writer (`hostfirst_writer_open`, `hostfirst_writer_open_fd`): declarations, metadata, then
+ * one `hostfirst_writer_finish`; released with `hostfirst_writer_free`.
+ *
+ * **Thread safety:** calls on one writer are serialised (a second thread waits while `finish` runs);
+ * different writers are independent.
+ */
+typedef struct hostfirst_writer hostfirst_writer;
+
+/**
+ * The agreement step of a save written by several processes (`hostfirst_writer_options.world` > 1; see
+ * `hostfirst_writer_finish`): every rank calls it at the same points with `ok` = 1 when it has succeeded so
+ * far, 0 when not; it must return 1 when every rank passed 1, 0 when any passed 0 (an MPI_Allreduce of `ok`
+ * with MPI_LAND over the job's communicator, which is also a barrier), or a negative value when it could not
+ * agree (the save then fails on this rank with `CANCELLED`). `user` is the options' `user`. Called on the
+ * thread that called `hostfirst_writer_finish`.
+ */
+typedef int32_t (*hostfirst_agree_fn)(int32_t ok, void *user);
+
+/**
+ * Options of `hostfirst_writer_open` and `hostfirst_writer_open_fd`. Fill it with
+ * `hostfirst_writer_options_init(&opts, sizeof opts)`, then set what you need; zero fields mean the defaults;
+ * a NULL options pointer means all defaults (one process, one file, fsync before `finish` returns).
+ */
+typedef struct hostfirst_writer_options {
+  /**
+   * `sizeof(hostfirst_writer_options)`.
+   */
+  size_t struct_size;
+  /**
+   * Split the save into part files of at most this many bytes of tensor data, laid out as the Hugging Face
+   * writers do (`model-00001-of-00003.safetensors` ... and `model.safetensors.index.json`); 0: one file.
+   */
+  uint64_t max_part_bytes;
+  /**
+   * 1: do not `fsync` (the data may still be in the page cache when `finish` returns; the target is still
+   * replaced by a rename, never written in place). 0 (default): every file and its directory are synced
+   * before `finish` returns.
+   */
+  int32_t no_sync;
+  /**
+   * Threads reading view sources (0: the CPUs available, at most 16).
+   */
+  uint32_t threads;
+  /**
+   * Writes in flight at once (0: 64).
+   */
+  uint32_t queue_depth;
+  /**
+   * Bytes per write, and per page-locked slab for CUDA sources (0: 8 MiB writes, 16 MiB slabs).
+   */
+  uint64_t chunk_bytes;
+  /**
+   * Bytes of bounce buffers for view sources and of the page-locked ring for CUDA sources (0: 64 MiB):
+   * host memory a save uses beyond its sources stays within this bound.
+   */
+  uint64_t staging_bytes;
+  /**
+   * This process's rank, 0 .. `world` - 1 (with `world` > 1).
+   */
+  uint32_t rank;
+  /**
+   * The processes writing the save together (0 or 1: this one alone). With more, every rank opens a
+   * writer on the same path (a directory all of them see), declares the same tensors with their global
+   * shapes in the same order and the same metadata, adds the pieces it holds, and calls
+   * `hostfirst_writer_finish`, which is then collective and needs `agree`.
+   */
+  uint32_t world;
+  /**
+   * The agreement callback of a save by several ranks (see `hostfirst_agree_fn`); NULL otherwise.
+   */
+  hostfirst_agree_fn agree;
+  /**
+   * Progress callback of `finish` (bytes of this process's sources written; nonzero return cancels), or NULL.
+   */
+  hostfirst_progress_fn progress;
+  /**
+   * Passed to `agree` and `progress` unchanged.
+   */
+  void *user;
+} hostfirst_writer_options;
+
+/**
+ * What a finished save wrote (`hostfirst_writer_finish`). Set `struct_size = sizeof(hostfirst_writer_info)`.
+ */
+typedef struct hostfirst_writer_info {
+  /**
+   * In: the caller's `sizeof(hostfirst_writer_info)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
+  /**
+   * Safetensors files of the save (0 for a descriptor: its one file has no path).
+   */
+  uint64_t parts;
+  /**
+   * Bytes of every file of the save: headers, data and the index.
+   */
+  uint64_t file_bytes;
+  /**
+   * Bytes this process wrote (with ranks: its pieces, and the headers and index on rank 0).
+   */
+  uint64_t written;
+  /**
+   * Tensors in the save.
+   */
+  uint64_t tensors;
+  /**
+   * The index of a split save (`*.safetensors.index.json`), NUL-terminated; NULL for one file. Valid while
+   * the writer lives.
+   */
+  const char *index;
+} hostfirst_writer_info;
+
+/**
+ * Fills `*out` with the default options (everything zero/NULL) and sets `out->struct_size = struct_size`.
+ * Pass `sizeof *out`. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a `struct_size` smaller than the
+ * struct's first version. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_options_init(struct hostfirst_writer_options *out,
+                                               size_t struct_size);
+
+/**
+ * Opens a writer of the safetensors file `path` (UTF-8) and writes its handle to `*out`. Nothing is created
+ * or written until `hostfirst_writer_finish`: declare the tensors (`hostfirst_writer_add_*`,
+ * `hostfirst_writer_declare` + `hostfirst_writer_add_piece_*`), set the metadata, then finish.
+ *
+ * **Never a half-written file.** `finish` writes into a temporary file in `path`'s directory
+ * (`.<name>.<tag>.hostfirst-tmp`), then `fsync`s it, renames it over `path` and `fsync`s the directory: at
+ * every instant `path` is the old file or the complete new one, and a reader holding the old file keeps its
+ * bytes (nothing is truncated in place). A process killed at any point leaves the old file and at most its
+ * temporary file, which the next writer of that path removes. (Windows: the temporary file is closed before
+ * the rename, a target another process has open or mapped cannot be replaced, and the directory is not
+ * synced; see the README.) With `opts->max_part_bytes`, `path` names the set: `model.safetensors` (or
+ * `model.safetensors.index.json`) becomes `model-0000k-of-0000N.safetensors` and
+ * `model.safetensors.index.json`, each file replaced the same way, the index last.
+ *
+ * Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` (an empty path, a path that is a directory or whose directory
+ * is not one, bad options, `world` > 1 without `agree`, `rank` >= `world`); `IO`, `PERMISSION_DENIED` (the
+ * directory cannot be read). On failure `*out` is unchanged. Free the handle with `hostfirst_writer_free`.
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_writer_open(const char *path,
+                                       const struct hostfirst_writer_options *opts,
+                                       struct hostfirst_writer **out);
+
+/**
+ * Opens a writer into the open file descriptor `fd` (Unix), which the caller owns and keeps open: the
+ * writer uses a duplicate (closed by `hostfirst_writer_free`) and never closes `fd`. A seekable file is
+ * written from its current position with positioned writes (nothing before it is touched, nothing is
+ * truncated) and is positioned after the save when `finish` returns; anything else (a pipe, a socket) is
+ * written in order and takes whole tensors only (pieces: `UNSUPPORTED` at `finish`). There is no temporary
+ * file here: what a failed save leaves in `fd` is the caller's. One file, one process: `max_part_bytes` must
+ * be 0 and `world` at most 1 (`INVALID_ARGUMENT`). `fsync` unless `no_sync` (skipped for pipes).
+ *
+ * Errors also: `IO` (`fd` is not an open descriptor). Windows: `UNSUPPORTED` (use `hostfirst_writer_open`).
+ * On failure `*out` is unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_open_fd(int32_t fd,
+                                          const struct hostfirst_writer_options *opts,
+                                          struct hostfirst_writer **out);
+
+/**
+ * Declares tensor `name` with the bytes of `view` (its dtype and shape; a row slice or a narrowed view gives
+ * its packed C-order bytes), read from its file through the transfer engine at `finish` (any file hostfirst
+ * opens: the source may even be the file being replaced). `name` NULL: the view's own name. The writer keeps
+ * the view's file alive; the caller may free the view handle at once.
+ *
+ * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (a name that is `__metadata__`, holds a NUL
+ * or is not UTF-8), `LIMIT_EXCEEDED` (a name longer than `HOSTFIRST_MAX_NAME_LEN` bytes, too many tensors),
+ * `DUPLICATE_TENSOR` (the name is declared already), `ALREADY_USED` (after finish). On error nothing is
+ * declared. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_add_view(struct hostfirst_writer *writer,
+                                           const char *name,
+                                           const struct hostfirst_view *view);
+
+/**
+ * Declares tensor `name` with the bytes of `buffer` (its dtype and shape), on any device: cpu and cuda_host
+ * buffers are written from where they lie; a CUDA buffer is copied to host through the page-locked staging
+ * ring (at most `staging_bytes` of host memory, however large it is) while earlier slabs are written. The
+ * writer keeps the buffer alive until finish (free the handle when you like) and holds its lock while
+ * finish writes it. `name` NULL: the buffer's name. Errors as `hostfirst_writer_add_view`. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_add_buffer(struct hostfirst_writer *writer,
+                                             const char *name,
+                                             const struct hostfirst_buffer *buffer);
+
+/**
+ * Declares tensor `name` of `dtype` and shape `(shape, rank)` with the `nbytes` bytes at `data` (host memory,
+ * C order, little-endian), written from where they lie at finish: no copy.
+ *
+ * **Ownership:** the caller keeps `data` valid and unchanged until `hostfirst_writer_finish` returns (or the
+ * writer is freed).
+ *
+ * Errors: as `hostfirst_writer_add_view`, and `INVALID_ARGUMENT` (unknown dtype, or `nbytes` is not the
+ * shape's bytes: the message gives both), `MISALIGNED_SLICE` (a sub-byte dtype whose elements are not whole
+ * bytes), `VALIDATION_OVERFLOW`, `LIMIT_EXCEEDED` (rank above `HOSTFIRST_MAX_RANK`). On error nothing is
+ * declared. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_add_host(struct hostfirst_writer *writer,
+                                           const char *name,
+                                           hostfirst_dtype dtype,
+                                           const uint64_t *shape,
+                                           size_t rank,
+                                           const void *data,
+                                           size_t nbytes);
+
+/**
+ * Declares tensor `name` of `dtype` and (global) shape `(shape, rank)` without bytes: its bytes come from
+ * pieces (`hostfirst_writer_add_piece_host`, `_buffer`, `_view`). In one process the pieces must cover it
+ * exactly by `finish`; in a save by several ranks each rank adds the pieces it holds and the ranks together
+ * must cover it exactly once. Declaring a name again with the same dtype and shape changes nothing.
+ * Errors as `hostfirst_writer_add_host` (`DUPLICATE_TENSOR` for a name declared with another dtype or shape).
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_writer_declare(struct hostfirst_writer *writer,
+                                          const char *name,
+                                          hostfirst_dtype dtype,
+                                          const uint64_t *shape,
+                                          size_t rank);
+
+/**
+ * Adds the piece of declared tensor `name` that spans `len[d]` elements from `start[d]` of each of its `rank`
+ * dimensions, with the `nbytes` bytes at `data` (the box's elements in C order; same ownership as
+ * `hostfirst_writer_add_host`). Errors: `NOT_FOUND` (not declared), `OUT_OF_RANGE` (the box passes the
+ * tensor's end), `INVALID_ARGUMENT` (`rank` is not the tensor's, `nbytes` is not the box's, or the box
+ * overlaps a piece added before), `MISALIGNED_SLICE` (a sub-byte dtype whose rows would not be whole bytes).
+ * On error nothing is added. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_add_piece_host(struct hostfirst_writer *writer,
+                                                 const char *name,
+                                                 const uint64_t *start,
+                                                 const uint64_t *len,
+                                                 size_t rank,
+                                                 const void *data,
+                                                 size_t nbytes);
+
+/**
+ * Adds the piece of declared tensor `name` at `(start, rank)` whose extent and bytes are those of `buffer` (its
+ * shape; its dtype must be the tensor's), on any device (as `hostfirst_writer_add_buffer`): e.g. a shard that
+ * `hostfirst_shard_run` gave this rank, at the start `hostfirst_shard_plan_describe` reports. Errors as
+ * `hostfirst_writer_add_piece_host`. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_add_piece_buffer(struct hostfirst_writer *writer,
+                                                   const char *name,
+                                                   const uint64_t *start,
+                                                   size_t rank,
+                                                   const struct hostfirst_buffer *buffer);
+
+/**
+ * Adds the piece of declared tensor `name` at `(start, rank)` whose extent and bytes are those of `view` (its
+ * shape and packed bytes; its dtype must be the tensor's). Errors as `hostfirst_writer_add_piece_host`.
+ * Thread-safe.
+ */
+hostfirst_status hostfirst_writer_add_piece_view(struct hostfirst_writer *writer,
+                                                 const char *name,
+                                                 const uint64_t *start,
+                                                 size_t rank,
+                                                 const struct hostfirst_view *view);
+
+/**
+ * Sets the metadata map (`__metadata__`, string to string) to the `count` pairs `keys[i]` → `values[i]`
+ * (UTF-8), replacing any set before. They are written in the order given; `count` 0 writes an empty map
+ * (`{}`); a save that never calls this has no `__metadata__` (as the `safetensors` serializer with `None`).
+ * A split save also puts them in the index's `metadata`, beside `total_size`. The strings are copied.
+ * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (a key given twice, text that is not UTF-8),
+ * `METADATA_LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_METADATA_ENTRIES`), `ALREADY_USED`. On error the map
+ * is unchanged. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_set_metadata(struct hostfirst_writer *writer,
+                                               const char *const *keys,
+                                               const char *const *values,
+                                               size_t count);
+
+/**
+ * Writes the save: the files are staged in the target's directory, each header written first, then the
+ * tensors' bytes streamed by the transfer engine (positioned writes, `queue_depth` in flight, io_uring where
+ * available; host memory written from where it lies, views read through the engine, CUDA buffers drained
+ * through the page-locked ring), the kernel's writeback started as it goes; then (unless `no_sync`) each file
+ * is synced, renamed over its target, and the directory synced. The bytes of each file are exactly what the
+ * `safetensors` crate's serializer writes for the same tensors and metadata: tensors sorted by dtype
+ * (descending) then name, packed, the header JSON padded to 8 bytes (metadata in the order given).
+ *
+ * **Several ranks** (`opts->world` > 1): collective — every rank calls it; it returns on every rank with the
+ * same outcome. Rank 0 stages the files and writes the headers; every rank writes only its own pieces;
+ * rank 0 checks that all ranks' pieces cover every tensor exactly once (a byte two ranks give, or none,
+ * fails the save with `INVALID_ARGUMENT` naming the tensor), then commits; `agree` is called four times on
+ * every rank in between. A rank that fails returns its error; the others return `CANCELLED`.
+ *
+ * `out_info` (NULL: not wanted) receives what was written. The writer is used up either way: a second call
+ * is `ALREADY_USED`, and the sources (views, buffers, caller memory) are released when it returns.
+ *
+ * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `ALREADY_USED`; `INVALID_ARGUMENT` (a declared tensor whose pieces
+ * do not cover it, a split save whose path does not end in `.safetensors` or `.safetensors.index.json`);
+ * `HEADER_TOO_LARGE`; `NO_SPACE` (the file system is full or a quota is reached: the message gives the bytes
+ * needed and free), `PERMISSION_DENIED` (the directory or the target cannot be written, a read-only file
+ * system), `IO`; a source's failure: `TRUNCATED` or `IO` (a view's file changed), `DEVICE_ERROR` (a CUDA
+ * copy failed, with the driver's error); `CANCELLED` (the progress callback, or another rank failed). On any
+ * error every target is as it was and no temporary file is left. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_finish(struct hostfirst_writer *writer,
+                                         struct hostfirst_writer_info *out_info);
+
+/**
+ * Writes the path of part file `index` of a finished save (`0 .. info.parts`) to `*out`: NUL-terminated,
+ * valid while the writer lives. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `NOT_READY` (not finished, or
+ * finish failed), `OUT_OF_RANGE`. Thread-safe.
+ */
+hostfirst_status hostfirst_writer_part_path(struct hostfirst_writer *writer,
+                                            size_t index,
+                                            const char **out);
+
+/**
+ * Frees a writer. A writer freed before `finish` writes nothing (no file is created). NULL is a no-op; a freed
+ * or foreign handle gives `INVALID_HANDLE` and frees nothing. The sources it kept (views, buffers) are
+ * released. Thread-safe (a `finish` in progress on another thread completes first).
+ */
+hostfirst_status hostfirst_writer_free(struct hostfirst_writer *writer);
+
+/* ==============================================================================================================
+ * 11. TEST HOOKS
  *
  * Present only in builds with the test-hooks feature (HOSTFIRST_TEST_HOOKS): functions that panic inside the
  * boundary, so the test suite can prove that no panic crosses it.

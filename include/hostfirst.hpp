@@ -13,7 +13,8 @@
  * The wrappers cover the whole C API (a test fails when a hostfirst_* function of hostfirst.h is not called
  * here): the census, devices and default-device scopes; files, views and sharded sets; puts (sync, with
  * stats, async), buffers and their CUDA stream handshake; rules, plans (with the rules that place no tensor)
- * and whole-file loads; the batch gather; shard-on-read (mesh, rules, plan, run); DLPack exports; dtypes,
+ * and whole-file loads; the batch gather; shard-on-read (mesh, rules, plan, run); the safetensors writer; DLPack
+ * exports; dtypes,
  * errors and build information. Enum values (statuses, dtypes, device kinds) are the C header's HOSTFIRST_*
  * constants; info structs are the C header's, with strings owned by the handle that filled them.
  *
@@ -675,13 +676,37 @@ private:
     detail::owner<hostfirst_view, hostfirst_view_free> v_;
 };
 
-/// An open safetensors file or sharded set (*.safetensors.index.json). Move-only; const members are
-/// thread-safe. Views outlive it; strings it returns do not.
+/// An open file of named tensors: a safetensors file or sharded set (*.safetensors.index.json), a NumPy .npy
+/// file, an llm.c token shard, a Megatron indexed dataset or a headerless raw file. Move-only; const members
+/// are thread-safe. Views outlive it; strings it returns do not.
 class file {
 public:
-    /// Opens a file or an index (header only; the data is mapped read-only, not read).
+    /// Opens a file of any format recognised by content, or an index (header only; the data is mapped
+    /// read-only, not read).
     static file open(const std::string &path) {
         return detail::adopt<file, hostfirst_file>(hostfirst_file_open, path.c_str());
+    }
+    /// Opens a file as `format` only (HOSTFIRST_STATUS_OTHER_FORMAT, naming it, for a file of another format).
+    static file open_format(const std::string &path, hostfirst_format format) {
+        return detail::adopt<file, hostfirst_file>(hostfirst_file_open_format, path.c_str(), format);
+    }
+    /// Opens a headerless file as one tensor: `shape[0]` may be HOSTFIRST_FILE_RAW_INFER (rows from the size).
+    static file open_raw(const std::string &path, hostfirst_dtype dtype, const std::vector<uint64_t> &shape,
+                         uint64_t offset = 0, const std::string &name = "data") {
+        return detail::adopt<file, hostfirst_file>(hostfirst_file_open_raw, path.c_str(), dtype, shape.data(),
+                                                   shape.size(), offset, name.c_str());
+    }
+    /// The file's format.
+    hostfirst_format format() const { return detail::get<hostfirst_format>(c(), hostfirst_file_format); }
+    /// The format's name ("NPY", "MEGATRON").
+    static std::string format_name(hostfirst_format format) { return hostfirst_format_name(format); }
+    /// A Megatron dataset's sequences as (first element in `tokens`, length) pairs.
+    std::vector<std::pair<uint64_t, uint64_t>> sequence_spans(const std::vector<uint64_t> &indices) const {
+        std::vector<uint64_t> starts(indices.size()), lengths(indices.size());
+        check(hostfirst_file_sequence_spans(c(), indices.data(), indices.size(), starts.data(), lengths.data()));
+        std::vector<std::pair<uint64_t, uint64_t>> out;
+        for (size_t i = 0; i < indices.size(); i++) out.emplace_back(starts[i], lengths[i]);
+        return out;
     }
     /// Opens a safetensors image in caller memory, which must outlive the file and its views.
     static file open_memory(const void *data, size_t len) {
@@ -891,6 +916,16 @@ public:
         return detail::adopt<buffer, hostfirst_buffer>(hostfirst_gather_run_from_buffer, g_.get(), source.c(),
                                                        offsets.data(), offsets.size());
     }
+    /// Whole sequences of a Megatron dataset, padded with `pad` to the window; `lengths` (if given) receives
+    /// the tokens each row holds.
+    buffer run_sequences(const file &dataset, const std::vector<uint64_t> &indices, uint64_t pad = 0,
+                         std::vector<uint64_t> *lengths = nullptr) {
+        std::vector<uint64_t> l(indices.size());
+        buffer b = detail::adopt<buffer, hostfirst_buffer>(hostfirst_gather_run_sequences, g_.get(), dataset.c(),
+                                                           indices.data(), indices.size(), pad, l.data());
+        if (lengths) *lengths = std::move(l);
+        return b;
+    }
     /// The current batch, as a new handle.
     buffer batch() const {
         return detail::adopt<buffer, hostfirst_buffer>(hostfirst_gather_batch, g_.get());
@@ -1074,6 +1109,110 @@ public:
 
 private:
     detail::owner<hostfirst_shard_plan, hostfirst_shard_plan_free> p_;
+};
+
+/// Options of a safetensors writer (hostfirst_writer_options_init: one process, one file, fsync). Callbacks
+/// (agree, progress) must not throw.
+struct writer_options : hostfirst_writer_options {
+    writer_options() : hostfirst_writer_options{} {
+        check(hostfirst_writer_options_init(this, sizeof(hostfirst_writer_options)));
+    }
+};
+
+/// A streaming safetensors writer: declare tensors (views, buffers on any device, host memory kept alive until
+/// finish), set the metadata, finish() once. finish() writes a temporary file beside the target and renames it
+/// over the target when complete (never a half-written file); with options.world > 1 it is collective.
+///
+///   auto w = hostfirst::writer::open("model.safetensors");
+///   w.add("wte", HOSTFIRST_DTYPE_F32, {vocab, dim}, wte.data(), wte.size() * 4).add(f.view("tokens"));
+///   w.metadata({{"format", "pt"}});
+///   hostfirst_writer_info info = w.finish();
+class writer {
+public:
+    static writer open(const std::string &path, const writer_options &opts = writer_options()) {
+        return detail::adopt<writer, hostfirst_writer>(hostfirst_writer_open, path.c_str(),
+                                                       static_cast<const hostfirst_writer_options *>(&opts));
+    }
+    /// A writer into an open descriptor (Unix; the writer uses a duplicate and never closes `fd`).
+    static writer open_fd(int fd, const writer_options &opts = writer_options()) {
+        return detail::adopt<writer, hostfirst_writer>(hostfirst_writer_open_fd, fd,
+                                                       static_cast<const hostfirst_writer_options *>(&opts));
+    }
+    explicit writer(hostfirst_writer *w) noexcept : w_(w) {}
+
+    /// A view's bytes under its own name (or `name`), read through the engine at finish.
+    writer &add(const view &v) {
+        check(hostfirst_writer_add_view(c(), nullptr, v.c()));
+        return *this;
+    }
+    writer &add(const std::string &name, const view &v) {
+        check(hostfirst_writer_add_view(c(), name.c_str(), v.c()));
+        return *this;
+    }
+    /// A buffer's bytes on any device (CUDA through the page-locked ring); the writer keeps it alive.
+    writer &add(const std::string &name, const buffer &b) {
+        check(hostfirst_writer_add_buffer(c(), name.c_str(), b.c()));
+        return *this;
+    }
+    /// Host memory (C order, little-endian), written where it lies: keep it alive until finish() returns.
+    writer &add(const std::string &name, hostfirst_dtype dtype, const std::vector<uint64_t> &shape, const void *data,
+                size_t nbytes) {
+        check(hostfirst_writer_add_host(c(), name.c_str(), dtype, shape.data(), shape.size(), data, nbytes));
+        return *this;
+    }
+    /// A tensor whose bytes come in pieces (add_piece).
+    writer &declare(const std::string &name, hostfirst_dtype dtype, const std::vector<uint64_t> &shape) {
+        check(hostfirst_writer_declare(c(), name.c_str(), dtype, shape.data(), shape.size()));
+        return *this;
+    }
+    writer &add_piece(const std::string &name, const std::vector<uint64_t> &start, const std::vector<uint64_t> &len,
+                      const void *data, size_t nbytes) {
+        if (start.size() != len.size())
+            throw error(HOSTFIRST_STATUS_INVALID_ARGUMENT, "add_piece: start and len differ in rank");
+        check(hostfirst_writer_add_piece_host(c(), name.c_str(), start.data(), len.data(), start.size(), data, nbytes));
+        return *this;
+    }
+    writer &add_piece(const std::string &name, const std::vector<uint64_t> &start, const buffer &b) {
+        check(hostfirst_writer_add_piece_buffer(c(), name.c_str(), start.data(), start.size(), b.c()));
+        return *this;
+    }
+    writer &add_piece(const std::string &name, const std::vector<uint64_t> &start, const view &v) {
+        check(hostfirst_writer_add_piece_view(c(), name.c_str(), start.data(), start.size(), v.c()));
+        return *this;
+    }
+    /// `__metadata__`, written in the order given.
+    writer &metadata(const std::vector<std::pair<std::string, std::string>> &entries) {
+        std::vector<const char *> k, v;
+        for (const auto &e : entries) {
+            k.push_back(e.first.c_str());
+            v.push_back(e.second.c_str());
+        }
+        check(hostfirst_writer_set_metadata(c(), k.data(), v.data(), entries.size()));
+        return *this;
+    }
+    /// Writes the save; throws (every target as it was) on failure.
+    hostfirst_writer_info finish() {
+        hostfirst_writer_info info{};
+        info.struct_size = sizeof info;
+        check(hostfirst_writer_finish(c(), &info));
+        parts_ = info.parts;
+        return info;
+    }
+    /// The part files of the finished save.
+    std::vector<std::string> part_paths() const {
+        std::vector<std::string> out;
+        for (uint64_t i = 0; i < parts_; i++) {
+            const char *p = nullptr;
+            check(hostfirst_writer_part_path(c(), static_cast<size_t>(i), &p));
+            out.emplace_back(p);
+        }
+        return out;
+    }
+    hostfirst_writer *c() const noexcept { return w_.get(); }
+
+private:
+    detail::owner<hostfirst_writer, hostfirst_writer_free> w_;
+    uint64_t parts_ = 0;
 };
 
 /// The number of live handles (files, views, buffers, unreleased DLPack exports): a leak check.

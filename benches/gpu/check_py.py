@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The Python half of the GPU correctness op (`check`, issue 23): hostfirst's Python bindings on the device with the
-frameworks the machine has. One JSON record on stdout: {"op": "py-check", "framework": ..., "checks": [...]}, or
+frameworks the machine has (for JAX also the memory kinds of hostfirst.jax.load_file, issue 34). One JSON record on stdout: {"op": "py-check", "framework": ..., "checks": [...]}, or
 {"skipped": why} when the framework (or numpy, which the bindings need) is not installed. Not a test: run by
 benches/gpu/run.py; the library comes from HOSTFIRST_LIBRARY (the carried libhostfirst.so).
 
@@ -118,6 +118,7 @@ def main(framework, d):
         def deleter_from_another_thread():
             offs = draw()
             b = g.run(tokens, offs)
+            addr = b.address
             t = torch.from_dlpack(b)
             torch.cuda._sleep(50_000_000)  # the sum below is still queued when the release happens
             total = t.to(torch.int64).sum()
@@ -128,11 +129,19 @@ def main(framework, d):
             th.join()
             import gc
             gc.collect()
-            for _ in range(4):  # the ring reuses the released batch: its rewrite must wait for the sum
-                g.run(tokens, draw())
+            reused = False
+            for _ in range(6):  # the ring reuses the released batch: its rewrite must wait for the sum
+                o = draw()
+                nb = g.run(tokens, o)
+                reused |= nb.address == addr
+                if not np.array_equal(np.frombuffer(nb.tobytes(), dtype=np.uint16).reshape(B, T), want(o)):
+                    raise AssertionError("a batch after the release differs from the file")
+                del nb
             if int(total.item()) != int(want(offs).astype(np.int64).sum()):
                 raise AssertionError("the sum queued before the release saw a rewritten batch")
-            return f"ring {g.ring}"
+            if not reused:
+                raise AssertionError(f"the released batch was never reused (ring {g.ring()})")
+            return f"ring {g.ring()}, the released batch reused"
         c.run("deleter-from-another-thread", deleter_from_another_thread)
 
         def stream_2():
@@ -189,12 +198,52 @@ def main(framework, d):
         def through_dlpack():
             offs = draw()
             b = g.run(tokens, offs)
+            addr = b.address
             x = jax.dlpack.from_dlpack(b)
             s = int(jax.jit(lambda a: jnp.sum(a.astype(jnp.int32)))(x))
             if s != int(want(offs).astype(np.int64).sum()):
                 raise AssertionError(f"checksum {s} differs")
-            return f"checksum {s} on {list(x.devices())[0]}"
+            dev = list(x.devices())[0]
+            x.block_until_ready()
+            del x, b
+            import gc
+            gc.collect()
+            reused = False
+            for _ in range(6):  # once JAX lets go of the batch, the ring fills it again
+                nb = g.run(tokens, draw())
+                reused |= nb.address == addr
+                del nb
+            return f"checksum {s} on {dev}; the batch {'was' if reused else 'was NOT yet'} reused after JAX let go"
         c.run("jax-dlpack-checksum", through_dlpack)
+
+        def memory_kinds():
+            # Issue 34: hostfirst.jax.load_file with JAX memory kinds on a real GPU. cuda_host and cuda:0:pinned_host
+            # are read into hostfirst's page-locked memory and handed over as GPU 0's pinned_host arrays (numpy ->
+            # jax.device_put: JAX refuses kDLCUDAHost capsules, jax#22346); unpinned_host goes through ordinary RAM;
+            # cuda:0:device through DLPack. Each array's sharding must carry its kind and its bytes be the file's;
+            # a pinned_host array moved to device memory must compute there under jit.
+            import hostfirst.jax
+            from safetensors.numpy import save_file
+
+            kinds_path = os.path.join(d, "py-check-kinds.safetensors")
+            rng = np.random.default_rng(34)
+            ref_k = {n: rng.standard_normal((256, 64), dtype=np.float32) for n in ("a", "b", "c", "e")}
+            save_file(ref_k, kinds_path)
+            got = hostfirst.jax.load_file(kinds_path, rules={"a": "cuda_host", "b": "cuda:0:pinned_host",
+                                                             "c": "cuda:0:unpinned_host", "e": "cuda:0:device"})
+            want_kinds = {"a": "pinned_host", "b": "pinned_host", "c": "unpinned_host", "e": "device"}
+            for n, kind in want_kinds.items():
+                x = got[n]
+                if x.sharding.memory_kind != kind or list(x.devices())[0].platform != "gpu":
+                    raise AssertionError(f"{n}: {x.sharding} (wanted {kind} on the GPU)")
+                if not np.array_equal(np.asarray(x), ref_k[n]):
+                    raise AssertionError(f"{n}: bytes differ from the file")
+            moved = jax.device_put(got["a"], got["a"].sharding.with_memory_kind("device"))
+            s = float(jax.jit(lambda v: jnp.sum(v * 2))(moved))
+            if abs(s - float((ref_k["a"] * 2).sum())) > 1e-2 * max(1.0, abs(s)):
+                raise AssertionError(f"jit sum {s} on the moved array differs")
+            return f"kinds {want_kinds} on {list(got['a'].devices())[0]}; moved to device memory, jit sum {s:.3f}"
+        c.run("jax-memory-kinds", memory_kinds)
 
     failed = [x["name"] for x in c.items if not x["ok"]]
     return dict(rec, checks=c.items, failed_checks=failed, outcome="failed" if failed else "passed")

@@ -113,19 +113,25 @@ def section(paths, allow_stand_in=False):
         by[(r["op"], r["impl"], r.get("cache"), r.get("B"), r.get("T"))].append(r)
 
     # ---- correctness first (the `check` section)
-    checks = [r for r in ok if r["op"] in ("gpu-check", "py-check")]
+    checks = [r for r in ok if r["op"] in ("gpu-check", "gpu-load-check", "py-check")]
+    sanitizers = [r for r in ok if r["op"] == "sanitizer"]
     census = [r for r in ok if r["op"] == "gpu-census"]
     if checks or census:
         w("### Correctness (`check`, run before any timing)\n")
         w("| check | outcome | detail |\n|---|---|---|")
         for r in checks:
             for c in r.get("checks", []):
-                label = c["name"] if r["op"] == "gpu-check" else f"python/{r.get('framework')}: {c['name']}"
+                label = {"gpu-check": c["name"], "gpu-load-check": f"load ({r.get('tensors')} tensors): {c['name']}"}.get(
+                    r["op"], f"python/{r.get('framework')}: {c['name']}")
                 w(f"| {label} | {'ok' if c['ok'] else '**FAILED**'} | {str(c.get('detail') or c.get('error'))[:160]} |")
         for r in census:
             cu = r.get("cuda") or {}
             w(f"| census, CUDA_VISIBLE_DEVICES {r.get('visible')} | {'ok' if r.get('ok', True) else '**FAILED**'} | "
               f"cuda {cu.get('status')}, {cu.get('count')} device(s) {[d.get('uuid') for d in r.get('devices', [])]} |")
+        for r in sanitizers:
+            good = r.get("outcome") == "passed" and "0 errors" in str(r.get("sanitizer_summary"))
+            w(f"| compute-sanitizer {r.get('tool')} (gpu-check) | {'ok' if good else '**FAILED**'} | "
+              f"{r.get('sanitizer_summary') or r.get('failed_checks')} |")
         w("")
     ceil = [r for r in ok if r["op"] == "ceiling"]
     if ceil:

@@ -2,9 +2,16 @@
 # The GPU section of the benchmarks (issue 6): hostfirst against torch / JAX / safetensors on a real GPU, in the
 # same run. Not a test; the test suite never runs it. benches/gpu/README.md has the whole procedure.
 #
-#   bash benches/gpu/run.sh build              here (needs Rust): builds the benchmark driver into .gpu-carry/
-#                                              (git-ignored), the folder the device tool carries to the GPU machine,
-#                                              with a manifest: its sha256, mode and the newest glibc it needs
+#   bash benches/gpu/run.sh build              here (needs Rust): builds the benchmark driver and libhostfirst.so
+#                                              into .gpu-carry/ (git-ignored), the folder the device tool carries to
+#                                              the GPU machine, strips their debug info, and writes a manifest: the
+#                                              sha256 of each (taken after stripping), mode, the newest glibc they
+#                                              need, and what travels (tracked + untracked files + the carry), which
+#                                              must stay <= 16 MiB (else it fails here, before any device is asked)
+#   bash benches/gpu/run.sh first --out DIR    on the GPU machine: the first GPU run (benches/gpu/first.py: census,
+#                                              checks, load check, Python checks, then speed, then memcheck), one
+#                                              call within --budget (default 400 s); benches/gpu/README.md
+#   bash benches/gpu/run.sh --dry-run first    here: exactly that, on the stand-in driver (run by the test command)
 #   bash benches/gpu/run.sh [ARGS]             on the GPU machine: checks the carried driver (checksum, executable
 #                                              bit - restored when the carry dropped it - and glibc), then
 #                                              benches/gpu/run.py with it (ARGS: --gib 8 --reps 5 --budget 480
@@ -28,17 +35,44 @@ for line in sys.stdin:
         print(m["executable"])' | tail -n 1)
     [ -n "$exe" ] || { echo "run.sh: the build failed (cargo build --release --lib --bench hostfirst-bench)" >&2; exit 1; }
     mkdir -p "$carry"
+    rm -f "$carry/hostfirst-bench" "$carry/libhostfirst.so"
     cp "$exe" "$carry/hostfirst-bench"
     chmod 755 "$carry/hostfirst-bench"
-    if [ -f target/release/libhostfirst.so ]; then cp target/release/libhostfirst.so "$carry/libhostfirst.so"; fi
+    [ -f target/release/libhostfirst.so ] || { echo "run.sh: no target/release/libhostfirst.so after the build" >&2; exit 1; }
+    cp target/release/libhostfirst.so "$carry/libhostfirst.so"
+    # The release profile keeps full debug info (33 MB and 28 MB): it stays here; the carry gets the code and
+    # the symbol tables (backtraces keep their names), about 2 MB each. Checksums are taken after this.
+    objcopy --strip-debug "$carry/hostfirst-bench"
+    objcopy --strip-debug "$carry/libhostfirst.so"
     git rev-parse --short HEAD > "$carry/git-rev"
+    if ! git diff --quiet HEAD -- . ':!.gpu-carry' 2>/dev/null; then echo "+uncommitted" >> "$carry/git-rev"; fi
+    # What the device tool carries: the tracked files, untracked files git does not ignore, and the carry.
+    travels=$(python3 -c '
+import os, subprocess, sys
+files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], capture_output=True,
+                       check=True).stdout.split(b"\0")
+n = sum(os.path.getsize(f) for f in files if f and os.path.isfile(f))
+for d, _, fs in os.walk(sys.argv[1]):
+    n += sum(os.path.getsize(os.path.join(d, f)) for f in fs)
+print(n)' "$carry")
     {
         echo "sha256=$(sha256sum "$carry/hostfirst-bench" | cut -d' ' -f1)"
+        echo "lib_sha256=$(sha256sum "$carry/libhostfirst.so" | cut -d' ' -f1)"
         echo "mode=755"
         echo "glibc=$(bash scripts/glibc-needed.sh "$carry/hostfirst-bench")"
+        echo "lib_glibc=$(bash scripts/glibc-needed.sh "$carry/libhostfirst.so")"
+        echo "travels_bytes=$travels"
     } > "$carry/manifest"
-    echo "built $carry/hostfirst-bench ($(du -h "$carry/hostfirst-bench" | cut -f1)) from $(cat "$carry/git-rev");" \
+    echo "built $carry/hostfirst-bench ($(stat -c %s "$carry/hostfirst-bench") B) and $carry/libhostfirst.so" \
+        "($(stat -c %s "$carry/libhostfirst.so") B), stripped, from $(head -n 1 "$carry/git-rev");" \
         "needs glibc $(sed -n 's/^glibc=//p' "$carry/manifest") or newer (this machine: $(getconf GNU_LIBC_VERSION))"
+    limit=$((16 << 20))
+    echo "what travels (tracked and untracked files + $carry): $travels B ($((travels >> 20)) MiB; the limit is 16 MiB)"
+    if [ "$travels" -gt "$limit" ]; then
+        echo "run.sh: what travels is $travels B, over 16 MiB: remove large untracked files (git status) or shrink the" \
+            "carry before asking for the device" >&2
+        exit 1
+    fi
     exit 0
 fi
 
@@ -52,6 +86,11 @@ checked_bench() {
         want=$(sed -n 's/^sha256=//p' "$carry/manifest")
         sum=$(sha256sum "$exe" | cut -d' ' -f1)
         [ "$sum" = "$want" ] || { echo "run.sh: $exe does not match $carry/manifest (sha256 $sum, built $want): carry it again" >&2; return 1; }
+        want=$(sed -n 's/^lib_sha256=//p' "$carry/manifest")
+        if [ -n "$want" ]; then
+            sum=$(sha256sum "$carry/libhostfirst.so" 2>/dev/null | cut -d' ' -f1)
+            [ "$sum" = "$want" ] || { echo "run.sh: $carry/libhostfirst.so does not match $carry/manifest (sha256 ${sum:-missing}, built $want): carry it again" >&2; return 1; }
+        fi
         need=$(sed -n 's/^glibc=//p' "$carry/manifest")
         have=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
         if [ -n "$need" ] && [ -n "$have" ] && [ "$(printf '%s\n%s\n' "$need" "$have" | sort -t. -k1,1n -k2,2n | tail -n 1)" != "$have" ]; then
@@ -78,10 +117,19 @@ if [ "${1:-}" = --dry-run ]; then
     bash "$0" build
     dir=target/gpu-dry-run/stand-in
     mkdir -p "$dir"
-    cc -shared -fPIC -std=c11 -O1 -Wl,-soname,libcuda.so.1 -o "$dir/libcuda.so.1" tests/cuda_stub/stand_in_cuda.c -lpthread
-    ln -sf libcuda.so.1 "$dir/libcuda.so"
-    ln -sf libcuda.so.1 "$dir/libnvidia-ml.so.1"
+    # Built aside and moved into place: dry runs at the same time never load a half-written library.
+    cc -shared -fPIC -std=c11 -O1 -Wl,-soname,libcuda.so.1 -o "$dir/libcuda.so.1.$$" tests/cuda_stub/stand_in_cuda.c -lpthread
+    mv -f "$dir/libcuda.so.1.$$" "$dir/libcuda.so.1"
+    [ -L "$dir/libcuda.so" ] || ln -sf libcuda.so.1 "$dir/libcuda.so" 2>/dev/null || true
+    [ -L "$dir/libnvidia-ml.so.1" ] || ln -sf libcuda.so.1 "$dir/libnvidia-ml.so.1" 2>/dev/null || true
     exe=$(checked_bench)
+    if [ "${1:-}" = first ]; then
+        shift
+        # Exactly the device's call (first.py), against the stand-in (nothing installed: the Python checks
+        # without numpy, torch or JAX are skipped with the reason): its own data folder, --out as given.
+        PYTHONUNBUFFERED=1 exec python3 benches/gpu/first.py --bench "$exe" --stand-in "$dir" \
+            --data target/gpu-dry-run/first-data "$@"
+    fi
     # numpy writes the token file; the check section needs none (its Python checks say "skipped" without it).
     case " $* " in
         *" --only check "*) ;;
@@ -98,6 +146,10 @@ if [ "${1:-}" = check ]; then
     echo "$exe"
     exit 0
 fi
-HOSTFIRST_GIT=$(cat "$carry/git-rev" 2>/dev/null || echo '?')
+HOSTFIRST_GIT=$(tr '\n' ' ' < "$carry/git-rev" 2>/dev/null | sed 's/ $//' || echo '?')
 export HOSTFIRST_GIT
+if [ "${1:-}" = first ]; then
+    shift
+    PYTHONUNBUFFERED=1 exec python3 benches/gpu/first.py --bench "$exe" "$@"
+fi
 exec python3 benches/gpu/run.py --bench "$exe" "$@"

@@ -284,3 +284,83 @@ func TestFinalizersReleaseHandles(t *testing.T) {
 	n, _ := HandleCount()
 	t.Fatalf("handles: %d before, %d after the garbage collector ran", before, n)
 }
+
+func TestWriterRoundTrip(t *testing.T) {
+	handles(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "out.safetensors")
+	f, err := Open(fixture(t, "tokens.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	v, err := f.View("tokens")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	w, err := Create(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []byte{1, 2, 3, 4, 5, 6, 7, 8}
+	if err := w.AddBytes("w", "F32", []uint64{2}, data); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.AddView("", v); err != nil {
+		t.Fatal(err)
+	}
+	var he *Error
+	if err := w.AddBytes("w", "F32", []uint64{2}, data); !errors.As(err, &he) || he.Status != StatusDuplicateTensor {
+		t.Fatalf("a duplicate name: %v", err)
+	}
+	if err := w.AddBytes("bad", "F32", []uint64{3}, data); !errors.As(err, &he) || he.Status != StatusInvalidArgument {
+		t.Fatalf("a shape that is not the bytes: %v", err)
+	}
+	if err := w.SetMetadata([]MetadataEntry{{"format", "go"}}); err != nil {
+		t.Fatal(err)
+	}
+	data[0] = 99 // copied already: the file holds 1
+	info, err := w.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Parts) != 1 || info.Parts[0] != path || info.Tensors != 2 || info.Index != "" {
+		t.Fatalf("info %+v", info)
+	}
+	if _, err := w.Finish(); !errors.As(err, &he) || he.Status != StatusAlreadyUsed {
+		t.Fatalf("finish twice: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	g, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	gw, err := g.View("w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	got := make([]byte, 8)
+	if _, err := gw.ReadAt(got, 0); err != nil || !bytes.Equal(got, []byte{1, 2, 3, 4, 5, 6, 7, 8}) {
+		t.Fatalf("read back %v %v", got, err)
+	}
+	gt, err := g.View("tokens")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gt.Close()
+	a, b := make([]byte, 8192), make([]byte, 8192)
+	if _, err := gt.ReadAt(a, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.ReadAt(b, 0); err != nil || !bytes.Equal(a, b) {
+		t.Fatal("the view's bytes differ")
+	}
+	if _, err := Create(filepath.Join(dir, "missing", "x.safetensors"), nil); err == nil {
+		t.Fatal("a missing directory must be refused")
+	}
+}

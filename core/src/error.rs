@@ -68,6 +68,12 @@ pub enum Status {
     Io = 50,
     /// The file is shorter than its header says (it may have been truncated).
     Truncated = 51,
+    /// The file system has no room for what is being written (`ENOSPC`, or a quota: `EDQUOT`, `EFBIG`); a
+    /// writer leaves the target as it was.
+    NoSpace = 52,
+    /// The operating system refused access: no permission on the file or its directory (`EACCES`, `EPERM`),
+    /// or a read-only file system (`EROFS`); a writer leaves the target as it was.
+    PermissionDenied = 53,
 
     /// The buffer is shorter than the 8-byte header-length prefix.
     HeaderTooSmall = 60,
@@ -93,14 +99,36 @@ pub enum Status {
     IncompleteBuffer = 70,
     /// A safety cap (tensor count, rank, name length) was exceeded.
     LimitExceeded = 71,
-    /// A sharded index (`*.safetensors.index.json`) is malformed or disagrees with its part files.
+    /// A sharded index (`*.safetensors.index.json`) is malformed or disagrees with its part files; or a
+    /// Megatron `.idx` has a negative sequence length, or document indices that do not run in order from 0 to
+    /// its sequence count.
     InvalidIndex = 72,
     /// The input is not a safetensors file at all: its first 8 bytes are no possible header length and no JSON
-    /// object follows them (the message says what it looks like: a zip archive, a Git LFS pointer, text, ...).
+    /// object follows them, and it is no other format the open recognises by content (`.npy`, an llm.c shard,
+    /// a Megatron index). The message says what it looks like (a zip archive, a Git LFS pointer, text, ...) and,
+    /// for headerless data, names the raw opener.
     NotSafetensors = 73,
     /// A file's metadata (a header's `__metadata__`, an index's `metadata`, or a set's merged metadata) has
     /// more entries than the hostfirst cap (`HOSTFIRST_MAX_METADATA_ENTRIES`).
     MetadataLimitExceeded = 74,
+    /// The file is of a format hostfirst knows, but not the one the call asked for (an `.npy` file given to
+    /// the raw opener, a safetensors file opened as llm.c, ...): the message names what it is and the call that
+    /// opens it.
+    OtherFormat = 75,
+    /// The file declares an element type hostfirst cannot hand out as it is: a NumPy object, string,
+    /// structured, datetime or big-endian dtype, a complex128 or float128 array (the message says which, and how
+    /// to convert it).
+    UnsupportedDtype = 76,
+    /// The fixed header of a `.npy`, llm.c or Megatron file is malformed: a bad magic for the format asked for,
+    /// a `.npy` header that is not the Python dict NumPy writes (syntax, keys, a negative or non-integer
+    /// dimension), an unknown dtype code, a negative count.
+    InvalidHeader = 77,
+    /// The file's format version is one hostfirst does not read (`.npy` other than 1.0, 2.0, 3.0; an llm.c
+    /// version other than its magic's; a Megatron index version other than 1).
+    UnsupportedVersion = 78,
+    /// The array is stored in an order hostfirst does not hand out: a `.npy` file in Fortran (column-major)
+    /// order with more than one dimension longer than 1 (re-save it C-ordered).
+    UnsupportedLayout = 79,
 
     /// An internal invariant failed (a bug in hostfirst).
     Internal = 100,
@@ -189,6 +217,45 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+impl Status {
+    /// The status of an operating-system error: [`Status::NoSpace`] for a full file system or quota,
+    /// [`Status::PermissionDenied`] for refused access or a read-only file system, [`Status::Io`] otherwise.
+    pub fn of_io(e: &std::io::Error) -> Status {
+        #[cfg(unix)]
+        if let Some(code) = e.raw_os_error() {
+            if code == libc::ENOSPC || code == libc::EDQUOT || code == libc::EFBIG {
+                return Status::NoSpace;
+            }
+            if code == libc::EACCES || code == libc::EPERM || code == libc::EROFS {
+                return Status::PermissionDenied;
+            }
+        }
+        #[cfg(windows)]
+        if let Some(code) = e.raw_os_error() {
+            // ERROR_HANDLE_DISK_FULL (39), ERROR_DISK_FULL (112), ERROR_DISK_QUOTA_EXCEEDED (1295).
+            if code == 39 || code == 112 || code == 1295 {
+                return Status::NoSpace;
+            }
+            // ERROR_ACCESS_DENIED (5), ERROR_WRITE_PROTECT (19).
+            if code == 5 || code == 19 {
+                return Status::PermissionDenied;
+            }
+        }
+        match e.kind() {
+            std::io::ErrorKind::PermissionDenied => Status::PermissionDenied,
+            _ => Status::Io,
+        }
+    }
+}
+
+impl Error {
+    /// An error for a failed operating-system call: the status of [`Status::of_io`] and the message
+    /// `"{what}: {e}"`.
+    pub fn io(what: impl fmt::Display, e: &std::io::Error) -> Error {
+        Error::new(Status::of_io(e), format!("{what}: {e}"))
+    }
+}
 
 /// Result alias used throughout the crate.
 pub type Result<T> = std::result::Result<T, Error>;

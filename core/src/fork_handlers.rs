@@ -17,6 +17,7 @@ pub fn prepare() {
         crate::engine::staging::SLABS.hold(),
         #[cfg(target_os = "linux")]
         crate::engine::uring::RINGS.hold(),
+        crate::device::cuda::capture::DEFERRED.hold(),
     ]);
 }
 

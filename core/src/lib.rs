@@ -3,8 +3,9 @@
 //! [`device`] (backends, devices, specs), [`scope`] (the default-device stack), [`file`](mod@file) (opening and
 //! validating safetensors files and sharded sets, zero-copy host views), [`place`] (buffers, puts, the staging
 //! pipeline, placement rules, whole-file loads, gather), [`engine`] (the transfer engine: concurrent reads
-//! through io_uring or a pread pool), [`shard`] (meshes, partition specs, shard-on-read) and [`dlpack`] (the
-//! DLPack exchange format and the ownership of exported tensors).
+//! through io_uring or a pread pool), [`shard`] (meshes, partition specs, shard-on-read), [`write`] (the
+//! streaming safetensors writer: staged files, part files, saves by several ranks) and [`dlpack`] (the DLPack
+//! exchange format and the ownership of exported tensors).
 //!
 //! This crate defines no `extern "C"` function and exports no symbol (tests/it/boundary.rs checks it); the
 //! C API is the `hostfirst` crate at the repository root (`src/ffi`), which owns the header. The C-visible enums
@@ -26,6 +27,7 @@ pub mod os;
 pub mod place;
 pub mod scope;
 pub mod shard;
+pub mod write;
 
 pub use device::{Device, DeviceKind};
 pub use dtype::DType;

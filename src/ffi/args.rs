@@ -20,6 +20,8 @@ pub type c_device_kind = i32;
 pub type c_backend_status = u32;
 /// A `hostfirst_default_source` from C (printed as `hostfirst_default_source`).
 pub type c_default_source = u32;
+/// A `hostfirst_format` from C (printed as `hostfirst_format`).
+pub type c_format = u32;
 
 /// Validates an enum integer from C: an unknown value is `INVALID_ARGUMENT` naming the parameter, the value
 /// and the C type, e.g. `dtype 99 is not a hostfirst_dtype value`.
@@ -199,6 +201,30 @@ pub(crate) fn in_bytes<'a>(p: *const u8, len: usize, name: &str) -> Result<&'a [
     }
     // SAFETY: non-NULL with the caller's promise of `len` readable bytes.
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// A caller array `(ptr, count)` of `T`: `(NULL, 0)` is empty, `(NULL, n > 0)` is `NULL_ARGUMENT`.
+pub(crate) fn in_slice<'a, T>(p: *const T, count: usize, name: &str) -> Result<&'a [T]> {
+    if count == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Error::new(Status::NullArgument, format!("array '{name}' is NULL with {count} elements")));
+    }
+    // SAFETY: non-NULL with the caller's promise of `count` readable elements.
+    Ok(unsafe { std::slice::from_raw_parts(p, count) })
+}
+
+/// A caller output array `(ptr, count)` of `T`, same NULL rules as [`in_slice`].
+pub(crate) fn out_slice<'a, T>(p: *mut T, count: usize, name: &str) -> Result<&'a mut [T]> {
+    if count == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(Error::new(Status::NullArgument, format!("array '{name}' is NULL with {count} elements")));
+    }
+    // SAFETY: non-NULL with the caller's promise of `count` writable elements.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, count) })
 }
 
 /// A caller output byte buffer `(ptr, len)`, same NULL rules as [`in_bytes`].
@@ -475,5 +501,6 @@ mod tests {
         check::<crate::ffi::dlpack::hostfirst_dlpack_options>();
         check::<crate::ffi::shard::hostfirst_shard_options>();
         check::<crate::ffi::shard::hostfirst_shard_run_options>();
+        check::<crate::ffi::writer::hostfirst_writer_options>();
     }
 }

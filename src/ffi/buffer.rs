@@ -8,7 +8,9 @@ use crate::error::{Error, Status};
 use crate::place::Buffer;
 use std::ffi::{c_char, c_void};
 
-/// A buffer: memory owned on one device (cpu, cuda:N or cuda_host) holding one tensor's bytes. Created by a
+/// A buffer: memory owned on one device (cpu, cuda:N or cuda_host) holding one tensor's bytes (cuda:N and
+/// cuda_host memory is unusable in a child forked after CUDA was initialised: its calls give `UNAVAILABLE`
+/// there, and a raw address from `hostfirst_buffer_describe` must not be read there). Created by a
 /// put (or a load, or a gather); released with `hostfirst_buffer_free`. Buffers outlive the file they came
 /// from. Read-only calls on one buffer may run from several threads at once.
 pub struct hostfirst_buffer {
@@ -46,10 +48,19 @@ pub struct hostfirst_buffer_info {
 out_struct!(hostfirst_buffer_info, name);
 
 /// Frees a buffer and its device or host memory. NULL is a no-op; a freed or foreign handle gives
-/// `INVALID_HANDLE` and frees nothing. Memory is released once no call in flight still uses the buffer.
+/// `INVALID_HANDLE` and frees nothing. Memory is released once no call in flight still uses the buffer. Safe
+/// from a garbage collector's finalizer during another framework's CUDA graph capture: the free is made in
+/// relaxed capture mode, or kept for the next hostfirst call while a capture is seen (as a DLPack deleter's
+/// release; see `hostfirst_buffer_to_dlpack`).
 #[no_mangle]
 pub extern "C" fn hostfirst_buffer_free(buffer: *mut hostfirst_buffer) -> Status {
-    hostfirst_boundary!("hostfirst_buffer_free", { handle::remove(buffer, "buffer").map(|_| ()) })
+    hostfirst_boundary!("hostfirst_buffer_free", {
+        // Often called by a garbage collector's finalizer: a CUDA free goes through the capture-aware release.
+        if let Some(b) = handle::remove::<hostfirst_buffer>(buffer, "buffer")? {
+            crate::place::export::drop_buffer(b);
+        }
+        Ok(())
+    })
 }
 
 /// Describes a buffer into `*out` (set `out->struct_size = sizeof(hostfirst_buffer_info)` first). The
@@ -128,21 +139,29 @@ pub extern "C" fn hostfirst_buffer_sync_stream(buffer: *const hostfirst_buffer, 
 /// the device's legacy default stream, which is ordered after every blocking stream's work (every thread's
 /// per-thread default stream included), so it covers the consumer's work from whichever thread this is
 /// called. -1 and host buffers: nothing to do. If the event cannot be recorded (`DEVICE_ERROR`), the buffer
-/// is never rewritten: a gather drops that batch from its ring. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
+/// is never rewritten: a gather drops that batch from its ring. The record is made in relaxed stream-capture
+/// mode; while another framework's CUDA graph capture is seen it makes no driver call at all, and the next
+/// rewrite waits for the whole device instead. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
 /// `INVALID_ARGUMENT`, `DEVICE_ERROR`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_buffer_record_stream(buffer: *const hostfirst_buffer, stream: i64) -> Status {
     hostfirst_boundary!("hostfirst_buffer_record_stream", {
         let b = handle::get::<hostfirst_buffer>(buffer, "buffer")?;
         let s = crate::place::consumer::ConsumerStream::from_dlpack(Some(stream))?;
-        let r = b.lock().unwrap_or_else(|p| p.into_inner()).record_stream(s);
-        r
+        crate::place::export::record_consumer_stream(&b, s)
     })
 }
 
 /// Copies the whole buffer (from any device) into the caller's host memory `(dst, capacity)`. A capacity
 /// below the buffer's size gives `BUFFER_TOO_SMALL` and writes nothing; `(NULL, 0)` copies an empty buffer.
-/// Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`, `DEVICE_ERROR`. Thread-safe.
+/// For `cuda:N` the copy is a synchronous `cuMemcpyDtoH` on the legacy default stream: it sees every hostfirst
+/// write (they have completed when the call that made them returned) and is ordered after work queued on
+/// blocking streams, but it does **not** wait for work a consumer queued on a non-blocking stream (a
+/// framework's side stream, or the `CUstream` a DLPack export was made for): when such work writes into the
+/// buffer, synchronise that stream before calling this; that is the caller's job. In a child forked after CUDA
+/// was initialised, `cuda:N` and `cuda_host` buffers give `UNAVAILABLE` naming fork(): their memory was
+/// allocated by the CUDA driver, which the child cannot use (page-locked pages may be absent there).
+/// Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNAVAILABLE`, `DEVICE_ERROR`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_buffer_copy_to_host(
     buffer: *const hostfirst_buffer,

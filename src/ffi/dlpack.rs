@@ -224,20 +224,38 @@ pub extern "C" fn hostfirst_view_to_dlpack(
 /// thread that queues the consumer's work, as the DLPack protocol does; > 2: the consumer's `CUstream`, which
 /// must belong to the buffer's device; -1: the consumer synchronises itself) is made to wait for the event
 /// recorded after hostfirst's last write into the buffer (`cuStreamWaitEvent`; the host is never blocked),
-/// so its kernels never read a batch before the copy that produced it has finished. When the consumer calls
-/// the deleter, an event is recorded on the consumer's stream (for 1 and 2: on the device's legacy default
-/// stream, which is ordered after the work of every blocking stream, every thread's per-thread default stream
-/// included, so the event covers the consumer's work whichever thread runs the deleter), and hostfirst's next
-/// write into the buffer (a gather reusing the batch) waits for it on the device, so the rewrite never
-/// overtakes the consumer's work queued before the release (as torch's `record_stream`). If that event cannot
-/// be recorded, the batch is never rewritten (its gather drops it from the ring). With -1 neither happens:
-/// the consumer owns the ordering. A `CUstream` passed here must stay alive (not destroyed) until the
-/// deleter has run, and must be a stream of the buffer's device: the driver does not check stream handles,
-/// and a destroyed or foreign one is undefined behaviour (a crash, or the wait or release landing on an
-/// unrelated stream), not an error hostfirst can report. The stream is ignored for host buffers (cpu,
+/// so its kernels never read a batch before the copy that produced it has finished. DLPack defines that
+/// stream for the export call only, so the deleter never touches a consumer's own stream again (the consumer
+/// may have destroyed it by then; CuPy does on garbage collection). When the consumer calls the deleter: for 1
+/// and 2 an event is recorded on the device's legacy default stream, which is ordered after the work of every
+/// blocking stream, every thread's per-thread default stream included, so the event covers the consumer's
+/// work whichever thread runs the deleter, and hostfirst's next write into the buffer (a gather reusing the
+/// batch) waits for it on the device (as torch's `record_stream`); if that event cannot be recorded, the batch
+/// is never rewritten (its gather drops it from the ring). For a consumer's own `CUstream` nothing is called at
+/// release: the next rewrite first waits, on the host, until the whole device is idle (`cuCtxSynchronize`),
+/// which covers whatever the consumer queued before releasing; a consumer that wants the rewrite to overlap its
+/// later work calls `hostfirst_buffer_record_stream` on its live stream before releasing, or exports for stream
+/// 1 or 2. Either way the rewrite never overtakes the consumer's work queued before the release. With -1
+/// nothing is done: the consumer owns the ordering. A `CUstream` passed here must be a live stream of the
+/// buffer's device during this call (the driver does not check stream handles: a destroyed or foreign one is
+/// undefined behaviour, not an error hostfirst can report); it may be destroyed any time after.
+///
+/// **Deleters and CUDA graph capture.** The deleter's CUDA calls (the event above; freeing the memory when the
+/// export held the last reference) run with the calling thread's stream capture mode set to relaxed
+/// (`cuThreadExchangeStreamCaptureMode`), so they do not invalidate another framework's graph capture
+/// (`torch.cuda.graph` captures in global mode). Where a capture they would conflict with is seen
+/// (`cuStreamIsCapturing`: a blocking stream capturing, on any thread, or the deleter thread's per-thread
+/// stream), or the driver will not say, the deleter calls nothing more: the release is kept and done at the
+/// next hostfirst call that sees no capture (any outermost C call is such a safe point, as is
+/// `hostfirst_release_cached_memory`); until then the memory stays allocated and a batch stays out of its
+/// ring. A capture on a non-blocking stream (torch's) cannot be seen from outside; the relaxed mode is what
+/// keeps the release from disturbing it. Do not run a deleter inside a CUDA host callback (`cuLaunchHostFunc`),
+/// where CUDA forbids all driver calls.
+///
+/// The stream is ignored for host buffers (cpu,
 /// cuda_host): their writes have completed when the call that made them returned. Errors: `NULL_ARGUMENT`,
-/// `INVALID_HANDLE`, `INVALID_ARGUMENT` (bad options, stream 0), `UNAVAILABLE` (CUDA data in a child forked
-/// after CUDA was initialised), `UNSUPPORTED`, `OUT_OF_MEMORY` (a copy that does not fit), `DEVICE_ERROR` (a
+/// `INVALID_HANDLE`, `INVALID_ARGUMENT` (bad options, stream 0), `UNAVAILABLE` (cuda:N or cuda_host data in
+/// a child forked after CUDA was initialised), `UNSUPPORTED`, `OUT_OF_MEMORY` (a copy that does not fit), `DEVICE_ERROR` (a
 /// driver failure, e.g. a sticky error of the device's context), `VALIDATION_OVERFLOW`. On failure both
 /// outputs are unchanged. Thread-safe.
 #[no_mangle]

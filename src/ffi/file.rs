@@ -1,15 +1,18 @@
 //! Opening safetensors files, memory buffers and multi-file sets: `hostfirst_file_*` (the core is `crate::file`).
 
-use super::args::{c_str, in_bytes, out_ptr};
+use super::args::{c_dtype, c_format, c_str, enum_arg, in_bytes, out_ptr};
 use super::handle::{self, Handle};
 use super::view::hostfirst_view;
+use crate::dtype::DType;
 use crate::error::{Error, Status};
-use crate::file::TensorFile;
+use crate::file::{Format, RawLayout, TensorFile};
 use std::ffi::{c_char, c_void};
 
-/// An open safetensors file, memory buffer or multi-file set (`*.safetensors.index.json`).
+/// An open file of named tensors: a safetensors file, memory buffer or multi-file set
+/// (`*.safetensors.index.json`), a NumPy `.npy` file, an llm.c token shard, a Megatron indexed dataset, or a
+/// headerless raw file (`hostfirst_file_format` says which).
 ///
-/// Created by `hostfirst_file_open` or `hostfirst_file_open_memory`; released by
+/// Created by `hostfirst_file_open`, `_open_format`, `_open_raw` or `_open_memory`; released by
 /// `hostfirst_file_free`. Immutable once open: every function taking a `const hostfirst_file*` is thread-safe
 /// and may run concurrently on the same handle. Views made from it stay valid after it is freed.
 pub struct hostfirst_file {
@@ -45,7 +48,36 @@ const _: () = assert!(HOSTFIRST_MAX_RANK as usize == crate::file::MAX_RANK);
 const _: () = assert!(HOSTFIRST_MAX_NAME_LEN as usize == crate::file::MAX_NAME_LEN);
 const _: () = assert!(HOSTFIRST_MAX_METADATA_ENTRIES as usize == crate::file::MAX_METADATA_ENTRIES);
 
-/// Opens a safetensors file, or a multi-file set when `path` is an index, and writes a new handle to `*out`.
+/// Opens a file of any format hostfirst recognises by content and writes a new handle to `*out`: a safetensors
+/// file, a multi-file set when `path` is an index, a NumPy `.npy` file (versions 1.0, 2.0, 3.0; magic
+/// `\x93NUMPY`), an llm.c / modded-nanogpt token shard (256 x int32 header, magic 20240520 or 20240801) or a
+/// Megatron-LM / NeMo indexed dataset (`.idx` magic `MMIDIDX`; `path` may be the `.idx`, the `.bin` beside it,
+/// or the prefix of both). Every format becomes the same `hostfirst_file` of named tensors (views, puts, loads,
+/// gathers and shard-on-read treat them alike):
+///
+/// - `.npy`: one tensor, `data`, of the array's dtype and shape (C order). Metadata `format` = `npy`,
+///   `npy_version`, `descr`, `fortran_order`.
+/// - llm.c: one 1-D tensor, `tokens` (U16 for magic 20240520 version 1, U32 for magic 20240801 version 7).
+///   Metadata `format` = `llm.c`, `magic`, `version`.
+/// - Megatron: `tokens` (1-D, the `.bin`, of the index's dtype), and from the `.idx` `sequence_lengths` (I32),
+///   `sequence_pointers` (I64, byte offsets into the `.bin`), `document_indices` (I64) and, for a multimodal
+///   index, `sequence_modes` (I8). Metadata `format` = `megatron`, `dtype_code`, `sequence_count`,
+///   `document_count`, `max_sequence_length`, `multimodal`. The whole `.idx` is read once at open to validate
+///   it (12 bytes a sequence): the pointers must be the running sum of the lengths (the sequences tile the
+///   `.bin` in order) and the document indices run from 0 to the sequence count.
+///
+/// A headerless raw file (nanoGPT's `train.bin`) has no magic: `hostfirst_file_open_raw`. The statuses of the
+/// other formats: `HEADER_TOO_SMALL` (the file ends inside a fixed header), `HEADER_TOO_LARGE` (an `.npy`
+/// header over 10,000 bytes, NumPy's own limit), `TRUNCATED` / `INCOMPLETE_BUFFER` (the file is shorter /
+/// longer than its header declares; the `.bin` shorter / longer than the index's sequences), `INVALID_HEADER`
+/// (an `.npy` header that is not the dict NumPy writes, a negative count, an unknown Megatron dtype code),
+/// `UNSUPPORTED_VERSION`, `UNSUPPORTED_DTYPE` (object, string, structured, datetime, big-endian, complex128,
+/// float128 arrays), `UNSUPPORTED_LAYOUT` (a Fortran-ordered `.npy` array with more than one dimension longer
+/// than 1: refused, not opened strided), `VALIDATION_OVERFLOW`, `LIMIT_EXCEEDED` (rank), `INVALID_OFFSET` (a
+/// Megatron sequence pointer out of order, overlapping, or leaving a gap), `INVALID_INDEX` (a negative sequence
+/// length, document indices out of order or not ending at the sequence count).
+///
+/// Safetensors: opens a safetensors file, or a multi-file set when `path` is an index.
 ///
 /// An index (`*.safetensors.index.json`, the Hugging Face `weight_map` format) is recognised by a name ending
 /// in `.json` or by content (JSON text that cannot be a safetensors length prefix) and opened as one logical
@@ -86,8 +118,112 @@ pub extern "C" fn hostfirst_file_open(path: *const c_char, out: *mut *mut hostfi
     })
 }
 
+/// Opens `path` as the format `format` only and writes a new handle to `*out`.
+///
+/// `HOSTFIRST_FORMAT_AUTO` is `hostfirst_file_open`. `HOSTFIRST_FORMAT_SAFETENSORS`, `_NPY` and `_LLMC` open the
+/// file if it is of that format; `_SAFETENSORS_INDEX` opens a multi-file set's index; `_MEGATRON` a Megatron
+/// dataset (`path`: its `.idx`, its `.bin` or their prefix). A file of another format hostfirst recognises
+/// (by its magic, or a safetensors length prefix followed by `{`) gives `HOSTFIRST_STATUS_OTHER_FORMAT`, with
+/// a message naming what it is and the call that opens it; a file of no known format gets the asked
+/// format's own verdict (`INVALID_HEADER` for a missing magic). `HOSTFIRST_FORMAT_RAW` needs a layout:
+/// `INVALID_ARGUMENT` (use `hostfirst_file_open_raw`); an unknown `format` value is `INVALID_ARGUMENT`.
+/// Other statuses as `hostfirst_file_open`. On failure `*out` is unchanged and nothing is left open.
+/// Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_file_open_format(
+    path: *const c_char,
+    format: c_format,
+    out: *mut *mut hostfirst_file,
+) -> Status {
+    hostfirst_boundary!("hostfirst_file_open_format", {
+        let path = c_str(path, "path")?;
+        let format = enum_arg(format, Format::from_u32, "format", "hostfirst_format")?;
+        let out = out_ptr(out, "out")?;
+        let f = TensorFile::open_format(path, format)?;
+        *out = handle::insert_new::<hostfirst_file>(f);
+        Ok(())
+    })
+}
+
+/// A shape entry for `hostfirst_file_open_raw` (dimension 0 only): as many rows as the file holds after the
+/// offset, as `np.memmap` infers without a shape.
+pub const HOSTFIRST_FILE_RAW_INFER: u64 = u64::MAX;
+
+// The literal above is for cbindgen; the core's value is the one used.
+const _: () = assert!(HOSTFIRST_FILE_RAW_INFER == crate::file::RAW_INFER);
+
+/// Opens a headerless file (nanoGPT's `train.bin`: u16 tokens and nothing else) as one tensor of `dtype` and
+/// `shape` (`rank` entries; `shape` may be NULL when `rank` is 0, a scalar) whose first byte is at `offset`,
+/// named `name` (NULL: `"data"`), and writes a new handle to `*out`.
+///
+/// `shape[0]` may be `HOSTFIRST_FILE_RAW_INFER`: as many rows of `shape[1..]` as the file holds after `offset`
+/// (nanoGPT's `np.memmap(path, dtype=np.uint16, mode="r")` is dtype U16, shape `{HOSTFIRST_FILE_RAW_INFER}`,
+/// rank 1, offset 0). The file must be exactly `offset` + the tensor's bytes, as a safetensors file must be
+/// covered exactly: `TRUNCATED` when it is shorter (or `offset` is past its end), `INCOMPLETE_BUFFER` when
+/// bytes follow (with an inferred dimension: a partial row left over). A file that is, at offset 0, a valid
+/// `.npy` file, llm.c shard or Megatron index gives `OTHER_FORMAT` naming the call that reads its header (give
+/// the offset of its data to map past the header on purpose). Other statuses: `NULL_ARGUMENT`;
+/// `INVALID_ARGUMENT` (unknown dtype, `HOSTFIRST_FILE_RAW_INFER` past dimension 0 or with rows of no bytes,
+/// rank above `HOSTFIRST_MAX_RANK`, an empty name or one longer than `HOSTFIRST_MAX_NAME_LEN`, path or name
+/// not UTF-8); `VALIDATION_OVERFLOW`; `MISALIGNED_SLICE` (a sub-byte dtype that does not fill whole bytes);
+/// `IO`. Metadata: `format` = `raw`, `offset`. On failure `*out` is unchanged and nothing is left open.
+/// Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_file_open_raw(
+    path: *const c_char,
+    dtype: c_dtype,
+    shape: *const u64,
+    rank: usize,
+    offset: u64,
+    name: *const c_char,
+    out: *mut *mut hostfirst_file,
+) -> Status {
+    hostfirst_boundary!("hostfirst_file_open_raw", {
+        let path = c_str(path, "path")?;
+        let dtype = enum_arg(dtype, DType::from_u32, "dtype", "hostfirst_dtype")?;
+        if rank > crate::file::MAX_RANK {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!("rank {rank} exceeds the hostfirst cap of {}", crate::file::MAX_RANK),
+            ));
+        }
+        let shape = super::args::in_slice(shape, rank, "shape")?;
+        let name = if name.is_null() { crate::file::formats::headerless::DEFAULT_NAME } else { c_str(name, "name")? };
+        let out = out_ptr(out, "out")?;
+        let layout = RawLayout { dtype, shape: shape.to_vec(), offset, name: name.to_string() };
+        let f = TensorFile::open_raw(path, &layout)?;
+        *out = handle::insert_new::<hostfirst_file>(f);
+        Ok(())
+    })
+}
+
+/// Writes the format of an open file to `*out_format` (never `HOSTFIRST_FORMAT_AUTO`). Errors:
+/// `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_file_format(file: *const hostfirst_file, out_format: *mut Format) -> Status {
+    hostfirst_boundary!("hostfirst_file_format", {
+        let f = handle::get::<hostfirst_file>(file, "file")?;
+        *out_ptr(out_format, "out_format")? = f.format();
+        Ok(())
+    })
+}
+
+/// Returns the static name of a format: its constant without the `HOSTFIRST_FORMAT_` prefix (`"NPY"`,
+/// `"MEGATRON"`), or `"UNKNOWN"` for a value that is not a `hostfirst_format`. Never NULL. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_format_name(format: c_format) -> *const c_char {
+    hostfirst_boundary!("hostfirst_format_name", default = c"UNKNOWN".as_ptr(), {
+        match Format::from_u32(format) {
+            Some(f) => super::args::static_cstr(f.name()),
+            None => c"UNKNOWN".as_ptr(),
+        }
+    })
+}
+
 /// Validates a safetensors image in caller memory `(data, len)` and writes a new handle to `*out`, without
-/// copying the data.
+/// copying the data. An image that begins with the `.npy` magic or an llm.c token-shard magic is opened as that
+/// format (statuses as `hostfirst_file_open`, with `INCOMPLETE_BUFFER` for a short image); a Megatron index
+/// needs its `.bin` and gives `OTHER_FORMAT` here.
 ///
 /// **Ownership:** the caller keeps the memory alive and unmodified until the file handle and every view
 /// made from it are freed; view data pointers point into it. Same validation and statuses as
@@ -292,6 +428,33 @@ pub extern "C" fn hostfirst_file_view_at(
         let out = out_ptr(out_view, "out_view")?;
         let v = f.view_at(index)?;
         *out = handle::insert_new::<hostfirst_view>(v);
+        Ok(())
+    })
+}
+
+/// For a Megatron dataset (`hostfirst_file_format` gives `HOSTFIRST_FORMAT_MEGATRON`): writes, for each of
+/// the `n` sequence indices, the element offset of the sequence's first token in the `tokens` tensor to
+/// `out_starts[i]` and its length in elements to `out_lengths[i]` (each an array of `n`). Document boundaries
+/// are the `document_indices` tensor (document `d` is sequences `[document_indices[d],
+/// document_indices[d + 1])`). Reads 12 bytes of the `.idx` per sequence with positioned reads.
+///
+/// Errors: `NULL_ARGUMENT` (an array NULL with `n > 0`), `INVALID_HANDLE`, `UNSUPPORTED` (not a Megatron
+/// dataset), `OUT_OF_RANGE` (the first index at or past the sequence count), `TRUNCATED` / `IO`. Outputs are
+/// written only on success. Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_file_sequence_spans(
+    file: *const hostfirst_file,
+    indices: *const u64,
+    n: usize,
+    out_starts: *mut u64,
+    out_lengths: *mut u64,
+) -> Status {
+    hostfirst_boundary!("hostfirst_file_sequence_spans", {
+        let f = handle::get::<hostfirst_file>(file, "file")?;
+        let idx = super::args::in_slice(indices, n, "indices")?;
+        let starts = super::args::out_slice(out_starts, n, "out_starts")?;
+        let lengths = super::args::out_slice(out_lengths, n, "out_lengths")?;
+        f.sequence_spans(idx, starts, lengths)?;
         Ok(())
     })
 }

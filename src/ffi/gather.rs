@@ -3,6 +3,7 @@
 use super::args::{c_dtype, enum_arg, in_ref, opt_out, out_bytes, out_ptr};
 use super::buffer::hostfirst_buffer;
 use super::device::hostfirst_device;
+use super::file::hostfirst_file;
 use super::handle::{self, Handle};
 use super::view::hostfirst_view;
 use crate::dtype::DType;
@@ -145,6 +146,51 @@ fn gather_view(
     let batch = g.lock().unwrap_or_else(|e| e.into_inner()).gather.run(&v, offsets)?;
     hand_out(batch, out);
     Ok(())
+}
+
+/// Assembles one batch of whole sequences of a Megatron dataset (`dataset`, opened with `hostfirst_file_open`):
+/// row `i` = the tokens of sequence `indices[i]`, for `i < n` (`n` must equal the batch), **padded**: the
+/// first `min(length, window)` tokens, then `pad` in every element up to the window (`pad`'s low bytes,
+/// little-endian, as one element: the pad token id). A sequence longer than the window is cut at it.
+/// When `out_lengths` is not NULL, `out_lengths[i]` receives the tokens row `i` holds (`min(length, window)`),
+/// what an attention mask or a loss mask is built from.
+///
+/// Padded rather than packed because the batch is then the gather's fixed `[batch, window]` buffer: it shares
+/// the ring (never rewritten while held), the one transfer to `cuda:N`, DLPack export, and a jitted step sees
+/// one shape (JAX recompiles for every new shape a packed batch would have). The gather's dtype must be the
+/// dataset's token dtype. Other rules, ownership of `*out_batch` and errors as `hostfirst_gather_run`, plus
+/// `UNSUPPORTED` (not a Megatron dataset) and `OUT_OF_RANGE` (an index at or past the sequence count).
+/// `*out_lengths` and `*out_batch` are written only on success. Thread-safe; calls on one gather are
+/// serialised.
+#[no_mangle]
+pub extern "C" fn hostfirst_gather_run_sequences(
+    gather: *mut hostfirst_gather,
+    dataset: *const hostfirst_file,
+    indices: *const u64,
+    n: usize,
+    pad: u64,
+    out_lengths: *mut u64,
+    out_batch: *mut *mut hostfirst_buffer,
+) -> Status {
+    hostfirst_boundary!("hostfirst_gather_run_sequences", {
+        let g = handle::get::<hostfirst_gather>(gather, "gather")?;
+        let f = handle::get::<super::file::hostfirst_file>(dataset, "dataset")?;
+        let idx = offsets_arg(indices, n)?;
+        let (mut starts, mut lens) = (vec![0u64; n], vec![0u64; n]);
+        f.sequence_spans(idx, &mut starts, &mut lens)?;
+        let tokens = f.view("tokens")?;
+        let mut g = g.lock().unwrap_or_else(|e| e.into_inner());
+        let window = g.gather.window();
+        let batch = g.gather.run_spans(&tokens, &starts, &lens, pad)?;
+        drop(g);
+        if let Some(out) = (!out_lengths.is_null()).then(|| super::args::out_slice(out_lengths, n, "out_lengths")) {
+            for (o, l) in out?.iter_mut().zip(&lens) {
+                *o = (*l).min(window);
+            }
+        }
+        hand_out(batch, out_batch);
+        Ok(())
+    })
 }
 
 /// Gathers from a 1-D host buffer (`cpu` or `cuda_host`) instead of a view: rows as for

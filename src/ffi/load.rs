@@ -100,6 +100,10 @@ pub extern "C" fn hostfirst_load_options_init(out: *mut hostfirst_load_options, 
 /// a file truncated since it was opened gives `TRUNCATED`, not a crash) as long as the bytes read between
 /// them stay within 1.25 pages read per page needed. A buffer obtained from the load keeps its device's
 /// allocation alive: the memory is released when the load and every buffer handle from it are freed.
+/// **One kept tensor keeps the whole arena**: the allocation is one per device for all of that device's
+/// tensors, so a single buffer handle (or DLPack export) of one small tensor, kept after
+/// `hostfirst_load_free`, keeps every tensor's memory on that device allocated. To keep a few tensors and
+/// give the rest back, copy them out (`hostfirst_buffer_to`), then free the load and its handles.
 ///
 /// `opts` NULL means the defaults (copies, no progress callback); with `opts->copy_on_write = 1`, tensors
 /// placed on `cpu` are mapped copy-on-write instead of copied (the fit check still runs before anything is
@@ -170,7 +174,8 @@ pub extern "C" fn hostfirst_load_count(load: *const hostfirst_load, out_count: *
 /// and for a view a **new** `hostfirst_view` handle to `*out_view` (when non-NULL); the other output is set
 /// to NULL. The caller frees each returned handle (`hostfirst_buffer_free`, `hostfirst_view_free`); a
 /// returned buffer shares its memory with the load, and that memory is released when the load and every
-/// handle to it are freed, in any order. Pass NULL for both to ask only for the kind. Errors:
+/// handle to it are freed, in any order; it is a part of its device's one allocation for the whole load, which
+/// it keeps allocated entirely (see `hostfirst_load_run`). Pass NULL for both to ask only for the kind. Errors:
 /// `NULL_ARGUMENT` (load, name, out_kind), `INVALID_HANDLE`, `NOT_FOUND`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_load_get(
@@ -216,7 +221,8 @@ pub extern "C" fn hostfirst_load_get(
 }
 
 /// Frees a load. NULL is a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Buffers and views
-/// obtained with `hostfirst_load_get` stay valid. Thread-safe.
+/// obtained with `hostfirst_load_get` stay valid, and while any buffer of a device (or a DLPack export of one)
+/// lives, that device's whole allocation for the load does too (see `hostfirst_load_run`). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_load_free(load: *mut hostfirst_load) -> Status {
     hostfirst_boundary!("hostfirst_load_free", { handle::remove(load, "load").map(|_| ()) })

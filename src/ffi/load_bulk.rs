@@ -73,8 +73,15 @@ fn entry(l: &Loaded, i: usize) -> hostfirst_load_entry {
 /// by the load. To keep a tensor past the load, take its handle with `hostfirst_load_get`.
 ///
 /// Errors: `NULL_ARGUMENT` (load, out_count; out with capacity > 0), `INVALID_HANDLE`, `INVALID_ARGUMENT`
-/// (`entry_size` smaller than the oldest supported entry), `BUFFER_TOO_SMALL` (count in `*out_count`).
+/// (`entry_size` smaller than the oldest supported entry or larger than `HOSTFIRST_MAX_ENTRY_SIZE`;
+/// `capacity * entry_size` bytes from `out` overflowing or running past the end of the address space),
+/// `BUFFER_TOO_SMALL` (count in `*out_count`).
 /// On error no entry is written. Thread-safe.
+/// The largest `entry_size` `hostfirst_load_entries` accepts: no version of `hostfirst_load_entry` will be
+/// larger, so a bigger stride is a caller's mistake (a byte count passed as an entry size), refused before
+/// anything is written.
+pub const HOSTFIRST_MAX_ENTRY_SIZE: u32 = 1024;
+
 #[no_mangle]
 pub extern "C" fn hostfirst_load_entries(
     load: *const hostfirst_load,
@@ -96,6 +103,16 @@ pub extern "C" fn hostfirst_load_entries(
                 ),
             ));
         }
+        if entry_size > HOSTFIRST_MAX_ENTRY_SIZE as usize {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!(
+                    "entry_size is {entry_size}; pass sizeof(hostfirst_load_entry) ({} in this version; no version \
+                     is larger than HOSTFIRST_MAX_ENTRY_SIZE = {HOSTFIRST_MAX_ENTRY_SIZE})",
+                    std::mem::size_of::<hostfirst_load_entry>()
+                ),
+            ));
+        }
         let n = l.len();
         *count = n;
         if out.is_null() && capacity == 0 {
@@ -103,6 +120,20 @@ pub extern "C" fn hostfirst_load_entries(
         }
         if out.is_null() {
             return Err(Error::new(Status::NullArgument, format!("array 'out' is NULL with capacity {capacity}")));
+        }
+        // The array must be one that can exist: at most isize::MAX bytes, not running past the address space.
+        let fits = capacity
+            .checked_mul(entry_size)
+            .filter(|&bytes| bytes <= isize::MAX as usize)
+            .and_then(|bytes| (out as usize).checked_add(bytes));
+        if fits.is_none() {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!(
+                    "array 'out' at {out:p} with capacity {capacity} entries of {entry_size} bytes does not fit in \
+                     the address space"
+                ),
+            ));
         }
         if capacity < n {
             return Err(Error::new(

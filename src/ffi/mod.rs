@@ -127,6 +127,9 @@ pub mod dlpack;
 /// `hostfirst_shard_*`: meshes, sharding rules, shard plans and runs (shard-on-read).
 pub mod shard;
 
+/// `hostfirst_writer_*`: the streaming safetensors writer.
+pub mod writer;
+
 /// `hostfirst__test_*` (feature `test-hooks`).
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;
@@ -134,7 +137,7 @@ pub mod test_hooks;
 // The whole C API at `hostfirst::ffi::*`, for Rust callers and tests that use it as C does.
 pub use self::{
     backend::*, buffer::*, device::*, dlpack::*, dtype::*, file::*, gather::*, load::*, load_bulk::*, plan::*, put::*,
-    rules::*, scope::*, shard::*, status::*, version::*, view::*,
+    rules::*, scope::*, shard::*, status::*, version::*, view::*, writer::*,
 };
 pub use handle::hostfirst_handle_count;
 #[cfg(feature = "test-hooks")]
@@ -154,10 +157,34 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Runs a status-returning body inside the panic boundary.
+thread_local! {
+    /// How many status-returning C calls this thread is inside (a callback may call back into the API).
+    static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Leaves one level of [`DEPTH`] when dropped (also on a panic).
+struct Depth;
+
+impl Drop for Depth {
+    fn drop(&mut self) {
+        let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
+/// Runs a status-returning body inside the panic boundary. An outermost call (not one a callback makes from
+/// inside another) is first a safe point for the DLPack releases kept while a CUDA graph capture was seen
+/// (`hostfirst_core::device::cuda::capture`): no hostfirst lock is held there.
 #[doc(hidden)]
 pub fn run_status<F: FnOnce() -> Result<()>>(name: &'static str, f: F) -> Status {
     crate::fork_handlers::install();
+    let outermost = DEPTH.try_with(|d| d.replace(d.get() + 1) == 0).unwrap_or(false);
+    let _depth = Depth;
+    let f = move || {
+        if outermost {
+            hostfirst_core::device::cuda::capture::safe_point();
+        }
+        f()
+    };
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => Status::Ok,
         Ok(Err(e)) => {

@@ -74,6 +74,19 @@ int main(int argc, char **argv) {
     CHECK_STATUS(hostfirst_load_entries(load, e, N, sizeof *e, NULL), HOSTFIRST_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(hostfirst_load_entries(NULL, e, N, sizeof *e, &count), HOSTFIRST_STATUS_NULL_ARGUMENT);
     CHECK(e[0].struct_size == 0);
+    /* capacity x entry_size must describe an array that can exist: no version of the entry is larger than
+     * HOSTFIRST_MAX_ENTRY_SIZE, and the array may not run past the end of the address space (these wrapped or
+     * wrote far past the array before) */
+    const size_t huge_entries[] = {(size_t)1 << 40, SIZE_MAX / 2, SIZE_MAX, HOSTFIRST_MAX_ENTRY_SIZE + 1};
+    for (size_t k = 0; k < sizeof huge_entries / sizeof huge_entries[0]; k++) {
+        CHECK_STATUS(hostfirst_load_entries(load, e, N, huge_entries[k], &count), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+        CHECK_MSG("entry_size");
+    }
+    CHECK_STATUS(hostfirst_load_entries(load, e, SIZE_MAX / 8, sizeof *e, &count), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("capacity");
+    CHECK_STATUS(hostfirst_load_entries(load, (hostfirst_load_entry *)(uintptr_t)(UINTPTR_MAX - 64), N, sizeof *e, &count),
+                 HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK(e[0].struct_size == 0);
     CHECK_OK(hostfirst_load_entries(load, e, N, sizeof *e, &count));
 
     /* every entry against the buffer handle hostfirst_load_get gives, and the bytes */

@@ -1,5 +1,7 @@
 // C++ RAII wrapper test: compiled with -std=c++17 -Wall -Wextra -Werror and run by tests/cpp.rs.
 #include <cassert>
+#include <fcntl.h>
+#include <unistd.h>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -534,7 +536,49 @@ int main(int argc, char **argv) {
     }
 }
 
+/* The writer: host memory, a view, a cpu buffer, pieces and metadata; read back; finish twice throws. */
+static int writer_wrappers(const std::string &fixtures) {
+    size_t base = hostfirst::handle_count();
+    {
+        std::string out = "/tmp/hostfirst-hpp-writer-" + std::to_string(getpid()) + ".safetensors";
+        auto f = hostfirst::file::open(fixtures + "/tokens.safetensors");
+        hostfirst::view tokens = f.view("tokens");
+        std::vector<float> w(12);
+        for (size_t i = 0; i < w.size(); i++) w[i] = static_cast<float>(i) / 2;
+        auto wr = hostfirst::writer::open(out);
+        wr.add("w", HOSTFIRST_DTYPE_F32, {3, 4}, w.data(), w.size() * sizeof(float)).add(tokens);
+        wr.add("copy", tokens.put(hostfirst::device::cpu()));
+        wr.declare("halves", HOSTFIRST_DTYPE_F32, {3, 4});
+        const std::vector<float> left{0, 0.5f, 2, 2.5f, 4, 4.5f}, right{1, 1.5f, 3, 3.5f, 5, 5.5f}; /* alive until finish */
+        wr.add_piece("halves", {0, 0}, {3, 2}, left.data(), 24);
+        wr.add_piece("halves", {0, 2}, {3, 2}, right.data(), 24);
+        wr.metadata({{"format", "pt"}, {"by", "c++"}});
+        REQUIRE(throws(HOSTFIRST_STATUS_DUPLICATE_TENSOR, [&] { wr.add(tokens); }));
+        hostfirst_writer_info info = wr.finish();
+        REQUIRE(info.tensors == 4 && info.parts == 1 && wr.part_paths() == std::vector<std::string>{out});
+        REQUIRE(throws(HOSTFIRST_STATUS_ALREADY_USED, [&] { wr.finish(); }));
+        auto g = hostfirst::file::open(out);
+        REQUIRE(g.view("w").to_vector<float>() == w);
+        REQUIRE(g.view("halves").to_vector<float>() == w);
+        REQUIRE(g.view("tokens").to_vector<uint16_t>() == tokens.to_vector<uint16_t>());
+        REQUIRE(g.view("copy").to_vector<uint16_t>() == tokens.to_vector<uint16_t>());
+        std::remove(out.c_str());
+        /* A descriptor: here, /dev/null (a character device: written in order). */
+        int fd = ::open("/dev/null", O_WRONLY);
+        REQUIRE(fd >= 0);
+        auto nul = hostfirst::writer::open_fd(fd);
+        nul.add(tokens).finish();
+        ::close(fd);
+        hostfirst::writer_options o;
+        o.max_part_bytes = 1;
+        REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { hostfirst::writer::open_fd(1, o); }));
+    }
+    REQUIRE(hostfirst::handle_count() == base);
+    return 0;
+}
+
 static int host_wrappers(const std::string &fixtures) {
+    if (writer_wrappers(fixtures) != 0) return 1;
     if (files_views_dlpack(fixtures) != 0) return 1;
     if (views_buffers_puts(fixtures) != 0) return 1;
     if (rules_plans_loads(fixtures) != 0) return 1;

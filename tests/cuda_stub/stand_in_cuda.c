@@ -15,7 +15,8 @@
  * census's free memory is then the device's total less the context reserve).
  *
  * It implements exactly the entry points hostfirst resolves (core/src/device/cuda/driver.rs, SYMBOLS, and
- * core/src/device/cuda/nvml.rs) plus a few neighbours (cuDeviceGetUuid, cuDevicePrimaryCtxRelease_v2); built with
+ * core/src/device/cuda/nvml.rs) plus a few neighbours (cuDeviceGetUuid, cuDevicePrimaryCtxRelease_v2, and the
+ * synchronous copies tests use as a consumer would); built with
  * -DSTAND_IN_WITHOUT_UUID_V2 it lacks cuDeviceGetUuid_v2, to test a driver missing an entry point. Device memory
  * is simulated in host memory: a device pointer is a host address with bit 60 set, so copies are real memcpy,
  * and dereferencing a device pointer on the host faults. Every pointer, handle and range is validated
@@ -43,6 +44,11 @@
  *   work of the device, not only work that uses the range; cuMemcpyPeerAsync waits only for its own stream.
  *   Opt-in: registration refused (STAND_IN_REGISTER_ERROR, STAND_IN_HOST_REGISTER=0), a foreign framework
  *   sharing the primary context (STAND_IN_FOREIGN), and latencies (wake-ups, context creation, registration).
+ * - Page-locked allocations (cuMemHostAlloc) are whole pages of their own, left out of a forked child
+ *   (MADV_DONTFORK): reading one there faults, the worst case of what CUDA leaves undefined after fork().
+ * - Stream capture by another framework (stand_in_begin_capture / stand_in_end_capture, modes by knob): calls CUDA
+ *   forbids during a capture are refused with CUDA_ERROR_STREAM_CAPTURE_* and invalidate it (see "stream capture"
+ *   below); cuThreadExchangeStreamCaptureMode and cuStreamIsCapturing behave as documented.
  *
  * Execution of asynchronous work has two modes:
  * - immediate (default): every copy runs when it is enqueued, and its error is returned by the enqueuing call.
@@ -88,6 +94,12 @@
  *   STAND_IN_COPY_ERROR=code|NAME       the error of such a failed copy (default CUDA_ERROR_ILLEGAL_ADDRESS,
  *                                       sticky: later copies fail because the context is poisoned; a
  *                                       non-sticky code fails every later copy on its own).
+ *   STAND_IN_EARLY_ERROR=0|1            deferred mode, non-sticky copy errors: 1 reports the error before the
+ *                                       failed copy has ended, as a driver may report an error while the DMA is
+ *                                       still running. The copy stops at the failure, the synchronisation that
+ *                                       ran it returns the error at once, and the rest of that copy (it still
+ *                                       reads its source and writes its destination) and of the work the
+ *                                       synchronisation waited for stays queued until the next one (default 0).
  *   STAND_IN_READ_ONLY_REGISTER=0|1     CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED (default 1).
  *   STAND_IN_PEER_ACCESS=0|1            what cuDeviceCanAccessPeer says for two different devices (default 1);
  *                                       with 0, cuCtxEnablePeerAccess is CUDA_ERROR_PEER_ACCESS_UNSUPPORTED.
@@ -111,6 +123,11 @@
  *   STAND_IN_WAKEUP_US=N                each blocking wait (cu*Synchronize) costs N us (default 0).
  *   STAND_IN_CONTEXT_CREATE_MS=N        the first primary-context retain of a device costs N ms (default 0).
  *   STAND_IN_REGISTER_MS_PER_GIB=N      cuMemHostRegister costs N ms per GiB (default 0).
+ *   STAND_IN_PINNED_DONTFORK=0|1        page-locked allocations absent in a forked child (default 1).
+ *   STAND_IN_CAPTURE_MODE=global|thread_local|relaxed  the mode of a capture stand_in_begin_capture starts
+ *                                       (default global, as torch.cuda.graph).
+ *   STAND_IN_CAPTURE_BLOCKING=0|1       that capture's stream is a blocking stream (default 0: non-blocking, as
+ *                                       torch's capture stream).
  *   STAND_IN_LEAK_REPORT=1              at process exit, print live allocations/registrations/streams/events,
  *                                       queued operations and retained contexts to stderr.
  *   CUDA_VISIBLE_DEVICES                honoured like the real driver: a comma list of physical ordinals or
@@ -136,8 +153,15 @@
  *   stand_in_poisoned_by_streams (contexts poisoned by an unknown stream handle)   stand_in_per_thread_streams
  *   stand_in_foreign_submissions   stand_in_foreign_ops_run   stand_in_poison_byte (0xA5, or 0 when off)
  *   stand_in_records_on_legacy / stand_in_records_on_per_thread (cuEventRecord calls on those default streams)
+ *   stand_in_capture_refusals (calls refused because of a capture, each invalidating it)
+ *   stand_in_capture_mode_exchanges (cuThreadExchangeStreamCaptureMode calls)
+ *   stand_in_capture_status_queries (cuStreamIsCapturing calls)
  * Controls: void stand_in_fail_next_records(unsigned n, int code) (the next n cuEventRecord calls fail with
- * code); unsigned long long stand_in_foreign_submit(int device) (the foreign framework queues more work).
+ * code); unsigned long long stand_in_foreign_submit(int device) (the foreign framework queues more work);
+ * unsigned long long stand_in_begin_capture(int device) / stand_in_end_capture(void) (another framework's graph
+ * capture, from the calling thread; the end returns CUDA_ERROR_STREAM_CAPTURE_INVALIDATED when it was). The
+ * driver's cuStreamBeginCapture_v2 / cuStreamEndCapture / cuGraphDestroy do the same on a stream of the caller's
+ * (a capture of nothing: an empty graph).
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -159,6 +183,7 @@ static int aligned_alloc_into(void **p, size_t align, size_t size) {
 }
 #define aligned_free _aligned_free
 #else
+#include <sys/mman.h>
 #define EXPORT __attribute__((visibility("default")))
 static int aligned_alloc_into(void **p, size_t align, size_t size) { return posix_memalign(p, align, size); }
 #define aligned_free free
@@ -189,6 +214,9 @@ enum {
     CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
     CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
     CUDA_ERROR_NOT_SUPPORTED = 801,
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+    CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906,
     CUDA_ERROR_UNKNOWN = 999,
 };
 
@@ -237,6 +265,10 @@ static const struct {
     {800, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
     {801, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
     {803, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "system has unsupported display driver / cuda driver combination"},
+    {900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "operation not permitted when stream is capturing"},
+    {901, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "operation failed due to a previous error during capture"},
+    {906, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+     "operation would make the legacy stream depend on a capturing blocking stream"},
     {911, "CUDA_ERROR_EXTERNAL_DEVICE", "external device error"},
     {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
@@ -270,6 +302,7 @@ static struct {
     unsigned long long fail_alloc_nth;
     long long fail_copy_after; /* -1: never */
     int copy_error;
+    int early_error; /* STAND_IN_EARLY_ERROR */
     unsigned long long ctx_reserve;
     int read_only_register;
     int peer_access;
@@ -291,6 +324,10 @@ static struct {
     unsigned long long wakeup_us;     /* STAND_IN_WAKEUP_US: each blocking wait costs this */
     unsigned long long context_ms;    /* STAND_IN_CONTEXT_CREATE_MS: the first retain of a device costs this */
     unsigned long long register_ms_per_gib; /* STAND_IN_REGISTER_MS_PER_GIB */
+    int pinned_dontfork;         /* STAND_IN_PINNED_DONTFORK: page-locked allocations absent in a forked child */
+    int capture_mode;            /* STAND_IN_CAPTURE_MODE: the foreign capture's mode (0 global, 1 thread-local,
+                                    2 relaxed) */
+    int capture_blocking;        /* STAND_IN_CAPTURE_BLOCKING: the foreign capture's stream is a blocking one */
     unsigned long long seed;
     int unavailable[MAX_DEVICES]; /* by visible ordinal */
     int n_visible;
@@ -419,6 +456,7 @@ static void load_config(void) {
     e = getenv("STAND_IN_FAIL_COPY_AFTER");
     cfg.fail_copy_after = e && *e ? (long long)parse_bytes(e, 0) : -1;
     cfg.copy_error = parse_error(getenv("STAND_IN_COPY_ERROR"), CUDA_ERROR_ILLEGAL_ADDRESS);
+    cfg.early_error = env_flag("STAND_IN_EARLY_ERROR", 0);
     cfg.ctx_reserve = parse_bytes(getenv("STAND_IN_CONTEXT_RESERVE"), 256ULL << 20);
     cfg.read_only_register = env_flag("STAND_IN_READ_ONLY_REGISTER", 1);
     cfg.peer_access = env_flag("STAND_IN_PEER_ACCESS", 1);
@@ -441,6 +479,14 @@ static void load_config(void) {
     cfg.wakeup_us = parse_bytes(getenv("STAND_IN_WAKEUP_US"), 0);
     cfg.context_ms = parse_bytes(getenv("STAND_IN_CONTEXT_CREATE_MS"), 0);
     cfg.register_ms_per_gib = parse_bytes(getenv("STAND_IN_REGISTER_MS_PER_GIB"), 0);
+    cfg.pinned_dontfork = env_flag("STAND_IN_PINNED_DONTFORK", 1);
+    e = getenv("STAND_IN_CAPTURE_MODE");
+    cfg.capture_mode = !e || !*e || !strcmp(e, "global")  ? 0
+                       : !strcmp(e, "thread_local")       ? 1
+                       : !strcmp(e, "relaxed")            ? 2
+                                                          : atoi(e);
+    if (cfg.capture_mode < 0 || cfg.capture_mode > 2) cfg.capture_mode = 0;
+    cfg.capture_blocking = env_flag("STAND_IN_CAPTURE_BLOCKING", 0);
 #ifdef _WIN32
     SYSTEM_INFO si;
     GetSystemInfo(&si);
@@ -482,6 +528,28 @@ static void load_config(void) {
 
 static void config(void) { pthread_once(&cfg_once, load_config); }
 
+/* Page-locked memory: whole pages of its own. Linux: an anonymous mapping, left out of a forked child
+ * (MADV_DONTFORK) unless STAND_IN_PINNED_DONTFORK=0. Windows (no fork): VirtualAlloc. NULL when out of memory. */
+static size_t pinned_len(size_t size) { return (size + cfg.page - 1) / cfg.page * cfg.page; }
+static void *pinned_map(size_t size) {
+#ifdef _WIN32
+    return VirtualAlloc(NULL, pinned_len(size), MEM_COMMIT | MEM_RESERVE, PAGE_READWRITE);
+#else
+    void *p = mmap(NULL, pinned_len(size), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    if (cfg.pinned_dontfork && madvise(p, pinned_len(size), MADV_DONTFORK) != 0) abort();
+    return p;
+#endif
+}
+static void pinned_unmap(void *p, size_t size) {
+#ifdef _WIN32
+    (void)size;
+    VirtualFree(p, 0, MEM_RELEASE);
+#else
+    munmap(p, pinned_len(size));
+#endif
+}
+
 /* ---- state -------------------------------------------------------------------------------------------- */
 
 enum op_kind { OP_COPY, OP_RECORD, OP_WAIT, OP_SET };
@@ -501,6 +569,7 @@ struct op {
     struct stand_in_stream *wait;  /* OP_WAIT: this stream must have executed everything up to wait_seq */
     unsigned long long wait_seq;
     unsigned char value;           /* OP_SET: the byte written to [dst, dst + n) */
+    int rest;                      /* the rest of a copy that failed early (STAND_IN_EARLY_ERROR): runs whole */
     struct op *next;
 };
 
@@ -728,18 +797,37 @@ static struct stand_in_stream *resolve_stream(CUstream s, CUresult *r) {
 }
 
 /* With the lock held: the copy-failure knob. Copies what may be copied and says whether to fail. */
-static CUresult do_copy(void *dst, const void *src, size_t n) {
+/* Copies n bytes, or up to the STAND_IN_FAIL_COPY_AFTER budget and fails; *done (when non-NULL) gets the bytes
+ * copied. */
+static CUresult do_copy_part(void *dst, const void *src, size_t n, size_t *done) {
     if (cfg.fail_copy_after >= 0 && bytes_copied + n > (unsigned long long)cfg.fail_copy_after) {
         size_t part = bytes_copied < (unsigned long long)cfg.fail_copy_after
                           ? (size_t)((unsigned long long)cfg.fail_copy_after - bytes_copied)
                           : 0;
         if (part) memcpy(dst, src, part);
         bytes_copied += part;
+        if (done) *done = part;
         return cfg.copy_error;
     }
     if (n) memcpy(dst, src, n);
     bytes_copied += n;
+    if (done) *done = n;
     return CUDA_SUCCESS;
+}
+
+static CUresult do_copy(void *dst, const void *src, size_t n) { return do_copy_part(dst, src, n, NULL); }
+
+/* Set by run_head when a copy failed early (STAND_IN_EARLY_ERROR): a drain for a synchronisation point
+ * (early_ok, set by the calls that report errors) stops there; barriers (frees, allocations, staging) run on. */
+static int early_stop, early_ok;
+
+/* drain() for a synchronisation point that reports errors: it may return early (STAND_IN_EARLY_ERROR). */
+static void drain(struct stand_in_stream *target, unsigned long long upto);
+static struct op *new_op(int kind);
+static void drain_sync(struct stand_in_stream *target, unsigned long long upto) {
+    early_ok = 1;
+    drain(target, upto);
+    early_ok = 0;
 }
 
 /* Sleeps what the call owes (latency knobs), outside the lock like a real wake-up or driver-side work. */
@@ -758,6 +846,171 @@ static void settle(void) {
         settle();                      \
         return r_;                     \
     } while (0)
+
+/* ---- stream capture: another framework capturing a CUDA graph ----------------------------------------------
+ * stand_in_begin_capture(device) starts a capture by "another framework" (torch.cuda.graph, say) on a stream of
+ * its own in that device's primary context, from the calling thread: by default a non-blocking stream in global
+ * mode, as torch does (STAND_IN_CAPTURE_MODE=thread_local|relaxed and STAND_IN_CAPTURE_BLOCKING=1 choose
+ * otherwise). stand_in_end_capture() ends it and returns CUDA_ERROR_STREAM_CAPTURE_INVALIDATED when a call made
+ * meanwhile invalidated it, as cuStreamEndCapture would. The capture queues no work of its own. While it runs:
+ * - a "potentially unsafe" call from a thread whose interaction mode (cuThreadExchangeStreamCaptureMode) is not
+ *   relaxed is refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture when the capture
+ *   is global and the thread's mode is global (any thread), or when the thread is the capturing one and the
+ *   capture is not relaxed. The stand-in counts every call that allocates, frees, registers, copies, sets,
+ *   synchronises, queries, records, waits, asks for memory information, or creates or destroys a stream or an
+ *   event as potentially unsafe, harsher than the driver (whose documentation names an allocation as the
+ *   example); only cuInit, versions, error strings, device queries, primary-context retain and release,
+ *   cuCtxGetCurrent / cuCtxSetCurrent, cuStreamIsCapturing and cuThreadExchangeStreamCaptureMode are safe.
+ * - whatever the modes, in the capture's context: any use of the legacy default stream while a blocking stream
+ *   captures (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), and cuCtxSynchronize (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+ *   it would wait for work that is being captured, not run); both invalidate the capture.
+ * cuStreamIsCapturing on the legacy stream while a blocking stream captures returns
+ * CUDA_ERROR_STREAM_CAPTURE_IMPLICIT and invalidates nothing, as documented; a non-blocking capture is invisible
+ * to it (as on the driver: only the capturing stream's own handle reports it). */
+
+enum { MODE_GLOBAL = 0, MODE_THREAD_LOCAL = 1, MODE_RELAXED = 2 };
+
+static struct {
+    int active, invalidated, blocking, mode;
+    CUcontext ctx;
+    pthread_t owner;
+    struct stand_in_stream *stream; /* the capturing stream: own_stream, or one given to cuStreamBeginCapture_v2 */
+    struct stand_in_stream own_stream; /* stand_in_begin_capture's (never holds work) */
+} cap;
+/* The calling thread's capture interaction mode (cuThreadExchangeStreamCaptureMode). */
+static __thread int thread_capture_mode = MODE_GLOBAL;
+static unsigned long long capture_refusals, capture_mode_exchanges, capture_status_queries;
+
+/* With the lock held, at the start of a call that is potentially unsafe during a capture: `legacy_use` when it
+ * uses the legacy default stream, `device_sync` when it synchronises the whole context. Refuses it (and
+ * invalidates the capture) where the rules above say so. */
+static CUresult capture_gate(int legacy_use, int device_sync) {
+    if (!cap.active) return CUDA_SUCCESS;
+    CUresult r = CUDA_SUCCESS;
+    int same = current == cap.ctx;
+    if (same && legacy_use && cap.blocking) {
+        r = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    } else if (same && device_sync) {
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    } else if (cap.mode != MODE_RELAXED && thread_capture_mode != MODE_RELAXED) {
+        int own = pthread_equal(cap.owner, pthread_self());
+        if (own || (cap.mode == MODE_GLOBAL && thread_capture_mode == MODE_GLOBAL))
+            r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    if (r) {
+        cap.invalidated = 1;
+        capture_refusals++;
+    }
+    return r;
+}
+
+EXPORT CUresult cuThreadExchangeStreamCaptureMode(int *mode) {
+    config();
+    if (!mode || *mode < MODE_GLOBAL || *mode > MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    CUresult r = need_init();
+    if (!r) {
+        int old = thread_capture_mode;
+        thread_capture_mode = *mode;
+        *mode = old;
+        capture_mode_exchanges++;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* cuStreamIsCapturing: 0 (CU_STREAM_CAPTURE_STATUS_NONE), 1 (_ACTIVE), 2 (_INVALIDATED). */
+static CUresult stream_is_capturing(CUstream hs, int *status) {
+    CUresult r = need_ctx();
+    if (r) return r;
+    if (!status) return CUDA_ERROR_INVALID_VALUE;
+    capture_status_queries++;
+    *status = 0;
+    int legacy = !hs || hs == CU_STREAM_LEGACY || (hs == CU_STREAM_PER_THREAD && !cfg.per_thread_streams);
+    if (cap.active && current == cap.ctx) {
+        if (legacy && cap.blocking) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+        if (hs == cap.stream) {
+            *status = cap.invalidated ? 2 : 1;
+            return CUDA_SUCCESS;
+        }
+    }
+    if (!legacy && hs != CU_STREAM_PER_THREAD && !resolve_stream(hs, &r)) return r;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) { LOCKED(stream_is_capturing(s, status)); }
+
+/* Test controls: begin a foreign capture on `device` from the calling thread (0, or 1 when CUDA is not
+ * initialised, the device's context is not retained or a capture runs already); end it (0, or
+ * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, or 1 when none runs). */
+EXPORT unsigned long long stand_in_begin_capture(int device) {
+    config();
+    pthread_mutex_lock(&lock);
+    int ok = initialized && device >= 0 && device < cfg.n_visible && contexts[device].refcount > 0 && !cap.active;
+    if (ok) {
+        cap.active = 1;
+        cap.invalidated = 0;
+        cap.ctx = &contexts[device];
+        cap.owner = pthread_self();
+        cap.mode = cfg.capture_mode;
+        cap.blocking = cfg.capture_blocking;
+        memset(&cap.own_stream, 0, sizeof cap.own_stream);
+        cap.own_stream.ctx = cap.ctx;
+        cap.own_stream.flags = cap.blocking ? 0 : CU_STREAM_NON_BLOCKING;
+        cap.stream = &cap.own_stream;
+    }
+    pthread_mutex_unlock(&lock);
+    return !ok;
+}
+
+/* The driver's own capture calls, for programs that capture as a framework would (benches/gpu_check.rs): one
+ * capture at a time, on a created stream of the current context, in the given mode; the capture records no work
+ * (nothing may be queued on the stream meanwhile: CUDA_ERROR_NOT_SUPPORTED here). cuStreamEndCapture gives an
+ * empty graph, or CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (and no graph) when a refused call invalidated it. */
+static CUresult begin_capture(CUstream hs, int mode) {
+    CUresult r = need_ctx();
+    if (r) return r;
+    if (mode < MODE_GLOBAL || mode > MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+    if (!hs || hs == CU_STREAM_LEGACY || hs == CU_STREAM_PER_THREAD) return CUDA_ERROR_NOT_SUPPORTED;
+    struct stand_in_stream *s = resolve_stream(hs, &r);
+    if (!s) return r;
+    if (cap.active || s->head) return CUDA_ERROR_NOT_SUPPORTED;
+    cap.active = 1;
+    cap.invalidated = 0;
+    cap.ctx = current;
+    cap.owner = pthread_self();
+    cap.mode = mode;
+    cap.blocking = !(s->flags & CU_STREAM_NON_BLOCKING);
+    cap.stream = s;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode) { LOCKED(begin_capture(s, mode)); }
+
+static CUresult end_capture(CUstream hs, void **graph) {
+    CUresult r = need_ctx();
+    if (r) return r;
+    if (!graph) return CUDA_ERROR_INVALID_VALUE;
+    *graph = NULL;
+    if (!cap.active || hs != cap.stream) return CUDA_ERROR_INVALID_VALUE; /* not capturing */
+    cap.active = 0;
+    if (cap.invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    *graph = malloc(1);
+    return *graph ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+EXPORT CUresult cuStreamEndCapture(CUstream s, void **graph) { LOCKED(end_capture(s, graph)); }
+
+EXPORT CUresult cuGraphDestroy(void *graph) {
+    if (!graph) return CUDA_ERROR_INVALID_VALUE;
+    free(graph);
+    return CUDA_SUCCESS;
+}
+
+EXPORT unsigned long long stand_in_end_capture(void) {
+    pthread_mutex_lock(&lock);
+    unsigned long long r = !cap.active ? 1 : cap.invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : 0;
+    cap.active = 0;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
 
 /* ---- queues (deferred mode) --------------------------------------------------------------------------- */
 
@@ -861,7 +1114,30 @@ static void run_head(struct stand_in_stream *s) {
     s->head = op->next;
     if (!s->head) s->tail = NULL;
     deferred_ops++;
-    if (op->kind == OP_COPY) {
+    if (op->kind == OP_COPY && op->rest) {
+        /* The rest of a copy whose error was reported early: the DMA finishing, whole. */
+        if (op->n) memmove(op->dst, op->src, op->n);
+    } else if (op->kind == OP_COPY && cfg.early_error && !op->foreign && !op->peer_src) {
+        size_t done = 0;
+        CUresult r = do_copy_part(op->dst, op->src, op->n, &done);
+        if (r && !is_sticky(r)) {
+            /* Reported now, while the copy goes on: its rest stays at the head of the stream, with its seq. */
+            struct op *rest = new_op(OP_COPY);
+            rest->seq = op->seq;
+            rest->dst = op->dst + done;
+            rest->src = op->src + done;
+            rest->n = op->n - done;
+            rest->owned = op->owned; /* a staged source moves with the rest */
+            op->owned = NULL;
+            rest->rest = 1;
+            rest->next = s->head;
+            s->head = rest;
+            if (!s->tail) s->tail = rest;
+            deferred_ops--; /* counted when the rest runs */
+            early_stop = 1;
+        }
+        if (r) fail_with(s->ctx, r);
+    } else if (op->kind == OP_COPY) {
         CUresult r = execute_copy(s->ctx, op);
         if (r) fail_with(s->ctx, r);
     } else if (op->kind == OP_SET) {
@@ -904,6 +1180,10 @@ static void drain(struct stand_in_stream *target, unsigned long long upto) {
             abort();
         }
         run_head(runnable[cfg.seed ? next_random() % r : 0]);
+        if (early_stop) {
+            early_stop = 0;
+            if (early_ok) break; /* an error reported before its copy ended: the synchronisation returns now */
+        }
     }
     free(runnable);
     free(v);
@@ -1273,9 +1553,12 @@ EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx) { LOCKED(get_current(pctx)); }
 static CUresult ctx_synchronize(void) {
     CUresult r = need_ctx();
     if (r) return r;
+    if ((r = capture_gate(1, 1))) return r;
     spinning_waits++;
     owed_us += cfg.wakeup_us;
+    early_ok = 1;
     if (cfg.deferred) drain_context(current);
+    early_ok = 0;
     return sync_result(current);
 }
 EXPORT CUresult cuCtxSynchronize(void) { LOCKED(ctx_synchronize()); }
@@ -1283,6 +1566,7 @@ EXPORT CUresult cuCtxSynchronize(void) { LOCKED(ctx_synchronize()); }
 static CUresult enable_peer_access(CUcontext peer, unsigned int flags) {
     CUresult r = need_ctx();
     if (r) return r;
+    if ((r = capture_gate(0, 0))) return r;
     if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
     if (!is_live_ctx(peer)) return CUDA_ERROR_INVALID_CONTEXT;
     if (peer == current) return CUDA_ERROR_INVALID_DEVICE;
@@ -1298,6 +1582,7 @@ EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) { LOCK
 static CUresult mem_get_info(size_t *free_b, size_t *total_b) {
     CUresult r = need_ctx();
     if (r) return r;
+    if ((r = capture_gate(0, 0))) return r;
     if (!free_b || !total_b) return CUDA_ERROR_INVALID_VALUE;
     mem_get_info_calls++;
     *free_b = (size_t)free_on(current->device);
@@ -1309,6 +1594,7 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b) { LOCKED(mem_ge
 static CUresult mem_alloc(CUdeviceptr *dptr, size_t size) {
     CUresult r = need_ctx();
     if (r) return r;
+    if ((r = capture_gate(0, 0))) return r;
     if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
     total_allocs++;
     if (cfg.fail_alloc_nth && total_allocs == cfg.fail_alloc_nth) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1342,7 +1628,8 @@ static CUresult release_region(struct list *l, size_t i, int device_memory) {
     if (cfg.deferred && !current->sticky) drain_touching(g.base, g.base + g.size);
     sweep_orphans();
     list_remove(l, i);
-    if (device_memory || l == &pinned) aligned_free(g.base);
+    if (device_memory) aligned_free(g.base);
+    if (l == &pinned) pinned_unmap(g.base, g.size);
     return sticky ? sticky : current->sticky;
 }
 
@@ -1350,6 +1637,7 @@ static CUresult mem_free(CUdeviceptr dptr) {
     CUresult r = need_init();
     if (r) return r;
     if (!is_live_ctx(current)) return CUDA_ERROR_INVALID_CONTEXT;
+    if ((r = capture_gate(0, 0))) return r;
     for (size_t i = 0; i < allocations.len; i++)
         if (((CUdeviceptr)(uintptr_t)allocations.items[i].base | DPTR_TAG) == dptr) {
             if (allocations.items[i].device != current->device) return CUDA_ERROR_INVALID_CONTEXT;
@@ -1362,11 +1650,14 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) { LOCKED(mem_free(dptr)); }
 static CUresult host_alloc(void **pp, size_t size, unsigned int flags) {
     CUresult r = need_ctx();
     if (r) return r;
+    if ((r = capture_gate(0, 0))) return r;
     if (!pp || size == 0 || (flags & ~0x7u)) return CUDA_ERROR_INVALID_VALUE;
-    void *p = NULL;
-    if (aligned_alloc_into(&p, cfg.page, size) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    /* Whole pages of their own, like the driver's; absent in a forked child (STAND_IN_PINNED_DONTFORK): reading
+     * them there faults, the worst case of what CUDA leaves undefined for memory it allocated. */
+    void *p = pinned_map(size);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
     if (!list_push(&pinned, (struct region){p, size, (int)flags, current})) {
-        aligned_free(p);
+        pinned_unmap(p, size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *pp = p;
@@ -1378,6 +1669,7 @@ static CUresult free_host(void *p) {
     CUresult r = need_init();
     if (r) return r;
     if (!is_live_ctx(current)) return CUDA_ERROR_INVALID_CONTEXT;
+    if ((r = capture_gate(0, 0))) return r;
     for (size_t i = 0; i < pinned.len; i++)
         if (pinned.items[i].base == p) return release_region(&pinned, i, 0);
     return current->sticky ? current->sticky : CUDA_ERROR_INVALID_VALUE;
@@ -1425,6 +1717,7 @@ static CUresult check_protection(uintptr_t lo, uintptr_t hi, int read_only) {
 static CUresult host_register(void *p, size_t size, unsigned int flags) {
     CUresult r = need_ctx();
     if (r) return r;
+    if ((r = capture_gate(0, 0))) return r;
     register_calls++;
     if (!p || size == 0 || (flags & ~0xfu)) return CUDA_ERROR_INVALID_VALUE;
     /* Pinning costs time per byte on the real driver (faulting and mapping every page). */
@@ -1453,6 +1746,7 @@ static CUresult host_unregister(void *p) {
     CUresult r = need_init();
     if (r) return r;
     if (!is_live_ctx(current)) return CUDA_ERROR_INVALID_CONTEXT;
+    if ((r = capture_gate(0, 0))) return r;
     for (size_t i = 0; i < registrations.len; i++)
         if (registrations.items[i].base == p) return release_region(&registrations, i, 0);
     return current->sticky ? current->sticky : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
@@ -1466,6 +1760,7 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream hs, in
     if (r) return r;
     struct stand_in_stream *s = resolve_stream(async ? hs : NULL, &r);
     if (!s) return r;
+    if ((r = capture_gate(s->legacy, 0))) return r;
     if (n == 0) return CUDA_SUCCESS;
     unsigned char *d = device_range(dst, n);
     if (!d || !src) return CUDA_ERROR_INVALID_VALUE;
@@ -1485,6 +1780,7 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream hs, int asyn
     if (r) return r;
     struct stand_in_stream *s = resolve_stream(async ? hs : NULL, &r);
     if (!s) return r;
+    if ((r = capture_gate(s->legacy, 0))) return r;
     if (n == 0) return CUDA_SUCCESS;
     unsigned char *p = device_range(src, n);
     if (!p || !dst) return CUDA_ERROR_INVALID_VALUE;
@@ -1503,6 +1799,7 @@ static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream hs, in
     if (r) return r;
     struct stand_in_stream *s = resolve_stream(async ? hs : NULL, &r);
     if (!s) return r;
+    if ((r = capture_gate(s->legacy, 0))) return r;
     if (n == 0) return CUDA_SUCCESS;
     unsigned char *d = device_range(dst, n), *p = device_range(src, n);
     if (!d || !p) return CUDA_ERROR_INVALID_VALUE;
@@ -1521,6 +1818,7 @@ static CUresult memset_d8(CUdeviceptr dst, unsigned char value, size_t n, CUstre
     if (r) return r;
     struct stand_in_stream *s = resolve_stream(hs, &r);
     if (!s) return r;
+    if ((r = capture_gate(s->legacy, 0))) return r;
     if (n == 0) return CUDA_SUCCESS;
     unsigned char *d = device_range(dst, n);
     if (!d) return CUDA_ERROR_INVALID_VALUE;
@@ -1555,6 +1853,7 @@ static CUresult peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext
         if ((r = need_ctx())) return r;
         if (!(s = resolve_stream(hs, &r))) return r;
     }
+    if ((r = capture_gate(s->legacy, 0))) return r;
     if (n == 0) return CUDA_SUCCESS;
     if (device_of(dst, n) != dctx->device || device_of(src, n) != sctx->device) return CUDA_ERROR_INVALID_VALUE;
     unsigned char *d = device_range(dst, n), *p = device_range(src, n);
@@ -1578,6 +1877,7 @@ EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr s
 static CUresult stream_create(CUstream *ps, unsigned int flags) {
     CUresult r = need_ctx();
     if (r) return r;
+    if ((r = capture_gate(0, 0))) return r;
     if (!ps || (flags & ~CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
     CUstream s = calloc(1, sizeof *s);
     if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1600,6 +1900,7 @@ static CUresult stream_destroy(CUstream s) {
     if (i < 0) return CUDA_ERROR_INVALID_HANDLE;
     if (!is_live_ctx(current)) return CUDA_ERROR_INVALID_CONTEXT;
     if (s->ctx != current) return CUDA_ERROR_INVALID_CONTEXT;
+    if ((r = capture_gate(0, 0))) return r;
     streams[i] = streams[--n_streams];
     /* Like the driver, destroying a stream returns at once: work already queued still runs (when a
      * synchronisation needs it, or when memory it uses is freed), after which the stream is gone. */
@@ -1618,6 +1919,7 @@ static CUresult stream_sync(CUstream hs) {
     if (r) return r;
     struct stand_in_stream *s = resolve_stream(hs, &r);
     if (!s) return r;
+    if ((r = capture_gate(s->legacy, 0))) return r;
     spinning_waits++;
     owed_us += cfg.wakeup_us;
     if (cfg.deferred && s->legacy) {
@@ -1625,9 +1927,9 @@ static CUresult stream_sync(CUstream hs) {
          * work of every blocking stream (a marker queued like any legacy operation). */
         struct op *marker = new_op(OP_RECORD);
         enqueue(s, marker);
-        drain(s, marker->seq);
+        drain_sync(s, marker->seq);
     } else if (cfg.deferred && s->tail) {
-        drain(s, s->tail->seq);
+        drain_sync(s, s->tail->seq);
     }
     return sync_result(current);
 }
@@ -1636,6 +1938,7 @@ EXPORT CUresult cuStreamSynchronize(CUstream s) { LOCKED(stream_sync(s)); }
 static CUresult event_create(CUevent *pe, unsigned int flags) {
     CUresult r = need_ctx();
     if (r) return r;
+    if ((r = capture_gate(0, 0))) return r;
     if (!pe || (flags & ~0xfu)) return CUDA_ERROR_INVALID_VALUE;
     CUevent e = calloc(1, sizeof *e);
     if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1668,6 +1971,7 @@ static CUresult event_record(CUevent e, CUstream hs) {
     if ((r = current->sticky)) return r;
     struct stand_in_stream *s = resolve_stream(hs, &r);
     if (!s) return r;
+    if ((r = capture_gate(s->legacy, 0))) return r;
     if (e->ctx != current) return CUDA_ERROR_INVALID_HANDLE;
     if (fail_records) {
         fail_records--;
@@ -1691,12 +1995,13 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream s) { LOCKED(event_record(e, s)
 static CUresult event_query(CUevent e) {
     CUresult r = event_check(e);
     if (r) return r;
+    if ((r = capture_gate(0, 0))) return r;
     if (cfg.deferred && !event_pending(e)) return sync_result(e->ctx);
     if (e->pending_queries > 0) {
         e->pending_queries--;
         return CUDA_ERROR_NOT_READY;
     }
-    if (cfg.deferred) drain(e->stream, e->seq);
+    if (cfg.deferred) drain_sync(e->stream, e->seq);
     return sync_result(e->ctx);
 }
 EXPORT CUresult cuEventQuery(CUevent e) { LOCKED(event_query(e)); }
@@ -1704,10 +2009,11 @@ EXPORT CUresult cuEventQuery(CUevent e) { LOCKED(event_query(e)); }
 static CUresult event_sync(CUevent e) {
     CUresult r = event_check(e);
     if (r) return r;
+    if ((r = capture_gate(0, 0))) return r;
     if (!(e->flags & CU_EVENT_BLOCKING_SYNC)) spinning_waits++;
     if (event_pending(e) || !cfg.deferred) owed_us += cfg.wakeup_us; /* a blocked thread's wake-up */
     e->pending_queries = 0;
-    if (cfg.deferred && event_pending(e)) drain(e->stream, e->seq);
+    if (cfg.deferred && event_pending(e)) drain_sync(e->stream, e->seq);
     return sync_result(e->ctx);
 }
 EXPORT CUresult cuEventSynchronize(CUevent e) { LOCKED(event_sync(e)); }
@@ -1717,6 +2023,7 @@ static CUresult stream_wait_event(CUstream hs, CUevent e, unsigned int flags) {
     if (r) return r;
     struct stand_in_stream *s = resolve_stream(hs, &r);
     if (!s) return r;
+    if ((r = capture_gate(s->legacy, 0))) return r;
     if (!e || handles_find(events, n_events, e) < 0) return CUDA_ERROR_INVALID_HANDLE;
     if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
     stream_wait_events++;
@@ -1735,6 +2042,7 @@ static CUresult event_destroy(CUevent e) {
     CUresult r = need_init();
     if (r) return r;
     if (!is_live_ctx(current)) return CUDA_ERROR_INVALID_CONTEXT;
+    if ((r = capture_gate(0, 0))) return r;
     long i = e ? handles_find(events, n_events, e) : -1;
     if (i < 0) return CUDA_ERROR_INVALID_HANDLE;
     r = e->ctx->sticky;
@@ -1878,6 +2186,9 @@ QUERY(stand_in_foreign_ops_run, foreign_ops_run)
 QUERY(stand_in_poison_byte, cfg.poison_fresh ? POISON_BYTE : 0)
 QUERY(stand_in_records_on_legacy, records_legacy)
 QUERY(stand_in_records_on_per_thread, records_per_thread)
+QUERY(stand_in_capture_refusals, capture_refusals)
+QUERY(stand_in_capture_mode_exchanges, capture_mode_exchanges)
+QUERY(stand_in_capture_status_queries, capture_status_queries)
 
 /* Test controls (dlsym): the next n cuEventRecord calls fail with `code` (a non-sticky failure to record, e.g. on
  * a consumer's stream); the foreign framework (STAND_IN_FOREIGN=1) queues one more piece of its work on device

@@ -25,7 +25,7 @@ fn options(help: &str) -> Vec<(String, Option<String>)> {
             if !name.starts_with("--") || name == "--help" {
                 return None;
             }
-            let value = w.next().filter(|v| v.chars().all(|c| c.is_ascii_uppercase() || "=:".contains(c)));
+            let value = w.next().filter(|v| v.chars().all(|c| c.is_ascii_uppercase() || "=:[]@".contains(c)));
             Some((name.to_string(), value.map(str::to_string)))
         })
         .collect()
@@ -54,7 +54,7 @@ fn options_in_sources() -> BTreeSet<String> {
 fn help_lists_every_command_and_option() {
     let top = run_ok(&cli(), &["--help"], &[]);
     let cmds = commands(&top);
-    assert_eq!(cmds, ["devices", "inspect", "put", "plan", "load", "gather", "shard"], "{top}");
+    assert_eq!(cmds, ["devices", "inspect", "put", "plan", "load", "gather", "shard", "convert"], "{top}");
     let mut listed = BTreeSet::from(["--help".to_string(), "--version".to_string()]);
     for cmd in &cmds {
         let help = run_ok(&cli(), &[cmd, "--help"], &[]);
@@ -91,6 +91,7 @@ fn every_listed_option_is_accepted() {
                 "SPEC" => "cpu",
                 "A:B" => "0:1",
                 "PATTERN=TARGET" => "x=cpu",
+                "DTYPE[:SHAPE][@OFFSET]" => "U8",
                 _ => "1",
             });
             let mut args = vec![cmd.as_str(), name.as_str()];

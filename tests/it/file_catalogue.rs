@@ -195,7 +195,19 @@ fn metadata_bloat_over_the_cap_is_metadata_limit_exceeded() {
         let bloated = t.elapsed();
         std::fs::remove_file(&path).unwrap();
         eprintln!("metadata over the cap (debug build): {cap}+1 entries {at_cap:?}, 3M entries {bloated:?}");
-        assert!(bloated.as_secs_f64() < 5.0 * at_cap.as_secs_f64() + 1.0, "{bloated:?} vs {at_cap:?}");
+        // That the parse stops at the cap, without timing it: the same bloat with broken JSON after entry
+        // cap + 2 still says METADATA_LIMIT_EXCEEDED, so nothing past the cap was read.
+        let mut broken = many_metadata(3_000_000);
+        let key = format!(r#","{:x}":"#, cap + 2);
+        let at = broken.windows(key.len()).position(|w| w == key.as_bytes()).expect("the entry after the cap");
+        broken[at + key.len() - 1] = b'!'; // `"key"!""`: not JSON
+                                           // (The same break before the cap is a JSON error: the break is seen when the parser gets there.)
+        let mut early = many_metadata(100);
+        let key = r#","5":"#;
+        let at = early.windows(key.len()).position(|w| w == key.as_bytes()).unwrap();
+        early[at + key.len() - 1] = b'!';
+        assert_eq!(open_memory_and_walk(&early), Status::InvalidHeaderJson, "{}", last_error());
+        assert_eq!(open_memory_and_walk(&broken), Status::MetadataLimitExceeded, "{}", last_error());
         assert_eq!(handles(), hs);
     });
 }
@@ -213,9 +225,7 @@ fn row34_hundred_thousand_tensors_are_accepted_and_fast_to_look_up() {
     }
     let lookups = t.elapsed();
     eprintln!("100k tensors (debug build): open {open:?}, 14286 lookups {lookups:?}");
-    // Generous bounds for an unoptimised build on a slow machine; release numbers are in the notes.
-    assert!(open.as_secs_f64() < 10.0, "open took {open:?}");
-    assert!(lookups.as_secs_f64() < 2.0, "lookups took {lookups:?}");
+    // Times are printed, never asserted (the benchmarks measure them: BENCHMARKS.md).
 }
 
 #[test]

@@ -248,7 +248,8 @@ fn check_stream(device: Device) {
         if k == 2 {
             // The worker runs ahead while the consumer computes.
             let t = std::time::Instant::now();
-            while s.ready() < depth && t.elapsed() < std::time::Duration::from_secs(10) {
+            // Asynchronous: wait for it (2 minutes ends a hang; this is no speed test).
+            while s.ready() < depth && t.elapsed() < std::time::Duration::from_secs(120) {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
             assert_eq!(s.ready(), depth, "{depth} batches prefetched");
@@ -308,7 +309,8 @@ fn stream_errors_surface_in_order_and_drop_cancels() {
     drop(s.next_batch().unwrap().unwrap());
     let t = std::time::Instant::now();
     drop(s);
-    assert!(t.elapsed() < std::time::Duration::from_secs(5), "the worker was joined promptly");
+    // Run to its end, the stream would take many times this (200,000 batches); cancelled, it stops at once.
+    assert!(t.elapsed() < std::time::Duration::from_secs(60), "the worker was joined promptly");
     assert_eq!(g.lock().unwrap().held(), 1, "only the batch the consumer kept");
     drop(kept);
     assert_eq!(g.lock().unwrap().held(), 0);

@@ -42,7 +42,9 @@ fn go_binding_tests_pass_against_the_installed_library() {
         .expect("run go test");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "go test failed ({}):\n{text}", out.status);
-    for name in ["TestCensus", "TestOpenViewRead", "TestPutToCPU", "TestErrorsCarryStatusAndMessage"] {
+    for name in
+        ["TestCensus", "TestOpenViewRead", "TestPutToCPU", "TestErrorsCarryStatusAndMessage", "TestWriterRoundTrip"]
+    {
         assert!(text.contains(&format!("--- PASS: {name}")), "{name} did not run:\n{text}");
     }
     // The test binary used the installed library (pkg-config's flags name the prefix).

@@ -230,3 +230,134 @@ fn gpu_check_dry_run_passes_on_the_stand_in() {
     assert_eq!(check["outcome"], "passed", "{check}");
     assert!(check["checks"].as_array().unwrap().len() >= 20, "{check}");
 }
+
+/// The first GPU run's script (`bash benches/gpu/run.sh first`, issue 32) on the stand-in: builds the carry into
+/// its own folder, runs exactly the device's script in this test run's stand-in mode (immediate in the main pass,
+/// deferred in the deferred pass) with `knobs` added, and returns (output, the out folder, the carry folder).
+fn first_run_dry(name: &str, knobs: &[(&str, &str)]) -> (std::process::Output, std::path::PathBuf, std::path::PathBuf) {
+    let base = root().join("target/gpu-dry-run");
+    let (out, carry, data) =
+        (base.join(format!("{name}-out")), base.join(format!("{name}-carry")), base.join(format!("{name}-data")));
+    let _ = std::fs::remove_dir_all(&out);
+    let mut cmd = Command::new("bash");
+    cmd.current_dir(root())
+        .args(["benches/gpu/run.sh", "--dry-run", "first", "--out"])
+        .arg(&out)
+        .arg("--data")
+        .arg(&data)
+        .env("HOSTFIRST_GPU_CARRY", &carry);
+    for (k, v) in knobs {
+        cmd.env(k, v);
+    }
+    (cmd.output().expect("bash"), out, carry)
+}
+
+/// The device call the README gives: (command, timeout_s), read from benches/gpu/README.md.
+fn readme_device_call() -> (String, u64) {
+    let text = std::fs::read_to_string(root().join("benches/gpu/README.md")).unwrap();
+    let field = |k: &str| {
+        let line = text.lines().find(|l| l.starts_with(k)).unwrap_or_else(|| panic!("the README gives no '{k}'"));
+        line[k.len()..].trim().to_string()
+    };
+    assert_eq!(field("carry:"), r#"[".gpu-carry"]"#);
+    (field("command:"), field("timeout_s:").parse().unwrap())
+}
+
+/// The first GPU run, dry: every check passes on the stand-in in this pass's mode (the test command runs it in both),
+/// the call and each step stay within their time limits, what travels is at most 16 MiB (stripped, checksummed
+/// carry), the result files are the documented ones, and the README's device call is this script within the
+/// 7 minutes a first call may take.
+#[test]
+fn first_gpu_run_dry_run_passes_on_the_stand_in_within_its_budget() {
+    let (cmd, timeout) = readme_device_call();
+    assert_eq!(cmd, "bash benches/gpu/run.sh first --out $OUT 2>&1");
+    let src = std::fs::read_to_string(root().join("benches/gpu/first.py")).unwrap();
+    let budget: f64 =
+        src.split("opt(\"--budget\", \"").nth(1).and_then(|s| s.split('"').next()).unwrap().parse().unwrap();
+    assert!(
+        budget <= 420.0 && budget + 30.0 <= timeout as f64 && timeout <= 480,
+        "budget {budget}, timeout_s {timeout}"
+    );
+
+    let (o, out, carry) = first_run_dry("first_pass", &[]);
+    let (so, se) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "the dry run failed ({}):\n{so}\n{se}", o.status);
+    assert!(so.contains("ALL CHECKS PASSED (speed measured)") && !so.contains("CHECK FAILED"), "{so}");
+    // What travels, checked by the build before any device is asked.
+    let line = so.lines().find(|l| l.starts_with("what travels")).unwrap_or_else(|| panic!("{so}"));
+    let travels: u64 = line.split("): ").nth(1).and_then(|s| s.split(' ').next()).unwrap().parse().unwrap();
+    assert!(travels <= 16 << 20, "{line}");
+    let manifest = std::fs::read_to_string(carry.join("manifest")).unwrap();
+    for (file, key) in [("hostfirst-bench", "sha256="), ("libhostfirst.so", "lib_sha256=")] {
+        let size = std::fs::metadata(carry.join(file)).unwrap().len();
+        assert!(size < 8 << 20, "{file} is stripped: {size} B");
+        let sha = String::from_utf8(Command::new("sha256sum").arg(carry.join(file)).output().unwrap().stdout).unwrap();
+        assert!(manifest.contains(&format!("{key}{}", sha.split_whitespace().next().unwrap())), "{manifest}");
+    }
+    assert!(manifest.contains(&format!("travels_bytes={travels}")), "{manifest}");
+    // The result files: the documented names, at most 8.
+    let mut files: Vec<String> =
+        std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    files.sort();
+    assert_eq!(files, ["gpu-first.json", "gpu-first.log", "summary.txt"], "memcheck's log only where it ran");
+    let v = json(&std::fs::read_to_string(out.join("gpu-first.json")).unwrap());
+    let m = &v["machine"];
+    assert_eq!(m["stand_in"], true);
+    assert_eq!(m["stand_in_mode"], if stand_in_deferred() { "deferred" } else { "immediate" });
+    let wall = m["wall_s"].as_f64().unwrap();
+    assert!(wall <= m["budget_s"].as_f64().unwrap() && wall <= 150.0, "the call took {wall} s");
+    let recs = v["records"].as_array().unwrap();
+    for r in recs {
+        assert!(r.get("failed").is_none(), "{r}");
+        let skipped = r["skipped"].as_str().unwrap_or("");
+        assert!(!skipped.contains("time budget"), "{r}");
+    }
+    let find = |op: &str| recs.iter().filter(|r| r["op"] == op).collect::<Vec<_>>();
+    let check = find("gpu-check");
+    assert_eq!(check.len(), 1);
+    assert_eq!(check[0]["outcome"], "passed", "{}", check[0]);
+    let names: Vec<&str> = check[0]["checks"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    for n in
+        ["put-resident-67108867", "gather-consumers-on-other-streams", "release-during-graph-capture", "forked-child"]
+    {
+        assert!(names.contains(&n), "{names:?}");
+    }
+    let load = find("gpu-load-check");
+    assert_eq!(load[0]["outcome"], "passed", "{}", load[0]);
+    assert_eq!(load[0]["tensors"], 4096);
+    assert_eq!(find("gpu-census").len(), 4);
+    assert!(find("gpu-census").iter().skip(1).all(|r| r["ok"] == true));
+    let puts = find("gpu-put");
+    assert_eq!(
+        puts.iter().map(|r| r["impl"].as_str().unwrap()).collect::<Vec<_>>(),
+        ["hostfirst-put-ring", "hostfirst-put-resident"]
+    );
+    assert!(puts.iter().all(|r| r["verified"] == true), "{puts:?}");
+    assert_eq!(find("sanitizer")[0]["skipped"], "stand-in driver");
+    let summary = std::fs::read_to_string(out.join("summary.txt")).unwrap();
+    assert!(summary.contains("PASS  gpu-load-check") && summary.contains("ALL CHECKS PASSED"), "{summary}");
+}
+
+/// A forced failure (`STAND_IN_FAIL_ALLOC=1`: every process's first `cuMemAlloc` fails) stops the first GPU run
+/// before its speed part: the call exits 1 with a `CHECK FAILED` block naming what failed, no speed is measured,
+/// and the summary says so.
+#[test]
+fn first_gpu_run_stops_before_speed_when_a_check_fails_on_the_stand_in() {
+    let (o, out, _) = first_run_dry("first_fail", &[("STAND_IN_FAIL_ALLOC", "1")]);
+    let (so, se) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "{so}\n{se}");
+    let block = so.split("CHECK FAILED:\n").nth(1).unwrap_or_else(|| panic!("no CHECK FAILED block: {so}"));
+    assert!(block.starts_with("  gpu-check: put-ring-1: OutOfMemory"), "{block}");
+    assert!(!so.contains("[speed"), "no speed step ran: {so}");
+    let v = json(&std::fs::read_to_string(out.join("gpu-first.json")).unwrap());
+    let recs = v["records"].as_array().unwrap();
+    assert!(recs.iter().all(|r| r["op"] != "gpu-put"), "no speed record");
+    let speed = recs.iter().find(|r| r["op"] == "speed").expect("the speed part's record");
+    assert!(speed["skipped"].as_str().unwrap().starts_with("a check failed"), "{speed}");
+    let summary = std::fs::read_to_string(out.join("summary.txt")).unwrap();
+    assert!(
+        summary.contains("FAIL  gpu-check") && summary.contains("SKIP  speed: skipped: a check failed"),
+        "{summary}"
+    );
+    assert!(summary.contains("CHECK FAILED:") && summary.contains("What to do"), "{summary}");
+}

@@ -67,15 +67,17 @@ No handles; nothing to free.",
     Section {
         title: "FILES AND VIEWS",
         life_cycle: "\
-Open a safetensors file, a multi-file set (*.safetensors.index.json) or bytes in memory with hostfirst_file_open(),
-_open_index() or _open_memory(); release it with hostfirst_file_free(). A file is immutable once open: its
+Open a safetensors file, a multi-file set (*.safetensors.index.json), a NumPy .npy file, an llm.c token shard or
+a Megatron indexed dataset with hostfirst_file_open() (recognised by content; _open_format() insists on one
+hostfirst_format), a headerless raw file with _open_raw() (dtype, shape, offset), or bytes in memory with
+_open_memory(); release it with hostfirst_file_free(). A file is immutable once open: its
 tensor names, metadata and path (strings owned by the file, valid until it is freed) may be read from many
 threads at once. hostfirst_file_view() / hostfirst_file_view_at() give a hostfirst_view: a read-only, zero-copy
 window on one tensor in the file's mapping; slice or narrow it into further views, describe it, copy or read its
 bytes into memory you own. Free every view with hostfirst_view_free(); a view keeps its file's mapping alive, so
 freeing the file first is safe, and a view never changes under you, even when the file is rewritten on disk.
 Element types are hostfirst_dtype values (names and sizes from hostfirst_dtype_name() / _bits()).",
-        rules: &["file", "view", "dtype", "max"],
+        rules: &["file", "view", "dtype", "max", "format"],
     },
     Section {
         title: "BUFFERS AND PUTS",
@@ -138,6 +140,20 @@ hostfirst_shard_run_options, from hostfirst_shard_run_options_init()), whose buf
 hostfirst_shard_result_get() and free yourself. Each object has its own _free; rules keep what they need of
 the mesh (free it right after), and buffers taken from a result stay valid after the result is freed.",
         rules: &["shard"],
+    },
+    Section {
+        title: "WRITING SAFETENSORS FILES",
+        life_cycle: "\
+A hostfirst_writer writes one safetensors file (or a Hugging Face set of part files and an index): open it on a
+path with hostfirst_writer_open() (options from hostfirst_writer_options_init()) or on a descriptor with
+hostfirst_writer_open_fd(), declare every tensor with where its bytes are (a view, a buffer on any device, or
+host memory you keep alive until finish), set the metadata, then hostfirst_writer_finish() once; free it with
+hostfirst_writer_free(). Nothing is written before finish, and finish never leaves a half-written file: it
+writes a temporary file beside the target and renames it over the target when complete. The writer keeps the
+views and buffers it was given alive until finish returns; strings it hands out (part paths, the index path in
+hostfirst_writer_info) stay valid until it is freed. With several ranks (world > 1) finish is collective and
+calls your hostfirst_agree_fn between its steps.",
+        rules: &["writer", "agree"],
     },
     Section {
         title: "TEST HOOKS",
@@ -608,5 +624,8 @@ fn header_enum_values_are_the_core_enums() {
     }
     for s in DefaultSource::VARIANTS {
         has(format!("HOSTFIRST_DEFAULT_SOURCE_{}", s.name().to_uppercase().replace('-', "_")), *s as i64);
+    }
+    for f in hostfirst::file::Format::VARIANTS {
+        has(format!("HOSTFIRST_FORMAT_{}", f.name()), *f as i64);
     }
 }

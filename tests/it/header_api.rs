@@ -339,9 +339,15 @@ fn every_name_function_spells_the_constant_suffix() {
     assert_eq!(name(hostfirst_status_name(9999)), "UNKNOWN");
     assert_eq!(name(hostfirst_dtype_name(9999)), "UNKNOWN");
     assert_eq!(name(hostfirst_backend_status_name(9999)), "UNKNOWN");
+    for f in hostfirst::file::Format::VARIANTS {
+        let n = name(hostfirst_format_name(*f as u32));
+        assert!(is_constant("HOSTFIRST_FORMAT_", &n, *f as u32), "format {} named {n}", *f as u32);
+        checked += 1;
+    }
     assert_eq!(name(hostfirst_default_source_name(9999)), "UNKNOWN");
+    assert_eq!(name(hostfirst_format_name(9999)), "UNKNOWN");
     assert!(checked > 40);
-    // Every *_name function of the header returning a string is one of the four checked here.
+    // Every *_name function of the header returning a string is one of the five checked here.
     let names: Vec<&String> = api
         .functions
         .iter()
@@ -354,8 +360,35 @@ fn every_name_function_spells_the_constant_suffix() {
             "hostfirst_backend_status_name",
             "hostfirst_default_source_name",
             "hostfirst_dtype_name",
+            "hostfirst_format_name",
             "hostfirst_status_name"
         ],
         "a new *_name function: spell it as the others and check it here"
     );
+}
+
+/// JSON nested in a tensor entry's unknown field: hostfirst refuses it exactly when the reference crate does
+/// (serde_json's recursion limit: "recursion limit exceeded"), at every depth around the limit and far past
+/// it (50,000 levels, which hostfirst used to accept), as `INVALID_HEADER_JSON` naming the limit.
+#[test]
+fn nesting_in_an_unknown_field_is_refused_where_the_reference_refuses_it() {
+    for depth in (120..=132).chain([1, 50_000]) {
+        let nested = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let header = format!(r#"{{"t":{{"dtype":"U8","shape":[1],"data_offsets":[0,1],"extra":{nested}}}}}"#);
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.push(7);
+        let reference = safetensors::SafeTensors::read_metadata(&bytes).map(|_| ()).map_err(|e| e.to_string());
+        let ours = hostfirst::TensorFile::from_bytes(bytes.clone());
+        assert_eq!(
+            ours.is_ok(),
+            reference.is_ok(),
+            "depth {depth}: reference {reference:?}, hostfirst {:?}",
+            ours.as_ref().err()
+        );
+        if let Err(e) = ours {
+            assert_eq!(e.status(), hostfirst::Status::InvalidHeaderJson, "depth {depth}: {}", e.message());
+            assert!(e.message().contains("nested"), "depth {depth}: {}", e.message());
+        }
+    }
 }

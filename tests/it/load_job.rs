@@ -381,3 +381,98 @@ fn assert_described_as_placed(loaded: &hostfirst::place::Loaded, n: usize) {
         }
     }
 }
+
+/// The fault sweep of a CUDA load: six 1 MiB tensors to cuda:0, a copy failing once `STAND_IN_FAIL_COPY_AFTER`
+/// bytes have been copied, with a sticky (`CUDA_ERROR_ILLEGAL_ADDRESS`) or a non-sticky
+/// (`CUDA_ERROR_INVALID_VALUE`) error, in both stand-in modes, deferred over seeds 1-5 and with errors
+/// reported before their copy has ended (`STAND_IN_EARLY_ERROR`). Every fault point lies
+/// inside the load's bytes, so the load must fail with `DEVICE_ERROR` naming the driver's error, and once it
+/// has, nothing it allocated is live (device memory, staging slabs, streams, events, queued work). Should a
+/// load report success, every tensor is read back and compared; a read-back that fails fails the test too.
+#[test]
+fn cuda_load_fault_sweep_never_reports_success_and_never_leaks() {
+    const MIB: usize = 1 << 20;
+    const TEST: &str = concat!(module_path!(), "::cuda_load_fault_sweep_never_reports_success_and_never_leaks");
+    if std::env::var(STAND_IN_CHILD).is_ok() {
+        in_stand_in_child(TEST, &[], || {
+            let (path, want) = write_many("sweep.safetensors", 6, |_| MIB / 4, false);
+            let f = TensorFile::open(&path).unwrap();
+            let plan = Plan::make(&f, &Rules::parse(["*=cuda:0"]).unwrap()).unwrap();
+            let code = std::env::var("STAND_IN_COPY_ERROR").unwrap();
+            let case = format!(
+                "fault after {} bytes, {code}, deferred={}, seed={}",
+                std::env::var("STAND_IN_FAIL_COPY_AFTER").unwrap(),
+                std::env::var("STAND_IN_DEFERRED").unwrap(),
+                std::env::var("STAND_IN_SEED").unwrap_or_default()
+            );
+            match load(&f, &plan, None) {
+                Ok(loaded) => {
+                    let mut wrong = Vec::new();
+                    for i in 0..want.len() {
+                        let (name, p) = loaded.at(i).unwrap();
+                        let Placed::Buffer(b) = p else { panic!("{name} is not a buffer") };
+                        let mut back = vec![0u8; MIB];
+                        match b.lock().unwrap().copy_to_host(&mut back) {
+                            Ok(()) => {
+                                let k = name[1..].parse::<usize>().unwrap();
+                                let differ = back.iter().zip(&want[k]).filter(|(a, b)| a != b).count();
+                                if differ > 0 {
+                                    wrong.push(format!("{name}: {differ} of {MIB} bytes differ"));
+                                }
+                            }
+                            Err(e) => wrong.push(format!("{name}: read-back failed: {}", e.message())),
+                        }
+                    }
+                    panic!("{case}: the load reported success; {}", wrong.join("; "));
+                }
+                Err(e) => {
+                    assert_eq!(e.status(), Status::DeviceError, "{case}: {}", e.message());
+                    assert!(e.message().contains(&code), "{case}: {}", e.message());
+                }
+            }
+            drop(f);
+            assert_nothing_live();
+        });
+        return;
+    }
+    if stand_in_deferred() {
+        return; // each case sets the stand-in's mode itself: the suite's deferred pass adds nothing
+    }
+    let (mut cases, mut failed) = (0, Vec::new());
+    for code in ["CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_INVALID_VALUE"] {
+        for fault in [1, MIB, 3 * MIB + 777, 6 * MIB - 1] {
+            let fault = fault.to_string();
+            // (deferred, seed, errors reported before their copy ends: STAND_IN_EARLY_ERROR)
+            let modes = [
+                ("0", "", "0"),
+                ("1", "1", "0"),
+                ("1", "2", "0"),
+                ("1", "3", "0"),
+                ("1", "4", "0"),
+                ("1", "5", "0"),
+                ("1", "1", "1"),
+                ("1", "2", "1"),
+            ];
+            for (deferred, seed, early) in modes {
+                let knobs = [
+                    ("STAND_IN_DEFERRED", Some(deferred)),
+                    ("STAND_IN_SEED", (!seed.is_empty()).then_some(seed)),
+                    ("STAND_IN_EARLY_ERROR", Some(early)),
+                    ("STAND_IN_FAIL_COPY_AFTER", Some(fault.as_str())),
+                    ("STAND_IN_COPY_ERROR", Some(code)),
+                ];
+                cases += 1;
+                let r = std::panic::catch_unwind(|| in_stand_in_child(TEST, &knobs, || unreachable!()));
+                if r.is_err() {
+                    failed.push(format!("{knobs:?}"));
+                }
+            }
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {cases} fault cases failed (each child's output is above):\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+}

@@ -594,3 +594,41 @@ fn resident_falls_back_to_staging_without_read_only_registration() {
         },
     );
 }
+
+/// A synchronous copy from page-locked memory (`buffer_to` from cuda_host, through
+/// `DeviceMemory::copy_from_host`) whose error the driver reports before the copy has ended
+/// (`STAND_IN_EARLY_ERROR`: the rest of the DMA still reads the source): the copy fails, and by the time it
+/// has returned nothing still reads the caller's source or writes the new buffer — it synchronised again
+/// until the copy had ended (it used to return at the first error, with the rest of the copy queued).
+#[test]
+fn a_copy_whose_error_is_reported_before_it_ends_is_waited_for() {
+    in_stand_in_child(
+        concat!(module_path!(), "::a_copy_whose_error_is_reported_before_it_ends_is_waited_for"),
+        &[
+            ("STAND_IN_DEFERRED", Some("1")),
+            ("STAND_IN_EARLY_ERROR", Some("1")),
+            ("STAND_IN_FAIL_COPY_AFTER", Some("100000")),
+            ("STAND_IN_COPY_ERROR", Some("CUDA_ERROR_INVALID_VALUE")),
+        ],
+        || {
+            let n = 700_001;
+            let (img, _) = image(n);
+            let f = TensorFile::from_bytes(img).unwrap();
+            let host = put(&f.view("t").unwrap(), Target::Device(Device::CUDA_HOST), PutOptions::default()).unwrap();
+            let waits = stand_in_query("stand_in_implicit_syncs");
+            let e = buffer_to(&host, Target::Device(Device::cuda(0))).unwrap_err();
+            assert_eq!(e.status(), Status::DeviceError);
+            assert!(e.message().contains("CUDA_ERROR_INVALID_VALUE"), "{}", e.message());
+            // Freeing the failed call's new buffer waits for queued work that uses it (as the driver's free
+            // does): it must have found none.
+            assert_eq!(
+                stand_in_query("stand_in_implicit_syncs"),
+                waits,
+                "the failed copy was still running when its destination was freed"
+            );
+            assert_eq!(stand_in_query("stand_in_queued_ops"), 0);
+            drop(host);
+            assert_nothing_live();
+        },
+    );
+}

@@ -6,16 +6,19 @@
     hostfirst.default_device()            # DefaultDevice(device=Device('cuda:0'), source='built_in', depth=0)
     with hostfirst.default_device("cpu"):
         ...
-    f = hostfirst.open("tokens.safetensors")  # header only; data mapped read-only
+    f = hostfirst.open("tokens.safetensors")  # header only; data mapped read-only; .npy, llm.c, Megatron too
+    hostfirst.open_raw("train.bin", "uint16")["data"]   # nanoGPT's headerless token file
     t = f["tokens"]; t.dtype, t.shape         # dtype('uint16'); zero-copy view; t[0:1024], t[:, 64:128] views
     np.asarray(t)                             # zero-copy, read-only (bf16/fp8 via ml_dtypes); np.from_dlpack too
-    with hostfirst.safe_open(path, framework="numpy") as f:   # safetensors' API: keys, get_tensor, get_slice
+    with hostfirst.safe_open(path, framework="numpy") as f:   # safetensors 0.8's read API, owned arrays
         f.get_slice("w")[:, 10:20]
 
     t.to("cuda:0")                            # Buffer on the device, fit-checked; __dlpack__ for torch/jax/cupy
     hostfirst.load(path, rules={"tokens": "cpu"})              # unmatched tensors stay on the host (default="host")
     hostfirst.jax.load_file(path, rules={"tokens": "host"})    # the rest on the default device: jax.Arrays
-    hostfirst.numpy.load_file(path)           # the drop-in for safetensors.numpy.load_file (zero-copy)
+    hostfirst.numpy.load_file(path)           # the drop-in for safetensors.numpy.load_file (owned arrays;
+                                              # zero_copy=True: the mapping, SIGBUS if the file is truncated)
+    hostfirst.numpy.save_file(arrays, path)   # and for save_file: no copy of the arrays, never a half-written file
     hostfirst.load_shards(path, mesh={"x": 2, "y": 4}, rules=[("*.weight", ("x", "y"))], owned={5: "cpu"})
 
     t.prefault()                              # once, before a training loop gathers from t
@@ -44,13 +47,22 @@ from ._devices import (
     set_default_device,
     strict,
 )
-from ._tensors import Buffer, File, View, load, open, rule_pairs  # noqa: A004
+from ._tensors import Buffer, File, View, load, open, open_raw, rule_pairs  # noqa: A004
 from ._gather import Gather, OffsetStream
 from ._shard import Shard, load_shards
 from ._safe_open import safe_open
-from ._errors import *  # noqa: F401,F403 - one exception class per status
-from ._errors import Error, FormatError, HostfirstError, MissingFileError, OutOfMemoryError, UnmatchedRuleWarning
-from ._errors import __all__ as _errors_all
+from ._save import Writer
+from ._errors import (  # one exception class per status (see hostfirst._errors for the builtin each also is)
+    AlreadyUsedError, BufferTooSmallError, BusyError, CancelledError, DeviceErrorError, DuplicateTensorError,
+    Error, FormatError, HeaderTooLargeError, HeaderTooSmallError, HostfirstError, ImplicitPlacementError,
+    IncompleteBufferError, InternalError, InvalidArgumentError, InvalidHandleError, InvalidHeaderJsonError,
+    InvalidHeaderLengthError, InvalidHeaderUtf8Error, InvalidIndexError, InvalidOffsetError, IoError,
+    LimitExceededError, MetadataLimitExceededError, MisalignedSliceError, MissingFileError, NoSuchDeviceError,
+    NotFoundError, NotReadyError, NotSafetensorsError, NullArgumentError, OutOfMemoryError, OutOfRangeError,
+    PanicError, ScopeMismatchError, TensorInvalidInfoError, TruncatedError, UnavailableError, UnmatchedRuleError,
+    UnmatchedRuleWarning, UnsupportedError, ValidationOverflowError, OtherFormatError, UnsupportedDtypeError,
+    InvalidHeaderError, UnsupportedVersionError, UnsupportedLayoutError, NoSpaceError, PermissionDeniedError,
+)
 from . import numpy  # noqa: E402 - hostfirst.numpy.load_file, after the names it uses
 
 __version__ = native.hostfirst_version().decode()
@@ -69,15 +81,29 @@ def read_engine() -> str:
     return buf.value.decode()
 
 
-library_path = native._hostfirst_path
+#: The path of the libhostfirst this package loaded (the one bundled in the wheel, or HOSTFIRST_LIBRARY's).
+library_path: str = str(native._hostfirst_path)
 
-# `from hostfirst import *`: everything above but `open`, which would shadow the builtin (hostfirst.open stays).
+# The public names, as a literal list (type checkers read it: `mypy --strict` sees every name exported), and
+# what pydoc documents. `open` is among them, as `os`, `io` and `gzip` list theirs: `from hostfirst import *`
+# shadows the builtin open, so import the module (`import hostfirst`) rather than its names.
 __all__ = [
-    "Backend", "Buffer", "CarriedScope", "DefaultDevice", "Device", "DeviceInfo", "Error", "File", "FormatError",
-    "Gather", "HostfirstError", "MissingFileError", "OffsetStream", "OutOfMemoryError", "Shard", "View",
-    "UnmatchedRuleWarning", "backends", "capture_scope", "default_device", "devices", "handle_count", "load",
-    "load_shards", "resolve_target", "rule_pairs", "safe_open", "set_default_device", "strict",
-] + [n for n in _errors_all if n not in ("Error", "HostfirstError", "FormatError", "MissingFileError")]
+    "Backend", "Buffer", "CarriedScope", "DefaultDevice", "Device", "DeviceInfo", "File", "Gather", "OffsetStream",
+    "Shard", "View", "Writer", "backends", "capture_scope", "default_device", "devices", "handle_count", "library_path",
+    "load", "load_shards", "open", "open_raw", "read_engine", "resolve_target", "rule_pairs", "safe_open",
+    "set_default_device", "strict", "AlreadyUsedError", "BufferTooSmallError", "BusyError", "CancelledError",
+    "DeviceErrorError", "DuplicateTensorError", "Error", "FormatError", "HeaderTooLargeError",
+    "HeaderTooSmallError", "HostfirstError", "ImplicitPlacementError", "IncompleteBufferError", "InternalError",
+    "InvalidArgumentError", "InvalidHandleError", "InvalidHeaderJsonError", "InvalidHeaderLengthError",
+    "InvalidHeaderUtf8Error", "InvalidIndexError", "InvalidOffsetError", "IoError", "LimitExceededError",
+    "MetadataLimitExceededError", "MisalignedSliceError", "MissingFileError", "NoSuchDeviceError", "NotFoundError",
+    "NotReadyError", "NotSafetensorsError", "NullArgumentError", "OtherFormatError", "OutOfMemoryError",
+    "OutOfRangeError",
+    "PanicError", "ScopeMismatchError", "TensorInvalidInfoError", "TruncatedError", "UnavailableError",
+    "UnmatchedRuleError", "UnmatchedRuleWarning", "UnsupportedDtypeError", "UnsupportedError",
+    "UnsupportedLayoutError", "UnsupportedVersionError", "ValidationOverflowError", "InvalidHeaderError",
+    "NoSpaceError", "PermissionDeniedError",
+]
 
 if "jax" in _sys.modules:  # JAX already imported: register View and Buffer with it now (see hostfirst.jax)
     from . import jax as _jax  # noqa: F401

@@ -328,6 +328,36 @@ class ShardInfo(_Mirror):
     ]
 
 
+class WriterOptions(_Mirror):
+    _c_name_ = "hostfirst_writer_options"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("max_part_bytes", ctypes.c_uint64),
+        ("no_sync", ctypes.c_int32),
+        ("threads", ctypes.c_uint32),
+        ("queue_depth", ctypes.c_uint32),
+        ("chunk_bytes", ctypes.c_uint64),
+        ("staging_bytes", ctypes.c_uint64),
+        ("rank", ctypes.c_uint32),
+        ("world", ctypes.c_uint32),
+        ("agree", ctypes.c_void_p),  # hostfirst_agree_fn
+        ("progress", ctypes.c_void_p),  # hostfirst_progress_fn
+        ("user", ctypes.c_void_p),
+    ]
+
+
+class WriterInfo(_Mirror):
+    _c_name_ = "hostfirst_writer_info"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("parts", ctypes.c_uint64),
+        ("file_bytes", ctypes.c_uint64),
+        ("written", ctypes.c_uint64),
+        ("tensors", ctypes.c_uint64),
+        ("index", ctypes.c_char_p),
+    ]
+
+
 MIRRORS = [c for c in list(globals().values()) if isinstance(c, type) and issubclass(c, _Mirror) and c._c_name_]
 
 # ---- the one table of C signatures: name -> (restype, argtypes) -------------------------------------------
@@ -379,6 +409,11 @@ SIGNATURES = {
     "hostfirst_dtype_from_name": (c_status, [_str, P(_u32)]),
     # files and views
     "hostfirst_file_open": (c_status, [_str, _ph]),
+    "hostfirst_file_open_format": (c_status, [_str, _u32, _ph]),
+    "hostfirst_file_open_raw": (c_status, [_str, _u32, P(_u64), _size, _u64, _str, _ph]),
+    "hostfirst_file_format": (c_status, [_h, P(_u32)]),
+    "hostfirst_format_name": (_str, [_u32]),
+    "hostfirst_file_sequence_spans": (c_status, [_h, P(_u64), _size, P(_u64), P(_u64)]),
     
     "hostfirst_file_open_memory": (c_status, [ctypes.c_void_p, _size, _ph]),
     "hostfirst_file_free": (c_status, [_h]),
@@ -443,6 +478,7 @@ SIGNATURES = {
     "hostfirst_gather_new": (c_status, [Device, _u32, _u64, _u64, _ph]),
     "hostfirst_gather_run": (c_status, [_h, _h, P(_u64), _size, _ph]),
     "hostfirst_gather_run_from_buffer": (c_status, [_h, _h, P(_u64), _size, _ph]),
+    "hostfirst_gather_run_sequences": (c_status, [_h, _h, P(_u64), _size, _u64, P(_u64), _ph]),
     "hostfirst_gather_batch": (c_status, [_h, _ph]),
     "hostfirst_gather_set_ring_bound": (c_status, [_h, _size]),
     "hostfirst_gather_ring": (c_status, [_h, P(_size), P(_size), P(_size)]),
@@ -478,4 +514,19 @@ SIGNATURES = {
     "hostfirst_shard_result_bytes_read": (c_status, [_h, P(_u64)]),
     "hostfirst_shard_result_get": (c_status, [_h, _size, _ph, P(_u64)]),
     "hostfirst_shard_result_free": (c_status, [_h]),
+    # the writer
+    "hostfirst_writer_options_init": (c_status, [P(WriterOptions), _size]),
+    "hostfirst_writer_open": (c_status, [_str, P(WriterOptions), _ph]),
+    "hostfirst_writer_open_fd": (c_status, [_i32, P(WriterOptions), _ph]),
+    "hostfirst_writer_add_view": (c_status, [_h, _str, _h]),
+    "hostfirst_writer_add_buffer": (c_status, [_h, _str, _h]),
+    "hostfirst_writer_add_host": (c_status, [_h, _str, _u32, P(_u64), _size, ctypes.c_void_p, _size]),
+    "hostfirst_writer_declare": (c_status, [_h, _str, _u32, P(_u64), _size]),
+    "hostfirst_writer_add_piece_host": (c_status, [_h, _str, P(_u64), P(_u64), _size, ctypes.c_void_p, _size]),
+    "hostfirst_writer_add_piece_buffer": (c_status, [_h, _str, P(_u64), _size, _h]),
+    "hostfirst_writer_add_piece_view": (c_status, [_h, _str, P(_u64), _size, _h]),
+    "hostfirst_writer_set_metadata": (c_status, [_h, P(_str), P(_str), _size]),
+    "hostfirst_writer_finish": (c_status, [_h, P(WriterInfo)]),
+    "hostfirst_writer_part_path": (c_status, [_h, _size, P(_str)]),
+    "hostfirst_writer_free": (c_status, [_h]),
 }

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections import namedtuple
-from typing import Union
+from typing import NamedTuple, Tuple, Union
 
 from . import _abi
 from ._errors import STATUS, HostfirstError, MissingFileError, OutOfMemoryError, error_for
@@ -22,7 +21,18 @@ KIND_NAMES = {
     _abi.HOSTFIRST_DEVICE_CUDA_HOST: "cuda_host",
 }
 
-DeviceInfo = namedtuple("DeviceInfo", "name total_memory uuid pci_bus_id compute_capability multiprocessor_count")
+
+class DeviceInfo(NamedTuple):
+    """What `Device.info()` reports: the device's name, total memory in bytes, UUID, PCI bus id, compute
+    capability (major, minor) and multiprocessor count (hostfirst_device_describe)."""
+
+    name: str
+    total_memory: int
+    uuid: str
+    pci_bus_id: str
+    compute_capability: Tuple[int, int]
+    multiprocessor_count: int
+
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 

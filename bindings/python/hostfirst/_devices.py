@@ -4,19 +4,29 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections import namedtuple
-from typing import List, Union, overload
+from typing import List, NamedTuple, Union, overload
 
 from . import _abi
 from ._core import Device, as_device, c_string, check, text
 from ._lib import lib
 
-Backend = namedtuple("Backend", "name status reason driver_version device_count")
-Backend.__doc__ = "One backend of the census: status is 'available' or why not ('library_not_found', ...)."
-DefaultDevice = namedtuple("DefaultDevice", "device source depth")
-DefaultDevice.__doc__ = (
-    "The effective default device, where it came from ('scope', 'process', 'env', 'built_in') and the scope depth."
-)
+class Backend(NamedTuple):
+    """One backend of the census: status is 'available' or why not ('library_not_found', ...)."""
+
+    name: str
+    status: str
+    reason: str
+    driver_version: str
+    device_count: int
+
+
+class DefaultDevice(NamedTuple):
+    """The effective default device, where it came from ('scope', 'process', 'env', 'built_in') and the scope
+    depth."""
+
+    device: Device
+    source: str
+    depth: int
 
 
 def backends() -> List[Backend]:
@@ -107,7 +117,7 @@ class CarriedScope:
     def device(self) -> Device:
         return Device._from_c(self._c.device)
 
-    def __enter__(self):
+    def __enter__(self) -> Device:
         tok = ctypes.c_uint64()
         check(lib.hostfirst_scope_enter(ctypes.byref(self._c), ctypes.byref(tok)))
         self._tokens.__dict__.setdefault("stack", []).append(tok.value)
@@ -118,6 +128,15 @@ class CarriedScope:
 
 
 def capture_scope() -> CarriedScope:
+    """The calling thread's default device and strict flag, captured now, for a worker thread to enter:
+
+        carried = hostfirst.capture_scope()
+        def work():
+            with carried:               # the worker places where its creator would have
+                hostfirst.load(path, rules={"*": "default"})
+        threading.Thread(target=work).start()
+
+    (hostfirst_scope_capture / hostfirst_scope_enter / hostfirst_scope_leave in the C header)."""
     return CarriedScope()
 
 
@@ -128,7 +147,7 @@ class strict:
     def __init__(self, process: bool = False):
         self.process = process
 
-    def __enter__(self):
+    def __enter__(self) -> "strict":
         t, p = ctypes.c_int32(), ctypes.c_int32()
         check(lib.hostfirst_strict_get(ctypes.byref(t), ctypes.byref(p)))
         self._prev = p.value if self.process else t.value
@@ -149,6 +168,8 @@ def is_strict() -> bool:
 
 
 def handle_count() -> int:
+    """How many library handles (files, views, buffers, gathers, loads, plans, ...) are alive in this process
+    now: a leak check for tests (the count returns to where it was once every object is gone and collected)."""
     n = ctypes.c_size_t()
     check(lib.hostfirst_handle_count(ctypes.byref(n)))
     return n.value

@@ -43,7 +43,7 @@ def _call_deleter(ptr: int, struct: Any) -> None:
 
 
 def _destructor(name: bytes, struct: Any) -> Any:
-    @_CapsuleDestructor
+    @_CapsuleDestructor  # type: ignore[untyped-decorator]
     def destroy(capsule: int) -> None:
         # Runs when the capsule dies. A consumer that took the tensor renamed the capsule ("used_...") and owns
         # the deleter call; otherwise (never consumed) we release the tensor here.

@@ -15,12 +15,16 @@ from ._errors import HostfirstError, error_named
 from ._lib import lib
 from ._tensors import Buffer, View, _Carrier
 
+#: What `Gather.stream` takes for its offsets besides one [n, batch] array: an iterable of arrays of `batch`
+#: integers each, such as an OffsetStream (which yields numpy arrays) or a list of lists.
+Offsets = Iterable[Union[Sequence[int], np.ndarray]]
+
 
 def source_tensor(x: Union[View, np.ndarray]) -> View:
     """The View to gather from: a View, or a numpy array made from one (the host arrays
-    `hostfirst.jax.load_file` returns for host rules, `np.asarray(tensor)`) covering whole rows of it — the
-    whole tensor or a row range such as `tokens[:n]` (a train/validation split), given as a zero-copy row
-    slice of the tensor."""
+    `hostfirst.jax.load_file(..., zero_copy=True)` returns for host rules, `np.asarray(tensor)`) covering whole
+    rows of it — the whole tensor or a row range such as `tokens[:n]` (a train/validation split), given as a
+    zero-copy row slice of the tensor."""
     if isinstance(x, View):
         return x
     base: Any = x
@@ -34,9 +38,11 @@ def source_tensor(x: Union[View, np.ndarray]) -> View:
         row = owner.nbytes // owner.shape[0] if owner.shape[0] else 0
         start = x.ctypes.data - owner.data_ptr
         if row and start % row == 0 and 0 <= start and start + x.nbytes <= owner.nbytes:
-            return owner[start // row: start // row + x.shape[0]]  # type: ignore[return-value]
-    raise TypeError("Gather.run takes a hostfirst View, or a numpy array made from one that covers whole rows "
-                    "of it (such as a host entry of hostfirst.jax.load_file, or a row range tokens[a:b] of one)")
+            return owner[start // row: start // row + x.shape[0]]
+    raise TypeError("Gather.run takes a hostfirst View, a 1-D host Buffer, or a numpy array on a View's mapping "
+                    "that covers whole rows of it (such as a host entry of hostfirst.jax.load_file(..., "
+                    "zero_copy=True), or a row range tokens[a:b] of one); an owned copy (load_file's default) is "
+                    "not the file: gather from hostfirst.open(path)[name], or load with zero_copy=True")
 
 
 class Gather:
@@ -97,13 +103,46 @@ class Gather:
         except HostfirstError as e:
             if e.status_name != "BUSY":
                 raise
-            bound, _, held = self.ring()
-            raise type(e)(f"all {held} batches of this Gather are held (its ring_bound is {bound}), so there is no "
-                          "batch to fill; drop a batch you no longer need (del batch, and the arrays made from "
-                          "it) before the next run, or make the Gather with a larger ring_bound=", e.status) from e
+            raise self._busy(e) from e
         return Buffer._of_batch(out.value, self._layout)
 
-    def stream(self, source: Union[View, Buffer, np.ndarray], offsets: Iterable[Sequence[int]],
+    def run_sequences(self, dataset: Any, indices: Union[Sequence[int], np.ndarray],
+                      pad: int = 0) -> Tuple[Buffer, np.ndarray]:
+        """Whole sequences of a Megatron dataset (a File from hostfirst.open on its .idx/.bin/prefix): row i =
+        the tokens of sequence indices[i], cut at the window and padded with `pad` (the pad token id) up to it.
+        Returns (batch, lengths): the [batch, window] Buffer, as `run` hands it out, and a uint64 array of the
+        tokens each row holds (for an attention or loss mask). One gather for the whole batch
+        (hostfirst_gather_run_sequences)."""
+        if len(indices) != self.batch:
+            raise ValueError(f"{len(indices)} indices for a batch of {self.batch}")
+        o = np.asarray(indices)
+        if o.dtype.kind not in "iu":
+            raise TypeError(f"indices must be integers, not {o.dtype}")
+        if o.dtype.kind == "i" and o.size and o.min() < 0:
+            raise error_named("OUT_OF_RANGE", f"sequence index {int(o.min())} is negative")
+        np.copyto(self._offsets_np, o, casting="unsafe")
+        lengths = np.empty(self.batch, np.uint64)
+        out = ctypes.c_void_p()
+        try:
+            check(lib.hostfirst_gather_run_sequences(self._h, dataset._handle(), self._offsets, self.batch,
+                                                     int(pad) & 0xFFFFFFFFFFFFFFFF,
+                                                     lengths.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)),
+                                                     ctypes.byref(out)))
+        except HostfirstError as e:
+            if e.status_name != "BUSY":
+                raise
+            raise self._busy(e) from e
+        return Buffer._of_batch(out.value, self._layout), lengths
+
+    def _busy(self, e: HostfirstError) -> HostfirstError:
+        """The library's BusyError `e` in Python's terms (its message names the C call that sets the bound)."""
+        bound, _, held = self.ring()
+        return type(e)(f"all {held} batches of this Gather are held (its ring_bound is {bound}), so "
+                       "there is no batch to fill; drop the batches you no longer need (del batch, and the arrays "
+                       "made from it) before the next one, or make the Gather with a larger bound: "
+                       f"hostfirst.Gather(..., ring_bound={max(2 * bound, bound + 4)})", e.status)
+
+    def stream(self, source: Union[View, Buffer, np.ndarray], offsets: Union[np.ndarray, Offsets],
                depth: int = 2) -> Iterator[Buffer]:
         """Yields the batch of each offset array of `offsets` in order, as `run` would, while a background
         thread fills up to `depth` batches ahead (the reads, and for cuda:N the copy to the device) - so the
@@ -138,7 +177,7 @@ class Gather:
         try:
             while True:
                 out = ctypes.c_void_p()
-                check(lib.hostfirst_gather_stream_next(h.value, ctypes.byref(out)))
+                self._next(lib.hostfirst_gather_stream_next, h.value, out)
                 if not out.value:
                     break
                 yield Buffer._of_batch(out.value, self._layout)
@@ -168,13 +207,22 @@ class Gather:
                     check(push(h.value, cell, 1))
                     pushed += 1
                 out.value = None
-                check(nxt(h.value, ctypes.byref(out)))
+                self._next(nxt, h.value, out)
                 if not out.value:
                     break
                 delivered += 1
                 yield Buffer._of_batch(out.value, self._layout)
         finally:
             fin()
+
+    def _next(self, nxt: Any, stream: Optional[int], out: ctypes.c_void_p) -> None:
+        """hostfirst_gather_stream_next, its BUSY in Python's terms (see `_busy`)."""
+        try:
+            check(nxt(stream, ctypes.byref(out)))
+        except HostfirstError as e:
+            if e.status_name != "BUSY":
+                raise
+            raise self._busy(e) from e
 
     def current(self) -> Buffer:
         """The batch the last run filled (before any run, the first batch, zero-filled), as a Buffer of its own."""
@@ -245,7 +293,7 @@ class OffsetStream:
 
     def next(self, length: int, window: int, n: int) -> List[int]:
         """n offsets in [0, length - window], as a list."""
-        return self._draw(length, window, n).tolist()
+        return [int(o) for o in self._draw(length, window, n)]
 
     def _draw(self, length: int, window: int, n: int) -> np.ndarray:
         out = np.empty(int(n), dtype=np.uint64)

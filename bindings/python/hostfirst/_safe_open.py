@@ -1,30 +1,93 @@
-"""`hostfirst.safe_open`: the API most safetensors users write (`safetensors.safe_open`), over hostfirst's mapping.
+"""`hostfirst.safe_open`: the API most safetensors users write (`safetensors.safe_open`, 0.8's read API), over
+hostfirst's reader.
 
     with hostfirst.safe_open("model.safetensors", framework="numpy") as f:
         f.keys(), f.metadata()
-        w = f.get_tensor("embeddings.word_embeddings.weight")   # zero-copy, read-only numpy array
-        part = f.get_slice("embeddings.word_embeddings.weight")[:, 128:256]   # reads nothing: a strided view
+        w = f.get_tensor("embeddings.word_embeddings.weight")   # an owned, writable numpy array
+        part = f.get_slice("embeddings.word_embeddings.weight")[:, 128:256]   # reads only those columns
+        everything = f.get_tensors()                             # {name: array}, in file order, one parallel load
 
-Values, shapes, dtypes, `keys()` (sorted), `offset_keys()` (file order) and `metadata()` (None when the file
-has none) match `safetensors.safe_open` value for value. What differs: numpy arrays are zero-copy views of the
-read-only mapping (a write raises; `np.array(a)` copies), where safetensors copies each tensor into new memory;
-`get_slice(...)[...]` takes numpy's basic indexing on any dimension (negative bounds included) and reads nothing.
+Values, shapes, dtypes, `keys()` (sorted), `offset_keys()` (file order), `metadata()` (None when the header has
+no `__metadata__`, {} when it is empty) and the closed-file errors match `safetensors.safe_open` value for value;
+the differences that remain are listed in the Python README ("Differences from safetensors").
+
+Arrays are owned by default, as safetensors' are: filled by hostfirst's readers (`pread`/io_uring, parallel for
+large tensors and for `get_tensors`), they never change and never fault when the file is later rewritten,
+truncated or replaced. `zero_copy=True` opts into read-only numpy views of the file's mapping instead (nothing
+read, nothing copied), with the mapping's hazard: a file truncated under them kills the process with SIGBUS.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+import json
+import os
+import struct
+from typing import Any, Dict, List, Optional, Union, cast
 
 import numpy as np
 
-from ._core import PathLike
+from . import _dtypes
+from ._core import Device, PathLike
+from ._errors import error_named
+from ._owned import copy_view, load_numpy, map_numpy
+from ._targets import parse_target
 from ._tensors import File, View
 
 _FRAMEWORKS = {"numpy": "numpy", "np": "numpy", "jax": "jax", "flax": "jax"}
+_ELSEWHERE = {"pt": "torch", "torch": "torch", "tf": "TensorFlow", "tensorflow": "TensorFlow", "paddle": "Paddle",
+              "mlx": "MLX"}
+_BACKENDS = ("mmap", "pread")
+_HOST_DEVICES = ("cpu", "cpu:0", "default", "host")
+
+
+def check_backend(backend: str) -> None:
+    """safetensors 0.8's `backend=`: "mmap" or "pread" (InvalidArgumentError otherwise, as safetensors refuses
+    others). Both give the same owned arrays here: hostfirst always reads with pread/io_uring into memory of the
+    array's own, so the choice changes nothing but is checked."""
+    if backend not in _BACKENDS:
+        raise error_named("INVALID_ARGUMENT", f'backend "{backend}" is invalid (expected one of: "mmap", "pread")')
+
+
+def _has_metadata_key(path: str) -> bool:
+    """Whether the safetensors header of `path` has a `__metadata__` entry (an empty one included), read from the
+    header itself: the library reports entries, and `{}` has none. False for anything that is not one
+    safetensors file (a sharded set's index)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                return False
+            (n,) = struct.unpack("<Q", head)
+            if n > os.fstat(fh.fileno()).st_size - 8:
+                return False
+            header = fh.read(n)
+    except OSError:
+        return False
+    if b'"__metadata__"' not in header:  # the common case: no parse
+        return False
+    try:
+        return "__metadata__" in json.loads(header)
+    except ValueError:
+        return False
+
+
+def index_copy(view: View, key: Any) -> np.ndarray:
+    """`view[key]` (numpy's basic indexing, and the empty list) as an owned, writable, C-contiguous numpy array:
+    only the narrowed range holding the selected elements is read (pread), and an index that selects nothing
+    reads nothing. An index on every dimension gives a 0-d array, as safetensors does (never a numpy scalar)."""
+    sel = view._select(key)
+    if sel.empty is not None:
+        return np.empty(sel.empty, _dtypes.require_numpy_dtype(view.dtype_code))
+    a = copy_view(sel.view)
+    if sel.after is None:
+        return a
+    part = a[sel.after + (Ellipsis,)]  # `...` last: a 0-d array where every dimension is indexed
+    return cast(np.ndarray, part if part.flags.c_contiguous else part.copy())
 
 
 class _Slice:
-    """`safe_open(...).get_slice(name)`: the tensor's shape and dtype, and `[...]` without reading the rest."""
+    """`safe_open(...).get_slice(name)`: the tensor's shape and dtype, and `[...]` reading only what it selects
+    (numpy's basic indexing on any dimension: ints, slices with any step, `...`, and the empty list `[]`)."""
 
     def __init__(self, owner: "safe_open", tensor: View):
         self._owner, self._tensor = owner, tensor
@@ -37,8 +100,13 @@ class _Slice:
         return self._tensor.dtype_name
 
     def __getitem__(self, key: Any) -> Any:
-        part = self._tensor[key]
-        return self._owner._convert(part, self._tensor.name)
+        name = self._tensor.name
+        if self._owner._mapped:
+            part = self._tensor[key]
+            if isinstance(part, View):
+                part = self._owner._numpy_of(part, name)
+            return self._owner._deliver(np.asarray(part), name)
+        return self._owner._deliver(self._owner._owned(lambda: index_copy(self._tensor, key), name), name)
 
     def __repr__(self) -> str:
         return f"<hostfirst slice '{self._tensor.name}' {self._tensor.dtype_name} {list(self._tensor.shape)}>"
@@ -47,25 +115,50 @@ class _Slice:
 class safe_open:  # noqa: N801 - named as safetensors names it
     """Opens a safetensors file (or a sharded set's index) like `safetensors.safe_open`; a context manager.
 
-    `framework`: "numpy" (or "np"): numpy arrays, zero-copy and read-only, bf16/fp8 through ml_dtypes;
-    "jax" (or "flax"): jax.Arrays on the JAX device of `device`. `device`: a hostfirst target for JAX arrays,
-    "default" (hostfirst's default device: HOSTFIRST_DEFAULT_DEVICE, scopes, ...) unless given; ignored for
-    numpy, whose arrays stay on the host. 64-bit tensors with JAX's x64 mode off warn before they narrow, as
-    `hostfirst.jax.load_file` does. Packed F4/F6 tensors have no numpy or JAX dtype: TypeError naming them
-    (read them as hostfirst Tensors through `hostfirst.open`).
+    `framework`: "numpy" (or "np"): numpy arrays, bf16/fp8 through ml_dtypes; "jax" (or "flax"): jax.Arrays on
+    the JAX device of `device`. `device`: for JAX, a hostfirst target ("cpu", "cuda:0", "default": hostfirst's
+    default device, HOSTFIRST_DEFAULT_DEVICE, scopes, ...), optionally with a JAX memory kind ("pinned_host",
+    "cpu:unpinned_host", "cuda:0:pinned_host"; see `hostfirst.jax`); for numpy a host ("cpu", "default"). 64-bit
+    tensors with JAX's x64 mode off warn before they narrow, as `hostfirst.jax.load_file` does. Packed F4/F6
+    tensors have no numpy or JAX dtype: TypeError naming them (read them as hostfirst Views via `hostfirst.open`).
+
+    `backend` ("mmap" or "pread", keyword-only): safetensors 0.8's storage choice, checked and accepted; both
+    give the same arrays here.
+
+    `zero_copy` (keyword-only, default False): False gives owned arrays, as safetensors does: each tensor is read
+    (pread/io_uring; parallel for large tensors and `get_tensors`) into memory of its own, writable, and nothing
+    done to the file afterwards changes it or can crash the process. True gives read-only numpy views of the
+    file's mapping instead: nothing is read or copied, but the views show the new bytes if the file is rewritten
+    in place (`open(path, "wb")`, `np.save`) and **a read of a view whose file was truncated kills the process
+    with SIGBUS** (no exception can be raised). Use it only for files nothing rewrites while you hold the arrays
+    (writers that replace the file with a rename are safe: the views keep the old file). It applies to numpy
+    arrays: jax.Arrays are always in JAX's own memory, read with pread (never an alias of the mapping).
     """
 
-    def __init__(self, filename: PathLike, framework: str = "numpy", device: str = "default"):
-        fw = _FRAMEWORKS.get(str(framework).lower())
+    def __init__(self, filename: PathLike, framework: str = "numpy", device: Union[str, Device] = "default", *,
+                 backend: str = "mmap", zero_copy: bool = False):
+        fw = _FRAMEWORKS.get(framework) if isinstance(framework, str) else None
         if fw is None:
-            raise ValueError(f"framework {framework!r}: hostfirst.safe_open gives 'numpy' (or 'np') and 'jax' "
-                             "(or 'flax') arrays")
+            if isinstance(framework, str) and framework in _ELSEWHERE:
+                raise error_named("INVALID_ARGUMENT", f"framework {framework!r}: hostfirst.safe_open gives numpy "
+                                  f"('numpy', 'np') and JAX ('jax', 'flax') arrays, not {_ELSEWHERE[framework]} "
+                                  "tensors (use safetensors for those, or pass a hostfirst View to "
+                                  "from_dlpack)")
+            raise error_named("INVALID_ARGUMENT", f"framework {framework!r} is invalid: hostfirst.safe_open gives "
+                              "'numpy' (or 'np') and 'jax' (or 'flax') arrays")
+        check_backend(backend)
         if fw == "jax":
-            from . import jax as _jax  # ImportError saying pip install hostfirst[jax] without JAX
-
-            self._jax: Any = _jax
-        self.framework, self.device = fw, device
+            parse_target(device)  # a bad device or memory kind fails here, as safetensors checks it at open
+        elif str(device).strip().lower() not in _HOST_DEVICES:
+            raise error_named("INVALID_ARGUMENT", f"device {str(device)!r} is not supported for framework numpy: "
+                              "numpy arrays live in host memory (device='cpu'); for arrays on a device use "
+                              "framework='jax'")
+        self.framework, self.device, self.backend, self.zero_copy = fw, device, backend, bool(zero_copy)
+        self._mapped = self.zero_copy and fw == "numpy"  # JAX arrays are JAX's own memory either way
         self._file = File(filename)
+        self._closed = False
+        md = self._file.metadata
+        self._metadata: Optional[Dict[str, str]] = dict(md) if md or _has_metadata_key(self._file.path) else None
 
     def __enter__(self) -> "safe_open":
         return self
@@ -74,40 +167,75 @@ class safe_open:  # noqa: N801 - named as safetensors names it
         self.close()
 
     def close(self) -> None:
-        """Closes the file; arrays already taken stay valid (they keep the mapping alive)."""
-        self._file.close()
+        """Closes the file. Arrays and slices already taken stay valid; every other call raises
+        InvalidHandleError (a ValueError) saying the file is closed, as safetensors raises its "File is closed"."""
+        if not self._closed:
+            self._closed = True
+            self._file._release()
+
+    def _open(self) -> File:
+        if self._closed:
+            raise error_named("INVALID_HANDLE", f"File is closed: {self._file.path}")
+        return self._file
 
     def keys(self) -> List[str]:
         """Tensor names, sorted (as safetensors gives them)."""
-        return sorted(self._file)
+        return sorted(self._open())
 
     def offset_keys(self) -> List[str]:
-        """Tensor names in file order."""
-        return list(self._file)
+        """Tensor names in file order (by data offset)."""
+        return list(self._open())
 
     def metadata(self) -> Optional[Dict[str, str]]:
-        """The header's `__metadata__`, or None when it has none."""
-        return dict(self._file.metadata) or None
+        """The header's `__metadata__`: None when the header has none, {} when it is empty."""
+        self._open()
+        return None if self._metadata is None else dict(self._metadata)
 
     def get_tensor(self, name: str) -> Any:
-        """The whole tensor: a numpy array on the mapping (numpy), or a jax.Array (jax)."""
-        return self._convert(self._file[name], name)
+        """The whole tensor: a numpy array (numpy) or a jax.Array (jax); owned unless `zero_copy=True`."""
+        view = self._open()[name]
+        if self._mapped:
+            return self._deliver(self._numpy_of(view, name), name)
+        return self._deliver(self._owned(lambda: copy_view(view), name), name)
+
+    def get_tensors(self) -> Dict[str, Any]:
+        """Every tensor, {name: array} in file order (safetensors 0.8's `get_tensors`). Owned arrays come from
+        one parallel load into one host allocation (for JAX, handed to `device` as one batch)."""
+        f = self._open()
+        arrays = map_numpy(f) if self._mapped else load_numpy(f)
+        if self.framework == "numpy":
+            return dict(arrays)
+        return cast(Dict[str, Any], self._jax().host_to_jax(arrays, self.device))
 
     def get_slice(self, name: str) -> _Slice:
-        """A lazy handle: `get_shape()`, `get_dtype()`, and `[...]` with numpy's basic indexing on any
-        dimension, reading nothing but what the result needs (a zero-copy view for numpy)."""
-        return _Slice(self, self._file[name])
+        """A lazy handle: `get_shape()`, `get_dtype()`, and `[...]` with numpy's basic indexing on any dimension,
+        reading only the range that holds what it selects."""
+        return _Slice(self, self._open()[name])
 
-    def _convert(self, part: Any, name: str) -> Any:
-        if isinstance(part, View):
-            try:
-                part = part.numpy()
-            except TypeError as e:
-                raise TypeError(f"{self._file.path}: tensor '{name}' ({part.dtype_name}): {e}; "
-                                "hostfirst.open(path)[name] gives it as a hostfirst View") from None
+    def _numpy_of(self, view: View, name: str) -> np.ndarray:
+        """The zero-copy numpy view of the mapping (`zero_copy=True`); TypeError naming the tensor otherwise."""
+        return self._owned(view.numpy, name)
+
+    def _owned(self, make: Any, name: str) -> np.ndarray:
+        """`make()`, its TypeError (a dtype numpy cannot hold) naming the file and the tensor."""
+        try:
+            return make()  # type: ignore[no-any-return]
+        except TypeError as e:
+            raise TypeError(f"{self._file.path}: tensor '{name}': {e}; hostfirst.open(path)[name] gives it as a "
+                            "hostfirst View") from None
+
+    def _deliver(self, array: np.ndarray, name: str) -> Any:
         if self.framework == "numpy":
-            return part
-        return self._jax.to_jax(np.asarray(part), name, self.device)
+            return array
+        return self._jax().to_jax(array, name, self.device)
+
+    @staticmethod
+    def _jax() -> Any:
+        """hostfirst.jax, imported when the first array is made (ImportError naming pip install hostfirst[jax]
+        without JAX), so that opening a file for JAX and listing it need no JAX, as with safetensors."""
+        from . import jax as _jax
+
+        return _jax
 
     def __repr__(self) -> str:
         return f"hostfirst.safe_open('{self._file.path}', framework='{self.framework}')"

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _abi
 from ._core import Device, PathLike, as_device, c_path, check, check_path, text
 from ._lib import lib
-from ._tensors import Buffer
+from ._tensors import Buffer, File
 
 _vp = ctypes.c_void_p
 
@@ -67,10 +67,12 @@ def _mesh_axes(mesh: Union[Mapping[str, int], Iterable[Tuple[str, int]]]) -> Tup
     return [str(a) for a, _ in items], [int(n) for _, n in items]
 
 
-def load_shards(path: PathLike, mesh: Union[Mapping[str, int], Iterable[Tuple[str, int]]],
+def load_shards(path: Union[PathLike, File], mesh: Union[Mapping[str, int], Iterable[Tuple[str, int]]],
                 rules: Sequence[Tuple[str, Any]], owned: Union[Mapping[int, Any], Iterable[int]], *,
                 max_over_read: Optional[float] = None, threads: int = 0) -> List[Shard]:
-    """Loads the shards of the mesh positions this process owns from a safetensors file or sharded set.
+    """Loads the shards of the mesh positions this process owns from a file of named tensors: a path opened as
+    `hostfirst.open` opens it (safetensors or a sharded set, .npy, an llm.c shard, a Megatron dataset), or a
+    File already open (`hostfirst.open_raw` for a headerless token file; the File stays open and the caller's).
 
     mesh: {axis: size} in order (or a sequence of (axis, size)), like JAX's Mesh; positions are numbered
     row-major over the axes. rules: [(glob pattern, spec)], the first match wins, unmatched tensors are
@@ -87,7 +89,11 @@ def load_shards(path: PathLike, mesh: Union[Mapping[str, int], Iterable[Tuple[st
     opts.threads = int(threads)
     fh, mh, rh, ph, res = _vp(), _vp(), _vp(), _vp(), _vp()
     try:
-        check_path(lib.hostfirst_file_open(c_path(path), ctypes.byref(fh)), path)
+        if isinstance(path, File):
+            fp: Any = path._handle()  # the caller's: used, never freed here
+        else:
+            check_path(lib.hostfirst_file_open(c_path(path), ctypes.byref(fh)), path)
+            fp = fh
         c_names = (ctypes.c_char_p * len(names))(*[n.encode() for n in names])
         check(lib.hostfirst_shard_mesh_new(c_names, (ctypes.c_uint64 * len(sizes))(*sizes), len(names),
                                            ctypes.byref(mh)))
@@ -97,7 +103,7 @@ def load_shards(path: PathLike, mesh: Union[Mapping[str, int], Iterable[Tuple[st
                 check(lib.hostfirst_shard_rules_skip(rh, str(pattern).encode()))
             else:
                 check(lib.hostfirst_shard_rules_add(rh, str(pattern).encode(), spec_text(spec).encode()))
-        check(lib.hostfirst_shard_plan_make(fh, rh, positions, devices, len(where), ctypes.byref(opts),
+        check(lib.hostfirst_shard_plan_make(fp, rh, positions, devices, len(where), ctypes.byref(opts),
                                             ctypes.byref(ph)))
         check(lib.hostfirst_shard_run(ph, None, ctypes.byref(res)))
         n = ctypes.c_size_t()
@@ -131,16 +137,18 @@ def load_shards(path: PathLike, mesh: Union[Mapping[str, int], Iterable[Tuple[st
                 free(h)
 
 
-def load_jax(path: PathLike, shardings: Mapping[str, Any], *, max_over_read: Optional[float] = None) -> Dict[str, Any]:
+def load_jax(path: Union[PathLike, File], shardings: Mapping[str, Any], *, max_over_read: Optional[float] = None) -> Dict[str, Any]:
     """{glob pattern: jax Sharding} -> {name: jax.Array} for every tensor a pattern matches (the first pattern
-    wins; tensors no pattern matches are not loaded). Each array is global, built with
+    wins; tensors no pattern matches are not loaded); `path` as for `load_shards`. Each array is global, built with
     `jax.make_array_from_single_device_arrays` from the shards of this process's addressable devices only:
     each is read from its byte runs into host memory by libhostfirst and put on its JAX device. Works in one
     process and under `jax.distributed` (each process reads its own shards; no communication here).
 
     Shardings: `NamedSharding` (any mesh and PartitionSpec; several meshes may be mixed, one plan each) and
     `SingleDeviceSharding`. Other kinds raise TypeError. Splits must be even (JAX's rule too): an uneven
-    dimension raises InvalidArgumentError naming the tensor, the dimension, its size and the mesh axes."""
+    dimension raises InvalidArgumentError naming the tensor, the dimension, its size and the mesh axes. A
+    sharding with a memory kind (`NamedSharding(mesh, spec, memory_kind="pinned_host")`) gives an array whose
+    shards are in that kind of memory."""
     import jax
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
@@ -151,7 +159,7 @@ def load_jax(path: PathLike, shardings: Mapping[str, Any], *, max_over_read: Opt
             named = sh
         elif isinstance(sh, SingleDeviceSharding):
             (dev,) = sh.device_set
-            named = NamedSharding(Mesh(np.array([dev]), ("one",)), PartitionSpec())
+            named = NamedSharding(Mesh(np.array([dev]), ("one",)), PartitionSpec())  # type: ignore[no-untyped-call]
         else:
             raise TypeError(f"hostfirst: sharding for '{pattern}' is a {type(sh).__name__}; use a NamedSharding "
                             "(Mesh + PartitionSpec) or a SingleDeviceSharding")
@@ -160,7 +168,7 @@ def load_jax(path: PathLike, shardings: Mapping[str, Any], *, max_over_read: Opt
     # skipped. Devices that differ only along the other axes hold the same part of each tensor the plan places
     # (P(None, "y") on an (x, y) mesh: the x pairs): one of them is read into host memory and `jax.device_put`
     # copies it to each (a host copy per replica would be one more copy of those bytes).
-    groups: List[Tuple[Any, frozenset]] = []
+    groups: List[Tuple[Any, FrozenSet[str]]] = []
     for pattern, _, named in rules:
         key = (named.mesh, _split_axes(named.spec, named.mesh.axis_names))
         if not any(m == key[0] and u == key[1] for m, u in groups):
@@ -188,12 +196,14 @@ def load_jax(path: PathLike, shardings: Mapping[str, Any], *, max_over_read: Opt
             assert first.rule is not None, "the plan holds only tensors its rules name (a last skip rule '*')"
             sharding = rules[first.rule][1]
             host = {k: s.numpy() for k, s in parts.items()}
-            arrays = [jax.device_put(host[same[k]], flat[k]) for k in mine]
+            kind = getattr(sharding, "memory_kind", None)  # a sharding with a memory kind: each shard in that kind
+            arrays = [jax.device_put(host[same[k]], flat[k] if kind is None else
+                                     SingleDeviceSharding(flat[k], memory_kind=kind)) for k in mine]
             out[name] = jax.make_array_from_single_device_arrays(first.shape, sharding, arrays)
     return out
 
 
-def _split_axes(spec: Any, axis_names: Sequence[str]) -> frozenset:
+def _split_axes(spec: Any, axis_names: Sequence[str]) -> FrozenSet[str]:
     """The mesh axes a JAX PartitionSpec splits over. An entry that is not None, an axis name or a tuple of
     names counts as splitting over every axis."""
     used = set()
@@ -209,7 +219,7 @@ def _split_axes(spec: Any, axis_names: Sequence[str]) -> frozenset:
     return frozenset(used)
 
 
-def _replica_of(positions: List[int], mesh: Any, used: frozenset) -> Dict[int, int]:
+def _replica_of(positions: List[int], mesh: Any, used: FrozenSet[str]) -> Dict[int, int]:
     """{position: the first of `positions` whose coordinates agree with it on every mesh axis in `used`}:
     positions mapped to one hold the same part of every tensor whose spec splits over just those axes."""
     import numpy as np

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 import operator
 import sys
 import threading
-from typing import Any, Dict, Iterable, Iterator, List, Optional, SupportsIndex, Tuple, Union, overload
+from typing import (Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Set, SupportsIndex, Tuple, Union, cast,
+                    overload)
 
 import numpy as np
 
@@ -26,7 +27,7 @@ if sys.version_info >= (3, 10):
 else:  # pragma: no cover - Python 3.9
     EllipsisType = Any
 
-Rules = Union[Mapping, Iterable[Union[str, Tuple[str, str]]]]
+Rules = Union[Mapping[str, str], Iterable[Union[str, Tuple[str, str]]]]
 
 
 class _Carrier:
@@ -117,12 +118,26 @@ def _dtype_name(code: int) -> str:
     return name
 
 
+class _Selection(NamedTuple):
+    """What an index of a View selects (`View._select`)."""
+
+    view: "View"  # the narrowed view holding every selected element
+    after: Optional[Tuple[Any, ...]]  # numpy's index into it for dropped dimensions and steps; None: the view
+    empty: Optional[Tuple[int, ...]]  # the shape of an empty result (an index selecting nothing), else None
+
+
 class View(_HostArrayMixin):
     """A zero-copy, read-only view of one tensor of an open file, or of a part of one.
 
     `.name .dtype .dtype_name .shape .nbytes .strides`; `np.asarray(t)`, `t.numpy()`, `np.from_dlpack(t)` and
     `jnp.asarray(t)` read the mapping itself (read-only). The tensor, and every array made from it, keeps the
     file mapping alive on its own.
+
+    The mapping is the file: if the file is rewritten in place (`open(path, "wb")`, `np.save`) its new bytes show
+    through, and **reading a view or such an array after the file was truncated kills the process with SIGBUS**
+    (no exception can be raised). A file replaced by a rename is harmless (the mapping keeps the old one). Where
+    a file may change under you, copy: `np.array(t)`, `t.tobytes()` and `t.to("cpu")` read with pread (a
+    truncated file raises TruncatedError), as do the drop-ins (`hostfirst.numpy.load_file`, `safe_open`).
 
     Indexing is numpy's basic indexing, zero-copy: slices with step 1 and `...` on any dimensions give a
     View (`t[0:1024]`, `t[:, 128:256]`, `t[..., :64]`; an inner-dimension slice is strided, and `.to()`,
@@ -178,15 +193,36 @@ class View(_HostArrayMixin):
         -> "Union[View, np.ndarray]": ...
 
     def __getitem__(self, key: Any) -> "Union[View, np.ndarray]":
+        sel = self._select(key)
+        if sel.empty is not None:  # an index selecting nothing: numpy's empty result, nothing to read
+            return np.empty(sel.empty, _dtypes.require_numpy_dtype(self.dtype_code))
+        # (a whole-tensor index gives the tensor itself: a view is immutable)
+        if sel.after is None:
+            return sel.view
+        try:
+            a = sel.view.numpy()
+        except TypeError as e:
+            raise TypeError(f"tensor '{self.name}': integer indices and steps give a numpy array, and {e}; "
+                            "slice with step 1 instead (a View)") from None
+        return cast(np.ndarray, a[sel.after])
+
+    def _select(self, key: Any) -> "_Selection":
+        """numpy's basic indexing as (the narrowed view holding every element the index selects, numpy's index
+        into that view for what remains: dropped dimensions and steps, or None when the view is the result). An
+        index that selects nothing (an empty list, as `t[[]]`) gives the result's shape in `empty` instead."""
         keys = key if isinstance(key, tuple) else (key,)
+        if any(isinstance(k, (list, np.ndarray)) for k in keys):
+            return self._select_empty(keys)
         ellipses = sum(k is Ellipsis for k in keys)
         if ellipses > 1:
-            raise IndexError("an index can only have a single ellipsis ('...')")
+            raise error_named("OUT_OF_RANGE", f"tensor '{self.name}': an index can only have a single ellipsis "
+                                              "('...')")
         if ellipses:
             at = keys.index(Ellipsis)
             keys = keys[:at] + (slice(None),) * max(0, self.ndim - len(keys) + 1) + keys[at + 1:]
         if len(keys) > self.ndim:
-            raise IndexError(f"too many indices for tensor '{self.name}': it has {self.ndim} dimensions, "
+            raise error_named("OUT_OF_RANGE", f"too many indices for tensor '{self.name}': it has {self.ndim} "
+                                              "dimensions, "
                              f"{len(keys)} were indexed")
         ranges: List[Tuple[int, int, int]] = []  # (dim, start, length) to narrow
         after: List[Any] = []  # numpy's index into the narrowed view
@@ -196,9 +232,12 @@ class View(_HostArrayMixin):
             if isinstance(k, slice):
                 start, stop, step = k.indices(size)
                 r = range(start, stop, step)
-                lo = min(r[0], r[-1]) if len(r) else min(start, size)
-                ranges.append((dim, lo, (abs(r[-1] - r[0]) + 1) if len(r) else 0))
-                after.append(slice(None, None, step) if step != 1 and len(r) else slice(None))
+                if not len(r):  # selects nothing (also a negative step that starts before the first element)
+                    ranges.append((dim, 0, 0))
+                    after.append(slice(None))
+                    continue
+                ranges.append((dim, min(r[0], r[-1]), abs(r[-1] - r[0]) + 1))
+                after.append(slice(None, None, step) if step != 1 else slice(None))
                 numpy_needed |= step != 1 and len(r) > 1
             elif isinstance(k, (bool, np.bool_)) or k is None:
                 raise TypeError(f"tensor '{self.name}': index {k!r} is not basic indexing by ints, slices and "
@@ -221,15 +260,23 @@ class View(_HostArrayMixin):
                 out = ctypes.c_void_p()
                 check(lib.hostfirst_view_narrow(view._h, dim, start, length, ctypes.byref(out)))
                 view = View(out.value)
-        # (a whole-tensor index gives the tensor itself: a view is immutable)
-        if not numpy_needed:
-            return view
+        return _Selection(view, tuple(after) if numpy_needed else None, None)
+
+    def _select_empty(self, keys: Tuple[Any, ...]) -> "_Selection":
+        """An index with lists (numpy's integer-array indexing): only empty ones select nothing without reading
+        (`t[[]]`, `t[:, []]`); the result's shape is numpy's, found on a stand-in with this tensor's shape."""
+        for k in keys:
+            if isinstance(k, (list, np.ndarray)) and (np.size(k) or np.asarray(k).dtype.kind == "b"):
+                raise TypeError(f"tensor '{self.name}': index {k!r} is integer-array (fancy) indexing, which reads "
+                                "what it selects in any order; take the rows with slices, or index a numpy copy "
+                                "(np.array(t)[...])")
+        stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), shape=self.shape, strides=(0,) * self.ndim)
         try:
-            a = view.numpy()
-        except TypeError as e:
-            raise TypeError(f"tensor '{self.name}': integer indices and steps give a numpy array, and {e}; "
-                            "slice with step 1 instead (a View)") from None
-        return a[tuple(after)]
+            shape = stand_in[tuple(np.asarray(k, dtype=np.intp) if isinstance(k, (list, np.ndarray)) else k
+                                   for k in keys)].shape
+        except IndexError as e:
+            raise error_named("OUT_OF_RANGE", f"tensor '{self.name}' of shape {list(self.shape)}: {e}") from None
+        return _Selection(self, None, shape)
 
     def prefault(self) -> bool:
         """Maps this tensor's pages now (before a training loop gathers from it), so reads through the mapping
@@ -407,7 +454,7 @@ class _Load:
     yet; freed when the last of them has (or is gone). Its tensors are described in bulk, once, the first time
     one of them is asked for anything but its name (`hostfirst_load_entries`: one call for the whole load)."""
 
-    __slots__ = ("h", "_finalizer", "kind", "buf", "outs", "_entries", "__weakref__")
+    __slots__ = ("h", "_finalizer", "kind", "buf", "outs", "_entries", "_columns", "__weakref__")
 
     def __init__(self, handle: Optional[int]):
         self.h = handle
@@ -416,6 +463,7 @@ class _Load:
         self.kind, self.buf = ctypes.c_uint32(), ctypes.c_void_p()
         self.outs = (ctypes.byref(self.kind), ctypes.byref(self.buf), None)
         self._entries: Optional[Any] = None
+        self._columns: Optional[np.ndarray] = None
 
     def names(self) -> List[str]:
         return _load_names(self.h)
@@ -423,11 +471,28 @@ class _Load:
     def row(self, i: int) -> Tuple[int, int, int, int, int, int, int, int]:
         """Tensor `i` of the load's table, read once for every tensor (`hostfirst_load_entries`) and turned into
         rows by numpy: (kind, dtype, device kind, device ordinal, rank, shape address, nbytes, address)."""
+        return self.table()[i]
+
+    def table(self) -> List[Tuple[int, int, int, int, int, int, int, int]]:
+        """Every row (see `row`), in file order."""
         rows = self._entries
         if rows is None:
+            a = self.columns()
             with _take_lock:
                 rows = self._entries
                 if rows is None:
+                    rows = self._entries = list(zip(*(a[f].tolist() for f in _COLUMNS)))
+        return rows
+
+    def columns(self) -> np.ndarray:
+        """The load's table as one numpy structured array, a record per tensor in file order, with the fields
+        k (kind), d (dtype), dk, do (device kind, ordinal), r (rank), s (shape address), n (nbytes), a (address)
+        (`hostfirst_load_entries`, called once)."""
+        a = self._columns
+        if a is None:
+            with _take_lock:
+                a = self._columns
+                if a is None:
                     n = ctypes.c_size_t()
                     E = _abi.LoadEntry
                     size = ctypes.sizeof(E)
@@ -435,15 +500,16 @@ class _Load:
                     t = (E * n.value)()
                     check(lib.hostfirst_load_entries(self.h, t, n.value, size, ctypes.byref(n)))
                     dev = E.device.offset
-                    names = ["k", "d", "dk", "do", "r", "s", "n", "a"]
-                    layout = np.dtype({"names": names,
+                    layout = np.dtype({"names": list(_COLUMNS),
                                        "formats": ["<u4", "<u4", "<i4", "<i4", "<u4", "<u8", "<u8", "<u8"],
                                        "offsets": [E.kind.offset, E.dtype.offset, dev, dev + 4, E.rank.offset,
                                                    E.shape.offset, E.nbytes.offset, E.address.offset],
                                        "itemsize": size})
-                    a = np.frombuffer(memoryview(t).cast("B"), dtype=layout, count=n.value)
-                    rows = self._entries = list(zip(*(a[f].tolist() for f in names)))
-        return rows[i]
+                    a = self._columns = np.frombuffer(memoryview(t).cast("B"), dtype=layout, count=n.value)
+        return a
+
+
+_COLUMNS = ("k", "d", "dk", "do", "r", "s", "n", "a")  # the fields of _Load.columns, in _Load.row's order
 
 
 _DEVICES: Dict[Tuple[int, int], Device] = {}  # (kind, ordinal) -> Device (an immutable value, shared)
@@ -525,25 +591,59 @@ class _LoadedBuffer(Buffer):
         raise AttributeError(attr)
 
 
-class File(Mapping):
-    """An open safetensors file or sharded set: a read-only mapping of tensor name -> View, in file order.
+class File(Mapping[str, View]):
+    """An open file of named tensors: a read-only mapping of tensor name -> View, in file order. A safetensors
+    file or sharded set, a NumPy .npy file (one tensor, "data"), an llm.c token shard ("tokens"), a Megatron
+    indexed dataset ("tokens", "sequence_lengths", "sequence_pointers", "document_indices") or a headerless raw
+    file (`hostfirst.open_raw`).
 
-    `len(f)`, `name in f`, `f[name]`, iteration, `.metadata` (dict of str), `.path`. Tensors stay valid after
-    the file is closed. Use as a context manager or call `close()`; garbage collection closes it too. A
-    missing name raises KeyError (NotFoundError) naming the closest names the file has.
+    `len(f)`, `name in f`, `f[name]`, iteration, `.metadata` (dict of str), `.path`, `.format` ("safetensors",
+    "safetensors_index", "npy", "llmc", "megatron", "raw"). Tensors stay valid after the file is closed. Use as
+    a context manager or call `close()`; garbage collection closes it too. A missing name raises KeyError
+    (NotFoundError) naming the closest names the file has.
     """
 
-    def __init__(self, path: PathLike):
+    _memory: Optional[bytes] = None  # the image of a File over memory (_from_memory), kept alive with it
+
+    def __init__(self, path: PathLike, format: Optional[str] = None, *, _raw: Optional[Tuple[Any, ...]] = None):
         raw = c_path(path)
         self.path = os.fsdecode(raw)
         h = ctypes.c_void_p()
-        check_path(lib.hostfirst_file_open(raw, ctypes.byref(h)), raw)
-        self._h: Optional[int] = h.value
+        if _raw is not None:
+            code, shape, offset, name = _raw
+            dims = (ctypes.c_uint64 * max(1, len(shape)))(*shape)
+            check_path(lib.hostfirst_file_open_raw(raw, code, dims, len(shape), offset, c_string(name, "name"),
+                                                   ctypes.byref(h)), raw)
+        elif format is None:
+            check_path(lib.hostfirst_file_open(raw, ctypes.byref(h)), raw)
+        else:
+            check_path(lib.hostfirst_file_open_format(raw, format_code(format), ctypes.byref(h)), raw)
+        self._adopt(h.value)
+
+    @classmethod
+    def _from_memory(cls, data: bytes) -> "File":
+        """A File over a safetensors image in `data` (hostfirst_file_open_memory, nothing copied), which the File
+        keeps alive. For loads that copy every tensor out (`load(bytes)`): Views of it must not outlive it."""
+        self = cls.__new__(cls)
+        self.path = "<bytes>"
+        h = ctypes.c_void_p()
+        check(lib.hostfirst_file_open_memory(data, len(data), ctypes.byref(h)))
+        self._memory = data
+        self._adopt(h.value)
+        return self
+
+    def _adopt(self, handle: Optional[int]) -> None:
+        """Takes ownership of an open hostfirst_file handle (freed with this object) and reads its table."""
+        self._h: Optional[int] = handle
+        h = ctypes.c_void_p(handle)
         self._finalizer = weakref.finalize(self, lib.hostfirst_file_free, h.value)
+        fmt = ctypes.c_uint32()
+        check(lib.hostfirst_file_format(self._h, ctypes.byref(fmt)))
+        self.format: str = text(lib.hostfirst_format_name(fmt.value)).lower()
         n = ctypes.c_size_t()
         check(lib.hostfirst_file_tensor_count(self._h, ctypes.byref(n)))
         self._count = n.value
-        self._listed: Optional[Tuple[List[str], set]] = None  # (names, set of them), listed on first use
+        self._listed: Optional[Tuple[List[str], Set[str]]] = None  # (names, set of them), listed on first use
         m = ctypes.c_size_t()
         check(lib.hostfirst_file_metadata_count(self._h, ctypes.byref(m)))
         md = {}
@@ -553,12 +653,26 @@ class File(Mapping):
             md[text(k.value)] = text(v.value)
         self.metadata: Dict[str, str] = md
 
+    def sequence_spans(self, indices: Any) -> Tuple[np.ndarray, np.ndarray]:
+        """A Megatron dataset's sequences `indices` as (starts, lengths): uint64 arrays, the element offset of
+        each sequence's first token in f["tokens"] and its length (hostfirst_file_sequence_spans). Document d
+        is sequences f["document_indices"][d] to f["document_indices"][d + 1]."""
+        idx = np.ascontiguousarray(np.asarray(indices, dtype=np.int64).reshape(-1))
+        if idx.size and idx.min() < 0:
+            raise error_named("OUT_OF_RANGE", f"sequence index {int(idx.min())} is negative")
+        idx = idx.astype(np.uint64)
+        starts, lengths = np.empty(idx.size, np.uint64), np.empty(idx.size, np.uint64)
+        u64p = ctypes.POINTER(ctypes.c_uint64)
+        check(lib.hostfirst_file_sequence_spans(self._handle(), idx.ctypes.data_as(u64p), idx.size,
+                                                starts.ctypes.data_as(u64p), lengths.ctypes.data_as(u64p)))
+        return starts, lengths
+
     def _handle(self) -> int:
         if self._h is None:
             raise error_named("INVALID_HANDLE", f"{self.path}: file is closed")
         return self._h
 
-    def _list(self) -> Tuple[List[str], set]:
+    def _list(self) -> Tuple[List[str], Set[str]]:
         """The names in file order and as a set, listed once (one call per tensor), the first time asked."""
         listed = self._listed
         if listed is None:
@@ -576,7 +690,7 @@ class File(Mapping):
         return self._list()[0]
 
     @property
-    def _set(self) -> set:
+    def _set(self) -> Set[str]:
         return self._list()[1]
 
     def missing(self, name: object) -> Exception:
@@ -620,11 +734,46 @@ class File(Mapping):
         return f"hostfirst.File('{self.path}', {len(self)} tensors)"
 
 
-def open(path: PathLike) -> File:  # noqa: A001 - hostfirst.open, like builtins.open for tensors
-    """Opens a safetensors file (or a sharded set through its *.safetensors.index.json): reads the header only,
-    maps the data read-only. `path`: str, bytes or os.PathLike. Returns a File, a mapping of name -> View
-    in file order."""
-    return File(path)
+def open(path: PathLike, format: Optional[str] = None) -> File:  # noqa: A001 - hostfirst.open, like builtins.open
+    """Opens a file of named tensors, recognised by content: safetensors (or a sharded set through its
+    *.safetensors.index.json), NumPy .npy, an llm.c token shard, a Megatron indexed dataset (its .idx, its .bin
+    or their prefix). Reads the header only and maps the data read-only: its Views are zero-copy views of the
+    mapping (see View for what a truncated file does to them). `format` ("safetensors", "npy",
+    "llmc", "megatron", "safetensors_index") insists on one: a file of another format raises OtherFormatError
+    naming it. Headerless files: `open_raw`. `path`: str, bytes or os.PathLike. Returns a File, a mapping of
+    name -> View in file order."""
+    return File(path, format)
+
+
+def open_raw(path: PathLike, dtype: _dtypes.DTypeLike, shape: Optional[Iterable[int]] = None, offset: int = 0,
+             name: str = "data") -> File:
+    """Opens a headerless file as one tensor `name` of `dtype` and `shape` starting at byte `offset`:
+    nanoGPT's `np.memmap("train.bin", dtype=np.uint16, mode="r")` is `hostfirst.open_raw("train.bin",
+    "uint16")["data"]`. `shape=None` is 1-D over the whole file after `offset`; a shape's first entry may be
+    -1 (rows inferred from the file's size). The file must be exactly offset + the tensor's bytes."""
+    code = _dtypes.code_of(dtype)
+    dims = [-1] if shape is None else [int(d) for d in shape]
+    if any(d < 0 for d in dims[1:]) or (dims and dims[0] < -1):
+        raise error_named("INVALID_ARGUMENT", f"shape {tuple(dims)}: only the first entry may be -1 (inferred)")
+    infer = 0xFFFFFFFFFFFFFFFF  # HOSTFIRST_FILE_RAW_INFER
+    return File(path, _raw=(code, [infer if d == -1 else d for d in dims], int(offset), name))
+
+
+_FORMATS: Dict[str, int] = {}
+
+
+def format_code(format: str) -> int:
+    """HOSTFIRST_FORMAT_* for a format name ("npy", "llmc", "megatron", "safetensors", ...), from the library."""
+    if not _FORMATS:
+        unknown = lib.hostfirst_format_name(0xFFFFFFFF)
+        for code in range(64):
+            name = lib.hostfirst_format_name(code)
+            if name != unknown:
+                _FORMATS[name.decode().lower()] = code
+    found = _FORMATS.get(str(format).lower().replace(".", "").replace("-", "_"))
+    if found is None:
+        raise error_named("INVALID_ARGUMENT", f"unknown format {format!r}; valid: {', '.join(sorted(_FORMATS))}")
+    return found
 
 
 def rule_pairs(rules: Optional[Rules]) -> List[Tuple[str, str]]:

@@ -2,7 +2,8 @@
     python jax_shard_check.py DIR                    one process, 8 CPU devices
     python jax_shard_check.py DIR PORT RANK          one of 2 jax.distributed processes on localhost, 4 devices each
 Writes (rank 0) or reads the model in DIR, loads it with hostfirst.jax.load_file(shardings=...) on a 2x4 mesh,
-checks every addressable shard (and, in one process, every global array) against NumPy, and prints one JSON line."""
+checks every addressable shard (and, in one process, every global array) against NumPy, and writes its result
+to result-<process>.json in the folder."""
 
 import json
 import struct
@@ -98,9 +99,14 @@ def main():
         # A collective over the global array built from both processes' shards.
         total = float(jax.jit(lambda x: x.sum())(got["layer.0.w"]))
         assert abs(total - float(arrays["layer.0.w"].sum())) < 1e-3, total
-    print(json.dumps({"process": jax.process_index(), "devices": jax.device_count(),
-                      "local": jax.local_device_count(), "arrays": len(got), "shards_checked": checked,
-                      "sum": total, "reads": reads}))
+    # The result goes to a file of its own (result-<process>.json in the folder), never to stdout, where JAX's
+    # collectives (Gloo) print too, sometimes on the same line.
+    result = {"process": jax.process_index(), "devices": jax.device_count(), "local": jax.local_device_count(),
+              "arrays": len(got), "shards_checked": checked, "sum": total, "reads": reads}
+    out = d / f"result-{jax.process_index()}.json"
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result))
+    tmp.replace(out)
 
 
 if __name__ == "__main__":

@@ -163,7 +163,8 @@ def test_finalizers_free_handles():
 
 
 def test_the_type_hints_check():
-    """py.typed promises hints that hold: mypy over the package as installed (scripts/test-python.sh's main venv)."""
+    """py.typed promises hints that hold: mypy --strict over the package as installed (scripts/test-python.sh's
+    main venv)."""
     pytest.importorskip("mypy")
     import subprocess
     import sys
@@ -171,17 +172,48 @@ def test_the_type_hints_check():
     env = dict(os.environ)
     if "site-packages" not in PKG.parts:  # a source tree: show mypy where the package is
         env["MYPYPATH"] = str(PKG.parent)
-    cmd = [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--no-incremental", "-p", "hostfirst"]
+    cmd = [sys.executable, "-m", "mypy", "--strict", "--ignore-missing-imports", "--no-incremental", "-p", "hostfirst"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=PKG.parents[1])
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_star_import_leaves_the_builtin_open_alone():
+def test_star_import_gives_the_public_names():
     ns = {}
     exec("from hostfirst import *", ns)
-    assert "open" not in ns and "View" in ns and "safe_open" in ns and "NotFoundError" in ns
+    assert "View" in ns and "safe_open" in ns and "NotFoundError" in ns and "BusyError" in ns
+    assert ns["open"] is hostfirst.open  # listed in __all__ as os, io and gzip list theirs (pydoc documents it)
     assert all(hasattr(hostfirst, n) for n in hostfirst.__all__)
-    assert callable(hostfirst.open)  # still there by its full name
+    assert not {"error_for", "error_named", "STATUS", "native"} & set(hostfirst.__all__)  # internals stay out
+
+
+def test_all_is_a_literal_list_type_checkers_can_read():
+    """mypy reads __all__ only when it is a literal: every public name as a string in one list expression."""
+    tree = ast.parse((PKG / "__init__.py").read_text())
+    lists = [n.value for n in tree.body if isinstance(n, ast.Assign) and
+             any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)]
+    assert len(lists) == 1 and isinstance(lists[0], ast.List), "__all__ must be one literal list"
+    names = [e.value for e in lists[0].elts if isinstance(e, ast.Constant)]
+    assert len(names) == len(lists[0].elts) and names == hostfirst.__all__
+    # every exception class the library's statuses raise is a public name of its own
+    assert {c.__name__ for c in _errors._BY_STATUS.values()} <= set(names)
+
+
+def test_help_is_short_and_complete():
+    """help(hostfirst): every public function (open too) with a docstring, the exception classes without the
+    dozens of methods each inherits from BaseException, and no internal helpers."""
+    import pydoc
+
+    text = pydoc.render_doc(hostfirst, renderer=pydoc.plaintext)
+    assert len(text.splitlines()) < 2200, len(text.splitlines())  # 4,766 before (3,900 inherited from builtins)
+    functions = text[text.index("\nFUNCTIONS\n"):text.index("\nDATA\n")]
+    listed = re.findall(r"^    (\w+)\(", functions, re.M)
+    assert "open" in listed and "read_engine" in listed and "capture_scope" in listed and "handle_count" in listed
+    assert "error_for" not in listed and "error_named" not in listed
+    for name in listed:
+        assert getattr(hostfirst, name).__doc__, f"{name} has no docstring"
+    err = pydoc.render_doc(hostfirst.NotFoundError, renderer=pydoc.plaintext)
+    assert "with_traceback" not in err and "add_note" not in err and "NOT_FOUND" in err
+    assert "with_traceback" in dir(hostfirst.NotFoundError("x"))  # instances are untouched
 
 
 def test_hostfirst_jax_without_jax_says_what_to_install():

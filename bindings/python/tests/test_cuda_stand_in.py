@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -72,7 +73,8 @@ CHILD = textwrap.dedent(r"""
     del v, legacy, mine
     gc.collect()
     out["held_after_release"] = g.ring()
-    print(json.dumps(out))
+    with open(sys.argv[2], "w") as f:  # a file of its own: nothing else writes there
+        json.dump(out, f)
 """)
 
 
@@ -90,10 +92,12 @@ def run_child(stand_in, **knobs):
     env["PYTHONPATH"] = str(Path(hostfirst.__file__).resolve().parents[1])  # the package under test
     env["LD_LIBRARY_PATH"] = f"{stand_in}:{env.get('LD_LIBRARY_PATH', '')}".rstrip(":")
     env.update(knobs)
-    out = subprocess.run([sys.executable, "-c", CHILD, str(FIX / "tokens.safetensors")], env=env,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+    with tempfile.TemporaryDirectory() as d:
+        result = Path(d) / "result.json"
+        out = subprocess.run([sys.executable, "-c", CHILD, str(FIX / "tokens.safetensors"), str(result)], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return json.loads(result.read_text())
 
 
 def test_batches_on_cuda_stream_handshake_and_ring(stand_in):

@@ -40,8 +40,13 @@ def test_load_file_rule_forms(rules):
         out = hostfirst.jax.load_file(BASIC, rules=rules)
     assert list(out) == list(ref)  # file order
     host = out["i32"]
-    assert isinstance(host, np.ndarray) and not host.flags.writeable
-    assert host.ctypes.data == hostfirst._gather.source_tensor(host).data_ptr  # zero-copy: the mapping itself
+    assert isinstance(host, np.ndarray) and host.flags.writeable  # owned memory, as safetensors gives
+    with pytest.raises(TypeError):
+        hostfirst._gather.source_tensor(host)  # not on the file mapping
+    with jax.enable_x64(True), hostfirst.default_device("cpu"):
+        mapped = hostfirst.jax.load_file(BASIC, rules=rules, zero_copy=True)["i32"]
+    assert isinstance(mapped, np.ndarray) and not mapped.flags.writeable
+    assert mapped.ctypes.data == hostfirst._gather.source_tensor(mapped).data_ptr  # zero-copy: the mapping itself
     for name, want in ref.items():
         got = out[name]
         if name != "i32":
@@ -152,7 +157,9 @@ def test_fit_check_before_anything_moves(tmp_path):
     del e, err
     gc.collect()
     assert hostfirst.handle_count() == before
-    out = hostfirst.jax.load_file(big, rules={"huge": "host", "*": "cpu"})  # the host rule moves nothing
+    with pytest.raises(MemoryError):  # an owned host array is memory too: fit-checked
+        hostfirst.jax.load_file(big, rules={"huge": "host", "*": "cpu"})
+    out = hostfirst.jax.load_file(big, rules={"huge": "host", "*": "cpu"}, zero_copy=True)  # moves nothing
     assert out["huge"].shape == (n,) and isinstance(out["small"], jax.Array)
 
 
@@ -160,14 +167,22 @@ def test_what_jax_cannot_take_fails_before_moving():
     with pytest.raises(TypeError, match=r"tensor 'f4' \(F4\).*rules=\{'f4': 'host'\}"):
         hostfirst.jax.load_file(FIX / "lowp.safetensors", rules={"*": "cpu"})
     out = hostfirst.jax.load_file(FIX / "lowp.safetensors", rules={"f4": "host", "*": "cpu"})
-    assert isinstance(out["f4"], hostfirst.View)  # numpy has no packed 4-bit dtype: the view itself
+    f4 = hostfirst.open(FIX / "lowp.safetensors")["f4"]
+    assert isinstance(out["f4"], hostfirst.Buffer) and out["f4"].device == "cpu"  # numpy has no packed 4-bit dtype
+    assert out["f4"].tobytes() == f4.tobytes()
+    zc = hostfirst.jax.load_file(FIX / "lowp.safetensors", rules={"f4": "host", "*": "cpu"}, zero_copy=True)
+    assert isinstance(zc["f4"], hostfirst.View)  # the view itself
     assert out["bf16"].dtype == hostfirst.open(FIX / "lowp.safetensors")["bf16"].dtype
     with pytest.raises(hostfirst.Error):  # no CUDA here: hostfirst's plan refuses the device first
         hostfirst.jax.load_file(BASIC, rules={"*": "cuda:0"})
 
 
 def test_gather_runs_from_the_host_array_load_file_returns():
-    out = hostfirst.jax.load_file(FIX / "tokens.safetensors", rules={"tokens": "host"})
+    owned = hostfirst.jax.load_file(FIX / "tokens.safetensors", rules={"tokens": "host"})["tokens"]
+    g = hostfirst.Gather("cpu", owned.dtype, batch=4, window=16)
+    with pytest.raises(TypeError, match="zero_copy=True"):  # an owned copy is not the file: the message says how
+        g.run(owned, [0, 10, 100, 4000])
+    out = hostfirst.jax.load_file(FIX / "tokens.safetensors", rules={"tokens": "host"}, zero_copy=True)
     tokens = out["tokens"]
     g = hostfirst.Gather("cpu", tokens.dtype, batch=4, window=16)
     b = g.run(tokens, [0, 10, 100, 4000])

@@ -116,8 +116,7 @@ def check_file(path):
                         continue
                     same(part, theirs)
                     compared[0] += 1
-                if part.size and isinstance(key, tuple) and all(isinstance(k, slice) for k in key):
-                    assert not part.flags.writeable  # zero-copy: the mapping itself
+                assert part.flags.writeable and part.flags.c_contiguous  # owned memory, as safetensors gives
     return table
 
 
@@ -146,12 +145,17 @@ def test_safe_open_matches_safetensors_on_a_real_model():
     path = minilm()
     table = check_file(path)
     assert len(table) > 100 and {d for d, _, _ in table.values()} == {"F32", "I64"}  # I64: position_ids
-    with hostfirst.safe_open(path) as f:
+    with hostfirst.safe_open(path, zero_copy=True) as f:
         emb = f.get_slice("embeddings.word_embeddings.weight")
         assert emb.get_shape() == [30522, 384]
-        part = emb[:, 128:256]  # a strided view: reads nothing now
+        part = emb[:, 128:256]  # a strided view of the mapping: reads nothing now
         full = f.get_tensor("embeddings.word_embeddings.weight")
         assert part.strides == full[:, 128:256].strides and part.ctypes.data == full.ctypes.data + 128 * 4
+        assert not part.flags.writeable
+    with hostfirst.safe_open(path) as f:  # owned: those columns only, read into memory of their own
+        part = f.get_slice("embeddings.word_embeddings.weight")[:, 128:256]
+        assert part.flags.writeable and part.flags.c_contiguous and part.shape == (30522, 128)
+        np.testing.assert_array_equal(part, full[:, 128:256])
 
 
 def test_numpy_load_file_is_the_drop_in(files):
@@ -205,3 +209,36 @@ def test_jax_framework_and_load_file_match_safetensors_flax(files):
     with jax.enable_x64(False), hostfirst.safe_open(path, framework="jax", device="cpu") as f:
         with pytest.warns(UserWarning, match="tensor 'i64'.*x64"):
             f.get_tensor("i64")
+
+
+def test_load_file_of_many_like_tensors(tmp_path):
+    """Runs of like rank-1 tensors become the rows of one 2-D array (hostfirst._owned._runs): each is still its own
+    tensor's bytes, writable (owned) or read-only (zero_copy), and a write to one touches no other."""
+    rng = np.random.default_rng(5)
+    tensors = {}
+    for i in range(40):  # runs broken by a dtype, a size, a rank-2 and a 0-d tensor, and an empty one
+        shape = (300,) if i not in (17, 23) else (7,)
+        dt = np.float32 if i != 30 else np.int16
+        tensors[f"t{i:02d}"] = rng.standard_normal(shape).astype(dt)
+    tensors["t12"] = rng.standard_normal((3, 4)).astype(np.float32)
+    tensors["t33"] = np.array(1.5, np.float64)
+    tensors["t35"] = np.zeros(0, np.float32)
+    path = tmp_path / "like.safetensors"
+    safetensors.numpy.save_file(tensors, str(path))
+    want = safetensors.numpy.load_file(str(path))
+    for zero_copy in (False, True):
+        got = hostfirst.numpy.load_file(path, zero_copy=zero_copy)
+        assert list(got) == list(want)
+        for name in want:
+            same(got[name], want[name])
+            assert got[name].flags.writeable != zero_copy and got[name].flags.c_contiguous, name
+    got = hostfirst.numpy.load_file(path)
+    before = {n: a.copy() for n, a in got.items()}
+    got["t05"][:] = -1
+    assert all(np.array_equal(got[n], before[n]) for n in got if n != "t05") and (got["t05"] == -1).all()
+    from hostfirst import _owned
+
+    f = hostfirst.open(path)
+    load = _owned.run_load(f, [("*", "cpu")])
+    runs = _owned._runs(load.columns(), {c: np.dtype(np.float32) for c in set(load.columns()["d"].tolist())})
+    assert runs and all(k >= 8 for _, k, _ in runs)  # the path is taken

@@ -2,7 +2,8 @@
 (XLA_FLAGS=--xla_force_host_platform_device_count=8) built from each device's shard only, for P('x','y'),
 P(None,'y'), P('x'), replicated, a second mesh and a single device, values against NumPy; then the same under
 jax.distributed with two processes on localhost (4 devices each), each reading only its own shards, and a jitted
-sum across both. Each case runs in fresh processes (XLA_FLAGS is read when JAX starts)."""
+sum across both; token files (.npy, llm.c, raw, Megatron) split over both processes the same way. Each case runs
+in fresh processes (XLA_FLAGS is read when JAX starts)."""
 
 import json
 import os
@@ -11,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("jax")
@@ -28,17 +30,17 @@ def env(devices):
     return e
 
 
-def result(p):
+def result(p, folder, process=0):
+    """The check's result, from the file it writes (never from stdout, which JAX's collectives print to too)."""
     out, err = p.communicate(timeout=240)
     assert p.returncode == 0, err[-3000:]
-    # JAX's collectives (gloo) print progress lines on stdout too: take our JSON line.
-    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+    return json.loads((Path(folder) / f"result-{process}.json").read_text())
 
 
 def test_one_process_2x4_mesh(tmp_path):
     p = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], env=env(8), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
-    r = result(p)
+    r = result(p, tmp_path)
     assert (r["devices"], r["local"], r["arrays"]) == (8, 8, 6)
     assert r["shards_checked"] == 5 * 8 + 1
     # One plan per (mesh, split axes); devices holding the same part are read once, into the first of them.
@@ -57,7 +59,7 @@ def test_two_processes_jax_distributed(tmp_path):
         port = str(s.getsockname()[1])
     procs = [subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path), port, str(rank)], env=env(4),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
-    rs = [result(p) for p in procs]
+    rs = [result(p, tmp_path, rank) for rank, p in enumerate(procs)]
     for rank, r in enumerate(rs):
         assert (r["process"], r["devices"], r["local"], r["arrays"]) == (rank, 8, 4, 5)
         assert r["shards_checked"] == 5 * 4  # its own 4 devices' shards, not the other process's
@@ -65,6 +67,49 @@ def test_two_processes_jax_distributed(tmp_path):
         assert reads[("layer.0.col",)] == ([0, 1, 2, 3] if rank == 0 else [4, 5, 6, 7])  # y parts, own x row
         assert reads[("layer.0.bias",)] == [4 * rank]  # one read per process
         assert r["sum"] is not None
+
+
+TOKENS_SCRIPT = HERE / "jax_shard_tokens_check.py"
+
+
+def write_token_files(d):
+    """The files jax_shard_tokens_check.py reads, written before its processes start (they only read)."""
+    from test_tokens import write_llmc, write_megatron
+
+    rng = np.random.default_rng(35)
+    np.save(d / "tokens.npy", rng.integers(-1000, 1000, (64, 24), dtype=np.int32))
+    write_llmc(d / "shard.bin", rng.integers(0, 50257, 8 * 1000).astype(np.uint16))
+    (d / "train.bin").write_bytes(rng.integers(0, 50257, 8 * 999).astype(np.uint16).tobytes())
+    seqs = [rng.integers(0, 50257, n).astype(np.uint16) for n in (5, 0, 17, 33, 9, 16)]  # 80 tokens
+    write_megatron(str(d / "corpus_text_document"), seqs, [0, 2, 6])
+
+
+def test_two_processes_shard_token_files(tmp_path):
+    """Shard-on-read of token files under jax.distributed: a .npy, an llm.c shard, a headerless raw file and a
+    Megatron dataset, each split along dimension 0 over the 8 devices of two processes; each process reads its
+    4 devices' parts and nothing else (bytes read = the bytes of its shards = half the tensor), checked shard by
+    shard against NumPy, with a jitted sum across both processes."""
+    write_token_files(tmp_path)
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = str(s.getsockname()[1])
+    procs = [subprocess.Popen([sys.executable, str(TOKENS_SCRIPT), str(tmp_path), port, str(rank)], env=env(4),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    rs = [result(p, tmp_path, rank) for rank, p in enumerate(procs)]
+    sizes = {"npy": 64 * 24 * 4, "llmc": 8000 * 2, "raw": 8 * 999 * 2, "megatron": 80 * 2}
+    formats = {"npy": "npy", "llmc": "llmc", "raw": "raw", "megatron": "megatron"}
+    for rank, r in enumerate(rs):
+        assert (r["process"], r["devices"], r["local"]) == (rank, 8, 4)
+        for key, size in sizes.items():
+            got = r[key]
+            assert (got["format"], got["tensor_bytes"], got["checked"]) == (formats[key], size, 4), (key, got)
+            assert got["positions"] == [4 * rank + k for k in range(4)], (key, got)
+            rows = {"npy": 64, "llmc": 8000, "raw": 8 * 999, "megatron": 80}[key] // 8
+            assert got["starts"] == [rows * p for p in got["positions"]], (key, got)
+            # Only its bytes: the shards of its 4 devices, half the tensor, read once each.
+            assert got["shard_bytes"] == size // 2 and got["bytes_read"] == size // 2, (key, got)
+            assert got["sum"] == rs[0][key]["sum"]
+        assert rs[rank]["megatron"]["others"] == ["document_indices", "sequence_lengths", "sequence_pointers"]
 
 
 def test_replicated_devices_share_one_host_read():

@@ -88,7 +88,10 @@ def test_row_slices_are_views():
 def index_cases():
     return [np.s_[1:3], np.s_[:, 1:3], np.s_[..., 2:], np.s_[1:2, :, 1:4], np.s_[:, -3:-1], np.s_[5:1],
             np.s_[...], np.s_[1], np.s_[:, 2], np.s_[-1, :, 0], np.s_[::2], np.s_[:, ::-2], np.s_[..., 1],
-            np.s_[1, ..., 3:0:-1], np.s_[:, :, :]]
+            np.s_[1, ..., 3:0:-1], np.s_[:, :, :],
+            # indices that select nothing: numpy's empty results (issue 34: these raised OUT_OF_RANGE or TypeError)
+            np.s_[-20::-1], np.s_[:, -11::-2], np.s_[[]], np.s_[:, []], np.s_[1, :, []], np.s_[..., []],
+            np.s_[0:0, ::-1], np.s_[3:1:1, 2]]
 
 
 @pytest.mark.parametrize("key", index_cases(), ids=str)
@@ -114,14 +117,26 @@ def test_basic_indexing_on_any_dimension_matches_numpy(tmp_path, key):
         assert t.data_ptr <= got.ctypes.data < t.data_ptr + t.nbytes and not got.flags.writeable
 
 
+def test_indices_selecting_nothing_give_numpys_empty_arrays():
+    with hostfirst.open(FIX / "basic.safetensors") as f:
+        e, ref = f["empty"], np.asarray(f["empty"])  # shape (0, 3)
+        for key in (np.s_[::-1], np.s_[:, ::-1], np.s_[-5::-1], np.s_[[]], np.s_[:, []], np.s_[::-1, 1]):
+            got = e[key]
+            assert np.asarray(got).shape == ref[key].shape and np.asarray(got).dtype == ref.dtype, key
+
+
 def test_indexing_errors_say_what_is_wrong():
     t = hostfirst.open(FIX / "tokens.safetensors")["tokens"]
     with pytest.raises(IndexError, match="index 100000 is out of range for dimension 0 of tensor 'tokens'"):
         t[100000]
     with pytest.raises(IndexError, match="too many indices"):
         t[1:2, 3:4]
-    with pytest.raises(TypeError, match="ints, slices and '...'"):
+    with pytest.raises(TypeError, match=r"index \[1, 2\] is integer-array \(fancy\) indexing"):
         t[[1, 2]]
+    with pytest.raises(TypeError, match="ints, slices and '...'"):
+        t[1.5]
+    with pytest.raises(IndexError):  # an empty list with an index out of range: numpy's error, as OutOfRangeError
+        hostfirst.open(FIX / "basic.safetensors")["rank8"][[], 5]
     with pytest.raises(IndexError, match="single ellipsis"):
         t[..., ...]
 

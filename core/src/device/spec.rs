@@ -30,16 +30,21 @@ pub const ACCEPTED_SPECS: &str = "cpu, cpu:0, cuda, cuda:N, gpu, gpu:N, cuda:GPU
 /// Longest spec we look at; longer input is rejected without being echoed whole.
 const MAX_SPEC_LEN: usize = 128;
 
+/// The largest ordinal a spec may name: `hostfirst_device.ordinal` is an `int32_t`, and every device value
+/// that `hostfirst_device_format` writes must parse back.
+pub const MAX_ORDINAL: u32 = i32::MAX as u32;
+
 fn parse_ordinal(s: &str, whole: &str) -> Result<u32> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) || s.len() > 9 {
-        return Err(Error::new(
+    match s.parse::<u32>() {
+        Ok(n) if s.bytes().all(|b| b.is_ascii_digit()) && n <= MAX_ORDINAL => Ok(n),
+        _ => Err(Error::new(
             Status::InvalidArgument,
             format!(
-                "device spec '{whole}': ordinal '{s}' is not a non-negative integer; accepted forms: {ACCEPTED_SPECS}"
+                "device spec '{whole}': ordinal '{s}' is not an integer from 0 to {MAX_ORDINAL}; accepted forms: \
+                 {ACCEPTED_SPECS}"
             ),
-        ));
+        )),
     }
-    Ok(s.parse::<u32>().expect("digits checked"))
 }
 
 impl DeviceSpec {
@@ -131,6 +136,21 @@ mod tests {
         let junk = "x".repeat(1024);
         let e = DeviceSpec::parse(&junk).unwrap_err();
         assert!(e.message().len() < 300);
+    }
+
+    /// Every ordinal a `hostfirst_device` can carry (0..=i32::MAX) parses, leading zeros allowed, so that what
+    /// `hostfirst_device_format` writes parses back (10-digit ordinals were refused); larger ones do not.
+    #[test]
+    fn every_c_ordinal_parses() {
+        for (text, n) in [("cuda:1000000000", 1_000_000_000), ("cpu:2147483647", MAX_ORDINAL), ("gpu:0000000000007", 7)]
+        {
+            let want =
+                if text.starts_with("cpu") { DeviceSpec::Cpu(n) } else { DeviceSpec::Cuda(CudaSelector::Ordinal(n)) };
+            assert_eq!(DeviceSpec::parse(text).unwrap(), want, "{text}");
+        }
+        for bad in ["cuda:2147483648", "cuda:4294967296", "cuda:+1", "cuda: 1 2"] {
+            assert_eq!(DeviceSpec::parse(bad).unwrap_err().status(), Status::InvalidArgument, "{bad}");
+        }
     }
 
     #[test]

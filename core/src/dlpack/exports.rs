@@ -11,7 +11,7 @@
 
 use super::{dl_device_of, dl_dtype_or_err, dl_shape, DlpackTensor, DlpackVersion, ManagedTensor};
 use super::{ManagedTensorVersioned, FLAG_IS_COPIED, FLAG_READ_ONLY, VERSION};
-use crate::device::Device;
+use crate::device::{Device, DeviceKind};
 use crate::error::Result;
 use crate::file::View;
 use crate::forksafe::GlobalMutex;
@@ -62,6 +62,17 @@ struct Entry {
     _strides: Option<Box<[i64]>>,
     /// CUDA: the consumer stream to record a release event on.
     release_on: Option<ConsumerStream>,
+}
+
+impl Entry {
+    /// Whether releasing it may call the CUDA driver: it keeps a `cuda:N` or `cuda_host` buffer (an event to
+    /// record, memory to free when it holds the last reference).
+    fn uses_cuda(&self) -> bool {
+        match &self.keep {
+            Keep::Buffer(b) => b.lock().unwrap_or_else(|p| p.into_inner()).device().kind != DeviceKind::CPU,
+            Keep::View(_) => false,
+        }
+    }
 }
 
 impl Drop for Entry {
@@ -202,8 +213,14 @@ pub fn release(managed: *mut c_void) -> bool {
         slots.live -= 1;
         entry
     };
-    // Outside the lock: a CUDA buffer's release records an event.
-    drop(entry);
+    // Outside the lock. A CUDA buffer's release may call the driver (an event recorded, memory freed): in
+    // relaxed capture mode, or kept for a safe point while a capture is seen (device::cuda::capture).
+    if entry.uses_cuda() {
+        crate::device::cuda::capture::release_or_defer(entry);
+    } else {
+        drop(entry);
+        crate::device::cuda::capture::safe_point();
+    }
     true
 }
 

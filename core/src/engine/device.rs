@@ -111,32 +111,31 @@ pub fn pinned_to_device<B: crate::device::cuda::HostBytes + Clone>(
 ) -> Result<()> {
     let stream = crate::device::cuda::Stream::new(dst.ordinal())?;
     let piece = piece.max(1 << 20);
-    let mut off = 0usize;
-    let mut queued = std::collections::VecDeque::new();
-    let mut copied = 0usize;
+    let mut queue = crate::device::cuda::CopyQueue::new();
+    let mut completed = Vec::with_capacity(4);
+    let (mut off, mut copied) = (0usize, 0usize);
     let mut result = Ok(());
-    while copied < len {
-        while result.is_ok() && off < len && queued.len() < 4 {
+    while result.is_ok() && copied < len {
+        while result.is_ok() && off < len && queue.len() < 4 {
             let n = (len - off).min(piece);
             match stream.copy_to_device_async(src.clone(), src_off + off, dst, off, n) {
-                Ok(f) => queued.push_back((n, f)),
+                Ok(f) => queue.push(n as u64, f),
                 Err(e) => result = Err(e),
             }
             off += n;
         }
-        let Some((n, f)) = queued.pop_front() else { break };
-        if let Err(e) = f.wait() {
-            result = result.and(Err(e));
+        if queue.is_empty() {
+            break;
         }
-        copied += n;
+        result = result.and(queue.wait_oldest(&mut completed));
+        copied += completed.drain(..).map(|(n, _, _)| n as usize).sum::<usize>();
         if result.is_ok() && copied < len {
             result = progress.at(copied as u64);
         }
-        if result.is_err() {
-            // Dropping an InFlight waits for its copy.
-            queued.clear();
-            break;
-        }
+    }
+    // On an error or a cancel, the pieces still queued are settled by the one rule before this returns.
+    if !queue.settle_all(&mut completed) {
+        dst.keep_after_error();
     }
     result
 }
@@ -156,6 +155,11 @@ pub fn staged_batch_to_device(
 ) -> Result<(crate::device::cuda::PinnedHostMemory, Result<()>)> {
     let inflight = stream.copy_to_device_async(staging, 0, dst, 0, len)?;
     let recorded = ready.map_or(Ok(()), |ev| ev.record(stream));
-    let staging = inflight.wait()?;
+    let (staging, _) = inflight.finish().map_err(|f| {
+        if !f.ended {
+            dst.keep_after_error(); // the copy may still write the batch
+        }
+        f.error
+    })?;
     Ok((staging, recorded.and_then(|()| ready.map_or(Ok(()), |ev| ev.synchronize()))))
 }

@@ -25,13 +25,19 @@
 //! to a [`Progress`] between waves: the form the bulk transfers (put, load, shard-on-read) will take when they
 //! move onto the engine. Today the gather is the engine's user.
 //!
+//! **Writer side**: [`write::write_many`] is the same for positioned writes of host bytes into one file
+//! (io_uring `IORING_OP_WRITE` or a pool of `pwrite`s), with the durability helpers the safetensors writer
+//! uses; [`drain::device_to_host_slabs`] streams CUDA memory to host consumers through the staging ring.
+//!
 //! Short reads are resumed; `EINTR`/`EAGAIN` are retried; a read at end of file reports [`ReadFailure::Eof`]
 //! (the caller turns it into `TRUNCATED`). Whatever happens, [`read_many`] returns only once no read it
 //! issued can still write into a destination.
 
 pub mod bulk;
 pub mod device;
+pub mod drain;
 pub mod staging;
+pub mod write;
 pub use bulk::{
     fill_host, read_exact, read_pieces, read_scatter, read_vectored_exact, ScatterDst, ScatterPiece, ScatterPlan,
 };
@@ -205,25 +211,30 @@ fn choose() -> u8 {
     if c != UNDECIDED {
         return c;
     }
-    let forced = std::env::var("HOSTFIRST_IO").unwrap_or_default();
-    let pick = match forced.trim() {
-        "pool" | "pread" => {
-            let _ = WHY_POOL.set("HOSTFIRST_IO=pool".to_string());
-            POOL
-        }
-        _ => match probe_uring() {
+    let pick = if env_forces_pool(std::env::var_os("HOSTFIRST_IO").as_deref()) {
+        let _ = WHY_POOL.set("HOSTFIRST_IO=pool".to_string());
+        POOL
+    } else {
+        match probe_uring() {
             Ok(()) => URING,
             Err(why) => {
                 let _ = WHY_POOL.set(format!("io_uring unavailable: {why}"));
                 POOL
             }
-        },
+        }
     };
     // The first decision wins if two threads probe at once.
     match CHOSEN.compare_exchange(UNDECIDED, pick, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => pick,
         Err(other) => other,
     }
+}
+
+/// Whether a value of `HOSTFIRST_IO` (None: unset) forces the pool of preads: `pool` or `pread`, white space
+/// around it ignored. Anything else (unset, other words, text that is not UTF-8) leaves the choice to the
+/// io_uring probe.
+pub fn env_forces_pool(value: Option<&std::ffi::OsStr>) -> bool {
+    value.and_then(|v| v.to_str()).is_some_and(|v| matches!(v.trim(), "pool" | "pread"))
 }
 
 #[cfg(target_os = "linux")]

@@ -16,17 +16,20 @@
 //!   tensors get smaller slabs, at least 64 KiB, and no more slabs than pieces).
 //! - **Reuse**: slabs go back to a process-wide pool (bounded to [`POOL_CAP_BYTES`]) so repeated puts do
 //!   not pay `cuMemHostAlloc` again; `place::release_cached_memory` frees the pool (and resident registrations).
+//!   In a child forked after CUDA was initialised no slab is handed out or pooled (`UNAVAILABLE` naming
+//!   fork()): the driver's page-locked pages may be absent there.
 //! - **Progress** is reported from the calling thread at most every [`PROGRESS_INTERVAL`], monotonic, and
 //!   once at the end with `done == total`; returning `true` cancels: readers stop, in-flight copies are waited
 //!   for, slabs go back to the pool and the caller drops the destination → `CANCELLED`.
 //! - **Errors**: the first read error or driver error wins; the same clean-up happens and the error
-//!   (`DEVICE_ERROR` naming the driver's error, `IO`, `TRUNCATED`) is returned.
+//!   (`DEVICE_ERROR` naming the driver's error, `IO`, `TRUNCATED`) is returned. Copies in flight are a
+//!   [`CopyQueue`], so an error a completion query sees is never lost, and what a failed copy may still use
+//!   is released only once it is known to have ended (the one rule of [`crate::device::cuda::inflight`]).
 
 use super::{Tuning, PROGRESS_INTERVAL};
-use crate::device::cuda::{DeviceMemory, InFlight, PinnedHostMemory, Stream};
+use crate::device::cuda::{CopyQueue, DeviceMemory, PinnedHostMemory, Stream};
 use crate::error::{Error, Result, Status};
 use crate::forksafe::GlobalMutex;
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Mutex;
@@ -84,6 +87,13 @@ fn pool() -> &'static GlobalMutex<Vec<PinnedHostMemory>> {
 /// New slabs are allocated through the destination device's context (`ordinal`); pooled ones, being portable,
 /// serve any device.
 pub(crate) fn take_slab(ordinal: u32, len: usize) -> Result<PinnedHostMemory> {
+    if let Some(reason) = crate::device::cuda::forked_reason() {
+        // The pool's slabs were page-locked by the driver before a fork(): never handed out in the child.
+        return Err(Error::new(
+            Status::Unavailable,
+            format!("a page-locked staging slab cannot be used in this process: {reason}"),
+        ));
+    }
     {
         let mut p = pool().lock();
         let best = p.iter().enumerate().filter(|(_, s)| s.len() >= len).min_by_key(|(_, s)| s.len()).map(|(i, _)| i);
@@ -107,6 +117,10 @@ fn recycle(free_tx: &Option<mpsc::Sender<PinnedHostMemory>>, slab: PinnedHostMem
 }
 
 pub(crate) fn give_slab(slab: PinnedHostMemory) {
+    if crate::device::cuda::forked_reason().is_some() {
+        drop(slab); // never pooled in a forked child (freeing it there makes no driver call)
+        return;
+    }
     let mut p = pool().lock();
     let held: usize = p.iter().map(|s| s.len()).sum();
     if held + slab.len() <= POOL_CAP_BYTES {
@@ -164,8 +178,18 @@ where
             give_slab(slab);
             return Err(e);
         }
-        // A failed enqueue or copy frees the slab with the error (a slab the driver may still use is not pooled).
-        give_slab(stream.copy_to_device_async(slab, 0, dst, 0, len)?.wait()?);
+        // A failed enqueue or copy releases the slab by the one rule (a slab the driver may still use is never
+        // pooled), and `dst` is kept when the copy into it could not be settled.
+        let copy = stream.copy_to_device_async(slab, 0, dst, 0, len)?;
+        match copy.finish() {
+            Ok((slab, _)) => give_slab(slab),
+            Err(f) => {
+                if !f.ended {
+                    dst.keep_after_error();
+                }
+                return Err(f.error);
+            }
+        }
         if let Some(p) = progress.as_mut() {
             if p(total, total) {
                 return Err(Error::new(
@@ -188,6 +212,7 @@ where
     let stop = AtomicBool::new(false);
 
     let mut outcome: Result<()> = Ok(());
+    let mut queue: CopyQueue<PinnedHostMemory> = CopyQueue::new();
     std::thread::scope(|s| {
         for _ in 0..threads {
             let filled_tx = filled_tx.clone();
@@ -216,26 +241,18 @@ where
         drop(filled_tx);
 
         let mut free_tx = Some(free_tx);
-        let mut inflight: VecDeque<(u64, InFlight<PinnedHostMemory>)> = VecDeque::new();
         let (mut enqueued, mut copied) = (0u64, 0u64);
+        let mut completed = Vec::with_capacity(count);
         let mut last_report = Instant::now();
         loop {
-            // Recycle completed copies (oldest first).
-            while let Some((n, f)) = inflight.front_mut() {
-                let n = *n;
-                match f.is_done() {
-                    Ok(true) => {}
-                    Ok(false) => break,
-                    Err(_) => {} // kept by the InFlight, returned by wait below
-                }
-                let (_, f) = inflight.pop_front().expect("front");
-                match f.wait() {
-                    Ok(slab) => {
-                        copied += n;
-                        recycle(&free_tx, slab);
-                    }
-                    Err(e) => fail(&mut outcome, e, &stop, &mut free_tx),
-                }
+            // Recycle completed copies (oldest first); an error a query saw fails the put.
+            let r = queue.reap(&mut completed);
+            for (n, slab, _) in completed.drain(..) {
+                copied += n;
+                recycle(&free_tx, slab);
+            }
+            if let Err(e) = r {
+                fail(&mut outcome, e, &stop, &mut free_tx);
             }
             if outcome.is_ok() {
                 if let Some(p) = progress.as_mut() {
@@ -247,14 +264,11 @@ where
                     }
                 }
             }
-            if outcome.is_ok() && enqueued == total && inflight.is_empty() {
-                break;
-            }
-            if outcome.is_err() && inflight.is_empty() {
+            if queue.is_empty() && (outcome.is_err() || enqueued == total) {
                 break;
             }
             // Next filled slab; while waiting, copies in flight may complete.
-            let wait = if inflight.is_empty() { Duration::from_millis(20) } else { Duration::from_micros(200) };
+            let wait = if queue.is_empty() { Duration::from_millis(20) } else { Duration::from_micros(200) };
             match filled_rx.recv_timeout(wait) {
                 Ok(Ok(Filled { off, len, slab })) => {
                     if outcome.is_err() {
@@ -264,21 +278,20 @@ where
                     match stream.copy_to_device_async(slab, 0, dst, off as usize, len) {
                         Ok(f) => {
                             enqueued += len as u64;
-                            inflight.push_back((len as u64, f));
+                            queue.push(len as u64, f);
                         }
                         Err(e) => fail(&mut outcome, e, &stop, &mut free_tx),
                     }
                 }
                 Ok(Err(e)) => fail(&mut outcome, e, &stop, &mut free_tx),
                 Err(mpsc::RecvTimeoutError::Timeout) => {
-                    if let Some((n, f)) = if inflight.is_empty() { None } else { inflight.pop_front() } {
-                        match f.wait() {
-                            Ok(slab) => {
-                                copied += n;
-                                recycle(&free_tx, slab);
-                            }
-                            Err(e) => fail(&mut outcome, e, &stop, &mut free_tx),
-                        }
+                    let r = queue.wait_oldest(&mut completed);
+                    for (n, slab, _) in completed.drain(..) {
+                        copied += n;
+                        recycle(&free_tx, slab);
+                    }
+                    if let Err(e) = r {
+                        fail(&mut outcome, e, &stop, &mut free_tx);
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -292,7 +305,7 @@ where
                             &mut free_tx,
                         );
                     }
-                    if inflight.is_empty() {
+                    if queue.is_empty() {
                         break;
                     }
                 }
@@ -305,6 +318,15 @@ where
             give_slab(f.slab);
         }
     });
+    // After a failure, what is still in flight is settled by the one rule before anything is freed; `dst`
+    // is kept (leaked when dropped) only when a failed copy into it could not be established to have ended.
+    let mut rest = Vec::new();
+    if !queue.settle_all(&mut rest) {
+        dst.keep_after_error();
+    }
+    for (_, slab, _) in rest {
+        give_slab(slab);
+    }
     // Slabs left in the ring go back to the pool.
     for slab in free_rx.into_inner().unwrap_or_else(|p| p.into_inner()).try_iter() {
         give_slab(slab);

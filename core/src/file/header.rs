@@ -30,8 +30,8 @@ pub(crate) struct Entry {
 /// A validated header: tensors in file order (by data offset; ties between empty tensors keep header order).
 #[derive(Debug)]
 pub(crate) struct Header {
-    /// Bytes of JSON after the 8-byte length prefix.
-    pub header_len: u64,
+    /// Offset of the data section in the file (`8 +` the JSON's length for safetensors).
+    pub data_start: u64,
     /// Bytes of the data section (the end of the last tensor).
     pub data_len: u64,
     pub entries: Vec<Entry>,
@@ -58,9 +58,9 @@ impl Header {
         NameBlock::name(&self.names, e.name)
     }
 
-    /// Offset of the data section in the file: `8 + header_len`.
+    /// Offset of the data section in the file (`8 + header_len` for safetensors).
     pub fn data_start(&self) -> u64 {
-        8 + self.header_len
+        self.data_start
     }
 }
 
@@ -117,7 +117,8 @@ fn not_safetensors(prefix: &[u8], n: u64, total_len: u64) -> Option<Error> {
         format!(
             "not a safetensors file: it looks like {looks}. A safetensors file begins with an 8-byte little-endian \
              header length followed by a JSON object; here the first 8 bytes read as length {n} (the file has \
-             {total_len} bytes) and '{{' does not follow. Check the path, or convert the file to safetensors"
+             {total_len} bytes) and '{{' does not follow. Check the path, or convert the file to safetensors; \
+             headerless data (nanoGPT's train.bin) opens with hostfirst_file_open_raw, given its dtype, shape and offset"
         ),
     ))
 }
@@ -530,8 +531,51 @@ fn parse_raw(json: &str) -> Result<RawHeader> {
     parse_raw_serde(json)
 }
 
+/// The deepest nesting of arrays and objects a header may have: what serde_json's recursion limit lets the
+/// reference crate read (it refuses 128 levels, "recursion limit exceeded"). Our pass skips unknown fields
+/// without recursing, so it would read any depth; this keeps both verdicts the same.
+pub(crate) const MAX_JSON_DEPTH: usize = 127;
+
+/// Where the header's nesting of arrays and objects first goes deeper than [`MAX_JSON_DEPTH`] (a byte
+/// offset), if it does; brackets inside strings do not count.
+fn too_deep(json: &str) -> Option<usize> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (i, &b) in json.as_bytes().iter().enumerate() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_JSON_DEPTH {
+                    return Some(i);
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
 /// The serde pass: every header, every verdict and message.
 fn parse_raw_serde(json: &str) -> Result<RawHeader> {
+    if let Some(at) = too_deep(json) {
+        return Err(Error::new(
+            Status::InvalidHeaderJson,
+            format!(
+                "header JSON is nested more than {MAX_JSON_DEPTH} levels deep (at byte {at} of the header), past \
+                 the recursion limit of safetensors' own reader"
+            ),
+        ));
+    }
     let side = Side::default();
     let mut de = serde_json::Deserializer::from_str(json);
     let parsed = TopSeed(&side).deserialize(&mut de).and_then(|h| de.end().map(|_| h));
@@ -695,7 +739,7 @@ pub(crate) fn parse(header: &[u8], total_len: u64, short_status: Status) -> Resu
             ),
         ));
     }
-    Ok(Header { header_len, data_len, entries: sorted, names: block, by_name, metadata })
+    Ok(Header { data_start: 8 + header_len, data_len, entries: sorted, names: block, by_name, metadata })
 }
 
 fn truncate(s: &str, max: usize) -> &str {

@@ -20,6 +20,7 @@
 //! ```
 
 mod fast_header;
+pub mod formats;
 mod header;
 mod index;
 pub mod layout;
@@ -29,6 +30,8 @@ mod raw;
 mod tensor_file;
 mod view;
 
+pub use formats::headerless::{RawLayout, INFER as RAW_INFER};
+pub use formats::Format;
 pub use layout::{ReadPolicy, Runs};
 pub use names::CName;
 pub(crate) use part::ReadaheadOff;

@@ -96,6 +96,88 @@ pub(crate) fn pread_exact(
     })
 }
 
+/// A regular file being opened: its descriptor, length and first bytes, before any format's header is parsed.
+pub(crate) struct Opening {
+    pub display: String,
+    pub path: PathBuf,
+    pub file: fs::File,
+    pub len: u64,
+    /// The first `min(len, 4096)` bytes.
+    pub first: Vec<u8>,
+}
+
+impl Opening {
+    /// How many leading bytes are read at open.
+    pub(crate) const FIRST_READ: usize = 4096;
+
+    /// Opens `path` (a regular file; [`crate::os::open_read`], so that a FIFO cannot hang the open), takes its length and
+    /// reads its first 4 KiB.
+    pub(crate) fn new(path: &Path) -> Result<Opening> {
+        let display = path.to_string_lossy().into_owned(); // what `path.display()` shows, without formatting
+        let file = crate::os::open_read(path).map_err(|e| io_error(&display, "cannot open", &e))?;
+        let meta = file.metadata().map_err(|e| io_error(&display, "cannot stat", &e))?;
+        if !meta.is_file() {
+            return Err(Error::new(Status::Io, format!("{display}: not a regular file")));
+        }
+        let len = meta.len();
+        let have = len.min(Opening::FIRST_READ as u64) as usize;
+        let mut first = vec![0u8; have];
+        pread_exact(&file, 0, &mut first, &display, &|| "reading the header".into())?;
+        Ok(Opening { display, path: path.to_path_buf(), file, len, first })
+    }
+
+    /// Reads `dst.len()` bytes at `offset` (`TRUNCATED` past the end).
+    pub(crate) fn read(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
+        pread_exact(&self.file, offset, dst, &self.display, &|| "reading the header".into())
+    }
+
+    /// The open as a safetensors file (see [`Part::open_file_detect`]).
+    pub(crate) fn safetensors(self, detect_index: bool) -> Result<Opened> {
+        let ctx = |e: Error| e.context(&self.display);
+        let (len, have) = (self.len, self.first.len());
+        let prefix = &self.first[..have.min(header::PREFIX_PEEK)];
+        if detect_index {
+            let starts_json = prefix.iter().find(|b| !b" \t\r\n".contains(b)) == Some(&b'{');
+            let prefix_ok = prefix.len() >= 8
+                && u64::from_le_bytes(prefix[..8].try_into().expect("8 bytes"))
+                    .checked_add(8)
+                    .is_some_and(|s| s <= len);
+            if starts_json && !prefix_ok {
+                return Ok(Opened::Index);
+            }
+        }
+        let n = header::header_len(prefix, len, Status::Truncated).map_err(ctx)? as usize;
+        let header = if 8 + n <= have {
+            header::parse(&self.first[8..8 + n], len, Status::Truncated).map_err(ctx)?
+        } else {
+            let mut json = vec![0u8; n];
+            self.read(8, &mut json)?;
+            header::parse(&json, len, Status::Truncated).map_err(ctx)?
+        };
+        Ok(Opened::Part(self.into_part(header)?))
+    }
+
+    /// Maps the file read-only (without populating it) and makes the part of `header`.
+    pub(crate) fn into_part(self, header: Header) -> Result<Part> {
+        let Opening { display, path, file, len, .. } = self;
+        // The length is the one `fstat` gave at open (memmap2 would ask again).
+        let map_len = usize::try_from(len)
+            .map_err(|_| Error::new(Status::Io, format!("{display}: {len} bytes cannot be mapped here")))?;
+        // SAFETY: a read-only shared mapping. If another process truncates the file while it is mapped, reads
+        // through the mapping fault (SIGBUS); that hazard is documented on every API returning mapped memory,
+        // and the pread paths (`read_at`) never touch the mapping. An empty file maps to an empty slice.
+        let map = unsafe { memmap2::MmapOptions::new().len(map_len).map(&file) }
+            .map_err(|e| io_error(&display, "cannot map", &e))?;
+        Ok(Part {
+            path_c: CName::from_str(&display),
+            display,
+            path: Some(path),
+            source: Source::File { file, map, populated: Mutex::new(Vec::new()), no_readahead: Mutex::new(0) },
+            header,
+        })
+    }
+}
+
 impl Part {
     /// Opens and validates a safetensors file. Reads only the header (with pread); maps the file read-only
     /// without populating it, so no data page is touched.
@@ -111,55 +193,18 @@ impl Part {
     /// instead of an error. One open, one `fstat`, one `pread` of the first 4 KiB (a header that fits there
     /// is not read again), one mapping.
     pub(crate) fn open_file_detect(path: &Path, detect_index: bool) -> Result<Opened> {
-        let display = path.to_string_lossy().into_owned(); // what `path.display()` shows, without formatting
-                                                           // Opening a FIFO cannot hang (O_NONBLOCK on Unix); no effect on regular files.
-        let file = crate::os::open_read(path).map_err(|e| io_error(&display, "cannot open", &e))?;
-        let meta = file.metadata().map_err(|e| io_error(&display, "cannot stat", &e))?;
-        if !meta.is_file() {
-            return Err(Error::new(Status::Io, format!("{display}: not a regular file")));
-        }
-        let len = meta.len();
-        let ctx = |e: Error| e.context(&display);
-        const FIRST_READ: usize = 4096;
-        let mut first = [0u8; FIRST_READ];
-        let have = len.min(FIRST_READ as u64) as usize;
-        pread_exact(&file, 0, &mut first[..have], &display, &|| "reading the header length".into())?;
-        let prefix = &first[..have.min(header::PREFIX_PEEK)];
-        if detect_index {
-            let starts_json = prefix.iter().find(|b| !b" \t\r\n".contains(b)) == Some(&b'{');
-            let prefix_ok = prefix.len() >= 8
-                && u64::from_le_bytes(prefix[..8].try_into().expect("8 bytes"))
-                    .checked_add(8)
-                    .is_some_and(|s| s <= len);
-            if starts_json && !prefix_ok {
-                return Ok(Opened::Index);
-            }
-        }
-        let n = header::header_len(prefix, len, Status::Truncated).map_err(ctx)? as usize;
-        let header = if 8 + n <= have {
-            header::parse(&first[8..8 + n], len, Status::Truncated).map_err(ctx)?
-        } else {
-            let mut json = vec![0u8; n];
-            pread_exact(&file, 8, &mut json, &display, &|| "reading the header".into())?;
-            header::parse(&json, len, Status::Truncated).map_err(ctx)?
-        };
-        // The length is the one `fstat` gave above (memmap2 would ask again); the header check proved it
-        // non-zero.
-        let map_len = usize::try_from(len)
-            .map_err(|_| Error::new(Status::Io, format!("{display}: {len} bytes cannot be mapped here")))?;
-        // SAFETY: a read-only shared mapping. If another process truncates the file while it is mapped, reads
-        // through the mapping fault (SIGBUS); that hazard is documented on every API returning mapped memory,
-        // and the pread paths (`read_at`) never touch the mapping.
-        let map = unsafe { memmap2::MmapOptions::new().len(map_len).map(&file) }
-            .map_err(|e| io_error(&display, "cannot map", &e))?;
-        let part = Part {
-            path_c: CName::from_str(&display),
-            display,
-            path: Some(path.to_path_buf()),
-            source: Source::File { file, map, populated: Mutex::new(Vec::new()), no_readahead: Mutex::new(0) },
-            header,
-        };
-        Ok(Opened::Part(part))
+        let o = Opening::new(path)?;
+        o.safetensors(detect_index)
+    }
+
+    /// Validates a memory buffer (owned by `owner`) with `parse`, given the buffer, its length and the status of
+    /// a buffer shorter than it declares (`INCOMPLETE_BUFFER`).
+    pub(crate) fn from_memory_with(
+        owner: Box<dyn AsRef<[u8]> + Send + Sync>,
+        parse: impl FnOnce(&[u8]) -> Result<Header>,
+    ) -> Result<Part> {
+        let header = parse((*owner).as_ref()).map_err(|e| e.context("<memory>"))?;
+        Ok(Part { display: "<memory>".to_string(), path: None, path_c: None, source: Source::Memory(owner), header })
     }
 
     /// Validates a memory buffer (owned by `owner`).

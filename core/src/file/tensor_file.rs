@@ -1,9 +1,10 @@
 //! `TensorFile`: one safetensors file, a memory buffer, or a multi-file set, behind one set of accessors.
 
-use super::header::Entry;
+use super::formats::{self, headerless::RawLayout, megatron, Format};
+use super::header::{self, Entry};
 use super::index;
 use super::names::{CName, NameIndex};
-use super::part::{Opened, Part, RawMemory};
+use super::part::{Opened, Opening, Part, RawMemory};
 use super::view::View;
 use super::MAX_SET_TENSORS;
 use crate::error::{Error, Result, Status};
@@ -46,6 +47,7 @@ struct Inner {
     set: Option<SetIndex>,
     metadata: Vec<(CName, CName)>,
     data_bytes: u64,
+    format: Format,
 }
 
 impl std::fmt::Debug for TensorFile {
@@ -59,8 +61,12 @@ impl std::fmt::Debug for TensorFile {
 }
 
 impl TensorFile {
-    /// Opens a `.safetensors` file, or a multi-file set when the path is an index (see [`TensorFile::open_index`];
-    /// detected by a `.json` name or by content). Reads only headers; never touches an accelerator.
+    /// Opens a file of any format hostfirst recognises, by content: a `.safetensors` file, a multi-file set when
+    /// the path is an index (see [`TensorFile::open_index`]; detected by a `.json` name or by content), a NumPy
+    /// `.npy` file, an llm.c token shard, or a Megatron indexed dataset (given its `.idx`, its `.bin` or the
+    /// prefix of both). A headerless raw file has no magic to recognise: open it with
+    /// [`TensorFile::open_raw`]. Reads only headers (a Megatron `.idx` whole, to validate it); never touches an
+    /// accelerator.
     pub fn open(path: impl AsRef<Path>) -> Result<TensorFile> {
         // A sharded index: a `.json` name, or content that starts (after JSON whitespace) with `{` while its
         // first 8 bytes cannot be a safetensors length prefix for this file (found by the one open below).
@@ -69,9 +75,187 @@ impl TensorFile {
         if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json")) {
             return TensorFile::open_index(path);
         }
-        match Part::open_file_detect(path, true)? {
-            Opened::Part(s) => Ok(TensorFile::single(Arc::new(s))),
-            Opened::Index => TensorFile::open_index(path),
+        let o = match Opening::new(path) {
+            Ok(o) => o,
+            // A Megatron prefix (`data/corpus_text_document` for `.idx` + `.bin`).
+            Err(e) if !path.exists() && with_suffix(path, "idx").is_file() => {
+                return TensorFile::open_megatron(path).map_err(|m| if m.status() == Status::Io { e } else { m })
+            }
+            Err(e) => return Err(e),
+        };
+        match formats::sniff(&o.first) {
+            Some(f) => TensorFile::open_sniffed(o, f),
+            None if megatron_sibling(path) => TensorFile::open_megatron(path),
+            None => match o.safetensors(true)? {
+                Opened::Part(s) => Ok(TensorFile::single(Arc::new(s), Format::Safetensors)),
+                Opened::Index => TensorFile::open_index(path),
+            },
+        }
+    }
+
+    /// Opens `path` as `format` only. `Format::Auto` is [`TensorFile::open`]; `Format::Raw` needs a layout
+    /// ([`TensorFile::open_raw`]): `INVALID_ARGUMENT`. A file of another format hostfirst recognises gets
+    /// `OTHER_FORMAT`, naming what it is and the call that opens it; one of no known format gets the format's
+    /// own verdict on its header (`INVALID_HEADER` for a missing magic, the safetensors statuses for
+    /// safetensors).
+    pub fn open_format(path: impl AsRef<Path>, format: Format) -> Result<TensorFile> {
+        let path = path.as_ref();
+        not_empty(path)?;
+        match format {
+            Format::Auto => return TensorFile::open(path),
+            Format::SafetensorsIndex => return TensorFile::open_index(path),
+            Format::Megatron => return TensorFile::open_megatron(path),
+            Format::Raw => {
+                return Err(Error::new(
+                    Status::InvalidArgument,
+                    "a raw file has no header to read its layout from: open it with hostfirst_file_open_raw, giving \
+                     its dtype, shape and offset",
+                ))
+            }
+            Format::Safetensors | Format::Npy | Format::Llmc => {}
+        }
+        let o = Opening::new(path)?;
+        let found =
+            formats::sniff(&o.first).or_else(|| looks_like_safetensors(&o.first, o.len).then_some(Format::Safetensors));
+        match found {
+            Some(f) if f != format => Err(formats::other_format(&o.display, f, format)),
+            _ if format == Format::Safetensors => match o.safetensors(false)? {
+                Opened::Part(s) => Ok(TensorFile::single(Arc::new(s), Format::Safetensors)),
+                Opened::Index => unreachable!("index detection is off"),
+            },
+            _ => TensorFile::open_sniffed(o, format),
+        }
+    }
+
+    /// Opens an `.npy` file or an llm.c shard (`f`), or the Megatron dataset whose `.idx` is open in `o`.
+    fn open_sniffed(o: Opening, f: Format) -> Result<TensorFile> {
+        let display = o.display.clone();
+        let ctx = |e: Error| e.context(&display);
+        let header = match f {
+            Format::Npy => formats::npy::parse(&o.first, o.len, Status::Truncated, &mut |off, dst| o.read(off, dst)),
+            Format::Llmc => formats::llmc::parse(&o.first, o.len, Status::Truncated),
+            Format::Megatron => {
+                let bin = with_extension(&o.path, "bin");
+                return TensorFile::megatron_files(o, &bin);
+            }
+            _ => unreachable!("sniff names only formats with a magic"),
+        }
+        .map_err(ctx)?;
+        Ok(TensorFile::single(Arc::new(o.into_part(header)?), f))
+    }
+
+    /// Opens a Megatron indexed dataset: `path` is its `.idx`, its `.bin` or the prefix of both.
+    pub fn open_megatron(path: impl AsRef<Path>) -> Result<TensorFile> {
+        let path = path.as_ref();
+        not_empty(path)?;
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        let (idx, bin) = match ext {
+            "idx" => (path.to_path_buf(), with_extension(path, "bin")),
+            "bin" => (with_extension(path, "idx"), path.to_path_buf()),
+            _ => (with_suffix(path, "idx"), with_suffix(path, "bin")),
+        };
+        let o = Opening::new(&idx)?;
+        if let Some(f) = formats::sniff(&o.first).filter(|&f| f != Format::Megatron) {
+            return Err(formats::other_format(&o.display, f, Format::Megatron));
+        }
+        TensorFile::megatron_files(o, &bin)
+    }
+
+    fn megatron_files(idx: Opening, bin_path: &Path) -> Result<TensorFile> {
+        let bin = Opening::new(bin_path)
+            .map_err(|e| e.context(format!("the tokens of the Megatron index {}", idx.display)))?;
+        let parsed = megatron::parse(&idx.first, idx.len, bin.len, &bin.display, Status::Truncated, &mut |off, dst| {
+            idx.read(off, dst)
+        })
+        .map_err(|e| e.context(&idx.display))?;
+        let display = idx.display.clone();
+        let path = idx.path.clone();
+        let metadata = parsed.idx.metadata.clone();
+        let parts = vec![Arc::new(bin.into_part(parsed.bin)?), Arc::new(idx.into_part(parsed.idx)?)];
+        Ok(TensorFile::from_parts(display, Some(path), parts, metadata, Format::Megatron))
+    }
+
+    /// Opens a headerless file with the layout the caller gives (see [`RawLayout`]): nanoGPT's
+    /// `np.memmap(path, dtype=np.uint16, mode="r")` is `TensorFile::open_raw(path, &RawLayout::tokens(DType::U16))`.
+    pub fn open_raw(path: impl AsRef<Path>, layout: &RawLayout) -> Result<TensorFile> {
+        let path = path.as_ref();
+        not_empty(path)?;
+        let o = Opening::new(path)?;
+        let header =
+            formats::headerless::parse(layout, &o.first, o.len, Status::Truncated, &mut |f| sniffed_is_valid(f, &o))
+                .map_err(|e| e.context(&o.display))?;
+        Ok(TensorFile::single(Arc::new(o.into_part(header)?), Format::Raw))
+    }
+
+    /// [`TensorFile::open_raw`] over an image in memory (owned by the returned object).
+    pub fn raw_from_bytes(bytes: impl AsRef<[u8]> + Send + Sync + 'static, layout: &RawLayout) -> Result<TensorFile> {
+        let part = Part::from_memory_with(Box::new(bytes), |b| {
+            formats::headerless::parse(layout, b, b.len() as u64, Status::IncompleteBuffer, &mut |f| {
+                memory_is_valid(f, b)
+            })
+        })?;
+        Ok(TensorFile::single(Arc::new(part), Format::Raw))
+    }
+
+    /// A Megatron dataset held in memory: its `.idx` and `.bin` images (owned by the returned object).
+    pub fn megatron_from_bytes(
+        idx: impl AsRef<[u8]> + Send + Sync + 'static,
+        bin: impl AsRef<[u8]> + Send + Sync + 'static,
+    ) -> Result<TensorFile> {
+        let bin_len = bin.as_ref().len() as u64;
+        let ib = idx.as_ref();
+        let parsed = megatron::parse(
+            ib,
+            ib.len() as u64,
+            bin_len,
+            "<memory .bin>",
+            Status::IncompleteBuffer,
+            &mut |off, dst| {
+                let s = usize::try_from(off).ok().and_then(|o| ib.get(o..o.checked_add(dst.len())?));
+                dst.copy_from_slice(s.ok_or_else(|| Error::new(Status::Internal, "read outside the .idx image"))?);
+                Ok(())
+            },
+        )
+        .map_err(|e| e.context("<memory>"))?;
+        let metadata = parsed.idx.metadata.clone();
+        let (pidx, pbin) = (parsed.idx, parsed.bin);
+        let parts = vec![
+            Arc::new(Part::from_memory_with(Box::new(bin), |_| Ok(pbin))?),
+            Arc::new(Part::from_memory_with(Box::new(idx), |_| Ok(pidx))?),
+        ];
+        Ok(TensorFile::from_parts("<memory>".to_string(), None, parts, metadata, Format::Megatron))
+    }
+
+    /// A file of several parts that is not a safetensors set (a Megatron dataset: `.bin` then `.idx`): tensors
+    /// in part order, then file order.
+    fn from_parts(
+        display: String,
+        path: Option<PathBuf>,
+        parts: Vec<Arc<Part>>,
+        metadata: Vec<(CName, CName)>,
+        format: Format,
+    ) -> TensorFile {
+        let mut order = Vec::new();
+        let mut by_name = NameIndex::with_capacity(parts.iter().map(|p| p.header.entries.len()).sum());
+        for (si, s) in parts.iter().enumerate() {
+            for (ei, e) in s.header.entries.iter().enumerate() {
+                let at = order.len() as u32;
+                order.push((si as u32, ei as u32));
+                let _ = by_name.insert(s.header.name(e), at, |g| SetIndex::name_at(&order, &parts, g));
+            }
+        }
+        let data_bytes = parts.iter().map(|s| s.header.data_len).fold(0u64, |a, b| a.saturating_add(b));
+        TensorFile {
+            inner: Arc::new(Inner {
+                path_c: CName::new(display.clone()),
+                display,
+                path,
+                set: Some(SetIndex { order, by_name }),
+                parts,
+                metadata,
+                data_bytes,
+                format,
+            }),
         }
     }
 
@@ -79,13 +263,51 @@ impl TensorFile {
     pub fn open_safetensors(path: impl AsRef<Path>) -> Result<TensorFile> {
         not_empty(path.as_ref())?;
         let part = Arc::new(Part::open_file(path.as_ref())?);
-        Ok(TensorFile::single(part))
+        Ok(TensorFile::single(part, Format::Safetensors))
     }
 
-    /// Validates a safetensors image held in memory (owned by the returned object).
+    /// Validates an image held in memory (owned by the returned object): a safetensors image, or, recognised by
+    /// content, an `.npy` file or an llm.c shard. (A Megatron index needs its `.bin`:
+    /// [`TensorFile::megatron_from_bytes`].)
     pub fn from_bytes(bytes: impl AsRef<[u8]> + Send + Sync + 'static) -> Result<TensorFile> {
-        let part = Arc::new(Part::from_memory(Box::new(bytes))?);
-        Ok(TensorFile::single(part))
+        TensorFile::from_bytes_format(bytes, Format::Auto)
+    }
+
+    /// [`TensorFile::from_bytes`] as `format` only (`Auto`, `Safetensors`, `Npy` or `Llmc`; others give
+    /// `INVALID_ARGUMENT`); another recognised format gives `OTHER_FORMAT`.
+    pub fn from_bytes_format(bytes: impl AsRef<[u8]> + Send + Sync + 'static, format: Format) -> Result<TensorFile> {
+        let b = bytes.as_ref();
+        let found = formats::sniff(b);
+        let format = match (format, found) {
+            (Format::Auto, Some(Format::Megatron)) => {
+                return Err(formats::other_format("<memory>", Format::Megatron, Format::Auto))
+            }
+            (Format::Auto, Some(f)) => f,
+            (Format::Auto, None) => Format::Safetensors,
+            (Format::Safetensors | Format::Npy | Format::Llmc, _) => format,
+            (other, _) => {
+                return Err(Error::new(
+                    Status::InvalidArgument,
+                    format!("format {} cannot be opened from one memory buffer", other.name()),
+                ))
+            }
+        };
+        let found = found.or_else(|| looks_like_safetensors(b, b.len() as u64).then_some(Format::Safetensors));
+        if let Some(f) = found.filter(|&f| f != format) {
+            return Err(formats::other_format("<memory>", f, format));
+        }
+        let part = match format {
+            Format::Npy => Part::from_memory_with(Box::new(bytes), |b| {
+                formats::npy::parse(b, b.len() as u64, Status::IncompleteBuffer, &mut |_, _| {
+                    Err(Error::new(Status::Internal, "a memory image is read whole"))
+                })
+            })?,
+            Format::Llmc => Part::from_memory_with(Box::new(bytes), |b| {
+                formats::llmc::parse(b, b.len() as u64, Status::IncompleteBuffer)
+            })?,
+            _ => Part::from_memory(Box::new(bytes))?,
+        };
+        Ok(TensorFile::single(Arc::new(part), format))
     }
 
     /// Validates a safetensors image in caller memory, without copying it.
@@ -96,11 +318,10 @@ impl TensorFile {
     pub unsafe fn from_raw(ptr: *const u8, len: usize) -> Result<TensorFile> {
         // SAFETY: forwarded from this function's contract.
         let mem = unsafe { RawMemory::new(ptr, len) };
-        let part = Arc::new(Part::from_memory(Box::new(mem))?);
-        Ok(TensorFile::single(part))
+        TensorFile::from_bytes(mem)
     }
 
-    fn single(part: Arc<Part>) -> TensorFile {
+    fn single(part: Arc<Part>, format: Format) -> TensorFile {
         TensorFile {
             inner: Arc::new(Inner {
                 display: part.display.clone(),
@@ -110,6 +331,7 @@ impl TensorFile {
                 data_bytes: part.header.data_len,
                 set: None,
                 parts: vec![part],
+                format,
             }),
         }
     }
@@ -250,6 +472,7 @@ impl TensorFile {
                 set: Some(set),
                 metadata,
                 data_bytes,
+                format: Format::SafetensorsIndex,
             }),
         })
     }
@@ -278,7 +501,12 @@ impl TensorFile {
         &self.inner.display
     }
 
-    /// True for a multi-file set.
+    /// The file's format (never `Format::Auto`).
+    pub fn format(&self) -> Format {
+        self.inner.format
+    }
+
+    /// True for a file of several parts: a multi-file safetensors set, or a Megatron dataset (`.bin` + `.idx`).
     pub fn is_set(&self) -> bool {
         self.inner.set.is_some()
     }
@@ -385,6 +613,52 @@ impl TensorFile {
         self.view_at(i)
     }
 
+    /// A Megatron dataset's sequences `indices[i]` as spans of its `tokens` tensor: `starts[i]` the element
+    /// offset of the sequence's first token, `lens[i]` its length in elements (what
+    /// `place::Gather::run_spans` takes). Reads 12 bytes of the `.idx` per sequence (positioned reads: a
+    /// truncated file gives `TRUNCATED`). Errors: `UNSUPPORTED` for a file that is not a Megatron dataset,
+    /// `INVALID_ARGUMENT` when the three slices differ in length, `OUT_OF_RANGE` naming the first index past
+    /// the sequence count; outputs are written only on success.
+    pub fn sequence_spans(&self, indices: &[u64], starts: &mut [u64], lens: &mut [u64]) -> Result<()> {
+        if self.format() != Format::Megatron {
+            return Err(Error::new(
+                Status::Unsupported,
+                format!(
+                    "{}: sequences belong to Megatron indexed datasets; this is {}",
+                    self.inner.display,
+                    self.format().what()
+                ),
+            ));
+        }
+        if starts.len() != indices.len() || lens.len() != indices.len() {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!("{} indices, {} starts, {} lengths", indices.len(), starts.len(), lens.len()),
+            ));
+        }
+        let (lv, pv, tv) = (self.view("sequence_lengths")?, self.view("sequence_pointers")?, self.view("tokens")?);
+        let n = lv.shape()[0];
+        if let Some((i, &x)) = indices.iter().enumerate().find(|(_, &x)| x >= n) {
+            return Err(Error::new(
+                Status::OutOfRange,
+                format!("{}: sequence index {i} is {x}, but there are {n} sequences", self.inner.display),
+            ));
+        }
+        let item = u64::from(tv.dtype().bits() / 8);
+        let (mut s, mut l) = (vec![0u64; indices.len()], vec![0u64; indices.len()]);
+        for (k, &x) in indices.iter().enumerate() {
+            let (mut lb, mut pb) = ([0u8; 4], [0u8; 8]);
+            lv.read_at(x * 4, &mut lb)?;
+            pv.read_at(x * 8, &mut pb)?;
+            // Validated at open: non-negative lengths, pointers the running sum (multiples of the element size).
+            l[k] = i32::from_le_bytes(lb).max(0) as u64;
+            s[k] = u64::from_le_bytes(pb) / item;
+        }
+        starts.copy_from_slice(&s);
+        lens.copy_from_slice(&l);
+        Ok(())
+    }
+
     // ---- C helpers: pointers valid while this object (or a clone) lives ----
 
     pub fn name_ptr(&self, i: usize) -> Option<*const std::ffi::c_char> {
@@ -401,6 +675,60 @@ impl TensorFile {
 
     pub fn path_ptr(&self) -> Option<*const std::ffi::c_char> {
         self.inner.path_c.as_ref().map(|c| c.as_ptr())
+    }
+}
+
+/// `path` with `.ext` appended (a Megatron prefix's files: `corpus_text_document` + `.idx`).
+fn with_suffix(path: &Path, ext: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".");
+    s.push(ext);
+    PathBuf::from(s)
+}
+
+/// `path` with its extension replaced by `ext`.
+fn with_extension(path: &Path, ext: &str) -> PathBuf {
+    path.with_extension(ext)
+}
+
+/// Whether `path` is a `.bin` beside a Megatron `.idx` (the tokens of an indexed dataset, which have no magic).
+fn megatron_sibling(path: &Path) -> bool {
+    if !path.extension().is_some_and(|e| e == "bin") {
+        return false;
+    }
+    let mut magic = [0u8; 9];
+    std::fs::File::open(with_extension(path, "idx"))
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok_and(|_| magic == formats::MEGATRON_MAGIC)
+}
+
+/// Whether the first bytes of a file of `len` bytes look like safetensors: a possible header length followed
+/// by `{` (used only to name the format in `OTHER_FORMAT` when another format was asked for).
+fn looks_like_safetensors(first: &[u8], len: u64) -> bool {
+    header::header_len(first, len, Status::Truncated).is_ok()
+        && first[8..].iter().find(|b| !b" \t\r\n".contains(b)) == Some(&b'{')
+}
+
+/// Whether the open file is a valid file of `f` (the format its magic announces), for the raw opener's check.
+fn sniffed_is_valid(f: Format, o: &Opening) -> bool {
+    match f {
+        Format::Npy => {
+            formats::npy::parse(&o.first, o.len, Status::Truncated, &mut |off, dst| o.read(off, dst)).is_ok()
+        }
+        Format::Llmc => formats::llmc::parse(&o.first, o.len, Status::Truncated).is_ok(),
+        _ => true,
+    }
+}
+
+/// [`sniffed_is_valid`] for a memory image.
+fn memory_is_valid(f: Format, b: &[u8]) -> bool {
+    match f {
+        Format::Npy => formats::npy::parse(b, b.len() as u64, Status::IncompleteBuffer, &mut |_, _| {
+            Err(Error::new(Status::Internal, "a memory image is read whole"))
+        })
+        .is_ok(),
+        Format::Llmc => formats::llmc::parse(b, b.len() as u64, Status::IncompleteBuffer).is_ok(),
+        _ => true,
     }
 }
 

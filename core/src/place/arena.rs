@@ -6,7 +6,9 @@
 //!   aligned, like hostfirst's other host buffers); `cuda:N` tensors are parts of one `cuMemAlloc`
 //!   ([`DeviceMemory::sub`], each part 256-byte aligned, the alignment DLPack asks of data pointers). Every
 //!   part holds a reference to its arena, which is freed when the last part is dropped. A failed or cancelled
-//!   job drops its arena before returning, so nothing it allocated survives.
+//!   job drops its arena before returning, so nothing it allocated survives (the one exception, by the rule
+//!   of [`crate::device::cuda::inflight`]: device memory a failed copy may still write is leaked, never freed
+//!   under it, when that copy cannot be established to have ended).
 //! - **Reads**: tensors are sorted by their offset in their file and neighbours are read together when the
 //!   merged read stays within the read policy's over-read bound ([`ReadPolicy::max_over_read`], counted in
 //!   pages) and within one read's size (8 MiB for host memory, one staging slab for CUDA). Host reads go
@@ -23,7 +25,7 @@
 
 use super::host::HostAlloc;
 use super::parallel::{default_threads, PROGRESS_INTERVAL};
-use crate::device::cuda::{DeviceMemory, Event, PinnedHostMemory, Stream};
+use crate::device::cuda::{CopyQueue, DeviceMemory, Event, PinnedHostMemory, Stream};
 use crate::error::{Error, Result, Status};
 use crate::file::{ReadPolicy, TensorRef};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -363,24 +365,10 @@ unsafe fn enqueue(stream: &Stream, slab: &PinnedHostMemory, p: Piece, dst: &Devi
     unsafe { crate::engine::device::copy_from_slab_async(stream, slab, p.src, p.dst, p.len, dst) }
 }
 
-/// Waits for a slot's latest copy. On a driver error the slot is released when the error is sticky (the
-/// context runs nothing any more) and leaked otherwise (a copy may still read its slab).
-fn wait_slot(slot: Slot) -> std::result::Result<Slot, Error> {
-    match slot.event.synchronize_code() {
-        Ok(()) => Ok(slot),
-        Err((e, code)) => {
-            if crate::device::cuda::driver::is_sticky(code) {
-                drop(slot); // the context is dead: no transfer runs any more
-            } else {
-                std::mem::forget(slot); // a copy may still read the slab
-            }
-            Err(e)
-        }
-    }
-}
-
 /// Loads `tensors` into one allocation on `cuda:<ordinal>` through the staging ring (one stream, one event per
-/// slab); returns it with each tensor's offset in it, in order (as [`load_host`]).
+/// slab); returns it with each tensor's offset in it, in order (as [`load_host`]). On failure the arena is
+/// dropped: freed, or leaked when a copy into it could not be established to have ended (rule 2 of
+/// [`crate::device::cuda::inflight`]).
 pub(crate) fn load_cuda(
     ordinal: u32,
     tensors: &[TensorRef<'_>],
@@ -396,18 +384,14 @@ pub(crate) fn load_cuda(
         let groups = groups(tensors, &offsets, slab_len, &ReadPolicy::default());
         let count = count.min(groups.len()).max(1);
         let threads = default_threads().min(count).max(1);
-        let (ok, copies_may_run) = ring(ordinal, &groups, &arena, slab_len, count, threads, rep);
-        if let Err(e) = ok {
-            if copies_may_run {
-                std::mem::forget(arena); // a copy may still write it: never free memory in use
-            }
-            return Err(e);
-        }
+        ring(ordinal, &groups, &arena, slab_len, count, threads, rep)?;
     }
     Ok((Arc::new(arena), offsets))
 }
 
-/// The pipeline; returns the outcome and whether copies may still be running after a failure.
+/// The pipeline. Copies in flight are a [`CopyQueue`] (the one error rule: an error a query sees fails the
+/// load); after a failure everything still queued is settled, the slabs go back to the pool, and `dst` is
+/// marked to be leaked only when a failed copy into it could not be established to have ended.
 fn ring(
     ordinal: u32,
     groups: &[Group<'_>],
@@ -416,11 +400,8 @@ fn ring(
     count: usize,
     threads: usize,
     rep: &mut Reporter<'_>,
-) -> (Result<()>, bool) {
-    let stream = match Stream::new(ordinal) {
-        Ok(s) => s,
-        Err(e) => return (Err(e), false),
-    };
+) -> Result<()> {
+    let stream = Stream::new(ordinal)?;
     let (free_tx, free_rx) = mpsc::channel::<Slot>();
     let mut slots_out = 0usize;
     for _ in 0..count {
@@ -435,7 +416,7 @@ fn ring(
                 for s in free_rx.try_iter() {
                     crate::engine::staging::give_slab(s.slab);
                 }
-                return (Err(e), false);
+                return Err(e);
             }
         }
     }
@@ -444,7 +425,7 @@ fn ring(
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let mut outcome: Result<()> = Ok(());
-    let mut copies_may_run = false;
+    let mut queue: CopyQueue<PinnedHostMemory> = CopyQueue::new();
     let mut returned: Vec<Slot> = Vec::with_capacity(slots_out);
 
     std::thread::scope(|s| {
@@ -481,8 +462,8 @@ fn ring(
         drop(filled_tx);
 
         let mut free_tx = Some(free_tx);
-        let mut inflight: std::collections::VecDeque<(u64, Slot)> = std::collections::VecDeque::new();
         let (mut enqueued, mut copied) = (0usize, 0u64);
+        let mut completed: Vec<(u64, PinnedHostMemory, Event)> = Vec::with_capacity(slots_out);
         let fail = |outcome: &mut Result<()>, e: Error, free_tx: &mut Option<mpsc::Sender<Slot>>| {
             stop.store(true, Ordering::Relaxed);
             free_tx.take();
@@ -499,57 +480,43 @@ fn ring(
             None => returned.push(slot),
         };
         loop {
-            // Completed copies (oldest first) give their slab back.
-            while let Some((_, front)) = inflight.front() {
-                if !matches!(front.event.query(), Ok(true) | Err(_)) {
-                    break;
-                }
-                let (n, slot) = inflight.pop_front().expect("front");
-                match wait_slot(slot) {
-                    Ok(slot) => {
-                        copied += n;
-                        recycle(slot, &free_tx, &mut returned);
-                    }
-                    Err(e) => {
-                        copies_may_run = true;
-                        fail(&mut outcome, e, &mut free_tx);
-                    }
-                }
+            // Completed copies (oldest first) give their slab back; an error a query saw fails the load.
+            let r = queue.reap(&mut completed);
+            for (n, slab, event) in completed.drain(..) {
+                copied += n;
+                recycle(Slot { slab, event }, &free_tx, &mut returned);
+            }
+            if let Err(e) = r {
+                fail(&mut outcome, e, &mut free_tx);
             }
             if outcome.is_ok() {
                 if let Err(e) = rep.tick(copied) {
                     fail(&mut outcome, e, &mut free_tx);
                 }
             }
-            if inflight.is_empty() && (outcome.is_err() || enqueued == groups.len()) {
+            if queue.is_empty() && (outcome.is_err() || enqueued == groups.len()) {
                 break;
             }
-            let wait = if inflight.is_empty() { Duration::from_millis(20) } else { Duration::from_micros(200) };
+            let wait = if queue.is_empty() { Duration::from_millis(20) } else { Duration::from_micros(200) };
             match filled_rx.recv_timeout(wait) {
                 Ok((_, Ok(slot))) if outcome.is_err() => returned.push(slot),
                 Ok((usize::MAX, Ok(slot))) => recycle(slot, &free_tx, &mut returned),
                 Ok((i, Ok(slot))) => {
                     let g = &groups[i];
-                    // SAFETY: the slot goes into `inflight` with its event recorded after these copies, and is
-                    // neither written nor freed before that event completes.
-                    let r = g
-                        .pieces
-                        .iter()
-                        .try_for_each(|p| unsafe { enqueue(&stream, &slot.slab, *p, dst) })
-                        .and_then(|()| slot.event.record(&stream));
+                    // SAFETY: the slab goes into the queue fenced by its event recorded after these copies, and
+                    // is neither written nor freed before that event completes (or the rule settles it).
+                    let r = g.pieces.iter().try_for_each(|p| unsafe { enqueue(&stream, &slot.slab, *p, dst) });
                     enqueued += 1;
-                    match r {
-                        Ok(()) => inflight.push_back((g.bytes, slot)),
-                        Err(e) => {
-                            // Some copies may be queued without an event after them: wait for the stream.
-                            if stream.synchronize().is_ok() {
-                                returned.push(slot);
-                            } else {
-                                copies_may_run = true;
-                                std::mem::forget(slot);
-                            }
+                    // Fenced even when a piece failed to queue: the pieces before it may run.
+                    match stream.fence(slot.slab, slot.event) {
+                        Ok(f) => queue.push(g.bytes, f),
+                        Err(f) => {
+                            let e = queue.note(f);
                             fail(&mut outcome, e, &mut free_tx);
                         }
+                    }
+                    if let Err(e) = r {
+                        fail(&mut outcome, e, &mut free_tx);
                     }
                 }
                 Ok((_, Err((e, slot)))) => {
@@ -557,17 +524,13 @@ fn ring(
                     fail(&mut outcome, e, &mut free_tx);
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {
-                    if let Some((n, slot)) = inflight.pop_front() {
-                        match wait_slot(slot) {
-                            Ok(slot) => {
-                                copied += n;
-                                recycle(slot, &free_tx, &mut returned);
-                            }
-                            Err(e) => {
-                                copies_may_run = true;
-                                fail(&mut outcome, e, &mut free_tx);
-                            }
-                        }
+                    let r = queue.wait_oldest(&mut completed);
+                    for (n, slab, event) in completed.drain(..) {
+                        copied += n;
+                        recycle(Slot { slab, event }, &free_tx, &mut returned);
+                    }
+                    if let Err(e) = r {
+                        fail(&mut outcome, e, &mut free_tx);
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -575,7 +538,7 @@ fn ring(
                         let e = Error::new(Status::Internal, "load readers stopped early".to_string());
                         fail(&mut outcome, e, &mut free_tx);
                     }
-                    if inflight.is_empty() {
+                    if queue.is_empty() {
                         break;
                     }
                 }
@@ -589,13 +552,20 @@ fn ring(
             }
         }
     });
+    // After a failure: whatever is still in flight is settled by the rule before anything is freed.
+    let mut rest = Vec::new();
+    let settled = queue.settle_all(&mut rest);
+    returned.extend(rest.into_iter().map(|(_, slab, event)| Slot { slab, event }));
+    if !settled {
+        dst.keep_after_error();
+    }
     for slot in free_rx.into_inner().unwrap_or_else(|p| p.into_inner()).try_iter() {
         returned.push(slot);
     }
     for slot in returned {
         crate::engine::staging::give_slab(slot.slab);
     }
-    (outcome, copies_may_run)
+    outcome
 }
 
 #[cfg(test)]

@@ -1,9 +1,14 @@
 //! A buffer: memory owned on one device (cpu, cuda:N, cuda_host) with a dtype and a shape.
 //!
 //! CUDA buffers also carry what the stream handshake with consumers needs: the event recorded after
-//! hostfirst's last write (a consumer's stream waits on it before reading), and the events recorded on
-//! consumers' streams when they released the buffer (hostfirst's next write waits on them). See
-//! [`super::export`].
+//! hostfirst's last write (a consumer's stream waits on it before reading), and what orders hostfirst's next
+//! write after the consumers that released the buffer: events recorded when they released it (on the legacy
+//! default stream for the default streams, on a consumer's own stream when it asks through
+//! [`Buffer::record_stream`]), or a wait for the whole device when a DLPack consumer on a stream of its own
+//! released it ([`Buffer::record_release`]). See [`super::export`].
+//!
+//! `cuda_host` memory was allocated by the CUDA driver: in a child forked after CUDA was initialised it is
+//! unavailable ([`Buffer::check_usable`]), as CUDA memory is.
 
 use super::consumer::ConsumerStream;
 use super::host::HostAlloc;
@@ -74,6 +79,9 @@ pub struct Buffer {
     /// CUDA: a consumer's release could not be recorded, so hostfirst cannot know when that consumer's work
     /// is done: the buffer must never be rewritten (a gather drops it from its ring).
     release_failed: bool,
+    /// CUDA: a DLPack consumer released the buffer from a stream of its own, which hostfirst may not touch at
+    /// release time (it may be destroyed by then): the next rewrite first waits for the whole device.
+    wait_for_device: bool,
 }
 
 impl Buffer {
@@ -108,7 +116,18 @@ impl Buffer {
         nbytes: u64,
         mem: Memory,
     ) -> Buffer {
-        Buffer { cname, raw_name, dtype, shape, nbytes, mem, ready: None, released: Vec::new(), release_failed: false }
+        Buffer {
+            cname,
+            raw_name,
+            dtype,
+            shape,
+            nbytes,
+            mem,
+            ready: None,
+            released: Vec::new(),
+            release_failed: false,
+            wait_for_device: false,
+        }
     }
 
     /// A cpu buffer over a private, writable (copy-on-write) mapping of the view's pages in its file (see
@@ -168,21 +187,38 @@ impl Buffer {
     pub fn memory_mut(&mut self) -> &mut Memory {
         &mut self.mem
     }
-    /// Host-addressable bytes (cpu and cuda_host), else None.
+    /// Host-addressable bytes (cpu and cuda_host), else None (also for cuda_host memory where it is
+    /// unavailable: see [`Buffer::check_usable`]).
     pub fn host_bytes(&self) -> Option<&[u8]> {
         match &self.mem {
             Memory::Host(h) => Some(h.as_slice()),
-            Memory::Pinned(p) => Some(p.as_slice()),
+            Memory::Pinned(p) => p.check_usable().is_ok().then(|| p.as_slice()),
             Memory::Cuda(_) => None,
         }
     }
-    /// Host-addressable bytes, mutably.
+    /// Host-addressable bytes, mutably (None as for [`Buffer::host_bytes`]).
     pub fn host_bytes_mut(&mut self) -> Option<&mut [u8]> {
         match &mut self.mem {
             Memory::Host(h) => Some(h.as_mut_slice()),
-            Memory::Pinned(p) => Some(p.as_mut_slice()),
+            Memory::Pinned(p) => match p.check_usable() {
+                Ok(()) => Some(p.as_mut_slice()),
+                Err(_) => None,
+            },
             Memory::Cuda(_) => None,
         }
+    }
+
+    /// `Ok` when this process may use the buffer's memory: always for `cpu`; for `cuda:N` and `cuda_host`, not
+    /// in a child forked after CUDA was initialised (`UNAVAILABLE`, naming fork() and the buffer): NVIDIA leaves
+    /// the use of memory its interfaces allocated undefined after `fork()`, and page-locked pages may be absent
+    /// in the child.
+    pub fn check_usable(&self) -> Result<()> {
+        let r = match &self.mem {
+            Memory::Host(_) => return Ok(()),
+            Memory::Pinned(p) => p.check_usable(),
+            Memory::Cuda(_) => crate::device::cuda::probe::api().map(|_| ()),
+        };
+        r.map_err(|e| e.context(format!("buffer '{}' on {}", self.name(), self.device())))
     }
     /// The data address: a host pointer, or the CUDA device address, as an integer.
     pub fn address(&self) -> u64 {
@@ -203,6 +239,7 @@ impl Buffer {
             )
         })?;
         let (s, e) = (offset as usize, end as usize);
+        self.check_usable()?;
         match &self.mem {
             Memory::Host(h) => dst.copy_from_slice(&h.as_slice()[s..e]),
             Memory::Pinned(p) => dst.copy_from_slice(&p.as_slice()[s..e]),
@@ -288,22 +325,65 @@ impl Buffer {
         }
     }
 
+    /// The release side of the handshake for a DLPack deleter (see [`super::export::release`]). DLPack defines
+    /// the consumer's stream for the export call only: by the time the deleter runs, a consumer's own
+    /// `CUstream` may have been destroyed (CuPy destroys streams on garbage collection), and recording on it
+    /// would be undefined behaviour. So only streams that live as long as the process are used then: for the
+    /// default streams (1 and 2) an event goes on the legacy default stream, as [`Buffer::record_stream`] does;
+    /// for a consumer's own stream nothing is called now, and the next rewrite of the buffer first waits for
+    /// the whole device (`cuCtxSynchronize`), which covers whatever that consumer queued before releasing.
+    /// Nothing to do for host memory or [`ConsumerStream::NoSync`].
+    pub fn record_release(&mut self, consumer: ConsumerStream) -> Result<()> {
+        match consumer {
+            ConsumerStream::Raw(_) => {
+                if matches!(self.mem, Memory::Cuda(_)) {
+                    self.wait_for_device = true;
+                }
+                Ok(())
+            }
+            other => self.record_stream(other),
+        }
+    }
+
+    /// The release side without any driver call, for where none may be made now (another framework's graph
+    /// capture is seen): the next rewrite waits for the whole device instead, as after a release from a
+    /// consumer's own stream ([`Buffer::record_release`]). Nothing for host memory or [`ConsumerStream::NoSync`].
+    pub fn release_without_driver_calls(&mut self, consumer: ConsumerStream) {
+        if consumer != ConsumerStream::NoSync && matches!(self.mem, Memory::Cuda(_)) {
+            self.wait_for_device = true;
+        }
+    }
+
     /// CUDA: true once a consumer's release could not be recorded ([`Buffer::record_stream`] failed): hostfirst
     /// cannot order a rewrite after that consumer's work, so it never rewrites this buffer.
     pub fn release_failed(&self) -> bool {
         self.release_failed
     }
 
-    /// Before hostfirst rewrites this buffer on `stream`: makes `stream` wait for every event recorded by
-    /// [`Buffer::record_stream`] (`cuStreamWaitEvent`; the host is not blocked), then forgets them.
-    /// `BUSY` for a buffer whose release could not be recorded ([`Buffer::release_failed`]): it must not be
-    /// rewritten.
+    /// Before hostfirst rewrites this buffer on `stream`: after a DLPack consumer on a stream of its own
+    /// released it ([`Buffer::record_release`]), blocks until the whole device is idle (`cuCtxSynchronize`; an
+    /// error of any work of the context is returned here, `DEVICE_ERROR`, and the wait is tried again by the
+    /// next rewrite); then makes `stream` wait for every event recorded by [`Buffer::record_stream`]
+    /// (`cuStreamWaitEvent`; the host is not blocked), and forgets them. `BUSY` for a buffer whose release could
+    /// not be recorded ([`Buffer::release_failed`]): it must not be rewritten.
     pub fn wait_for_consumers(&mut self, stream: &Stream) -> Result<()> {
         if self.release_failed {
             return Err(Error::new(
                 Status::Busy,
                 format!("buffer '{}': a consumer's release could not be recorded; it is never rewritten", self.name()),
             ));
+        }
+        if self.wait_for_device {
+            if let Memory::Cuda(d) = &self.mem {
+                d.context().synchronize().map_err(|e| {
+                    e.context(format!(
+                        "buffer '{}': waiting for the device before rewriting it (a consumer released it from a \
+                         stream of its own)",
+                        self.name()
+                    ))
+                })?;
+            }
+            self.wait_for_device = false;
         }
         for (_, ev) in &self.released {
             stream.wait_event(ev).map_err(|e| e.context(format!("buffer '{}'", self.name())))?;

@@ -18,11 +18,16 @@
 //! - A buffer is writable and owned: both forms share it. Holding an export keeps the buffer (and a gather
 //!   batch's place in its ring) alive until the consumer's deleter runs.
 //! - CUDA: the consumer's stream waits on the event of hostfirst's last write into the buffer
-//!   (`cuStreamWaitEvent`, the host is not blocked); when the export is released, an event is recorded on
-//!   that stream (for the default streams 1 and 2: on the legacy default stream, which covers every blocking
-//!   stream whichever thread releases), and hostfirst's next write into the buffer waits for it (see
-//!   [`Buffer::record_stream`]). A consumer's `CUstream` must stay alive until the release: the driver does not
-//!   check stream handles.
+//!   (`cuStreamWaitEvent`, the host is not blocked; the stream is the consumer's at the export call, when it
+//!   must be live). When the export is released, hostfirst's next write into the buffer is ordered after the
+//!   consumer's work without touching the consumer's stream again, which may be gone by then (DLPack defines
+//!   the stream for the export call only): for the default streams 1 and 2 an event recorded on the legacy
+//!   default stream (which covers every blocking stream whichever thread releases), for a consumer's own
+//!   stream a wait for the whole device before the rewrite (see [`Buffer::record_release`]).
+//! - `cuda:N` and `cuda_host` buffers are not exported in a child forked after CUDA was initialised
+//!   (`UNAVAILABLE` naming fork()): the pointer would name memory the child cannot use.
+//! - A release's CUDA calls are made in relaxed capture mode, or kept for a safe point while another framework
+//!   captures a CUDA graph (see [`crate::device::cuda::capture`]).
 
 use super::buffer::Buffer;
 pub use super::consumer::ConsumerStream;
@@ -165,14 +170,13 @@ pub fn export_buffer(
     device: Option<Device>,
     stream: ConsumerStream,
 ) -> Result<Export> {
+    crate::device::cuda::capture::safe_point();
     let g = buf.lock().unwrap_or_else(|p| p.into_inner());
     let what = format!("buffer '{}'", g.name());
-    // CUDA memory is exported only where CUDA can be used (not in a child forked after it was initialised),
-    // as copy_to_host and record_stream refuse there: a kDLCUDA tensor would name memory this process cannot
-    // reach.
-    if g.device().kind == DeviceKind::CUDA {
-        crate::device::cuda::probe::api().map_err(|e| e.context(format!("exporting {what}")))?;
-    }
+    // CUDA and cuda_host memory are exported only where this process may use them (not in a child forked
+    // after CUDA was initialised), as copy_to_host refuses there: the tensor would name memory this process
+    // cannot reach.
+    g.check_usable().map_err(|e| e.context("export"))?;
     let target = device.unwrap_or(g.device());
     let copying = target != g.device() || copy == CopyPolicy::Always;
     if copying && copy == CopyPolicy::Never {
@@ -206,12 +210,41 @@ pub fn export_buffer(
     Ok(out)
 }
 
-/// Records the release of an export: for a CUDA buffer exported for a consumer stream, an event on that
-/// stream which hostfirst's next write into the buffer waits for. Errors are returned for the caller to
-/// report; the release itself always happens.
+/// The release side for a consumer that names its stream when it lets go (`hostfirst_buffer_record_stream`,
+/// often called from a garbage collector's finalizer): [`Buffer::record_stream`] on that live stream, in
+/// relaxed capture mode; while another framework's graph capture is seen, no driver call at all
+/// ([`Buffer::release_without_driver_calls`]: the next rewrite waits for the device).
+pub fn record_consumer_stream(buf: &Arc<Mutex<Buffer>>, consumer: ConsumerStream) -> Result<()> {
+    crate::device::cuda::capture::with_relaxed(|capturing| {
+        let mut g = buf.lock().unwrap_or_else(|p| p.into_inner());
+        if capturing {
+            g.release_without_driver_calls(consumer);
+            Ok(())
+        } else {
+            g.record_stream(consumer)
+        }
+    })
+}
+
+/// Drops a reference to a buffer (a handle freed): when it may be the last one of `cuda:N` or `cuda_host`
+/// memory, the free goes through [`crate::device::cuda::capture::release_or_defer`] (relaxed capture mode, or
+/// kept for a safe point while a capture is seen).
+pub fn drop_buffer(buf: Arc<Mutex<Buffer>>) {
+    let host = buf.lock().unwrap_or_else(|p| p.into_inner()).device().kind == DeviceKind::CPU;
+    if host {
+        drop(buf);
+    } else {
+        crate::device::cuda::capture::release_or_defer(buf);
+    }
+}
+
+/// Records the release of an export: for a CUDA buffer exported for a consumer stream, what orders
+/// hostfirst's next write into the buffer after that consumer's work ([`Buffer::record_release`]: an event on
+/// the legacy default stream, or a wait for the device before the rewrite; the consumer's own stream is never
+/// touched here). Errors are returned for the caller to report; the release itself always happens.
 pub fn release(keep: &Keep, release_on: Option<ConsumerStream>) -> Result<()> {
     match (keep, release_on) {
-        (Keep::Buffer(b), Some(s)) => b.lock().unwrap_or_else(|p| p.into_inner()).record_stream(s),
+        (Keep::Buffer(b), Some(s)) => b.lock().unwrap_or_else(|p| p.into_inner()).record_release(s),
         _ => Ok(()),
     }
 }

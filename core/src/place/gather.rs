@@ -72,6 +72,32 @@ impl Source<'_> {
     }
 }
 
+/// What each row of a batch holds.
+#[derive(Clone, Copy)]
+enum Rows<'a> {
+    /// Row `i` = `window` elements from `offsets[i]`.
+    Windows(&'a [u64]),
+    /// Row `i` = the first `min(lens[i], window)` elements from `starts[i]`, then `pad` elements (the low
+    /// bytes of `pad`, little-endian) up to `window`.
+    Spans { starts: &'a [u64], lens: &'a [u64], pad: u64 },
+}
+
+impl Rows<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Rows::Windows(o) => o.len(),
+            Rows::Spans { starts, .. } => starts.len(),
+        }
+    }
+    /// (first element, elements read) of row `i` for rows of `window` elements.
+    fn row(&self, i: usize, window: u64) -> (u64, u64) {
+        match self {
+            Rows::Windows(o) => (o[i], window),
+            Rows::Spans { starts, lens, .. } => (starts[i], lens[i].min(window)),
+        }
+    }
+}
+
 /// Whether a batch may be filled again: not when its consumer's release could not be recorded
 /// ([`Buffer::release_failed`]), since nothing would order the rewrite after that consumer's work.
 fn reusable(b: &Batch) -> bool {
@@ -110,17 +136,19 @@ pub struct BatchCheck {
 impl BatchCheck {
     /// As [`Gather::check_view`].
     pub fn check_view(&self, source: &View, offsets: &[u64]) -> Result<()> {
-        self.check(&Source::View(source), offsets)
+        self.check(&Source::View(source), Rows::Windows(offsets))
     }
 
     /// As [`Gather::check_buffer`].
     pub fn check_buffer(&self, source: &Buffer, offsets: &[u64]) -> Result<()> {
+        source.check_usable()?;
         let Some(bytes) = source.host_bytes() else { return Err(not_host(source)) };
-        self.check(&Source::Host { name: source.name(), dtype: source.dtype(), shape: source.shape(), bytes }, offsets)
+        let src = Source::Host { name: source.name(), dtype: source.dtype(), shape: source.shape(), bytes };
+        self.check(&src, Rows::Windows(offsets))
     }
 
-    /// Checks `source` and `offsets` for a run.
-    fn check(&self, source: &Source<'_>, offsets: &[u64]) -> Result<()> {
+    /// Checks `source` and the rows of a run.
+    fn check(&self, source: &Source<'_>, rows: Rows<'_>) -> Result<()> {
         let name = source.name();
         if source.shape().len() != 1 {
             return Err(Error::new(
@@ -138,13 +166,31 @@ impl BatchCheck {
                 ),
             ));
         }
-        if offsets.len() as u64 != self.batch {
+        if rows.len() as u64 != self.batch {
             return Err(Error::new(
                 Status::InvalidArgument,
-                format!("gather: {} offsets given for a batch of {}", offsets.len(), self.batch),
+                format!("gather: {} offsets given for a batch of {}", rows.len(), self.batch),
             ));
         }
-        self.check_offsets(name, source.shape()[0], offsets)
+        match rows {
+            Rows::Windows(offsets) => self.check_offsets(name, source.shape()[0], offsets),
+            Rows::Spans { starts, lens, .. } => {
+                let len = source.shape()[0];
+                if let Some(i) = (0..starts.len()).find(|&i| {
+                    let (o, n) = rows.row(i, self.window);
+                    o.checked_add(n).map_or(true, |e| e > len)
+                }) {
+                    return Err(Error::new(
+                        Status::OutOfRange,
+                        format!(
+                            "gather: row {i} (elements {} + {}) is past the end of tensor '{name}' ({len} elements)",
+                            starts[i], lens[i]
+                        ),
+                    ));
+                }
+                Ok(())
+            }
+        }
     }
 
     /// The bounds check alone: every window of `offsets` within tensor `name` of `len` elements (the source
@@ -245,8 +291,17 @@ impl Gather {
         if let (Some(stream), Memory::Cuda(mem)) = (&self.stream, b.memory()) {
             let ev = Event::new(self.device.ordinal)?;
             stream.memset_async(mem, 0)?;
-            ev.record(stream)?;
-            ev.synchronize()?;
+            // Waited for under the one error rule: a batch a failed memset may still write is never freed.
+            let settled = stream.fence((), ev).and_then(|f| f.finish());
+            let ev = match settled {
+                Ok(((), ev)) => ev,
+                Err(f) => {
+                    if !f.ended {
+                        mem.keep_after_error();
+                    }
+                    return Err(f.error);
+                }
+            };
             b.set_ready_event(ev);
         }
         Ok(Arc::new(Mutex::new(b)))
@@ -337,9 +392,9 @@ impl Gather {
         self.batch_check().check_buffer(source, offsets)
     }
 
-    /// Checks `source` and `offsets` for a run.
-    fn check(&self, source: &Source<'_>, offsets: &[u64]) -> Result<()> {
-        self.batch_check().check(source, offsets)
+    /// Checks `source` and the rows of a run.
+    fn check(&self, source: &Source<'_>, rows: Rows<'_>) -> Result<()> {
+        self.batch_check().check(source, rows)
     }
 
     /// The gather's checks of a source and a batch's offsets, apart from the gather (a copy of its dtype,
@@ -353,26 +408,53 @@ impl Gather {
     /// or a prefaulted mapping; else every window at once through the transfer engine (one io_uring
     /// submission for the batch, or the pread pool), with the file's read-ahead off meanwhile (a window is a
     /// few pages; read-ahead would read 32 times that from a cold disk).
-    fn fill(&self, source: &Source<'_>, offsets: &[u64], dst: &mut [u8]) -> Result<()> {
+    fn fill(&self, source: &Source<'_>, rows: Rows<'_>, dst: &mut [u8]) -> Result<()> {
+        self.fill_rows(source, rows, dst)?;
+        if let Rows::Spans { pad, .. } = rows {
+            // The tail of each short row: `pad` in each element.
+            let elem = self.elem;
+            let pad_bytes = pad.to_le_bytes();
+            let row_bytes = self.window as usize * elem;
+            for (i, row) in dst.chunks_exact_mut(row_bytes).enumerate() {
+                let (_, n) = rows.row(i, self.window);
+                for e in row[n as usize * elem..].chunks_exact_mut(elem) {
+                    e.copy_from_slice(&pad_bytes[..elem]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The elements each row reads (a window, or a span's first `min(len, window)`), into the start of its row.
+    fn fill_rows(&self, source: &Source<'_>, rows: Rows<'_>, dst: &mut [u8]) -> Result<()> {
         let row = self.window as usize * self.elem;
-        let rows = dst.chunks_exact_mut(row).zip(offsets);
+        let elem = self.elem as u64;
+        let parts = dst.chunks_exact_mut(row).enumerate().map(|(i, d)| {
+            let (o, n) = rows.row(i, self.window);
+            (i, o, &mut d[..(n * elem) as usize])
+        });
         let src = match source {
             Source::Host { bytes, .. } => *bytes,
             Source::View(v) if v.is_prefaulted() => v.mapped(),
             Source::View(v) => {
                 let Some((file, base)) = v.file_and_offset().filter(|_| v.is_contiguous()) else {
-                    for (d, &o) in rows {
-                        v.read_at(o * self.elem as u64, d)?;
+                    for (_, o, d) in parts {
+                        v.read_at(o * elem, d)?;
                     }
                     return Ok(());
                 };
                 let _readahead_off = v.readahead_off();
                 let fd = crate::os::raw_file(file);
-                let elem = self.elem as u64;
-                let mut reads: Vec<engine::Read<'_>> =
-                    rows.map(|(d, &o)| engine::Read { fd, offset: base + o * elem, dst: d }).collect();
+                let mut index = Vec::with_capacity(rows.len());
+                let mut reads: Vec<engine::Read<'_>> = Vec::with_capacity(rows.len());
+                for (i, o, d) in parts.filter(|(_, _, d)| !d.is_empty()) {
+                    index.push(i);
+                    reads.push(engine::Read { fd, offset: base + o * elem, dst: d });
+                }
                 return engine::read_many(&mut reads, &self.tuning).map_err(|f| {
-                    let at = |i: usize| format!("window {i} (offset {})", offsets[i]);
+                    let i = index[f.index];
+                    let word = if matches!(rows, Rows::Windows(_)) { "window" } else { "row" };
+                    let at = format!("{word} {i} (offset {})", rows.row(i, self.window).0);
                     match f.kind {
                         engine::FailureKind::Eof { at: end } => Error::new(
                             Status::Truncated,
@@ -381,22 +463,21 @@ impl Gather {
                                  truncated after opening?)",
                                 v.file_display(),
                                 v.name(),
-                                at(f.index),
+                                at,
                                 end,
                                 file.metadata().map(|m| m.len().to_string()).unwrap_or_else(|_| "?".into())
                             ),
                         ),
-                        engine::FailureKind::Os(e) => Error::new(
-                            Status::Io,
-                            format!("{}: tensor '{}': {}: {e}", v.file_display(), v.name(), at(f.index)),
-                        ),
+                        engine::FailureKind::Os(e) => {
+                            Error::new(Status::Io, format!("{}: tensor '{}': {}: {e}", v.file_display(), v.name(), at))
+                        }
                     }
                 });
             }
         };
-        for (d, &o) in rows {
+        for (_, o, d) in parts {
             let s = o as usize * self.elem;
-            d.copy_from_slice(&src[s..s + row]);
+            d.copy_from_slice(&src[s..s + d.len()]);
         }
         Ok(())
     }
@@ -480,7 +561,24 @@ impl Gather {
     /// A prefaulted source is read through the mapping (see [`View::mapped`] for its truncation
     /// hazard); any other is read with `pread`.
     pub fn run(&mut self, source: &View, offsets: &[u64]) -> Result<Batch> {
-        self.run_source(&Source::View(source), offsets)
+        self.run_source(&Source::View(source), Rows::Windows(offsets))
+    }
+
+    /// Variable-length rows, padded: row `i` = the first `min(lens[i], window)` elements of `source` from
+    /// element `starts[i]`, then `pad` (its low bytes, little-endian, one element's worth) in every element up
+    /// to `window`. What a batch of whole sequences of a Megatron dataset is (`starts` and `lens` from
+    /// `TensorFile::sequence_spans`): a fixed `[batch, window]` shape, so it shares the ring, the device copy
+    /// and the ownership rules of [`Gather::run`], and a jitted step sees one shape; a sequence longer than
+    /// the window is cut at it. Errors as [`Gather::run`]; `OUT_OF_RANGE` names the first row whose span
+    /// runs past the tensor's end.
+    pub fn run_spans(&mut self, source: &View, starts: &[u64], lens: &[u64], pad: u64) -> Result<Batch> {
+        if starts.len() != lens.len() {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!("gather: {} starts and {} lengths", starts.len(), lens.len()),
+            ));
+        }
+        self.run_source(&Source::View(source), Rows::Spans { starts, lens, pad })
     }
 
     /// [`Gather::run`] from a 1-D host buffer (cpu or cuda_host; e.g. a put of the token tensor to cpu): each
@@ -488,18 +586,23 @@ impl Gather {
     /// copy owns its bytes; a copy-on-write buffer keeps its file's hazards for pages not written).
     /// `UNSUPPORTED` for a CUDA buffer.
     pub fn run_from_buffer(&mut self, source: &Buffer, offsets: &[u64]) -> Result<Batch> {
+        source.check_usable()?;
         let Some(bytes) = source.host_bytes() else { return Err(not_host(source)) };
         let src = Source::Host { name: source.name(), dtype: source.dtype(), shape: source.shape(), bytes };
-        self.run_source(&src, offsets)
+        self.run_source(&src, Rows::Windows(offsets))
     }
 
-    fn run_source(&mut self, source: &Source<'_>, offsets: &[u64]) -> Result<Batch> {
-        self.check(source, offsets)?;
+    fn run_source(&mut self, source: &Source<'_>, rows: Rows<'_>) -> Result<Batch> {
+        // Releases of batches kept while a CUDA graph capture was seen are done here if none is seen now.
+        crate::device::cuda::capture::safe_point();
+        self.check(source, rows)?;
         let t = self.target()?;
         let batch = Arc::clone(&self.ring[t.index]);
         let mut dest = batch.lock().unwrap_or_else(|p| p.into_inner());
+        // A cuda_host (or CUDA) batch made before a fork() is not touched in the child.
+        dest.check_usable()?;
         if dest.host_bytes_mut().is_none() {
-            self.fill_cuda(source, offsets, &mut dest)?;
+            self.fill_cuda(source, rows, &mut dest)?;
         } else if t.current {
             let mut scratch = match self.scratch.take() {
                 Some(s) => s,
@@ -516,14 +619,14 @@ impl Gather {
                     v
                 }
             };
-            let r = self.fill(source, offsets, &mut scratch);
+            let r = self.fill(source, rows, &mut scratch);
             if r.is_ok() {
                 dest.host_bytes_mut().expect("a host batch").copy_from_slice(&scratch);
             }
             self.scratch = Some(scratch);
             r?;
         } else {
-            self.fill(source, offsets, dest.host_bytes_mut().expect("a host batch"))?;
+            self.fill(source, rows, dest.host_bytes_mut().expect("a host batch"))?;
         }
         drop(dest);
         self.last = Some(t.index);
@@ -532,12 +635,12 @@ impl Gather {
 
     /// CUDA: windows into the staging buffer, then one copy on the gather's stream after the batch's
     /// previous consumers' release events; the batch's event is recorded after the copy.
-    fn fill_cuda(&mut self, source: &Source<'_>, offsets: &[u64], dest: &mut Buffer) -> Result<()> {
+    fn fill_cuda(&mut self, source: &Source<'_>, rows: Rows<'_>, dest: &mut Buffer) -> Result<()> {
         let mut staging = match self.staging.take() {
             Some(s) => s,
             None => PinnedHostMemory::alloc_on(self.device.ordinal, self.nbytes() as usize)?, // after a failed copy
         };
-        if let Err(e) = self.fill(source, offsets, staging.as_mut_slice()) {
+        if let Err(e) = self.fill(source, rows, staging.as_mut_slice()) {
             self.staging = Some(staging);
             return Err(e);
         }

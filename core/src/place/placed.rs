@@ -212,6 +212,7 @@ pub fn load(file: &TensorFile, plan: &Plan, progress: Option<&mut dyn FnMut(u64,
 /// stream. Copy-on-write `cpu` tensors and `cuda_host` tensors are placed one by one (each its own mapping
 /// or page-locked allocation).
 pub fn load_with(file: &TensorFile, plan: &Plan, opts: LoadOptions<'_>) -> Result<Loaded> {
+    crate::device::cuda::capture::safe_point();
     let LoadOptions { copy_on_write, progress } = opts;
     if plan.entries.len() != file.len() || plan.entries.iter().any(|e| file.name(e.index) != Some(e.name.as_str())) {
         return Err(Error::new(Status::InvalidArgument, format!("the plan was not made for {}", file.display_name())));

@@ -11,9 +11,11 @@ pub use crate::engine::staging::{
 use crate::error::{Error, Result, Status};
 use crate::file::View;
 
-/// Frees every cached staging slab and every cached resident registration. Safe at any time: transfers in
-/// progress keep their own slabs and return them (or free them) when they finish.
+/// Frees every cached staging slab and every cached resident registration, and does the DLPack releases kept
+/// while a CUDA graph capture was seen (when none is seen now; see [`crate::device::cuda::capture`]). Safe at
+/// any time: transfers in progress keep their own slabs and return them (or free them) when they finish.
 pub fn release_cached_memory() {
+    crate::device::cuda::capture::safe_point();
     crate::engine::staging::release_slabs();
     super::resident::release_all();
 }

@@ -86,20 +86,24 @@ fn thread_gone() -> Error {
 /// `HOSTFIRST_DEFAULT_DEVICE`, parsed once: None when unset or blank, Some(Err) when invalid.
 pub fn env_default() -> Option<Result<Device>> {
     static ENV: InitOnce<Option<Result<Device>>> = InitOnce::new();
-    ENV.get_or_init(|| {
-        let raw = std::env::var_os("HOSTFIRST_DEFAULT_DEVICE")?;
-        let Some(text) = raw.to_str() else {
-            return Some(Err(Error::new(
-                Status::InvalidArgument,
-                "HOSTFIRST_DEFAULT_DEVICE is not valid UTF-8".to_string(),
-            )));
-        };
-        if text.trim().is_empty() {
-            return None;
-        }
-        Some(Device::parse(text).map_err(|e| e.context(format!("HOSTFIRST_DEFAULT_DEVICE='{}'", text.trim()))))
-    })
-    .clone()
+    ENV.get_or_init(|| parse_env_default(std::env::var_os("HOSTFIRST_DEFAULT_DEVICE").as_deref())).clone()
+}
+
+/// Parses a value of `HOSTFIRST_DEFAULT_DEVICE` (None: unset) as [`env_default`] does: None when unset or
+/// blank; `INVALID_ARGUMENT` when not UTF-8 or not a device spec; otherwise the spec resolved against the
+/// census (`UNAVAILABLE`, `NO_SUCH_DEVICE` for an absent device). Errors name the variable and its value.
+pub fn parse_env_default(raw: Option<&std::ffi::OsStr>) -> Option<Result<Device>> {
+    let raw = raw?;
+    let Some(text) = raw.to_str() else {
+        return Some(Err(Error::new(
+            Status::InvalidArgument,
+            "HOSTFIRST_DEFAULT_DEVICE is not valid UTF-8".to_string(),
+        )));
+    };
+    if text.trim().is_empty() {
+        return None;
+    }
+    Some(Device::parse(text).map_err(|e| e.context(format!("HOSTFIRST_DEFAULT_DEVICE='{}'", text.trim()))))
 }
 
 /// The built-in default: `cuda:0` when CUDA is available, else `cpu:0`.

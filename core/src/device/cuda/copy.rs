@@ -49,8 +49,20 @@ impl DeviceMemory {
             )
         };
         let enqueued = api.check(r, what);
-        let done = stream.synchronize().map_err(|e| e.context(what()));
-        enqueued.and(done)
+        enqueued.and(self.settle_copy(&stream, what))
+    }
+
+    /// Waits for the copy just queued on `stream` into this memory, under the one rule of
+    /// [`super::inflight`]: after an error the stream is synchronised again until the copy is known to have
+    /// ended (so nothing reads a borrowed source any more when this returns), and if that cannot be
+    /// established this memory is kept from being freed ([`DeviceMemory::keep_after_error`]).
+    fn settle_copy(&self, stream: &Stream, what: impl Fn() -> String) -> Result<()> {
+        stream.synchronize_settled().map_err(|f| {
+            if !f.ended {
+                self.keep_after_error();
+            }
+            f.error.context(what())
+        })
     }
 
     /// Copies `dst.len()` bytes from this allocation at `offset` into `dst`, synchronously (`cuMemcpyDtoH_v2`).
@@ -123,7 +135,6 @@ impl DeviceMemory {
             }
         };
         let enqueued = api.check(r, what);
-        let done = stream.synchronize().map_err(|e| e.context(what()));
-        enqueued.and(done)
+        enqueued.and(self.settle_copy(&stream, what))
     }
 }

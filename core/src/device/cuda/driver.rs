@@ -237,6 +237,12 @@ driver_api! {
     event_synchronize = "cuEventSynchronize": fn(RawHandle);
     /// `cuEventDestroy_v2(event)`.
     event_destroy = "cuEventDestroy_v2": fn(RawHandle);
+    /// `cuCtxSynchronize()` (the current context: every stream's work, hostfirst's and others').
+    ctx_synchronize = "cuCtxSynchronize": fn();
+    /// `cuStreamIsCapturing(stream, &status)` (`CUstreamCaptureStatus`: 0 none, 1 active, 2 invalidated).
+    stream_is_capturing = "cuStreamIsCapturing": fn(RawHandle, *mut c_int);
+    /// `cuThreadExchangeStreamCaptureMode(&mode)` (`CUstreamCaptureMode`: 0 global, 1 thread-local, 2 relaxed).
+    thread_exchange_stream_capture_mode = "cuThreadExchangeStreamCaptureMode": fn(*mut c_int);
 }
 
 impl Api {

@@ -74,6 +74,26 @@ impl Context {
         table.get(ordinal as usize).is_some_and(|c| c.is_some())
     }
 
+    /// Every primary context this process has retained, lowest ordinal first (none in a forked child).
+    pub(crate) fn retained() -> Vec<&'static Context> {
+        if super::forked_reason().is_some() {
+            return Vec::new();
+        }
+        CONTEXTS.lock().unwrap_or_else(|p| p.into_inner()).iter().flatten().copied().collect()
+    }
+
+    /// Blocks until every piece of work queued in this context so far, on any stream (hostfirst's and every
+    /// other user's of the primary context), has completed (`cuCtxSynchronize`). An error of any of that work
+    /// is reported here (`DEVICE_ERROR`). Used before rewriting memory a consumer released without a stream
+    /// hostfirst may use (see `Buffer::wait_for_consumers`); it spins a core while it waits, like any
+    /// `cuCtxSynchronize` under the primary context's default scheduling.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        let api = api()?;
+        let _current = self.enter()?;
+        // SAFETY: no arguments; this context is current.
+        api.check(unsafe { (api.ctx_synchronize)() }, || format!("cuCtxSynchronize(cuda:{})", self.ordinal))
+    }
+
     /// A context for host memory that belongs to no device (page-locked memory for `cuda_host`, which is
     /// allocated portable, so any context serves): one this process already retained (the lowest ordinal),
     /// else the first device whose primary context can be retained (an exclusive-process GPU held by another
@@ -223,10 +243,13 @@ pub struct DeviceMemory {
     /// A sub-allocation ([`DeviceMemory::sub`]): the allocation it lies in, kept alive by this reference and
     /// freed when the last sub-allocation (and the arena itself) is dropped. `None`: this value owns `dptr`.
     arena: Option<std::sync::Arc<DeviceMemory>>,
+    /// Set by [`DeviceMemory::keep_after_error`]: a copy that may still write this memory could not be
+    /// settled, so dropping it leaks the allocation instead of freeing it.
+    keep: std::sync::atomic::AtomicBool,
 }
 
-// `DeviceMemory` is Send + Sync automatically (a `&'static Context`, a u64 and a usize): its only resource is
-// the allocation, freed once, in `Drop`, which has exclusive access.
+// `DeviceMemory` is Send + Sync automatically (a `&'static Context`, a u64, a usize and an atomic flag): its
+// only resource is the allocation, freed once, in `Drop`, which has exclusive access.
 
 impl DeviceMemory {
     /// Allocates `len` bytes on `cuda:<ordinal>` (retaining its primary context if needed). The contents are
@@ -238,7 +261,7 @@ impl DeviceMemory {
     pub fn alloc(ordinal: u32, len: usize) -> Result<DeviceMemory> {
         let ctx = Context::get(ordinal)?;
         if len == 0 {
-            return Ok(DeviceMemory { ctx, dptr: 0, len: 0, arena: None });
+            return Ok(DeviceMemory { ctx, dptr: 0, len: 0, arena: None, keep: Default::default() });
         }
         let api = api()?;
         let _current = ctx.enter()?;
@@ -260,7 +283,7 @@ impl DeviceMemory {
             ));
         }
         api.check(r, what)?;
-        Ok(DeviceMemory { ctx, dptr, len, arena: None })
+        Ok(DeviceMemory { ctx, dptr, len, arena: None, keep: Default::default() })
     }
 
     /// Bytes `offset..offset + len` of `arena` as an allocation of their own: same device, device pointer
@@ -274,7 +297,18 @@ impl DeviceMemory {
             dptr: if len == 0 { 0 } else { arena.dptr + offset as u64 },
             len,
             arena: Some(arena.clone()),
+            keep: Default::default(),
         })
+    }
+
+    /// After a copy into this memory failed and could not be established to have ended (rule 2 of
+    /// [`super::inflight`]): dropping this value (for a part: the allocation it lies in) leaks the allocation
+    /// instead of freeing memory a transfer may still write.
+    pub fn keep_after_error(&self) {
+        match &self.arena {
+            Some(a) => a.keep_after_error(),
+            None => self.keep.store(true, std::sync::atomic::Ordering::Relaxed),
+        }
     }
 
     /// True for a part of a larger allocation ([`DeviceMemory::sub`]).
@@ -312,6 +346,9 @@ impl Drop for DeviceMemory {
     fn drop(&mut self) {
         if self.len == 0 || self.arena.is_some() {
             return; // nothing allocated, or a part: the arena frees the whole when its last reference goes
+        }
+        if *self.keep.get_mut() {
+            return; // a transfer may still write it (see `keep_after_error`): leaked, never freed under it
         }
         if let Ok(api) = api() {
             if let Ok(_current) = self.ctx.enter() {
@@ -392,6 +429,24 @@ impl PinnedHostMemory {
     /// True when empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// `Ok` where the bytes may be touched; `UNAVAILABLE` naming fork() in a child forked after this process
+    /// initialised CUDA. NVIDIA leaves the use of memory its interfaces allocated undefined after `fork()`
+    /// (the pages may be absent in the child: reading them faults), so a child never reads or writes it:
+    /// `cuda_host` buffers and staging slabs made before the fork are unavailable there, as CUDA memory is.
+    pub fn check_usable(&self) -> Result<()> {
+        match super::forked_reason() {
+            None => Ok(()),
+            Some(reason) => Err(Error::new(
+                Status::Unavailable,
+                format!(
+                    "page-locked host memory ({} bytes) allocated by the CUDA driver cannot be used in this \
+                     process: {reason}",
+                    self.len
+                ),
+            )),
+        }
     }
 
     /// The bytes.

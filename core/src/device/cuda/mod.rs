@@ -23,10 +23,12 @@
 //!   cpu work goes on.
 //!
 //! The probe lives in [`probe`]; the wrapper types are documented in [`memory`], [`copy`] and [`stream`] and
-//! re-exported here. Modules below this one never import it back.
+//! re-exported here; [`inflight`] holds the one rule for errors of asynchronous work that every path follows. Modules below this one never import it back.
 
+pub mod capture;
 pub mod copy;
 pub mod driver;
+pub mod inflight;
 pub mod memory;
 pub mod nvml;
 pub mod probe;
@@ -35,11 +37,12 @@ pub mod stream;
 use crate::error::Result;
 
 pub use driver::{format_driver_version, format_uuid, is_mig_name};
+pub use inflight::{CopyQueue, Failed, InFlight};
 pub use memory::{
     host_register_supported, read_only_register_supported, Context, DeviceMemory, HostRegistration, PinnedHostMemory,
 };
 pub use probe::{forked_reason, hidden_by_visible_devices, info, library_not_found_reason, probe, status, CudaProbe};
-pub use stream::{Event, HostBytes, HostBytesMut, InFlight, Stream};
+pub use stream::{Event, HostBytes, HostBytesMut, Stream};
 
 /// Live (free, total) memory of CUDA device `ordinal`, for reporting.
 ///

@@ -4,13 +4,9 @@
 //! to it safely. Instead the copy takes the host buffer **by value** (anything implementing [`HostBytes`] /
 //! [`HostBytesMut`]: [`PinnedHostMemory`], `Vec<u8>`, `Box<[u8]>`, `Arc<[u8]>`, ...) and returns it inside an
 //! [`InFlight`], together with an event recorded right after the copy. [`InFlight::wait`] gives the buffer
-//! back once the copy has completed; dropping an `InFlight` waits too. If the driver reports an error while
-//! waiting, the buffer is released once the copy is known to have ended: at once after a sticky error (which
-//! ends all work of the context), else once a further synchronisation of the copy's event succeeds (the
-//! driver reports an error that is not sticky only once); it is leaked, never freed under a possibly running
-//! DMA, only when that cannot be established. Forgetting an `InFlight` (`mem::forget`)
-//! leaks the buffer, which is safe for the same reason (the `'static` bound on the buffer types rules out
-//! borrowed memory).
+//! back once the copy has completed; dropping an `InFlight` waits too. Errors follow the one rule of
+//! [`super::inflight`]: an error seen by a query is kept for the wait, and after an error the buffer is
+//! released only once the copy is known to have ended (leaked otherwise, never freed under a running DMA).
 //!
 //! Waiting never spins a core: events are created with `CU_EVENT_BLOCKING_SYNC`, so `cuEventSynchronize`
 //! blocks the thread (the default spin-waits, which costs a core per waiting thread), and
@@ -18,6 +14,7 @@
 //! the primary context's default scheduling, a setting shared with other users of that context).
 
 use super::driver::{self, is_sticky, CuResult, RawHandle, CUDA_ERROR_NOT_READY, CUDA_SUCCESS};
+use super::inflight::{settle, Failed, InFlight};
 use super::memory::{check_range, Context, DeviceMemory, PinnedHostMemory};
 use super::probe::api;
 use crate::error::{Error, Result, Status};
@@ -71,12 +68,7 @@ impl Stream {
                 return ev.synchronize();
             }
         }
-        let api = api()?;
-        let _current = self.ctx.enter()?;
-        // SAFETY: a live stream handle of the current context.
-        api.check(unsafe { (api.stream_synchronize)(self.raw) }, || {
-            format!("cuStreamSynchronize(cuda:{})", self.ordinal())
-        })
+        self.synchronize_whole().map_err(|(e, _)| e)
     }
 
     /// Makes work queued on this stream after this call wait until `event` has completed
@@ -101,19 +93,60 @@ impl Stream {
         ))
     }
 
-    /// After a copy was enqueued: records an event that completes with it. If even that fails, waits for the
-    /// whole stream so `value` can be released; if that fails too, leaks `value` (never frees memory a
-    /// transfer may still use).
-    fn track<B>(&self, value: B, ev: Event) -> Result<InFlight<B>> {
-        match ev.record(self) {
-            Ok(()) => Ok(InFlight { value: Some(value), event: ev, failed: None }),
-            Err(e) => {
-                if self.synchronize().is_err() {
+    /// After work was enqueued that uses `value` (a buffer lent to copies on this stream): records `event`
+    /// after it and returns `value` in an [`InFlight`] that completes with that work. If the event cannot be
+    /// recorded, the stream is synchronised instead and `value` released by rule 2 of [`super::inflight`]
+    /// (leaked when that work may still run); [`Failed::ended`] says which.
+    pub fn fence<B>(&self, value: B, event: Event) -> std::result::Result<InFlight<B>, Failed> {
+        match event.record(self) {
+            Ok(()) => Ok(InFlight::new(value, event)),
+            Err(error) => {
+                let ended = self.synchronize_settled().map_or_else(|f| f.ended, |()| true);
+                if ended {
+                    drop(value);
+                } else {
                     std::mem::forget(value);
                 }
-                Err(e)
+                Err(Failed { error, ended })
             }
         }
+    }
+
+    /// [`Stream::synchronize`] under rule 2 of [`super::inflight`]: on an error, whether everything queued on
+    /// the stream so far is known to have ended ([`Failed::ended`]; `false`: memory that work uses must not
+    /// be freed).
+    pub fn synchronize_settled(&self) -> std::result::Result<(), Failed> {
+        let Ok(ev) = Event::new(self.ordinal()) else {
+            return self.synchronize_whole().map_err(|(error, code)| Failed { error, ended: is_sticky(code) });
+        };
+        if let Err(error) = ev.record(self) {
+            let ended = self.settled_after_failure();
+            return Err(Failed { error, ended });
+        }
+        ev.synchronize_code().map_err(|(error, code)| Failed { error, ended: settle(&ev, code) })
+    }
+
+    /// After a failure with no event to wait on: whether `cuStreamSynchronize` establishes that the stream's
+    /// work has ended (it succeeds, or reports a sticky error), trying [`super::inflight::RESYNC_TRIES`] times.
+    fn settled_after_failure(&self) -> bool {
+        for _ in 0..super::inflight::RESYNC_TRIES {
+            match self.synchronize_whole() {
+                Ok(()) => return true,
+                Err((_, code)) if is_sticky(code) => return true,
+                Err((_, CUDA_SUCCESS)) => return false,
+                Err(_) => {}
+            }
+        }
+        false
+    }
+
+    /// `cuStreamSynchronize`, with the driver's code on failure (`CUDA_SUCCESS` when CUDA itself is unusable).
+    fn synchronize_whole(&self) -> std::result::Result<(), (Error, CuResult)> {
+        let api = api().map_err(|e| (e, CUDA_SUCCESS))?;
+        let _current = self.ctx.enter().map_err(|e| (e, CUDA_SUCCESS))?;
+        // SAFETY: a live stream handle of the current context.
+        let r = unsafe { (api.stream_synchronize)(self.raw) };
+        api.check(r, || format!("cuStreamSynchronize(cuda:{})", self.ordinal())).map_err(|e| (e, r))
     }
 
     /// Enqueues a host-to-device copy of `len` bytes from `src` at `src_offset` to `dst` at `dst_offset`
@@ -154,7 +187,12 @@ impl Stream {
             };
             api.check(r, what)?;
         }
-        self.track(src, ev)
+        self.fence(src, ev).map_err(|f| {
+            if !f.ended {
+                dst.keep_after_error(); // the copy may still write it
+            }
+            f.error
+        })
     }
 
     /// Enqueues a device-to-host copy of `len` bytes from `src` at `src_offset` into `dst` at `dst_offset`
@@ -192,7 +230,7 @@ impl Stream {
             };
             api.check(r, what)?;
         }
-        self.track(dst, ev)
+        self.fence(dst, ev).map_err(Error::from)
     }
 
     /// Enqueues setting every byte of `dst` to `value` (`cuMemsetD8Async`): later work on this stream sees
@@ -317,7 +355,7 @@ impl Event {
     }
 
     /// [`Event::query`], also giving the driver's code on failure.
-    fn query_code(&self) -> std::result::Result<bool, (Error, CuResult)> {
+    pub(crate) fn query_code(&self) -> std::result::Result<bool, (Error, CuResult)> {
         let api = api().map_err(|e| (e, CUDA_SUCCESS))?;
         let _current = self.ctx.enter().map_err(|e| (e, CUDA_SUCCESS))?;
         // SAFETY: a live event handle.
@@ -360,105 +398,6 @@ impl Drop for Event {
             }
         }
     }
-}
-
-/// A host buffer lent to an asynchronous copy, returned by [`InFlight::wait`] once the copy has completed.
-#[must_use = "dropping an InFlight blocks until its copy completes; call wait() to get the buffer back"]
-pub struct InFlight<B> {
-    value: Option<B>,
-    event: Event,
-    /// An error [`InFlight::is_done`] got from the driver. The driver reports an error that is not sticky
-    /// once, so it is kept here for [`InFlight::wait`] to return.
-    failed: Option<(Error, CuResult)>,
-}
-
-impl<B> InFlight<B> {
-    /// `Ok(true)` once the copy has completed (then [`InFlight::wait`] returns without blocking). An error is
-    /// also returned by the following [`InFlight::wait`].
-    pub fn is_done(&mut self) -> Result<bool> {
-        if let Some((e, _)) = &self.failed {
-            return Err(e.clone());
-        }
-        self.event.query_code().map_err(|(e, code)| {
-            self.failed = Some((e.clone(), code));
-            e
-        })
-    }
-
-    /// The event recorded after the copy (e.g. to make another stream wait for it later).
-    pub fn event(&self) -> &Event {
-        &self.event
-    }
-
-    /// Blocks until the copy has completed and returns the buffer. On a driver error the error is returned
-    /// and the buffer released once the copy is known to have ended (see [`release_after_error`]).
-    pub fn wait(mut self) -> Result<B> {
-        let r = match self.failed.take() {
-            Some(failed) => Err(failed),
-            None => self.event.synchronize_code(),
-        };
-        let value = self.value.take().expect("an InFlight holds its buffer until waited");
-        match r {
-            Ok(()) => Ok(value),
-            Err((e, code)) => {
-                release_after_error(&self.event, value, code);
-                Err(e)
-            }
-        }
-    }
-}
-
-impl<B> std::fmt::Debug for InFlight<B> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "InFlight({:?}, pending: {})", self.event, self.value.is_some())
-    }
-}
-
-impl<B> Drop for InFlight<B> {
-    fn drop(&mut self) {
-        if let Some(value) = self.value.take() {
-            let r = match self.failed.take() {
-                Some(failed) => Err(failed),
-                None => self.event.synchronize_code(),
-            };
-            if let Err((_, code)) = r {
-                release_after_error(&self.event, value, code);
-            }
-        }
-    }
-}
-
-/// How many more synchronisations [`release_after_error`] tries before it gives a buffer up as lost.
-const RESYNC_TRIES: usize = 8;
-
-/// After a failed wait on `event`: releases `value` once no copy can be using it any more, else leaks it.
-///
-/// A sticky error ends every transfer of the context, so `value` is released at once. An error that is not
-/// sticky is reported once, by whichever synchronisation of the context comes first (it may even belong to
-/// other work of the context), so it says nothing about whether this copy has ended: the event is
-/// synchronised again, and `value` is released as soon as a synchronisation succeeds (the copy has then
-/// completed) or reports a sticky error. Only when none of [`RESYNC_TRIES`] more does (each reporting yet
-/// another error, or CUDA being unusable) is `value` leaked, never freed under a copy that may still run.
-fn release_after_error<B>(event: &Event, value: B, code: CuResult) {
-    if is_sticky(code) {
-        drop(value);
-        return;
-    }
-    for _ in 0..RESYNC_TRIES {
-        match event.synchronize_code() {
-            Ok(()) => {
-                drop(value);
-                return;
-            }
-            Err((_, code)) if is_sticky(code) => {
-                drop(value);
-                return;
-            }
-            Err((_, CUDA_SUCCESS)) => break, // CUDA itself unusable now (no driver code): no way to know
-            Err(_) => {}
-        }
-    }
-    std::mem::forget(value);
 }
 
 /// Host bytes an asynchronous host-to-device copy may read after the call that enqueued it returns.

@@ -1,0 +1,272 @@
+package hostfirst
+
+/*
+#cgo pkg-config: hostfirst
+#include <stdlib.h>
+#include <string.h>
+#include <hostfirst.h>
+
+static char *hf_go_werr(hostfirst_status st) {
+	return st == HOSTFIRST_STATUS_OK ? NULL : strdup(hostfirst_last_error_message());
+}
+
+static hostfirst_status hf_go_writer_open(const char *path, uint64_t max_part_bytes, int no_sync, uintptr_t *out,
+                                          char **err) {
+	hostfirst_writer_options o;
+	hostfirst_status st = hostfirst_writer_options_init(&o, sizeof o);
+	hostfirst_writer *w = NULL;
+	if (st == HOSTFIRST_STATUS_OK) {
+		o.max_part_bytes = max_part_bytes;
+		o.no_sync = no_sync;
+		st = hostfirst_writer_open(path, &o, &w);
+	}
+	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)w;
+	*err = hf_go_werr(st);
+	return st;
+}
+
+static hostfirst_status hf_go_writer_add_view(uintptr_t w, const char *name, uintptr_t v, char **err) {
+	hostfirst_status st = hostfirst_writer_add_view((hostfirst_writer *)w, name, (const hostfirst_view *)v);
+	*err = hf_go_werr(st);
+	return st;
+}
+
+static hostfirst_status hf_go_writer_add_buffer(uintptr_t w, const char *name, uintptr_t b, char **err) {
+	hostfirst_status st = hostfirst_writer_add_buffer((hostfirst_writer *)w, name, (const hostfirst_buffer *)b);
+	*err = hf_go_werr(st);
+	return st;
+}
+
+// `data` is C memory the Writer keeps until it is closed.
+static hostfirst_status hf_go_writer_add_host(uintptr_t w, const char *name, const char *dtype, const uint64_t *shape,
+                                              size_t rank, const void *data, size_t nbytes, char **err) {
+	hostfirst_dtype d;
+	hostfirst_status st = hostfirst_dtype_from_name(dtype, &d);
+	if (st == HOSTFIRST_STATUS_OK)
+		st = hostfirst_writer_add_host((hostfirst_writer *)w, name, d, shape, rank, data, nbytes);
+	*err = hf_go_werr(st);
+	return st;
+}
+
+static hostfirst_status hf_go_writer_metadata(uintptr_t w, const char **keys, const char **values, size_t n,
+                                              char **err) {
+	hostfirst_status st = hostfirst_writer_set_metadata((hostfirst_writer *)w, keys, values, n);
+	*err = hf_go_werr(st);
+	return st;
+}
+
+static hostfirst_status hf_go_writer_finish(uintptr_t w, hostfirst_writer_info *out, char **err) {
+	out->struct_size = sizeof *out;
+	hostfirst_status st = hostfirst_writer_finish((hostfirst_writer *)w, out);
+	*err = hf_go_werr(st);
+	return st;
+}
+
+static hostfirst_status hf_go_writer_part(uintptr_t w, size_t i, const char **out, char **err) {
+	hostfirst_status st = hostfirst_writer_part_path((hostfirst_writer *)w, i, out);
+	*err = hf_go_werr(st);
+	return st;
+}
+
+static hostfirst_status hf_go_writer_free(uintptr_t w, char **err) {
+	hostfirst_status st = hostfirst_writer_free((hostfirst_writer *)w);
+	*err = hf_go_werr(st);
+	return st;
+}
+*/
+import "C"
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+// Statuses a writer's callers test for.
+const (
+	StatusAlreadyUsed      Status = C.HOSTFIRST_STATUS_ALREADY_USED
+	StatusDuplicateTensor  Status = C.HOSTFIRST_STATUS_DUPLICATE_TENSOR
+	StatusNoSpace          Status = C.HOSTFIRST_STATUS_NO_SPACE
+	StatusPermissionDenied Status = C.HOSTFIRST_STATUS_PERMISSION_DENIED
+)
+
+// WriterOptions are the options of Create; the zero value is one file, synced before Finish returns.
+type WriterOptions struct {
+	MaxPartBytes uint64 // split into Hugging Face part files and an index of at most this many bytes each
+	NoSync       bool   // skip the fsyncs (the target is still replaced by a rename, never written in place)
+}
+
+// MetadataEntry is one entry of a file's __metadata__, written in the order given.
+type MetadataEntry struct{ Key, Value string }
+
+// WriteInfo is what a finished save wrote.
+type WriteInfo struct {
+	Parts     []string // the safetensors files
+	Index     string   // the index of a split save ("" for one file)
+	FileBytes uint64
+	Tensors   uint64
+}
+
+// Writer writes one safetensors file (or a set of part files): declare tensors, set the metadata, Finish once,
+// Close. Finish writes a temporary file beside the target and renames it over the target when complete (never
+// a half-written file). Bytes given with AddBytes are copied into memory the Writer owns until Close (cgo
+// lets C keep no Go memory); views and buffers are written from where they are.
+type Writer struct {
+	h    handle
+	mem  []unsafe.Pointer
+	keep []interface{}
+}
+
+// Create opens a writer of the safetensors file at path (nothing is written before Finish).
+func Create(path string, opts *WriterOptions) (*Writer, error) {
+	if opts == nil {
+		opts = &WriterOptions{}
+	}
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	noSync := C.int(0)
+	if opts.NoSync {
+		noSync = 1
+	}
+	var id C.uintptr_t
+	var msg *C.char
+	if err := check(C.hf_go_writer_open(cpath, C.uint64_t(opts.MaxPartBytes), noSync, &id, &msg), msg); err != nil {
+		return nil, err
+	}
+	w := &Writer{h: handle{id: id}}
+	runtime.SetFinalizer(w, (*Writer).Close)
+	return w, nil
+}
+
+func (w *Writer) name(name string) *C.char {
+	if name == "" {
+		return nil
+	}
+	return C.CString(name)
+}
+
+// AddView declares a tensor with the bytes of v (name "": the view's own name), read from its file at Finish.
+func (w *Writer) AddView(name string, v *View) error {
+	p, err := w.h.get()
+	if err != nil {
+		return err
+	}
+	vp, err := v.h.get()
+	if err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(w)
+	defer runtime.KeepAlive(v)
+	cname := w.name(name)
+	defer C.free(unsafe.Pointer(cname))
+	var msg *C.char
+	return check(C.hf_go_writer_add_view(p, cname, vp, &msg), msg)
+}
+
+// AddBuffer declares a tensor with the bytes of b, on any device (name "": the buffer's own name).
+func (w *Writer) AddBuffer(name string, b *Buffer) error {
+	p, err := w.h.get()
+	if err != nil {
+		return err
+	}
+	bp, err := b.h.get()
+	if err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(w)
+	defer runtime.KeepAlive(b)
+	cname := w.name(name)
+	defer C.free(unsafe.Pointer(cname))
+	var msg *C.char
+	return check(C.hf_go_writer_add_buffer(p, cname, bp, &msg), msg)
+}
+
+// AddBytes declares a tensor of dtype (a safetensors name: "F32", "BF16", ...) and shape with data (C order,
+// little-endian), copied now.
+func (w *Writer) AddBytes(name, dtype string, shape []uint64, data []byte) error {
+	p, err := w.h.get()
+	if err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(w)
+	cname, cdtype := C.CString(name), C.CString(dtype)
+	defer C.free(unsafe.Pointer(cname))
+	defer C.free(unsafe.Pointer(cdtype))
+	mem := C.malloc(C.size_t(len(data) + 1))
+	if len(data) > 0 {
+		C.memcpy(mem, unsafe.Pointer(&data[0]), C.size_t(len(data)))
+	}
+	dims := C.malloc(C.size_t(8*len(shape) + 8))
+	defer C.free(dims)
+	for i, d := range shape {
+		*(*C.uint64_t)(unsafe.Pointer(uintptr(dims) + uintptr(8*i))) = C.uint64_t(d)
+	}
+	var msg *C.char
+	if err := check(C.hf_go_writer_add_host(p, cname, cdtype, (*C.uint64_t)(dims), C.size_t(len(shape)), mem,
+		C.size_t(len(data)), &msg), msg); err != nil {
+		C.free(mem)
+		return err
+	}
+	w.mem = append(w.mem, mem)
+	return nil
+}
+
+// SetMetadata sets the file's __metadata__ (written in this order).
+func (w *Writer) SetMetadata(entries []MetadataEntry) error {
+	p, err := w.h.get()
+	if err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(w)
+	n := len(entries)
+	keys := (*[1 << 20]*C.char)(C.malloc(C.size_t(8*n + 8)))
+	values := (*[1 << 20]*C.char)(C.malloc(C.size_t(8*n + 8)))
+	defer C.free(unsafe.Pointer(keys))
+	defer C.free(unsafe.Pointer(values))
+	for i, e := range entries {
+		keys[i], values[i] = C.CString(e.Key), C.CString(e.Value)
+		defer C.free(unsafe.Pointer(keys[i]))
+		defer C.free(unsafe.Pointer(values[i]))
+	}
+	var msg *C.char
+	return check(C.hf_go_writer_metadata(p, &keys[0], &values[0], C.size_t(n), &msg), msg)
+}
+
+// Finish writes the save and says what it wrote; on error every target is as it was.
+func (w *Writer) Finish() (WriteInfo, error) {
+	p, err := w.h.get()
+	if err != nil {
+		return WriteInfo{}, err
+	}
+	defer runtime.KeepAlive(w)
+	var info C.hostfirst_writer_info
+	var msg *C.char
+	if err := check(C.hf_go_writer_finish(p, &info, &msg), msg); err != nil {
+		return WriteInfo{}, err
+	}
+	out := WriteInfo{FileBytes: uint64(info.file_bytes), Tensors: uint64(info.tensors)}
+	if info.index != nil {
+		out.Index = C.GoString(info.index)
+	}
+	for i := 0; i < int(info.parts); i++ {
+		var path *C.char
+		if err := check(C.hf_go_writer_part(p, C.size_t(i), &path, &msg), msg); err != nil {
+			return WriteInfo{}, err
+		}
+		out.Parts = append(out.Parts, C.GoString(path))
+	}
+	return out, nil
+}
+
+// Close frees the writer and the bytes it copied (a writer never finished writes nothing).
+func (w *Writer) Close() error {
+	runtime.SetFinalizer(w, nil)
+	err := w.h.release(func(id C.uintptr_t) error {
+		var msg *C.char
+		return check(C.hf_go_writer_free(id, &msg), msg)
+	})
+	for _, m := range w.mem {
+		C.free(m)
+	}
+	w.mem = nil
+	return err
+}
