@@ -279,25 +279,15 @@ pub extern "C" fn hostfirst_writer_open_fd(
     })
 }
 
-#[cfg(unix)]
+/// A duplicate of the caller's descriptor `fd` (the platform layer's; Windows: `UNSUPPORTED`, saying why).
 fn dup_fd(fd: i32) -> Result<std::fs::File> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: F_DUPFD_CLOEXEC on any integer is a plain system call; it fails with EBADF for a non-descriptor.
-    let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-    if d < 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(Error::io(format!("fd {fd} is not an open file descriptor"), &e));
-    }
-    // SAFETY: `d` is a new descriptor this process owns from here on.
-    Ok(unsafe { std::fs::File::from_raw_fd(d) })
-}
-
-#[cfg(not(unix))]
-fn dup_fd(fd: i32) -> Result<std::fs::File> {
-    Err(Error::new(
-        Status::Unsupported,
-        format!("fd {fd}: writers on C runtime descriptors are Unix only; open the writer on a path"),
-    ))
+    hostfirst_core::os::dup_descriptor(fd).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::Unsupported {
+            Error::new(Status::Unsupported, format!("{e} (writers on descriptors are Unix only)"))
+        } else {
+            Error::io(format!("fd {fd} is not an open file descriptor"), &e)
+        }
+    })
 }
 
 /// The writer behind a handle, locked.

@@ -22,6 +22,22 @@
 //! the engine's thread pool gets correctness there, not parallel reads of one file (overlapped I/O on an IOCP
 //! would; not done).
 //!
+//! # Writing files (the writer)
+//!
+//! | function | Unix | Windows |
+//! |---|---|---|
+//! | [`io_class`] | `ENOSPC`, `EDQUOT`, `EFBIG`: no space; `EACCES`, `EPERM`, `EROFS`: permission | `ERROR_HANDLE_DISK_FULL`, `ERROR_DISK_FULL`, `ERROR_DISK_QUOTA_EXCEEDED`; `ERROR_ACCESS_DENIED`, `ERROR_WRITE_PROTECT` |
+//! | [`start_writeback`], [`wait_writeback`] | `sync_file_range` on Linux | nothing (the final `FlushFileBuffers` does it all) |
+//! | [`reserve`] | `fallocate` on Linux | `SetFileInformationByHandle(FileAllocationInfo)` |
+//! | [`create_new_held`], [`hold`], [`remove_if_unheld`] | `O_EXCL`, then `flock(LOCK_EX)`; a stale file is one whose lock can be taken | `CREATE_NEW` without `FILE_SHARE_DELETE`: nobody removes it while it is open; a stale file is one that can be removed |
+//! | [`sync_dir`] | `fsync` of the directory | nothing (a directory cannot be flushed; NTFS journals the rename) |
+//! | [`free_space`] | `statvfs` (`f_bavail * f_frsize`) | `GetDiskFreeSpaceExW` (the caller's quota) |
+//! | [`dup_descriptor`] | `fcntl(F_DUPFD_CLOEXEC)` | refused (`Unsupported`): a C runtime descriptor belongs to the caller's runtime |
+//! | [`kill_self`] | `SIGKILL` | `TerminateProcess`, exit code 137 |
+//!
+//! Renaming over a target is std's `rename` on both (`rename(2)`; `MoveFileExW(MOVEFILE_REPLACE_EXISTING)`, which
+//! needs the renamed file closed and fails while another process has the target mapped).
+//!
 //! # Memory
 //!
 //! | function | Unix | Windows |
@@ -213,6 +229,93 @@ pub fn parent_pid() -> u32 {
 /// not found in a library loaded with `RTLD_LOCAL`). Windows: each module of the process, in load order.
 pub fn loaded_symbol(name: &CStr) -> Option<std::ptr::NonNull<std::ffi::c_void>> {
     imp::loaded_symbol(name)
+}
+
+/// What an I/O error means for the statuses that name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoClass {
+    /// The file system (or the user's quota, or the largest file it takes) is full.
+    NoSpace,
+    /// Access refused, or a read-only file system.
+    PermissionDenied,
+    /// Anything else.
+    Other,
+}
+
+/// The class of an operating-system error (by its code; [`IoClass::Other`] for an error without one).
+pub fn io_class(e: &std::io::Error) -> IoClass {
+    imp::io_class(e)
+}
+
+/// Asks the system to start writing `[offset, offset + len)` of `file` to storage now, without waiting. Best
+/// effort: an error here is left to the final flush, which reports it.
+pub fn start_writeback(file: &File, offset: u64, len: u64) {
+    imp::start_writeback(file, offset, len)
+}
+
+/// Waits until `[offset, offset + len)` of `file`, handed to [`start_writeback`] earlier, is on storage where the
+/// system can wait for a range (else `Ok` at once: the final flush does it); the system's error otherwise.
+pub fn wait_writeback(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
+    imp::wait_writeback(file, offset, len)
+}
+
+/// Allocates the blocks of `[0, len)` of `file` now, so that a file system without room says so before anything
+/// is written: `Ok(true)` when done, `Ok(false)` where the system or file system cannot (the writes find out), an
+/// error of class [`IoClass::NoSpace`] (or another error on Unix) otherwise. Does not change the file's length
+/// on Unix; may leave it anywhere up to `len` on Windows (the caller sets the length after).
+pub fn reserve(file: &File, len: u64) -> std::io::Result<bool> {
+    if len == 0 {
+        return Ok(true);
+    }
+    imp::reserve(file, len)
+}
+
+/// Creates `path` (which must not exist) for reading and writing, such that another writer can tell it is held
+/// while this handle lives: with [`hold`] on Unix; by its share mode on Windows (no other process can remove it).
+pub fn create_new_held(path: &Path) -> std::io::Result<File> {
+    imp::create_new_held(path)
+}
+
+/// Takes the hold on a file made by [`create_new_held`] (Unix: an exclusive `flock`, none on a file system
+/// without locks). Nothing to do on Windows.
+pub fn hold(file: &File) -> std::io::Result<()> {
+    imp::hold(file)
+}
+
+/// Removes `path` when no live handle holds it (see [`create_new_held`]); best effort.
+pub fn remove_if_unheld(path: &Path) {
+    imp::remove_if_unheld(path)
+}
+
+/// Which step of [`sync_dir`] failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirStep {
+    /// Opening the directory.
+    Open,
+    /// Flushing it.
+    Sync,
+}
+
+/// Makes the entries of `dir` (a rename into it) durable: `fsync` of the directory on Unix (a file system that
+/// cannot sync one is not an error); nothing on Windows.
+pub fn sync_dir(dir: &Path) -> Result<(), (DirStep, std::io::Error)> {
+    imp::sync_dir(dir)
+}
+
+/// Free bytes of the file system holding `dir` for this (unprivileged) user, where the system says.
+pub fn free_space(dir: &Path) -> Option<u64> {
+    imp::free_space(dir)
+}
+
+/// A file of this process's own on the open descriptor `fd` of the caller (a duplicate, close-on-exec), which
+/// stays the caller's. Windows: [`std::io::ErrorKind::Unsupported`], saying why.
+pub fn dup_descriptor(fd: i32) -> std::io::Result<File> {
+    imp::dup_descriptor(fd)
+}
+
+/// Ends this process at once, as a kill from outside would (no destructors, no atexit handlers, no flush).
+pub fn kill_self() -> ! {
+    imp::kill_self()
 }
 
 #[cfg(test)]

@@ -198,3 +198,134 @@ pub(super) fn loaded_symbol(name: &CStr) -> Option<std::ptr::NonNull<std::ffi::c
     // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name has no preconditions.
     std::ptr::NonNull::new(unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) })
 }
+
+// ---- writing files (the writer: core/src/write, core/src/engine/write.rs) ------------------------------------
+
+pub(super) fn io_class(e: &std::io::Error) -> super::IoClass {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG) => super::IoClass::NoSpace,
+        Some(libc::EACCES | libc::EPERM | libc::EROFS) => super::IoClass::PermissionDenied,
+        _ => super::IoClass::Other,
+    }
+}
+
+pub(super) fn start_writeback(file: &File, offset: u64, len: u64) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: a plain system call on an open descriptor; no memory is passed.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), offset as i64, len as i64, libc::SYNC_FILE_RANGE_WRITE);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, offset, len);
+}
+
+pub(super) fn wait_writeback(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+        loop {
+            // SAFETY: a plain system call on an open descriptor; no memory is passed.
+            let r = unsafe { libc::sync_file_range(file.as_raw_fd(), offset as i64, len as i64, flags) };
+            if r == 0 {
+                return Ok(());
+            }
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                // A file system or file kind without it (a pipe never gets here): the final fsync does it.
+                Some(libc::ESPIPE) | Some(libc::EINVAL) | Some(libc::ENOSYS) => return Ok(()),
+                _ => return Err(e),
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (file, offset, len);
+        Ok(())
+    }
+}
+
+pub(super) fn reserve(file: &File, len: u64) -> std::io::Result<bool> {
+    #[cfg(target_os = "linux")]
+    loop {
+        // SAFETY: a plain system call on an open descriptor.
+        if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as i64) } == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL | libc::ENODEV | libc::ESPIPE) => return Ok(false),
+            _ => return Err(e),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (file, len);
+        Ok(false)
+    }
+}
+
+pub(super) fn create_new_held(path: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(path)
+}
+
+pub(super) fn hold(file: &File) -> std::io::Result<()> {
+    // SAFETY: a plain system call on an open descriptor.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    // A file system without locks (some network mounts) still gets a unique name: go on without.
+    if matches!(e.raw_os_error(), Some(libc::ENOLCK) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)) {
+        return Ok(());
+    }
+    Err(e)
+}
+
+pub(super) fn remove_if_unheld(path: &Path) {
+    let Ok(f) = File::open(path) else { return };
+    // SAFETY: a plain system call on an open descriptor.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        // Removed while locked: a writer that opens it now finds its lock taken, then the file gone.
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+pub(super) fn sync_dir(dir: &Path) -> Result<(), (super::DirStep, std::io::Error)> {
+    let d = File::open(dir).map_err(|e| (super::DirStep::Open, e))?;
+    match d.sync_all() {
+        // Some file systems cannot sync a directory (EINVAL); the rename is as durable as they make it.
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
+        r => r.map_err(|e| (super::DirStep::Sync, e)),
+    }
+}
+
+pub(super) fn free_space(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: all-zero is a valid statvfs.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a writable statvfs.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return None;
+    }
+    Some((s.f_bavail as u64).saturating_mul(s.f_frsize as u64))
+}
+
+pub(super) fn dup_descriptor(fd: i32) -> std::io::Result<File> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: F_DUPFD_CLOEXEC on any integer is a plain system call; it fails with EBADF for a non-descriptor.
+    let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if d < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `d` is a new descriptor this process owns from here on.
+    Ok(unsafe { File::from_raw_fd(d) })
+}
+
+pub(super) fn kill_self() -> ! {
+    // SAFETY: a plain system call; the process ends here.
+    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    std::process::abort()
+}

@@ -189,3 +189,102 @@ pub(super) fn loaded_symbol(name: &CStr) -> Option<std::ptr::NonNull<c_void>> {
         std::ptr::NonNull::new(f as *mut c_void)
     })
 }
+
+// ---- writing files (the writer: core/src/write, core/src/engine/write.rs) ------------------------------------
+
+/// `ERROR_HANDLE_DISK_FULL`, `ERROR_DISK_FULL`, `ERROR_DISK_QUOTA_EXCEEDED`.
+const NO_SPACE_ERRORS: [i32; 3] = [39, 112, 1295];
+/// `ERROR_ACCESS_DENIED`, `ERROR_WRITE_PROTECT`.
+const PERMISSION_ERRORS: [i32; 2] = [5, 19];
+
+pub(super) fn io_class(e: &std::io::Error) -> super::IoClass {
+    match e.raw_os_error() {
+        Some(c) if NO_SPACE_ERRORS.contains(&c) => super::IoClass::NoSpace,
+        Some(c) if PERMISSION_ERRORS.contains(&c) => super::IoClass::PermissionDenied,
+        _ => super::IoClass::Other,
+    }
+}
+
+pub(super) fn start_writeback(_file: &File, _offset: u64, _len: u64) {}
+
+pub(super) fn wait_writeback(_file: &File, _offset: u64, _len: u64) -> std::io::Result<()> {
+    Ok(())
+}
+
+pub(super) fn reserve(file: &File, len: u64) -> std::io::Result<bool> {
+    use windows_sys::Win32::Storage::FileSystem::{
+        FileAllocationInfo, SetFileInformationByHandle, FILE_ALLOCATION_INFO,
+    };
+    let info = FILE_ALLOCATION_INFO { AllocationSize: len.min(i64::MAX as u64) as i64 };
+    // SAFETY: the caller's open handle (opened for writing) and a live FILE_ALLOCATION_INFO of the size given.
+    let ok = unsafe {
+        SetFileInformationByHandle(
+            file.as_raw_handle(),
+            FileAllocationInfo,
+            (&info as *const FILE_ALLOCATION_INFO).cast(),
+            std::mem::size_of::<FILE_ALLOCATION_INFO>() as u32,
+        )
+    };
+    if ok != 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    // A full disk or quota is the answer asked for; anything else (a file system without allocation, an
+    // emulation that lacks the call) leaves it to the writes.
+    if matches!(io_class(&e), super::IoClass::NoSpace) {
+        Err(e)
+    } else {
+        Ok(false)
+    }
+}
+
+pub(super) fn create_new_held(path: &Path) -> std::io::Result<File> {
+    // FILE_SHARE_READ | FILE_SHARE_WRITE without FILE_SHARE_DELETE: nobody removes or renames it while it is
+    // open (the hold `hold` stands for on Unix).
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true).write(true).create_new(true);
+    std::os::windows::fs::OpenOptionsExt::share_mode(&mut o, 0x1 | 0x2);
+    o.open(path)
+}
+
+pub(super) fn hold(_file: &File) -> std::io::Result<()> {
+    // The share mode the file was opened with (create_new_held) is the hold.
+    Ok(())
+}
+
+pub(super) fn remove_if_unheld(path: &Path) {
+    // Fails with a sharing violation while its writer has it open (create_new_held).
+    let _ = std::fs::remove_file(path);
+}
+
+pub(super) fn sync_dir(_dir: &Path) -> Result<(), (super::DirStep, std::io::Error)> {
+    // A directory cannot be flushed on Windows; NTFS journals the rename itself.
+    Ok(())
+}
+
+pub(super) fn free_space(dir: &Path) -> Option<u64> {
+    use std::os::windows::ffi::OsStrExt;
+    use windows_sys::Win32::Storage::FileSystem::GetDiskFreeSpaceExW;
+    let wide: Vec<u16> = dir.as_os_str().encode_wide().chain(std::iter::once(0)).collect();
+    let mut avail = 0u64;
+    // SAFETY: a NUL-terminated UTF-16 path and a live u64; the other outputs are optional (NULL).
+    let ok = unsafe { GetDiskFreeSpaceExW(wide.as_ptr(), &mut avail, std::ptr::null_mut(), std::ptr::null_mut()) };
+    (ok != 0).then_some(avail)
+}
+
+pub(super) fn dup_descriptor(fd: i32) -> std::io::Result<File> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        format!(
+            "fd {fd}: a C runtime descriptor belongs to the runtime that made it (msvcrt, ucrt, each DLL's own), \
+             so the library cannot use the caller's; open the writer on a path"
+        ),
+    ))
+}
+
+pub(super) fn kill_self() -> ! {
+    use windows_sys::Win32::System::Threading::TerminateProcess;
+    // SAFETY: ends this process at once, as SIGKILL does on Unix (exit code 137 = 128 + 9, as shells report it).
+    unsafe { TerminateProcess(GetCurrentProcess(), 137) };
+    std::process::abort()
+}
