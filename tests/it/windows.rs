@@ -411,6 +411,7 @@ fn cuda_through_nvcuda_dll_on_the_stand_in() {
         ("test_load_bulk", vec![dir("cuda_load_bulk"), "cuda:0".to_string()]),
         ("test_gather_stream", vec![dir("cuda_gather_stream"), "cuda".to_string()]),
         ("test_handoff", vec![dir("cuda_handoff"), "cuda".to_string()]),
+        ("test_writer", vec!["cuda".to_string(), dir("cuda_writer")]),
     ] {
         let exe = c(name, &[]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -709,4 +710,179 @@ fn the_windows_wheel_installs_for_win_amd64_and_its_cli_runs() {
     let o = run_to_files(cmd, "the wheel's hostfirst.exe");
     assert!(o.status.success(), "the wheel's CLI: {}", text(&o.stderr));
     assert_eq!(json(&text(&o.stdout))["devices"][0]["spec"], "cpu:0");
+}
+
+// ---- the writer and token files (merged from main after the port) -------------------------------------------
+
+/// tests/c/test_writer.c under Wine: `api` (every declaration kind and bad input; the descriptor writer refused
+/// with `UNSUPPORTED`; a save over a file a view maps refused with `PERMISSION_DENIED`, target and view intact),
+/// its file byte for byte the `safetensors` crate's; then saves of new generations over a file and over a set of
+/// part files (each rename replacing the old file), and a kill (`TerminateProcess`) at every kill point of both:
+/// the target is always the old save or the complete new one, and the next save removes what a killed one left.
+#[test]
+fn c_writer_saves_replaces_and_survives_kills() {
+    let Some(w) = win() else { return };
+    let exe = c_test(w, "test_writer");
+    let api = crate::writer::fresh("windows-api");
+    wine_ok(w, &exe, &["api", &wpath(&api)], &[]);
+    let got = std::fs::read(api.join("api.safetensors")).unwrap();
+    assert!(got == crate::writer::api_expected(), "the Windows writer's file differs from the crate's serializer");
+    assert_eq!(crate::writer::staged(&api), Vec::<String>::new());
+
+    let mib = 2;
+    for (name, split, most) in [("model.safetensors", 0u64, 1), ("model.safetensors.index.json", 1 << 20, 5)] {
+        let dir = crate::writer::fresh(&format!("windows-kill-{split}"));
+        let target = dir.join(name);
+        let save = |g: u32, kill_at: usize| {
+            let (gs, ms, ss, at) = (g.to_string(), mib.to_string(), split.to_string(), kill_at.to_string());
+            let o = wine(w, &exe, &["gen", &wpath(&target), &gs, &ms, &ss, "0"], &[("HOSTFIRST_WRITER_KILL_AT", &at)]);
+            let killed = o.status.code() == Some(137);
+            assert!(killed || o.status.success(), "{name} generation {g} (kill at {kill_at}): {}", text(&o.stderr));
+            killed
+        };
+        for g in 1..=2 {
+            assert!(!save(g, 0));
+            assert_eq!(crate::writer::generation_of(&target, mib), g, "{name}: a save replaces the old one");
+            assert_eq!(crate::writer::staged(&dir), Vec::<String>::new(), "{name}");
+        }
+        let mut current = 2;
+        let mut points = 0;
+        for k in 1..=200 {
+            let g = 100 + k as u32;
+            let killed = save(g, k);
+            let now = crate::writer::generation_of(&target, mib);
+            assert!(now == current || now == g, "{name}, kill point {k}: generation {now}, neither {current} nor {g}");
+            current = now;
+            if !killed {
+                points = k - 1;
+                break;
+            }
+            assert!(
+                crate::writer::staged(&dir).len() <= most,
+                "{name}, kill point {k}: {:?}",
+                crate::writer::staged(&dir)
+            );
+        }
+        assert!(points >= 8, "{name}: only {points} kill points");
+        assert!(!save(9999, 0));
+        assert_eq!(crate::writer::generation_of(&target, mib), 9999);
+        assert_eq!(crate::writer::staged(&dir), Vec::<String>::new(), "{name}: the next save removes what was left");
+    }
+}
+
+/// A full file system and a read-only one (small tmpfs mounts, as tests/it/writer.rs makes them) under Wine: the
+/// Windows error codes Wine gives (disk full, access denied or write protect) become `NO_SPACE` and
+/// `PERMISSION_DENIED`, the old file stays, no staged file is left. Skipped (saying why) where this process
+/// cannot mount.
+#[test]
+fn writer_refusals_under_wine() {
+    let Some(w) = win() else { return };
+    let exe = c_test(w, "test_writer");
+    let m = match crate::writer::Mount::tmpfs("windows-nospace", "size=1m") {
+        Ok(m) => m,
+        Err(why) => {
+            eprintln!("SKIPPED: writer_refusals_under_wine needs a small file system and cannot make one: {why}");
+            return;
+        }
+    };
+    let target = m.0.join("model.safetensors");
+    std::fs::write(&target, b"the old, small file").unwrap();
+    let out = wine_ok(w, &exe, &["refused", &wpath(&target), "NO_SPACE"], &[]);
+    assert!(out.contains("needs 4194304 bytes") && out.contains("bytes free"), "{out}");
+    assert_eq!(std::fs::read(&target).unwrap(), b"the old, small file");
+    let fresh_target = m.0.join("new.safetensors");
+    wine_ok(w, &exe, &["refused", &wpath(&fresh_target), "NO_SPACE"], &[]);
+    assert!(!fresh_target.exists());
+
+    let out = Command::new("mount").args(["-o", "remount,ro"]).arg(&m.0).output().unwrap();
+    assert!(out.status.success(), "remount ro: {}", text(&out.stderr));
+    wine_ok(w, &exe, &["refused", &wpath(&target), "PERMISSION_DENIED"], &[]);
+    assert_eq!(std::fs::read(&target).unwrap(), b"the old, small file");
+}
+
+/// tests/c/test_tokens.c under Wine: every token format written by the program, opened, read value for value,
+/// sliced, put and gathered; the hostile variants with their exact statuses.
+#[test]
+fn c_token_files() {
+    let Some(w) = win() else { return };
+    let d = crate::writer::fresh("windows-tokens");
+    let out = wine_ok(w, &c_test(w, "test_tokens"), &[&wpath(&d)], &[]);
+    assert!(out.contains("test_tokens: ok"), "{out}");
+}
+
+/// The CLI on token files (an `.npy`, an llm.c shard, a Megatron dataset, a headerless file with `--raw`):
+/// `inspect --checksum` and `put` agree with the Linux CLI, `gather` checks its batches, `convert` writes the
+/// same bytes as the Linux CLI's `convert` (also split into part files), a headerless file without `--raw` gets
+/// the same status and hint; and `convert` of a file onto itself, which Linux does (the views keep the old
+/// file), is refused on Windows with `PERMISSION_DENIED` (a mapped file cannot be replaced), the file unchanged.
+#[test]
+fn the_cli_on_token_files_and_convert_agrees_with_linux() {
+    let Some(w) = win() else { return };
+    let exe = w.pkg.join("bin/hostfirst.exe");
+    let strip = |mut v: serde_json::Value| {
+        if let Some(o) = v.as_object_mut() {
+            for k in ["file", "input", "output", "seconds", "gb_per_s", "best_seconds", "best_gb_per_s"] {
+                o.remove(k);
+            }
+        }
+        v
+    };
+    let files = crate::cli_tokens::files("windows");
+    let out_dir = crate::writer::fresh("windows-convert");
+    for (i, f) in files.iter().enumerate() {
+        let (lp, wp) = (f.path.to_str().unwrap().to_string(), wpath(&f.path));
+        let on = |args: &[&str], p: &str| -> Vec<String> {
+            f.args(args).iter().map(|a| if *a == "P" { p.to_string() } else { a.to_string() }).collect()
+        };
+        let linux = |args: &[&str]| {
+            let a = on(args, &lp);
+            run_ok(&cli(), &a.iter().map(String::as_str).collect::<Vec<_>>(), &[])
+        };
+        let windows = |args: &[&str]| {
+            let a = on(args, &wp);
+            wine_ok(w, &exe, &a.iter().map(String::as_str).collect::<Vec<_>>(), &[])
+        };
+        let args = ["inspect", "--json", "--checksum", "P"];
+        assert_eq!(strip(json(&windows(&args))), strip(json(&linux(&args))), "{} inspect", f.format);
+        let (tensor, dtype, _, bytes) = &f.tensors[0];
+        let args = ["put", "P", tensor, "--device", "cpu", "--json"];
+        let wv = json(&windows(&args));
+        assert_eq!(wv["verified"], true, "{} put: {wv}", f.format);
+        assert_eq!(wv["fnv1a64"], json(&linux(&args))["fnv1a64"], "{} put", f.format);
+        assert_eq!(wv["fnv1a64"].as_str(), Some(crate::cli_tokens::fnv(bytes).as_str()), "{} put", f.format);
+        if *dtype == "U16" {
+            let args = ["gather", "P", tensor, "--batch", "4", "--window", "16", "--iters", "3", "--json"];
+            assert_eq!(json(&windows(&args))["check"], "ok", "{} gather", f.format);
+        }
+        // convert: the same bytes from both CLIs, one file and part files.
+        for part_mib in ["0", "1"] {
+            let name = |os: &str| format!("{i}-{os}-{part_mib}.safetensors");
+            let (lo, wo) = (out_dir.join(name("linux")), out_dir.join(name("windows")));
+            run_ok(&cli(), &["convert", &lp, lo.to_str().unwrap(), "--max-part-mib", part_mib], &[]);
+            wine_ok(w, &exe, &["convert", &wp, &wpath(&wo), "--max-part-mib", part_mib], &[]);
+            assert!(std::fs::read(&wo).unwrap() == std::fs::read(&lo).unwrap(), "{} convert", f.format);
+        }
+    }
+    assert_eq!(crate::writer::staged(&out_dir), Vec::<String>::new());
+
+    // A headerless file without --raw: the same status and command-line hint as on Linux.
+    let raw = files.iter().find(|f| f.raw.is_some()).unwrap();
+    let l = run(&cli(), &["inspect", raw.path.to_str().unwrap()], &[]);
+    let o = wine(w, &exe, &["inspect", &wpath(&raw.path)], &[]);
+    assert_eq!((o.status.code(), l.status.code()), (Some(1), Some(1)));
+    let (we, le) = (text(&o.stderr), String::from_utf8_lossy(&l.stderr).to_string());
+    for needle in ["NOT_SAFETENSORS", "from the command line: a headerless file opens with --raw"] {
+        assert!(we.contains(needle) && le.contains(needle), "{needle}:\nWindows: {we}\nLinux: {le}");
+    }
+
+    // convert onto itself: Linux replaces the file; Windows refuses to replace a file its views map.
+    let src = out_dir.join("0-linux-0.safetensors");
+    let before = std::fs::read(&src).unwrap();
+    let o = wine(w, &exe, &["convert", &wpath(&src), &wpath(&src)], &[]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("PERMISSION_DENIED") && err.contains("open or mapped by a reader"), "{err}");
+    assert!(std::fs::read(&src).unwrap() == before, "the file is unchanged");
+    assert_eq!(crate::writer::staged(&out_dir), Vec::<String>::new());
+    run_ok(&cli(), &["convert", src.to_str().unwrap(), src.to_str().unwrap()], &[]);
 }

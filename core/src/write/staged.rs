@@ -143,11 +143,7 @@ impl Staged {
         if durable {
             self.sync()?;
         }
-        #[cfg(windows)]
-        {
-            // A file open without FILE_SHARE_DELETE cannot be renamed: close it first.
-            self.file = None;
-        }
+        self.close_for_rename();
         if let Err(e) = std::fs::rename(&self.temp, &self.target) {
             let hint = if cfg!(windows) { " (Windows: is the target open or mapped by a reader?)" } else { "" };
             return Err(Error::io(
@@ -162,6 +158,16 @@ impl Staged {
         self.committed = true;
         self.file = None;
         Ok(())
+    }
+
+    /// Windows: closes the file, which is open without `FILE_SHARE_DELETE` and so cannot be renamed under any of
+    /// its names (its own, or a second name from [`Staged::link_aside`]) while open; it is still removed when
+    /// dropped uncommitted. Elsewhere nothing: the file stays open (and locked) until committed.
+    pub fn close_for_rename(&mut self) {
+        #[cfg(windows)]
+        {
+            self.file = None;
+        }
     }
 
     /// A second name for the staged file, `.<target>.<tag>.l.hostfirst-tmp` (a hard link): the set commit
