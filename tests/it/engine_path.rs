@@ -160,3 +160,46 @@ fn the_scan_finds_primitive_calls() {
     );
     assert_eq!(calls(src, false).len(), 5, "device copies are not scanned in the CUDA layer");
 }
+
+/// System calls the writer must make through the platform layer (`core/src/os`), which has both a Unix and a
+/// Windows implementation of each.
+const SYSTEM_CALLS: &[&str] = &["libc::", "std::os::unix", "std::os::windows", "std::os::fd", "OpenOptionsExt"];
+
+/// The system calls in `source` (code, not comments): (line number, pattern).
+fn system_calls(source: &str) -> Vec<(usize, &'static str)> {
+    let mut found = Vec::new();
+    for (i, line) in source.lines().enumerate() {
+        let c = code(line);
+        found.extend(SYSTEM_CALLS.iter().filter(|p| c.contains(**p)).map(|p| (i + 1, *p)));
+    }
+    found
+}
+
+/// The writer (core/src/write, the engine's write side up to its Linux-only io_uring module, the error classes
+/// and the C API's writer) reaches the operating system only through the platform layer: what it needs exists on
+/// Windows too, or is refused there in one documented place.
+#[test]
+fn the_writer_reaches_the_system_only_through_the_platform_layer() {
+    let root = crate::common::root();
+    let mut files: Vec<PathBuf> = Vec::new();
+    rust_files(&root.join("core/src/write"), &mut files);
+    files.retain(|f| !f.ends_with("tests.rs")); // unit tests may make pipes and kill children
+    files.extend([
+        root.join("core/src/engine/write.rs"),
+        root.join("core/src/error.rs"),
+        root.join("src/ffi/writer.rs"),
+    ]);
+    assert!(files.len() >= 6, "{files:?}");
+    let mut bad = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        // The io_uring backend is Linux by nature (the pool serves every other system).
+        let text = text.split("\nmod uring {").next().unwrap();
+        for (line, p) in system_calls(text) {
+            bad.push(format!("{}:{line}: `{p}` (use crate::os)", f.strip_prefix(&root).unwrap().display()));
+        }
+    }
+    assert!(bad.is_empty(), "system calls outside the platform layer:\n{}", bad.join("\n"));
+    let probe = "let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };\n// libc::flock in a comment\nuse std::os::fd::AsRawFd;";
+    assert_eq!(system_calls(probe), [(1, "libc::"), (3, "std::os::fd")], "the scan finds what it must");
+}

@@ -1,7 +1,7 @@
 //! The platform layer: every call the core makes to the operating system that std does not make portable, behind
 //! one set of functions with one contract. The rest of the core calls these and holds no `#[cfg(unix)]` /
 //! `#[cfg(windows)]` of its own for them (a test, `tests/it/engine_path.rs`, keeps `libc::pread`/`preadv` and
-//! friends out of the other modules). Two implementations: `unix.rs` (Linux; no other Unix system is built or
+//! friends out of the other modules, and every system call out of the writer). Two implementations: `unix.rs` (Linux; no other Unix system is built or
 //! tested) and `windows.rs` (x86_64-pc-windows-gnu, tested under Wine by `scripts/test-windows.sh`).
 //!
 //! # Files
