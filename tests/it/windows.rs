@@ -788,7 +788,12 @@ fn writer_refusals_under_wine() {
     let target = m.0.join("model.safetensors");
     std::fs::write(&target, b"the old, small file").unwrap();
     let out = wine_ok(w, &exe, &["refused", &wpath(&target), "NO_SPACE"], &[]);
-    assert!(out.contains("needs 4194304 bytes") && out.contains("bytes free"), "{out}");
+    // Windows reserves the blocks first (FileAllocationInfo: the bytes needed and free); under Wine 8 the
+    // reservation does not meet the full disk and the first write does (ERROR_DISK_FULL, 112). Either way NO_SPACE.
+    assert!(
+        out.contains("needs 4194304 bytes") && out.contains("bytes free") || out.contains("(os error 112)"),
+        "{out}"
+    );
     assert_eq!(std::fs::read(&target).unwrap(), b"the old, small file");
     let fresh_target = m.0.join("new.safetensors");
     wine_ok(w, &exe, &["refused", &wpath(&fresh_target), "NO_SPACE"], &[]);
@@ -854,8 +859,8 @@ fn the_cli_on_token_files_and_convert_agrees_with_linux() {
             let args = ["gather", "P", tensor, "--batch", "4", "--window", "16", "--iters", "3", "--json"];
             assert_eq!(json(&windows(&args))["check"], "ok", "{} gather", f.format);
         }
-        // convert: the same bytes from both CLIs, one file and part files.
-        for part_mib in ["0", "1"] {
+        // convert (which takes no --raw): the same bytes from both CLIs, one file and part files.
+        for part_mib in if f.raw.is_none() { &["0", "1"][..] } else { &[][..] } {
             let name = |os: &str| format!("{i}-{os}-{part_mib}.safetensors");
             let (lo, wo) = (out_dir.join(name("linux")), out_dir.join(name("windows")));
             run_ok(&cli(), &["convert", &lp, lo.to_str().unwrap(), "--max-part-mib", part_mib], &[]);

@@ -160,9 +160,9 @@ impl Staged {
         Ok(())
     }
 
-    /// Windows: closes the file, which is open without `FILE_SHARE_DELETE` and so cannot be renamed under any of
-    /// its names (its own, or a second name from [`Staged::link_aside`]) while open; it is still removed when
-    /// dropped uncommitted. Elsewhere nothing: the file stays open (and locked) until committed.
+    /// Windows: closes the file, which is open without `FILE_SHARE_DELETE` and so cannot be renamed (under any of
+    /// its names: its own, or a second name from [`Staged::link_aside`]) or removed while open; it is still
+    /// removed when dropped uncommitted. Elsewhere nothing: the file stays open (and locked) until committed.
     pub fn close_for_rename(&mut self) {
         #[cfg(windows)]
         {
@@ -203,6 +203,8 @@ impl Staged {
 impl Drop for Staged {
     fn drop(&mut self) {
         if !self.committed && self.owned {
+            // Windows: our own handle (no FILE_SHARE_DELETE) would refuse the removal; closed first.
+            self.close_for_rename();
             let _ = std::fs::remove_file(&self.temp);
         }
     }
