@@ -45,7 +45,8 @@
  *   Opt-in: registration refused (STAND_IN_REGISTER_ERROR, STAND_IN_HOST_REGISTER=0), a foreign framework
  *   sharing the primary context (STAND_IN_FOREIGN), and latencies (wake-ups, context creation, registration).
  * - Page-locked allocations (cuMemHostAlloc) are whole pages of their own, left out of a forked child
- *   (MADV_DONTFORK): reading one there faults, the worst case of what CUDA leaves undefined after fork().
+ *   (MADV_DONTFORK): reading one there faults, the worst case of what CUDA leaves undefined after fork(). (On
+ *   Windows, which has no fork, they come from VirtualAlloc.)
  * - Stream capture by another framework (stand_in_begin_capture / stand_in_end_capture, modes by knob): calls CUDA
  *   forbids during a capture are refused with CUDA_ERROR_STREAM_CAPTURE_* and invalidate it (see "stream capture"
  *   below); cuThreadExchangeStreamCaptureMode and cuStreamIsCapturing behave as documented.
