@@ -13,10 +13,14 @@
  *
  * With a third argument `twice`, every rank also gives the replicated tensors (a bug such a job can have): the
  * writer refuses the save on every rank (rank 0: INVALID_ARGUMENT naming the tensor written twice; the others:
- * CANCELLED) and OUT stays as it was; the program then exits 0. */
+ * CANCELLED) and OUT stays as it was; the program then exits 0 (`once` as the third argument: the normal save).
+ *
+ * With a report folder (the fourth argument), each rank also writes its result lines to report-<rank>.txt there:
+ * a test reads those, not mpirun's output, which MPI itself writes to as well. */
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
 #include <mpi.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,9 +35,32 @@ static const struct {
 #define NRULES (sizeof RULES / sizeof RULES[0])
 
 static int rank_ = 0;
+static const char *report_dir;
+
+/* A result line: to stdout, and to this rank's report file when there is a report folder. */
+static void say(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    if (!report_dir || !*report_dir) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/report-%d.txt", report_dir, rank_);
+    FILE *f = fopen(path, "a");
+    if (!f) {
+        fprintf(stderr, "rank %d: cannot write %s\n", rank_, path);
+        return;
+    }
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fclose(f);
+}
 
 static void die(const char *what, hostfirst_status st) {
     fprintf(stderr, "rank %d: %s: %s: %s\n", rank_, what, hostfirst_status_name(st), hostfirst_last_error_message());
+    say("error: %s: %s: %s\n", what, hostfirst_status_name(st), hostfirst_last_error_message());
     MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1);
 }
@@ -57,12 +84,14 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     if (argc < 3) {
-        if (rank_ == 0) fprintf(stderr, "usage: mpirun -np W %s INDEX.json OUT.safetensors\n", argv[0]);
+        if (rank_ == 0)
+            fprintf(stderr, "usage: mpirun -np W %s INDEX.json OUT.safetensors [once|twice [REPORT_DIR]]\n", argv[0]);
         MPI_Finalize();
         return 2;
     }
     const char *index = argv[1], *out = argv[2];
     int twice = argc > 3 && !strcmp(argv[3], "twice");
+    report_dir = argc > 4 ? argv[4] : NULL;
 
     /* This rank's shards: shard-on-read with one mesh axis of W positions, position = rank. */
     hostfirst_file *file = NULL;
@@ -120,7 +149,7 @@ int main(int argc, char **argv) {
     if (twice) {
         hostfirst_status st = hostfirst_writer_finish(w, &info); /* collective: refused on every rank */
         hostfirst_status want = rank_ == 0 ? HOSTFIRST_STATUS_INVALID_ARGUMENT : HOSTFIRST_STATUS_CANCELLED;
-        printf("rank %d: refused: %s: %s\n", rank_, hostfirst_status_name(st), hostfirst_last_error_message());
+        say("rank %d: refused: %s: %s\n", rank_, hostfirst_status_name(st), hostfirst_last_error_message());
         int bad = st != want, any = 0;
         MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
         TRY(hostfirst_writer_free(w));
@@ -135,8 +164,7 @@ int main(int argc, char **argv) {
     TRY(hostfirst_writer_finish(w, &info)); /* collective */
     uint64_t mine = info.written, all = 0;
     MPI_Reduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
-    printf("rank %d: wrote %" PRIu64 " bytes of the save\n", rank_, mine);
-    fflush(stdout);
+    say("rank %d: wrote %" PRIu64 " bytes of the save\n", rank_, mine);
 
     int failures = 0;
     if (rank_ == 0) {
@@ -163,7 +191,7 @@ int main(int argc, char **argv) {
             TRY(hostfirst_view_free(a));
             TRY(hostfirst_view_free(b));
         }
-        printf("rank 0: saved %" PRIu64 " tensors in %" PRIu64 " part files by %d ranks: %" PRIu64
+        say("rank 0: saved %" PRIu64 " tensors in %" PRIu64 " part files by %d ranks: %" PRIu64
                " bytes written for %" PRIu64 " bytes of files (%s); read back: %s\n",
                info.tensors, info.parts, world, all, info.file_bytes,
                all == info.file_bytes ? "nothing twice" : "MISMATCH", failures ? "MISMATCH" : "every tensor matches");

@@ -11,6 +11,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Every scratch file of the run (Rust unit and integration tests, C programs, pytest's basetemp, Go's work
+# folders) goes under target/test-tmp, emptied at the start and removed at the end: the run leaves nothing in the
+# machine's /tmp, which may be small or shared between runs. (MPI alone keeps /tmp: tests/it/mpi.rs.)
+export TMPDIR="$PWD/target/test-tmp"
+rm -rf "$TMPDIR"
+mkdir -p "$TMPDIR"
+trap 'rm -rf "$TMPDIR"' EXIT
+echo "test.sh: disk space before the run:" >&2
+df -h . /tmp >&2 || true
+
 have() { command -v "$1" >/dev/null 2>&1; }
 apt_install() {
     if have apt-get; then

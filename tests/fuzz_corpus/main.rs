@@ -96,7 +96,18 @@ fn env_vars() {
     replay("env_vars");
 }
 
-/// Every target has a test above, a corpus folder, and a libFuzzer binary in fuzz/Cargo.toml.
+/// The targets whose corpus another test replays (with the library's own types, in the integration tests):
+/// (target, the test file, the test, the corpus folder under tests/corpus).
+const REPLAYED_ELSEWHERE: &[(&str, &str, &str, &str)] = &[
+    ("open_npy", "tests/it/tokens.rs", "fn corpus_replays()", "tokens"),
+    ("open_llmc", "tests/it/tokens.rs", "fn corpus_replays()", "tokens"),
+    ("open_megatron", "tests/it/tokens.rs", "fn corpus_replays()", "tokens"),
+    ("open_raw", "tests/it/tokens.rs", "fn corpus_replays()", "tokens"),
+    ("writer", "tests/it/writer_corpus.rs", "fn writer_corpus_replays()", "writer"),
+];
+
+/// Every target has a test that replays its corpus (above, or one of REPLAYED_ELSEWHERE), a corpus folder, and a
+/// libFuzzer binary in fuzz/Cargo.toml; every binary is one of these targets.
 #[test]
 fn every_target_is_replayed_and_built() {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -108,6 +119,17 @@ fn every_target_is_replayed_and_built() {
         .filter(|n| *n != "hostfirst-fuzz")
         .collect();
     let mut names: Vec<&str> = harness::TARGETS.iter().map(|t| t.name).collect();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (target, file, test, corpus) in REPLAYED_ELSEWHERE {
+        let text = std::fs::read_to_string(root.join(file)).unwrap_or_default();
+        assert!(text.contains(test), "{target}: {file} has no {test}");
+        assert!(
+            text.contains(&format!("tests/corpus/{corpus}")),
+            "{target}: {file} does not read tests/corpus/{corpus}"
+        );
+        assert!(corpus_root().join(corpus).is_dir(), "no corpus folder tests/corpus/{corpus}");
+        names.push(target);
+    }
     assert_eq!(
         {
             let mut b = bins.clone();

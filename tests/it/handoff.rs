@@ -36,7 +36,9 @@ fn write_file(name: &str, tensors: &[(&str, &str, Vec<u64>, Vec<u8>)]) -> PathBu
     for (_, _, _, b) in tensors {
         img.extend_from_slice(b);
     }
-    let path = scratch("handoff").join(name);
+    // One folder per process (tests re-run in child processes) and, for shared fixtures, one name per thread
+    // (model()): a test never reads a file another test is rewriting.
+    let path = scratch(&format!("handoff-{}", std::process::id())).join(name);
     std::fs::write(&path, &img).unwrap();
     path
 }
@@ -78,7 +80,7 @@ fn model() -> (PathBuf, Vec<(&'static str, Vec<u8>)>) {
         ("tok", "U16", vec![3 << 19], pattern(3 << 20, 2)),
         ("small", "F32", vec![5], pattern(20, 3)),
     ];
-    let path = write_file("model.safetensors", &t);
+    let path = write_file(&format!("model-{:?}.safetensors", std::thread::current().id()), &t);
     (path, t.into_iter().map(|(n, _, _, b)| (n, b)).collect())
 }
 
@@ -150,7 +152,7 @@ fn copy_on_write_put_grows_anonymous_memory_only_when_written() {
 #[test]
 fn copy_on_write_put_of_a_truncated_file_is_refused() {
     let (path, _) = model();
-    let copy = scratch("handoff").join("trunc.safetensors");
+    let copy = scratch(&format!("handoff-{}", std::process::id())).join("trunc.safetensors");
     std::fs::copy(&path, &copy).unwrap();
     let f = TensorFile::open(&copy).unwrap();
     let len = std::fs::metadata(&copy).unwrap().len();

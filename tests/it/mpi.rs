@@ -42,6 +42,9 @@ fn mpirun(bin: &std::path::Path, np: &str, args: &[&str]) -> std::process::Outpu
         .arg(bin)
         .args(args)
         .env("OMPI_MCA_plm_rsh_agent", "")
+        // OpenMPI's session folder holds Unix sockets, whose paths are limited to 107 bytes: under /tmp, not
+        // under the test run's TMPDIR (scripts/test.sh), which lies wherever the checkout does.
+        .env("TMPDIR", "/tmp")
         .env_remove("HOSTFIRST_PLATFORMS");
     cmd.output().expect("run mpirun")
 }
@@ -111,19 +114,26 @@ fn four_ranks_save_their_shards_together_and_nothing_twice() {
     let out = mpirun(&shard, "2", &[index.to_str().unwrap()]); // writes the demo set
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let saved = dir.join("saved.safetensors");
-    let out = mpirun(&save, "4", &[index.to_str().unwrap(), saved.to_str().unwrap()]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "mpirun failed ({}):\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // Results come through per-rank report files (the program's fourth argument), not mpirun's stdout.
+    let reports = |name: &str| -> std::path::PathBuf {
+        let r = dir.join(name);
+        let _ = std::fs::remove_dir_all(&r);
+        std::fs::create_dir_all(&r).unwrap();
+        r
+    };
+    let read_reports = |r: &std::path::Path| -> String {
+        (0..4).map(|k| std::fs::read_to_string(r.join(format!("report-{k}.txt"))).unwrap_or_default()).collect()
+    };
+    let once_dir = reports("reports-once");
+    let out =
+        mpirun(&save, "4", &[index.to_str().unwrap(), saved.to_str().unwrap(), "once", once_dir.to_str().unwrap()]);
+    let said = read_reports(&once_dir);
+    assert!(out.status.success(), "mpirun failed ({}):\n{said}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
     for r in 1..4 {
-        let line = stdout.lines().find(|l| l.starts_with(&format!("rank {r}: wrote "))).expect("each rank reports");
+        let line = said.lines().find(|l| l.starts_with(&format!("rank {r}: wrote "))).expect("each rank reports");
         assert!(!line.contains("wrote 0 bytes"), "rank {r} wrote its shards: {line}");
     }
-    assert!(stdout.contains("nothing twice") && stdout.contains("every tensor matches"), "{stdout}");
+    assert!(said.contains("nothing twice") && said.contains("every tensor matches"), "{said}");
     let set = dir.join("saved.safetensors.index.json");
     let parts: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -145,11 +155,13 @@ fn four_ranks_save_their_shards_together_and_nothing_twice() {
         .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("saved"))
         .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
         .collect();
-    let out = mpirun(&save, "4", &[index.to_str().unwrap(), saved.to_str().unwrap(), "twice"]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("rank 0: refused: INVALID_ARGUMENT") && stdout.contains("written twice"), "{stdout}");
-    assert!(stdout.contains("rank 3: refused: CANCELLED"), "{stdout}");
+    let twice_dir = reports("reports-twice");
+    let out =
+        mpirun(&save, "4", &[index.to_str().unwrap(), saved.to_str().unwrap(), "twice", twice_dir.to_str().unwrap()]);
+    let said = read_reports(&twice_dir);
+    assert!(out.status.success(), "{said}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains("rank 0: refused: INVALID_ARGUMENT") && said.contains("written twice"), "{said}");
+    assert!(said.contains("rank 3: refused: CANCELLED"), "{said}");
     for (p, bytes) in before {
         assert_eq!(std::fs::read(&p).unwrap(), bytes, "{p} changed");
     }

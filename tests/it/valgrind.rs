@@ -29,6 +29,7 @@ const PASS: &[&str] = &[
     "cli_put::",
     "cli_rules::",
     "cli_shard::",
+    "cli_tokens::",
     // The MPI ranks start through mpirun, not `common::run`, so they are not under memcheck here (OpenMPI's
     // own allocations would drown the report); the pass re-runs the test as it is.
     "mpi::",

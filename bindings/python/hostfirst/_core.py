@@ -8,7 +8,7 @@ import os
 from typing import NamedTuple, Tuple, Union
 
 from . import _abi
-from ._errors import STATUS, HostfirstError, MissingFileError, OutOfMemoryError, error_for
+from ._errors import STATUS, HostfirstError, MissingFileError, OutOfMemoryError, error_for, error_named
 from ._lib import lib
 
 _OK = STATUS["OK"]
@@ -161,3 +161,14 @@ class Device:
 
 def as_device(d: "Device | str") -> Device:
     return d if isinstance(d, Device) else Device(d)
+
+
+_BACKENDS = ("mmap", "pread")
+
+
+def check_backend(backend: str) -> None:
+    """safetensors 0.8's `backend=`: "mmap" or "pread" (InvalidArgumentError otherwise, as safetensors refuses
+    others). Both give the same owned arrays here: hostfirst always reads with pread/io_uring into memory of the
+    array's own, so the choice changes nothing but is checked."""
+    if backend not in _BACKENDS:
+        raise error_named("INVALID_ARGUMENT", f'backend "{backend}" is invalid (expected one of: "mmap", "pread")')

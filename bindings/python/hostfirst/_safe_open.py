@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Union, cast
 import numpy as np
 
 from . import _dtypes
-from ._core import Device, PathLike
+from ._core import Device, PathLike, check_backend
 from ._errors import error_named
 from ._owned import copy_view, load_numpy, map_numpy
 from ._targets import parse_target
@@ -36,16 +36,7 @@ from ._tensors import File, View
 _FRAMEWORKS = {"numpy": "numpy", "np": "numpy", "jax": "jax", "flax": "jax"}
 _ELSEWHERE = {"pt": "torch", "torch": "torch", "tf": "TensorFlow", "tensorflow": "TensorFlow", "paddle": "Paddle",
               "mlx": "MLX"}
-_BACKENDS = ("mmap", "pread")
 _HOST_DEVICES = ("cpu", "cpu:0", "default", "host")
-
-
-def check_backend(backend: str) -> None:
-    """safetensors 0.8's `backend=`: "mmap" or "pread" (InvalidArgumentError otherwise, as safetensors refuses
-    others). Both give the same owned arrays here: hostfirst always reads with pread/io_uring into memory of the
-    array's own, so the choice changes nothing but is checked."""
-    if backend not in _BACKENDS:
-        raise error_named("INVALID_ARGUMENT", f'backend "{backend}" is invalid (expected one of: "mmap", "pread")')
 
 
 def _has_metadata_key(path: str) -> bool:

@@ -63,13 +63,12 @@ except ImportError as e:  # pragma: no cover - tested in a venv without JAX (scr
 import numpy as np
 
 from . import _abi, _dtypes
-from ._core import Device, PathLike, c_string, check, text
+from ._core import Device, PathLike, c_string, check, check_backend, text
 from ._devices import is_strict, resolve_target
 from ._errors import OutOfMemoryError, error_named
 from ._lib import lib
 from ._owned import copy_view, host_arrays, memory_file, run_load
 from ._owned import load_numpy as _load_numpy
-from ._safe_open import check_backend
 from ._targets import MEMORY_KINDS, parse_target
 from ._tensors import Buffer, File, RuleList, Rules, View, _Load, _LoadedBuffer, make_plan, rule_pairs, with_default
 from . import _shard

@@ -29,9 +29,9 @@ from typing import Dict
 
 import numpy as np
 
-from ._core import PathLike
+from ._core import PathLike, check_backend
 from ._owned import load_numpy, memory_file
-from ._safe_open import check_backend, safe_open
+from ._safe_open import safe_open
 from ._save import save, save_file
 from ._tensors import File
 

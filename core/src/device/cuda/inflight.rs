@@ -17,7 +17,7 @@
 //!    one would: a failure leaks only what rule 2 could not settle.
 
 use super::driver::{is_sticky, CuResult, CUDA_SUCCESS};
-use super::stream::Event;
+use super::event::Event;
 use crate::error::{Error, Result};
 use std::collections::VecDeque;
 

@@ -28,6 +28,7 @@
 pub mod capture;
 pub mod copy;
 pub mod driver;
+pub mod event;
 pub mod inflight;
 pub mod memory;
 pub mod nvml;
@@ -37,12 +38,13 @@ pub mod stream;
 use crate::error::Result;
 
 pub use driver::{format_driver_version, format_uuid, is_mig_name};
+pub use event::Event;
 pub use inflight::{CopyQueue, Failed, InFlight};
 pub use memory::{
     host_register_supported, read_only_register_supported, Context, DeviceMemory, HostRegistration, PinnedHostMemory,
 };
 pub use probe::{forked_reason, hidden_by_visible_devices, info, library_not_found_reason, probe, status, CudaProbe};
-pub use stream::{Event, HostBytes, HostBytesMut, Stream};
+pub use stream::{HostBytes, HostBytesMut, Stream};
 
 /// Live (free, total) memory of CUDA device `ordinal`, for reporting.
 ///
