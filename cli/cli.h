@@ -23,6 +23,20 @@ int cli_parse_u64(const char *s, uint64_t *out);
 /* Formats a byte count with binary units into buf. */
 const char *cli_bytes(uint64_t n, char *buf, size_t cap);
 
+/* Formats dims as "[a, b, c]" into buf (cut short, still NUL-terminated, if it does not fit). */
+const char *cli_dims_text(const uint64_t *d, uint32_t rank, char *buf, size_t cap);
+
+/* Output assembled in memory and written only when everything succeeded: cli_memstream_open gives a stream
+ * (open_memstream; on Windows, which lacks it, a temporary file), cli_memstream_close closes it and leaves its
+ * bytes in m->text (malloc'd, NUL-terminated; free it) and m->len. Both return NULL / nonzero on failure. */
+typedef struct {
+    FILE *f;
+    char *text;
+    size_t len;
+} cli_memstream;
+FILE *cli_memstream_open(cli_memstream *m);
+int cli_memstream_close(cli_memstream *m);
+
 /* Options of every command, declared once in main.c's table (which the parser and the help both read). */
 enum cli_option_id {
     CLI_OPT_JSON = 1,
@@ -84,7 +98,9 @@ int cli_parse(const char *cmd, int argc, char **argv, void *ctx, cli_on_option o
 
 /* Prints "hostfirst CMD: <message>" and the command's usage on stderr; returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...)
-#if defined(__GNUC__)
+#if defined(__MINGW_PRINTF_FORMAT) /* MinGW: the printf the build uses (C99's with __USE_MINGW_ANSI_STDIO) */
+    __attribute__((format(__MINGW_PRINTF_FORMAT, 2, 3)))
+#elif defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;

@@ -1,3 +1,4 @@
+#define _POSIX_C_SOURCE 200809L /* open_memstream */
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -51,6 +52,51 @@ int cli_parse_u64(const char *s, uint64_t *out) {
     if (*end) return 0;
     *out = (uint64_t)v;
     return 1;
+}
+
+const char *cli_dims_text(const uint64_t *d, uint32_t rank, char *buf, size_t cap) {
+    size_t at = 0;
+    if (cap == 0) return buf;
+    buf[0] = '\0';
+    /* step 0: "[", steps 1..rank: the dims, step rank + 1: "]" */
+    for (uint32_t i = 0; i <= rank + 1 && at + 1 < cap; i++) {
+        int n = i == 0      ? snprintf(buf, cap, "[")
+                : i <= rank ? snprintf(buf + at, cap - at, "%s%llu", i > 1 ? ", " : "", (unsigned long long)d[i - 1])
+                            : snprintf(buf + at, cap - at, "]");
+        if (n < 0) break;
+        at += (size_t)n;
+    }
+    return buf;
+}
+
+FILE *cli_memstream_open(cli_memstream *m) {
+    m->text = NULL;
+    m->len = 0;
+#ifdef _WIN32
+    m->f = tmpfile();
+#else
+    m->f = open_memstream(&m->text, &m->len);
+#endif
+    return m->f;
+}
+
+int cli_memstream_close(cli_memstream *m) {
+#ifdef _WIN32
+    FILE *f = m->f;
+    m->f = NULL;
+    long n = fflush(f) == 0 && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n < 0 || fseek(f, 0, SEEK_SET) != 0 || !(m->text = malloc((size_t)n + 1))) {
+        fclose(f);
+        return 1;
+    }
+    m->len = fread(m->text, 1, (size_t)n, f);
+    m->text[m->len] = '\0';
+    return fclose(f) != 0 || m->len != (size_t)n;
+#else
+    int rc = fclose(m->f);
+    m->f = NULL;
+    return rc != 0;
+#endif
 }
 
 /* A decimal number at *p (digits only), moved past; 0 when there is none or it overflows. */

@@ -3,7 +3,7 @@
  * format the reader learns) as safetensors, through the writer (hostfirst_writer_*): each tensor is a view of
  * the input, read by the transfer engine while the output is written; the output is a temporary file renamed
  * into place, so OUTPUT is never half-written (the input may even be OUTPUT itself: the views keep reading
- * the old file). Written generically over the reader's file and view objects only.
+ * the old file; not on Windows, which refuses to replace a mapped file: PERMISSION_DENIED, the input unchanged). Written generically over the reader's file and view objects only.
  *
  * Output: one line (or one JSON object) once the save is complete; a failure prints nothing on stdout and one
  * line on stderr ("hostfirst: <path>: <STATUS>: <message>"), exit status 1. */

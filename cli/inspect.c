@@ -68,9 +68,8 @@ int cmd_inspect(int argc, char **argv) {
     if (rc) return rc;
     hostfirst_status st = HOSTFIRST_STATUS_OK;
 
-    char *text = NULL;
-    size_t text_len = 0;
-    FILE *o = open_memstream(&text, &text_len);
+    cli_memstream out;
+    FILE *o = cli_memstream_open(&out);
     if (!o) {
         hostfirst_file_free(f);
         fprintf(stderr, "hostfirst: %s: cannot allocate the output buffer\n", path);
@@ -135,15 +134,7 @@ int cmd_inspect(int argc, char **argv) {
                 fputc('}', o);
             } else {
                 char shape[256], b[32];
-                FILE *s = fmemopen(shape, sizeof shape, "w");
-                if (s) {
-                    print_shape(s, &info, 0);
-                    fputc('\0', s);
-                    fclose(s);
-                    shape[sizeof shape - 1] = '\0';
-                } else {
-                    shape[0] = '\0';
-                }
+                cli_dims_text(info.shape, info.rank, shape, sizeof shape);
                 fprintf(o, "%-*s %-11s %-24s %12s %14llu", (int)name_width, info.name, dt, shape,
                         cli_bytes(info.nbytes, b, sizeof b), (unsigned long long)info.data_offset);
                 if (sums) fprintf(o, "  %016llx", (unsigned long long)sum);
@@ -162,13 +153,17 @@ int cmd_inspect(int argc, char **argv) {
             fprintf(o, "  %s: %s\n", k, v);
         }
     }
-    fclose(o);
+    int lost = cli_memstream_close(&out);
     hostfirst_file_free(f);
-    if (st != HOSTFIRST_STATUS_OK) {
-        free(text);
+    if (st != HOSTFIRST_STATUS_OK || lost) {
+        free(out.text);
+        if (st == HOSTFIRST_STATUS_OK) {
+            fprintf(stderr, "hostfirst: %s: the output could not be assembled\n", path);
+            return 1;
+        }
         return cli_fail(path, st);
     }
-    fwrite(text, 1, text_len, stdout);
-    free(text);
+    fwrite(out.text, 1, out.len, stdout);
+    free(out.text);
     return 0;
 }

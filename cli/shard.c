@@ -90,13 +90,7 @@ static void print_dims(FILE *o, const uint64_t *d, uint32_t rank, int json) {
 
 /* The dims as text into buf (for the table). */
 static const char *dims_text(const uint64_t *d, uint32_t rank, char *buf, size_t cap) {
-    FILE *s = fmemopen(buf, cap, "w");
-    if (!s) return "";
-    print_dims(s, d, rank, 0);
-    fputc('\0', s);
-    fclose(s);
-    buf[cap - 1] = '\0';
-    return buf;
+    return cli_dims_text(d, rank, buf, cap);
 }
 
 /* One line on stderr for rule `i` (text `rule`, PATTERN=DIM), which splits no tensor of `f`: a warning, or under
@@ -192,9 +186,8 @@ int cmd_shard(int argc, char **argv) {
     }
     if (st == HOSTFIRST_STATUS_OK && !refused) st = hostfirst_shard_run(plan, NULL, &res);
 
-    char *text = NULL;
-    size_t text_len = 0;
-    FILE *o = st == HOSTFIRST_STATUS_OK && !refused ? open_memstream(&text, &text_len) : NULL;
+    cli_memstream out = {NULL, NULL, 0};
+    FILE *o = st == HOSTFIRST_STATUS_OK && !refused ? cli_memstream_open(&out) : NULL;
     if (st == HOSTFIRST_STATUS_OK && !refused && !o) st = HOSTFIRST_STATUS_OUT_OF_MEMORY;
     size_t n = 0;
     uint64_t file_bytes = 0, tot_bytes = 0, tot_read = 0;
@@ -273,7 +266,7 @@ int cmd_shard(int argc, char **argv) {
                     cli_bytes(tot_bytes, a, sizeof a), (unsigned long long)tot_bytes, cli_bytes(tot_read, b, sizeof b),
                     (unsigned long long)tot_read, cli_bytes(file_bytes, c, sizeof c));
         }
-        fclose(o);
+        if (cli_memstream_close(&out) && st == HOSTFIRST_STATUS_OK) st = HOSTFIRST_STATUS_OUT_OF_MEMORY;
     }
     hostfirst_shard_result_free(res);
     hostfirst_shard_plan_free(plan);
@@ -282,10 +275,10 @@ int cmd_shard(int argc, char **argv) {
     hostfirst_file_free(f);
     if (refused) return 1;
     if (st != HOSTFIRST_STATUS_OK) {
-        free(text);
+        free(out.text);
         return cli_fail(what, st);
     }
-    fwrite(text, 1, text_len, stdout);
-    free(text);
+    fwrite(out.text, 1, out.len, stdout);
+    free(out.text);
     return 0;
 }

@@ -8,16 +8,30 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _WIN32
+#define WIN32_LEAN_AND_MEAN
+#define PSAPI_VERSION 2 /* GetProcessMemoryInfo from kernel32 */
+#include <windows.h>
+#include <psapi.h>
+#else
 #include <unistd.h>
+#endif
 #include "hostfirst.h"
 
+/* The process's resident set (Windows: its working set). */
 static double rss_mib(void) {
+#ifdef _WIN32
+    PROCESS_MEMORY_COUNTERS c;
+    if (!GetProcessMemoryInfo(GetCurrentProcess(), &c, sizeof c)) return -1;
+    return (double)c.WorkingSetSize / (1024.0 * 1024.0);
+#else
     long pages = 0, resident = 0;
     FILE *f = fopen("/proc/self/statm", "r");
     if (!f) return -1;
     if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = -1;
     fclose(f);
     return (double)resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
+#endif
 }
 
 static int fail(const char *what, hostfirst_status st) {

@@ -74,11 +74,23 @@
  *   wrong-type handle gives HOSTFIRST_STATUS_INVALID_HANDLE, not a crash.
  * Threads.  Every function may be called from any thread. Handles may be shared between threads for the
  *   read-only calls documented as thread-safe; the default-device scopes and strict flag are per thread.
+ * Files that change while open.  A file is mapped read-only when opened and never written. The two platforms
+ *   differ in what another process may do to it meanwhile:
+ *   - Linux (and other POSIX systems) lets it be truncated. Reads by the library (hostfirst_view_copy and
+ *     _read, puts, loads, gathers not prefaulted, shard runs) then give HOSTFIRST_STATUS_TRUNCATED; touching
+ *     mapped memory past the new end (hostfirst_view_info.data, prefaulted gathers, copy-on-write buffers and
+ *     loads, legacy DLPack exports of views) raises SIGBUS, which kills the process unless it handles it.
+ *   - Windows refuses to shrink a file while any mapping of it lives: the writer's SetEndOfFile (truncate,
+ *     _chsize) fails with ERROR_USER_MAPPED_FILE (1224) until every file handle, view, copy-on-write buffer,
+ *     load and export made from it is freed. What the library hands out keeps its bytes: no SIGBUS, and
+ *     TRUNCATED only for a file that was already shorter than its header says when opened.
+ *   The functions that read files or hand out mapped memory restate what applies to them.
  * fork().  A child forked at any moment, also while other threads are inside the library, can use it for cpu
  *   work: the library's process-wide locks are taken around fork() by pthread_atfork handlers (as glibc does
  *   for malloc). Handles made before the fork stay valid in the child, except one that another thread was
  *   using at the moment of fork() (its own lock may be held). CUDA cannot be used in a child forked after the
- *   parent initialised it, or while it was doing so (see hostfirst_backend_describe).
+ *   parent initialised it, or while it was doing so (see hostfirst_backend_describe). Windows has no fork():
+ *   no handlers are registered there.
  * Panics.  No Rust panic crosses this boundary: a bug inside the library returns HOSTFIRST_STATUS_PANIC (or
  *   the function's documented default value) and the library stays usable.
  * Signals.  No function is async-signal-safe: none may be called from a signal handler (they take locks and
@@ -1263,9 +1275,10 @@ typedef struct hostfirst_view_info {
    * caller's buffer for `hostfirst_file_open_memory`). Pages are read from disk when first touched.
    * Valid until the view is freed. May be misaligned for the dtype: check `alignment`.
    *
-   * **SIGBUS hazard:** if the file is truncated (by any process) while this pointer is in use, touching a
-   * page past the new end of file raises SIGBUS, which kills the process unless it handles that signal.
-   * hostfirst installs no signal handler. Where files may change underneath you, read with
+   * **SIGBUS hazard (Linux, POSIX):** if the file is truncated (by any process) while this pointer is in use,
+   * touching a page past the new end of file raises SIGBUS, which kills the process unless it handles that
+   * signal. hostfirst installs no signal handler. (Windows refuses to shrink the file while the view lives:
+   * see "Files that change while open" at the top.) Where files may change underneath you, read with
    * `hostfirst_view_copy` / `hostfirst_view_read`, which use `pread` and return `HOSTFIRST_STATUS_TRUNCATED`
    * instead. For a data loader's token tensor, put it to cpu once (an eager copy, `hostfirst_put`) and
    * gather from that buffer (`hostfirst_gather_run_from_buffer`): as fast as the mapping, and no SIGBUS.
@@ -1603,8 +1616,8 @@ hostfirst_status hostfirst_view_narrow(const struct hostfirst_view *view,
  * Copies the view's bytes (packed, C order) into the caller's buffer `(dst, capacity)`.
  *
  * `*out_nbytes` (if not NULL) always receives the view's size. Files are read with `pread` on the file
- * descriptor, not through the mapping, so a file truncated after opening gives `HOSTFIRST_STATUS_TRUNCATED`
- * (never SIGBUS); other read failures give `IO`. If `capacity < nbytes`, nothing is written and
+ * descriptor (`ReadFile` at an offset on Windows), not through the mapping, so a file truncated after opening
+ * gives `HOSTFIRST_STATUS_TRUNCATED` (never SIGBUS); other read failures give `IO`. If `capacity < nbytes`, nothing is written and
  * `BUFFER_TOO_SMALL` is returned. `(NULL, 0)` is valid: a size query, or the copy of an empty tensor.
  * Errors also: `NULL_ARGUMENT` (`dst` NULL with a capacity), `INVALID_HANDLE`. On an I/O failure the
  * buffer's contents are unspecified. Thread-safe; many threads may copy from one view at once.
@@ -1629,7 +1642,8 @@ hostfirst_status hostfirst_view_read(const struct hostfirst_view *view,
 
 /**
  * Maps every page of the view (of a strided view: every page from its first to its last byte) into the
- * process now (Linux `MADV_POPULATE_READ`), reading from storage what
+ * process now (Linux `MADV_POPULATE_READ`; Windows `PrefetchVirtualMemory` and a read per page), reading from
+ * storage what
  * is not in the page cache, so that later reads through the mapping, such as `hostfirst_gather_run`'s,
  * take no page faults. Call it once on a data loader's token tensor before the training loop: a one-time
  * cost (one pass over the tensor) that makes every later gather several times faster (BENCHMARKS.md):
@@ -1640,10 +1654,10 @@ hostfirst_status hostfirst_view_read(const struct hostfirst_view *view,
  * pressure. A view larger than available host memory less the fit check's margin gives `OUT_OF_MEMORY`
  * (message and `hostfirst_last_error_fit` as for a put) and reads nothing. When `populated` is not NULL it
  * receives, on success, 1 when the pages were mapped and 0 when the system offers only
- * read-ahead advice (Linux before 5.14, other systems) or the view is over a memory buffer (nothing to do).
+ * read-ahead advice (Linux before 5.14, other POSIX systems) or the view is over a memory buffer (nothing to do).
  *
- * The gathers that follow read through the mapping, so a file truncated afterwards kills them with SIGBUS
- * (see `hostfirst_view_info.data`). The truncation-proof way at the same speed: put the tensor to cpu (an
+ * The gathers that follow read through the mapping, so on Linux a file truncated afterwards kills them with
+ * SIGBUS (see `hostfirst_view_info.data`; Windows refuses to shrink a mapped file). The truncation-proof way at the same speed: put the tensor to cpu (an
  * eager copy, `hostfirst_put`) and gather from that buffer with `hostfirst_gather_run_from_buffer`.
  *
  * Errors: `NULL_ARGUMENT` (`view`), `INVALID_HANDLE`, `OUT_OF_MEMORY`, `TRUNCATED` (the file is now
@@ -1778,8 +1792,9 @@ typedef struct hostfirst_put_options {
    * private, writable mapping of the tensor's pages in the file (`MAP_PRIVATE`) instead of a copy: it costs
    * a page table, not a copy (milliseconds for gigabytes in the page cache). 0 (the default): an eager
    * copy. Other targets, and views over memory (`hostfirst_file_open_memory`), always copy. The file stays
-   * tied to the buffer: truncating it makes pages past the new end raise SIGBUS, and extending it again
-   * replaces them, written or not, with the file's new content (what was written there is lost, silently).
+   * tied to the buffer: on Linux, truncating it makes pages past the new end raise SIGBUS, and extending it
+   * again replaces them, written or not, with the file's new content (what was written there is lost,
+   * silently); Windows refuses to shrink the file while the buffer lives (a `FILE_MAP_COPY` view).
    * See `hostfirst_put` for the contract and `hostfirst_buffer_is_file_backed` to ask a buffer which it got.
    */
   int32_t copy_on_write;
@@ -1964,7 +1979,10 @@ hostfirst_status hostfirst_put_options_init(struct hostfirst_put_options *out,
  * file** (a checkpoint rewritten in place with `O_TRUNC`, which cuts it to nothing first) leaves no fault to
  * see: every page past the shortest length the file had, written or not, now reads the file's new content,
  * and **what the consumer wrote there is lost, with no signal and no error**; hostfirst cannot detect it
- * (tests/c/test_cow_truncate.c checks both on the running kernel). Prefer the eager
+ * (tests/c/test_cow_truncate.c checks both on the running kernel). On Windows the buffer is a `FILE_MAP_COPY`
+ * view, populated with `PrefetchVirtualMemory` and a read per page: the file cannot be shrunk while it lives
+ * (the writer gets `ERROR_USER_MAPPED_FILE`), and the written pages keep their writes (the same test checks
+ * that under Wine). Prefer the eager
  * copy (the default, `copy_on_write = 0`) when the file may be rewritten or truncated while the buffer
  * lives (shared or network storage, checkpoints replaced in place, files you do not control), when the
  * buffer must be isolated from the file, or when you will overwrite most of it anyway (a fault per written
@@ -2224,9 +2242,9 @@ typedef struct hostfirst_load_options {
   /**
    * 1: tensors the plan puts on `cpu` become copy-on-write mappings of their pages in the file instead of
    * copies (`hostfirst_put` documents the contract: writable, never written back, pages not yet written
-   * tied to the file; truncating the file makes pages past the new end raise SIGBUS, written or not, and
-   * extending it again gives them the file's new content, silently losing what was written there). 0 (the
-   * default): copies. Other devices always copy.
+   * tied to the file; on Linux truncating the file makes pages past the new end raise SIGBUS, written or
+   * not, and extending it again gives them the file's new content, silently losing what was written there;
+   * Windows refuses to shrink the file while they live). 0 (the default): copies. Other devices always copy.
    */
   int32_t copy_on_write;
   /**
@@ -2282,8 +2300,8 @@ typedef struct hostfirst_load_entry {
   /**
    * The data: for a buffer the host pointer (cpu, cuda_host; writable) or the CUDA device address
    * (`CUdeviceptr`; 0 for an empty CUDA buffer), as an integer; for a view the address of its bytes in
-   * the file's read-only mapping (reading it after the file was truncated raises SIGBUS, as for any
-   * mapping: `hostfirst_view_copy` reads with `pread` instead).
+   * the file's read-only mapping (on Linux, reading it after the file was truncated raises SIGBUS, as for
+   * any mapping: `hostfirst_view_copy` reads with `pread` instead; Windows refuses to shrink a mapped file).
    */
   uint64_t address;
 } hostfirst_load_entry;
@@ -2592,7 +2610,8 @@ hostfirst_status hostfirst_gather_new(struct hostfirst_device device,
  *
  * How windows are read: if `hostfirst_view_prefault` populated the source's pages (on this view or another
  * view of the same file) or the source is over a memory buffer, each window is a memcpy from the mapping,
- * the fastest way — but a file truncated under the mapping raises SIGBUS (see `hostfirst_view_info.data`).
+ * the fastest way — but on Linux a file truncated under the mapping raises SIGBUS (see
+ * `hostfirst_view_info.data`; Windows refuses to shrink a mapped file).
  * Otherwise each window is one positioned read (`pread`), which avoids a page fault per window and turns a
  * file truncated after opening into `TRUNCATED` instead of SIGBUS. **For a training loop over a tensor that
  * fits in memory, the fast and truncation-proof way** is to put it to cpu once (an eager copy,
@@ -3201,9 +3220,10 @@ hostfirst_status hostfirst_dlpack_options_init(struct hostfirst_dlpack_options *
  * writes a page, a write copies that page into the process, and **the file never changes**. Chosen over a
  * copy because it costs a page table instead of a copy of the tensor, and it carries the view's own hazards
  * and no more: pages the consumer has not written still show what other processes write to the file;
- * truncating the file makes every page past the new end raise SIGBUS when touched, written or not, and
- * truncating then extending it (a rewrite in place with `O_TRUNC`) gives those pages the file's new content,
- * silently losing what the consumer wrote there (as for `hostfirst_put` with `opts->copy_on_write`). A
+ * on Linux, truncating the file makes every page past the new end raise SIGBUS when touched, written or not,
+ * and truncating then extending it (a rewrite in place with `O_TRUNC`) gives those pages the file's new
+ * content, silently losing what the consumer wrote there (as for `hostfirst_put` with
+ * `opts->copy_on_write`); Windows refuses to shrink the file while the export lives. A
  * consumer that needs the data isolated from the file asks for a copy (`HOSTFIRST_DLPACK_COPY_ALWAYS`). A view
  * over memory (`hostfirst_file_open_memory`) has no file to map, and a strided view is not one range of it:
  * both are copied, packed (device kDLCPU either way; `UNSUPPORTED` under COPY_NEVER). `dl_tensor.data` is
@@ -3308,9 +3328,11 @@ hostfirst_status hostfirst_dtype_to_dlpack(hostfirst_dtype dtype,
  * ctypes callback, cannot promise that). It needs the caller's GIL (a capsule destructor has it) and
  * CPython's `PyCapsule_IsValid` and `PyCapsule_GetPointer` among the process's global symbols: the
  * `python` executable exports them, as does a libpython it links. They are looked up with
- * `dlsym(RTLD_DEFAULT, ...)` on the first call; where they are absent (a Python loaded with `RTLD_LOCAL` by
+ * `dlsym(RTLD_DEFAULT, ...)` on the first call (on Windows: `GetProcAddress` in each module loaded into the
+ * process, which finds them in `python3X.dll`); where they are absent (a Python loaded with `RTLD_LOCAL` by
  * an embedding program) it releases nothing, so check beforehand (from Python:
- * `hasattr(ctypes.CDLL(None), "PyCapsule_IsValid")`) and keep a destructor of your own for that case.
+ * `hasattr(ctypes.CDLL(None), "PyCapsule_IsValid")`; on Windows `hasattr(ctypes.pythonapi,
+ * "PyCapsule_IsValid")`) and keep a destructor of your own for that case.
  * A NULL `capsule` is ignored. Returns nothing (a destructor's signature); never unwinds.
  */
 void hostfirst_dlpack_capsule_destructor(void *capsule);
@@ -3864,7 +3886,8 @@ hostfirst_status hostfirst_writer_options_init(struct hostfirst_writer_options *
  * every instant `path` is the old file or the complete new one, and a reader holding the old file keeps its
  * bytes (nothing is truncated in place). A process killed at any point leaves the old file and at most its
  * temporary file, which the next writer of that path removes. (Windows: the temporary file is closed before
- * the rename, a target another process has open or mapped cannot be replaced, and the directory is not
+ * the rename; a target that is mapped, by another process or by this one — a view of the target as a source —
+ * cannot be replaced: `finish` returns `PERMISSION_DENIED` and the target is unchanged; the directory is not
  * synced; see the README.) With `opts->max_part_bytes`, `path` names the set: `model.safetensors` (or
  * `model.safetensors.index.json`) becomes `model-0000k-of-0000N.safetensors` and
  * `model.safetensors.index.json`, each file replaced the same way, the index last.
@@ -3897,7 +3920,8 @@ hostfirst_status hostfirst_writer_open_fd(int32_t fd,
 /**
  * Declares tensor `name` with the bytes of `view` (its dtype and shape; a row slice or a narrowed view gives
  * its packed C-order bytes), read from its file through the transfer engine at `finish` (any file hostfirst
- * opens: the source may even be the file being replaced). `name` NULL: the view's own name. The writer keeps
+ * opens: the source may even be the file being replaced, except on Windows, where a mapped file cannot be
+ * replaced: see `hostfirst_writer_open`). `name` NULL: the view's own name. The writer keeps
  * the view's file alive; the caller may free the view handle at once.
  *
  * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (a name that is `__metadata__`, holds a NUL
@@ -4029,7 +4053,7 @@ hostfirst_status hostfirst_writer_set_metadata(struct hostfirst_writer *writer,
  * do not cover it, a split save whose path does not end in `.safetensors` or `.safetensors.index.json`);
  * `HEADER_TOO_LARGE`; `NO_SPACE` (the file system is full or a quota is reached: the message gives the bytes
  * needed and free), `PERMISSION_DENIED` (the directory or the target cannot be written, a read-only file
- * system), `IO`; a source's failure: `TRUNCATED` or `IO` (a view's file changed), `DEVICE_ERROR` (a CUDA
+ * system; on Windows also a target that is mapped, see `hostfirst_writer_open`), `IO`; a source's failure: `TRUNCATED` or `IO` (a view's file changed), `DEVICE_ERROR` (a CUDA
  * copy failed, with the driver's error); `CANCELLED` (the progress callback, or another rank failed). On any
  * error every target is as it was and no temporary file is left. Thread-safe.
  */

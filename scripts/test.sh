@@ -5,7 +5,9 @@
 #   driver tests (twice: immediate and deferred), the CLI, the fuzz corpus replay, the install tests (tests/it/install.rs),
 #   the ABI check against the committed baseline and the symbol versions (tests/it/abi.rs), the Go binding against
 #   the installed library (tests/it/go.rs), the C programs again under valgrind memcheck (tests/it/valgrind.rs),
-#   the Python wheel and its tests in fresh venvs (scripts/test-python.sh).
+#   the Python wheel and its tests in fresh venvs (scripts/test-python.sh), and the Windows build under Wine
+#   (scripts/test-windows.sh: the zip and the win_amd64 wheel, C programs, CLI, corpus, package consumers; it
+#   installs mingw-w64, Wine and Debian's rust-src matching rust-toolchain.toml itself).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -63,3 +65,6 @@ STAND_IN_DEFERRED=1 STAND_IN_SEED="${STAND_IN_SEED:-20261201}" \
 # Python: the manylinux wheel, installed into fresh venvs (numpy 2 with JAX, and numpy 1.26), tested as users get it.
 have python3 || apt_install python3 python3-venv
 bash scripts/test-python.sh
+
+# Windows: hostfirst.dll cross-built for x86_64-pc-windows-gnu, packaged, and its tests run under Wine.
+bash scripts/test-windows.sh

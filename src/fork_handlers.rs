@@ -27,6 +27,7 @@ pub(crate) fn install() {
     forksafe::install(&HANDLERS);
 }
 
+#[cfg(target_os = "linux")]
 extern "C" fn install_at_load() {
     install();
 }

@@ -222,25 +222,10 @@ impl Status {
     /// The status of an operating-system error: [`Status::NoSpace`] for a full file system or quota,
     /// [`Status::PermissionDenied`] for refused access or a read-only file system, [`Status::Io`] otherwise.
     pub fn of_io(e: &std::io::Error) -> Status {
-        #[cfg(unix)]
-        if let Some(code) = e.raw_os_error() {
-            if code == libc::ENOSPC || code == libc::EDQUOT || code == libc::EFBIG {
-                return Status::NoSpace;
-            }
-            if code == libc::EACCES || code == libc::EPERM || code == libc::EROFS {
-                return Status::PermissionDenied;
-            }
-        }
-        #[cfg(windows)]
-        if let Some(code) = e.raw_os_error() {
-            // ERROR_HANDLE_DISK_FULL (39), ERROR_DISK_FULL (112), ERROR_DISK_QUOTA_EXCEEDED (1295).
-            if code == 39 || code == 112 || code == 1295 {
-                return Status::NoSpace;
-            }
-            // ERROR_ACCESS_DENIED (5), ERROR_WRITE_PROTECT (19).
-            if code == 5 || code == 19 {
-                return Status::PermissionDenied;
-            }
+        match crate::os::io_class(e) {
+            crate::os::IoClass::NoSpace => return Status::NoSpace,
+            crate::os::IoClass::PermissionDenied => return Status::PermissionDenied,
+            crate::os::IoClass::Other => {}
         }
         match e.kind() {
             std::io::ErrorKind::PermissionDenied => Status::PermissionDenied,

@@ -189,7 +189,8 @@ pub fn install(handlers: &'static Handlers) {
     register();
 }
 
-/// Whether the fork handlers are registered with `pthread_atfork`.
+/// Whether the fork handlers are registered with `pthread_atfork` (on Windows, which has no fork: whether
+/// registering has been done, which registers nothing).
 pub fn registered() -> bool {
     REGISTERED.load(Ordering::Acquire) == 2
 }
@@ -207,9 +208,9 @@ pub fn register() {
     if REGISTERED.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
         // SAFETY: `h` came from a `&'static Handlers`.
         let h = unsafe { &*h };
-        // SAFETY: registers three handlers with no preconditions; they only lock and unlock the library's
-        // own mutexes and store to atomics.
-        unsafe { libc::pthread_atfork(Some(h.prepare), Some(h.parent), Some(h.child)) };
+        // The handlers only lock and unlock the library's own mutexes and store to atomics. Where there is no
+        // fork (Windows) nothing is registered, and nothing needs to be.
+        crate::os::register_fork_handlers(h.prepare, h.parent, h.child);
         REGISTERED.store(2, Ordering::Release);
     }
 }

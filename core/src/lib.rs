@@ -23,6 +23,7 @@ pub mod engine;
 pub mod file;
 pub mod fork_handlers;
 pub mod forksafe;
+pub mod os;
 pub mod place;
 pub mod scope;
 pub mod shard;

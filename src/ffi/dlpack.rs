@@ -203,9 +203,10 @@ fn write(p: Published, (ov, ol): Outs<'_>) {
 /// writes a page, a write copies that page into the process, and **the file never changes**. Chosen over a
 /// copy because it costs a page table instead of a copy of the tensor, and it carries the view's own hazards
 /// and no more: pages the consumer has not written still show what other processes write to the file;
-/// truncating the file makes every page past the new end raise SIGBUS when touched, written or not, and
-/// truncating then extending it (a rewrite in place with `O_TRUNC`) gives those pages the file's new content,
-/// silently losing what the consumer wrote there (as for `hostfirst_put` with `opts->copy_on_write`). A
+/// on Linux, truncating the file makes every page past the new end raise SIGBUS when touched, written or not,
+/// and truncating then extending it (a rewrite in place with `O_TRUNC`) gives those pages the file's new
+/// content, silently losing what the consumer wrote there (as for `hostfirst_put` with
+/// `opts->copy_on_write`); Windows refuses to shrink the file while the export lives. A
 /// consumer that needs the data isolated from the file asks for a copy (`HOSTFIRST_DLPACK_COPY_ALWAYS`). A view
 /// over memory (`hostfirst_file_open_memory`) has no file to map, and a strided view is not one range of it:
 /// both are copied, packed (device kDLCPU either way; `UNSUPPORTED` under COPY_NEVER). `dl_tensor.data` is
@@ -328,27 +329,20 @@ type IsValidFn = unsafe extern "C" fn(*mut c_void, *const std::ffi::c_char) -> s
 type GetPointerFn = unsafe extern "C" fn(*mut c_void, *const std::ffi::c_char) -> *mut c_void;
 
 /// `PyCapsule_IsValid` and `PyCapsule_GetPointer` from the process's global symbols (the `python`
-/// executable, or a libpython it links), or None where there is no Python. Looked up, never linked: the
-/// library stays usable from C, Go and any Python without a build per CPython version.
+/// executable, or a libpython it links; on Windows the `python3X.dll` loaded into the process), or None where
+/// there is no Python. Looked up, never linked: the library stays usable from C, Go and any Python without a
+/// build per CPython version.
 fn pycapsule_api() -> Option<&'static PyCapsuleApi> {
     static API: crate::forksafe::InitOnce<Option<PyCapsuleApi>> = crate::forksafe::InitOnce::new();
     API.get_or_init(|| {
-        // SAFETY: dlsym with RTLD_DEFAULT and NUL-terminated names has no preconditions.
-        let (v, g) = unsafe {
-            (
-                libc::dlsym(libc::RTLD_DEFAULT, c"PyCapsule_IsValid".as_ptr()),
-                libc::dlsym(libc::RTLD_DEFAULT, c"PyCapsule_GetPointer".as_ptr()),
-            )
-        };
-        if v.is_null() || g.is_null() {
-            return None;
-        }
+        let v = hostfirst_core::os::loaded_symbol(c"PyCapsule_IsValid")?;
+        let g = hostfirst_core::os::loaded_symbol(c"PyCapsule_GetPointer")?;
         // SAFETY: both are CPython's stable-ABI functions, `int (PyObject *, const char *)` and
         // `void *(PyObject *, const char *)`; a PyObject pointer is passed as `void *`.
         unsafe {
             Some(PyCapsuleApi {
-                is_valid: std::mem::transmute::<*mut c_void, IsValidFn>(v),
-                get_pointer: std::mem::transmute::<*mut c_void, GetPointerFn>(g),
+                is_valid: std::mem::transmute::<*mut c_void, IsValidFn>(v.as_ptr()),
+                get_pointer: std::mem::transmute::<*mut c_void, GetPointerFn>(g.as_ptr()),
             })
         }
     })
@@ -371,9 +365,11 @@ fn pycapsule_api() -> Option<&'static PyCapsuleApi> {
 /// ctypes callback, cannot promise that). It needs the caller's GIL (a capsule destructor has it) and
 /// CPython's `PyCapsule_IsValid` and `PyCapsule_GetPointer` among the process's global symbols: the
 /// `python` executable exports them, as does a libpython it links. They are looked up with
-/// `dlsym(RTLD_DEFAULT, ...)` on the first call; where they are absent (a Python loaded with `RTLD_LOCAL` by
+/// `dlsym(RTLD_DEFAULT, ...)` on the first call (on Windows: `GetProcAddress` in each module loaded into the
+/// process, which finds them in `python3X.dll`); where they are absent (a Python loaded with `RTLD_LOCAL` by
 /// an embedding program) it releases nothing, so check beforehand (from Python:
-/// `hasattr(ctypes.CDLL(None), "PyCapsule_IsValid")`) and keep a destructor of your own for that case.
+/// `hasattr(ctypes.CDLL(None), "PyCapsule_IsValid")`; on Windows `hasattr(ctypes.pythonapi,
+/// "PyCapsule_IsValid")`) and keep a destructor of your own for that case.
 /// A NULL `capsule` is ignored. Returns nothing (a destructor's signature); never unwinds.
 #[no_mangle]
 pub extern "C" fn hostfirst_dlpack_capsule_destructor(capsule: *mut c_void) {

@@ -102,7 +102,8 @@ fn hand_out(batch: crate::place::gather::Batch, out: *mut *mut hostfirst_buffer)
 ///
 /// How windows are read: if `hostfirst_view_prefault` populated the source's pages (on this view or another
 /// view of the same file) or the source is over a memory buffer, each window is a memcpy from the mapping,
-/// the fastest way — but a file truncated under the mapping raises SIGBUS (see `hostfirst_view_info.data`).
+/// the fastest way — but on Linux a file truncated under the mapping raises SIGBUS (see
+/// `hostfirst_view_info.data`; Windows refuses to shrink a mapped file).
 /// Otherwise each window is one positioned read (`pread`), which avoids a page fault per window and turns a
 /// file truncated after opening into `TRUNCATED` instead of SIGBUS. **For a training loop over a tensor that
 /// fits in memory, the fast and truncation-proof way** is to put it to cpu once (an eager copy,

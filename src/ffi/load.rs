@@ -45,9 +45,9 @@ pub struct hostfirst_load_options {
     pub struct_size: usize,
     /// 1: tensors the plan puts on `cpu` become copy-on-write mappings of their pages in the file instead of
     /// copies (`hostfirst_put` documents the contract: writable, never written back, pages not yet written
-    /// tied to the file; truncating the file makes pages past the new end raise SIGBUS, written or not, and
-    /// extending it again gives them the file's new content, silently losing what was written there). 0 (the
-    /// default): copies. Other devices always copy.
+    /// tied to the file; on Linux truncating the file makes pages past the new end raise SIGBUS, written or
+    /// not, and extending it again gives them the file's new content, silently losing what was written there;
+    /// Windows refuses to shrink the file while they live). 0 (the default): copies. Other devices always copy.
     pub copy_on_write: i32,
     /// Progress callback (see `hostfirst_load_run`), or NULL.
     pub progress: hostfirst_progress_fn,

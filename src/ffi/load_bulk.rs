@@ -37,8 +37,8 @@ pub struct hostfirst_load_entry {
     pub nbytes: u64,
     /// The data: for a buffer the host pointer (cpu, cuda_host; writable) or the CUDA device address
     /// (`CUdeviceptr`; 0 for an empty CUDA buffer), as an integer; for a view the address of its bytes in
-    /// the file's read-only mapping (reading it after the file was truncated raises SIGBUS, as for any
-    /// mapping: `hostfirst_view_copy` reads with `pread` instead).
+    /// the file's read-only mapping (on Linux, reading it after the file was truncated raises SIGBUS, as for
+    /// any mapping: `hostfirst_view_copy` reads with `pread` instead; Windows refuses to shrink a mapped file).
     pub address: u64,
 }
 

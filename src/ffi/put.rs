@@ -62,8 +62,9 @@ pub struct hostfirst_put_options {
     /// private, writable mapping of the tensor's pages in the file (`MAP_PRIVATE`) instead of a copy: it costs
     /// a page table, not a copy (milliseconds for gigabytes in the page cache). 0 (the default): an eager
     /// copy. Other targets, and views over memory (`hostfirst_file_open_memory`), always copy. The file stays
-    /// tied to the buffer: truncating it makes pages past the new end raise SIGBUS, and extending it again
-    /// replaces them, written or not, with the file's new content (what was written there is lost, silently).
+    /// tied to the buffer: on Linux, truncating it makes pages past the new end raise SIGBUS, and extending it
+    /// again replaces them, written or not, with the file's new content (what was written there is lost,
+    /// silently); Windows refuses to shrink the file while the buffer lives (a `FILE_MAP_COPY` view).
     /// See `hostfirst_put` for the contract and `hostfirst_buffer_is_file_backed` to ask a buffer which it got.
     pub copy_on_write: i32,
 }
@@ -237,7 +238,10 @@ pub extern "C" fn hostfirst_put_options_init(out: *mut hostfirst_put_options, st
 /// file** (a checkpoint rewritten in place with `O_TRUNC`, which cuts it to nothing first) leaves no fault to
 /// see: every page past the shortest length the file had, written or not, now reads the file's new content,
 /// and **what the consumer wrote there is lost, with no signal and no error**; hostfirst cannot detect it
-/// (tests/c/test_cow_truncate.c checks both on the running kernel). Prefer the eager
+/// (tests/c/test_cow_truncate.c checks both on the running kernel). On Windows the buffer is a `FILE_MAP_COPY`
+/// view, populated with `PrefetchVirtualMemory` and a read per page: the file cannot be shrunk while it lives
+/// (the writer gets `ERROR_USER_MAPPED_FILE`), and the written pages keep their writes (the same test checks
+/// that under Wine). Prefer the eager
 /// copy (the default, `copy_on_write = 0`) when the file may be rewritten or truncated while the buffer
 /// lives (shared or network storage, checkpoints replaced in place, files you do not control), when the
 /// buffer must be isolated from the file, or when you will overwrite most of it anyway (a fault per written

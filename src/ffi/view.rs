@@ -51,9 +51,10 @@ pub struct hostfirst_view_info {
     /// caller's buffer for `hostfirst_file_open_memory`). Pages are read from disk when first touched.
     /// Valid until the view is freed. May be misaligned for the dtype: check `alignment`.
     ///
-    /// **SIGBUS hazard:** if the file is truncated (by any process) while this pointer is in use, touching a
-    /// page past the new end of file raises SIGBUS, which kills the process unless it handles that signal.
-    /// hostfirst installs no signal handler. Where files may change underneath you, read with
+    /// **SIGBUS hazard (Linux, POSIX):** if the file is truncated (by any process) while this pointer is in use,
+    /// touching a page past the new end of file raises SIGBUS, which kills the process unless it handles that
+    /// signal. hostfirst installs no signal handler. (Windows refuses to shrink the file while the view lives:
+    /// see "Files that change while open" at the top.) Where files may change underneath you, read with
     /// `hostfirst_view_copy` / `hostfirst_view_read`, which use `pread` and return `HOSTFIRST_STATUS_TRUNCATED`
     /// instead. For a data loader's token tensor, put it to cpu once (an eager copy, `hostfirst_put`) and
     /// gather from that buffer (`hostfirst_gather_run_from_buffer`): as fast as the mapping, and no SIGBUS.
@@ -168,8 +169,8 @@ pub extern "C" fn hostfirst_view_narrow(
 /// Copies the view's bytes (packed, C order) into the caller's buffer `(dst, capacity)`.
 ///
 /// `*out_nbytes` (if not NULL) always receives the view's size. Files are read with `pread` on the file
-/// descriptor, not through the mapping, so a file truncated after opening gives `HOSTFIRST_STATUS_TRUNCATED`
-/// (never SIGBUS); other read failures give `IO`. If `capacity < nbytes`, nothing is written and
+/// descriptor (`ReadFile` at an offset on Windows), not through the mapping, so a file truncated after opening
+/// gives `HOSTFIRST_STATUS_TRUNCATED` (never SIGBUS); other read failures give `IO`. If `capacity < nbytes`, nothing is written and
 /// `BUFFER_TOO_SMALL` is returned. `(NULL, 0)` is valid: a size query, or the copy of an empty tensor.
 /// Errors also: `NULL_ARGUMENT` (`dst` NULL with a capacity), `INVALID_HANDLE`. On an I/O failure the
 /// buffer's contents are unspecified. Thread-safe; many threads may copy from one view at once.
@@ -225,7 +226,8 @@ pub extern "C" fn hostfirst_view_read(
 }
 
 /// Maps every page of the view (of a strided view: every page from its first to its last byte) into the
-/// process now (Linux `MADV_POPULATE_READ`), reading from storage what
+/// process now (Linux `MADV_POPULATE_READ`; Windows `PrefetchVirtualMemory` and a read per page), reading from
+/// storage what
 /// is not in the page cache, so that later reads through the mapping, such as `hostfirst_gather_run`'s,
 /// take no page faults. Call it once on a data loader's token tensor before the training loop: a one-time
 /// cost (one pass over the tensor) that makes every later gather several times faster (BENCHMARKS.md):
@@ -236,10 +238,10 @@ pub extern "C" fn hostfirst_view_read(
 /// pressure. A view larger than available host memory less the fit check's margin gives `OUT_OF_MEMORY`
 /// (message and `hostfirst_last_error_fit` as for a put) and reads nothing. When `populated` is not NULL it
 /// receives, on success, 1 when the pages were mapped and 0 when the system offers only
-/// read-ahead advice (Linux before 5.14, other systems) or the view is over a memory buffer (nothing to do).
+/// read-ahead advice (Linux before 5.14, other POSIX systems) or the view is over a memory buffer (nothing to do).
 ///
-/// The gathers that follow read through the mapping, so a file truncated afterwards kills them with SIGBUS
-/// (see `hostfirst_view_info.data`). The truncation-proof way at the same speed: put the tensor to cpu (an
+/// The gathers that follow read through the mapping, so on Linux a file truncated afterwards kills them with
+/// SIGBUS (see `hostfirst_view_info.data`; Windows refuses to shrink a mapped file). The truncation-proof way at the same speed: put the tensor to cpu (an
 /// eager copy, `hostfirst_put`) and gather from that buffer with `hostfirst_gather_run_from_buffer`.
 ///
 /// Errors: `NULL_ARGUMENT` (`view`), `INVALID_HANDLE`, `OUT_OF_MEMORY`, `TRUNCATED` (the file is now

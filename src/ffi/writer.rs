@@ -230,7 +230,8 @@ pub extern "C" fn hostfirst_writer_options_init(out: *mut hostfirst_writer_optio
 /// every instant `path` is the old file or the complete new one, and a reader holding the old file keeps its
 /// bytes (nothing is truncated in place). A process killed at any point leaves the old file and at most its
 /// temporary file, which the next writer of that path removes. (Windows: the temporary file is closed before
-/// the rename, a target another process has open or mapped cannot be replaced, and the directory is not
+/// the rename; a target that is mapped, by another process or by this one — a view of the target as a source —
+/// cannot be replaced: `finish` returns `PERMISSION_DENIED` and the target is unchanged; the directory is not
 /// synced; see the README.) With `opts->max_part_bytes`, `path` names the set: `model.safetensors` (or
 /// `model.safetensors.index.json`) becomes `model-0000k-of-0000N.safetensors` and
 /// `model.safetensors.index.json`, each file replaced the same way, the index last.
@@ -281,25 +282,15 @@ pub extern "C" fn hostfirst_writer_open_fd(
     })
 }
 
-#[cfg(unix)]
+/// A duplicate of the caller's descriptor `fd` (the platform layer's; Windows: `UNSUPPORTED`, saying why).
 fn dup_fd(fd: i32) -> Result<std::fs::File> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: F_DUPFD_CLOEXEC on any integer is a plain system call; it fails with EBADF for a non-descriptor.
-    let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-    if d < 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(Error::io(format!("fd {fd} is not an open file descriptor"), &e));
-    }
-    // SAFETY: `d` is a new descriptor this process owns from here on.
-    Ok(unsafe { std::fs::File::from_raw_fd(d) })
-}
-
-#[cfg(not(unix))]
-fn dup_fd(fd: i32) -> Result<std::fs::File> {
-    Err(Error::new(
-        Status::Unsupported,
-        format!("fd {fd}: writers on C runtime descriptors are Unix only; open the writer on a path"),
-    ))
+    hostfirst_core::os::dup_descriptor(fd).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::Unsupported {
+            Error::new(Status::Unsupported, format!("{e} (writers on descriptors are Unix only)"))
+        } else {
+            Error::io(format!("fd {fd} is not an open file descriptor"), &e)
+        }
+    })
 }
 
 /// The writer behind a handle, locked.
@@ -343,7 +334,8 @@ fn dtype_arg(dtype: c_dtype) -> Result<DType> {
 
 /// Declares tensor `name` with the bytes of `view` (its dtype and shape; a row slice or a narrowed view gives
 /// its packed C-order bytes), read from its file through the transfer engine at `finish` (any file hostfirst
-/// opens: the source may even be the file being replaced). `name` NULL: the view's own name. The writer keeps
+/// opens: the source may even be the file being replaced, except on Windows, where a mapped file cannot be
+/// replaced: see `hostfirst_writer_open`). `name` NULL: the view's own name. The writer keeps
 /// the view's file alive; the caller may free the view handle at once.
 ///
 /// Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (a name that is `__metadata__`, holds a NUL
@@ -558,7 +550,7 @@ pub extern "C" fn hostfirst_writer_set_metadata(
 /// do not cover it, a split save whose path does not end in `.safetensors` or `.safetensors.index.json`);
 /// `HEADER_TOO_LARGE`; `NO_SPACE` (the file system is full or a quota is reached: the message gives the bytes
 /// needed and free), `PERMISSION_DENIED` (the directory or the target cannot be written, a read-only file
-/// system), `IO`; a source's failure: `TRUNCATED` or `IO` (a view's file changed), `DEVICE_ERROR` (a CUDA
+/// system; on Windows also a target that is mapped, see `hostfirst_writer_open`), `IO`; a source's failure: `TRUNCATED` or `IO` (a view's file changed), `DEVICE_ERROR` (a CUDA
 /// copy failed, with the driver's error); `CANCELLED` (the progress callback, or another rank failed). On any
 /// error every target is as it was and no temporary file is left. Thread-safe.
 #[no_mangle]

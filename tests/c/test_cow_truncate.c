@@ -7,13 +7,20 @@
  *     written or not, raises SIGBUS when touched (the kernel discards private copies there too);
  *   - truncate-then-extend: pages past the shortest end the file had, written or not, now read the file's new
  *     content: what the consumer wrote there is gone, with no signal and no error.
+ * On Windows (no fork, and a mapped file cannot shrink) the same scenario checks the Windows contract instead: the
+ * truncation, partial or whole, is refused while the mapping lives (ERROR_USER_MAPPED_FILE); the written pages keep
+ * their writes, the others the file's bytes; nothing reaches the file; once the buffer or export is freed the file
+ * can be cut.
  * argv[1]: a scratch directory. */
 #define _POSIX_C_SOURCE 200809L
+#ifndef _WIN32
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#endif
 #include "check.h"
+#include "platform.h"
 
 /* A consumer that passed no max_version (Python's max_version=None): the legacy form. */
 static const hostfirst_dlpack_options LEGACY = {.struct_size = sizeof(hostfirst_dlpack_options), .legacy = 1};
@@ -36,6 +43,31 @@ static void write_file(unsigned char fill) {
     write_safetensors(path, header, 1, parts, sizes);
 }
 
+#ifdef _WIN32
+/* The file's byte at `off`, read through the file system. */
+static unsigned char file_byte(long off) {
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    CHECK(fseek(f, off, SEEK_SET) == 0);
+    int c = fgetc(f);
+    fclose(f);
+    CHECK(c != EOF);
+    return (unsigned char)c;
+}
+
+/* One private mapping of the tensor at `p`: the consumer writes 0xab into its first and last pages; cutting the
+ * file, to half the tensor or to nothing, is refused; the mapping and the file are as they were. */
+static void scenario(unsigned char *p) {
+    size_t last = NBYTES - 1, mid = NBYTES / 2 + 3 * PAGE;
+    CHECK(p[0] == 0x11 && p[last] == 0x11);
+    p[0] = 0xab;
+    p[last] = 0xab;
+    CHECK(shrink_file(path, (uint64_t)(data_start + NBYTES / 2)) == SHRINK_REFUSED_WHILE_MAPPED);
+    CHECK(shrink_file(path, 0) == SHRINK_REFUSED_WHILE_MAPPED);
+    CHECK(p[0] == 0xab && p[last] == 0xab && p[mid] == 0x11);
+    CHECK(file_byte(data_start) == 0x11 && file_byte(data_start + (long)last) == 0x11);
+}
+#else
 /* Reads p[off] in a child: its exit status, or 128 + the signal that killed it. */
 static int read_in_child(const volatile unsigned char *p, size_t off, unsigned char expect) {
     pid_t pid = fork();
@@ -93,6 +125,7 @@ static void scenario(unsigned char *p) {
     CHECK(p[0] == 0x5a);
     CHECK(p[last] == 0x5a);
 }
+#endif
 
 int main(int argc, char **argv) {
     CHECK(argc == 2);
@@ -119,6 +152,9 @@ int main(int argc, char **argv) {
     CHECK_OK(hostfirst_buffer_free(b));
     CHECK_OK(hostfirst_view_free(v));
     CHECK_OK(hostfirst_file_free(f));
+#ifdef _WIN32
+    CHECK(shrink_file(path, 0) == 0); /* no mapping left */
+#endif
 
     /* A legacy DLPack export of a view (the same private mapping). */
     write_file(0x11);
@@ -130,6 +166,9 @@ int main(int argc, char **argv) {
     CHECK_OK(hostfirst_file_free(f));
     scenario((unsigned char *)t->dl_tensor.data);
     t->deleter(t);
+#ifdef _WIN32
+    CHECK(shrink_file(path, 0) == 0);
+#endif
     CHECK(live_handles() == 0);
     return 0;
 }

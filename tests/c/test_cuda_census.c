@@ -1,15 +1,29 @@
 /* The CUDA census through the C ABI, against the stand-in driver with STAND_IN_DEVICES=2 and default knobs
  * (16 GiB per device, 256 MiB per retained context, driver 12.8, deterministic UUIDs and PCI ids).
- * Run by tests/cuda_stub.rs; the stand-in's counters are read through dlsym. */
-#include <dlfcn.h>
+ * Run by tests/cuda_stub.rs; the stand-in's counters are read through dlsym. On Windows (tests/it/windows.rs, under
+ * Wine) the stand-in is nvcuda.dll, with nvml.dll forwarding to it, and the counters are read with GetProcAddress. */
 #include <stdint.h>
+#ifdef _WIN32
+#define WIN32_LEAN_AND_MEAN
+#include <windows.h>
+#else
+#include <dlfcn.h>
+#endif
 #include "check.h"
 
+#ifdef _WIN32
+static HMODULE stand_in;
+#else
 static void *stand_in;
+#endif
 
 static unsigned long long counter(const char *name) {
     unsigned long long (*f)(void);
+#ifdef _WIN32
+    *(FARPROC *)&f = GetProcAddress(stand_in, name);
+#else
     *(void **)&f = dlsym(stand_in, name);
+#endif
     CHECK(f != NULL);
     return f();
 }
@@ -119,13 +133,22 @@ static void test_memory_without_contexts(void) {
 }
 
 int main(void) {
+#ifdef _WIN32
+    /* The census loads nvcuda.dll (from beside this program): take it first, then find the loaded module. */
+    test_backend();
+    stand_in = GetModuleHandleA("nvcuda.dll");
+    CHECK(stand_in != NULL);
+#else
     /* Loads nothing new: the same libcuda.so.1 hostfirst finds on LD_LIBRARY_PATH. */
     stand_in = dlopen("libcuda.so.1", RTLD_NOW);
     CHECK(stand_in != NULL);
     test_backend();
+#endif
     test_devices();
     test_specs();
     test_memory_without_contexts();
+#ifndef _WIN32
     dlclose(stand_in);
+#endif
     return 0;
 }

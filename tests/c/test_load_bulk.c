@@ -2,11 +2,14 @@
  * dtype, shape, size and address in one call, checked against hostfirst_load_get + hostfirst_buffer_describe and
  * against the bytes; a mixed load (views and buffers); the count query, BUFFER_TOO_SMALL with the count and
  * nothing written, an older (smaller) entry size, bad arguments with exact statuses; handle counts back to the
- * baseline; on cpu, a forked child taking tensors of the load that nobody had asked for.
+ * baseline; on cpu, a forked child taking tensors of the load that nobody had asked for (not on Windows, which has
+ * no fork).
  *
  *   test_load_bulk DIR TARGET     TARGET: cpu or cuda:0 (the latter needs the stand-in driver) */
+#ifndef _WIN32
 #include <sys/wait.h>
 #include <unistd.h>
+#endif
 
 #include "check.h"
 
@@ -188,6 +191,7 @@ int main(int argc, char **argv) {
     CHECK((uint64_t)(uintptr_t)vi.data == e[1].address && vi.nbytes == e[1].nbytes);
     CHECK(memcmp((const void *)(uintptr_t)e[1].address, data + elems(0), e[1].nbytes) == 0);
     CHECK_OK(hostfirst_view_free(v));
+#ifndef _WIN32
     if (!cuda) {
         /* A forked child takes tensors nobody has asked for yet (made from the load's arena on first use) and
          * sees their bytes; the parent's writes after the fork do not reach it, nor the child's the parent. */
@@ -220,6 +224,7 @@ int main(int argc, char **argv) {
         CHECK(p5[0] == -1.0f && p5[1] == (float)(at5 + 1));
         CHECK_OK(hostfirst_buffer_free(b5));
     }
+#endif
     CHECK_OK(hostfirst_load_free(load));
     CHECK_OK(hostfirst_plan_free(plan));
 

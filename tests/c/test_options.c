@@ -14,8 +14,13 @@
 #define HOSTFIRST_EXPERIMENTAL /* uses the experimental tier */
 #include <stddef.h>
 #include <stdint.h>
+#ifdef _WIN32
+#define WIN32_LEAN_AND_MEAN
+#include <windows.h>
+#else
 #include <sys/mman.h>
 #include <unistd.h>
+#endif
 #include "check.h"
 
 #define CANARY 0xA5
@@ -75,6 +80,32 @@ struct old_put {
 
 static unsigned char *guarded; /* two pages, the second inaccessible */
 static size_t page;
+
+/* Two pages, the second inaccessible: mmap + mprotect, VirtualAlloc + VirtualProtect on Windows. */
+static unsigned char *guarded_pages(size_t *pg) {
+#ifdef _WIN32
+    SYSTEM_INFO si;
+    GetSystemInfo(&si);
+    *pg = si.dwPageSize;
+    unsigned char *p = VirtualAlloc(NULL, 2 * *pg, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
+    DWORD old = 0;
+    if (p == NULL || !VirtualProtect(p + *pg, *pg, PAGE_NOACCESS, &old)) return NULL;
+#else
+    *pg = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned char *p = mmap(NULL, 2 * *pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED || mprotect(p + *pg, *pg, PROT_NONE) != 0) return NULL;
+#endif
+    return p;
+}
+
+static int free_guarded(unsigned char *p, size_t pg) {
+#ifdef _WIN32
+    (void)pg;
+    return VirtualFree(p, 0, MEM_RELEASE) ? 0 : -1;
+#else
+    return munmap(p, 2 * pg);
+#endif
+}
 
 /* An options struct of T with struct_size = its first version's size, ending at the inaccessible page (at
  * the first 8-byte boundary at or past the end of its last field), filled by its init. */
@@ -175,10 +206,8 @@ int main(int argc, char **argv) {
     CHECK(op.canary == 0x0123456789abcdefULL && op.opts.struct_size == sizeof op.opts && op.opts.threads == 0);
 
     /* The readers: options at the end of readable memory. */
-    page = (size_t)sysconf(_SC_PAGESIZE);
-    guarded = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    CHECK(guarded != MAP_FAILED);
-    CHECK(mprotect(guarded + page, page, PROT_NONE) == 0);
+    guarded = guarded_pages(&page);
+    CHECK(guarded != NULL);
 
     char path[1100];
     snprintf(path, sizeof path, "%s/tokens.safetensors", argv[1]);
@@ -273,7 +302,7 @@ int main(int argc, char **argv) {
     CHECK_OK(hostfirst_rules_free(rules));
     CHECK_OK(hostfirst_view_free(v));
     CHECK_OK(hostfirst_file_free(f));
-    CHECK(munmap(guarded, 2 * page) == 0);
+    CHECK(free_guarded(guarded, page) == 0);
     CHECK(live_handles() == base);
     printf("options ok\n");
     return 0;

@@ -10,6 +10,10 @@
  * is prepended to LD_LIBRARY_PATH. Both names resolve to one loaded object (the dynamic loader matches the file),
  * so NVML's memory readings see the same allocations as the driver.
  *
+ * On Windows (tests/it/windows.rs, under Wine) it is built with mingw-w64 as nvcuda.dll, copied as nvml.dll, both
+ * beside the test program. There the two names are two loaded copies: NVML's readings see no allocation (the
+ * census's free memory is then the device's total less the context reserve).
+ *
  * It implements exactly the entry points hostfirst resolves (core/src/device/cuda/driver.rs, SYMBOLS, and
  * core/src/device/cuda/nvml.rs) plus a few neighbours (cuDeviceGetUuid, cuDevicePrimaryCtxRelease_v2, and the
  * synchronous copies tests use as a consumer would); built with
@@ -41,7 +45,8 @@
  *   Opt-in: registration refused (STAND_IN_REGISTER_ERROR, STAND_IN_HOST_REGISTER=0), a foreign framework
  *   sharing the primary context (STAND_IN_FOREIGN), and latencies (wake-ups, context creation, registration).
  * - Page-locked allocations (cuMemHostAlloc) are whole pages of their own, left out of a forked child
- *   (MADV_DONTFORK): reading one there faults, the worst case of what CUDA leaves undefined after fork().
+ *   (MADV_DONTFORK): reading one there faults, the worst case of what CUDA leaves undefined after fork(). (On
+ *   Windows, which has no fork, they come from VirtualAlloc.)
  * - Stream capture by another framework (stand_in_begin_capture / stand_in_end_capture, modes by knob): calls CUDA
  *   forbids during a capture are refused with CUDA_ERROR_STREAM_CAPTURE_* and invalidate it (see "stream capture"
  *   below); cuThreadExchangeStreamCaptureMode and cuStreamIsCapturing behave as documented.
@@ -166,10 +171,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
-
+#ifdef _WIN32
+#define WIN32_LEAN_AND_MEAN
+#include <windows.h>
+#include <malloc.h>
+#define EXPORT __declspec(dllexport)
+/* Memory handed out aligned: _aligned_malloc / _aligned_free on Windows. */
+static int aligned_alloc_into(void **p, size_t align, size_t size) {
+    *p = _aligned_malloc(size, align);
+    return *p ? 0 : 1;
+}
+#define aligned_free _aligned_free
+#else
+#include <sys/mman.h>
 #define EXPORT __attribute__((visibility("default")))
+static int aligned_alloc_into(void **p, size_t align, size_t size) { return posix_memalign(p, align, size); }
+#define aligned_free free
+#endif
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -469,7 +488,13 @@ static void load_config(void) {
                                                           : atoi(e);
     if (cfg.capture_mode < 0 || cfg.capture_mode > 2) cfg.capture_mode = 0;
     cfg.capture_blocking = env_flag("STAND_IN_CAPTURE_BLOCKING", 0);
+#ifdef _WIN32
+    SYSTEM_INFO si;
+    GetSystemInfo(&si);
+    long pg = (long)si.dwPageSize;
+#else
     long pg = sysconf(_SC_PAGESIZE);
+#endif
     cfg.page = pg > 0 ? (size_t)pg : 4096;
 
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
@@ -503,6 +528,28 @@ static void load_config(void) {
 }
 
 static void config(void) { pthread_once(&cfg_once, load_config); }
+
+/* Page-locked memory: whole pages of its own. Linux: an anonymous mapping, left out of a forked child
+ * (MADV_DONTFORK) unless STAND_IN_PINNED_DONTFORK=0. Windows (no fork): VirtualAlloc. NULL when out of memory. */
+static size_t pinned_len(size_t size) { return (size + cfg.page - 1) / cfg.page * cfg.page; }
+static void *pinned_map(size_t size) {
+#ifdef _WIN32
+    return VirtualAlloc(NULL, pinned_len(size), MEM_COMMIT | MEM_RESERVE, PAGE_READWRITE);
+#else
+    void *p = mmap(NULL, pinned_len(size), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    if (cfg.pinned_dontfork && madvise(p, pinned_len(size), MADV_DONTFORK) != 0) abort();
+    return p;
+#endif
+}
+static void pinned_unmap(void *p, size_t size) {
+#ifdef _WIN32
+    (void)size;
+    VirtualFree(p, 0, MEM_RELEASE);
+#else
+    munmap(p, pinned_len(size));
+#endif
+}
 
 /* ---- state -------------------------------------------------------------------------------------------- */
 
@@ -1558,12 +1605,12 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t size) {
     if (current->sticky) return current->sticky;
     /* Like the driver's, allocations are at least 256-byte aligned (CUDA guarantees 256; 512 is observed). */
     unsigned char *p = NULL;
-    if (posix_memalign((void **)&p, 512, size)) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (aligned_alloc_into((void **)&p, 512, size)) return CUDA_ERROR_OUT_OF_MEMORY;
     /* Fresh device memory is whatever the device held before, never zeroes by promise: a non-zero pattern makes
      * a read of memory nobody wrote visible (STAND_IN_POISON_FRESH=0: malloc's contents). */
     if (cfg.poison_fresh) memset(p, POISON_BYTE, size);
     if (!list_push(&allocations, (struct region){p, size, current->device, current})) {
-        free(p);
+        aligned_free(p);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *dptr = (CUdeviceptr)(uintptr_t)p | DPTR_TAG;
@@ -1582,8 +1629,8 @@ static CUresult release_region(struct list *l, size_t i, int device_memory) {
     if (cfg.deferred && !current->sticky) drain_touching(g.base, g.base + g.size);
     sweep_orphans();
     list_remove(l, i);
-    if (device_memory) free(g.base);
-    if (l == &pinned) munmap(g.base, (g.size + cfg.page - 1) / cfg.page * cfg.page);
+    if (device_memory) aligned_free(g.base);
+    if (l == &pinned) pinned_unmap(g.base, g.size);
     return sticky ? sticky : current->sticky;
 }
 
@@ -1608,12 +1655,10 @@ static CUresult host_alloc(void **pp, size_t size, unsigned int flags) {
     if (!pp || size == 0 || (flags & ~0x7u)) return CUDA_ERROR_INVALID_VALUE;
     /* Whole pages of their own, like the driver's; absent in a forked child (STAND_IN_PINNED_DONTFORK): reading
      * them there faults, the worst case of what CUDA leaves undefined for memory it allocated. */
-    size_t len = (size + cfg.page - 1) / cfg.page * cfg.page;
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
-    if (cfg.pinned_dontfork && madvise(p, len, MADV_DONTFORK) != 0) abort();
+    void *p = pinned_map(size);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
     if (!list_push(&pinned, (struct region){p, size, (int)flags, current})) {
-        munmap(p, len);
+        pinned_unmap(p, size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *pp = p;
@@ -1632,8 +1677,23 @@ static CUresult free_host(void *p) {
 }
 EXPORT CUresult cuMemFreeHost(void *p) { LOCKED(free_host(p)); }
 
-/* Checks the protection of every page of [lo, hi) in /proc/self/maps: 0 when all are mapped readable and (unless
- * read_only) writable, else the driver's error. */
+/* Checks the protection of every page of [lo, hi) in /proc/self/maps (VirtualQuery on Windows): 0 when all are
+ * mapped readable and (unless read_only) writable, else the driver's error. */
+#ifdef _WIN32
+static CUresult check_protection(uintptr_t lo, uintptr_t hi, int read_only) {
+    for (uintptr_t at = lo; at < hi;) {
+        MEMORY_BASIC_INFORMATION m;
+        if (VirtualQuery((const void *)at, &m, sizeof m) == 0 || m.State != MEM_COMMIT) return CUDA_ERROR_INVALID_VALUE;
+        DWORD p = m.Protect & 0xff;
+        int readable = p != PAGE_NOACCESS && p != PAGE_EXECUTE;
+        int writable = p == PAGE_READWRITE || p == PAGE_WRITECOPY || p == PAGE_EXECUTE_READWRITE ||
+                       p == PAGE_EXECUTE_WRITECOPY;
+        if (!readable || (!read_only && !writable) || (m.Protect & PAGE_GUARD)) return CUDA_ERROR_INVALID_VALUE;
+        at = (uintptr_t)m.BaseAddress + m.RegionSize;
+    }
+    return CUDA_SUCCESS;
+}
+#else
 static CUresult check_protection(uintptr_t lo, uintptr_t hi, int read_only) {
     FILE *f = fopen("/proc/self/maps", "r");
     if (!f) return CUDA_SUCCESS; /* cannot tell: accept */
@@ -1653,6 +1713,7 @@ static CUresult check_protection(uintptr_t lo, uintptr_t hi, int read_only) {
     if (covered < hi) r = CUDA_ERROR_INVALID_VALUE;
     return r;
 }
+#endif
 
 static CUresult host_register(void *p, size_t size, unsigned int flags) {
     CUresult r = need_ctx();

@@ -13,6 +13,8 @@ fn devices_json_without_cuda() {
     assert_eq!(backends[1]["status"], "library_not_found");
     let reason = backends[1]["reason"].as_str().unwrap();
     assert!(reason.contains("libcuda.so"), "reason names the libraries searched: {reason}");
+    // ... and carries the loader's own words (dlerror's), not only libloading's "dlopen failed".
+    assert!(reason.contains("libcuda.so.1: cannot open shared object file"), "the loader's message: {reason}");
     let devices = v["devices"].as_array().unwrap();
     assert_eq!(devices.len(), 1);
     assert_eq!(devices[0]["spec"], "cpu:0");

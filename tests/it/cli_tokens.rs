@@ -9,7 +9,7 @@ use crate::tokens::{llmc, npy};
 use hostfirst::file::formats::megatron::write_index;
 use std::path::PathBuf;
 
-fn fnv(b: &[u8]) -> String {
+pub(crate) fn fnv(b: &[u8]) -> String {
     let h = b.iter().fold(0xcbf29ce484222325u64, |h, &x| (h ^ x as u64).wrapping_mul(0x100000001b3));
     format!("{h:016x}")
 }
@@ -24,16 +24,16 @@ fn le<T: Copy, const N: usize>(xs: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
 
 /// One token file: its path, the `--raw` value it needs (if any), its format's name, and its tensors as
 /// (name, dtype, shape, bytes).
-struct TokenFile {
-    path: PathBuf,
-    raw: Option<&'static str>,
-    format: &'static str,
-    tensors: Vec<(&'static str, &'static str, Vec<u64>, Vec<u8>)>,
+pub(crate) struct TokenFile {
+    pub(crate) path: PathBuf,
+    pub(crate) raw: Option<&'static str>,
+    pub(crate) format: &'static str,
+    pub(crate) tensors: Vec<(&'static str, &'static str, Vec<u64>, Vec<u8>)>,
 }
 
 impl TokenFile {
     /// `args` with `--raw VALUE` after them when the file needs it.
-    fn args<'a>(&'a self, args: &[&'a str]) -> Vec<&'a str> {
+    pub(crate) fn args<'a>(&'a self, args: &[&'a str]) -> Vec<&'a str> {
         let mut v = args.to_vec();
         if let Some(r) = self.raw {
             v.extend(["--raw", r]);
@@ -49,7 +49,9 @@ impl TokenFile {
 const LENGTHS: [i32; 7] = [5, 0, 17, 33, 9, 16, 40]; // 120 tokens
 const DOCS: [i64; 3] = [0, 3, 7];
 
-fn files(tag: &str) -> Vec<TokenFile> {
+/// A `.npy` file, an llm.c shard, a Megatron dataset and a headerless file, in a fresh directory (windows.rs
+/// runs the Windows CLI on them too).
+pub(crate) fn files(tag: &str) -> Vec<TokenFile> {
     let d = scratch(&format!("cli-tokens-{tag}-{}", std::process::id()));
     let ints: Vec<i32> = (0..64 * 24).map(|i| i * 31 - 700).collect();
     let ints = le(&ints, i32::to_le_bytes);

@@ -6,7 +6,9 @@
 //!
 //! What counts as a primitive:
 //! - file reads: `libc::pread*` (`pread`, `pread64`, `preadv`, `preadv2`), `libc::read(`, std's positioned
-//!   reads (`FileExt`: `read_at`, `read_exact_at`), io_uring;
+//!   reads (`FileExt`: `read_at`, `read_exact_at`, `seek_read`), io_uring, and the platform layer's positioned
+//!   reads (`os::read_at`, `os::read_vectored_at`). The platform layer (`core/src/os`) defines those on each
+//!   system and is not scanned: the engine reads through it;
 //! - device copies: the CUDA layer's copy wrappers (`DeviceMemory::copy_from_host`, `copy_to_host(offset, dst)`,
 //!   `copy_from_device`, `Stream::copy_to_device_async`, `copy_to_host_async`) and the driver's memcpy entry
 //!   points (`memcpy_htod*`, `memcpy_dtoh*`, `memcpy_dtod*`, `memcpy_peer*`). The CUDA layer itself
@@ -20,7 +22,8 @@
 use std::path::{Path, PathBuf};
 
 /// Patterns for file reads (scanned everywhere outside `src/engine`).
-const FILE_READS: &[&str] = &["libc::pread", "libc::read(", "FileExt", "read_exact_at(", "io_uring::"];
+const FILE_READS: &[&str] =
+    &["libc::pread", "libc::read(", "FileExt", "read_exact_at(", "io_uring::", "os::read_at(", "os::read_vectored_at("];
 
 /// Patterns for device copies (scanned outside `src/engine` and `src/device/cuda`). `copy_to_host(` is a
 /// primitive only with two arguments (`DeviceMemory::copy_to_host(offset, dst)`); `Buffer::copy_to_host(dst)`
@@ -114,7 +117,7 @@ fn no_primitive_calls_outside_the_engine() {
     let mut bad = Vec::new();
     for (krate, f) in &files {
         let rel = f.strip_prefix(krate).unwrap().to_string_lossy().replace('\\', "/");
-        if rel.starts_with("src/engine/") {
+        if rel.starts_with("src/engine/") || rel.starts_with("src/os/") {
             continue;
         }
         let text = std::fs::read_to_string(f).unwrap();
@@ -139,6 +142,7 @@ fn the_scan_finds_primitive_calls() {
             off, dst)?;
         buffer.copy_to_host(dst)?;
         let r = unsafe { (api.memcpy_htod_async)(d, s, n, st) };
+        let n = crate::os::read_at(fd, dst, 0)?;
     "#;
     let found: Vec<&str> = calls(src, true).into_iter().map(|(_, p)| p).collect();
     assert_eq!(
@@ -150,8 +154,52 @@ fn the_scan_finds_primitive_calls() {
             "read_exact_at(",
             ".copy_to_device_async(",
             ".copy_to_host(",
-            "memcpy_htod"
+            "memcpy_htod",
+            "os::read_at("
         ]
     );
-    assert_eq!(calls(src, false).len(), 4, "device copies are not scanned in the CUDA layer");
+    assert_eq!(calls(src, false).len(), 5, "device copies are not scanned in the CUDA layer");
+}
+
+/// System calls the writer must make through the platform layer (`core/src/os`), which has both a Unix and a
+/// Windows implementation of each.
+const SYSTEM_CALLS: &[&str] = &["libc::", "std::os::unix", "std::os::windows", "std::os::fd", "OpenOptionsExt"];
+
+/// The system calls in `source` (code, not comments): (line number, pattern).
+fn system_calls(source: &str) -> Vec<(usize, &'static str)> {
+    let mut found = Vec::new();
+    for (i, line) in source.lines().enumerate() {
+        let c = code(line);
+        found.extend(SYSTEM_CALLS.iter().filter(|p| c.contains(**p)).map(|p| (i + 1, *p)));
+    }
+    found
+}
+
+/// The writer (core/src/write, the engine's write side up to its Linux-only io_uring module, the error classes
+/// and the C API's writer) reaches the operating system only through the platform layer: what it needs exists on
+/// Windows too, or is refused there in one documented place.
+#[test]
+fn the_writer_reaches_the_system_only_through_the_platform_layer() {
+    let root = crate::common::root();
+    let mut files: Vec<PathBuf> = Vec::new();
+    rust_files(&root.join("core/src/write"), &mut files);
+    files.retain(|f| !f.ends_with("tests.rs")); // unit tests may make pipes and kill children
+    files.extend([
+        root.join("core/src/engine/write.rs"),
+        root.join("core/src/error.rs"),
+        root.join("src/ffi/writer.rs"),
+    ]);
+    assert!(files.len() >= 6, "{files:?}");
+    let mut bad = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        // The io_uring backend is Linux by nature (the pool serves every other system).
+        let text = text.split("\nmod uring {").next().unwrap();
+        for (line, p) in system_calls(text) {
+            bad.push(format!("{}:{line}: `{p}` (use crate::os)", f.strip_prefix(&root).unwrap().display()));
+        }
+    }
+    assert!(bad.is_empty(), "system calls outside the platform layer:\n{}", bad.join("\n"));
+    let probe = "let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };\n// libc::flock in a comment\nuse std::os::fd::AsRawFd;";
+    assert_eq!(system_calls(probe), [(1, "libc::"), (3, "std::os::fd")], "the scan finds what it must");
 }

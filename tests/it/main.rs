@@ -49,5 +49,6 @@ mod readme_example;
 mod shard;
 mod tokens;
 mod valgrind;
+mod windows;
 mod writer;
 mod writer_corpus;

@@ -14,7 +14,7 @@ fn bin() -> PathBuf {
     compile_c_test("test_writer")
 }
 
-fn fresh(name: &str) -> PathBuf {
+pub(crate) fn fresh(name: &str) -> PathBuf {
     let d = scratch(&format!("writer-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
@@ -26,13 +26,10 @@ fn fill(n: usize, k: u32) -> Vec<u8> {
     (0..n).map(|j| ((j as u64 * 31 + k as u64) & 0xff) as u8).collect()
 }
 
-/// Every declaration kind and bad input from C; the file it writes first is byte for byte what the crate's
-/// serializer writes for the same tensors and metadata.
-#[test]
-fn c_writer_api_and_byte_equality_with_the_crate() {
-    let dir = fresh("api");
-    run_ok(&bin(), &["api", dir.to_str().unwrap()], &[]);
-    // The tensors the C program declared, rebuilt here and serialized by the crate.
+/// What `test_writer api DIR` must leave in `DIR/api.safetensors`: the same tensors and metadata serialized by
+/// the `safetensors` crate (windows.rs compares the Windows program's file with it too).
+pub(crate) fn api_expected() -> Vec<u8> {
+    // The tensors the C program declares, rebuilt here and serialized by the crate.
     let mut owned: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
     for d in hostfirst::dtype::ALL_DTYPES {
         let cols = if d.bits() % 8 != 0 { 8 } else { 3 };
@@ -47,7 +44,16 @@ fn c_writer_api_and_byte_equality_with_the_crate() {
         .map(|(n, d, s, b)| (n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap()))
         .collect();
     let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
-    let want = safetensors::serialize(views, Some(meta)).unwrap();
+    safetensors::serialize(views, Some(meta)).unwrap()
+}
+
+/// Every declaration kind and bad input from C; the file it writes first is byte for byte what the crate's
+/// serializer writes for the same tensors and metadata.
+#[test]
+fn c_writer_api_and_byte_equality_with_the_crate() {
+    let dir = fresh("api");
+    run_ok(&bin(), &["api", dir.to_str().unwrap()], &[]);
+    let want = api_expected();
     let got = std::fs::read(dir.join("api.safetensors")).unwrap();
     assert_eq!(got.len(), want.len());
     assert!(got == want, "the C writer's file differs from the safetensors crate's serializer");
@@ -65,7 +71,7 @@ fn gen_bytes(n: usize, k: u32, g: u32) -> Vec<u8> {
 
 /// The generation the save at `path` (a file, or a set's index) holds, after checking that every tensor is
 /// complete and of that generation. Panics on anything else: a half-written or mixed file.
-fn generation_of(path: &Path, mib: usize) -> u32 {
+pub(crate) fn generation_of(path: &Path, mib: usize) -> u32 {
     let f = TensorFile::open(path).unwrap_or_else(|e| panic!("{} does not open: {e}", path.display()));
     let g: u32 = f.metadata("generation").expect("a generation").parse().unwrap();
     assert_eq!(f.len(), 4, "{}", path.display());
@@ -77,7 +83,8 @@ fn generation_of(path: &Path, mib: usize) -> u32 {
     g
 }
 
-fn staged(dir: &Path) -> Vec<String> {
+/// The staged files (`.*.hostfirst-tmp`) in `dir`.
+pub(crate) fn staged(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -194,10 +201,10 @@ fn crash_sigkill_at_random_times() {
 
 /// A tmpfs of `size` mounted at a fresh directory for the test's lifetime; `None` (with the reason) when this
 /// process cannot mount.
-struct Mount(PathBuf);
+pub(crate) struct Mount(pub(crate) PathBuf);
 
 impl Mount {
-    fn tmpfs(name: &str, opts: &str) -> Result<Mount, String> {
+    pub(crate) fn tmpfs(name: &str, opts: &str) -> Result<Mount, String> {
         let dir = fresh(name);
         let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o", opts, "tmpfs"])

@@ -11,6 +11,7 @@ loaded libpython with RTLD_LOCAL), where the library cannot find PyCapsule_GetPo
 from __future__ import annotations
 
 import ctypes
+import sys
 from typing import Any, Optional, Tuple
 
 from . import _abi
@@ -59,9 +60,10 @@ def _native_destructor() -> Optional[int]:
     """The library's C capsule destructor, where it can find CPython's capsule functions (see the module doc)."""
     fn = getattr(lib, "hostfirst_dlpack_capsule_destructor", None)
     try:
-        here = ctypes.CDLL(None)
+        # The process's global symbols; on Windows the Python DLL (the library searches every loaded module there).
+        here = ctypes.pythonapi if sys.platform == "win32" else ctypes.CDLL(None)
         found = hasattr(here, "PyCapsule_IsValid") and hasattr(here, "PyCapsule_GetPointer")
-    except OSError:
+    except (OSError, TypeError):
         found = False
     return ctypes.cast(fn, ctypes.c_void_p).value if fn is not None and found else None
 

@@ -204,7 +204,8 @@ def test_help_is_short_and_complete():
     import pydoc
 
     text = pydoc.render_doc(hostfirst, renderer=pydoc.plaintext)
-    assert len(text.splitlines()) < 2200, len(text.splitlines())  # 4,766 before (3,900 inherited from builtins)
+    # 4,766 lines before (3,900 inherited from builtins); 2,233 once the writer and token files joined
+    assert len(text.splitlines()) < 2500, len(text.splitlines())
     functions = text[text.index("\nFUNCTIONS\n"):text.index("\nDATA\n")]
     listed = re.findall(r"^    (\w+)\(", functions, re.M)
     assert "open" in listed and "read_engine" in listed and "capture_scope" in listed and "handle_count" in listed

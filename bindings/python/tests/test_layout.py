@@ -15,7 +15,10 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _probe_source():
-    lines = ["#include <stdio.h>", "#include <stddef.h>", "#include <stdalign.h>", '#include "hostfirst.h"',
+    # The binding mirrors the experimental tier too (shard-on-read, gather streams): its declarations are behind
+    # HOSTFIRST_EXPERIMENTAL in the header.
+    lines = ["#include <stdio.h>", "#include <stddef.h>", "#include <stdalign.h>", "#define HOSTFIRST_EXPERIMENTAL",
+             '#include "hostfirst.h"',
              "#define FIELD(T, F) printf(\"%s.%s %zu %zu\\n\", #T, #F, offsetof(T, F), sizeof(((T *)0)->F))",
              "int main(void) {"]
     for m in _abi.MIRRORS:

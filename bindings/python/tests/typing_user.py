@@ -101,6 +101,7 @@ def errors() -> List[Type[BaseException]]:
         hostfirst.UnmatchedRuleError, hostfirst.UnsupportedError, hostfirst.ValidationOverflowError,
         hostfirst.UnmatchedRuleWarning, hostfirst.OtherFormatError, hostfirst.UnsupportedDtypeError,
         hostfirst.InvalidHeaderError, hostfirst.UnsupportedVersionError, hostfirst.UnsupportedLayoutError,
+        hostfirst.NoSpaceError, hostfirst.PermissionDeniedError,
     ]
     try:
         hostfirst.open("/nonexistent/model.safetensors")
@@ -116,11 +117,27 @@ def errors() -> List[Type[BaseException]]:
     return classes
 
 
+def save(model_path: str) -> int:
+    """The writer: one array and one tensor of the model saved to a file beside it; the tensor count back."""
+    import os
+
+    out = os.path.join(os.path.dirname(model_path), "typing-user-saved.safetensors")
+    with hostfirst.Writer(out, sync=False) as w:
+        w.add("zeros", np.zeros((2, 3), np.float32))
+        w.add("f32", hostfirst.open(model_path)["f32"])  # a View: read through the engine
+        w.metadata({"by": "typing_user"})
+    info: Optional[Dict[str, Any]] = w.info
+    assert info is not None
+    count: int = info["tensors"]
+    return count
+
+
 def main(argv: List[str]) -> int:
     print(census())
     print(tensors(argv[1], argv[2]))
     print(with_jax(argv[1], argv[2]))
     print(len(errors()))
+    print(save(argv[2]))
     return 0
 
 

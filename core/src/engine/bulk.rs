@@ -16,7 +16,7 @@ use super::{pread_full, read_many, FailureKind, Progress, Read, ReadFailure, Tun
 use crate::error::{Error, Result};
 use crate::file::layout::coalesce;
 use crate::file::ReadPolicy;
-use std::os::fd::RawFd;
+use crate::os::{IoVec, RawFile};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -26,7 +26,7 @@ pub type Prepare<'a> = &'a (dyn Fn(&mut [u8]) + Sync);
 
 /// Reads all of `dst` from `fd` at `offset` on the calling thread (short reads resumed, `EINTR` retried);
 /// [`FailureKind::Eof`] at the first byte the file does not have.
-pub fn read_exact(fd: RawFd, offset: u64, dst: &mut [u8]) -> std::result::Result<(), FailureKind> {
+pub fn read_exact(fd: RawFile, offset: u64, dst: &mut [u8]) -> std::result::Result<(), FailureKind> {
     pread_full(fd, offset, dst)
 }
 
@@ -128,7 +128,7 @@ struct Merged {
 /// `done` = bytes of `dst` placed to `progress` between sets. Returns the bytes read from the file (≥ the
 /// pieces' bytes by the gaps merged reads took). A read failure becomes an error through `failed`.
 pub fn read_pieces(
-    fd: RawFd,
+    fd: RawFile,
     pieces: impl Iterator<Item = (u64, u64, u64)>,
     dst: &mut [u8],
     policy: &ReadPolicy,
@@ -167,7 +167,7 @@ pub fn read_pieces(
 /// One read set of [`read_pieces`]: single-piece reads straight into `dst`, merged ones into scratch, then
 /// scattered. Returns the bytes of `dst` placed.
 fn read_set(
-    fd: RawFd,
+    fd: RawFile,
     set: &[Merged],
     dst: &mut [u8],
     t: &Tuning,
@@ -209,36 +209,29 @@ fn read_set(
     Ok(placed)
 }
 
-/// `preadv` takes at most this many pieces per call (Linux `IOV_MAX`).
-const IOV_MAX: usize = 1024;
-
-/// `preadv` of `file` at `at` into `iov` until every piece is full (a load's coalesced run scattered into its
-/// tensors' places); a file that ends first is `TRUNCATED`, `what` names the read in messages.
+/// A positioned vectored read of `file` at `at` into `iov` until every piece is full (a load's coalesced run
+/// scattered into its tensors' places; `preadv`, or a read per piece on Windows: [`crate::os::read_vectored_at`]);
+/// a file that ends first is `TRUNCATED`, `what` names the read in messages.
 pub fn read_vectored_exact(
     file: &std::fs::File,
     mut at: u64,
-    mut iov: &mut [libc::iovec],
+    mut iov: &mut [IoVec],
     what: &dyn Fn() -> String,
 ) -> Result<()> {
-    use std::os::unix::io::AsRawFd;
     while !iov.is_empty() {
-        if iov[0].iov_len == 0 {
+        if iov[0].is_empty() {
             iov = &mut iov[1..];
             continue;
         }
-        let k = iov.len().min(IOV_MAX);
-        // SAFETY: every iovec points at memory this job owns exclusively (an arena range or its scratch),
+        // SAFETY: every piece points at memory this job owns exclusively (an arena range or its scratch),
         // valid for its length.
-        let r = unsafe { libc::preadv(file.as_raw_fd(), iov.as_ptr(), k as libc::c_int, at as libc::off_t) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(Error::new(crate::error::Status::Io, format!("{}: read failed: {e}", what())));
-        }
+        let r = match unsafe { crate::os::read_vectored_at(file, iov, at) } {
+            Ok(r) => r,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::new(crate::error::Status::Io, format!("{}: read failed: {e}", what()))),
+        };
         if r == 0 {
-            let left: usize = iov.iter().map(|v| v.iov_len).sum();
+            let left: usize = iov.iter().map(|v| v.len()).sum();
             let now = file.metadata().map(|m| m.len().to_string()).unwrap_or_else(|_| "?".into());
             return Err(Error::new(
                 crate::error::Status::Truncated,
@@ -249,17 +242,15 @@ pub fn read_vectored_exact(
                 ),
             ));
         }
-        let mut n = r as usize;
+        let mut n = r;
         at += n as u64;
         while n > 0 {
             let v = &mut iov[0];
-            if n >= v.iov_len {
-                n -= v.iov_len;
+            if n >= v.len() {
+                n -= v.len();
                 iov = &mut iov[1..];
             } else {
-                // SAFETY: advancing within the piece.
-                v.iov_base = unsafe { (v.iov_base as *mut u8).add(n) } as *mut libc::c_void;
-                v.iov_len -= n;
+                v.advance(n);
                 n = 0;
             }
         }
@@ -441,7 +432,7 @@ impl Targets<'_> {
 /// end (rate-limited; no final report). The first failure wins and stops the others:
 /// `failed(failure, destination index)`; a cancel from `progress` stops them too.
 pub fn read_scatter(
-    fd: RawFd,
+    fd: RawFile,
     plan: &ScatterPlan,
     dsts: &mut [ScatterDst<'_>],
     tuning: &Tuning,
@@ -555,15 +546,7 @@ pub fn read_scatter(
     let hint = |k: usize| {
         for r in &plan.reads[plan.tasks[k]..plan.tasks[k + 1]] {
             if r.hi - r.lo >= HINT_MIN {
-                // SAFETY: advice only; `fd` is the caller's open descriptor. Failure changes nothing.
-                unsafe {
-                    libc::posix_fadvise(
-                        fd,
-                        r.lo as libc::off_t,
-                        (r.hi - r.lo) as libc::off_t,
-                        libc::POSIX_FADV_WILLNEED,
-                    )
-                };
+                crate::os::advise_willneed(fd, r.lo, r.hi - r.lo); // advice only: failure changes nothing
             }
         }
     };

@@ -47,7 +47,7 @@ pub(crate) mod uring;
 
 use crate::error::{Error, Result, Status};
 use crate::forksafe::InitOnce;
-use std::os::fd::RawFd;
+use crate::os::RawFile;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
@@ -149,8 +149,9 @@ impl<'a> Progress<'a> {
 
 /// One positioned read: `dst.len()` bytes of descriptor `fd` from `offset`.
 pub struct Read<'a> {
-    /// An open, readable descriptor; it must stay open until [`read_many`] returns.
-    pub fd: RawFd,
+    /// An open, readable descriptor or handle ([`crate::os::raw_file`]); it must stay open until [`read_many`]
+    /// returns.
+    pub fd: RawFile,
     /// The file offset.
     pub offset: u64,
     /// Where the bytes go.
@@ -315,7 +316,7 @@ pub fn read_many_uring(
 /// (rate-limited, see [`Progress`]) and once at the end; a read failure becomes an error through `failed`.
 /// `CANCELLED` when the progress sink asks to stop: no piece is then in flight and `dst` holds what was read.
 pub fn fill(
-    fd: RawFd,
+    fd: RawFile,
     offset: u64,
     dst: &mut [u8],
     tuning: &Tuning,
@@ -342,22 +343,18 @@ pub fn fill(
 }
 
 /// One blocking positioned read of all of `dst` (resumed after short reads, retried on `EINTR`).
-fn pread_full(fd: RawFd, mut offset: u64, mut dst: &mut [u8]) -> std::result::Result<(), FailureKind> {
+fn pread_full(fd: RawFile, mut offset: u64, mut dst: &mut [u8]) -> std::result::Result<(), FailureKind> {
     while !dst.is_empty() {
-        // SAFETY: `dst` is a live, writable slice of the given length; `fd` is the caller's open descriptor.
-        let n = unsafe { libc::pread(fd, dst.as_mut_ptr().cast(), dst.len(), offset as libc::off_t) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(FailureKind::Os(e));
-        }
+        let n = match crate::os::read_at(fd, dst, offset) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(FailureKind::Os(e)),
+        };
         if n == 0 {
             return Err(FailureKind::Eof { at: offset });
         }
         offset += n as u64;
-        dst = &mut dst[n as usize..];
+        dst = &mut dst[n..];
     }
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! The pool backend: blocking `pread`s by the calling thread and persistent helper threads.
+//! The pool backend: blocking positioned reads (`pread`, `seek_read` on Windows) by the calling thread and persistent helper threads.
 //!
 //! A set of reads is a [`Set`]: reads are claimed by index (an atomic counter), so each is done exactly once,
 //! by whoever claims it. The caller claims reads too and never waits for a helper that has not claimed one,
@@ -7,8 +7,8 @@
 //! writing into a destination.
 
 use super::{pread_full, Read, ReadFailure};
+use crate::os::RawFile;
 use std::collections::VecDeque;
-use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -19,7 +19,7 @@ const SLOW_READ: Duration = Duration::from_micros(25);
 /// One read of a set, as raw parts (the destination is borrowed by the caller of [`read_all`], which does not
 /// return while any of them may be used).
 struct Job {
-    fd: RawFd,
+    fd: RawFile,
     offset: u64,
     dst: *mut u8,
     len: usize,

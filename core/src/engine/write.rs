@@ -19,7 +19,8 @@
 //! `sync_file_range(SYNC_FILE_RANGE_WRITE)`; a no-op elsewhere), so that the disk works while later bytes are
 //! still being produced and the final `fsync` finds little left to do; [`wait_writeback`] waits for a range
 //! written earlier, which bounds the dirty pages a large save leaves behind it; [`reserve`] allocates a file's
-//! blocks before any byte is written (`posix_fallocate`), so that a full file system is found at once.
+//! blocks before any byte is written (`fallocate`; Windows: the file's allocation size), so that a full file
+//! system is found at once. All three go through the platform layer ([`crate::os`]).
 
 use super::Tuning;
 use std::fs::File;
@@ -58,15 +59,10 @@ pub fn write_exact(file: &File, mut offset: u64, mut src: &[u8]) -> std::io::Res
     Ok(())
 }
 
-#[cfg(unix)]
 fn write_at(file: &File, offset: u64, src: &[u8]) -> std::io::Result<usize> {
-    std::os::unix::fs::FileExt::write_at(file, src, offset)
-}
-
-#[cfg(windows)]
-fn write_at(file: &File, offset: u64, src: &[u8]) -> std::io::Result<usize> {
-    // Moves the handle's file pointer too; the writer uses positioned writes only.
-    std::os::windows::fs::FileExt::seek_write(file, src, offset)
+    // pwrite on Unix; seek_write on Windows (which moves the handle's file pointer too; the writer uses
+    // positioned writes only).
+    crate::os::write_at(file, src, offset)
 }
 
 /// Performs every write of `writes` into `file`, up to `tuning.queue_depth` at once (io_uring where the engine
@@ -143,80 +139,27 @@ fn pool(file: &File, writes: &[Write<'_>], depth: usize) -> Result<(), WriteFail
 }
 
 /// Asks the kernel to start writing `[offset, offset + len)` of `file` to storage now, without waiting
-/// (Linux: `sync_file_range(SYNC_FILE_RANGE_WRITE)`; elsewhere nothing: the final `fsync` does it all).
+/// (Linux: `sync_file_range(SYNC_FILE_RANGE_WRITE)`; elsewhere nothing: the final `fsync` does it all;
+/// [`crate::os::start_writeback`]).
 /// Best effort: an error here is left to the final `fsync`, which reports it.
 pub fn start_writeback(file: &File, offset: u64, len: u64) {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        // SAFETY: a plain system call on an open descriptor; no memory is passed.
-        unsafe {
-            libc::sync_file_range(file.as_raw_fd(), offset as i64, len as i64, libc::SYNC_FILE_RANGE_WRITE);
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (file, offset, len);
+    crate::os::start_writeback(file, offset, len)
 }
 
 /// Waits until `[offset, offset + len)` of `file`, written and handed to [`start_writeback`] earlier, is on
 /// storage (Linux: `sync_file_range(WAIT_BEFORE | WRITE | WAIT_AFTER)`, which also bounds the dirty pages
 /// a large write leaves; elsewhere nothing). An error is returned (`EIO`, `ENOSPC` of a delayed allocation).
 pub fn wait_writeback(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER;
-        loop {
-            // SAFETY: a plain system call on an open descriptor; no memory is passed.
-            let r = unsafe { libc::sync_file_range(file.as_raw_fd(), offset as i64, len as i64, flags) };
-            if r == 0 {
-                return Ok(());
-            }
-            let e = std::io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                // A file system or file kind without it (a pipe never gets here): the final fsync does it.
-                Some(libc::ESPIPE) | Some(libc::EINVAL) | Some(libc::ENOSYS) => return Ok(()),
-                _ => return Err(e),
-            }
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = (file, offset, len);
-        Ok(())
-    }
+    crate::os::wait_writeback(file, offset, len)
 }
 
-/// Allocates the blocks of `[0, len)` of `file` now (the `fallocate` system call, Linux), so that a file system
+/// Allocates the blocks of `[0, len)` of `file` now (the `fallocate` system call, Linux; Windows:
+/// `SetFileInformationByHandle(FileAllocationInfo)`; [`crate::os::reserve`]), so that a file system
 /// without room says so before anything is written. `Ok(false)` where the system or file system cannot (then the
 /// writes find out; glibc's `posix_fallocate` would write a byte into every block instead, which is not used);
 /// an error (`ENOSPC`, `EDQUOT`, `EFBIG`) otherwise.
 pub fn reserve(file: &File, len: u64) -> std::io::Result<bool> {
-    if len == 0 {
-        return Ok(true);
-    }
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        loop {
-            // SAFETY: a plain system call on an open descriptor.
-            if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len as i64) } == 0 {
-                return Ok(true);
-            }
-            let e = std::io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL | libc::ENODEV | libc::ESPIPE) => return Ok(false),
-                _ => return Err(e),
-            }
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = file;
-        Ok(false)
-    }
+    crate::os::reserve(file, len)
 }
 
 #[cfg(target_os = "linux")]

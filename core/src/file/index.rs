@@ -166,12 +166,8 @@ pub(crate) fn parse(text: &[u8]) -> Result<Index> {
 /// Reads an index file (at most `MAX_INDEX_SIZE` bytes, regular files only).
 pub(crate) fn read(path: &Path) -> Result<Vec<u8>> {
     let display = path.display();
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| Error::new(Status::Io, format!("{display}: cannot open: {e}")))?;
+    let file =
+        crate::os::open_read(path).map_err(|e| Error::new(Status::Io, format!("{display}: cannot open: {e}")))?;
     let meta = file.metadata().map_err(|e| Error::new(Status::Io, format!("{display}: cannot stat: {e}")))?;
     if !meta.is_file() {
         return Err(Error::new(Status::Io, format!("{display}: not a regular file")));

@@ -5,8 +5,6 @@ use super::names::CName;
 use crate::error::{Error, Result, Status};
 use memmap2::Mmap;
 use std::fs;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -83,7 +81,7 @@ pub(crate) fn pread_exact(
     what: &dyn Fn() -> String,
 ) -> Result<()> {
     let end = offset + dst.len() as u64;
-    crate::engine::read_exact(file.as_raw_fd(), offset, dst).map_err(|kind| match kind {
+    crate::engine::read_exact(crate::os::raw_file(file), offset, dst).map_err(|kind| match kind {
         crate::engine::FailureKind::Eof { .. } => {
             let now = file.metadata().map(|m| m.len().to_string()).unwrap_or_else(|_| "?".into());
             Error::new(
@@ -112,15 +110,11 @@ impl Opening {
     /// How many leading bytes are read at open.
     pub(crate) const FIRST_READ: usize = 4096;
 
-    /// Opens `path` (a regular file; `O_NONBLOCK` so that a FIFO cannot hang the open), takes its length and
+    /// Opens `path` (a regular file; [`crate::os::open_read`], so that a FIFO cannot hang the open), takes its length and
     /// reads its first 4 KiB.
     pub(crate) fn new(path: &Path) -> Result<Opening> {
         let display = path.to_string_lossy().into_owned(); // what `path.display()` shows, without formatting
-        let mut options = fs::OpenOptions::new();
-        options.read(true);
-        #[cfg(unix)]
-        options.custom_flags(libc::O_NONBLOCK);
-        let file = options.open(path).map_err(|e| io_error(&display, "cannot open", &e))?;
+        let file = crate::os::open_read(path).map_err(|e| io_error(&display, "cannot open", &e))?;
         let meta = file.metadata().map_err(|e| io_error(&display, "cannot stat", &e))?;
         if !meta.is_file() {
             return Err(Error::new(Status::Io, format!("{display}: not a regular file")));
@@ -254,56 +248,21 @@ impl Part {
                 ),
             ));
         }
-        #[cfg(target_os = "linux")]
-        {
-            const MADV_POPULATE_READ: libc::c_int = 22;
-            const STEP: usize = 1 << 30;
-            let base = map.as_ptr() as usize;
-            let lo = (base + offset as usize) / 4096 * 4096;
-            let hi = base + end as usize;
-            let mut at = lo;
-            while at < hi {
-                let n = (hi - at).min(STEP);
-                // SAFETY: [at, at + n) lies within our live read-only mapping (page-aligned start, length
-                // rounded up by the kernel within the mapping); populating changes no contents.
-                let rc = unsafe { libc::madvise(at as *mut libc::c_void, n, MADV_POPULATE_READ) };
-                if rc == 0 {
-                    at += n;
-                    continue;
-                }
-                let e = std::io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::EINTR) => continue,
-                    Some(libc::EINVAL) if at == lo => {
-                        // No MADV_POPULATE_READ (Linux < 5.14): ask for read-ahead instead.
-                        // SAFETY: as above; advice only.
-                        unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_WILLNEED) };
-                        return Ok(false);
-                    }
-                    Some(libc::EFAULT) => {
-                        return Err(Error::new(
-                            Status::Truncated,
-                            format!("{}: {}: the file shrank while its pages were being mapped", self.display, what()),
-                        ))
-                    }
-                    _ => return Err(io_error(&self.display, &format!("{}: populating the mapping", what()), &e)),
-                }
+        // SAFETY: [offset, end) lies within our live read-only mapping (end <= the length it was mapped with:
+        // the header check bounds every tensor by the file's length at open); populating changes no contents.
+        match unsafe { crate::os::populate_read(map.as_ptr().wrapping_add(offset as usize), (end - offset) as usize) } {
+            Ok(crate::os::Populate::Done) => {
+                add_range(&mut populated.lock().unwrap_or_else(|p| p.into_inner()), offset, end);
+                Ok(true)
             }
-            add_range(&mut populated.lock().unwrap_or_else(|p| p.into_inner()), offset, end);
-            Ok(true)
-        }
-        #[cfg(all(unix, not(target_os = "linux")))]
-        {
-            let base = map.as_ptr() as usize;
-            let lo = (base + offset as usize) / 4096 * 4096;
-            // SAFETY: advice only, within our live mapping.
-            unsafe { libc::madvise(lo as *mut libc::c_void, base + end as usize - lo, libc::MADV_WILLNEED) };
-            Ok(false)
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = map;
-            Ok(false)
+            Ok(crate::os::Populate::AdviceOnly) => Ok(false),
+            Err(crate::os::PopulateError::Shrunk) => Err(Error::new(
+                Status::Truncated,
+                format!("{}: {}: the file shrank while its pages were being mapped", self.display, what()),
+            )),
+            Err(crate::os::PopulateError::Os(e)) => {
+                Err(io_error(&self.display, &format!("{}: populating the mapping", what()), &e))
+            }
         }
     }
 
@@ -361,14 +320,9 @@ impl Part {
         let mut n = no_readahead.lock().unwrap_or_else(|p| p.into_inner());
         let before = *n;
         *n = if on { before + 1 } else { before.saturating_sub(1) };
-        #[cfg(target_os = "linux")]
         if (before == 0) != (*n == 0) {
-            let advice = if on { libc::POSIX_FADV_RANDOM } else { libc::POSIX_FADV_NORMAL };
-            // SAFETY: advice on our own open descriptor; no memory is involved.
-            unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, advice) };
+            crate::os::advise_random(crate::os::raw_file(file), on);
         }
-        #[cfg(not(target_os = "linux"))]
-        let _ = file;
     }
 }
 

@@ -266,7 +266,7 @@ unsafe fn read_group(g: &Group<'_>, base: *mut u8, relative: bool, scratch: &mut
         From::File { file, at, span } if relative => {
             // SAFETY: forwarded: the slab holds `span` bytes for this group.
             let dst = unsafe { std::slice::from_raw_parts_mut(base, span) };
-            let mut iov = [libc::iovec { iov_base: dst.as_mut_ptr() as *mut libc::c_void, iov_len: span }];
+            let mut iov = [crate::os::IoVec::new(dst.as_mut_ptr(), span)];
             crate::engine::read_vectored_exact(file, at, &mut iov, &what)
         }
         From::File { file, at, .. } => {
@@ -278,12 +278,12 @@ unsafe fn read_group(g: &Group<'_>, base: *mut u8, relative: bool, scratch: &mut
             let mut pos = 0usize;
             for p in &g.pieces {
                 if p.src > pos {
-                    iov.push(libc::iovec { iov_base: scratch.as_mut_ptr() as *mut libc::c_void, iov_len: p.src - pos });
+                    iov.push(crate::os::IoVec::new(scratch.as_mut_ptr(), p.src - pos));
                 }
                 // SAFETY: forwarded: the piece's arena range is ours.
                 let d = unsafe { base.add(p.dst) };
                 super::host::populate_write(unsafe { std::slice::from_raw_parts_mut(d, p.len) });
-                iov.push(libc::iovec { iov_base: d as *mut libc::c_void, iov_len: p.len });
+                iov.push(crate::os::IoVec::new(d, p.len));
                 pos = p.src + p.len;
             }
             crate::engine::read_vectored_exact(file, at, &mut iov, &what)

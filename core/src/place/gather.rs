@@ -34,7 +34,6 @@ use crate::dtype::DType;
 use crate::engine::{self, Tuning};
 use crate::error::{human_bytes, Error, Result, Status};
 use crate::file::View;
-use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 
 /// Batches a gather's ring may hold unless told otherwise: the one being filled, the one the consumer
@@ -445,7 +444,7 @@ impl Gather {
                     return Ok(());
                 };
                 let _readahead_off = v.readahead_off();
-                let fd = file.as_raw_fd();
+                let fd = crate::os::raw_file(file);
                 let mut index = Vec::with_capacity(rows.len());
                 let mut reads: Vec<engine::Read<'_>> = Vec::with_capacity(rows.len());
                 for (i, o, d) in parts.filter(|(_, _, d)| !d.is_empty()) {

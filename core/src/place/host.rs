@@ -1,8 +1,9 @@
 //! Owned host memory for buffers: page-aligned, zero-initialised, lazily faulted; or a private
 //! (copy-on-write) mapping of a file's pages ([`HostAlloc::map_file_private`]).
 //!
-//! Large allocations (≥ 1 MiB) come straight from anonymous `mmap` on Unix: page-aligned, zero pages the kernel
-//! supplies on first touch (no memset pass). Transparent huge pages are not requested: on the benchmark VM
+//! Large allocations (≥ 1 MiB) come straight from an anonymous mapping (memmap2's `map_anon`: `mmap` on Unix, a
+//! pagefile-backed section on Windows): page-aligned, zero pages the kernel supplies on first touch (no memset
+//! pass). Transparent huge pages are not requested: on the benchmark VM
 //! (BENCHMARKS.md) `MADV_HUGEPAGE` made first-touch writes 2.6× slower. Small ones use the global allocator with 64-byte alignment.
 
 use crate::error::{Error, Result, Status};
@@ -17,16 +18,13 @@ pub const MMAP_THRESHOLD: usize = 1 << 20;
 enum Kind {
     Empty,
     Heap(Layout),
-    #[cfg(unix)]
-    Mapped,
-    /// A `MAP_PRIVATE` file mapping of `len` bytes at `base`; the data starts inside its first page.
+    /// An anonymous mapping (held: dropping it unmaps).
+    Mapped(#[allow(dead_code)] memmap2::MmapMut),
     /// A part of a shared allocation ([`HostAlloc::sub`]), which it keeps alive (held, never read).
     Part(#[allow(dead_code)] std::sync::Arc<HostAlloc>),
-    #[cfg(unix)]
-    FilePrivate {
-        base: *mut libc::c_void,
-        len: usize,
-    },
+    /// A copy-on-write file mapping (`MAP_PRIVATE`; `FILE_MAP_COPY` on Windows) of the pages holding the data,
+    /// which starts inside its first page (held: dropping it unmaps).
+    FilePrivate(#[allow(dead_code)] memmap2::MmapMut),
 }
 
 /// A zero-initialised (or file-initialised, copy-on-write), owned host allocation.
@@ -48,30 +46,15 @@ impl HostAlloc {
         if len == 0 {
             return Ok(HostAlloc { ptr: NonNull::dangling(), len: 0, kind: Kind::Empty });
         }
-        #[cfg(unix)]
         if len >= MMAP_THRESHOLD {
-            // SAFETY: anonymous private mapping; arguments are valid; result checked against MAP_FAILED.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                return Err(Error::new(
+            let mut map = memmap2::MmapMut::map_anon(len).map_err(|e| {
+                Error::new(
                     Status::OutOfMemory,
-                    format!(
-                        "{what}: mapping {} of host memory failed: {}",
-                        crate::error::human_bytes(len as u64),
-                        std::io::Error::last_os_error()
-                    ),
-                ));
-            }
-            return Ok(HostAlloc { ptr: NonNull::new(p as *mut u8).expect("mmap non-null"), len, kind: Kind::Mapped });
+                    format!("{what}: mapping {} of host memory failed: {e}", crate::error::human_bytes(len as u64)),
+                )
+            })?;
+            let ptr = NonNull::new(map.as_mut_ptr()).expect("a mapping is never at address 0");
+            return Ok(HostAlloc { ptr, len, kind: Kind::Mapped(map) });
         }
         let layout = Layout::from_size_align(len, SMALL_ALIGN)
             .map_err(|_| Error::new(Status::OutOfMemory, format!("{what}: {len} bytes is too large to allocate")))?;
@@ -134,26 +117,23 @@ impl HostAlloc {
 
     /// True for a private mapping of a file ([`HostAlloc::map_file_private`]).
     pub fn is_file_backed(&self) -> bool {
-        #[cfg(unix)]
-        if let Kind::FilePrivate { .. } = self.kind {
-            return true;
-        }
-        false
+        matches!(self.kind, Kind::FilePrivate(_))
     }
 
-    /// Maps `len` bytes of `file` starting at byte `offset` as private, writable memory (`MAP_PRIVATE`,
-    /// `PROT_READ | PROT_WRITE`): reads see the file's bytes, a write copies the page it touches into
-    /// anonymous memory of this process, and nothing is ever written back to the file. The mapping covers
-    /// the pages holding the range, so the data may start inside the first page (alignment as the file
-    /// gives it).
+    /// Maps `len` bytes of `file` starting at byte `offset` as private, writable memory (memmap2's copy mapping:
+    /// `MAP_PRIVATE` with `PROT_READ | PROT_WRITE` on Unix, a `PAGE_WRITECOPY` section viewed `FILE_MAP_COPY` on
+    /// Windows): reads see the file's bytes, a write copies the page it touches into anonymous memory of this
+    /// process, and nothing is ever written back to the file. The mapping covers the pages holding the range
+    /// (from the allocation granularity, 64 KiB, on Windows), so the data may start inside the first page
+    /// (alignment as the file gives it). While it lives, Windows refuses to shrink the file.
     ///
-    /// `populate`: fill the page tables for reading now (`MADV_POPULATE_READ`, Linux 5.14+; read-ahead advice
-    /// elsewhere), reading from storage what is not in the page cache, so later reads take no page faults and
-    /// a file that shrank is found now (`TRUNCATED`) instead of by a SIGBUS later. Populating maps the page
-    /// cache's pages; it copies nothing, and the process's anonymous memory does not grow.
+    /// `populate`: fill the page tables for reading now ([`crate::os::populate_read`]: `MADV_POPULATE_READ` on
+    /// Linux 5.14+, read-ahead advice on older kernels, `PrefetchVirtualMemory` and a read per page on Windows),
+    /// reading from storage what is not in the page cache, so later reads take no page faults and a file that
+    /// shrank is found now (`TRUNCATED`) instead of by a SIGBUS later. Populating maps the page cache's pages; it
+    /// copies nothing, and the process's anonymous memory does not grow.
     ///
     /// Errors: `TRUNCATED` when the file is now shorter than `offset + len`; `IO` when the mapping fails.
-    #[cfg(unix)]
     pub fn map_file_private(
         file: &std::fs::File,
         offset: u64,
@@ -174,36 +154,22 @@ impl HostAlloc {
         if len == 0 {
             return Ok(HostAlloc { ptr: NonNull::dangling(), len: 0, kind: Kind::Empty });
         }
-        let page = page_size() as u64;
-        let (start, skip) = (offset / page * page, (offset % page) as usize);
-        let map_len = skip + len;
-        // SAFETY: a new private mapping of a regular file we hold open; arguments checked; result checked
-        // against MAP_FAILED. PROT_WRITE on a read-only descriptor is allowed for MAP_PRIVATE (writes stay in
-        // this process).
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE,
-                std::os::unix::io::AsRawFd::as_raw_fd(file),
-                start as libc::off_t,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            let e = std::io::Error::last_os_error();
-            return Err(Error::new(Status::Io, format!("{}: mapping the file privately failed: {e}", what())));
-        }
-        let ptr = NonNull::new((base as *mut u8).wrapping_add(skip)).expect("mmap non-null");
-        let alloc = HostAlloc { ptr, len, kind: Kind::FilePrivate { base, len: map_len } };
+        // SAFETY: a new copy-on-write mapping of a regular file we hold open (writable for this process only:
+        // writes never reach the file, so a read-only handle is enough).
+        let mut map = unsafe { memmap2::MmapOptions::new().offset(offset).len(len).map_copy(file) }
+            .map_err(|e| Error::new(Status::Io, format!("{}: mapping the file privately failed: {e}", what())))?;
+        let ptr = NonNull::new(map.as_mut_ptr()).expect("a mapping is never at address 0");
+        let alloc = HostAlloc { ptr, len, kind: Kind::FilePrivate(map) };
         if populate {
-            // SAFETY: [base, base + map_len) is the mapping made above, owned by `alloc`.
-            unsafe { populate_read(base as usize, map_len) }.map_err(|e| match e.raw_os_error() {
-                Some(libc::EFAULT) => Error::new(
+            // SAFETY: [ptr, ptr + len) is the mapping made above, owned by `alloc`.
+            unsafe { crate::os::populate_read(ptr.as_ptr(), len) }.map_err(|e| match e {
+                crate::os::PopulateError::Shrunk => Error::new(
                     Status::Truncated,
                     format!("{}: the file shrank while its pages were being mapped", what()),
                 ),
-                _ => Error::new(Status::Io, format!("{}: populating the private mapping: {e}", what())),
+                crate::os::PopulateError::Os(e) => {
+                    Error::new(Status::Io, format!("{}: populating the private mapping: {e}", what()))
+                }
             })?;
         }
         Ok(alloc)
@@ -223,52 +189,7 @@ pub fn private_span(offset: u64, len: u64) -> u64 {
 }
 
 fn page_size() -> usize {
-    #[cfg(unix)]
-    {
-        // SAFETY: sysconf has no preconditions.
-        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        if p > 0 {
-            return p as usize;
-        }
-    }
-    4096
-}
-
-/// Fills the page tables of `[addr, addr + len)` for reading. `Ok(true)` when populated, `Ok(false)` when the
-/// kernel has no `MADV_POPULATE_READ` (read-ahead advice given instead); `EFAULT` means the file behind the
-/// mapping is shorter than the range.
-///
-/// # Safety
-/// `[addr, addr + len)` must lie in a live mapping owned by the caller (page-aligned `addr`).
-#[cfg(unix)]
-unsafe fn populate_read(addr: usize, len: usize) -> std::io::Result<bool> {
-    #[cfg(target_os = "linux")]
-    {
-        const MADV_POPULATE_READ: libc::c_int = 22;
-        let (mut done, step) = (0usize, 1usize << 30);
-        while done < len {
-            let n = step.min(len - done);
-            // SAFETY: within the caller's mapping (function contract); populating changes no contents.
-            if unsafe { libc::madvise((addr + done) as *mut libc::c_void, n, MADV_POPULATE_READ) } == 0 {
-                done += n;
-                continue;
-            }
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            if e.raw_os_error() != Some(libc::EINVAL) || done != 0 {
-                return Err(e);
-            }
-            break; // no MADV_POPULATE_READ (Linux < 5.14): fall through to read-ahead advice
-        }
-        if done >= len {
-            return Ok(true);
-        }
-    }
-    // SAFETY: advice only, within the caller's mapping.
-    unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_WILLNEED) };
-    Ok(false)
+    crate::os::page_size()
 }
 
 impl Drop for HostAlloc {
@@ -277,38 +198,17 @@ impl Drop for HostAlloc {
             Kind::Empty | Kind::Part(_) => {} // a part: the shared allocation goes with its last reference
             // SAFETY: allocated with this layout by alloc_zeroed.
             Kind::Heap(layout) => unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) },
-            #[cfg(unix)]
-            // SAFETY: mapped by us with this length.
-            Kind::Mapped => unsafe {
-                libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len);
-            },
-            #[cfg(unix)]
-            // SAFETY: mapped by `map_file_private` with this base and length.
-            Kind::FilePrivate { base, len } => unsafe {
-                libc::munmap(base, len);
-            },
+            Kind::Mapped(_) | Kind::FilePrivate(_) => {} // the mapping unmaps itself
         }
     }
 }
 
-/// Faults in `bytes` for writing in one system call (`MADV_POPULATE_WRITE`, Linux 5.14+) instead of one
-/// page fault per 4 KiB page taken inside the copy that follows. Best effort: on older kernels, other
-/// systems, or memory that is not page-aligned at both ends, nothing happens and the copy faults as before.
+/// Faults in `bytes` for writing in one system call (`MADV_POPULATE_WRITE`, Linux 5.14+) instead of one page
+/// fault per 4 KiB page taken inside the copy that follows. Best effort: on older kernels, other systems, or
+/// memory that is not page-aligned at both ends, nothing happens and the copy faults as before
+/// ([`crate::os::populate_write`]).
 pub fn populate_write(bytes: &mut [u8]) {
-    #[cfg(target_os = "linux")]
-    {
-        const MADV_POPULATE_WRITE: libc::c_int = 23;
-        let page = 4096usize;
-        let start = bytes.as_mut_ptr() as usize;
-        let (lo, hi) = (start.next_multiple_of(page), (start + bytes.len()) / page * page);
-        if hi > lo {
-            // SAFETY: [lo, hi) lies inside `bytes`, which we borrow mutably; populating writable private
-            // memory changes no contents (zero pages stay zero, existing pages are left as they are).
-            unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, MADV_POPULATE_WRITE) };
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = bytes;
+    crate::os::populate_write(bytes)
 }
 
 #[cfg(test)]

@@ -102,27 +102,19 @@ pub fn cached_count() -> usize {
     cache().lock().len()
 }
 
-/// Faults the range in before registration: `MADV_POPULATE_READ` (Linux ≥ 5.14; fails cleanly with EFAULT on
-/// a truncated file instead of SIGBUS), else reads every page through `pread` into a scratch buffer (which
-/// also warms the page cache without touching the mapping).
+/// Faults the range in before registration ([`crate::os::populate_read`]: `MADV_POPULATE_READ` on Linux ≥ 5.14,
+/// which fails cleanly with EFAULT on a truncated file instead of SIGBUS; `PrefetchVirtualMemory` and a read per
+/// page on Windows, where a mapped file cannot shrink), else reads every page through `pread` into a scratch
+/// buffer (which also warms the page cache without touching the mapping).
 fn populate(view: &View) -> Result<()> {
     let bytes = view.mapped();
     if bytes.is_empty() {
         return Ok(());
     }
-    #[cfg(target_os = "linux")]
-    {
-        const MADV_POPULATE_READ: libc::c_int = 22;
-        let page = crate::device::host::page_size();
-        let start = bytes.as_ptr() as usize & !(page - 1);
-        let end = bytes.as_ptr() as usize + bytes.len();
-        // SAFETY: advice on a range of our own live mapping (page-rounded start is inside the same mapping).
-        let r = unsafe { libc::madvise(start as *mut libc::c_void, end - start, MADV_POPULATE_READ) };
-        if r == 0 {
-            return Ok(());
-        }
-        let err = std::io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::EFAULT) {
+    // SAFETY: the view's live mapping, kept by `view` during the call; populating changes no contents.
+    match unsafe { crate::os::populate_read(bytes.as_ptr(), bytes.len()) } {
+        Ok(crate::os::Populate::Done) => return Ok(()),
+        Err(crate::os::PopulateError::Shrunk) => {
             return Err(Error::new(
                 Status::Truncated,
                 format!(
@@ -130,8 +122,9 @@ fn populate(view: &View) -> Result<()> {
                     view.file_display(),
                     view.name()
                 ),
-            ));
+            ))
         }
+        Ok(crate::os::Populate::AdviceOnly) | Err(crate::os::PopulateError::Os(_)) => {}
     }
     // Fallback: verify the file still holds the range with positioned reads (no SIGBUS possible).
     let mut scratch = vec![0u8; 1 << 20];

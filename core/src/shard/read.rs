@@ -13,7 +13,6 @@ use crate::error::{Error, Result, Status};
 use crate::file::View;
 use crate::place::buffer::{Buffer, Memory};
 use crate::place::{buffer_to, Target};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -170,7 +169,7 @@ fn read_group(
         dsts[g].copies.push((b.host_bytes_mut().expect(HOST), prepare(k)));
     }
     let failed = |f: ReadFailure, j: usize| read_failure(views[j], file, f);
-    engine::read_scatter(file.as_raw_fd(), &sp, &mut dsts, tuning, progress, &failed)?;
+    engine::read_scatter(crate::os::raw_file(file), &sp, &mut dsts, tuning, progress, &failed)?;
     drop(dsts);
     let read = sp.per_dst().iter().copied().chain(copies.iter().map(|_| 0));
     Ok(bufs

@@ -520,6 +520,7 @@ fn switch_through_staged_names(
     super::kill_point();
     // Readers now get the new set through its staged names; the parts take their own names.
     for (s, link) in parts.iter_mut().zip(links) {
+        s.close_for_rename();
         std::fs::rename(&link, &s.target)
             .map_err(|e| Error::io(format!("renaming {} over {}", link.display(), s.target.display()), &e))?;
         super::kill_point();

@@ -593,7 +593,8 @@ impl Writer {
 
 /// A point of a save where the crash test kills the process (feature `test-hooks`): with
 /// `HOSTFIRST_WRITER_KILL_AT=k` in the environment, the k-th point a process passes (1-based, counted across
-/// its saves) sends it SIGKILL (Unix; elsewhere it aborts). Without the feature it compiles to nothing.
+/// its saves) ends it as a kill would ([`crate::os::kill_self`]: SIGKILL on Unix; Windows: `TerminateProcess`,
+/// exit code 137). Without the feature it compiles to nothing.
 #[inline]
 pub(crate) fn kill_point() {
     #[cfg(feature = "test-hooks")]
@@ -605,12 +606,7 @@ pub(crate) fn kill_point() {
             std::env::var("HOSTFIRST_WRITER_KILL_AT").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0)
         });
         if at != 0 && PASSED.fetch_add(1, Ordering::Relaxed) + 1 == at {
-            #[cfg(unix)]
-            // SAFETY: a plain system call; the process ends here.
-            unsafe {
-                libc::kill(libc::getpid(), libc::SIGKILL);
-            }
-            std::process::abort();
+            crate::os::kill_self();
         }
     }
 }

@@ -6,7 +6,7 @@
 //!   process's default), its blocks allocated up front where the system can ([`engine::write::reserve`]:
 //!   a full disk says so before the first byte is written).
 //! - While a writer owns it, it holds an exclusive advisory lock on it (`flock`, Unix) — Windows: it is open
-//!   without `FILE_SHARE_DELETE`, so no other process can remove it. A process killed at any point
+//!   without `FILE_SHARE_DELETE`, so no other process can remove it (both: [`crate::os::create_new_held`]). A process killed at any point
 //!   leaves the old target and at most this file; the lock dies with the process, and the next writer of
 //!   that target removes every such file it can lock ([`remove_stale`]), never one a live writer holds.
 //! - Commit: `fsync` the file, `rename` it over the target (atomic; a reader holding the old file keeps its
@@ -64,20 +64,15 @@ impl Staged {
         let (dir, name) = split(target)?;
         let tag = tag.map_or_else(unique_tag, str::to_string);
         let temp = dir.join(temp_name(&name, &tag));
-        let mut o = OpenOptions::new();
-        o.read(true).write(true).create_new(true);
-        #[cfg(windows)]
-        {
-            // FILE_SHARE_READ | FILE_SHARE_WRITE: no FILE_SHARE_DELETE, so nobody removes it while it is open.
-            std::os::windows::fs::OpenOptionsExt::share_mode(&mut o, 0x1 | 0x2);
-        }
-        let file = match o.open(&temp) {
+        // O_EXCL (Windows: CREATE_NEW, and no FILE_SHARE_DELETE: nobody removes it while it is open).
+        let file = match crate::os::create_new_held(&temp) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tag.starts_with('d') => {
                 // A staged file of the same save left by a killed job (distributed tags are not unique):
                 // removed if nobody holds it, then made again.
-                remove_if_stale(&temp);
-                o.open(&temp).map_err(|e| Error::io(format!("creating the staged file {}", display(&temp)), &e))?
+                crate::os::remove_if_unheld(&temp);
+                crate::os::create_new_held(&temp)
+                    .map_err(|e| Error::io(format!("creating the staged file {}", display(&temp)), &e))?
             }
             Err(e) => {
                 return Err(Error::io(format!("creating a file in {} (for {})", display(&dir), display(target)), &e))
@@ -90,7 +85,7 @@ impl Staged {
 
     fn prepare(&mut self, len: u64) -> Result<()> {
         let file = self.file.as_ref().expect("open");
-        lock(file).map_err(|e| Error::io(format!("locking {}", display(&self.temp)), &e))?;
+        crate::os::hold(file).map_err(|e| Error::io(format!("locking {}", display(&self.temp)), &e))?;
         if let Ok(m) = std::fs::metadata(&self.target) {
             // The new file keeps the old one's permissions (best effort: a file we may not chmod keeps ours).
             let _ = file.set_permissions(m.permissions());
@@ -98,7 +93,7 @@ impl Staged {
         match reserve(file, len) {
             Ok(_) => {}
             Err(e) => {
-                let free = free_bytes(self.temp.parent().unwrap_or(Path::new(".")));
+                let free = crate::os::free_space(self.temp.parent().unwrap_or(Path::new(".")));
                 let mut msg = format!(
                     "{}: the file needs {} bytes ({})",
                     display(&self.target),
@@ -148,11 +143,7 @@ impl Staged {
         if durable {
             self.sync()?;
         }
-        #[cfg(windows)]
-        {
-            // A file open without FILE_SHARE_DELETE cannot be renamed: close it first.
-            self.file = None;
-        }
+        self.close_for_rename();
         if let Err(e) = std::fs::rename(&self.temp, &self.target) {
             let hint = if cfg!(windows) { " (Windows: is the target open or mapped by a reader?)" } else { "" };
             return Err(Error::io(
@@ -167,6 +158,16 @@ impl Staged {
         self.committed = true;
         self.file = None;
         Ok(())
+    }
+
+    /// Windows: closes the file, which is open without `FILE_SHARE_DELETE` and so cannot be renamed (under any of
+    /// its names: its own, or a second name from [`Staged::link_aside`]) or removed while open; it is still
+    /// removed when dropped uncommitted. Elsewhere nothing: the file stays open (and locked) until committed.
+    pub fn close_for_rename(&mut self) {
+        #[cfg(windows)]
+        {
+            self.file = None;
+        }
     }
 
     /// A second name for the staged file, `.<target>.<tag>.l.hostfirst-tmp` (a hard link): the set commit
@@ -202,6 +203,8 @@ impl Staged {
 impl Drop for Staged {
     fn drop(&mut self) {
         if !self.committed && self.owned {
+            // Windows: our own handle (no FILE_SHARE_DELETE) would refuse the removal; closed first.
+            self.close_for_rename();
             let _ = std::fs::remove_file(&self.temp);
         }
     }
@@ -236,94 +239,18 @@ pub fn remove_stale(dir: &Path, target_name: &str, keep: &[String]) {
             && name.len() > prefix.len() + SUFFIX.len()
             && !keep.iter().any(|k| k == name)
         {
-            remove_if_stale(&e.path());
+            crate::os::remove_if_unheld(&e.path());
         }
     }
-}
-
-/// Removes `path` if no process holds its lock.
-fn remove_if_stale(path: &Path) {
-    #[cfg(unix)]
-    {
-        let Ok(f) = File::open(path) else { return };
-        if try_lock(&f) {
-            // Removed while locked: a writer that opens it now finds its lock taken, then the file gone.
-            let _ = std::fs::remove_file(path);
-        }
-    }
-    #[cfg(windows)]
-    {
-        // Fails with a sharing violation while its writer has it open (see the module documentation).
-        let _ = std::fs::remove_file(path);
-    }
-}
-
-#[cfg(unix)]
-fn lock(f: &File) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: a plain system call on an open descriptor.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
-    // A file system without locks (some network mounts) still gets a unique name: go on without.
-    if matches!(e.raw_os_error(), Some(libc::ENOLCK) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)) {
-        return Ok(());
-    }
-    Err(e)
-}
-
-#[cfg(unix)]
-fn try_lock(f: &File) -> bool {
-    use std::os::fd::AsRawFd;
-    // SAFETY: a plain system call on an open descriptor.
-    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
-}
-
-#[cfg(windows)]
-fn lock(_f: &File) -> std::io::Result<()> {
-    // The share mode the file was opened with is the lock (see the module documentation).
-    Ok(())
 }
 
 /// Makes the directory's entries (a rename into it) durable: `fsync` of the directory (Unix); nothing on
 /// Windows, where a directory cannot be flushed (see the module documentation).
 pub fn sync_dir(dir: &Path) -> Result<()> {
-    #[cfg(unix)]
-    {
-        let d = File::open(dir).map_err(|e| Error::io(format!("opening the directory {}", display(dir)), &e))?;
-        match d.sync_all() {
-            Ok(()) => Ok(()),
-            // Some file systems cannot sync a directory (EINVAL); the rename is as durable as they make it.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
-            Err(e) => Err(Error::io(format!("fsync of the directory {} after the rename", display(dir)), &e)),
-        }
-    }
-    #[cfg(windows)]
-    {
-        let _ = dir;
-        Ok(())
-    }
-}
-
-/// Free bytes of the file system holding `dir` for an unprivileged writer, where the system says.
-fn free_bytes(dir: &Path) -> Option<u64> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::ffi::OsStrExt;
-        let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: a NUL-terminated path and a writable statvfs.
-        if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
-            return None;
-        }
-        Some((s.f_bavail as u64).saturating_mul(s.f_frsize as u64))
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = dir;
-        None
-    }
+    crate::os::sync_dir(dir).map_err(|(step, e)| match step {
+        crate::os::DirStep::Open => Error::io(format!("opening the directory {}", display(dir)), &e),
+        crate::os::DirStep::Sync => Error::io(format!("fsync of the directory {} after the rename", display(dir)), &e),
+    })
 }
 
 #[cfg(test)]

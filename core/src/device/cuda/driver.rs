@@ -109,7 +109,12 @@ pub(crate) fn library() -> std::result::Result<&'static libloading::Library, Str
             match unsafe { libloading::Library::new(*name) } {
                 Ok(lib) => return Ok(lib),
                 Err(e) => {
-                    first_error.get_or_insert_with(|| e.to_string());
+                    // The loader's reason under libloading's "dlopen failed" / "LoadLibraryExW failed": dlerror's
+                    // text on Unix, the system error on Windows.
+                    first_error.get_or_insert_with(|| match std::error::Error::source(&e) {
+                        Some(why) => format!("{e}: {why}"),
+                        None => e.to_string(),
+                    });
                 }
             }
         }

@@ -50,8 +50,7 @@ pub(crate) fn forked_child() {
     if PROBING.load(Ordering::SeqCst) > 0 {
         FORKED.store(true, Ordering::SeqCst);
         PROBING.store(0, Ordering::SeqCst);
-        // SAFETY: getppid has no preconditions.
-        PROBING_PID.store(unsafe { libc::getppid() } as u32, Ordering::SeqCst);
+        PROBING_PID.store(crate::os::parent_pid(), Ordering::SeqCst);
     }
     if INIT_PID.load(Ordering::SeqCst) != 0 {
         FORKED.store(true, Ordering::SeqCst);
@@ -149,12 +148,19 @@ pub fn hidden_by_visible_devices(value: Option<&str>) -> Option<String> {
     }
 }
 
+/// What to do when no driver library loads, in the words of this system.
+const LIBRARY_HINT: &str = if cfg!(windows) {
+    "install the NVIDIA display driver (it puts nvcuda.dll in the System32 directory), or add the directory \
+     holding nvcuda.dll to PATH"
+} else {
+    "install the NVIDIA driver, or add the directory holding libcuda.so.1 to LD_LIBRARY_PATH"
+};
+
 /// The reason given when no driver library loads: the names tried, the loader's message, and what to do.
 pub fn library_not_found_reason(loader_message: &str) -> String {
     let message = if loader_message.is_empty() { String::new() } else { format!(": {loader_message}") };
     format!(
-        "the CUDA driver library could not be loaded (tried {}{message}); install the NVIDIA driver, or add the \
-         directory holding libcuda.so.1 to LD_LIBRARY_PATH",
+        "the CUDA driver library could not be loaded (tried {}{message}); {LIBRARY_HINT}",
         driver::LIBRARY_NAMES.join(", ")
     )
 }

@@ -1,0 +1,401 @@
+//! The platform layer: every call the core makes to the operating system that std does not make portable, behind
+//! one set of functions with one contract. The rest of the core calls these and holds no `#[cfg(unix)]` /
+//! `#[cfg(windows)]` of its own for them (a test, `tests/it/engine_path.rs`, keeps `libc::pread`/`preadv` and
+//! friends out of the other modules, and every system call out of the writer). Two implementations: `unix.rs` (Linux; no other Unix system is built or
+//! tested) and `windows.rs` (x86_64-pc-windows-gnu, tested under Wine by `scripts/test-windows.sh`).
+//!
+//! # Files
+//!
+//! | function | Unix | Windows |
+//! |---|---|---|
+//! | [`RawFile`], [`raw_file`] | the descriptor (`RawFd`) | the `HANDLE` (a `Copy` wrapper that is `Send`) |
+//! | [`read_at`] | `pread` | `FileExt::seek_read` (`ReadFile` with the offset in an `OVERLAPPED`) |
+//! | [`write_at`], [`write_all_at`] | `pwrite` | `FileExt::seek_write` |
+//! | [`read_vectored_at`] | `preadv` (at most [`IOV_MAX`] pieces a call) | one [`read_at`] per piece, in order, stopping at the first short one |
+//! | [`open_read`] | `O_RDONLY | O_NONBLOCK` (a FIFO cannot hang the open) | plain read-only open, sharing read, write and delete |
+//! | [`advise_random`] | `posix_fadvise(RANDOM / NORMAL)` on Linux | nothing (Windows takes access hints only when a file is opened) |
+//! | [`advise_willneed`] | `posix_fadvise(WILLNEED)` on Linux | nothing |
+//!
+//! [`read_at`] and [`read_vectored_at`] may return fewer bytes than asked (0 at end of file) and report `EINTR` as
+//! [`std::io::ErrorKind::Interrupted`]; callers loop. Several threads may read one [`RawFile`] at once on both
+//! systems. On Windows the I/O manager serialises reads on a handle opened for synchronous I/O (all of std's), so
+//! the engine's thread pool gets correctness there, not parallel reads of one file (overlapped I/O on an IOCP
+//! would; not done).
+//!
+//! # Writing files (the writer)
+//!
+//! | function | Unix | Windows |
+//! |---|---|---|
+//! | [`io_class`] | `ENOSPC`, `EDQUOT`, `EFBIG`: no space; `EACCES`, `EPERM`, `EROFS`: permission | `ERROR_HANDLE_DISK_FULL`, `ERROR_DISK_FULL`, `ERROR_DISK_QUOTA_EXCEEDED`; `ERROR_ACCESS_DENIED`, `ERROR_WRITE_PROTECT` |
+//! | [`start_writeback`], [`wait_writeback`] | `sync_file_range` on Linux | nothing (the final `FlushFileBuffers` does it all) |
+//! | [`reserve`] | `fallocate` on Linux | `SetFileInformationByHandle(FileAllocationInfo)` |
+//! | [`create_new_held`], [`hold`], [`remove_if_unheld`] | `O_EXCL`, then `flock(LOCK_EX)`; a stale file is one whose lock can be taken | `CREATE_NEW` without `FILE_SHARE_DELETE`: nobody removes it while it is open; a stale file is one that can be removed |
+//! | [`sync_dir`] | `fsync` of the directory | nothing (a directory cannot be flushed; NTFS journals the rename) |
+//! | [`free_space`] | `statvfs` (`f_bavail * f_frsize`) | `GetDiskFreeSpaceExW` (the caller's quota) |
+//! | [`dup_descriptor`] | `fcntl(F_DUPFD_CLOEXEC)` | refused (`Unsupported`): a C runtime descriptor belongs to the caller's runtime |
+//! | [`kill_self`] | `SIGKILL` | `TerminateProcess`, exit code 137 |
+//!
+//! Renaming over a target is std's `rename` on both (`rename(2)`; `MoveFileExW(MOVEFILE_REPLACE_EXISTING)`, which
+//! needs the renamed file closed and fails while another process has the target mapped).
+//!
+//! # Memory
+//!
+//! | function | Unix | Windows |
+//! |---|---|---|
+//! | [`populate_read`] | `MADV_POPULATE_READ` (Linux 5.14+; `EFAULT` = the file shrank), else `MADV_WILLNEED` | `PrefetchVirtualMemory`, then one read per page |
+//! | [`populate_write`] | `MADV_POPULATE_WRITE` (Linux 5.14+), else nothing | nothing (first writes fault pages in) |
+//! | [`page_size`] | `sysconf(_SC_PAGESIZE)` | `GetSystemInfo().dwPageSize` |
+//! | [`host_memory`] | `/proc/meminfo` (`MemTotal`, `MemAvailable`), else `sysconf` pages | `GlobalMemoryStatusEx` (`ullTotalPhys`, `ullAvailPhys`) |
+//! | [`cpu_name`] | `model name` of `/proc/cpuinfo` | `PROCESSOR_IDENTIFIER` (set by Windows for every process) |
+//!
+//! Anonymous and copy-on-write file mappings are `memmap2`'s (`MmapMut::map_anon`, `MmapOptions::map_copy`):
+//! `MAP_PRIVATE` on Unix, a section mapped `FILE_MAP_COPY` on Windows; see `place/host.rs`.
+//!
+//! **A mapped file that changes.** Unix lets another process truncate a file while it is mapped; touching a page
+//! past the new end raises SIGBUS, and [`populate_read`] reports it as [`PopulateError::Shrunk`] instead. Windows
+//! refuses to shrink a file while any mapping of it lives (`SetEndOfFile` fails with `ERROR_USER_MAPPED_FILE`,
+//! 1224): the writer is refused and the mapping keeps its bytes. On Linux, writes in place reach shared mappings
+//! and the pages of a copy-on-write mapping not yet written; Windows promises that only between mapped views of
+//! one file (writes with `WriteFile` are not part of its contract, and not tested here).
+//!
+//! # Processes
+//!
+//! | function | Unix | Windows |
+//! |---|---|---|
+//! | [`HAS_FORK`], [`register_fork_handlers`] | `pthread_atfork` | no fork: nothing to register |
+//! | [`parent_pid`] | `getppid` | 0 (only the fork handlers ask) |
+//! | [`loaded_symbol`] | `dlsym(RTLD_DEFAULT, name)` | `GetProcAddress` in each module of the process (`K32EnumProcessModules`), first match |
+
+use std::ffi::CStr;
+use std::fs::File;
+use std::path::Path;
+
+#[cfg(unix)]
+mod unix;
+#[cfg(unix)]
+use unix as imp;
+#[cfg(windows)]
+mod windows;
+#[cfg(windows)]
+use windows as imp;
+
+pub use imp::{IoVec, RawFile};
+
+/// Whether this system has `fork()` (and so fork handlers).
+pub const HAS_FORK: bool = cfg!(unix);
+
+/// `read_vectored_at` hands at most this many pieces to one system call (Linux `IOV_MAX`).
+pub const IOV_MAX: usize = 1024;
+
+/// The handle positional reads use for `file`; valid while `file` is open.
+pub fn raw_file(file: &File) -> RawFile {
+    imp::raw_file(file)
+}
+
+/// One positional read of up to `dst.len()` bytes of `file` at `offset`: the bytes read (0 at end of file). Does
+/// not use or move a file position that other calls rely on. `file` must stay open during the call.
+pub fn read_at(file: RawFile, dst: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    imp::read_at(file, dst, offset)
+}
+
+/// One positional write of up to `src.len()` bytes to `file` at `offset`: the bytes written.
+pub fn write_at(file: &File, src: &[u8], offset: u64) -> std::io::Result<usize> {
+    imp::write_at(file, src, offset)
+}
+
+/// Writes all of `src` to `file` at `offset` (short writes resumed, `Interrupted` retried).
+pub fn write_all_at(file: &File, mut src: &[u8], mut offset: u64) -> std::io::Result<()> {
+    while !src.is_empty() {
+        match write_at(file, src, offset) {
+            Ok(0) => return Err(std::io::Error::new(std::io::ErrorKind::WriteZero, "the write wrote nothing")),
+            Ok(n) => {
+                src = &src[n..];
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// One positional read of `file` at `offset` into the pieces of `iov` in order (at most [`IOV_MAX`] of them):
+/// the bytes read, which may stop anywhere, 0 at end of file.
+///
+/// # Safety
+/// Every piece must point at memory valid for writes of its length that nothing else accesses during the call
+/// (pieces may repeat: a scratch piece for gaps that are thrown away).
+pub unsafe fn read_vectored_at(file: &File, iov: &[IoVec], offset: u64) -> std::io::Result<usize> {
+    // SAFETY: forwarded from the caller.
+    unsafe { imp::read_vectored_at(file, &iov[..iov.len().min(IOV_MAX)], offset) }
+}
+
+/// Opens `path` for reading without ever blocking in the open itself (Unix: `O_NONBLOCK`, so a FIFO given as
+/// a file name fails the regular-file check instead of waiting for a writer). Reads of regular files are not
+/// affected.
+pub fn open_read(path: &Path) -> std::io::Result<File> {
+    imp::open_read(path)
+}
+
+/// Advice: from now on `file` is read at random places (`on`), or as usual again. Reads are correct either way.
+pub fn advise_random(file: RawFile, on: bool) {
+    imp::advise_random(file, on)
+}
+
+/// Advice: `len` bytes of `file` at `offset` will be read soon (read-ahead may start now).
+pub fn advise_willneed(file: RawFile, offset: u64, len: u64) {
+    imp::advise_willneed(file, offset, len)
+}
+
+/// What [`populate_read`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Populate {
+    /// Every page of the range is in memory and mapped: reads of it take no major faults.
+    Done,
+    /// The system offers only read-ahead advice here (Linux before 5.14): given.
+    AdviceOnly,
+}
+
+/// Why [`populate_read`] failed.
+#[derive(Debug)]
+pub enum PopulateError {
+    /// The file behind the mapping is now shorter than the range (Unix only: Windows cannot shrink a mapped file).
+    Shrunk,
+    /// Anything else.
+    Os(std::io::Error),
+}
+
+/// Brings the pages of `[addr, addr + len)` into memory and maps them for reading, reading from storage what is
+/// not cached, so later reads take no page faults; contents never change.
+///
+/// # Safety
+/// The range must lie in one live mapping (or allocation) of this process that stays mapped during the call.
+pub unsafe fn populate_read(addr: *const u8, len: usize) -> Result<Populate, PopulateError> {
+    if len == 0 {
+        return Ok(Populate::Done);
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { imp::populate_read(addr, len) }
+}
+
+/// Faults `bytes` in for writing in one call where the system can (`MADV_POPULATE_WRITE`), instead of one fault
+/// per page inside the copy that follows. Best effort: nothing happens elsewhere, or for memory that is not
+/// page-aligned at both ends; contents never change.
+pub fn populate_write(bytes: &mut [u8]) {
+    imp::populate_write(bytes)
+}
+
+/// The page size in bytes (4096 where the system does not say).
+pub fn page_size() -> usize {
+    imp::page_size()
+}
+
+/// Physical host memory, (total, available) bytes; `None` where the system does not say.
+pub fn host_memory() -> Option<(u64, u64)> {
+    imp::host_memory()
+}
+
+/// Parses `MemTotal` and `MemAvailable` (kB) out of a `/proc/meminfo` text (`MemFree` where the kernel predates
+/// `MemAvailable`); available is at most total.
+pub fn parse_meminfo(text: &str) -> Option<(u64, u64)> {
+    let field = |name: &str| -> Option<u64> {
+        let line = text.lines().find(|l| l.starts_with(name))?;
+        let kb: u64 = line[name.len()..].trim().trim_end_matches("kB").trim().parse().ok()?;
+        kb.checked_mul(1024)
+    };
+    let total = field("MemTotal:")?;
+    let avail = field("MemAvailable:").or_else(|| field("MemFree:"))?;
+    Some((total, avail.min(total)))
+}
+
+/// The host CPU's name as the system gives it, if it does.
+pub fn cpu_name() -> Option<String> {
+    imp::cpu_name().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+/// Registers fork handlers (Unix: `pthread_atfork`). Returns whether anything was registered: `false` where there
+/// is no `fork()`.
+pub fn register_fork_handlers(prepare: extern "C" fn(), parent: extern "C" fn(), child: extern "C" fn()) -> bool {
+    imp::register_fork_handlers(prepare, parent, child)
+}
+
+/// The parent process's id (Unix: `getppid`); 0 on Windows, which has no fork and never needs it.
+pub fn parent_pid() -> u32 {
+    imp::parent_pid()
+}
+
+/// The address of the exported function or variable `name` in a module already loaded into this process (no
+/// module is loaded); `None` when no loaded module exports it. Unix: `dlsym(RTLD_DEFAULT)` (the global scope:
+/// not found in a library loaded with `RTLD_LOCAL`). Windows: each module of the process, in load order.
+pub fn loaded_symbol(name: &CStr) -> Option<std::ptr::NonNull<std::ffi::c_void>> {
+    imp::loaded_symbol(name)
+}
+
+/// What an I/O error means for the statuses that name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoClass {
+    /// The file system (or the user's quota, or the largest file it takes) is full.
+    NoSpace,
+    /// Access refused, or a read-only file system.
+    PermissionDenied,
+    /// Anything else.
+    Other,
+}
+
+/// The class of an operating-system error (by its code; [`IoClass::Other`] for an error without one).
+pub fn io_class(e: &std::io::Error) -> IoClass {
+    imp::io_class(e)
+}
+
+/// Asks the system to start writing `[offset, offset + len)` of `file` to storage now, without waiting. Best
+/// effort: an error here is left to the final flush, which reports it.
+pub fn start_writeback(file: &File, offset: u64, len: u64) {
+    imp::start_writeback(file, offset, len)
+}
+
+/// Waits until `[offset, offset + len)` of `file`, handed to [`start_writeback`] earlier, is on storage where the
+/// system can wait for a range (else `Ok` at once: the final flush does it); the system's error otherwise.
+pub fn wait_writeback(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
+    imp::wait_writeback(file, offset, len)
+}
+
+/// Allocates the blocks of `[0, len)` of `file` now, so that a file system without room says so before anything
+/// is written: `Ok(true)` when done, `Ok(false)` where the system or file system cannot (the writes find out), an
+/// error of class [`IoClass::NoSpace`] (or another error on Unix) otherwise. Does not change the file's length
+/// on Unix; may leave it anywhere up to `len` on Windows (the caller sets the length after).
+pub fn reserve(file: &File, len: u64) -> std::io::Result<bool> {
+    if len == 0 {
+        return Ok(true);
+    }
+    imp::reserve(file, len)
+}
+
+/// Creates `path` (which must not exist) for reading and writing, such that another writer can tell it is held
+/// while this handle lives: with [`hold`] on Unix; by its share mode on Windows (no other process can remove it).
+pub fn create_new_held(path: &Path) -> std::io::Result<File> {
+    imp::create_new_held(path)
+}
+
+/// Takes the hold on a file made by [`create_new_held`] (Unix: an exclusive `flock`, none on a file system
+/// without locks). Nothing to do on Windows.
+pub fn hold(file: &File) -> std::io::Result<()> {
+    imp::hold(file)
+}
+
+/// Removes `path` when no live handle holds it (see [`create_new_held`]); best effort.
+pub fn remove_if_unheld(path: &Path) {
+    imp::remove_if_unheld(path)
+}
+
+/// Which step of [`sync_dir`] failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirStep {
+    /// Opening the directory.
+    Open,
+    /// Flushing it.
+    Sync,
+}
+
+/// Makes the entries of `dir` (a rename into it) durable: `fsync` of the directory on Unix (a file system that
+/// cannot sync one is not an error); nothing on Windows.
+pub fn sync_dir(dir: &Path) -> Result<(), (DirStep, std::io::Error)> {
+    imp::sync_dir(dir)
+}
+
+/// Free bytes of the file system holding `dir` for this (unprivileged) user, where the system says.
+pub fn free_space(dir: &Path) -> Option<u64> {
+    imp::free_space(dir)
+}
+
+/// A file of this process's own on the open descriptor `fd` of the caller (a duplicate, close-on-exec), which
+/// stays the caller's. Windows: [`std::io::ErrorKind::Unsupported`], saying why.
+pub fn dup_descriptor(fd: i32) -> std::io::Result<File> {
+    imp::dup_descriptor(fd)
+}
+
+/// Ends this process at once, as a kill from outside would (no destructors, no atexit handlers, no flush).
+pub fn kill_self() -> ! {
+    imp::kill_self()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str, len: usize) -> (std::path::PathBuf, File) {
+        let dir = std::env::temp_dir().join(format!("hostfirst-os-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, (0..len).map(|i| (i * 7 % 253) as u8).collect::<Vec<_>>()).unwrap();
+        let f = open_read(&p).unwrap();
+        (p, f)
+    }
+
+    #[test]
+    fn positional_reads_read_the_bytes_asked_and_stop_at_the_end() {
+        let (_p, f) = scratch("read", 10_000);
+        let mut b = vec![0u8; 300];
+        assert_eq!(read_at(raw_file(&f), &mut b, 9_800).unwrap(), 200);
+        assert!(b[..200].iter().enumerate().all(|(i, &x)| x == ((9_800 + i) * 7 % 253) as u8));
+        assert_eq!(read_at(raw_file(&f), &mut b, 10_000).unwrap(), 0);
+        assert_eq!(read_at(raw_file(&f), &mut b, 5).unwrap(), 300);
+        assert_eq!(b[0], 35);
+    }
+
+    #[test]
+    fn vectored_reads_fill_pieces_in_order_and_reuse_scratch() {
+        let (_p, f) = scratch("vec", 4096);
+        let (mut a, mut gap, mut c) = (vec![0u8; 10], vec![0u8; 5], vec![0u8; 20]);
+        let iov = [
+            IoVec::new(a.as_mut_ptr(), a.len()),
+            IoVec::new(gap.as_mut_ptr(), gap.len()),
+            IoVec::new(c.as_mut_ptr(), c.len()),
+            IoVec::new(gap.as_mut_ptr(), gap.len()),
+        ];
+        // SAFETY: the pieces point at live buffers of these lengths, used by nothing else meanwhile.
+        let n = unsafe { read_vectored_at(&f, &iov, 100) }.unwrap();
+        assert_eq!(n, 40);
+        assert!(a.iter().enumerate().all(|(i, &x)| x == ((100 + i) * 7 % 253) as u8));
+        assert!(c.iter().enumerate().all(|(i, &x)| x == ((115 + i) * 7 % 253) as u8));
+        // SAFETY: as above.
+        assert_eq!(unsafe { read_vectored_at(&f, &iov, 4090) }.unwrap(), 6);
+    }
+
+    #[test]
+    fn writes_land_where_asked() {
+        let (p, _f) = scratch("write", 100);
+        let w = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        write_all_at(&w, b"abc", 50).unwrap();
+        let got = std::fs::read(&p).unwrap();
+        assert_eq!(&got[50..53], b"abc");
+        assert_eq!(got.len(), 100);
+    }
+
+    #[test]
+    fn memory_facts_are_plausible() {
+        assert!(page_size().is_power_of_two() && page_size() >= 4096);
+        let (total, avail) = host_memory().expect("this system says how much memory it has");
+        assert!(total > 64 << 20 && avail <= total, "{total} {avail}");
+    }
+
+    #[test]
+    fn populating_a_mapping_keeps_its_bytes() {
+        let (_p, f) = scratch("populate", 3 * 4096 + 5);
+        // SAFETY: a read-only mapping of a file this test owns and does not change.
+        let m = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+        // SAFETY: the range lies in the live mapping `m`.
+        let r = unsafe { populate_read(m.as_ptr().wrapping_add(4096), m.len() - 4096) }.unwrap();
+        assert!(matches!(r, Populate::Done | Populate::AdviceOnly));
+        assert_eq!(m[4096], (4096 * 7 % 253) as u8);
+        let mut v = vec![1u8; 3 << 20];
+        populate_write(&mut v);
+        assert!(v.iter().all(|&x| x == 1));
+    }
+
+    #[test]
+    fn a_symbol_of_a_loaded_library_is_found_and_a_missing_one_is_not() {
+        let name = if cfg!(windows) { c"GetCurrentProcessId" } else { c"getpid" };
+        assert!(loaded_symbol(name).is_some());
+        assert!(loaded_symbol(c"hostfirst_no_such_symbol_anywhere").is_none());
+    }
+}
