@@ -129,6 +129,10 @@ def save(model_path: str) -> int:
     info: Optional[Dict[str, Any]] = w.info
     assert info is not None
     count: int = info["tensors"]
+    arrays: Dict[str, np.ndarray] = {"a": np.arange(6, dtype=np.int32)}
+    hostfirst.numpy.save_file(arrays, out, metadata={"by": "typing_user"})
+    blob: bytes = hostfirst.numpy.save(arrays)
+    assert hostfirst.numpy.load(blob)["a"].tolist() == list(range(6))
     return count
 
 
