@@ -18,6 +18,7 @@
  * With a report folder (the fourth argument), each rank also writes its result lines to report-<rank>.txt there:
  * a test reads those, not mpirun's output, which MPI itself writes to as well. */
 #define _POSIX_C_SOURCE 200809L
+#define HOSTFIRST_EXPERIMENTAL /* shard-on-read (the shard_* functions) is in the experimental tier */
 #include <inttypes.h>
 #include <mpi.h>
 #include <stdarg.h>

@@ -40,7 +40,8 @@ build() {
     # The commit the binaries were built from (with +dirty for uncommitted changes), for the record.
     local commit
     commit="$(git -C "$root" rev-parse --short HEAD)"
-    git -C "$root" diff --quiet HEAD -- . 2>/dev/null || commit="$commit+dirty"
+    # (The record itself, which every run appends to, does not count.)
+    git -C "$root" diff --quiet HEAD -- . ':!fuzz/record.tsv' 2>/dev/null || commit="$commit+dirty"
     echo "$commit" >"$target_dir/built-from"
 }
 

@@ -289,9 +289,18 @@ pub(crate) fn init_options<T: Extensible>(out: *mut T, struct_size: usize, defau
         return Err(Error::new(Status::NullArgument, format!("output parameter 'out' ({} *) is NULL", T::NAME)));
     }
     let size = struct_size_ok::<T>(struct_size, "out")?;
-    // SAFETY: the caller promises `struct_size` writable bytes at `out`, laid out as (a version of) T.
+    // Every options struct's defaults are all zero (tested), so they are written as zero bytes, the padding
+    // between fields included: a struct value's padding holds whatever its stack slot held, which must not reach
+    // the caller (valgrind saw it as uninitialised in a caller's memcmp).
+    let _ = defaults;
+    let end = known_end::<T>(size);
+    // SAFETY: the caller promises `struct_size` writable bytes at `out`, laid out as (a version of) T; `end`
+    // (whole known fields) and `sizeof(T)` .. `size` lie within them.
     unsafe {
-        write_struct(out as *mut u8, size, defaults);
+        std::ptr::write_bytes(out as *mut u8, 0, end);
+        if size > std::mem::size_of::<T>() {
+            std::ptr::write_bytes((out as *mut u8).add(std::mem::size_of::<T>()), 0, size - std::mem::size_of::<T>());
+        }
         (out as *mut usize).write(struct_size);
     }
     Ok(())
