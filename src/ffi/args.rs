@@ -580,18 +580,21 @@ mod tests {
     #[test]
     fn options_init_writes_whole_fields_within_struct_size() {
         assert_eq!((Opts::MIN_SIZE, std::mem::size_of::<Opts>()), (20, 32));
-        let def = Opts { a: 1, flag: 2, b: 3, ..DEF };
-        // An older caller: its struct is the 1.0 layout (sizeof 24), then memory it does not own.
+        // Every options struct's defaults are all zero (check_options tests it): an init writes zero bytes.
+        let def = DEF;
+        // An older caller: its struct is the 1.0 layout (sizeof 24), then memory it does not own. Its tail
+        // padding (bytes 20..24, past the last whole field) is not written.
         let mut mem = [FILL; 5];
         init_options(mem.as_mut_ptr() as *mut Opts, 24, def).unwrap();
-        assert_eq!(mem[..2], [24, 1]);
-        assert_eq!(mem[2] as u32, 2, "flag");
+        assert_eq!(mem[..2], [24, 0]);
+        assert_eq!(mem[2] as u32, 0, "flag");
+        assert_eq!(mem[2] >> 32, FILL >> 32, "wrote the tail padding past the last whole field");
         assert_eq!(mem[3..], [FILL, FILL], "wrote past the caller's struct");
         // A newer caller (a larger struct): our fields, zeros past them (fields of its header we do not
         // know: zero means their default), nothing past its struct_size; struct_size is the caller's.
         let mut mem = [FILL; 7];
         init_options(mem.as_mut_ptr() as *mut Opts, 48, def).unwrap();
-        assert_eq!((mem[0], mem[1], mem[3], mem[4], mem[5], mem[6]), (48, 1, 3, 0, 0, FILL));
+        assert_eq!((mem[0], mem[1], mem[2], mem[3], mem[4], mem[5], mem[6]), (48, 0, 0, 0, 0, 0, FILL));
         // Too small or too large: refused, nothing written, the message names the struct and the sizes.
         for bad in [19, MAX_STRUCT_SIZE + 8] {
             let mut mem = [FILL; 4];
