@@ -103,6 +103,8 @@ fuzz() { # mode(run|time) target amount [extra libFuzzer args]
     [ -n "$execs" ] || execs=0
     local result=ok
     if [ "$rc" -ne 0 ]; then result="crash(rc=$rc)"; fi
+    # Stopped by SIGINT/SIGTERM (libFuzzer says so and prints its stats): not a crash, the executions count.
+    if [ "$rc" -ne 0 ] && grep -q "libFuzzer: run interrupted" "$log"; then result=interrupted; fi
     local commit
     commit="$(cat "$target_dir/built-from" 2>/dev/null || echo unknown)"
     local corpus_n
@@ -126,7 +128,7 @@ summary() {
             committed=$((committed + $(find "$root/tests/corpus/$d" -maxdepth 1 -name '*.bin' 2>/dev/null | wc -l)))
         done
         awk -F'\t' -v t="$t" -v c="$committed" 'NR > 1 && $2 == t {
-                n += $3; s += $4; r++; if ($5 != "ok") x++; day = substr($1, 1, 4) "-" substr($1, 5, 2) "-" substr($1, 7, 2);
+                n += $3; s += $4; r++; if ($5 != "ok" && $5 != "interrupted") x++; day = substr($1, 1, 4) "-" substr($1, 5, 2) "-" substr($1, 7, 2);
                 if (first == "") first = day; last = day; corpus = $6 }
             END { if (r) printf "| %s | %d | %d | %d | %s | %d | %d | %d |\n", t, n, r, s,
                       (first == last ? first : first " to " last), corpus, c, x

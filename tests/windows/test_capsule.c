@@ -3,6 +3,7 @@
  * export whose capsule no consumer took, in both forms; a consumed capsule ("used_dltensor...") and NULL are left
  * alone. Handle count back to its baseline. argv[1]: tests/fixtures. (On Linux the Python tests cover it.) */
 #define WIN32_LEAN_AND_MEAN
+#define HOSTFIRST_EXPERIMENTAL /* the capsule destructor is in the experimental tier */
 #include <windows.h>
 #include "check.h"
 
@@ -11,7 +12,7 @@ typedef struct {
     void *pointer;
 } fake_capsule;
 
-static const hostfirst_dlpack_options LEGACY = {.struct_size = sizeof(hostfirst_dlpack_options)};
+static const hostfirst_dlpack_options LEGACY = {.struct_size = sizeof(hostfirst_dlpack_options), .legacy = 1};
 
 int main(int argc, char **argv) {
     CHECK(argc == 2);
