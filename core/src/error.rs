@@ -218,30 +218,6 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-impl Status {
-    /// The status of an operating-system error: [`Status::NoSpace`] for a full file system or quota,
-    /// [`Status::PermissionDenied`] for refused access or a read-only file system, [`Status::Io`] otherwise.
-    pub fn of_io(e: &std::io::Error) -> Status {
-        match crate::os::io_class(e) {
-            crate::os::IoClass::NoSpace => return Status::NoSpace,
-            crate::os::IoClass::PermissionDenied => return Status::PermissionDenied,
-            crate::os::IoClass::Other => {}
-        }
-        match e.kind() {
-            std::io::ErrorKind::PermissionDenied => Status::PermissionDenied,
-            _ => Status::Io,
-        }
-    }
-}
-
-impl Error {
-    /// An error for a failed operating-system call: the status of [`Status::of_io`] and the message
-    /// `"{what}: {e}"`.
-    pub fn io(what: impl fmt::Display, e: &std::io::Error) -> Error {
-        Error::new(Status::of_io(e), format!("{what}: {e}"))
-    }
-}
-
 /// Result alias used throughout the crate.
 pub type Result<T> = std::result::Result<T, Error>;
 

@@ -288,7 +288,7 @@ fn dup_fd(fd: i32) -> Result<std::fs::File> {
         if e.kind() == std::io::ErrorKind::Unsupported {
             Error::new(Status::Unsupported, format!("{e} (writers on descriptors are Unix only)"))
         } else {
-            Error::io(format!("fd {fd} is not an open file descriptor"), &e)
+            hostfirst_core::os::io_error(format!("fd {fd} is not an open file descriptor"), &e)
         }
     })
 }

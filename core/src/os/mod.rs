@@ -247,6 +247,24 @@ pub fn io_class(e: &std::io::Error) -> IoClass {
     imp::io_class(e)
 }
 
+/// The status of an operating-system error: `NO_SPACE` for a full file system or quota, `PERMISSION_DENIED` for
+/// refused access or a read-only file system, `IO` otherwise. (Here, not in `error.rs`, which depends on
+/// nothing: the classes are the platform's.)
+pub fn status_of_io(e: &std::io::Error) -> crate::error::Status {
+    use crate::error::Status;
+    match io_class(e) {
+        IoClass::NoSpace => Status::NoSpace,
+        IoClass::PermissionDenied => Status::PermissionDenied,
+        IoClass::Other if e.kind() == std::io::ErrorKind::PermissionDenied => Status::PermissionDenied,
+        IoClass::Other => Status::Io,
+    }
+}
+
+/// An error for a failed operating-system call: the status of [`status_of_io`] and the message `"{what}: {e}"`.
+pub fn io_error(what: impl std::fmt::Display, e: &std::io::Error) -> crate::error::Error {
+    crate::error::Error::new(status_of_io(e), format!("{what}: {e}"))
+}
+
 /// Asks the system to start writing `[offset, offset + len)` of `file` to storage now, without waiting. Best
 /// effort: an error here is left to the final flush, which reports it.
 pub fn start_writeback(file: &File, offset: u64, len: u64) {

@@ -181,7 +181,7 @@ impl Pacer {
             let (o, lo, hi) = self.started.pop_front().expect("outstanding bytes");
             self.outstanding -= hi - lo;
             wait_writeback(outs[o].file, lo, hi - lo)
-                .map_err(|e| Error::io(format!("{}: writing back bytes {lo}..{hi}", outs[o].display), &e))?;
+                .map_err(|e| crate::os::io_error(format!("{}: writing back bytes {lo}..{hi}", outs[o].display), &e))?;
         }
         Ok(())
     }
@@ -197,7 +197,10 @@ fn flush(outs: &[Out<'_>], out: usize, writes: &mut Vec<Write<'_>>, t: &Tuning, 
     super::kill_point();
     write_many(outs[out].file, writes, t).map_err(|f: WriteFailure| {
         let w = &writes[f.index];
-        Error::io(format!("{}: writing {} bytes at offset {}", outs[out].display, w.src.len(), w.offset), &f.error)
+        crate::os::io_error(
+            format!("{}: writing {} bytes at offset {}", outs[out].display, w.src.len(), w.offset),
+            &f.error,
+        )
     })?;
     writes.clear();
     pacer.wrote(outs, out, lo, hi)
@@ -366,7 +369,7 @@ pub(super) fn finish_path(
     let mut written = 0u64;
     for (s, p) in staged.iter().zip(&layout.parts) {
         write_exact(s.file(), 0, &p.header)
-            .map_err(|e| Error::io(format!("{}: writing the header", s.target.display()), &e))?;
+            .map_err(|e| crate::os::io_error(format!("{}: writing the header", s.target.display()), &e))?;
         written += p.header.len() as u64;
         super::kill_point();
     }
@@ -404,7 +407,8 @@ pub(super) fn stage(dir: &Path, layout: &Layout, tag: Option<&str>) -> Result<Ve
 pub(super) fn stage_index(dir: &Path, layout: &Layout, tag: Option<&str>) -> Result<Option<Staged>> {
     let Some((name, bytes)) = &layout.index else { return Ok(None) };
     let s = Staged::create(&dir.join(name), bytes.len() as u64, tag)?;
-    write_exact(s.file(), 0, bytes).map_err(|e| Error::io(format!("{}: writing the index", s.target.display()), &e))?;
+    write_exact(s.file(), 0, bytes)
+        .map_err(|e| crate::os::io_error(format!("{}: writing the index", s.target.display()), &e))?;
     Ok(Some(s))
 }
 
@@ -512,7 +516,7 @@ fn switch_through_staged_names(
     mid_bytes.push(b'\n');
     let mut mid = Staged::create(&dir.join(name), mid_bytes.len() as u64, None)?;
     write_exact(mid.file(), 0, &mid_bytes)
-        .map_err(|e| Error::io(format!("{}: writing the index", mid.target.display()), &e))?;
+        .map_err(|e| crate::os::io_error(format!("{}: writing the index", mid.target.display()), &e))?;
     mid.commit(durable)?;
     if durable {
         sync_dir(dir)?;
@@ -522,7 +526,7 @@ fn switch_through_staged_names(
     for (s, link) in parts.iter_mut().zip(links) {
         s.close_for_rename();
         std::fs::rename(&link, &s.target)
-            .map_err(|e| Error::io(format!("renaming {} over {}", link.display(), s.target.display()), &e))?;
+            .map_err(|e| crate::os::io_error(format!("renaming {} over {}", link.display(), s.target.display()), &e))?;
         super::kill_point();
     }
     if durable {
@@ -592,11 +596,11 @@ pub(super) fn finish_fd(
     let written = match f.stream_position() {
         Ok(base) => {
             write_exact(file, base, &part.header)
-                .map_err(|e| Error::io("<descriptor>: writing the header".to_string(), &e))?;
+                .map_err(|e| crate::os::io_error("<descriptor>: writing the header".to_string(), &e))?;
             let outs = [Out { file, base, display: "<descriptor>".to_string() }];
             let n = part.header.len() as u64 + write_pieces(decls, layout, &outs, opts, &mut progress)?;
             f.seek(std::io::SeekFrom::Start(base + part.file_len()))
-                .map_err(|e| Error::io("<descriptor>: seeking past the save", &e))?;
+                .map_err(|e| crate::os::io_error("<descriptor>: seeking past the save", &e))?;
             n
         }
         Err(_) => sequential(file, decls, layout, opts, &mut progress)?,
@@ -606,7 +610,7 @@ pub(super) fn finish_fd(
         if let Err(e) = file.sync_all() {
             // Pipes, sockets and character devices cannot be synced: nothing to make durable there.
             if e.kind() != std::io::ErrorKind::InvalidInput {
-                return Err(Error::io("<descriptor>: fsync", &e));
+                return Err(crate::os::io_error("<descriptor>: fsync", &e));
             }
         }
     }
@@ -638,7 +642,7 @@ fn sequential(
     }
     let t = tuning(opts);
     let mut out = file;
-    let mut put = |b: &[u8]| out.write_all(b).map_err(|e| Error::io("<descriptor>: writing", &e));
+    let mut put = |b: &[u8]| out.write_all(b).map_err(|e| crate::os::io_error("<descriptor>: writing", &e));
     put(&part.header)?;
     let mut done = 0u64;
     let mut buf: Vec<u8> = Vec::new();

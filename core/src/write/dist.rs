@@ -89,7 +89,7 @@ pub(super) fn finish(
         match stage(&dir, &layout, Some(&tag)).and_then(|s| {
             for (f, p) in s.iter().zip(&layout.parts) {
                 write_exact(f.file(), 0, &p.header)
-                    .map_err(|e| Error::io(format!("{}: writing the header", f.target.display()), &e))?;
+                    .map_err(|e| crate::os::io_error(format!("{}: writing the header", f.target.display()), &e))?;
             }
             Ok(s)
         }) {
@@ -133,7 +133,7 @@ pub(super) fn finish(
             s.close();
         }
         std::fs::write(&receipts[rank as usize], receipt(w, &layout))
-            .map_err(|e| Error::io(format!("writing {}", receipts[rank as usize].display()), &e))?;
+            .map_err(|e| crate::os::io_error(format!("writing {}", receipts[rank as usize].display()), &e))?;
         Ok(n)
     })();
     let own = match own {
@@ -196,8 +196,8 @@ fn check_receipts(w: &Writer, layout: &Layout, receipts: &[PathBuf]) -> Result<(
     type Boxes = Vec<(usize, Vec<u64>, Vec<u64>)>;
     let mut boxes: Vec<Boxes> = vec![Vec::new(); w.decls.len()];
     for (r, p) in receipts.iter().enumerate() {
-        let text =
-            std::fs::read(p).map_err(|e| Error::io(format!("reading rank {r}'s receipt {}", p.display()), &e))?;
+        let text = std::fs::read(p)
+            .map_err(|e| crate::os::io_error(format!("reading rank {r}'s receipt {}", p.display()), &e))?;
         let bad = |why: &str| Error::new(Status::Internal, format!("rank {r}'s receipt {}: {why}", p.display()));
         let v: serde_json::Value = serde_json::from_slice(&text).map_err(|e| bad(&e.to_string()))?;
         if v.get("digest").and_then(|d| d.as_str()) != Some(digest.as_str()) {

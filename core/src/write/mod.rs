@@ -311,7 +311,7 @@ impl Writer {
                     format!("{display}: '{}' is not a directory", dir.display()),
                 ))
             }
-            Err(e) => return Err(Error::io(format!("{display}: the directory '{}'", dir.display()), &e)),
+            Err(e) => return Err(crate::os::io_error(format!("{display}: the directory '{}'", dir.display()), &e)),
         }
         if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
             return Err(Error::new(Status::InvalidArgument, format!("{display} is a directory, not a file")));

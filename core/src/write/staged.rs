@@ -72,10 +72,13 @@ impl Staged {
                 // removed if nobody holds it, then made again.
                 crate::os::remove_if_unheld(&temp);
                 crate::os::create_new_held(&temp)
-                    .map_err(|e| Error::io(format!("creating the staged file {}", display(&temp)), &e))?
+                    .map_err(|e| crate::os::io_error(format!("creating the staged file {}", display(&temp)), &e))?
             }
             Err(e) => {
-                return Err(Error::io(format!("creating a file in {} (for {})", display(&dir), display(target)), &e))
+                return Err(crate::os::io_error(
+                    format!("creating a file in {} (for {})", display(&dir), display(target)),
+                    &e,
+                ))
             }
         };
         let mut staged = Staged { target: target.to_path_buf(), temp, file: Some(file), owned: true, committed: false };
@@ -85,7 +88,7 @@ impl Staged {
 
     fn prepare(&mut self, len: u64) -> Result<()> {
         let file = self.file.as_ref().expect("open");
-        crate::os::hold(file).map_err(|e| Error::io(format!("locking {}", display(&self.temp)), &e))?;
+        crate::os::hold(file).map_err(|e| crate::os::io_error(format!("locking {}", display(&self.temp)), &e))?;
         if let Ok(m) = std::fs::metadata(&self.target) {
             // The new file keeps the old one's permissions (best effort: a file we may not chmod keeps ours).
             let _ = file.set_permissions(m.permissions());
@@ -103,10 +106,10 @@ impl Staged {
                 if let Some(f) = free {
                     msg.push_str(&format!("; the file system has {f} bytes free ({})", crate::error::human_bytes(f)));
                 }
-                return Err(Error::io(msg, &e));
+                return Err(crate::os::io_error(msg, &e));
             }
         }
-        file.set_len(len).map_err(|e| Error::io(format!("sizing {}", display(&self.temp)), &e))?;
+        file.set_len(len).map_err(|e| crate::os::io_error(format!("sizing {}", display(&self.temp)), &e))?;
         Ok(())
     }
 
@@ -115,7 +118,7 @@ impl Staged {
         let (dir, name) = split(target)?;
         let temp = dir.join(temp_name(&name, tag));
         let file = OpenOptions::new().write(true).open(&temp).map_err(|e| {
-            Error::io(
+            crate::os::io_error(
                 format!(
                     "opening {}, which the first rank staged (do all ranks declare the same tensors, shapes and \
                      metadata?)",
@@ -134,7 +137,7 @@ impl Staged {
 
     /// Flushes the file's data and size to storage (`fsync`).
     pub fn sync(&self) -> Result<()> {
-        self.file().sync_all().map_err(|e| Error::io(format!("fsync of {}", display(&self.temp)), &e))
+        self.file().sync_all().map_err(|e| crate::os::io_error(format!("fsync of {}", display(&self.temp)), &e))
     }
 
     /// Renames the staged file over the target (after [`Staged::sync`] when `durable`). The directory is not
@@ -146,7 +149,7 @@ impl Staged {
         self.close_for_rename();
         if let Err(e) = std::fs::rename(&self.temp, &self.target) {
             let hint = if cfg!(windows) { " (Windows: is the target open or mapped by a reader?)" } else { "" };
-            return Err(Error::io(
+            return Err(crate::os::io_error(
                 format!(
                     "renaming {} over {}{hint}; the target is unchanged",
                     display(&self.temp),
@@ -248,8 +251,10 @@ pub fn remove_stale(dir: &Path, target_name: &str, keep: &[String]) {
 /// Windows, where a directory cannot be flushed (see the module documentation).
 pub fn sync_dir(dir: &Path) -> Result<()> {
     crate::os::sync_dir(dir).map_err(|(step, e)| match step {
-        crate::os::DirStep::Open => Error::io(format!("opening the directory {}", display(dir)), &e),
-        crate::os::DirStep::Sync => Error::io(format!("fsync of the directory {} after the rename", display(dir)), &e),
+        crate::os::DirStep::Open => crate::os::io_error(format!("opening the directory {}", display(dir)), &e),
+        crate::os::DirStep::Sync => {
+            crate::os::io_error(format!("fsync of the directory {} after the rename", display(dir)), &e)
+        }
     })
 }
 
