@@ -113,26 +113,40 @@ fn put_ring(ring: IoUring) {
     }
 }
 
-/// Performs every read in `reads` with at most `depth` in flight. `Err(why)` when no ring could be made (the
-/// caller then uses the pool; nothing was read); otherwise the reads' outcome. Returns only once nothing is
-/// in flight: if the ring fails while reads are in flight, the process aborts rather than let the kernel
-/// write into memory it no longer owns.
-pub(super) fn read_all(reads: &mut [Read<'_>], depth: usize) -> Result<Result<(), ReadFailure>, String> {
-    let entries = depth.min(reads.len()).next_power_of_two().clamp(1, 4096) as u32;
-    let (mut ring, own) = match own_ring(entries) {
-        Some(r) => (r, true),
-        None => (take_ring(entries)?, false),
-    };
-    raise_iowq_cap(&ring, entries);
-    let cap = (ring.params().sq_entries() as usize).min(depth.max(1));
-    let n = reads.len();
-    // Bytes done per read; reads to (re)submit: never-submitted ones come from `next`, resumed ones from
-    // `again`.
+/// Where [`drive`] stopped: the operation, the bytes of it done, and the error (`None`: the system moved 0
+/// bytes, the end of the file for a read).
+pub(super) struct Stopped {
+    pub index: usize,
+    pub done: usize,
+    pub error: Option<std::io::Error>,
+}
+
+/// Moves `lens[i]` bytes for every operation `i` through `ring`, at most `cap` entries in flight: `entry(i,
+/// pos, len)` builds the entry for bytes `pos..pos + len` of operation `i` (`pos + len ≤ lens[i]`, `len` at
+/// most [`MAX_ENTRY`]). Interrupted and would-block completions are submitted again, short ones resumed for the
+/// rest. The first failure (a negative result, or 0 bytes) stops new submissions; what is in flight is reaped
+/// before it returns, so it never returns with an operation in flight. If the ring itself fails with entries
+/// in flight the process aborts (`what` names them in the message), rather than let the kernel use memory its
+/// owner may free. The one io_uring loop of the read engine and the writer.
+///
+/// # Safety
+/// Every entry that `entry` builds must refer only to memory valid (and, for reads, not otherwise accessed)
+/// until this function returns.
+pub(super) unsafe fn drive(
+    ring: &mut IoUring,
+    lens: &[usize],
+    cap: usize,
+    what: &str,
+    mut entry: impl FnMut(usize, usize, usize) -> io_uring::squeue::Entry,
+) -> Option<Stopped> {
+    let n = lens.len();
+    // Bytes done per operation; operations to (re)submit: never-submitted ones come from `next`, resumed ones
+    // from `again`.
     let mut done = vec![0usize; n];
     let mut again: Vec<usize> = Vec::new();
     let mut next = 0usize;
     let mut inflight = 0usize;
-    let mut failure: Option<ReadFailure> = None;
+    let mut failure: Option<Stopped> = None;
     loop {
         if failure.is_none() {
             let mut sq = ring.submission();
@@ -141,25 +155,17 @@ pub(super) fn read_all(reads: &mut [Read<'_>], depth: usize) -> Result<Result<()
                     Some(i) => i,
                     None if next < n => {
                         next += 1;
-                        if reads[next - 1].dst.is_empty() {
+                        if lens[next - 1] == 0 {
                             continue;
                         }
                         next - 1
                     }
                     None => break,
                 };
-                let r = &mut reads[i];
                 let pos = done[i];
-                let len = (r.dst.len() - pos).min(MAX_ENTRY);
-                // SAFETY: `pos < dst.len()` (a read is submitted only while bytes remain), so the pointer and
-                // length lie inside the destination, which outlives this call; this function does not return
-                // before the entry's completion has been reaped.
-                let ptr = unsafe { r.dst.as_mut_ptr().add(pos) };
-                let e = opcode::Read::new(types::Fd(r.fd), ptr, len as u32)
-                    .offset(r.offset + pos as u64)
-                    .build()
-                    .user_data(i as u64);
-                // SAFETY: as above; the entry refers to memory that stays valid until its completion.
+                let e = entry(i, pos, (lens[i] - pos).min(MAX_ENTRY)).user_data(i as u64);
+                // SAFETY: the caller's contract: the entry's memory stays valid until this function returns,
+                // and it does not return before the entry's completion has been reaped.
                 if unsafe { sq.push(&e) }.is_err() {
                     again.push(i);
                     break;
@@ -168,14 +174,14 @@ pub(super) fn read_all(reads: &mut [Read<'_>], depth: usize) -> Result<Result<()
             }
         }
         if inflight == 0 {
-            break;
+            return failure;
         }
-        // Wait for every read in flight: the batch needs them all, and one wake-up serves them (see own_ring).
+        // Wait for every entry in flight: the set needs them all, and one wake-up serves them (see own_ring).
         match ring.submit_and_wait(inflight) {
             Ok(_) => {}
             Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)) => {}
             Err(e) => {
-                eprintln!("hostfirst: io_uring_enter failed with {inflight} reads in flight ({e}); aborting");
+                eprintln!("hostfirst: io_uring_enter failed with {inflight} {what} in flight ({e}); aborting");
                 std::process::abort();
             }
         }
@@ -188,20 +194,48 @@ pub(super) fn read_all(reads: &mut [Read<'_>], depth: usize) -> Result<Result<()
             }
             if res == -libc::EINTR || res == -libc::EAGAIN {
                 again.push(i);
-            } else if res < 0 {
-                failure =
-                    Some(ReadFailure { index: i, kind: FailureKind::Os(std::io::Error::from_raw_os_error(-res)) });
-            } else if res == 0 {
-                let at = reads[i].offset + done[i] as u64;
-                failure = Some(ReadFailure { index: i, kind: FailureKind::Eof { at } });
+            } else if res <= 0 {
+                let error = (res < 0).then(|| std::io::Error::from_raw_os_error(-res));
+                failure = Some(Stopped { index: i, done: done[i], error });
             } else {
                 done[i] += res as usize;
-                if done[i] < reads[i].dst.len() {
-                    again.push(i); // a short read: the rest
+                if done[i] < lens[i] {
+                    again.push(i); // a short transfer: the rest
                 }
             }
         }
     }
+}
+
+/// Performs every read in `reads` with at most `depth` in flight. `Err(why)` when no ring could be made (the
+/// caller then uses the pool; nothing was read); otherwise the reads' outcome. Returns only once nothing is
+/// in flight: if the ring fails while reads are in flight, the process aborts rather than let the kernel
+/// write into memory it no longer owns.
+pub(super) fn read_all(reads: &mut [Read<'_>], depth: usize) -> Result<Result<(), ReadFailure>, String> {
+    let entries = depth.min(reads.len()).next_power_of_two().clamp(1, 4096) as u32;
+    let (mut ring, own) = match own_ring(entries) {
+        Some(r) => (r, true),
+        None => (take_ring(entries)?, false),
+    };
+    raise_iowq_cap(&ring, entries);
+    let cap = (ring.params().sq_entries() as usize).min(depth.max(1));
+    let lens: Vec<usize> = reads.iter().map(|r| r.dst.len()).collect();
+    let dsts: Vec<(*mut u8, i32, u64)> = reads.iter_mut().map(|r| (r.dst.as_mut_ptr(), r.fd, r.offset)).collect();
+    // SAFETY: every entry points at `pos..pos + len` of a destination (`pos + len ≤ dst.len()`, as `drive`
+    // promises), which the caller's `reads` keeps borrowed mutably for this whole call.
+    let stopped = unsafe {
+        drive(&mut ring, &lens, cap, "reads", |i, pos, len| {
+            let (dst, fd, offset) = dsts[i];
+            opcode::Read::new(types::Fd(fd), dst.add(pos), len as u32).offset(offset + pos as u64).build()
+        })
+    };
+    let failure = stopped.map(|s| ReadFailure {
+        index: s.index,
+        kind: match s.error {
+            Some(e) => FailureKind::Os(e),
+            None => FailureKind::Eof { at: reads[s.index].offset + s.done as u64 },
+        },
+    });
     if own {
         put_own(ring);
     } else {

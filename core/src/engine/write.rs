@@ -171,9 +171,6 @@ mod uring {
     use io_uring::{opcode, types, IoUring};
     use std::os::fd::AsRawFd;
 
-    /// The largest length of one write entry (the opcode takes a u32; longer writes continue as short ones).
-    const MAX_ENTRY: usize = 1 << 30;
-
     thread_local! {
         /// This thread's ring for writes, with the process that made it (a ring inherited through fork is
         /// never used: the child makes its own).
@@ -207,78 +204,23 @@ mod uring {
         let mut ring = take(entries)?;
         let cap = (ring.params().sq_entries() as usize).min(depth.max(1));
         let fd = file.as_raw_fd();
-        let n = writes.len();
-        let mut done = vec![0usize; n];
-        let mut again: Vec<usize> = Vec::new();
-        let mut next = 0usize;
-        let mut inflight = 0usize;
-        let mut failure: Option<WriteFailure> = None;
-        loop {
-            if failure.is_none() {
-                let mut sq = ring.submission();
-                while inflight < cap {
-                    let i = match again.pop() {
-                        Some(i) => i,
-                        None if next < n => {
-                            next += 1;
-                            if writes[next - 1].src.is_empty() {
-                                continue;
-                            }
-                            next - 1
-                        }
-                        None => break,
-                    };
-                    let w = &writes[i];
-                    let pos = done[i];
-                    let len = (w.src.len() - pos).min(MAX_ENTRY);
-                    let e = opcode::Write::new(types::Fd(fd), w.src[pos..].as_ptr(), len as u32)
-                        .offset(w.offset + pos as u64)
-                        .build()
-                        .user_data(i as u64);
-                    // SAFETY: the entry points into `w.src`, borrowed for the whole call; this function does
-                    // not return before the entry's completion has been reaped.
-                    if unsafe { sq.push(&e) }.is_err() {
-                        again.push(i);
-                        break;
-                    }
-                    inflight += 1;
-                }
-            }
-            if inflight == 0 {
-                break;
-            }
-            match ring.submit_and_wait(inflight) {
-                Ok(_) => {}
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)) => {}
-                Err(e) => {
-                    eprintln!("hostfirst: io_uring_enter failed with {inflight} writes in flight ({e}); aborting");
-                    std::process::abort();
-                }
-            }
-            for c in ring.completion() {
-                inflight -= 1;
-                let i = c.user_data() as usize;
-                let res = c.result();
-                if failure.is_some() {
-                    continue;
-                }
-                if res == -libc::EINTR || res == -libc::EAGAIN {
-                    again.push(i);
-                } else if res < 0 {
-                    failure = Some(WriteFailure { index: i, error: std::io::Error::from_raw_os_error(-res) });
-                } else if res == 0 {
-                    failure = Some(WriteFailure {
-                        index: i,
-                        error: std::io::Error::new(std::io::ErrorKind::WriteZero, "the system wrote 0 bytes"),
-                    });
-                } else {
-                    done[i] += res as usize;
-                    if done[i] < writes[i].src.len() {
-                        again.push(i); // a short write: the rest
-                    }
-                }
-            }
-        }
+        let lens: Vec<usize> = writes.iter().map(|w| w.src.len()).collect();
+        // SAFETY: every entry points at `pos..pos + len` of a source (`pos + len ≤ src.len()`, as `drive`
+        // promises), borrowed from `writes` for this whole call.
+        let stopped = unsafe {
+            crate::engine::uring::drive(&mut ring, &lens, cap, "writes", |i, pos, len| {
+                let w = &writes[i];
+                opcode::Write::new(types::Fd(fd), w.src[pos..].as_ptr(), len as u32)
+                    .offset(w.offset + pos as u64)
+                    .build()
+            })
+        };
+        let failure = stopped.map(|s| WriteFailure {
+            index: s.index,
+            error: s
+                .error
+                .unwrap_or_else(|| std::io::Error::new(std::io::ErrorKind::WriteZero, "the system wrote 0 bytes")),
+        });
         give(ring);
         Ok(match failure {
             Some(f) => Err(f),
