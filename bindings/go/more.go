@@ -65,7 +65,7 @@ static hostfirst_status hf_go_put_poll(uintptr_t op, char **err) {
 
 static hostfirst_status hf_go_put_wait(uintptr_t op, uintptr_t *out, char **err) {
 	hostfirst_buffer *b = NULL;
-	hostfirst_status st = hostfirst_put_wait((const hostfirst_put_op *)op, &b);
+	hostfirst_status st = hostfirst_put_wait((hostfirst_put_op *)op, &b);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)b;
 	*err = hf_go_merr(st);
 	return st;

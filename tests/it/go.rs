@@ -20,11 +20,21 @@ fn go_binding_tests_pass_against_the_installed_library() {
     let root = crate::common::root();
     let lib = prefix().join("lib");
     let go = work_dir().join("go");
+    // The race detector where Go has it (cgo on Linux x86-64 and AArch64): the handles, finalizers and
+    // KeepAlives of the binding are shared between goroutines.
+    let race = cfg!(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")));
+    let mut args = vec!["test", "-count=1", "-v"];
+    if race {
+        args.push("-race");
+    }
+    args.push("./...");
     let out = Command::new("go")
-        .args(["test", "-count=1", "-v", "./..."])
+        .args(&args)
         .current_dir(root.join("bindings/go"))
         .env("CGO_ENABLED", "1")
         .env("CC", crate::common::cc())
+        // The binding's C preamble is held to the C programs' standard.
+        .env("CGO_CFLAGS", "-O2 -g -Wall -Wextra -Werror")
         .env("PKG_CONFIG_PATH", lib.join("pkgconfig"))
         .env("LD_LIBRARY_PATH", &lib)
         .env("HOSTFIRST_FIXTURES", root.join("tests/fixtures"))
