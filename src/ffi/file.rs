@@ -80,7 +80,8 @@ const _: () = assert!(HOSTFIRST_MAX_METADATA_ENTRIES as usize == crate::file::MA
 /// Safetensors: opens a safetensors file, or a multi-file set when `path` is an index.
 ///
 /// An index (`*.safetensors.index.json`, the Hugging Face `weight_map` format) is recognised by a name ending
-/// in `.json` or by content (JSON text that cannot be a safetensors length prefix) and opened as one logical
+/// in `.json` or by content (its first byte that is not JSON whitespace is `{`, however much whitespace comes
+/// first, and its first 8 bytes cannot be a safetensors length prefix for the file) and opened as one logical
 /// file: part file paths in `weight_map` are relative to the index's directory (absolute paths and `..` are
 /// refused); each part file is opened once and validated like a single file. Tensors are ordered by part file
 /// name, then in file order within each part file. Metadata of a set: the index's `metadata` object (non-string

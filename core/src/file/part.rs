@@ -126,6 +126,27 @@ impl Opening {
         Ok(Opening { display, path: path.to_path_buf(), file, len, first })
     }
 
+    /// The file's first byte that is not JSON whitespace (space, tab, CR, LF), `None` when there is none: what
+    /// decides whether content is JSON text (an index). Reads past the first 4 KiB only when those are all
+    /// whitespace, so the rule has no window: the same content gives the same verdict as a `.json` name.
+    fn first_non_whitespace(&self) -> Result<Option<u8>> {
+        let ws = |b: &u8| b" \t\r\n".contains(b);
+        if let Some(&b) = self.first.iter().find(|b| !ws(b)) {
+            return Ok(Some(b));
+        }
+        let mut at = self.first.len() as u64;
+        let mut chunk = vec![0u8; 64 << 10];
+        while at < self.len {
+            let n = (self.len - at).min(chunk.len() as u64) as usize;
+            self.read(at, &mut chunk[..n])?;
+            if let Some(&b) = chunk[..n].iter().find(|b| !ws(b)) {
+                return Ok(Some(b));
+            }
+            at += n as u64;
+        }
+        Ok(None)
+    }
+
     /// Reads `dst.len()` bytes at `offset` (`TRUNCATED` past the end).
     pub(crate) fn read(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
         pread_exact(&self.file, offset, dst, &self.display, &|| "reading the header".into())
@@ -137,7 +158,7 @@ impl Opening {
         let (len, have) = (self.len, self.first.len());
         let prefix = &self.first[..have.min(header::PREFIX_PEEK)];
         if detect_index {
-            let starts_json = prefix.iter().find(|b| !b" \t\r\n".contains(b)) == Some(&b'{');
+            let starts_json = self.first_non_whitespace()? == Some(b'{');
             let prefix_ok = prefix.len() >= 8
                 && u64::from_le_bytes(prefix[..8].try_into().expect("8 bytes"))
                     .checked_add(8)

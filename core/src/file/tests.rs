@@ -416,3 +416,27 @@ fn json_array_text_is_not_safetensors_and_an_empty_path_is_named() {
     assert_eq!(e.status(), Status::InvalidArgument);
     assert_eq!(e.message(), "the path is empty: give the path of a .safetensors file or of a *.safetensors.index.json");
 }
+
+/// Content is an index when its first byte that is not JSON whitespace is `{` (and no length prefix fits),
+/// however much whitespace comes first: the same text opens the same way named `.json` or not (the fuzzer's
+/// `index_set` found a difference when the `{` stood past the first 64 bytes).
+#[test]
+fn an_index_behind_any_amount_of_whitespace_is_recognised_by_content() {
+    let dir = std::env::temp_dir().join(format!("hostfirst-index-ws-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for lead in [0usize, 63, 64, 72, 4095, 4096, 70_000] {
+        let mut text = vec![b'\n'; lead];
+        text.extend_from_slice(b"{\"weight_map\": {\"w\": 7}}");
+        let (json, other) = (dir.join("m.index.json"), dir.join("m.idx"));
+        std::fs::write(&json, &text).unwrap();
+        std::fs::write(&other, &text).unwrap();
+        let by_name = status(TensorFile::open(&json));
+        assert_eq!(by_name, Status::InvalidIndex, "{lead} bytes of whitespace, .json name");
+        assert_eq!(status(TensorFile::open(&other)), by_name, "{lead} bytes of whitespace, by content");
+    }
+    // All whitespace: not JSON text, not safetensors.
+    let blank = dir.join("blank");
+    std::fs::write(&blank, vec![b' '; 5000]).unwrap();
+    assert_eq!(status(TensorFile::open(&blank)), Status::NotSafetensors);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
