@@ -99,7 +99,9 @@ fn part<'f>(fx: &'f Fixture, name: &str) -> Option<&'f Part> {
 }
 
 /// Opens `path` recording its opens; checks containment, leaks and, for a set that opened, its contents.
-fn open(fx: &Fixture, path: &Path, index: &[u8]) -> Status {
+/// `as_index`: whether the library must take the content as an index (a `.json` name, or JSON text no length
+/// prefix fits); otherwise what opens is the single safetensors file the same bytes are in memory.
+fn open(fx: &Fixture, path: &Path, index: &[u8], as_index: bool) -> Status {
     let c = cstring(path.to_str().unwrap().as_bytes());
     let (hs, fds) = (handles(), open_fds());
     let mut f: *mut hostfirst_file = std::ptr::null_mut();
@@ -112,11 +114,35 @@ fn open(fx: &Fixture, path: &Path, index: &[u8]) -> Status {
         assert_eq!(open_fds(), fds, "a descriptor left open by a failed open ({})", st.name());
         return st;
     }
-    check_set(fx, f, index);
+    if as_index {
+        check_set(fx, f, index);
+    } else {
+        check_single(f, index);
+    }
     assert_eq!(hostfirst_file_free(f), Status::Ok);
     assert_eq!(handles(), hs);
     assert_eq!(open_fds(), fds, "descriptors left open after freeing the set");
     Status::Ok
+}
+
+/// A file opened by content as one safetensors file: the same tensors as the bytes opened from memory.
+fn check_single(f: *mut hostfirst_file, bytes: &[u8]) {
+    let mut m: *mut hostfirst_file = std::ptr::null_mut();
+    assert_eq!(
+        hostfirst_file_open_memory(bytes.as_ptr().cast(), bytes.len(), &mut m),
+        Status::Ok,
+        "opened from the file, refused from memory"
+    );
+    let (mut n, mut nm) = (0usize, 0usize);
+    assert_eq!(hostfirst_file_tensor_count(f, &mut n), Status::Ok);
+    assert_eq!(hostfirst_file_tensor_count(m, &mut nm), Status::Ok);
+    assert_eq!(n, nm, "tensor counts of the file and of the same bytes in memory");
+    for i in 0..n {
+        let (a, b) = (describe(f, i), describe(m, i));
+        assert_eq!((&a.name, a.dtype, &a.shape), (&b.name, b.dtype, &b.shape));
+        assert!(a.bytes == b.bytes, "tensor '{}': file and memory bytes differ", a.name);
+    }
+    assert_eq!(hostfirst_file_free(m), Status::Ok);
 }
 
 fn check_set(fx: &Fixture, f: *mut hostfirst_file, index: &[u8]) {
@@ -188,12 +214,12 @@ pub fn run(data: &[u8]) -> Status {
     let json = fx.set.join("model.safetensors.index.json");
     let idx = fx.set.join("model.idx");
     std::fs::write(&json, data).unwrap(); // also model.idx: a hard link
-    let st = open(fx, &json, data);
-    let st2 = open(fx, &idx, data);
-    // Content recognised as an index: JSON text whose first 8 bytes cannot be a length prefix of this file.
+                                          // Content recognised as an index: JSON text whose first 8 bytes cannot be a length prefix of this file.
     let starts_json = data.iter().find(|b| !b" \t\r\n".contains(b)) == Some(&b'{');
     let prefix_fits = data.len() >= 8
         && u64::from_le_bytes(data[..8].try_into().unwrap()).checked_add(8).is_some_and(|n| n <= data.len() as u64);
+    let st = open(fx, &json, data, true);
+    let st2 = open(fx, &idx, data, starts_json && !prefix_fits);
     if starts_json && !prefix_fits {
         assert_eq!(st2, st, "the same index named .idx opened differently ({} vs {})", st2.name(), st.name());
     }
