@@ -11,7 +11,10 @@ fn file() -> (std::path::PathBuf, Vec<u8>) {
     let mut img = (h.len() as u64).to_le_bytes().to_vec();
     img.extend_from_slice(h.as_bytes());
     img.extend_from_slice(&data);
-    let p = scratch("cli_put").join("t.safetensors");
+    // One file per test: tests run on parallel threads, and a file another test rewrites (truncate, then
+    // write) under a running `hostfirst put` reads as 0 bytes (TRUNCATED, seen once in the CUDA pass of CI).
+    let who = std::thread::current().name().unwrap_or("main").replace("::", "-");
+    let p = scratch("cli_put").join(format!("{who}.safetensors"));
     std::fs::write(&p, img).unwrap();
     (p, data)
 }
