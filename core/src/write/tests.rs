@@ -53,8 +53,16 @@ fn crate_key_order(bytes: &[u8], metadata: &[(String, String)]) -> Vec<(String, 
     let mut m: Vec<(usize, (String, String))> = metadata
         .iter()
         .map(|(k, v)| {
-            let key = format!("{}:", serde_json::to_string(k).unwrap());
-            (text.find(&key).expect("the key is in the header"), (k.clone(), v.clone()))
+            // A metadata entry starts after `{` or `,` and its value is a string: `"` inside a JSON string is
+            // always escaped, so this cannot match inside another key or value (a bare `"k":` did, for the key
+            // "" inside the key `a"` written `"a\"":`, whenever the crate's HashMap put that key first).
+            let key = format!("{}:\"", serde_json::to_string(k).unwrap());
+            let at = ["{", ","]
+                .iter()
+                .filter_map(|open| text.find(&format!("{open}{key}")))
+                .min()
+                .expect("the key is in the header");
+            (at, (k.clone(), v.clone()))
         })
         .collect();
     m.sort_by_key(|x| x.0);
@@ -582,4 +590,32 @@ fn no_tensors_and_empty_metadata_is_valid_json_unlike_the_crate() {
     assert_eq!(&ours[8..], b"{\"__metadata__\":{}}     ");
     safetensors::SafeTensors::deserialize(&ours).unwrap();
     assert_eq!(TensorFile::open(&p).unwrap().len(), 0);
+}
+
+/// The order of metadata keys read from the crate's header, for a key ("") whose JSON text ends another key's
+/// (`a"` is written `"a\"":`): CI saw the property test above fail when the crate's HashMap put that key
+/// before another and the order was misread. Many maps, so every order occurs.
+#[test]
+fn metadata_key_order_is_read_exactly() {
+    let ts = vec![t("", DType::U8, &[1], 1)];
+    let m: Vec<(String, String)> =
+        [("a\"", "x"), ("b", "z"), ("", "y")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    for _ in 0..64 {
+        let b = crate_bytes(&ts, Some(&m));
+        let order = crate_key_order(&b, &m);
+        // The truth: each whole entry (key and value as JSON) found after "__metadata__", in text order.
+        let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+        let text = std::str::from_utf8(&b[8..8 + n]).unwrap();
+        let meta_at = text.find("\"__metadata__\":").unwrap();
+        let mut truth: Vec<(usize, &str)> = m
+            .iter()
+            .map(|(k, v)| {
+                let entry = format!("{}:{}", serde_json::to_string(k).unwrap(), serde_json::to_string(v).unwrap());
+                (meta_at + text[meta_at..].find(&entry).unwrap(), k.as_str())
+            })
+            .collect();
+        truth.sort();
+        let got: Vec<&str> = order.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(got, truth.iter().map(|x| x.1).collect::<Vec<_>>(), "{text}");
+    }
 }
