@@ -358,7 +358,7 @@ enum hostfirst_status
   /**
    * The fixed header of a `.npy`, llm.c or Megatron file is malformed: a bad magic for the format asked for,
    * a `.npy` header that is not the Python dict NumPy writes (syntax, keys, a negative or non-integer
-   * dimension), an unknown dtype code, a negative count.
+   * dimension, brackets nested more than 4 deep, a `\N{...}` escape), an unknown dtype code, a negative count.
    */
   HOSTFIRST_STATUS_INVALID_HEADER = 77,
   /**

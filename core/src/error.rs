@@ -121,7 +121,7 @@ pub enum Status {
     UnsupportedDtype = 76,
     /// The fixed header of a `.npy`, llm.c or Megatron file is malformed: a bad magic for the format asked for,
     /// a `.npy` header that is not the Python dict NumPy writes (syntax, keys, a negative or non-integer
-    /// dimension), an unknown dtype code, a negative count.
+    /// dimension, brackets nested more than 4 deep, a `\N{...}` escape), an unknown dtype code, a negative count.
     InvalidHeader = 77,
     /// The file's format version is one hostfirst does not read (`.npy` other than 1.0, 2.0, 3.0; an llm.c
     /// version other than its magic's; a Megatron index version other than 1).
