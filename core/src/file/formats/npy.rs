@@ -160,6 +160,8 @@ fn descr_of(text: &str) -> String {
 fn prescan(text: &str) -> Result<()> {
     let mut depth = 0usize;
     let mut quote: Option<char> = None;
+    // Where the last `}` is: whether a `\N{` has one after it, without searching the rest of the text each time.
+    let last_brace = text.rfind('}');
     let mut chars = text.char_indices();
     while let Some((i, c)) = chars.next() {
         if let Some(q) = quote {
@@ -168,8 +170,7 @@ fn prescan(text: &str) -> Result<()> {
                 // Its escapes all end before any quote but one: `\N{name}` runs to the next `}`, across quotes
                 // and lines. The parser then refuses it ("Unicode name escapes are not supported"), after
                 // parsing all that follows, so such a header is refused here, where it costs nothing.
-                let rest = &text[i + 1..];
-                if rest.starts_with("N{") && rest[2..].contains('}') {
+                if text[i + 1..].starts_with("N{") && last_brace.is_some_and(|b| b > i + 2) {
                     return Err(invalid(format!(
                         "the .npy header has a \\N{{...}} (Unicode name) escape in a string, which hostfirst does \
                          not read (NumPy writes none): {}",
