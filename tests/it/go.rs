@@ -82,7 +82,8 @@ fn go_binding_tests_pass_against_the_installed_library() {
 }
 
 /// The Go module can be fetched with `go get`: its path is the repository's (Cargo.toml `repository`, without
-/// the scheme) plus the directory, and the README that tells users so says the same.
+/// the scheme) plus the directory, and its one package lives in the directory `hostfirst`, so that the import
+/// path ends in the package's name (no alias needed). The README that tells users so says the same.
 #[test]
 fn go_module_path_is_the_repository_path() {
     let root = crate::common::root();
@@ -92,12 +93,35 @@ fn go_module_path_is_the_repository_path() {
         .find_map(|l| l.strip_prefix("repository = \""))
         .and_then(|r| r.strip_suffix('"'))
         .expect("Cargo.toml names its repository");
-    let want = format!("{}/bindings/go", repo.trim_start_matches("https://"));
+    let module = format!("{}/bindings/go", repo.trim_start_matches("https://"));
     let go_mod = std::fs::read_to_string(root.join("bindings/go/go.mod")).unwrap();
-    assert_eq!(go_mod.lines().next(), Some(format!("module {want}").as_str()));
-    assert!(want.contains('.') && want.split('/').count() >= 3, "{want} is not a path `go get` can fetch");
+    assert_eq!(go_mod.lines().next(), Some(format!("module {module}").as_str()));
+    assert!(module.contains('.') && module.split('/').count() >= 3, "{module} is not a path `go get` can fetch");
+    let import = format!("{module}/hostfirst");
+    // Every Go file of the module is in the package directory and declares `package hostfirst`: the last
+    // element of the import path.
+    let mut files = 0;
+    for e in std::fs::read_dir(root.join("bindings/go")).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(!name.ends_with(".go"), "bindings/go/{name}: Go files belong in bindings/go/hostfirst");
+    }
+    for e in std::fs::read_dir(root.join("bindings/go/hostfirst")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "go") {
+            let text = std::fs::read_to_string(&p).unwrap();
+            let package = text.lines().find(|l| l.starts_with("package ")).unwrap_or("");
+            assert_eq!(package, "package hostfirst", "{}", p.display());
+            files += 1;
+        }
+    }
+    assert!(files > 5, "{files} Go files in bindings/go/hostfirst");
     let readme = std::fs::read_to_string(root.join("bindings/go/README.md")).unwrap();
-    assert!(readme.contains(&format!("go get {want}")), "bindings/go/README.md does not show `go get {want}`");
+    for shown in [format!("go get {import}"), format!("import \"{import}\""), "bindings/go/vX.Y.Z".to_string()] {
+        assert!(readme.contains(&shown), "bindings/go/README.md does not show `{shown}`");
+    }
+    let top = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(top.contains(&format!("go get {import}")), "README.md does not show `go get {import}`");
+    assert!(!top.contains("import hostfirst \""), "README.md still aliases the import");
 }
 
 /// Every function of the header outside the experimental tier is called by the Go package, or listed in
@@ -125,7 +149,7 @@ fn go_covers_every_stable_function_but_the_listed_ones() {
     assert!(stable.len() > 90, "{} stable functions parsed", stable.len());
     // Every source file of the package (tests excluded: a call from a test covers nothing).
     let mut go = String::new();
-    for e in std::fs::read_dir(root.join("bindings/go")).unwrap() {
+    for e in std::fs::read_dir(root.join("bindings/go/hostfirst")).unwrap() {
         let p = e.unwrap().path();
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
         if name.ends_with(".go") && !name.ends_with("_test.go") {

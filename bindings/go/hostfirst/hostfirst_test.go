@@ -15,7 +15,7 @@ func fixture(t *testing.T, name string) string {
 	t.Helper()
 	dir := os.Getenv("HOSTFIRST_FIXTURES")
 	if dir == "" {
-		dir = filepath.Join("..", "..", "tests", "fixtures")
+		dir = filepath.Join("..", "..", "..", "tests", "fixtures")
 	}
 	p, err := filepath.Abs(filepath.Join(dir, name))
 	if err != nil {

@@ -3,11 +3,12 @@
 // puts, rules, plans and loads, batch gathers and streams, DLPack exports, the safetensors writer, and the
 // library's status codes and messages as Go errors. The experimental tier is left out.
 //
-// Its module path is github.com/hostfirst/hostfirst/bindings/go (the directory bindings/go of the hostfirst
-// repository; releases are tagged bindings/go/vX.Y.Z), so
+// Its import path is github.com/hostfirst/hostfirst/bindings/go/hostfirst: the package hostfirst in the module
+// github.com/hostfirst/hostfirst/bindings/go (the directory bindings/go of the hostfirst repository; releases are
+// tagged bindings/go/vX.Y.Z), so
 //
-//	go get github.com/hostfirst/hostfirst/bindings/go
-//	import hostfirst "github.com/hostfirst/hostfirst/bindings/go"
+//	go get github.com/hostfirst/hostfirst/bindings/go/hostfirst@latest
+//	import "github.com/hostfirst/hostfirst/bindings/go/hostfirst"
 //
 // It builds against an installed hostfirst (scripts/install.sh or cargo cinstall), found with pkg-config:
 //
