@@ -68,6 +68,10 @@ fn go_binding_tests_pass_against_the_installed_library() {
         "TestPutsDevicesStreams",
         "TestDefaultsAndScopes",
         "TestDLPackStreamsFit",
+        "TestStatusesMatchTheHeader",
+        "TestErrorsIsStatus",
+        "TestFitOnEveryRefusal",
+        "TestReadAtIsReaderAt",
     ] {
         assert!(text.contains(&format!("--- PASS: {name}")), "{name} did not run:\n{text}");
     }
@@ -152,7 +156,8 @@ fn go_covers_every_stable_function_but_the_listed_ones() {
     for e in std::fs::read_dir(root.join("bindings/go/hostfirst")).unwrap() {
         let p = e.unwrap().path();
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
-        if name.ends_with(".go") && !name.ends_with("_test.go") {
+        // The C the package's preambles include (hf_go_error.h) is the package's code too.
+        if (name.ends_with(".go") && !name.ends_with("_test.go")) || name.ends_with(".h") {
             go.push_str(&std::fs::read_to_string(&p).unwrap());
         }
     }
@@ -175,4 +180,71 @@ fn go_covers_every_stable_function_but_the_listed_ones() {
         "bindings/go/not-yet-covered.txt lists functions the package calls or the header lacks: {stale:?}"
     );
     eprintln!("Go covers {} of {} stable functions", stable.len() - listed.len(), stable.len());
+}
+
+/// The Go name of a status: `HOSTFIRST_STATUS_INVALID_HEADER_UTF8` is `StatusInvalidHeaderUTF8` (Go's initialisms
+/// kept whole: IO, OK, UTF8, JSON, and DType as the package spells it elsewhere).
+fn go_status_name(c: &str) -> String {
+    let words = c.strip_prefix("HOSTFIRST_STATUS_").expect("a status constant").split('_');
+    let camel: String = words
+        .map(|w| match w {
+            "IO" | "OK" | "UTF8" | "JSON" => w.to_string(),
+            "DTYPE" => "DType".to_string(),
+            _ => w[..1].to_string() + &w[1..].to_lowercase(),
+        })
+        .collect();
+    format!("Status{camel}")
+}
+
+/// Every status of hostfirst.h's `enum hostfirst_status` is an exported constant of the Go package with the
+/// header's value, the package declares no status the header lacks, and the table its Go test compares with
+/// the C constants through cgo (TestStatusesMatchTheHeader) lists each one: the statuses cannot drift.
+#[test]
+fn go_has_every_status_of_the_header() {
+    let root = crate::common::root();
+    let header = crate::header::header_code();
+    let start = header.find("enum hostfirst_status").expect("the status enum");
+    let body = &header[start..];
+    let body = &body[body.find('{').unwrap() + 1..body.find("};").unwrap()];
+    let mut want = std::collections::BTreeMap::new();
+    for item in body.split(',') {
+        if let Some((name, value)) = item.split_once('=') {
+            want.insert(go_status_name(name.trim()), (name.trim().to_string(), value.trim().parse::<u32>().unwrap()));
+        }
+    }
+    assert!(want.len() >= 45, "{} statuses parsed from hostfirst.h", want.len());
+    let go = std::fs::read_to_string(root.join("bindings/go/hostfirst/status.go")).unwrap();
+    let mut have = std::collections::BTreeMap::new();
+    for line in go.lines().map(str::trim) {
+        if let Some((name, value)) = line.split_once(" Status = ") {
+            if name.starts_with("Status") && !name.contains(' ') {
+                have.insert(name.to_string(), value.trim().parse::<u32>().expect("a status value"));
+            }
+        }
+    }
+    let mut wrong = Vec::new();
+    for (go_name, (c_name, value)) in &want {
+        match have.get(go_name) {
+            None => wrong.push(format!("missing: {go_name} Status = {value} ({c_name})")),
+            Some(v) if v != value => wrong.push(format!("{go_name} is {v}, {c_name} is {value}")),
+            Some(_) => {}
+        }
+        let row = format!("{{{go_name}, C.{c_name}, \"{}\"}},", &c_name["HOSTFIRST_STATUS_".len()..]);
+        if !go.contains(&row) {
+            wrong.push(format!("statusesC lacks the row {row}"));
+        }
+    }
+    for name in have.keys().filter(|n| !want.contains_key(*n)) {
+        wrong.push(format!("{name}: hostfirst.h has no such status"));
+    }
+    assert!(wrong.is_empty(), "bindings/go/hostfirst/status.go and hostfirst.h differ:\n{}", wrong.join("\n"));
+    // Nowhere else in the package: one list.
+    for e in std::fs::read_dir(root.join("bindings/go/hostfirst")).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with(".go") && name != "status.go" {
+            let text = std::fs::read_to_string(&p).unwrap();
+            assert!(!text.contains(" Status = "), "{name} declares a status: they all belong in status.go");
+        }
+    }
 }
