@@ -1,8 +1,9 @@
 /*
  * hostfirst.hpp - header-only C++17 RAII wrappers over the C API in hostfirst.h.
  *
- * Every failing call throws hostfirst::error (status + the library's message). Handles are move-only
- * owners that free themselves; scopes are RAII guards that pop themselves (checked) on destruction.
+ * Every failing call throws hostfirst::error (status + the library's message, and a refused fit check's numbers,
+ * all copied when it is thrown). Handles are move-only owners that free themselves; scopes are RAII guards that
+ * pop themselves (checked) on destruction.
  *
  *   auto f = hostfirst::file::open("tokens.safetensors");   // header only; data mapped read-only
  *   hostfirst::view tokens = f.view("tokens");              // zero-copy; outlives f
