@@ -619,7 +619,7 @@ static int fit_captured_at_throw() {
     }
     std::exception_ptr thrown;
     hostfirst_fit_info now{};
-    {
+    try {
         auto f = hostfirst::file::open_raw(path, HOSTFIRST_DTYPE_U8, {HOSTFIRST_FILE_RAW_INFER});
         auto v = f.view("data");
         try {
@@ -627,6 +627,12 @@ static int fit_captured_at_throw() {
         } catch (const hostfirst::error &) {
             thrown = std::current_exception();
         }
+    } catch (const hostfirst::error &e) {
+        /* a process whose address space cannot hold a 1 TiB mapping (valgrind's cannot) */
+        unlink(path);
+        REQUIRE(e.status() == HOSTFIRST_STATUS_IO);
+        std::fprintf(stderr, "fit_captured_at_throw: %s; skipped\n", e.what());
+        return 0;
     }
     unlink(path);
     REQUIRE(thrown);
