@@ -1,8 +1,9 @@
 /*
  * hostfirst.hpp - header-only C++17 RAII wrappers over the C API in hostfirst.h.
  *
- * Every failing call throws hostfirst::error (status + the library's message). Handles are move-only
- * owners that free themselves; scopes are RAII guards that pop themselves (checked) on destruction.
+ * Every failing call throws hostfirst::error (status + the library's message, and a refused fit check's numbers,
+ * all copied when it is thrown). Handles are move-only owners that free themselves; scopes are RAII guards that
+ * pop themselves (checked) on destruction.
  *
  *   auto f = hostfirst::file::open("tokens.safetensors");   // header only; data mapped read-only
  *   hostfirst::view tokens = f.view("tokens");              // zero-copy; outlives f
@@ -63,26 +64,44 @@
 
 namespace hostfirst {
 
-/// The exception every wrapper throws: the status code, its name and the thread's last error message.
+/// The exception every wrapper throws: the status code, its name, the library's message and, for a call the fit
+/// check refused, its numbers. All of it is copied when the error is made, so it stays true after later failed
+/// calls and on any thread (an exception_ptr rethrown elsewhere): the library keeps its last error per thread,
+/// and only until that thread's next failure.
 class error : public std::runtime_error {
 public:
+    /// An error with no fit numbers (the wrappers' own argument checks; a program's own errors).
     error(hostfirst_status status, const std::string &message)
         : std::runtime_error(std::string(hostfirst_status_name(status)) + ": " + message), status_(status) {}
+    /// The error of the C call that has just returned `status` on this thread: the thread's last error message
+    /// and, for a fit check's refusal, its numbers, taken now.
+    static error from_last_error(hostfirst_status status) {
+        error e(status, hostfirst_last_error_message());
+        if (status == HOSTFIRST_STATUS_OUT_OF_MEMORY && hostfirst_last_error_status() == status) {
+            e.fit_.struct_size = sizeof e.fit_;
+            e.has_fit_ = hostfirst_last_error_fit(&e.fit_) == HOSTFIRST_STATUS_OK;
+        }
+        return e;
+    }
     hostfirst_status status() const noexcept { return status_; }
     const char *status_name() const noexcept { return hostfirst_status_name(status_); }
-    /// For HOSTFIRST_STATUS_OUT_OF_MEMORY raised by a fit check: needed/free/total bytes and the device.
+    /// For HOSTFIRST_STATUS_OUT_OF_MEMORY raised by a fit check: true, and needed/free/total bytes and the
+    /// device in `out` (as they were when the call failed); false, `out` untouched, for any other error.
     bool fit(hostfirst_fit_info &out) const noexcept {
-        out.struct_size = sizeof out;
-        return status_ == HOSTFIRST_STATUS_OUT_OF_MEMORY && hostfirst_last_error_fit(&out) == HOSTFIRST_STATUS_OK;
+        if (!has_fit_) return false;
+        out = fit_;
+        return true;
     }
 
 private:
     hostfirst_status status_;
+    bool has_fit_ = false;
+    hostfirst_fit_info fit_{};
 };
 
-/// Throws hostfirst::error unless status is OK.
+/// Throws hostfirst::error (error::from_last_error) unless status is OK.
 inline void check(hostfirst_status status) {
-    if (status != HOSTFIRST_STATUS_OK) throw error(status, hostfirst_last_error_message());
+    if (status != HOSTFIRST_STATUS_OK) throw error::from_last_error(status);
 }
 
 /// Throws unless the loaded library serves a program compiled with this header: the one rule,

@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -600,6 +601,83 @@ static int throwing_callbacks(const std::string &fixtures) {
     return 0;
 }
 
+/* hostfirst::error keeps a fit check's numbers from the moment it is thrown: after another failed call on the
+ * same thread, on another thread (an exception_ptr rethrown there), and never borrows them for an error the
+ * program makes itself. A 1 TiB sparse file: no host has that much free memory, so its put to cpu is refused
+ * by the fit check before anything is allocated. */
+static int fit_captured_at_throw() {
+    char path[] = "/tmp/hostfirst_hpp_fit_XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    const uint64_t huge = uint64_t(1) << 40;
+    bool sparse = ftruncate(fd, off_t(huge)) == 0;
+    close(fd);
+    if (!sparse) {
+        unlink(path);
+        std::fprintf(stderr, "fit_captured_at_throw: no sparse 1 TiB file here, skipped\n");
+        return 0;
+    }
+    std::exception_ptr thrown;
+    hostfirst_fit_info now{};
+    try {
+        auto f = hostfirst::file::open_raw(path, HOSTFIRST_DTYPE_U8, {HOSTFIRST_FILE_RAW_INFER});
+        auto v = f.view("data");
+        try {
+            (void)v.put(hostfirst::device::cpu());
+        } catch (const hostfirst::error &) {
+            thrown = std::current_exception();
+        }
+    } catch (const hostfirst::error &e) {
+        /* a process whose address space cannot hold a 1 TiB mapping (valgrind's cannot) */
+        unlink(path);
+        REQUIRE(e.status() == HOSTFIRST_STATUS_IO);
+        std::fprintf(stderr, "fit_captured_at_throw: %s; skipped\n", e.what());
+        return 0;
+    }
+    unlink(path);
+    REQUIRE(thrown);
+    try {
+        std::rethrow_exception(thrown);
+    } catch (const hostfirst::error &e) {
+        REQUIRE(e.status() == HOSTFIRST_STATUS_OUT_OF_MEMORY && e.fit(now));
+        REQUIRE(now.needed == huge && now.free < huge && now.total > 0 && now.device.kind == HOSTFIRST_DEVICE_CPU);
+    }
+    /* an error the program makes itself has no numbers, even while the thread's last failure is a fit check */
+    hostfirst_fit_info none{};
+    REQUIRE(hostfirst::last_error_status() == HOSTFIRST_STATUS_OUT_OF_MEMORY);
+    REQUIRE(!hostfirst::error(HOSTFIRST_STATUS_OUT_OF_MEMORY, "made by the program").fit(none));
+    /* another failure on this thread replaces the thread's last error, not the exception's numbers */
+    REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [] { hostfirst::device bad("tpu:0"); }));
+    try {
+        std::rethrow_exception(thrown);
+    } catch (const hostfirst::error &e) {
+        hostfirst_fit_info later{};
+        REQUIRE(e.fit(later));
+        REQUIRE(later.needed == now.needed && later.free == now.free && later.total == now.total);
+    }
+    /* rethrown on a thread that never failed a call */
+    bool other_thread = false;
+    std::thread worker([&] {
+        try {
+            std::rethrow_exception(thrown);
+        } catch (const hostfirst::error &e) {
+            hostfirst_fit_info there{};
+            other_thread = e.status() == HOSTFIRST_STATUS_OUT_OF_MEMORY && e.fit(there) && there.needed == now.needed &&
+                           there.free == now.free && std::string(e.what()).find("OUT_OF_MEMORY") == 0;
+        }
+    });
+    worker.join();
+    REQUIRE(other_thread);
+    /* no numbers for a failure that is no fit check */
+    try {
+        hostfirst::device bad("tpu:0");
+    } catch (const hostfirst::error &e) {
+        hostfirst_fit_info none{};
+        REQUIRE(!e.fit(none));
+    }
+    return 0;
+}
+
 static int host_wrappers(const std::string &fixtures);
 
 int main(int argc, char **argv) {
@@ -665,6 +743,7 @@ static int host_wrappers(const std::string &fixtures) {
     if (rules_plans_loads(fixtures) != 0) return 1;
     if (gathers_and_shards(fixtures) != 0) return 1;
     if (process_state_and_errors() != 0) return 1;
+    if (fit_captured_at_throw() != 0) return 1;
     hostfirst::check_version();
     auto bs = hostfirst::backends();
     REQUIRE(bs.size() == 2 && bs[0].name == "cpu" && bs[0].status == "AVAILABLE");

@@ -68,6 +68,10 @@ fn go_binding_tests_pass_against_the_installed_library() {
         "TestPutsDevicesStreams",
         "TestDefaultsAndScopes",
         "TestDLPackStreamsFit",
+        "TestStatusesMatchTheHeader",
+        "TestErrorsIsStatus",
+        "TestFitOnEveryRefusal",
+        "TestReadAtIsReaderAt",
     ] {
         assert!(text.contains(&format!("--- PASS: {name}")), "{name} did not run:\n{text}");
     }
@@ -82,7 +86,8 @@ fn go_binding_tests_pass_against_the_installed_library() {
 }
 
 /// The Go module can be fetched with `go get`: its path is the repository's (Cargo.toml `repository`, without
-/// the scheme) plus the directory, and the README that tells users so says the same.
+/// the scheme) plus the directory, and its one package lives in the directory `hostfirst`, so that the import
+/// path ends in the package's name (no alias needed). The README that tells users so says the same.
 #[test]
 fn go_module_path_is_the_repository_path() {
     let root = crate::common::root();
@@ -92,12 +97,35 @@ fn go_module_path_is_the_repository_path() {
         .find_map(|l| l.strip_prefix("repository = \""))
         .and_then(|r| r.strip_suffix('"'))
         .expect("Cargo.toml names its repository");
-    let want = format!("{}/bindings/go", repo.trim_start_matches("https://"));
+    let module = format!("{}/bindings/go", repo.trim_start_matches("https://"));
     let go_mod = std::fs::read_to_string(root.join("bindings/go/go.mod")).unwrap();
-    assert_eq!(go_mod.lines().next(), Some(format!("module {want}").as_str()));
-    assert!(want.contains('.') && want.split('/').count() >= 3, "{want} is not a path `go get` can fetch");
+    assert_eq!(go_mod.lines().next(), Some(format!("module {module}").as_str()));
+    assert!(module.contains('.') && module.split('/').count() >= 3, "{module} is not a path `go get` can fetch");
+    let import = format!("{module}/hostfirst");
+    // Every Go file of the module is in the package directory and declares `package hostfirst`: the last
+    // element of the import path.
+    let mut files = 0;
+    for e in std::fs::read_dir(root.join("bindings/go")).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(!name.ends_with(".go"), "bindings/go/{name}: Go files belong in bindings/go/hostfirst");
+    }
+    for e in std::fs::read_dir(root.join("bindings/go/hostfirst")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "go") {
+            let text = std::fs::read_to_string(&p).unwrap();
+            let package = text.lines().find(|l| l.starts_with("package ")).unwrap_or("");
+            assert_eq!(package, "package hostfirst", "{}", p.display());
+            files += 1;
+        }
+    }
+    assert!(files > 5, "{files} Go files in bindings/go/hostfirst");
     let readme = std::fs::read_to_string(root.join("bindings/go/README.md")).unwrap();
-    assert!(readme.contains(&format!("go get {want}")), "bindings/go/README.md does not show `go get {want}`");
+    for shown in [format!("go get {import}"), format!("import \"{import}\""), "bindings/go/vX.Y.Z".to_string()] {
+        assert!(readme.contains(&shown), "bindings/go/README.md does not show `{shown}`");
+    }
+    let top = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(top.contains(&format!("go get {import}")), "README.md does not show `go get {import}`");
+    assert!(!top.contains("import hostfirst \""), "README.md still aliases the import");
 }
 
 /// Every function of the header outside the experimental tier is called by the Go package, or listed in
@@ -125,10 +153,11 @@ fn go_covers_every_stable_function_but_the_listed_ones() {
     assert!(stable.len() > 90, "{} stable functions parsed", stable.len());
     // Every source file of the package (tests excluded: a call from a test covers nothing).
     let mut go = String::new();
-    for e in std::fs::read_dir(root.join("bindings/go")).unwrap() {
+    for e in std::fs::read_dir(root.join("bindings/go/hostfirst")).unwrap() {
         let p = e.unwrap().path();
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
-        if name.ends_with(".go") && !name.ends_with("_test.go") {
+        // The C the package's preambles include (hf_go_error.h) is the package's code too.
+        if (name.ends_with(".go") && !name.ends_with("_test.go")) || name.ends_with(".h") {
             go.push_str(&std::fs::read_to_string(&p).unwrap());
         }
     }
@@ -151,4 +180,71 @@ fn go_covers_every_stable_function_but_the_listed_ones() {
         "bindings/go/not-yet-covered.txt lists functions the package calls or the header lacks: {stale:?}"
     );
     eprintln!("Go covers {} of {} stable functions", stable.len() - listed.len(), stable.len());
+}
+
+/// The Go name of a status: `HOSTFIRST_STATUS_INVALID_HEADER_UTF8` is `StatusInvalidHeaderUTF8` (Go's initialisms
+/// kept whole: IO, OK, UTF8, JSON, and DType as the package spells it elsewhere).
+fn go_status_name(c: &str) -> String {
+    let words = c.strip_prefix("HOSTFIRST_STATUS_").expect("a status constant").split('_');
+    let camel: String = words
+        .map(|w| match w {
+            "IO" | "OK" | "UTF8" | "JSON" => w.to_string(),
+            "DTYPE" => "DType".to_string(),
+            _ => w[..1].to_string() + &w[1..].to_lowercase(),
+        })
+        .collect();
+    format!("Status{camel}")
+}
+
+/// Every status of hostfirst.h's `enum hostfirst_status` is an exported constant of the Go package with the
+/// header's value, the package declares no status the header lacks, and the table its Go test compares with
+/// the C constants through cgo (TestStatusesMatchTheHeader) lists each one: the statuses cannot drift.
+#[test]
+fn go_has_every_status_of_the_header() {
+    let root = crate::common::root();
+    let header = crate::header::header_code();
+    let start = header.find("enum hostfirst_status").expect("the status enum");
+    let body = &header[start..];
+    let body = &body[body.find('{').unwrap() + 1..body.find("};").unwrap()];
+    let mut want = std::collections::BTreeMap::new();
+    for item in body.split(',') {
+        if let Some((name, value)) = item.split_once('=') {
+            want.insert(go_status_name(name.trim()), (name.trim().to_string(), value.trim().parse::<u32>().unwrap()));
+        }
+    }
+    assert!(want.len() >= 45, "{} statuses parsed from hostfirst.h", want.len());
+    let go = std::fs::read_to_string(root.join("bindings/go/hostfirst/status.go")).unwrap();
+    let mut have = std::collections::BTreeMap::new();
+    for line in go.lines().map(str::trim) {
+        if let Some((name, value)) = line.split_once(" Status = ") {
+            if name.starts_with("Status") && !name.contains(' ') {
+                have.insert(name.to_string(), value.trim().parse::<u32>().expect("a status value"));
+            }
+        }
+    }
+    let mut wrong = Vec::new();
+    for (go_name, (c_name, value)) in &want {
+        match have.get(go_name) {
+            None => wrong.push(format!("missing: {go_name} Status = {value} ({c_name})")),
+            Some(v) if v != value => wrong.push(format!("{go_name} is {v}, {c_name} is {value}")),
+            Some(_) => {}
+        }
+        let row = format!("{{{go_name}, C.{c_name}, \"{}\"}},", &c_name["HOSTFIRST_STATUS_".len()..]);
+        if !go.contains(&row) {
+            wrong.push(format!("statusesC lacks the row {row}"));
+        }
+    }
+    for name in have.keys().filter(|n| !want.contains_key(*n)) {
+        wrong.push(format!("{name}: hostfirst.h has no such status"));
+    }
+    assert!(wrong.is_empty(), "bindings/go/hostfirst/status.go and hostfirst.h differ:\n{}", wrong.join("\n"));
+    // Nowhere else in the package: one list.
+    for e in std::fs::read_dir(root.join("bindings/go/hostfirst")).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with(".go") && name != "status.go" {
+            let text = std::fs::read_to_string(&p).unwrap();
+            assert!(!text.contains(" Status = "), "{name} declares a status: they all belong in status.go");
+        }
+    }
 }

@@ -5,28 +5,26 @@ package hostfirst
 #include <stdlib.h>
 #include <string.h>
 #include <hostfirst.h>
+#include "hf_go_error.h"
 
-static char *hf_go_derr(hostfirst_status st) {
-	return st == HOSTFIRST_STATUS_OK ? NULL : strdup(hostfirst_last_error_message());
-}
 
 // which = 0: sync_stream, 1: record_stream.
-static hostfirst_status hf_go_buffer_stream(uintptr_t b, int which, int64_t stream, char **err) {
+static hostfirst_status hf_go_buffer_stream(uintptr_t b, int which, int64_t stream, hf_go_error **err) {
 	hostfirst_status st = which ? hostfirst_buffer_record_stream((const hostfirst_buffer *)b, stream)
 	                            : hostfirst_buffer_sync_stream((const hostfirst_buffer *)b, stream);
-	*err = hf_go_derr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 // from_buffer = 0: a view; 1: a buffer. The versioned form (DLPack 1.x), read-only for a view.
 static hostfirst_status hf_go_to_dlpack(uintptr_t h, int from_buffer, hostfirst_dlpack_managed_tensor_versioned **out,
-                                        char **err) {
+                                        hf_go_error **err) {
 	hostfirst_dlpack_options o;
 	hostfirst_status st = hostfirst_dlpack_options_init(&o, sizeof o);
 	if (st == HOSTFIRST_STATUS_OK)
 		st = from_buffer ? hostfirst_buffer_to_dlpack((const hostfirst_buffer *)h, &o, out, NULL)
 		                 : hostfirst_view_to_dlpack((const hostfirst_view *)h, &o, out, NULL);
-	*err = hf_go_derr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
@@ -34,11 +32,11 @@ static void hf_go_dlpack_delete(hostfirst_dlpack_managed_tensor_versioned *t) {
 	if (t && t->deleter) t->deleter(t);
 }
 
-static hostfirst_status hf_go_dtype_to_dlpack(const char *name, hostfirst_dlpack_dtype *out, char **err) {
+static hostfirst_status hf_go_dtype_to_dlpack(const char *name, hostfirst_dlpack_dtype *out, hf_go_error **err) {
 	hostfirst_dtype d;
 	hostfirst_status st = hostfirst_dtype_from_name(name, &d);
 	if (st == HOSTFIRST_STATUS_OK) st = hostfirst_dtype_to_dlpack(d, out);
-	*err = hf_go_derr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 */
@@ -64,7 +62,7 @@ func (b *Buffer) stream(which C.int, stream int64) error {
 		return err
 	}
 	defer runtime.KeepAlive(b)
-	var msg *C.char
+	var msg *C.hf_go_error
 	return check(C.hf_go_buffer_stream(p, which, C.int64_t(stream), &msg), msg)
 }
 
@@ -78,7 +76,7 @@ type DLPackTensor struct {
 
 func newDLPack(h C.uintptr_t, fromBuffer C.int, owner interface{}) (*DLPackTensor, error) {
 	var out *C.hostfirst_dlpack_managed_tensor_versioned
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_to_dlpack(h, fromBuffer, &out, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -160,7 +158,7 @@ func DLPackDType(dtype string) (code uint8, bits uint8, lanes uint16, err error)
 	cs := C.CString(dtype)
 	defer C.free(unsafe.Pointer(cs))
 	var d C.hostfirst_dlpack_dtype
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_dtype_to_dlpack(cs, &d, &msg), msg); err != nil {
 		return 0, 0, 0, err
 	}

@@ -5,76 +5,74 @@ package hostfirst
 #include <stdlib.h>
 #include <string.h>
 #include <hostfirst.h>
+#include "hf_go_error.h"
 
-static char *hf_go_serr(hostfirst_status st) {
-	return st == HOSTFIRST_STATUS_OK ? NULL : strdup(hostfirst_last_error_message());
-}
 
 static hostfirst_status hf_go_default_device(hostfirst_device *d, hostfirst_default_source *src, uint32_t *depth,
-                                             char **err) {
+                                             hf_go_error **err) {
 	hostfirst_status st = hostfirst_default_device(d, src, depth);
-	*err = hf_go_serr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_default_set(hostfirst_device d, char **err) {
+static hostfirst_status hf_go_default_set(hostfirst_device d, hf_go_error **err) {
 	hostfirst_status st = hostfirst_default_device_set(d);
-	*err = hf_go_serr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_default_clear(char **err) {
+static hostfirst_status hf_go_default_clear(hf_go_error **err) {
 	hostfirst_status st = hostfirst_default_device_clear();
-	*err = hf_go_serr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_default_resolve(hostfirst_device *d, char **err) {
+static hostfirst_status hf_go_default_resolve(hostfirst_device *d, hf_go_error **err) {
 	hostfirst_status st = hostfirst_default_resolve(d);
-	*err = hf_go_serr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_scope_push(hostfirst_device d, uint64_t *token, char **err) {
+static hostfirst_status hf_go_scope_push(hostfirst_device d, uint64_t *token, hf_go_error **err) {
 	hostfirst_status st = hostfirst_scope_push(d, token);
-	*err = hf_go_serr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_scope_pop(uint64_t token, char **err) {
+static hostfirst_status hf_go_scope_pop(uint64_t token, hf_go_error **err) {
 	hostfirst_status st = hostfirst_scope_pop(token);
-	*err = hf_go_serr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_scope_capture(hostfirst_carried_scope *out, char **err) {
+static hostfirst_status hf_go_scope_capture(hostfirst_carried_scope *out, hf_go_error **err) {
 	hostfirst_status st = hostfirst_scope_capture(out);
-	*err = hf_go_serr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_scope_enter(hostfirst_carried_scope c, uint64_t *token, char **err) {
+static hostfirst_status hf_go_scope_enter(hostfirst_carried_scope c, uint64_t *token, hf_go_error **err) {
 	hostfirst_status st = hostfirst_scope_enter(&c, token);
-	*err = hf_go_serr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_scope_leave(uint64_t token, char **err) {
+static hostfirst_status hf_go_scope_leave(uint64_t token, hf_go_error **err) {
 	hostfirst_status st = hostfirst_scope_leave(token);
-	*err = hf_go_serr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 // which = 0: this thread, 1: the process.
-static hostfirst_status hf_go_strict_set(int which, int32_t on, char **err) {
+static hostfirst_status hf_go_strict_set(int which, int32_t on, hf_go_error **err) {
 	hostfirst_status st = which ? hostfirst_strict_process_set(on) : hostfirst_strict_thread_set(on);
-	*err = hf_go_serr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_strict_get(int32_t *thread, int32_t *process, char **err) {
+static hostfirst_status hf_go_strict_get(int32_t *thread, int32_t *process, hf_go_error **err) {
 	hostfirst_status st = hostfirst_strict_get(thread, process);
-	*err = hf_go_serr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
@@ -99,9 +97,6 @@ const (
 	DefaultBuiltIn     DefaultSource = C.HOSTFIRST_DEFAULT_SOURCE_BUILT_IN
 )
 
-// StatusImplicitPlacement: strict mode refused to resolve the implicit default device.
-const StatusImplicitPlacement Status = C.HOSTFIRST_STATUS_IMPLICIT_PLACEMENT
-
 // The library's default device and strict mode are per OS thread (scopes, the thread's strict flag) or per
 // process. A goroutine may change threads between two calls, so the per-thread state is reachable here only
 // through functions that lock the goroutine to its thread for the duration of fn: WithDefaultDevice,
@@ -114,7 +109,7 @@ func DefaultDevice() (Device, DefaultSource, int, error) {
 	var d C.hostfirst_device
 	var src C.hostfirst_default_source
 	var depth C.uint32_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_default_device(&d, &src, &depth, &msg), msg); err != nil {
 		return Device{}, 0, 0, err
 	}
@@ -123,20 +118,20 @@ func DefaultDevice() (Device, DefaultSource, int, error) {
 
 // SetDefaultDevice makes d the process-wide default device (scopes still take precedence).
 func SetDefaultDevice(d Device) error {
-	var msg *C.char
+	var msg *C.hf_go_error
 	return check(C.hf_go_default_set(d.c(), &msg), msg)
 }
 
 // ClearDefaultDevice removes the process-wide default (the environment or the built-in rule applies again).
 func ClearDefaultDevice() error {
-	var msg *C.char
+	var msg *C.hf_go_error
 	return check(C.hf_go_default_clear(&msg), msg)
 }
 
 // ResolveDefault resolves "the default device" as a placement would: StatusImplicitPlacement in strict mode.
 func ResolveDefault() (Device, error) {
 	var d C.hostfirst_device
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_default_resolve(&d, &msg), msg); err != nil {
 		return Device{}, err
 	}
@@ -149,7 +144,7 @@ func WithDefaultDevice(d Device, fn func() error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var token C.uint64_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_scope_push(d.c(), &token, &msg), msg); err != nil {
 		return err
 	}
@@ -166,13 +161,13 @@ func SetStrictProcess(on bool) error {
 	if on {
 		v = 1
 	}
-	var msg *C.char
+	var msg *C.hf_go_error
 	return check(C.hf_go_strict_set(1, v, &msg), msg)
 }
 
 func strictGet() (thread, process bool, err error) {
 	var t, p C.int32_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_strict_get(&t, &p, &msg), msg); err != nil {
 		return false, false, err
 	}
@@ -194,7 +189,7 @@ func WithStrict(fn func() error) error {
 	if err != nil {
 		return err
 	}
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_strict_set(0, 1, &msg), msg); err != nil {
 		return err
 	}
@@ -219,7 +214,7 @@ type CarriedScope struct {
 // WithDefaultDevice / WithStrict to carry those).
 func CaptureScope() (CarriedScope, error) {
 	var c C.hostfirst_carried_scope
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_scope_capture(&c, &msg), msg); err != nil {
 		return CarriedScope{}, err
 	}
@@ -235,7 +230,7 @@ func (s CarriedScope) Run(fn func() error) error {
 		c.strict = 1
 	}
 	var token C.uint64_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_scope_enter(c, &token, &msg), msg); err != nil {
 		return err
 	}

@@ -5,46 +5,44 @@ package hostfirst
 #include <stdlib.h>
 #include <string.h>
 #include <hostfirst.h>
+#include "hf_go_error.h"
 
-static char *hf_go_merr(hostfirst_status st) {
-	return st == HOSTFIRST_STATUS_OK ? NULL : strdup(hostfirst_last_error_message());
-}
 
-static hostfirst_status hf_go_view_at(uintptr_t f, size_t i, uintptr_t *out, char **err) {
+static hostfirst_status hf_go_view_at(uintptr_t f, size_t i, uintptr_t *out, hf_go_error **err) {
 	hostfirst_view *v = NULL;
 	hostfirst_status st = hostfirst_file_view_at((const hostfirst_file *)f, i, &v);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)v;
-	*err = hf_go_merr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_view_copy(uintptr_t v, void *dst, size_t capacity, uint64_t *n, char **err) {
+static hostfirst_status hf_go_view_copy(uintptr_t v, void *dst, size_t capacity, uint64_t *n, hf_go_error **err) {
 	hostfirst_status st = hostfirst_view_copy((const hostfirst_view *)v, dst, capacity, n);
-	*err = hf_go_merr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 // rows = 1: slice_rows(a, b); rows = 0: narrow(dim, a, b).
 static hostfirst_status hf_go_view_sub(uintptr_t v, int rows, uint32_t dim, uint64_t a, uint64_t b, uintptr_t *out,
-                                       char **err) {
+                                       hf_go_error **err) {
 	hostfirst_view *s = NULL;
 	hostfirst_status st = rows ? hostfirst_view_slice_rows((const hostfirst_view *)v, a, b, &s)
 	                           : hostfirst_view_narrow((const hostfirst_view *)v, dim, a, b, &s);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)s;
-	*err = hf_go_merr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_view_prefault(uintptr_t v, int *populated, char **err) {
+static hostfirst_status hf_go_view_prefault(uintptr_t v, int *populated, hf_go_error **err) {
 	int32_t p = 0;
 	hostfirst_status st = hostfirst_view_prefault((const hostfirst_view *)v, &p);
 	if (st == HOSTFIRST_STATUS_OK) *populated = p;
-	*err = hf_go_merr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 static hostfirst_status hf_go_put_start(uintptr_t v, hostfirst_device target, uint32_t threads, uintptr_t *out,
-                                        char **err) {
+                                        hf_go_error **err) {
 	hostfirst_put_options o;
 	hostfirst_put_op *op = NULL;
 	hostfirst_status st = hostfirst_put_options_init(&o, sizeof o);
@@ -53,109 +51,109 @@ static hostfirst_status hf_go_put_start(uintptr_t v, hostfirst_device target, ui
 		st = hostfirst_put_start((const hostfirst_view *)v, &target, &o, &op);
 	}
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)op;
-	*err = hf_go_merr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_put_poll(uintptr_t op, char **err) {
+static hostfirst_status hf_go_put_poll(uintptr_t op, hf_go_error **err) {
 	hostfirst_status st = hostfirst_put_poll((const hostfirst_put_op *)op);
-	*err = st == HOSTFIRST_STATUS_NOT_READY ? NULL : hf_go_merr(st);
+	*err = st == HOSTFIRST_STATUS_NOT_READY ? NULL : hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_put_wait(uintptr_t op, uintptr_t *out, char **err) {
+static hostfirst_status hf_go_put_wait(uintptr_t op, uintptr_t *out, hf_go_error **err) {
 	hostfirst_buffer *b = NULL;
 	hostfirst_status st = hostfirst_put_wait((hostfirst_put_op *)op, &b);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)b;
-	*err = hf_go_merr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_put_op_free(uintptr_t op, char **err) {
+static hostfirst_status hf_go_put_op_free(uintptr_t op, hf_go_error **err) {
 	hostfirst_status st = hostfirst_put_op_free((hostfirst_put_op *)op);
-	*err = hf_go_merr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_target_parse(const char *spec, hostfirst_device *out, char **err) {
+static hostfirst_status hf_go_target_parse(const char *spec, hostfirst_device *out, hf_go_error **err) {
 	hostfirst_status st = hostfirst_target_parse(spec, out);
-	*err = hf_go_merr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_device_format(hostfirst_device d, char *buf, size_t capacity, size_t *len, char **err) {
+static hostfirst_status hf_go_device_format(hostfirst_device d, char *buf, size_t capacity, size_t *len, hf_go_error **err) {
 	hostfirst_status st = hostfirst_device_format(d, buf, capacity, len);
-	*err = st == HOSTFIRST_STATUS_BUFFER_TOO_SMALL ? NULL : hf_go_merr(st);
+	*err = st == HOSTFIRST_STATUS_BUFFER_TOO_SMALL ? NULL : hf_go_error_take(st);
 	return st;
 }
 
 static int hf_go_device_equal(hostfirst_device a, hostfirst_device b) { return hostfirst_device_equal(&a, &b); }
 
-static hostfirst_status hf_go_device_memory(hostfirst_device d, uint64_t *free_bytes, uint64_t *total, char **err) {
+static hostfirst_status hf_go_device_memory(hostfirst_device d, uint64_t *free_bytes, uint64_t *total, hf_go_error **err) {
 	hostfirst_status st = hostfirst_device_memory(d, free_bytes, total);
-	*err = hf_go_merr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_device_describe(hostfirst_device d, hostfirst_device_info *out, char **err) {
+static hostfirst_status hf_go_device_describe(hostfirst_device d, hostfirst_device_info *out, hf_go_error **err) {
 	out->struct_size = sizeof *out;
 	hostfirst_status st = hostfirst_device_describe(d, out);
-	*err = hf_go_merr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_buffer_to(uintptr_t b, hostfirst_device d, uintptr_t *out, char **err) {
+static hostfirst_status hf_go_buffer_to(uintptr_t b, hostfirst_device d, uintptr_t *out, hf_go_error **err) {
 	hostfirst_buffer *o = NULL;
 	hostfirst_status st = hostfirst_buffer_to((const hostfirst_buffer *)b, &d, &o);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)o;
-	*err = hf_go_merr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_buffer_file_backed(uintptr_t b, int32_t *out, char **err) {
+static hostfirst_status hf_go_buffer_file_backed(uintptr_t b, int32_t *out, hf_go_error **err) {
 	hostfirst_status st = hostfirst_buffer_is_file_backed((const hostfirst_buffer *)b, out);
-	*err = hf_go_merr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_release_cached(char **err) {
+static hostfirst_status hf_go_release_cached(hf_go_error **err) {
 	hostfirst_status st = hostfirst_release_cached_memory();
-	*err = hf_go_merr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 static hostfirst_status hf_go_random_offsets(uint64_t *state, uint64_t len, uint64_t window, uint64_t *out, size_t n,
-                                             char **err) {
+                                             hf_go_error **err) {
 	hostfirst_status st = hostfirst_random_offsets(state, len, window, out, n);
-	*err = hf_go_merr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_gather_ring(uintptr_t g, size_t *bound, size_t *allocated, size_t *held, char **err) {
+static hostfirst_status hf_go_gather_ring(uintptr_t g, size_t *bound, size_t *allocated, size_t *held, hf_go_error **err) {
 	hostfirst_status st = hostfirst_gather_ring((const hostfirst_gather *)g, bound, allocated, held);
-	*err = hf_go_merr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_gather_set_ring_bound(uintptr_t g, size_t bound, char **err) {
+static hostfirst_status hf_go_gather_set_ring_bound(uintptr_t g, size_t bound, hf_go_error **err) {
 	hostfirst_status st = hostfirst_gather_set_ring_bound((hostfirst_gather *)g, bound);
-	*err = hf_go_merr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 static hostfirst_status hf_go_gather_run_from_buffer(uintptr_t g, uintptr_t b, const uint64_t *offsets, size_t n,
-                                                     uintptr_t *out, char **err) {
+                                                     uintptr_t *out, hf_go_error **err) {
 	hostfirst_buffer *o = NULL;
 	hostfirst_status st =
 	    hostfirst_gather_run_from_buffer((hostfirst_gather *)g, (const hostfirst_buffer *)b, offsets, n, &o);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)o;
-	*err = hf_go_merr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 // from_buffer = 0: source is a view; 1: a host buffer.
 static hostfirst_status hf_go_stream_start(uintptr_t g, int from_buffer, uintptr_t source, const uint64_t *offsets,
-                                           size_t n_batches, size_t depth, uintptr_t *out, char **err) {
+                                           size_t n_batches, size_t depth, uintptr_t *out, hf_go_error **err) {
 	hostfirst_gather_stream *s = NULL;
 	hostfirst_status st =
 	    from_buffer ? hostfirst_gather_stream_start_from_buffer((hostfirst_gather *)g, (const hostfirst_buffer *)source,
@@ -163,21 +161,21 @@ static hostfirst_status hf_go_stream_start(uintptr_t g, int from_buffer, uintptr
 	                : hostfirst_gather_stream_start((hostfirst_gather *)g, (const hostfirst_view *)source, offsets,
 	                                                n_batches, depth, &s);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)s;
-	*err = hf_go_merr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_stream_next(uintptr_t s, uintptr_t *out, char **err) {
+static hostfirst_status hf_go_stream_next(uintptr_t s, uintptr_t *out, hf_go_error **err) {
 	hostfirst_buffer *b = NULL;
 	hostfirst_status st = hostfirst_gather_stream_next((hostfirst_gather_stream *)s, &b);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)b;
-	*err = hf_go_merr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_stream_free(uintptr_t s, char **err) {
+static hostfirst_status hf_go_stream_free(uintptr_t s, hf_go_error **err) {
 	hostfirst_status st = hostfirst_gather_stream_free((hostfirst_gather_stream *)s);
-	*err = hf_go_merr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 */
@@ -186,12 +184,6 @@ import "C"
 import (
 	"runtime"
 	"unsafe"
-)
-
-// Statuses of an asynchronous put still running (PutOp.Poll answers it as false) and of a short buffer.
-const (
-	StatusNotReady       Status = C.HOSTFIRST_STATUS_NOT_READY
-	StatusBufferTooSmall Status = C.HOSTFIRST_STATUS_BUFFER_TOO_SMALL
 )
 
 func newView(id C.uintptr_t, f *File) *View {
@@ -208,7 +200,7 @@ func (f *File) ViewAt(i int) (*View, error) {
 	}
 	defer runtime.KeepAlive(f)
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_view_at(p, C.size_t(i), &id, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -228,7 +220,7 @@ func (v *View) Copy(dst []byte) (int, error) {
 		ptr = unsafe.Pointer(&dst[0])
 	}
 	var n C.uint64_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_view_copy(p, ptr, C.size_t(len(dst)), &n, &msg), msg); err != nil {
 		return 0, err
 	}
@@ -242,7 +234,7 @@ func (v *View) sub(rows C.int, dim uint32, a, b uint64) (*View, error) {
 	}
 	defer runtime.KeepAlive(v)
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_view_sub(p, rows, C.uint32_t(dim), C.uint64_t(a), C.uint64_t(b), &id, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -266,7 +258,7 @@ func (v *View) Prefault() (populated bool, err error) {
 	}
 	defer runtime.KeepAlive(v)
 	var out C.int
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_view_prefault(p, &out, &msg), msg); err != nil {
 		return false, err
 	}
@@ -287,7 +279,7 @@ func (v *View) PutStart(device Device, threads uint32) (*PutOp, error) {
 	}
 	defer runtime.KeepAlive(v)
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_put_start(p, device.c(), C.uint32_t(threads), &id, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -303,7 +295,7 @@ func (op *PutOp) Poll() (bool, error) {
 		return false, err
 	}
 	defer runtime.KeepAlive(op)
-	var msg *C.char
+	var msg *C.hf_go_error
 	st := C.hf_go_put_poll(p, &msg)
 	if st == C.HOSTFIRST_STATUS_NOT_READY {
 		return false, nil
@@ -322,7 +314,7 @@ func (op *PutOp) Wait() (*Buffer, error) {
 	}
 	defer runtime.KeepAlive(op)
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_put_wait(p, &id, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -335,7 +327,7 @@ func (op *PutOp) Wait() (*Buffer, error) {
 func (op *PutOp) Close() error {
 	runtime.SetFinalizer(op, nil)
 	return op.h.release(func(id C.uintptr_t) error {
-		var msg *C.char
+		var msg *C.hf_go_error
 		return check(C.hf_go_put_op_free(id, &msg), msg)
 	})
 }
@@ -345,7 +337,7 @@ func ParseTarget(spec string) (Device, error) {
 	cs := C.CString(spec)
 	defer C.free(unsafe.Pointer(cs))
 	var d C.hostfirst_device
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_target_parse(cs, &d, &msg), msg); err != nil {
 		return Device{}, err
 	}
@@ -355,7 +347,7 @@ func ParseTarget(spec string) (Device, error) {
 // String is the device's spec, such as "cuda:1" (what ParseDevice reads back).
 func (d Device) String() string {
 	var n C.size_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	var buf [64]C.char
 	if err := check(C.hf_go_device_format(d.c(), &buf[0], C.size_t(len(buf)), &n, &msg), msg); err != nil {
 		return "invalid device"
@@ -369,7 +361,7 @@ func (d Device) Equal(o Device) bool { return C.hf_go_device_equal(d.c(), o.c())
 // Memory is the device's free and total memory in bytes.
 func (d Device) Memory() (free, total uint64, err error) {
 	var f, t C.uint64_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_device_memory(d.c(), &f, &t, &msg), msg); err != nil {
 		return 0, 0, err
 	}
@@ -390,7 +382,7 @@ type DeviceInfo struct {
 // Info describes the device.
 func (d Device) Info() (DeviceInfo, error) {
 	var info C.hostfirst_device_info
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_device_describe(d.c(), &info, &msg), msg); err != nil {
 		return DeviceInfo{}, err
 	}
@@ -415,7 +407,7 @@ func (b *Buffer) To(device Device) (*Buffer, error) {
 	}
 	defer runtime.KeepAlive(b)
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_buffer_to(p, device.c(), &id, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -430,7 +422,7 @@ func (b *Buffer) IsFileBacked() (bool, error) {
 	}
 	defer runtime.KeepAlive(b)
 	var out C.int32_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_buffer_file_backed(p, &out, &msg), msg); err != nil {
 		return false, err
 	}
@@ -439,7 +431,7 @@ func (b *Buffer) IsFileBacked() (bool, error) {
 
 // ReleaseCachedMemory frees the process-wide caches of page-locked memory.
 func ReleaseCachedMemory() error {
-	var msg *C.char
+	var msg *C.hf_go_error
 	return check(C.hf_go_release_cached(&msg), msg)
 }
 
@@ -448,7 +440,7 @@ func ReleaseCachedMemory() error {
 func RandomOffsets(state *uint64, length, window uint64, n int) ([]uint64, error) {
 	out := make([]uint64, n)
 	s := C.uint64_t(*state)
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_random_offsets(&s, C.uint64_t(length), C.uint64_t(window), u64s(out), C.size_t(n), &msg), msg); err != nil {
 		return nil, err
 	}
@@ -464,7 +456,7 @@ func (g *Gather) Ring() (bound, allocated, held int, err error) {
 	}
 	defer runtime.KeepAlive(g)
 	var b, a, h C.size_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_gather_ring(p, &b, &a, &h, &msg), msg); err != nil {
 		return 0, 0, 0, err
 	}
@@ -478,7 +470,7 @@ func (g *Gather) SetRingBound(bound int) error {
 		return err
 	}
 	defer runtime.KeepAlive(g)
-	var msg *C.char
+	var msg *C.hf_go_error
 	return check(C.hf_go_gather_set_ring_bound(p, C.size_t(bound), &msg), msg)
 }
 
@@ -495,7 +487,7 @@ func (g *Gather) RunFromBuffer(source *Buffer, offsets []uint64) (*Buffer, error
 	defer runtime.KeepAlive(g)
 	defer runtime.KeepAlive(source)
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_gather_run_from_buffer(p, bp, u64s(offsets), C.size_t(len(offsets)), &id, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -515,7 +507,7 @@ func (g *Gather) stream(fromBuffer C.int, source C.uintptr_t, src interface{}, o
 	}
 	defer runtime.KeepAlive(g)
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	st := C.hf_go_stream_start(p, fromBuffer, source, u64s(offsets), C.size_t(nBatches), C.size_t(depth), &id, &msg)
 	if err := check(st, msg); err != nil {
 		return nil, err
@@ -554,7 +546,7 @@ func (s *GatherStream) Next() (*Buffer, error) {
 	}
 	defer runtime.KeepAlive(s)
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_stream_next(p, &id, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -568,7 +560,7 @@ func (s *GatherStream) Next() (*Buffer, error) {
 func (s *GatherStream) Close() error {
 	runtime.SetFinalizer(s, nil)
 	return s.h.release(func(id C.uintptr_t) error {
-		var msg *C.char
+		var msg *C.hf_go_error
 		return check(C.hf_go_stream_free(id, &msg), msg)
 	})
 }

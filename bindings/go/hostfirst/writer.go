@@ -5,13 +5,11 @@ package hostfirst
 #include <stdlib.h>
 #include <string.h>
 #include <hostfirst.h>
+#include "hf_go_error.h"
 
-static char *hf_go_werr(hostfirst_status st) {
-	return st == HOSTFIRST_STATUS_OK ? NULL : strdup(hostfirst_last_error_message());
-}
 
 static hostfirst_status hf_go_writer_open(const char *path, uint64_t max_part_bytes, int no_sync, uintptr_t *out,
-                                          char **err) {
+                                          hf_go_error **err) {
 	hostfirst_writer_options o;
 	hostfirst_status st = hostfirst_writer_options_init(&o, sizeof o);
 	hostfirst_writer *w = NULL;
@@ -21,12 +19,12 @@ static hostfirst_status hf_go_writer_open(const char *path, uint64_t max_part_by
 		st = hostfirst_writer_open(path, &o, &w);
 	}
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)w;
-	*err = hf_go_werr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 static hostfirst_status hf_go_writer_open_fd(int32_t fd, uint64_t max_part_bytes, int no_sync, uintptr_t *out,
-                                             char **err) {
+                                             hf_go_error **err) {
 	hostfirst_writer_options o;
 	hostfirst_status st = hostfirst_writer_options_init(&o, sizeof o);
 	hostfirst_writer *w = NULL;
@@ -36,90 +34,90 @@ static hostfirst_status hf_go_writer_open_fd(int32_t fd, uint64_t max_part_bytes
 		st = hostfirst_writer_open_fd(fd, &o, &w);
 	}
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)w;
-	*err = hf_go_werr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 static hostfirst_status hf_go_writer_declare(uintptr_t w, const char *name, const char *dtype, const uint64_t *shape,
-                                             size_t rank, char **err) {
+                                             size_t rank, hf_go_error **err) {
 	hostfirst_dtype d;
 	hostfirst_status st = hostfirst_dtype_from_name(dtype, &d);
 	if (st == HOSTFIRST_STATUS_OK) st = hostfirst_writer_declare((hostfirst_writer *)w, name, d, shape, rank);
-	*err = hf_go_werr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 // `data` is C memory the Writer keeps until it is closed.
 static hostfirst_status hf_go_writer_piece_host(uintptr_t w, const char *name, const uint64_t *start,
                                                 const uint64_t *len, size_t rank, const void *data, size_t nbytes,
-                                                char **err) {
+                                                hf_go_error **err) {
 	hostfirst_status st = hostfirst_writer_add_piece_host((hostfirst_writer *)w, name, start, len, rank, data, nbytes);
-	*err = hf_go_werr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 static hostfirst_status hf_go_writer_piece_buffer(uintptr_t w, const char *name, const uint64_t *start, size_t rank,
-                                                  uintptr_t b, char **err) {
+                                                  uintptr_t b, hf_go_error **err) {
 	hostfirst_status st =
 	    hostfirst_writer_add_piece_buffer((hostfirst_writer *)w, name, start, rank, (const hostfirst_buffer *)b);
-	*err = hf_go_werr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 static hostfirst_status hf_go_writer_piece_view(uintptr_t w, const char *name, const uint64_t *start, size_t rank,
-                                                uintptr_t v, char **err) {
+                                                uintptr_t v, hf_go_error **err) {
 	hostfirst_status st =
 	    hostfirst_writer_add_piece_view((hostfirst_writer *)w, name, start, rank, (const hostfirst_view *)v);
-	*err = hf_go_werr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_writer_add_view(uintptr_t w, const char *name, uintptr_t v, char **err) {
+static hostfirst_status hf_go_writer_add_view(uintptr_t w, const char *name, uintptr_t v, hf_go_error **err) {
 	hostfirst_status st = hostfirst_writer_add_view((hostfirst_writer *)w, name, (const hostfirst_view *)v);
-	*err = hf_go_werr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_writer_add_buffer(uintptr_t w, const char *name, uintptr_t b, char **err) {
+static hostfirst_status hf_go_writer_add_buffer(uintptr_t w, const char *name, uintptr_t b, hf_go_error **err) {
 	hostfirst_status st = hostfirst_writer_add_buffer((hostfirst_writer *)w, name, (const hostfirst_buffer *)b);
-	*err = hf_go_werr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 // `data` is C memory the Writer keeps until it is closed.
 static hostfirst_status hf_go_writer_add_host(uintptr_t w, const char *name, const char *dtype, const uint64_t *shape,
-                                              size_t rank, const void *data, size_t nbytes, char **err) {
+                                              size_t rank, const void *data, size_t nbytes, hf_go_error **err) {
 	hostfirst_dtype d;
 	hostfirst_status st = hostfirst_dtype_from_name(dtype, &d);
 	if (st == HOSTFIRST_STATUS_OK)
 		st = hostfirst_writer_add_host((hostfirst_writer *)w, name, d, shape, rank, data, nbytes);
-	*err = hf_go_werr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 static hostfirst_status hf_go_writer_metadata(uintptr_t w, const char **keys, const char **values, size_t n,
-                                              char **err) {
+                                              hf_go_error **err) {
 	hostfirst_status st = hostfirst_writer_set_metadata((hostfirst_writer *)w, keys, values, n);
-	*err = hf_go_werr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_writer_finish(uintptr_t w, hostfirst_writer_info *out, char **err) {
+static hostfirst_status hf_go_writer_finish(uintptr_t w, hostfirst_writer_info *out, hf_go_error **err) {
 	out->struct_size = sizeof *out;
 	hostfirst_status st = hostfirst_writer_finish((hostfirst_writer *)w, out);
-	*err = hf_go_werr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_writer_part(uintptr_t w, size_t i, const char **out, char **err) {
+static hostfirst_status hf_go_writer_part(uintptr_t w, size_t i, const char **out, hf_go_error **err) {
 	hostfirst_status st = hostfirst_writer_part_path((hostfirst_writer *)w, i, out);
-	*err = hf_go_werr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_writer_free(uintptr_t w, char **err) {
+static hostfirst_status hf_go_writer_free(uintptr_t w, hf_go_error **err) {
 	hostfirst_status st = hostfirst_writer_free((hostfirst_writer *)w);
-	*err = hf_go_werr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 */
@@ -128,14 +126,6 @@ import "C"
 import (
 	"runtime"
 	"unsafe"
-)
-
-// Statuses a writer's callers test for.
-const (
-	StatusAlreadyUsed      Status = C.HOSTFIRST_STATUS_ALREADY_USED
-	StatusDuplicateTensor  Status = C.HOSTFIRST_STATUS_DUPLICATE_TENSOR
-	StatusNoSpace          Status = C.HOSTFIRST_STATUS_NO_SPACE
-	StatusPermissionDenied Status = C.HOSTFIRST_STATUS_PERMISSION_DENIED
 )
 
 // WriterOptions are the options of Create; the zero value is one file, synced before Finish returns.
@@ -177,7 +167,7 @@ func Create(path string, opts *WriterOptions) (*Writer, error) {
 		noSync = 1
 	}
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_writer_open(cpath, C.uint64_t(opts.MaxPartBytes), noSync, &id, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -197,7 +187,7 @@ func CreateFD(fd int, opts *WriterOptions) (*Writer, error) {
 		noSync = 1
 	}
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_writer_open_fd(C.int32_t(fd), C.uint64_t(opts.MaxPartBytes), noSync, &id, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -217,7 +207,7 @@ func (w *Writer) Declare(name, dtype string, shape []uint64) error {
 	cname, cdtype := C.CString(name), C.CString(dtype)
 	defer C.free(unsafe.Pointer(cname))
 	defer C.free(unsafe.Pointer(cdtype))
-	var msg *C.char
+	var msg *C.hf_go_error
 	return check(C.hf_go_writer_declare(p, cname, cdtype, u64s(shape), C.size_t(len(shape)), &msg), msg)
 }
 
@@ -238,7 +228,7 @@ func (w *Writer) AddPieceBytes(name string, start, length []uint64, data []byte)
 	if len(data) > 0 {
 		C.memcpy(mem, unsafe.Pointer(&data[0]), C.size_t(len(data)))
 	}
-	var msg *C.char
+	var msg *C.hf_go_error
 	st := C.hf_go_writer_piece_host(p, cname, u64s(start), u64s(length), C.size_t(len(start)), mem, C.size_t(len(data)), &msg)
 	if err := check(st, msg); err != nil {
 		C.free(mem)
@@ -263,7 +253,7 @@ func (w *Writer) AddPieceBuffer(name string, start []uint64, b *Buffer) error {
 	defer runtime.KeepAlive(b)
 	cname := C.CString(name)
 	defer C.free(unsafe.Pointer(cname))
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_writer_piece_buffer(p, cname, u64s(start), C.size_t(len(start)), bp, &msg), msg); err != nil {
 		return err
 	}
@@ -285,7 +275,7 @@ func (w *Writer) AddPieceView(name string, start []uint64, v *View) error {
 	defer runtime.KeepAlive(v)
 	cname := C.CString(name)
 	defer C.free(unsafe.Pointer(cname))
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_writer_piece_view(p, cname, u64s(start), C.size_t(len(start)), vp, &msg), msg); err != nil {
 		return err
 	}
@@ -314,7 +304,7 @@ func (w *Writer) AddView(name string, v *View) error {
 	defer runtime.KeepAlive(v)
 	cname := w.name(name)
 	defer C.free(unsafe.Pointer(cname))
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_writer_add_view(p, cname, vp, &msg), msg); err != nil {
 		return err
 	}
@@ -336,7 +326,7 @@ func (w *Writer) AddBuffer(name string, b *Buffer) error {
 	defer runtime.KeepAlive(b)
 	cname := w.name(name)
 	defer C.free(unsafe.Pointer(cname))
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_writer_add_buffer(p, cname, bp, &msg), msg); err != nil {
 		return err
 	}
@@ -364,7 +354,7 @@ func (w *Writer) AddBytes(name, dtype string, shape []uint64, data []byte) error
 	for i, d := range shape {
 		*(*C.uint64_t)(unsafe.Pointer(uintptr(dims) + uintptr(8*i))) = C.uint64_t(d)
 	}
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_writer_add_host(p, cname, cdtype, (*C.uint64_t)(dims), C.size_t(len(shape)), mem,
 		C.size_t(len(data)), &msg), msg); err != nil {
 		C.free(mem)
@@ -391,7 +381,7 @@ func (w *Writer) SetMetadata(entries []MetadataEntry) error {
 		defer C.free(unsafe.Pointer(keys[i]))
 		defer C.free(unsafe.Pointer(values[i]))
 	}
-	var msg *C.char
+	var msg *C.hf_go_error
 	return check(C.hf_go_writer_metadata(p, &keys[0], &values[0], C.size_t(n), &msg), msg)
 }
 
@@ -403,7 +393,7 @@ func (w *Writer) Finish() (WriteInfo, error) {
 	}
 	defer runtime.KeepAlive(w)
 	var info C.hostfirst_writer_info
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_writer_finish(p, &info, &msg), msg); err != nil {
 		return WriteInfo{}, err
 	}
@@ -425,7 +415,7 @@ func (w *Writer) Finish() (WriteInfo, error) {
 func (w *Writer) Close() error {
 	runtime.SetFinalizer(w, nil)
 	err := w.h.release(func(id C.uintptr_t) error {
-		var msg *C.char
+		var msg *C.hf_go_error
 		return check(C.hf_go_writer_free(id, &msg), msg)
 	})
 	for _, m := range w.mem {

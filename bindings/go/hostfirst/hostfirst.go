@@ -3,11 +3,12 @@
 // puts, rules, plans and loads, batch gathers and streams, DLPack exports, the safetensors writer, and the
 // library's status codes and messages as Go errors. The experimental tier is left out.
 //
-// Its module path is github.com/hostfirst/hostfirst/bindings/go (the directory bindings/go of the hostfirst
-// repository; releases are tagged bindings/go/vX.Y.Z), so
+// Its import path is github.com/hostfirst/hostfirst/bindings/go/hostfirst: the package hostfirst in the module
+// github.com/hostfirst/hostfirst/bindings/go (the directory bindings/go of the hostfirst repository; releases are
+// tagged bindings/go/vX.Y.Z), so
 //
-//	go get github.com/hostfirst/hostfirst/bindings/go
-//	import hostfirst "github.com/hostfirst/hostfirst/bindings/go"
+//	go get github.com/hostfirst/hostfirst/bindings/go/hostfirst@latest
+//	import "github.com/hostfirst/hostfirst/bindings/go/hostfirst"
 //
 // It builds against an installed hostfirst (scripts/install.sh or cargo cinstall), found with pkg-config:
 //
@@ -21,9 +22,10 @@
 // ParseDevice, HandleCount) fails when the library the program runs with cannot serve the header it was built
 // against.
 //
-// Errors: the C library keeps the message of a failed call per OS thread, and a goroutine may move between
-// threads between two cgo calls. So each call goes through a C shim that makes the call and, on failure, copies
-// the message in the same cgo call (the same thread).
+// Errors: the C library keeps the message (and a fit check's numbers) of a failed call per OS thread, and a
+// goroutine may move between threads between two cgo calls. So each call goes through a C shim that makes the
+// call and, on failure, copies them in the same cgo call (the same thread; hf_go_error.h). A failed call returns
+// an *Error; errors.Is(err, StatusNotFound) finds its status through any wrapping (a Status is an error too).
 //
 // Handles: the library's handles are ids (a freed or stale one gives INVALID_HANDLE, never a crash), not
 // addresses, so Go keeps them as uintptr and the shims cast them: a small integer held as a Go pointer would
@@ -38,6 +40,7 @@ package hostfirst
 #include <stdlib.h>
 #include <string.h>
 #include <hostfirst.h>
+#include "hf_go_error.h"
 
 // The oldest hostfirst this package is written for (its HOSTFIRST_VERSION_NUMBER): 0.2.0.
 #define HF_GO_WRITTEN_FOR 2000
@@ -50,120 +53,118 @@ static int hf_go_version_compatible(uint32_t header, uint32_t library) {
 	return HOSTFIRST_VERSION_COMPATIBLE(header, library);
 }
 
-// The message of the call that just failed, copied (free it), or NULL on success. The thread's last error
-// is that call's when its status is the one the call returned (the last-error family's rule).
-static char *hf_go_err(hostfirst_status st) {
-	if (st == HOSTFIRST_STATUS_OK) return NULL;
-	if (hostfirst_last_error_status() != st) return strdup("(the library kept no message for this failure)");
-	return strdup(hostfirst_last_error_message());
-}
 
-static hostfirst_status hf_go_backend(size_t i, hostfirst_backend_info *out, char **err) {
+static hostfirst_status hf_go_backend(size_t i, hostfirst_backend_info *out, hf_go_error **err) {
 	out->struct_size = sizeof *out;
 	hostfirst_status st = hostfirst_backend_describe(i, out);
-	*err = hf_go_err(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_devices(hostfirst_device *out, size_t cap, size_t *count, char **err) {
+static hostfirst_status hf_go_devices(hostfirst_device *out, size_t cap, size_t *count, hf_go_error **err) {
 	hostfirst_status st = hostfirst_devices(out, cap, count);
-	*err = st == HOSTFIRST_STATUS_BUFFER_TOO_SMALL ? NULL : hf_go_err(st);
+	*err = st == HOSTFIRST_STATUS_BUFFER_TOO_SMALL ? NULL : hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_device_parse(const char *spec, hostfirst_device *out, char **err) {
+static hostfirst_status hf_go_device_parse(const char *spec, hostfirst_device *out, hf_go_error **err) {
 	hostfirst_status st = hostfirst_device_parse(spec, out);
-	*err = hf_go_err(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_file_open(const char *path, uintptr_t *out, char **err) {
+static hostfirst_status hf_go_file_open(const char *path, uintptr_t *out, hf_go_error **err) {
 	hostfirst_file *f = NULL;
 	hostfirst_status st = hostfirst_file_open(path, &f);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)f;
-	*err = hf_go_err(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_file_free(uintptr_t f, char **err) {
+static hostfirst_status hf_go_file_free(uintptr_t f, hf_go_error **err) {
 	hostfirst_status st = hostfirst_file_free((hostfirst_file *)f);
-	*err = hf_go_err(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_tensor_count(uintptr_t f, size_t *out, char **err) {
+static hostfirst_status hf_go_tensor_count(uintptr_t f, size_t *out, hf_go_error **err) {
 	hostfirst_status st = hostfirst_file_tensor_count((const hostfirst_file *)f, out);
-	*err = hf_go_err(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_tensor_name(uintptr_t f, size_t i, const char **out, char **err) {
+static hostfirst_status hf_go_tensor_name(uintptr_t f, size_t i, const char **out, hf_go_error **err) {
 	hostfirst_status st = hostfirst_file_tensor_name((const hostfirst_file *)f, i, out);
-	*err = hf_go_err(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_file_view(uintptr_t f, const char *name, uintptr_t *out, char **err) {
+static hostfirst_status hf_go_file_view(uintptr_t f, const char *name, uintptr_t *out, hf_go_error **err) {
 	hostfirst_view *v = NULL;
 	hostfirst_status st = hostfirst_file_view((const hostfirst_file *)f, name, &v);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)v;
-	*err = hf_go_err(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_view_free(uintptr_t v, char **err) {
+static hostfirst_status hf_go_view_free(uintptr_t v, hf_go_error **err) {
 	hostfirst_status st = hostfirst_view_free((hostfirst_view *)v);
-	*err = hf_go_err(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_view_describe(uintptr_t v, hostfirst_view_info *out, char **err) {
+static hostfirst_status hf_go_view_describe(uintptr_t v, hostfirst_view_info *out, hf_go_error **err) {
 	out->struct_size = sizeof *out;
 	hostfirst_status st = hostfirst_view_describe((const hostfirst_view *)v, out);
-	*err = hf_go_err(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_view_read(uintptr_t v, uint64_t off, void *dst, size_t len, char **err) {
-	hostfirst_status st = hostfirst_view_read((const hostfirst_view *)v, off, dst, len);
-	*err = hf_go_err(st);
+// io.ReaderAt's read: the bytes of [off, off + len) that the tensor has (none at or past its end) into dst; their
+// number in *n.
+static hostfirst_status hf_go_view_read_at(uintptr_t v, uint64_t off, void *dst, size_t len, size_t *n,
+                                           hf_go_error **err) {
+	hostfirst_view_info info;
+	info.struct_size = sizeof info;
+	hostfirst_status st = hostfirst_view_describe((const hostfirst_view *)v, &info);
+	size_t have = 0;
+	if (st == HOSTFIRST_STATUS_OK && off < info.nbytes) have = info.nbytes - off < len ? (size_t)(info.nbytes - off) : len;
+	if (st == HOSTFIRST_STATUS_OK && have > 0) st = hostfirst_view_read((const hostfirst_view *)v, off, dst, have);
+	if (st == HOSTFIRST_STATUS_OK) *n = have;
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-// On failure, *has_fit says whether it was a fit check, whose numbers are in *fit.
-static hostfirst_status hf_go_put(uintptr_t v, hostfirst_device target, uintptr_t *out, char **err,
-                                  hostfirst_fit_info *fit, int *has_fit) {
+static hostfirst_status hf_go_put(uintptr_t v, hostfirst_device target, uintptr_t *out, hf_go_error **err) {
 	hostfirst_buffer *b = NULL;
 	hostfirst_status st = hostfirst_put((const hostfirst_view *)v, &target, NULL, &b, NULL);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)b;
-	*err = hf_go_err(st);
-	fit->struct_size = sizeof *fit;
-	*has_fit = st != HOSTFIRST_STATUS_OK && hostfirst_last_error_fit(fit) == HOSTFIRST_STATUS_OK;
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_buffer_free(uintptr_t b, char **err) {
+static hostfirst_status hf_go_buffer_free(uintptr_t b, hf_go_error **err) {
 	hostfirst_status st = hostfirst_buffer_free((hostfirst_buffer *)b);
-	*err = hf_go_err(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_buffer_describe(uintptr_t b, hostfirst_buffer_info *out, char **err) {
+static hostfirst_status hf_go_buffer_describe(uintptr_t b, hostfirst_buffer_info *out, hf_go_error **err) {
 	out->struct_size = sizeof *out;
 	hostfirst_status st = hostfirst_buffer_describe((const hostfirst_buffer *)b, out);
-	*err = hf_go_err(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_buffer_copy(uintptr_t b, void *dst, size_t cap, char **err) {
+static hostfirst_status hf_go_buffer_copy(uintptr_t b, void *dst, size_t cap, hf_go_error **err) {
 	hostfirst_status st = hostfirst_buffer_copy_to_host((const hostfirst_buffer *)b, dst, cap);
-	*err = hf_go_err(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_handle_count(size_t *out, char **err) {
+static hostfirst_status hf_go_handle_count(size_t *out, hf_go_error **err) {
 	hostfirst_status st = hostfirst_handle_count(out);
-	*err = hf_go_err(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 */
@@ -172,37 +173,15 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"strings"
 	"sync"
 	"unsafe"
 )
 
-// Status is a hostfirst_status code. Values are stable and never renumbered.
-type Status uint32
-
-// The statuses this package's callers most often test for; any other value prints by its library name.
-const (
-	StatusOK              Status = C.HOSTFIRST_STATUS_OK
-	StatusNullArgument    Status = C.HOSTFIRST_STATUS_NULL_ARGUMENT
-	StatusInvalidArgument Status = C.HOSTFIRST_STATUS_INVALID_ARGUMENT
-	StatusInvalidHandle   Status = C.HOSTFIRST_STATUS_INVALID_HANDLE
-	StatusNotFound        Status = C.HOSTFIRST_STATUS_NOT_FOUND
-	StatusOutOfRange      Status = C.HOSTFIRST_STATUS_OUT_OF_RANGE
-	StatusNoSuchDevice    Status = C.HOSTFIRST_STATUS_NO_SUCH_DEVICE
-	StatusIO              Status = C.HOSTFIRST_STATUS_IO
-	StatusNotSafetensors  Status = C.HOSTFIRST_STATUS_NOT_SAFETENSORS
-	StatusUnsupported     Status = C.HOSTFIRST_STATUS_UNSUPPORTED
-	StatusOutOfMemory     Status = C.HOSTFIRST_STATUS_OUT_OF_MEMORY
-)
-
-// String is the library's name for the status, such as "NOT_FOUND".
-func (s Status) String() string {
-	return C.GoString(C.hostfirst_status_name(C.hostfirst_status(s)))
-}
-
 // Error is a failed call: its status and the library's message, which names the thing (file, tensor,
-// device) and the numbers.
+// device) and the numbers. errors.Is(err, s) holds for an *Error whose Status is s.
 type Error struct {
 	Status  Status
 	Message string
@@ -217,22 +196,36 @@ type Fit struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("hostfirst: %s: %s", e.Status, e.Message) }
 
+// Is reports whether target is e's Status, for errors.Is(err, hostfirst.StatusNotFound).
+func (e *Error) Is(target error) bool {
+	s, ok := target.(Status)
+	return ok && s == e.Status
+}
+
 // ErrClosed is returned by methods of a File, View or Buffer after its Close.
 var ErrClosed = errors.New("hostfirst: use after Close")
 
-// check turns a shim's status and copied message into an error (nil on success) and frees the copy.
-func check(st C.hostfirst_status, msg *C.char) error {
-	if msg != nil {
-		defer C.free(unsafe.Pointer(msg))
+// check turns a shim's status and its copy of the failure (message and fit numbers, hf_go_error_take) into an
+// error (nil on success) and frees the copy.
+func check(st C.hostfirst_status, failure *C.hf_go_error) error {
+	if failure != nil {
+		defer C.hf_go_error_free(failure)
 	}
 	if st == C.HOSTFIRST_STATUS_OK {
 		return nil
 	}
-	text := ""
-	if msg != nil {
-		text = C.GoString(msg)
+	err := &Error{Status: Status(st)}
+	if failure != nil {
+		if failure.message != nil {
+			err.Message = C.GoString(failure.message)
+		}
+		if failure.has_fit != 0 {
+			f := &failure.fit
+			err.Fit = &Fit{Needed: uint64(f.needed), Free: uint64(f.free), Total: uint64(f.total),
+				Device: Device{Kind: int32(f.device.kind), Ordinal: int32(f.device.ordinal)}}
+		}
 	}
-	return &Error{Status: Status(st), Message: text}
+	return err
 }
 
 // Version is the library's version string, such as "0.2.0".
@@ -288,7 +281,7 @@ func Backends() ([]Backend, error) {
 	out := make([]Backend, 0, n)
 	for i := 0; i < n; i++ {
 		var info C.hostfirst_backend_info
-		var msg *C.char
+		var msg *C.hf_go_error
 		if err := check(C.hf_go_backend(C.size_t(i), &info, &msg), msg); err != nil {
 			return nil, err
 		}
@@ -325,7 +318,7 @@ func ParseDevice(spec string) (Device, error) {
 	cs := C.CString(spec)
 	defer C.free(unsafe.Pointer(cs))
 	var d C.hostfirst_device
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_device_parse(cs, &d, &msg), msg); err != nil {
 		return Device{}, err
 	}
@@ -338,7 +331,7 @@ func Devices() ([]Device, error) {
 		return nil, versionErr
 	}
 	var count C.size_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if st := C.hf_go_devices(nil, 0, &count, &msg); st != C.HOSTFIRST_STATUS_BUFFER_TOO_SMALL {
 		if err := check(st, msg); err != nil {
 			return nil, err
@@ -364,7 +357,7 @@ func HandleCount() (int, error) {
 		return 0, versionErr
 	}
 	var n C.size_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_handle_count(&n, &msg), msg); err != nil {
 		return 0, err
 	}
@@ -423,7 +416,7 @@ func Open(path string) (*File, error) {
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_file_open(cs, &id, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -436,7 +429,7 @@ func Open(path string) (*File, error) {
 func (f *File) Close() error {
 	runtime.SetFinalizer(f, nil)
 	return f.h.release(func(id C.uintptr_t) error {
-		var msg *C.char
+		var msg *C.hf_go_error
 		return check(C.hf_go_file_free(id, &msg), msg)
 	})
 }
@@ -449,7 +442,7 @@ func (f *File) TensorNames() ([]string, error) {
 	}
 	defer runtime.KeepAlive(f)
 	var n C.size_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_tensor_count(p, &n, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -480,7 +473,7 @@ func (f *File) View(name string) (*View, error) {
 	cs := C.CString(name)
 	defer C.free(unsafe.Pointer(cs))
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_file_view(p, cs, &id, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -493,7 +486,7 @@ func (f *File) View(name string) (*View, error) {
 func (v *View) Close() error {
 	runtime.SetFinalizer(v, nil)
 	return v.h.release(func(id C.uintptr_t) error {
-		var msg *C.char
+		var msg *C.hf_go_error
 		return check(C.hf_go_view_free(id, &msg), msg)
 	})
 }
@@ -524,7 +517,7 @@ func (v *View) Info() (TensorInfo, error) {
 	}
 	defer runtime.KeepAlive(v)
 	var info C.hostfirst_view_info
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_view_describe(p, &info, &msg), msg); err != nil {
 		return TensorInfo{}, err
 	}
@@ -538,8 +531,9 @@ func (v *View) Info() (TensorInfo, error) {
 	}, nil
 }
 
-// ReadAt copies len(dst) bytes of the tensor's data, starting at byte off, into dst (io.ReaderAt). A range
-// past the end is an *Error with StatusOutOfRange and nothing is copied.
+// ReadAt copies the tensor's data from byte off into dst, as io.ReaderAt says: len(dst) bytes and a nil error
+// where the data has them; where it ends first, the bytes there are (none at or past the end) and io.EOF. A
+// negative offset is an *Error with StatusOutOfRange.
 func (v *View) ReadAt(dst []byte, off int64) (int, error) {
 	p, err := v.h.get()
 	if err != nil {
@@ -553,11 +547,15 @@ func (v *View) ReadAt(dst []byte, off int64) (int, error) {
 	if len(dst) > 0 {
 		ptr = unsafe.Pointer(&dst[0]) // Go memory without Go pointers, not kept by C after the call
 	}
-	var msg *C.char
-	if err := check(C.hf_go_view_read(p, C.uint64_t(off), ptr, C.size_t(len(dst)), &msg), msg); err != nil {
+	var n C.size_t
+	var msg *C.hf_go_error
+	if err := check(C.hf_go_view_read_at(p, C.uint64_t(off), ptr, C.size_t(len(dst)), &n, &msg), msg); err != nil {
 		return 0, err
 	}
-	return len(dst), nil
+	if int(n) < len(dst) {
+		return int(n), io.EOF
+	}
+	return int(n), nil
 }
 
 // Buffer is a tensor placed on a device by Put: an owned copy (or copy-on-write mapping) of its bytes.
@@ -567,7 +565,8 @@ type Buffer struct {
 }
 
 // Put places the tensor on device (for example the result of ParseDevice("cpu")) with default options. A put
-// refused by the fit check (StatusOutOfMemory before allocating) carries the numbers in the *Error's Fit.
+// refused by the fit check (StatusOutOfMemory before allocating) carries the numbers in the *Error's Fit (as
+// every call the fit check refuses does).
 func (v *View) Put(device Device) (*Buffer, error) {
 	p, err := v.h.get()
 	if err != nil {
@@ -575,14 +574,8 @@ func (v *View) Put(device Device) (*Buffer, error) {
 	}
 	defer runtime.KeepAlive(v)
 	var id C.uintptr_t
-	var msg *C.char
-	var fit C.hostfirst_fit_info
-	var hasFit C.int
-	if err := check(C.hf_go_put(p, device.c(), &id, &msg, &fit, &hasFit), msg); err != nil {
-		if hasFit != 0 {
-			err.(*Error).Fit = &Fit{Needed: uint64(fit.needed), Free: uint64(fit.free), Total: uint64(fit.total),
-				Device: Device{Kind: int32(fit.device.kind), Ordinal: int32(fit.device.ordinal)}}
-		}
+	var msg *C.hf_go_error
+	if err := check(C.hf_go_put(p, device.c(), &id, &msg), msg); err != nil {
 		return nil, err
 	}
 	buf := &Buffer{h: handle{id: id}, view: v}
@@ -594,7 +587,7 @@ func (v *View) Put(device Device) (*Buffer, error) {
 func (b *Buffer) Close() error {
 	runtime.SetFinalizer(b, nil)
 	return b.h.release(func(id C.uintptr_t) error {
-		var msg *C.char
+		var msg *C.hf_go_error
 		return check(C.hf_go_buffer_free(id, &msg), msg)
 	})
 }
@@ -607,7 +600,7 @@ func (b *Buffer) Device() (Device, error) {
 	}
 	defer runtime.KeepAlive(b)
 	var info C.hostfirst_buffer_info
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_buffer_describe(p, &info, &msg), msg); err != nil {
 		return Device{}, err
 	}
@@ -622,7 +615,7 @@ func (b *Buffer) Bytes() ([]byte, error) {
 	}
 	defer runtime.KeepAlive(b)
 	var info C.hostfirst_buffer_info
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_buffer_describe(p, &info, &msg), msg); err != nil {
 		return nil, err
 	}

@@ -5,84 +5,82 @@ package hostfirst
 #include <stdlib.h>
 #include <string.h>
 #include <hostfirst.h>
+#include "hf_go_error.h"
 
-static char *hf_go_perr(hostfirst_status st) {
-	return st == HOSTFIRST_STATUS_OK ? NULL : strdup(hostfirst_last_error_message());
-}
 
-static hostfirst_status hf_go_rules_new(uintptr_t *out, char **err) {
+static hostfirst_status hf_go_rules_new(uintptr_t *out, hf_go_error **err) {
 	hostfirst_rules *r = NULL;
 	hostfirst_status st = hostfirst_rules_new(&r);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)r;
-	*err = hf_go_perr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_rules_add(uintptr_t r, const char *pattern, const char *target, char **err) {
+static hostfirst_status hf_go_rules_add(uintptr_t r, const char *pattern, const char *target, hf_go_error **err) {
 	hostfirst_status st = hostfirst_rules_add((hostfirst_rules *)r, pattern, target);
-	*err = hf_go_perr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_rules_add_spec(uintptr_t r, const char *spec, char **err) {
+static hostfirst_status hf_go_rules_add_spec(uintptr_t r, const char *spec, hf_go_error **err) {
 	hostfirst_status st = hostfirst_rules_add_spec((hostfirst_rules *)r, spec);
-	*err = hf_go_perr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_rules_free(uintptr_t r, char **err) {
+static hostfirst_status hf_go_rules_free(uintptr_t r, hf_go_error **err) {
 	hostfirst_status st = hostfirst_rules_free((hostfirst_rules *)r);
-	*err = hf_go_perr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_plan_make(uintptr_t f, uintptr_t r, uintptr_t *out, char **err) {
+static hostfirst_status hf_go_plan_make(uintptr_t f, uintptr_t r, uintptr_t *out, hf_go_error **err) {
 	hostfirst_plan *p = NULL;
 	hostfirst_status st = hostfirst_plan_make((const hostfirst_file *)f, (const hostfirst_rules *)r, &p);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)p;
-	*err = hf_go_perr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 // The plan's three lists: which = 0 tensors, 1 devices, 2 unmatched rules.
-static hostfirst_status hf_go_plan_count(uintptr_t p, int which, size_t *out, char **err) {
+static hostfirst_status hf_go_plan_count(uintptr_t p, int which, size_t *out, hf_go_error **err) {
 	const hostfirst_plan *plan = (const hostfirst_plan *)p;
 	hostfirst_status st = which == 0   ? hostfirst_plan_tensor_count(plan, out)
 	                      : which == 1 ? hostfirst_plan_device_count(plan, out)
 	                                   : hostfirst_plan_unmatched_rule_count(plan, out);
-	*err = hf_go_perr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_plan_tensor(uintptr_t p, size_t i, hostfirst_plan_tensor_info *out, char **err) {
+static hostfirst_status hf_go_plan_tensor(uintptr_t p, size_t i, hostfirst_plan_tensor_info *out, hf_go_error **err) {
 	out->struct_size = sizeof *out;
 	hostfirst_status st = hostfirst_plan_tensor((const hostfirst_plan *)p, i, out);
-	*err = hf_go_perr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_plan_device(uintptr_t p, size_t i, hostfirst_plan_device_info *out, char **err) {
+static hostfirst_status hf_go_plan_device(uintptr_t p, size_t i, hostfirst_plan_device_info *out, hf_go_error **err) {
 	out->struct_size = sizeof *out;
 	hostfirst_status st = hostfirst_plan_device((const hostfirst_plan *)p, i, out);
-	*err = hf_go_perr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 static hostfirst_status hf_go_plan_unmatched(uintptr_t p, size_t i, hostfirst_plan_unmatched_rule_info *out,
-                                             char **err) {
+                                             hf_go_error **err) {
 	out->struct_size = sizeof *out;
 	hostfirst_status st = hostfirst_plan_unmatched_rule((const hostfirst_plan *)p, i, out);
-	*err = hf_go_perr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_plan_free(uintptr_t p, char **err) {
+static hostfirst_status hf_go_plan_free(uintptr_t p, hf_go_error **err) {
 	hostfirst_status st = hostfirst_plan_free((hostfirst_plan *)p);
-	*err = hf_go_perr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_load_run(uintptr_t f, uintptr_t p, int copy_on_write, uintptr_t *out, char **err) {
+static hostfirst_status hf_go_load_run(uintptr_t f, uintptr_t p, int copy_on_write, uintptr_t *out, hf_go_error **err) {
 	hostfirst_load_options o;
 	hostfirst_load *l = NULL;
 	hostfirst_status st = hostfirst_load_options_init(&o, sizeof o);
@@ -91,18 +89,18 @@ static hostfirst_status hf_go_load_run(uintptr_t f, uintptr_t p, int copy_on_wri
 		st = hostfirst_load_run((const hostfirst_file *)f, (const hostfirst_plan *)p, &o, &l);
 	}
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)l;
-	*err = hf_go_perr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_load_count(uintptr_t l, size_t *out, char **err) {
+static hostfirst_status hf_go_load_count(uintptr_t l, size_t *out, hf_go_error **err) {
 	hostfirst_status st = hostfirst_load_count((const hostfirst_load *)l, out);
-	*err = hf_go_perr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 static hostfirst_status hf_go_load_get(uintptr_t l, const char *name, hostfirst_loaded *kind, uintptr_t *buffer,
-                                       uintptr_t *view, char **err) {
+                                       uintptr_t *view, hf_go_error **err) {
 	hostfirst_buffer *b = NULL;
 	hostfirst_view *v = NULL;
 	hostfirst_status st = hostfirst_load_get((const hostfirst_load *)l, name, kind, &b, &v);
@@ -110,26 +108,26 @@ static hostfirst_status hf_go_load_get(uintptr_t l, const char *name, hostfirst_
 		*buffer = (uintptr_t)b;
 		*view = (uintptr_t)v;
 	}
-	*err = hf_go_perr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_load_names(uintptr_t l, char *buf, size_t capacity, size_t *len, char **err) {
+static hostfirst_status hf_go_load_names(uintptr_t l, char *buf, size_t capacity, size_t *len, hf_go_error **err) {
 	hostfirst_status st = hostfirst_load_names((const hostfirst_load *)l, buf, capacity, len);
-	*err = st == HOSTFIRST_STATUS_BUFFER_TOO_SMALL ? NULL : hf_go_perr(st);
+	*err = st == HOSTFIRST_STATUS_BUFFER_TOO_SMALL ? NULL : hf_go_error_take(st);
 	return st;
 }
 
 static hostfirst_status hf_go_load_entries(uintptr_t l, hostfirst_load_entry *out, size_t capacity, size_t *count,
-                                           char **err) {
+                                           hf_go_error **err) {
 	hostfirst_status st = hostfirst_load_entries((const hostfirst_load *)l, out, capacity, sizeof *out, count);
-	*err = st == HOSTFIRST_STATUS_BUFFER_TOO_SMALL ? NULL : hf_go_perr(st);
+	*err = st == HOSTFIRST_STATUS_BUFFER_TOO_SMALL ? NULL : hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_load_free(uintptr_t l, char **err) {
+static hostfirst_status hf_go_load_free(uintptr_t l, hf_go_error **err) {
 	hostfirst_status st = hostfirst_load_free((hostfirst_load *)l);
-	*err = hf_go_perr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 */
@@ -150,7 +148,7 @@ func NewRules() (*Rules, error) {
 		return nil, versionErr
 	}
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_rules_new(&id, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -169,7 +167,7 @@ func (r *Rules) Add(pattern, target string) error {
 	cp, ct := C.CString(pattern), C.CString(target)
 	defer C.free(unsafe.Pointer(cp))
 	defer C.free(unsafe.Pointer(ct))
-	var msg *C.char
+	var msg *C.hf_go_error
 	return check(C.hf_go_rules_add(p, cp, ct, &msg), msg)
 }
 
@@ -182,7 +180,7 @@ func (r *Rules) AddSpec(spec string) error {
 	defer runtime.KeepAlive(r)
 	cs := C.CString(spec)
 	defer C.free(unsafe.Pointer(cs))
-	var msg *C.char
+	var msg *C.hf_go_error
 	return check(C.hf_go_rules_add_spec(p, cs, &msg), msg)
 }
 
@@ -190,7 +188,7 @@ func (r *Rules) AddSpec(spec string) error {
 func (r *Rules) Close() error {
 	runtime.SetFinalizer(r, nil)
 	return r.h.release(func(id C.uintptr_t) error {
-		var msg *C.char
+		var msg *C.hf_go_error
 		return check(C.hf_go_rules_free(id, &msg), msg)
 	})
 }
@@ -241,7 +239,7 @@ func MakePlan(f *File, r *Rules) (*Plan, error) {
 	defer runtime.KeepAlive(f)
 	defer runtime.KeepAlive(r)
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_plan_make(fp, rp, &id, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -256,7 +254,7 @@ func (p *Plan) count(which C.int) (C.uintptr_t, C.size_t, error) {
 		return 0, 0, err
 	}
 	var n C.size_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_plan_count(id, which, &n, &msg), msg); err != nil {
 		return 0, 0, err
 	}
@@ -277,7 +275,7 @@ func (p *Plan) Tensors() ([]PlannedTensor, error) {
 	out := make([]PlannedTensor, 0, n)
 	for i := C.size_t(0); i < n; i++ {
 		var info C.hostfirst_plan_tensor_info
-		var msg *C.char
+		var msg *C.hf_go_error
 		if err := check(C.hf_go_plan_tensor(id, i, &info, &msg), msg); err != nil {
 			return nil, err
 		}
@@ -302,7 +300,7 @@ func (p *Plan) Devices() ([]PlannedDevice, error) {
 	out := make([]PlannedDevice, 0, n)
 	for i := C.size_t(0); i < n; i++ {
 		var info C.hostfirst_plan_device_info
-		var msg *C.char
+		var msg *C.hf_go_error
 		if err := check(C.hf_go_plan_device(id, i, &info, &msg), msg); err != nil {
 			return nil, err
 		}
@@ -330,7 +328,7 @@ func (p *Plan) UnmatchedRules() ([]UnmatchedRule, error) {
 	out := make([]UnmatchedRule, 0, n)
 	for i := C.size_t(0); i < n; i++ {
 		var info C.hostfirst_plan_unmatched_rule_info
-		var msg *C.char
+		var msg *C.hf_go_error
 		if err := check(C.hf_go_plan_unmatched(id, i, &info, &msg), msg); err != nil {
 			return nil, err
 		}
@@ -346,7 +344,7 @@ func (p *Plan) UnmatchedRules() ([]UnmatchedRule, error) {
 func (p *Plan) Close() error {
 	runtime.SetFinalizer(p, nil)
 	return p.h.release(func(id C.uintptr_t) error {
-		var msg *C.char
+		var msg *C.hf_go_error
 		return check(C.hf_go_plan_free(id, &msg), msg)
 	})
 }
@@ -389,7 +387,7 @@ func RunLoad(f *File, p *Plan, opts *LoadOptions) (*Load, error) {
 		cow = 1
 	}
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_load_run(fp, pp, cow, &id, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -406,7 +404,7 @@ func (l *Load) Count() (int, error) {
 	}
 	defer runtime.KeepAlive(l)
 	var n C.size_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_load_count(id, &n, &msg), msg); err != nil {
 		return 0, err
 	}
@@ -424,7 +422,7 @@ func (l *Load) Get(name string) (*View, *Buffer, error) {
 	defer C.free(unsafe.Pointer(cs))
 	var kind C.hostfirst_loaded
 	var b, v C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_load_get(id, cs, &kind, &b, &v, &msg), msg); err != nil {
 		return nil, nil, err
 	}
@@ -444,7 +442,7 @@ func (l *Load) Names() ([]string, error) {
 	}
 	defer runtime.KeepAlive(l)
 	var n C.size_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if st := C.hf_go_load_names(id, nil, 0, &n, &msg); st != C.HOSTFIRST_STATUS_OK {
 		return nil, check(st, msg)
 	}
@@ -466,7 +464,7 @@ func (l *Load) Entries() ([]LoadEntry, error) {
 	}
 	defer runtime.KeepAlive(l)
 	var n C.size_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if st := C.hf_go_load_entries(id, nil, 0, &n, &msg); st != C.HOSTFIRST_STATUS_BUFFER_TOO_SMALL {
 		if err := check(st, msg); err != nil || n == 0 {
 			return []LoadEntry{}, err
@@ -491,7 +489,7 @@ func (l *Load) Entries() ([]LoadEntry, error) {
 func (l *Load) Close() error {
 	runtime.SetFinalizer(l, nil)
 	return l.h.release(func(id C.uintptr_t) error {
-		var msg *C.char
+		var msg *C.hf_go_error
 		return check(C.hf_go_load_free(id, &msg), msg)
 	})
 }

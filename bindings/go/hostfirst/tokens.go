@@ -5,155 +5,153 @@ package hostfirst
 #include <stdlib.h>
 #include <string.h>
 #include <hostfirst.h>
+#include "hf_go_error.h"
 
-static char *hf_go_terr(hostfirst_status st) {
-	return st == HOSTFIRST_STATUS_OK ? NULL : strdup(hostfirst_last_error_message());
-}
 
-static hostfirst_status hf_go_open_format(const char *path, hostfirst_format format, uintptr_t *out, char **err) {
+static hostfirst_status hf_go_open_format(const char *path, hostfirst_format format, uintptr_t *out, hf_go_error **err) {
 	hostfirst_file *f = NULL;
 	hostfirst_status st = hostfirst_file_open_format(path, format, &f);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)f;
-	*err = hf_go_terr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 static hostfirst_status hf_go_open_raw(const char *path, const char *dtype, const uint64_t *shape, size_t rank,
-                                       uint64_t offset, const char *name, uintptr_t *out, char **err) {
+                                       uint64_t offset, const char *name, uintptr_t *out, hf_go_error **err) {
 	hostfirst_dtype d;
 	hostfirst_file *f = NULL;
 	hostfirst_status st = hostfirst_dtype_from_name(dtype, &d);
 	if (st == HOSTFIRST_STATUS_OK) st = hostfirst_file_open_raw(path, d, shape, rank, offset, name, &f);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)f;
-	*err = hf_go_terr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 // `data` is C memory the File owns (freed after the handle).
-static hostfirst_status hf_go_open_memory(const void *data, size_t len, uintptr_t *out, char **err) {
+static hostfirst_status hf_go_open_memory(const void *data, size_t len, uintptr_t *out, hf_go_error **err) {
 	hostfirst_file *f = NULL;
 	hostfirst_status st = hostfirst_file_open_memory(data, len, &f);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)f;
-	*err = hf_go_terr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_file_format(uintptr_t f, hostfirst_format *out, char **err) {
+static hostfirst_status hf_go_file_format(uintptr_t f, hostfirst_format *out, hf_go_error **err) {
 	hostfirst_status st = hostfirst_file_format((const hostfirst_file *)f, out);
-	*err = hf_go_terr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 static hostfirst_status hf_go_sequence_spans(uintptr_t f, const uint64_t *idx, size_t n, uint64_t *starts,
-                                             uint64_t *lengths, char **err) {
+                                             uint64_t *lengths, hf_go_error **err) {
 	hostfirst_status st = hostfirst_file_sequence_spans((const hostfirst_file *)f, idx, n, starts, lengths);
-	*err = hf_go_terr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_file_path(uintptr_t f, const char **out, char **err) {
+static hostfirst_status hf_go_file_path(uintptr_t f, const char **out, hf_go_error **err) {
 	hostfirst_status st = hostfirst_file_path((const hostfirst_file *)f, out);
-	*err = hf_go_terr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_file_data_bytes(uintptr_t f, uint64_t *out, char **err) {
+static hostfirst_status hf_go_file_data_bytes(uintptr_t f, uint64_t *out, hf_go_error **err) {
 	hostfirst_status st = hostfirst_file_data_bytes((const hostfirst_file *)f, out);
-	*err = hf_go_terr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_file_find(uintptr_t f, const char *name, size_t *out, char **err) {
+static hostfirst_status hf_go_file_find(uintptr_t f, const char *name, size_t *out, hf_go_error **err) {
 	hostfirst_status st = hostfirst_file_find((const hostfirst_file *)f, name, out);
-	*err = hf_go_terr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_metadata_count(uintptr_t f, size_t *out, char **err) {
+static hostfirst_status hf_go_metadata_count(uintptr_t f, size_t *out, hf_go_error **err) {
 	hostfirst_status st = hostfirst_file_metadata_count((const hostfirst_file *)f, out);
-	*err = hf_go_terr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_metadata_get(uintptr_t f, size_t i, const char **k, const char **v, char **err) {
+static hostfirst_status hf_go_metadata_get(uintptr_t f, size_t i, const char **k, const char **v, hf_go_error **err) {
 	hostfirst_status st = hostfirst_file_metadata_get((const hostfirst_file *)f, i, k, v);
-	*err = hf_go_terr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_metadata_find(uintptr_t f, const char *key, const char **v, char **err) {
+static hostfirst_status hf_go_metadata_find(uintptr_t f, const char *key, const char **v, hf_go_error **err) {
 	hostfirst_status st = hostfirst_file_metadata_find((const hostfirst_file *)f, key, v);
-	*err = hf_go_terr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 static hostfirst_status hf_go_gather_new(hostfirst_device d, const char *dtype, uint64_t batch, uint64_t window,
-                                         uintptr_t *out, char **err) {
+                                         uintptr_t *out, hf_go_error **err) {
 	hostfirst_dtype t;
 	hostfirst_gather *g = NULL;
 	hostfirst_status st = hostfirst_dtype_from_name(dtype, &t);
 	if (st == HOSTFIRST_STATUS_OK) st = hostfirst_gather_new(d, t, batch, window, &g);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)g;
-	*err = hf_go_terr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 static hostfirst_status hf_go_gather_run(uintptr_t g, uintptr_t v, const uint64_t *offsets, size_t n, uintptr_t *out,
-                                         char **err) {
+                                         hf_go_error **err) {
 	hostfirst_buffer *b = NULL;
 	hostfirst_status st = hostfirst_gather_run((hostfirst_gather *)g, (const hostfirst_view *)v, offsets, n, &b);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)b;
-	*err = hf_go_terr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
 static hostfirst_status hf_go_gather_run_sequences(uintptr_t g, uintptr_t f, const uint64_t *idx, size_t n, uint64_t pad,
-                                                   uint64_t *lengths, uintptr_t *out, char **err) {
+                                                   uint64_t *lengths, uintptr_t *out, hf_go_error **err) {
 	hostfirst_buffer *b = NULL;
 	hostfirst_status st = hostfirst_gather_run_sequences((hostfirst_gather *)g, (const hostfirst_file *)f, idx, n, pad,
 	                                                     lengths, &b);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)b;
-	*err = hf_go_terr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_gather_batch(uintptr_t g, uintptr_t *out, char **err) {
+static hostfirst_status hf_go_gather_batch(uintptr_t g, uintptr_t *out, hf_go_error **err) {
 	hostfirst_buffer *b = NULL;
 	hostfirst_status st = hostfirst_gather_batch((const hostfirst_gather *)g, &b);
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)b;
-	*err = hf_go_terr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_gather_nbytes(uintptr_t g, uint64_t *out, char **err) {
+static hostfirst_status hf_go_gather_nbytes(uintptr_t g, uint64_t *out, hf_go_error **err) {
 	hostfirst_status st = hostfirst_gather_nbytes((const hostfirst_gather *)g, out);
-	*err = hf_go_terr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_gather_copy(uintptr_t g, void *dst, size_t cap, char **err) {
+static hostfirst_status hf_go_gather_copy(uintptr_t g, void *dst, size_t cap, hf_go_error **err) {
 	hostfirst_status st = hostfirst_gather_copy_to_host((const hostfirst_gather *)g, dst, cap);
-	*err = hf_go_terr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_gather_free(uintptr_t g, char **err) {
+static hostfirst_status hf_go_gather_free(uintptr_t g, hf_go_error **err) {
 	hostfirst_status st = hostfirst_gather_free((hostfirst_gather *)g);
-	*err = hf_go_terr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_build_info(char *buf, size_t capacity, size_t *len, char **err) {
+static hostfirst_status hf_go_build_info(char *buf, size_t capacity, size_t *len, hf_go_error **err) {
 	hostfirst_status st = hostfirst_build_info(buf, capacity, len);
-	*err = st == HOSTFIRST_STATUS_BUFFER_TOO_SMALL ? NULL : hf_go_terr(st);
+	*err = st == HOSTFIRST_STATUS_BUFFER_TOO_SMALL ? NULL : hf_go_error_take(st);
 	return st;
 }
 
-static hostfirst_status hf_go_dtype_bits(const char *name, uint32_t *bits, char **err) {
+static hostfirst_status hf_go_dtype_bits(const char *name, uint32_t *bits, hf_go_error **err) {
 	hostfirst_dtype d;
 	hostfirst_status st = hostfirst_dtype_from_name(name, &d);
 	if (st == HOSTFIRST_STATUS_OK) *bits = hostfirst_dtype_bits(d);
-	*err = hf_go_terr(st);
+	*err = hf_go_error_take(st);
 	return st;
 }
 */
@@ -184,18 +182,10 @@ const RawInfer uint64 = C.HOSTFIRST_FILE_RAW_INFER
 // String is the library's name of the format, such as "MEGATRON" ("UNKNOWN" for another value).
 func (f Format) String() string { return C.GoString(C.hostfirst_format_name(C.hostfirst_format(f))) }
 
-func (s Status) c() C.hostfirst_status { return C.hostfirst_status(s) }
-
-// IsFormatError reports whether s says a file was malformed or rejected (the file-format range).
-func (s Status) IsFormatError() bool { return C.hostfirst_status_is_format_error(s.c()) != 0 }
-
-// StatusCount is the number of distinct statuses the library defines.
-func StatusCount() int { return int(C.hostfirst_status_count()) }
-
 // BuildInfo describes the build: version, features, CUDA API level and the read engine.
 func BuildInfo() (string, error) {
 	var n C.size_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if st := C.hf_go_build_info(nil, 0, &n, &msg); st != C.HOSTFIRST_STATUS_BUFFER_TOO_SMALL {
 		if err := check(st, msg); err != nil {
 			return "", err
@@ -213,7 +203,7 @@ func DTypeBits(dtype string) (int, error) {
 	cs := C.CString(dtype)
 	defer C.free(unsafe.Pointer(cs))
 	var bits C.uint32_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_dtype_bits(cs, &bits, &msg), msg); err != nil {
 		return 0, err
 	}
@@ -241,7 +231,7 @@ func OpenFormat(path string, format Format) (*File, error) {
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_open_format(cs, C.hostfirst_format(format), &id, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -263,7 +253,7 @@ func OpenRaw(path, dtype string, shape []uint64, offset uint64, name string) (*F
 		defer C.free(unsafe.Pointer(cname))
 	}
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	st := C.hf_go_open_raw(cpath, cdtype, u64s(shape), C.size_t(len(shape)), C.uint64_t(offset), cname, &id, &msg)
 	if err := check(st, msg); err != nil {
 		return nil, err
@@ -282,7 +272,7 @@ func OpenMemory(data []byte) (*File, error) {
 		C.memcpy(mem, unsafe.Pointer(&data[0]), C.size_t(len(data)))
 	}
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_open_memory(mem, C.size_t(len(data)), &id, &msg), msg); err != nil {
 		C.free(mem)
 		return nil, err
@@ -300,7 +290,7 @@ func (f *File) Format() (Format, error) {
 	}
 	defer runtime.KeepAlive(f)
 	var out C.hostfirst_format
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_file_format(p, &out, &msg), msg); err != nil {
 		return 0, err
 	}
@@ -315,7 +305,7 @@ func (f *File) SequenceSpans(indices []uint64) (starts, lengths []uint64, err er
 	}
 	defer runtime.KeepAlive(f)
 	starts, lengths = make([]uint64, len(indices)), make([]uint64, len(indices))
-	var msg *C.char
+	var msg *C.hf_go_error
 	st := C.hf_go_sequence_spans(p, u64s(indices), C.size_t(len(indices)), u64s(starts), u64s(lengths), &msg)
 	if err := check(st, msg); err != nil {
 		return nil, nil, err
@@ -331,7 +321,7 @@ func (f *File) Path() (string, error) {
 	}
 	defer runtime.KeepAlive(f)
 	var out *C.char
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_file_path(p, &out, &msg), msg); err != nil {
 		return "", err
 	}
@@ -349,7 +339,7 @@ func (f *File) DataBytes() (uint64, error) {
 	}
 	defer runtime.KeepAlive(f)
 	var out C.uint64_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_file_data_bytes(p, &out, &msg), msg); err != nil {
 		return 0, err
 	}
@@ -366,7 +356,7 @@ func (f *File) Find(name string) (int, error) {
 	cs := C.CString(name)
 	defer C.free(unsafe.Pointer(cs))
 	var out C.size_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_file_find(p, cs, &out, &msg), msg); err != nil {
 		return 0, err
 	}
@@ -381,7 +371,7 @@ func (f *File) Metadata() ([]MetadataEntry, error) {
 	}
 	defer runtime.KeepAlive(f)
 	var n C.size_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_metadata_count(p, &n, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -405,7 +395,8 @@ func (f *File) MetadataValue(key string) (string, error) {
 	defer runtime.KeepAlive(f)
 	cs := C.CString(key)
 	defer C.free(unsafe.Pointer(cs))
-	var v, msg *C.char
+	var v *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_metadata_find(p, cs, &v, &msg), msg); err != nil {
 		return "", err
 	}
@@ -424,7 +415,7 @@ func NewGather(device Device, dtype string, batch, window uint64) (*Gather, erro
 	cs := C.CString(dtype)
 	defer C.free(unsafe.Pointer(cs))
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_gather_new(device.c(), cs, C.uint64_t(batch), C.uint64_t(window), &id, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -452,7 +443,7 @@ func (g *Gather) Run(source *View, offsets []uint64) (*Buffer, error) {
 	defer runtime.KeepAlive(g)
 	defer runtime.KeepAlive(source)
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_gather_run(p, vp, u64s(offsets), C.size_t(len(offsets)), &id, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -474,7 +465,7 @@ func (g *Gather) RunSequences(dataset *File, indices []uint64, pad uint64) (batc
 	defer runtime.KeepAlive(dataset)
 	lengths = make([]uint64, len(indices))
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	st := C.hf_go_gather_run_sequences(p, fp, u64s(indices), C.size_t(len(indices)), C.uint64_t(pad), u64s(lengths), &id, &msg)
 	if err := check(st, msg); err != nil {
 		return nil, nil, err
@@ -490,7 +481,7 @@ func (g *Gather) Batch() (*Buffer, error) {
 	}
 	defer runtime.KeepAlive(g)
 	var id C.uintptr_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_gather_batch(p, &id, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -505,7 +496,7 @@ func (g *Gather) Bytes() ([]byte, error) {
 	}
 	defer runtime.KeepAlive(g)
 	var n C.uint64_t
-	var msg *C.char
+	var msg *C.hf_go_error
 	if err := check(C.hf_go_gather_nbytes(p, &n, &msg), msg); err != nil {
 		return nil, err
 	}
@@ -524,7 +515,7 @@ func (g *Gather) Bytes() ([]byte, error) {
 func (g *Gather) Close() error {
 	runtime.SetFinalizer(g, nil)
 	return g.h.release(func(id C.uintptr_t) error {
-		var msg *C.char
+		var msg *C.hf_go_error
 		return check(C.hf_go_gather_free(id, &msg), msg)
 	})
 }
