@@ -288,10 +288,45 @@ pub fn reserve(file: &File, len: u64) -> std::io::Result<bool> {
     imp::reserve(file, len)
 }
 
-/// Creates `path` (which must not exist) for reading and writing, such that another writer can tell it is held
-/// while this handle lives: with [`hold`] on Unix; by its share mode on Windows (no other process can remove it).
+/// Creates `path` (which must not exist) for reading and writing, held from the moment it is returned: another
+/// writer's [`remove_if_unheld`] never removes it while this handle lives. Unix: `O_EXCL`, then an exclusive
+/// `flock`, then a check that `path` still names the file locked (a clean-up may lock and remove a file in the
+/// instant between its creation and the lock: then the error [`is_lost_to_cleanup`] says so, and the caller makes
+/// a new one). Windows: `CREATE_NEW` without `FILE_SHARE_DELETE`, held by its share mode from the creation on.
 pub fn create_new_held(path: &Path) -> std::io::Result<File> {
     imp::create_new_held(path)
+}
+
+/// The error of [`create_new_held`] for a file another writer's clean-up took before it could be held.
+#[derive(Debug)]
+pub struct LostToCleanup;
+
+impl std::fmt::Display for LostToCleanup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("another writer's clean-up removed the file before it could be locked")
+    }
+}
+
+impl std::error::Error for LostToCleanup {}
+
+/// Whether `e` is [`LostToCleanup`] (the caller tries again with a new file).
+pub fn is_lost_to_cleanup(e: &std::io::Error) -> bool {
+    e.get_ref().is_some_and(|i| i.is::<LostToCleanup>())
+}
+
+/// An exclusive lock over a path shared by cooperating processes (the lock of a split set), held until dropped.
+/// The lock file exists only while someone holds it or waits for it: the holder removes it when done.
+pub struct PathLock {
+    _imp: imp::PathLock,
+}
+
+/// Takes the lock of `path` (creating the file), waiting while another process or thread holds it. Unix: `flock`
+/// on the file, then a check that `path` still names the file locked (its last holder may have removed it: then
+/// again). Windows: the file opened with no sharing and deleted when closed; a sharing violation means it is held,
+/// and the open is tried again every 10 ms. On a file system without locks (Unix `ENOLCK`, `EOPNOTSUPP`) it
+/// returns without holding anything.
+pub fn lock_path(path: &Path) -> std::io::Result<PathLock> {
+    imp::lock_path(path).map(|l| PathLock { _imp: l })
 }
 
 /// Takes the hold on a file made by [`create_new_held`] (Unix: an exclusive `flock`, none on a file system

@@ -247,6 +247,33 @@ pub(super) fn create_new_held(path: &Path) -> std::io::Result<File> {
     o.open(path)
 }
 
+/// A held lock file: open with no sharing, deleted by the system when closed.
+pub(super) struct PathLock {
+    _file: File,
+}
+
+pub(super) fn lock_path(path: &Path) -> std::io::Result<PathLock> {
+    use std::os::windows::fs::OpenOptionsExt;
+    const FILE_FLAG_DELETE_ON_CLOSE: u32 = 0x0400_0000;
+    const ERROR_ACCESS_DENIED: i32 = 5;
+    const ERROR_SHARING_VIOLATION: i32 = 32;
+    let mut denied = 0u32;
+    loop {
+        let mut o = std::fs::OpenOptions::new();
+        o.read(true).write(true).create(true).truncate(false);
+        o.share_mode(0).custom_flags(FILE_FLAG_DELETE_ON_CLOSE);
+        match o.open(path) {
+            Ok(f) => return Ok(PathLock { _file: f }),
+            // Held by another writer: wait for it.
+            Err(e) if e.raw_os_error() == Some(ERROR_SHARING_VIOLATION) => {}
+            // Its holder closed it and the deletion is pending for a moment; a real refusal persists (2 s).
+            Err(e) if e.raw_os_error() == Some(ERROR_ACCESS_DENIED) && denied < 200 => denied += 1,
+            Err(e) => return Err(e),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 pub(super) fn hold(_file: &File) -> std::io::Result<()> {
     // The share mode the file was opened with (create_new_held) is the hold.
     Ok(())
