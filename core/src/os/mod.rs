@@ -26,7 +26,7 @@
 //!
 //! | function | Unix | Windows |
 //! |---|---|---|
-//! | [`io_class`] | `ENOSPC`, `EDQUOT`, `EFBIG`: no space; `EACCES`, `EPERM`, `EROFS`: permission | `ERROR_HANDLE_DISK_FULL`, `ERROR_DISK_FULL`, `ERROR_DISK_QUOTA_EXCEEDED`; `ERROR_ACCESS_DENIED`, `ERROR_WRITE_PROTECT` |
+//! | [`io_class`] | `ENOSPC`, `EDQUOT`, `EFBIG`: no space; `EACCES`, `EPERM`, `EROFS`: permission | `ERROR_HANDLE_DISK_FULL`, `ERROR_DISK_FULL`, `ERROR_DISK_QUOTA_EXCEEDED`, `ERROR_FILE_TOO_LARGE`; `ERROR_ACCESS_DENIED`, `ERROR_WRITE_PROTECT` |
 //! | [`start_writeback`], [`wait_writeback`] | `sync_file_range` on Linux | nothing (the final `FlushFileBuffers` does it all) |
 //! | [`reserve`] | `fallocate` on Linux | `SetFileInformationByHandle(FileAllocationInfo)` |
 //! | [`create_new_held`], [`hold`], [`remove_if_unheld`] | `O_EXCL`, then `flock(LOCK_EX)`; a stale file is one whose lock can be taken | `CREATE_NEW` without `FILE_SHARE_DELETE`: nobody removes it while it is open; a stale file is one that can be removed |
@@ -245,6 +245,13 @@ pub enum IoClass {
 /// The class of an operating-system error (by its code; [`IoClass::Other`] for an error without one).
 pub fn io_class(e: &std::io::Error) -> IoClass {
     imp::io_class(e)
+}
+
+/// Whether `e` says a file would pass the largest size allowed (Unix `EFBIG`: the process's `RLIMIT_FSIZE` or the
+/// file system's largest file; Windows `ERROR_FILE_TOO_LARGE`). Its class is [`IoClass::NoSpace`], but free space
+/// has nothing to do with it.
+pub fn is_file_too_large(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(imp::FILE_TOO_LARGE)
 }
 
 /// The status of an operating-system error: `NO_SPACE` for a full file system or quota, `PERMISSION_DENIED` for

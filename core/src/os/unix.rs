@@ -201,6 +201,8 @@ pub(super) fn loaded_symbol(name: &CStr) -> Option<std::ptr::NonNull<std::ffi::c
 
 // ---- writing files (the writer: core/src/write, core/src/engine/write.rs) ------------------------------------
 
+pub(super) const FILE_TOO_LARGE: i32 = libc::EFBIG;
+
 pub(super) fn io_class(e: &std::io::Error) -> super::IoClass {
     match e.raw_os_error() {
         Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG) => super::IoClass::NoSpace,

@@ -192,8 +192,11 @@ pub(super) fn loaded_symbol(name: &CStr) -> Option<std::ptr::NonNull<c_void>> {
 
 // ---- writing files (the writer: core/src/write, core/src/engine/write.rs) ------------------------------------
 
-/// `ERROR_HANDLE_DISK_FULL`, `ERROR_DISK_FULL`, `ERROR_DISK_QUOTA_EXCEEDED`.
-const NO_SPACE_ERRORS: [i32; 3] = [39, 112, 1295];
+/// `ERROR_HANDLE_DISK_FULL`, `ERROR_DISK_FULL`, `ERROR_DISK_QUOTA_EXCEEDED`, `ERROR_FILE_TOO_LARGE`.
+const NO_SPACE_ERRORS: [i32; 4] = [39, 112, 1295, FILE_TOO_LARGE];
+
+/// `ERROR_FILE_TOO_LARGE`.
+pub(super) const FILE_TOO_LARGE: i32 = 223;
 /// `ERROR_ACCESS_DENIED`, `ERROR_WRITE_PROTECT`.
 const PERMISSION_ERRORS: [i32; 2] = [5, 19];
 

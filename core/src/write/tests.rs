@@ -328,10 +328,15 @@ fn bad_input_is_refused_and_nothing_is_written() {
     // Paths: empty, a directory, a missing directory.
     assert_eq!(Writer::create("", WriteOptions::default()).unwrap_err().status(), Status::InvalidArgument);
     assert_eq!(Writer::create(&d, WriteOptions::default()).unwrap_err().status(), Status::InvalidArgument);
-    assert_eq!(
-        Writer::create(d.join("no/such/dir/x.safetensors"), WriteOptions::default()).unwrap_err().status(),
-        Status::Io
-    );
+    // Issue 43, point 12: a missing directory, or a path through a file, is the caller's mistake, as the header
+    // says (it was IO).
+    let e = Writer::create(d.join("no/such/dir/x.safetensors"), WriteOptions::default()).unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument, "{e}");
+    assert!(e.message().contains("no/such/dir' does not exist"), "{e}");
+    std::fs::write(d.join("file"), b"").unwrap();
+    let e = Writer::create(d.join("file/x.safetensors"), WriteOptions::default()).unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument, "{e}");
+    std::fs::remove_file(d.join("file")).unwrap();
     // Ranks need a world, and a world needs an agreement.
     let o = WriteOptions { rank: 2, world: 2, ..WriteOptions::default() };
     assert_eq!(Writer::create(&p, o).unwrap_err().status(), Status::InvalidArgument);
