@@ -312,3 +312,35 @@ fn cuda_copy_failure_leaves_the_target() {
         &[("STAND_IN_FAIL_COPY_AFTER", Some(&budget)), ("EXPECT", Some("DEVICE_ERROR"))],
     );
 }
+
+/// Issue 43, point 12: what is read can be written. A metadata value (and key) longer than 64 KiB, which the
+/// reader takes, is accepted by `hostfirst_writer_set_metadata` and saved (it was INVALID_ARGUMENT: every string
+/// parameter was capped at 64 KiB, so files written elsewhere could not be saved again).
+#[test]
+fn metadata_values_the_reader_takes_can_be_written() {
+    use hostfirst::ffi::*;
+    use hostfirst::Status;
+    use std::ffi::CString;
+    let dir = fresh("bigmeta");
+    let path = CString::new(dir.join("m.safetensors").to_str().unwrap()).unwrap();
+    let (key, value) = ("k".repeat(70_000), "v".repeat(3 << 20));
+    let (k, v) = (CString::new(key.clone()).unwrap(), CString::new(value.clone()).unwrap());
+    let mut w: *mut hostfirst_writer = std::ptr::null_mut();
+    assert_eq!(hostfirst_writer_open(path.as_ptr(), std::ptr::null(), &mut w), Status::Ok);
+    assert_eq!(
+        hostfirst_writer_set_metadata(w, &k.as_ptr(), &v.as_ptr(), 1),
+        Status::Ok,
+        "{}",
+        crate::file_support::last_error()
+    );
+    assert_eq!(hostfirst_writer_finish(w, std::ptr::null_mut()), Status::Ok, "{}", crate::file_support::last_error());
+    assert_eq!(hostfirst_writer_free(w), Status::Ok);
+    let f = TensorFile::open(dir.join("m.safetensors")).unwrap();
+    assert!(f.metadata(&key) == Some(value.as_str()), "the value read back is the value written");
+    // A string longer than any header the reader takes is refused, naming the cap.
+    let huge = CString::new("v".repeat(100_000_001)).unwrap();
+    assert_eq!(hostfirst_writer_open(path.as_ptr(), std::ptr::null(), &mut w), Status::Ok);
+    assert_eq!(hostfirst_writer_set_metadata(w, &k.as_ptr(), &huge.as_ptr(), 1), Status::InvalidArgument);
+    assert!(crate::file_support::last_error().contains("100000000"), "{}", crate::file_support::last_error());
+    assert_eq!(hostfirst_writer_free(w), Status::Ok);
+}

@@ -726,3 +726,75 @@ fn racing_saves_of_one_set_never_mix() {
         assert_eq!(names, want, "round {round}: the set's files and nothing staged");
     }
 }
+
+/// Issue 43, point 12: a pipe takes each tensor in one piece, a piece that covers the tensor included (the same
+/// bytes as the tensor given whole), and refuses a tensor in several pieces with UNSUPPORTED, as the header says.
+#[test]
+fn a_pipe_takes_a_tensor_in_one_piece_not_several() {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    let x = t("x", DType::U16, &[4, 3], 7);
+    let want = crate_bytes(std::slice::from_ref(&x), None);
+    for pieces in [1usize, 2] {
+        let mut fds = [0; 2];
+        // SAFETY: a plain system call with room for two descriptors.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: two new descriptors this test owns from here on.
+        let (mut rx, tx) = unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
+        let reader = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            rx.read_to_end(&mut v).unwrap();
+            v
+        });
+        let mut w = Writer::to_file(tx, WriteOptions::default()).unwrap();
+        w.declare("x", DType::U16, &[4, 3]).unwrap();
+        let rows = 4 / pieces as u64;
+        for k in 0..pieces as u64 {
+            let bytes = x.data[(k * rows * 6) as usize..((k + 1) * rows * 6) as usize].to_vec();
+            w.add_piece("x", &[k * rows, 0], &[rows, 3], Source::bytes(bytes)).unwrap();
+        }
+        let r = w.finish(None, None);
+        drop(w);
+        let got = reader.join().unwrap();
+        if pieces == 1 {
+            r.unwrap();
+            assert!(got == want, "a covering piece is the tensor given whole");
+        } else {
+            assert_eq!(r.unwrap_err().status(), Status::Unsupported);
+        }
+    }
+}
+
+/// Issue 43, point 12 (documented rules, checked): a symlink at the target is replaced by a regular file and the
+/// file it pointed to keeps its bytes (a Hugging Face cache snapshot links into `blobs/`: saving over the link
+/// never writes into the blob) with the mode of the file it pointed to; a new file's mode is 0666 less the
+/// umask; an existing file keeps its mode.
+#[cfg(unix)]
+#[test]
+fn a_symlink_is_replaced_and_modes_follow_the_rules() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = dir("symlink");
+    let ts = [t("w", DType::F32, &[2, 2], 3)];
+    let blob = d.join("blob");
+    std::fs::write(&blob, b"the cache's bytes").unwrap();
+    std::fs::set_permissions(&blob, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let link = d.join("model.safetensors");
+    std::os::unix::fs::symlink("blob", &link).unwrap();
+    write_all(&link, &ts, None, WriteOptions::default()).unwrap();
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_file(), "the link is now a regular file");
+    assert_eq!(std::fs::read(&blob).unwrap(), b"the cache's bytes");
+    assert_eq!(std::fs::read(&link).unwrap(), crate_bytes(&ts, None));
+    let mode = std::fs::metadata(&link).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o444, "the new file has the mode of the file the link pointed to");
+    // The umask, read without changing it (Linux 4.7+).
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let umask =
+        status.lines().find_map(|l| l.strip_prefix("Umask:")).map(|v| u32::from_str_radix(v.trim(), 8).unwrap());
+    let umask = umask.expect("Umask in /proc/self/status");
+    let fresh = d.join("new.safetensors");
+    write_all(&fresh, &ts, None, WriteOptions::default()).unwrap();
+    assert_eq!(std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o7777, 0o666 & !umask);
+    std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(0o640)).unwrap();
+    write_all(&fresh, &ts, None, WriteOptions::default()).unwrap();
+    assert_eq!(std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o7777, 0o640, "an existing file's mode");
+}
