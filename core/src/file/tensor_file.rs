@@ -673,7 +673,7 @@ impl TensorFile {
             // an `.idx` rewritten in place since may say anything, so each span is checked against the tokens.
             let (len, ptr) = (i32::from_le_bytes(lb), u64::from_le_bytes(pb));
             let end = (ptr / item).checked_add(len.max(0) as u64);
-            if len < 0 || ptr % item != 0 || end.is_none_or(|e| e > tokens) {
+            if len < 0 || ptr % item != 0 || end.map_or(true, |e| e > tokens) {
                 return Err(Error::new(
                     Status::InvalidOffset,
                     format!(

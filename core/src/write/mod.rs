@@ -312,7 +312,11 @@ impl Writer {
                 ))
             }
             // A directory that does not exist (or a path through a file): the caller's path is wrong.
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {
+            // (ErrorKind::NotADirectory is newer than the MSRV: a file among the ancestors says it.)
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    || dir.ancestors().skip(1).any(|a| std::fs::metadata(a).is_ok_and(|m| !m.is_dir())) =>
+            {
                 return Err(Error::new(
                     Status::InvalidArgument,
                     format!(

@@ -493,41 +493,6 @@ mod tests {
         assert_eq!(replace_hint(Some(32), "model.safetensors", false), "", "not on Unix");
     }
 
-    /// Issue 43, point 12: a file over the process's file size limit (RLIMIT_FSIZE) is NO_SPACE, and the message
-    /// names the limit instead of claiming the free space of the file system (it said "the file system has ...
-    /// bytes free", gigabytes). The limit is set in a child (this test binary again), which ignores SIGXFSZ.
-    #[cfg(unix)]
-    #[test]
-    fn a_file_size_limit_is_named_not_the_free_space() {
-        const CHILD: &str = "HOSTFIRST_TEST_FSIZE_CHILD";
-        if let Some(d) = std::env::var_os(CHILD) {
-            // SAFETY: setting a signal's disposition to ignore; no handler runs.
-            unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
-            let lim = libc::rlimit { rlim_cur: 64 << 10, rlim_max: libc::RLIM_INFINITY };
-            // SAFETY: a plain system call with a valid rlimit.
-            assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &lim) }, 0);
-            let e = match Staged::create(&PathBuf::from(d).join("big.safetensors"), 8 << 20, None) {
-                Ok(_) => panic!("a file of 8 MiB under a 64 KiB limit was made"),
-                Err(e) => e,
-            };
-            assert_eq!(e.status(), Status::NoSpace, "{e}");
-            assert!(e.message().contains("RLIMIT_FSIZE") && !e.message().contains("free"), "{e}");
-            std::fs::write(PathBuf::from(std::env::var_os(CHILD).unwrap()).join("child-ran"), b"").unwrap();
-            return;
-        }
-        let d = dir("fsize");
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "write::staged::tests::a_file_size_limit_is_named_not_the_free_space", "--nocapture"])
-            .env(CHILD, &d)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-        // Its marker, not the harness's report: the child ran the checks and passed them.
-        assert!(out.status.success() && d.join("child-ran").exists(), "the child failed:\n{text}");
-        std::fs::remove_file(d.join("child-ran")).unwrap();
-        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0, "nothing left behind");
-    }
-
     /// A staged file a live writer holds survives the next writer's clean-up; one nobody holds does not.
     #[cfg(unix)]
     #[test]
