@@ -245,9 +245,10 @@ pub extern "C" fn hostfirst_writer_options_init(out: *mut hostfirst_writer_optio
 /// file it pointed to keeps its bytes, as a Hugging Face cache's blob must); a file replaced keeps its mode
 /// (through a link, the mode of the file it pointed to); a new file gets `0666` less the umask.
 ///
-/// Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` (an empty path, a path that is a directory or whose directory
-/// does not exist or is not one, bad options, `world` > 1 without `agree`, `rank` >= `world`); `IO`,
-/// `PERMISSION_DENIED` (the directory cannot be read). On failure `*out` is unchanged. Free the handle with `hostfirst_writer_free`.
+/// Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` (an empty path, a path that is a directory or whose parent is
+/// a file, bad options, `world` > 1 without `agree`, `rank` >= `world`); `IO` (the directory does not exist,
+/// as a missing file is `IO` to `hostfirst_file_open`; hostfirst makes no directories), `PERMISSION_DENIED`
+/// (the directory cannot be read). On failure `*out` is unchanged. Free the handle with `hostfirst_writer_free`.
 /// Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_writer_open(

@@ -311,20 +311,6 @@ impl Writer {
                     format!("{display}: '{}' is not a directory", dir.display()),
                 ))
             }
-            // A directory that does not exist (or a path through a file): the caller's path is wrong.
-            // (ErrorKind::NotADirectory is newer than the MSRV: a file among the ancestors says it.)
-            Err(e)
-                if e.kind() == std::io::ErrorKind::NotFound
-                    || dir.ancestors().skip(1).any(|a| std::fs::metadata(a).is_ok_and(|m| !m.is_dir())) =>
-            {
-                return Err(Error::new(
-                    Status::InvalidArgument,
-                    format!(
-                        "{display}: the directory '{}' does not exist ({e}); hostfirst makes no directories",
-                        dir.display()
-                    ),
-                ))
-            }
             Err(e) => return Err(crate::os::io_error(format!("{display}: the directory '{}'", dir.display()), &e)),
         }
         if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
