@@ -1355,8 +1355,10 @@ hostfirst_status hostfirst_dtype_from_name(const char *name, hostfirst_dtype *ou
  * file: part file paths in `weight_map` are relative to the index's directory (absolute paths and `..` are
  * refused); each part file is opened once and validated like a single file. Tensors are ordered by part file
  * name, then in file order within each part file. Metadata of a set: the index's `metadata` object (non-string
- * values as JSON text, e.g. `total_size`), then each part file's `__metadata__` keys not already present. (0.1
- * also had `hostfirst_file_open_index`, which this covers.) Opening reads only the header(s) with
+ * values as JSON text, e.g. `total_size`), then each part file's `__metadata__` keys not already present. A set
+ * opened while a save replaces it is one save's: when the index is no longer the file read once the parts are
+ * open, the set is opened again (hostfirst's writer replaces the index before any part a reader of the old
+ * index could open). (0.1 also had `hostfirst_file_open_index`, which this covers.) Opening reads only the header(s) with
  * `pread` and maps each file read-only without reading its data, so its cost and memory do not grow with
  * the data size; it never initialises an accelerator. The file must be a regular file whose size is
  * exactly 8 + header + data bytes.

@@ -361,12 +361,28 @@ impl TensorFile {
     /// that does not exist is `INVALID_INDEX`; a malformed part gives its own format status. Metadata: the
     /// index's `metadata` object (non-string values as JSON text), then each part's `__metadata__` keys not
     /// already present (first part by name wins).
+    ///
+    /// A save of the set while it opens (hostfirst's writer replaces the index before any part a reader of the
+    /// old index may open): when the index is no longer the file it read once the parts are open, the parts may
+    /// be of two saves, or gone, and the set is opened again (up to 100 times), so a set opened is one save's.
     pub fn open_index(path: impl AsRef<Path>) -> Result<TensorFile> {
         let path = path.as_ref();
         not_empty(path)?;
+        let mut tries = 0u32;
+        loop {
+            tries += 1;
+            let (text, file) = index::read(path)?;
+            let r = TensorFile::open_index_text(path, text);
+            if tries < 100 && !crate::os::same_file(&file, path) {
+                continue;
+            }
+            return r;
+        }
+    }
+
+    fn open_index_text(path: &Path, text: Vec<u8>) -> Result<TensorFile> {
         let display = path.display().to_string();
         let ctx = |e: Error| e.context(&display);
-        let text = index::read(path)?;
         let idx = index::parse(&text).map_err(ctx)?;
         drop(text);
         let dir = path.parent().unwrap_or(Path::new("."));

@@ -304,6 +304,14 @@ pub fn create_new_held(path: &Path) -> std::io::Result<File> {
     imp::create_new_held(path)
 }
 
+/// Whether `path` names the open file `file` now, through symbolic links (false when it names another file, or
+/// nothing). Unix: the same
+/// device and inode. Windows: the same creation time, last write time and size (a file renamed over `path` was
+/// made later).
+pub fn same_file(file: &File, path: &Path) -> bool {
+    imp::same_file(file, path)
+}
+
 /// The error of [`create_new_held`] for a file another writer's clean-up took before it could be held.
 #[derive(Debug)]
 pub struct LostToCleanup;
@@ -419,6 +427,27 @@ mod tests {
         assert!(c.iter().enumerate().all(|(i, &x)| x == ((115 + i) * 7 % 253) as u8));
         // SAFETY: as above.
         assert_eq!(unsafe { read_vectored_at(&f, &iov, 4090) }.unwrap(), 6);
+    }
+
+    /// `same_file`: the file itself, through a link, not after a rename over its name or its removal.
+    #[test]
+    fn same_file_follows_links_and_sees_replacements() {
+        let (p, f) = scratch("same", 10);
+        assert!(same_file(&f, &p));
+        #[cfg(unix)]
+        {
+            let link = p.with_extension("link");
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&p, &link).unwrap();
+            assert!(same_file(&f, &link), "through a link");
+            std::fs::remove_file(&link).unwrap();
+        }
+        let other = p.with_extension("other");
+        std::fs::write(&other, b"another file").unwrap();
+        std::fs::rename(&other, &p).unwrap();
+        assert!(!same_file(&f, &p), "replaced");
+        std::fs::remove_file(&p).unwrap();
+        assert!(!same_file(&f, &p), "removed");
     }
 
     #[test]

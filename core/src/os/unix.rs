@@ -305,10 +305,9 @@ fn no_locks(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOLCK) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL))
 }
 
-/// Whether `path` names the open file `f` now.
-fn same_file(f: &File, path: &Path) -> bool {
+pub(super) fn same_file(f: &File, path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
-    match (f.metadata(), std::fs::symlink_metadata(path)) {
+    match (f.metadata(), std::fs::metadata(path)) {
         (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
         _ => false,
     }

@@ -250,6 +250,18 @@ pub(super) fn create_new_held(path: &Path) -> std::io::Result<File> {
     o.open(path)
 }
 
+pub(super) fn same_file(file: &File, path: &Path) -> bool {
+    use std::os::windows::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => {
+            a.creation_time() == b.creation_time()
+                && a.last_write_time() == b.last_write_time()
+                && a.file_size() == b.file_size()
+        }
+        _ => false,
+    }
+}
+
 /// A held lock file: open with no sharing, deleted by the system when closed.
 pub(super) struct PathLock {
     _file: File,
