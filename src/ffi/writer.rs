@@ -238,8 +238,9 @@ pub extern "C" fn hostfirst_writer_options_init(out: *mut hostfirst_writer_optio
 /// `model.safetensors.index.json`) becomes `model-0000k-of-0000N.safetensors` and
 /// `model.safetensors.index.json`, each file replaced the same way, the index last. **A set commits as a
 /// whole:** saves of one set, from any processes or threads, take turns under a lock over the set (the file
-/// `.<index name>.hostfirst-lock`, there only while a save runs): `finish` waits while another save of the set
-/// runs, and every opened set is entirely one save's.
+/// `.<index name>.hostfirst-lock`, removed when the save ends; one a killed process left is taken over by
+/// the next save): `finish` waits while another save of the set runs, and every opened set is entirely one
+/// save's.
 ///
 /// **The file written.** A symbolic link at `path` is replaced by a regular file (the link is not followed: the
 /// file it pointed to keeps its bytes, as a Hugging Face cache's blob must); a file replaced keeps its mode

@@ -330,7 +330,8 @@ pub fn is_lost_to_cleanup(e: &std::io::Error) -> bool {
 }
 
 /// An exclusive lock over a path shared by cooperating processes (the lock of a split set), held until dropped.
-/// The lock file exists only while someone holds it or waits for it: the holder removes it when done.
+/// The holder removes the lock file when done (Unix: one left by a killed holder stays until the next holder
+/// takes it over and removes it; Windows: the system deletes it when its holder's handle closes).
 pub struct PathLock {
     _imp: imp::PathLock,
 }

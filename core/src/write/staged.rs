@@ -327,7 +327,7 @@ pub fn is_reserved_windows_name(name: &str) -> bool {
 }
 
 /// Takes the lock over the split set whose index is `index_name` in `dir` (the file
-/// `.<index name>.hostfirst-lock`, there only while a save of the set runs), waiting while another save of the
+/// `.<index name>.hostfirst-lock`, removed when the save ends), waiting while another save of the
 /// set holds it: concurrent saves of one set take turns, each committing a whole set. `IO` (or
 /// `PERMISSION_DENIED`) naming the lock file when it cannot be made.
 pub fn lock_set(dir: &Path, index_name: &str) -> Result<crate::os::PathLock> {

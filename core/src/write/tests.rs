@@ -889,3 +889,17 @@ fn readers_of_a_set_being_saved_never_see_a_mix() {
         &mixed[..mixed.len().min(5)]
     );
 }
+
+/// The lock file of a set that a killed save left (unlocked: the lock died with its process) is taken over by
+/// the next save of the set, which succeeds and removes it.
+#[test]
+fn a_lock_file_left_by_a_killed_save_is_taken_over() {
+    let d = dir("lock-left");
+    let index = d.join("model.safetensors.index.json");
+    let left = d.join(format!(".model.safetensors.index.json{}", staged::LOCK_SUFFIX));
+    std::fs::write(&left, b"").unwrap();
+    let opts = WriteOptions { max_part_bytes: 1024, durable: false, ..WriteOptions::default() };
+    write_all(&index, &racing_tensors(2, &[1024], 1, 1), None, opts).unwrap();
+    assert!(!left.exists());
+    assert_eq!(saves_in(&index, 2), [65, 65]);
+}
