@@ -344,3 +344,50 @@ fn metadata_values_the_reader_takes_can_be_written() {
     assert!(crate::file_support::last_error().contains("100000000"), "{}", crate::file_support::last_error());
     assert_eq!(hostfirst_writer_free(w), Status::Ok);
 }
+
+/// Issue 43, points 8 and 9, between processes (the C program, one process per save, all started at once): every
+/// save of a split set, and of one file, returns OK, and what is on disk afterwards is entirely one of them
+/// (`generation_of` panics on a mixed or incomplete set). Without the set lock this test fails (a set of two
+/// saves' parts within the 20 rounds; the issue saw one in 9 to 11 of 20). The race of point 9 is narrower
+/// between processes (it did not show in 2 runs without the fix here); the unit test
+/// `racing_saves_of_one_file_all_succeed` (threads) catches it in half its runs.
+#[test]
+fn processes_racing_to_save_one_set_or_one_file_all_succeed_and_never_mix() {
+    let bin = bin();
+    let dir = fresh("race-processes");
+    for (target, writers, rounds, split) in
+        [("model.safetensors.index.json", 2u32, 20u32, 256u64 << 10), ("model.safetensors", 4, 25, 0)]
+    {
+        let target = dir.join(target);
+        for round in 0..rounds {
+            let children: Vec<(u32, std::process::Child)> = (0..writers)
+                .map(|w| {
+                    let g = 1000 * (round + 1) + w;
+                    let child = Command::new(&bin)
+                        .args(["gen", target.to_str().unwrap(), &g.to_string(), "1", &split.to_string(), "1"])
+                        .stdout(std::process::Stdio::null())
+                        .stderr(std::process::Stdio::piped())
+                        .spawn()
+                        .unwrap();
+                    (g, child)
+                })
+                .collect();
+            let gens: Vec<u32> = children
+                .into_iter()
+                .map(|(g, c)| {
+                    let out = c.wait_with_output().unwrap();
+                    assert!(
+                        out.status.success(),
+                        "{}: round {round}: the save of generation {g} failed:\n{}",
+                        target.display(),
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                    g
+                })
+                .collect();
+            let now = generation_of(&target, 1);
+            assert!(gens.contains(&now), "{}: round {round}: generation {now}, none of {gens:?}", target.display());
+            assert_eq!(staged(&dir), Vec::<String>::new(), "round {round}");
+        }
+    }
+}
