@@ -109,6 +109,10 @@ impl Staged {
                     // A staged file of the same save left by a killed job (distributed tags are not unique):
                     // removed if nobody holds it, then made again.
                     crate::os::remove_if_unheld(&temp);
+                    if tries > 1 {
+                        // Another writer's clean-up holds it and is about to remove it: a moment for that.
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
                     continue;
                 }
                 Err(e) => {
