@@ -1355,8 +1355,10 @@ hostfirst_status hostfirst_dtype_from_name(const char *name, hostfirst_dtype *ou
  * file: part file paths in `weight_map` are relative to the index's directory (absolute paths and `..` are
  * refused); each part file is opened once and validated like a single file. Tensors are ordered by part file
  * name, then in file order within each part file. Metadata of a set: the index's `metadata` object (non-string
- * values as JSON text, e.g. `total_size`), then each part file's `__metadata__` keys not already present. (0.1
- * also had `hostfirst_file_open_index`, which this covers.) Opening reads only the header(s) with
+ * values as JSON text, e.g. `total_size`), then each part file's `__metadata__` keys not already present. A set
+ * opened while a save replaces it is one save's: when the index is no longer the file read once the parts are
+ * open, the set is opened again (hostfirst's writer replaces the index before any part a reader of the old
+ * index could open). (0.1 also had `hostfirst_file_open_index`, which this covers.) Opening reads only the header(s) with
  * `pread` and maps each file read-only without reading its data, so its cost and memory do not grow with
  * the data size; it never initialises an accelerator. The file must be a regular file whose size is
  * exactly 8 + header + data bytes.
@@ -1387,7 +1389,8 @@ hostfirst_status hostfirst_file_open(const char *path,
  *
  * `HOSTFIRST_FORMAT_AUTO` is `hostfirst_file_open`. `HOSTFIRST_FORMAT_SAFETENSORS`, `_NPY` and `_LLMC` open the
  * file if it is of that format; `_SAFETENSORS_INDEX` opens a multi-file set's index; `_MEGATRON` a Megatron
- * dataset (`path`: its `.idx`, its `.bin` or their prefix). A file of another format hostfirst recognises
+ * dataset (`path`: its `.idx`, its `.bin` or their prefix; a `path` that is a file with no `<path>.idx` beside
+ * it is judged by its content, so an `.npy` asked for as `_MEGATRON` is `OTHER_FORMAT`). A file of another format hostfirst recognises
  * (by its magic, or a safetensors length prefix followed by `{`) gives `HOSTFIRST_STATUS_OTHER_FORMAT`, with
  * a message naming what it is and the call that opens it; a file of no known format gets the asked
  * format's own verdict (`INVALID_HEADER` for a missing magic). `HOSTFIRST_FORMAT_RAW` needs a layout:
@@ -1551,8 +1554,12 @@ hostfirst_status hostfirst_file_view_at(const struct hostfirst_file *file,
  * are the `document_indices` tensor (document `d` is sequences `[document_indices[d],
  * document_indices[d + 1])`). Reads 12 bytes of the `.idx` per sequence with positioned reads.
  *
+ * Every span is checked to lie inside the `tokens` tensor: the `.idx` is read again by this call, and an
+ * `.idx` rewritten in place since the open may say anything (reopen the file after rewriting a dataset).
+ *
  * Errors: `NULL_ARGUMENT` (an array NULL with `n > 0`), `INVALID_HANDLE`, `UNSUPPORTED` (not a Megatron
- * dataset), `OUT_OF_RANGE` (the first index at or past the sequence count), `TRUNCATED` / `IO`. Outputs are
+ * dataset), `OUT_OF_RANGE` (the first index at or past the sequence count), `INVALID_OFFSET` (a sequence whose
+ * span is not inside the tokens: the `.idx` changed after the open), `TRUNCATED` / `IO`. Outputs are
  * written only on success. Thread-safe.
  */
 hostfirst_status hostfirst_file_sequence_spans(const struct hostfirst_file *file,
@@ -3883,19 +3890,30 @@ hostfirst_status hostfirst_writer_options_init(struct hostfirst_writer_options *
  * `hostfirst_writer_declare` + `hostfirst_writer_add_piece_*`), set the metadata, then finish.
  *
  * **Never a half-written file.** `finish` writes into a temporary file in `path`'s directory
- * (`.<name>.<tag>.hostfirst-tmp`), then `fsync`s it, renames it over `path` and `fsync`s the directory: at
- * every instant `path` is the old file or the complete new one, and a reader holding the old file keeps its
- * bytes (nothing is truncated in place). A process killed at any point leaves the old file and at most its
- * temporary file, which the next writer of that path removes. (Windows: the temporary file is closed before
- * the rename; a target that is mapped, by another process or by this one — a view of the target as a source —
- * cannot be replaced: `finish` returns `PERMISSION_DENIED` and the target is unchanged; the directory is not
- * synced; see the README.) With `opts->max_part_bytes`, `path` names the set: `model.safetensors` (or
+ * (`.<name>.<tag>.hostfirst-tmp`, or `.hf<digest of the name>.<tag>.hostfirst-tmp` where that would not fit
+ * 255 bytes: any legal file name can be saved), then `fsync`s it, renames it over `path` and `fsync`s the
+ * directory: at every instant `path` is the old file or the complete new one, and a reader holding the old file
+ * keeps its bytes (nothing is truncated in place). A process killed at any point leaves the old file and at most
+ * its temporary file, which the next writer of that path removes. Concurrent saves of one path all succeed, the
+ * last rename winning. (Windows: the temporary file is closed before the rename; a target that another process
+ * holds open or mapped is retried for 1.27 s, then refused — as is one this process maps, a view of the target
+ * as a source: `finish` returns `PERMISSION_DENIED` and the target is unchanged; the directory is not synced;
+ * see the README.) With `opts->max_part_bytes`, `path` names the set: `model.safetensors` (or
  * `model.safetensors.index.json`) becomes `model-0000k-of-0000N.safetensors` and
- * `model.safetensors.index.json`, each file replaced the same way, the index last.
+ * `model.safetensors.index.json`, each file replaced the same way, the index last. **A set commits as a
+ * whole:** saves of one set, from any processes or threads, take turns under a lock over the set (the file
+ * `.<index name>.hostfirst-lock`, removed when the save ends; one a killed process left is taken over by
+ * the next save): `finish` waits while another save of the set runs, and every opened set is entirely one
+ * save's.
  *
- * Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` (an empty path, a path that is a directory or whose directory
- * is not one, bad options, `world` > 1 without `agree`, `rank` >= `world`); `IO`, `PERMISSION_DENIED` (the
- * directory cannot be read). On failure `*out` is unchanged. Free the handle with `hostfirst_writer_free`.
+ * **The file written.** A symbolic link at `path` is replaced by a regular file (the link is not followed: the
+ * file it pointed to keeps its bytes, as a Hugging Face cache's blob must); a file replaced keeps its mode
+ * (through a link, the mode of the file it pointed to); a new file gets `0666` less the umask.
+ *
+ * Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` (an empty path, a path that is a directory or whose parent is
+ * a file, bad options, `world` > 1 without `agree`, `rank` >= `world`); `IO` (the directory does not exist,
+ * as a missing file is `IO` to `hostfirst_file_open`; hostfirst makes no directories), `PERMISSION_DENIED`
+ * (the directory cannot be read). On failure `*out` is unchanged. Free the handle with `hostfirst_writer_free`.
  * Thread-safe.
  */
 hostfirst_status hostfirst_writer_open(const char *path,
@@ -3907,7 +3925,9 @@ hostfirst_status hostfirst_writer_open(const char *path,
  * writer uses a duplicate (closed by `hostfirst_writer_free`) and never closes `fd`. A seekable file is
  * written from its current position with positioned writes (nothing before it is touched, nothing is
  * truncated) and is positioned after the save when `finish` returns; anything else (a pipe, a socket) is
- * written in order and takes whole tensors only (pieces: `UNSUPPORTED` at `finish`). There is no temporary
+ * written in order and takes each tensor in one piece: given whole (`hostfirst_writer_add_*`) or as one piece
+ * that covers it (`hostfirst_writer_declare` and one `hostfirst_writer_add_piece_*` starting at 0 with the
+ * tensor's shape); a tensor in several pieces is `UNSUPPORTED` at `finish`. There is no temporary
  * file here: what a failed save leaves in `fd` is the caller's. One file, one process: `max_part_bytes` must
  * be 0 and `world` at most 1 (`INVALID_ARGUMENT`). `fsync` unless `no_sync` (skipped for pipes).
  *
@@ -4023,9 +4043,11 @@ hostfirst_status hostfirst_writer_add_piece_view(struct hostfirst_writer *writer
  * (UTF-8), replacing any set before. They are written in the order given; `count` 0 writes an empty map
  * (`{}`); a save that never calls this has no `__metadata__` (as the `safetensors` serializer with `None`).
  * A split save also puts them in the index's `metadata`, beside `total_size`. The strings are copied.
- * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (a key given twice, text that is not UTF-8),
- * `METADATA_LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_METADATA_ENTRIES`), `ALREADY_USED`. On error the map
- * is unchanged. Thread-safe.
+ * A key or value may be as long as a header the reader takes (100,000,000 bytes), so a map read from any file
+ * can be written again; a header over that cap is refused by `hostfirst_writer_finish` (`HEADER_TOO_LARGE`).
+ * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (a key given twice, text that is not UTF-8, a
+ * string longer than 100,000,000 bytes), `METADATA_LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_METADATA_ENTRIES`),
+ * `ALREADY_USED`. On error the map is unchanged. Thread-safe.
  */
 hostfirst_status hostfirst_writer_set_metadata(struct hostfirst_writer *writer,
                                                const char *const *keys,
@@ -4042,7 +4064,8 @@ hostfirst_status hostfirst_writer_set_metadata(struct hostfirst_writer *writer,
  * (descending) then name, packed, the header JSON padded to 8 bytes (metadata in the order given).
  *
  * **Several ranks** (`opts->world` > 1): collective — every rank calls it; it returns on every rank with the
- * same outcome. Rank 0 stages the files and writes the headers; every rank writes only its own pieces;
+ * same outcome. Rank 0 takes the lock of a set (see `hostfirst_writer_open`), stages the files and writes the
+ * headers; every rank writes only its own pieces;
  * rank 0 checks that all ranks' pieces cover every tensor exactly once (a byte two ranks give, or none,
  * fails the save with `INVALID_ARGUMENT` naming the tensor), then commits; `agree` is called four times on
  * every rank in between. A rank that fails returns its error; the others return `CANCELLED`.
@@ -4053,7 +4076,9 @@ hostfirst_status hostfirst_writer_set_metadata(struct hostfirst_writer *writer,
  * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `ALREADY_USED`; `INVALID_ARGUMENT` (a declared tensor whose pieces
  * do not cover it, a split save whose path does not end in `.safetensors` or `.safetensors.index.json`);
  * `HEADER_TOO_LARGE`; `NO_SPACE` (the file system is full or a quota is reached: the message gives the bytes
- * needed and free), `PERMISSION_DENIED` (the directory or the target cannot be written, a read-only file
+ * needed and free; or the file passes the largest file the process may write, `RLIMIT_FSIZE`, or the file
+ * system takes: the message says so), `UNSUPPORTED` (a writer on a pipe given a tensor in several pieces),
+ * `PERMISSION_DENIED` (the directory or the target cannot be written, a read-only file
  * system; on Windows also a target that is mapped, see `hostfirst_writer_open`), `IO`; a source's failure: `TRUNCATED` or `IO` (a view's file changed), `DEVICE_ERROR` (a CUDA
  * copy failed, with the driver's error); `CANCELLED` (the progress callback, or another rank failed). On any
  * error every target is as it was and no temporary file is left. Thread-safe.

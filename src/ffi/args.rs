@@ -372,19 +372,25 @@ pub(crate) const MAX_C_STRING: usize = 1 << 16;
 
 /// A required NUL-terminated UTF-8 string argument.
 pub(crate) fn c_str<'a>(p: *const c_char, name: &str) -> Result<&'a str> {
+    c_str_up_to(p, name, MAX_C_STRING)
+}
+
+/// As [`c_str`] with a cap of `max` bytes instead of [`MAX_C_STRING`] (metadata text, which a header may hold
+/// up to its own cap).
+pub(crate) fn c_str_up_to<'a>(p: *const c_char, name: &str, max: usize) -> Result<&'a str> {
     if p.is_null() {
         return Err(Error::new(Status::NullArgument, format!("string parameter '{name}' is NULL")));
     }
     // SAFETY: non-NULL; the contract is a NUL-terminated string. We scan at most MAX_C_STRING bytes.
     let bytes = unsafe {
         let mut n = 0usize;
-        while n <= MAX_C_STRING && *p.add(n) != 0 {
+        while n <= max && *p.add(n) != 0 {
             n += 1;
         }
-        if n > MAX_C_STRING {
+        if n > max {
             return Err(Error::new(
                 Status::InvalidArgument,
-                format!("string parameter '{name}' is longer than {MAX_C_STRING} bytes or not NUL-terminated"),
+                format!("string parameter '{name}' is longer than {max} bytes or not NUL-terminated"),
             ));
         }
         std::slice::from_raw_parts(p as *const u8, n)

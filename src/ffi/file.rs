@@ -85,8 +85,10 @@ const _: () = assert!(HOSTFIRST_MAX_METADATA_ENTRIES as usize == crate::file::MA
 /// file: part file paths in `weight_map` are relative to the index's directory (absolute paths and `..` are
 /// refused); each part file is opened once and validated like a single file. Tensors are ordered by part file
 /// name, then in file order within each part file. Metadata of a set: the index's `metadata` object (non-string
-/// values as JSON text, e.g. `total_size`), then each part file's `__metadata__` keys not already present. (0.1
-/// also had `hostfirst_file_open_index`, which this covers.) Opening reads only the header(s) with
+/// values as JSON text, e.g. `total_size`), then each part file's `__metadata__` keys not already present. A set
+/// opened while a save replaces it is one save's: when the index is no longer the file read once the parts are
+/// open, the set is opened again (hostfirst's writer replaces the index before any part a reader of the old
+/// index could open). (0.1 also had `hostfirst_file_open_index`, which this covers.) Opening reads only the header(s) with
 /// `pread` and maps each file read-only without reading its data, so its cost and memory do not grow with
 /// the data size; it never initialises an accelerator. The file must be a regular file whose size is
 /// exactly 8 + header + data bytes.
@@ -123,7 +125,8 @@ pub extern "C" fn hostfirst_file_open(path: *const c_char, out: *mut *mut hostfi
 ///
 /// `HOSTFIRST_FORMAT_AUTO` is `hostfirst_file_open`. `HOSTFIRST_FORMAT_SAFETENSORS`, `_NPY` and `_LLMC` open the
 /// file if it is of that format; `_SAFETENSORS_INDEX` opens a multi-file set's index; `_MEGATRON` a Megatron
-/// dataset (`path`: its `.idx`, its `.bin` or their prefix). A file of another format hostfirst recognises
+/// dataset (`path`: its `.idx`, its `.bin` or their prefix; a `path` that is a file with no `<path>.idx` beside
+/// it is judged by its content, so an `.npy` asked for as `_MEGATRON` is `OTHER_FORMAT`). A file of another format hostfirst recognises
 /// (by its magic, or a safetensors length prefix followed by `{`) gives `HOSTFIRST_STATUS_OTHER_FORMAT`, with
 /// a message naming what it is and the call that opens it; a file of no known format gets the asked
 /// format's own verdict (`INVALID_HEADER` for a missing magic). `HOSTFIRST_FORMAT_RAW` needs a layout:
@@ -439,8 +442,12 @@ pub extern "C" fn hostfirst_file_view_at(
 /// are the `document_indices` tensor (document `d` is sequences `[document_indices[d],
 /// document_indices[d + 1])`). Reads 12 bytes of the `.idx` per sequence with positioned reads.
 ///
+/// Every span is checked to lie inside the `tokens` tensor: the `.idx` is read again by this call, and an
+/// `.idx` rewritten in place since the open may say anything (reopen the file after rewriting a dataset).
+///
 /// Errors: `NULL_ARGUMENT` (an array NULL with `n > 0`), `INVALID_HANDLE`, `UNSUPPORTED` (not a Megatron
-/// dataset), `OUT_OF_RANGE` (the first index at or past the sequence count), `TRUNCATED` / `IO`. Outputs are
+/// dataset), `OUT_OF_RANGE` (the first index at or past the sequence count), `INVALID_OFFSET` (a sequence whose
+/// span is not inside the tokens: the `.idx` changed after the open), `TRUNCATED` / `IO`. Outputs are
 /// written only on success. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_file_sequence_spans(

@@ -226,19 +226,30 @@ pub extern "C" fn hostfirst_writer_options_init(out: *mut hostfirst_writer_optio
 /// `hostfirst_writer_declare` + `hostfirst_writer_add_piece_*`), set the metadata, then finish.
 ///
 /// **Never a half-written file.** `finish` writes into a temporary file in `path`'s directory
-/// (`.<name>.<tag>.hostfirst-tmp`), then `fsync`s it, renames it over `path` and `fsync`s the directory: at
-/// every instant `path` is the old file or the complete new one, and a reader holding the old file keeps its
-/// bytes (nothing is truncated in place). A process killed at any point leaves the old file and at most its
-/// temporary file, which the next writer of that path removes. (Windows: the temporary file is closed before
-/// the rename; a target that is mapped, by another process or by this one — a view of the target as a source —
-/// cannot be replaced: `finish` returns `PERMISSION_DENIED` and the target is unchanged; the directory is not
-/// synced; see the README.) With `opts->max_part_bytes`, `path` names the set: `model.safetensors` (or
+/// (`.<name>.<tag>.hostfirst-tmp`, or `.hf<digest of the name>.<tag>.hostfirst-tmp` where that would not fit
+/// 255 bytes: any legal file name can be saved), then `fsync`s it, renames it over `path` and `fsync`s the
+/// directory: at every instant `path` is the old file or the complete new one, and a reader holding the old file
+/// keeps its bytes (nothing is truncated in place). A process killed at any point leaves the old file and at most
+/// its temporary file, which the next writer of that path removes. Concurrent saves of one path all succeed, the
+/// last rename winning. (Windows: the temporary file is closed before the rename; a target that another process
+/// holds open or mapped is retried for 1.27 s, then refused — as is one this process maps, a view of the target
+/// as a source: `finish` returns `PERMISSION_DENIED` and the target is unchanged; the directory is not synced;
+/// see the README.) With `opts->max_part_bytes`, `path` names the set: `model.safetensors` (or
 /// `model.safetensors.index.json`) becomes `model-0000k-of-0000N.safetensors` and
-/// `model.safetensors.index.json`, each file replaced the same way, the index last.
+/// `model.safetensors.index.json`, each file replaced the same way, the index last. **A set commits as a
+/// whole:** saves of one set, from any processes or threads, take turns under a lock over the set (the file
+/// `.<index name>.hostfirst-lock`, removed when the save ends; one a killed process left is taken over by
+/// the next save): `finish` waits while another save of the set runs, and every opened set is entirely one
+/// save's.
 ///
-/// Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` (an empty path, a path that is a directory or whose directory
-/// is not one, bad options, `world` > 1 without `agree`, `rank` >= `world`); `IO`, `PERMISSION_DENIED` (the
-/// directory cannot be read). On failure `*out` is unchanged. Free the handle with `hostfirst_writer_free`.
+/// **The file written.** A symbolic link at `path` is replaced by a regular file (the link is not followed: the
+/// file it pointed to keeps its bytes, as a Hugging Face cache's blob must); a file replaced keeps its mode
+/// (through a link, the mode of the file it pointed to); a new file gets `0666` less the umask.
+///
+/// Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` (an empty path, a path that is a directory or whose parent is
+/// a file, bad options, `world` > 1 without `agree`, `rank` >= `world`); `IO` (the directory does not exist,
+/// as a missing file is `IO` to `hostfirst_file_open`; hostfirst makes no directories), `PERMISSION_DENIED`
+/// (the directory cannot be read). On failure `*out` is unchanged. Free the handle with `hostfirst_writer_free`.
 /// Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_writer_open(
@@ -260,7 +271,9 @@ pub extern "C" fn hostfirst_writer_open(
 /// writer uses a duplicate (closed by `hostfirst_writer_free`) and never closes `fd`. A seekable file is
 /// written from its current position with positioned writes (nothing before it is touched, nothing is
 /// truncated) and is positioned after the save when `finish` returns; anything else (a pipe, a socket) is
-/// written in order and takes whole tensors only (pieces: `UNSUPPORTED` at `finish`). There is no temporary
+/// written in order and takes each tensor in one piece: given whole (`hostfirst_writer_add_*`) or as one piece
+/// that covers it (`hostfirst_writer_declare` and one `hostfirst_writer_add_piece_*` starting at 0 with the
+/// tensor's shape); a tensor in several pieces is `UNSUPPORTED` at `finish`. There is no temporary
 /// file here: what a failed save leaves in `fd` is the caller's. One file, one process: `max_part_bytes` must
 /// be 0 and `world` at most 1 (`INVALID_ARGUMENT`). `fsync` unless `no_sync` (skipped for pipes).
 ///
@@ -498,9 +511,11 @@ pub extern "C" fn hostfirst_writer_add_piece_view(
 /// (UTF-8), replacing any set before. They are written in the order given; `count` 0 writes an empty map
 /// (`{}`); a save that never calls this has no `__metadata__` (as the `safetensors` serializer with `None`).
 /// A split save also puts them in the index's `metadata`, beside `total_size`. The strings are copied.
-/// Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (a key given twice, text that is not UTF-8),
-/// `METADATA_LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_METADATA_ENTRIES`), `ALREADY_USED`. On error the map
-/// is unchanged. Thread-safe.
+/// A key or value may be as long as a header the reader takes (100,000,000 bytes), so a map read from any file
+/// can be written again; a header over that cap is refused by `hostfirst_writer_finish` (`HEADER_TOO_LARGE`).
+/// Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (a key given twice, text that is not UTF-8, a
+/// string longer than 100,000,000 bytes), `METADATA_LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_METADATA_ENTRIES`),
+/// `ALREADY_USED`. On error the map is unchanged. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_writer_set_metadata(
     writer: *mut hostfirst_writer,
@@ -522,8 +537,13 @@ pub extern "C" fn hostfirst_writer_set_metadata(
         for i in 0..count {
             // SAFETY: non-NULL arrays of `count` pointers (the caller's promise).
             let (k, v) = unsafe { (*keys.add(i), *values.add(i)) };
-            entries
-                .push((c_str(k, &format!("keys[{i}]"))?.to_string(), c_str(v, &format!("values[{i}]"))?.to_string()));
+            // Up to the largest header the reader takes (what is read can be written); the header's own cap is
+            // checked when the save is laid out.
+            let max = crate::file::MAX_HEADER_SIZE as usize;
+            entries.push((
+                super::args::c_str_up_to(k, &format!("keys[{i}]"), max)?.to_string(),
+                super::args::c_str_up_to(v, &format!("values[{i}]"), max)?.to_string(),
+            ));
         }
         with(writer, |h| h.writer.set_metadata(entries))
     })
@@ -538,7 +558,8 @@ pub extern "C" fn hostfirst_writer_set_metadata(
 /// (descending) then name, packed, the header JSON padded to 8 bytes (metadata in the order given).
 ///
 /// **Several ranks** (`opts->world` > 1): collective — every rank calls it; it returns on every rank with the
-/// same outcome. Rank 0 stages the files and writes the headers; every rank writes only its own pieces;
+/// same outcome. Rank 0 takes the lock of a set (see `hostfirst_writer_open`), stages the files and writes the
+/// headers; every rank writes only its own pieces;
 /// rank 0 checks that all ranks' pieces cover every tensor exactly once (a byte two ranks give, or none,
 /// fails the save with `INVALID_ARGUMENT` naming the tensor), then commits; `agree` is called four times on
 /// every rank in between. A rank that fails returns its error; the others return `CANCELLED`.
@@ -549,7 +570,9 @@ pub extern "C" fn hostfirst_writer_set_metadata(
 /// Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `ALREADY_USED`; `INVALID_ARGUMENT` (a declared tensor whose pieces
 /// do not cover it, a split save whose path does not end in `.safetensors` or `.safetensors.index.json`);
 /// `HEADER_TOO_LARGE`; `NO_SPACE` (the file system is full or a quota is reached: the message gives the bytes
-/// needed and free), `PERMISSION_DENIED` (the directory or the target cannot be written, a read-only file
+/// needed and free; or the file passes the largest file the process may write, `RLIMIT_FSIZE`, or the file
+/// system takes: the message says so), `UNSUPPORTED` (a writer on a pipe given a tensor in several pieces),
+/// `PERMISSION_DENIED` (the directory or the target cannot be written, a read-only file
 /// system; on Windows also a target that is mapped, see `hostfirst_writer_open`), `IO`; a source's failure: `TRUNCATED` or `IO` (a view's file changed), `DEVICE_ERROR` (a CUDA
 /// copy failed, with the driver's error); `CANCELLED` (the progress callback, or another rank failed). On any
 /// error every target is as it was and no temporary file is left. Thread-safe.

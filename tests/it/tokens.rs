@@ -507,3 +507,73 @@ fn c_program_opens_every_format() {
     let out = run_ok(&bin, &[dir().to_str().unwrap()], &[]);
     assert!(out.contains("test_tokens: ok"), "{out}");
 }
+
+/// Issue 43, point 10: a file of another format opened as Megatron is OTHER_FORMAT, as the header promises,
+/// whatever its name (an `.npy`, an llm.c shard, a safetensors file): the path was taken as the prefix of a
+/// dataset, `<path>.idx`, and the open failed with IO. A prefix whose `.idx` exists still opens the dataset.
+#[test]
+fn another_format_opened_as_megatron_is_other_format() {
+    let d = dir().join("other-as-megatron");
+    std::fs::create_dir_all(&d).unwrap();
+    let files = [
+        ("tokens.npy", npy(1, "<u2", &[4], false, &toks(4))),
+        ("shard.bin.x", llmc(20240520, 1, 4, &toks(4))),
+        ("w.safetensors", b"\x10\0\0\0\0\0\0\0{\"__metadata__\":{}}".to_vec()),
+    ];
+    for (name, bytes) in &files {
+        std::fs::write(d.join(name), bytes).unwrap();
+        let e = TensorFile::open_format(d.join(name), Format::Megatron).unwrap_err();
+        assert_eq!(e.status(), Status::OtherFormat, "{name}: {e}");
+        let c = CString::new(d.join(name).to_str().unwrap()).unwrap();
+        let mut f = std::ptr::null_mut();
+        assert_eq!(hostfirst_file_open_format(c.as_ptr(), Format::Megatron as u32, &mut f), Status::OtherFormat);
+        assert!(f.is_null() && last_error().contains(name), "{}", last_error());
+    }
+    // A name that is both a file and the prefix of a dataset: the dataset.
+    std::fs::write(d.join("tokens.npy.idx"), write_index(8, &[2, 2], &[0, 2], None)).unwrap();
+    std::fs::write(d.join("tokens.npy.bin"), toks(4)).unwrap();
+    let f = TensorFile::open_format(d.join("tokens.npy"), Format::Megatron).unwrap();
+    assert_eq!(f.format(), Format::Megatron);
+    // Neither a file nor a prefix: still the missing .idx.
+    let e = TensorFile::open_format(d.join("nothing"), Format::Megatron).unwrap_err();
+    assert!(e.message().contains("nothing.idx"), "{e}");
+}
+
+/// Issue 43, point 11: the `.idx` rewritten in place after the open (its pointers now past the tokens): the spans
+/// are checked against the tokens tensor and refused (INVALID_OFFSET, naming the sequence, the span and the
+/// token count) instead of returned OK for a caller that indexes the tokens directly.
+#[test]
+fn sequence_spans_of_an_idx_rewritten_in_place_are_checked() {
+    let d = dir().join("rewritten-idx");
+    std::fs::create_dir_all(&d).unwrap();
+    let (idx, bin) = (d.join("c.idx"), d.join("c.bin"));
+    std::fs::write(&idx, write_index(8, &[3, 5], &[0, 2], None)).unwrap();
+    std::fs::write(&bin, toks(8)).unwrap();
+    let f = TensorFile::open_format(&idx, Format::Megatron).unwrap();
+    let (mut s, mut l) = ([0u64; 2], [0u64; 2]);
+    f.sequence_spans(&[0, 1], &mut s, &mut l).unwrap();
+    assert_eq!((s, l), ([0, 3], [3, 5]));
+    // Same size, new lengths (so new pointers): the second sequence now ends at token 3 + 50.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&idx)
+        .and_then(|mut o| std::io::Write::write_all(&mut o, &write_index(8, &[3, 50], &[0, 2], None)))
+        .unwrap();
+    let (mut s, mut l) = ([7u64; 2], [7u64; 2]);
+    let e = f.sequence_spans(&[0, 1], &mut s, &mut l).unwrap_err();
+    assert_eq!(e.status(), Status::InvalidOffset, "{e}");
+    assert!(e.message().contains("sequence 1") && e.message().contains("8 tokens"), "{e}");
+    assert_eq!((s, l), ([7; 2], [7; 2]), "outputs untouched on failure");
+    // The C call says the same (an .idx that says so at the open is refused there: TRUNCATED, the .bin is short).
+    assert_eq!(open_c(&d.join("c.bin")).0, Status::Truncated);
+    std::fs::write(&idx, write_index(8, &[3, 5], &[0, 2], None)).unwrap();
+    let (st, fh) = open_c(&d.join("c.bin"));
+    assert_eq!(st, Status::Ok);
+    let (mut s, mut l) = ([0u64; 1], [0u64; 1]);
+    assert_eq!(hostfirst_file_sequence_spans(fh, [1u64].as_ptr(), 1, s.as_mut_ptr(), l.as_mut_ptr()), Status::Ok);
+    let mut o = std::fs::OpenOptions::new().write(true).open(&idx).unwrap();
+    std::io::Write::write_all(&mut o, &write_index(8, &[3, 50], &[0, 2], None)).unwrap();
+    let st = hostfirst_file_sequence_spans(fh, [1u64].as_ptr(), 1, s.as_mut_ptr(), l.as_mut_ptr());
+    assert_eq!(st, Status::InvalidOffset, "{}", last_error());
+    assert_eq!(hostfirst_file_free(fh), Status::Ok);
+}

@@ -312,3 +312,82 @@ fn cuda_copy_failure_leaves_the_target() {
         &[("STAND_IN_FAIL_COPY_AFTER", Some(&budget)), ("EXPECT", Some("DEVICE_ERROR"))],
     );
 }
+
+/// Issue 43, point 12: what is read can be written. A metadata value (and key) longer than 64 KiB, which the
+/// reader takes, is accepted by `hostfirst_writer_set_metadata` and saved (it was INVALID_ARGUMENT: every string
+/// parameter was capped at 64 KiB, so files written elsewhere could not be saved again).
+#[test]
+fn metadata_values_the_reader_takes_can_be_written() {
+    use hostfirst::ffi::*;
+    use hostfirst::Status;
+    use std::ffi::CString;
+    let dir = fresh("bigmeta");
+    let path = CString::new(dir.join("m.safetensors").to_str().unwrap()).unwrap();
+    let (key, value) = ("k".repeat(70_000), "v".repeat(3 << 20));
+    let (k, v) = (CString::new(key.clone()).unwrap(), CString::new(value.clone()).unwrap());
+    let mut w: *mut hostfirst_writer = std::ptr::null_mut();
+    assert_eq!(hostfirst_writer_open(path.as_ptr(), std::ptr::null(), &mut w), Status::Ok);
+    assert_eq!(
+        hostfirst_writer_set_metadata(w, &k.as_ptr(), &v.as_ptr(), 1),
+        Status::Ok,
+        "{}",
+        crate::file_support::last_error()
+    );
+    assert_eq!(hostfirst_writer_finish(w, std::ptr::null_mut()), Status::Ok, "{}", crate::file_support::last_error());
+    assert_eq!(hostfirst_writer_free(w), Status::Ok);
+    let f = TensorFile::open(dir.join("m.safetensors")).unwrap();
+    assert!(f.metadata(&key) == Some(value.as_str()), "the value read back is the value written");
+    // A string longer than any header the reader takes is refused, naming the cap.
+    let huge = CString::new("v".repeat(100_000_001)).unwrap();
+    assert_eq!(hostfirst_writer_open(path.as_ptr(), std::ptr::null(), &mut w), Status::Ok);
+    assert_eq!(hostfirst_writer_set_metadata(w, &k.as_ptr(), &huge.as_ptr(), 1), Status::InvalidArgument);
+    assert!(crate::file_support::last_error().contains("100000000"), "{}", crate::file_support::last_error());
+    assert_eq!(hostfirst_writer_free(w), Status::Ok);
+}
+
+/// Issue 43, points 8 and 9, between processes (the C program, one process per save, all started at once): every
+/// save of a split set, and of one file, returns OK, and what is on disk afterwards is entirely one of them
+/// (`generation_of` panics on a mixed or incomplete set). Without the set lock this test fails (a set of two
+/// saves' parts within the 20 rounds; the issue saw one in 9 to 11 of 20). The race of point 9 is narrower
+/// between processes (it did not show in 2 runs without the fix here); the unit test
+/// `racing_saves_of_one_file_all_succeed` (threads) catches it in half its runs.
+#[test]
+fn processes_racing_to_save_one_set_or_one_file_all_succeed_and_never_mix() {
+    let bin = bin();
+    let dir = fresh("race-processes");
+    for (target, writers, rounds, split) in
+        [("model.safetensors.index.json", 2u32, 20u32, 256u64 << 10), ("model.safetensors", 4, 25, 0)]
+    {
+        let target = dir.join(target);
+        for round in 0..rounds {
+            let children: Vec<(u32, std::process::Child)> = (0..writers)
+                .map(|w| {
+                    let g = 1000 * (round + 1) + w;
+                    let child = Command::new(&bin)
+                        .args(["gen", target.to_str().unwrap(), &g.to_string(), "1", &split.to_string(), "1"])
+                        .stdout(std::process::Stdio::null())
+                        .stderr(std::process::Stdio::piped())
+                        .spawn()
+                        .unwrap();
+                    (g, child)
+                })
+                .collect();
+            let gens: Vec<u32> = children
+                .into_iter()
+                .map(|(g, c)| {
+                    let out = c.wait_with_output().unwrap();
+                    assert!(
+                        out.status.success(),
+                        "{}: round {round}: the save of generation {g} failed:\n{}",
+                        target.display(),
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                    g
+                })
+                .collect();
+            let now = generation_of(&target, 1);
+            assert!(gens.contains(&now), "{}: round {round}: generation {now}, none of {gens:?}", target.display());
+            assert_eq!(staged(&dir), Vec::<String>::new(), "round {round}");
+        }
+    }
+}

@@ -164,7 +164,9 @@ pub(crate) fn parse(text: &[u8]) -> Result<Index> {
 }
 
 /// Reads an index file (at most `MAX_INDEX_SIZE` bytes, regular files only).
-pub(crate) fn read(path: &Path) -> Result<Vec<u8>> {
+/// The text of the index at `path` and the file it was read from (still open: [`crate::os::same_file`] tells
+/// whether `path` still names it).
+pub(crate) fn read(path: &Path) -> Result<(Vec<u8>, std::fs::File)> {
     let display = path.display();
     let file =
         crate::os::open_read(path).map_err(|e| Error::new(Status::Io, format!("{display}: cannot open: {e}")))?;
@@ -180,8 +182,9 @@ pub(crate) fn read(path: &Path) -> Result<Vec<u8>> {
     }
     let mut buf = Vec::with_capacity(meta.len() as usize);
     use std::io::Read;
-    file.take(MAX_INDEX_SIZE + 1)
+    (&file)
+        .take(MAX_INDEX_SIZE + 1)
         .read_to_end(&mut buf)
         .map_err(|e| Error::new(Status::Io, format!("{display}: cannot read: {e}")))?;
-    Ok(buf)
+    Ok((buf, file))
 }

@@ -152,7 +152,23 @@ impl TensorFile {
         let (idx, bin) = match ext {
             "idx" => (path.to_path_buf(), with_extension(path, "bin")),
             "bin" => (with_extension(path, "idx"), path.to_path_buf()),
-            _ => (with_suffix(path, "idx"), with_suffix(path, "bin")),
+            // The prefix of `<path>.idx` and `<path>.bin`, unless there is no such `.idx` and the path is a file:
+            // then what that file is decides (another format: OTHER_FORMAT, not an IO error about a missing
+            // `.idx`; an index by its magic: that index).
+            _ => {
+                let (pidx, pbin) = (with_suffix(path, "idx"), with_suffix(path, "bin"));
+                if !pidx.exists() && path.is_file() {
+                    let o = Opening::new(path)?;
+                    let found = formats::sniff(&o.first)
+                        .or_else(|| looks_like_safetensors(&o.first, o.len).then_some(Format::Safetensors));
+                    match found {
+                        Some(Format::Megatron) => return TensorFile::megatron_files(o, &with_extension(path, "bin")),
+                        Some(f) => return Err(formats::other_format(&o.display, f, Format::Megatron)),
+                        None => {}
+                    }
+                }
+                (pidx, pbin)
+            }
         };
         let o = Opening::new(&idx)?;
         if let Some(f) = formats::sniff(&o.first).filter(|&f| f != Format::Megatron) {
@@ -345,12 +361,28 @@ impl TensorFile {
     /// that does not exist is `INVALID_INDEX`; a malformed part gives its own format status. Metadata: the
     /// index's `metadata` object (non-string values as JSON text), then each part's `__metadata__` keys not
     /// already present (first part by name wins).
+    ///
+    /// A save of the set while it opens (hostfirst's writer replaces the index before any part a reader of the
+    /// old index may open): when the index is no longer the file it read once the parts are open, the parts may
+    /// be of two saves, or gone, and the set is opened again (up to 100 times), so a set opened is one save's.
     pub fn open_index(path: impl AsRef<Path>) -> Result<TensorFile> {
         let path = path.as_ref();
         not_empty(path)?;
+        let mut tries = 0u32;
+        loop {
+            tries += 1;
+            let (text, file) = index::read(path)?;
+            let r = TensorFile::open_index_text(path, text);
+            if tries < 100 && !crate::os::same_file(&file, path) {
+                continue;
+            }
+            return r;
+        }
+    }
+
+    fn open_index_text(path: &Path, text: Vec<u8>) -> Result<TensorFile> {
         let display = path.display().to_string();
         let ctx = |e: Error| e.context(&display);
-        let text = index::read(path)?;
         let idx = index::parse(&text).map_err(ctx)?;
         drop(text);
         let dir = path.parent().unwrap_or(Path::new("."));
@@ -616,9 +648,11 @@ impl TensorFile {
     /// A Megatron dataset's sequences `indices[i]` as spans of its `tokens` tensor: `starts[i]` the element
     /// offset of the sequence's first token, `lens[i]` its length in elements (what
     /// `place::Gather::run_spans` takes). Reads 12 bytes of the `.idx` per sequence (positioned reads: a
-    /// truncated file gives `TRUNCATED`). Errors: `UNSUPPORTED` for a file that is not a Megatron dataset,
-    /// `INVALID_ARGUMENT` when the three slices differ in length, `OUT_OF_RANGE` naming the first index past
-    /// the sequence count; outputs are written only on success.
+    /// truncated file gives `TRUNCATED`). Every span is checked to lie in the `tokens` tensor (the `.idx` is
+    /// read again, and may have been rewritten since the open). Errors: `UNSUPPORTED` for a file that is not a
+    /// Megatron dataset, `INVALID_ARGUMENT` when the three slices differ in length, `OUT_OF_RANGE` naming the
+    /// first index past the sequence count, `INVALID_OFFSET` for a span outside the tokens; outputs are written
+    /// only on success.
     pub fn sequence_spans(&self, indices: &[u64], starts: &mut [u64], lens: &mut [u64]) -> Result<()> {
         if self.format() != Format::Megatron {
             return Err(Error::new(
@@ -645,14 +679,27 @@ impl TensorFile {
             ));
         }
         let item = u64::from(tv.dtype().bits() / 8);
+        let tokens = tv.shape()[0];
         let (mut s, mut l) = (vec![0u64; indices.len()], vec![0u64; indices.len()]);
         for (k, &x) in indices.iter().enumerate() {
             let (mut lb, mut pb) = ([0u8; 4], [0u8; 8]);
             lv.read_at(x * 4, &mut lb)?;
             pv.read_at(x * 8, &mut pb)?;
-            // Validated at open: non-negative lengths, pointers the running sum (multiples of the element size).
-            l[k] = i32::from_le_bytes(lb).max(0) as u64;
-            s[k] = u64::from_le_bytes(pb) / item;
+            // Validated at open (non-negative lengths, pointers the running sum of whole elements), but read now:
+            // an `.idx` rewritten in place since may say anything, so each span is checked against the tokens.
+            let (len, ptr) = (i32::from_le_bytes(lb), u64::from_le_bytes(pb));
+            let end = (ptr / item).checked_add(len.max(0) as u64);
+            if len < 0 || ptr % item != 0 || end.map_or(true, |e| e > tokens) {
+                return Err(Error::new(
+                    Status::InvalidOffset,
+                    format!(
+                        "{}: sequence {x} is {len} tokens at byte {ptr}, outside the tokens tensor of {tokens} tokens                          of {item} bytes (was the .idx rewritten since the file was opened?)",
+                        self.inner.display
+                    ),
+                ));
+            }
+            l[k] = len as u64;
+            s[k] = ptr / item;
         }
         starts.copy_from_slice(&s);
         lens.copy_from_slice(&l);

@@ -26,7 +26,7 @@
 //!
 //! | function | Unix | Windows |
 //! |---|---|---|
-//! | [`io_class`] | `ENOSPC`, `EDQUOT`, `EFBIG`: no space; `EACCES`, `EPERM`, `EROFS`: permission | `ERROR_HANDLE_DISK_FULL`, `ERROR_DISK_FULL`, `ERROR_DISK_QUOTA_EXCEEDED`; `ERROR_ACCESS_DENIED`, `ERROR_WRITE_PROTECT` |
+//! | [`io_class`] | `ENOSPC`, `EDQUOT`, `EFBIG`: no space; `EACCES`, `EPERM`, `EROFS`: permission | `ERROR_HANDLE_DISK_FULL`, `ERROR_DISK_FULL`, `ERROR_DISK_QUOTA_EXCEEDED`, `ERROR_FILE_TOO_LARGE`; `ERROR_ACCESS_DENIED`, `ERROR_WRITE_PROTECT` |
 //! | [`start_writeback`], [`wait_writeback`] | `sync_file_range` on Linux | nothing (the final `FlushFileBuffers` does it all) |
 //! | [`reserve`] | `fallocate` on Linux | `SetFileInformationByHandle(FileAllocationInfo)` |
 //! | [`create_new_held`], [`hold`], [`remove_if_unheld`] | `O_EXCL`, then `flock(LOCK_EX)`; a stale file is one whose lock can be taken | `CREATE_NEW` without `FILE_SHARE_DELETE`: nobody removes it while it is open; a stale file is one that can be removed |
@@ -247,6 +247,13 @@ pub fn io_class(e: &std::io::Error) -> IoClass {
     imp::io_class(e)
 }
 
+/// Whether `e` says a file would pass the largest size allowed (Unix `EFBIG`: the process's `RLIMIT_FSIZE` or the
+/// file system's largest file; Windows `ERROR_FILE_TOO_LARGE`). Its class is [`IoClass::NoSpace`], but free space
+/// has nothing to do with it.
+pub fn is_file_too_large(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(imp::FILE_TOO_LARGE)
+}
+
 /// The status of an operating-system error: `NO_SPACE` for a full file system or quota, `PERMISSION_DENIED` for
 /// refused access or a read-only file system, `IO` otherwise. (Here, not in `error.rs`, which depends on
 /// nothing: the classes are the platform's.)
@@ -288,10 +295,54 @@ pub fn reserve(file: &File, len: u64) -> std::io::Result<bool> {
     imp::reserve(file, len)
 }
 
-/// Creates `path` (which must not exist) for reading and writing, such that another writer can tell it is held
-/// while this handle lives: with [`hold`] on Unix; by its share mode on Windows (no other process can remove it).
+/// Creates `path` (which must not exist) for reading and writing, held from the moment it is returned: another
+/// writer's [`remove_if_unheld`] never removes it while this handle lives. Unix: `O_EXCL`, then an exclusive
+/// `flock`, then a check that `path` still names the file locked (a clean-up may lock and remove a file in the
+/// instant between its creation and the lock: then the error [`is_lost_to_cleanup`] says so, and the caller makes
+/// a new one). Windows: `CREATE_NEW` without `FILE_SHARE_DELETE`, held by its share mode from the creation on.
 pub fn create_new_held(path: &Path) -> std::io::Result<File> {
     imp::create_new_held(path)
+}
+
+/// Whether `path` names the open file `file` now, through symbolic links (false when it names another file, or
+/// nothing). Unix: the same
+/// device and inode. Windows: the same creation time, last write time and size (a file renamed over `path` was
+/// made later).
+pub fn same_file(file: &File, path: &Path) -> bool {
+    imp::same_file(file, path)
+}
+
+/// The error of [`create_new_held`] for a file another writer's clean-up took before it could be held.
+#[derive(Debug)]
+pub struct LostToCleanup;
+
+impl std::fmt::Display for LostToCleanup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("another writer's clean-up removed the file before it could be locked")
+    }
+}
+
+impl std::error::Error for LostToCleanup {}
+
+/// Whether `e` is [`LostToCleanup`] (the caller tries again with a new file).
+pub fn is_lost_to_cleanup(e: &std::io::Error) -> bool {
+    e.get_ref().is_some_and(|i| i.is::<LostToCleanup>())
+}
+
+/// An exclusive lock over a path shared by cooperating processes (the lock of a split set), held until dropped.
+/// The holder removes the lock file when done (Unix: one left by a killed holder stays until the next holder
+/// takes it over and removes it; Windows: the system deletes it when its holder's handle closes).
+pub struct PathLock {
+    _imp: imp::PathLock,
+}
+
+/// Takes the lock of `path` (creating the file), waiting while another process or thread holds it. Unix: `flock`
+/// on the file, then a check that `path` still names the file locked (its last holder may have removed it: then
+/// again). Windows: the file opened with no sharing and deleted when closed; a sharing violation means it is held,
+/// and the open is tried again every 10 ms. On a file system without locks (Unix `ENOLCK`, `EOPNOTSUPP`) it
+/// returns without holding anything.
+pub fn lock_path(path: &Path) -> std::io::Result<PathLock> {
+    imp::lock_path(path).map(|l| PathLock { _imp: l })
 }
 
 /// Takes the hold on a file made by [`create_new_held`] (Unix: an exclusive `flock`, none on a file system
@@ -377,6 +428,27 @@ mod tests {
         assert!(c.iter().enumerate().all(|(i, &x)| x == ((115 + i) * 7 % 253) as u8));
         // SAFETY: as above.
         assert_eq!(unsafe { read_vectored_at(&f, &iov, 4090) }.unwrap(), 6);
+    }
+
+    /// `same_file`: the file itself, through a link, not after a rename over its name or its removal.
+    #[test]
+    fn same_file_follows_links_and_sees_replacements() {
+        let (p, f) = scratch("same", 10);
+        assert!(same_file(&f, &p));
+        #[cfg(unix)]
+        {
+            let link = p.with_extension("link");
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&p, &link).unwrap();
+            assert!(same_file(&f, &link), "through a link");
+            std::fs::remove_file(&link).unwrap();
+        }
+        let other = p.with_extension("other");
+        std::fs::write(&other, b"another file").unwrap();
+        std::fs::rename(&other, &p).unwrap();
+        assert!(!same_file(&f, &p), "replaced");
+        std::fs::remove_file(&p).unwrap();
+        assert!(!same_file(&f, &p), "removed");
     }
 
     #[test]

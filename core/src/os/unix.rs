@@ -201,6 +201,8 @@ pub(super) fn loaded_symbol(name: &CStr) -> Option<std::ptr::NonNull<std::ffi::c
 
 // ---- writing files (the writer: core/src/write, core/src/engine/write.rs) ------------------------------------
 
+pub(super) const FILE_TOO_LARGE: i32 = libc::EFBIG;
+
 pub(super) fn io_class(e: &std::io::Error) -> super::IoClass {
     match e.raw_os_error() {
         Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG) => super::IoClass::NoSpace,
@@ -267,7 +269,81 @@ pub(super) fn reserve(file: &File, len: u64) -> std::io::Result<bool> {
 }
 
 pub(super) fn create_new_held(path: &Path) -> std::io::Result<File> {
-    std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(path)
+    let f = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
+    match flock(&f, libc::LOCK_EX | libc::LOCK_NB) {
+        Ok(()) => {}
+        // A clean-up locked it first and removes it: not ours any more.
+        Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => {
+            return Err(std::io::Error::other(super::LostToCleanup))
+        }
+        // A file system without locks: the unique name is all there is.
+        Err(e) if no_locks(&e) => return Ok(f),
+        Err(e) => return Err(e),
+    }
+    // Locked; a clean-up that took the lock and removed the file in between has left the name empty (or a new
+    // file of the same name, made by a writer of a distributed save).
+    if !same_file(&f, path) {
+        return Err(std::io::Error::other(super::LostToCleanup));
+    }
+    Ok(f)
+}
+
+fn flock(f: &File, op: libc::c_int) -> std::io::Result<()> {
+    loop {
+        // SAFETY: a plain system call on an open descriptor.
+        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+fn no_locks(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOLCK) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL))
+}
+
+pub(super) fn same_file(f: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (f.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// A held lock file: removed (while still locked) and closed when dropped.
+pub(super) struct PathLock {
+    file: File,
+    path: std::path::PathBuf,
+    held: bool,
+}
+
+impl Drop for PathLock {
+    fn drop(&mut self) {
+        if self.held {
+            // Removed before the lock is released: a waiter that gets the lock then finds the name gone (or
+            // another file under it) and starts again, so two holders never coexist.
+            let _ = std::fs::remove_file(&self.path);
+        }
+        let _ = &self.file;
+    }
+}
+
+pub(super) fn lock_path(path: &Path) -> std::io::Result<PathLock> {
+    loop {
+        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
+        match flock(&file, libc::LOCK_EX) {
+            Ok(()) => {}
+            Err(e) if no_locks(&e) => return Ok(PathLock { file, path: path.to_path_buf(), held: false }),
+            Err(e) => return Err(e),
+        }
+        if same_file(&file, path) {
+            return Ok(PathLock { file, path: path.to_path_buf(), held: true });
+        }
+        // The last holder removed it after we opened it: this lock guards nothing; again with the new file.
+    }
 }
 
 pub(super) fn hold(file: &File) -> std::io::Result<()> {

@@ -192,8 +192,11 @@ pub(super) fn loaded_symbol(name: &CStr) -> Option<std::ptr::NonNull<c_void>> {
 
 // ---- writing files (the writer: core/src/write, core/src/engine/write.rs) ------------------------------------
 
-/// `ERROR_HANDLE_DISK_FULL`, `ERROR_DISK_FULL`, `ERROR_DISK_QUOTA_EXCEEDED`.
-const NO_SPACE_ERRORS: [i32; 3] = [39, 112, 1295];
+/// `ERROR_HANDLE_DISK_FULL`, `ERROR_DISK_FULL`, `ERROR_DISK_QUOTA_EXCEEDED`, `ERROR_FILE_TOO_LARGE`.
+const NO_SPACE_ERRORS: [i32; 4] = [39, 112, 1295, FILE_TOO_LARGE];
+
+/// `ERROR_FILE_TOO_LARGE`.
+pub(super) const FILE_TOO_LARGE: i32 = 223;
 /// `ERROR_ACCESS_DENIED`, `ERROR_WRITE_PROTECT`.
 const PERMISSION_ERRORS: [i32; 2] = [5, 19];
 
@@ -245,6 +248,45 @@ pub(super) fn create_new_held(path: &Path) -> std::io::Result<File> {
     o.read(true).write(true).create_new(true);
     std::os::windows::fs::OpenOptionsExt::share_mode(&mut o, 0x1 | 0x2);
     o.open(path)
+}
+
+pub(super) fn same_file(file: &File, path: &Path) -> bool {
+    use std::os::windows::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => {
+            a.creation_time() == b.creation_time()
+                && a.last_write_time() == b.last_write_time()
+                && a.file_size() == b.file_size()
+        }
+        _ => false,
+    }
+}
+
+/// A held lock file: open with no sharing, deleted by the system when closed.
+pub(super) struct PathLock {
+    _file: File,
+}
+
+pub(super) fn lock_path(path: &Path) -> std::io::Result<PathLock> {
+    use std::os::windows::fs::OpenOptionsExt;
+    const FILE_FLAG_DELETE_ON_CLOSE: u32 = 0x0400_0000;
+    const ERROR_ACCESS_DENIED: i32 = 5;
+    const ERROR_SHARING_VIOLATION: i32 = 32;
+    let mut denied = 0u32;
+    loop {
+        let mut o = std::fs::OpenOptions::new();
+        o.read(true).write(true).create(true).truncate(false);
+        o.share_mode(0).custom_flags(FILE_FLAG_DELETE_ON_CLOSE);
+        match o.open(path) {
+            Ok(f) => return Ok(PathLock { _file: f }),
+            // Held by another writer: wait for it.
+            Err(e) if e.raw_os_error() == Some(ERROR_SHARING_VIOLATION) => {}
+            // Its holder closed it and the deletion is pending for a moment; a real refusal persists (2 s).
+            Err(e) if e.raw_os_error() == Some(ERROR_ACCESS_DENIED) && denied < 200 => denied += 1,
+            Err(e) => return Err(e),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 pub(super) fn hold(_file: &File) -> std::io::Result<()> {

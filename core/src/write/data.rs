@@ -14,7 +14,7 @@
 //! pages of a large save stay bounded, and the final `fsync` finds little left.
 
 use super::layout::{Layout, PartLayout};
-use super::staged::{remove_stale, split, sync_dir, Staged};
+use super::staged::{lock_set, remove_stale, split, sync_dir, Staged};
 use super::{Decl, Piece, Source, Summary, WriteOptions, DEFAULT_WRITE_CHUNK, DEFAULT_WRITE_STAGING};
 use crate::engine::write::{start_writeback, wait_writeback, write_exact, write_many, Write, WriteFailure};
 use crate::engine::{Progress, Tuning};
@@ -364,6 +364,8 @@ pub(super) fn finish_path(
     progress: Option<&mut dyn FnMut(u64, u64) -> bool>,
 ) -> Result<Summary> {
     let (dir, _) = split(path)?;
+    // A set commits as a whole: saves of one set take turns (the lock is held until the old set's files are gone).
+    let _set = layout.index.as_ref().map(|(name, _)| lock_set(&dir, name)).transpose()?;
     let mut staged = stage(&dir, layout, None)?;
     super::kill_point();
     let mut written = 0u64;
@@ -525,8 +527,7 @@ fn switch_through_staged_names(
     // Readers now get the new set through its staged names; the parts take their own names.
     for (s, link) in parts.iter_mut().zip(links) {
         s.close_for_rename();
-        std::fs::rename(&link, &s.target)
-            .map_err(|e| crate::os::io_error(format!("renaming {} over {}", link.display(), s.target.display()), &e))?;
+        super::staged::rename_over(&link, &s.target)?;
         super::kill_point();
     }
     if durable {

@@ -82,11 +82,17 @@ pub(super) fn finish(
         }
     };
 
-    // 2. Rank 0 stages the files and writes the headers.
+    // 2. Rank 0 takes the lock of a set (held until its commit is done: saves of one set take turns), stages the
+    //    files and writes the headers.
     let mut staged: Vec<Staged> = Vec::new();
+    let mut set_lock = None;
     let mut written = 0u64;
     let own = if leader {
-        match stage(&dir, &layout, Some(&tag)).and_then(|s| {
+        let locked = match &layout.index {
+            Some((name, _)) => super::staged::lock_set(&dir, name).map(|l| set_lock = Some(l)),
+            None => Ok(()),
+        };
+        match locked.and_then(|()| stage(&dir, &layout, Some(&tag))).and_then(|s| {
             for (f, p) in s.iter().zip(&layout.parts) {
                 write_exact(f.file(), 0, &p.header)
                     .map_err(|e| crate::os::io_error(format!("{}: writing the header", f.target.display()), &e))?;
@@ -159,6 +165,7 @@ pub(super) fn finish(
         });
         cleanup(&receipts);
         drop(staged);
+        drop(set_lock.take());
         r.err().map(|e| e.context(what("committing")))
     } else {
         None

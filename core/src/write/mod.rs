@@ -323,7 +323,8 @@ impl Writer {
     /// A writer into an open file (a descriptor the caller owns and keeps open until `finish` returns; the
     /// writer duplicates nothing and closes nothing). A seekable file is written from its current position
     /// with positioned writes, and left positioned after the save; anything else (a pipe, a socket) is written
-    /// in order, whole tensors only. No staged file: the caller owns what happens to a failed save there.
+    /// in order, each tensor in one piece (given whole, or one piece covering it; several pieces: `UNSUPPORTED`
+    /// at `finish`). No staged file: the caller owns what happens to a failed save there.
     /// One file only (`max_part_bytes` 0) and one process.
     pub fn to_file(file: File, opts: WriteOptions) -> Result<Writer> {
         let display = "<descriptor>".to_string();

@@ -328,10 +328,16 @@ fn bad_input_is_refused_and_nothing_is_written() {
     // Paths: empty, a directory, a missing directory.
     assert_eq!(Writer::create("", WriteOptions::default()).unwrap_err().status(), Status::InvalidArgument);
     assert_eq!(Writer::create(&d, WriteOptions::default()).unwrap_err().status(), Status::InvalidArgument);
-    assert_eq!(
-        Writer::create(d.join("no/such/dir/x.safetensors"), WriteOptions::default()).unwrap_err().status(),
-        Status::Io
-    );
+    // Issue 43, point 12: a missing directory is IO naming it, as a missing file is for the reader (Python's
+    // FileNotFoundError, Go's StatusIO); the header said INVALID_ARGUMENT and now says this. A path whose parent
+    // is a file is INVALID_ARGUMENT.
+    let e = Writer::create(d.join("no/such/dir/x.safetensors"), WriteOptions::default()).unwrap_err();
+    assert_eq!(e.status(), Status::Io, "{e}");
+    assert!(e.message().contains("no/such/dir'"), "{e}");
+    std::fs::write(d.join("file"), b"").unwrap();
+    let e = Writer::create(d.join("file/x.safetensors"), WriteOptions::default()).unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument, "{e}");
+    std::fs::remove_file(d.join("file")).unwrap();
     // Ranks need a world, and a world needs an agreement.
     let o = WriteOptions { rank: 2, world: 2, ..WriteOptions::default() };
     assert_eq!(Writer::create(&p, o).unwrap_err().status(), Status::InvalidArgument);
@@ -618,4 +624,282 @@ fn metadata_key_order_is_read_exactly() {
         let got: Vec<&str> = order.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(got, truth.iter().map(|x| x.1).collect::<Vec<_>>(), "{text}");
     }
+}
+
+/// The tensors of save `(writer, round)`: every byte says which save wrote it.
+fn racing_tensors(count: usize, shape: &[u64], writer: u8, round: u8) -> Vec<T> {
+    (0..count)
+        .map(|i| {
+            let mut x = t(&format!("layer.{i}.w"), DType::U8, shape, 0);
+            x.data.iter_mut().for_each(|b| *b = writer.wrapping_mul(64) ^ round);
+            x
+        })
+        .collect()
+}
+
+/// Which save (writer, round) every tensor of the set at `path` holds; panics on a tensor of mixed bytes.
+fn saves_in(path: &Path, count: usize) -> Vec<u8> {
+    let f = TensorFile::open(path).unwrap_or_else(|e| panic!("the set opens: {e}"));
+    assert_eq!(f.len(), count);
+    (0..count)
+        .map(|i| {
+            let v = f.view(&format!("layer.{i}.w")).unwrap().to_vec().unwrap();
+            assert!(v.iter().all(|&b| b == v[0]), "tensor {i} holds bytes of two saves");
+            v[0]
+        })
+        .collect()
+}
+
+/// Issue 43, point 9: writers racing to save one file all succeed (a new staged file was locked only after it
+/// was made, and another writer's clean-up could lock and remove it in between: 2 to 5 % of saves failed with
+/// IO, "renaming ... over ...: No such file or directory"); the file is one save's, whole.
+#[test]
+fn racing_saves_of_one_file_all_succeed() {
+    let d = dir("race-file");
+    let p = d.join("m.safetensors");
+    let (writers, rounds) = (4u8, 25u8);
+    for round in 0..rounds {
+        let go = std::sync::Barrier::new(writers as usize);
+        let results: Vec<Result<Summary>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..writers)
+                .map(|w| {
+                    let (go, p) = (&go, &p);
+                    s.spawn(move || {
+                        let ts = racing_tensors(2, &[64], w, round);
+                        go.wait();
+                        write_all(p, &ts, None, WriteOptions { durable: false, ..WriteOptions::default() })
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (w, r) in results.iter().enumerate() {
+            assert!(r.is_ok(), "round {round}: writer {w} failed: {}", r.as_ref().unwrap_err());
+        }
+        let got = saves_in(&p, 2);
+        assert!(got.iter().all(|&b| b == got[0]), "round {round}: tensors of two saves {got:?}");
+        let names: Vec<String> =
+            std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        assert_eq!(names, ["m.safetensors"], "round {round}: nothing staged is left");
+    }
+}
+
+/// Issue 43, point 8: processes (here threads, each with its own open files and locks) saving one split set at
+/// once never leave a mix: the saves of one set take turns, every one returns OK, and the set on disk is
+/// entirely one of them (before the lock over the set, about half the rounds opened a set of parts of two saves).
+#[test]
+fn racing_saves_of_one_set_never_mix() {
+    let d = dir("race-set");
+    let index = d.join("model.safetensors.index.json");
+    let (writers, rounds, count) = (3u8, 20u8, 4usize);
+    for round in 0..rounds {
+        let go = std::sync::Barrier::new(writers as usize);
+        let results: Vec<Result<Summary>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..writers)
+                .map(|w| {
+                    let (go, index) = (&go, &index);
+                    s.spawn(move || {
+                        let ts = racing_tensors(count, &[1024], w, round);
+                        go.wait();
+                        let opts = WriteOptions { max_part_bytes: 1024, durable: false, ..WriteOptions::default() };
+                        write_all(index, &ts, None, opts)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (w, r) in results.iter().enumerate() {
+            assert!(r.is_ok(), "round {round}: writer {w} failed: {}", r.as_ref().unwrap_err());
+        }
+        let got = saves_in(&index, count);
+        assert!(got.iter().all(|&b| b == got[0]), "round {round}: a set of several saves {got:?}");
+        assert!((0..writers).any(|w| w.wrapping_mul(64) ^ round == got[0]), "round {round}: whose save is {got:?}?");
+        let mut names: Vec<String> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.ends_with(staged::LOCK_SUFFIX))
+            .collect();
+        names.sort();
+        let want: Vec<String> = (1..=count)
+            .map(|i| format!("model-{i:05}-of-{count:05}.safetensors"))
+            .chain(["model.safetensors.index.json".to_string()])
+            .collect();
+        assert_eq!(names, want, "round {round}: the set's files and nothing staged");
+    }
+}
+
+/// Issue 43, point 12: a pipe takes each tensor in one piece, a piece that covers the tensor included (the same
+/// bytes as the tensor given whole), and refuses a tensor in several pieces with UNSUPPORTED, as the header says.
+#[test]
+fn a_pipe_takes_a_tensor_in_one_piece_not_several() {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    let x = t("x", DType::U16, &[4, 3], 7);
+    let want = crate_bytes(std::slice::from_ref(&x), None);
+    for pieces in [1usize, 2] {
+        let mut fds = [0; 2];
+        // SAFETY: a plain system call with room for two descriptors.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: two new descriptors this test owns from here on.
+        let (mut rx, tx) = unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
+        let reader = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            rx.read_to_end(&mut v).unwrap();
+            v
+        });
+        let mut w = Writer::to_file(tx, WriteOptions::default()).unwrap();
+        w.declare("x", DType::U16, &[4, 3]).unwrap();
+        let rows = 4 / pieces as u64;
+        for k in 0..pieces as u64 {
+            let bytes = x.data[(k * rows * 6) as usize..((k + 1) * rows * 6) as usize].to_vec();
+            w.add_piece("x", &[k * rows, 0], &[rows, 3], Source::bytes(bytes)).unwrap();
+        }
+        let r = w.finish(None, None);
+        drop(w);
+        let got = reader.join().unwrap();
+        if pieces == 1 {
+            r.unwrap();
+            assert!(got == want, "a covering piece is the tensor given whole");
+        } else {
+            assert_eq!(r.unwrap_err().status(), Status::Unsupported);
+        }
+    }
+}
+
+/// Issue 43, point 12 (documented rules, checked): a symlink at the target is replaced by a regular file and the
+/// file it pointed to keeps its bytes (a Hugging Face cache snapshot links into `blobs/`: saving over the link
+/// never writes into the blob) with the mode of the file it pointed to; a new file's mode is 0666 less the
+/// umask; an existing file keeps its mode.
+#[cfg(unix)]
+#[test]
+fn a_symlink_is_replaced_and_modes_follow_the_rules() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = dir("symlink");
+    let ts = [t("w", DType::F32, &[2, 2], 3)];
+    let blob = d.join("blob");
+    std::fs::write(&blob, b"the cache's bytes").unwrap();
+    std::fs::set_permissions(&blob, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let link = d.join("model.safetensors");
+    std::os::unix::fs::symlink("blob", &link).unwrap();
+    write_all(&link, &ts, None, WriteOptions::default()).unwrap();
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_file(), "the link is now a regular file");
+    assert_eq!(std::fs::read(&blob).unwrap(), b"the cache's bytes");
+    assert_eq!(std::fs::read(&link).unwrap(), crate_bytes(&ts, None));
+    let mode = std::fs::metadata(&link).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o444, "the new file has the mode of the file the link pointed to");
+    // The umask, read without changing it (Linux 4.7+).
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let umask =
+        status.lines().find_map(|l| l.strip_prefix("Umask:")).map(|v| u32::from_str_radix(v.trim(), 8).unwrap());
+    let umask = umask.expect("Umask in /proc/self/status");
+    let fresh = d.join("new.safetensors");
+    write_all(&fresh, &ts, None, WriteOptions::default()).unwrap();
+    assert_eq!(std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o7777, 0o666 & !umask);
+    std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(0o640)).unwrap();
+    write_all(&fresh, &ts, None, WriteOptions::default()).unwrap();
+    assert_eq!(std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o7777, 0o640, "an existing file's mode");
+}
+
+/// Issue 43, point 12: a file over the process's file size limit (RLIMIT_FSIZE) is NO_SPACE, and the message
+/// names the limit instead of claiming the free space of the file system (it said "the file system has ...
+/// bytes free", gigabytes). The limit is set in a child (this test binary again), which ignores SIGXFSZ.
+#[cfg(unix)]
+#[test]
+fn a_file_size_limit_is_named_not_the_free_space() {
+    const CHILD: &str = "HOSTFIRST_TEST_FSIZE_CHILD";
+    if let Some(d) = std::env::var_os(CHILD) {
+        // SAFETY: setting a signal's disposition to ignore; no handler runs.
+        unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+        let lim = libc::rlimit { rlim_cur: 64 << 10, rlim_max: libc::RLIM_INFINITY };
+        // SAFETY: a plain system call with a valid rlimit.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &lim) }, 0);
+        let e = match staged::Staged::create(&PathBuf::from(d).join("big.safetensors"), 8 << 20, None) {
+            Ok(_) => panic!("a file of 8 MiB under a 64 KiB limit was made"),
+            Err(e) => e,
+        };
+        assert_eq!(e.status(), Status::NoSpace, "{e}");
+        assert!(e.message().contains("RLIMIT_FSIZE") && !e.message().contains("free"), "{e}");
+        std::fs::write(PathBuf::from(std::env::var_os(CHILD).unwrap()).join("child-ran"), b"").unwrap();
+        return;
+    }
+    let d = dir("fsize");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "write::tests::a_file_size_limit_is_named_not_the_free_space", "--nocapture"])
+        .env(CHILD, &d)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    // Its marker, not the harness's report: the child ran the checks and passed them.
+    assert!(out.status.success() && d.join("child-ran").exists(), "the child failed:\n{text}");
+    std::fs::remove_file(d.join("child-ran")).unwrap();
+    assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0, "nothing left behind");
+}
+
+/// Issue 43, point 8, the readers' side: while saves of one set run, every set a reader opens is one save's
+/// (before the reader checked that the index it read was still the index once the parts were open, about 0.2 %
+/// of opens, 2 to 9 of ~3,000 a run, got parts of two saves: a reader of the old index opening a part already
+/// replaced). Opens may fail (a part removed under a reader: not asserted here); they never mix.
+#[test]
+fn readers_of_a_set_being_saved_never_see_a_mix() {
+    let d = dir("race-read");
+    let index = d.join("model.safetensors.index.json");
+    let (writers, rounds, count) = (2u8, 30u8, 4usize);
+    let opts = || WriteOptions { max_part_bytes: 1024, durable: false, ..WriteOptions::default() };
+    write_all(&index, &racing_tensors(count, &[1024], 9, 9), None, opts()).unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (mut opened, mut failed, mut mixed) = (0u32, 0u32, Vec::new());
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let (mut opened, mut failed, mut mixed) = (0u32, 0u32, Vec::new());
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let Ok(f) = TensorFile::open(&index) else {
+                    failed += 1;
+                    continue;
+                };
+                let got: Vec<Option<u8>> = (0..count)
+                    .map(|i| {
+                        let v = f.view(&format!("layer.{i}.w")).ok()?.to_vec().ok()?;
+                        v.iter().all(|&b| b == v[0]).then_some(v[0])
+                    })
+                    .collect();
+                if got.iter().all(|g| g.is_some() && *g == got[0]) {
+                    opened += 1;
+                } else {
+                    mixed.push(got);
+                }
+            }
+            (opened, failed, mixed)
+        });
+        for round in 0..rounds {
+            std::thread::scope(|s| {
+                for w in 0..writers {
+                    let index = &index;
+                    s.spawn(move || write_all(index, &racing_tensors(count, &[1024], w, round), None, opts()).unwrap());
+                }
+            });
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (opened, failed, mixed) = reader.join().unwrap();
+    });
+    assert!(
+        mixed.is_empty(),
+        "{} of {} opened sets were a mix ({failed} opens failed): {:?}",
+        mixed.len(),
+        opened + mixed.len() as u32,
+        &mixed[..mixed.len().min(5)]
+    );
+}
+
+/// The lock file of a set that a killed save left (unlocked: the lock died with its process) is taken over by
+/// the next save of the set, which succeeds and removes it.
+#[test]
+fn a_lock_file_left_by_a_killed_save_is_taken_over() {
+    let d = dir("lock-left");
+    let index = d.join("model.safetensors.index.json");
+    let left = d.join(format!(".model.safetensors.index.json{}", staged::LOCK_SUFFIX));
+    std::fs::write(&left, b"").unwrap();
+    let opts = WriteOptions { max_part_bytes: 1024, durable: false, ..WriteOptions::default() };
+    write_all(&index, &racing_tensors(2, &[1024], 1, 1), None, opts).unwrap();
+    assert!(!left.exists());
+    assert_eq!(saves_in(&index, 2), [65, 65]);
 }
