@@ -43,8 +43,10 @@
  *   (hostfirst_version_number()): the same ABI line and a library at least as new as the header.
  * Extensible structs.  Every struct that begins with `size_t struct_size` follows one rule, in and out (the
  *   Linux kernel's copy_struct_from_user / copy_struct_to_user). Set struct_size = sizeof(the struct) before
- *   the call. struct_size must hold the struct's whole 1.0 layout and be at most 4096, else
- *   HOSTFIRST_STATUS_INVALID_ARGUMENT naming the struct and the sizes. Fields are only ever appended.
+ *   the call (a binding that cannot run sizeof: HOSTFIRST_<STRUCT>_SIZE_1_0, the struct's 1.0 size on the
+ *   64-bit targets hostfirst builds for). struct_size must hold the struct's whole 1.0 layout and be at most
+ *   4096, else HOSTFIRST_STATUS_INVALID_ARGUMENT naming the struct and the sizes. Fields are only ever
+ *   appended.
  *   In (hostfirst_*_options): the whole fields within struct_size are read; fields past it (a program built
  *   against an older header) take their defaults; bytes past the fields this library knows, up to
  *   struct_size (a newer header), must be zero, else HOSTFIRST_STATUS_INVALID_ARGUMENT naming the struct and
@@ -414,6 +416,8 @@ size_t hostfirst_status_count(void);
  * The last error is per thread and is only replaced by the next *failing* call on the same thread;
  * successful calls leave it alone. The family: `hostfirst_last_error_status` (the code),
  * `hostfirst_last_error_message` (the text), `hostfirst_last_error_fit` (the numbers of a failed fit check).
+ * Errors: none of its own: what it returns is the last failure's status, not this call's (`PANIC` only for
+ * a bug inside the library). Thread-safe.
  */
 hostfirst_status hostfirst_last_error_status(void);
 
@@ -422,8 +426,7 @@ hostfirst_status hostfirst_last_error_status(void);
  *
  * The message names the thing (tensor, device, file) and the numbers (needed vs free bytes). The pointer
  * is owned by the library and valid until the next failing hostfirst call on the same thread; copy it
- * to keep it. Never returns NULL. (0.1's `hostfirst_last_error()`; 0.1's copying
- * `hostfirst_last_error_message(buf, capacity, out_len)` is gone: copy this string instead.)
+ * to keep it. Never returns NULL. Thread-safe.
  */
 const char *hostfirst_last_error_message(void);
 
@@ -444,7 +447,11 @@ uint32_t hostfirst_version_number(void);
 
 /**
  * Copies a string describing the build (version, features, CUDA API level, and the read engine as
- * `hostfirst_read_engine` names it) into `buf`, with the same buffer rules as `hostfirst_last_error_message`.
+ * `hostfirst_read_engine` names it) into `buf`, NUL-terminated. `*out_len` (when `out_len` is not NULL) gets
+ * the string's length without the NUL, whatever happens to `buf`; `buf` needs `capacity` of at least that
+ * plus one, else nothing is written to it. `buf` NULL with `capacity` 0 asks only for the length (OK).
+ * Errors: `NULL_ARGUMENT` (`buf` NULL with a non-zero `capacity`), `BUFFER_TOO_SMALL` (`capacity` below the
+ * length plus one). Thread-safe.
  */
 hostfirst_status hostfirst_build_info(char *buf,
                                       size_t capacity,
@@ -453,7 +460,8 @@ hostfirst_status hostfirst_build_info(char *buf,
 /**
  * Writes the number of live handles of all types (files, views, buffers, loads, ...) to `*out`.
  *
- * Useful for leak checks: after every handle is freed the count returns to what it was. Thread-safe.
+ * Useful for leak checks: after every handle is freed the count returns to what it was. Errors:
+ * `NULL_ARGUMENT` (`out`). Thread-safe.
  */
 hostfirst_status hostfirst_handle_count(size_t *out);
 
@@ -461,8 +469,8 @@ hostfirst_status hostfirst_handle_count(size_t *out);
 #if defined(HOSTFIRST_EXPERIMENTAL)
 
 /**
- * Copies one line naming how this process reads files into `buf` (buffer rules of
- * `hostfirst_last_error_message`): `"io_uring (queue depth 64)"` when the kernel offers io_uring, else
+ * Copies one line naming how this process reads files into `buf` (the buffer rules of
+ * `hostfirst_build_info`): `"io_uring (queue depth 64)"` when the kernel offers io_uring, else
  * `"pread pool (...; <why>)"` — a pool of threads doing blocking positioned reads — with the reason (the
  * kernel's answer to the probe, `HOSTFIRST_IO=pool`, or the failure that demoted io_uring). The choice is
  * made by a probe at the first call that needs it (never from the kernel version) and kept for the process;
@@ -489,6 +497,24 @@ hostfirst_status hostfirst_read_engine(char *buf,
  * info structs live for the process. When a placement does not fit, hostfirst_last_error_fit() tells the needed, free
  * and total bytes of the device that refused it.
  * ============================================================================================================== */
+
+/**
+ * `sizeof(hostfirst_fit_info)` in its 1.0 layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_FIT_INFO_SIZE_1_0 40
+
+/**
+ * `sizeof(hostfirst_backend_info)` in its 1.0 layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_BACKEND_INFO_SIZE_1_0 48
+
+/**
+ * `sizeof(hostfirst_device_info)` in its 1.0 layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_DEVICE_INFO_SIZE_1_0 64
 
 /**
  * Where memory lives: the kinds of `hostfirst_device.kind` (an `int32_t`, checked on every call). The
@@ -692,10 +718,10 @@ typedef struct hostfirst_device_info {
  * Copies the numbers of the calling thread's last failure into `*out` when that failure was a fit check
  * (`HOSTFIRST_STATUS_OUT_OF_MEMORY` raised before allocating). Set `out->struct_size` first.
  *
- * Returns `HOSTFIRST_STATUS_NOT_FOUND` (and does not replace the last error) when the last failure was
- * something else; `HOSTFIRST_STATUS_NULL_ARGUMENT` if `out` is NULL, `HOSTFIRST_STATUS_INVALID_ARGUMENT`
- * if its `struct_size` is too small (these two do not replace the last error either: the failure being
- * asked about stays readable). `*out` is written only on OK.
+ * Errors: `NOT_FOUND` (and the last error is not replaced) when the last failure was something else;
+ * `NULL_ARGUMENT` if `out` is NULL, `INVALID_ARGUMENT` if its `struct_size` is too small or too large (these
+ * two do not replace the last error either: the failure being asked about stays readable). `*out` is
+ * written only on OK.
  */
 hostfirst_status hostfirst_last_error_fit(struct hostfirst_fit_info *out);
 
@@ -726,7 +752,7 @@ hostfirst_status hostfirst_backend_describe(size_t index,
 /**
  * Returns the static name of a backend status: its constant without the `HOSTFIRST_BACKEND_STATUS_` prefix
  * (`"AVAILABLE"`, `"LIBRARY_NOT_FOUND"`, ...); `"UNKNOWN"` for values this library does not define. Never
- * NULL. (0.1 returned lower case.) Thread-safe.
+ * NULL. Thread-safe.
  */
 const char *hostfirst_backend_status_name(hostfirst_backend_status status);
 
@@ -735,8 +761,8 @@ const char *hostfirst_backend_status_name(hostfirst_backend_status status);
  * memory kind, not a listed device; it is usable whenever CUDA is available.)
  *
  * `*out_count` always receives the number of devices. `out == NULL` with `capacity == 0` is a count query
- * and returns OK; if `capacity` is smaller than the count, no element is written and
- * `HOSTFIRST_STATUS_BUFFER_TOO_SMALL` is returned. Thread-safe.
+ * and returns OK. Errors: `BUFFER_TOO_SMALL` if `capacity` is smaller than the count (no element is
+ * written), `NULL_ARGUMENT` (`out_count`, or `out` with a non-zero `capacity`). Thread-safe.
  */
 hostfirst_status hostfirst_devices(struct hostfirst_device *out,
                                    size_t capacity,
@@ -765,7 +791,8 @@ hostfirst_status hostfirst_device_describe(struct hostfirst_device device,
  * hundred MiB of device memory; it is kept for the process lifetime, shared with the runtime API and
  * frameworks that use primary contexts), current only during the call (the calling thread's previous context
  * is restored). The fit check before an allocation always reads `cuMemGetInfo` in the context. Either output
- * may be NULL if not wanted. Thread-safe.
+ * may be NULL if not wanted. Errors: `INVALID_ARGUMENT` (an unknown device kind), `NO_SUCH_DEVICE`,
+ * `UNAVAILABLE` (its backend is not available), `DEVICE_ERROR` (the driver's answer). Thread-safe.
  */
 hostfirst_status hostfirst_device_memory(struct hostfirst_device device,
                                          uint64_t *out_free,
@@ -786,7 +813,11 @@ hostfirst_status hostfirst_device_parse(const char *spec,
 
 /**
  * Like `hostfirst_device_parse`, but also accepts `"default"`, resolved through the default-device stack
- * (and refused with `IMPLICIT_PLACEMENT` in strict mode). This is how placement targets are read.
+ * (and refused with `IMPLICIT_PLACEMENT` in strict mode). This is how placement targets are read. Errors:
+ * `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a malformed spec (the message lists the accepted forms, `default`
+ * among them) or one that is not UTF-8; `NO_SUCH_DEVICE`, `UNAVAILABLE` as for `hostfirst_device_parse`;
+ * `IMPLICIT_PLACEMENT` (`default` in strict mode); for `default`, the errors of an invalid
+ * `HOSTFIRST_DEFAULT_DEVICE` as in `hostfirst_default_device`. Thread-safe.
  */
 hostfirst_status hostfirst_target_parse(const char *spec,
                                         struct hostfirst_device *out);
@@ -794,9 +825,10 @@ hostfirst_status hostfirst_target_parse(const char *spec,
 /**
  * Writes the canonical spec of a device (`"cpu:0"`, `"cuda:1"`, `"cuda_host"`) into `buf`.
  *
- * `*out_len` (if not NULL) always receives the length without the NUL; `(NULL, 0)` is a length query;
- * a too-small buffer gives `BUFFER_TOO_SMALL` and writes nothing. The device need not be present, but its
- * kind must be valid (`INVALID_ARGUMENT`). Thread-safe.
+ * `*out_len` (if not NULL) always receives the length without the NUL; `(NULL, 0)` is a length query. The
+ * device need not be present. Errors: `BUFFER_TOO_SMALL` (a too-small buffer; nothing is written),
+ * `INVALID_ARGUMENT` (an unknown device kind), `NULL_ARGUMENT` (`buf` NULL with a non-zero `capacity`).
+ * Thread-safe.
  */
 hostfirst_status hostfirst_device_format(struct hostfirst_device device,
                                          char *buf,
@@ -904,28 +936,29 @@ hostfirst_status hostfirst_default_device(struct hostfirst_device *out_device,
 
 /**
  * Returns the static name of a default source: its constant without the `HOSTFIRST_DEFAULT_SOURCE_` prefix
- * (`"SCOPE"`, `"PROCESS"`, `"ENV"`, `"BUILT_IN"`); `"UNKNOWN"` otherwise. Never NULL. (0.1 returned lower
- * case, `"built-in"`.) Thread-safe.
+ * (`"SCOPE"`, `"PROCESS"`, `"ENV"`, `"BUILT_IN"`); `"UNKNOWN"` otherwise. Never NULL. Thread-safe.
  */
 const char *hostfirst_default_source_name(hostfirst_default_source source);
 
 /**
  * Sets the process-wide default device (overrides the environment and the built-in rule, not scopes).
  *
- * The device must be present (`INVALID_ARGUMENT`, `UNAVAILABLE`, `NO_SUCH_DEVICE` otherwise; nothing changes).
- * Thread-safe.
+ * The device must be present. Errors: (nothing changes) `INVALID_ARGUMENT` (an unknown device kind),
+ * `UNAVAILABLE` (its backend is not available), `NO_SUCH_DEVICE`. Thread-safe.
  */
 hostfirst_status hostfirst_default_device_set(struct hostfirst_device device);
 
 /**
- * Clears the process-wide default device, so the environment or built-in rule applies again. Returns `OK`
- * (it has no failure of its own: see CONVENTIONS, Status).
+ * Clears the process-wide default device, so the environment or built-in rule applies again. Returns `OK`.
+ * Errors: none of its own (`PANIC` only for a bug inside the library: see CONVENTIONS, Status). Thread-safe.
  */
 hostfirst_status hostfirst_default_device_clear(void);
 
 /**
  * Resolves "the default device" as a placement would: like `hostfirst_default_device`, but fails with
- * `IMPLICIT_PLACEMENT` when strict mode is on for this thread or the process.
+ * `IMPLICIT_PLACEMENT` when strict mode is on for this thread or the process. Errors: `NULL_ARGUMENT`
+ * (`out_device`), `IMPLICIT_PLACEMENT`, and those of an invalid `HOSTFIRST_DEFAULT_DEVICE` as in
+ * `hostfirst_default_device` (`INVALID_ARGUMENT`, `UNAVAILABLE`, `NO_SUCH_DEVICE`). Thread-safe.
  */
 hostfirst_status hostfirst_default_resolve(struct hostfirst_device *out_device);
 
@@ -949,9 +982,9 @@ hostfirst_status hostfirst_scope_push(struct hostfirst_device device,
 /**
  * Pops the calling thread's innermost scope, which must be the one `token` names.
  *
- * If `token` is not the innermost scope of this thread (out of order, from another thread, already
- * popped) or the thread has no scope, nothing changes and `SCOPE_MISMATCH` is returned with a message
- * saying which scope is innermost.
+ * Errors: `SCOPE_MISMATCH` when `token` is not the innermost scope of this thread (out of order, from
+ * another thread, already popped) or the thread has no scope: nothing changes, and the message says which
+ * scope is innermost.
  */
 hostfirst_status hostfirst_scope_pop(uint64_t token);
 
@@ -975,7 +1008,8 @@ hostfirst_status hostfirst_scope_enter(const struct hostfirst_carried_scope *car
 
 /**
  * Leaves a scope entered with `hostfirst_scope_enter` (checked like `hostfirst_scope_pop`; restores the
- * thread's strict flag as it was before the enter).
+ * thread's strict flag as it was before the enter). Errors: `SCOPE_MISMATCH` (as for
+ * `hostfirst_scope_pop`; nothing changes).
  */
 hostfirst_status hostfirst_scope_leave(uint64_t token);
 
@@ -993,9 +1027,11 @@ hostfirst_status hostfirst_strict_thread_set(int32_t on);
 hostfirst_status hostfirst_strict_process_set(int32_t on);
 
 /**
- * Writes the calling thread's and the process's strict flags (1 or 0); either output may be NULL.
+ * Writes the calling thread's and the process's strict flags (1 or 0); either output may be NULL. Errors:
+ * none of its own (`PANIC` only for a bug inside the library).
  */
-hostfirst_status hostfirst_strict_get(int32_t *out_thread, int32_t *out_process);
+hostfirst_status hostfirst_strict_get(int32_t *out_thread,
+                                      int32_t *out_process);
 
 /* ==============================================================================================================
  * 4. FILES AND VIEWS
@@ -1011,6 +1047,12 @@ hostfirst_status hostfirst_strict_get(int32_t *out_thread, int32_t *out_process)
  * freeing the file first is safe, and a view never changes under you, even when the file is rewritten on disk.
  * Element types are hostfirst_dtype values (names and sizes from hostfirst_dtype_name() / _bits()).
  * ============================================================================================================== */
+
+/**
+ * `sizeof(hostfirst_view_info)` in its 1.0 layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_VIEW_INFO_SIZE_1_0 80
 
 /**
  * Cap on tensors in one safetensors file (larger headers give `HOSTFIRST_STATUS_LIMIT_EXCEEDED`).
@@ -1300,7 +1342,7 @@ typedef struct hostfirst_view_info {
 /**
  * Returns the static name of a dtype: its constant without the `HOSTFIRST_DTYPE_` prefix, which is also its
  * safetensors name (`"F32"`, `"BF16"`, `"F8_E4M3"`, ...); `"UNKNOWN"` for a value that is not a
- * `hostfirst_dtype`. Never NULL (0.1 returned NULL for unknown values). Thread-safe.
+ * `hostfirst_dtype`. Never NULL. Thread-safe.
  */
 const char *hostfirst_dtype_name(hostfirst_dtype dtype);
 
@@ -1358,13 +1400,13 @@ hostfirst_status hostfirst_dtype_from_name(const char *name, hostfirst_dtype *ou
  * values as JSON text, e.g. `total_size`), then each part file's `__metadata__` keys not already present. A set
  * opened while a save replaces it is one save's: when the index is no longer the file read once the parts are
  * open, the set is opened again (hostfirst's writer replaces the index before any part a reader of the old
- * index could open). (0.1 also had `hostfirst_file_open_index`, which this covers.) Opening reads only the header(s) with
+ * index could open). Opening reads only the header(s) with
  * `pread` and maps each file read-only without reading its data, so its cost and memory do not grow with
  * the data size; it never initialises an accelerator. The file must be a regular file whose size is
  * exactly 8 + header + data bytes.
  *
  * Validation follows the safetensors format strictly (reliability catalogue): every failure names the
- * file, the tensor when there is one, and what is wrong. Statuses: `NULL_ARGUMENT`; `INVALID_ARGUMENT`
+ * file, the tensor when there is one, and what is wrong. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT`
  * (path empty or not UTF-8); `IO` (cannot open or stat, not a regular file); `TRUNCATED` (the file is shorter than
  * its header declares); `HEADER_TOO_SMALL`, `HEADER_TOO_LARGE`, `INVALID_HEADER_LENGTH`,
  * `INVALID_HEADER_UTF8`, `INVALID_HEADER_JSON` (syntax, types, unknown dtype, non-string metadata, a tensor
@@ -1395,7 +1437,9 @@ hostfirst_status hostfirst_file_open(const char *path,
  * a message naming what it is and the call that opens it; a file of no known format gets the asked
  * format's own verdict (`INVALID_HEADER` for a missing magic). `HOSTFIRST_FORMAT_RAW` needs a layout:
  * `INVALID_ARGUMENT` (use `hostfirst_file_open_raw`); an unknown `format` value is `INVALID_ARGUMENT`.
- * Other statuses as `hostfirst_file_open`. On failure `*out` is unchanged and nothing is left open.
+ * Errors: `OTHER_FORMAT`, `INVALID_ARGUMENT` (as above), and those of `hostfirst_file_open` for the format
+ * asked (`NULL_ARGUMENT`, `IO`, `TRUNCATED`, `INVALID_HEADER`, ...). On failure `*out` is unchanged and
+ * nothing is left open.
  * Thread-safe.
  */
 hostfirst_status hostfirst_file_open_format(const char *path,
@@ -1413,7 +1457,7 @@ hostfirst_status hostfirst_file_open_format(const char *path,
  * covered exactly: `TRUNCATED` when it is shorter (or `offset` is past its end), `INCOMPLETE_BUFFER` when
  * bytes follow (with an inferred dimension: a partial row left over). A file that is, at offset 0, a valid
  * `.npy` file, llm.c shard or Megatron index gives `OTHER_FORMAT` naming the call that reads its header (give
- * the offset of its data to map past the header on purpose). Other statuses: `NULL_ARGUMENT`;
+ * the offset of its data to map past the header on purpose). Errors: `OTHER_FORMAT` (as above), `NULL_ARGUMENT`;
  * `INVALID_ARGUMENT` (unknown dtype, `HOSTFIRST_FILE_RAW_INFER` past dimension 0 or with rows of no bytes,
  * rank above `HOSTFIRST_MAX_RANK`, an empty name or one longer than `HOSTFIRST_MAX_NAME_LEN`, path or name
  * not UTF-8); `VALIDATION_OVERFLOW`; `MISALIGNED_SLICE` (a sub-byte dtype that does not fill whole bytes);
@@ -1451,7 +1495,10 @@ const char *hostfirst_format_name(hostfirst_format format);
  * made from it are freed; view data pointers point into it. Same validation and statuses as
  * `hostfirst_file_open`, except that a buffer shorter than its header declares gives
  * `INVALID_HEADER_LENGTH` (header) or `INCOMPLETE_BUFFER` (data) instead of `TRUNCATED`. `(NULL, 0)` is an
- * empty buffer (`HEADER_TOO_SMALL`); `(NULL, len > 0)` is `NULL_ARGUMENT`. Used by tests and fuzzing.
+ * empty buffer. Errors: those of `hostfirst_file_open` but `IO` and `TRUNCATED` (`INVALID_HEADER_JSON`,
+ * `DUPLICATE_TENSOR`, ...), `INVALID_HEADER_LENGTH` and `INCOMPLETE_BUFFER` (a short image),
+ * `HEADER_TOO_SMALL` (an empty one), `OTHER_FORMAT` (a Megatron index), `NULL_ARGUMENT` (`out`, or `data`
+ * NULL with `len > 0`). Used by tests and fuzzing.
  * Thread-safe.
  */
 hostfirst_status hostfirst_file_open_memory(const void *data,
@@ -1459,8 +1506,8 @@ hostfirst_status hostfirst_file_open_memory(const void *data,
                                             struct hostfirst_file **out);
 
 /**
- * Releases a file handle. NULL is a no-op returning OK; a handle already freed (or not a file handle)
- * gives `INVALID_HANDLE` and frees nothing.
+ * Releases a file handle. NULL is a no-op returning OK. Errors: `INVALID_HANDLE` (a handle already freed,
+ * or not a file handle; nothing is freed).
  *
  * Views made from the file stay valid (they keep the mapping alive); strings returned by the file's
  * accessors (`hostfirst_file_tensor_name`, metadata, path) become invalid. Thread-safe, but do not free a
@@ -1469,7 +1516,8 @@ hostfirst_status hostfirst_file_open_memory(const void *data,
 hostfirst_status hostfirst_file_free(struct hostfirst_file *file);
 
 /**
- * Writes the number of tensors (all part files of a set) to `*out_count`. Thread-safe.
+ * Writes the number of tensors (all part files of a set) to `*out_count`. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`. Thread-safe.
  */
 hostfirst_status hostfirst_file_tensor_count(const struct hostfirst_file *file, size_t *out_count);
 
@@ -1494,7 +1542,8 @@ hostfirst_status hostfirst_file_find(const struct hostfirst_file *file,
                                      size_t *out_index);
 
 /**
- * Writes the number of `__metadata__` entries to `*out_count`. Thread-safe.
+ * Writes the number of `__metadata__` entries to `*out_count`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`.
+ * Thread-safe.
  */
 hostfirst_status hostfirst_file_metadata_count(const struct hostfirst_file *file,
                                                size_t *out_count);
@@ -1520,15 +1569,19 @@ hostfirst_status hostfirst_file_metadata_find(const struct hostfirst_file *file,
                                               const char **out_value);
 
 /**
- * Writes the total bytes of tensor data (all part files of a set) to `*out_bytes`. Thread-safe.
+ * Writes the total bytes of tensor data (all part files of a set) to `*out_bytes`. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`. Thread-safe.
  */
-hostfirst_status hostfirst_file_data_bytes(const struct hostfirst_file *file, uint64_t *out_bytes);
+hostfirst_status hostfirst_file_data_bytes(const struct hostfirst_file *file,
+                                           uint64_t *out_bytes);
 
 /**
  * Writes the path the file was opened with (the index path for a set) to `*out_path`; valid until
- * `hostfirst_file_free`. A file opened from memory has no path: `NOT_FOUND`. Thread-safe.
+ * `hostfirst_file_free`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `NOT_FOUND` (a file opened from memory
+ * has no path). Thread-safe.
  */
-hostfirst_status hostfirst_file_path(const struct hostfirst_file *file, const char **out_path);
+hostfirst_status hostfirst_file_path(const struct hostfirst_file *file,
+                                     const char **out_path);
 
 /**
  * Creates a view of the tensor called `name` and writes it to `*out_view` (free it with
@@ -1569,8 +1622,8 @@ hostfirst_status hostfirst_file_sequence_spans(const struct hostfirst_file *file
                                                uint64_t *out_lengths);
 
 /**
- * Releases a view. NULL is a no-op returning OK; a view already freed gives `INVALID_HANDLE`. Pointers from
- * `hostfirst_view_describe` become invalid. Thread-safe.
+ * Releases a view. NULL is a no-op returning OK. Pointers from `hostfirst_view_describe` become invalid.
+ * Errors: `INVALID_HANDLE` (a freed or foreign handle; nothing is freed). Thread-safe.
  */
 hostfirst_status hostfirst_view_free(struct hostfirst_view *view);
 
@@ -1627,7 +1680,8 @@ hostfirst_status hostfirst_view_narrow(const struct hostfirst_view *view,
  * descriptor (`ReadFile` at an offset on Windows), not through the mapping, so a file truncated after opening
  * gives `HOSTFIRST_STATUS_TRUNCATED` (never SIGBUS); other read failures give `IO`. If `capacity < nbytes`, nothing is written and
  * `BUFFER_TOO_SMALL` is returned. `(NULL, 0)` is valid: a size query, or the copy of an empty tensor.
- * Errors also: `NULL_ARGUMENT` (`dst` NULL with a capacity), `INVALID_HANDLE`. On an I/O failure the
+ * Errors: `BUFFER_TOO_SMALL`, `TRUNCATED`, `IO` (as above), `NULL_ARGUMENT` (`dst` NULL with a capacity),
+ * `INVALID_HANDLE`. On an I/O failure the
  * buffer's contents are unspecified. Thread-safe; many threads may copy from one view at once.
  */
 hostfirst_status hostfirst_view_copy(const struct hostfirst_view *view,
@@ -1687,6 +1741,24 @@ hostfirst_status hostfirst_view_prefault(const struct hostfirst_view *view,
  * against your CUDA streams with hostfirst_buffer_sync_stream() / _record_stream().
  * hostfirst_release_cached_memory() gives back the pinned staging and registrations the library keeps for reuse.
  * ============================================================================================================== */
+
+/**
+ * `sizeof(hostfirst_buffer_info)` in its 1.0 layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_BUFFER_INFO_SIZE_1_0 56
+
+/**
+ * `sizeof(hostfirst_put_options)` in its 1.0 layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_PUT_OPTIONS_SIZE_1_0 56
+
+/**
+ * `sizeof(hostfirst_put_stats)` in its 1.0 layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_PUT_STATS_SIZE_1_0 24
 
 /**
  * A buffer: memory owned on one device (cpu, cuda:N or cuda_host) holding one tensor's bytes (cuda:N and
@@ -1749,7 +1821,6 @@ typedef struct hostfirst_buffer_info {
  * the end with `done == total` (cancelling then still cancels). `user` is the pointer given beside the
  * callback, passed unchanged. Synchronous operations call it on the calling thread; asynchronous puts on the
  * put's worker thread. It must not call `hostfirst_put_wait` or `hostfirst_put_op_free` on its own operation.
- * (0.1 also had `hostfirst_load_progress_fn`, returning `int`; loads take this type now.)
  */
 typedef int32_t (*hostfirst_progress_fn)(uint64_t done, uint64_t total, void *user);
 
@@ -1841,7 +1912,7 @@ typedef struct hostfirst_put_stats {
  * `INVALID_HANDLE` and frees nothing. Memory is released once no call in flight still uses the buffer. Safe
  * from a garbage collector's finalizer during another framework's CUDA graph capture: the free is made in
  * relaxed capture mode, or kept for the next hostfirst call while a capture is seen (as a DLPack deleter's
- * release; see `hostfirst_buffer_to_dlpack`).
+ * release; see `hostfirst_buffer_to_dlpack`). Errors: `INVALID_HANDLE` (a freed or foreign handle; nothing is freed).
  */
 hostfirst_status hostfirst_buffer_free(struct hostfirst_buffer *buffer);
 
@@ -1908,7 +1979,8 @@ hostfirst_status hostfirst_buffer_record_stream(const struct hostfirst_buffer *b
  * buffer, synchronise that stream before calling this; that is the caller's job. In a child forked after CUDA
  * was initialised, `cuda:N` and `cuda_host` buffers give `UNAVAILABLE` naming fork(): their memory was
  * allocated by the CUDA driver, which the child cannot use (page-locked pages may be absent there).
- * Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNAVAILABLE`, `DEVICE_ERROR`. Thread-safe.
+ * Errors: `BUFFER_TOO_SMALL` (as above), `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNAVAILABLE`, `DEVICE_ERROR`.
+ * Thread-safe.
  */
 hostfirst_status hostfirst_buffer_copy_to_host(const struct hostfirst_buffer *buffer,
                                                void *dst,
@@ -1919,9 +1991,10 @@ hostfirst_status hostfirst_buffer_copy_to_host(const struct hostfirst_buffer *bu
  * strict mode) as a new buffer in `*out`, fit-checked before anything is allocated (`OUT_OF_MEMORY`,
  * `hostfirst_last_error_fit`). The source is unchanged. Host to CUDA goes through the pinned staging ring (never
  * DMA from pageable memory); CUDA to CUDA on another device is one peer copy (`cuMemcpyPeer`: direct where
- * the devices can reach each other, staged by the driver where not). Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`,
- * `INVALID_ARGUMENT` (unknown device kind), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `DEVICE_ERROR`. On failure
- * nothing stays allocated and `*out` is unchanged. Thread-safe.
+ * the devices can reach each other, staged by the driver where not). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
+ * `INVALID_ARGUMENT` (unknown device kind), `IMPLICIT_PLACEMENT` (`device` NULL in strict mode),
+ * `OUT_OF_MEMORY` (the fit check), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `DEVICE_ERROR`. On failure nothing stays
+ * allocated and `*out` is unchanged. Thread-safe.
  */
 hostfirst_status hostfirst_buffer_to(const struct hostfirst_buffer *buffer,
                                      const struct hostfirst_device *device,
@@ -1930,8 +2003,8 @@ hostfirst_status hostfirst_buffer_to(const struct hostfirst_buffer *buffer,
 /**
  * Frees the process-wide caches of page-locked memory: idle staging slabs kept for reuse by CUDA puts, and
  * resident-mode registrations (unregistered once no transfer uses them). Puts in progress are not affected;
- * later puts allocate again. Returns `OK` (it has no failure of its own: see CONVENTIONS, Status).
- * Thread-safe.
+ * later puts allocate again. Returns `OK`. Errors: none of its own (`PANIC` only for a bug inside the
+ * library: see CONVENTIONS, Status). Thread-safe.
  */
 hostfirst_status hostfirst_release_cached_memory(void);
 
@@ -1955,8 +2028,8 @@ hostfirst_status hostfirst_put_options_init(struct hostfirst_put_options *out,
  * of 24.00 GiB`, details in `hostfirst_last_error_fit`, and allocates nothing. cpu targets are filled by parallel
  * `pread`s straight into the destination; cuda:N targets through the bounded page-locked staging ring (or
  * the resident registration, see `opts->resident`); the driver never copies from pageable memory.
- * Errors also: `NULL_ARGUMENT` (`view`, `out`), `INVALID_HANDLE`, `INVALID_ARGUMENT` (unknown device kind,
- * bad options), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `DEVICE_ERROR` (message names the driver's error),
+ * Errors: `NULL_ARGUMENT` (`view`, `out`), `INVALID_HANDLE`, `INVALID_ARGUMENT` (unknown device kind,
+ * bad options), `IMPLICIT_PLACEMENT`, `OUT_OF_MEMORY` (the fit check), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `DEVICE_ERROR` (message names the driver's error),
  * `TRUNCATED`/`IO` (the file changed), `CANCELLED` (the progress callback asked). On any failure nothing
  * stays allocated and `*out` is unchanged. The buffer is the caller's; free it with `hostfirst_buffer_free`.
  * Thread-safe: many puts may run at once.
@@ -1964,7 +2037,7 @@ hostfirst_status hostfirst_put_options_init(struct hostfirst_put_options *out,
  * `out_stats` (NULL: not wanted; otherwise set its `struct_size` first) describes what the transfer did. It
  * is written only when the put succeeds, together with `*out`: on any failure (a bad argument, the fit check,
  * a driver error, a cancelled put) `*out_stats` is left exactly as the caller passed it, so stale numbers
- * from an earlier call are never mistaken for this one's. (0.1 had this as `hostfirst_put_ex`.)
+ * from an earlier call are never mistaken for this one's.
  *
  * **Eager copies and copy-on-write puts to cpu.** By default a put copies: the buffer is new memory the
  * caller owns, and nothing anyone does to the file afterwards can change it or fault it. That is why it is
@@ -2009,7 +2082,12 @@ hostfirst_status hostfirst_put(const struct hostfirst_view *view,
  * with the same options struct. Arguments as for `hostfirst_put`; the target (including the default device and strict mode) is resolved now, on the
  * calling thread, and errors found before the worker starts are returned here (then `*out_op` is
  * unchanged). The view may be freed right after the call (the operation keeps what it needs). The progress
- * callback runs on the worker thread. Free the operation with `hostfirst_put_op_free` in every case.
+ * callback runs on the worker thread. Free the operation with `hostfirst_put_op_free` in every case. Errors:
+ * (here) `NULL_ARGUMENT` (`view`, `out_op`), `INVALID_HANDLE`, `INVALID_ARGUMENT` (unknown device kind, bad
+ * options), `IMPLICIT_PLACEMENT` (`target` NULL in strict mode), `NO_SUCH_DEVICE`, `UNAVAILABLE` (a backend
+ * not available), `OUT_OF_MEMORY` (the worker thread could not be started); the put's own (the fit check's
+ * `OUT_OF_MEMORY`, `DEVICE_ERROR`, `TRUNCATED`, `IO`, `CANCELLED`) come from `hostfirst_put_wait`.
+ * Thread-safe.
  */
 hostfirst_status hostfirst_put_start(const struct hostfirst_view *view,
                                      const struct hostfirst_device *target,
@@ -2020,7 +2098,7 @@ hostfirst_status hostfirst_put_start(const struct hostfirst_view *view,
  * Polls an operation without blocking: `OK` once it has finished (successfully or not; `hostfirst_put_wait`
  * then returns at once with its result), `NOT_READY` while it runs, `ALREADY_USED` after its result was
  * taken. `NOT_READY` is an answer, not a failure: it leaves the thread's last error alone, so a polling loop
- * does not overwrite the message of an earlier failure. Errors (which do replace it): `ALREADY_USED`,
+ * does not overwrite the message of an earlier failure. Errors: (these do replace it) `ALREADY_USED`,
  * `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
  */
 hostfirst_status hostfirst_put_poll(const struct hostfirst_put_op *op);
@@ -2028,7 +2106,8 @@ hostfirst_status hostfirst_put_poll(const struct hostfirst_put_op *op);
 /**
  * Blocks until the operation finishes and moves its buffer into `*out` (the caller's, free with
  * `hostfirst_buffer_free`), or returns the put's error (`OUT_OF_MEMORY`, `DEVICE_ERROR`, `CANCELLED`, ...;
- * nothing stays allocated). The result is handed out once: a second wait gives `ALREADY_USED`. Errors also:
+ * nothing stays allocated). The result is handed out once. Errors: the put's (`OUT_OF_MEMORY`,
+ * `DEVICE_ERROR`, `TRUNCATED`, `IO`, `CANCELLED`, as for `hostfirst_put`), `ALREADY_USED` (a second wait),
  * `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe; the operation must still be freed.
  */
 hostfirst_status hostfirst_put_wait(struct hostfirst_put_op *op,
@@ -2036,8 +2115,7 @@ hostfirst_status hostfirst_put_wait(struct hostfirst_put_op *op,
 
 /**
  * Frees an operation: a running put is cancelled and waited for; a result never taken is freed. NULL is a
- * no-op; a freed handle gives `INVALID_HANDLE`. Buffers already taken with `hostfirst_put_wait` are not
- * affected. Thread-safe (a concurrent `hostfirst_put_wait` on the same operation returns first).
+ * no-op. Buffers already taken with `hostfirst_put_wait` are not affected. Errors: `INVALID_HANDLE` (a freed or foreign handle; nothing is freed). Thread-safe (a concurrent `hostfirst_put_wait` on the same operation returns first).
  */
 hostfirst_status hostfirst_put_op_free(struct hostfirst_put_op *op);
 
@@ -2053,6 +2131,36 @@ hostfirst_status hostfirst_put_op_free(struct hostfirst_put_op *op);
  * view or buffer handle that you free; its memory stays valid until the load and every handle to it are freed,
  * in any order.
  * ============================================================================================================== */
+
+/**
+ * `sizeof(hostfirst_plan_tensor_info)` in its 1.0 layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_PLAN_TENSOR_INFO_SIZE_1_0 40
+
+/**
+ * `sizeof(hostfirst_plan_device_info)` in its 1.0 layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_PLAN_DEVICE_INFO_SIZE_1_0 72
+
+/**
+ * `sizeof(hostfirst_plan_unmatched_rule_info)` in its 1.0 layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_PLAN_UNMATCHED_RULE_INFO_SIZE_1_0 48
+
+/**
+ * `sizeof(hostfirst_load_options)` in its 1.0 layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_LOAD_OPTIONS_SIZE_1_0 32
+
+/**
+ * `sizeof(hostfirst_load_entry)` in its 1.0 layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_LOAD_ENTRY_SIZE_1_0 64
 
 /**
  * Where a plan puts a tensor (`hostfirst_plan_tensor_info.placement`).
@@ -2343,8 +2451,8 @@ hostfirst_status hostfirst_rules_add_spec(struct hostfirst_rules *rules,
                                           const char *spec);
 
 /**
- * Frees a rule list. NULL is a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Plans made from it
- * are independent of it. Thread-safe.
+ * Frees a rule list. NULL is a no-op. Plans made from it are independent of it. Errors: `INVALID_HANDLE` (a freed or foreign handle; nothing is freed).
+ * Thread-safe.
  */
 hostfirst_status hostfirst_rules_free(struct hostfirst_rules *rules);
 
@@ -2389,8 +2497,9 @@ hostfirst_status hostfirst_plan_device_count(const struct hostfirst_plan *plan,
 
 /**
  * Fills `*out` with the `index`-th device summary (order of first use): bytes, tensors, usable and total
- * memory when the plan was made, whether it fits, the largest tensor. Set `out->struct_size` first. Errors
- * as for `hostfirst_plan_tensor`. Thread-safe.
+ * memory when the plan was made, whether it fits, the largest tensor. Set `out->struct_size` first. Errors:
+ * (as for `hostfirst_plan_tensor`) `NULL_ARGUMENT`, `INVALID_HANDLE`, `OUT_OF_RANGE`, `INVALID_ARGUMENT`
+ * (`struct_size` too small or too large). Thread-safe.
  */
 hostfirst_status hostfirst_plan_device(const struct hostfirst_plan *plan,
                                        size_t index,
@@ -2409,14 +2518,15 @@ hostfirst_status hostfirst_plan_unmatched_rule_count(const struct hostfirst_plan
 /**
  * Fills `*out` with the `index`-th rule that places no tensor (in rule order): its index, pattern and
  * target, the rule that shadows it or -1, a tensor it was probably meant for, and a one-line message. Set
- * `out->struct_size` first. Errors as for `hostfirst_plan_tensor`. Thread-safe.
+ * `out->struct_size` first. Errors: (as for `hostfirst_plan_tensor`) `NULL_ARGUMENT`, `INVALID_HANDLE`,
+ * `OUT_OF_RANGE`, `INVALID_ARGUMENT` (`struct_size` too small or too large). Thread-safe.
  */
 hostfirst_status hostfirst_plan_unmatched_rule(const struct hostfirst_plan *plan,
                                                size_t index,
                                                struct hostfirst_plan_unmatched_rule_info *out);
 
 /**
- * Frees a plan. NULL is a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Thread-safe.
+ * Frees a plan. NULL is a no-op. Errors: `INVALID_HANDLE` (a freed or foreign handle; nothing is freed). Thread-safe.
  */
 hostfirst_status hostfirst_plan_free(struct hostfirst_plan *plan);
 
@@ -2461,8 +2571,7 @@ hostfirst_status hostfirst_load_options_init(struct hostfirst_load_options *out,
  * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (the plan was made for another file; a bad
  * `opts`: struct_size, copy_on_write not 0 or 1), `OUT_OF_MEMORY`, `CANCELLED`, `DEVICE_ERROR`, `IO`,
  * `TRUNCATED`. On error `*out` is unchanged.
- * Thread-safe; `opts->user` is passed to the callback untouched. (0.1 took `progress, user` here instead
- * of `opts`.)
+ * Thread-safe; `opts->user` is passed to the callback untouched.
  */
 hostfirst_status hostfirst_load_run(const struct hostfirst_file *file,
                                     const struct hostfirst_plan *plan,
@@ -2492,7 +2601,7 @@ hostfirst_status hostfirst_load_get(const struct hostfirst_load *load,
                                     struct hostfirst_view **out_view);
 
 /**
- * Frees a load. NULL is a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Buffers and views
+ * Frees a load. NULL is a no-op. Errors: `INVALID_HANDLE` (a freed or foreign handle; nothing is freed). Buffers and views
  * obtained with `hostfirst_load_get` stay valid, and while any buffer of a device (or a DLPack export of one)
  * lives, that device's whole allocation for the load does too (see `hostfirst_load_run`). Thread-safe.
  */
@@ -2662,8 +2771,10 @@ hostfirst_status hostfirst_gather_run(struct hostfirst_gather *gather,
  * Padded rather than packed because the batch is then the gather's fixed `[batch, window]` buffer: it shares
  * the ring (never rewritten while held), the one transfer to `cuda:N`, DLPack export, and a jitted step sees
  * one shape (JAX recompiles for every new shape a packed batch would have). The gather's dtype must be the
- * dataset's token dtype. Other rules, ownership of `*out_batch` and errors as `hostfirst_gather_run`, plus
- * `UNSUPPORTED` (not a Megatron dataset) and `OUT_OF_RANGE` (an index at or past the sequence count).
+ * dataset's token dtype. Other rules and ownership of `*out_batch` as `hostfirst_gather_run`. Errors: those
+ * of `hostfirst_gather_run` (`NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`, `BUSY`, `OUT_OF_MEMORY`,
+ * `TRUNCATED`, `IO`, `DEVICE_ERROR`), `UNSUPPORTED` (not a Megatron dataset) and `OUT_OF_RANGE` (an index at
+ * or past the sequence count).
  * `*out_lengths` and `*out_batch` are written only on success. Thread-safe; calls on one gather are
  * serialised.
  */
@@ -2698,8 +2809,7 @@ hostfirst_status hostfirst_gather_run_from_buffer(struct hostfirst_gather *gathe
  * filled; before the first run, the first batch, zero-filled — on CUDA by a memset on the gather's stream
  * completed before `hostfirst_gather_new` returns) to `*out`. The caller frees it with
  * `hostfirst_buffer_free`; while it lives that batch is not rewritten (see `hostfirst_gather_new`).
- * (This replaces 0.1's `hostfirst_gather_buffer`, which lent one borrowed handle whose contents changed
- * with every run.) Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+ * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
  */
 hostfirst_status hostfirst_gather_batch(const struct hostfirst_gather *gather,
                                         struct hostfirst_buffer **out);
@@ -2741,8 +2851,8 @@ hostfirst_status hostfirst_gather_nbytes(const struct hostfirst_gather *gather,
 
 /**
  * Frees a gather: its staging and stream, and the batches no one holds. Batches still held (buffer handles,
- * DLPack exports) stay valid and are freed with their last reference. NULL is a no-op; a freed or foreign
- * handle gives `INVALID_HANDLE`. Memory is released once no call in flight uses it. Thread-safe.
+ * DLPack exports) stay valid and are freed with their last reference. NULL is a no-op. Memory is released
+ * once no call in flight uses it. Errors: `INVALID_HANDLE` (a freed or foreign handle; nothing is freed). Thread-safe.
  */
 hostfirst_status hostfirst_gather_free(struct hostfirst_gather *gather);
 
@@ -2750,14 +2860,12 @@ hostfirst_status hostfirst_gather_free(struct hostfirst_gather *gather);
  * Starts prefetching `n_batches` batches of `gather` from the 1-D tensor `source`: batch `k` is what
  * `hostfirst_gather_run` would make from the `batch` offsets `offsets[k * batch ..]` (`offsets` holds
  * `n_batches * batch` values, copied: the array may be freed on return; NULL is allowed when `n_batches` is
- * 0, which makes a stream that ends at once). With `n_batches = HOSTFIRST_GATHER_STREAM_OPEN` (and `offsets`
- * NULL) the stream is open: it starts with no batch and takes them from `hostfirst_gather_stream_push` until
- * `hostfirst_gather_stream_end_input`, its thread waiting for input instead of ending (see
- * `hostfirst_gather_stream_push`); its source is checked now (1-D, dtype, window within it). A background thread fills up to
- * `depth` (1 to `HOSTFIRST_GATHER_STREAM_MAX_DEPTH`) batches ahead of the consumer while it computes — reads
- * through the transfer engine and, for `cuda:N`, the host-to-device copy through the gather's page-locked
- * staging on its stream — and `hostfirst_gather_stream_next` hands them out in order. Writes a new handle to
- * `*out` (free with `hostfirst_gather_stream_free`).
+ * 0, which makes a stream that ends at once). A background thread fills up to `depth` (1 to
+ * `HOSTFIRST_GATHER_STREAM_MAX_DEPTH`) batches ahead of the consumer while it computes — reads through the
+ * transfer engine and, for `cuda:N`, the host-to-device copy through the gather's page-locked staging on its
+ * stream — and `hostfirst_gather_stream_next` hands them out in order. Writes a new handle to `*out` (free
+ * with `hostfirst_gather_stream_free`). A stream fed batches as you go is experimental: it starts with
+ * `hostfirst_gather_stream_open` (HOSTFIRST_EXPERIMENTAL), never here.
  *
  * **Ownership.** Every batch is a batch of the gather's ring, under its rules (`hostfirst_gather_new`): a
  * batch waiting in the stream or handed out by `next` (until its handle is freed and its exports deleted) is
@@ -2767,13 +2875,13 @@ hostfirst_status hostfirst_gather_free(struct hostfirst_gather *gather);
  * with the worker's runs. The stream keeps the gather and `source` alive until it is freed, even if their
  * handles are freed first.
  *
- * **Errors now**: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (depth out of range, size overflow,
- * source not 1-D or of another dtype), `OUT_OF_RANGE` (the first window past the end, named by batch and
- * offset index: every batch is checked before the thread starts, so nothing ran), `UNAVAILABLE` (the thread
- * could not be started). **Errors later** (a read or copy failing in the worker: `TRUNCATED`, `IO`,
- * `DEVICE_ERROR`, `OUT_OF_MEMORY` growing the ring, `BUSY` when the consumer holds every batch of the ring and
- * none is waiting) end the stream and are returned, with their message, by the `next` that would have
- * returned that batch. Thread-safe.
+ * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (depth out of range, size overflow,
+ * `n_batches` `SIZE_MAX`, source not 1-D or of another dtype), `OUT_OF_RANGE` (the first window past the end,
+ * named by batch and offset index: every batch is checked before the thread starts, so nothing ran),
+ * `UNAVAILABLE` (the thread could not be started). Errors of the
+ * worker (a read or copy failing: `TRUNCATED`, `IO`, `DEVICE_ERROR`, `OUT_OF_MEMORY` growing the ring, `BUSY`
+ * when the consumer holds every batch of the ring and none is waiting) end the stream and are returned, with
+ * their message, by the `next` that would have returned that batch. Thread-safe.
  */
 hostfirst_status hostfirst_gather_stream_start(struct hostfirst_gather *gather,
                                                const struct hostfirst_view *source,
@@ -2785,8 +2893,9 @@ hostfirst_status hostfirst_gather_stream_start(struct hostfirst_gather *gather,
 /**
  * `hostfirst_gather_stream_start` from a 1-D host buffer (`cpu` or `cuda_host`) instead of a view: each
  * window a memcpy, as `hostfirst_gather_run_from_buffer`. The stream keeps the buffer alive (its handle may
- * be freed); the buffer must not be written while the stream runs. `UNSUPPORTED` for a CUDA buffer; other
- * errors as for `hostfirst_gather_stream_start`. Thread-safe.
+ * be freed); the buffer must not be written while the stream runs. Errors: `UNSUPPORTED` for a CUDA buffer;
+ * the others as for `hostfirst_gather_stream_start` (`NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`,
+ * `OUT_OF_RANGE`, `UNAVAILABLE`). Thread-safe.
  */
 hostfirst_status hostfirst_gather_stream_start_from_buffer(struct hostfirst_gather *gather,
                                                            const struct hostfirst_buffer *source,
@@ -2811,8 +2920,8 @@ hostfirst_status hostfirst_gather_stream_next(struct hostfirst_gather_stream *st
 /**
  * Frees a stream, cancelling it if batches remain: the worker finishes the run in progress (never leaving a
  * batch half-filled), starts no other, and is joined before this returns; batches waiting in the stream go
- * back to the ring. Batches already handed out stay valid (free their handles as usual). NULL is a no-op; a
- * freed or foreign handle gives `INVALID_HANDLE`. Thread-safe.
+ * back to the ring. Batches already handed out stay valid (free their handles as usual). NULL is a no-op.
+ * Errors: `INVALID_HANDLE` (a freed or foreign handle; nothing is freed). Thread-safe.
  */
 hostfirst_status hostfirst_gather_stream_free(struct hostfirst_gather_stream *stream);
 
@@ -2832,14 +2941,32 @@ hostfirst_status hostfirst_random_offsets(uint64_t *state,
 #if defined(HOSTFIRST_EXPERIMENTAL)
 
 /**
- * The `n_batches` of `hostfirst_gather_stream_start` (and `_start_from_buffer`, `offsets` NULL) that starts
- * an open stream: its batches come from `hostfirst_gather_stream_push` until
- * `hostfirst_gather_stream_end_input`. (`SIZE_MAX`: no count of batches of offsets can be that large.)
+ * Starts an open stream of `gather` from the 1-D tensor `source`: as `hostfirst_gather_stream_start`, but
+ * with no batch; its batches come from `hostfirst_gather_stream_push` until
+ * `hostfirst_gather_stream_end_input`, its thread waiting for input instead of ending. The source is checked
+ * now (1-D, dtype, window within it). Writes a new handle to `*out` (free with
+ * `hostfirst_gather_stream_free`). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (depth out of
+ * range, source not 1-D or of another dtype), `OUT_OF_RANGE` (one window does not fit the source),
+ * `UNAVAILABLE` (the thread could not be started). Thread-safe.
  */
-#define HOSTFIRST_GATHER_STREAM_OPEN (size_t)-1
+hostfirst_status hostfirst_gather_stream_open(struct hostfirst_gather *gather,
+                                              const struct hostfirst_view *source,
+                                              size_t depth,
+                                              struct hostfirst_gather_stream **out);
 
 /**
- * Gives an open stream (started with `n_batches = HOSTFIRST_GATHER_STREAM_OPEN`) `n_batches` more batches:
+ * `hostfirst_gather_stream_open` from a 1-D host buffer (`cpu` or `cuda_host`), as
+ * `hostfirst_gather_stream_start_from_buffer`. Errors: `UNSUPPORTED` for a CUDA buffer; the others as for
+ * `hostfirst_gather_stream_open` (`NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`, `OUT_OF_RANGE`,
+ * `UNAVAILABLE`). Thread-safe.
+ */
+hostfirst_status hostfirst_gather_stream_open_from_buffer(struct hostfirst_gather *gather,
+                                                          const struct hostfirst_buffer *source,
+                                                          size_t depth,
+                                                          struct hostfirst_gather_stream **out);
+
+/**
+ * Gives an open stream (started with `hostfirst_gather_stream_open`) `n_batches` more batches:
  * `offsets` holds `n_batches * batch` values (copied: the array may be freed on return; NULL is allowed
  * with `n_batches` 0), batch `j` of the call becoming the stream's batch `pushed_so_far + j`.
  *
@@ -2882,6 +3009,12 @@ hostfirst_status hostfirst_gather_stream_end_input(struct hostfirst_gather_strea
  * buffer right after exporting if you like). Options (copy policy, target device, the consumer's stream) go in a
  * hostfirst_dlpack_options. hostfirst_dlpack_capsule_destructor() is the destructor for a Python capsule that holds one.
  * ============================================================================================================== */
+
+/**
+ * `sizeof(hostfirst_dlpack_options)` in its 1.0 layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_DLPACK_OPTIONS_SIZE_1_0 48
 
 /**
  * DLPack major version of the tensors hostfirst exports (`DLPACK_MAJOR_VERSION`).
@@ -3364,6 +3497,24 @@ void hostfirst_dlpack_capsule_destructor(void *capsule);
 #if defined(HOSTFIRST_EXPERIMENTAL)
 
 /**
+ * `sizeof(hostfirst_shard_options)` in its 1.0 layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_SHARD_OPTIONS_SIZE_1_0 48
+
+/**
+ * `sizeof(hostfirst_shard_run_options)` in its 1.0 layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_SHARD_RUN_OPTIONS_SIZE_1_0 24
+
+/**
+ * `sizeof(hostfirst_shard_info)` in its 1.0 layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_SHARD_INFO_SIZE_1_0 112
+
+/**
  * A device mesh: named axes with sizes (like JAX's `Mesh`). Created by `hostfirst_shard_mesh_new`, released by
  * `hostfirst_shard_mesh_free`; immutable, so every function taking it is thread-safe. Rules made over it keep
  * what they need: it may be freed right after.
@@ -3704,7 +3855,7 @@ hostfirst_status hostfirst_shard_plan_free(struct hostfirst_shard_plan *plan);
  * `opts` NULL means the defaults (no callback). `opts->progress` (may be NULL) is called on the calling
  * thread at a bounded rate with the shard bytes placed so far and in all, at least once, last with `done ==
  * total`; returning nonzero cancels: `CANCELLED`, and everything the run had allocated is freed. Any other
- * failure (`IO`, `TRUNCATED`, `DEVICE_ERROR`) also frees everything. Errors also: `NULL_ARGUMENT`,
+ * failure (`IO`, `TRUNCATED`, `DEVICE_ERROR`) also frees everything. Errors: `NULL_ARGUMENT`,
  * `INVALID_HANDLE`, `INVALID_ARGUMENT` (`opts->struct_size` too small). On failure `*out` is unchanged.
  * Thread-safe; `opts->user` is passed through untouched. The same plan may be run more than once, also from
  * several threads at once. (Earlier in 0.2 this took `progress, user` instead of `opts`.)
@@ -3760,6 +3911,18 @@ hostfirst_status hostfirst_shard_result_free(struct hostfirst_shard_result *resu
  * hostfirst_writer_info) stay valid until it is freed. With several ranks (world > 1) finish is collective and
  * calls your hostfirst_agree_fn between its steps.
  * ============================================================================================================== */
+
+/**
+ * `sizeof(hostfirst_writer_options)` in its 1.0 layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_WRITER_OPTIONS_SIZE_1_0 80
+
+/**
+ * `sizeof(hostfirst_writer_info)` in its 1.0 layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_WRITER_INFO_SIZE_1_0 48
 
 /**
  * A safetensors writer (`hostfirst_writer_open`, `hostfirst_writer_open_fd`): declarations, metadata, then
@@ -3931,7 +4094,8 @@ hostfirst_status hostfirst_writer_open(const char *path,
  * file here: what a failed save leaves in `fd` is the caller's. One file, one process: `max_part_bytes` must
  * be 0 and `world` at most 1 (`INVALID_ARGUMENT`). `fsync` unless `no_sync` (skipped for pipes).
  *
- * Errors also: `IO` (`fd` is not an open descriptor). Windows: `UNSUPPORTED` (use `hostfirst_writer_open`).
+ * Errors: `NULL_ARGUMENT`, `INVALID_ARGUMENT` (bad options, as above), `IO` (`fd` is not an open
+ * descriptor). Windows: `UNSUPPORTED` (use `hostfirst_writer_open`).
  * On failure `*out` is unchanged. Thread-safe.
  */
 hostfirst_status hostfirst_writer_open_fd(int32_t fd,
@@ -3959,7 +4123,8 @@ hostfirst_status hostfirst_writer_add_view(struct hostfirst_writer *writer,
  * buffers are written from where they lie; a CUDA buffer is copied to host through the page-locked staging
  * ring (at most `staging_bytes` of host memory, however large it is) while earlier slabs are written. The
  * writer keeps the buffer alive until finish (free the handle when you like) and holds its lock while
- * finish writes it. `name` NULL: the buffer's name. Errors as `hostfirst_writer_add_view`. Thread-safe.
+ * finish writes it. `name` NULL: the buffer's name. Errors: as `hostfirst_writer_add_view` (`NULL_ARGUMENT`,
+ * `INVALID_HANDLE`, `INVALID_ARGUMENT`, `LIMIT_EXCEEDED`, `DUPLICATE_TENSOR`, `ALREADY_USED`). Thread-safe.
  */
 hostfirst_status hostfirst_writer_add_buffer(struct hostfirst_writer *writer,
                                              const char *name,
@@ -3990,7 +4155,9 @@ hostfirst_status hostfirst_writer_add_host(struct hostfirst_writer *writer,
  * pieces (`hostfirst_writer_add_piece_host`, `_buffer`, `_view`). In one process the pieces must cover it
  * exactly by `finish`; in a save by several ranks each rank adds the pieces it holds and the ranks together
  * must cover it exactly once. Declaring a name again with the same dtype and shape changes nothing.
- * Errors as `hostfirst_writer_add_host` (`DUPLICATE_TENSOR` for a name declared with another dtype or shape).
+ * Errors: as `hostfirst_writer_add_host` (`NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`,
+ * `LIMIT_EXCEEDED`, `VALIDATION_OVERFLOW`, `ALREADY_USED`), `DUPLICATE_TENSOR` for a name declared with
+ * another dtype or shape.
  * Thread-safe.
  */
 hostfirst_status hostfirst_writer_declare(struct hostfirst_writer *writer,
@@ -4002,7 +4169,8 @@ hostfirst_status hostfirst_writer_declare(struct hostfirst_writer *writer,
 /**
  * Adds the piece of declared tensor `name` that spans `len[d]` elements from `start[d]` of each of its `rank`
  * dimensions, with the `nbytes` bytes at `data` (the box's elements in C order; same ownership as
- * `hostfirst_writer_add_host`). Errors: `NOT_FOUND` (not declared), `OUT_OF_RANGE` (the box passes the
+ * `hostfirst_writer_add_host`). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `ALREADY_USED` (after finish),
+ * `NOT_FOUND` (not declared), `OUT_OF_RANGE` (the box passes the
  * tensor's end), `INVALID_ARGUMENT` (`rank` is not the tensor's, `nbytes` is not the box's, or the box
  * overlaps a piece added before), `MISALIGNED_SLICE` (a sub-byte dtype whose rows would not be whole bytes).
  * On error nothing is added. Thread-safe.
@@ -4018,8 +4186,9 @@ hostfirst_status hostfirst_writer_add_piece_host(struct hostfirst_writer *writer
 /**
  * Adds the piece of declared tensor `name` at `(start, rank)` whose extent and bytes are those of `buffer` (its
  * shape; its dtype must be the tensor's), on any device (as `hostfirst_writer_add_buffer`): e.g. a shard that
- * `hostfirst_shard_run` gave this rank, at the start `hostfirst_shard_plan_describe` reports. Errors as
- * `hostfirst_writer_add_piece_host`. Thread-safe.
+ * `hostfirst_shard_run` gave this rank, at the start `hostfirst_shard_plan_describe` reports. Errors: as
+ * `hostfirst_writer_add_piece_host` (`NULL_ARGUMENT`, `INVALID_HANDLE`, `ALREADY_USED`, `NOT_FOUND`,
+ * `OUT_OF_RANGE`, `INVALID_ARGUMENT`, `MISALIGNED_SLICE`). Thread-safe.
  */
 hostfirst_status hostfirst_writer_add_piece_buffer(struct hostfirst_writer *writer,
                                                    const char *name,
@@ -4029,7 +4198,9 @@ hostfirst_status hostfirst_writer_add_piece_buffer(struct hostfirst_writer *writ
 
 /**
  * Adds the piece of declared tensor `name` at `(start, rank)` whose extent and bytes are those of `view` (its
- * shape and packed bytes; its dtype must be the tensor's). Errors as `hostfirst_writer_add_piece_host`.
+ * shape and packed bytes; its dtype must be the tensor's). Errors: as `hostfirst_writer_add_piece_host`
+ * (`NULL_ARGUMENT`, `INVALID_HANDLE`, `ALREADY_USED`, `NOT_FOUND`, `OUT_OF_RANGE`, `INVALID_ARGUMENT`,
+ * `MISALIGNED_SLICE`).
  * Thread-safe.
  */
 hostfirst_status hostfirst_writer_add_piece_view(struct hostfirst_writer *writer,
@@ -4076,7 +4247,7 @@ hostfirst_status hostfirst_writer_set_metadata(struct hostfirst_writer *writer,
  * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `ALREADY_USED`; `INVALID_ARGUMENT` (a declared tensor whose pieces
  * do not cover it, a split save whose path does not end in `.safetensors` or `.safetensors.index.json`);
  * `HEADER_TOO_LARGE`; `NO_SPACE` (the file system is full or a quota is reached: the message gives the bytes
- * needed and free; or the file passes the largest file the process may write, `RLIMIT_FSIZE`, or the file
+ * needed and free; or the file passes the largest file the process may write (its file-size limit, RLIMIT_FSIZE), or the file
  * system takes: the message says so), `UNSUPPORTED` (a writer on a pipe given a tensor in several pieces),
  * `PERMISSION_DENIED` (the directory or the target cannot be written, a read-only file
  * system; on Windows also a target that is mapped, see `hostfirst_writer_open`), `IO`; a source's failure: `TRUNCATED` or `IO` (a view's file changed), `DEVICE_ERROR` (a CUDA
@@ -4096,9 +4267,8 @@ hostfirst_status hostfirst_writer_part_path(struct hostfirst_writer *writer,
                                             const char **out);
 
 /**
- * Frees a writer. A writer freed before `finish` writes nothing (no file is created). NULL is a no-op; a freed
- * or foreign handle gives `INVALID_HANDLE` and frees nothing. The sources it kept (views, buffers) are
- * released. Thread-safe (a `finish` in progress on another thread completes first).
+ * Frees a writer. A writer freed before `finish` writes nothing (no file is created). NULL is a no-op. The
+ * sources it kept (views, buffers) are released. Errors: `INVALID_HANDLE` (a freed or foreign handle; nothing is freed). Thread-safe (a `finish` in progress on another thread completes first).
  */
 hostfirst_status hostfirst_writer_free(struct hostfirst_writer *writer);
 

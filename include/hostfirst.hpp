@@ -1074,14 +1074,13 @@ public:
         : s_(decltype(s_)::make(hostfirst_gather_stream_start_from_buffer, g.c(), source.c(), offsets.data(),
                                 n_batches, depth)) {}
 #if defined(HOSTFIRST_EXPERIMENTAL) /* experimental: may change in any minor (hostfirst.h, CONVENTIONS) */
-    /// An open stream of `source` (a 1-D tensor): no batch yet; push() gives it batches until end_input().
+    /// An open stream of `source` (a 1-D tensor; hostfirst_gather_stream_open): no batch yet; push() gives it
+    /// batches until end_input().
     gather_stream(gather &g, const view &source, size_t depth)
-        : s_(decltype(s_)::make(hostfirst_gather_stream_start, g.c(), source.c(), nullptr,
-                                static_cast<size_t>(HOSTFIRST_GATHER_STREAM_OPEN), depth)) {}
+        : s_(decltype(s_)::make(hostfirst_gather_stream_open, g.c(), source.c(), depth)) {}
     /// An open stream of a 1-D host buffer.
     gather_stream(gather &g, const buffer &source, size_t depth)
-        : s_(decltype(s_)::make(hostfirst_gather_stream_start_from_buffer, g.c(), source.c(), nullptr,
-                                static_cast<size_t>(HOSTFIRST_GATHER_STREAM_OPEN), depth)) {}
+        : s_(decltype(s_)::make(hostfirst_gather_stream_open_from_buffer, g.c(), source.c(), depth)) {}
     /// Gives an open stream n_batches more batches (offsets.size() == n_batches * batch; each checked first).
     void push(const std::vector<uint64_t> &offsets, size_t n_batches) {
         check(hostfirst_gather_stream_push(s_.get(), offsets.data(), n_batches));

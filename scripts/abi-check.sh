@@ -14,6 +14,11 @@
 #   3. The binary (abi/<SONAME>.abi, libabigail's abidiff on the library's debug info): the same rules for what the
 #      compiled library really exports; appends at the end of extensible structs are accepted with a generated
 #      `has_data_member_inserted_at = end` suppression, which refuses insertions elsewhere.
+#   4. The header against this library, no baseline involved (scripts/abi_c_view.py against-library): every
+#      function the header declares (experimental ones too) is exported, and every enum constant has the value
+#      the library's own enum gives it (its debug info, read by libabigail's abidw --load-all-types), so a
+#      header that is not this library's (a stale one, a function removed from the library, a Rust enum
+#      renumbered and the header not regenerated) fails even when the baselines were rewritten from it.
 # The experimental tier (HOSTFIRST_EXPERIMENTAL; its node HOSTFIRST_EXPERIMENTAL_MAJOR.MINOR) is listed and never
 # compared: it may change in any minor.
 #
@@ -168,9 +173,25 @@ else
     if [ "$rc" -ne 0 ]; then printf '%s\n' "$added"; else echo "  no changes"; fi
 fi
 
+# 4. The header against the library it is installed with.
+echo "== $(basename "$header") against $(basename "$lib") itself (declared functions exported; enum values as the" \
+    "library's debug info gives them)"
+abidw --load-all-types --no-show-locs --no-corpus-path --no-comp-dir-path --no-elf-needed \
+    --debug-info-dir "$(dirname "$lib")" --out-file "$tmp/lib-all.abi" "$lib" \
+    || die "abidw failed reading $lib and its debug info"
+awk '{ print $1 }' "$tmp/lib-syms" > "$tmp/lib-names"
+set +e
+python3 scripts/abi_c_view.py against-library "$tmp/c-view.txt" "$tmp/lib-names" "$tmp/lib-all.abi"
+rc=$?
+set -e
+[ "$rc" -le 1 ] || die "comparing the header with the library failed (exit $rc)"
+[ "$rc" -eq 0 ] || breaks=1
+
 if [ "$breaks" -ne 0 ]; then
     echo "abi-check.sh: FAILED: $lib ($soname) is not ABI-compatible with $(basename "$baseline") /" \
         "$(basename "$c_baseline") (the INCOMPATIBLE lines above)." >&2
+    echo "abi-check.sh: a header that disagrees with its own library (check 4) is regenerated, not versioned:" \
+        "HOSTFIRST_UPDATE_HEADER=1 cargo test --features test-hooks --test it header::, then rebuild" >&2
     echo "abi-check.sh: if the break is deliberate, bump the version in Cargo.toml (a new SONAME; 0.x: the minor)," \
         "list it in CHANGELOG.md and regenerate the baselines with: $regenerate" >&2
     exit 1

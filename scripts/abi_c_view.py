@@ -5,6 +5,13 @@ the ABI check (scripts/abi-check.sh, which also runs libabigail on the library's
   report HEADER [--cc CC] [--soname NAME]   writes the view of HEADER to stdout
   compare OLD NEW                           compares two views: exit 0 compatible (additions listed),
                                             1 incompatible (every break listed, in C terms), 2 usage error
+  against-library VIEW EXPORTS ABIXML       compares a view with the library it is installed with, no baseline
+                                            involved: every function the header declares is exported (EXPORTS:
+                                            the library's dynamic symbols, one name per line), and every enum
+                                            constant has the value the library itself gives it (ABIXML: `abidw
+                                            --load-all-types` of the library's debug info, where the Rust enums
+                                            the header was generated from carry their values). Exit 0 agreed,
+                                            1 disagreed (each difference listed), 2 usage error
 
 The view is made by the C compiler, never by reading the header's text for numbers: `cc -E` gives the
 declarations (functions, structs, enums, typedefs) as a C program sees them without HOSTFIRST_EXPERIMENTAL,
@@ -310,6 +317,93 @@ def compare(old_path, new_path):
     return 1 if breaks else 0
 
 
+def norm_name(name):
+    """An enum constant's or enumerator's name for matching C against Rust: `NULL_ARGUMENT` and `NullArgument`
+    are both `nullargument`."""
+    return name.replace("_", "").lower()
+
+
+def library_enums(abixml):
+    """{enum name: {enumerator: value}} of every enum in libabigail's XML of the library."""
+    import xml.etree.ElementTree as ET
+
+    enums = []
+    for _, el in ET.iterparse(abixml, events=("end",)):
+        if el.tag == "enum-decl":
+            values = {e.get("name"): int(e.get("value")) for e in el.findall("enumerator")}
+            if values:
+                enums.append((el.get("name") or "", values))
+            el.clear()
+    return enums
+
+
+def against_library(view_path, exports_path, abixml):
+    """The header of VIEW against the library: functions declared but not exported, enum constants whose value
+    differs from the library's (a Rust enum renumbered and the header not regenerated)."""
+    view = parse(view_path)
+    with open(exports_path) as f:
+        exported = {line.split()[0] for line in f if line.strip()}
+    problems, notes = [], []
+    # Stable and experimental alike: an experimental function must be exported too.
+    items = [(k.removeprefix("experimental ").split(" ", 1), v) for k, v in view.items()]
+    declared = sorted(name for (kind, name), _ in items if kind == "function")
+    if not declared:
+        die(f"{view_path} declares no function: not a C view")
+    for name in declared:
+        if name not in exported:
+            problems.append(f"{name} is declared by the header but not exported by the library (a program that "
+                            "calls it does not link or load): the header is not this library's")
+    # Enum constants, grouped by their enum type: `constant NAME: VALUE (TYPE)`.
+    groups = {}
+    for (kind, name), value in items:
+        m = re.match(r"(-?\d+) \((\w+)\)$", value)
+        if kind == "constant" and m:
+            groups.setdefault(m.group(2), {})[name] = int(m.group(1))
+    enums = library_enums(abixml)
+    # cbindgen.toml's [export.rename]: `"RustName" = "hostfirst_c_name"` (the header's enums keep their Rust
+    # names in the debug info).
+    renames = {}
+    toml = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cbindgen.toml")
+    if os.path.exists(toml):
+        with open(toml) as f:
+            renames = dict(re.findall(r'^"(\w+)" = "(hostfirst_\w+)"$', f.read(), re.M))
+    checked = 0
+    for ctype, constants in sorted(groups.items()):
+        names = sorted(constants)
+        prefix = os.path.commonprefix(names)
+        prefix = prefix[: prefix.rfind("_") + 1] if len(names) > 1 else f"{ctype.upper()}_"
+        wanted = {norm_name(n[len(prefix):]): n for n in names}
+        # The library's enum for it: one holding all of its constants, named as the C type (without
+        # hostfirst_) or as the Rust item cbindgen.toml renames to it; else the only one holding them all.
+        # Other crates' enums may hold the same names (safetensors' `Dtype`), so the exact Rust name wins.
+        rust_names = {r for r, c in renames.items() if c == ctype} | {ctype}
+        covering = [(e, v) for e, v in enums if set(wanted) <= {norm_name(k) for k in v}]
+        exact = [(e, v) for e, v in covering if e.split("::")[-1] in rust_names]
+        loose = [(e, v) for e, v in covering
+                 if norm_name(e.split("::")[-1].replace("hostfirst_", "", 1)) == norm_name(ctype[len("hostfirst_"):])]
+        candidates = next((c for c in (exact, loose, covering) if c), [])
+        if len({tuple(sorted(v.items())) for _, v in candidates}) != 1:
+            why = "several disagreeing enums hold" if candidates else "no enum of the library's debug info holds"
+            notes.append(f"{ctype}: {why} all of its constants; not checked")
+            continue
+        checked += 1
+        for ename, values in candidates:
+            lib = {norm_name(k): v for k, v in values.items()}
+            for n, cname in sorted(wanted.items(), key=lambda kv: kv[1]):
+                if lib[n] != constants[cname]:
+                    problems.append(f"{cname} is {constants[cname]} in the header but {lib[n]} in the library "
+                                    f"({ename}): the header was not regenerated after the enum changed")
+    if checked == 0 and groups:
+        problems.append("no enum of the header was found in the library's debug info: cannot check their values")
+    for n in notes:
+        print(f"  note: {n}")
+    for p in sorted(set(problems)):
+        print(f"  INCOMPATIBLE: {p}")
+    print(f"  {len(declared)} functions and the constants of {checked} of {len(groups)} enums checked against "
+          "the library")
+    return 1 if problems else 0
+
+
 def main(argv):
     if len(argv) >= 2 and argv[1] == "report":
         args = argv[2:]
@@ -331,6 +425,8 @@ def main(argv):
         return 0
     if len(argv) == 4 and argv[1] == "compare":
         return compare(argv[2], argv[3])
+    if len(argv) == 5 and argv[1] == "against-library":
+        return against_library(argv[2], argv[3], argv[4])
     die(__doc__.strip().split("\n\n")[1])
 
 

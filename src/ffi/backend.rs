@@ -70,7 +70,7 @@ pub extern "C" fn hostfirst_backend_describe(index: usize, out: *mut hostfirst_b
 
 /// Returns the static name of a backend status: its constant without the `HOSTFIRST_BACKEND_STATUS_` prefix
 /// (`"AVAILABLE"`, `"LIBRARY_NOT_FOUND"`, ...); `"UNKNOWN"` for values this library does not define. Never
-/// NULL. (0.1 returned lower case.) Thread-safe.
+/// NULL. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_backend_status_name(status: c_backend_status) -> *const c_char {
     hostfirst_boundary!("hostfirst_backend_status_name", default = c"UNKNOWN".as_ptr(), {

@@ -51,7 +51,7 @@ out_struct!(hostfirst_buffer_info, name);
 /// `INVALID_HANDLE` and frees nothing. Memory is released once no call in flight still uses the buffer. Safe
 /// from a garbage collector's finalizer during another framework's CUDA graph capture: the free is made in
 /// relaxed capture mode, or kept for the next hostfirst call while a capture is seen (as a DLPack deleter's
-/// release; see `hostfirst_buffer_to_dlpack`).
+/// release; see `hostfirst_buffer_to_dlpack`). Errors: `INVALID_HANDLE` (a freed or foreign handle; nothing is freed).
 #[no_mangle]
 pub extern "C" fn hostfirst_buffer_free(buffer: *mut hostfirst_buffer) -> Status {
     hostfirst_boundary!("hostfirst_buffer_free", {
@@ -161,7 +161,8 @@ pub extern "C" fn hostfirst_buffer_record_stream(buffer: *const hostfirst_buffer
 /// buffer, synchronise that stream before calling this; that is the caller's job. In a child forked after CUDA
 /// was initialised, `cuda:N` and `cuda_host` buffers give `UNAVAILABLE` naming fork(): their memory was
 /// allocated by the CUDA driver, which the child cannot use (page-locked pages may be absent there).
-/// Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNAVAILABLE`, `DEVICE_ERROR`. Thread-safe.
+/// Errors: `BUFFER_TOO_SMALL` (as above), `NULL_ARGUMENT`, `INVALID_HANDLE`, `UNAVAILABLE`, `DEVICE_ERROR`.
+/// Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_buffer_copy_to_host(
     buffer: *const hostfirst_buffer,
@@ -186,9 +187,10 @@ pub extern "C" fn hostfirst_buffer_copy_to_host(
 /// strict mode) as a new buffer in `*out`, fit-checked before anything is allocated (`OUT_OF_MEMORY`,
 /// `hostfirst_last_error_fit`). The source is unchanged. Host to CUDA goes through the pinned staging ring (never
 /// DMA from pageable memory); CUDA to CUDA on another device is one peer copy (`cuMemcpyPeer`: direct where
-/// the devices can reach each other, staged by the driver where not). Errors also: `NULL_ARGUMENT`, `INVALID_HANDLE`,
-/// `INVALID_ARGUMENT` (unknown device kind), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `DEVICE_ERROR`. On failure
-/// nothing stays allocated and `*out` is unchanged. Thread-safe.
+/// the devices can reach each other, staged by the driver where not). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`,
+/// `INVALID_ARGUMENT` (unknown device kind), `IMPLICIT_PLACEMENT` (`device` NULL in strict mode),
+/// `OUT_OF_MEMORY` (the fit check), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `DEVICE_ERROR`. On failure nothing stays
+/// allocated and `*out` is unchanged. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_buffer_to(
     buffer: *const hostfirst_buffer,
@@ -210,8 +212,8 @@ pub extern "C" fn hostfirst_buffer_to(
 
 /// Frees the process-wide caches of page-locked memory: idle staging slabs kept for reuse by CUDA puts, and
 /// resident-mode registrations (unregistered once no transfer uses them). Puts in progress are not affected;
-/// later puts allocate again. Returns `OK` (it has no failure of its own: see CONVENTIONS, Status).
-/// Thread-safe.
+/// later puts allocate again. Returns `OK`. Errors: none of its own (`PANIC` only for a bug inside the
+/// library: see CONVENTIONS, Status). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_release_cached_memory() -> Status {
     hostfirst_boundary!("hostfirst_release_cached_memory", {

@@ -92,8 +92,8 @@ pub(crate) fn target_of(p: *const hostfirst_device) -> Result<Target> {
 /// memory kind, not a listed device; it is usable whenever CUDA is available.)
 ///
 /// `*out_count` always receives the number of devices. `out == NULL` with `capacity == 0` is a count query
-/// and returns OK; if `capacity` is smaller than the count, no element is written and
-/// `HOSTFIRST_STATUS_BUFFER_TOO_SMALL` is returned. Thread-safe.
+/// and returns OK. Errors: `BUFFER_TOO_SMALL` if `capacity` is smaller than the count (no element is
+/// written), `NULL_ARGUMENT` (`out_count`, or `out` with a non-zero `capacity`). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_devices(out: *mut hostfirst_device, capacity: usize, out_count: *mut usize) -> Status {
     hostfirst_boundary!("hostfirst_devices", {
@@ -146,7 +146,8 @@ pub extern "C" fn hostfirst_device_describe(device: hostfirst_device, out: *mut 
 /// hundred MiB of device memory; it is kept for the process lifetime, shared with the runtime API and
 /// frameworks that use primary contexts), current only during the call (the calling thread's previous context
 /// is restored). The fit check before an allocation always reads `cuMemGetInfo` in the context. Either output
-/// may be NULL if not wanted. Thread-safe.
+/// may be NULL if not wanted. Errors: `INVALID_ARGUMENT` (an unknown device kind), `NO_SUCH_DEVICE`,
+/// `UNAVAILABLE` (its backend is not available), `DEVICE_ERROR` (the driver's answer). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_device_memory(device: hostfirst_device, out_free: *mut u64, out_total: *mut u64) -> Status {
     hostfirst_boundary!("hostfirst_device_memory", {
@@ -181,7 +182,11 @@ pub extern "C" fn hostfirst_device_parse(spec: *const c_char, out: *mut hostfirs
 }
 
 /// Like `hostfirst_device_parse`, but also accepts `"default"`, resolved through the default-device stack
-/// (and refused with `IMPLICIT_PLACEMENT` in strict mode). This is how placement targets are read.
+/// (and refused with `IMPLICIT_PLACEMENT` in strict mode). This is how placement targets are read. Errors:
+/// `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a malformed spec (the message lists the accepted forms, `default`
+/// among them) or one that is not UTF-8; `NO_SUCH_DEVICE`, `UNAVAILABLE` as for `hostfirst_device_parse`;
+/// `IMPLICIT_PLACEMENT` (`default` in strict mode); for `default`, the errors of an invalid
+/// `HOSTFIRST_DEFAULT_DEVICE` as in `hostfirst_default_device`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_target_parse(spec: *const c_char, out: *mut hostfirst_device) -> Status {
     hostfirst_boundary!("hostfirst_target_parse", {
@@ -194,9 +199,10 @@ pub extern "C" fn hostfirst_target_parse(spec: *const c_char, out: *mut hostfirs
 
 /// Writes the canonical spec of a device (`"cpu:0"`, `"cuda:1"`, `"cuda_host"`) into `buf`.
 ///
-/// `*out_len` (if not NULL) always receives the length without the NUL; `(NULL, 0)` is a length query;
-/// a too-small buffer gives `BUFFER_TOO_SMALL` and writes nothing. The device need not be present, but its
-/// kind must be valid (`INVALID_ARGUMENT`). Thread-safe.
+/// `*out_len` (if not NULL) always receives the length without the NUL; `(NULL, 0)` is a length query. The
+/// device need not be present. Errors: `BUFFER_TOO_SMALL` (a too-small buffer; nothing is written),
+/// `INVALID_ARGUMENT` (an unknown device kind), `NULL_ARGUMENT` (`buf` NULL with a non-zero `capacity`).
+/// Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_device_format(
     device: hostfirst_device,

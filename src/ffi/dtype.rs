@@ -12,7 +12,7 @@ fn dtype_arg(v: c_dtype) -> Option<DType> {
 
 /// Returns the static name of a dtype: its constant without the `HOSTFIRST_DTYPE_` prefix, which is also its
 /// safetensors name (`"F32"`, `"BF16"`, `"F8_E4M3"`, ...); `"UNKNOWN"` for a value that is not a
-/// `hostfirst_dtype`. Never NULL (0.1 returned NULL for unknown values). Thread-safe.
+/// `hostfirst_dtype`. Never NULL. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_dtype_name(dtype: c_dtype) -> *const c_char {
     hostfirst_boundary!("hostfirst_dtype_name", default = c"UNKNOWN".as_ptr(), {

@@ -88,13 +88,13 @@ const _: () = assert!(HOSTFIRST_MAX_METADATA_ENTRIES as usize == crate::file::MA
 /// values as JSON text, e.g. `total_size`), then each part file's `__metadata__` keys not already present. A set
 /// opened while a save replaces it is one save's: when the index is no longer the file read once the parts are
 /// open, the set is opened again (hostfirst's writer replaces the index before any part a reader of the old
-/// index could open). (0.1 also had `hostfirst_file_open_index`, which this covers.) Opening reads only the header(s) with
+/// index could open). Opening reads only the header(s) with
 /// `pread` and maps each file read-only without reading its data, so its cost and memory do not grow with
 /// the data size; it never initialises an accelerator. The file must be a regular file whose size is
 /// exactly 8 + header + data bytes.
 ///
 /// Validation follows the safetensors format strictly (reliability catalogue): every failure names the
-/// file, the tensor when there is one, and what is wrong. Statuses: `NULL_ARGUMENT`; `INVALID_ARGUMENT`
+/// file, the tensor when there is one, and what is wrong. Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT`
 /// (path empty or not UTF-8); `IO` (cannot open or stat, not a regular file); `TRUNCATED` (the file is shorter than
 /// its header declares); `HEADER_TOO_SMALL`, `HEADER_TOO_LARGE`, `INVALID_HEADER_LENGTH`,
 /// `INVALID_HEADER_UTF8`, `INVALID_HEADER_JSON` (syntax, types, unknown dtype, non-string metadata, a tensor
@@ -131,7 +131,9 @@ pub extern "C" fn hostfirst_file_open(path: *const c_char, out: *mut *mut hostfi
 /// a message naming what it is and the call that opens it; a file of no known format gets the asked
 /// format's own verdict (`INVALID_HEADER` for a missing magic). `HOSTFIRST_FORMAT_RAW` needs a layout:
 /// `INVALID_ARGUMENT` (use `hostfirst_file_open_raw`); an unknown `format` value is `INVALID_ARGUMENT`.
-/// Other statuses as `hostfirst_file_open`. On failure `*out` is unchanged and nothing is left open.
+/// Errors: `OTHER_FORMAT`, `INVALID_ARGUMENT` (as above), and those of `hostfirst_file_open` for the format
+/// asked (`NULL_ARGUMENT`, `IO`, `TRUNCATED`, `INVALID_HEADER`, ...). On failure `*out` is unchanged and
+/// nothing is left open.
 /// Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_file_open_format(
@@ -166,7 +168,7 @@ const _: () = assert!(HOSTFIRST_FILE_RAW_INFER == crate::file::RAW_INFER);
 /// covered exactly: `TRUNCATED` when it is shorter (or `offset` is past its end), `INCOMPLETE_BUFFER` when
 /// bytes follow (with an inferred dimension: a partial row left over). A file that is, at offset 0, a valid
 /// `.npy` file, llm.c shard or Megatron index gives `OTHER_FORMAT` naming the call that reads its header (give
-/// the offset of its data to map past the header on purpose). Other statuses: `NULL_ARGUMENT`;
+/// the offset of its data to map past the header on purpose). Errors: `OTHER_FORMAT` (as above), `NULL_ARGUMENT`;
 /// `INVALID_ARGUMENT` (unknown dtype, `HOSTFIRST_FILE_RAW_INFER` past dimension 0 or with rows of no bytes,
 /// rank above `HOSTFIRST_MAX_RANK`, an empty name or one longer than `HOSTFIRST_MAX_NAME_LEN`, path or name
 /// not UTF-8); `VALIDATION_OVERFLOW`; `MISALIGNED_SLICE` (a sub-byte dtype that does not fill whole bytes);
@@ -233,7 +235,10 @@ pub extern "C" fn hostfirst_format_name(format: c_format) -> *const c_char {
 /// made from it are freed; view data pointers point into it. Same validation and statuses as
 /// `hostfirst_file_open`, except that a buffer shorter than its header declares gives
 /// `INVALID_HEADER_LENGTH` (header) or `INCOMPLETE_BUFFER` (data) instead of `TRUNCATED`. `(NULL, 0)` is an
-/// empty buffer (`HEADER_TOO_SMALL`); `(NULL, len > 0)` is `NULL_ARGUMENT`. Used by tests and fuzzing.
+/// empty buffer. Errors: those of `hostfirst_file_open` but `IO` and `TRUNCATED` (`INVALID_HEADER_JSON`,
+/// `DUPLICATE_TENSOR`, ...), `INVALID_HEADER_LENGTH` and `INCOMPLETE_BUFFER` (a short image),
+/// `HEADER_TOO_SMALL` (an empty one), `OTHER_FORMAT` (a Megatron index), `NULL_ARGUMENT` (`out`, or `data`
+/// NULL with `len > 0`). Used by tests and fuzzing.
 /// Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_file_open_memory(data: *const c_void, len: usize, out: *mut *mut hostfirst_file) -> Status {
@@ -248,8 +253,8 @@ pub extern "C" fn hostfirst_file_open_memory(data: *const c_void, len: usize, ou
     })
 }
 
-/// Releases a file handle. NULL is a no-op returning OK; a handle already freed (or not a file handle)
-/// gives `INVALID_HANDLE` and frees nothing.
+/// Releases a file handle. NULL is a no-op returning OK. Errors: `INVALID_HANDLE` (a handle already freed,
+/// or not a file handle; nothing is freed).
 ///
 /// Views made from the file stay valid (they keep the mapping alive); strings returned by the file's
 /// accessors (`hostfirst_file_tensor_name`, metadata, path) become invalid. Thread-safe, but do not free a
@@ -262,7 +267,8 @@ pub extern "C" fn hostfirst_file_free(file: *mut hostfirst_file) -> Status {
     })
 }
 
-/// Writes the number of tensors (all part files of a set) to `*out_count`. Thread-safe.
+/// Writes the number of tensors (all part files of a set) to `*out_count`. Errors: `NULL_ARGUMENT`,
+/// `INVALID_HANDLE`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_file_tensor_count(file: *const hostfirst_file, out_count: *mut usize) -> Status {
     hostfirst_boundary!("hostfirst_file_tensor_count", {
@@ -317,7 +323,8 @@ pub extern "C" fn hostfirst_file_find(
     })
 }
 
-/// Writes the number of `__metadata__` entries to `*out_count`. Thread-safe.
+/// Writes the number of `__metadata__` entries to `*out_count`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`.
+/// Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_file_metadata_count(file: *const hostfirst_file, out_count: *mut usize) -> Status {
     hostfirst_boundary!("hostfirst_file_metadata_count", {
@@ -376,7 +383,8 @@ pub extern "C" fn hostfirst_file_metadata_find(
     })
 }
 
-/// Writes the total bytes of tensor data (all part files of a set) to `*out_bytes`. Thread-safe.
+/// Writes the total bytes of tensor data (all part files of a set) to `*out_bytes`. Errors: `NULL_ARGUMENT`,
+/// `INVALID_HANDLE`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_file_data_bytes(file: *const hostfirst_file, out_bytes: *mut u64) -> Status {
     hostfirst_boundary!("hostfirst_file_data_bytes", {
@@ -387,7 +395,8 @@ pub extern "C" fn hostfirst_file_data_bytes(file: *const hostfirst_file, out_byt
 }
 
 /// Writes the path the file was opened with (the index path for a set) to `*out_path`; valid until
-/// `hostfirst_file_free`. A file opened from memory has no path: `NOT_FOUND`. Thread-safe.
+/// `hostfirst_file_free`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `NOT_FOUND` (a file opened from memory
+/// has no path). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_file_path(file: *const hostfirst_file, out_path: *mut *const c_char) -> Status {
     hostfirst_boundary!("hostfirst_file_path", {

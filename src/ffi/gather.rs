@@ -164,8 +164,10 @@ fn gather_view(
 /// Padded rather than packed because the batch is then the gather's fixed `[batch, window]` buffer: it shares
 /// the ring (never rewritten while held), the one transfer to `cuda:N`, DLPack export, and a jitted step sees
 /// one shape (JAX recompiles for every new shape a packed batch would have). The gather's dtype must be the
-/// dataset's token dtype. Other rules, ownership of `*out_batch` and errors as `hostfirst_gather_run`, plus
-/// `UNSUPPORTED` (not a Megatron dataset) and `OUT_OF_RANGE` (an index at or past the sequence count).
+/// dataset's token dtype. Other rules and ownership of `*out_batch` as `hostfirst_gather_run`. Errors: those
+/// of `hostfirst_gather_run` (`NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`, `BUSY`, `OUT_OF_MEMORY`,
+/// `TRUNCATED`, `IO`, `DEVICE_ERROR`), `UNSUPPORTED` (not a Megatron dataset) and `OUT_OF_RANGE` (an index at
+/// or past the sequence count).
 /// `*out_lengths` and `*out_batch` are written only on success. Thread-safe; calls on one gather are
 /// serialised.
 #[no_mangle]
@@ -235,8 +237,7 @@ pub extern "C" fn hostfirst_gather_run_from_buffer(
 /// filled; before the first run, the first batch, zero-filled — on CUDA by a memset on the gather's stream
 /// completed before `hostfirst_gather_new` returns) to `*out`. The caller frees it with
 /// `hostfirst_buffer_free`; while it lives that batch is not rewritten (see `hostfirst_gather_new`).
-/// (This replaces 0.1's `hostfirst_gather_buffer`, which lent one borrowed handle whose contents changed
-/// with every run.) Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
+/// Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_gather_batch(gather: *const hostfirst_gather, out: *mut *mut hostfirst_buffer) -> Status {
     hostfirst_boundary!("hostfirst_gather_batch", {
@@ -315,8 +316,8 @@ pub extern "C" fn hostfirst_gather_nbytes(gather: *const hostfirst_gather, out_n
 }
 
 /// Frees a gather: its staging and stream, and the batches no one holds. Batches still held (buffer handles,
-/// DLPack exports) stay valid and are freed with their last reference. NULL is a no-op; a freed or foreign
-/// handle gives `INVALID_HANDLE`. Memory is released once no call in flight uses it. Thread-safe.
+/// DLPack exports) stay valid and are freed with their last reference. NULL is a no-op. Memory is released
+/// once no call in flight uses it. Errors: `INVALID_HANDLE` (a freed or foreign handle; nothing is freed). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_gather_free(gather: *mut hostfirst_gather) -> Status {
     hostfirst_boundary!("hostfirst_gather_free", { handle::remove(gather, "gather").map(|_| ()) })
@@ -339,12 +340,13 @@ pub const HOSTFIRST_GATHER_STREAM_MAX_DEPTH: usize = 64;
 const _: () = assert!(HOSTFIRST_GATHER_STREAM_MAX_DEPTH == crate::place::gather_stream::MAX_DEPTH);
 
 /// The common part of the two starts: checks every batch with `check`, raises the ring bound to `depth + 3`
-/// if it is lower, and starts the worker with `run`. For an open stream (`HOSTFIRST_GATHER_STREAM_OPEN`) it
-/// checks the source now and each pushed batch later against `extent` (the source's name and length).
+/// if it is lower, and starts the worker with `run`. For an open stream (`n_batches` None, the experimental
+/// `hostfirst_gather_stream_open`) it checks the source now and each pushed batch later against `extent` (the
+/// source's name and length).
 fn stream_start(
     gather: *mut hostfirst_gather,
     offsets: *const u64,
-    n_batches: usize,
+    n_batches: Option<usize>,
     depth: usize,
     out: *mut *mut hostfirst_gather_stream,
     (check, extent): (impl Fn(&BatchCheck, &[u64]) -> Result<()>, (String, u64)),
@@ -362,15 +364,7 @@ fn stream_start(
         let gc = g.lock().unwrap_or_else(|e| e.into_inner());
         gc.gather.batch() as usize
     };
-    if n_batches == HOSTFIRST_GATHER_STREAM_OPEN {
-        if !offsets.is_null() {
-            return Err(Error::new(
-                Status::InvalidArgument,
-                "gather stream: an open stream (n_batches HOSTFIRST_GATHER_STREAM_OPEN) starts without offsets: \
-                 pass NULL and give them with hostfirst_gather_stream_push"
-                    .to_string(),
-            ));
-        }
+    let Some(n_batches) = n_batches else {
         let bc = {
             let mut gc = g.lock().unwrap_or_else(|e| e.into_inner());
             let bc = gc.gather.batch_check();
@@ -392,7 +386,7 @@ fn stream_start(
         )?;
         *out = handle::insert_new::<hostfirst_gather_stream>(Mutex::new(stream));
         return Ok(());
-    }
+    };
     let total = n_batches.checked_mul(batch).ok_or_else(|| {
         Error::new(Status::InvalidArgument, format!("gather stream: {n_batches} batches of {batch} offsets overflow"))
     })?;
@@ -420,14 +414,12 @@ fn stream_start(
 /// Starts prefetching `n_batches` batches of `gather` from the 1-D tensor `source`: batch `k` is what
 /// `hostfirst_gather_run` would make from the `batch` offsets `offsets[k * batch ..]` (`offsets` holds
 /// `n_batches * batch` values, copied: the array may be freed on return; NULL is allowed when `n_batches` is
-/// 0, which makes a stream that ends at once). With `n_batches = HOSTFIRST_GATHER_STREAM_OPEN` (and `offsets`
-/// NULL) the stream is open: it starts with no batch and takes them from `hostfirst_gather_stream_push` until
-/// `hostfirst_gather_stream_end_input`, its thread waiting for input instead of ending (see
-/// `hostfirst_gather_stream_push`); its source is checked now (1-D, dtype, window within it). A background thread fills up to
-/// `depth` (1 to `HOSTFIRST_GATHER_STREAM_MAX_DEPTH`) batches ahead of the consumer while it computes — reads
-/// through the transfer engine and, for `cuda:N`, the host-to-device copy through the gather's page-locked
-/// staging on its stream — and `hostfirst_gather_stream_next` hands them out in order. Writes a new handle to
-/// `*out` (free with `hostfirst_gather_stream_free`).
+/// 0, which makes a stream that ends at once). A background thread fills up to `depth` (1 to
+/// `HOSTFIRST_GATHER_STREAM_MAX_DEPTH`) batches ahead of the consumer while it computes — reads through the
+/// transfer engine and, for `cuda:N`, the host-to-device copy through the gather's page-locked staging on its
+/// stream — and `hostfirst_gather_stream_next` hands them out in order. Writes a new handle to `*out` (free
+/// with `hostfirst_gather_stream_free`). A stream fed batches as you go is experimental: it starts with
+/// `hostfirst_gather_stream_open` (HOSTFIRST_EXPERIMENTAL), never here.
 ///
 /// **Ownership.** Every batch is a batch of the gather's ring, under its rules (`hostfirst_gather_new`): a
 /// batch waiting in the stream or handed out by `next` (until its handle is freed and its exports deleted) is
@@ -437,13 +429,13 @@ fn stream_start(
 /// with the worker's runs. The stream keeps the gather and `source` alive until it is freed, even if their
 /// handles are freed first.
 ///
-/// **Errors now**: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (depth out of range, size overflow,
-/// source not 1-D or of another dtype), `OUT_OF_RANGE` (the first window past the end, named by batch and
-/// offset index: every batch is checked before the thread starts, so nothing ran), `UNAVAILABLE` (the thread
-/// could not be started). **Errors later** (a read or copy failing in the worker: `TRUNCATED`, `IO`,
-/// `DEVICE_ERROR`, `OUT_OF_MEMORY` growing the ring, `BUSY` when the consumer holds every batch of the ring and
-/// none is waiting) end the stream and are returned, with their message, by the `next` that would have
-/// returned that batch. Thread-safe.
+/// Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (depth out of range, size overflow,
+/// `n_batches` `SIZE_MAX`, source not 1-D or of another dtype), `OUT_OF_RANGE` (the first window past the end,
+/// named by batch and offset index: every batch is checked before the thread starts, so nothing ran),
+/// `UNAVAILABLE` (the thread could not be started). Errors of the
+/// worker (a read or copy failing: `TRUNCATED`, `IO`, `DEVICE_ERROR`, `OUT_OF_MEMORY` growing the ring, `BUSY`
+/// when the consumer holds every batch of the ring and none is waiting) end the stream and are returned, with
+/// their message, by the `next` that would have returned that batch. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_gather_stream_start(
     gather: *mut hostfirst_gather,
@@ -454,25 +446,78 @@ pub extern "C" fn hostfirst_gather_stream_start(
     out: *mut *mut hostfirst_gather_stream,
 ) -> Status {
     hostfirst_boundary!("hostfirst_gather_stream_start", {
-        let v = handle::get::<hostfirst_view>(source, "source")?;
-        let v2 = std::sync::Arc::clone(&v);
-        let extent = (v.name().to_string(), v.shape().first().copied().unwrap_or(0));
-        stream_start(
-            gather,
-            offsets,
-            n_batches,
-            depth,
-            out,
-            (move |c: &BatchCheck, o: &[u64]| c.check_view(&v, o), extent),
-            move |g, o| g.run(&v2, o),
-        )
+        start_from_view(gather, source, offsets, Some(closed_count(n_batches)?), depth, out)
     })
+}
+
+/// `n_batches` of a stable start: `SIZE_MAX` was 0.2's experimental open-stream value, which only
+/// `hostfirst_gather_stream_open` (experimental, opted into) starts now; refused with a message saying so.
+fn closed_count(n_batches: usize) -> Result<usize> {
+    if n_batches == usize::MAX {
+        return Err(Error::new(
+            Status::InvalidArgument,
+            "gather stream: n_batches SIZE_MAX asks for an open stream, which this stable start does not make: \
+             start it with the experimental hostfirst_gather_stream_open (#define HOSTFIRST_EXPERIMENTAL)"
+                .to_string(),
+        ));
+    }
+    Ok(n_batches)
+}
+
+/// The start of a stream from a view: `n_batches` None makes an open stream.
+fn start_from_view(
+    gather: *mut hostfirst_gather,
+    source: *const hostfirst_view,
+    offsets: *const u64,
+    n_batches: Option<usize>,
+    depth: usize,
+    out: *mut *mut hostfirst_gather_stream,
+) -> Result<()> {
+    let v = handle::get::<hostfirst_view>(source, "source")?;
+    let v2 = std::sync::Arc::clone(&v);
+    let extent = (v.name().to_string(), v.shape().first().copied().unwrap_or(0));
+    stream_start(
+        gather,
+        offsets,
+        n_batches,
+        depth,
+        out,
+        (move |c: &BatchCheck, o: &[u64]| c.check_view(&v, o), extent),
+        move |g, o| g.run(&v2, o),
+    )
+}
+
+/// The start of a stream from a host buffer: `n_batches` None makes an open stream.
+fn start_from_buffer(
+    gather: *mut hostfirst_gather,
+    source: *const hostfirst_buffer,
+    offsets: *const u64,
+    n_batches: Option<usize>,
+    depth: usize,
+    out: *mut *mut hostfirst_gather_stream,
+) -> Result<()> {
+    let b = handle::get::<hostfirst_buffer>(source, "source")?;
+    let b2 = std::sync::Arc::clone(&b);
+    let extent = {
+        let b = b.lock().unwrap_or_else(|e| e.into_inner());
+        (b.name().to_string(), b.shape().first().copied().unwrap_or(0))
+    };
+    stream_start(
+        gather,
+        offsets,
+        n_batches,
+        depth,
+        out,
+        (|c: &BatchCheck, o: &[u64]| c.check_buffer(&b.lock().unwrap_or_else(|e| e.into_inner()), o), extent),
+        move |g, o| g.run_from_buffer(&b2.lock().unwrap_or_else(|e| e.into_inner()), o),
+    )
 }
 
 /// `hostfirst_gather_stream_start` from a 1-D host buffer (`cpu` or `cuda_host`) instead of a view: each
 /// window a memcpy, as `hostfirst_gather_run_from_buffer`. The stream keeps the buffer alive (its handle may
-/// be freed); the buffer must not be written while the stream runs. `UNSUPPORTED` for a CUDA buffer; other
-/// errors as for `hostfirst_gather_stream_start`. Thread-safe.
+/// be freed); the buffer must not be written while the stream runs. Errors: `UNSUPPORTED` for a CUDA buffer;
+/// the others as for `hostfirst_gather_stream_start` (`NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`,
+/// `OUT_OF_RANGE`, `UNAVAILABLE`). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_gather_stream_start_from_buffer(
     gather: *mut hostfirst_gather,
@@ -483,21 +528,7 @@ pub extern "C" fn hostfirst_gather_stream_start_from_buffer(
     out: *mut *mut hostfirst_gather_stream,
 ) -> Status {
     hostfirst_boundary!("hostfirst_gather_stream_start_from_buffer", {
-        let b = handle::get::<hostfirst_buffer>(source, "source")?;
-        let b2 = std::sync::Arc::clone(&b);
-        let extent = {
-            let b = b.lock().unwrap_or_else(|e| e.into_inner());
-            (b.name().to_string(), b.shape().first().copied().unwrap_or(0))
-        };
-        stream_start(
-            gather,
-            offsets,
-            n_batches,
-            depth,
-            out,
-            (|c: &BatchCheck, o: &[u64]| c.check_buffer(&b.lock().unwrap_or_else(|e| e.into_inner()), o), extent),
-            move |g, o| g.run_from_buffer(&b2.lock().unwrap_or_else(|e| e.into_inner()), o),
-        )
+        start_from_buffer(gather, source, offsets, Some(closed_count(n_batches)?), depth, out)
     })
 }
 
@@ -528,8 +559,8 @@ pub extern "C" fn hostfirst_gather_stream_next(
 
 /// Frees a stream, cancelling it if batches remain: the worker finishes the run in progress (never leaving a
 /// batch half-filled), starts no other, and is joined before this returns; batches waiting in the stream go
-/// back to the ring. Batches already handed out stay valid (free their handles as usual). NULL is a no-op; a
-/// freed or foreign handle gives `INVALID_HANDLE`. Thread-safe.
+/// back to the ring. Batches already handed out stay valid (free their handles as usual). NULL is a no-op.
+/// Errors: `INVALID_HANDLE` (a freed or foreign handle; nothing is freed). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_gather_stream_free(stream: *mut hostfirst_gather_stream) -> Status {
     hostfirst_boundary!("hostfirst_gather_stream_free", { handle::remove(stream, "stream").map(|_| ()) })
@@ -556,12 +587,42 @@ pub extern "C" fn hostfirst_random_offsets(state: *mut u64, len: u64, window: u6
 
 // Open streams, fed incrementally: hostfirst_gather_stream_push and hostfirst_gather_stream_end_input.
 
-/// The `n_batches` of `hostfirst_gather_stream_start` (and `_start_from_buffer`, `offsets` NULL) that starts
-/// an open stream: its batches come from `hostfirst_gather_stream_push` until
-/// `hostfirst_gather_stream_end_input`. (`SIZE_MAX`: no count of batches of offsets can be that large.)
-pub const HOSTFIRST_GATHER_STREAM_OPEN: usize = -1isize as usize;
+/// Starts an open stream of `gather` from the 1-D tensor `source`: as `hostfirst_gather_stream_start`, but
+/// with no batch; its batches come from `hostfirst_gather_stream_push` until
+/// `hostfirst_gather_stream_end_input`, its thread waiting for input instead of ending. The source is checked
+/// now (1-D, dtype, window within it). Writes a new handle to `*out` (free with
+/// `hostfirst_gather_stream_free`). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (depth out of
+/// range, source not 1-D or of another dtype), `OUT_OF_RANGE` (one window does not fit the source),
+/// `UNAVAILABLE` (the thread could not be started). Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_gather_stream_open(
+    gather: *mut hostfirst_gather,
+    source: *const hostfirst_view,
+    depth: usize,
+    out: *mut *mut hostfirst_gather_stream,
+) -> Status {
+    hostfirst_boundary!("hostfirst_gather_stream_open", {
+        start_from_view(gather, source, std::ptr::null(), None, depth, out)
+    })
+}
 
-/// Gives an open stream (started with `n_batches = HOSTFIRST_GATHER_STREAM_OPEN`) `n_batches` more batches:
+/// `hostfirst_gather_stream_open` from a 1-D host buffer (`cpu` or `cuda_host`), as
+/// `hostfirst_gather_stream_start_from_buffer`. Errors: `UNSUPPORTED` for a CUDA buffer; the others as for
+/// `hostfirst_gather_stream_open` (`NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`, `OUT_OF_RANGE`,
+/// `UNAVAILABLE`). Thread-safe.
+#[no_mangle]
+pub extern "C" fn hostfirst_gather_stream_open_from_buffer(
+    gather: *mut hostfirst_gather,
+    source: *const hostfirst_buffer,
+    depth: usize,
+    out: *mut *mut hostfirst_gather_stream,
+) -> Status {
+    hostfirst_boundary!("hostfirst_gather_stream_open_from_buffer", {
+        start_from_buffer(gather, source, std::ptr::null(), None, depth, out)
+    })
+}
+
+/// Gives an open stream (started with `hostfirst_gather_stream_open`) `n_batches` more batches:
 /// `offsets` holds `n_batches * batch` values (copied: the array may be freed on return; NULL is allowed
 /// with `n_batches` 0), batch `j` of the call becoming the stream's batch `pushed_so_far + j`.
 ///

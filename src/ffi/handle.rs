@@ -104,7 +104,8 @@ pub(crate) fn live_count() -> usize {
 
 /// Writes the number of live handles of all types (files, views, buffers, loads, ...) to `*out`.
 ///
-/// Useful for leak checks: after every handle is freed the count returns to what it was. Thread-safe.
+/// Useful for leak checks: after every handle is freed the count returns to what it was. Errors:
+/// `NULL_ARGUMENT` (`out`). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_handle_count(out: *mut usize) -> Status {
     hostfirst_boundary!("hostfirst_handle_count", {

@@ -114,8 +114,7 @@ pub extern "C" fn hostfirst_load_options_init(out: *mut hostfirst_load_options, 
 /// Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (the plan was made for another file; a bad
 /// `opts`: struct_size, copy_on_write not 0 or 1), `OUT_OF_MEMORY`, `CANCELLED`, `DEVICE_ERROR`, `IO`,
 /// `TRUNCATED`. On error `*out` is unchanged.
-/// Thread-safe; `opts->user` is passed to the callback untouched. (0.1 took `progress, user` here instead
-/// of `opts`.)
+/// Thread-safe; `opts->user` is passed to the callback untouched.
 #[no_mangle]
 pub extern "C" fn hostfirst_load_run(
     file: *const hostfirst_file,
@@ -220,7 +219,7 @@ pub extern "C" fn hostfirst_load_get(
     })
 }
 
-/// Frees a load. NULL is a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Buffers and views
+/// Frees a load. NULL is a no-op. Errors: `INVALID_HANDLE` (a freed or foreign handle; nothing is freed). Buffers and views
 /// obtained with `hostfirst_load_get` stay valid, and while any buffer of a device (or a DLPack export of one)
 /// lives, that device's whole allocation for the load does too (see `hostfirst_load_run`). Thread-safe.
 #[no_mangle]

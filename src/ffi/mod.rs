@@ -69,6 +69,9 @@ pub(crate) use symbol_version;
 /// Argument helpers (a leaf module; see its doc).
 pub(crate) mod args;
 
+/// `HOSTFIRST_<STRUCT>_SIZE_1_0`: the 1.0 size of every extensible struct, for bindings without `sizeof`.
+pub mod struct_sizes;
+
 // One module per C prefix, in the header's order (cbindgen emits functions in the order it reads them).
 
 /// `hostfirst_status_*`, `hostfirst_last_*`, `hostfirst_fit_info`.
@@ -136,7 +139,7 @@ pub mod test_hooks;
 // The whole C API at `hostfirst::ffi::*`, for Rust callers and tests that use it as C does.
 pub use self::{
     backend::*, buffer::*, device::*, dlpack::*, dtype::*, file::*, gather::*, load::*, load_bulk::*, plan::*, put::*,
-    rules::*, scope::*, shard::*, status::*, version::*, view::*, writer::*,
+    rules::*, scope::*, shard::*, status::*, struct_sizes::*, version::*, view::*, writer::*,
 };
 pub use handle::hostfirst_handle_count;
 #[cfg(feature = "test-hooks")]

@@ -220,8 +220,9 @@ pub extern "C" fn hostfirst_plan_device_count(plan: *const hostfirst_plan, out_c
 }
 
 /// Fills `*out` with the `index`-th device summary (order of first use): bytes, tensors, usable and total
-/// memory when the plan was made, whether it fits, the largest tensor. Set `out->struct_size` first. Errors
-/// as for `hostfirst_plan_tensor`. Thread-safe.
+/// memory when the plan was made, whether it fits, the largest tensor. Set `out->struct_size` first. Errors:
+/// (as for `hostfirst_plan_tensor`) `NULL_ARGUMENT`, `INVALID_HANDLE`, `OUT_OF_RANGE`, `INVALID_ARGUMENT`
+/// (`struct_size` too small or too large). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_plan_device(
     plan: *const hostfirst_plan,
@@ -267,7 +268,8 @@ pub extern "C" fn hostfirst_plan_unmatched_rule_count(plan: *const hostfirst_pla
 
 /// Fills `*out` with the `index`-th rule that places no tensor (in rule order): its index, pattern and
 /// target, the rule that shadows it or -1, a tensor it was probably meant for, and a one-line message. Set
-/// `out->struct_size` first. Errors as for `hostfirst_plan_tensor`. Thread-safe.
+/// `out->struct_size` first. Errors: (as for `hostfirst_plan_tensor`) `NULL_ARGUMENT`, `INVALID_HANDLE`,
+/// `OUT_OF_RANGE`, `INVALID_ARGUMENT` (`struct_size` too small or too large). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_plan_unmatched_rule(
     plan: *const hostfirst_plan,
@@ -295,7 +297,7 @@ pub extern "C" fn hostfirst_plan_unmatched_rule(
     })
 }
 
-/// Frees a plan. NULL is a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Thread-safe.
+/// Frees a plan. NULL is a no-op. Errors: `INVALID_HANDLE` (a freed or foreign handle; nothing is freed). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_plan_free(plan: *mut hostfirst_plan) -> Status {
     hostfirst_boundary!("hostfirst_plan_free", { handle::remove(plan, "plan").map(|_| ()) })

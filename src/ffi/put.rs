@@ -27,7 +27,6 @@ impl Handle for hostfirst_put_op {
 /// the end with `done == total` (cancelling then still cancels). `user` is the pointer given beside the
 /// callback, passed unchanged. Synchronous operations call it on the calling thread; asynchronous puts on the
 /// put's worker thread. It must not call `hostfirst_put_wait` or `hostfirst_put_op_free` on its own operation.
-/// (0.1 also had `hostfirst_load_progress_fn`, returning `int`; loads take this type now.)
 pub type hostfirst_progress_fn = Option<unsafe extern "C" fn(done: u64, total: u64, user: *mut c_void) -> i32>;
 
 /// Options of `hostfirst_put` and `hostfirst_put_start`. Fill it with `hostfirst_put_options_init` (or
@@ -206,8 +205,8 @@ pub extern "C" fn hostfirst_put_options_init(out: *mut hostfirst_put_options, st
 /// of 24.00 GiB`, details in `hostfirst_last_error_fit`, and allocates nothing. cpu targets are filled by parallel
 /// `pread`s straight into the destination; cuda:N targets through the bounded page-locked staging ring (or
 /// the resident registration, see `opts->resident`); the driver never copies from pageable memory.
-/// Errors also: `NULL_ARGUMENT` (`view`, `out`), `INVALID_HANDLE`, `INVALID_ARGUMENT` (unknown device kind,
-/// bad options), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `DEVICE_ERROR` (message names the driver's error),
+/// Errors: `NULL_ARGUMENT` (`view`, `out`), `INVALID_HANDLE`, `INVALID_ARGUMENT` (unknown device kind,
+/// bad options), `IMPLICIT_PLACEMENT`, `OUT_OF_MEMORY` (the fit check), `NO_SUCH_DEVICE`, `UNAVAILABLE`, `DEVICE_ERROR` (message names the driver's error),
 /// `TRUNCATED`/`IO` (the file changed), `CANCELLED` (the progress callback asked). On any failure nothing
 /// stays allocated and `*out` is unchanged. The buffer is the caller's; free it with `hostfirst_buffer_free`.
 /// Thread-safe: many puts may run at once.
@@ -215,7 +214,7 @@ pub extern "C" fn hostfirst_put_options_init(out: *mut hostfirst_put_options, st
 /// `out_stats` (NULL: not wanted; otherwise set its `struct_size` first) describes what the transfer did. It
 /// is written only when the put succeeds, together with `*out`: on any failure (a bad argument, the fit check,
 /// a driver error, a cancelled put) `*out_stats` is left exactly as the caller passed it, so stale numbers
-/// from an earlier call are never mistaken for this one's. (0.1 had this as `hostfirst_put_ex`.)
+/// from an earlier call are never mistaken for this one's.
 ///
 /// **Eager copies and copy-on-write puts to cpu.** By default a put copies: the buffer is new memory the
 /// caller owns, and nothing anyone does to the file afterwards can change it or fault it. That is why it is
@@ -287,7 +286,12 @@ fn put_impl(
 /// with the same options struct. Arguments as for `hostfirst_put`; the target (including the default device and strict mode) is resolved now, on the
 /// calling thread, and errors found before the worker starts are returned here (then `*out_op` is
 /// unchanged). The view may be freed right after the call (the operation keeps what it needs). The progress
-/// callback runs on the worker thread. Free the operation with `hostfirst_put_op_free` in every case.
+/// callback runs on the worker thread. Free the operation with `hostfirst_put_op_free` in every case. Errors:
+/// (here) `NULL_ARGUMENT` (`view`, `out_op`), `INVALID_HANDLE`, `INVALID_ARGUMENT` (unknown device kind, bad
+/// options), `IMPLICIT_PLACEMENT` (`target` NULL in strict mode), `NO_SUCH_DEVICE`, `UNAVAILABLE` (a backend
+/// not available), `OUT_OF_MEMORY` (the worker thread could not be started); the put's own (the fit check's
+/// `OUT_OF_MEMORY`, `DEVICE_ERROR`, `TRUNCATED`, `IO`, `CANCELLED`) come from `hostfirst_put_wait`.
+/// Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_put_start(
     view: *const hostfirst_view,
@@ -315,7 +319,7 @@ pub extern "C" fn hostfirst_put_start(
 /// Polls an operation without blocking: `OK` once it has finished (successfully or not; `hostfirst_put_wait`
 /// then returns at once with its result), `NOT_READY` while it runs, `ALREADY_USED` after its result was
 /// taken. `NOT_READY` is an answer, not a failure: it leaves the thread's last error alone, so a polling loop
-/// does not overwrite the message of an earlier failure. Errors (which do replace it): `ALREADY_USED`,
+/// does not overwrite the message of an earlier failure. Errors: (these do replace it) `ALREADY_USED`,
 /// `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_put_poll(op: *const hostfirst_put_op) -> Status {
@@ -329,7 +333,8 @@ pub extern "C" fn hostfirst_put_poll(op: *const hostfirst_put_op) -> Status {
 
 /// Blocks until the operation finishes and moves its buffer into `*out` (the caller's, free with
 /// `hostfirst_buffer_free`), or returns the put's error (`OUT_OF_MEMORY`, `DEVICE_ERROR`, `CANCELLED`, ...;
-/// nothing stays allocated). The result is handed out once: a second wait gives `ALREADY_USED`. Errors also:
+/// nothing stays allocated). The result is handed out once. Errors: the put's (`OUT_OF_MEMORY`,
+/// `DEVICE_ERROR`, `TRUNCATED`, `IO`, `CANCELLED`, as for `hostfirst_put`), `ALREADY_USED` (a second wait),
 /// `NULL_ARGUMENT`, `INVALID_HANDLE`. Thread-safe; the operation must still be freed.
 #[no_mangle]
 pub extern "C" fn hostfirst_put_wait(op: *mut hostfirst_put_op, out: *mut *mut hostfirst_buffer) -> Status {
@@ -343,8 +348,7 @@ pub extern "C" fn hostfirst_put_wait(op: *mut hostfirst_put_op, out: *mut *mut h
 }
 
 /// Frees an operation: a running put is cancelled and waited for; a result never taken is freed. NULL is a
-/// no-op; a freed handle gives `INVALID_HANDLE`. Buffers already taken with `hostfirst_put_wait` are not
-/// affected. Thread-safe (a concurrent `hostfirst_put_wait` on the same operation returns first).
+/// no-op. Buffers already taken with `hostfirst_put_wait` are not affected. Errors: `INVALID_HANDLE` (a freed or foreign handle; nothing is freed). Thread-safe (a concurrent `hostfirst_put_wait` on the same operation returns first).
 #[no_mangle]
 pub extern "C" fn hostfirst_put_op_free(op: *mut hostfirst_put_op) -> Status {
     hostfirst_boundary!("hostfirst_put_op_free", {

@@ -65,8 +65,8 @@ pub extern "C" fn hostfirst_rules_add_spec(rules: *mut hostfirst_rules, spec: *c
     })
 }
 
-/// Frees a rule list. NULL is a no-op; a freed or foreign handle gives `INVALID_HANDLE`. Plans made from it
-/// are independent of it. Thread-safe.
+/// Frees a rule list. NULL is a no-op. Plans made from it are independent of it. Errors: `INVALID_HANDLE` (a freed or foreign handle; nothing is freed).
+/// Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_rules_free(rules: *mut hostfirst_rules) -> Status {
     hostfirst_boundary!("hostfirst_rules_free", { handle::remove(rules, "rules").map(|_| ()) })

@@ -47,8 +47,7 @@ pub extern "C" fn hostfirst_default_device(
 }
 
 /// Returns the static name of a default source: its constant without the `HOSTFIRST_DEFAULT_SOURCE_` prefix
-/// (`"SCOPE"`, `"PROCESS"`, `"ENV"`, `"BUILT_IN"`); `"UNKNOWN"` otherwise. Never NULL. (0.1 returned lower
-/// case, `"built-in"`.) Thread-safe.
+/// (`"SCOPE"`, `"PROCESS"`, `"ENV"`, `"BUILT_IN"`); `"UNKNOWN"` otherwise. Never NULL. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_default_source_name(source: c_default_source) -> *const std::ffi::c_char {
     hostfirst_boundary!("hostfirst_default_source_name", default = c"UNKNOWN".as_ptr(), {
@@ -61,8 +60,8 @@ pub extern "C" fn hostfirst_default_source_name(source: c_default_source) -> *co
 
 /// Sets the process-wide default device (overrides the environment and the built-in rule, not scopes).
 ///
-/// The device must be present (`INVALID_ARGUMENT`, `UNAVAILABLE`, `NO_SUCH_DEVICE` otherwise; nothing changes).
-/// Thread-safe.
+/// The device must be present. Errors: (nothing changes) `INVALID_ARGUMENT` (an unknown device kind),
+/// `UNAVAILABLE` (its backend is not available), `NO_SUCH_DEVICE`. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_default_device_set(device: hostfirst_device) -> Status {
     hostfirst_boundary!("hostfirst_default_device_set", {
@@ -70,15 +69,17 @@ pub extern "C" fn hostfirst_default_device_set(device: hostfirst_device) -> Stat
     })
 }
 
-/// Clears the process-wide default device, so the environment or built-in rule applies again. Returns `OK`
-/// (it has no failure of its own: see CONVENTIONS, Status).
+/// Clears the process-wide default device, so the environment or built-in rule applies again. Returns `OK`.
+/// Errors: none of its own (`PANIC` only for a bug inside the library: see CONVENTIONS, Status). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_default_device_clear() -> Status {
     hostfirst_boundary!("hostfirst_default_device_clear", { scope::set_process_default(None) })
 }
 
 /// Resolves "the default device" as a placement would: like `hostfirst_default_device`, but fails with
-/// `IMPLICIT_PLACEMENT` when strict mode is on for this thread or the process.
+/// `IMPLICIT_PLACEMENT` when strict mode is on for this thread or the process. Errors: `NULL_ARGUMENT`
+/// (`out_device`), `IMPLICIT_PLACEMENT`, and those of an invalid `HOSTFIRST_DEFAULT_DEVICE` as in
+/// `hostfirst_default_device` (`INVALID_ARGUMENT`, `UNAVAILABLE`, `NO_SUCH_DEVICE`). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_default_resolve(out_device: *mut hostfirst_device) -> Status {
     hostfirst_boundary!("hostfirst_default_resolve", {
@@ -111,9 +112,9 @@ pub extern "C" fn hostfirst_scope_push(device: hostfirst_device, out_token: *mut
 
 /// Pops the calling thread's innermost scope, which must be the one `token` names.
 ///
-/// If `token` is not the innermost scope of this thread (out of order, from another thread, already
-/// popped) or the thread has no scope, nothing changes and `SCOPE_MISMATCH` is returned with a message
-/// saying which scope is innermost.
+/// Errors: `SCOPE_MISMATCH` when `token` is not the innermost scope of this thread (out of order, from
+/// another thread, already popped) or the thread has no scope: nothing changes, and the message says which
+/// scope is innermost.
 #[no_mangle]
 pub extern "C" fn hostfirst_scope_pop(token: u64) -> Status {
     hostfirst_boundary!("hostfirst_scope_pop", { scope::pop(ScopeToken(token)).map(|_| ()) })
@@ -153,7 +154,8 @@ pub extern "C" fn hostfirst_scope_enter(carried: *const hostfirst_carried_scope,
 }
 
 /// Leaves a scope entered with `hostfirst_scope_enter` (checked like `hostfirst_scope_pop`; restores the
-/// thread's strict flag as it was before the enter).
+/// thread's strict flag as it was before the enter). Errors: `SCOPE_MISMATCH` (as for
+/// `hostfirst_scope_pop`; nothing changes).
 #[no_mangle]
 pub extern "C" fn hostfirst_scope_leave(token: u64) -> Status {
     hostfirst_boundary!("hostfirst_scope_leave", { scope::leave(ScopeToken(token)).map(|_| ()) })
@@ -180,7 +182,8 @@ pub extern "C" fn hostfirst_strict_process_set(on: i32) -> Status {
     })
 }
 
-/// Writes the calling thread's and the process's strict flags (1 or 0); either output may be NULL.
+/// Writes the calling thread's and the process's strict flags (1 or 0); either output may be NULL. Errors:
+/// none of its own (`PANIC` only for a bug inside the library).
 #[no_mangle]
 pub extern "C" fn hostfirst_strict_get(out_thread: *mut i32, out_process: *mut i32) -> Status {
     hostfirst_boundary!("hostfirst_strict_get", {

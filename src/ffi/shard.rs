@@ -528,7 +528,7 @@ pub extern "C" fn hostfirst_shard_plan_free(plan: *mut hostfirst_shard_plan) -> 
 /// `opts` NULL means the defaults (no callback). `opts->progress` (may be NULL) is called on the calling
 /// thread at a bounded rate with the shard bytes placed so far and in all, at least once, last with `done ==
 /// total`; returning nonzero cancels: `CANCELLED`, and everything the run had allocated is freed. Any other
-/// failure (`IO`, `TRUNCATED`, `DEVICE_ERROR`) also frees everything. Errors also: `NULL_ARGUMENT`,
+/// failure (`IO`, `TRUNCATED`, `DEVICE_ERROR`) also frees everything. Errors: `NULL_ARGUMENT`,
 /// `INVALID_HANDLE`, `INVALID_ARGUMENT` (`opts->struct_size` too small). On failure `*out` is unchanged.
 /// Thread-safe; `opts->user` is passed through untouched. The same plan may be run more than once, also from
 /// several threads at once. (Earlier in 0.2 this took `progress, user` instead of `opts`.)

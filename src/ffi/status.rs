@@ -100,6 +100,8 @@ pub extern "C" fn hostfirst_status_count() -> usize {
 /// The last error is per thread and is only replaced by the next *failing* call on the same thread;
 /// successful calls leave it alone. The family: `hostfirst_last_error_status` (the code),
 /// `hostfirst_last_error_message` (the text), `hostfirst_last_error_fit` (the numbers of a failed fit check).
+/// Errors: none of its own: what it returns is the last failure's status, not this call's (`PANIC` only for
+/// a bug inside the library). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_last_error_status() -> Status {
     hostfirst_boundary!("hostfirst_last_error_status", default = Status::Panic, {
@@ -111,8 +113,7 @@ pub extern "C" fn hostfirst_last_error_status() -> Status {
 ///
 /// The message names the thing (tensor, device, file) and the numbers (needed vs free bytes). The pointer
 /// is owned by the library and valid until the next failing hostfirst call on the same thread; copy it
-/// to keep it. Never returns NULL. (0.1's `hostfirst_last_error()`; 0.1's copying
-/// `hostfirst_last_error_message(buf, capacity, out_len)` is gone: copy this string instead.)
+/// to keep it. Never returns NULL. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_last_error_message() -> *const c_char {
     hostfirst_boundary!("hostfirst_last_error_message", default = c"".as_ptr(), {
@@ -123,10 +124,10 @@ pub extern "C" fn hostfirst_last_error_message() -> *const c_char {
 /// Copies the numbers of the calling thread's last failure into `*out` when that failure was a fit check
 /// (`HOSTFIRST_STATUS_OUT_OF_MEMORY` raised before allocating). Set `out->struct_size` first.
 ///
-/// Returns `HOSTFIRST_STATUS_NOT_FOUND` (and does not replace the last error) when the last failure was
-/// something else; `HOSTFIRST_STATUS_NULL_ARGUMENT` if `out` is NULL, `HOSTFIRST_STATUS_INVALID_ARGUMENT`
-/// if its `struct_size` is too small (these two do not replace the last error either: the failure being
-/// asked about stays readable). `*out` is written only on OK.
+/// Errors: `NOT_FOUND` (and the last error is not replaced) when the last failure was something else;
+/// `NULL_ARGUMENT` if `out` is NULL, `INVALID_ARGUMENT` if its `struct_size` is too small or too large (these
+/// two do not replace the last error either: the failure being asked about stays readable). `*out` is
+/// written only on OK.
 #[no_mangle]
 pub extern "C" fn hostfirst_last_error_fit(out: *mut hostfirst_fit_info) -> Status {
     hostfirst_boundary!("hostfirst_last_error_fit", default = Status::Panic, {

@@ -39,7 +39,11 @@ pub extern "C" fn hostfirst_version_number() -> u32 {
 }
 
 /// Copies a string describing the build (version, features, CUDA API level, and the read engine as
-/// `hostfirst_read_engine` names it) into `buf`, with the same buffer rules as `hostfirst_last_error_message`.
+/// `hostfirst_read_engine` names it) into `buf`, NUL-terminated. `*out_len` (when `out_len` is not NULL) gets
+/// the string's length without the NUL, whatever happens to `buf`; `buf` needs `capacity` of at least that
+/// plus one, else nothing is written to it. `buf` NULL with `capacity` 0 asks only for the length (OK).
+/// Errors: `NULL_ARGUMENT` (`buf` NULL with a non-zero `capacity`), `BUFFER_TOO_SMALL` (`capacity` below the
+/// length plus one). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_build_info(buf: *mut c_char, capacity: usize, out_len: *mut usize) -> Status {
     hostfirst_boundary!("hostfirst_build_info", {
@@ -53,8 +57,8 @@ pub extern "C" fn hostfirst_build_info(buf: *mut c_char, capacity: usize, out_le
     })
 }
 
-/// Copies one line naming how this process reads files into `buf` (buffer rules of
-/// `hostfirst_last_error_message`): `"io_uring (queue depth 64)"` when the kernel offers io_uring, else
+/// Copies one line naming how this process reads files into `buf` (the buffer rules of
+/// `hostfirst_build_info`): `"io_uring (queue depth 64)"` when the kernel offers io_uring, else
 /// `"pread pool (...; <why>)"` — a pool of threads doing blocking positioned reads — with the reason (the
 /// kernel's answer to the probe, `HOSTFIRST_IO=pool`, or the failure that demoted io_uring). The choice is
 /// made by a probe at the first call that needs it (never from the kernel version) and kept for the process;

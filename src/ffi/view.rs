@@ -70,8 +70,8 @@ pub struct hostfirst_view_info {
 
 out_struct!(hostfirst_view_info, strides);
 
-/// Releases a view. NULL is a no-op returning OK; a view already freed gives `INVALID_HANDLE`. Pointers from
-/// `hostfirst_view_describe` become invalid. Thread-safe.
+/// Releases a view. NULL is a no-op returning OK. Pointers from `hostfirst_view_describe` become invalid.
+/// Errors: `INVALID_HANDLE` (a freed or foreign handle; nothing is freed). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_view_free(view: *mut hostfirst_view) -> Status {
     hostfirst_boundary!("hostfirst_view_free", {
@@ -172,7 +172,8 @@ pub extern "C" fn hostfirst_view_narrow(
 /// descriptor (`ReadFile` at an offset on Windows), not through the mapping, so a file truncated after opening
 /// gives `HOSTFIRST_STATUS_TRUNCATED` (never SIGBUS); other read failures give `IO`. If `capacity < nbytes`, nothing is written and
 /// `BUFFER_TOO_SMALL` is returned. `(NULL, 0)` is valid: a size query, or the copy of an empty tensor.
-/// Errors also: `NULL_ARGUMENT` (`dst` NULL with a capacity), `INVALID_HANDLE`. On an I/O failure the
+/// Errors: `BUFFER_TOO_SMALL`, `TRUNCATED`, `IO` (as above), `NULL_ARGUMENT` (`dst` NULL with a capacity),
+/// `INVALID_HANDLE`. On an I/O failure the
 /// buffer's contents are unspecified. Thread-safe; many threads may copy from one view at once.
 #[no_mangle]
 pub extern "C" fn hostfirst_view_copy(

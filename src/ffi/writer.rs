@@ -277,7 +277,8 @@ pub extern "C" fn hostfirst_writer_open(
 /// file here: what a failed save leaves in `fd` is the caller's. One file, one process: `max_part_bytes` must
 /// be 0 and `world` at most 1 (`INVALID_ARGUMENT`). `fsync` unless `no_sync` (skipped for pipes).
 ///
-/// Errors also: `IO` (`fd` is not an open descriptor). Windows: `UNSUPPORTED` (use `hostfirst_writer_open`).
+/// Errors: `NULL_ARGUMENT`, `INVALID_ARGUMENT` (bad options, as above), `IO` (`fd` is not an open
+/// descriptor). Windows: `UNSUPPORTED` (use `hostfirst_writer_open`).
 /// On failure `*out` is unchanged. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_writer_open_fd(
@@ -372,7 +373,8 @@ pub extern "C" fn hostfirst_writer_add_view(
 /// buffers are written from where they lie; a CUDA buffer is copied to host through the page-locked staging
 /// ring (at most `staging_bytes` of host memory, however large it is) while earlier slabs are written. The
 /// writer keeps the buffer alive until finish (free the handle when you like) and holds its lock while
-/// finish writes it. `name` NULL: the buffer's name. Errors as `hostfirst_writer_add_view`. Thread-safe.
+/// finish writes it. `name` NULL: the buffer's name. Errors: as `hostfirst_writer_add_view` (`NULL_ARGUMENT`,
+/// `INVALID_HANDLE`, `INVALID_ARGUMENT`, `LIMIT_EXCEEDED`, `DUPLICATE_TENSOR`, `ALREADY_USED`). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_writer_add_buffer(
     writer: *mut hostfirst_writer,
@@ -423,7 +425,9 @@ pub extern "C" fn hostfirst_writer_add_host(
 /// pieces (`hostfirst_writer_add_piece_host`, `_buffer`, `_view`). In one process the pieces must cover it
 /// exactly by `finish`; in a save by several ranks each rank adds the pieces it holds and the ranks together
 /// must cover it exactly once. Declaring a name again with the same dtype and shape changes nothing.
-/// Errors as `hostfirst_writer_add_host` (`DUPLICATE_TENSOR` for a name declared with another dtype or shape).
+/// Errors: as `hostfirst_writer_add_host` (`NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT`,
+/// `LIMIT_EXCEEDED`, `VALIDATION_OVERFLOW`, `ALREADY_USED`), `DUPLICATE_TENSOR` for a name declared with
+/// another dtype or shape.
 /// Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_writer_declare(
@@ -443,7 +447,8 @@ pub extern "C" fn hostfirst_writer_declare(
 
 /// Adds the piece of declared tensor `name` that spans `len[d]` elements from `start[d]` of each of its `rank`
 /// dimensions, with the `nbytes` bytes at `data` (the box's elements in C order; same ownership as
-/// `hostfirst_writer_add_host`). Errors: `NOT_FOUND` (not declared), `OUT_OF_RANGE` (the box passes the
+/// `hostfirst_writer_add_host`). Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `ALREADY_USED` (after finish),
+/// `NOT_FOUND` (not declared), `OUT_OF_RANGE` (the box passes the
 /// tensor's end), `INVALID_ARGUMENT` (`rank` is not the tensor's, `nbytes` is not the box's, or the box
 /// overlaps a piece added before), `MISALIGNED_SLICE` (a sub-byte dtype whose rows would not be whole bytes).
 /// On error nothing is added. Thread-safe.
@@ -468,8 +473,9 @@ pub extern "C" fn hostfirst_writer_add_piece_host(
 
 /// Adds the piece of declared tensor `name` at `(start, rank)` whose extent and bytes are those of `buffer` (its
 /// shape; its dtype must be the tensor's), on any device (as `hostfirst_writer_add_buffer`): e.g. a shard that
-/// `hostfirst_shard_run` gave this rank, at the start `hostfirst_shard_plan_describe` reports. Errors as
-/// `hostfirst_writer_add_piece_host`. Thread-safe.
+/// `hostfirst_shard_run` gave this rank, at the start `hostfirst_shard_plan_describe` reports. Errors: as
+/// `hostfirst_writer_add_piece_host` (`NULL_ARGUMENT`, `INVALID_HANDLE`, `ALREADY_USED`, `NOT_FOUND`,
+/// `OUT_OF_RANGE`, `INVALID_ARGUMENT`, `MISALIGNED_SLICE`). Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_writer_add_piece_buffer(
     writer: *mut hostfirst_writer,
@@ -488,7 +494,9 @@ pub extern "C" fn hostfirst_writer_add_piece_buffer(
 }
 
 /// Adds the piece of declared tensor `name` at `(start, rank)` whose extent and bytes are those of `view` (its
-/// shape and packed bytes; its dtype must be the tensor's). Errors as `hostfirst_writer_add_piece_host`.
+/// shape and packed bytes; its dtype must be the tensor's). Errors: as `hostfirst_writer_add_piece_host`
+/// (`NULL_ARGUMENT`, `INVALID_HANDLE`, `ALREADY_USED`, `NOT_FOUND`, `OUT_OF_RANGE`, `INVALID_ARGUMENT`,
+/// `MISALIGNED_SLICE`).
 /// Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_writer_add_piece_view(
@@ -570,7 +578,7 @@ pub extern "C" fn hostfirst_writer_set_metadata(
 /// Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `ALREADY_USED`; `INVALID_ARGUMENT` (a declared tensor whose pieces
 /// do not cover it, a split save whose path does not end in `.safetensors` or `.safetensors.index.json`);
 /// `HEADER_TOO_LARGE`; `NO_SPACE` (the file system is full or a quota is reached: the message gives the bytes
-/// needed and free; or the file passes the largest file the process may write, `RLIMIT_FSIZE`, or the file
+/// needed and free; or the file passes the largest file the process may write (its file-size limit, RLIMIT_FSIZE), or the file
 /// system takes: the message says so), `UNSUPPORTED` (a writer on a pipe given a tensor in several pieces),
 /// `PERMISSION_DENIED` (the directory or the target cannot be written, a read-only file
 /// system; on Windows also a target that is mapped, see `hostfirst_writer_open`), `IO`; a source's failure: `TRUNCATED` or `IO` (a view's file changed), `DEVICE_ERROR` (a CUDA
@@ -650,9 +658,8 @@ pub extern "C" fn hostfirst_writer_part_path(
     })
 }
 
-/// Frees a writer. A writer freed before `finish` writes nothing (no file is created). NULL is a no-op; a freed
-/// or foreign handle gives `INVALID_HANDLE` and frees nothing. The sources it kept (views, buffers) are
-/// released. Thread-safe (a `finish` in progress on another thread completes first).
+/// Frees a writer. A writer freed before `finish` writes nothing (no file is created). NULL is a no-op. The
+/// sources it kept (views, buffers) are released. Errors: `INVALID_HANDLE` (a freed or foreign handle; nothing is freed). Thread-safe (a `finish` in progress on another thread completes first).
 #[no_mangle]
 pub extern "C" fn hostfirst_writer_free(writer: *mut hostfirst_writer) -> Status {
     hostfirst_boundary!("hostfirst_writer_free", { handle::remove(writer, "writer").map(|_| ()) })

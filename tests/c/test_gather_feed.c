@@ -1,4 +1,4 @@
-/* Open gather streams fed incrementally (HOSTFIRST_GATHER_STREAM_OPEN, hostfirst_gather_stream_push,
+/* Open gather streams fed incrementally (hostfirst_gather_stream_open, hostfirst_gather_stream_push,
  * hostfirst_gather_stream_end_input): batches in order and byte for byte across many pushes, from a view and from
  * a host buffer; the worker stays at most `depth` batches ahead and waits for input instead of ending (batch 257
  * of an endless feed arrives without the stream draining); NOT_READY when every pushed batch was handed out; a
@@ -71,7 +71,7 @@ static void run(hostfirst_device dev) {
     /* An endless feed kept DEPTH + 1 batches ahead of the consumer: after 300 batches the worker still keeps
      * exactly DEPTH filled ahead (checked at batches 0, 255, 256 and 299, the consumer holding its batch), and
      * never more (checked at each batch). With the stream fed in chunks of 256 it would drain at batch 256. */
-    CHECK_OK(hostfirst_gather_stream_start(g, v, NULL, HOSTFIRST_GATHER_STREAM_OPEN, DEPTH, &s));
+    CHECK_OK(hostfirst_gather_stream_open(g, v, DEPTH, &s));
     size_t bound = 0;
     CHECK_OK(hostfirst_gather_ring(g, &bound, NULL, NULL));
     CHECK(bound == DEPTH + 3);
@@ -133,7 +133,12 @@ static void run(hostfirst_device dev) {
     hostfirst_device cpu = {HOSTFIRST_DEVICE_CPU, 0};
     hostfirst_buffer *host = NULL;
     CHECK_OK(hostfirst_put(v, &cpu, NULL, &host, NULL));
-    CHECK_OK(hostfirst_gather_stream_start_from_buffer(g, host, NULL, HOSTFIRST_GATHER_STREAM_OPEN, 1, &s));
+    hostfirst_gather_stream *refused = NULL; /* the stable start makes no open stream (SIZE_MAX batches) */
+    CHECK_STATUS(hostfirst_gather_stream_start_from_buffer(g, host, NULL, SIZE_MAX, 1, &refused),
+                 HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("hostfirst_gather_stream_open");
+    CHECK(refused == NULL);
+    CHECK_OK(hostfirst_gather_stream_open_from_buffer(g, host, 1, &s));
     CHECK_OK(hostfirst_buffer_free(host));
     uint64_t five[5 * B];
     for (int j = 0; j < 5; j++) feed_batch(1000 + (uint64_t)j, five + j * B);
@@ -150,14 +155,14 @@ static void run(hostfirst_device dev) {
 
     /* argument errors of the start; push to a stream started with all its offsets */
     hostfirst_gather_stream *none = NULL;
-    CHECK_STATUS(hostfirst_gather_stream_start(g, v, five, HOSTFIRST_GATHER_STREAM_OPEN, 1, &none),
-                 HOSTFIRST_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(hostfirst_gather_stream_start(g, v, NULL, HOSTFIRST_GATHER_STREAM_OPEN, 0, &none),
-                 HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    /* the stable starts make no open stream: SIZE_MAX batches (0.2's experimental open value) is refused */
+    CHECK_STATUS(hostfirst_gather_stream_start(g, v, NULL, SIZE_MAX, 1, &none), HOSTFIRST_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("hostfirst_gather_stream_open");
+    CHECK_STATUS(hostfirst_gather_stream_open(g, v, 0, &none), HOSTFIRST_STATUS_INVALID_ARGUMENT);
     CHECK(none == NULL);
     hostfirst_gather *wide = NULL; /* an open stream checks its source at the start: windows longer than it */
     CHECK_OK(hostfirst_gather_new(dev, HOSTFIRST_DTYPE_U16, B, N + 1, &wide));
-    CHECK_STATUS(hostfirst_gather_stream_start(wide, v, NULL, HOSTFIRST_GATHER_STREAM_OPEN, 1, &none),
+    CHECK_STATUS(hostfirst_gather_stream_open(wide, v, 1, &none),
                  HOSTFIRST_STATUS_OUT_OF_RANGE);
     CHECK_MSG("longer than tensor 'tok'");
     CHECK(none == NULL);
@@ -174,9 +179,9 @@ static void run(hostfirst_device dev) {
     CHECK_OK(hostfirst_gather_stream_free(s));
 
     /* freed while its worker waits for input, and while it fills: cancelled, joined; a kept batch stays valid */
-    CHECK_OK(hostfirst_gather_stream_start(g, v, NULL, HOSTFIRST_GATHER_STREAM_OPEN, 2, &s));
+    CHECK_OK(hostfirst_gather_stream_open(g, v, 2, &s));
     CHECK_OK(hostfirst_gather_stream_free(s));
-    CHECK_OK(hostfirst_gather_stream_start(g, v, NULL, HOSTFIRST_GATHER_STREAM_OPEN, 4, &s));
+    CHECK_OK(hostfirst_gather_stream_open(g, v, 4, &s));
     static uint64_t many[500 * B];
     for (int j = 0; j < 500; j++) feed_batch(2000 + (uint64_t)j, many + j * B);
     CHECK_OK(hostfirst_gather_stream_push(s, many, 500));
@@ -198,7 +203,7 @@ static void run(hostfirst_device dev) {
 #else
     CHECK(shrink_file(path, (uint64_t)(data_start + 2 * (N / 2))) == SHRINK_REFUSED_WHILE_MAPPED);
 #endif
-    CHECK_OK(hostfirst_gather_stream_start(g, v, NULL, HOSTFIRST_GATHER_STREAM_OPEN, 2, &s));
+    CHECK_OK(hostfirst_gather_stream_open(g, v, 2, &s));
     uint64_t cut[2 * B] = {0, 10, 20, 30, 40, N - W, 60, 70};
     CHECK_OK(hostfirst_gather_stream_push(s, cut, 2));
     CHECK_OK(hostfirst_gather_stream_next(s, &b));

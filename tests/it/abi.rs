@@ -6,7 +6,8 @@
 //! scripts/abi-baseline.sh regenerates both). The check's own verdicts are tested both ways on copies: a header
 //! with a field appended to an extensible struct, a field inserted mid-struct, a renumbered enum constant, a
 //! renumbered #define, a retyped parameter, a removed function, an added function; the binary baseline with the
-//! same kinds of edits; and a new function in a released node.
+//! same kinds of edits; a new function in a released node; and a header that disagrees with its own library
+//! (a function it does not export, an enum constant it numbers otherwise) whatever the baselines say.
 //!
 //! readelf and abidiff are installed by scripts/test.sh; where one is missing the test fails under CI (`CI=true`)
 //! and otherwise skips with a message.
@@ -342,7 +343,7 @@ fn abi_check_verdicts_on_changed_headers() {
         format!("{}{}", &t[..i], &t[j..])
     });
     assert_verdict("remove a function", r, 1, &["INCOMPATIBLE: function hostfirst_view_narrow was removed"]);
-    // Add a function: compatible, reported.
+    // Declare a function the library does not export: incompatible (the header is not this library's).
     let r = check("add", &|t| {
         t.replacen(
             "#ifdef __cplusplus\n}  // extern \"C\"",
@@ -351,16 +352,83 @@ fn abi_check_verdicts_on_changed_headers() {
         )
     });
     assert_verdict(
-        "add a function",
+        "declare a function the library lacks",
         r,
+        1,
+        &["INCOMPATIBLE: hostfirst_frobnicate is declared by the header but not exported by the library"],
+    );
+    // A function the C baseline lacks (the header and library have it): compatible, reported as an addition.
+    let view = root().join("abi").join(format!("{}.txt", soname()));
+    let older = edited("c_added", &view, |t| {
+        t.lines().filter(|l| !l.starts_with("function hostfirst_view_narrow:")).map(|l| format!("{l}\n")).collect()
+    });
+    assert_verdict(
+        "add a function",
+        abi_check(&[("--c-baseline", &older)]),
         0,
-        &["added: function hostfirst_frobnicate: hostfirst_status hostfirst_frobnicate()", REGENERATE],
+        &["added: function hostfirst_view_narrow: hostfirst_status hostfirst_view_narrow(", REGENERATE],
     );
     // The experimental tier is not compared: changing one of its functions passes.
     let r = check("experimental", &|t| {
         replace_after(&t, "hostfirst_shard_rules_skip(", "const char *pattern", "const char *pattern, int32_t x")
     });
     assert_verdict("change an experimental function", r, 0, &[]);
+}
+
+/// The header against the library it is installed with, whatever the baselines say (issue 43): a packager
+/// who regenerated the baselines from a header that is not the library's (a stale one) still gets a failure.
+/// Each doctored header comes with a C baseline made from it, so only this comparison can see the problem:
+/// (a) a function the header declares and the library does not export, (b) an enum constant whose value
+/// differs from the library's own enum (what a Rust enum renumbered without regenerating the header gives).
+#[test]
+fn abi_check_compares_the_header_with_its_own_library() {
+    if !have_abi_tools() {
+        return;
+    }
+    let header = prefix().join("include/hostfirst.h");
+    let check = |name: &str, edit: &dyn Fn(String) -> String| {
+        let h = edited(name, &header, edit);
+        let view = work_dir().join("abi").join(format!("{name}.view.txt"));
+        let out = run(Command::new("python3")
+            .arg(root().join("scripts/abi_c_view.py"))
+            .arg("report")
+            .arg(&h)
+            .args(["--soname", &soname()]));
+        assert!(out.status.success(), "the C view of {name}: {}", text(&out));
+        std::fs::write(&view, &out.stdout).unwrap();
+        abi_check(&[("--header", &h), ("--c-baseline", &view)])
+    };
+    let r = check("lib_lacks", &|t| {
+        t.replacen(
+            "#ifdef __cplusplus\n}  // extern \"C\"",
+            "hostfirst_status hostfirst_frobnicate(void);\n\n#ifdef __cplusplus\n}  // extern \"C\"",
+            1,
+        )
+    });
+    assert_verdict(
+        "a function the library does not export",
+        r,
+        1,
+        &["INCOMPATIBLE: hostfirst_frobnicate is declared by the header but not exported by the library"],
+    );
+    let r = check("lib_renumbered", &|t| {
+        t.replacen("HOSTFIRST_STATUS_TRUNCATED = 51,", "HOSTFIRST_STATUS_TRUNCATED = 59,", 1)
+    });
+    assert_verdict(
+        "an enum constant the library numbers otherwise",
+        r,
+        1,
+        &["INCOMPATIBLE: HOSTFIRST_STATUS_TRUNCATED is 59 in the header but 51 in the library"],
+    );
+    // The installed header itself agrees with its library; the library's own enums are found for the enums C
+    // passes in (only DLPack's bit flags, never a Rust enum the code uses, may be absent from the debug info).
+    let (code, report) = abi_check(&[]);
+    assert_eq!(code, 0, "{report}");
+    for e in
+        ["hostfirst_status", "hostfirst_dtype", "hostfirst_device_kind", "hostfirst_backend_status", "hostfirst_format"]
+    {
+        assert!(!report.contains(&format!("note: {e}:")), "{e} was not checked:\n{report}");
+    }
 }
 
 /// The same kinds of change seen by libabigail in the compiled library (edits to a copy of the binary

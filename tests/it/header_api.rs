@@ -213,8 +213,9 @@ fn every_struct_the_library_writes_starts_with_struct_size() {
 #[test]
 fn named_values_are_enums_not_defines() {
     let api = api();
-    // A `#define` may carry a limit, a default or a version; a value from a set of choices is an enum value.
-    let allowed = |n: &str| ["MAX", "MIN", "DEFAULT", "VERSION"].iter().any(|w| n.split('_').any(|p| p == *w));
+    // A `#define` may carry a limit, a default, a version or a size; a value from a set of choices is an enum
+    // value.
+    let allowed = |n: &str| ["MAX", "MIN", "DEFAULT", "VERSION", "SIZE"].iter().any(|w| n.split('_').any(|p| p == *w));
     let ints: Vec<&(String, String)> = api.macros.iter().filter(|(_, v)| v.parse::<i64>().is_ok()).collect();
     assert!(ints.len() >= 8, "integer macros found: {ints:?}");
     let bad: Vec<&String> = ints.iter().map(|(n, _)| n).filter(|n| !allowed(n)).collect();
@@ -391,4 +392,238 @@ fn nesting_in_an_unknown_field_is_refused_where_the_reference_refuses_it() {
             assert!(e.message().contains("nested"), "depth {depth}: {}", e.message());
         }
     }
+}
+
+/// Which tier of the header a declaration sits in.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Tier {
+    Stable,
+    /// Behind `#if defined(HOSTFIRST_EXPERIMENTAL)`.
+    Experimental,
+    /// Behind `#if defined(HOSTFIRST_TEST_HOOKS)`.
+    TestHook,
+}
+
+/// One function of the header with its doc comment (the text of its `/** ... */` block, ` * ` removed).
+struct FnDoc {
+    name: String,
+    returns_status: bool,
+    tier: Tier,
+    doc: String,
+}
+
+/// The text of every `/** ... */` block of `text` (doc comments of functions, types, fields and constants;
+/// the banner and CONVENTIONS are plain `/*` comments), and the functions with the doc block just above them.
+fn doc_blocks(text: &str) -> (Vec<String>, Vec<FnDoc>) {
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let (mut blocks, mut functions) = (Vec::new(), Vec::new());
+    let mut tier = Tier::Stable;
+    let mut doc: Option<String> = None; // the block that ended on the line before
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let t = line.trim();
+        if t.starts_with("/**") {
+            let mut body = String::new();
+            let mut l = t;
+            loop {
+                let inner = l.trim().trim_start_matches("/**").trim_end_matches("*/");
+                let inner = inner.trim_start().strip_prefix('*').unwrap_or(inner.trim_start());
+                body.push_str(inner.trim());
+                body.push('\n');
+                if l.trim_end().ends_with("*/") {
+                    break;
+                }
+                l = lines.next().expect("a closed doc comment");
+            }
+            blocks.push(body.clone());
+            doc = Some(body);
+            continue;
+        }
+        if t == "#if defined(HOSTFIRST_EXPERIMENTAL)" {
+            tier = Tier::Experimental;
+        } else if t == "#endif /* HOSTFIRST_EXPERIMENTAL */" {
+            tier = Tier::Stable;
+        } else if t == "#if defined(HOSTFIRST_TEST_HOOKS)" {
+            tier = Tier::TestHook;
+        } else if tier == Tier::TestHook && t.starts_with("#endif") {
+            tier = Tier::Stable;
+        }
+        // A function declaration starts at column 0 with its return type: `R hostfirst_name(`.
+        let starts_decl = !line.starts_with([' ', '#', '/', '*', '}', '{']) && !line.starts_with("typedef");
+        let name = line.find('(').and_then(|i| {
+            let before = line[..i].trim_end();
+            let w = &before[before.rfind(|c: char| !is_word(c)).map_or(0, |j| j + 1)..];
+            w.starts_with("hostfirst_").then(|| w.to_string())
+        });
+        match (starts_decl, name) {
+            (true, Some(name)) => functions.push(FnDoc {
+                returns_status: line.starts_with("hostfirst_status "),
+                name,
+                tier,
+                doc: doc.take().unwrap_or_default(),
+            }),
+            _ => doc = None,
+        }
+    }
+    (blocks, functions)
+}
+
+/// The statuses of the header: `HOSTFIRST_STATUS_X` values, without the prefix.
+fn status_names() -> Vec<String> {
+    use hostfirst::Status;
+    use strum::VariantArray;
+    Status::VARIANTS.iter().map(|s| s.name().to_string()).collect()
+}
+
+/// What is wrong with one function's "Errors:" clause, if anything. The fixed form: the doc holds one
+/// `Errors:` (the clause runs to the end of its paragraph), naming each status the function can return as
+/// `` `NAME` `` (the constant without `HOSTFIRST_STATUS_`), each with when where that is not plain; a
+/// function that has no failure of its own names `PANIC` (a bug inside the library).
+fn errors_clause_problem(doc: &str, statuses: &[String]) -> Option<String> {
+    let n = doc.matches("Errors:").count();
+    if n != 1 {
+        return Some(format!("{n} `Errors:` clauses (want exactly one)"));
+    }
+    let rest = &doc[doc.find("Errors:").unwrap()..];
+    let clause = rest.split("\n\n").next().unwrap_or(rest).replace('\n', " ");
+    let named: Vec<&str> = clause.split('`').skip(1).step_by(2).collect();
+    let listed: Vec<&&str> = named.iter().filter(|w| statuses.iter().any(|s| s == **w)).collect();
+    if listed.is_empty() {
+        return Some("its `Errors:` clause names no status".to_string());
+    }
+    // Backticked upper-case words in the clause are statuses (a misspelt or retired one fails), the header's
+    // own constants (HOSTFIRST_*, checked by `docs_name_only_declared_items_and_no_past_release`) or C's limits.
+    let unknown: Vec<&&str> = named
+        .iter()
+        .filter(|w| w.len() > 1 && w.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
+        .filter(|w| !w.starts_with("HOSTFIRST_"))
+        .filter(|w| !statuses.iter().any(|s| s == **w) && !["SIZE_MAX", "UINT64_MAX", "INT64_MAX"].contains(*w))
+        .collect();
+    (!unknown.is_empty()).then(|| format!("its `Errors:` clause names {unknown:?}, which are not statuses"))
+}
+
+/// Every stable function that returns a status lists its error statuses in one fixed form (issue 43):
+/// one `Errors:` clause naming statuses of the header.
+#[test]
+fn every_stable_function_lists_its_error_statuses() {
+    let text = std::fs::read_to_string(crate::common::root().join("include/hostfirst.h")).unwrap();
+    let (_, functions) = doc_blocks(&text);
+    let statuses = status_names();
+    let stable: Vec<&FnDoc> = functions.iter().filter(|f| f.tier == Tier::Stable && f.returns_status).collect();
+    // The parse must see the API: as many status-returning functions as the code view, every one documented.
+    let api = api();
+    let all = api.functions.values().filter(|(ret, _)| ret == "hostfirst_status").count();
+    assert_eq!(functions.iter().filter(|f| f.returns_status).count(), all, "status-returning functions parsed");
+    assert!(stable.len() >= 110, "{} stable status-returning functions", stable.len());
+    assert!(
+        functions.iter().any(|f| f.tier == Tier::Experimental) && functions.iter().any(|f| f.tier == Tier::TestHook)
+    );
+    let undocumented: Vec<&String> = functions.iter().filter(|f| f.doc.trim().is_empty()).map(|f| &f.name).collect();
+    assert!(undocumented.is_empty(), "functions without a doc comment: {undocumented:?}");
+    let bad: Vec<String> = stable
+        .iter()
+        .filter_map(|f| errors_clause_problem(&f.doc, &statuses).map(|p| format!("{}: {p}", f.name)))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "{} stable functions do not list their error statuses in the one form (`Errors: `NULL_ARGUMENT`, \
+         `INVALID_ARGUMENT` (when), ...`, from reading the function's code path):\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn errors_clause_form_is_checked() {
+    let s = status_names();
+    assert_eq!(errors_clause_problem("Does it. Errors: `NULL_ARGUMENT`, `OUT_OF_RANGE` (past the end).", &s), None);
+    assert_eq!(errors_clause_problem("Errors: `PANIC` only (a bug inside the library).", &s), None);
+    // The clause ends with its paragraph: C's and the OS's names in a later paragraph are not statuses.
+    assert_eq!(errors_clause_problem("Errors: `IO`.\n\nMaps it `MAP_PRIVATE`.", &s), None);
+    assert!(errors_clause_problem("Errors: `IO`, `MAP_PRIVATE`.", &s).unwrap().contains("MAP_PRIVATE"));
+    assert!(errors_clause_problem("Does it. Thread-safe.", &s).unwrap().contains("0 `Errors:`"));
+    assert!(errors_clause_problem("Errors: as for `hostfirst_put`.", &s).unwrap().contains("names no status"));
+    assert!(errors_clause_problem("Errors: `NULL_ARGUMENT`, `NO_SUCH_THING`.", &s).unwrap().contains("NO_SUCH_THING"));
+    assert!(errors_clause_problem("Errors: `IO`. Errors: `IO`.", &s).unwrap().contains("2 `Errors:`"));
+}
+
+/// Function docs describe this release only (issue 43): no "0.1 had ..." notes and no names the header does
+/// not declare (a removed function or type is the CHANGELOG's business). Every `hostfirst_*` word of a doc
+/// comment names something the header declares.
+#[test]
+fn docs_name_only_declared_items_and_no_past_release() {
+    let text = std::fs::read_to_string(crate::common::root().join("include/hostfirst.h")).unwrap();
+    let (blocks, _) = doc_blocks(&text);
+    assert!(blocks.len() > 300, "{} doc comments parsed", blocks.len());
+    let declared: std::collections::HashSet<String> =
+        crate::header::declared_names(&header_code()).into_iter().map(|(_, n)| n).collect();
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let (mut past, mut undeclared) = (Vec::new(), Vec::new());
+    for b in &blocks {
+        let flat = b.replace('\n', " ");
+        // "0.1" as a release (not a number such as "0.1 s/GB" or "0.15").
+        for (i, _) in flat.match_indices("0.1") {
+            let before = flat[..i].chars().next_back();
+            let after = flat[i + 3..].chars().next();
+            let number = before.is_some_and(|c| c.is_ascii_digit() || c == '.')
+                || after.is_some_and(|c| c.is_ascii_digit())
+                || flat[i + 3..].starts_with(" s");
+            if !number {
+                past.push(flat.chars().take(100).collect::<String>());
+            }
+        }
+        for w in flat.split(|c: char| !is_word(c)) {
+            // Lower case only: upper-case HOSTFIRST_ words may be environment variables (HOSTFIRST_IO) or the
+            // opt-in macros (HOSTFIRST_EXPERIMENTAL).
+            let prefixed = w.starts_with("hostfirst_");
+            // `hostfirst_*_options` and such families split into a prefix ending with `_`.
+            if prefixed && !w.ends_with('_') && !declared.contains(w) {
+                undeclared.push(w.to_string());
+            }
+        }
+    }
+    undeclared.sort();
+    undeclared.dedup();
+    assert!(past.is_empty(), "doc comments about an earlier release (move them to CHANGELOG.md): {past:#?}");
+    assert!(undeclared.is_empty(), "doc comments name what the header does not declare: {undeclared:?}");
+}
+
+/// `hostfirst_build_info` writes into a buffer it is given, by its own rule (issue 43: it used to refer to
+/// `hostfirst_last_error_message`'s buffer rules, which that function no longer has).
+#[test]
+fn build_info_doc_states_its_own_rule() {
+    let text = std::fs::read_to_string(crate::common::root().join("include/hostfirst.h")).unwrap();
+    let (_, functions) = doc_blocks(&text);
+    let f = functions.iter().find(|f| f.name == "hostfirst_build_info").expect("hostfirst_build_info");
+    assert!(!f.doc.contains("last_error_message"), "{}", f.doc);
+    assert!(f.doc.contains("capacity"), "{}", f.doc);
+}
+
+/// Every extensible struct (`size_t struct_size` first) has `HOSTFIRST_<STRUCT>_SIZE_1_0` (issue 43), for
+/// bindings that cannot run `sizeof`, and it is the struct's `sizeof` as the C compiler sees the header: a
+/// program of `_Static_assert`s, generated from the parsed header and compiled with `-Werror`, must build and
+/// run. (The library's side: src/ffi/struct_sizes.rs checks each against the Rust layout at compile time.)
+#[test]
+fn every_extensible_struct_has_its_1_0_size() {
+    use crate::common::*;
+    let api = api();
+    let extensible: Vec<&String> =
+        api.structs.iter().filter(|(_, f)| f.first().is_some_and(|f| f.1 == "struct_size")).map(|(n, _)| n).collect();
+    assert!(extensible.len() >= 15, "extensible structs found: {extensible:?}");
+    let mut c = String::from("#define HOSTFIRST_EXPERIMENTAL\n#include \"hostfirst.h\"\n");
+    let mut missing = Vec::new();
+    for s in &extensible {
+        let constant = format!("HOSTFIRST_{}_SIZE_1_0", s.trim_start_matches("hostfirst_").to_uppercase());
+        match api.macros.iter().find(|(n, _)| *n == constant) {
+            Some((_, v)) if v.parse::<usize>().is_ok() => {}
+            _ => missing.push(constant.clone()),
+        }
+        c.push_str(&format!("_Static_assert(sizeof({s}) == {constant}, \"{constant} is not sizeof({s})\");\n"));
+    }
+    assert!(missing.is_empty(), "extensible structs without their 1.0 size as an integer constant: {missing:?}");
+    c.push_str("int main(void) { return 0; }\n");
+    assert!(have_cc(), "no C compiler");
+    let src = scratch("struct_sizes").join("struct_sizes_1_0.c");
+    std::fs::write(&src, c).unwrap();
+    run_ok(&compile_c(&[&src], "struct_sizes_1_0", &[]), &[], &[]);
 }

@@ -42,8 +42,6 @@ HOSTFIRST_VERSION_PATCH = 0
 
 CONSTANTS = {k: v for k, v in dict(globals()).items() if k.startswith("HOSTFIRST_")}
 
-GATHER_STREAM_OPEN = ctypes.c_size_t(-1).value  # HOSTFIRST_GATHER_STREAM_OPEN, `(size_t)-1` (not in CONSTANTS:
-# the layout probe prints constants as long long)
 
 
 class _Mirror(ctypes.Structure):
@@ -490,6 +488,8 @@ SIGNATURES = {
     "hostfirst_gather_stream_start_from_buffer": (c_status, [_h, _h, P(_u64), _size, _size, _ph]),
     "hostfirst_gather_stream_next": (c_status, [_h, _ph]),
     "hostfirst_gather_stream_free": (c_status, [_h]),
+    "hostfirst_gather_stream_open": (c_status, [_h, _h, _size, _ph]),
+    "hostfirst_gather_stream_open_from_buffer": (c_status, [_h, _h, _size, _ph]),
     "hostfirst_gather_stream_push": (c_status, [_h, P(_u64), _size]),
     "hostfirst_gather_stream_end_input": (c_status, [_h]),
     "hostfirst_random_offsets": (c_status, [P(_u64), _u64, _u64, P(_u64), _size]),

@@ -160,11 +160,13 @@ class Gather:
         src: Union[View, Buffer]
         if isinstance(source, Buffer):
             src, start = source, lib.hostfirst_gather_stream_start_from_buffer
+            open_ = lib.hostfirst_gather_stream_open_from_buffer
         else:
             src, start = source_tensor(source), lib.hostfirst_gather_stream_start
+            open_ = lib.hostfirst_gather_stream_open
         if isinstance(offsets, np.ndarray) and offsets.ndim == 2:
             return self._stream_all(start, src, offsets, depth)
-        return self._stream_fed(start, src, iter(offsets), depth)
+        return self._stream_fed(open_, src, iter(offsets), depth)
 
     def _stream_all(self, start: Any, src: Any, offsets: np.ndarray, depth: int) -> Iterator[Buffer]:
         """Every offset given to the C stream at its start."""
@@ -184,10 +186,11 @@ class Gather:
         finally:
             fin()
 
-    def _stream_fed(self, start: Any, src: Any, it: Iterator[Any], depth: int) -> Iterator[Buffer]:
-        """An open C stream, pushed one batch at a time, depth + 1 batches ahead of the one yielded."""
+    def _stream_fed(self, open_: Any, src: Any, it: Iterator[Any], depth: int) -> Iterator[Buffer]:
+        """An open C stream (hostfirst_gather_stream_open), pushed one batch at a time, depth + 1 batches ahead
+        of the one yielded."""
         h = ctypes.c_void_p()
-        check(start(self._h, src._h, None, _OPEN, depth, ctypes.byref(h)))
+        check(open_(self._h, src._h, depth, ctypes.byref(h)))
         cell = (ctypes.c_uint64 * self.batch)()
         cell_np = np.ctypeslib.as_array(cell)
         fin = weakref.finalize(cell, lib.hostfirst_gather_stream_free, h.value)  # freed on any exit
@@ -271,7 +274,6 @@ def _one(o: Any, batch: int) -> np.ndarray:
     return a
 
 
-_OPEN = _abi.GATHER_STREAM_OPEN  # HOSTFIRST_GATHER_STREAM_OPEN: an open stream, fed by push
 _END = object()
 
 
