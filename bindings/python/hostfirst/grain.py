@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ._errors import error_named
 from ._gather import Gather
 from ._tensors import File, open, open_raw  # noqa: A004
 
@@ -74,11 +75,13 @@ class TokenWindows(_Source):
         name = tensor or (names[0] if len(names) == 1 else "tokens")
         self._tokens = self._file[name]
         if len(self._tokens.shape) != 1:
-            raise ValueError(f"tensor {name!r} has shape {self._tokens.shape}; token windows need a 1-D tensor")
+            raise error_named("INVALID_ARGUMENT", f"tensor {name!r} has shape {self._tokens.shape}; token windows "
+                              "need a 1-D tensor")
         self.window, self.stride = int(window), int(stride or window)
         n = self._tokens.shape[0]
         if self.window <= 0 or self.stride <= 0 or self.window > n:
-            raise ValueError(f"window {self.window} and stride {self.stride} do not fit {n} tokens")
+            raise error_named("INVALID_ARGUMENT", f"window {self.window} and stride {self.stride} do not fit {n} "
+                              "tokens")
         self._len = (n - self.window) // self.stride + 1
         self._dtype = self._tokens.dtype_name
         self._gathers: Dict[int, Gather] = {}
@@ -96,7 +99,7 @@ class TokenWindows(_Source):
             return []
         if k.min() < 0 or k.max() >= self._len:
             bad = int(k[(k < 0) | (k >= self._len)][0])
-            raise IndexError(f"record {bad} is outside 0..{self._len - 1}")
+            raise error_named("OUT_OF_RANGE", f"record {bad} is outside 0..{self._len - 1}")
         with self._lock:
             batch = self._gather(k.size, self.window).run(self._tokens, k * self.stride)
             rows = np.array(batch)  # one copy of the whole batch; the ring's batch goes back at once
@@ -135,7 +138,7 @@ class Sequences(_Source):
             return []
         if k.min() < 0 or k.max() >= self._len:
             bad = int(k[(k < 0) | (k >= self._len)][0])
-            raise IndexError(f"sequence {bad} is outside 0..{self._len - 1}")
+            raise error_named("OUT_OF_RANGE", f"sequence {bad} is outside 0..{self._len - 1}")
         with self._lock:
             batch, lengths = self._gather(k.size, self.max_len).run_sequences(self._file, k)
             rows = np.array(batch)

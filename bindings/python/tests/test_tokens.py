@@ -84,7 +84,7 @@ def test_npy_refusals(tmp_path):
     assert e.value.status_name == "OTHER_FORMAT" and "NumPy .npy" in str(e.value)
     with pytest.raises(hostfirst.Error) as e:
         hostfirst.open_raw(tmp_path / "t.npy", "uint16")
-    assert e.value.status_name == "OTHER_FORMAT" and "hostfirst_file_open" in str(e.value)
+    assert e.value.status_name == "OTHER_FORMAT" and "hostfirst.open" in str(e.value)  # the Python call, not C's
 
 
 def write_llmc(path, tokens, magic=20240520, version=1):
