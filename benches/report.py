@@ -412,6 +412,13 @@ def main(path):
         for name, ok in save_mod.verdicts(doc):
             w(f"| {name} | **{'met' if ok else 'missed'}** |")
         w("")
+    grain_results = os.path.join(HERE, "results", "grain.json")
+    if os.path.exists(grain_results):  # grain sources (benches/grain_sources.py, its own run and JSON)
+        sys.path.insert(0, HERE)
+        import grain_sources
+
+        w("## 14. grain data sources: hostfirst.grain.TokenWindows vs a numpy memmap source (issue 43)\n")
+        w(grain_sources.markdown(json.load(open(grain_results))))
     notes = os.path.join(HERE, "notes.md")
     if os.path.exists(notes):
         w(open(notes).read())

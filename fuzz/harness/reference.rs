@@ -32,7 +32,7 @@ fn ordinal(s: &str) -> Option<u32> {
 
 /// Device spec syntax (hostfirst_device_parse's forms): case-insensitive, white space around the spec and
 /// around its `:` ignored; `cpu[:N]`, `cuda[:N]`, `gpu[:N]`, `cuda:GPU-<32 hex digits, dashes anywhere>`,
-/// `cuda:MIG-<...>`, `cuda_host[:0]`, `pinned[:0]`. None when the text is not a spec.
+/// `cuda:MIG-<...>`, `cuda_host[:0]`. None when the text is not a spec.
 pub fn device_spec(text: &str) -> Option<Spec> {
     let t = text.trim();
     if t.is_empty() || t.len() > MAX_SPEC_LEN {
@@ -55,8 +55,8 @@ pub fn device_spec(text: &str) -> Option<Spec> {
             }
             None => ordinal(a).map(Spec::CudaOrdinal),
         },
-        ("cuda_host" | "pinned", None) => Some(Spec::CudaHost),
-        ("cuda_host" | "pinned", Some(a)) => (ordinal(a) == Some(0)).then_some(Spec::CudaHost),
+        ("cuda_host", None) => Some(Spec::CudaHost),
+        ("cuda_host", Some(a)) => (ordinal(a) == Some(0)).then_some(Spec::CudaHost),
         _ => None,
     }
 }

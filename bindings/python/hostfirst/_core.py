@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 from typing import NamedTuple, Tuple, Union
 
 from . import _abi
@@ -49,7 +50,7 @@ def check(status: int) -> None:
     """Raises the exception for a non-OK status, with the thread's last error message (and fit numbers)."""
     if status == _OK:
         return
-    err = error_for(status, last_error())
+    err = error_for(status, python_names(last_error()))
     if status == _OUT_OF_MEMORY:
         fit = _abi.FitInfo()
         fit.struct_size = ctypes.sizeof(fit)
@@ -60,20 +61,50 @@ def check(status: int) -> None:
     raise err
 
 
+# The library's messages name its C functions; Python users call these instead (the format names are
+# hostfirst.open's `format=` values).
+_C_NAMES = [
+    (re.compile(r"hostfirst_file_open_format with HOSTFIRST_FORMAT_([A-Z_]+)"),
+     lambda m: f'hostfirst.open(path, format="{m.group(1).lower()}")'),
+    (re.compile(r"hostfirst_file_open_raw\b"), lambda m: "hostfirst.open_raw"),
+    (re.compile(r"hostfirst_file_open_memory\b"), lambda m: "hostfirst.numpy.load"),
+    (re.compile(r"hostfirst_file_open\b"), lambda m: "hostfirst.open"),
+]
+
+
+def python_names(message: str) -> str:
+    """A library message with the C functions it recommends replaced by their Python spellings."""
+    if "hostfirst_" in message:
+        for pattern, repl in _C_NAMES:
+            message = pattern.sub(repl, message)
+    return message
+
+
 def c_string(s: str, what: str = "string") -> bytes:
-    """UTF-8 bytes for the C API; an embedded NUL is refused with ValueError (as open() does)."""
+    """UTF-8 bytes for the C API; an embedded NUL is refused with InvalidArgumentError (a ValueError, as
+    open() raises)."""
     b = str(s).encode("utf-8", "surrogateescape")
     if b"\0" in b:
-        raise ValueError(f"embedded null byte in {what}")
+        raise error_named("INVALID_ARGUMENT", f"embedded null byte in {what} {str(s)[:40]!r}")
     return b
 
 
 def c_path(path: PathLike) -> bytes:
-    """A path for the C API: str, bytes or os.PathLike; NUL refused with ValueError like open(). Names that
-    are not UTF-8 go to the library unchanged, which refuses them with its own error (InvalidArgumentError)."""
+    """A path for the C API: str, bytes or os.PathLike; NUL refused with InvalidArgumentError (a ValueError,
+    as open() raises). Bytes holding a NUL are most likely a file's contents passed where its path goes: the
+    message says so and names the call that takes them. Names that are not UTF-8 go to the library unchanged,
+    which refuses them with its own error (InvalidArgumentError)."""
+    if isinstance(path, (bytearray, memoryview)):
+        raise TypeError(f"a path is str, bytes or os.PathLike, not {type(path).__name__} (for the contents of a "
+                        "safetensors file in memory use hostfirst.numpy.load(data) or hostfirst.jax.load(data))")
     p = os.fsencode(path)
     if b"\0" in p:
-        raise ValueError("embedded null byte")
+        if isinstance(path, bytes):
+            raise error_named("INVALID_ARGUMENT", f"embedded null byte in a path of {len(path)} bytes: a path "
+                              "was expected (bytes holding a NUL are a file's contents, not its name; for a "
+                              "safetensors file in memory use hostfirst.numpy.load(data) or "
+                              "hostfirst.jax.load(data))")
+        raise error_named("INVALID_ARGUMENT", f"embedded null byte in path {os.fsdecode(p)[:40]!r}")
     return p
 
 

@@ -3,11 +3,11 @@
 In: a safetensors name in any case ("U16", "u16", "BF16"), a numpy name ("uint16", "bfloat16",
 "float8_e4m3fn"), a numpy scalar type (np.uint16), an np.dtype, or an ml_dtypes type.
 
-Out (`View.dtype`, `Buffer.dtype`): an `np.dtype` wherever numpy has one; bf16 and the fp8 types come as
-ml_dtypes dtypes when ml_dtypes is installed, otherwise as their ml_dtypes name (a str: "bfloat16",
-"float8_e4m3fn", ...). The packed sub-byte types (F4, F6_E2M3, F6_E3M2) have no numpy dtype anywhere
-(numpy stores at least a byte per element): they come as their safetensors name (a str). `.dtype_name` is
-always the safetensors name.
+Out: `View.dtype` is always an `np.dtype` (bf16 and the fp8 types: ml_dtypes' dtypes); where numpy has none
+(the packed sub-byte types F4, F6_E2M3, F6_E3M2, for which numpy stores at least a byte per element; bf16/fp8
+without ml_dtypes) reading it raises TypeError naming the tensor. `Buffer.dtype` and `Gather.dtype` are the
+numpy dtype wherever numpy has one, else the name (bf16/fp8 without ml_dtypes: their ml_dtypes name, a str;
+the packed types: their safetensors name). `.dtype_name` is always the safetensors name.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ builtin, from that builtin too:
       INVALID_HANDLE, BUFFER_TOO_SMALL,
       NO_SUCH_DEVICE, UNSUPPORTED
     every malformed-file status              FormatError subclasses        ValueError
-    the others (IMPLICIT_PLACEMENT, UNAVAILABLE, DEVICE_ERROR, ...)     hostfirst.Error only
+    UNAVAILABLE (no driver, no JAX device)   UnavailableError              RuntimeError
+    the others (IMPLICIT_PLACEMENT, DEVICE_ERROR, BUSY, ...)               hostfirst.Error only
 
 Status codes and names come from the loaded library (`hostfirst_status_name`), never from literals here.
 """
@@ -155,8 +156,9 @@ class ImplicitPlacementError(HostfirstError):
     status_name = "IMPLICIT_PLACEMENT"
 
 
-class UnavailableError(HostfirstError):
-    """UNAVAILABLE: a backend or device is not available here (no driver, no JAX device)."""
+class UnavailableError(HostfirstError, RuntimeError):
+    """UNAVAILABLE: a backend or device is not available here (no driver, no JAX device). Also a RuntimeError,
+    which JAX raises for a backend it does not have (`jax.devices("gpu")` without a GPU)."""
     status_name = "UNAVAILABLE"
 
 

@@ -82,7 +82,7 @@ class Gather:
         the truncation-proof fast path, each window a memcpy). OutOfRangeError names the first offset whose
         window runs past the end."""
         if len(offsets) != self.batch:
-            raise ValueError(f"{len(offsets)} offsets for a batch of {self.batch}")
+            raise error_named("INVALID_ARGUMENT", f"{len(offsets)} offsets for a batch of {self.batch}")
         o = np.asarray(offsets)
         if o.dtype.kind not in "iu":
             raise TypeError(f"offsets must be integers, not {o.dtype}")
@@ -114,7 +114,7 @@ class Gather:
         tokens each row holds (for an attention or loss mask). One gather for the whole batch
         (hostfirst_gather_run_sequences)."""
         if len(indices) != self.batch:
-            raise ValueError(f"{len(indices)} indices for a batch of {self.batch}")
+            raise error_named("INVALID_ARGUMENT", f"{len(indices)} indices for a batch of {self.batch}")
         o = np.asarray(indices)
         if o.dtype.kind not in "iu":
             raise TypeError(f"indices must be integers, not {o.dtype}")
@@ -255,7 +255,7 @@ def _refuse_negative(o: np.ndarray) -> None:
 def _whole(offsets: np.ndarray, batch: int) -> np.ndarray:
     """A [n, batch] integer array as uint64 (checked: shape, dtype, no negative offset)."""
     if offsets.shape[1] != batch:
-        raise ValueError(f"offsets of shape {offsets.shape} for a batch of {batch}")
+        raise error_named("INVALID_ARGUMENT", f"offsets of shape {offsets.shape} for a batch of {batch}")
     if offsets.dtype.kind not in "iu":
         raise TypeError(f"offsets must be integers, not {offsets.dtype}")
     _refuse_negative(offsets)
@@ -267,7 +267,8 @@ def _one(o: Any, batch: int) -> np.ndarray:
     """One batch's offsets from an iterable's item (checked: shape, dtype, no negative offset)."""
     a = np.asarray(o)
     if a.shape != (batch,):
-        raise ValueError(f"{a.shape[0] if a.ndim == 1 else a.shape} offsets for a batch of {batch}")
+        raise error_named("INVALID_ARGUMENT",
+                          f"{a.shape[0] if a.ndim == 1 else a.shape} offsets for a batch of {batch}")
     if a.dtype.kind not in "iu":
         raise TypeError(f"offsets must be integers, not {a.dtype}")
     _refuse_negative(a)

@@ -66,7 +66,11 @@ def index_copy(view: View, key: Any) -> np.ndarray:
     """`view[key]` (numpy's basic indexing, and the empty list) as an owned, writable, C-contiguous numpy array:
     only the narrowed range holding the selected elements is read (pread), and an index that selects nothing
     reads nothing. An index on every dimension gives a 0-d array, as safetensors does (never a numpy scalar)."""
-    sel = view._select(key)
+    return copy_selection(view, view._select(key))
+
+
+def copy_selection(view: View, sel: Any) -> np.ndarray:
+    """`index_copy` of a selection already made (`view._select(key)`): what it selects, read."""
     if sel.empty is not None:
         return np.empty(sel.empty, _dtypes.require_numpy_dtype(view.dtype_code))
     a = copy_view(sel.view)
@@ -97,7 +101,8 @@ class _Slice:
             if isinstance(part, View):
                 part = self._owner._numpy_of(part, name)
             return self._owner._deliver(np.asarray(part), name)
-        return self._owner._deliver(self._owner._owned(lambda: index_copy(self._tensor, key), name), name)
+        sel = self._tensor._select(key)  # a bad index raises here, naming the tensor once
+        return self._owner._deliver(self._owner._owned(lambda: copy_selection(self._tensor, sel), name), name)
 
     def __repr__(self) -> str:
         return f"<hostfirst slice '{self._tensor.name}' {self._tensor.dtype_name} {list(self._tensor.shape)}>"

@@ -16,6 +16,7 @@ import numpy as np
 
 from . import _abi, _dtypes
 from ._core import PathLike, c_path, c_string, check, check_path, text
+from ._errors import error_named
 from ._lib import lib
 from ._tensors import Buffer, View
 
@@ -124,7 +125,7 @@ class Writer:
 
     def _handle(self) -> int:
         if self._h is None:
-            raise ValueError("the writer is closed")
+            raise error_named("INVALID_HANDLE", "the writer is closed")
         return self._h
 
     def add(self, name: str, tensor: Any) -> None:
@@ -163,7 +164,8 @@ class Writer:
         a = host_bytes(tensor, name)
         ln, lrank = _dims(a.shape)
         if lrank != rank:
-            raise ValueError(f"tensor '{name}': a piece of rank {a.ndim} at a start of rank {rank}")
+            raise error_named("INVALID_ARGUMENT",
+                              f"tensor '{name}': a piece of rank {a.ndim} at a start of rank {rank}")
         check(lib.hostfirst_writer_add_piece_host(self._handle(), n, st, ln, rank,
                                                   a.ctypes.data_as(ctypes.c_void_p) if a.nbytes else None, a.nbytes))
         self._keep.append(a)

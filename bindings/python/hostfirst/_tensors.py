@@ -86,7 +86,7 @@ class _HostArrayMixin:
         a = self.numpy()
         if dtype is not None and np.dtype(dtype) != a.dtype:
             if copy is False:
-                raise ValueError(f"cannot convert {a.dtype} to {np.dtype(dtype)} without a copy")
+                raise error_named("INVALID_ARGUMENT", f"cannot convert {a.dtype} to {np.dtype(dtype)} without a copy")
             return a.astype(dtype)
         return a.copy() if copy else a
 
@@ -109,6 +109,7 @@ def _describe_shape(shape_ptr: Any, rank: int) -> Tuple[int, ...]:
 
 
 _DTYPE_NAMES: Dict[int, str] = {}  # dtype code -> hostfirst_dtype_name (fixed strings of the library)
+_NUMPY_DTYPES: Dict[int, "np.dtype[Any]"] = {}  # dtype code -> numpy dtype, for those that have one
 
 
 def _dtype_name(code: int) -> str:
@@ -146,7 +147,7 @@ class View(_HostArrayMixin):
     the library's views do not).
     """
 
-    __slots__ = ("_h", "_finalizer", "name", "dtype", "dtype_name", "dtype_code", "shape", "nbytes", "data_ptr",
+    __slots__ = ("_h", "_finalizer", "name", "dtype_name", "dtype_code", "shape", "nbytes", "data_ptr",
                  "alignment", "strides", "__weakref__")
 
     def __init__(self, handle: Optional[int]):
@@ -159,13 +160,26 @@ class View(_HostArrayMixin):
         self.name = text(i.name)
         self.dtype_code = i.dtype
         self.dtype_name = _dtype_name(i.dtype)
-        self.dtype = _dtypes.reported(i.dtype)
         self.shape = _describe_shape(i.shape, i.rank)
         self.nbytes = i.nbytes
         self.data_ptr = i.data or 0
         self.alignment = i.alignment
         #: Element strides of a strided view (an inner-dimension slice), None for a C-contiguous one.
         self.strides: Optional[Tuple[int, ...]] = _describe_shape(i.strides, i.rank) if i.strides else None
+
+    @property
+    def dtype(self) -> "np.dtype[Any]":
+        """The tensor's numpy dtype (bf16 and fp8: ml_dtypes' dtypes). The packed F4/F6 dtypes have none
+        (numpy stores at least a byte per element), nor do bf16/fp8 without ml_dtypes: TypeError naming the
+        tensor. `.dtype_name`, the safetensors name ("F4", "BF16"), is there for every dtype."""
+        dt = _NUMPY_DTYPES.get(self.dtype_code)
+        if dt is None:
+            try:
+                dt = _NUMPY_DTYPES[self.dtype_code] = _dtypes.require_numpy_dtype(self.dtype_code)
+            except TypeError as e:
+                raise TypeError(f"tensor '{self.name}' has no numpy dtype: {e}; its .dtype_name is "
+                                f"{self.dtype_name!r}") from None
+        return dt
 
     def _host_memory(self) -> Tuple[int, bool]:
         return self.data_ptr, True
@@ -319,7 +333,8 @@ class View(_HostArrayMixin):
         check(lib.hostfirst_put_options_init(ctypes.byref(opts), ctypes.sizeof(opts)))
         opts.copy_on_write, opts.resident = int(bool(copy_on_write)), int(bool(resident))
         if int(threads) < 0 or int(staging_mib) < 0:
-            raise ValueError(f"threads ({threads}) and staging_mib ({staging_mib}) must not be negative")
+            raise error_named("INVALID_ARGUMENT",
+                              f"threads ({threads}) and staging_mib ({staging_mib}) must not be negative")
         opts.threads, opts.staging_bytes = int(threads), int(staging_mib) << 20
         out = ctypes.c_void_p()
         if isinstance(device, str) and device.strip().lower() == "default":

@@ -8,24 +8,63 @@
 
 A source follows grain's protocol: `len(src)`, `src[i]` (one record, a numpy array of its own), and the
 batched read `src._getitems(keys)` (grain's `SupportsBatchedReadRandomAccessDataSource`; also spelled
-`__getitems__`), which reads every record of the batch with one hostfirst gather (one submission of all its
-reads) instead of one read per record. Records are copies: nothing a source hands out changes or keeps a
-batch of the gather's ring. Sources pickle by their arguments (grain's worker processes reopen the file) and
-their `repr` names them (grain's checkpoints). Thread-safe. grain itself is not needed to use them.
+`__getitems__`). Records are copies: nothing a source hands out changes, or keeps a batch of a gather's ring.
+
+What grain calls: its pipelines read one record at a time. `MapDataset.source(src).shuffle().batch(n)`,
+`to_iter_dataset().batch(n)` and `DataLoader(operations=[Batch(n)])` all call `src[i]` once per record (grain
+0.2's batch pushes `_getitems` down to the source only under an experiment flag, and `MapDataset.source(src)
+._getitems(keys)` called directly). So the single-record read is the one that counts: it is a copy of the
+record out of a numpy view of the file's mapping (a slice, as a `np.memmap` source reads it; BENCHMARKS.md,
+section 14, measures both through grain), and a `_getitems` of more than a few keys is one hostfirst gather
+(one submission of all its reads). Like any memmap source, a record read after the file was truncated under
+the source kills the process with SIGBUS (replace token files with a rename, as writers do).
+
+Sources pickle by their arguments (grain's worker processes reopen the file) and their `repr` names them
+(grain's checkpoints). Thread-safe. grain itself is not needed to use them.
 """
 
 from __future__ import annotations
 
+import operator
 import os
 import threading
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ._errors import error_named
 from ._gather import Gather
-from ._tensors import File, open, open_raw  # noqa: A004
+from ._tensors import File, View, open, open_raw  # noqa: A004
 
 __all__ = ["Sequences", "TokenWindows"]
+
+#: A batched read of at most this many keys copies each record out of the mapped view (numpy slices, a
+#: microsecond or two each); larger ones are one gather (BENCHMARKS.md, section 14, for the crossover).
+SMALL_READ = 4
+
+
+def _host_view(tokens: View) -> Optional[np.ndarray]:
+    """The tokens as a read-only numpy array on the file's mapping (zero-copy), or None where numpy cannot hold
+    the dtype (then every read is a gather)."""
+    try:
+        return tokens.numpy()
+    except TypeError:
+        return None
+
+
+def _index(index: Any, n: int, what: str) -> int:
+    i = operator.index(index)
+    if not 0 <= i < n:
+        raise error_named("OUT_OF_RANGE", f"{what} {i} is outside 0..{n - 1}")
+    return i
+
+
+def _keys(keys: Sequence[int], n: int, what: str) -> np.ndarray:
+    k = np.asarray(keys, dtype=np.int64).reshape(-1)
+    if k.size and (k.min() < 0 or k.max() >= n):
+        bad = int(k[(k < 0) | (k >= n)][0])
+        raise error_named("OUT_OF_RANGE", f"{what} {bad} is outside 0..{n - 1}")
+    return k
 
 
 class _Source:
@@ -74,13 +113,16 @@ class TokenWindows(_Source):
         name = tensor or (names[0] if len(names) == 1 else "tokens")
         self._tokens = self._file[name]
         if len(self._tokens.shape) != 1:
-            raise ValueError(f"tensor {name!r} has shape {self._tokens.shape}; token windows need a 1-D tensor")
+            raise error_named("INVALID_ARGUMENT", f"tensor {name!r} has shape {self._tokens.shape}; token windows "
+                              "need a 1-D tensor")
         self.window, self.stride = int(window), int(stride or window)
         n = self._tokens.shape[0]
         if self.window <= 0 or self.stride <= 0 or self.window > n:
-            raise ValueError(f"window {self.window} and stride {self.stride} do not fit {n} tokens")
+            raise error_named("INVALID_ARGUMENT", f"window {self.window} and stride {self.stride} do not fit {n} "
+                              "tokens")
         self._len = (n - self.window) // self.stride + 1
         self._dtype = self._tokens.dtype_name
+        self._host = _host_view(self._tokens)
         self._gathers: Dict[int, Gather] = {}
         self._lock = threading.Lock()
 
@@ -88,17 +130,22 @@ class TokenWindows(_Source):
         return self._len
 
     def __getitem__(self, index: int) -> np.ndarray:
-        return self._getitems([index])[0]
+        """Record `index`: a copy of its window out of the mapped tokens (what grain calls per record)."""
+        if self._host is None:
+            return self._getitems([index])[0]
+        start = _index(index, self._len, "record") * self.stride
+        return self._host[start:start + self.window].copy()
 
     def _getitems(self, keys: Sequence[int]) -> List[np.ndarray]:
-        k = np.asarray(keys, dtype=np.int64).reshape(-1)
+        """Records `keys`: up to SMALL_READ of them copied out of the mapped tokens, more in one gather."""
+        k = _keys(keys, self._len, "record")
         if k.size == 0:
             return []
-        if k.min() < 0 or k.max() >= self._len:
-            bad = int(k[(k < 0) | (k >= self._len)][0])
-            raise IndexError(f"record {bad} is outside 0..{self._len - 1}")
+        host, w = self._host, self.window
+        if host is not None and k.size <= SMALL_READ:
+            return [host[s:s + w].copy() for s in (k * self.stride).tolist()]
         with self._lock:
-            batch = self._gather(k.size, self.window).run(self._tokens, k * self.stride)
+            batch = self._gather(k.size, w).run(self._tokens, k * self.stride)
             rows = np.array(batch)  # one copy of the whole batch; the ring's batch goes back at once
             del batch
         return list(rows)
@@ -120,6 +167,7 @@ class Sequences(_Source):
         self.max_len = max(1, int(max_len) if max_len is not None else longest)
         self._tokens = self._file["tokens"]
         self._dtype = self._tokens.dtype_name
+        self._host = _host_view(self._tokens)
         self._gathers: Dict[int, Gather] = {}
         self._lock = threading.Lock()
 
@@ -127,15 +175,25 @@ class Sequences(_Source):
         return self._len
 
     def __getitem__(self, index: int) -> np.ndarray:
-        return self._getitems([index])[0]
+        """Sequence `index` (cut at `max_len`): a copy out of the mapped tokens (what grain calls per record)."""
+        if self._host is None:
+            return self._getitems([index])[0]
+        return self._copy(_index(index, self._len, "sequence"))
+
+    def _copy(self, i: int) -> np.ndarray:
+        starts, lengths = self._file.sequence_spans([i])
+        start = int(starts[0])
+        assert self._host is not None
+        return self._host[start:start + min(int(lengths[0]), self.max_len)].copy()
 
     def _getitems(self, keys: Sequence[int]) -> List[np.ndarray]:
-        k = np.asarray(keys, dtype=np.int64).reshape(-1)
+        """Sequences `keys`: up to SMALL_READ of them copied out of the mapped tokens, more in one padded
+        gather."""
+        k = _keys(keys, self._len, "sequence")
         if k.size == 0:
             return []
-        if k.min() < 0 or k.max() >= self._len:
-            bad = int(k[(k < 0) | (k >= self._len)][0])
-            raise IndexError(f"sequence {bad} is outside 0..{self._len - 1}")
+        if self._host is not None and k.size <= SMALL_READ:
+            return [self._copy(i) for i in k.tolist()]
         with self._lock:
             batch, lengths = self._gather(k.size, self.max_len).run_sequences(self._file, k)
             rows = np.array(batch)

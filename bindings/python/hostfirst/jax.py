@@ -54,7 +54,7 @@ from __future__ import annotations
 import ctypes
 import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Tuple, Union, cast, overload
 
 try:
     import jax
@@ -73,10 +73,15 @@ from ._targets import MEMORY_KINDS, parse_target
 from ._tensors import Buffer, File, RuleList, Rules, View, _Load, _LoadedBuffer, make_plan, rule_pairs, with_default
 from . import _shard
 
-__all__ = ["MEMORY_KINDS", "jax_device", "load", "load_file", "parse_target", "stream", "to_jax"]
+__all__ = ["MEMORY_KINDS", "jax_device", "load", "load_file", "parse_target", "save", "save_file", "save_tree",
+           "stream", "to_jax"]
 
 HostArray = np.ndarray
+#: What `load_file` gives a tensor when rules may keep some on the host: a jax.Array, a numpy array (a host
+#: target) or a hostfirst View/Buffer (host targets of the packed F4/F6 dtypes, which numpy cannot hold).
 Placed = Union["jax.Array", HostArray, View, Buffer]
+#: `default=` values that place on a JAX device: without rules, `load_file` then gives only jax.Arrays.
+OnDevice = Literal["default", "cpu", "cuda", "gpu", "cuda_host", "device", "pinned_host", "unpinned_host"]
 
 def jax_device(device: Device) -> Any:
     """The JAX device a hostfirst device names: cpu -> jax.devices("cpu")[0], cuda:N -> JAX's GPU N, cuda_host
@@ -316,9 +321,21 @@ def _load_view(load: _Load, name: str) -> View:
     return View(view.value)
 
 
+@overload
+def load_file(path: Union[PathLike, File], rules: None = None, shardings: Optional[Mapping[str, Any]] = None,
+              default: OnDevice = "default", *, backend: str = "mmap",
+              zero_copy: bool = False) -> Dict[str, "jax.Array"]: ...
+
+
+@overload
 def load_file(path: Union[PathLike, File], rules: Optional[Rules] = None,
               shardings: Optional[Mapping[str, Any]] = None, default: str = "default", *,
-              backend: str = "mmap", zero_copy: bool = False) -> Dict[str, Placed]:
+              backend: str = "mmap", zero_copy: bool = False) -> Dict[str, Placed]: ...
+
+
+def load_file(path: Union[PathLike, File], rules: Optional[Rules] = None,
+              shardings: Optional[Mapping[str, Any]] = None, default: str = "default", *,
+              backend: str = "mmap", zero_copy: bool = False) -> Dict[str, Any]:
     """Loads a safetensors file (or a sharded set's index) by placement rules: a dict name -> jax.Array (device
     targets) or numpy array (host targets), in file order. `path` may be any file `hostfirst.open` opens (.npy,
     an llm.c shard, a Megatron dataset), or a File already open (`hostfirst.open_raw` for a headerless token
@@ -351,7 +368,12 @@ def load_file(path: Union[PathLike, File], rules: Optional[Rules] = None,
     just its shards); `rules` places the other tensors. Splits must be even (InvalidArgumentError naming the
     tensor, the dimension, its size and the mesh axes).
 
-    `backend` ("mmap" or "pread"): safetensors 0.8's keyword, checked; both read the same way here."""
+    `backend` ("mmap" or "pread"): safetensors 0.8's keyword, checked; both read the same way here.
+
+    Typing: without `rules` (and with `default` left alone or naming a JAX device or memory kind literally:
+    "cpu", "cuda", "pinned_host", ...), every value is a jax.Array and the result is typed
+    `Dict[str, jax.Array]`, as `safetensors.flax.load_file`'s is; with rules (or another `default`, such as
+    "host" or a variable) it is `Dict[str, jax.Array | np.ndarray | View | Buffer]`."""
     check_backend(backend)
     sharded = _shard.load_jax(path, shardings) if shardings else {}
     f = path if isinstance(path, File) else File(path)
@@ -367,7 +389,7 @@ def load_file(path: Union[PathLike, File], rules: Optional[Rules] = None,
     return {t.name: sharded[t.name] if t.name in sharded else placed[t.name] for t in tensors}
 
 
-def load(data: bytes) -> Dict[str, Any]:
+def load(data: bytes) -> Dict[str, "jax.Array"]:
     """Every tensor of a safetensors image in memory (the bytes of a file) as a jax.Array on hostfirst's default
     device, in file order (`safetensors.flax.load`). The image is validated as files are (a FormatError, a
     ValueError, names what is wrong); TypeError for anything but bytes, and for dtypes JAX cannot hold."""
@@ -376,7 +398,7 @@ def load(data: bytes) -> Dict[str, Any]:
         arrays = _load_numpy(f)
     finally:
         f._release()
-    return host_to_jax(arrays, "default")
+    return cast(Dict[str, "jax.Array"], host_to_jax(arrays, "default"))
 
 
 def stream(gather: Any, source: Any, offsets: Any, depth: int = 2, device: Any = None) -> Iterator["jax.Array"]:
@@ -539,5 +561,5 @@ def save_tree(tree: Any, path: Any, metadata: Optional[Dict[str, str]] = None, *
         seen[n] = seen.get(n, 0) + 1
     dup = [n for n, c in seen.items() if c > 1]
     if dup:
-        raise ValueError(f"two leaves of the tree have the name {dup[0]!r} (choose another sep)")
+        raise error_named("INVALID_ARGUMENT", f"two leaves of the tree have the name {dup[0]!r} (choose another sep)")
     return _save_arrays(named, path, metadata, max_part_bytes, sync)

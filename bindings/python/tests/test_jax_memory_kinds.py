@@ -43,7 +43,8 @@ def model(tmp_path_factory):
     ("device", ("default", "device")), ("cpu:pinned_host", ("cpu", "pinned_host")),
     ("cpu:0:unpinned_host", ("cpu:0", "unpinned_host")), ("cuda:0:pinned_host", ("cuda:0", "pinned_host")),
     ("default:device", ("default", "device")), (" CPU:Pinned_Host ", ("CPU", "pinned_host")),
-    ("cpu", ("cpu", None)), ("cuda:GPU-1234:device", ("cuda:GPU-1234", "device")), ("host", ("host", None)),
+    ("cpu", ("cpu", None)), ("host", ("host", None)),
+    ("cuda:GPU-0123abcd-0000-1111-2222-333344445555:device", ("cuda:GPU-0123abcd-0000-1111-2222-333344445555", "device")),
 ])
 def test_parse_target(target, want):
     assert hostfirst.jax.parse_target(target) == want

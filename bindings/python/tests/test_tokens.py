@@ -84,7 +84,7 @@ def test_npy_refusals(tmp_path):
     assert e.value.status_name == "OTHER_FORMAT" and "NumPy .npy" in str(e.value)
     with pytest.raises(hostfirst.Error) as e:
         hostfirst.open_raw(tmp_path / "t.npy", "uint16")
-    assert e.value.status_name == "OTHER_FORMAT" and "hostfirst_file_open" in str(e.value)
+    assert e.value.status_name == "OTHER_FORMAT" and "hostfirst.open" in str(e.value)  # the Python call, not C's
 
 
 def write_llmc(path, tokens, magic=20240520, version=1):
@@ -238,3 +238,58 @@ def test_readme_get_batch_runs(tmp_path, monkeypatch):
     x, y = scope["x"], scope["y"]
     assert x.shape == y.shape == (64, 1024)
     assert np.array_equal(x[:, 1:], y[:, :-1])
+
+
+def test_grain_single_and_batched_reads_agree(tmp_path):
+    """Issue 43 point 16: a single record (what grain's pipelines call) is a copy out of the mapped tokens, a
+    large `_getitems` one gather; every path gives the same records, each an array of its own."""
+    toks = np.random.default_rng(3).integers(0, 50257, 20_000).astype(np.uint16)
+    (tmp_path / "train.bin").write_bytes(toks.tobytes())
+    src = hostfirst.grain.TokenWindows(tmp_path / "train.bin", window=129, stride=100, dtype="uint16")
+    n = len(src)
+    want = [toks[k * 100:k * 100 + 129] for k in range(n)]
+    r = src[5]
+    assert np.array_equal(r, want[5]) and r.flags.writeable and r.flags.owndata
+    r[:] = 0  # a copy: the next read is unchanged
+    assert np.array_equal(src[5], want[5])
+    small = hostfirst.grain.SMALL_READ
+    for keys in ([n - 1], list(range(small)), list(range(small + 1)), list(range(0, n, 7)), []):
+        got = src._getitems(keys)
+        assert len(got) == len(keys) and all(np.array_equal(g, want[k]) for g, k in zip(got, keys)), keys
+    gathered = hostfirst.grain.TokenWindows(tmp_path / "train.bin", window=129, stride=100, dtype="uint16")
+    gathered._host = None  # no numpy view: every read is a gather, as for dtypes numpy cannot hold
+    assert np.array_equal(gathered[7], want[7]) and np.array_equal(gathered._getitems([3])[0], want[3])
+    for bad in (-1, n):
+        with pytest.raises(hostfirst.OutOfRangeError, match=f"record {bad} is outside 0..{n - 1}"):
+            src[bad]
+        with pytest.raises(hostfirst.OutOfRangeError):
+            src._getitems([0, bad])
+    with pytest.raises(hostfirst.InvalidArgumentError, match="do not fit"):
+        hostfirst.grain.TokenWindows(tmp_path / "train.bin", window=30_000, dtype="uint16")
+    seqs = [np.arange(k, dtype=np.uint16) + k for k in (3, 0, 9, 4, 12, 1)]
+    write_megatron(str(tmp_path / "m"), seqs, [0, 3, 6])
+    ms = hostfirst.grain.Sequences(tmp_path / "m", max_len=10)
+    cut = [s[:10] for s in seqs]
+    assert all(np.array_equal(ms[i], cut[i]) for i in range(len(seqs)))
+    for keys in ([4], [5, 1, 2], list(range(6)) * 2):
+        got = ms._getitems(keys)
+        assert all(np.array_equal(g, cut[k]) for g, k in zip(got, keys)), keys
+    with pytest.raises(hostfirst.OutOfRangeError, match="sequence 6 is outside 0..5"):
+        ms[6]
+
+
+def test_grain_pipelines_read_the_records(tmp_path):
+    """grain's own pipelines over a TokenWindows source give the windows (each record once per epoch)."""
+    grain = pytest.importorskip("grain")
+    toks = np.arange(64 * 40, dtype=np.uint16)
+    (tmp_path / "train.bin").write_bytes(toks.tobytes())
+    src = hostfirst.grain.TokenWindows(tmp_path / "train.bin", window=64, dtype="uint16")
+    starts = []
+    for b in grain.MapDataset.source(src).shuffle(seed=2).batch(8):
+        assert b.shape[1] == 64 and all(np.array_equal(r, np.arange(r[0], r[0] + 64)) for r in b)
+        starts += [int(r[0]) for r in b]
+    assert sorted(starts) == list(range(0, 64 * 40, 64))
+    loader = grain.DataLoader(data_source=src, sampler=grain.samplers.IndexSampler(len(src), shuffle=True, seed=0,
+                                                                                  num_epochs=1),
+                              operations=[grain.transforms.Batch(8)], worker_count=0)
+    assert sorted(int(r[0]) for b in loader for r in b) == list(range(0, 64 * 40, 64))

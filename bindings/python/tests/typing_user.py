@@ -42,6 +42,7 @@ def census() -> str:
 def tensors(tokens_path: str, model_path: str) -> int:
     f: hostfirst.File = hostfirst.open(tokens_path)
     t: hostfirst.View = f["tokens"]
+    dt: np.dtype[Any] = t.dtype  # always a numpy dtype (TypeError for F4/F6, which have none)
     raw: hostfirst.File = hostfirst.open_raw(model_path, "uint8", offset=8, name="all")  # any bytes as one tensor
     fmt: str = raw.format
     head: hostfirst.View = t[0:1024]
@@ -65,7 +66,7 @@ def tensors(tokens_path: str, model_path: str) -> int:
     mapped: Dict[str, npt.NDArray[Any]] = hostfirst.numpy.load_file(model_path, zero_copy=True)
     with open(model_path, "rb") as fh:
         from_bytes: Dict[str, npt.NDArray[Any]] = hostfirst.numpy.load(fh.read())
-    return (len(fmt) + len(placed) + len(pairs) + len(shards) + batch.nbytes + owned.nbytes + seen + len(md or {}) + first.ndim +
+    return (dt.itemsize + len(fmt) + len(placed) + len(pairs) + len(shards) + batch.nbytes + owned.nbytes + seen + len(md or {}) + first.ndim +
             part.ndim + len(every) + len(arrays) + len(mapped) + len(from_bytes))
 
 
@@ -73,8 +74,17 @@ def with_jax(tokens_path: str, model_path: str) -> int:
     kinds: Tuple[str, ...] = hostfirst.jax.MEMORY_KINDS
     target: Tuple[str, Optional[str]] = hostfirst.jax.parse_target("cpu:pinned_host")
     params: Dict[str, Any] = hostfirst.jax.load_file(model_path, rules={"f32": "cpu:pinned_host"}, default="cpu")
+    placed: Dict[str, Union[jax.Array, np.ndarray, hostfirst.View, hostfirst.Buffer]] = hostfirst.jax.load_file(
+        model_path, rules={"f32": "host"})
+    on_device: Dict[str, jax.Array] = hostfirst.jax.load_file(model_path, default="cpu")  # no rules: jax.Arrays
     with open(model_path, "rb") as fh:
-        loaded: Dict[str, Any] = hostfirst.jax.load(fh.read())
+        loaded: Dict[str, jax.Array] = hostfirst.jax.load(fh.read())
+    import os
+
+    out = os.path.join(os.path.dirname(model_path), "typing-user-saved.safetensors")
+    hostfirst.jax.save_file(on_device, out)
+    blob: bytes = hostfirst.jax.save(on_device)
+    written: Dict[str, Any] = hostfirst.jax.save_tree({"params": on_device}, out)
     cpu: Any = hostfirst.jax.jax_device(hostfirst.Device("cpu"))
     x: jax.Array = hostfirst.jax.to_jax(np.arange(4, dtype=np.float32), "x", "cpu")
     t = hostfirst.open(tokens_path)["tokens"]
@@ -82,7 +92,8 @@ def with_jax(tokens_path: str, model_path: str) -> int:
     kept: List[jax.Array] = []
     for step, arr in zip(range(6), hostfirst.jax.stream(g, t, hostfirst.OffsetStream(7, len(t), window=16, batch=4))):
         kept.append(arr)  # gradient accumulation: every batch kept
-    return len(kinds) + len(target) + len(params) + len(loaded) + len(kept) + int(x.sum()) + len(str(cpu))
+    return (len(kinds) + len(target) + len(params) + len(placed) + len(loaded) + len(kept) + int(x.sum()) +
+            len(str(cpu)) + len(blob) + len(written))
 
 
 def errors() -> List[Type[BaseException]]:

@@ -20,7 +20,7 @@ pub enum DeviceSpec {
     Cpu(u32),
     /// `cuda`, `cuda:N`, `gpu`, `gpu:N`, `cuda:GPU-<uuid>`, `cuda:MIG-<uuid>`.
     Cuda(CudaSelector),
-    /// `cuda_host` (also `cuda_host:0`, `pinned`).
+    /// `cuda_host` (also `cuda_host:0`).
     CudaHost,
 }
 
@@ -87,8 +87,8 @@ impl DeviceSpec {
                 Ok(DeviceSpec::Cuda(CudaSelector::Uuid(uuid.to_string())))
             }
             ("cuda" | "gpu", Some(a)) => Ok(DeviceSpec::Cuda(CudaSelector::Ordinal(parse_ordinal(a, trimmed)?))),
-            ("cuda_host" | "pinned", None) => Ok(DeviceSpec::CudaHost),
-            ("cuda_host" | "pinned", Some(a)) => {
+            ("cuda_host", None) => Ok(DeviceSpec::CudaHost),
+            ("cuda_host", Some(a)) => {
                 if parse_ordinal(a, trimmed)? != 0 {
                     return Err(Error::new(
                         Status::InvalidArgument,
@@ -128,7 +128,12 @@ mod tests {
 
     #[test]
     fn parse_rejects() {
+        // "pinned" was once an undocumented alias of cuda_host; 1.0 has one name for page-locked memory (a
+        // JAX user writing "pinned" means the memory kind "pinned_host", which the Python layer suggests).
+        let retired = ["pinned", "pinned:0"];
         for bad in ["", "  ", "tpu", "cuda:-1", "cuda:x", "cuda:1:2", "cuda:GPU-12", "cuda_host:1", "cuda:99999999999"]
+            .into_iter()
+            .chain(retired)
         {
             let e = DeviceSpec::parse(bad).unwrap_err();
             assert_eq!(e.status(), Status::InvalidArgument, "{bad}");
