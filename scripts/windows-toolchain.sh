@@ -42,16 +42,14 @@ if [ -z "$WINE" ]; then
         if win_have "$w"; then WINE="$(command -v "$w")"; break; fi
     done
 fi
+# apt_install and apt_get (scripts/apt.sh): every apt-get call waits for another apt run's locks (an upgrade at
+# boot) and fails saying why.
+# shellcheck source=scripts/apt.sh
+. "$WIN_ROOT/scripts/apt.sh"
 if ! win_have "$WIN_CC" || ! win_have x86_64-w64-mingw32-g++ || [ -z "$WINE" ]; then
-    if win_have apt-get; then
-        echo "windows-toolchain.sh: installing mingw-w64 and wine64 (about 1.4 GB)" >&2
-        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-            gcc-mingw-w64-x86-64 g++-mingw-w64-x86-64 wine64) >&2 \
-            || win_die "apt-get could not install gcc-mingw-w64-x86-64 g++-mingw-w64-x86-64 wine64"
-        WINE="$(command -v wine64 || echo /usr/lib/wine/wine64)"
-    else
-        win_die "please install mingw-w64 (x86_64-w64-mingw32-gcc) and wine64"
-    fi
+    echo "windows-toolchain.sh: mingw-w64 and wine64 are needed (about 1.4 GB)" >&2
+    APT_WHO=windows-toolchain.sh apt_install gcc-mingw-w64-x86-64 g++-mingw-w64-x86-64 wine64
+    WINE="$(command -v wine64 || echo /usr/lib/wine/wine64)"
 fi
 [ -x "$WINE" ] || win_die "wine64 not found (looked on PATH and in /usr/lib/wine)"
 
@@ -82,7 +80,7 @@ if [ ! -f "$WIN_TC/.ready" ]; then
         -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o "Dir::State::status=$apt_dir/status"
         -o APT::Sandbox::User=root)
     echo "windows-toolchain.sh: looking for rust-src $win_rustc_version in $mirror $suite (private apt list)" >&2
-    apt-get "${apt_opts[@]}" -qq update >&2 || win_die "apt-get update of $mirror $suite failed (private list in $apt_dir)"
+    apt_get "${apt_opts[@]}" -qq update >&2 || win_die "apt-get update of $mirror $suite failed (private list in $apt_dir)"
     available="$(apt-cache "${apt_opts[@]}" madison rust-src 2>/dev/null | awk -F'|' '{gsub(/ /, "", $2); print $2}')"
     pick="$(printf '%s\n' "$available" | grep -E "^${win_rustc_version//./\\.}\+dfsg" | sort -V | tail -n 1 || true)"
     if [ -z "$pick" ]; then
@@ -91,7 +89,7 @@ if [ ! -f "$WIN_TC/.ready" ]; then
 Pin one of those in rust-toolchain.toml (that toolchain installed), or set WIN_RUST_SRC_SUITE to a suite with it."
     fi
     rm -f "$apt_dir"/rust-src_*.deb
-    (cd "$apt_dir" && apt-get "${apt_opts[@]}" -qq download "rust-src=$pick") >&2 \
+    (cd "$apt_dir" && apt_get "${apt_opts[@]}" -qq download "rust-src=$pick") >&2 \
         || win_die "downloading rust-src=$pick failed"
     deb="$(ls "$apt_dir"/rust-src_*.deb)"
     rm -rf "$apt_dir/x"

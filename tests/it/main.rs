@@ -2,6 +2,7 @@
 //! twenty). Run one group with `cargo test --test it cuda_stub::`, one test with its full path.
 
 mod abi;
+mod apt;
 mod boundary;
 mod c_abi;
 mod cli_convert;
