@@ -11,6 +11,7 @@
 #     lib/pkgconfig/hostfirst.pc             relocatable (${pcfiledir})
 #     lib/cmake/hostfirst/hostfirstConfig.cmake, hostfirstConfigVersion.cmake   find_package(hostfirst)
 #     include/hostfirst.h, include/hostfirst.hpp
+#     LICENSE-MIT, LICENSE-APACHE            the licence texts (hostfirst is MIT OR Apache-2.0)
 #
 #   bash scripts/package-windows.sh          # prints the zip's path on stdout
 #
@@ -51,6 +52,7 @@ lld="$(rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/^host: //p')/b
 rm -f "$stage/lib/hostfirst.exp"
 
 cp include/*.h include/*.hpp "$stage/include/"
+cp LICENSE-MIT LICENSE-APACHE "$stage/"
 
 description="$(sed -n 's/^description = "\(.*\)"/\1/p' Cargo.toml | head -n 1 | sed 's/[|&\\]/\\&/g')"
 sed -e "s|@VERSION@|$HOSTFIRST_VERSION|g" -e "s|@DESCRIPTION@|$description|g" packaging/windows/hostfirst.pc.in \

@@ -35,6 +35,7 @@ mod handoff;
 mod header;
 mod header_api;
 mod install;
+mod licenses;
 mod load_bulk;
 mod load_job;
 mod mpi;
