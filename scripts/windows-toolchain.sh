@@ -17,7 +17,7 @@
 #   win_cargo CMD ARGS...  cargo CMD for the Windows target (std built as needed; output under target/win)
 #   WIN_TARGET         x86_64-pc-windows-gnu
 #   WIN_OUT            target/win/x86_64-pc-windows-gnu/release (absolute)
-#   WIN_CC, WIN_STRIP, WIN_OBJDUMP, WIN_DLLTOOL   the mingw-w64 tools
+#   WIN_CC, WIN_STRIP, WIN_OBJDUMP, WIN_DLLTOOL, WIN_WINDRES   the mingw-w64 tools
 #   WINE               the wine64 loader (Debian keeps it off PATH, in /usr/lib/wine)
 #   HOSTFIRST_VERSION  the crate's version
 # Environment: WIN_RUST_SRC_SUITE (default trixie-backports), WIN_APT_MIRROR (default: the first mirror of the
@@ -32,6 +32,7 @@ WIN_CC=x86_64-w64-mingw32-gcc
 WIN_STRIP=x86_64-w64-mingw32-strip
 WIN_OBJDUMP=x86_64-w64-mingw32-objdump
 WIN_DLLTOOL=x86_64-w64-mingw32-dlltool
+WIN_WINDRES=x86_64-w64-mingw32-windres
 WIN_OUT="$WIN_ROOT/target/win/$WIN_TARGET/release"
 HOSTFIRST_VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' "$WIN_ROOT/Cargo.toml" | head -n 1)"
 
@@ -46,7 +47,7 @@ fi
 # boot) and fails saying why.
 # shellcheck source=scripts/apt.sh
 . "$WIN_ROOT/scripts/apt.sh"
-if ! win_have "$WIN_CC" || ! win_have x86_64-w64-mingw32-g++ || [ -z "$WINE" ]; then
+if ! win_have "$WIN_CC" || ! win_have x86_64-w64-mingw32-g++ || ! win_have "$WIN_WINDRES" || [ -z "$WINE" ]; then
     echo "windows-toolchain.sh: mingw-w64 and wine64 are needed (about 1.4 GB)" >&2
     APT_WHO=windows-toolchain.sh apt_install gcc-mingw-w64-x86-64 g++-mingw-w64-x86-64 wine64
     WINE="$(command -v wine64 || echo /usr/lib/wine/wine64)"

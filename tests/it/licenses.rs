@@ -40,6 +40,7 @@ fn every_statement_of_the_licence_agrees() {
     assert!(pyproject.lines().any(|l| l == format!("license = \"{EXPRESSION}\"")), "pyproject.toml");
     assert!(pyproject.contains("license-files = [\"LICENSE-MIT\", \"LICENSE-APACHE\"]"), "pyproject.toml");
     assert!(read("include/hostfirst.h").contains(EXPRESSION), "hostfirst.h");
+    assert!(read("packaging/windows/version.rc").contains(&format!("{EXPRESSION}.")), "version.rc");
 }
 
 #[test]
