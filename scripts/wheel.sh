@@ -83,7 +83,8 @@ assert "manylinux_2_17" in tag, f"unexpected tag {tag}"
 with zipfile.ZipFile(wheel) as z:
     info = next(n.split("/")[0] for n in z.namelist() if n.endswith(".dist-info/METADATA"))
     for lic in ("LICENSE-MIT", "LICENSE-APACHE"):
-        assert z.read(f"{info}/licenses/{lic}") == open(lic, "rb").read(), f"{lic} is not in {info}/licenses"
+        packed = f"{info}/licenses/{lic}"
+        assert packed in z.namelist() and z.read(packed) == open(lic, "rb").read(), f"the wheel lacks {packed}"
     meta = z.read(f"{info}/METADATA").decode()
     assert "License-Expression: MIT OR Apache-2.0" in meta.splitlines(), meta
     print(f"wheel.sh: {info}/licenses/ holds LICENSE-MIT and LICENSE-APACHE")

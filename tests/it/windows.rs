@@ -16,7 +16,9 @@
 //! `inspect`, `put` and `gather` on generated files, compared with the Linux CLI's answers; the malformed-file corpus
 //! through both CLIs, status for status; the package consumed as users would (CMake's find_package, pkg-config,
 //! the MSVC-format import library), each program run; the CUDA paths through nvcuda.dll on the stand-in driver;
-//! the Windows wheel's tag and files, installed by pip for win_amd64, its CLI run from that layout.
+//! the Windows wheel's tag and files, installed by pip for win_amd64, its CLI run from that layout; the version
+//! resources of hostfirst.dll and hostfirst.exe (GetFileVersionInfoW), the licence texts in the zip and the wheel,
+//! the wheel's metadata.
 
 use crate::common::*;
 use std::path::{Path, PathBuf};
