@@ -52,6 +52,7 @@ fn main() {
 
     let os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let family = env::var("CARGO_CFG_TARGET_FAMILY").unwrap_or_default();
+    windows_version_resource(&manifest_dir, &os, (major, minor, patch));
     // ELF systems whose loaders use versioned SONAMEs. Android loads libraries by plain file name (apps ship
     // them in the APK), macOS uses install names and Windows has no SONAME: nothing is added there.
     let elf_versioned = family.split(',').any(|f| f == "unix")
@@ -81,6 +82,42 @@ fn main() {
             println!("cargo:warning=could not create {}/{soname}: {e}", dir.display());
         }
     }
+}
+
+/// The `.rc` both Windows binaries get their version resource from (scripts/package-windows.sh compiles it for
+/// hostfirst.exe).
+const VERSION_RC: &str = "packaging/windows/version.rc";
+
+/// On Windows GNU targets (mingw-w64), gives hostfirst.dll its version resource: packaging/windows/version.rc,
+/// compiled by mingw-w64's `windres` (`HOSTFIRST_WINDRES`, default `<arch>-w64-mingw32-windres`, part of the
+/// binutils that link the DLL) with the crate's version, and linked into the cdylib only. Without windres the
+/// build fails, saying so: a DLL without its version would ship unnoticed. Other targets: nothing.
+fn windows_version_resource(manifest_dir: &Path, os: &str, (major, minor, patch): (u64, u64, u64)) {
+    println!("cargo:rerun-if-changed={VERSION_RC}");
+    println!("cargo:rerun-if-env-changed=HOSTFIRST_WINDRES");
+    if os != "windows" || env::var("CARGO_CFG_TARGET_ENV").unwrap_or_default() != "gnu" {
+        return;
+    }
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    let windres = env::var("HOSTFIRST_WINDRES").unwrap_or_else(|_| format!("{arch}-w64-mingw32-windres"));
+    let version = env::var("CARGO_PKG_VERSION").expect("cargo sets CARGO_PKG_VERSION");
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("hostfirst-version.o");
+    // windres hands the -D values to its preprocessor through a shell, hence the escaped quotes (a crate version
+    // has no character the shell would take).
+    let status = std::process::Command::new(&windres)
+        .args([format!("-DHF_MAJOR={major}"), format!("-DHF_MINOR={minor}"), format!("-DHF_PATCH={patch}")])
+        .arg(format!("-DHF_VERSION=\\\"{version}\\\""))
+        .arg("-DHF_EXE=0")
+        .args(["-O", "coff", "-i"])
+        .arg(manifest_dir.join(VERSION_RC))
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {windres} ({e}): the Windows DLL's version resource needs mingw-w64's windres")
+        });
+    assert!(status.success(), "{windres} failed ({status}) on {VERSION_RC}");
+    println!("cargo:rustc-cdylib-link-arg={}", out.display());
 }
 
 /// `target/<profile>` (where cargo puts the cdylib) from `OUT_DIR` = `target/<profile>/build/<pkg>-<hash>/out`;

@@ -51,8 +51,9 @@ def drop_caches():
 
 def fio(path, depth):
     if shutil.which("fio") is None:
-        subprocess.run("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio",
-                       shell=True, check=True, stdout=subprocess.DEVNULL)
+        # scripts/apt.sh: the one apt helper (waits for another apt run's locks, fails saying why)
+        subprocess.run(["bash", "-c", ". scripts/apt.sh && apt_install fio"], cwd=os.path.dirname(HERE), check=True,
+                       stdout=subprocess.DEVNULL, env={**os.environ, "APT_WHO": "benches/cold_gather.py"})
     engine = "psync" if depth == 1 else "io_uring"
     out = subprocess.run(["fio", "--name=rand4k", f"--filename={path}", "--rw=randread", "--bs=4k", "--direct=1",
                           f"--ioengine={engine}", f"--iodepth={depth}", "--runtime=5", "--time_based",

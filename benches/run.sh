@@ -14,7 +14,7 @@ if [ "$(cat "$venv/.installed" 2>/dev/null)" != "$want" ]; then
     echo "benches/run.sh: installing $want into $venv" >&2
     rm -rf "$venv"
     if ! python3 -m venv "$venv" >/dev/null 2>&1; then  # Debian's python3 needs python3-venv for ensurepip
-        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv) >&2
+        . scripts/apt.sh && apt_install python3-venv   # waits for another apt run's locks (scripts/apt.sh)
         rm -rf "$venv"
         python3 -m venv "$venv"
     fi

@@ -11,14 +11,16 @@ if [ -z "${HOSTFIRST_BENCH_LOCKED:-}" ] && [ -d "$(dirname "$lock")" ] && comman
     HOSTFIRST_BENCH_LOCKED=1 exec flock "$lock" bash "$0" "$@"
 fi
 # fio: the disk's sequential write limit, measured in the same run.
-command -v fio >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio) >&2
+# shellcheck source=scripts/apt.sh
+. scripts/apt.sh   # apt_install: waits for another apt run's locks
+command -v fio >/dev/null || apt_install fio
 # numpy and the peer in a venv of the benchmark's own (the system Python is never pip-installed into).
 venv="target/save-bench-venv"
 want="numpy safetensors"
 if [ "$(cat "$venv/.installed" 2>/dev/null)" != "$want" ]; then
     rm -rf "$venv"
     python3 -m venv "$venv" >/dev/null 2>&1 || {
-        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv) >&2
+        apt_install python3-venv
         rm -rf "$venv"
         python3 -m venv "$venv"
     }

@@ -3,7 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 have() { command -v "$1" >/dev/null 2>&1; }
-have cc || { apt-get update -qq && apt-get install -y -qq gcc >&2; }
+# shellcheck source=scripts/apt.sh
+. scripts/apt.sh   # apt_install: waits for another apt run's locks, fails saying why
+have cc || apt_install gcc
 
 cargo build --release --quiet   # also puts the SONAME link libhostfirst.so.0.2 beside the library (build.rs)
 mkdir -p target/demo

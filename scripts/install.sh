@@ -12,6 +12,7 @@
 #   <prefix>/<libdir>/pkgconfig/hostfirst.pc
 #   <prefix>/<libdir>/cmake/hostfirst/hostfirstConfig.cmake, hostfirstConfigVersion.cmake
 #   <prefix>/bin/hostfirst                             the CLI (cli/, built by cli/build.sh), rpath $ORIGIN/../<libdir>
+#   <prefix>/share/licenses/hostfirst/LICENSE-MIT, LICENSE-APACHE   the licence texts (MIT OR Apache-2.0)
 #
 # Usage: scripts/install.sh --prefix DIR [--libdir lib] [--destdir DIR] [--features LIST] [--no-cli]
 #   --prefix DIR     where the files are meant to live (required)
@@ -189,6 +190,11 @@ headers=("$root"/include/*.h "$root"/include/*.hpp)
 shopt -u nullglob
 [ ${#headers[@]} -gt 0 ] || die "no headers in include/"
 install -m 0644 "${headers[@]}" "$dest_inc/"
+
+# The licence texts: hostfirst is MIT OR Apache-2.0, and both licences ask that their text go with the copies.
+dest_licenses="$destdir$prefix/share/licenses/hostfirst"
+mkdir -p "$dest_licenses"
+install -m 0644 "$root/LICENSE-MIT" "$root/LICENSE-APACHE" "$dest_licenses/"
 
 render packaging/hostfirst.pc.in "$dest_pc/hostfirst.pc" \
     "PREFIX=$prefix" "LIBDIR=\${prefix}/$libdir" "INCLUDEDIR=\${prefix}/$includedir" \

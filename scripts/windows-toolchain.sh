@@ -17,7 +17,7 @@
 #   win_cargo CMD ARGS...  cargo CMD for the Windows target (std built as needed; output under target/win)
 #   WIN_TARGET         x86_64-pc-windows-gnu
 #   WIN_OUT            target/win/x86_64-pc-windows-gnu/release (absolute)
-#   WIN_CC, WIN_STRIP, WIN_OBJDUMP, WIN_DLLTOOL   the mingw-w64 tools
+#   WIN_CC, WIN_STRIP, WIN_OBJDUMP, WIN_DLLTOOL, WIN_WINDRES   the mingw-w64 tools
 #   WINE               the wine64 loader (Debian keeps it off PATH, in /usr/lib/wine)
 #   HOSTFIRST_VERSION  the crate's version
 # Environment: WIN_RUST_SRC_SUITE (default trixie-backports), WIN_APT_MIRROR (default: the first mirror of the
@@ -32,6 +32,7 @@ WIN_CC=x86_64-w64-mingw32-gcc
 WIN_STRIP=x86_64-w64-mingw32-strip
 WIN_OBJDUMP=x86_64-w64-mingw32-objdump
 WIN_DLLTOOL=x86_64-w64-mingw32-dlltool
+WIN_WINDRES=x86_64-w64-mingw32-windres
 WIN_OUT="$WIN_ROOT/target/win/$WIN_TARGET/release"
 HOSTFIRST_VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' "$WIN_ROOT/Cargo.toml" | head -n 1)"
 
@@ -42,16 +43,14 @@ if [ -z "$WINE" ]; then
         if win_have "$w"; then WINE="$(command -v "$w")"; break; fi
     done
 fi
-if ! win_have "$WIN_CC" || ! win_have x86_64-w64-mingw32-g++ || [ -z "$WINE" ]; then
-    if win_have apt-get; then
-        echo "windows-toolchain.sh: installing mingw-w64 and wine64 (about 1.4 GB)" >&2
-        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-            gcc-mingw-w64-x86-64 g++-mingw-w64-x86-64 wine64) >&2 \
-            || win_die "apt-get could not install gcc-mingw-w64-x86-64 g++-mingw-w64-x86-64 wine64"
-        WINE="$(command -v wine64 || echo /usr/lib/wine/wine64)"
-    else
-        win_die "please install mingw-w64 (x86_64-w64-mingw32-gcc) and wine64"
-    fi
+# apt_install and apt_get (scripts/apt.sh): every apt-get call waits for another apt run's locks (an upgrade at
+# boot) and fails saying why.
+# shellcheck source=scripts/apt.sh
+. "$WIN_ROOT/scripts/apt.sh"
+if ! win_have "$WIN_CC" || ! win_have x86_64-w64-mingw32-g++ || ! win_have "$WIN_WINDRES" || [ -z "$WINE" ]; then
+    echo "windows-toolchain.sh: mingw-w64 and wine64 are needed (about 1.4 GB)" >&2
+    APT_WHO=windows-toolchain.sh apt_install gcc-mingw-w64-x86-64 g++-mingw-w64-x86-64 wine64
+    WINE="$(command -v wine64 || echo /usr/lib/wine/wine64)"
 fi
 [ -x "$WINE" ] || win_die "wine64 not found (looked on PATH and in /usr/lib/wine)"
 
@@ -82,7 +81,7 @@ if [ ! -f "$WIN_TC/.ready" ]; then
         -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o "Dir::State::status=$apt_dir/status"
         -o APT::Sandbox::User=root)
     echo "windows-toolchain.sh: looking for rust-src $win_rustc_version in $mirror $suite (private apt list)" >&2
-    apt-get "${apt_opts[@]}" -qq update >&2 || win_die "apt-get update of $mirror $suite failed (private list in $apt_dir)"
+    apt_get "${apt_opts[@]}" -qq update >&2 || win_die "apt-get update of $mirror $suite failed (private list in $apt_dir)"
     available="$(apt-cache "${apt_opts[@]}" madison rust-src 2>/dev/null | awk -F'|' '{gsub(/ /, "", $2); print $2}')"
     pick="$(printf '%s\n' "$available" | grep -E "^${win_rustc_version//./\\.}\+dfsg" | sort -V | tail -n 1 || true)"
     if [ -z "$pick" ]; then
@@ -91,7 +90,7 @@ if [ ! -f "$WIN_TC/.ready" ]; then
 Pin one of those in rust-toolchain.toml (that toolchain installed), or set WIN_RUST_SRC_SUITE to a suite with it."
     fi
     rm -f "$apt_dir"/rust-src_*.deb
-    (cd "$apt_dir" && apt-get "${apt_opts[@]}" -qq download "rust-src=$pick") >&2 \
+    (cd "$apt_dir" && apt_get "${apt_opts[@]}" -qq download "rust-src=$pick") >&2 \
         || win_die "downloading rust-src=$pick failed"
     deb="$(ls "$apt_dir"/rust-src_*.deb)"
     rm -rf "$apt_dir/x"

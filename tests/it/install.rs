@@ -205,6 +205,16 @@ fn installed_tree_has_soname_symlinks_and_headers() {
     }
 }
 
+/// The licence texts are installed with the library, as the repository has them.
+#[test]
+fn licence_texts_installed_into_share_licenses() {
+    for f in ["LICENSE-MIT", "LICENSE-APACHE"] {
+        let installed = prefix().join("share/licenses/hostfirst").join(f);
+        let got = std::fs::read(&installed).unwrap_or_else(|e| panic!("{}: {e}", installed.display()));
+        assert!(got == std::fs::read(crate::common::root().join(f)).unwrap(), "{} differs", installed.display());
+    }
+}
+
 /// The CLI is installed into <prefix>/bin and runs from there without LD_LIBRARY_PATH (a relative rpath, so it
 /// keeps working when the tree moves, like the CMake package).
 #[test]

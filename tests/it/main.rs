@@ -2,6 +2,7 @@
 //! twenty). Run one group with `cargo test --test it cuda_stub::`, one test with its full path.
 
 mod abi;
+mod apt;
 mod boundary;
 mod c_abi;
 mod cli_convert;
@@ -34,6 +35,7 @@ mod handoff;
 mod header;
 mod header_api;
 mod install;
+mod licenses;
 mod load_bulk;
 mod load_job;
 mod mpi;

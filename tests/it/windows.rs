@@ -16,7 +16,9 @@
 //! `inspect`, `put` and `gather` on generated files, compared with the Linux CLI's answers; the malformed-file corpus
 //! through both CLIs, status for status; the package consumed as users would (CMake's find_package, pkg-config,
 //! the MSVC-format import library), each program run; the CUDA paths through nvcuda.dll on the stand-in driver;
-//! the Windows wheel's tag and files, installed by pip for win_amd64, its CLI run from that layout.
+//! the Windows wheel's tag and files, installed by pip for win_amd64, its CLI run from that layout; the version
+//! resources of hostfirst.dll and hostfirst.exe (GetFileVersionInfoW), the licence texts in the zip and the wheel,
+//! the wheel's metadata.
 
 use crate::common::*;
 use std::path::{Path, PathBuf};
@@ -890,4 +892,117 @@ fn the_cli_on_token_files_and_convert_agrees_with_linux() {
     assert!(std::fs::read(&src).unwrap() == before, "the file is unchanged");
     assert_eq!(crate::writer::staged(&out_dir), Vec::<String>::new());
     run_ok(&cli(), &["convert", src.to_str().unwrap(), src.to_str().unwrap()], &[]);
+}
+
+// ---- release packaging: version resources, licence texts, the wheel's metadata (issue 43) ------------------------
+
+/// The version resource of a PE file as Windows reads it (tests/windows/file_version.c: GetFileVersionInfoW and
+/// VerQueryValueW under Wine), as `key=value` pairs; None when the file has none.
+fn version_resource(w: &Win, file: &Path) -> Option<Vec<(String, String)>> {
+    static READER: OnceLock<PathBuf> = OnceLock::new();
+    let reader = READER.get_or_init(|| {
+        let exe = scratch("windows/file-version").join("file_version.exe");
+        let out = Command::new(&w.cc)
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+            .arg(root().join("tests/windows/file_version.c"))
+            .arg("-o")
+            .arg(&exe)
+            .arg("-lversion")
+            .output()
+            .expect("run the mingw-w64 C compiler");
+        assert!(out.status.success(), "file_version.c: {}", text(&out.stderr));
+        exe
+    });
+    let o = wine(w, reader, &[&wpath(file)], &[]);
+    match o.status.code() {
+        Some(0) => {}
+        Some(1) => return None,
+        _ => panic!("file_version {} failed ({}): {}", file.display(), o.status, text(&o.stderr)),
+    }
+    Some(
+        text(&o.stdout)
+            .lines()
+            .map(|l| {
+                let (k, v) = l.split_once('=').unwrap_or_else(|| panic!("file_version printed {l:?}"));
+                (k.to_string(), v.to_string())
+            })
+            .collect(),
+    )
+}
+
+/// hostfirst.dll (the package's and the test build's) and hostfirst.exe carry a version resource with the
+/// crate's version, their own file names and types, and the licence (packaging/windows/version.rc).
+#[test]
+fn the_dll_and_the_exe_carry_the_crates_version() {
+    let Some(w) = win() else { return };
+    let numbers = format!(
+        "{}.{}.{}.0",
+        env!("CARGO_PKG_VERSION_MAJOR"),
+        env!("CARGO_PKG_VERSION_MINOR"),
+        env!("CARGO_PKG_VERSION_PATCH")
+    );
+    for (file, name, file_type) in [
+        (w.pkg.join("bin/hostfirst.dll"), "hostfirst.dll", "2"),
+        (w.bin.join("hostfirst.dll"), "hostfirst.dll", "2"),
+        (w.pkg.join("bin/hostfirst.exe"), "hostfirst.exe", "1"),
+    ] {
+        let got = version_resource(w, &file).unwrap_or_else(|| panic!("{} has no version resource", file.display()));
+        let get = |k: &str| {
+            got.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str()).unwrap_or_else(|| panic!("{k}: {got:?}"))
+        };
+        let what = file.display();
+        assert_eq!(get("fixed"), numbers, "{what}");
+        assert_eq!(get("product"), numbers, "{what}");
+        assert_eq!(get("type"), file_type, "{what}");
+        assert_eq!(get("FileVersion"), env!("CARGO_PKG_VERSION"), "{what}");
+        assert_eq!(get("ProductVersion"), env!("CARGO_PKG_VERSION"), "{what}");
+        assert_eq!(get("ProductName"), "hostfirst", "{what}");
+        assert_eq!(get("OriginalFilename"), name, "{what}");
+        assert!(get("LegalCopyright").ends_with("MIT OR Apache-2.0."), "{what}: {got:?}");
+    }
+    // The reader answers None for a DLL without a version resource (tests/windows/fake_python.c), so the checks
+    // above can fail.
+    let bare = w.bin.join("no_version.dll");
+    let out = Command::new(&w.cc)
+        .args(["-shared", "-std=c11", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&bare)
+        .arg(root().join("tests/windows/fake_python.c"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "no_version.dll: {}", text(&out.stderr));
+    assert_eq!(version_resource(w, &bare), None);
+}
+
+/// The zip carries both licence texts at its top, as the repository has them.
+#[test]
+fn the_zip_carries_the_licence_texts() {
+    let Some(w) = win() else { return };
+    for f in ["LICENSE-MIT", "LICENSE-APACHE"] {
+        let packed = std::fs::read(w.pkg.join(f)).unwrap_or_else(|e| panic!("{f} is not in the zip: {e}"));
+        assert!(packed == std::fs::read(root().join(f)).unwrap(), "the zip's {f} differs from the repository's");
+    }
+}
+
+/// The Windows wheel's metadata: the Windows classifier (not Linux's), the licence expression, and both texts
+/// in .dist-info/licenses/.
+#[test]
+fn the_windows_wheel_has_windows_metadata_and_the_licences() {
+    let Some(_) = win() else { return };
+    let Some(wheel) = std::env::var_os("HOSTFIRST_WINDOWS_WHEEL").map(PathBuf::from) else {
+        assert!(!required(), "HOSTFIRST_WINDOWS_WHEEL is unset");
+        return;
+    };
+    let dir = scratch("windows/wheel-unpacked");
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = Command::new("python3").args(["-m", "zipfile", "-e"]).arg(&wheel).arg(&dir).output().unwrap();
+    assert!(o.status.success(), "unzipping the wheel: {}", text(&o.stderr));
+    let info = dir.join(format!("hostfirst-{}.dist-info", env!("CARGO_PKG_VERSION")));
+    let meta = std::fs::read_to_string(info.join("METADATA")).unwrap();
+    let systems: Vec<&str> = meta.lines().filter(|l| l.starts_with("Classifier: Operating System ::")).collect();
+    assert_eq!(systems, ["Classifier: Operating System :: Microsoft :: Windows"], "{meta}");
+    assert!(meta.lines().any(|l| l == "License-Expression: MIT OR Apache-2.0"), "{meta}");
+    for f in ["LICENSE-MIT", "LICENSE-APACHE"] {
+        let packed = std::fs::read(info.join("licenses").join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert!(packed == std::fs::read(root().join(f)).unwrap(), "the wheel's {f} differs from the repository's");
+    }
 }
