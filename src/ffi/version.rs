@@ -38,6 +38,10 @@ pub extern "C" fn hostfirst_version_number() -> u32 {
     })
 }
 
+// `hostfirst_experimental_MAJOR_MINOR` (build.rs): the experimental tier's per-minor guard on Windows.
+#[cfg(windows)]
+include!(concat!(env!("OUT_DIR"), "/experimental_marker.rs"));
+
 /// Copies a string describing the build (version, features, CUDA API level, and the read engine as
 /// `hostfirst_read_engine` names it) into `buf`, with the same buffer rules as `hostfirst_last_error_message`.
 #[no_mangle]
