@@ -19,9 +19,12 @@ shift
 here="$(cd "$(dirname "$0")" && pwd)"
 read -r -a cc <<< "${CC:-cc}"
 [ ${#cc[@]} -gt 0 ] || die "CC is empty"
+# Windows (MinGW): the CLI's entry point is wmain, which takes its arguments as UTF-16 (cli/main.c says why).
+win=()
+case "$("${cc[@]}" -dumpmachine 2>/dev/null || true)" in *mingw*|*windows*) win=(-municode) ;; esac
 tmp="$out.tmp.$$"
 trap 'rm -f "$tmp"' EXIT
-"${cc[@]}" -std=c11 -O2 -Wall -Wextra -Werror -I"$here/../include" -I"$here" "$here"/*.c -o "$tmp" "$@" \
+"${cc[@]}" -std=c11 -O2 -Wall -Wextra -Werror -I"$here/../include" -I"$here" "$here"/*.c -o "$tmp" "${win[@]}" "$@" \
     "${HOSTFIRST_LIB:--lhostfirst}" -lpthread -lm \
     || die "compiling the hostfirst CLI failed (${cc[*]})"
 mv -f "$tmp" "$out"

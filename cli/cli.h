@@ -26,16 +26,33 @@ const char *cli_bytes(uint64_t n, char *buf, size_t cap);
 /* Formats dims as "[a, b, c]" into buf (cut short, still NUL-terminated, if it does not fit). */
 const char *cli_dims_text(const uint64_t *d, uint32_t rank, char *buf, size_t cap);
 
-/* Output assembled in memory and written only when everything succeeded: cli_memstream_open gives a stream
- * (open_memstream; on Windows, which lacks it, a temporary file), cli_memstream_close closes it and leaves its
- * bytes in m->text (malloc'd, NUL-terminated; free it) and m->len. Both return NULL / nonzero on failure. */
+/* Output assembled in memory, in a buffer that grows as it is written, and written out only when everything
+ * succeeded (no temporary file: msvcrt's tmpfile() creates its file in the root of the current drive, which
+ * Windows refuses to users who are not administrators). Writing never fails on the spot: a failed allocation is
+ * remembered (`oom`, the size asked in `oom_bytes`) and reported by cli_out_emit, which says what went wrong. */
 typedef struct {
-    FILE *f;
-    char *text;
-    size_t len;
-} cli_memstream;
-FILE *cli_memstream_open(cli_memstream *m);
-int cli_memstream_close(cli_memstream *m);
+    char *text; /* NUL-terminated while len > 0 */
+    size_t len, cap;
+    int oom;
+    size_t oom_bytes;
+} cli_out;
+void cli_out_printf(cli_out *o, const char *fmt, ...)
+#if defined(__MINGW_PRINTF_FORMAT)
+    __attribute__((format(__MINGW_PRINTF_FORMAT, 2, 3)))
+#elif defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void cli_out_puts(cli_out *o, const char *s);
+void cli_out_putc(cli_out *o, char c);
+/* cli_json_string into the buffer. */
+void cli_out_json_string(cli_out *o, const char *s);
+/* Writes the buffer to stdout (and flushes it) and frees it. Returns 0, or 1 after one line on stderr saying what
+ * failed: "hostfirst: <what>: OUT_OF_MEMORY: ..." when an allocation failed, "hostfirst: <what>: writing the
+ * output failed: <the system's reason>" when stdout refused it (a full disk, a closed pipe). */
+int cli_out_emit(cli_out *o, const char *what);
+/* Frees the buffer without writing it. */
+void cli_out_free(cli_out *o);
 
 /* Options of every command, declared once in main.c's table (which the parser and the help both read). */
 enum cli_option_id {

@@ -1,6 +1,7 @@
-#define _POSIX_C_SOURCE 200809L /* open_memstream */
 #include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
@@ -11,23 +12,121 @@ int cli_fail(const char *what, hostfirst_status st) {
     return 1;
 }
 
+/* The JSON form of byte c inside a string literal: an escape written into tmp, or NULL when c stands as it is. */
+static const char *json_escape(unsigned char c, char tmp[8]) {
+    switch (c) {
+        case '"': return "\\\"";
+        case '\\': return "\\\\";
+        case '\b': return "\\b";
+        case '\f': return "\\f";
+        case '\n': return "\\n";
+        case '\r': return "\\r";
+        case '\t': return "\\t";
+        default:
+            if (c >= 0x20) return NULL;
+            snprintf(tmp, 8, "\\u%04x", c);
+            return tmp;
+    }
+}
+
 void cli_json_string(FILE *out, const char *s) {
+    char tmp[8];
     fputc('"', out);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        switch (*p) {
-            case '"': fputs("\\\"", out); break;
-            case '\\': fputs("\\\\", out); break;
-            case '\b': fputs("\\b", out); break;
-            case '\f': fputs("\\f", out); break;
-            case '\n': fputs("\\n", out); break;
-            case '\r': fputs("\\r", out); break;
-            case '\t': fputs("\\t", out); break;
-            default:
-                if (*p < 0x20) fprintf(out, "\\u%04x", *p);
-                else fputc(*p, out);
-        }
+        const char *e = json_escape(*p, tmp);
+        if (e) fputs(e, out);
+        else fputc(*p, out);
     }
     fputc('"', out);
+}
+
+/* Room for `more` bytes and a NUL after o->len; 0 (and o->oom set) when it cannot be had. */
+static int out_reserve(cli_out *o, size_t more) {
+    if (o->oom) return 0;
+    if (more < o->cap - o->len) return 1;
+    size_t cap = o->cap ? o->cap : 4096;
+    while (more >= cap - o->len) {
+        if (cap > (SIZE_MAX >> 1)) {
+            cap = SIZE_MAX;
+            break;
+        }
+        cap <<= 1;
+    }
+    char *t = more < cap - o->len ? realloc(o->text, cap) : NULL;
+    if (!t) {
+        o->oom = 1;
+        o->oom_bytes = cap;
+        return 0;
+    }
+    o->text = t;
+    o->cap = cap;
+    return 1;
+}
+
+static void out_append(cli_out *o, const char *s, size_t n) {
+    if (!out_reserve(o, n)) return;
+    memcpy(o->text + o->len, s, n);
+    o->len += n;
+    o->text[o->len] = '\0';
+}
+
+void cli_out_printf(cli_out *o, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char small[256];
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) return; /* an encoding error (none of the CLI's formats has one): nothing to add */
+    if ((size_t)n < sizeof small) {
+        out_append(o, small, (size_t)n);
+        return;
+    }
+    if (!out_reserve(o, (size_t)n)) return;
+    va_start(ap, fmt);
+    vsnprintf(o->text + o->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    o->len += (size_t)n;
+}
+
+void cli_out_puts(cli_out *o, const char *s) { out_append(o, s, strlen(s)); }
+
+void cli_out_putc(cli_out *o, char c) { out_append(o, &c, 1); }
+
+void cli_out_json_string(cli_out *o, const char *s) {
+    char tmp[8];
+    cli_out_putc(o, '"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        const char *e = json_escape(*p, tmp);
+        if (e) cli_out_puts(o, e);
+        else cli_out_putc(o, (char)*p);
+    }
+    cli_out_putc(o, '"');
+}
+
+void cli_out_free(cli_out *o) {
+    free(o->text);
+    o->text = NULL;
+    o->len = o->cap = 0;
+}
+
+int cli_out_emit(cli_out *o, const char *what) {
+    if (o->oom) {
+        fprintf(stderr, "hostfirst: %s: OUT_OF_MEMORY: cannot allocate %zu bytes for the output\n", what && *what ? what : "''",
+                o->oom_bytes);
+        cli_out_free(o);
+        return 1;
+    }
+    errno = 0;
+    int bad = fwrite(o->text ? o->text : "", 1, o->len, stdout) != o->len;
+    bad |= fflush(stdout) != 0;
+    int e = errno;
+    cli_out_free(o);
+    if (bad) {
+        fprintf(stderr, "hostfirst: %s: writing the output failed: %s\n", what && *what ? what : "''",
+                e ? strerror(e) : "the stream reported an error");
+        return 1;
+    }
+    return 0;
 }
 
 const char *cli_device_spec(hostfirst_device d, char *buf, size_t cap) {
@@ -67,36 +166,6 @@ const char *cli_dims_text(const uint64_t *d, uint32_t rank, char *buf, size_t ca
         at += (size_t)n;
     }
     return buf;
-}
-
-FILE *cli_memstream_open(cli_memstream *m) {
-    m->text = NULL;
-    m->len = 0;
-#ifdef _WIN32
-    m->f = tmpfile();
-#else
-    m->f = open_memstream(&m->text, &m->len);
-#endif
-    return m->f;
-}
-
-int cli_memstream_close(cli_memstream *m) {
-#ifdef _WIN32
-    FILE *f = m->f;
-    m->f = NULL;
-    long n = fflush(f) == 0 && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (n < 0 || fseek(f, 0, SEEK_SET) != 0 || !(m->text = malloc((size_t)n + 1))) {
-        fclose(f);
-        return 1;
-    }
-    m->len = fread(m->text, 1, (size_t)n, f);
-    m->text[m->len] = '\0';
-    return fclose(f) != 0 || m->len != (size_t)n;
-#else
-    int rc = fclose(m->f);
-    m->f = NULL;
-    return rc != 0;
-#endif
 }
 
 /* A decimal number at *p (digits only), moved past; 0 when there is none or it overflows. */

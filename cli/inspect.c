@@ -3,7 +3,6 @@
  *
  * Output is assembled in memory and written only when everything succeeded, so a failure prints nothing on
  * stdout and exactly one line on stderr: "hostfirst: <path>: <STATUS>: <message>", exit status 1. */
-#define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
@@ -34,11 +33,11 @@ static hostfirst_status checksum(const hostfirst_view *v, uint64_t nbytes, uint6
     return st;
 }
 
-static void print_shape(FILE *o, const hostfirst_view_info *info, int json) {
-    fputc('[', o);
+static void print_shape(cli_out *o, const hostfirst_view_info *info, int json) {
+    cli_out_putc(o, '[');
     for (uint32_t d = 0; d < info->rank; d++)
-        fprintf(o, "%s%llu", d ? (json ? "," : ", ") : "", (unsigned long long)info->shape[d]);
-    fputc(']', o);
+        cli_out_printf(o, "%s%llu", d ? (json ? "," : ", ") : "", (unsigned long long)info->shape[d]);
+    cli_out_putc(o, ']');
 }
 
 typedef struct {
@@ -68,13 +67,8 @@ int cmd_inspect(int argc, char **argv) {
     if (rc) return rc;
     hostfirst_status st = HOSTFIRST_STATUS_OK;
 
-    cli_memstream out;
-    FILE *o = cli_memstream_open(&out);
-    if (!o) {
-        hostfirst_file_free(f);
-        fprintf(stderr, "hostfirst: %s: cannot allocate the output buffer\n", path);
-        return 1;
-    }
+    cli_out out = {0};
+    cli_out *o = &out;
     size_t n = 0, nmeta = 0, name_width = 40;
     uint64_t total = 0;
     hostfirst_file_tensor_count(f, &n);
@@ -85,18 +79,18 @@ int cmd_inspect(int argc, char **argv) {
     const char *format_name = hostfirst_format_name(format);
 
     if (json) {
-        fputs("{\"file\":", o);
-        cli_json_string(o, path);
-        fprintf(o, ",\"format\":\"%s\",\"metadata\":{", format_name);
+        cli_out_puts(o, "{\"file\":");
+        cli_out_json_string(o, path);
+        cli_out_printf(o, ",\"format\":\"%s\",\"metadata\":{", format_name);
         for (size_t i = 0; i < nmeta; i++) {
             const char *k = NULL, *v = NULL;
             hostfirst_file_metadata_get(f, i, &k, &v);
-            if (i) fputc(',', o);
-            cli_json_string(o, k);
-            fputc(':', o);
-            cli_json_string(o, v);
+            if (i) cli_out_putc(o, ',');
+            cli_out_json_string(o, k);
+            cli_out_putc(o, ':');
+            cli_out_json_string(o, v);
         }
-        fputs("},\"tensors\":[", o);
+        cli_out_puts(o, "},\"tensors\":[");
     } else {
         char b[32];
         /* The NAME column is as wide as the longest name (at least 40), so long names keep the table aligned. */
@@ -105,9 +99,9 @@ int cmd_inspect(int argc, char **argv) {
             if (hostfirst_file_tensor_name(f, i, &name) == HOSTFIRST_STATUS_OK && name && strlen(name) > name_width)
                 name_width = strlen(name);
         }
-        fprintf(o, "file: %s\nformat: %s\ntensors: %zu, data: %s (%llu bytes)\n\n", path, format_name, n,
+        cli_out_printf(o, "file: %s\nformat: %s\ntensors: %zu, data: %s (%llu bytes)\n\n", path, format_name, n,
                 cli_bytes(total, b, sizeof b), (unsigned long long)total);
-        fprintf(o, "%-*s %-11s %-24s %12s %14s%s\n", (int)name_width, "NAME", "DTYPE", "SHAPE", "SIZE", "OFFSET",
+        cli_out_printf(o, "%-*s %-11s %-24s %12s %14s%s\n", (int)name_width, "NAME", "DTYPE", "SHAPE", "SIZE", "OFFSET",
                 sums ? "  FNV1A64" : "");
     }
 
@@ -124,46 +118,39 @@ int cmd_inspect(int argc, char **argv) {
         if (st == HOSTFIRST_STATUS_OK) {
             const char *dt = hostfirst_dtype_name(info.dtype);
             if (json) {
-                fprintf(o, "%s{\"name\":", i ? "," : "");
-                cli_json_string(o, info.name);
-                fprintf(o, ",\"dtype\":\"%s\",\"shape\":", dt);
+                cli_out_printf(o, "%s{\"name\":", i ? "," : "");
+                cli_out_json_string(o, info.name);
+                cli_out_printf(o, ",\"dtype\":\"%s\",\"shape\":", dt);
                 print_shape(o, &info, 1);
-                fprintf(o, ",\"offset\":%llu,\"nbytes\":%llu", (unsigned long long)info.data_offset,
+                cli_out_printf(o, ",\"offset\":%llu,\"nbytes\":%llu", (unsigned long long)info.data_offset,
                         (unsigned long long)info.nbytes);
-                if (sums) fprintf(o, ",\"fnv1a64\":\"%016llx\"", (unsigned long long)sum);
-                fputc('}', o);
+                if (sums) cli_out_printf(o, ",\"fnv1a64\":\"%016llx\"", (unsigned long long)sum);
+                cli_out_putc(o, '}');
             } else {
                 char shape[256], b[32];
                 cli_dims_text(info.shape, info.rank, shape, sizeof shape);
-                fprintf(o, "%-*s %-11s %-24s %12s %14llu", (int)name_width, info.name, dt, shape,
+                cli_out_printf(o, "%-*s %-11s %-24s %12s %14llu", (int)name_width, info.name, dt, shape,
                         cli_bytes(info.nbytes, b, sizeof b), (unsigned long long)info.data_offset);
-                if (sums) fprintf(o, "  %016llx", (unsigned long long)sum);
-                fputc('\n', o);
+                if (sums) cli_out_printf(o, "  %016llx", (unsigned long long)sum);
+                cli_out_putc(o, '\n');
             }
         }
         hostfirst_view_free(v);
     }
     if (json) {
-        fputs("]}\n", o);
+        cli_out_puts(o, "]}\n");
     } else if (st == HOSTFIRST_STATUS_OK) {
-        fprintf(o, "\nmetadata: %zu entr%s\n", nmeta, nmeta == 1 ? "y" : "ies");
+        cli_out_printf(o, "\nmetadata: %zu entr%s\n", nmeta, nmeta == 1 ? "y" : "ies");
         for (size_t i = 0; i < nmeta; i++) {
             const char *k = NULL, *v = NULL;
             hostfirst_file_metadata_get(f, i, &k, &v);
-            fprintf(o, "  %s: %s\n", k, v);
+            cli_out_printf(o, "  %s: %s\n", k, v);
         }
     }
-    int lost = cli_memstream_close(&out);
     hostfirst_file_free(f);
-    if (st != HOSTFIRST_STATUS_OK || lost) {
-        free(out.text);
-        if (st == HOSTFIRST_STATUS_OK) {
-            fprintf(stderr, "hostfirst: %s: the output could not be assembled\n", path);
-            return 1;
-        }
+    if (st != HOSTFIRST_STATUS_OK) {
+        cli_out_free(&out);
         return cli_fail(path, st);
     }
-    fwrite(out.text, 1, out.len, stdout);
-    free(out.text);
-    return 0;
+    return cli_out_emit(&out, path);
 }

@@ -3,8 +3,12 @@
  * Every command and option is declared once, in the table below: `cli_parse` accepts exactly what the table
  * lists, and `hostfirst --help` / `hostfirst CMD --help` print it, so the two cannot drift apart. */
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include "cli.h"
+#ifdef _WIN32
+#include <windows.h>
+#endif
 
 static const cli_option devices_options[] = {
     {CLI_OPT_JSON, "--json", NULL, "one JSON object instead of tables", 0},
@@ -288,7 +292,7 @@ int cli_parse(const char *cmd, int argc, char **argv, void *ctx, cli_on_option o
     return 0;
 }
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv) {
     if (!HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, hostfirst_version_number())) {
         fprintf(stderr, "hostfirst: built against header version %d, which library version %u does not serve\n",
                 HOSTFIRST_VERSION_NUMBER, hostfirst_version_number());
@@ -319,3 +323,38 @@ int main(int argc, char **argv) {
     int rc = c->run(argc - 1, argv + 1);
     return rc == CLI_HELP_SHOWN ? 0 : rc;
 }
+
+#ifdef _WIN32
+/* Windows hands main() its arguments in the ANSI code page, which holds few of the characters a file name may have
+ * (é in some, Chinese or Cyrillic in others: the rest become '?'), while the library takes UTF-8 paths. So the CLI
+ * is a wmain (cli/build.sh links it with -municode for Windows): the arguments come as UTF-16 and are converted to
+ * UTF-8 here. Its output is UTF-8 too; on a console the output code page is set to UTF-8 while it runs. */
+static UINT console_cp;
+
+static void restore_console_cp(void) { SetConsoleOutputCP(console_cp); }
+
+int wmain(int argc, wchar_t **wargv) {
+    char **argv = calloc((size_t)argc + 1, sizeof *argv);
+    if (!argv) {
+        fputs("hostfirst: out of memory converting the command line to UTF-8\n", stderr);
+        return 1;
+    }
+    for (int i = 0; i < argc; i++) {
+        /* WC_ERR_INVALID_CHARS: a name with an unpaired surrogate (possible on NTFS) has no UTF-8 form. */
+        int n = WideCharToMultiByte(CP_UTF8, WC_ERR_INVALID_CHARS, wargv[i], -1, NULL, 0, NULL, NULL);
+        if (n <= 0 || !(argv[i] = malloc((size_t)n)) ||
+            WideCharToMultiByte(CP_UTF8, WC_ERR_INVALID_CHARS, wargv[i], -1, argv[i], n, NULL, NULL) != n) {
+            DWORD e = GetLastError();
+            fprintf(stderr, "hostfirst: argument %d cannot be converted to UTF-8 (%s, Windows error %lu)\n", i,
+                    e == ERROR_NO_UNICODE_TRANSLATION ? "it is not valid UTF-16" : "out of memory",
+                    (unsigned long)e);
+            return 1;
+        }
+    }
+    console_cp = GetConsoleOutputCP();
+    if (console_cp != 0 && console_cp != CP_UTF8 && SetConsoleOutputCP(CP_UTF8)) atexit(restore_console_cp);
+    return run(argc, argv); /* argv lives until the process ends */
+}
+#else
+int main(int argc, char **argv) { return run(argc, argv); }
+#endif

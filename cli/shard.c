@@ -82,10 +82,10 @@ static hostfirst_status buffer_checksum(const hostfirst_buffer *b, uint64_t *out
     return st;
 }
 
-static void print_dims(FILE *o, const uint64_t *d, uint32_t rank, int json) {
-    fputc('[', o);
-    for (uint32_t i = 0; i < rank; i++) fprintf(o, "%s%llu", i ? (json ? "," : ", ") : "", (unsigned long long)d[i]);
-    fputc(']', o);
+static void print_dims(cli_out *o, const uint64_t *d, uint32_t rank, int json) {
+    cli_out_putc(o, '[');
+    for (uint32_t i = 0; i < rank; i++) cli_out_printf(o, "%s%llu", i ? (json ? "," : ", ") : "", (unsigned long long)d[i]);
+    cli_out_putc(o, ']');
 }
 
 /* The dims as text into buf (for the table). */
@@ -186,9 +186,8 @@ int cmd_shard(int argc, char **argv) {
     }
     if (st == HOSTFIRST_STATUS_OK && !refused) st = hostfirst_shard_run(plan, NULL, &res);
 
-    cli_memstream out = {NULL, NULL, 0};
-    FILE *o = st == HOSTFIRST_STATUS_OK && !refused ? cli_memstream_open(&out) : NULL;
-    if (st == HOSTFIRST_STATUS_OK && !refused && !o) st = HOSTFIRST_STATUS_OUT_OF_MEMORY;
+    cli_out out = {0};
+    cli_out *o = st == HOSTFIRST_STATUS_OK && !refused ? &out : NULL;
     size_t n = 0;
     uint64_t file_bytes = 0, tot_bytes = 0, tot_read = 0;
     char spec[64];
@@ -197,14 +196,14 @@ int cmd_shard(int argc, char **argv) {
         hostfirst_file_data_bytes(f, &file_bytes);
         cli_device_spec(dev, spec, sizeof spec);
         if (json) {
-            fputs("{\"file\":", o);
-            cli_json_string(o, path);
-            fprintf(o, ",\"world\":%llu,\"rank\":%llu,\"device\":\"%s\",\"tensors\":[", (unsigned long long)world,
+            cli_out_puts(o, "{\"file\":");
+            cli_out_json_string(o, path);
+            cli_out_printf(o, ",\"world\":%llu,\"rank\":%llu,\"device\":\"%s\",\"tensors\":[", (unsigned long long)world,
                     (unsigned long long)rank, spec);
         } else {
-            fprintf(o, "file: %s\nrank %llu of %llu on %s\n\n", path, (unsigned long long)rank,
+            cli_out_printf(o, "file: %s\nrank %llu of %llu on %s\n\n", path, (unsigned long long)rank,
                     (unsigned long long)world, spec);
-            fprintf(o, "%-40s %4s %-20s %-20s %10s %12s %12s  %s\n", "NAME", "DIM", "SHAPE", "SHARD", "START", "NBYTES",
+            cli_out_printf(o, "%-40s %4s %-20s %-20s %10s %12s %12s  %s\n", "NAME", "DIM", "SHAPE", "SHARD", "START", "NBYTES",
                     "READ", "FNV1A64");
         }
     }
@@ -224,22 +223,22 @@ int cmd_shard(int argc, char **argv) {
         tot_bytes += si.nbytes;
         tot_read += read;
         if (json) {
-            fprintf(o, "%s{\"name\":", i ? "," : "");
-            cli_json_string(o, si.name);
-            if (dim >= 0) fprintf(o, ",\"dim\":%d", dim);
-            else fputs(",\"dim\":null", o);
-            fputs(",\"shape\":", o);
+            cli_out_printf(o, "%s{\"name\":", i ? "," : "");
+            cli_out_json_string(o, si.name);
+            if (dim >= 0) cli_out_printf(o, ",\"dim\":%d", dim);
+            else cli_out_puts(o, ",\"dim\":null");
+            cli_out_puts(o, ",\"shape\":");
             print_dims(o, si.shape, si.rank, 1);
-            fputs(",\"shard_shape\":", o);
+            cli_out_puts(o, ",\"shard_shape\":");
             print_dims(o, si.shard_shape, si.rank, 1);
-            fprintf(o, ",\"start\":%llu,\"nbytes\":%llu,\"fnv1a64\":\"%016llx\",\"bytes_read\":%llu}",
+            cli_out_printf(o, ",\"start\":%llu,\"nbytes\":%llu,\"fnv1a64\":\"%016llx\",\"bytes_read\":%llu}",
                     (unsigned long long)start, (unsigned long long)si.nbytes, (unsigned long long)sum,
                     (unsigned long long)read);
         } else {
             char a[128], c[128], d[16];
             if (dim >= 0) snprintf(d, sizeof d, "%d", dim);
             else snprintf(d, sizeof d, "-");
-            fprintf(o, "%-40s %4s %-20s %-20s %10llu %12llu %12llu  %016llx\n", si.name, d,
+            cli_out_printf(o, "%-40s %4s %-20s %-20s %10llu %12llu %12llu  %016llx\n", si.name, d,
                     dims_text(si.shape, si.rank, a, sizeof a), dims_text(si.shard_shape, si.rank, c, sizeof c),
                     (unsigned long long)start, (unsigned long long)si.nbytes, (unsigned long long)read,
                     (unsigned long long)sum);
@@ -247,26 +246,25 @@ int cmd_shard(int argc, char **argv) {
     }
     if (o) {
         if (json) {
-            fputs("],\"unmatched_rules\":[", o);
+            cli_out_puts(o, "],\"unmatched_rules\":[");
             for (size_t i = 0, k = 0; i < nrules; i++) {
                 if (used[i]) continue;
                 char pattern[MAX_PATTERN + 1];
                 size_t plen = (size_t)(strrchr(rules_text[i], '=') - rules_text[i]);
                 memcpy(pattern, rules_text[i], plen);
                 pattern[plen] = '\0';
-                fprintf(o, "%s{\"rule\":%zu,\"pattern\":", k++ ? "," : "", i);
-                cli_json_string(o, pattern);
-                fprintf(o, ",\"dim\":%llu}", (unsigned long long)rule_dim[i]);
+                cli_out_printf(o, "%s{\"rule\":%zu,\"pattern\":", k++ ? "," : "", i);
+                cli_out_json_string(o, pattern);
+                cli_out_printf(o, ",\"dim\":%llu}", (unsigned long long)rule_dim[i]);
             }
-            fprintf(o, "],\"totals\":{\"tensors\":%zu,\"nbytes\":%llu,\"bytes_read\":%llu,\"file_bytes\":%llu}}\n", n,
+            cli_out_printf(o, "],\"totals\":{\"tensors\":%zu,\"nbytes\":%llu,\"bytes_read\":%llu,\"file_bytes\":%llu}}\n", n,
                     (unsigned long long)tot_bytes, (unsigned long long)tot_read, (unsigned long long)file_bytes);
         } else {
             char a[32], b[32], c[32];
-            fprintf(o, "\ntotal: %zu tensors, %s of shards (%llu bytes), %s read (%llu bytes) of the files' %s\n", n,
+            cli_out_printf(o, "\ntotal: %zu tensors, %s of shards (%llu bytes), %s read (%llu bytes) of the files' %s\n", n,
                     cli_bytes(tot_bytes, a, sizeof a), (unsigned long long)tot_bytes, cli_bytes(tot_read, b, sizeof b),
                     (unsigned long long)tot_read, cli_bytes(file_bytes, c, sizeof c));
         }
-        if (cli_memstream_close(&out) && st == HOSTFIRST_STATUS_OK) st = HOSTFIRST_STATUS_OUT_OF_MEMORY;
     }
     hostfirst_shard_result_free(res);
     hostfirst_shard_plan_free(plan);
@@ -275,10 +273,8 @@ int cmd_shard(int argc, char **argv) {
     hostfirst_file_free(f);
     if (refused) return 1;
     if (st != HOSTFIRST_STATUS_OK) {
-        free(out.text);
+        cli_out_free(&out);
         return cli_fail(what, st);
     }
-    fwrite(out.text, 1, out.len, stdout);
-    free(out.text);
-    return 0;
+    return cli_out_emit(&out, what);
 }

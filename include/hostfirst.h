@@ -62,7 +62,10 @@
  *   behind #if defined(HOSTFIRST_EXPERIMENTAL): define HOSTFIRST_EXPERIMENTAL before including this header to
  *   use it. Those functions carry the symbol version HOSTFIRST_EXPERIMENTAL_MAJOR.MINOR, renamed with every
  *   minor, so a program that uses one runs only with the minor it was built against (the loader refuses
- *   another); everything else keeps the promise of HOSTFIRST_VERSION_COMPATIBLE.
+ *   another); everything else keeps the promise of HOSTFIRST_VERSION_COMPATIBLE. Windows has no symbol
+ *   versions: there hostfirst.dll exports a marker named after its minor, hostfirst_experimental_MAJOR_MINOR,
+ *   which this header makes a program using the tier import, so Windows' loader refuses another minor's DLL
+ *   (see HOSTFIRST_EXPERIMENTAL_MARKER_NAME_).
  * Enums.  Every set of named values is an enum typedef (hostfirst_dtype, hostfirst_placement, ...), and
  *   parameters and fields take that typedef. Values from C are validated; unknown values give
  *   HOSTFIRST_STATUS_INVALID_ARGUMENT with a message naming them, never undefined behaviour. Each
@@ -71,6 +74,19 @@
  * Strings.  Input strings are NUL-terminated UTF-8 (at most 65536 bytes). Returned const char* strings are
  *   owned by the library; each function says how long they live. Never free them. A function that returns
  *   const char* never returns NULL (out-of-range input gives "UNKNOWN" for names, "" otherwise).
+ * Paths.  File paths are strings like any other: UTF-8, on every platform. On Windows that is not the ANSI code
+ *   page, in which main()'s argv and the *A functions hand out names (characters outside it, Chinese in a
+ *   Western code page, come as '?'): take paths as wide strings (wmain, GetCommandLineW and
+ *   CommandLineToArgvW, the *W functions, std::filesystem::path::native()) and convert them with
+ *   WideCharToMultiByte(CP_UTF8, WC_ERR_INVALID_CHARS, ...); the library converts them back to UTF-16 for
+ *   Windows. A path that is not valid UTF-8 gives HOSTFIRST_STATUS_INVALID_ARGUMENT naming it.
+ * System libraries.  The CUDA driver is opened at run time, only when something needs CUDA. Linux: libcuda.so.1
+ *   (then libcuda.so) by the dynamic loader's search. Windows: nvcuda.dll, and NVML's nvml.dll, from the
+ *   System32 directory only (LoadLibraryExW with LOAD_LIBRARY_SEARCH_SYSTEM32), never from the current
+ *   directory, the program's directory or PATH, so a DLL of that name planted among a user's files (a
+ *   downloaded model's folder) is never loaded. The environment variable HOSTFIRST_CUDA_DRIVER, an absolute
+ *   path, names the driver file to load instead (on Windows NVML is then taken from beside it); a relative
+ *   value is refused (the cuda backend reports LIBRARY_NOT_FOUND saying so).
  * Handles.  Opaque handles (hostfirst_file*, ...) are created by a function that says so and released by the
  *   matching *_free, which accepts NULL. A handle is an id checked on every call: a freed, stale or
  *   wrong-type handle gives HOSTFIRST_STATUS_INVALID_HANDLE, not a crash.
@@ -171,6 +187,32 @@ extern "C" {
     ((library) >= (header) && (library) / 1000000 == (header) / 1000000 && \
      ((header) / 1000000 != 0 || (library) / 1000 == (header) / 1000) &&  \
      ((header) / 1000 != 0 || (library) == (header)))
+
+/**
+ * The experimental tier's per-minor guard on Windows, where a DLL's exports carry no symbol version: hostfirst.dll
+ * exports a marker named after its minor, hostfirst_experimental_MAJOR_MINOR (hostfirst_experimental_0_2 for
+ * 0.2), and a program built with HOSTFIRST_EXPERIMENTAL imports it, so that Windows' loader refuses to start the
+ * program with another minor's DLL (entry point not found), as Linux's refuses a library without the program's
+ * HOSTFIRST_EXPERIMENTAL_MAJOR.MINOR symbol version. With GCC and Clang (MinGW) each file that includes this
+ * header also calls the marker (it does nothing) among the C runtime's initialisers, before main, so that a loader
+ * that lets a missing import through fails there instead; with MSVC a /include linker directive makes the import.
+ * Programs that do not define HOSTFIRST_EXPERIMENTAL import nothing more. A program that loads hostfirst.dll
+ * itself (LoadLibrary, GetProcAddress), linking no import library, defines HOSTFIRST_NO_EXPERIMENTAL_GUARD and
+ * checks that hostfirst_version_number() has its header's minor.
+ */
+#define HOSTFIRST_EXPERIMENTAL_MARKER_NAME_(major, minor) hostfirst_experimental_##major##_##minor
+#if defined(_WIN32) && defined(HOSTFIRST_EXPERIMENTAL) && !defined(HOSTFIRST_NO_EXPERIMENTAL_GUARD)
+#define HOSTFIRST_EXPERIMENTAL_MARKER_NAME(major, minor) HOSTFIRST_EXPERIMENTAL_MARKER_NAME_(major, minor)
+#define HOSTFIRST_EXPERIMENTAL_MARKER HOSTFIRST_EXPERIMENTAL_MARKER_NAME(HOSTFIRST_VERSION_MAJOR, HOSTFIRST_VERSION_MINOR)
+#if defined(__GNUC__) || defined(__clang__)
+extern __typeof__(void(void)) HOSTFIRST_EXPERIMENTAL_MARKER;
+__attribute__((used, section(".CRT$XCU"))) static __typeof__(void(void)) *HOSTFIRST_EXPERIMENTAL_GUARD_ = HOSTFIRST_EXPERIMENTAL_MARKER;
+#elif defined(_MSC_VER)
+#define HOSTFIRST_EXPERIMENTAL_STR_(x) #x
+#define HOSTFIRST_EXPERIMENTAL_STR(x) HOSTFIRST_EXPERIMENTAL_STR_(x)
+#pragma comment(linker, "/include:" HOSTFIRST_EXPERIMENTAL_STR(HOSTFIRST_EXPERIMENTAL_MARKER))
+#endif
+#endif
 
 /**
  * The outcome of every fallible hostfirst call.

@@ -38,6 +38,10 @@ pub extern "C" fn hostfirst_version_number() -> u32 {
     })
 }
 
+// `hostfirst_experimental_MAJOR_MINOR` (build.rs): the experimental tier's per-minor guard on Windows.
+#[cfg(windows)]
+include!(concat!(env!("OUT_DIR"), "/experimental_marker.rs"));
+
 /// Copies a string describing the build (version, features, CUDA API level, and the read engine as
 /// `hostfirst_read_engine` names it) into `buf`, NUL-terminated. `*out_len` (when `out_len` is not NULL) gets
 /// the string's length without the NUL, whatever happens to `buf`; `buf` needs `capacity` of at least that

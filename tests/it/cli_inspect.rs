@@ -152,3 +152,29 @@ fn usage_errors() {
     assert_eq!(run(&cli(), &["inspect", "a", "b"], &[]).status.code(), Some(2));
     assert!(run_ok(&cli(), &["--help"], &[]).contains("inspect FILE"));
 }
+
+/// A failure to write the output is reported as what it is (issue 43, point 5): stdout on a full disk
+/// (/dev/full) gives exit status 1 and one line naming the file and the system's reason, never a silent success
+/// nor an invented cause. (The output is assembled in memory, no temporary file; shard shares the code.)
+#[test]
+fn an_output_that_cannot_be_written_is_reported_as_such() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("SKIPPED: no /dev/full here");
+        return;
+    };
+    let path = fixtures().join("basic.safetensors");
+    let p = path.to_str().unwrap();
+    for args in [&["inspect", p][..], &["inspect", "--json", "--checksum", p][..]] {
+        let out = std::process::Command::new(cli())
+            .args(args)
+            .stdout(full.try_clone().unwrap())
+            .output()
+            .expect("run the CLI");
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!("hostfirst: {p}: writing the output failed: No space left on device\n"),
+            "{args:?}"
+        );
+    }
+}

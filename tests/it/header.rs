@@ -38,7 +38,16 @@ free. HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, hostfirst_version_n
 serves a program built against this header (the same ABI line, the library at least as new);
 hostfirst_build_info() and hostfirst_read_engine() say how the library was built and how it reads files;
 hostfirst_handle_count() counts the live handles of every kind, which is how tests prove nothing leaked.",
-        rules: &["status", "last_error", "error", "version", "build_info", "read_engine", "handle_count"],
+        rules: &[
+            "status",
+            "last_error",
+            "error",
+            "version",
+            "build_info",
+            "read_engine",
+            "handle_count",
+            "experimental_marker",
+        ],
     },
     Section {
         title: "CENSUS AND DEVICES",

@@ -252,8 +252,11 @@ const SYSTEM_DLLS: &[&str] = &[
 #[test]
 fn the_dll_exports_what_the_linux_library_exports() {
     let Some(w) = win() else { return };
-    let linux = so_exports();
+    let mut linux = so_exports();
     assert!(linux.len() > 100, "{} exports in libhostfirst.so", linux.len());
+    // The DLL adds one: the experimental tier's marker of this minor (the Linux library has the symbol version).
+    linux.push(experimental_marker());
+    linux.sort();
     // The test build: test hooks on both sides.
     assert_eq!(pe_exports(&w.bin.join("hostfirst.dll")), linux, "test-hooks hostfirst.dll vs libhostfirst.so");
     // The package: the same without the test hooks, and its .def says the same.
@@ -270,6 +273,60 @@ fn the_dll_exports_what_the_linux_library_exports() {
             assert!(d == "hostfirst.dll" || SYSTEM_DLLS.contains(&d.as_str()), "{} imports {d}", f.display());
         }
     }
+}
+
+/// The name of the experimental tier's marker that this minor's DLL exports (build.rs).
+fn experimental_marker() -> String {
+    format!("hostfirst_experimental_{}_{}", env!("CARGO_PKG_VERSION_MAJOR"), env!("CARGO_PKG_VERSION_MINOR"))
+}
+
+/// The experimental tier's per-minor guard on Windows (issue 43): a program built with HOSTFIRST_EXPERIMENTAL
+/// imports this minor's marker and runs with this DLL; with a DLL of another minor (this one with its marker
+/// renamed to the next minor's, as that DLL exports it) it is refused before main runs, while a program that
+/// uses only the stable API runs with either.
+#[test]
+fn the_experimental_tier_is_bound_to_its_minor() {
+    let Some(w) = win() else { return };
+    let top = scratch("windows/experimental-guard");
+    let (this, next) = (top.join("this-minor"), top.join("next-minor"));
+    for d in [&this, &next] {
+        let _ = std::fs::remove_dir_all(d);
+        std::fs::create_dir_all(d).unwrap();
+    }
+    for f in ["hostfirst.dll", "libhostfirst.dll.a"] {
+        std::fs::copy(w.pkg.join(if f.ends_with(".dll") { "bin" } else { "lib" }).join(f), this.join(f)).unwrap();
+    }
+    let marker = experimental_marker();
+    let minor: u32 = env!("CARGO_PKG_VERSION_MINOR").parse().unwrap();
+    let other = format!("hostfirst_experimental_{}_{}", env!("CARGO_PKG_VERSION_MAJOR"), minor + 1);
+    assert_eq!(other.len(), marker.len(), "the next minor's name has the same length (a one-digit minor)");
+    let dll = std::fs::read(this.join("hostfirst.dll")).unwrap();
+    let at: Vec<usize> = dll
+        .windows(marker.len() + 1)
+        .enumerate()
+        .filter(|(_, b)| b[..marker.len()] == *marker.as_bytes() && b[marker.len()] == 0)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(at.len(), 1, "{marker} once in the stripped DLL (its export name table): {at:?}");
+    let mut renamed = dll.clone();
+    renamed[at[0]..at[0] + other.len()].copy_from_slice(other.as_bytes());
+    std::fs::write(next.join("hostfirst.dll"), renamed).unwrap();
+    assert!(pe_exports(&next.join("hostfirst.dll")).contains(&other));
+
+    let guarded =
+        compile_in(w, &this, &[&root().join("tests/windows/experimental_guard.c")], "experimental_guard", &[]);
+    let imports = Command::new("x86_64-w64-mingw32-objdump").arg("-p").arg(&guarded).output().unwrap();
+    assert!(String::from_utf8_lossy(&imports.stdout).contains(&marker), "the program imports {marker}");
+    assert!(wine_ok(w, &guarded, &[], &[]).starts_with("census warnings: "));
+    let stable = compile_in(w, &this, &[&root().join("examples-c/version.c")], "version", &[]);
+    for exe in [&guarded, &stable] {
+        std::fs::copy(exe, next.join(exe.file_name().unwrap())).unwrap();
+    }
+    let o = wine(w, &next.join("experimental_guard.exe"), &[], &[]);
+    assert!(!o.status.success(), "started with another minor's DLL: {}", text(&o.stdout));
+    assert!(!text(&o.stdout).contains("census warnings"), "main never ran: {}", text(&o.stdout));
+    let out = wine_ok(w, &next.join("version.exe"), &[], &[]);
+    assert!(out.starts_with(&format!("hostfirst {}", env!("CARGO_PKG_VERSION"))), "{out}");
 }
 
 #[test]
@@ -347,7 +404,8 @@ fn the_host_first_example() {
 
 /// A directory like `w.bin` with the stand-in CUDA driver (tests/cuda_stub/stand_in_cuda.c) built as nvcuda.dll
 /// and an nvml.dll whose NVML functions forward to it (one loaded module, as libnvidia-ml.so.1 and libcuda.so.1
-/// are one object on Linux): programs built here find both beside them, as they would find the NVIDIA driver's.
+/// are one object on Linux). The library loads the driver only from System32 or from the file
+/// `HOSTFIRST_CUDA_DRIVER` names (and NVML from beside that file): programs run with [`stand_in_env`].
 fn cuda_bin(w: &Win) -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -385,6 +443,19 @@ fn cuda_bin(w: &Win) -> &'static Path {
     })
 }
 
+/// `HOSTFIRST_CUDA_DRIVER` naming the stand-in of [`cuda_bin`], followed by `more`.
+fn stand_in_env<'a>(bin: &Path, more: &[(&'a str, &'a str)]) -> Vec<(&'a str, String)> {
+    let mut env = vec![("HOSTFIRST_CUDA_DRIVER", wpath(&bin.join("nvcuda.dll")))];
+    env.extend(more.iter().map(|(k, v)| (*k, v.to_string())));
+    env
+}
+
+/// [`wine`] with an owned environment.
+fn wine_env(w: &Win, exe: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    wine(w, exe, args, &env)
+}
+
 /// The CUDA paths of the DLL through nvcuda.dll (loaded with LoadLibraryExW, entry points by GetProcAddress),
 /// against the stand-in driver: the census with NVML and without, a load, gathers and the DLPack stream handshake
 /// on cuda:0, each leaving nothing live in the driver.
@@ -397,8 +468,9 @@ fn cuda_through_nvcuda_dll_on_the_stand_in() {
     };
     let census = c("test_cuda_census", &[]);
     for (nvml, contexts) in [("1", 0), ("0", 2)] {
-        let o =
-            wine(w, &census, &[], &[("STAND_IN_DEVICES", "2"), ("STAND_IN_LEAK_REPORT", "1"), ("STAND_IN_NVML", nvml)]);
+        let env =
+            stand_in_env(bin, &[("STAND_IN_DEVICES", "2"), ("STAND_IN_LEAK_REPORT", "1"), ("STAND_IN_NVML", nvml)]);
+        let o = wine_env(w, &census, &[], &env);
         let err = text(&o.stderr);
         assert!(o.status.success(), "STAND_IN_NVML={nvml}: {err}");
         assert!(
@@ -406,8 +478,16 @@ fn cuda_through_nvcuda_dll_on_the_stand_in() {
             "the stand-in's exit report: {err}"
         );
     }
-    wine_ok(w, &c("test_core", &[]), &[], &[("STAND_IN_DEVICES", "2"), ("EXPECT_CUDA_STATUS", "AVAILABLE")]);
-    let knobs = [("STAND_IN_LEAK_REPORT", "1")];
+    let o = wine_env(
+        w,
+        &c("test_core", &[]),
+        &[],
+        &stand_in_env(bin, &[("STAND_IN_DEVICES", "2"), ("EXPECT_CUDA_STATUS", "AVAILABLE")]),
+    );
+    assert!(o.status.success(), "test_core on the stand-in: {}\n{}", text(&o.stdout), text(&o.stderr));
+    // Beside the program but not named: never loaded (System32 only), so the census finds no driver.
+    wine_ok(w, &c("test_core", &[]), &[], &[("STAND_IN_DEVICES", "2"), ("EXPECT_CUDA_STATUS", "LIBRARY_NOT_FOUND")]);
+    let knobs = stand_in_env(bin, &[("STAND_IN_LEAK_REPORT", "1")]);
     for (name, args) in [
         ("test_load_job", vec![dir("cuda_load_job"), "cuda:0".to_string()]),
         ("test_load_bulk", vec![dir("cuda_load_bulk"), "cuda:0".to_string()]),
@@ -417,7 +497,7 @@ fn cuda_through_nvcuda_dll_on_the_stand_in() {
     ] {
         let exe = c(name, &[]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let o = wine(w, &exe, &args, &knobs);
+        let o = wine_env(w, &exe, &args, &knobs);
         let err = text(&o.stderr);
         assert!(o.status.success(), "{name} {args:?} on the stand-in: {}\n{err}", text(&o.stdout));
         assert!(err.contains("stand-in cuda: at exit:"), "{name}: no exit report from nvcuda.dll: {err}");
@@ -457,8 +537,11 @@ fn the_cli_under_wine_agrees_with_linux() {
     assert_eq!(v["backends"][0]["status"], "available");
     assert_eq!(v["backends"][1]["status"], "library_not_found");
     let reason = v["backends"][1]["reason"].as_str().unwrap();
-    assert!(reason.contains("tried nvcuda.dll") && reason.contains("PATH"), "Windows wording: {reason}");
-    assert!(!reason.contains("libcuda") && !reason.contains("LD_LIBRARY_PATH"), "{reason}");
+    assert!(
+        reason.contains("tried nvcuda.dll in System32") && reason.contains("HOSTFIRST_CUDA_DRIVER"),
+        "Windows wording: {reason}"
+    );
+    assert!(!reason.contains("libcuda") && !reason.contains("PATH"), "never advises PATH: {reason}");
     let dev = &v["devices"][0];
     assert_eq!(dev["spec"], "cpu:0");
     let (total, free) = (dev["total_memory"].as_u64().unwrap(), dev["free_memory"].as_u64().unwrap());
@@ -510,6 +593,167 @@ fn the_cli_under_wine_agrees_with_linux() {
             assert_eq!(wv["prefault_populated"], true, "PrefetchVirtualMemory and a read per page: {wv}");
         }
     }
+}
+
+/// Builds a test-only C source of tests/windows as a DLL (`dll` true) or a program, into `out`.
+fn build_windows_helper(w: &Win, source: &str, out: &Path, dll: bool) {
+    let mut cmd = Command::new(&w.cc);
+    if dll {
+        cmd.arg("-shared");
+    }
+    let o = cmd
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-static-libgcc", "-o"])
+        .arg(out)
+        .arg(root().join("tests/windows").join(source))
+        .output()
+        .expect("run the mingw-w64 C compiler");
+    assert!(o.status.success(), "{source} -> {}:\n{}", out.display(), text(&o.stderr));
+}
+
+/// DLL planting (issue 43): an nvcuda.dll and an nvml.dll planted in the current folder (a downloaded model's) and
+/// in a folder on PATH are never loaded by `hostfirst.exe devices` nor by a plain `put` (which takes the census for
+/// its default device): the driver comes from System32 only. The control, a LoadLibrary by bare name, does load
+/// both plants, so the test sees a plant when one is loaded.
+#[test]
+fn a_dll_planted_in_the_current_folder_or_on_path_is_never_loaded() {
+    let Some(w) = win() else { return };
+    let top = scratch("windows/planted");
+    let (app, model, on_path) = (top.join("app"), top.join("model"), top.join("on-path"));
+    for d in [&app, &model, &on_path] {
+        let _ = std::fs::remove_dir_all(d);
+        std::fs::create_dir_all(d).unwrap();
+    }
+    for f in ["hostfirst.exe", "hostfirst.dll"] {
+        std::fs::copy(w.pkg.join("bin").join(f), app.join(f)).unwrap();
+    }
+    for d in [&model, &on_path] {
+        for name in ["nvcuda.dll", "nvml.dll"] {
+            build_windows_helper(w, "planted_dll.c", &d.join(name), true);
+        }
+    }
+    std::fs::copy(token_file("planted-src"), model.join("model.safetensors")).unwrap();
+    let control = app.join("load_by_name.exe");
+    build_windows_helper(w, "load_by_name.c", &control, false);
+    let markers = || -> Vec<PathBuf> {
+        [&model, &on_path]
+            .iter()
+            .flat_map(|d| ["nvcuda.dll.loaded", "nvml.dll.loaded"].map(|m| d.join(m)))
+            .filter(|m| m.exists())
+            .collect()
+    };
+    // Run from the model's folder, with the other folder on Wine's PATH.
+    let run_in_model = |exe: &Path, args: &[&str]| {
+        let mut cmd = Command::new(&w.wine);
+        cmd.arg(exe).args(args).current_dir(&model).env("WINEDEBUG", "-all").env("WINEPATH", wpath(&on_path));
+        for k in ["HOSTFIRST_PLATFORMS", "HOSTFIRST_DEFAULT_DEVICE", "CUDA_VISIBLE_DEVICES", "HOSTFIRST_CUDA_DRIVER"] {
+            cmd.env_remove(k);
+        }
+        run_to_files(cmd, &format!("{} {}", exe.display(), args.join(" ")))
+    };
+    let exe = app.join("hostfirst.exe");
+    for args in [&["devices", "--json"][..], &["put", "model.safetensors", "tokens", "--json"][..]] {
+        let o = run_in_model(&exe, args);
+        assert!(o.status.success(), "hostfirst {args:?}: {}\n{}", text(&o.stdout), text(&o.stderr));
+        assert_eq!(markers(), Vec::<PathBuf>::new(), "hostfirst {args:?} loaded a planted DLL");
+        if args[0] == "devices" {
+            let v = json(&text(&o.stdout));
+            assert_eq!(v["backends"][1]["status"], "library_not_found", "{v}");
+        } else {
+            assert_eq!(json(&text(&o.stdout))["device"], "cpu:0");
+        }
+    }
+    // The control: Windows' default search finds the plant in the current folder first, then the one on PATH.
+    let o = run_in_model(&control, &["nvcuda.dll", "nvml.dll"]);
+    assert_eq!(text(&o.stdout), "nvcuda.dll: loaded\nnvml.dll: loaded\n", "{}", text(&o.stderr));
+    assert_eq!(markers(), vec![model.join("nvcuda.dll.loaded"), model.join("nvml.dll.loaded")]);
+    for d in ["nvcuda.dll", "nvml.dll"] {
+        std::fs::remove_file(model.join(d)).unwrap();
+    }
+    let o = run_in_model(&control, &["nvcuda.dll"]);
+    assert_eq!(text(&o.stdout), "nvcuda.dll: loaded\n", "{}", text(&o.stderr));
+    assert!(on_path.join("nvcuda.dll.loaded").exists(), "the plant on PATH is found by a search");
+}
+
+/// File names outside the ANSI code page (issue 43): é, Chinese and Cyrillic, in the file's name and in its
+/// folder's. A copy of a token file under each name.
+fn unicode_files() -> Vec<PathBuf> {
+    let top = scratch("windows/unicode").join("données модели 数据");
+    let _ = std::fs::remove_dir_all(&top);
+    std::fs::create_dir_all(&top).unwrap();
+    let src = token_file("unicode-src");
+    ["café.safetensors", "模型.safetensors", "модель.safetensors", "naïve 模型 модель.safetensors"]
+        .iter()
+        .map(|n| {
+            let p = top.join(n);
+            std::fs::copy(&src, &p).unwrap();
+            p
+        })
+        .collect()
+}
+
+/// Checks `exe inspect --json` and `exe put ... --json` on every name of [`unicode_files`], and `convert` to such
+/// a name: the CLI reads its arguments as UTF-16 (wmain), so they reach the library as UTF-8.
+fn check_unicode_paths(w: &Win, run: &dyn Fn(&[&str]) -> Output) {
+    let files = unicode_files();
+    for p in &files {
+        let wp = wpath(p);
+        let o = run(&["inspect", "--json", &wp]);
+        assert!(o.status.success(), "inspect {wp}: {}", text(&o.stderr));
+        let v = json(&text(&o.stdout));
+        assert_eq!(v["file"], wp.as_str(), "the name comes back as given, in UTF-8");
+        assert_eq!(v["tensors"].as_array().unwrap().len(), 2, "{v}");
+        let o = run(&["put", &wp, "tokens", "--device", "cpu", "--json"]);
+        assert!(o.status.success(), "put {wp}: {}", text(&o.stderr));
+        assert_eq!(json(&text(&o.stdout))["verified"], true);
+    }
+    let out = files[0].with_file_name("выход 输出 é.safetensors");
+    let _ = std::fs::remove_file(&out);
+    let o = run(&["convert", &wpath(&files[1]), &wpath(&out)]);
+    assert!(o.status.success(), "convert to {}: {}", out.display(), text(&o.stderr));
+    assert!(out.is_file(), "convert wrote the file by its name: {}", out.display());
+    let o = run(&["inspect", "--json", "--checksum", &wpath(&out)]);
+    assert!(o.status.success(), "inspect {}: {}", out.display(), text(&o.stderr));
+    let o2 = run(&["inspect", "--json", "--checksum", &wpath(&files[1])]);
+    let sums = |v: serde_json::Value| -> Vec<(String, String)> {
+        let t = v["tensors"].as_array().unwrap().iter();
+        let mut v: Vec<(String, String)> =
+            t.map(|t| (t["name"].as_str().unwrap().to_string(), t["fnv1a64"].as_str().unwrap().to_string())).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(sums(json(&text(&o.stdout))), sums(json(&text(&o2.stdout))), "the same tensors");
+    let _ = w;
+}
+
+/// The package's hostfirst.exe opens paths with characters outside the ANSI code page (issue 43).
+#[test]
+fn the_cli_opens_paths_named_in_any_script() {
+    let Some(w) = win() else { return };
+    let exe = w.pkg.join("bin/hostfirst.exe");
+    check_unicode_paths(w, &|args| wine(w, &exe, args, &[("LC_ALL", "C.UTF-8")]));
+}
+
+/// `inspect` and `shard` assemble their output in memory (issue 43): the CLI imports no `tmpfile` (msvcrt's
+/// makes its file in the root of the current drive, which Windows refuses to users who are not administrators;
+/// Wine puts it elsewhere), and both work where no temporary file can be made (TMP and TEMP name a folder that
+/// does not exist).
+#[test]
+fn inspect_and_shard_need_no_temporary_file() {
+    let Some(w) = win() else { return };
+    let exe = w.pkg.join("bin/hostfirst.exe");
+    let o = Command::new("x86_64-w64-mingw32-objdump").arg("-p").arg(&exe).output().unwrap();
+    let imports = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(imports.contains("hostfirst_file_open"), "objdump lists the CLI's imports");
+    assert!(!imports.contains("tmpfile"), "hostfirst.exe imports tmpfile");
+    let p = wpath(&token_file("no-tmp"));
+    let missing = wpath(&scratch("windows/no-tmp").join("no such folder"));
+    let env = [("TMP", missing.as_str()), ("TEMP", missing.as_str())];
+    let v = json(&wine_ok(w, &exe, &["inspect", "--json", &p], &env));
+    assert_eq!(v["tensors"].as_array().unwrap().len(), 2, "{v}");
+    assert!(wine_ok(w, &exe, &["inspect", &p], &env).contains("metadata: 1 entry"));
+    let v =
+        json(&wine_ok(w, &exe, &["shard", &p, "--world", "1", "--rank", "0", "--rule", "tokens=0", "--json"], &env));
+    assert_eq!(v["totals"]["tensors"], 2, "{v}");
 }
 
 /// Every malformed file of the corpus gets the same status from the Windows CLI as from the Linux one (and
@@ -712,6 +956,13 @@ fn the_windows_wheel_installs_for_win_amd64_and_its_cli_runs() {
     let o = run_to_files(cmd, "the wheel's hostfirst.exe");
     assert!(o.status.success(), "the wheel's CLI: {}", text(&o.stderr));
     assert_eq!(json(&text(&o.stdout))["devices"][0]["spec"], "cpu:0");
+    // Paths in any script (issue 43), as the `hostfirst` command passes them (Python's subprocess: UTF-16).
+    check_unicode_paths(w, &|args| {
+        let mut cmd = Command::new(&w.wine);
+        cmd.arg(&exe).args(args).env("WINEDEBUG", "-all").env("WINEPATH", wpath(&pkg)).env("LC_ALL", "C.UTF-8");
+        cmd.env_remove("HOSTFIRST_PLATFORMS").env_remove("CUDA_VISIBLE_DEVICES").env_remove("HOSTFIRST_DEFAULT_DEVICE");
+        run_to_files(cmd, "the wheel's hostfirst.exe")
+    });
 }
 
 // ---- the writer and token files (merged from main after the port) -------------------------------------------

@@ -65,6 +65,8 @@
 //! | [`HAS_FORK`], [`register_fork_handlers`] | `pthread_atfork` | no fork: nothing to register |
 //! | [`parent_pid`] | `getppid` | 0 (only the fork handlers ask) |
 //! | [`loaded_symbol`] | `dlsym(RTLD_DEFAULT, name)` | `GetProcAddress` in each module of the process (`K32EnumProcessModules`), first match |
+//! | [`open_system_library`] | `dlopen(name)`: the loader's search (`LD_LIBRARY_PATH`, the cache, the system directories; never the current directory) | `LoadLibraryExW(name, LOAD_LIBRARY_SEARCH_SYSTEM32)`: the System32 directory only, never the current directory, the program's directory or `PATH` (DLL planting) |
+//! | [`open_library_file`] | `dlopen(path)` of an absolute path: that file, no search | `LoadLibraryExW(path, LOAD_LIBRARY_SEARCH_DLL_LOAD_DIR \| LOAD_LIBRARY_SEARCH_SYSTEM32)`: that file; its own imports from its directory and System32 |
 
 use std::ffi::CStr;
 use std::fs::File;
@@ -229,6 +231,19 @@ pub fn parent_pid() -> u32 {
 /// not found in a library loaded with `RTLD_LOCAL`). Windows: each module of the process, in load order.
 pub fn loaded_symbol(name: &CStr) -> Option<std::ptr::NonNull<std::ffi::c_void>> {
     imp::loaded_symbol(name)
+}
+
+/// Opens a library of the system (a driver's: the CUDA driver, NVML) by its file name, where the system keeps
+/// such libraries and nowhere a user's files can plant one: Unix, the dynamic loader's search (which never looks
+/// in the current directory); Windows, the System32 directory only (`LOAD_LIBRARY_SEARCH_SYSTEM32`), so an
+/// `nvcuda.dll` in the current directory, the program's directory or on `PATH` is never loaded.
+pub fn open_system_library(name: &str) -> Result<libloading::Library, libloading::Error> {
+    imp::open_system_library(name)
+}
+
+/// Opens exactly the library file at `path`, which the user named (an absolute path: no search happens).
+pub fn open_library_file(path: &Path) -> Result<libloading::Library, libloading::Error> {
+    imp::open_library_file(path)
 }
 
 /// What an I/O error means for the statuses that name it.

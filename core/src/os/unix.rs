@@ -199,6 +199,16 @@ pub(super) fn loaded_symbol(name: &CStr) -> Option<std::ptr::NonNull<std::ffi::c
     std::ptr::NonNull::new(unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) })
 }
 
+pub(super) fn open_system_library(name: &str) -> Result<libloading::Library, libloading::Error> {
+    // SAFETY: loading a driver library runs its initialisers, which have no preconditions.
+    unsafe { libloading::Library::new(name) }
+}
+
+pub(super) fn open_library_file(path: &Path) -> Result<libloading::Library, libloading::Error> {
+    // SAFETY: as above; a path with a '/' is opened as it is, without a search.
+    unsafe { libloading::Library::new(path) }
+}
+
 // ---- writing files (the writer: core/src/write, core/src/engine/write.rs) ------------------------------------
 
 pub(super) const FILE_TOO_LARGE: i32 = libc::EFBIG;

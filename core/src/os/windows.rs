@@ -190,6 +190,21 @@ pub(super) fn loaded_symbol(name: &CStr) -> Option<std::ptr::NonNull<c_void>> {
     })
 }
 
+pub(super) fn open_system_library(name: &str) -> Result<libloading::Library, libloading::Error> {
+    use libloading::os::windows::{Library, LOAD_LIBRARY_SEARCH_SYSTEM32};
+    // SAFETY: loading a driver library runs its initialisers, which have no preconditions. The flag restricts the
+    // search to System32 (Windows 8+, and 7 with KB2533623): never the current or the program's directory or PATH.
+    unsafe { Library::load_with_flags(name, LOAD_LIBRARY_SEARCH_SYSTEM32) }.map(Into::into)
+}
+
+pub(super) fn open_library_file(path: &Path) -> Result<libloading::Library, libloading::Error> {
+    use libloading::os::windows::{Library, LOAD_LIBRARY_SEARCH_DLL_LOAD_DIR, LOAD_LIBRARY_SEARCH_SYSTEM32};
+    // SAFETY: as above; an absolute path names the file, and the DLLs it imports come from its own directory and
+    // System32 only.
+    unsafe { Library::load_with_flags(path, LOAD_LIBRARY_SEARCH_DLL_LOAD_DIR | LOAD_LIBRARY_SEARCH_SYSTEM32) }
+        .map(Into::into)
+}
+
 // ---- writing files (the writer: core/src/write, core/src/engine/write.rs) ------------------------------------
 
 /// `ERROR_HANDLE_DISK_FULL`, `ERROR_DISK_FULL`, `ERROR_DISK_QUOTA_EXCEEDED`, `ERROR_FILE_TOO_LARGE`.

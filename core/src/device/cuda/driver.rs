@@ -94,31 +94,86 @@ pub(crate) const EVENT_FLAGS: c_uint = cudarc::driver::sys::CUevent_flags_enum::
 /// development name (which the toolkit's stub also carries).
 #[cfg(not(windows))]
 pub const LIBRARY_NAMES: &[&str] = &["libcuda.so.1", "libcuda.so"];
-/// The driver library names, tried in this order.
+/// The driver library names, tried in this order (from the System32 directory only: see [`library`]).
 #[cfg(windows)]
 pub const LIBRARY_NAMES: &[&str] = &["nvcuda.dll"];
 
-/// Opens the driver library (once per process), or says why none of [`LIBRARY_NAMES`] loads: the loader's
-/// message for the first name.
-pub(crate) fn library() -> std::result::Result<&'static libloading::Library, String> {
-    static LIB: InitOnce<std::result::Result<libloading::Library, String>> = InitOnce::new();
-    LIB.get_or_init(|| {
-        let mut first_error = None;
-        for name in LIBRARY_NAMES {
-            // SAFETY: loading the CUDA driver runs its initialisers, which have no preconditions.
-            match unsafe { libloading::Library::new(*name) } {
-                Ok(lib) => return Ok(lib),
-                Err(e) => {
-                    // The loader's reason under libloading's "dlopen failed" / "LoadLibraryExW failed": dlerror's
-                    // text on Unix, the system error on Windows.
-                    first_error.get_or_insert_with(|| match std::error::Error::source(&e) {
-                        Some(why) => format!("{e}: {why}"),
-                        None => e.to_string(),
-                    });
-                }
+/// The environment variable that names the driver library file to load (an absolute path) instead of the
+/// system's: the only way a driver outside the system's place is loaded on Windows.
+pub const DRIVER_ENV: &str = "HOSTFIRST_CUDA_DRIVER";
+
+/// Where the driver library comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DriverSource {
+    /// The system's driver, by [`LIBRARY_NAMES`]: the dynamic loader's search on Unix, the System32 directory
+    /// on Windows (never the current directory, the program's directory or `PATH`).
+    System,
+    /// Exactly the file [`DRIVER_ENV`] names.
+    File(std::path::PathBuf),
+}
+
+/// Where the driver comes from, given the value of [`DRIVER_ENV`] (unset or empty: the system's), or why that
+/// value is refused (a relative path would be searched for, which is what the variable exists to avoid).
+pub fn driver_source(value: Option<&std::ffi::OsStr>) -> std::result::Result<DriverSource, String> {
+    match value {
+        None => Ok(DriverSource::System),
+        Some(v) if v.is_empty() => Ok(DriverSource::System),
+        Some(v) => {
+            let path = std::path::PathBuf::from(v);
+            if path.is_absolute() {
+                Ok(DriverSource::File(path))
+            } else {
+                Err(format!(
+                    "{DRIVER_ENV}=\"{}\" is not an absolute path; it must name the driver library file itself",
+                    path.display()
+                ))
             }
         }
-        Err(first_error.unwrap_or_default())
+    }
+}
+
+/// Why the driver library did not load.
+#[derive(Clone, Debug)]
+pub(crate) enum LoadFailure {
+    /// None of [`LIBRARY_NAMES`] loads from the system's place: the loader's message for the first name.
+    System(String),
+    /// [`DRIVER_ENV`] names a file that does not load (the file, the loader's message), or a value that is not
+    /// an absolute path (no file, the reason).
+    Named(Option<std::path::PathBuf>, String),
+}
+
+/// The loader's reason under libloading's "dlopen failed" / "LoadLibraryExW failed": dlerror's text on Unix,
+/// the system error on Windows.
+fn loader_message(e: &libloading::Error) -> String {
+    match std::error::Error::source(e) {
+        Some(why) => format!("{e}: {why}"),
+        None => e.to_string(),
+    }
+}
+
+/// Opens the driver library (once per process), or says why it does not load. The file [`DRIVER_ENV`] names
+/// when it is set; else the system's, by [`LIBRARY_NAMES`] through [`crate::os::open_system_library`], which on
+/// Windows looks in the System32 directory only, so that an `nvcuda.dll` planted in the current directory (a
+/// downloaded model's folder) or on `PATH` is never loaded.
+pub(crate) fn library() -> std::result::Result<&'static libloading::Library, LoadFailure> {
+    static LIB: InitOnce<std::result::Result<libloading::Library, LoadFailure>> = InitOnce::new();
+    LIB.get_or_init(|| match driver_source(std::env::var_os(DRIVER_ENV).as_deref()) {
+        Err(why) => Err(LoadFailure::Named(None, why)),
+        Ok(DriverSource::File(path)) => {
+            crate::os::open_library_file(&path).map_err(|e| LoadFailure::Named(Some(path.clone()), loader_message(&e)))
+        }
+        Ok(DriverSource::System) => {
+            let mut first_error = None;
+            for name in LIBRARY_NAMES {
+                match crate::os::open_system_library(name) {
+                    Ok(lib) => return Ok(lib),
+                    Err(e) => {
+                        first_error.get_or_insert_with(|| loader_message(&e));
+                    }
+                }
+            }
+            Err(LoadFailure::System(first_error.unwrap_or_default()))
+        }
     })
     .as_ref()
     .map_err(|e| e.clone())
@@ -384,6 +439,23 @@ mod tests {
         assert_eq!(c_buf_to_string(b"0000:3b:00.0\0garbage"), "0000:3b:00.0");
         assert_eq!(c_buf_to_string(b"no nul"), "no nul");
         assert_eq!(c_buf_to_string(b"\0"), "");
+    }
+
+    #[test]
+    fn the_driver_env_names_an_absolute_file_or_nothing() {
+        use std::ffi::OsStr;
+        assert_eq!(driver_source(None), Ok(DriverSource::System));
+        assert_eq!(driver_source(Some(OsStr::new(""))), Ok(DriverSource::System));
+        let abs = if cfg!(windows) { r"C:\drivers\nvcuda.dll" } else { "/opt/driver/libcuda.so.1" };
+        assert_eq!(driver_source(Some(OsStr::new(abs))), Ok(DriverSource::File(abs.into())));
+        // A bare name or a relative path would be searched for (the current directory, PATH): refused.
+        for rel in ["nvcuda.dll", "libcuda.so.1", "./nvcuda.dll", "drivers/nvcuda.dll"] {
+            let e = driver_source(Some(OsStr::new(rel))).unwrap_err();
+            assert_eq!(
+                e,
+                format!("HOSTFIRST_CUDA_DRIVER=\"{rel}\" is not an absolute path; it must name the driver library file itself")
+            );
+        }
     }
 
     #[test]

@@ -43,7 +43,10 @@ pub use inflight::{CopyQueue, Failed, InFlight};
 pub use memory::{
     host_register_supported, read_only_register_supported, Context, DeviceMemory, HostRegistration, PinnedHostMemory,
 };
-pub use probe::{forked_reason, hidden_by_visible_devices, info, library_not_found_reason, probe, status, CudaProbe};
+pub use probe::{
+    forked_reason, hidden_by_visible_devices, info, library_not_found_reason, named_library_reason, probe, status,
+    CudaProbe,
+};
 pub use stream::{HostBytes, HostBytesMut, Stream};
 
 /// Live (free, total) memory of CUDA device `ordinal`, for reporting.

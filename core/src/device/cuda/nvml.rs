@@ -29,16 +29,24 @@ struct Nvml {
     _lib: libloading::Library,
 }
 
-/// The library name: the driver's own, never a development link.
+/// The library name: the driver's own, never a development link. Loaded as the CUDA driver is: from the system's
+/// place (on Windows, System32 only), or on Windows from beside the driver file `HOSTFIRST_CUDA_DRIVER` names.
 pub const LIBRARY_NAME: &str = if cfg!(windows) { "nvml.dll" } else { "libnvidia-ml.so.1" };
 
 fn nvml() -> Option<&'static Nvml> {
     static NVML: InitOnce<Option<Nvml>> = InitOnce::new();
     NVML.get_or_init(|| {
-        // SAFETY: loading NVML runs its initialisers, which have no preconditions; it stays loaded for the
+        // Loading NVML runs its initialisers, which have no preconditions; it stays loaded for the
         // process lifetime (the library lives in the static `Nvml`, which is never dropped), so the function
         // pointers never dangle. (Not a leaked Box: valgrind's memcheck pass would count that as lost.)
-        let lib = unsafe { libloading::Library::new(LIBRARY_NAME) }.ok()?;
+        let source = super::driver::driver_source(std::env::var_os(super::driver::DRIVER_ENV).as_deref()).ok()?;
+        let lib = match source {
+            super::driver::DriverSource::File(driver) if cfg!(windows) => {
+                crate::os::open_library_file(&driver.with_file_name(LIBRARY_NAME))
+            }
+            _ => crate::os::open_system_library(LIBRARY_NAME),
+        }
+        .ok()?;
         // SAFETY: these are NVML's C signatures (nvml.h): `nvmlReturn_t nvmlInit_v2(void)`,
         // `nvmlDeviceGetHandleByUUID(const char*, nvmlDevice_t*)`, `nvmlDeviceGetMemoryInfo(nvmlDevice_t,
         // nvmlMemory_t*)` with `nvmlMemory_t = { unsigned long long total, free, used }`.

@@ -150,8 +150,8 @@ pub fn hidden_by_visible_devices(value: Option<&str>) -> Option<String> {
 
 /// What to do when no driver library loads, in the words of this system.
 const LIBRARY_HINT: &str = if cfg!(windows) {
-    "install the NVIDIA display driver (it puts nvcuda.dll in the System32 directory), or add the directory \
-     holding nvcuda.dll to PATH"
+    "install the NVIDIA display driver (it puts nvcuda.dll in the System32 directory, the only place searched), \
+     or set HOSTFIRST_CUDA_DRIVER to the full path of nvcuda.dll"
 } else {
     "install the NVIDIA driver, or add the directory holding libcuda.so.1 to LD_LIBRARY_PATH"
 };
@@ -159,10 +159,20 @@ const LIBRARY_HINT: &str = if cfg!(windows) {
 /// The reason given when no driver library loads: the names tried, the loader's message, and what to do.
 pub fn library_not_found_reason(loader_message: &str) -> String {
     let message = if loader_message.is_empty() { String::new() } else { format!(": {loader_message}") };
+    let place = if cfg!(windows) { " in System32" } else { "" };
     format!(
-        "the CUDA driver library could not be loaded (tried {}{message}); {LIBRARY_HINT}",
+        "the CUDA driver library could not be loaded (tried {}{place}{message}); {LIBRARY_HINT}",
         driver::LIBRARY_NAMES.join(", ")
     )
+}
+
+/// The reason given when the driver file `HOSTFIRST_CUDA_DRIVER` names does not load (or the value is not an
+/// absolute path: `file` None, `why` says so).
+pub fn named_library_reason(file: Option<&std::path::Path>, why: &str) -> String {
+    match file {
+        Some(f) => format!("the CUDA driver library {}={} could not be loaded: {why}", driver::DRIVER_ENV, f.display()),
+        None => format!("the CUDA driver library was not loaded: {why}"),
+    }
 }
 
 /// Probes the driver without creating a context: checks `CUDA_VISIBLE_DEVICES`, whether the library loads,
@@ -174,8 +184,12 @@ pub fn probe() -> CudaProbe {
     }
     let lib = match driver::library() {
         Ok(lib) => lib,
-        Err(e) => {
+        Err(driver::LoadFailure::System(e)) => {
             return CudaProbe::unavailable(BackendStatus::LibraryNotFound, library_not_found_reason(&e), String::new())
+        }
+        Err(driver::LoadFailure::Named(file, why)) => {
+            let reason = named_library_reason(file.as_deref(), &why);
+            return CudaProbe::unavailable(BackendStatus::LibraryNotFound, reason, String::new());
         }
     };
     let note = match &visible {
