@@ -135,12 +135,12 @@ extern "C" {
 /**
  * Major version of this header. See `hostfirst_version_number()` for the library's.
  */
-#define HOSTFIRST_VERSION_MAJOR 0
+#define HOSTFIRST_VERSION_MAJOR 1
 
 /**
  * Minor version of this header.
  */
-#define HOSTFIRST_VERSION_MINOR 2
+#define HOSTFIRST_VERSION_MINOR 0
 
 /**
  * Patch version of this header.
@@ -151,7 +151,7 @@ extern "C" {
  * `MAJOR * 1000000 + MINOR * 1000 + PATCH` of this header (the sqlite idiom). Programs should check
  * `HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, hostfirst_version_number())` at start-up.
  */
-#define HOSTFIRST_VERSION_NUMBER 2000
+#define HOSTFIRST_VERSION_NUMBER 1000000
 
 /**
  * The one version rule of hostfirst: whether a program built against the header whose
@@ -428,7 +428,7 @@ hostfirst_status hostfirst_last_error_status(void);
 const char *hostfirst_last_error_message(void);
 
 /**
- * Returns the library version as a static string such as `"0.2.0"`.
+ * Returns the library version as a static string such as `"1.0.0"`.
  *
  * Never fails; the string lives for the process lifetime. Thread-safe.
  */

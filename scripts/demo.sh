@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 have() { command -v "$1" >/dev/null 2>&1; }
 have cc || { apt-get update -qq && apt-get install -y -qq gcc >&2; }
 
-cargo build --release --quiet   # also puts the SONAME link libhostfirst.so.0.2 beside the library (build.rs)
+cargo build --release --quiet   # also puts the SONAME link libhostfirst.so.1 beside the library (build.rs)
 mkdir -p target/demo
 bash cli/build.sh target/demo/hostfirst -Ltarget/release -Wl,-rpath,"$PWD/target/release"
 HF=target/demo/hostfirst
