@@ -6,7 +6,8 @@
 //! scripts/abi-baseline.sh regenerates both). The check's own verdicts are tested both ways on copies: a header
 //! with a field appended to an extensible struct, a field inserted mid-struct, a renumbered enum constant, a
 //! renumbered #define, a retyped parameter, a removed function, an added function; the binary baseline with the
-//! same kinds of edits; and a new function in a released node.
+//! same kinds of edits; a new function in a released node; and a new function in the open node once its minor
+//! is released (CHANGELOG.md: from 1.0.0 on, new functions land in the next minor's node, HOSTFIRST_1.1).
 //!
 //! readelf and abidiff are installed by scripts/test.sh; where one is missing the test fails under CI (`CI=true`)
 //! and otherwise skips with a message.
@@ -441,23 +442,46 @@ fn abi_check_verdicts_on_edited_binary_baselines() {
         1,
         &["1 Removed function", "hostfirst_view_narrow_old", "symbols removed"],
     );
-    // A baseline without hostfirst_view_narrow: the library adds a function in the open node. Passes, reported.
-    let added = edited("bin_added", &xml, |t| {
-        let t = cut(&t, "<elf-symbol name='hostfirst_view_narrow'", "/>");
-        cut(&t, "<function-decl name='hostfirst_view_narrow'", "</function-decl>")
-    });
-    assert_verdict(
-        "add a function (binary)",
-        abi_check(&[("--baseline", &added)]),
-        0,
-        &["1 Added function", "hostfirst_view_narrow", REGENERATE],
-    );
-    // The same addition with HOSTFIRST_0.2 released and a later minor's node open: the new function carries
-    // the released node, which the check refuses.
+    // A baseline without hostfirst_view_narrow: the library adds a function in the open node. Passes, reported,
+    // while the open node's minor is unreleased (a changelog whose heading for this version says so).
     let (major, minor): (u64, u64) =
         (env!("CARGO_PKG_VERSION_MAJOR").parse().unwrap(), env!("CARGO_PKG_VERSION_MINOR").parse().unwrap());
     let open = format!("HOSTFIRST_{major}.{minor}");
     let next = format!("HOSTFIRST_{major}.{}", minor + 1);
+    let added = edited("bin_added", &xml, |t| {
+        let t = cut(&t, "<elf-symbol name='hostfirst_view_narrow'", "/>");
+        cut(&t, "<function-decl name='hostfirst_view_narrow'", "</function-decl>")
+    });
+    // Two changelogs: this version unreleased, and released (`## 1.0.0`, as CHANGELOG.md has it once cut).
+    let version = env!("CARGO_PKG_VERSION");
+    let changelog = |name: &str, heading: String| {
+        let path = work_dir().join("abi").join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, format!("# Changelog\n\n{heading}\n\n- something\n\n## 0.1.0\n")).unwrap();
+        path
+    };
+    let unreleased = changelog("unreleased.md", format!("## {version} (unreleased)"));
+    let released = changelog("released.md", format!("## {version}"));
+    assert_verdict(
+        "add a function (binary), the minor unreleased",
+        abi_check(&[("--baseline", &added), ("--changelog", &unreleased)]),
+        0,
+        &["1 Added function", "hostfirst_view_narrow", REGENERATE],
+    );
+    // The same addition once the open node's minor is released: refused, the new function must go into the next
+    // minor's node (issue 43: from 1.0.0 on, new functions land in HOSTFIRST_1.1).
+    assert_verdict(
+        "a new function in the released open node",
+        abi_check(&[("--baseline", &added), ("--changelog", &released)]),
+        1,
+        &[&format!(
+            "INCOMPATIBLE: hostfirst_view_narrow is new but carries {open}, released in {version} (released.md): \
+             new functions go into {next}: bump the version in Cargo.toml to {major}.{}.0",
+            minor + 1
+        )],
+    );
+    // The same addition with the open node frozen and a later minor's node open: the new function carries
+    // the released node, which the check refuses.
     let later = edited("later_minor", &root().join("abi/hostfirst.map"), |t| {
         format!("{t}\n{next} {{ global: hostfirst_*; }} {open};\n")
     });
