@@ -78,6 +78,42 @@ fn per_minor_nodes_take_new_functions_in_the_open_node_only() {
     assert!(node_of(&both, "hostfirst_x_b").unwrap_err().contains("released node HOSTFIRST_1.0"));
 }
 
+/// The next minor opened as abi/hostfirst.map's comment says (from 1.0.0: HOSTFIRST_1.1), done mechanically on
+/// the committed map and baseline: the open node's `hostfirst_*` replaced by the stable functions of the
+/// baseline's C view, the next node appended, the experimental node renamed. The map then passes the rules for
+/// the next version, every function of the baseline keeps its node, and a new function lands in the next node.
+#[test]
+fn the_next_minor_opens_as_the_map_says() {
+    use crate::nodes::{check, node_of, parse};
+    let (major, minor): (u64, u64) =
+        (env!("CARGO_PKG_VERSION_MAJOR").parse().unwrap(), env!("CARGO_PKG_VERSION_MINOR").parse().unwrap());
+    let (open, next) = (format!("HOSTFIRST_{major}.{minor}"), format!("HOSTFIRST_{major}.{}", minor + 1));
+    let text = std::fs::read_to_string(root().join("abi/hostfirst.map")).unwrap();
+    let view = std::fs::read_to_string(root().join("abi").join(format!("{}.txt", soname()))).unwrap();
+    // The map comment's `sed -n 's/^function \(hostfirst_[a-z0-9_]*\):.*$/        \1;/p'`.
+    let stable: Vec<&str> = view.lines().filter_map(|l| l.strip_prefix("function ")?.split(':').next()).collect();
+    assert!(stable.len() > 90, "only {} stable functions in the baseline", stable.len());
+    let open_start = text.find(&format!("\n{open} {{")).expect("the open node in the map");
+    let pattern = open_start + text[open_start..].find("hostfirst_*;").unwrap();
+    let names: String = stable.iter().map(|n| format!("{n};\n        ")).collect();
+    let frozen = format!("{}{}{}", &text[..pattern], names.trim_end(), &text[pattern + "hostfirst_*;".len()..]);
+    let opened = format!("{frozen}\n{next} {{ global: hostfirst_*; }} {open};\n").replace(
+        &format!("HOSTFIRST_EXPERIMENTAL_{major}.{minor} {{"),
+        &format!("HOSTFIRST_EXPERIMENTAL_{major}.{} {{", minor + 1),
+    );
+    let map = parse(&opened).unwrap();
+    check(&map, major, minor + 1).unwrap();
+    for name in &stable {
+        assert_eq!(node_of(&map, name), Ok(open.as_str()), "{name} must keep {open}");
+    }
+    assert_eq!(node_of(&map, "hostfirst_added_in_the_next_minor"), Ok(next.as_str()));
+    let experimental = format!("HOSTFIRST_EXPERIMENTAL_{major}.{}", minor + 1);
+    assert_eq!(node_of(&map, "hostfirst_shard_run"), Ok(experimental.as_str()));
+    // Without the steps the build refuses the next version, saying what to do.
+    let e = check(&parse(&text).unwrap(), major, minor + 1).unwrap_err();
+    assert!(e.contains(&format!("{next} {{ global: hostfirst_*; }} {open};")), "{e}");
+}
+
 /// (name, version) of every symbol the library defines in its dynamic symbol table, from `readelf --dyn-syms -W`.
 fn defined_dynamic_symbols(lib: &Path) -> Vec<(String, String)> {
     let out = run(Command::new("readelf").args(["--dyn-syms", "-W"]).arg(lib));
