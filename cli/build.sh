@@ -9,7 +9,7 @@
 #            finds it at run time (-L DIR, -Wl,-rpath,...), -g, ...
 # Environment:
 #   CC             the C compiler, split into words (default cc; e.g. "python3 -m ziglang cc -target ...")
-#   HOSTFIRST_LIB  the flag that links the library (default -lhostfirst; e.g. -l:libhostfirst.so.0.2)
+#   HOSTFIRST_LIB  the flag that links the library (default -lhostfirst; e.g. -l:libhostfirst.so.1)
 set -euo pipefail
 
 die() { echo "cli/build.sh: $*" >&2; exit 1; }

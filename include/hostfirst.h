@@ -153,12 +153,12 @@ extern "C" {
 /**
  * Major version of this header. See `hostfirst_version_number()` for the library's.
  */
-#define HOSTFIRST_VERSION_MAJOR 0
+#define HOSTFIRST_VERSION_MAJOR 1
 
 /**
  * Minor version of this header.
  */
-#define HOSTFIRST_VERSION_MINOR 2
+#define HOSTFIRST_VERSION_MINOR 0
 
 /**
  * Patch version of this header.
@@ -169,7 +169,7 @@ extern "C" {
  * `MAJOR * 1000000 + MINOR * 1000 + PATCH` of this header (the sqlite idiom). Programs should check
  * `HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, hostfirst_version_number())` at start-up.
  */
-#define HOSTFIRST_VERSION_NUMBER 2000
+#define HOSTFIRST_VERSION_NUMBER 1000000
 
 /**
  * The one version rule of hostfirst: whether a program built against the header whose
@@ -190,8 +190,8 @@ extern "C" {
 
 /**
  * The experimental tier's per-minor guard on Windows, where a DLL's exports carry no symbol version: hostfirst.dll
- * exports a marker named after its minor, hostfirst_experimental_MAJOR_MINOR (hostfirst_experimental_0_2 for
- * 0.2), and a program built with HOSTFIRST_EXPERIMENTAL imports it, so that Windows' loader refuses to start the
+ * exports a marker named after its minor, hostfirst_experimental_MAJOR_MINOR (hostfirst_experimental_1_0 for
+ * 1.0), and a program built with HOSTFIRST_EXPERIMENTAL imports it, so that Windows' loader refuses to start the
  * program with another minor's DLL (entry point not found), as Linux's refuses a library without the program's
  * HOSTFIRST_EXPERIMENTAL_MAJOR.MINOR symbol version. With GCC and Clang (MinGW) each file that includes this
  * header also calls the marker (it does nothing) among the C runtime's initialisers, before main, so that a loader
@@ -473,7 +473,7 @@ hostfirst_status hostfirst_last_error_status(void);
 const char *hostfirst_last_error_message(void);
 
 /**
- * Returns the library version as a static string such as `"0.2.0"`.
+ * Returns the library version as a static string such as `"1.0.0"`.
  *
  * Never fails; the string lives for the process lifetime. Thread-safe.
  */

@@ -11,6 +11,9 @@
 #      or changed, a changed prototype, anything removed fails.
 #   2. Symbol versions (abi/hostfirst.map): a function missing from the baseline must carry the open node (the
 #      current minor) or the experimental node, never a released one; a function of the baseline keeps its node.
+#      The open node itself counts as released once CHANGELOG.md has a release of its minor (a heading
+#      `## MAJOR.MINOR.PATCH` without "(unreleased)"): from 1.0.0 on, a new function then needs the next minor
+#      (abi/hostfirst.map's comment lists the steps).
 #   3. The binary (abi/<SONAME>.abi, libabigail's abidiff on the library's debug info): the same rules for what the
 #      compiled library really exports; appends at the end of extensible structs are accepted with a generated
 #      `has_data_member_inserted_at = end` suppression, which refuses insertions elsewhere.
@@ -27,19 +30,20 @@
 #   a tool missing or failing                           exit 2
 #
 # Usage: scripts/abi-check.sh [--prefix DIR] [--libdir lib] [--baseline FILE] [--c-baseline FILE] [--header FILE]
-#                             [--map FILE]
+#                             [--map FILE] [--changelog FILE]
 #   --prefix DIR        a tree installed by scripts/install.sh (default: install into a temporary directory)
 #   --libdir DIR        its library directory, relative to the prefix (default: lib)
 #   --baseline FILE     compare the library against FILE instead of abi/<SONAME>.abi
 #   --c-baseline FILE   compare the header's C view against FILE instead of abi/<SONAME>.txt
 #   --header FILE       take the C view of FILE instead of the installed include/hostfirst.h
 #   --map FILE          the version script whose open and experimental nodes apply (default: abi/hostfirst.map)
+#   --changelog FILE    the changelog that says which minors are released (default: CHANGELOG.md)
 # The binary comparison reads the types from the installed debug info (libhostfirst.so.X.Y.Z.debug beside the
 # library), so neither the build path nor the debug info's own contents (paths, line numbers) matter.
 set -euo pipefail
 
 die() { echo "abi-check.sh: $*" >&2; exit 2; }
-prefix="" libdir="lib" baseline="" c_baseline="" header="" map=""
+prefix="" libdir="lib" baseline="" c_baseline="" header="" map="" changelog=""
 abspath() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -49,6 +53,7 @@ while [ $# -gt 0 ]; do
         --c-baseline) [ $# -ge 2 ] || die "--c-baseline needs a value"; c_baseline="$(abspath "$2")"; shift 2 ;;
         --header) [ $# -ge 2 ] || die "--header needs a value"; header="$(abspath "$2")"; shift 2 ;;
         --map) [ $# -ge 2 ] || die "--map needs a value"; map="$(abspath "$2")"; shift 2 ;;
+        --changelog) [ $# -ge 2 ] || die "--changelog needs a value"; changelog="$(abspath "$2")"; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument '$1'" ;;
     esac
@@ -57,6 +62,7 @@ done
 cd "$(dirname "$0")/.."
 regenerate="bash scripts/abi-baseline.sh"
 map="${map:-$PWD/abi/hostfirst.map}"
+changelog="${changelog:-$PWD/CHANGELOG.md}"
 
 command -v abidiff >/dev/null 2>&1 \
     || die "abidiff not found: install libabigail (Debian/Ubuntu: apt-get install abigail-tools; scripts/test.sh does)"
@@ -108,7 +114,13 @@ if [ -s "$tmp/c-compare.txt" ]; then cat "$tmp/c-compare.txt"; else echo "  no c
 nodes="$(sed -n 's/^\(HOSTFIRST_[A-Za-z0-9_.]*\) *{.*/\1/p' "$map")"
 open_node="$(printf '%s\n' "$nodes" | grep -v '^HOSTFIRST_EXPERIMENTAL_' | tail -n 1)"
 [ -n "$open_node" ] || die "no stable node in $map"
-echo "== symbol versions (open node $open_node)"
+# The open node's minor is released when the changelog has a release of it (`## 1.0.0`, not `## 1.0.1 (unreleased)`).
+[ -f "$changelog" ] || die "$changelog not found (it says which minors are released)"
+open_minor="${open_node#HOSTFIRST_}"
+released="$(grep -E "^## ${open_minor//./\\.}\.[0-9]+[[:space:]]*\$" "$changelog" | head -n 1 | sed 's/^## *//; s/[[:space:]]*$//')" || true
+IFS=. read -r o_major o_minor <<<"$open_minor"
+next_node="HOSTFIRST_$o_major.$((o_minor + 1))"
+echo "== symbol versions (open node $open_node${released:+, released in $released: new functions need $next_node})"
 readelf --dyn-syms -W "$lib" | awk '$7 != "UND" && $8 ~ /^hostfirst_/ { print $8 }' | sed 's/@@*/ /' | sort \
     > "$tmp/lib-syms"
 sed -n "s/.*<elf-symbol name='\(hostfirst_[^']*\)' version='\([^']*\)'.*/\1 \2/p" "$baseline" | sort > "$tmp/base-syms"
@@ -117,7 +129,14 @@ while read -r name version; do
     old="$(awk -v n="$name" '$1 == n { print $2 }' "$tmp/base-syms")"
     if [ -z "$old" ]; then
         case "$version" in
-            "$open_node"|HOSTFIRST_EXPERIMENTAL_*) ;;
+            HOSTFIRST_EXPERIMENTAL_*) ;;
+            "$open_node")
+                if [ -n "$released" ]; then
+                    echo "  INCOMPATIBLE: $name is new but carries $open_node, released in $released ($(basename "$changelog")):" \
+                        "new functions go into $next_node: bump the version in Cargo.toml to $o_major.$((o_minor + 1)).0," \
+                        "freeze $open_node and append $next_node in abi/hostfirst.map (its comment lists the steps)"
+                    node_breaks=1
+                fi ;;
             *) echo "  INCOMPATIBLE: $name is new but carries $version, a released node: new functions go into" \
                     "$open_node (or the experimental node); fix abi/hostfirst.map"; node_breaks=1 ;;
         esac

@@ -7,7 +7,7 @@ have() { command -v "$1" >/dev/null 2>&1; }
 . scripts/apt.sh   # apt_install: waits for another apt run's locks, fails saying why
 have cc || apt_install gcc
 
-cargo build --release --quiet   # also puts the SONAME link libhostfirst.so.0.2 beside the library (build.rs)
+cargo build --release --quiet   # also puts the SONAME link libhostfirst.so.1 beside the library (build.rs)
 mkdir -p target/demo
 bash cli/build.sh target/demo/hostfirst -Ltarget/release -Wl,-rpath,"$PWD/target/release"
 HF=target/demo/hostfirst

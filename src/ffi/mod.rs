@@ -18,12 +18,12 @@
 /// hostfirst_boundary!("hostfirst_y", default = 0, { ...; value })     // returns a value, `default` on panic
 /// ```
 ///
-/// It also gives the exported symbol its version node (`hostfirst_x@@HOSTFIRST_0.2`, see [`symbol_version!`]):
+/// It also gives the exported symbol its version node (`hostfirst_x@@HOSTFIRST_1.0`, see [`symbol_version!`]):
 /// the node abi/hostfirst.map assigns it (build.rs), so a function added by anyone is versioned like the rest
 /// (the open node, or the experimental one when its name matches an experimental pattern). A function C only
 /// gets by pointer (a DLPack deleter, a callback) is not exported and has no symbol to version: it says
 /// `local`, as in `hostfirst_boundary!(local "hostfirst_x_deleter", default = (), { ... })`. (Forgetting `local`
-/// there fails the build with "default version symbol NAME@@HOSTFIRST_0.2 must be defined".) The name is a
+/// there fails the build with "default version symbol NAME@@HOSTFIRST_1.0 must be defined".) The name is a
 /// `tt`, not a `literal` fragment, so that `symbol_node!` can match it.
 macro_rules! hostfirst_boundary {
     (local $name:tt, default = $def:expr, $body:block) => {

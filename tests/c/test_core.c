@@ -26,6 +26,9 @@ static void test_version_rule(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         CHECK(HOSTFIRST_VERSION_COMPATIBLE(cases[i].header, cases[i].library) == cases[i].ok);
     CHECK(HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, hostfirst_version_number()));
+    /* The 1.x promise: a program built against the line's first release (MAJOR.0.0) runs with this library. */
+    CHECK(HOSTFIRST_VERSION_MAJOR >= 1);
+    CHECK(HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_MAJOR * 1000000u, hostfirst_version_number()));
 }
 
 static void test_version(void) {

@@ -6,8 +6,10 @@
 //! scripts/abi-baseline.sh regenerates both). The check's own verdicts are tested both ways on copies: a header
 //! with a field appended to an extensible struct, a field inserted mid-struct, a renumbered enum constant, a
 //! renumbered #define, a retyped parameter, a removed function, an added function; the binary baseline with the
-//! same kinds of edits; a new function in a released node; and a header that disagrees with its own library
-//! (a function it does not export, an enum constant it numbers otherwise) whatever the baselines say.
+//! same kinds of edits; a new function in a released node; a new function in the open node once its minor
+//! is released (CHANGELOG.md: from 1.0.0 on, new functions land in the next minor's node, HOSTFIRST_1.1); and a
+//! header that disagrees with its own library (a function it does not export, an enum constant it numbers
+//! otherwise) whatever the baselines say.
 //!
 //! readelf and abidiff are installed by scripts/test.sh; where one is missing the test fails under CI (`CI=true`)
 //! and otherwise skips with a message.
@@ -76,6 +78,42 @@ fn per_minor_nodes_take_new_functions_in_the_open_node_only() {
     // A name both listed in a released node and matched by an experimental pattern is refused.
     let both = parse(&text.replace("hostfirst_b;", "hostfirst_x_b;")).unwrap();
     assert!(node_of(&both, "hostfirst_x_b").unwrap_err().contains("released node HOSTFIRST_1.0"));
+}
+
+/// The next minor opened as abi/hostfirst.map's comment says (from 1.0.0: HOSTFIRST_1.1), done mechanically on
+/// the committed map and baseline: the open node's `hostfirst_*` replaced by the stable functions of the
+/// baseline's C view, the next node appended, the experimental node renamed. The map then passes the rules for
+/// the next version, every function of the baseline keeps its node, and a new function lands in the next node.
+#[test]
+fn the_next_minor_opens_as_the_map_says() {
+    use crate::nodes::{check, node_of, parse};
+    let (major, minor): (u64, u64) =
+        (env!("CARGO_PKG_VERSION_MAJOR").parse().unwrap(), env!("CARGO_PKG_VERSION_MINOR").parse().unwrap());
+    let (open, next) = (format!("HOSTFIRST_{major}.{minor}"), format!("HOSTFIRST_{major}.{}", minor + 1));
+    let text = std::fs::read_to_string(root().join("abi/hostfirst.map")).unwrap();
+    let view = std::fs::read_to_string(root().join("abi").join(format!("{}.txt", soname()))).unwrap();
+    // The map comment's `sed -n 's/^function \(hostfirst_[a-z0-9_]*\):.*$/        \1;/p'`.
+    let stable: Vec<&str> = view.lines().filter_map(|l| l.strip_prefix("function ")?.split(':').next()).collect();
+    assert!(stable.len() > 90, "only {} stable functions in the baseline", stable.len());
+    let open_start = text.find(&format!("\n{open} {{")).expect("the open node in the map");
+    let pattern = open_start + text[open_start..].find("hostfirst_*;").unwrap();
+    let names: String = stable.iter().map(|n| format!("{n};\n        ")).collect();
+    let frozen = format!("{}{}{}", &text[..pattern], names.trim_end(), &text[pattern + "hostfirst_*;".len()..]);
+    let opened = format!("{frozen}\n{next} {{ global: hostfirst_*; }} {open};\n").replace(
+        &format!("HOSTFIRST_EXPERIMENTAL_{major}.{minor} {{"),
+        &format!("HOSTFIRST_EXPERIMENTAL_{major}.{} {{", minor + 1),
+    );
+    let map = parse(&opened).unwrap();
+    check(&map, major, minor + 1).unwrap();
+    for name in &stable {
+        assert_eq!(node_of(&map, name), Ok(open.as_str()), "{name} must keep {open}");
+    }
+    assert_eq!(node_of(&map, "hostfirst_added_in_the_next_minor"), Ok(next.as_str()));
+    let experimental = format!("HOSTFIRST_EXPERIMENTAL_{major}.{}", minor + 1);
+    assert_eq!(node_of(&map, "hostfirst_shard_run"), Ok(experimental.as_str()));
+    // Without the steps the build refuses the next version, saying what to do.
+    let e = check(&parse(&text).unwrap(), major, minor + 1).unwrap_err();
+    assert!(e.contains(&format!("{next} {{ global: hostfirst_*; }} {open};")), "{e}");
 }
 
 /// (name, version) of every symbol the library defines in its dynamic symbol table, from `readelf --dyn-syms -W`.
@@ -509,23 +547,46 @@ fn abi_check_verdicts_on_edited_binary_baselines() {
         1,
         &["1 Removed function", "hostfirst_view_narrow_old", "symbols removed"],
     );
-    // A baseline without hostfirst_view_narrow: the library adds a function in the open node. Passes, reported.
-    let added = edited("bin_added", &xml, |t| {
-        let t = cut(&t, "<elf-symbol name='hostfirst_view_narrow'", "/>");
-        cut(&t, "<function-decl name='hostfirst_view_narrow'", "</function-decl>")
-    });
-    assert_verdict(
-        "add a function (binary)",
-        abi_check(&[("--baseline", &added)]),
-        0,
-        &["1 Added function", "hostfirst_view_narrow", REGENERATE],
-    );
-    // The same addition with HOSTFIRST_0.2 released and a later minor's node open: the new function carries
-    // the released node, which the check refuses.
+    // A baseline without hostfirst_view_narrow: the library adds a function in the open node. Passes, reported,
+    // while the open node's minor is unreleased (a changelog whose heading for this version says so).
     let (major, minor): (u64, u64) =
         (env!("CARGO_PKG_VERSION_MAJOR").parse().unwrap(), env!("CARGO_PKG_VERSION_MINOR").parse().unwrap());
     let open = format!("HOSTFIRST_{major}.{minor}");
     let next = format!("HOSTFIRST_{major}.{}", minor + 1);
+    let added = edited("bin_added", &xml, |t| {
+        let t = cut(&t, "<elf-symbol name='hostfirst_view_narrow'", "/>");
+        cut(&t, "<function-decl name='hostfirst_view_narrow'", "</function-decl>")
+    });
+    // Two changelogs: this version unreleased, and released (`## 1.0.0`, as CHANGELOG.md has it once cut).
+    let version = env!("CARGO_PKG_VERSION");
+    let changelog = |name: &str, heading: String| {
+        let path = work_dir().join("abi").join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, format!("# Changelog\n\n{heading}\n\n- something\n\n## 0.1.0\n")).unwrap();
+        path
+    };
+    let unreleased = changelog("unreleased.md", format!("## {version} (unreleased)"));
+    let released = changelog("released.md", format!("## {version}"));
+    assert_verdict(
+        "add a function (binary), the minor unreleased",
+        abi_check(&[("--baseline", &added), ("--changelog", &unreleased)]),
+        0,
+        &["1 Added function", "hostfirst_view_narrow", REGENERATE],
+    );
+    // The same addition once the open node's minor is released: refused, the new function must go into the next
+    // minor's node (issue 43: from 1.0.0 on, new functions land in HOSTFIRST_1.1).
+    assert_verdict(
+        "a new function in the released open node",
+        abi_check(&[("--baseline", &added), ("--changelog", &released)]),
+        1,
+        &[&format!(
+            "INCOMPATIBLE: hostfirst_view_narrow is new but carries {open}, released in {version} (released.md): \
+             new functions go into {next}: bump the version in Cargo.toml to {major}.{}.0",
+            minor + 1
+        )],
+    );
+    // The same addition with the open node frozen and a later minor's node open: the new function carries
+    // the released node, which the check refuses.
     let later = edited("later_minor", &root().join("abi/hostfirst.map"), |t| {
         format!("{t}\n{next} {{ global: hostfirst_*; }} {open};\n")
     });

@@ -320,19 +320,42 @@ fn cmake_version_file_follows_the_abi_line() {
         env!("CARGO_PKG_VERSION_MINOR").parse().unwrap(),
         env!("CARGO_PKG_VERSION_PATCH").parse().unwrap(),
     );
-    assert!(major == 0 && minor >= 1, "the verdicts below are for a 0.y.z (y >= 1) version; extend them for 1.0");
-    // (requested version, compatible?): the same 0.MINOR line and not newer than what is installed.
-    let cases = [
-        (String::new(), true),
-        (format!("0.{minor}"), true),
-        (format!("0.{minor}.{patch}"), true),
-        (format!("0.{minor}.{}", patch + 1), false),
-        (format!("0.{}", minor - 1), false),
-        (format!("0.{}", minor + 1), false),
-        ("0.0.9".to_string(), false),
-        ("1.0".to_string(), false),
-        ("0".to_string(), false),
-    ];
+    // (requested version, compatible?): the same ABI line (the MAJOR from 1.0 on, 0.MINOR before) and not newer
+    // than what is installed.
+    let cases = if major >= 1 {
+        let mut cases = vec![
+            (String::new(), true),
+            (format!("{major}"), true),
+            (format!("{major}.0"), true),
+            (format!("{major}.0.0"), true),
+            (format!("{major}.{minor}"), true),
+            (format!("{major}.{minor}.{patch}"), true),
+            (format!("{major}.{minor}.{}", patch + 1), false),
+            (format!("{major}.{}", minor + 1), false),
+            (format!("{}.0", major + 1), false),
+            (format!("{}", major - 1), false),
+        ];
+        if major == 1 {
+            // The 0.y lines before 1.0 had their own SONAMEs: none is served by 1.x.
+            cases.extend([("0.2".to_string(), false), ("0.1.0".to_string(), false)]);
+        } else {
+            cases.push((format!("{}.0", major - 1), false));
+        }
+        cases
+    } else {
+        assert!(minor >= 1, "the verdicts below are for a 0.y.z (y >= 1) version; extend them for 0.0.z");
+        vec![
+            (String::new(), true),
+            (format!("0.{minor}"), true),
+            (format!("0.{minor}.{patch}"), true),
+            (format!("0.{minor}.{}", patch + 1), false),
+            (format!("0.{}", minor - 1), false),
+            (format!("0.{}", minor + 1), false),
+            ("0.0.9".to_string(), false),
+            ("1.0".to_string(), false),
+            ("0".to_string(), false),
+        ]
+    };
     let requests: Vec<String> = cases.iter().map(|(r, _)| format!("\"{r}\"")).collect();
     let script = work_dir().join("check-version.cmake");
     // Calls the version file the way find_package does, for each requested version, and prints the verdicts.
@@ -363,5 +386,5 @@ endforeach()
         let want = format!("[{req}] compatible={}", if *compatible { "TRUE" } else { "FALSE" });
         assert!(text.contains(&want), "expected {want:?} in:\n{text}");
     }
-    assert!(text.contains(&format!("[0.{minor}.{patch}] compatible=TRUE exact=TRUE")), "{text}");
+    assert!(text.contains(&format!("[{major}.{minor}.{patch}] compatible=TRUE exact=TRUE")), "{text}");
 }

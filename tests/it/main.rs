@@ -48,6 +48,7 @@ mod place_cuda;
 mod place_rules;
 mod python_abi;
 mod readme_example;
+mod release;
 mod shard;
 mod tokens;
 mod valgrind;

@@ -866,7 +866,7 @@ fn the_package_builds_programs_with_cmake_pkg_config_and_the_msvc_import_library
     assert!(pe_imports(&exe).contains(&"hostfirst.dll".to_string()));
     assert!(wine_ok(w, &exe, &[], &[]).starts_with(&expect));
 
-    // CMake: find_package(hostfirst 0.2) with the MinGW cross toolchain.
+    // CMake: find_package(hostfirst <this version>) with the MinGW cross toolchain.
     if !crate::install::have_tool("cmake", "--version") {
         return;
     }
@@ -902,10 +902,11 @@ fn the_package_builds_programs_with_cmake_pkg_config_and_the_msvc_import_library
     let exe = run_dir.join("version_cmake.exe");
     std::fs::copy(build.join("version_cmake.exe"), &exe).unwrap();
     assert!(wine_ok(w, &exe, &[], &[]).starts_with(&expect));
-    // A version from another ABI line is refused.
+    // A version from another ABI line (the next major) is refused.
+    let other_line = format!("{}.0", env!("CARGO_PKG_VERSION_MAJOR").parse::<u32>().unwrap() + 1);
     std::fs::write(
         src.join("CMakeLists.txt"),
-        "cmake_minimum_required(VERSION 3.10)\nproject(p C)\nfind_package(hostfirst 1.0 REQUIRED)\n",
+        format!("cmake_minimum_required(VERSION 3.10)\nproject(p C)\nfind_package(hostfirst {other_line} REQUIRED)\n"),
     )
     .unwrap();
     let _ = std::fs::remove_dir_all(&build);
@@ -919,7 +920,11 @@ fn the_package_builds_programs_with_cmake_pkg_config_and_the_msvc_import_library
         .arg(format!("-DCMAKE_PREFIX_PATH={}", pkg.display()))
         .output()
         .unwrap();
-    assert!(!o.status.success(), "find_package(hostfirst 1.0) must fail against {}", env!("CARGO_PKG_VERSION"));
+    assert!(
+        !o.status.success(),
+        "find_package(hostfirst {other_line}) must fail against {}",
+        env!("CARGO_PKG_VERSION")
+    );
 }
 
 /// The py3-none-win_amd64 wheel: pip accepts it for Windows (installed with `--platform win_amd64 --target`), it

@@ -46,7 +46,7 @@ func TestVersionMatchesHeader(t *testing.T) {
 	if VersionNumber() != HeaderVersionNumber {
 		t.Fatalf("library %s (%d), header %d", Version(), VersionNumber(), HeaderVersionNumber)
 	}
-	if !strings.HasPrefix(Version(), "0.2.") {
+	if !strings.HasPrefix(Version(), "1.") {
 		t.Fatalf("version %q", Version())
 	}
 }

@@ -24,7 +24,7 @@ NAMES = ("libhostfirst.so", "libhostfirst.dylib", "hostfirst.dll")
 
 
 def bundled() -> list[Path]:
-    """The library shipped inside this package (a wheel stores it under its SONAME, libhostfirst.so.0.N)."""
+    """The library shipped inside this package (a wheel stores it under its SONAME, libhostfirst.so.1)."""
     return sorted(p for p in HERE.glob("libhostfirst.so*") if p.is_file()) + [
         HERE / n for n in NAMES[1:] if (HERE / n).is_file()
     ]
