@@ -83,11 +83,21 @@ int cmd_inspect(int argc, char **argv) {
     hostfirst_format format = HOSTFIRST_FORMAT_AUTO;
     hostfirst_file_format(f, &format);
     const char *format_name = hostfirst_format_name(format);
+    /* How the file is read: its file system, mapped or owned reads and why, O_DIRECT (hostfirst_file_read_engine). */
+    size_t engine_len = 0;
+    char *engine = NULL;
+    if (hostfirst_file_read_engine(f, NULL, 0, &engine_len) == HOSTFIRST_STATUS_OK) engine = malloc(engine_len + 1);
+    if (engine && hostfirst_file_read_engine(f, engine, engine_len + 1, &engine_len) != HOSTFIRST_STATUS_OK) {
+        free(engine);
+        engine = NULL;
+    }
 
     if (json) {
         fputs("{\"file\":", o);
         cli_json_string(o, path);
-        fprintf(o, ",\"format\":\"%s\",\"metadata\":{", format_name);
+        fprintf(o, ",\"format\":\"%s\",\"read_engine\":", format_name);
+        cli_json_string(o, engine ? engine : "");
+        fputs(",\"metadata\":{", o);
         for (size_t i = 0; i < nmeta; i++) {
             const char *k = NULL, *v = NULL;
             hostfirst_file_metadata_get(f, i, &k, &v);
@@ -105,8 +115,8 @@ int cmd_inspect(int argc, char **argv) {
             if (hostfirst_file_tensor_name(f, i, &name) == HOSTFIRST_STATUS_OK && name && strlen(name) > name_width)
                 name_width = strlen(name);
         }
-        fprintf(o, "file: %s\nformat: %s\ntensors: %zu, data: %s (%llu bytes)\n\n", path, format_name, n,
-                cli_bytes(total, b, sizeof b), (unsigned long long)total);
+        fprintf(o, "file: %s\nformat: %s\ntensors: %zu, data: %s (%llu bytes)\nread engine: %s\n\n", path,
+                format_name, n, cli_bytes(total, b, sizeof b), (unsigned long long)total, engine ? engine : "?");
         fprintf(o, "%-*s %-11s %-24s %12s %14s%s\n", (int)name_width, "NAME", "DTYPE", "SHAPE", "SIZE", "OFFSET",
                 sums ? "  FNV1A64" : "");
     }
@@ -154,6 +164,7 @@ int cmd_inspect(int argc, char **argv) {
         }
     }
     int lost = cli_memstream_close(&out);
+    free(engine);
     hostfirst_file_free(f);
     if (st != HOSTFIRST_STATUS_OK || lost) {
         free(out.text);

@@ -1275,6 +1275,10 @@ typedef struct hostfirst_view_info {
    * caller's buffer for `hostfirst_file_open_memory`). Pages are read from disk when first touched.
    * Valid until the view is freed. May be misaligned for the dtype: check `alignment`.
    *
+   * **NULL when the file is read with owned reads** (see `hostfirst_file_read_engine`): by default a file
+   * on a network or user-space file system (NFS, Lustre, GPFS, CephFS, CIFS/SMB, 9p, FUSE, virtiofs), or
+   * any file under `HOSTFIRST_MAP=never`. Read such a view with `hostfirst_view_copy`.
+   *
    * **SIGBUS hazard (Linux, POSIX):** if the file is truncated (by any process) while this pointer is in use,
    * touching a page past the new end of file raises SIGBUS, which kills the process unless it handles that
    * signal. hostfirst installs no signal handler. (Windows refuses to shrink the file while the view lives:
@@ -1489,6 +1493,35 @@ hostfirst_status hostfirst_file_tensor_name(const struct hostfirst_file *file,
 hostfirst_status hostfirst_file_find(const struct hostfirst_file *file,
                                      const char *name,
                                      size_t *out_index);
+
+/**
+ * Copies one report of how this file is read into `buf`, with the buffer rules of
+ * `hostfirst_last_error_message` (`(NULL, 0)` asks for the length; `*out_len` always gets the length without
+ * the NUL): the file system holding it (its name, `statfs` magic number and class: `local`, `memory`,
+ * `network`, `user-space` or `unknown`), whether its views are **mapped** or read with **owned reads** and
+ * why, the process's reader (as `hostfirst_read_engine` names it) and whether direct I/O (`O_DIRECT`) works
+ * for the file here, or why not. For example:
+ * `"fuse (f_type 0x65735546, user-space): owned reads (...): a user-space file system (...); HOSTFIRST_MAP=always
+ * maps it anyway; reads: io_uring (queue depth 64); O_DIRECT: not usable (...)"`.
+ *
+ * The choice is made when the file is opened, from its file system (Linux `fstatfs`): local disks, tmpfs and
+ * file systems hostfirst does not know are mapped (views' `data` point into the mapping); network and cluster
+ * file systems (NFS, Lustre, GPFS, CephFS, CIFS/SMB, 9p, BeeGFS) and user-space ones (FUSE, virtiofs) are read
+ * with owned reads: no mapping is handed out (a view's `data` is NULL; DLPack exports and copy-on-write loads
+ * copy; loads read with `pread`), so a file changed or truncated under a reader gives
+ * `HOSTFIRST_STATUS_TRUNCATED` instead of SIGBUS. The environment variable `HOSTFIRST_MAP`, read at each open,
+ * overrides it: `auto` (or unset), `always` (map every file), `never` (owned reads for every file); any other
+ * value refuses the open with `INVALID_ARGUMENT`. Windows does not detect the file system (files are mapped).
+ * A file of several parts gives one line per part (`"<part>: <report>"`); a memory buffer says it is one.
+ * Probes direct I/O by opening the file again (a 4 KiB read), so it may take as long as one small read.
+ *
+ * Errors: `NULL_ARGUMENT` (`file`, or `buf` NULL with a non-zero capacity), `INVALID_HANDLE`,
+ * `BUFFER_TOO_SMALL` (nothing is written to `buf`; `*out_len` gets the length). Thread-safe. New in 1.1.
+ */
+hostfirst_status hostfirst_file_read_engine(const struct hostfirst_file *file,
+                                            char *buf,
+                                            size_t capacity,
+                                            size_t *out_len);
 
 /**
  * Writes the number of `__metadata__` entries to `*out_count`. Thread-safe.

@@ -21,6 +21,7 @@ mod engine_path;
 mod example_host_first;
 mod file_catalogue;
 mod file_corpus;
+mod file_engine;
 mod file_props;
 mod file_sets;
 mod file_sparse;
