@@ -559,6 +559,30 @@ enum hostfirst_backend_status
    * versions).
    */
   HOSTFIRST_BACKEND_STATUS_DRIVER_TOO_OLD = 6,
+  /**
+   * GPUDirect Storage (`gds`): cuFile's compatibility mode is forced (`CUFILE_FORCE_COMPAT_MODE`, or
+   * `"force_compat_mode": true` in the cufile.json that `CUFILE_ENV_PATH_JSON` names, else /etc/cufile.json):
+   * reads would go through host memory, not straight to the GPU. New in 1.1.
+   */
+  HOSTFIRST_BACKEND_STATUS_COMPAT_MODE_FORCED = 7,
+  /**
+   * GPUDirect Storage: the nvidia-fs kernel module is not loaded (no /proc/driver/nvidia-fs). New in 1.1.
+   */
+  HOSTFIRST_BACKEND_STATUS_MODULE_MISSING = 8,
+  /**
+   * GPUDirect Storage: this platform cannot have it (WSL). New in 1.1.
+   */
+  HOSTFIRST_BACKEND_STATUS_UNSUPPORTED_PLATFORM = 9,
+  /**
+   * GPUDirect Storage: /run/udev cannot be read (a container without it), so cuFile cannot find the
+   * storage devices. New in 1.1.
+   */
+  HOSTFIRST_BACKEND_STATUS_UDEV_UNREADABLE = 10,
+  /**
+   * GPUDirect Storage: no CUDA device supports GPUDirect RDMA (`CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED`
+   * is 0 on every device). New in 1.1.
+   */
+  HOSTFIRST_BACKEND_STATUS_NO_RDMA_SUPPORT = 11,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -622,7 +646,7 @@ typedef struct hostfirst_backend_info {
    */
   size_t struct_size;
   /**
-   * `"cpu"` or `"cuda"`.
+   * `"cpu"`, `"cuda"` or `"gds"` (GPUDirect Storage, from 1.1).
    */
   const char *name;
   /**
@@ -700,14 +724,14 @@ typedef struct hostfirst_device_info {
 hostfirst_status hostfirst_last_error_fit(struct hostfirst_fit_info *out);
 
 /**
- * Returns the number of backends hostfirst knows (cpu and cuda), whatever their status.
+ * Returns the number of backends hostfirst knows (cpu, cuda and, from 1.1, gds), whatever their status.
  *
  * Takes the census on first use (see `hostfirst_backend_describe`). Never fails. Thread-safe.
  */
 size_t hostfirst_backend_count(void);
 
 /**
- * Describes backend `index` (0 = cpu, 1 = cuda) into `*out` (set `out->struct_size` first).
+ * Describes backend `index` (0 = cpu, 1 = cuda, 2 = gds) into `*out` (set `out->struct_size` first).
  *
  * The census is taken once per process on first use of any function that needs it (the backend and device
  * functions, a CUDA or `cuda_host` spec, the built-in default device): it reads `HOSTFIRST_PLATFORMS` and
@@ -717,6 +741,18 @@ size_t hostfirst_backend_count(void);
  * environment are not seen. In a child process forked after CUDA was initialised (or while the census was
  * initialising it), CUDA is reported as `INIT_FAILED` with a reason naming fork() (the driver cannot be used
  * after fork); cpu stays available.
+ *
+ * **gds** (GPUDirect Storage through NVIDIA's cuFile, new in 1.1) is probed the first time index 2 is
+ * described, never by the census itself (so libcufile is loaded only when asked). Linux only
+ * (`NOT_COMPILED` elsewhere); hidden with cuda by `HOSTFIRST_PLATFORMS`; its status names the first thing
+ * that stops it, in this order: `UNSUPPORTED_PLATFORM` (WSL), `LIBRARY_NOT_FOUND` (`libcufile.so.0`, then
+ * `libcufile.so`; never loaded from the current folder: empty or relative `LD_LIBRARY_PATH` entries are not
+ * searched), `COMPAT_MODE_FORCED` (`CUFILE_FORCE_COMPAT_MODE=true`, or `"force_compat_mode": true` in the
+ * cufile.json that `CUFILE_ENV_PATH_JSON` names, else /etc/cufile.json), `MODULE_MISSING` (no
+ * /proc/driver/nvidia-fs), `UDEV_UNREADABLE` (/run/udev), `NO_DEVICES` (the cuda backend is not available;
+ * the reason says why), `NO_RDMA_SUPPORT` (no device has `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED`),
+ * `INIT_FAILED` (`cuFileDriverOpen` failed; the reason names cuFile's error). Available: `driver_version` is
+ * cuFile's version and `device_count` the devices with GPUDirect RDMA. Reading through cuFile is not done yet.
  * Errors: `NULL_ARGUMENT`, `INVALID_ARGUMENT` (`struct_size` too small), `OUT_OF_RANGE` for
  * `index >= hostfirst_backend_count()`. Thread-safe.
  */

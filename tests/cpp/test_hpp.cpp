@@ -746,7 +746,7 @@ static int host_wrappers(const std::string &fixtures) {
     if (fit_captured_at_throw() != 0) return 1;
     hostfirst::check_version();
     auto bs = hostfirst::backends();
-    REQUIRE(bs.size() == 2 && bs[0].name == "cpu" && bs[0].status == "AVAILABLE");
+    REQUIRE(bs.size() == 3 && bs[0].name == "cpu" && bs[0].status == "AVAILABLE" && bs[2].name == "gds");
     auto devs = hostfirst::devices();
     REQUIRE(!devs.empty() && devs[0].spec() == "cpu:0");
     REQUIRE(devs[0].info().total_memory > 0);

@@ -29,6 +29,7 @@ mod file_support;
 mod forksafe;
 mod gather;
 mod gather_feed;
+mod gds;
 mod go;
 mod gpu_harness;
 mod handoff;
