@@ -95,9 +95,7 @@ int cmd_inspect(int argc, char **argv) {
     if (json) {
         fputs("{\"file\":", o);
         cli_json_string(o, path);
-        fprintf(o, ",\"format\":\"%s\",\"read_engine\":", format_name);
-        cli_json_string(o, engine ? engine : "");
-        fputs(",\"metadata\":{", o);
+        fprintf(o, ",\"format\":\"%s\",\"metadata\":{", format_name);
         for (size_t i = 0; i < nmeta; i++) {
             const char *k = NULL, *v = NULL;
             hostfirst_file_metadata_get(f, i, &k, &v);
@@ -154,7 +152,9 @@ int cmd_inspect(int argc, char **argv) {
         hostfirst_view_free(v);
     }
     if (json) {
-        fputs("]}\n", o);
+        fputs("],\"read_engine\":", o);
+        cli_json_string(o, engine ? engine : "");
+        fputs("}\n", o);
     } else if (st == HOSTFIRST_STATUS_OK) {
         fprintf(o, "\nmetadata: %zu entr%s\n", nmeta, nmeta == 1 ? "y" : "ies");
         for (size_t i = 0; i < nmeta; i++) {

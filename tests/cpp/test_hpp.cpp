@@ -31,6 +31,8 @@ static int files_views_dlpack(const std::string &fixtures) {
         auto f = hostfirst::file::open(fixtures + "/basic.safetensors");
         REQUIRE(f.size() == 16 && f.names()[0] == "u64" && f.contains("i32") && !f.contains("nope"));
         REQUIRE(f.metadata().at("format") == "pt");
+        /* A fixture on the local disk: mapped, and the report says so (hostfirst_file_read_engine). */
+        REQUIRE(f.read_engine().find(": mapped (") != std::string::npos);
         hostfirst::view v = f.view("i32");
         REQUIRE(v.name() == "i32" && v.dtype() == HOSTFIRST_DTYPE_I32 && v.dtype_name() == "I32");
         REQUIRE(v.shape() == std::vector<uint64_t>({2, 3}) && v.nbytes() == 24);
