@@ -1533,12 +1533,12 @@ hostfirst_status hostfirst_file_find(const struct hostfirst_file *file,
 /**
  * Copies one report of how this file is read into `buf`, with the buffer rules of
  * `hostfirst_last_error_message` (`(NULL, 0)` asks for the length; `*out_len` always gets the length without
- * the NUL): the file system holding it (its name, `statfs` magic number and class: `local`, `memory`,
- * `network`, `user-space` or `unknown`), whether its views are **mapped** or read with **owned reads** and
- * why, the process's reader (as `hostfirst_read_engine` names it) and whether direct I/O (`O_DIRECT`) works
- * for the file here, or why not. For example:
- * `"fuse (f_type 0x65735546, user-space): owned reads (...): a user-space file system (...); HOSTFIRST_MAP=always
- * maps it anyway; reads: io_uring (queue depth 64); O_DIRECT: not usable (...)"`.
+ * the NUL): the file system holding it (its name, the mount's own type where it differs, e.g. `fuse.sshfs` or
+ * `virtiofs`, its `statfs` magic number and class: `local`, `memory`, `network`, `user-space` or `unknown`),
+ * whether its views are **mapped** or read with **owned reads** and why, the process's reader (as
+ * `hostfirst_read_engine` names it) and whether direct I/O (`O_DIRECT`) works for the file here, or why not.
+ * For example: `"fuse (f_type 0x65735546, user-space): owned reads (...): a user-space file system
+ * (...); HOSTFIRST_MAP=always maps it anyway; reads: io_uring (queue depth 64); O_DIRECT: not usable (...)"`.
  *
  * The choice is made when the file is opened, from its file system (Linux `fstatfs`): local disks, tmpfs and
  * file systems hostfirst does not know are mapped (views' `data` point into the mapping); network and cluster

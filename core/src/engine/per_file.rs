@@ -119,12 +119,16 @@ impl FileEngine {
         self.access == Access::Mapped
     }
 
-    /// The report: the file system (name, `f_type`, class), the access and why, the process's reader
-    /// ([`super::describe`]: io_uring or the pool and why), and whether direct I/O works for the file at
+    /// The report: the file system (name, the mount's own type `mount_type` where it differs: FUSE and
+    /// virtiofs share a magic number, as NFS 3 and 4 do; `f_type`, class), the access and why, the process's
+    /// reader ([`super::describe`]: io_uring or the pool and why), and whether direct I/O works for the file at
     /// `path` and why not ([`crate::os::direct_io`], probed now). One line.
-    pub fn report(&self, path: Option<&std::path::Path>) -> String {
+    pub fn report(&self, path: Option<&std::path::Path>, mount_type: Option<String>) -> String {
         let fs = match &self.fs {
-            Some(f) => format!("{} (f_type {:#x}, {})", f.name, f.magic, f.class.name()),
+            Some(f) => match &mount_type {
+                Some(t) if *t != f.name => format!("{} ({t}, f_type {:#x}, {})", f.name, f.magic, f.class.name()),
+                _ => format!("{} (f_type {:#x}, {})", f.name, f.magic, f.class.name()),
+            },
             None => "file system not detected on this system".to_string(),
         };
         let access = match self.access {
@@ -156,8 +160,10 @@ mod tests {
             let e = FileEngine::choose(Ok(from_magic(magic)), MapPolicy::Auto);
             assert_eq!(e.access, Access::Owned, "{name}");
             assert!(e.why.contains("SIGBUS") && e.why.contains("HOSTFIRST_MAP=always"), "{name}: {}", e.why);
-            let r = e.report(None);
+            let r = e.report(None, None);
             assert!(r.starts_with(&format!("{name} (f_type {magic:#x}, ")) && r.contains("owned reads"), "{r}");
+            let r = e.report(None, Some("virtiofs".to_string()));
+            assert!(r.starts_with(&format!("{name} (virtiofs, f_type {magic:#x}, ")), "{r}");
         }
         for magic in [0xEF53u64, 0x5846_5342, 0x0102_1994, 0x794C_7630, 0x1234_5678] {
             let e = FileEngine::choose(Ok(from_magic(magic)), MapPolicy::Auto);
@@ -198,7 +204,7 @@ mod tests {
         let f = std::fs::File::open(&p).unwrap();
         let fs = crate::os::file_system(crate::os::raw_file(&f)).unwrap();
         let e = FileEngine::choose(Ok(fs.clone()), MapPolicy::Auto);
-        let r = e.report(Some(&p));
+        let r = e.report(Some(&p), None);
         assert!(r.starts_with(&fs.name) && r.contains("; reads: ") && r.contains("; O_DIRECT: "), "{r}");
         assert!(crate::os::direct_io(&dir.join("missing")).unwrap_err().contains("opening it with O_DIRECT"));
         std::fs::remove_dir_all(&dir).unwrap();

@@ -264,7 +264,9 @@ impl Part {
     /// The read engine's report for this file ([`FileEngine::report`]), or what a memory buffer is.
     pub(crate) fn read_engine_report(&self) -> String {
         match &self.source {
-            Source::File { engine, .. } => engine.report(self.path.as_deref()),
+            Source::File { engine, file, .. } => {
+                engine.report(self.path.as_deref(), crate::os::mount_type(crate::os::raw_file(file)))
+            }
             Source::Memory(_) => "memory: a buffer in this process's memory, read in place".to_string(),
         }
     }

@@ -83,9 +83,34 @@ pub fn from_magic(magic: u64) -> FileSystem {
     }
 }
 
+/// The file-system type of the mount whose device is `major:minor`, from a `/proc/self/mountinfo` text (fields:
+/// id, parent, `major:minor`, root, mount point, options, optional fields, `-`, type, source, options).
+pub fn mount_type_in(mountinfo: &str, major: u32, minor: u32) -> Option<String> {
+    let dev = format!("{major}:{minor}");
+    mountinfo.lines().rev().find_map(|line| {
+        let mut f = line.split(' ');
+        if f.nth(2)? != dev {
+            return None;
+        }
+        let (_, after) = line.split_once(" - ")?;
+        after.split(' ').next().filter(|t| !t.is_empty()).map(str::to_string)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mount_type_is_found_by_device() {
+        let info = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n\
+                    90 22 0:52 / /mnt/b rw,nosuid,nodev,relatime shared:50 - fuse.bindfs /src rw,user_id=0\n\
+                    91 22 0:53 / /mnt/v rw,relatime - virtiofs share rw\n";
+        assert_eq!(mount_type_in(info, 0, 52).as_deref(), Some("fuse.bindfs"));
+        assert_eq!(mount_type_in(info, 0, 53).as_deref(), Some("virtiofs"));
+        assert_eq!(mount_type_in(info, 8, 1).as_deref(), Some("ext4"));
+        assert_eq!(mount_type_in(info, 0, 99), None);
+    }
 
     #[test]
     fn the_file_systems_the_issue_names_are_classified() {

@@ -144,6 +144,13 @@ pub fn file_system(file: RawFile) -> std::io::Result<fs::FileSystem> {
     imp::file_system(file)
 }
 
+/// The type of the mount holding the open `file` as the system names it (Linux: `/proc/self/mountinfo`, found by
+/// the file's device: `fuse.sshfs`, `virtiofs`, `nfs4`...); `None` where it does not say. Reads a file: for
+/// reports, not for every open.
+pub fn mount_type(file: RawFile) -> Option<String> {
+    imp::mount_type(file)
+}
+
 /// Whether direct I/O (`O_DIRECT`, bypassing the page cache) works for the file at `path`: opens it again with
 /// `O_DIRECT` and reads its first 4 KiB into page-aligned memory. `Err(why)` names the step the system refused
 /// (a file system without direct I/O answers `EINVAL`); Linux only (`Err` elsewhere, saying so).

@@ -86,6 +86,26 @@ pub(super) fn file_system(file: RawFile) -> std::io::Result<super::fs::FileSyste
     Ok(super::fs::from_magic(s.f_type as u64))
 }
 
+pub(super) fn mount_type(file: RawFile) -> Option<String> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: all-zero is a valid stat.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: an open descriptor and a writable stat.
+        if unsafe { libc::fstat(file, &mut st) } != 0 {
+            return None;
+        }
+        let (major, minor) = (libc::major(st.st_dev), libc::minor(st.st_dev));
+        let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        super::fs::mount_type_in(&text, major, minor)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = file;
+        None
+    }
+}
+
 pub(super) fn direct_io(path: &Path) -> Result<(), String> {
     #[cfg(target_os = "linux")]
     {

@@ -110,6 +110,10 @@ pub(super) fn file_system(_file: RawFile) -> std::io::Result<super::fs::FileSyst
     Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "the file system is not detected on Windows"))
 }
 
+pub(super) fn mount_type(_file: RawFile) -> Option<String> {
+    None
+}
+
 pub(super) fn direct_io(_path: &Path) -> Result<(), String> {
     Err("direct I/O (FILE_FLAG_NO_BUFFERING) is not used on Windows".to_string())
 }
