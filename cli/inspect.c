@@ -77,6 +77,14 @@ int cmd_inspect(int argc, char **argv) {
     hostfirst_format format = HOSTFIRST_FORMAT_AUTO;
     hostfirst_file_format(f, &format);
     const char *format_name = hostfirst_format_name(format);
+    /* How the file is read: its file system, mapped or owned reads and why, O_DIRECT (hostfirst_file_read_engine). */
+    size_t engine_len = 0;
+    char *engine = NULL;
+    if (hostfirst_file_read_engine(f, NULL, 0, &engine_len) == HOSTFIRST_STATUS_OK) engine = malloc(engine_len + 1);
+    if (engine && hostfirst_file_read_engine(f, engine, engine_len + 1, &engine_len) != HOSTFIRST_STATUS_OK) {
+        free(engine);
+        engine = NULL;
+    }
 
     if (json) {
         cli_out_puts(o, "{\"file\":");
@@ -99,8 +107,8 @@ int cmd_inspect(int argc, char **argv) {
             if (hostfirst_file_tensor_name(f, i, &name) == HOSTFIRST_STATUS_OK && name && strlen(name) > name_width)
                 name_width = strlen(name);
         }
-        cli_out_printf(o, "file: %s\nformat: %s\ntensors: %zu, data: %s (%llu bytes)\n\n", path, format_name, n,
-                cli_bytes(total, b, sizeof b), (unsigned long long)total);
+        cli_out_printf(o, "file: %s\nformat: %s\ntensors: %zu, data: %s (%llu bytes)\nread engine: %s\n\n", path,
+                format_name, n, cli_bytes(total, b, sizeof b), (unsigned long long)total, engine ? engine : "?");
         cli_out_printf(o, "%-*s %-11s %-24s %12s %14s%s\n", (int)name_width, "NAME", "DTYPE", "SHAPE", "SIZE", "OFFSET",
                 sums ? "  FNV1A64" : "");
     }
@@ -138,7 +146,9 @@ int cmd_inspect(int argc, char **argv) {
         hostfirst_view_free(v);
     }
     if (json) {
-        cli_out_puts(o, "]}\n");
+        cli_out_puts(o, "],\"read_engine\":");
+        cli_out_json_string(o, engine ? engine : "");
+        cli_out_puts(o, "}\n");
     } else if (st == HOSTFIRST_STATUS_OK) {
         cli_out_printf(o, "\nmetadata: %zu entr%s\n", nmeta, nmeta == 1 ? "y" : "ies");
         for (size_t i = 0; i < nmeta; i++) {
@@ -147,6 +157,7 @@ int cmd_inspect(int argc, char **argv) {
             cli_out_printf(o, "  %s: %s\n", k, v);
         }
     }
+    free(engine);
     hostfirst_file_free(f);
     if (st != HOSTFIRST_STATUS_OK) {
         cli_out_free(&out);

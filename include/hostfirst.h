@@ -627,6 +627,30 @@ enum hostfirst_backend_status
    * versions).
    */
   HOSTFIRST_BACKEND_STATUS_DRIVER_TOO_OLD = 6,
+  /**
+   * GPUDirect Storage (`gds`): cuFile's compatibility mode is forced (`CUFILE_FORCE_COMPAT_MODE`, or
+   * `"force_compat_mode": true` in the cufile.json that `CUFILE_ENV_PATH_JSON` names, else /etc/cufile.json):
+   * reads would go through host memory, not straight to the GPU. New in 1.1.
+   */
+  HOSTFIRST_BACKEND_STATUS_COMPAT_MODE_FORCED = 7,
+  /**
+   * GPUDirect Storage: the nvidia-fs kernel module is not loaded (no /proc/driver/nvidia-fs). New in 1.1.
+   */
+  HOSTFIRST_BACKEND_STATUS_MODULE_MISSING = 8,
+  /**
+   * GPUDirect Storage: this platform cannot have it (WSL). New in 1.1.
+   */
+  HOSTFIRST_BACKEND_STATUS_UNSUPPORTED_PLATFORM = 9,
+  /**
+   * GPUDirect Storage: /run/udev cannot be read (a container without it), so cuFile cannot find the
+   * storage devices. New in 1.1.
+   */
+  HOSTFIRST_BACKEND_STATUS_UDEV_UNREADABLE = 10,
+  /**
+   * GPUDirect Storage: no CUDA device supports GPUDirect RDMA (`CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED`
+   * is 0 on every device). New in 1.1.
+   */
+  HOSTFIRST_BACKEND_STATUS_NO_RDMA_SUPPORT = 11,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -690,7 +714,7 @@ typedef struct hostfirst_backend_info {
    */
   size_t struct_size;
   /**
-   * `"cpu"` or `"cuda"`.
+   * `"cpu"`, `"cuda"` or `"gds"` (GPUDirect Storage, from 1.1).
    */
   const char *name;
   /**
@@ -768,14 +792,14 @@ typedef struct hostfirst_device_info {
 hostfirst_status hostfirst_last_error_fit(struct hostfirst_fit_info *out);
 
 /**
- * Returns the number of backends hostfirst knows (cpu and cuda), whatever their status.
+ * Returns the number of backends hostfirst knows (cpu, cuda and, from 1.1, gds), whatever their status.
  *
  * Takes the census on first use (see `hostfirst_backend_describe`). Never fails. Thread-safe.
  */
 size_t hostfirst_backend_count(void);
 
 /**
- * Describes backend `index` (0 = cpu, 1 = cuda) into `*out` (set `out->struct_size` first).
+ * Describes backend `index` (0 = cpu, 1 = cuda, 2 = gds) into `*out` (set `out->struct_size` first).
  *
  * The census is taken once per process on first use of any function that needs it (the backend and device
  * functions, a CUDA or `cuda_host` spec, the built-in default device): it reads `HOSTFIRST_PLATFORMS` and
@@ -785,6 +809,18 @@ size_t hostfirst_backend_count(void);
  * environment are not seen. In a child process forked after CUDA was initialised (or while the census was
  * initialising it), CUDA is reported as `INIT_FAILED` with a reason naming fork() (the driver cannot be used
  * after fork); cpu stays available.
+ *
+ * **gds** (GPUDirect Storage through NVIDIA's cuFile, new in 1.1) is probed the first time index 2 is
+ * described, never by the census itself (so libcufile is loaded only when asked). Linux only
+ * (`NOT_COMPILED` elsewhere); hidden with cuda by `HOSTFIRST_PLATFORMS`; its status names the first thing
+ * that stops it, in this order: `UNSUPPORTED_PLATFORM` (WSL), `LIBRARY_NOT_FOUND` (`libcufile.so.0`, then
+ * `libcufile.so`; never loaded from the current folder: empty or relative `LD_LIBRARY_PATH` entries are not
+ * searched), `COMPAT_MODE_FORCED` (`CUFILE_FORCE_COMPAT_MODE=true`, or `"force_compat_mode": true` in the
+ * cufile.json that `CUFILE_ENV_PATH_JSON` names, else /etc/cufile.json), `MODULE_MISSING` (no
+ * /proc/driver/nvidia-fs), `UDEV_UNREADABLE` (/run/udev), `NO_DEVICES` (the cuda backend is not available;
+ * the reason says why), `NO_RDMA_SUPPORT` (no device has `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED`),
+ * `INIT_FAILED` (`cuFileDriverOpen` failed; the reason names cuFile's error). Available: `driver_version` is
+ * cuFile's version and `device_count` the devices with GPUDirect RDMA. Reading through cuFile is not done yet.
  * Errors: `NULL_ARGUMENT`, `INVALID_ARGUMENT` (`struct_size` too small), `OUT_OF_RANGE` for
  * `index >= hostfirst_backend_count()`. Thread-safe.
  */
@@ -1359,6 +1395,10 @@ typedef struct hostfirst_view_info {
    * caller's buffer for `hostfirst_file_open_memory`). Pages are read from disk when first touched.
    * Valid until the view is freed. May be misaligned for the dtype: check `alignment`.
    *
+   * **NULL when the file is read with owned reads** (see `hostfirst_file_read_engine`): by default a file
+   * on a network or user-space file system (NFS, Lustre, GPFS, CephFS, CIFS/SMB, 9p, FUSE, virtiofs), or
+   * any file under `HOSTFIRST_MAP=never`. Read such a view with `hostfirst_view_copy`.
+   *
    * **SIGBUS hazard (Linux, POSIX):** if the file is truncated (by any process) while this pointer is in use,
    * touching a page past the new end of file raises SIGBUS, which kills the process unless it handles that
    * signal. hostfirst installs no signal handler. (Windows refuses to shrink the file while the view lives:
@@ -1582,6 +1622,34 @@ hostfirst_status hostfirst_file_tensor_name(const struct hostfirst_file *file,
 hostfirst_status hostfirst_file_find(const struct hostfirst_file *file,
                                      const char *name,
                                      size_t *out_index);
+
+/**
+ * Copies one report of how this file is read into `buf`, with the buffer rules of `hostfirst_build_info`
+ * (`(NULL, 0)` asks for the length; `*out_len` always gets the length without the NUL): the file system holding it (its name, the mount's own type where it differs, e.g. `fuse.sshfs` or
+ * `virtiofs`, its `statfs` magic number and class: `local`, `memory`, `network`, `user-space` or `unknown`),
+ * whether its views are **mapped** or read with **owned reads** and why, the process's reader (as
+ * `hostfirst_read_engine` names it) and whether direct I/O (`O_DIRECT`) works for the file here, or why not.
+ * For example: `"fuse (f_type 0x65735546, user-space): owned reads (...): a user-space file system
+ * (...); HOSTFIRST_MAP=always maps it anyway; reads: io_uring (queue depth 64); O_DIRECT: not usable (...)"`.
+ *
+ * The choice is made when the file is opened, from its file system (Linux `fstatfs`): local disks, tmpfs and
+ * file systems hostfirst does not know are mapped (views' `data` point into the mapping); network and cluster
+ * file systems (NFS, Lustre, GPFS, CephFS, CIFS/SMB, 9p, BeeGFS) and user-space ones (FUSE, virtiofs) are read
+ * with owned reads: no mapping is handed out (a view's `data` is NULL; DLPack exports and copy-on-write loads
+ * copy; loads read with `pread`), so a file changed or truncated under a reader gives
+ * `HOSTFIRST_STATUS_TRUNCATED` instead of SIGBUS. The environment variable `HOSTFIRST_MAP`, read at each open,
+ * overrides it: `auto` (or unset), `always` (map every file), `never` (owned reads for every file); any other
+ * value refuses the open with `INVALID_ARGUMENT`. Windows does not detect the file system (files are mapped).
+ * A file of several parts gives one line per part (`"<part>: <report>"`); a memory buffer says it is one.
+ * Probes direct I/O by opening the file again (a 4 KiB read), so it may take as long as one small read.
+ *
+ * Errors: `NULL_ARGUMENT` (`file`, or `buf` NULL with a non-zero capacity), `INVALID_HANDLE`,
+ * `BUFFER_TOO_SMALL` (nothing is written to `buf`; `*out_len` gets the length). Thread-safe. New in 1.1.
+ */
+hostfirst_status hostfirst_file_read_engine(const struct hostfirst_file *file,
+                                            char *buf,
+                                            size_t capacity,
+                                            size_t *out_len);
 
 /**
  * Writes the number of `__metadata__` entries to `*out_count`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`.

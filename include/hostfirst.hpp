@@ -798,6 +798,12 @@ public:
     }
     /// The file's format.
     hostfirst_format format() const { return detail::get<hostfirst_format>(c(), hostfirst_file_format); }
+    /// How this file is read (hostfirst_file_read_engine): its file system, mapped or owned reads and why, the
+    /// process's reader and whether O_DIRECT works for it.
+    std::string read_engine() const {
+        const hostfirst_file *f = c();
+        return detail::copy_string([f](char *b, size_t cap, size_t *n) { return hostfirst_file_read_engine(f, b, cap, n); });
+    }
     /// The format's name ("NPY", "MEGATRON").
     static std::string format_name(hostfirst_format format) { return hostfirst_format_name(format); }
     /// A Megatron dataset's sequences as (first element in `tokens`, length) pairs.

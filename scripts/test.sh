@@ -41,6 +41,8 @@ have objcopy || apt_install binutils
 have abidiff && have abidw || apt_install abigail-tools
 # Go (cgo): the Go binding's tests against the installed library (tests/it/go.rs; offline, stdlib only).
 have go || apt_install golang-go
+# bindfs (FUSE): the per-file read engine on a real user-space file system (tests/it/file_engine.rs, as root).
+have bindfs || apt_install bindfs
 
 # The house rules: formatted, clippy-clean on every target, every target (benches included) builds, in both
 # crates of the workspace (the C API at the root, the core in core/).

@@ -13,7 +13,7 @@ use std::ffi::c_char;
 pub struct hostfirst_backend_info {
     /// In: the caller's `sizeof(hostfirst_backend_info)`. Out: the number of bytes written.
     pub struct_size: usize,
-    /// `"cpu"` or `"cuda"`.
+    /// `"cpu"`, `"cuda"` or `"gds"` (GPUDirect Storage, from 1.1).
     pub name: *const c_char,
     /// The backend's status.
     pub status: c_backend_status,
@@ -27,15 +27,15 @@ pub struct hostfirst_backend_info {
 
 out_struct!(hostfirst_backend_info, device_count);
 
-/// Returns the number of backends hostfirst knows (cpu and cuda), whatever their status.
+/// Returns the number of backends hostfirst knows (cpu, cuda and, from 1.1, gds), whatever their status.
 ///
 /// Takes the census on first use (see `hostfirst_backend_describe`). Never fails. Thread-safe.
 #[no_mangle]
 pub extern "C" fn hostfirst_backend_count() -> usize {
-    hostfirst_boundary!("hostfirst_backend_count", default = 0, { census().backends.len() })
+    hostfirst_boundary!("hostfirst_backend_count", default = 0, { census().backend_count() })
 }
 
-/// Describes backend `index` (0 = cpu, 1 = cuda) into `*out` (set `out->struct_size` first).
+/// Describes backend `index` (0 = cpu, 1 = cuda, 2 = gds) into `*out` (set `out->struct_size` first).
 ///
 /// The census is taken once per process on first use of any function that needs it (the backend and device
 /// functions, a CUDA or `cuda_host` spec, the built-in default device): it reads `HOSTFIRST_PLATFORMS` and
@@ -45,6 +45,18 @@ pub extern "C" fn hostfirst_backend_count() -> usize {
 /// environment are not seen. In a child process forked after CUDA was initialised (or while the census was
 /// initialising it), CUDA is reported as `INIT_FAILED` with a reason naming fork() (the driver cannot be used
 /// after fork); cpu stays available.
+///
+/// **gds** (GPUDirect Storage through NVIDIA's cuFile, new in 1.1) is probed the first time index 2 is
+/// described, never by the census itself (so libcufile is loaded only when asked). Linux only
+/// (`NOT_COMPILED` elsewhere); hidden with cuda by `HOSTFIRST_PLATFORMS`; its status names the first thing
+/// that stops it, in this order: `UNSUPPORTED_PLATFORM` (WSL), `LIBRARY_NOT_FOUND` (`libcufile.so.0`, then
+/// `libcufile.so`; never loaded from the current folder: empty or relative `LD_LIBRARY_PATH` entries are not
+/// searched), `COMPAT_MODE_FORCED` (`CUFILE_FORCE_COMPAT_MODE=true`, or `"force_compat_mode": true` in the
+/// cufile.json that `CUFILE_ENV_PATH_JSON` names, else /etc/cufile.json), `MODULE_MISSING` (no
+/// /proc/driver/nvidia-fs), `UDEV_UNREADABLE` (/run/udev), `NO_DEVICES` (the cuda backend is not available;
+/// the reason says why), `NO_RDMA_SUPPORT` (no device has `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED`),
+/// `INIT_FAILED` (`cuFileDriverOpen` failed; the reason names cuFile's error). Available: `driver_version` is
+/// cuFile's version and `device_count` the devices with GPUDirect RDMA. Reading through cuFile is not done yet.
 /// Errors: `NULL_ARGUMENT`, `INVALID_ARGUMENT` (`struct_size` too small), `OUT_OF_RANGE` for
 /// `index >= hostfirst_backend_count()`. Thread-safe.
 #[no_mangle]
@@ -52,8 +64,8 @@ pub extern "C" fn hostfirst_backend_describe(index: usize, out: *mut hostfirst_b
     hostfirst_boundary!("hostfirst_backend_describe", {
         let size = out_struct_size(out, "out")?;
         let c = census();
-        let b = c.backends.get(index).ok_or_else(|| {
-            Error::new(Status::OutOfRange, format!("backend index {index}: there are {} backends", c.backends.len()))
+        let b = c.backend_at(index).ok_or_else(|| {
+            Error::new(Status::OutOfRange, format!("backend index {index}: there are {} backends", c.backend_count()))
         })?;
         let info = hostfirst_backend_info {
             struct_size: 0,

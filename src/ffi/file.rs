@@ -323,6 +323,40 @@ pub extern "C" fn hostfirst_file_find(
     })
 }
 
+/// Copies one report of how this file is read into `buf`, with the buffer rules of `hostfirst_build_info`
+/// (`(NULL, 0)` asks for the length; `*out_len` always gets the length without the NUL): the file system holding it (its name, the mount's own type where it differs, e.g. `fuse.sshfs` or
+/// `virtiofs`, its `statfs` magic number and class: `local`, `memory`, `network`, `user-space` or `unknown`),
+/// whether its views are **mapped** or read with **owned reads** and why, the process's reader (as
+/// `hostfirst_read_engine` names it) and whether direct I/O (`O_DIRECT`) works for the file here, or why not.
+/// For example: `"fuse (f_type 0x65735546, user-space): owned reads (...): a user-space file system
+/// (...); HOSTFIRST_MAP=always maps it anyway; reads: io_uring (queue depth 64); O_DIRECT: not usable (...)"`.
+///
+/// The choice is made when the file is opened, from its file system (Linux `fstatfs`): local disks, tmpfs and
+/// file systems hostfirst does not know are mapped (views' `data` point into the mapping); network and cluster
+/// file systems (NFS, Lustre, GPFS, CephFS, CIFS/SMB, 9p, BeeGFS) and user-space ones (FUSE, virtiofs) are read
+/// with owned reads: no mapping is handed out (a view's `data` is NULL; DLPack exports and copy-on-write loads
+/// copy; loads read with `pread`), so a file changed or truncated under a reader gives
+/// `HOSTFIRST_STATUS_TRUNCATED` instead of SIGBUS. The environment variable `HOSTFIRST_MAP`, read at each open,
+/// overrides it: `auto` (or unset), `always` (map every file), `never` (owned reads for every file); any other
+/// value refuses the open with `INVALID_ARGUMENT`. Windows does not detect the file system (files are mapped).
+/// A file of several parts gives one line per part (`"<part>: <report>"`); a memory buffer says it is one.
+/// Probes direct I/O by opening the file again (a 4 KiB read), so it may take as long as one small read.
+///
+/// Errors: `NULL_ARGUMENT` (`file`, or `buf` NULL with a non-zero capacity), `INVALID_HANDLE`,
+/// `BUFFER_TOO_SMALL` (nothing is written to `buf`; `*out_len` gets the length). Thread-safe. New in 1.1.
+#[no_mangle]
+pub extern "C" fn hostfirst_file_read_engine(
+    file: *const hostfirst_file,
+    buf: *mut c_char,
+    capacity: usize,
+    out_len: *mut usize,
+) -> Status {
+    hostfirst_boundary!("hostfirst_file_read_engine", {
+        let f = handle::get::<hostfirst_file>(file, "file")?;
+        super::args::write_string(&f.read_engine(), buf, capacity, out_len, "read engine report")
+    })
+}
+
 /// Writes the number of `__metadata__` entries to `*out_count`. Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`.
 /// Thread-safe.
 #[no_mangle]

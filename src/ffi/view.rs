@@ -51,6 +51,10 @@ pub struct hostfirst_view_info {
     /// caller's buffer for `hostfirst_file_open_memory`). Pages are read from disk when first touched.
     /// Valid until the view is freed. May be misaligned for the dtype: check `alignment`.
     ///
+    /// **NULL when the file is read with owned reads** (see `hostfirst_file_read_engine`): by default a file
+    /// on a network or user-space file system (NFS, Lustre, GPFS, CephFS, CIFS/SMB, 9p, FUSE, virtiofs), or
+    /// any file under `HOSTFIRST_MAP=never`. Read such a view with `hostfirst_view_copy`.
+    ///
     /// **SIGBUS hazard (Linux, POSIX):** if the file is truncated (by any process) while this pointer is in use,
     /// touching a page past the new end of file raises SIGBUS, which kills the process unless it handles that
     /// signal. hostfirst installs no signal handler. (Windows refuses to shrink the file while the view lives:
@@ -93,7 +97,7 @@ pub extern "C" fn hostfirst_view_describe(view: *const hostfirst_view, out: *mut
     hostfirst_boundary!("hostfirst_view_describe", {
         let v = handle::get::<hostfirst_view>(view, "view")?;
         let size = out_struct_size(out, "out")?;
-        let data = v.mapped().as_ptr();
+        let data = if v.maps() { v.mapped().as_ptr() } else { std::ptr::null() };
         write_out_struct(
             out,
             size,

@@ -240,7 +240,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N; i++) data[i] = (uint16_t)(i * 5 + 1);
     if (!strcmp(argv[1], "cpu-only")) {
         cpu_work();
-        if (argc > 3 && !strcmp(argv[3], "census")) CHECK(hostfirst_backend_count() == 2);
+        if (argc > 3 && !strcmp(argv[3], "census")) CHECK(hostfirst_backend_count() == 3);
     } else if (!strcmp(argv[1], "fork")) {
         fork_test();
     } else if (!strcmp(argv[1], "capture")) {

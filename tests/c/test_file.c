@@ -98,6 +98,17 @@ static void test_file_api(void) {
     CHECK(idx == 1);
     CHECK_STATUS(hostfirst_file_find(f, "nope", &idx), HOSTFIRST_STATUS_NOT_FOUND);
     CHECK_MSG("nope");
+
+    /* How the file is read (hostfirst_file_read_engine): a file on a local disk is mapped; the buffer rules. */
+    size_t elen = 0;
+    char engine[1024];
+    CHECK_OK(hostfirst_file_read_engine(f, NULL, 0, &elen));
+    CHECK(elen > 0 && elen < sizeof engine);
+    CHECK_STATUS(hostfirst_file_read_engine(f, engine, 4, &elen), HOSTFIRST_STATUS_BUFFER_TOO_SMALL);
+    CHECK_OK(hostfirst_file_read_engine(f, engine, sizeof engine, &elen));
+    CHECK(elen == strlen(engine) && strstr(engine, ": mapped (") != NULL && strstr(engine, "O_DIRECT: ") != NULL);
+    CHECK_STATUS(hostfirst_file_read_engine(NULL, engine, sizeof engine, &elen), HOSTFIRST_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(hostfirst_file_read_engine(f, NULL, 8, &elen), HOSTFIRST_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(hostfirst_file_find(f, NULL, &idx), HOSTFIRST_STATUS_NULL_ARGUMENT);
 
     size_t nm = 0;

@@ -31,6 +31,8 @@ static int files_views_dlpack(const std::string &fixtures) {
         auto f = hostfirst::file::open(fixtures + "/basic.safetensors");
         REQUIRE(f.size() == 16 && f.names()[0] == "u64" && f.contains("i32") && !f.contains("nope"));
         REQUIRE(f.metadata().at("format") == "pt");
+        /* A fixture on the local disk: mapped, and the report says so (hostfirst_file_read_engine). */
+        REQUIRE(f.read_engine().find(": mapped (") != std::string::npos);
         hostfirst::view v = f.view("i32");
         REQUIRE(v.name() == "i32" && v.dtype() == HOSTFIRST_DTYPE_I32 && v.dtype_name() == "I32");
         REQUIRE(v.shape() == std::vector<uint64_t>({2, 3}) && v.nbytes() == 24);
@@ -746,7 +748,7 @@ static int host_wrappers(const std::string &fixtures) {
     if (fit_captured_at_throw() != 0) return 1;
     hostfirst::check_version();
     auto bs = hostfirst::backends();
-    REQUIRE(bs.size() == 2 && bs[0].name == "cpu" && bs[0].status == "AVAILABLE");
+    REQUIRE(bs.size() == 3 && bs[0].name == "cpu" && bs[0].status == "AVAILABLE" && bs[2].name == "gds");
     auto devs = hostfirst::devices();
     REQUIRE(!devs.empty() && devs[0].spec() == "cpu:0");
     REQUIRE(devs[0].info().total_memory > 0);

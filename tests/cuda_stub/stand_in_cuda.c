@@ -102,6 +102,8 @@
  *                                       reads its source and writes its destination) and of the work the
  *                                       synchronisation waited for stays queued until the next one (default 0).
  *   STAND_IN_READ_ONLY_REGISTER=0|1     CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED (default 1).
+ *   STAND_IN_GDR=0|1                    CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED (default 1): what the gds
+ *                                       census entry asks each device (tests/cufile_stub/stand_in_cufile.c).
  *   STAND_IN_PEER_ACCESS=0|1            what cuDeviceCanAccessPeer says for two different devices (default 1);
  *                                       with 0, cuCtxEnablePeerAccess is CUDA_ERROR_PEER_ACCESS_UNSUPPORTED.
  *   STAND_IN_NVML=0|1                   with 0, nvmlInit_v2 fails with NVML_ERROR_DRIVER_NOT_LOADED (default 1).
@@ -306,6 +308,7 @@ static struct {
     int early_error; /* STAND_IN_EARLY_ERROR */
     unsigned long long ctx_reserve;
     int read_only_register;
+    int gdr;
     int peer_access;
     int nvml;
     int event_not_ready; /* -1: the mode's default */
@@ -460,6 +463,7 @@ static void load_config(void) {
     cfg.early_error = env_flag("STAND_IN_EARLY_ERROR", 0);
     cfg.ctx_reserve = parse_bytes(getenv("STAND_IN_CONTEXT_RESERVE"), 256ULL << 20);
     cfg.read_only_register = env_flag("STAND_IN_READ_ONLY_REGISTER", 1);
+    cfg.gdr = env_flag("STAND_IN_GDR", 1);
     cfg.peer_access = env_flag("STAND_IN_PEER_ACCESS", 1);
     cfg.nvml = env_flag("STAND_IN_NVML", 1);
     e = getenv("STAND_IN_EVENT_NOT_READY");
@@ -1478,6 +1482,7 @@ static CUresult device_get_attribute(int *value, int attrib, CUdevice dev) {
     case 76: *value = cfg.cc_minor[p]; break;               /* COMPUTE_CAPABILITY_MINOR */
     case 99: *value = cfg.host_register; break;             /* HOST_REGISTER_SUPPORTED */
     case 113: *value = cfg.read_only_register; break;       /* READ_ONLY_HOST_REGISTER_SUPPORTED */
+    case 116: *value = cfg.gdr; break;                      /* GPU_DIRECT_RDMA_SUPPORTED */
     default: return CUDA_ERROR_INVALID_VALUE;
     }
     return CUDA_SUCCESS;

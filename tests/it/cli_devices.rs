@@ -15,6 +15,10 @@ fn devices_json_without_cuda() {
     assert!(reason.contains("libcuda.so"), "reason names the libraries searched: {reason}");
     // ... and carries the loader's own words (dlerror's), not only libloading's "dlopen failed".
     assert!(reason.contains("libcuda.so.1: cannot open shared object file"), "the loader's message: {reason}");
+    // gds (GPUDirect Storage) is listed third, with the reason it cannot be used here.
+    assert_eq!(backends[2]["name"], "gds");
+    assert_ne!(backends[2]["status"], "available");
+    assert!(!backends[2]["reason"].as_str().unwrap().is_empty(), "{}", backends[2]);
     let devices = v["devices"].as_array().unwrap();
     assert_eq!(devices.len(), 1);
     assert_eq!(devices[0]["spec"], "cpu:0");

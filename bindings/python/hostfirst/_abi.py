@@ -417,6 +417,7 @@ SIGNATURES = {
     "hostfirst_file_open_memory": (c_status, [ctypes.c_void_p, _size, _ph]),
     "hostfirst_file_free": (c_status, [_h]),
     "hostfirst_file_find": (c_status, [_h, _str, P(_size)]),
+    "hostfirst_file_read_engine": (c_status, [_h, ctypes.c_char_p, _size, P(_size)]),
     "hostfirst_file_metadata_find": (c_status, [_h, _str, P(_str)]),
     "hostfirst_file_data_bytes": (c_status, [_h, P(_u64)]),
     "hostfirst_file_path": (c_status, [_h, P(_str)]),

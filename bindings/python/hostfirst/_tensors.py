@@ -148,7 +148,7 @@ class View(_HostArrayMixin):
     """
 
     __slots__ = ("_h", "_finalizer", "name", "dtype_name", "dtype_code", "shape", "nbytes", "data_ptr",
-                 "alignment", "strides", "__weakref__")
+                 "alignment", "strides", "_copy", "__weakref__")
 
     def __init__(self, handle: Optional[int]):
         """`handle`: a hostfirst_view* the library returned; this View owns it."""
@@ -166,6 +166,7 @@ class View(_HostArrayMixin):
         self.alignment = i.alignment
         #: Element strides of a strided view (an inner-dimension slice), None for a C-contiguous one.
         self.strides: Optional[Tuple[int, ...]] = _describe_shape(i.strides, i.rank) if i.strides else None
+        self._copy: Optional[np.ndarray] = None
 
     @property
     def dtype(self) -> "np.dtype[Any]":
@@ -182,10 +183,20 @@ class View(_HostArrayMixin):
         return dt
 
     def _host_memory(self) -> Tuple[int, bool]:
-        return self.data_ptr, True
+        if self.data_ptr or not self.nbytes:
+            return self.data_ptr, True
+        # A file read with owned reads (a network or user-space file system: File.read_engine) hands out no
+        # mapping: the view's packed bytes are read once with pread into memory this View keeps.
+        if self._copy is None:
+            c = np.empty(self.nbytes, dtype=np.uint8)
+            check(lib.hostfirst_view_copy(self._h, c.ctypes.data, self.nbytes, None))
+            self._copy = c
+        return self._copy.ctypes.data, True
 
     def _byte_strides(self, itemsize: int) -> Optional[Tuple[int, ...]]:
-        return None if self.strides is None else tuple(s * itemsize for s in self.strides)
+        if self.strides is None or (not self.data_ptr and self.nbytes):
+            return None  # C-contiguous, or the packed copy of a file read with owned reads
+        return tuple(s * itemsize for s in self.strides)
 
     def __repr__(self) -> str:
         return f"View('{self.name}', {self.dtype_name}, shape={self.shape})"
@@ -707,6 +718,18 @@ class File(Mapping[str, View]):
     @property
     def _set(self) -> Set[str]:
         return self._list()[1]
+
+    @property
+    def read_engine(self) -> str:
+        """How this file is read (hostfirst_file_read_engine): its file system (name, statfs magic, class), whether
+        its views are mapped or read with owned reads (network and user-space file systems: NFS, Lustre, GPFS,
+        CephFS, CIFS/SMB, 9p, FUSE, virtiofs) and why, the process's reader, and whether O_DIRECT works for it.
+        HOSTFIRST_MAP=auto|always|never in the environment before opening overrides the choice."""
+        n = ctypes.c_size_t()
+        check(lib.hostfirst_file_read_engine(self._handle(), None, 0, ctypes.byref(n)))
+        buf = ctypes.create_string_buffer(n.value + 1)
+        check(lib.hostfirst_file_read_engine(self._handle(), buf, len(buf), ctypes.byref(n)))
+        return buf.value.decode("utf-8", "replace")
 
     def missing(self, name: object) -> Exception:
         """The NotFoundError (a KeyError) for a name this file does not have, naming close matches."""

@@ -7,7 +7,7 @@ import hostfirst
 
 def test_backends_and_devices():
     bs = hostfirst.backends()
-    assert [b.name for b in bs] == ["cpu", "cuda"]
+    assert [b.name for b in bs] == ["cpu", "cuda", "gds"]
     assert bs[0].status == "available"
     if bs[1].status != "available":
         assert bs[1].reason

@@ -126,9 +126,27 @@ pub fn resolve_without_census(spec: &DeviceSpec) -> Option<Device> {
 }
 
 impl Census {
-    /// The backend with this name.
+    /// The backend with this name (`gds` is probed on first use: [`super::gds`]).
     pub fn backend(&self, name: &str) -> Option<&Backend> {
+        if name == "gds" {
+            return Some(super::gds::backend());
+        }
         self.backends.iter().find(|b| b.name == name)
+    }
+
+    /// How many backends there are: cpu, cuda and gds ([`BACKEND_NAMES`]), whatever their status.
+    pub fn backend_count(&self) -> usize {
+        self.backends.len() + 1
+    }
+
+    /// Backend `index` in census order: cpu, cuda, then gds (GPUDirect Storage, probed the first time it is
+    /// asked for here: taking the census never loads libcufile).
+    pub fn backend_at(&self, index: usize) -> Option<&Backend> {
+        match index.checked_sub(self.backends.len()) {
+            None => self.backends.get(index),
+            Some(0) => Some(super::gds::backend()),
+            Some(_) => None,
+        }
     }
 
     /// True when CUDA is available with at least one device.
@@ -220,7 +238,8 @@ mod tests {
         assert_eq!(c.backends[0].status, BackendStatus::Available);
         assert_eq!(c.devices[0].device, Device::CPU);
         assert!(c.devices[0].total_memory > 0);
-        assert_eq!(c.backends.len(), BACKEND_NAMES.len());
+        assert_eq!(c.backend_count(), BACKEND_NAMES.len());
+        assert_eq!(c.backends.len() + 1, BACKEND_NAMES.len(), "gds is not part of the census taken");
     }
 
     #[test]

@@ -6,12 +6,14 @@
 //! - [`types`] (the plain values) and [`platforms`] (`HOSTFIRST_PLATFORMS`): leaves;
 //! - [`spec`] (text forms), [`host`] (host memory and CPU facts);
 //! - [`cuda`]: the CUDA backend, which owns its probe result;
-//! - [`census`]: every backend's status, built from the CUDA probe;
+//! - [`census`]: every backend's status, built from the CUDA probe; [`gds`] (GPUDirect Storage), probed
+//!   only when its entry is asked for, on top of the census;
 //! - this module: resolving specs against the census and live memory readings; [`fit`] on top of them.
 
 pub mod census;
 pub mod cuda;
 pub mod fit;
+pub mod gds;
 pub mod host;
 pub mod platforms;
 pub mod spec;

@@ -6,7 +6,7 @@
 use std::ffi::OsStr;
 
 /// Backends hostfirst knows, in census order.
-pub const BACKEND_NAMES: &[&str] = &["cpu", "cuda"];
+pub const BACKEND_NAMES: &[&str] = &["cpu", "cuda", "gds"];
 
 /// A parsed `HOSTFIRST_PLATFORMS` value.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -50,11 +50,14 @@ impl Platforms {
         Platforms { value: Some(text), allowed, warnings }
     }
 
-    /// True when `backend` (`cpu` or `cuda`) is shown.
+    /// True when `backend` (`cpu`, `cuda` or `gds`) is shown. `gpu` names cuda; `gds` (GPUDirect Storage, a
+    /// path of cuda's) is shown with cuda too.
     pub fn shows(&self, backend: &str) -> bool {
         match &self.allowed {
             None => true,
-            Some(list) => list.iter().any(|n| n == backend || (backend == "cuda" && n == "gpu")),
+            Some(list) => list.iter().any(|n| {
+                n == backend || (backend == "cuda" && n == "gpu") || (backend == "gds" && (n == "cuda" || n == "gpu"))
+            }),
         }
     }
 

@@ -101,6 +101,20 @@ pub enum BackendStatus {
     /// The driver is older than hostfirst needs (a driver for CUDA 11.4 or newer; the reason gives both
     /// versions).
     DriverTooOld = 6,
+    /// GPUDirect Storage (`gds`): cuFile's compatibility mode is forced (`CUFILE_FORCE_COMPAT_MODE`, or
+    /// `"force_compat_mode": true` in the cufile.json that `CUFILE_ENV_PATH_JSON` names, else /etc/cufile.json):
+    /// reads would go through host memory, not straight to the GPU. New in 1.1.
+    CompatModeForced = 7,
+    /// GPUDirect Storage: the nvidia-fs kernel module is not loaded (no /proc/driver/nvidia-fs). New in 1.1.
+    ModuleMissing = 8,
+    /// GPUDirect Storage: this platform cannot have it (WSL). New in 1.1.
+    UnsupportedPlatform = 9,
+    /// GPUDirect Storage: /run/udev cannot be read (a container without it), so cuFile cannot find the
+    /// storage devices. New in 1.1.
+    UdevUnreadable = 10,
+    /// GPUDirect Storage: no CUDA device supports GPUDirect RDMA (`CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED`
+    /// is 0 on every device). New in 1.1.
+    NoRdmaSupport = 11,
 }
 
 impl BackendStatus {

@@ -36,6 +36,7 @@
 pub mod bulk;
 pub mod device;
 pub mod drain;
+pub mod per_file;
 pub mod staging;
 pub mod write;
 pub use bulk::{

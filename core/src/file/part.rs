@@ -2,6 +2,7 @@
 
 use super::header::{self, Header};
 use super::names::CName;
+use crate::engine::per_file::{FileEngine, MapPolicy};
 use crate::error::{Error, Result, Status};
 use memmap2::Mmap;
 use std::fs;
@@ -45,6 +46,8 @@ pub(crate) enum Source {
         populated: Mutex<Vec<(u64, u64)>>,
         /// Live [`ReadaheadOff`] guards on this descriptor.
         no_readahead: Mutex<usize>,
+        /// Whether the mapping may be handed out, chosen at open from the file system.
+        engine: FileEngine,
     },
     Memory(Box<dyn AsRef<[u8]> + Send + Sync>),
 }
@@ -181,6 +184,7 @@ impl Opening {
     /// Maps the file read-only (without populating it) and makes the part of `header`.
     pub(crate) fn into_part(self, header: Header) -> Result<Part> {
         let Opening { display, path, file, len, .. } = self;
+        let engine = FileEngine::choose(crate::os::file_system(crate::os::raw_file(&file)), MapPolicy::from_env()?);
         // The length is the one `fstat` gave at open (memmap2 would ask again).
         let map_len = usize::try_from(len)
             .map_err(|_| Error::new(Status::Io, format!("{display}: {len} bytes cannot be mapped here")))?;
@@ -193,7 +197,7 @@ impl Opening {
             path_c: CName::from_str(&display),
             display,
             path: Some(path),
-            source: Source::File { file, map, populated: Mutex::new(Vec::new()), no_readahead: Mutex::new(0) },
+            source: Source::File { file, map, populated: Mutex::new(Vec::new()), no_readahead: Mutex::new(0), engine },
             header,
         })
     }
@@ -248,12 +252,34 @@ impl Part {
         }
     }
 
+    /// Whether the mapping (or memory buffer) may be handed out: always for a memory buffer; for a file, what
+    /// its read engine chose at open ([`crate::engine::per_file`]).
+    pub(crate) fn maps(&self) -> bool {
+        match &self.source {
+            Source::File { engine, .. } => engine.maps(),
+            Source::Memory(_) => true,
+        }
+    }
+
+    /// The read engine's report for this file ([`FileEngine::report`]), or what a memory buffer is.
+    pub(crate) fn read_engine_report(&self) -> String {
+        match &self.source {
+            Source::File { engine, file, .. } => {
+                engine.report(self.path.as_deref(), crate::os::mount_type(crate::os::raw_file(file)))
+            }
+            Source::Memory(_) => "memory: a buffer in this process's memory, read in place".to_string(),
+        }
+    }
+
     /// Maps the file pages of `[offset, offset + len)` (absolute) into this process now, reading any that are
     /// not in the page cache, so later reads through the mapping take no page faults. Returns `true` when the
     /// pages were populated, `false` when the kernel offers only read-ahead advice (Linux before 5.14, other
     /// systems) or the source is a memory buffer. A file now shorter than the range gives `TRUNCATED`.
     pub(crate) fn prefault(&self, offset: u64, len: u64, what: &dyn Fn() -> String) -> Result<bool> {
-        let Source::File { file, map, populated, .. } = &self.source else { return Ok(false) };
+        let Source::File { file, map, populated, engine, .. } = &self.source else { return Ok(false) };
+        if !engine.maps() {
+            return Ok(false); // owned reads: the mapping is never touched (reads go through pread)
+        }
         if len == 0 {
             return Ok(true);
         }

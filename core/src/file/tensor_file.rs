@@ -528,6 +528,27 @@ impl TensorFile {
         self.inner.path.as_deref()
     }
 
+    /// The read engine's report ([`crate::engine::per_file`]): the file system holding the file (name, `statfs`
+    /// magic, class), whether its views are mapped or read with owned reads and why, the process's reader
+    /// (io_uring or the pread pool, and why), and whether direct I/O (`O_DIRECT`) works for it and why not
+    /// (probed on each call). A file of several parts (a multi-file set, a Megatron dataset) gives one line per
+    /// part, `"<part>: <report>"`, joined by newlines.
+    pub fn read_engine(&self) -> String {
+        match &self.inner.parts[..] {
+            [one] => one.read_engine_report(),
+            parts => parts
+                .iter()
+                .map(|p| format!("{}: {}", p.display, p.read_engine_report()))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+
+    /// Whether every part's mapping may be handed out (false when any part is read with owned reads).
+    pub fn maps(&self) -> bool {
+        self.inner.parts.iter().all(|p| p.maps())
+    }
+
     /// The path for messages (`"<memory>"` for buffers).
     pub fn display_name(&self) -> &str {
         &self.inner.display
@@ -818,6 +839,10 @@ impl<'a> TensorRef<'a> {
             super::part::Source::File { file, .. } => Some((file, self.part.header.data_start() + self.entry.start)),
             super::part::Source::Memory(_) => None,
         }
+    }
+    /// Whether the file's mapping may be handed out (see [`View::maps`]).
+    pub fn maps(&self) -> bool {
+        self.part.maps()
     }
     /// The address of the tensor's first byte in the file's read-only mapping (or memory buffer): what
     /// [`View::mapped`] of its view starts at.

@@ -151,6 +151,19 @@ impl View {
         &self.part.bytes()[off..off + self.span_bytes() as usize]
     }
 
+    /// Whether this view's bytes may be handed out as the mapping ([`View::mapped`]): false for a file its read
+    /// engine reads with owned reads (a network or user-space file system, or `HOSTFIRST_MAP=never`: see
+    /// [`crate::engine::per_file`]). Everything that would hand out the mapping copies instead.
+    pub fn maps(&self) -> bool {
+        self.part.maps()
+    }
+
+    /// The read engine's report for this view's file: its file system, mapped or owned reads and why, the
+    /// process's reader, and whether direct I/O works for it.
+    pub fn read_engine(&self) -> String {
+        self.part.read_engine_report()
+    }
+
     /// Alignment of the mapped data in bytes: the largest power of two dividing its address, capped at 4096.
     pub fn alignment(&self) -> u64 {
         alignment_of(self.mapped().as_ptr() as usize)

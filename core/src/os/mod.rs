@@ -72,6 +72,7 @@ use std::ffi::CStr;
 use std::fs::File;
 use std::path::Path;
 
+pub mod fs;
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]
@@ -137,6 +138,26 @@ pub unsafe fn read_vectored_at(file: &File, iov: &[IoVec], offset: u64) -> std::
 /// affected.
 pub fn open_read(path: &Path) -> std::io::Result<File> {
     imp::open_read(path)
+}
+
+/// The file system holding the open `file` (Unix: `fstatfs`'s `f_type`, see [`fs::from_magic`]). Windows:
+/// `Unsupported` (not detected there; files are mapped as before).
+pub fn file_system(file: RawFile) -> std::io::Result<fs::FileSystem> {
+    imp::file_system(file)
+}
+
+/// The type of the mount holding the open `file` as the system names it (Linux: `/proc/self/mountinfo`, found by
+/// the file's device: `fuse.sshfs`, `virtiofs`, `nfs4`...); `None` where it does not say. Reads a file: for
+/// reports, not for every open.
+pub fn mount_type(file: RawFile) -> Option<String> {
+    imp::mount_type(file)
+}
+
+/// Whether direct I/O (`O_DIRECT`, bypassing the page cache) works for the file at `path`: opens it again with
+/// `O_DIRECT` and reads its first 4 KiB into page-aligned memory. `Err(why)` names the step the system refused
+/// (a file system without direct I/O answers `EINVAL`); Linux only (`Err` elsewhere, saying so).
+pub fn direct_io(path: &Path) -> Result<(), String> {
+    imp::direct_io(path)
 }
 
 /// Advice: from now on `file` is read at random places (`on`), or as usual again. Reads are correct either way.

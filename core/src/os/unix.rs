@@ -75,6 +75,69 @@ pub(super) fn open_read(path: &Path) -> std::io::Result<File> {
     std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)
 }
 
+pub(super) fn file_system(file: RawFile) -> std::io::Result<super::fs::FileSystem> {
+    // SAFETY: all-zero is a valid statfs.
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: an open descriptor and a writable statfs.
+    if unsafe { libc::fstatfs(file, &mut s) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    #[allow(clippy::unnecessary_cast)] // f_type's type differs between ABIs
+    Ok(super::fs::from_magic(s.f_type as u64))
+}
+
+pub(super) fn mount_type(file: RawFile) -> Option<String> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: all-zero is a valid stat.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: an open descriptor and a writable stat.
+        if unsafe { libc::fstat(file, &mut st) } != 0 {
+            return None;
+        }
+        let (major, minor) = (libc::major(st.st_dev), libc::minor(st.st_dev));
+        let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        super::fs::mount_type_in(&text, major, minor)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = file;
+        None
+    }
+}
+
+pub(super) fn direct_io(path: &Path) -> Result<(), String> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT | libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|e| format!("opening it with O_DIRECT: {e}"))?;
+        let layout = std::alloc::Layout::from_size_align(4096, 4096).expect("a valid layout");
+        // SAFETY: a non-zero size.
+        let buf = unsafe { std::alloc::alloc(layout) };
+        if buf.is_null() {
+            return Err("no memory for a 4 KiB aligned buffer".to_string());
+        }
+        // SAFETY: `buf` holds 4096 writable bytes, page-aligned, as O_DIRECT needs; freed below.
+        let n = unsafe { libc::pread(f.as_raw_fd(), buf.cast(), 4096, 0) };
+        let e = std::io::Error::last_os_error();
+        // SAFETY: allocated above with this layout.
+        unsafe { std::alloc::dealloc(buf, layout) };
+        if n < 0 {
+            return Err(format!("a direct read of 4 KiB at offset 0: {e}"));
+        }
+        Ok(())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = path;
+        Err("O_DIRECT is used on Linux only".to_string())
+    }
+}
+
 pub(super) fn advise_random(file: RawFile, on: bool) {
     #[cfg(target_os = "linux")]
     {

@@ -106,6 +106,18 @@ pub(super) fn open_read(path: &Path) -> std::io::Result<File> {
 
 pub(super) fn advise_random(_file: RawFile, _on: bool) {}
 
+pub(super) fn file_system(_file: RawFile) -> std::io::Result<super::fs::FileSystem> {
+    Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "the file system is not detected on Windows"))
+}
+
+pub(super) fn mount_type(_file: RawFile) -> Option<String> {
+    None
+}
+
+pub(super) fn direct_io(_path: &Path) -> Result<(), String> {
+    Err("direct I/O (FILE_FLAG_NO_BUFFERING) is not used on Windows".to_string())
+}
+
 pub(super) fn advise_willneed(_file: RawFile, _offset: u64, _len: u64) {}
 
 /// # Safety

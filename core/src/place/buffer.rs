@@ -147,6 +147,12 @@ impl Buffer {
                 format!("{}: a strided view is not one range of its file: it cannot be mapped copy-on-write", what()),
             ));
         }
+        if !view.maps() {
+            return Err(Error::new(
+                Status::Unsupported,
+                format!("{}: the file is read with owned reads, never mapped ({})", what(), view.read_engine()),
+            ));
+        }
         let len = usize::try_from(view.nbytes())
             .map_err(|_| Error::new(Status::OutOfMemory, format!("{}: too large to map", what())))?;
         let mem = Memory::Host(HostAlloc::map_file_private(file, offset, len, populate, &what)?);

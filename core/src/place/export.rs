@@ -124,6 +124,16 @@ pub fn export_view(view: &View, form: Form, copy: CopyPolicy, device: Option<Dev
         let b = put(view, Target::Device(target), PutOptions::default())?;
         return Ok(from_buffer(b, false, true));
     }
+    // A file read with owned reads hands out no mapping: a copy.
+    if !view.maps() {
+        if copy == CopyPolicy::Never {
+            return Err(never(
+                &what,
+                &format!("the file is read with owned reads, never mapped ({})", view.read_engine()),
+            ));
+        }
+        return Ok(from_buffer(put(view, Target::Device(Device::CPU), PutOptions::default())?, false, true));
+    }
     // A strided view the form cannot carry zero-copy: a packed copy.
     if !view.is_contiguous() && (form == Form::Legacy || view.dtype().bits() % 8 != 0) {
         if copy == CopyPolicy::Never {

@@ -228,13 +228,15 @@ pub fn load_with(file: &TensorFile, plan: &Plan, opts: LoadOptions<'_>) -> Resul
             Error::new(Status::InvalidArgument, format!("the plan was not made for {}", file.display_name()))
         })?;
         let d = match e.placement {
+            // A file read with owned reads hands out no mapping: its host tensors are cpu copies.
+            Placement::Host if !t.maps() => crate::device::Device::CPU,
             Placement::Host => {
                 entries.push(Entry::later()); // a view, made when first asked for
                 continue;
             }
             Placement::Device(d) => d,
         };
-        let cow = copy_on_write && d.kind == DeviceKind::CPU && t.file_and_offset().is_some();
+        let cow = copy_on_write && d.kind == DeviceKind::CPU && t.file_and_offset().is_some() && t.maps();
         if !cow && matches!(d.kind, DeviceKind::CPU | DeviceKind::CUDA) {
             match jobs.iter_mut().find(|j| j.0 == d) {
                 Some(j) => {

@@ -77,7 +77,8 @@ pub fn put(view: &View, target: Target, opts: PutOptions<'_>) -> Result<Buffer> 
 pub fn put_with_stats(view: &View, target: Target, opts: PutOptions<'_>) -> Result<(Buffer, PutStats)> {
     let what = format!("tensor '{}'", view.name());
     let device = target.resolve(&what)?;
-    let cow = opts.copy_on_write && view.is_contiguous(); // a strided view is copied (packed) instead
+    // A strided view is copied (packed) instead, and so is a file read with owned reads (never mapped).
+    let cow = opts.copy_on_write && view.is_contiguous() && view.maps();
     if let (true, DeviceKind::CPU, Some((_, offset))) = (cow, device.kind, view.file_and_offset()) {
         fit::check(&what, super::host::private_span(offset, view.nbytes()), device)?;
         return Ok((map_private(view, opts.progress)?, PutStats::default()));

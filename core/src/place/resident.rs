@@ -208,6 +208,9 @@ pub fn to_cuda(
     progress: Option<&mut dyn FnMut(u64, u64) -> bool>,
 ) -> Result<Option<ResidentStats>> {
     let total = view.nbytes();
+    if !view.maps() {
+        return Ok(None); // owned reads: the mapping is never registered; the staging ring reads with pread
+    }
     let (res, base, stats) = match get(view, dst.ordinal())? {
         Lookup::Ready(r, base, s) => (r, base, s),
         Lookup::Overlaps | Lookup::ReadOnlyUnsupported | Lookup::Refused(_) => return Ok(None),

@@ -517,6 +517,13 @@ pub fn host_register_supported(ordinal: u32) -> bool {
     attribute_is_one(&SUPPORTED, ordinal, driver::ATTR_HOST_REGISTER_SUPPORTED)
 }
 
+/// Whether `cuda:<ordinal>` supports GPUDirect RDMA (`CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED`), cached per
+/// device; false without CUDA. GPUDirect Storage needs it (the gds census entry asks every device).
+pub fn gpu_direct_rdma_supported(ordinal: u32) -> bool {
+    static SUPPORTED: Mutex<Option<HashMap<u32, bool>>> = Mutex::new(None);
+    attribute_is_one(&SUPPORTED, ordinal, driver::ATTR_GPU_DIRECT_RDMA_SUPPORTED)
+}
+
 /// A boolean device attribute, cached per device in `cache`; false without CUDA or when the query fails.
 fn attribute_is_one(cache: &Mutex<Option<HashMap<u32, bool>>>, ordinal: u32, attribute: c_int) -> bool {
     let Ok(api) = api() else { return false };

@@ -41,7 +41,8 @@ pub use driver::{format_driver_version, format_uuid, is_mig_name};
 pub use event::Event;
 pub use inflight::{CopyQueue, Failed, InFlight};
 pub use memory::{
-    host_register_supported, read_only_register_supported, Context, DeviceMemory, HostRegistration, PinnedHostMemory,
+    gpu_direct_rdma_supported, host_register_supported, read_only_register_supported, Context, DeviceMemory,
+    HostRegistration, PinnedHostMemory,
 };
 pub use probe::{
     forked_reason, hidden_by_visible_devices, info, library_not_found_reason, named_library_reason, probe, status,
