@@ -63,7 +63,7 @@
  *   use it. Those functions carry the symbol version HOSTFIRST_EXPERIMENTAL_MAJOR.MINOR, renamed with every
  *   minor, so a program that uses one runs only with the minor it was built against (the loader refuses
  *   another); everything else keeps the promise of HOSTFIRST_VERSION_COMPATIBLE. Windows has no symbol
- *   versions: there hostfirst.dll exports a marker named after its minor, hostfirst_experimental_MAJOR_MINOR,
+ *   versions: there hostfirst.dll exports a marker named after its minor (hostfirst_experimental_ and MAJOR_MINOR),
  *   which this header makes a program using the tier import, so Windows' loader refuses another minor's DLL
  *   (see HOSTFIRST_EXPERIMENTAL_MARKER_NAME_).
  * Enums.  Every set of named values is an enum typedef (hostfirst_dtype, hostfirst_placement, ...), and
@@ -158,7 +158,7 @@ extern "C" {
 /**
  * Minor version of this header.
  */
-#define HOSTFIRST_VERSION_MINOR 0
+#define HOSTFIRST_VERSION_MINOR 1
 
 /**
  * Patch version of this header.
@@ -169,7 +169,7 @@ extern "C" {
  * `MAJOR * 1000000 + MINOR * 1000 + PATCH` of this header (the sqlite idiom). Programs should check
  * `HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, hostfirst_version_number())` at start-up.
  */
-#define HOSTFIRST_VERSION_NUMBER 1000000
+#define HOSTFIRST_VERSION_NUMBER 1001000
 
 /**
  * The one version rule of hostfirst: whether a program built against the header whose
@@ -190,8 +190,8 @@ extern "C" {
 
 /**
  * The experimental tier's per-minor guard on Windows, where a DLL's exports carry no symbol version: hostfirst.dll
- * exports a marker named after its minor, hostfirst_experimental_MAJOR_MINOR (hostfirst_experimental_1_0 for
- * 1.0), and a program built with HOSTFIRST_EXPERIMENTAL imports it, so that Windows' loader refuses to start the
+ * exports a marker named after its minor, `hostfirst_experimental_` followed by MAJOR_MINOR (`1_1` for 1.1),
+ * and a program built with HOSTFIRST_EXPERIMENTAL imports it, so that Windows' loader refuses to start the
  * program with another minor's DLL (entry point not found), as Linux's refuses a library without the program's
  * HOSTFIRST_EXPERIMENTAL_MAJOR.MINOR symbol version. With GCC and Clang (MinGW) each file that includes this
  * header also calls the marker (it does nothing) among the C runtime's initialisers, before main, so that a loader

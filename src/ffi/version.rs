@@ -8,14 +8,14 @@ use std::ffi::c_char;
 pub const HOSTFIRST_VERSION_MAJOR: u32 = 1;
 
 /// Minor version of this header.
-pub const HOSTFIRST_VERSION_MINOR: u32 = 0;
+pub const HOSTFIRST_VERSION_MINOR: u32 = 1;
 
 /// Patch version of this header.
 pub const HOSTFIRST_VERSION_PATCH: u32 = 0;
 
 /// `MAJOR * 1000000 + MINOR * 1000 + PATCH` of this header (the sqlite idiom). Programs should check
 /// `HOSTFIRST_VERSION_COMPATIBLE(HOSTFIRST_VERSION_NUMBER, hostfirst_version_number())` at start-up.
-pub const HOSTFIRST_VERSION_NUMBER: u32 = 1000000;
+pub const HOSTFIRST_VERSION_NUMBER: u32 = 1001000;
 
 /// Returns the library version as a static string such as `"1.0.0"`.
 ///

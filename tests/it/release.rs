@@ -103,11 +103,11 @@ fn packages_bindings_and_docs_say_the_version() {
     }
 
     // Go: written for a release of this line, no newer than this one; its texts name that release.
-    let go = read("bindings/go/hostfirst.go");
+    let go = read("bindings/go/hostfirst/hostfirst.go");
     let written_for: u64 = go
         .lines()
         .find_map(|l| l.strip_prefix("#define HF_GO_WRITTEN_FOR "))
-        .expect("HF_GO_WRITTEN_FOR in bindings/go/hostfirst.go")
+        .expect("HF_GO_WRITTEN_FOR in bindings/go/hostfirst/hostfirst.go")
         .trim()
         .parse()
         .unwrap();
@@ -140,8 +140,9 @@ fn packages_bindings_and_docs_say_the_version() {
     assert!(packaging.contains(&format!("<prefix>/lib/libhostfirst.so.{VERSION} ")), "docs/PACKAGING.md: layout");
 }
 
-/// The CHANGELOG's first section is this release, and it opens with the promise: what binds every release of
-/// the line, per platform, how it is checked, and where new functions go.
+/// The CHANGELOG's first section is this release, and the section of the line's first release (MAJOR.0.0)
+/// opens with the promise: what binds every release of the line, per platform, how it is checked, and where new
+/// functions go.
 #[test]
 fn changelog_opens_with_the_promise() {
     let (major, minor) = (part("major"), part("minor"));
@@ -153,7 +154,13 @@ fn changelog_opens_with_the_promise() {
         "the CHANGELOG's first section is `{first}`, not {VERSION}"
     );
     assert!(!changelog.contains("(planned)"), "a planned section is left");
-    let section = changelog.split("\n## ").nth(1).unwrap();
+    // The promise opens the section of the line's first release, `## MAJOR.0.0`; later minors' sections (the
+    // first one while a minor is on its way) list what they add under it.
+    let line_first = format!("{major}.0.0");
+    let section = changelog
+        .split("\n## ")
+        .find(|s| s.lines().next().is_some_and(|h| h == line_first || h == format!("{line_first} (unreleased)")))
+        .unwrap_or_else(|| panic!("no `## {line_first}` section"));
     let first_sub = section.lines().find(|l| l.starts_with("### ")).unwrap();
     assert_eq!(first_sub, format!("### The promise: what binds every {major}.x release"));
     let promise = section.split("\n### ").nth(1).unwrap();

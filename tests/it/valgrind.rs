@@ -43,6 +43,9 @@ const PASS: &[&str] = &[
     "gather_feed::",
     "tokens::",
     "writer::",
+    "header_api::",
+    "gds::",
+    "file_engine::",
 ];
 
 fn ci() -> bool {
