@@ -691,6 +691,12 @@ class File(Mapping[str, View]):
         """The names in file order and as a set, listed once (one call per tensor), the first time asked."""
         listed = self._listed
         if listed is None:
+            from ._fast import native
+
+            listed_natively = None if native is None else native.names(self._handle(), self._count)
+            if listed_natively is not None:  # one C call (None: a status other than OK, listed below)
+                listed = self._listed = (listed_natively, set(listed_natively))
+                return listed
             names = []
             p = ctypes.c_char_p()
             pref, name_at, h = ctypes.byref(p), lib.hostfirst_file_tensor_name, self._handle()
