@@ -29,7 +29,7 @@ mkdir -p "$(dirname "$out")"
 warn=(-std=c11 -O2 -Wall -Wextra -Werror)
 if [ "$windows" = 0 ]; then
     # shellcheck disable=SC2086  # CC and CFLAGS are command words
-    ${CC:-cc} "${warn[@]}" -fPIC -shared -I"$inc" ${CFLAGS:-} "$src" -o "$out"
+    ${CC:-cc} "${warn[@]}" -fPIC -shared -Iinclude -I"$inc" ${CFLAGS:-} "$src" -o "$out"
     echo "$out"
     exit 0
 fi
@@ -41,7 +41,7 @@ mkdir "$work/include"
 cp -r "$inc/." "$work/include/"
 cp packaging/python-windows/pyconfig.h "$work/include/pyconfig.h"
 # shellcheck disable=SC2086
-$cc "${warn[@]}" -I"$work/include" ${CFLAGS:-} -c "$src" -o "$work/native.o"
+$cc "${warn[@]}" -Iinclude -I"$work/include" ${CFLAGS:-} -c "$src" -o "$work/native.o"
 {
     echo "LIBRARY python3.dll"
     echo "EXPORTS"
@@ -52,10 +52,11 @@ $cc "${warn[@]}" -I"$work/include" ${CFLAGS:-} -c "$src" -o "$work/native.o"
 x86_64-w64-mingw32-dlltool -d "$work/python3.def" -l "$work/libpython3.dll.a" -D python3.dll
 $cc -shared -static-libgcc -o "$out" "$work/native.o" "$work/libpython3.dll.a"
 # what it needs at run time: python3.dll and the C runtime, nothing else
-deps="$(x86_64-w64-mingw32-objdump -p "$out" | sed -n 's/^\s*DLL Name: //p' | sort -u | tr '\n' ' ')"
+dump="$(x86_64-w64-mingw32-objdump -p "$out")"   # whole, then searched (grep -q would cut the pipe early)
+deps="$(sed -n 's/^\s*DLL Name: //p' <<<"$dump" | sort -u | tr '\n' ' ')"
 for d in $deps; do
     case "$d" in python3.dll|msvcrt.dll|KERNEL32.dll|api-ms-win-crt-*.dll) ;;
         *) echo "build-python-native.sh: $out needs $d" >&2; exit 1 ;; esac
 done
-x86_64-w64-mingw32-objdump -p "$out" | grep -q "PyInit__native" || { echo "build-python-native.sh: no PyInit__native" >&2; exit 1; }
+grep -q "PyInit__native" <<<"$dump" || { echo "build-python-native.sh: no PyInit__native" >&2; exit 1; }
 echo "$out"

@@ -18,30 +18,27 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef uint32_t hf_status; /* hostfirst_status: 0 is HOSTFIRST_STATUS_OK */
+#include "hostfirst.h" /* include/: the types; no function of it is linked (they come from bind) */
 
-/* Mirrors struct hostfirst_view_info of include/hostfirst.h (tests/test_native.py compares the sizes). */
-typedef struct {
-    size_t struct_size;
-    const char *name;
-    uint32_t dtype;
-    uint32_t rank;
-    const uint64_t *shape;
-    uint64_t nbytes;
-    uint64_t file_offset;
-    uint64_t data_offset;
-    const void *data;
-    uint64_t alignment;
-    const uint64_t *strides;
-} hf_view_info;
+typedef hostfirst_view_info hf_view_info;
 
 static struct {
-    hf_status (*file_view)(const void *file, const char *name, void **out);
-    hf_status (*view_describe)(const void *view, hf_view_info *out);
-    hf_status (*view_copy)(const void *view, void *dst, size_t cap, uint64_t *written);
-    hf_status (*view_free)(void *view);
-    hf_status (*file_tensor_name)(const void *file, size_t index, const char **out);
+    hostfirst_status (*file_view)(const struct hostfirst_file *, const char *, struct hostfirst_view **);
+    hostfirst_status (*view_describe)(const struct hostfirst_view *, struct hostfirst_view_info *);
+    hostfirst_status (*view_copy)(const struct hostfirst_view *, void *, size_t, uint64_t *);
+    hostfirst_status (*view_free)(struct hostfirst_view *);
+    hostfirst_status (*file_tensor_name)(const struct hostfirst_file *, size_t, const char **);
 } hf;
+
+/* The pointers' types are the header's prototypes (-Werror refuses distinct pointer types); sizeof evaluates
+ * nothing, so no symbol of the library is referenced. */
+static void prototypes_match(void) {
+    (void)sizeof(hf.file_view == &hostfirst_file_view);
+    (void)sizeof(hf.view_describe == &hostfirst_view_describe);
+    (void)sizeof(hf.view_copy == &hostfirst_view_copy);
+    (void)sizeof(hf.view_free == &hostfirst_view_free);
+    (void)sizeof(hf.file_tensor_name == &hostfirst_file_tensor_name);
+}
 static int bound = 0;
 
 /* Copies above this size let other Python threads run meanwhile. */
@@ -87,7 +84,7 @@ static PyObject *owned(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OUO!OK", &file_obj, &name_obj, &PyDict_Type, &dtypes, &ndarray, &limit))
         return NULL;
     if (!check_bound()) return NULL;
-    void *file = PyLong_AsVoidPtr(file_obj);
+    const struct hostfirst_file *file = PyLong_AsVoidPtr(file_obj);
     if (file == NULL) {
         if (PyErr_Occurred()) return NULL;
         Py_RETURN_NONE; /* a closed file: the ctypes path raises */
@@ -104,8 +101,8 @@ static PyObject *owned(PyObject *self, PyObject *args) {
         Py_DECREF(utf8);
         Py_RETURN_NONE;
     }
-    void *view = NULL;
-    hf_status st = hf.file_view(file, cname, &view);
+    struct hostfirst_view *view = NULL;
+    hostfirst_status st = hf.file_view(file, cname, &view);
     Py_DECREF(utf8);
     if (st != 0) Py_RETURN_NONE;
 
@@ -161,7 +158,7 @@ static PyObject *names(PyObject *self, PyObject *args) {
     Py_ssize_t count;
     if (!PyArg_ParseTuple(args, "On", &file_obj, &count)) return NULL;
     if (!check_bound()) return NULL;
-    void *file = PyLong_AsVoidPtr(file_obj);
+    const struct hostfirst_file *file = PyLong_AsVoidPtr(file_obj);
     if (file == NULL) {
         if (PyErr_Occurred()) return NULL;
         Py_RETURN_NONE;
@@ -207,4 +204,7 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__native(void) {
+    (void)prototypes_match;
+    return PyModule_Create(&module);
+}
