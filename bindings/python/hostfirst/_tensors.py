@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _abi, _dlpack, _dtypes
 from ._core import Device, PathLike, as_device, c_path, c_string, check, check_path, text
-from ._errors import UnmatchedRuleWarning, error_named
+from ._errors import STATUS, UnmatchedRuleWarning, error_named
 from ._lib import lib
 
 if sys.version_info >= (3, 10):
@@ -92,6 +92,7 @@ class _HostArrayMixin:
 
 
 _EMPTY = ctypes.c_uint64(0)
+_NOT_FOUND = STATUS["NOT_FOUND"]
 
 _TYPESTRS: Dict[int, Tuple[Optional[str], int]] = {}  # dtype code -> (builtin typestr or None, itemsize)
 
@@ -721,10 +722,17 @@ class File(Mapping[str, View]):
         return error_named("NOT_FOUND", f"no tensor {str(name)!r} in {self.path} ({len(self)} tensors){hint}")
 
     def __getitem__(self, name: str) -> View:
-        if name not in self._set:
-            raise self.missing(name)
+        # The library looks the name up; the names are listed in Python only for a miss (the close matches), a
+        # closed file or a name that is no plain NUL-free str (so a file of 100,000 tensors opens and gives one
+        # without listing them).
+        if self._h is None or type(name) is not str or "\0" in name:
+            if name not in self._set:
+                raise self.missing(name)
         out = ctypes.c_void_p()
-        check(lib.hostfirst_file_view(self._handle(), c_string(name, "tensor name"), ctypes.byref(out)))
+        status = lib.hostfirst_file_view(self._handle(), c_string(name, "tensor name"), ctypes.byref(out))
+        if status == _NOT_FOUND:
+            raise self.missing(name)
+        check(status)
         return View(out.value)
 
     def __iter__(self) -> Iterator[str]:

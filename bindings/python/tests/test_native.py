@@ -187,3 +187,29 @@ def test_no_warning_where_the_extension_loads():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert _fast.load() is not None
+
+
+def test_open_and_index_list_no_names_on_either_path(tmp_path):
+    """`hostfirst.open(path)[name]` and the ctypes path's `get_tensor` look the name up in the library: no name of
+    the file is built in Python; a miss still names the close matches, and a closed file still says so."""
+    path = tmp_path / "many.safetensors"
+    safetensors.numpy.save_file({f"w{i}": np.full(3, i, np.int32) for i in range(1000)}, str(path))
+
+    def read():
+        f = hostfirst.open(path)
+        got = np.array(f["w517"])
+        listed_after_get = f._listed is not None
+        with hostfirst.safe_open(path, framework="numpy") as g:
+            got2 = g.get_tensor("w42")
+            listed_after_get = listed_after_get or g._file._listed is not None
+        with pytest.raises(hostfirst.NotFoundError) as miss:
+            f["w5170"]
+        f.close()
+        with pytest.raises(hostfirst.InvalidHandleError):
+            f["w1"]
+        with pytest.raises(hostfirst.NotFoundError):
+            f["nope"]
+        return got.tolist(), got2.tolist(), listed_after_get, "did you mean" in str(miss.value) and "'w517'" in str(miss.value)
+
+    with_native, with_ctypes = both_paths(read)
+    assert with_native == with_ctypes == ([517] * 3, [42] * 3, False, True)
