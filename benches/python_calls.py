@@ -15,6 +15,8 @@ outside it:
     - safetensors.safe_open(..., framework="numpy")
   keys: `safe_open(f).keys()` (each side's open included)
   open10: open the file and get_tensor 10 tensors
+  get_slice: `[f.get_slice(k)[:10] for k in f.keys()]` (the first 10 elements of every tensor, owned arrays)
+  view: `[f[k] for k in f]` on `hostfirst.open(path)` (zero-copy Views; safetensors' side: its get_tensor)
 Prints per-pattern medians (ms and per tensor µs) and ratios to safetensors, one JSON line each. Needs numpy and
 safetensors, and the hostfirst package importable (bindings/python) with its extension built
 (scripts/build-python-native.sh) and the library (cargo build --release).
@@ -160,6 +162,24 @@ def main():
         with safetensors.safe_open(path, framework="numpy") as f:
             return [f.get_tensor(k) for k in some]
 
+    def slices(native):
+        def run():
+            use_native(native)
+            with hostfirst.safe_open(path, framework="numpy") as f:
+                return [f.get_slice(k)[:10] for k in f.keys()]
+        return run
+
+    def st_slices():
+        with safetensors.safe_open(path, framework="numpy") as f:
+            return [f.get_slice(k)[:10] for k in f.keys()]
+
+    def views(native):
+        def run():
+            use_native(native)
+            f = hostfirst.open(path)
+            return [f[k] for k in f]
+        return run
+
     # The results agree before anything is timed.
     ref = st_all()
     for fn in (hf_all(True), hf_all(False)) + ((hf_cffi,) if mod else ()):
@@ -172,6 +192,8 @@ def main():
                        "safetensors": st_all},
         "keys": {"native": keys(True), "ctypes": keys(False), "safetensors": st_keys},
         "open10": {"native": open10(True), "ctypes": open10(False), "safetensors": st_open10},
+        "get_slice": {"native": slices(True), "ctypes": slices(False), "safetensors": st_slices},
+        "view": {"native": views(True), "ctypes": views(False), "safetensors": st_all},
     }
     for pattern, sides in patterns.items():
         times = {k: [] for k in sides}
@@ -192,7 +214,7 @@ def main():
             "pattern": pattern, "tensors": a.tensors, "rounds": a.rounds,
             "median_ms": {k: round(median_ms(v), 3) for k, v in times.items()},
             "per_tensor_us": {k: round(median_ms(v) * 1e3 / a.tensors, 3) for k, v in times.items()}
-            if pattern == "get_tensor" else None,
+            if pattern in ("get_tensor", "get_slice", "view") else None,
             "ratio_to_safetensors": {k: round(median_ms(v) / st, 3) for k, v in times.items() if k != "safetensors"},
             "load": os.getloadavg()[0], "safetensors": safetensors.__version__, "numpy": np.__version__,
         }))

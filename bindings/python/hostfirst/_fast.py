@@ -19,14 +19,18 @@ import importlib.util
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Protocol
+from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 from ._errors import NativeExtensionWarning
 from ._lib import HERE, lib
 
 #: The functions the extension calls, in the order its bind() takes them.
 BOUND = ("hostfirst_file_view", "hostfirst_view_describe", "hostfirst_view_copy", "hostfirst_view_free",
-         "hostfirst_file_tensor_name")
+         "hostfirst_file_tensor_name", "hostfirst_view_narrow")
+
+#: What `view` and `narrow` return: (owner: a capsule that frees the view with the last reference to it, the
+#: hostfirst_view* as an int, name, dtype code, shape, nbytes, data address, alignment, element strides or None).
+Described = Tuple[Any, int, str, int, Tuple[int, ...], int, int, int, Optional[Tuple[int, ...]]]
 
 
 class Native(Protocol):
@@ -34,9 +38,16 @@ class Native(Protocol):
 
     def bind(self, addresses: "tuple[int, ...]") -> None: ...
 
-    def owned(self, file: int, name: str, dtypes: Dict[int, Any], ndarray: Any, limit: int) -> Optional[Any]: ...
+    def owned(self, file: Optional[int], name: str, dtypes: Dict[int, Any], ndarray: Any,
+              limit: int) -> Optional[Any]: ...
 
-    def names(self, file: int, count: int) -> Optional[List[str]]: ...
+    def names(self, file: Optional[int], count: int) -> Optional[List[str]]: ...
+
+    def copy(self, view: Optional[int], dtypes: Dict[int, Any], ndarray: Any, limit: int) -> Optional[Any]: ...
+
+    def view(self, file: Optional[int], name: str) -> Optional[Described]: ...
+
+    def narrow(self, view: Optional[int], dim: int, start: int, length: int) -> Optional[Described]: ...
 
     def view_info_size(self) -> int: ...
 

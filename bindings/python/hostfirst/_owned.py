@@ -37,6 +37,10 @@ def copy_view(view: View) -> np.ndarray:
     """An owned, writable numpy copy of `view`'s elements in C order (a strided view's packed bytes); bf16/fp8
     through ml_dtypes. TypeError for the dtypes numpy cannot hold, TruncatedError (never SIGBUS) for a file that
     shrank since it was opened."""
+    if native is not None and view.nbytes < PARALLEL_BYTES:
+        fast = native.copy(view._h, native_dtypes(), np.ndarray, PARALLEL_BYTES)
+        if fast is not None:  # one C call (None: the path below, which raises what it raises)
+            return cast(np.ndarray, fast)
     dt = _dtypes.require_numpy_dtype(view.dtype_code)
     if view.nbytes >= PARALLEL_BYTES:
         return view.to("cpu").numpy()  # a Buffer of its own, filled by reader threads; the array keeps it alive
@@ -57,12 +61,17 @@ def copy_named(file: File, name: Any) -> Optional[np.ndarray]:
     ctypes path, which gives the same array or raises what it always raised."""
     if native is None or type(name) is not str or file._h is None:
         return None
+    return cast(Optional[np.ndarray], native.owned(file._h, name, native_dtypes(), np.ndarray, PARALLEL_BYTES))
+
+
+def native_dtypes() -> Dict[int, "np.dtype[Any]"]:
+    """{dtype code: numpy dtype} of the dtypes numpy can hold, for the native extension (made once)."""
     if not _NATIVE_DTYPES:
         for code in _dtypes.NAMES:
             dt = _dtypes.numpy_dtype(code)
             if dt is not None:
                 _NATIVE_DTYPES[code] = dt
-    return cast(Optional[np.ndarray], native.owned(file._h, name, _NATIVE_DTYPES, np.ndarray, PARALLEL_BYTES))
+    return _NATIVE_DTYPES
 
 
 def run_load(file: File, pairs: List[Tuple[str, str]]) -> _Load:

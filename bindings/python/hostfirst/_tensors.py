@@ -168,6 +168,17 @@ class View(_HostArrayMixin):
         #: Element strides of a strided view (an inner-dimension slice), None for a C-contiguous one.
         self.strides: Optional[Tuple[int, ...]] = _describe_shape(i.strides, i.rank) if i.strides else None
 
+    @classmethod
+    def _described(cls, d: Any) -> "View":
+        """A View from the native extension's description of a view it made (`_fast.Described`): what __init__
+        reads with hostfirst_view_describe, in one C call; the capsule it holds frees the view."""
+        self = cls.__new__(cls)
+        self._finalizer, self._h, self.name, self.dtype_code, self.shape, self.nbytes, data, self.alignment, \
+            self.strides = d
+        self.data_ptr = data or 0
+        self.dtype_name = _dtype_name(self.dtype_code)
+        return self
+
     @property
     def dtype(self) -> "np.dtype[Any]":
         """The tensor's numpy dtype (bf16 and fp8: ml_dtypes' dtypes). The packed F4/F6 dtypes have none
@@ -272,6 +283,12 @@ class View(_HostArrayMixin):
         view = self
         for dim, start, length in ranges:
             if (start, length) != (0, self.shape[dim]):
+                from ._fast import native
+
+                d = None if native is None else native.narrow(view._h, dim, start, length)
+                if d is not None:  # one C call (None: the ctypes call below raises the error)
+                    view = View._described(d)
+                    continue
                 out = ctypes.c_void_p()
                 check(lib.hostfirst_view_narrow(view._h, dim, start, length, ctypes.byref(out)))
                 view = View(out.value)
@@ -728,6 +745,11 @@ class File(Mapping[str, View]):
         if self._h is None or type(name) is not str or "\0" in name:
             if name not in self._set:
                 raise self.missing(name)
+        from ._fast import native
+
+        d = None if native is None or type(name) is not str else native.view(self._handle(), name)
+        if d is not None:  # one C call (None: a status other than OK, which the ctypes call below raises)
+            return View._described(d)
         out = ctypes.c_void_p()
         status = lib.hostfirst_file_view(self._handle(), c_string(name, "tensor name"), ctypes.byref(out))
         if status == _NOT_FOUND:

@@ -213,3 +213,42 @@ def test_open_and_index_list_no_names_on_either_path(tmp_path):
 
     with_native, with_ctypes = both_paths(read)
     assert with_native == with_ctypes == ([517] * 3, [42] * 3, False, True)
+
+
+def test_views_slices_and_copies_are_the_ctypes_paths_and_views_are_freed(tmp_path):
+    """`File[name]`, narrowing (`View[...]`, `get_slice(...)[...]`) and copies through the extension: the same
+    Views (name, dtype, shape, size, alignment, strides, bytes) and arrays as through ctypes, and every view the
+    extension made is freed with its View (the library's handle count returns to where it was)."""
+    needs_native()
+    path, arrays = every_dtype(tmp_path)
+    import gc
+    import weakref
+
+    def read():
+        out = []
+        f = hostfirst.open(path)
+        for k in f:
+            v = f[k]
+            out.append((v.name, v.dtype_code, v.dtype_name, v.shape, v.nbytes, v.alignment, v.strides,
+                        v.tobytes(), np.array(v).tolist(), type(v._finalizer) is weakref.finalize))
+            if v.ndim == 2 and v.shape[1] > 2:
+                n = v[:, 1:3]  # strided: its copy is packed
+                out.append((n.shape, n.strides, n.tobytes(), np.array(n).tolist()))
+        with hostfirst.safe_open(path, framework="numpy") as g:
+            for k in g.keys():
+                s = g.get_slice(k)
+                if s.get_shape() and s.get_shape()[0] > 1:
+                    out.append((k, s[1:].tolist(), s[::2].tolist(), s[-1].tolist()))
+        del f, v, n, g, s
+        return out
+
+    gc.collect()
+    before = hostfirst.handle_count()
+    with_native, with_ctypes = both_paths(read)
+    gc.collect()
+    assert hostfirst.handle_count() == before
+    made_by = [row[-1] for row in with_native if len(row) == 10]
+    assert made_by and not any(made_by)  # the extension's Views (no weakref.finalize of their own)
+    strip = [row[:-1] if len(row) == 10 else row for row in with_native]
+    assert strip == [row[:-1] if len(row) == 10 else row for row in with_ctypes]
+    assert all(row[-1] for row in with_ctypes if len(row) == 10)
