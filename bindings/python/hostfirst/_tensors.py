@@ -17,7 +17,7 @@ from typing import (Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, S
 
 import numpy as np
 
-from . import _abi, _dlpack, _dtypes
+from . import _abi, _dlpack, _dtypes, _fast
 from ._core import Device, PathLike, as_device, c_path, c_string, check, check_path, text
 from ._errors import STATUS, UnmatchedRuleWarning, error_named
 from ._lib import lib
@@ -237,9 +237,11 @@ class View(_HostArrayMixin):
         into that view for what remains: dropped dimensions and steps, or None when the view is the result). An
         index that selects nothing (an empty list, as `t[[]]`) gives the result's shape in `empty` instead."""
         keys = key if isinstance(key, tuple) else (key,)
-        if any(isinstance(k, (list, np.ndarray)) for k in keys):
-            return self._select_empty(keys)
-        ellipses = sum(k is Ellipsis for k in keys)
+        ellipses = 0
+        if type(key) is not slice:  # (one slice, the common index, has no list and no ellipsis to look for)
+            if any(isinstance(k, (list, np.ndarray)) for k in keys):
+                return self._select_empty(keys)
+            ellipses = sum(k is Ellipsis for k in keys)
         if ellipses > 1:
             raise error_named("OUT_OF_RANGE", f"tensor '{self.name}': an index can only have a single ellipsis "
                                               "('...')")
@@ -283,8 +285,7 @@ class View(_HostArrayMixin):
         view = self
         for dim, start, length in ranges:
             if (start, length) != (0, self.shape[dim]):
-                from ._fast import native
-
+                native = _fast.native
                 d = None if native is None else native.narrow(view._h, dim, start, length)
                 if d is not None:  # one C call (None: the ctypes call below raises the error)
                     view = View._described(d)
@@ -709,8 +710,7 @@ class File(Mapping[str, View]):
         """The names in file order and as a set, listed once (one call per tensor), the first time asked."""
         listed = self._listed
         if listed is None:
-            from ._fast import native
-
+            native = _fast.native
             listed_natively = None if native is None else native.names(self._handle(), self._count)
             if listed_natively is not None:  # one C call (None: a status other than OK, listed below)
                 listed = self._listed = (listed_natively, set(listed_natively))
@@ -745,8 +745,7 @@ class File(Mapping[str, View]):
         if self._h is None or type(name) is not str or "\0" in name:
             if name not in self._set:
                 raise self.missing(name)
-        from ._fast import native
-
+        native = _fast.native
         d = None if native is None or type(name) is not str else native.view(self._handle(), name)
         if d is not None:  # one C call (None: a status other than OK, which the ctypes call below raises)
             return View._described(d)
