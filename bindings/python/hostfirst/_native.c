@@ -8,7 +8,8 @@
  *
  * What it saves is the per-call cost of ctypes (argument conversion, byref objects, a struct mirror, the
  * Python frames between the calls): `owned` makes a whole tensor's owned numpy array in one call, `names`
- * lists a file's tensor names in one. Any status other than OK makes it return None having changed nothing
+ * lists a file's tensor names in one, `view` and `narrow` make a view and describe it in one (a capsule frees
+ * it), `copy` copies any view into an owned array. Any status other than OK makes it return None having changed nothing
  * the caller sees (the view it made is freed): the ctypes path then redoes the call and raises the exception
  * it always raised, with the library's message, so behaviour stays that of the ctypes path by construction.
  */
