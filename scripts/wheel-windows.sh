@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Builds the Python wheel for 64-bit Windows: the hostfirst package (bindings/python, pure ctypes) with the
-# Windows build inside, into target/wheels-windows/hostfirst-<version>-py3-none-win_amd64.whl:
+# Windows build inside, into target/wheels-windows/hostfirst-<version>-cp39-abi3-win_amd64.whl:
 #
 #   hostfirst/hostfirst.dll        the library of the Windows package (scripts/package-windows.sh), loaded by
 #                                  hostfirst/_lib.py before anything else, as the Linux wheel's libhostfirst.so
 #   hostfirst/bin/hostfirst.exe    the CLI, started by the `hostfirst` console command (hostfirst/_cli.py puts the
 #                                  package directory on its PATH so that it finds hostfirst.dll)
+#   hostfirst/_native.pyd          the native extension (hostfirst/_native.c), cross-built with mingw-w64 against
+#                                  python3.dll, the stable ABI (scripts/build-python-native.sh --windows)
 #
 #   bash scripts/wheel-windows.sh          # prints the wheel's path on stdout
 #
-# py3-none: ctypes uses no CPython ABI, so one wheel serves every CPython 3.9+ on x86-64 Windows. It has never been
-# installed into a Windows Python (none is available to the test machines); tests/it/windows.rs checks its tag,
-# its files, that pip accepts it for win_amd64, and runs its CLI, from the installed layout, under Wine.
+# cp39-abi3: the extension speaks CPython's stable ABI, so one wheel serves every CPython 3.9+ on x86-64 Windows.
+# It has never been installed into a Windows Python (none is available to the test machines), so the extension
+# has never been loaded; tests/it/windows.rs checks its tag, its files (the extension imports only python3.dll and
+# the C runtime, and exports PyInit__native), that pip accepts it for win_amd64, and runs its CLI, from the
+# installed layout, under Wine.
 # The tools (setuptools, wheel) live in a venv under target/wheel-windows-tools (made once, from the registry).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +49,7 @@ sed -i "s|$linux_os|\"Operating System :: Microsoft :: Windows\",|" "$stage/pypr
 cp bindings/python/hostfirst/*.py bindings/python/hostfirst/py.typed "$stage/hostfirst/"
 cp "$pkg/bin/hostfirst.dll" "$stage/hostfirst/hostfirst.dll"
 cp "$pkg/bin/hostfirst.exe" "$stage/hostfirst/bin/hostfirst.exe"
+PYTHON="$tools/bin/python" bash scripts/build-python-native.sh --windows "$stage/hostfirst/_native.pyd" >&2
 
 out="target/wheels-windows"
 rm -rf "$out"
@@ -54,14 +59,15 @@ mkdir -p "$out"
     --config-settings=--build-option=--plat-name=win_amd64 -w "$out" "$stage" >&2 || die "pip wheel failed"
 wheel="$(ls "$out"/hostfirst-*.whl)"
 case "$(basename "$wheel")" in
-    hostfirst-*-py3-none-win_amd64.whl) ;;
-    *) die "unexpected wheel name $(basename "$wheel") (want py3-none-win_amd64)" ;;
+    hostfirst-*-cp39-abi3-win_amd64.whl) ;;
+    *) die "unexpected wheel name $(basename "$wheel") (want cp39-abi3-win_amd64)" ;;
 esac
 "$tools/bin/python" - "$wheel" <<'PY'
 import sys, zipfile
 names = set(zipfile.ZipFile(sys.argv[1]).namelist())
 info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
 need = {"hostfirst/hostfirst.dll", "hostfirst/bin/hostfirst.exe", "hostfirst/_lib.py", "hostfirst/_cli.py",
+        "hostfirst/_native.pyd", "hostfirst/_fast.py",
         f"{info}/licenses/LICENSE-MIT", f"{info}/licenses/LICENSE-APACHE"}
 missing = need - names
 if missing:

@@ -6,7 +6,8 @@
 #
 # How: cargo-zigbuild (with zig from the ziglang package) links the cdylib against glibc 2.17 symbols
 # (target <arch>-unknown-linux-gnu.2.17); zig cc builds the CLI the same way; setuptools packs them
-# (bindings/python/setup.py: a py3-none-<platform> wheel, ctypes needs no CPython ABI); `auditwheel repair`
+# (bindings/python/setup.py: a cp39-abi3-<platform> wheel: the native extension, hostfirst/_native.c, speaks
+# CPython's stable ABI, built here with zig cc too; the rest is ctypes); `auditwheel repair`
 # checks every ELF file against the manylinux2014 policy and gives the wheel its tag; the script then checks
 # that no glibc symbol newer than 2.17 is needed and prints `auditwheel show`.
 # The tools live in a venv under target/wheel-tools (made once, from the package registry).
@@ -66,6 +67,11 @@ cp "$so" "$stage/hostfirst/$soname"
 CC="$py -m ziglang cc -target $arch-linux-gnu.$glibc" HOSTFIRST_LIB="-l:$soname" \
     bash cli/build.sh "$stage/hostfirst/bin/hostfirst" -L"$stage/hostfirst" '-Wl,-rpath,$ORIGIN/..'
 
+# --- the native extension (hostfirst/_native.c: abi3, one binary for CPython >= 3.9; it links no libhostfirst),
+# for glibc 2.17 like the library
+CC="$py -m ziglang cc -target $arch-linux-gnu.$glibc" PYTHON="$py" \
+    bash scripts/build-python-native.sh "$stage/hostfirst/_native.abi3.so" >&2
+
 # --- pack, then let auditwheel check the policy and tag it
 "$py" -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w "$stage/dist" "$stage" >&2
 mkdir -p target/wheels
@@ -78,8 +84,8 @@ wheel="$(ls target/wheels/hostfirst-*.whl)"
 import re, sys, zipfile, io
 from elftools.elf.elffile import ELFFile
 wheel, limit = sys.argv[1], tuple(map(int, sys.argv[2].split(".")))
-tag = re.search(r"-(py3-none-[^/]+)\.whl$", wheel).group(1)
-assert "manylinux_2_17" in tag, f"unexpected tag {tag}"
+tag = re.search(r"-(cp39-abi3-[^/]+)\.whl$", wheel).group(1)
+assert "manylinux_2_17" in tag and tag.startswith("cp39-abi3-"), f"unexpected tag {tag}"
 with zipfile.ZipFile(wheel) as z:
     info = next(n.split("/")[0] for n in z.namelist() if n.endswith(".dist-info/METADATA"))
     for lic in ("LICENSE-MIT", "LICENSE-APACHE"):
@@ -90,6 +96,7 @@ with zipfile.ZipFile(wheel) as z:
     print(f"wheel.sh: {info}/licenses/ holds LICENSE-MIT and LICENSE-APACHE")
     elves = [n for n in z.namelist() if z.read(n)[:4] == b"\x7fELF"]
     assert any("libhostfirst.so" in n for n in elves) and any(n.endswith("bin/hostfirst") for n in elves), elves
+    assert "hostfirst/_native.abi3.so" in elves, f"the wheel lacks the native extension: {elves}"
     for n in elves:
         elf = ELFFile(io.BytesIO(z.read(n)))
         versions = set()

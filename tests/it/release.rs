@@ -126,7 +126,7 @@ fn packages_bindings_and_docs_say_the_version() {
     for want in [
         format!("`{soname} -> libhostfirst.so`"),
         format!("hostfirst-{VERSION}-windows-x86_64.zip"),
-        format!("hostfirst-{VERSION}-py3-none-win_amd64.whl"),
+        format!("hostfirst-{VERSION}-cp39-abi3-win_amd64.whl"),
         format!("find_package(hostfirst {major}"),
         format!("HOSTFIRST_{major}.0"),
     ] {

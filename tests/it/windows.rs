@@ -927,9 +927,10 @@ fn the_package_builds_programs_with_cmake_pkg_config_and_the_msvc_import_library
     );
 }
 
-/// The py3-none-win_amd64 wheel: pip accepts it for Windows (installed with `--platform win_amd64 --target`), it
-/// holds the package's DLL and CLI, and the CLI runs from the installed layout the way the `hostfirst` command
-/// starts it (package directory on PATH). No Windows Python runs it here.
+/// The cp39-abi3-win_amd64 wheel: pip accepts it for Windows (installed with `--platform win_amd64 --target`), it
+/// holds the package's DLL, CLI and native extension (a DLL importing only python3.dll, the stable ABI, and the C
+/// runtime, exporting PyInit__native), and the CLI runs from the installed layout the way the `hostfirst` command
+/// starts it (package directory on PATH). No Windows Python runs it here: the extension is never loaded.
 #[test]
 fn the_windows_wheel_installs_for_win_amd64_and_its_cli_runs() {
     let Some(w) = win() else { return };
@@ -938,7 +939,7 @@ fn the_windows_wheel_installs_for_win_amd64_and_its_cli_runs() {
         return;
     };
     let name = wheel.file_name().unwrap().to_str().unwrap().to_string();
-    assert_eq!(name, format!("hostfirst-{}-py3-none-win_amd64.whl", env!("CARGO_PKG_VERSION")));
+    assert_eq!(name, format!("hostfirst-{}-cp39-abi3-win_amd64.whl", env!("CARGO_PKG_VERSION")));
     let target = scratch("windows/wheel-target");
     let _ = std::fs::remove_dir_all(&target);
     let o = Command::new("python3")
@@ -952,6 +953,14 @@ fn the_windows_wheel_installs_for_win_amd64_and_its_cli_runs() {
     let pkg = target.join("hostfirst");
     assert!(pkg.join("hostfirst.dll").is_file() && pkg.join("_lib.py").is_file());
     assert!(!pkg.join("bin/hostfirst").exists(), "no Linux CLI in the Windows wheel");
+    let o =
+        Command::new("x86_64-w64-mingw32-objdump").arg("-p").arg(pkg.join("_native.pyd")).output().expect("objdump");
+    assert!(o.status.success(), "objdump -p _native.pyd: {}", text(&o.stderr));
+    let dump = text(&o.stdout);
+    let mut dlls: Vec<&str> = dump.lines().filter_map(|l| l.trim().strip_prefix("DLL Name: ")).collect();
+    dlls.sort();
+    assert_eq!(dlls, ["KERNEL32.dll", "msvcrt.dll", "python3.dll"], "the extension's imports");
+    assert!(dump.contains("PyInit__native"), "the extension exports no PyInit__native");
     let same = |a: &Path, b: &Path| std::fs::read(a).unwrap() == std::fs::read(b).unwrap();
     assert!(same(&pkg.join("hostfirst.dll"), &w.pkg.join("bin/hostfirst.dll")), "the package's DLL");
     let exe = pkg.join("bin/hostfirst.exe");

@@ -62,6 +62,7 @@ from ._errors import (  # one exception class per status (see hostfirst._errors 
     PanicError, ScopeMismatchError, TensorInvalidInfoError, TruncatedError, UnavailableError, UnmatchedRuleError,
     UnmatchedRuleWarning, UnsupportedError, ValidationOverflowError, OtherFormatError, UnsupportedDtypeError,
     InvalidHeaderError, UnsupportedVersionError, UnsupportedLayoutError, NoSpaceError, PermissionDeniedError,
+    NativeExtensionWarning,
 )
 from . import numpy  # noqa: E402 - hostfirst.numpy.load_file, after the names it uses
 
@@ -102,7 +103,7 @@ __all__ = [
     "PanicError", "ScopeMismatchError", "TensorInvalidInfoError", "TruncatedError", "UnavailableError",
     "UnmatchedRuleError", "UnmatchedRuleWarning", "UnsupportedDtypeError", "UnsupportedError",
     "UnsupportedLayoutError", "UnsupportedVersionError", "ValidationOverflowError", "InvalidHeaderError",
-    "NoSpaceError", "PermissionDeniedError",
+    "NoSpaceError", "PermissionDeniedError", "NativeExtensionWarning",
 ]
 
 if "jax" in _sys.modules:  # JAX already imported: register View and Buffer with it now (see hostfirst.jax)

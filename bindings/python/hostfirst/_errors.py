@@ -322,6 +322,13 @@ class UnmatchedRuleWarning(UserWarning, metaclass=_Documented):
     instead (`UnmatchedRuleError`)."""
 
 
+class NativeExtensionWarning(RuntimeWarning, metaclass=_Documented):
+    """The package's native extension (`hostfirst._native`, shipped in the wheel) is there but could not be
+    loaded, so the hot paths (`safe_open(...).get_tensor`, `keys()`, names) run through ctypes: the same results,
+    slower per call. The message says why. `HOSTFIRST_PYTHON_NATIVE=0` in the environment chooses the ctypes path
+    on purpose, without this warning."""
+
+
 class MissingFileError(IoError, FileNotFoundError):
     """IO on a path that does not exist: also a FileNotFoundError (errno ENOENT, `filename`)."""
 
@@ -365,6 +372,6 @@ def error_named(name: str, message: str) -> HostfirstError:
     return error_for(STATUS[name], message)
 
 
-__all__ = ["Error", "HostfirstError", "FormatError", "MissingFileError", "STATUS", "error_for", "error_named"] + sorted(
+__all__ = ["Error", "HostfirstError", "FormatError", "MissingFileError", "NativeExtensionWarning", "STATUS", "error_for", "error_named"] + sorted(
     {c.__name__ for c in _BY_STATUS.values()}
 )

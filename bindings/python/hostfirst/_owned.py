@@ -19,12 +19,13 @@ process; and once an array is made, nothing in it refers to the file.
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
 from . import _abi, _dtypes
 from ._core import check
+from ._fast import native
 from ._lib import lib
 from ._tensors import File, RuleList, View, _Carrier, _Load, make_plan
 
@@ -36,6 +37,10 @@ def copy_view(view: View) -> np.ndarray:
     """An owned, writable numpy copy of `view`'s elements in C order (a strided view's packed bytes); bf16/fp8
     through ml_dtypes. TypeError for the dtypes numpy cannot hold, TruncatedError (never SIGBUS) for a file that
     shrank since it was opened."""
+    if native is not None and view.nbytes < PARALLEL_BYTES:
+        fast = native.copy(view._h, native_dtypes(), np.ndarray, PARALLEL_BYTES)
+        if fast is not None:  # one C call (None: the path below, which raises what it raises)
+            return cast(np.ndarray, fast)
     dt = _dtypes.require_numpy_dtype(view.dtype_code)
     if view.nbytes >= PARALLEL_BYTES:
         return view.to("cpu").numpy()  # a Buffer of its own, filled by reader threads; the array keeps it alive
@@ -43,6 +48,30 @@ def copy_view(view: View) -> np.ndarray:
     if view.nbytes:
         check(lib.hostfirst_view_copy(view._h, out.ctypes.data, view.nbytes, None))
     return out
+
+
+_NATIVE_DTYPES: Dict[int, "np.dtype[Any]"] = {}  # dtype code -> numpy dtype, the ones numpy can hold
+
+
+def copy_named(file: File, name: Any) -> Optional[np.ndarray]:
+    """`copy_view(file[name])` in one call of the native extension (hostfirst/_native.c): an owned, writable,
+    C-contiguous array read with pread (hostfirst_view_copy), without making a View or listing the file's names.
+    None where the extension is not loaded, or for anything it leaves to `copy_view` (a non-str name, a status
+    other than OK, a dtype numpy cannot hold, a tensor of PARALLEL_BYTES or more): the caller then takes the
+    ctypes path, which gives the same array or raises what it always raised."""
+    if native is None or type(name) is not str or file._h is None:
+        return None
+    return cast(Optional[np.ndarray], native.owned(file._h, name, native_dtypes(), np.ndarray, PARALLEL_BYTES))
+
+
+def native_dtypes() -> Dict[int, "np.dtype[Any]"]:
+    """{dtype code: numpy dtype} of the dtypes numpy can hold, for the native extension (made once)."""
+    if not _NATIVE_DTYPES:
+        for code in _dtypes.NAMES:
+            dt = _dtypes.numpy_dtype(code)
+            if dt is not None:
+                _NATIVE_DTYPES[code] = dt
+    return _NATIVE_DTYPES
 
 
 def run_load(file: File, pairs: List[Tuple[str, str]]) -> _Load:

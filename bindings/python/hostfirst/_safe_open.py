@@ -29,7 +29,7 @@ import numpy as np
 from . import _dtypes
 from ._core import Device, PathLike, check_backend
 from ._errors import error_named
-from ._owned import copy_view, load_numpy, map_numpy
+from ._owned import copy_named, copy_view, load_numpy, map_numpy
 from ._targets import parse_target
 from ._tensors import File, View
 
@@ -153,8 +153,10 @@ class safe_open:  # noqa: N801 - named as safetensors names it
         self._mapped = self.zero_copy and fw == "numpy"  # JAX arrays are JAX's own memory either way
         self._file = File(filename)
         self._closed = False
-        md = self._file.metadata
-        self._metadata: Optional[Dict[str, str]] = dict(md) if md or _has_metadata_key(self._file.path) else None
+        # None or {} when the header has no entries: told apart on the first metadata() (it reads the header
+        # again, which a 100k-tensor file makes megabytes: not at open)
+        self._metadata: Optional[Dict[str, str]] = dict(self._file.metadata) or None
+        self._metadata_checked = self._metadata is not None
 
     def __enter__(self) -> "safe_open":
         return self
@@ -185,11 +187,19 @@ class safe_open:  # noqa: N801 - named as safetensors names it
     def metadata(self) -> Optional[Dict[str, str]]:
         """The header's `__metadata__`: None when the header has none, {} when it is empty."""
         self._open()
+        if not self._metadata_checked:
+            self._metadata = {} if _has_metadata_key(self._file.path) else None
+            self._metadata_checked = True
         return None if self._metadata is None else dict(self._metadata)
 
     def get_tensor(self, name: str) -> Any:
         """The whole tensor: a numpy array (numpy) or a jax.Array (jax); owned unless `zero_copy=True`."""
-        view = self._open()[name]
+        f = self._open()
+        if not self._mapped:
+            fast = copy_named(f, name)  # the native extension's one call (None: the ctypes path below)
+            if fast is not None:
+                return self._deliver(fast, name)
+        view = f[name]
         if self._mapped:
             return self._deliver(self._numpy_of(view, name), name)
         return self._deliver(self._owned(lambda: copy_view(view), name), name)

@@ -17,9 +17,9 @@ from typing import (Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, S
 
 import numpy as np
 
-from . import _abi, _dlpack, _dtypes
+from . import _abi, _dlpack, _dtypes, _fast
 from ._core import Device, PathLike, as_device, c_path, c_string, check, check_path, text
-from ._errors import UnmatchedRuleWarning, error_named
+from ._errors import STATUS, UnmatchedRuleWarning, error_named
 from ._lib import lib
 
 if sys.version_info >= (3, 10):
@@ -92,6 +92,7 @@ class _HostArrayMixin:
 
 
 _EMPTY = ctypes.c_uint64(0)
+_NOT_FOUND = STATUS["NOT_FOUND"]
 
 _TYPESTRS: Dict[int, Tuple[Optional[str], int]] = {}  # dtype code -> (builtin typestr or None, itemsize)
 
@@ -168,6 +169,17 @@ class View(_HostArrayMixin):
         self.strides: Optional[Tuple[int, ...]] = _describe_shape(i.strides, i.rank) if i.strides else None
         self._copy: Optional[np.ndarray] = None
 
+    @classmethod
+    def _described(cls, d: Any) -> "View":
+        """A View from the native extension's description of a view it made (`_fast.Described`): what __init__
+        reads with hostfirst_view_describe, in one C call; the capsule it holds frees the view."""
+        self = cls.__new__(cls)
+        self._finalizer, self._h, self.name, self.dtype_code, self.shape, self.nbytes, data, self.alignment, \
+            self.strides = d
+        self.data_ptr = data or 0
+        self.dtype_name = _dtype_name(self.dtype_code)
+        return self
+
     @property
     def dtype(self) -> "np.dtype[Any]":
         """The tensor's numpy dtype (bf16 and fp8: ml_dtypes' dtypes). The packed F4/F6 dtypes have none
@@ -236,9 +248,11 @@ class View(_HostArrayMixin):
         into that view for what remains: dropped dimensions and steps, or None when the view is the result). An
         index that selects nothing (an empty list, as `t[[]]`) gives the result's shape in `empty` instead."""
         keys = key if isinstance(key, tuple) else (key,)
-        if any(isinstance(k, (list, np.ndarray)) for k in keys):
-            return self._select_empty(keys)
-        ellipses = sum(k is Ellipsis for k in keys)
+        ellipses = 0
+        if type(key) is not slice:  # (one slice, the common index, has no list and no ellipsis to look for)
+            if any(isinstance(k, (list, np.ndarray)) for k in keys):
+                return self._select_empty(keys)
+            ellipses = sum(k is Ellipsis for k in keys)
         if ellipses > 1:
             raise error_named("OUT_OF_RANGE", f"tensor '{self.name}': an index can only have a single ellipsis "
                                               "('...')")
@@ -282,6 +296,11 @@ class View(_HostArrayMixin):
         view = self
         for dim, start, length in ranges:
             if (start, length) != (0, self.shape[dim]):
+                native = _fast.native
+                d = None if native is None else native.narrow(view._h, dim, start, length)
+                if d is not None:  # one C call (None: the ctypes call below raises the error)
+                    view = View._described(d)
+                    continue
                 out = ctypes.c_void_p()
                 check(lib.hostfirst_view_narrow(view._h, dim, start, length, ctypes.byref(out)))
                 view = View(out.value)
@@ -702,6 +721,11 @@ class File(Mapping[str, View]):
         """The names in file order and as a set, listed once (one call per tensor), the first time asked."""
         listed = self._listed
         if listed is None:
+            native = _fast.native
+            listed_natively = None if native is None else native.names(self._handle(), self._count)
+            if listed_natively is not None:  # one C call (None: a status other than OK, listed below)
+                listed = self._listed = (listed_natively, set(listed_natively))
+                return listed
             names = []
             p = ctypes.c_char_p()
             pref, name_at, h = ctypes.byref(p), lib.hostfirst_file_tensor_name, self._handle()
@@ -738,10 +762,21 @@ class File(Mapping[str, View]):
         return error_named("NOT_FOUND", f"no tensor {str(name)!r} in {self.path} ({len(self)} tensors){hint}")
 
     def __getitem__(self, name: str) -> View:
-        if name not in self._set:
-            raise self.missing(name)
+        # The library looks the name up; the names are listed in Python only for a miss (the close matches), a
+        # closed file or a name that is no plain NUL-free str (so a file of 100,000 tensors opens and gives one
+        # without listing them).
+        if self._h is None or type(name) is not str or "\0" in name:
+            if name not in self._set:
+                raise self.missing(name)
+        native = _fast.native
+        d = None if native is None or type(name) is not str else native.view(self._handle(), name)
+        if d is not None:  # one C call (None: a status other than OK, which the ctypes call below raises)
+            return View._described(d)
         out = ctypes.c_void_p()
-        check(lib.hostfirst_file_view(self._handle(), c_string(name, "tensor name"), ctypes.byref(out)))
+        status = lib.hostfirst_file_view(self._handle(), c_string(name, "tensor name"), ctypes.byref(out))
+        if status == _NOT_FOUND:
+            raise self.missing(name)
+        check(status)
         return View(out.value)
 
     def __iter__(self) -> Iterator[str]:

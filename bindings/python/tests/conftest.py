@@ -25,6 +25,14 @@ else:
             if p.exists():
                 os.environ["HOSTFIRST_LIBRARY"] = str(p)
                 break
+    if os.environ.get("HOSTFIRST_PYTHON_NATIVE", "").strip() != "0":
+        # the native extension, into the checkout's target/python-native/ (where hostfirst/_fast.py finds it)
+        import shutil
+        import subprocess
+
+        if shutil.which(os.environ.get("CC", "cc")):
+            subprocess.run(["bash", str(ROOT / "scripts" / "build-python-native.sh")], check=True,
+                           capture_output=True, env={**os.environ, "PYTHON": sys.executable})
 
 
 def compile_c(args):

@@ -112,7 +112,7 @@ def errors() -> List[Type[BaseException]]:
         hostfirst.UnmatchedRuleError, hostfirst.UnsupportedError, hostfirst.ValidationOverflowError,
         hostfirst.UnmatchedRuleWarning, hostfirst.OtherFormatError, hostfirst.UnsupportedDtypeError,
         hostfirst.InvalidHeaderError, hostfirst.UnsupportedVersionError, hostfirst.UnsupportedLayoutError,
-        hostfirst.NoSpaceError, hostfirst.PermissionDeniedError,
+        hostfirst.NoSpaceError, hostfirst.PermissionDeniedError, hostfirst.NativeExtensionWarning,
     ]
     try:
         hostfirst.open("/nonexistent/model.safetensors")
