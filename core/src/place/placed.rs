@@ -193,6 +193,10 @@ pub struct LoadOptions<'a> {
     pub copy_on_write: bool,
     /// `progress(done, total)`: see [`load`].
     pub progress: Option<&'a mut dyn FnMut(u64, u64) -> bool>,
+    /// What the load leaves in the page cache ([`crate::cache`]): under `drop` and `bypass`, the pages of the
+    /// file it brought in are given back when it ends; `bypass` reads the tensors copied to `cpu` and `cuda`
+    /// arenas with direct I/O where the file system allows it.
+    pub page_cache: crate::cache::PageCache,
 }
 
 /// Applies `plan` (made from `file`): fit-checks every device before the first byte moves (once per
@@ -201,7 +205,7 @@ pub struct LoadOptions<'a> {
 /// device's job), monotonic, at least once, and last with `done == total`; returning true cancels
 /// (`CANCELLED`, everything already placed is freed). Any failure frees everything the load had taken.
 pub fn load(file: &TensorFile, plan: &Plan, progress: Option<&mut dyn FnMut(u64, u64) -> bool>) -> Result<Loaded> {
-    load_with(file, plan, LoadOptions { copy_on_write: false, progress })
+    load_with(file, plan, LoadOptions { copy_on_write: false, progress, page_cache: Default::default() })
 }
 
 /// [`load`] with options (copy-on-write cpu tensors).
@@ -213,12 +217,18 @@ pub fn load(file: &TensorFile, plan: &Plan, progress: Option<&mut dyn FnMut(u64,
 /// or page-locked allocation).
 pub fn load_with(file: &TensorFile, plan: &Plan, opts: LoadOptions<'_>) -> Result<Loaded> {
     crate::device::cuda::capture::safe_point();
-    let LoadOptions { copy_on_write, progress } = opts;
+    let LoadOptions { copy_on_write, progress, page_cache } = opts;
     if plan.entries.len() != file.len() || plan.entries.iter().any(|e| file.name(e.index) != Some(e.name.as_str())) {
         return Err(Error::new(Status::InvalidArgument, format!("the plan was not made for {}", file.display_name())));
     }
     check_plan(plan)?;
     let total = plan.device_bytes();
+    // Sampled before the first read, restored when the load ends, failed or not (the scope's Drop).
+    let _cache = crate::cache::CacheScope::begin(
+        page_cache,
+        plan.entries.iter().filter_map(|e| file.tensor_ref(e.index)).filter_map(|t| t.file_and_offset().map(|f| f.0)),
+    );
+    let direct = crate::cache::DirectFiles::for_policy(page_cache);
     let mut rep = Reporter::new(progress, total);
     let mut entries: Vec<Entry> = Vec::with_capacity(plan.entries.len());
     // Jobs: per device, the entry indices and tensors it receives.
@@ -279,8 +289,8 @@ pub fn load_with(file: &TensorFile, plan: &Plan, opts: LoadOptions<'_>) -> Resul
     for (d, idx, tensors) in jobs {
         let bytes: u64 = tensors.iter().map(|v| v.nbytes()).sum();
         let (arena, offsets) = match d.kind {
-            DeviceKind::CPU => load_host(&tensors, &mut rep).map(|(a, o)| (Arena::Host(a), o))?,
-            _ => load_cuda(d.ordinal, &tensors, &mut rep).map(|(a, o)| (Arena::Cuda(a), o))?,
+            DeviceKind::CPU => load_host(&tensors, &mut rep, direct.as_ref()).map(|(a, o)| (Arena::Host(a), o))?,
+            _ => load_cuda(d.ordinal, &tensors, &mut rep, direct.as_ref()).map(|(a, o)| (Arena::Cuda(a), o))?,
         };
         rep.base += bytes;
         // After each device's job (not rate-limited: one call per device); the last comes below.
