@@ -282,6 +282,7 @@ class LoadOptions(_Mirror):
         ("copy_on_write", ctypes.c_int32),
         ("progress", ctypes.c_void_p),  # hostfirst_progress_fn
         ("user", ctypes.c_void_p),
+        ("page_cache", ctypes.c_uint32),  # hostfirst_page_cache (1.1)
     ]
 
 
