@@ -1953,6 +1953,16 @@ typedef struct hostfirst_put_options {
    * See `hostfirst_put` for the contract and `hostfirst_buffer_is_file_backed` to ask a buffer which it got.
    */
   int32_t copy_on_write;
+  /**
+   * (1.1) What the put leaves in the page cache: `HOSTFIRST_PAGE_CACHE_KEEP` (0, the default),
+   * `HOSTFIRST_PAGE_CACHE_DROP` (the pages of the view's file the put brought in are dropped when it
+   * ends; pages cached before stay) or `HOSTFIRST_PAGE_CACHE_BYPASS` (a contiguous view of a file put on
+   * `cpu` or `cuda_host` is read with `O_DIRECT` into aligned staging where the file system allows it;
+   * otherwise as DROP). Another value is `INVALID_ARGUMENT` naming `opts->page_cache`. A 64-bit integer
+   * holding a `hostfirst_page_cache` value: a 32-bit field would lie in the 1.0 struct's tail padding,
+   * which an older caller's `sizeof` covers with bytes it never set.
+   */
+  uint64_t page_cache;
 } hostfirst_put_options;
 
 /**

@@ -8,7 +8,9 @@
 //!   (`POSIX_FADV_DONTNEED`). Pages that were cached before (another reader's, an earlier load's) stay: the
 //!   cache is sampled with `mincore` over a fresh read-only mapping of each file when the operation starts
 //!   ([`CacheScope`]). A page another process brings in *during* the operation is dropped too (it was not
-//!   there at the start); that costs it a re-read, never correctness.
+//!   there at the start); that costs it a re-read, never correctness. Pages the kernel's readahead is still
+//!   reading past the end of a partial read when the operation ends are skipped by `DONTNEED` and may stay
+//!   (a whole-file load reads every page it brings in, so none stay there).
 //! - [`PageCache::Bypass`]: reads that can use direct I/O do (`O_DIRECT` on a second descriptor of the same
 //!   file, into page-aligned staging, then copied to the destination: [`DirectFiles`], [`read_direct`]); where
 //!   the file system refuses `O_DIRECT` (e.g. `EINVAL` from an older tmpfs, most FUSE mounts) or a path has no
@@ -380,6 +382,26 @@ pub unsafe fn read_direct(
         pos = want_end;
     }
     Ok(())
+}
+
+thread_local! {
+    /// The staging of direct reads made on this thread by [`read_direct_here`].
+    static STAGING: std::cell::RefCell<Staging> = std::cell::RefCell::new(Staging::default());
+}
+
+/// [`read_direct`] of one destination through this thread's staging (the reader of a parallel fill: each
+/// thread has its own). Call [`release_staging_here`] on the calling thread when the transfer ends.
+pub fn read_direct_here(direct: &File, at: u64, dst: &mut [u8], what: &dyn Fn() -> String) -> Result<()> {
+    STAGING.with(|s| {
+        let mut s = s.borrow_mut();
+        // SAFETY: `dst` is an exclusive borrow, valid for its length.
+        unsafe { read_direct(direct, at, &[(dst.as_mut_ptr(), dst.len())], &mut s, what) }
+    })
+}
+
+/// Frees this thread's direct-read staging (the threads a transfer starts free theirs when they end).
+pub fn release_staging_here() {
+    STAGING.with(|s| s.borrow_mut().free());
 }
 
 #[cfg(all(test, target_os = "linux"))]

@@ -59,6 +59,26 @@ fn cached(p: &Path) -> f64 {
     resident as f64 / pages as f64
 }
 
+/// The fraction of the pages of bytes `[from, from + len)` of the file in the page cache now.
+fn cached_range(p: &Path, from: usize, len: usize) -> f64 {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(p).unwrap();
+    let page = 4096;
+    let (lo, hi) = (from / page * page, (from + len).div_ceil(page) * page);
+    let n = (hi - lo) / page;
+    let mut vec = vec![0u8; n];
+    // SAFETY: a fresh read-only mapping of the range (nothing reads through it), unmapped below.
+    let m = unsafe {
+        libc::mmap(std::ptr::null_mut(), hi - lo, libc::PROT_READ, libc::MAP_SHARED, f.as_raw_fd(), lo as i64)
+    };
+    assert_ne!(m, libc::MAP_FAILED);
+    // SAFETY: the mapping above; one byte per page.
+    assert_eq!(unsafe { libc::mincore(m, hi - lo, vec.as_mut_ptr().cast()) }, 0);
+    // SAFETY: the mapping above.
+    unsafe { libc::munmap(m, hi - lo) };
+    vec.iter().filter(|&&b| b & 1 != 0).count() as f64 / n as f64
+}
+
 fn on_tmpfs(p: &Path) -> bool {
     let c = CString::new(p.parent().unwrap().to_str().unwrap()).unwrap();
     // SAFETY: a zeroed statfs filled by the call.
@@ -109,7 +129,14 @@ fn drop_keeps_what_was_cached_before() {
     // Cache the first half of the file (reading it through the page cache).
     let half = std::fs::metadata(&p).unwrap().len() as usize / 2;
     let mut buf = vec![0u8; half];
-    std::io::Read::read_exact(&mut std::fs::File::open(&p).unwrap(), &mut buf).unwrap();
+    let mut first = std::fs::File::open(&p).unwrap();
+    // No readahead past the half (it would still be in flight when the load samples the cache).
+    // SAFETY: advice on an open descriptor.
+    assert_eq!(
+        unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&first), 0, 0, libc::POSIX_FADV_RANDOM) },
+        0
+    );
+    std::io::Read::read_exact(&mut first, &mut buf).unwrap();
     let before = cached(&p);
     assert!(before > 0.45, "half the file cached first: {before:.3}");
     load_all(&p, &data, PageCache::Drop);
@@ -170,5 +197,65 @@ fn c_load_options_page_cache() {
     assert_eq!(hostfirst_load_free(out), Status::Ok);
     assert_eq!(hostfirst_plan_free(plan), Status::Ok);
     assert_eq!(hostfirst_rules_free(rules), Status::Ok);
+    assert_eq!(hostfirst_file_free(file), Status::Ok);
+}
+
+/// Puts take the policy too: a put of one tensor (a quarter of the file) to `cpu` leaves that quarter cached
+/// under keep and at most 5 % of it under drop and bypass; bytes exact; through C, an unknown value is
+/// INVALID_ARGUMENT naming `opts->page_cache`.
+#[test]
+fn puts_leave_the_cache_as_said() {
+    use hostfirst::place::{put, PutOptions, Target};
+    // A file per policy: readahead still in flight past the tensor from an earlier put cannot be evicted
+    // (the kernel skips pages under I/O), so each case starts from a file no one has read; and only the
+    // tensor's own pages are counted (readahead may run past its end into the next tensor).
+    for policy in PageCache::all() {
+        let (p, data) = write_file(&format!("put-{}.safetensors", policy.name()));
+        let f = TensorFile::open(&p).unwrap();
+        let v = f.view("t2").unwrap();
+        let want = &data[2 * ELEMS * 4..3 * ELEMS * 4];
+        evict(&p);
+        let b =
+            put(&v, Target::Device(hostfirst::Device::CPU), PutOptions { page_cache: policy, ..Default::default() })
+                .unwrap();
+        assert!(b.host_bytes().unwrap() == want, "{policy:?}");
+        let data_start = std::fs::metadata(&p).unwrap().len() as usize - TENSORS * ELEMS * 4;
+        let c = cached_range(&p, data_start + 2 * ELEMS * 4, ELEMS * 4); // the fraction of the tensor's pages
+        match policy {
+            PageCache::Keep => assert!(c > 0.95, "keep: {c:.3} of the tensor cached"),
+            _ => assert!(c <= 0.05, "{policy:?}: {:.1} % of the tensor stays cached", c * 100.0),
+        }
+    }
+    use hostfirst::ffi::*;
+    let (p, data) = write_file("put-c.safetensors");
+    let mut opts: hostfirst_put_options = unsafe { std::mem::zeroed() };
+    assert_eq!(hostfirst_put_options_init(&mut opts, std::mem::size_of_val(&opts)), Status::Ok);
+    assert_eq!(opts.page_cache, 0, "the zero value is keep");
+    let path = CString::new(p.to_str().unwrap()).unwrap();
+    let (mut file, mut view) = (std::ptr::null_mut(), std::ptr::null_mut());
+    assert_eq!(hostfirst_file_open(path.as_ptr(), &mut file), Status::Ok);
+    assert_eq!(hostfirst_file_view(file, c"t0".as_ptr(), &mut view), Status::Ok);
+    let cpu = hostfirst_device { kind: 1, ordinal: 0 }; // HOSTFIRST_DEVICE_KIND_CPU
+    for bad in [3u64, 1 << 32] {
+        opts.page_cache = bad;
+        let mut out = 1usize as *mut hostfirst_buffer;
+        let s = hostfirst_put(view, &cpu, &opts, &mut out, std::ptr::null_mut());
+        let msg = unsafe { std::ffi::CStr::from_ptr(hostfirst_last_error_message()) }.to_str().unwrap().to_string();
+        assert_eq!(s, Status::InvalidArgument, "{msg}");
+        assert!(msg.contains(&format!("opts->page_cache {bad} is not a hostfirst_page_cache value")), "{msg}");
+        assert_eq!(out as usize, 1, "out unchanged on error");
+    }
+    evict(&p);
+    opts.page_cache = PageCache::Bypass as u64;
+    let mut out = std::ptr::null_mut();
+    assert_eq!(hostfirst_put(view, &cpu, &opts, &mut out, std::ptr::null_mut()), Status::Ok);
+    let mut got = vec![0u8; ELEMS * 4];
+    assert_eq!(hostfirst_buffer_copy_to_host(out, got.as_mut_ptr().cast(), got.len()), Status::Ok);
+    assert!(got[..] == data[..ELEMS * 4]);
+    let data_start = std::fs::metadata(&p).unwrap().len() as usize - TENSORS * ELEMS * 4;
+    let c = cached_range(&p, data_start, ELEMS * 4);
+    assert!(c <= 0.05, "C put with bypass: {c:.4} of the tensor cached");
+    assert_eq!(hostfirst_buffer_free(out), Status::Ok);
+    assert_eq!(hostfirst_view_free(view), Status::Ok);
     assert_eq!(hostfirst_file_free(file), Status::Ok);
 }
