@@ -259,3 +259,36 @@ fn puts_leave_the_cache_as_said() {
     assert_eq!(hostfirst_view_free(view), Status::Ok);
     assert_eq!(hostfirst_file_free(file), Status::Ok);
 }
+
+/// The CLI: `load` and `put` take `--page-cache keep|drop|bypass` (drop and bypass leave at most 5 % of the
+/// file cached, keep leaves it cached); another value is a usage error (exit 2) naming the option.
+#[test]
+fn cli_page_cache() {
+    let (p, _) = write_file("cli.safetensors");
+    let path = p.to_str().unwrap();
+    for policy in ["keep", "drop", "bypass"] {
+        evict(&p);
+        run_ok(&cli(), &["load", path, "--rule", "*=cpu", "--page-cache", policy, "--json"], &[]);
+        let c = cached(&p);
+        if policy == "keep" {
+            assert!(c > 0.95, "load keep: {c:.3}");
+        } else {
+            assert!(c <= 0.05, "load {policy}: {c:.3}");
+        }
+    }
+    let (p, _) = write_file("cli-put.safetensors");
+    evict(&p);
+    run_ok(&cli(), &["put", p.to_str().unwrap(), "t1", "--device", "cpu", "--page-cache", "drop", "--json"], &[]);
+    // Only the tensor's pages count (readahead past its end may still be in flight when the put ends).
+    let data_start = std::fs::metadata(&p).unwrap().len() as usize - TENSORS * ELEMS * 4;
+    let c = cached_range(&p, data_start + ELEMS * 4, ELEMS * 4);
+    assert!(c <= 0.05, "put drop (put and its verification): {c:.3} of the tensor cached");
+    for cmd in [vec!["load", path, "--rule", "*=cpu"], vec!["put", path, "t0"]] {
+        let mut args = cmd.clone();
+        args.extend(["--page-cache", "evict"]);
+        let out = std::process::Command::new(cli()).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("--page-cache wants keep, drop or bypass, got 'evict'"), "{err}");
+    }
+}
