@@ -212,8 +212,11 @@ fn file_id(_f: &File) -> Option<(u64, u64)> {
 #[derive(Default)]
 pub struct DirectFiles {
     /// (the buffered file's identity, its direct twin or why not).
-    opened: Mutex<Vec<((u64, u64), std::result::Result<std::sync::Arc<File>, String>)>>,
+    opened: Mutex<Vec<Opened>>,
 }
+
+/// A file's identity and its direct twin, or why it has none.
+type Opened = ((u64, u64), std::result::Result<std::sync::Arc<File>, String>);
 
 impl DirectFiles {
     /// None under `Keep` and `Drop`; an empty set under `Bypass`.

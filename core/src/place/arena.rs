@@ -420,7 +420,7 @@ pub(crate) fn load_cuda(
         let groups = groups(tensors, &offsets, slab_len, &ReadPolicy::default());
         let count = count.min(groups.len()).max(1);
         let threads = default_threads().min(count).max(1);
-        ring(ordinal, &groups, &arena, slab_len, count, threads, rep, direct)?;
+        ring(ordinal, &groups, &arena, slab_len, (count, threads), rep, direct)?;
     }
     Ok((Arc::new(arena), offsets))
 }
@@ -433,8 +433,7 @@ fn ring(
     groups: &[Group<'_>],
     dst: &DeviceMemory,
     slab_len: usize,
-    count: usize,
-    threads: usize,
+    (count, threads): (usize, usize),
     rep: &mut Reporter<'_>,
     direct: Option<&crate::cache::DirectFiles>,
 ) -> Result<()> {
