@@ -320,8 +320,10 @@ impl Drop for Staging {
     }
 }
 
-/// The most bytes one direct read asks for (larger spans are read in pieces of this through the staging).
+/// The most bytes staged at once (larger spans are read in pieces of this through the staging).
 pub const DIRECT_PIECE: usize = 8 << 20;
+/// The size of each of the concurrent direct reads that fill a staged piece.
+pub const DIRECT_SUB: usize = 1 << 20;
 
 /// Reads the bytes of `iov` ((address, length) of consecutive pieces of the file from `at`) from `direct`
 /// (an `O_DIRECT` descriptor) through `staging`: whole aligned blocks covering each piece of at most [`DIRECT_PIECE`] bytes,
@@ -348,19 +350,40 @@ pub unsafe fn read_direct(
         let want_end = end.min(start + DIRECT_PIECE as u64);
         let len = ((want_end - start).div_ceil(align) * align) as usize;
         let buf = &mut staging.get(len)?[..len];
-        let mut got = 0usize;
+        let truncated = |at: u64| {
+            let now = direct.metadata().map(|m| m.len().to_string()).unwrap_or_else(|_| "?".into());
+            Error::new(
+                Status::Truncated,
+                format!(
+                    "{}: the file ends before byte {} (it is now {now} bytes; was it truncated after opening?)",
+                    what(),
+                    at.max(pos).min(end)
+                ),
+            )
+        };
+        // The whole aligned blocks before `want_end` as concurrent reads of DIRECT_SUB bytes (io_uring or the
+        // pread pool: a cold disk needs many reads in flight); the last, partial block after them, one read
+        // at a time (at the end of the file it comes back short, and a direct read cannot resume at an
+        // unaligned offset).
+        let whole = ((want_end - start) / align * align) as usize;
+        let mut reads: Vec<crate::engine::Read<'_>> = buf[..whole]
+            .chunks_mut(DIRECT_SUB)
+            .enumerate()
+            .map(|(i, d)| crate::engine::Read {
+                fd: crate::os::raw_file(direct),
+                offset: start + (i * DIRECT_SUB) as u64,
+                dst: d,
+            })
+            .collect();
+        crate::engine::read_many(&mut reads, &crate::engine::Tuning::default()).map_err(|f| match f.kind {
+            crate::engine::FailureKind::Eof { at } => truncated(at),
+            crate::engine::FailureKind::Os(e) => Error::new(Status::Io, format!("{}: direct read failed: {e}", what())),
+        })?;
+        drop(reads);
+        let mut got = whole;
         while (start + got as u64) < want_end {
             match crate::os::read_at(crate::os::raw_file(direct), &mut buf[got..], start + got as u64) {
-                Ok(0) => {
-                    let now = direct.metadata().map(|m| m.len().to_string()).unwrap_or_else(|_| "?".into());
-                    return Err(Error::new(
-                        Status::Truncated,
-                        format!(
-                            "{}: the file ends before byte {end} (it is now {now} bytes; was it truncated after opening?)",
-                            what()
-                        ),
-                    ));
-                }
+                Ok(0) => return Err(truncated(start + got as u64)),
                 Ok(n) => got += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(Error::new(Status::Io, format!("{}: direct read failed: {e}", what()))),
