@@ -2638,7 +2638,8 @@ hostfirst_status hostfirst_load_options_init(struct hostfirst_load_options *out,
  * Applies `plan` (made from `file`) and writes a new load handle to `*out` (free with `hostfirst_load_free`).
  *
  * Before the first byte moves, every device of the plan is fit-checked against its memory free *now* (one
- * memory query per device, the only fit check of the load); the first that does not fit gives
+ * memory query per device, the only fit check of the load; with `opts->page_cache` BYPASS the host's share
+ * includes the direct-read staging, 8 MiB and a page per reader thread); the first that does not fit gives
  * `OUT_OF_MEMORY` naming the device with the numbers (structured: `hostfirst_last_error_fit`), and nothing is
  * allocated. Host tensors become views. Then each device's tensors are placed as one job:
  * - `cpu`: one host allocation for all of them; each tensor's buffer is a 64-byte aligned part of it.

@@ -322,6 +322,12 @@ impl Drop for Staging {
 
 /// The most bytes staged at once (larger spans are read in pieces of this through the staging).
 pub const DIRECT_PIECE: usize = 8 << 20;
+/// The host memory `threads` reader threads may hold as direct-read staging at once (each one piece, aligned):
+/// what the fit check of a `bypass` transfer adds to the host's needs, and the staging in its RSS bound.
+pub fn staging_bytes(threads: usize) -> u64 {
+    threads as u64 * (DIRECT_PIECE + DIRECT_ALIGN) as u64
+}
+
 /// The size of each of the concurrent direct reads that fill a staged piece.
 pub const DIRECT_SUB: usize = 1 << 20;
 
