@@ -79,6 +79,7 @@ enum cli_option_id {
     CLI_OPT_MAX_PART_MIB,
     CLI_OPT_NO_SYNC,
     CLI_OPT_RAW,
+    CLI_OPT_PAGE_CACHE,
 };
 
 #define CLI_REQUIRED 1u   /* the command needs it (shown without brackets) */
@@ -144,6 +145,18 @@ typedef struct {
  * saying what is wrong. */
 int cli_parse_raw(const char *cmd, const char *text, cli_raw *out);
 
+/* `--page-cache keep|drop|bypass` (load, put): what the read leaves in the page cache (hostfirst_page_cache). */
+#define CLI_PAGE_CACHE_OPTION                                                                                \
+    {CLI_OPT_PAGE_CACHE, "--page-cache", "POLICY",                                                           \
+     "keep (default: what the read brings into the page cache stays), drop (read through the cache, then "   \
+     "drop the file's pages this read brought in) or bypass (direct I/O where the file system allows it, "    \
+     "else as drop)",                                                                                        \
+     0}
+
+/* Parses the value of --page-cache for command `cmd` into *out; returns 0, or a usage error's exit status (2)
+ * naming the option and the choices. */
+int cli_parse_page_cache(const char *cmd, const char *text, hostfirst_page_cache *out);
+
 /* Opens `path`: with hostfirst_file_open_raw when `raw` was given (raw->set), else with hostfirst_file_open
  * (recognised by content). Returns 0, or 1 after the failure line on stderr ("hostfirst: PATH: STATUS: message",
  * with the command-line form of the library's advice where there is one). */
@@ -153,6 +166,7 @@ int cli_open(const char *path, const cli_raw *raw, hostfirst_file **out);
 typedef struct {
     int json, strict;
     cli_raw raw;
+    hostfirst_page_cache page_cache; /* load's --page-cache */
     const char *cmd; /* "plan" or "load" */
     const char *path;
     hostfirst_file *file;

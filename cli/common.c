@@ -180,6 +180,19 @@ static int take_u64(const char **p, uint64_t *out) {
     return 1;
 }
 
+int cli_parse_page_cache(const char *cmd, const char *text, hostfirst_page_cache *out) {
+    static const char *const names[] = {"keep", "drop", "bypass"};
+    static const hostfirst_page_cache values[] = {HOSTFIRST_PAGE_CACHE_KEEP, HOSTFIRST_PAGE_CACHE_DROP,
+                                                  HOSTFIRST_PAGE_CACHE_BYPASS};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(text, names[i]) == 0) {
+            *out = values[i];
+            return 0;
+        }
+    }
+    return cli_usage_error(cmd, "--page-cache wants keep, drop or bypass, got '%s'", text);
+}
+
 int cli_parse_raw(const char *cmd, const char *text, cli_raw *out) {
     cli_raw r;
     memset(&r, 0, sizeof r);

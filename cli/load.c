@@ -1,4 +1,4 @@
-/* hostfirst load FILE --rule PATTERN=TARGET ... [--json]: places the whole file as the plan says (see plan.c,
+/* hostfirst load FILE --rule PATTERN=TARGET ... [--page-cache POLICY] [--json]: places the whole file as the plan says (see plan.c,
  * whose argument parsing and report it shares), and reports per-tensor placement and time.
  *
  * Output is written only when everything succeeded; a failure prints one line on stderr and exits 1 (usage
@@ -73,6 +73,7 @@ int cmd_load(int argc, char **argv) {
     hostfirst_load_options_init(&lo, sizeof lo);
     lo.progress = on_progress;
     lo.user = &prog;
+    lo.page_cache = a.page_cache;
     hostfirst_status st = hostfirst_load_run(a.file, a.plan, &lo, &load);
     double total_s = now_s() - prog.start;
     if (st != HOSTFIRST_STATUS_OK) rc = cli_fail(a.path, st);

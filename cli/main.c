@@ -31,21 +31,32 @@ static const cli_option put_options[] = {
     {CLI_OPT_REPEAT, "--repeat", "N", "put N times (1..1000), each buffer freed before the next; report each and the best", 0},
     {CLI_OPT_THREADS, "--threads", "N", "reader threads (0..1024; 0: automatic)", 0},
     {CLI_OPT_STAGING_MIB, "--staging-mib", "M", "size of the pinned staging ring in MiB (0: automatic, 256)", 0},
+    CLI_PAGE_CACHE_OPTION,
     CLI_RAW_OPTION,
     {CLI_OPT_JSON, "--json", NULL, "one JSON object instead of text", 0},
     {0, NULL, NULL, NULL, 0},
 };
 
-/* plan and load take the same options. */
+/* plan and load take the same options (load also --page-cache). */
+#define RULES_OPTIONS                                                                                          \
+    {CLI_OPT_RULE, "--rule", "PATTERN=TARGET",                                                                 \
+     "first match wins; PATTERN globs tensor names (* ? [a-z] [!a-z]); TARGET is host (stay a zero-copy host " \
+     "view), default (the default device), cpu, cuda:N or cuda_host; tensors no rule matches stay on the "      \
+     "host, and a rule that matches no tensor is warned about",                                                \
+     CLI_REPEATABLE},                                                                                          \
+    {CLI_OPT_STRICT, "--strict", NULL,                                                                         \
+     "strict mode: a rule that matches no tensor, or a tensor sent to the implicit default device, is an "     \
+     "error",                                                                                                  \
+     0},                                                                                                       \
+    CLI_RAW_OPTION
+static const cli_option load_options[] = {
+    RULES_OPTIONS,
+    CLI_PAGE_CACHE_OPTION,
+    {CLI_OPT_JSON, "--json", NULL, "one JSON object instead of tables", 0},
+    {0, NULL, NULL, NULL, 0},
+};
 static const cli_option rules_options[] = {
-    {CLI_OPT_RULE, "--rule", "PATTERN=TARGET",
-     "first match wins; PATTERN globs tensor names (* ? [a-z] [!a-z]); TARGET is host (stay a zero-copy host "
-     "view), default (the default device), cpu, cuda:N or cuda_host; tensors no rule matches stay on the host, "
-     "and a rule that matches no tensor is warned about",
-     CLI_REPEATABLE},
-    {CLI_OPT_STRICT, "--strict", NULL,
-     "strict mode: a rule that matches no tensor, or a tensor sent to the implicit default device, is an error", 0},
-    CLI_RAW_OPTION,
+    RULES_OPTIONS,
     {CLI_OPT_JSON, "--json", NULL, "one JSON object instead of tables", 0},
     {0, NULL, NULL, NULL, 0},
 };
@@ -108,7 +119,7 @@ static const cli_command commands[] = {
                      "nothing is allocated)",
      rules_options, cmd_plan},
     {"load", "FILE", "place the file by the rules (fit-checked before the first byte moves); per-tensor time",
-     rules_options, cmd_load},
+     load_options, cmd_load},
     {"gather", "FILE TENSOR",
      "random [B, T] batches of a 1-D tensor (tokens: llm.c 'tokens', .npy or --raw 'data', Megatron 'tokens') onto a "
      "device, one transfer each; p50/p99",

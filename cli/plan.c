@@ -14,6 +14,7 @@ static int on_option(void *ctx, int id, const char *value) {
     if (id == CLI_OPT_JSON) a->json = 1;
     else if (id == CLI_OPT_STRICT) a->strict = 1;
     else if (id == CLI_OPT_RAW) return cli_parse_raw(a->cmd, value, &a->raw);
+    else if (id == CLI_OPT_PAGE_CACHE) return cli_parse_page_cache(a->cmd, value, &a->page_cache);
     else if (id == CLI_OPT_RULE) {
         hostfirst_status st = hostfirst_rules_add_spec(a->rules, value);
         if (st != HOSTFIRST_STATUS_OK) return cli_fail(value, st) + 1;

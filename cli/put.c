@@ -1,5 +1,5 @@
 /* hostfirst put FILE TENSOR [--device SPEC] [--rows A:B] [--resident] [--copy-on-write] [--repeat N]
- *                           [--threads N] [--staging-mib M] [--json]
+ *                           [--threads N] [--staging-mib M] [--page-cache POLICY] [--json]
  * Puts a tensor (or a row range) on a device (the default device without --device), copies it back into host
  * memory, checks the copy equals the source (read with hostfirst_view_copy / hostfirst_view_read), and prints
  * bytes, seconds, GB/s and the FNV-1a 64 of the copied-back bytes (the same hash as `inspect --checksum`).
@@ -60,6 +60,7 @@ typedef struct {
     int json, resident, cow;
     unsigned long long repeat, threads, staging_mib, a, b;
     cli_raw raw;
+    hostfirst_page_cache page_cache;
 } put_args;
 
 /* "A:B" with decimal A and B. */
@@ -80,6 +81,7 @@ static int on_option(void *ctx, int id, const char *v) {
         case CLI_OPT_COPY_ON_WRITE: p->cow = 1; break;
         case CLI_OPT_DEVICE: p->spec = v; break;
         case CLI_OPT_RAW: return cli_parse_raw("put", v, &p->raw);
+        case CLI_OPT_PAGE_CACHE: return cli_parse_page_cache("put", v, &p->page_cache);
         case CLI_OPT_ROWS:
             if (!parse_rows(v, &p->a, &p->b)) return cli_usage_error("put", "--rows wants A:B, got '%s'", v);
             p->rows = v;
@@ -136,6 +138,7 @@ int cmd_put(int argc, char **argv) {
     if (isatty(2)) opts.progress = bar;
     opts.resident = resident;
     opts.copy_on_write = cow;
+    opts.page_cache = p.page_cache;
     opts.threads = (uint32_t)threads;
     opts.staging_bytes = staging_mib << 20;
     hostfirst_buffer *buf = NULL;
@@ -169,6 +172,7 @@ int cmd_put(int argc, char **argv) {
 
     /* Copy back, compare with the source, hash. */
     int rc = 0;
+    hostfirst_buffer *again = NULL; /* --page-cache drop/bypass: the source read again under the same policy */
     size_t cap = nbytes < CHUNK ? (size_t)nbytes : CHUNK;
     unsigned char *back = malloc(nbytes ? (size_t)nbytes : 1), *src = malloc(cap ? cap : 1);
     uint64_t h = 0xcbf29ce484222325ULL;
@@ -180,9 +184,25 @@ int cmd_put(int argc, char **argv) {
         rc = cli_fail("copy back", st);
         goto out;
     }
+    if (p.page_cache != HOSTFIRST_PAGE_CACHE_KEEP && nbytes > 0) {
+        hostfirst_device cpu;
+        hostfirst_put_options vo;
+        hostfirst_put_options_init(&vo, sizeof vo);
+        vo.page_cache = p.page_cache;
+        if ((st = hostfirst_device_parse("cpu", &cpu)) != HOSTFIRST_STATUS_OK ||
+            (st = hostfirst_put(view, &cpu, &vo, &again, NULL)) != HOSTFIRST_STATUS_OK) {
+            rc = cli_fail(path, st);
+            goto out;
+        }
+    }
     for (uint64_t off = 0; off < nbytes; off += cap) {
         size_t n = nbytes - off < cap ? (size_t)(nbytes - off) : cap;
-        st = nbytes <= CHUNK ? hostfirst_view_copy(view, src, cap, NULL) : hostfirst_view_read(view, off, src, n);
+        if (again) {
+            hostfirst_buffer_info ai = {.struct_size = sizeof ai};
+            if ((st = hostfirst_buffer_describe(again, &ai)) == HOSTFIRST_STATUS_OK)
+                memcpy(src, (const unsigned char *)(uintptr_t)ai.address + off, n); /* a cpu buffer */
+        } else
+            st = nbytes <= CHUNK ? hostfirst_view_copy(view, src, cap, NULL) : hostfirst_view_read(view, off, src, n);
         if (st != HOSTFIRST_STATUS_OK) {
             rc = cli_fail(path, st);
             goto out;
@@ -223,6 +243,7 @@ int cmd_put(int argc, char **argv) {
 out:
     free(back);
     free(src);
+    hostfirst_buffer_free(again);
     hostfirst_buffer_free(buf);
     hostfirst_view_free(view);
     return rc;

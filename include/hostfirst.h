@@ -1850,6 +1850,8 @@ hostfirst_status hostfirst_view_prefault(const struct hostfirst_view *view,
  * you hold it. Copy it back with hostfirst_buffer_copy_to_host(), move it with hostfirst_buffer_to(), order it
  * against your CUDA streams with hostfirst_buffer_sync_stream() / _record_stream().
  * hostfirst_release_cached_memory() gives back the pinned staging and registrations the library keeps for reuse.
+ * What a put or a load leaves in the operating system's page cache is a hostfirst_page_cache in its options
+ * (keep, drop, bypass).
  * ============================================================================================================== */
 
 /**
@@ -1869,6 +1871,38 @@ hostfirst_status hostfirst_view_prefault(const struct hostfirst_view *view,
  * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
  */
 #define HOSTFIRST_PUT_STATS_SIZE_1_0 24
+
+/**
+ * What a read leaves in the operating system's page cache (the `page_cache` field of the load and put
+ * options; values are never renumbered; an unknown value is `INVALID_ARGUMENT` naming the field).
+ */
+enum hostfirst_page_cache
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Read through the page cache and leave what it brought in cached (the default; 1.0's behaviour).
+   */
+  HOSTFIRST_PAGE_CACHE_KEEP = 0,
+  /**
+   * Read through the page cache, then drop the pages of the file this read brought in (pages cached
+   * before it stay). Linux; elsewhere as `KEEP`.
+   */
+  HOSTFIRST_PAGE_CACHE_DROP = 1,
+  /**
+   * Direct I/O (`O_DIRECT`) into aligned staging where the file system allows it; where it does not
+   * (some tmpfs, FUSE), or for reads with no direct path, read as with `DROP`. Linux; elsewhere as `KEEP`.
+   */
+  HOSTFIRST_PAGE_CACHE_BYPASS = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hostfirst_page_cache hostfirst_page_cache;
+#else
+typedef uint32_t hostfirst_page_cache;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
 
 /**
  * A buffer: memory owned on one device (cpu, cuda:N or cuda_host) holding one tensor's bytes (cuda:N and
@@ -1987,6 +2021,16 @@ typedef struct hostfirst_put_options {
    * See `hostfirst_put` for the contract and `hostfirst_buffer_is_file_backed` to ask a buffer which it got.
    */
   int32_t copy_on_write;
+  /**
+   * (1.1) What the put leaves in the page cache: `HOSTFIRST_PAGE_CACHE_KEEP` (0, the default),
+   * `HOSTFIRST_PAGE_CACHE_DROP` (the pages of the view's file the put brought in are dropped when it
+   * ends; pages cached before stay) or `HOSTFIRST_PAGE_CACHE_BYPASS` (a contiguous view of a file put on
+   * `cpu` or `cuda_host` is read with `O_DIRECT` into aligned staging where the file system allows it;
+   * otherwise as DROP). Another value is `INVALID_ARGUMENT` naming `opts->page_cache`. A 64-bit integer
+   * holding a `hostfirst_page_cache` value: a 32-bit field would lie in the 1.0 struct's tail padding,
+   * which an older caller's `sizeof` covers with bytes it never set.
+   */
+  uint64_t page_cache;
 } hostfirst_put_options;
 
 /**
@@ -2481,6 +2525,15 @@ typedef struct hostfirst_load_options {
    * Passed to `progress` unchanged.
    */
   void *user;
+  /**
+   * (1.1) What the load leaves in the page cache: `HOSTFIRST_PAGE_CACHE_KEEP` (0, the default),
+   * `HOSTFIRST_PAGE_CACHE_DROP` (pages of the file the load brought in are dropped when it ends, failed
+   * or not; pages cached before stay) or `HOSTFIRST_PAGE_CACHE_BYPASS` (tensors copied into the `cpu` and
+   * `cuda` arenas are read with `O_DIRECT` into aligned staging where the file system allows it, the rest
+   * as with DROP). Tensors the plan leaves on the host are views of the mapping, read when touched: no
+   * policy applies to them. Another value is `INVALID_ARGUMENT` naming `opts->page_cache`.
+   */
+  hostfirst_page_cache page_cache;
 } hostfirst_load_options;
 
 /**
@@ -2653,7 +2706,8 @@ hostfirst_status hostfirst_load_options_init(struct hostfirst_load_options *out,
  * Applies `plan` (made from `file`) and writes a new load handle to `*out` (free with `hostfirst_load_free`).
  *
  * Before the first byte moves, every device of the plan is fit-checked against its memory free *now* (one
- * memory query per device, the only fit check of the load); the first that does not fit gives
+ * memory query per device, the only fit check of the load; with `opts->page_cache` BYPASS the host's share
+ * includes the direct-read staging, 8 MiB and a page per reader thread); the first that does not fit gives
  * `OUT_OF_MEMORY` naming the device with the numbers (structured: `hostfirst_last_error_fit`), and nothing is
  * allocated. Host tensors become views. Then each device's tensors are placed as one job:
  * - `cpu`: one host allocation for all of them; each tensor's buffer is a 64-byte aligned part of it.
@@ -2679,8 +2733,9 @@ hostfirst_status hostfirst_load_options_init(struct hostfirst_load_options *out,
  * decreasing, at least once, last with `done == total`; returning nonzero cancels: `CANCELLED`, no further
  * call, and everything the load had allocated is freed. Any other failure also frees everything.
  * Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (the plan was made for another file; a bad
- * `opts`: struct_size, copy_on_write not 0 or 1), `OUT_OF_MEMORY`, `CANCELLED`, `DEVICE_ERROR`, `IO`,
- * `TRUNCATED`. On error `*out` is unchanged.
+ * `opts`: struct_size, copy_on_write not 0 or 1, page_cache not a `hostfirst_page_cache`), `OUT_OF_MEMORY`,
+ * `CANCELLED`, `DEVICE_ERROR`, `IO`, `TRUNCATED`. On error `*out` is unchanged. `opts->page_cache` (1.1)
+ * says what the load leaves in the page cache (see `hostfirst_load_options`).
  * Thread-safe; `opts->user` is passed to the callback untouched.
  */
 hostfirst_status hostfirst_load_run(const struct hostfirst_file *file,

@@ -14,7 +14,9 @@
 #[macro_use]
 extern crate hostfirst_core;
 
-pub use hostfirst_core::{bail, device, dlpack, dtype, engine, err, error, file, forksafe, place, scope, shard, write};
+pub use hostfirst_core::{
+    bail, cache, device, dlpack, dtype, engine, err, error, file, forksafe, place, scope, shard, write,
+};
 pub use hostfirst_core::{DType, Device, DeviceKind, Error, Result, Status, TensorFile, View};
 
 #[macro_use]

@@ -16,6 +16,7 @@
 
 #[macro_use]
 pub mod error;
+pub mod cache;
 pub mod device;
 pub mod dlpack;
 pub mod dtype;

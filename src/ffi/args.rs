@@ -22,6 +22,14 @@ pub type c_backend_status = u32;
 pub type c_default_source = u32;
 /// A `hostfirst_format` from C (printed as `hostfirst_format`).
 pub type c_format = u32;
+/// A `hostfirst_page_cache` from C (printed as `hostfirst_page_cache`).
+pub type c_page_cache = u32;
+
+/// The page-cache policy of an options struct's `page_cache` field (`what`: its name, e.g.
+/// `opts->page_cache`): an unknown value is `INVALID_ARGUMENT` naming the field.
+pub(crate) fn page_cache_arg(v: c_page_cache, what: &str) -> Result<crate::cache::PageCache> {
+    enum_arg(v, crate::cache::PageCache::from_u32, what, "hostfirst_page_cache")
+}
 
 /// Validates an enum integer from C: an unknown value is `INVALID_ARGUMENT` naming the parameter, the value
 /// and the C type, e.g. `dtype 99 is not a hostfirst_dtype value`.

@@ -1,7 +1,7 @@
 //! Whole-file loads, a plan applied to its file: `hostfirst_load_*`. ("Load" means only this: opening and
 //! validating files is `hostfirst_file_*`.)
 
-use super::args::{c_str, init_options, opt_out, options_struct, out_ptr, read_options};
+use super::args::{c_page_cache, c_str, init_options, opt_out, options_struct, out_ptr, page_cache_arg, read_options};
 use super::buffer::hostfirst_buffer;
 use super::file::hostfirst_file;
 use super::handle::{self, Handle};
@@ -53,6 +53,13 @@ pub struct hostfirst_load_options {
     pub progress: hostfirst_progress_fn,
     /// Passed to `progress` unchanged.
     pub user: *mut c_void,
+    /// (1.1) What the load leaves in the page cache: `HOSTFIRST_PAGE_CACHE_KEEP` (0, the default),
+    /// `HOSTFIRST_PAGE_CACHE_DROP` (pages of the file the load brought in are dropped when it ends, failed
+    /// or not; pages cached before stay) or `HOSTFIRST_PAGE_CACHE_BYPASS` (tensors copied into the `cpu` and
+    /// `cuda` arenas are read with `O_DIRECT` into aligned staging where the file system allows it, the rest
+    /// as with DROP). Tensors the plan leaves on the host are views of the mapping, read when touched: no
+    /// policy applies to them. Another value is `INVALID_ARGUMENT` naming `opts->page_cache`.
+    pub page_cache: c_page_cache,
 }
 
 impl Default for hostfirst_load_options {
@@ -62,6 +69,7 @@ impl Default for hostfirst_load_options {
             copy_on_write: 0,
             progress: None,
             user: std::ptr::null_mut(),
+            page_cache: 0,
         }
     }
 }
@@ -69,7 +77,8 @@ impl Default for hostfirst_load_options {
 options_struct!(
     hostfirst_load_options,
     first_version_ends_with = user,
-    fields = [struct_size, copy_on_write, progress, user]
+    fields = [struct_size, copy_on_write, progress, user],
+    appended = [page_cache]
 );
 
 /// Fills `*out` with the default options (everything zero/NULL) and sets `out->struct_size = struct_size`.
@@ -86,7 +95,8 @@ pub extern "C" fn hostfirst_load_options_init(out: *mut hostfirst_load_options, 
 /// Applies `plan` (made from `file`) and writes a new load handle to `*out` (free with `hostfirst_load_free`).
 ///
 /// Before the first byte moves, every device of the plan is fit-checked against its memory free *now* (one
-/// memory query per device, the only fit check of the load); the first that does not fit gives
+/// memory query per device, the only fit check of the load; with `opts->page_cache` BYPASS the host's share
+/// includes the direct-read staging, 8 MiB and a page per reader thread); the first that does not fit gives
 /// `OUT_OF_MEMORY` naming the device with the numbers (structured: `hostfirst_last_error_fit`), and nothing is
 /// allocated. Host tensors become views. Then each device's tensors are placed as one job:
 /// - `cpu`: one host allocation for all of them; each tensor's buffer is a 64-byte aligned part of it.
@@ -112,8 +122,9 @@ pub extern "C" fn hostfirst_load_options_init(out: *mut hostfirst_load_options, 
 /// decreasing, at least once, last with `done == total`; returning nonzero cancels: `CANCELLED`, no further
 /// call, and everything the load had allocated is freed. Any other failure also frees everything.
 /// Errors: `NULL_ARGUMENT`, `INVALID_HANDLE`, `INVALID_ARGUMENT` (the plan was made for another file; a bad
-/// `opts`: struct_size, copy_on_write not 0 or 1), `OUT_OF_MEMORY`, `CANCELLED`, `DEVICE_ERROR`, `IO`,
-/// `TRUNCATED`. On error `*out` is unchanged.
+/// `opts`: struct_size, copy_on_write not 0 or 1, page_cache not a `hostfirst_page_cache`), `OUT_OF_MEMORY`,
+/// `CANCELLED`, `DEVICE_ERROR`, `IO`, `TRUNCATED`. On error `*out` is unchanged. `opts->page_cache` (1.1)
+/// says what the load leaves in the page cache (see `hostfirst_load_options`).
 /// Thread-safe; `opts->user` is passed to the callback untouched.
 #[no_mangle]
 pub extern "C" fn hostfirst_load_run(
@@ -130,7 +141,8 @@ pub extern "C" fn hostfirst_load_run(
                 format!("opts->copy_on_write is {}; expected 0 or 1", o.copy_on_write),
             ));
         }
-        load_run(file, plan, o.progress, o.user, o.copy_on_write == 1, out)
+        let page_cache = page_cache_arg(o.page_cache, "opts->page_cache")?;
+        load_run(file, plan, o.progress, o.user, o.copy_on_write == 1, page_cache, out)
     })
 }
 
@@ -140,6 +152,7 @@ fn load_run(
     progress: hostfirst_progress_fn,
     user: *mut c_void,
     copy_on_write: bool,
+    page_cache: crate::cache::PageCache,
     out: *mut *mut hostfirst_load,
 ) -> Result<()> {
     let f = handle::get::<hostfirst_file>(file, "file")?;
@@ -151,7 +164,7 @@ fn load_run(
         None => false,
     };
     let progress = if progress.is_some() { Some(&mut cb as &mut dyn FnMut(u64, u64) -> bool) } else { None };
-    let opts = crate::place::LoadOptions { copy_on_write, progress };
+    let opts = crate::place::LoadOptions { copy_on_write, progress, page_cache };
     let loaded = crate::place::load_with(&f, &p.plan, opts)?;
     *out = handle::insert_new::<hostfirst_load>(loaded);
     Ok(())

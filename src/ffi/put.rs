@@ -1,6 +1,8 @@
 //! Puts of one tensor onto a device, synchronous and asynchronous: `hostfirst_put_*`.
 
-use super::args::{init_options, options_struct, out_ptr, out_struct, out_struct_size, read_options, write_out_struct};
+use super::args::{
+    init_options, options_struct, out_ptr, out_struct, out_struct_size, page_cache_arg, read_options, write_out_struct,
+};
 use super::buffer::hostfirst_buffer;
 use super::device::{hostfirst_device, target_of};
 use super::handle::{self, Handle};
@@ -66,6 +68,14 @@ pub struct hostfirst_put_options {
     /// silently); Windows refuses to shrink the file while the buffer lives (a `FILE_MAP_COPY` view).
     /// See `hostfirst_put` for the contract and `hostfirst_buffer_is_file_backed` to ask a buffer which it got.
     pub copy_on_write: i32,
+    /// (1.1) What the put leaves in the page cache: `HOSTFIRST_PAGE_CACHE_KEEP` (0, the default),
+    /// `HOSTFIRST_PAGE_CACHE_DROP` (the pages of the view's file the put brought in are dropped when it
+    /// ends; pages cached before stay) or `HOSTFIRST_PAGE_CACHE_BYPASS` (a contiguous view of a file put on
+    /// `cpu` or `cuda_host` is read with `O_DIRECT` into aligned staging where the file system allows it;
+    /// otherwise as DROP). Another value is `INVALID_ARGUMENT` naming `opts->page_cache`. A 64-bit integer
+    /// holding a `hostfirst_page_cache` value: a 32-bit field would lie in the 1.0 struct's tail padding,
+    /// which an older caller's `sizeof` covers with bytes it never set.
+    pub page_cache: u64,
 }
 
 impl Default for hostfirst_put_options {
@@ -79,6 +89,7 @@ impl Default for hostfirst_put_options {
             progress: None,
             user: std::ptr::null_mut(),
             copy_on_write: 0,
+            page_cache: 0,
         }
     }
 }
@@ -108,7 +119,8 @@ out_struct!(hostfirst_put_stats, staged_instead);
 options_struct!(
     hostfirst_put_options,
     first_version_ends_with = copy_on_write,
-    fields = [struct_size, threads, resident, staging_bytes, chunk_bytes, progress, user, copy_on_write]
+    fields = [struct_size, threads, resident, staging_bytes, chunk_bytes, progress, user, copy_on_write],
+    appended = [page_cache]
 );
 
 struct CProgress {
@@ -132,6 +144,7 @@ struct Opts {
     resident: bool,
     copy_on_write: bool,
     progress: Option<CProgress>,
+    page_cache: crate::cache::PageCache,
 }
 
 fn read_opts(p: *const hostfirst_put_options) -> Result<Opts> {
@@ -161,6 +174,14 @@ fn read_opts(p: *const hostfirst_put_options) -> Result<Opts> {
         resident: o.resident == 1,
         copy_on_write: o.copy_on_write == 1,
         progress: o.progress.map(|f| CProgress { f, user: o.user }),
+        page_cache: page_cache_arg(u32::try_from(o.page_cache).unwrap_or(u32::MAX), "opts->page_cache").map_err(
+            |_| {
+                Error::new(
+                    Status::InvalidArgument,
+                    format!("opts->page_cache {} is not a hostfirst_page_cache value", o.page_cache),
+                )
+            },
+        )?,
     })
 }
 
@@ -274,7 +295,13 @@ fn put_impl(
     let (buf, stats) = crate::place::put_with_stats(
         &v,
         target,
-        PutOptions { tuning: o.tuning, resident: o.resident, copy_on_write: o.copy_on_write, progress },
+        PutOptions {
+            tuning: o.tuning,
+            resident: o.resident,
+            copy_on_write: o.copy_on_write,
+            progress,
+            page_cache: o.page_cache,
+        },
     )?;
     write_stats(out_stats, stats_size, stats);
     *out = handle::insert_new::<hostfirst_buffer>(std::sync::Mutex::new(buf));
@@ -309,7 +336,13 @@ pub extern "C" fn hostfirst_put_start(
         let op = PutOp::start(
             &v,
             target,
-            AsyncPutOptions { tuning: o.tuning, resident: o.resident, copy_on_write: o.copy_on_write, progress },
+            AsyncPutOptions {
+                tuning: o.tuning,
+                resident: o.resident,
+                copy_on_write: o.copy_on_write,
+                progress,
+                page_cache: o.page_cache,
+            },
         )?;
         *out = handle::insert_new::<hostfirst_put_op>(op);
         Ok(())

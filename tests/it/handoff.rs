@@ -257,7 +257,12 @@ fn copy_on_write_falls_back_to_a_copy_without_a_file_and_loads_use_it() {
         calls.push((d, t));
         false
     };
-    let loaded = load_with(&f, &plan, LoadOptions { copy_on_write: true, progress: Some(&mut cb) }).unwrap();
+    let loaded = load_with(
+        &f,
+        &plan,
+        LoadOptions { copy_on_write: true, progress: Some(&mut cb), page_cache: Default::default() },
+    )
+    .unwrap();
     assert_eq!(*calls.last().unwrap(), (plan.device_bytes(), plan.device_bytes()));
     for (name, bytes) in &tensors {
         match loaded.get(name).unwrap() {

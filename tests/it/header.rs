@@ -99,8 +99,10 @@ wait on and release with hostfirst_put_op_free(). Loads and gathers make buffers
 hostfirst_buffer_free(); a buffer outlives the file and view it came from, and its contents never change while
 you hold it. Copy it back with hostfirst_buffer_copy_to_host(), move it with hostfirst_buffer_to(), order it
 against your CUDA streams with hostfirst_buffer_sync_stream() / _record_stream().
-hostfirst_release_cached_memory() gives back the pinned staging and registrations the library keeps for reuse.",
-        rules: &["buffer", "put", "progress", "release_cached_memory"],
+hostfirst_release_cached_memory() gives back the pinned staging and registrations the library keeps for reuse.
+What a put or a load leaves in the operating system's page cache is a hostfirst_page_cache in its options
+(keep, drop, bypass).",
+        rules: &["buffer", "put", "progress", "release_cached_memory", "page_cache"],
     },
     Section {
         title: "RULES, PLANS AND LOADS",

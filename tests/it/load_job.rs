@@ -318,7 +318,9 @@ fn tensors_are_placed_when_first_asked_for_and_once() {
     drop(loaded);
     // Copy-on-write cpu tensors are placed one by one at load time: described the same way.
     let plan = Plan::make(&f, &Rules::parse(["*=cpu"]).unwrap()).unwrap();
-    let loaded = load_with(&f, &plan, LoadOptions { copy_on_write: true, progress: None }).unwrap();
+    let loaded =
+        load_with(&f, &plan, LoadOptions { copy_on_write: true, progress: None, page_cache: Default::default() })
+            .unwrap();
     assert_described_as_placed(&loaded, 64);
     drop(loaded);
     // Nothing asked for: the load alone holds the arena, and frees it.

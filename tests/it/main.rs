@@ -45,6 +45,9 @@ mod mpi;
 #[path = "../../abi/nodes.rs"]
 #[allow(dead_code)]
 mod nodes;
+/// The page-cache policy (issue 45, point 1).
+#[cfg(target_os = "linux")]
+mod page_cache;
 mod place_cpu;
 mod place_cuda;
 mod place_rules;

@@ -262,6 +262,7 @@ class PutOptions(_Mirror):
         ("progress", ctypes.c_void_p),  # hostfirst_progress_fn
         ("user", ctypes.c_void_p),
         ("copy_on_write", ctypes.c_int32),
+        ("page_cache", ctypes.c_uint64),  # a hostfirst_page_cache value (1.1)
     ]
 
 
@@ -282,6 +283,7 @@ class LoadOptions(_Mirror):
         ("copy_on_write", ctypes.c_int32),
         ("progress", ctypes.c_void_p),  # hostfirst_progress_fn
         ("user", ctypes.c_void_p),
+        ("page_cache", ctypes.c_uint32),  # hostfirst_page_cache (1.1)
     ]
 
 

@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
-from . import _abi, _dtypes
+from . import _abi, _dtypes, _page_cache
 from ._core import check
 from ._fast import native
 from ._lib import lib
@@ -74,13 +74,15 @@ def native_dtypes() -> Dict[int, "np.dtype[Any]"]:
     return _NATIVE_DTYPES
 
 
-def run_load(file: File, pairs: List[Tuple[str, str]]) -> _Load:
-    """`hostfirst_load_run` of the plan of `pairs` over `file` (fit-checked first; one job per device)."""
+def run_load(file: File, pairs: List[Tuple[str, str]], page_cache: str = "keep") -> _Load:
+    """`hostfirst_load_run` of the plan of `pairs` over `file` (fit-checked first; one job per device), leaving
+    the page cache as `page_cache` says ("keep", "drop", "bypass"; checked before anything is read)."""
+    opts = _page_cache.load_options(page_cache)
     rules = RuleList(pairs)
     ph = make_plan(file, rules)
     lh = ctypes.c_void_p()
     try:
-        check(lib.hostfirst_load_run(file._handle(), ph, None, ctypes.byref(lh)))
+        check(lib.hostfirst_load_run(file._handle(), ph, _page_cache.options_ref(opts), ctypes.byref(lh)))
     finally:
         lib.hostfirst_plan_free(ph)
     return _Load(lh.value)
@@ -194,12 +196,13 @@ def refuse_unholdable(file: File, load: _Load, names: Sequence[str], what: str,
                     from None
 
 
-def load_numpy(file: File) -> Dict[str, np.ndarray]:
+def load_numpy(file: File, page_cache: str = "keep") -> Dict[str, np.ndarray]:
     """Every tensor of `file` as an owned, writable numpy array, in file order, read by one load into one host
-    allocation. TypeError naming the tensor for a dtype numpy cannot hold."""
+    allocation (`page_cache`: see `run_load`). TypeError naming the tensor for a dtype numpy cannot hold."""
     if not len(file):
+        _page_cache.page_cache_value(page_cache)
         return {}
-    load = run_load(file, [("*", "cpu")])
+    load = run_load(file, [("*", "cpu")], page_cache)
     names = load.names()
     refuse_unholdable(file, load, names, "hostfirst.open(path)[name] gives it as a hostfirst View")
     arrays = host_arrays(load)

@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional, Union, cast
 import numpy as np
 
 from . import _dtypes
+from ._page_cache import page_cache_value
 from ._core import Device, PathLike, check_backend
 from ._errors import error_named
 from ._owned import copy_named, copy_view, load_numpy, map_numpy
@@ -121,6 +122,10 @@ class safe_open:  # noqa: N801 - named as safetensors names it
     `backend` ("mmap" or "pread", keyword-only): safetensors 0.8's storage choice, checked and accepted; both
     give the same arrays here.
 
+    `page_cache` (keyword-only: "keep", the default; "drop"; "bypass"): what `get_tensors` leaves in the page
+    cache (the C header's hostfirst_page_cache); single-tensor reads (`get_tensor`, slices) keep it as it is for
+    now. Anything else is InvalidArgumentError naming page_cache.
+
     `zero_copy` (keyword-only, default False): False gives owned arrays, as safetensors does: each tensor is read
     (pread/io_uring; parallel for large tensors and `get_tensors`) into memory of its own, writable, and nothing
     done to the file afterwards changes it or can crash the process. True gives read-only numpy views of the
@@ -132,7 +137,7 @@ class safe_open:  # noqa: N801 - named as safetensors names it
     """
 
     def __init__(self, filename: PathLike, framework: str = "numpy", device: Union[str, Device] = "default", *,
-                 backend: str = "mmap", zero_copy: bool = False):
+                 backend: str = "mmap", zero_copy: bool = False, page_cache: str = "keep"):
         fw = _FRAMEWORKS.get(framework) if isinstance(framework, str) else None
         if fw is None:
             if isinstance(framework, str) and framework in _ELSEWHERE:
@@ -143,6 +148,8 @@ class safe_open:  # noqa: N801 - named as safetensors names it
             raise error_named("INVALID_ARGUMENT", f"framework {framework!r} is invalid: hostfirst.safe_open gives "
                               "'numpy' (or 'np') and 'jax' (or 'flax') arrays")
         check_backend(backend)
+        page_cache_value(page_cache)
+        self.page_cache = page_cache
         if fw == "jax":
             parse_target(device)  # a bad device or memory kind fails here, as safetensors checks it at open
         elif str(device).strip().lower() not in _HOST_DEVICES:
@@ -208,7 +215,7 @@ class safe_open:  # noqa: N801 - named as safetensors names it
         """Every tensor, {name: array} in file order (safetensors 0.8's `get_tensors`). Owned arrays come from
         one parallel load into one host allocation (for JAX, handed to `device` as one batch)."""
         f = self._open()
-        arrays = map_numpy(f) if self._mapped else load_numpy(f)
+        arrays = map_numpy(f) if self._mapped else load_numpy(f, self.page_cache)
         if self.framework == "numpy":
             return dict(arrays)
         return cast(Dict[str, Any], self._jax().host_to_jax(arrays, self.device))

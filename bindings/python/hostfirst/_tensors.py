@@ -935,21 +935,28 @@ def _no_views(pairs: List[Tuple[str, str]], default: str) -> bool:
     return default.strip().lower() != "host" or any(p == "*" for p, _ in pairs)
 
 
-def load(path: PathLike, rules: Optional[Rules] = None, default: str = "host") -> Dict[str, Union[View, Buffer]]:
+def load(path: PathLike, rules: Optional[Rules] = None, default: str = "host",
+         page_cache: str = "keep") -> Dict[str, Union[View, Buffer]]:
     """Places a whole file by rules (see `rule_pairs` for the forms: dict, "pattern=target" strings, pairs);
     the first match wins, and tensors no rule matches go to `default`: "host" (the default: host first,
     zero-copy views, nothing read) or any target ("default" for the default device, "cpu", "cuda:0").
     Every device is fit-checked before the first byte moves. Returns a dict name -> View (host) or Buffer.
 
         hostfirst.load(path, rules={"tokens": "host"}, default="default")   # all but tokens on the device
+
+    `page_cache` ("keep", the default; "drop"; "bypass"): what the tensors read to devices leave in the page
+    cache (the C header's hostfirst_page_cache); anything else is InvalidArgumentError naming page_cache.
     """
+    from . import _page_cache  # imports this module
+
+    opts = _page_cache.load_options(page_cache)
     f = File(path)
     pairs = with_default(f, rules, default)
     r = RuleList(pairs)
     ph, lh = ctypes.c_void_p(), ctypes.c_void_p()
     try:
         ph = make_plan(f, r)
-        check(lib.hostfirst_load_run(f._handle(), ph, None, ctypes.byref(lh)))
+        check(lib.hostfirst_load_run(f._handle(), ph, _page_cache.options_ref(opts), ctypes.byref(lh)))
         if _no_views(pairs, default):
             # Every tensor is a buffer: the names come in one call, each Buffer is described from the load's
             # bulk table when first used and takes a handle only if it needs one (see _LoadedBuffer), so the

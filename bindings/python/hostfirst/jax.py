@@ -62,7 +62,7 @@ except ImportError as e:  # pragma: no cover - tested in a venv without JAX (scr
     raise ImportError(f"hostfirst.jax needs JAX: pip install hostfirst[jax] (or jax[cuda12] for GPUs) ({e})") from e
 import numpy as np
 
-from . import _abi, _dtypes
+from . import _abi, _dtypes, _page_cache
 from ._core import Device, PathLike, c_string, check, check_backend, text
 from ._devices import is_strict, resolve_target
 from ._errors import OutOfMemoryError, error_named
@@ -276,13 +276,13 @@ def _x64() -> bool:
     return bool(jax.dtypes.canonicalize_dtype(np.int64) == np.dtype(np.int64))
 
 
-def _place(file: File, tensors: List[_Tensor], ph: Any) -> Dict[str, Placed]:
+def _place(file: File, tensors: List[_Tensor], ph: Any, opts: Optional[_abi.LoadOptions] = None) -> Dict[str, Placed]:
     """Runs the load (one job per device: cpu tensors in one host allocation, cuda:N ones in one device
     allocation) and hands each tensor over: host -> numpy (owned, a slice of the load's cpu allocation; or the
     zero-copy view), cpu -> jax.device_put of those arrays in one batch per device and memory kind (no copy on
     CPU), cuda:N -> DLPack, cuda_host -> the page-locked buffer as numpy, put in the GPU's pinned_host memory."""
     lh = ctypes.c_void_p()
-    check(lib.hostfirst_load_run(file._handle(), ph, None, ctypes.byref(lh)))
+    check(lib.hostfirst_load_run(file._handle(), ph, _page_cache.options_ref(opts), ctypes.byref(lh)))
     load = _Load(lh.value)
     at = {name: i for i, name in enumerate(load.names())}  # the load's index of each tensor (file order)
     owned = host_arrays(load, [at[t.name] for t in tensors if t.device is not None and t.device.kind == "cpu"])
@@ -324,18 +324,19 @@ def _load_view(load: _Load, name: str) -> View:
 @overload
 def load_file(path: Union[PathLike, File], rules: None = None, shardings: Optional[Mapping[str, Any]] = None,
               default: OnDevice = "default", *, backend: str = "mmap",
-              zero_copy: bool = False) -> Dict[str, "jax.Array"]: ...
+              zero_copy: bool = False, page_cache: str = "keep") -> Dict[str, "jax.Array"]: ...
 
 
 @overload
 def load_file(path: Union[PathLike, File], rules: Optional[Rules] = None,
               shardings: Optional[Mapping[str, Any]] = None, default: str = "default", *,
-              backend: str = "mmap", zero_copy: bool = False) -> Dict[str, Placed]: ...
+              backend: str = "mmap", zero_copy: bool = False,
+              page_cache: str = "keep") -> Dict[str, Placed]: ...
 
 
 def load_file(path: Union[PathLike, File], rules: Optional[Rules] = None,
               shardings: Optional[Mapping[str, Any]] = None, default: str = "default", *,
-              backend: str = "mmap", zero_copy: bool = False) -> Dict[str, Any]:
+              backend: str = "mmap", zero_copy: bool = False, page_cache: str = "keep") -> Dict[str, Any]:
     """Loads a safetensors file (or a sharded set's index) by placement rules: a dict name -> jax.Array (device
     targets) or numpy array (host targets), in file order. `path` may be any file `hostfirst.open` opens (.npy,
     an llm.c shard, a Megatron dataset), or a File already open (`hostfirst.open_raw` for a headerless token
@@ -370,17 +371,22 @@ def load_file(path: Union[PathLike, File], rules: Optional[Rules] = None,
 
     `backend` ("mmap" or "pread"): safetensors 0.8's keyword, checked; both read the same way here.
 
+    `page_cache` ("keep", the default; "drop"; "bypass"): what the load leaves in the page cache (the C
+    header's hostfirst_page_cache; shard-on-read tensors keep it as it is for now); anything else is
+    InvalidArgumentError naming page_cache.
+
     Typing: without `rules` (and with `default` left alone or naming a JAX device or memory kind literally:
     "cpu", "cuda", "pinned_host", ...), every value is a jax.Array and the result is typed
     `Dict[str, jax.Array]`, as `safetensors.flax.load_file`'s is; with rules (or another `default`, such as
     "host" or a variable) it is `Dict[str, jax.Array | np.ndarray | View | Buffer]`."""
     check_backend(backend)
+    opts = _page_cache.load_options(page_cache)
     sharded = _shard.load_jax(path, shardings) if shardings else {}
     f = path if isinstance(path, File) else File(path)
     try:
         tensors, ph, _rules = _plan(f, rules, default, zero_copy, keep_host=list(sharded))
         try:
-            placed = _place(f, tensors, ph)
+            placed = _place(f, tensors, ph, opts)
         finally:
             lib.hostfirst_plan_free(ph)
     finally:

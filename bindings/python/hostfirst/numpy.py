@@ -31,6 +31,7 @@ import numpy as np
 
 from ._core import PathLike, check_backend
 from ._owned import load_numpy, memory_file
+from ._page_cache import page_cache_value
 from ._safe_open import safe_open
 from ._save import save, save_file
 from ._tensors import File
@@ -38,21 +39,27 @@ from ._tensors import File
 __all__ = ["load_file", "load", "save", "save_file"]
 
 
-def load_file(filename: PathLike, *, backend: str = "mmap", zero_copy: bool = False) -> Dict[str, np.ndarray]:
+def load_file(filename: PathLike, *, backend: str = "mmap", zero_copy: bool = False,
+              page_cache: str = "keep") -> Dict[str, np.ndarray]:
     """Every tensor of a safetensors file (or a sharded set's index) as a numpy array, in file order.
 
     Default: owned, writable arrays, read by hostfirst's parallel readers into one host allocation (no later
     change to the file reaches them). `zero_copy=True`: read-only views of the file's mapping, nothing read;
     a file truncated under them kills the process with SIGBUS on the next read (see the module doc).
     `backend` ("mmap" or "pread"): safetensors 0.8's keyword, checked; both read the same way here.
+    `page_cache` ("keep", the default; "drop"; "bypass"): what the read leaves in the page cache (see the C
+    header's hostfirst_page_cache): "drop" gives back the file's pages the load brought in, "bypass" reads
+    with direct I/O where the file system allows it. Anything else: InvalidArgumentError naming page_cache.
+    With zero_copy=True nothing is read, so no policy applies (it is still checked).
     TypeError naming the tensor for the packed F4/F6 dtypes, which numpy cannot hold."""
     check_backend(backend)
+    page_cache_value(page_cache)
     if zero_copy:
         with safe_open(filename, framework="numpy", zero_copy=True) as opened:
             return opened.get_tensors()
     f = File(filename)
     try:
-        return load_numpy(f)
+        return load_numpy(f, page_cache)
     finally:
         f._release()
 
@@ -63,6 +70,6 @@ def load(data: bytes) -> Dict[str, np.ndarray]:
     files are (a FormatError subclass, a ValueError, names what is wrong); TypeError for anything but bytes."""
     f = memory_file(data)
     try:
-        return load_numpy(f)
+        return load_numpy(f, page_cache)
     finally:
         f._release()

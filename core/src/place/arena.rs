@@ -253,7 +253,13 @@ fn groups<'a>(tensors: &[TensorRef<'a>], offsets: &[usize], cap: usize, policy: 
 /// # Safety
 /// `base` must be valid for writes at every piece's destination, and no one else may access those bytes
 /// during the call.
-unsafe fn read_group(g: &Group<'_>, base: *mut u8, relative: bool, scratch: &mut Vec<u8>) -> Result<()> {
+unsafe fn read_group(
+    g: &Group<'_>,
+    base: *mut u8,
+    relative: bool,
+    scratch: &mut Vec<u8>,
+    io: &mut Io<'_>,
+) -> Result<()> {
     let what = || g.what();
     match g.from {
         From::Memory { at, span } => {
@@ -266,6 +272,12 @@ unsafe fn read_group(g: &Group<'_>, base: *mut u8, relative: bool, scratch: &mut
         From::File { file, at, span } if relative => {
             // SAFETY: forwarded: the slab holds `span` bytes for this group.
             let dst = unsafe { std::slice::from_raw_parts_mut(base, span) };
+            if let Some(direct) = io.direct.and_then(|d| d.get(file)) {
+                // SAFETY: as above: the slab's `span` bytes are ours.
+                return unsafe {
+                    crate::cache::read_direct(&direct, at, &[(dst.as_mut_ptr(), span)], &mut io.staging, &what)
+                };
+            }
             let mut iov = [crate::os::IoVec::new(dst.as_mut_ptr(), span)];
             crate::engine::read_vectored_exact(file, at, &mut iov, &what)
         }
@@ -274,20 +286,38 @@ unsafe fn read_group(g: &Group<'_>, base: *mut u8, relative: bool, scratch: &mut
             if scratch.len() < largest_gap {
                 scratch.resize(largest_gap, 0);
             }
-            let mut iov = Vec::with_capacity(g.pieces.len() * 2);
+            let mut pieces: Vec<(*mut u8, usize)> = Vec::with_capacity(g.pieces.len() * 2);
             let mut pos = 0usize;
             for p in &g.pieces {
                 if p.src > pos {
-                    iov.push(crate::os::IoVec::new(scratch.as_mut_ptr(), p.src - pos));
+                    pieces.push((scratch.as_mut_ptr(), p.src - pos));
                 }
                 // SAFETY: forwarded: the piece's arena range is ours.
                 let d = unsafe { base.add(p.dst) };
                 super::host::populate_write(unsafe { std::slice::from_raw_parts_mut(d, p.len) });
-                iov.push(crate::os::IoVec::new(d, p.len));
+                pieces.push((d, p.len));
                 pos = p.src + p.len;
             }
+            if let Some(direct) = io.direct.and_then(|d| d.get(file)) {
+                // SAFETY: forwarded: arena ranges and the scratch are ours for the call.
+                return unsafe { crate::cache::read_direct(&direct, at, &pieces, &mut io.staging, &what) };
+            }
+            let mut iov: Vec<crate::os::IoVec> = pieces.into_iter().map(|(p, n)| crate::os::IoVec::new(p, n)).collect();
             crate::engine::read_vectored_exact(file, at, &mut iov, &what)
         }
+    }
+}
+
+/// How one reader thread of a job reads a file group: through the page cache, or (page-cache policy
+/// `bypass`) with direct I/O through its own aligned staging.
+pub(crate) struct Io<'a> {
+    direct: Option<&'a crate::cache::DirectFiles>,
+    staging: crate::cache::Staging,
+}
+
+impl<'a> Io<'a> {
+    fn new(direct: Option<&'a crate::cache::DirectFiles>) -> Io<'a> {
+        Io { direct, staging: crate::cache::Staging::default() }
     }
 }
 
@@ -305,7 +335,11 @@ impl SendPtr {
 
 /// Loads `tensors` into one host arena; returns it with each tensor's offset in it (in order: the tensor's
 /// part is `HostAlloc::sub(&arena, offset, nbytes)`).
-pub(crate) fn load_host(tensors: &[TensorRef<'_>], rep: &mut Reporter<'_>) -> Result<(Arc<HostAlloc>, Vec<usize>)> {
+pub(crate) fn load_host(
+    tensors: &[TensorRef<'_>],
+    rep: &mut Reporter<'_>,
+    direct: Option<&crate::cache::DirectFiles>,
+) -> Result<(Arc<HostAlloc>, Vec<usize>)> {
     let (offsets, size) = layout(tensors, HOST_ALIGN)?;
     let what = format!("{} tensor(s) to cpu", tensors.len());
     let mut arena = HostAlloc::zeroed(size, &what)?;
@@ -320,6 +354,7 @@ pub(crate) fn load_host(tensors: &[TensorRef<'_>], rep: &mut Reporter<'_>) -> Re
     let first_error: Mutex<Option<Error>> = Mutex::new(None);
     let work = |on_group: &mut dyn FnMut() -> Result<()>| {
         let mut scratch = Vec::new();
+        let mut io = Io::new(direct);
         loop {
             if stop.load(Ordering::Relaxed) {
                 return;
@@ -327,7 +362,7 @@ pub(crate) fn load_host(tensors: &[TensorRef<'_>], rep: &mut Reporter<'_>) -> Re
             let i = next.fetch_add(1, Ordering::Relaxed);
             let Some(g) = groups.get(i) else { return };
             // SAFETY: groups write disjoint arena ranges; each group is taken by one thread.
-            let r = unsafe { read_group(g, base.get(), false, &mut scratch) }.and_then(|()| {
+            let r = unsafe { read_group(g, base.get(), false, &mut scratch, &mut io) }.and_then(|()| {
                 done.fetch_add(g.bytes, Ordering::Relaxed);
                 on_group()
             });
@@ -373,6 +408,7 @@ pub(crate) fn load_cuda(
     ordinal: u32,
     tensors: &[TensorRef<'_>],
     rep: &mut Reporter<'_>,
+    direct: Option<&crate::cache::DirectFiles>,
 ) -> Result<(Arc<DeviceMemory>, Vec<usize>)> {
     let (offsets, size) = layout(tensors, CUDA_ALIGN)?;
     let arena = DeviceMemory::alloc(ordinal, size)
@@ -384,7 +420,7 @@ pub(crate) fn load_cuda(
         let groups = groups(tensors, &offsets, slab_len, &ReadPolicy::default());
         let count = count.min(groups.len()).max(1);
         let threads = default_threads().min(count).max(1);
-        ring(ordinal, &groups, &arena, slab_len, count, threads, rep)?;
+        ring(ordinal, &groups, &arena, slab_len, (count, threads), rep, direct)?;
     }
     Ok((Arc::new(arena), offsets))
 }
@@ -397,9 +433,9 @@ fn ring(
     groups: &[Group<'_>],
     dst: &DeviceMemory,
     slab_len: usize,
-    count: usize,
-    threads: usize,
+    (count, threads): (usize, usize),
     rep: &mut Reporter<'_>,
+    direct: Option<&crate::cache::DirectFiles>,
 ) -> Result<()> {
     let stream = Stream::new(ordinal)?;
     let (free_tx, free_rx) = mpsc::channel::<Slot>();
@@ -434,6 +470,7 @@ fn ring(
             let (free_rx, next, stop) = (&free_rx, &next, &stop);
             s.spawn(move || {
                 let mut scratch = Vec::new();
+                let mut io = Io::new(direct);
                 loop {
                     if stop.load(Ordering::Relaxed) {
                         break;
@@ -447,7 +484,7 @@ fn ring(
                     debug_assert!(g.span() <= slot.slab.len());
                     let base = slot.slab.as_mut_slice().as_mut_ptr();
                     // SAFETY: the slab is this thread's until it is sent on; the group's span fits in it.
-                    let r = unsafe { read_group(g, base, true, &mut scratch) };
+                    let r = unsafe { read_group(g, base, true, &mut scratch, &mut io) };
                     let failed = r.is_err();
                     let msg = match r {
                         Ok(()) => (i, Ok(slot)),

@@ -21,6 +21,8 @@ pub struct AsyncPutOptions {
     pub copy_on_write: bool,
     /// Called on the worker thread at a bounded rate; true cancels.
     pub progress: Option<SendProgress>,
+    /// As [`PutOptions::page_cache`].
+    pub page_cache: crate::cache::PageCache,
 }
 
 enum State {
@@ -52,7 +54,7 @@ impl PutOp {
         let worker = std::thread::Builder::new()
             .name("hostfirst-put".to_string())
             .spawn(move || {
-                let AsyncPutOptions { tuning, resident, copy_on_write, mut progress } = opts;
+                let AsyncPutOptions { tuning, resident, copy_on_write, mut progress, page_cache } = opts;
                 let mut sink = |d: u64, t: u64| -> bool {
                     if sh.cancel.load(Ordering::Relaxed) {
                         return true;
@@ -66,7 +68,7 @@ impl PutOp {
                     put_with_stats(
                         &view,
                         Target::Device(device),
-                        PutOptions { tuning, resident, copy_on_write, progress: Some(&mut sink) },
+                        PutOptions { tuning, resident, copy_on_write, progress: Some(&mut sink), page_cache },
                     )
                 }))
                 .unwrap_or_else(|_| Err(Error::new(Status::Internal, "the put worker panicked".to_string())));

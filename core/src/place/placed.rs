@@ -185,6 +185,29 @@ pub fn check_devices(devices: &[DeviceSummary], what: &str) -> Result<()> {
     Ok(())
 }
 
+/// The device totals a load fit-checks: the plan's, and under `bypass` the direct-read staging of its reader
+/// threads (`staging` bytes of host memory, held while device tensors are read) added to `cpu` (an entry of
+/// its own when the plan puts nothing on `cpu` but moves tensors to another device). Host views read nothing.
+pub fn with_staging(devices: &[DeviceSummary], staging: u64) -> Vec<DeviceSummary> {
+    let mut out = devices.to_vec();
+    if staging == 0 || !out.iter().any(|d| d.bytes > 0) {
+        return out;
+    }
+    match out.iter_mut().find(|d| d.device.kind == DeviceKind::CPU) {
+        Some(cpu) => cpu.bytes += staging,
+        None => out.push(DeviceSummary {
+            device: crate::device::Device::CPU,
+            bytes: staging,
+            tensors: 0,
+            usable: 0,
+            total: 0,
+            fits: false,
+            largest: ("direct-I/O staging (page_cache bypass)".to_string(), staging),
+        }),
+    }
+    out
+}
+
 /// Options of a whole-file load.
 #[derive(Default)]
 pub struct LoadOptions<'a> {
@@ -193,6 +216,10 @@ pub struct LoadOptions<'a> {
     pub copy_on_write: bool,
     /// `progress(done, total)`: see [`load`].
     pub progress: Option<&'a mut dyn FnMut(u64, u64) -> bool>,
+    /// What the load leaves in the page cache ([`crate::cache`]): under `drop` and `bypass`, the pages of the
+    /// file it brought in are given back when it ends; `bypass` reads the tensors copied to `cpu` and `cuda`
+    /// arenas with direct I/O where the file system allows it.
+    pub page_cache: crate::cache::PageCache,
 }
 
 /// Applies `plan` (made from `file`): fit-checks every device before the first byte moves (once per
@@ -201,7 +228,7 @@ pub struct LoadOptions<'a> {
 /// device's job), monotonic, at least once, and last with `done == total`; returning true cancels
 /// (`CANCELLED`, everything already placed is freed). Any failure frees everything the load had taken.
 pub fn load(file: &TensorFile, plan: &Plan, progress: Option<&mut dyn FnMut(u64, u64) -> bool>) -> Result<Loaded> {
-    load_with(file, plan, LoadOptions { copy_on_write: false, progress })
+    load_with(file, plan, LoadOptions { copy_on_write: false, progress, page_cache: Default::default() })
 }
 
 /// [`load`] with options (copy-on-write cpu tensors).
@@ -213,12 +240,24 @@ pub fn load(file: &TensorFile, plan: &Plan, progress: Option<&mut dyn FnMut(u64,
 /// or page-locked allocation).
 pub fn load_with(file: &TensorFile, plan: &Plan, opts: LoadOptions<'_>) -> Result<Loaded> {
     crate::device::cuda::capture::safe_point();
-    let LoadOptions { copy_on_write, progress } = opts;
+    let LoadOptions { copy_on_write, progress, page_cache } = opts;
     if plan.entries.len() != file.len() || plan.entries.iter().any(|e| file.name(e.index) != Some(e.name.as_str())) {
         return Err(Error::new(Status::InvalidArgument, format!("the plan was not made for {}", file.display_name())));
     }
-    check_plan(plan)?;
+    match page_cache {
+        crate::cache::PageCache::Bypass => {
+            let staging = crate::cache::staging_bytes(super::parallel::default_threads());
+            check_devices(&with_staging(&plan.devices, staging), "load")?
+        }
+        _ => check_plan(plan)?,
+    }
     let total = plan.device_bytes();
+    // Sampled before the first read, restored when the load ends, failed or not (the scope's Drop).
+    let _cache = crate::cache::CacheScope::begin(
+        page_cache,
+        plan.entries.iter().filter_map(|e| file.tensor_ref(e.index)).filter_map(|t| t.file_and_offset().map(|f| f.0)),
+    );
+    let direct = crate::cache::DirectFiles::for_policy(page_cache);
     let mut rep = Reporter::new(progress, total);
     let mut entries: Vec<Entry> = Vec::with_capacity(plan.entries.len());
     // Jobs: per device, the entry indices and tensors it receives.
@@ -281,8 +320,8 @@ pub fn load_with(file: &TensorFile, plan: &Plan, opts: LoadOptions<'_>) -> Resul
     for (d, idx, tensors) in jobs {
         let bytes: u64 = tensors.iter().map(|v| v.nbytes()).sum();
         let (arena, offsets) = match d.kind {
-            DeviceKind::CPU => load_host(&tensors, &mut rep).map(|(a, o)| (Arena::Host(a), o))?,
-            _ => load_cuda(d.ordinal, &tensors, &mut rep).map(|(a, o)| (Arena::Cuda(a), o))?,
+            DeviceKind::CPU => load_host(&tensors, &mut rep, direct.as_ref()).map(|(a, o)| (Arena::Host(a), o))?,
+            _ => load_cuda(d.ordinal, &tensors, &mut rep, direct.as_ref()).map(|(a, o)| (Arena::Cuda(a), o))?,
         };
         rep.base += bytes;
         // After each device's job (not rate-limited: one call per device); the last comes below.
@@ -309,6 +348,31 @@ mod tests {
     use crate::device::Device;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::{Duration, Instant};
+
+    /// Under bypass the fit check counts the direct-read staging: added to `cpu`, or an entry of its own
+    /// when only another device receives tensors; nothing for a plan that moves nothing.
+    #[test]
+    fn the_fit_check_counts_bypass_staging() {
+        let summary = |device: Device, bytes: u64| DeviceSummary {
+            device,
+            bytes,
+            tensors: 1,
+            usable: 0,
+            total: 0,
+            fits: true,
+            largest: ("t".to_string(), bytes),
+        };
+        let staging = crate::cache::staging_bytes(2);
+        assert_eq!(staging, 2 * ((8 << 20) + 4096));
+        let cpu = with_staging(&[summary(Device::CPU, 100)], staging);
+        assert_eq!((cpu.len(), cpu[0].bytes), (1, 100 + staging));
+        let cuda = with_staging(&[summary(Device::cuda(0), 100)], staging);
+        assert_eq!(cuda.len(), 2);
+        assert_eq!((cuda[0].bytes, cuda[1].device, cuda[1].bytes), (100, Device::CPU, staging));
+        assert!(cuda[1].largest.0.contains("staging"), "{:?}", cuda[1].largest);
+        assert_eq!(with_staging(&[summary(Device::CPU, 0)], staging)[0].bytes, 0, "nothing read, no staging");
+        assert!(with_staging(&[], staging).is_empty());
+    }
 
     thread_local! {
         /// Set by a test on the thread that is to stop inside a placement (see `pause_point`).

@@ -44,6 +44,10 @@ pub struct PutOptions<'a> {
     pub copy_on_write: bool,
     /// Progress sink (bytes done, total) → true to cancel; called at a bounded rate from the calling thread.
     pub progress: Option<&'a mut dyn FnMut(u64, u64) -> bool>,
+    /// What the put leaves in the page cache ([`crate::cache`]): `drop` gives back the pages of the view's
+    /// file it brought in; `bypass` reads a contiguous view of a file into a `cpu` (or `cuda_host`) buffer
+    /// with direct I/O where the file system allows it, and otherwise reads as with `drop`.
+    pub page_cache: crate::cache::PageCache,
 }
 
 /// What a put did (for the resident mode: the registration cost).
@@ -113,6 +117,13 @@ pub fn fill_with_stats(view: &View, buf: &mut Buffer, opts: PutOptions<'_>) -> R
 /// its chunk in one call before reading into it (see [`super::host::populate_write`]).
 fn fill_impl(view: &View, buf: &mut Buffer, opts: PutOptions<'_>, fresh: bool) -> Result<PutStats> {
     let device = buf.device();
+    // Sampled before the first read; the pages this put brought in go back when it ends, failed or not.
+    let _cache = crate::cache::CacheScope::begin(opts.page_cache, view.file_and_offset().map(|f| f.0));
+    let direct = crate::cache::DirectFiles::for_policy(opts.page_cache);
+    let direct_file = match (&direct, view.file_and_offset()) {
+        (Some(d), Some((file, at))) if view.is_contiguous() => d.get(file).map(|f| (f, at)),
+        _ => None,
+    };
     match buf.memory_mut() {
         Memory::Host(_) | Memory::Pinned(_) => {
             let dst = buf.host_bytes_mut().expect("host memory");
@@ -120,7 +131,16 @@ fn fill_impl(view: &View, buf: &mut Buffer, opts: PutOptions<'_>, fresh: bool) -
             let prepare: Option<engine::bulk::Prepare<'_>> =
                 if populate { Some(&super::host::populate_write) } else { None };
             let mut progress = Progress::new(opts.progress, view.nbytes());
-            engine::fill_host(dst, &opts.tuning, prepare, |off, d| view.read_at(off, d), &mut progress)?;
+            match &direct_file {
+                Some((file, at)) => {
+                    let what = || format!("tensor '{}'", view.name());
+                    let read = |off: u64, d: &mut [u8]| crate::cache::read_direct_here(file, at + off, d, &what);
+                    let r = engine::fill_host(dst, &opts.tuning, prepare, read, &mut progress);
+                    crate::cache::release_staging_here();
+                    r?
+                }
+                None => engine::fill_host(dst, &opts.tuning, prepare, |off, d| view.read_at(off, d), &mut progress)?,
+            }
             progress.finish()?;
             Ok(PutStats::default())
         }
