@@ -149,7 +149,9 @@ fn a_file_on_fuse_is_reported_as_fuse_and_read_with_owned_reads() {
     // A load: host placement becomes a cpu copy, copy-on-write copies, bytes exact.
     let plan = Plan::make(&fuse, &Rules::parse(["small=host", "*=cpu"]).unwrap()).unwrap();
     for cow in [false, true] {
-        let loaded = load_with(&fuse, &plan, LoadOptions { copy_on_write: cow, progress: None }).unwrap();
+        let loaded =
+            load_with(&fuse, &plan, LoadOptions { copy_on_write: cow, progress: None, page_cache: Default::default() })
+                .unwrap();
         for (name, bytes) in &ts {
             let Some(Placed::Buffer(b)) = loaded.get(name) else { panic!("{name}: a buffer, not a view") };
             let b = b.lock().unwrap();
