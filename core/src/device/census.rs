@@ -12,27 +12,13 @@ use super::cuda;
 use super::host;
 use super::platforms::{platforms, Platforms};
 use super::spec::{CudaSelector, DeviceSpec, ACCEPTED_SPECS};
+pub use super::types::Backend;
 use super::types::{BackendStatus, Device, DeviceInfo, DeviceKind};
 use crate::error::{Error, Result, Status};
 use crate::forksafe::InitOnce;
 use std::ffi::OsStr;
 
 pub use super::platforms::BACKEND_NAMES;
-
-/// One backend in the census.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Backend {
-    /// `cpu` or `cuda`.
-    pub name: &'static str,
-    /// Usable or why not.
-    pub status: BackendStatus,
-    /// Human reason; empty when available.
-    pub reason: String,
-    /// Driver version as `major.minor` when known, else empty.
-    pub driver_version: String,
-    /// Number of devices the backend exposes (0 unless available).
-    pub device_count: u32,
-}
 
 /// The census: every backend and every device of the available backends.
 #[derive(Clone, Debug)]
@@ -129,9 +115,14 @@ impl Census {
     /// The backend with this name (`gds` is probed on first use: [`super::gds`]).
     pub fn backend(&self, name: &str) -> Option<&Backend> {
         if name == "gds" {
-            return Some(super::gds::backend());
+            return Some(super::gds::backend(self.cuda()));
         }
         self.backends.iter().find(|b| b.name == name)
+    }
+
+    /// The cuda entry, which the gds probe reads (GPUDirect needs CUDA devices).
+    fn cuda(&self) -> &Backend {
+        self.backends.iter().find(|b| b.name == "cuda").expect("the census has cuda")
     }
 
     /// How many backends there are: cpu, cuda and gds ([`BACKEND_NAMES`]), whatever their status.
@@ -144,7 +135,7 @@ impl Census {
     pub fn backend_at(&self, index: usize) -> Option<&Backend> {
         match index.checked_sub(self.backends.len()) {
             None => self.backends.get(index),
-            Some(0) => Some(super::gds::backend()),
+            Some(0) => Some(super::gds::backend(self.cuda())),
             Some(_) => None,
         }
     }

@@ -22,7 +22,7 @@
 //! once per process. Available: `driver_version` is cuFile's version, `device_count` the devices with
 //! GPUDirect RDMA.
 
-use super::census::Backend;
+use super::types::Backend;
 use super::types::BackendStatus;
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
@@ -72,11 +72,12 @@ fn no(status: BackendStatus, reason: String, version: &str) -> GdsProbe {
     GdsProbe { status, reason, version: version.to_string(), devices: 0 }
 }
 
-/// The `gds` census entry of this process, probed on first use (see the module documentation).
-pub fn backend() -> &'static Backend {
+/// The `gds` census entry of this process, probed on first use (see the module documentation) with the
+/// census's `cuda` entry (the census calls this; the first call's entry is the process's).
+pub fn backend(cuda: &Backend) -> &'static Backend {
     static B: crate::forksafe::InitOnce<Backend> = crate::forksafe::InitOnce::new();
     B.get_or_init(|| {
-        let p = probe_process();
+        let p = probe_process(cuda);
         Backend {
             name: "gds",
             status: p.status,
@@ -87,14 +88,13 @@ pub fn backend() -> &'static Backend {
     })
 }
 
-fn probe_process() -> GdsProbe {
+fn probe_process(cuda_entry: &Backend) -> GdsProbe {
     if let Some(reason) = super::platforms::platforms().hidden_reason("gds") {
         return no(BackendStatus::HiddenByEnv, reason, "");
     }
     let env = |k: &str| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned());
     let cuda = || -> Result<Vec<bool>, String> {
-        let c = super::census();
-        let b = c.backend("cuda").expect("the census has cuda");
+        let b = cuda_entry;
         if b.status != BackendStatus::Available {
             return Err(format!("{} ({})", b.status.name(), b.reason));
         }

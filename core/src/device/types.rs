@@ -150,3 +150,18 @@ impl DeviceInfo {
         self.uuid.starts_with("MIG-")
     }
 }
+
+/// One backend in the census.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Backend {
+    /// `cpu` or `cuda`.
+    pub name: &'static str,
+    /// Usable or why not.
+    pub status: BackendStatus,
+    /// Human reason; empty when available.
+    pub reason: String,
+    /// Driver version as `major.minor` when known, else empty.
+    pub driver_version: String,
+    /// Number of devices the backend exposes (0 unless available).
+    pub device_count: u32,
+}
