@@ -386,14 +386,15 @@ pub unsafe fn read_direct(
             crate::engine::FailureKind::Os(e) => Error::new(Status::Io, format!("{}: direct read failed: {e}", what())),
         })?;
         drop(reads);
-        let mut got = whole;
-        while (start + got as u64) < want_end {
-            match crate::os::read_at(crate::os::raw_file(direct), &mut buf[got..], start + got as u64) {
-                Ok(0) => return Err(truncated(start + got as u64)),
-                Ok(n) => got += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::new(Status::Io, format!("{}: direct read failed: {e}", what()))),
-            }
+        let tail = (want_end - start) as usize - whole;
+        if tail > 0 {
+            let fd = crate::os::raw_file(direct);
+            crate::engine::read_at_least(fd, start + whole as u64, &mut buf[whole..], tail).map_err(|f| match f {
+                crate::engine::FailureKind::Eof { at } => truncated(at),
+                crate::engine::FailureKind::Os(e) => {
+                    Error::new(Status::Io, format!("{}: direct read failed: {e}", what()))
+                }
+            })?;
         }
         // Deliver [pos, want_end) from the staging into the destinations, in order.
         let mut src = (pos - start) as usize;

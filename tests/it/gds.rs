@@ -153,7 +153,7 @@ fn each_typed_reason_in_the_order_it_is_checked() {
 /// Without a libcufile on the library path: LIBRARY_NOT_FOUND naming what was tried. (Skipped, saying so,
 /// where the machine has a real libcufile the loader finds.)
 #[test]
-fn no_libcufile_is_library_not_found() {
+fn no_libcufile_is_library_not_found_on_the_stand_in_cuda() {
     let real = Command::new("ldconfig")
         .arg("-p")
         .output()
@@ -176,7 +176,7 @@ fn no_libcufile_is_library_not_found() {
 /// A libcufile in the current folder is never loaded, even when an empty LD_LIBRARY_PATH entry (which the
 /// loader reads as the current folder) would reach it.
 #[test]
-fn libcufile_is_never_loaded_from_the_current_folder() {
+fn libcufile_is_never_loaded_from_the_current_folder_with_the_stand_in_cuda() {
     let root = fake_root("cwd", GOOD);
     let log = root.join("cufile.log");
     let mut e = env(&root, &log, &[]);
@@ -203,13 +203,13 @@ fn libcufile_is_never_loaded_from_the_current_folder() {
 
 /// Taking the census (cpu and cuda: devices, a cuda spec) never loads libcufile; describing gds does.
 #[test]
-fn the_census_loads_libcufile_only_when_gds_is_asked_for() {
+fn the_census_loads_libcufile_only_when_gds_is_asked_for_with_the_stand_in_cuda() {
     let root = fake_root("lazy", GOOD);
     let log = root.join("cufile.log");
     let e = env(&root, &log, &[]);
     let refs: Vec<(&str, Option<&str>)> = e.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect();
     in_stand_in_child(
-        concat!(module_path!(), "::the_census_loads_libcufile_only_when_gds_is_asked_for"),
+        concat!(module_path!(), "::the_census_loads_libcufile_only_when_gds_is_asked_for_with_the_stand_in_cuda"),
         &refs,
         || {
             let log2 = PathBuf::from(std::env::var("STAND_IN_CUFILE_LOG").unwrap());

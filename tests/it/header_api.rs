@@ -610,7 +610,7 @@ fn every_extensible_struct_has_its_1_0_size() {
     let extensible: Vec<&String> =
         api.structs.iter().filter(|(_, f)| f.first().is_some_and(|f| f.1 == "struct_size")).map(|(n, _)| n).collect();
     assert!(extensible.len() >= 15, "extensible structs found: {extensible:?}");
-    let mut c = String::from("#define HOSTFIRST_EXPERIMENTAL\n#include \"hostfirst.h\"\n");
+    let mut c = String::from("#define HOSTFIRST_EXPERIMENTAL\n#include <stddef.h>\n#include \"hostfirst.h\"\n");
     let mut missing = Vec::new();
     for s in &extensible {
         let constant = format!("HOSTFIRST_{}_SIZE_1_0", s.trim_start_matches("hostfirst_").to_uppercase());
@@ -618,7 +618,18 @@ fn every_extensible_struct_has_its_1_0_size() {
             Some((_, v)) if v.parse::<usize>().is_ok() => {}
             _ => missing.push(constant.clone()),
         }
-        c.push_str(&format!("_Static_assert(sizeof({s}) == {constant}, \"{constant} is not sizeof({s})\");\n"));
+        // The 1.0 size: within the struct, a multiple of its alignment, and at a field boundary (every field
+        // ends at or before it, or starts at or after it: fields appended since 1.0 start there). Where nothing
+        // was appended since 1.0 it is the struct's sizeof.
+        c.push_str(&format!("_Static_assert({constant} <= sizeof({s}), \"{constant} is past sizeof({s})\");\n"));
+        c.push_str(&format!(
+            "_Static_assert({constant} % _Alignof({s}) == 0, \"{constant} is not a multiple of {s}'s alignment\");\n"
+        ));
+        for (_, f) in &api.structs[s.as_str()] {
+            c.push_str(&format!(
+                "_Static_assert(offsetof({s}, {f}) + sizeof((({s} *)0)->{f}) <= {constant} || offsetof({s}, {f}) >= {constant}, \"{s}.{f} straddles {constant}\");\n"
+            ));
+        }
     }
     assert!(missing.is_empty(), "extensible structs without their 1.0 size as an integer constant: {missing:?}");
     c.push_str("int main(void) { return 0; }\n");

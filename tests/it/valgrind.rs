@@ -46,6 +46,7 @@ const PASS: &[&str] = &[
     "header_api::",
     "gds::",
     "file_engine::",
+    "page_cache::",
 ];
 
 fn ci() -> bool {

@@ -18,7 +18,7 @@
 //
 // Versions follow the C header's one rule, HOSTFIRST_VERSION_COMPATIBLE (the same ABI line, the library at least
 // as new as the header): the build fails when the installed hostfirst.h cannot serve this package (it is written
-// for hostfirst 1.0.0: WrittenFor), and CheckVersion (also run by the entry points: Open, Backends, Devices,
+// for hostfirst 1.1.0: WrittenFor), and CheckVersion (also run by the entry points: Open, Backends, Devices,
 // ParseDevice, HandleCount) fails when the library the program runs with cannot serve the header it was built
 // against.
 //
@@ -42,10 +42,10 @@ package hostfirst
 #include <hostfirst.h>
 #include "hf_go_error.h"
 
-// The oldest hostfirst this package is written for (its HOSTFIRST_VERSION_NUMBER): 1.0.0.
-#define HF_GO_WRITTEN_FOR 1000000
+// The oldest hostfirst this package is written for (its HOSTFIRST_VERSION_NUMBER): 1.1.0.
+#define HF_GO_WRITTEN_FOR 1001000
 #if !HOSTFIRST_VERSION_COMPATIBLE(HF_GO_WRITTEN_FOR, HOSTFIRST_VERSION_NUMBER)
-#error "the installed hostfirst.h cannot serve this Go package (written for hostfirst 1.0.0): HOSTFIRST_VERSION_COMPATIBLE"
+#error "the installed hostfirst.h cannot serve this Go package (written for hostfirst 1.1.0): HOSTFIRST_VERSION_COMPATIBLE"
 #endif
 
 // The one version rule of the header, for Go.

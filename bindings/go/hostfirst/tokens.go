@@ -147,6 +147,12 @@ static hostfirst_status hf_go_build_info(char *buf, size_t capacity, size_t *len
 	return st;
 }
 
+static hostfirst_status hf_go_file_read_engine(uintptr_t f, char *buf, size_t capacity, size_t *len, hf_go_error **err) {
+	hostfirst_status st = hostfirst_file_read_engine((const hostfirst_file *)f, buf, capacity, len);
+	*err = st == HOSTFIRST_STATUS_BUFFER_TOO_SMALL ? NULL : hf_go_error_take(st);
+	return st;
+}
+
 static hostfirst_status hf_go_dtype_bits(const char *name, uint32_t *bits, hf_go_error **err) {
 	hostfirst_dtype d;
 	hostfirst_status st = hostfirst_dtype_from_name(name, &d);
@@ -181,6 +187,29 @@ const RawInfer uint64 = C.HOSTFIRST_FILE_RAW_INFER
 
 // String is the library's name of the format, such as "MEGATRON" ("UNKNOWN" for another value).
 func (f Format) String() string { return C.GoString(C.hostfirst_format_name(C.hostfirst_format(f))) }
+
+// ReadEngine reports how the file is read (hostfirst_file_read_engine, new in 1.1): its file system, whether
+// its views are mapped or read with owned reads (network and user-space file systems) and why, the reader, and
+// whether direct I/O works for it. One line per part file for a multi-file set.
+func (f *File) ReadEngine() (string, error) {
+	p, err := f.h.get()
+	if err != nil {
+		return "", err
+	}
+	defer runtime.KeepAlive(f)
+	var n C.size_t
+	var msg *C.hf_go_error
+	if st := C.hf_go_file_read_engine(p, nil, 0, &n, &msg); st != C.HOSTFIRST_STATUS_BUFFER_TOO_SMALL {
+		if err := check(st, msg); err != nil {
+			return "", err
+		}
+	}
+	buf := make([]byte, int(n)+1)
+	if err := check(C.hf_go_file_read_engine(p, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &n, &msg), msg); err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}
 
 // BuildInfo describes the build: version, features, CUDA API level and the read engine.
 func BuildInfo() (string, error) {

@@ -227,6 +227,10 @@ func TestFileDetails(t *testing.T) {
 	if p, err := f.Path(); err != nil || p != path {
 		t.Fatalf("path %q %v", p, err)
 	}
+	// The fixture lies on a local disk or tmpfs: its views are mapped, and the report says so.
+	if re, err := f.ReadEngine(); err != nil || !strings.Contains(re, "mapped") {
+		t.Fatalf("read engine %q %v", re, err)
+	}
 	names, _ := f.TensorNames()
 	if i, err := f.Find(names[3]); err != nil || i != 3 {
 		t.Fatalf("find %d %v", i, err)

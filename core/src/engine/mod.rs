@@ -360,6 +360,23 @@ fn pread_full(fd: RawFile, mut offset: u64, mut dst: &mut [u8]) -> std::result::
     Ok(())
 }
 
+/// Reads into `dst` from `fd` at `offset` until at least `min` bytes are in (`min` at most `dst.len()`; short
+/// reads resumed, `EINTR` retried) and returns how many were read, up to `dst.len()`: for the last block of a
+/// direct (`O_DIRECT`) read, which asks for a whole aligned block and comes back short at the end of the file.
+/// [`FailureKind::Eof`] where the file ends before `offset + min`.
+pub fn read_at_least(fd: RawFile, offset: u64, dst: &mut [u8], min: usize) -> std::result::Result<usize, FailureKind> {
+    let mut got = 0;
+    while got < min {
+        match crate::os::read_at(fd, &mut dst[got..], offset + got as u64) {
+            Ok(0) => return Err(FailureKind::Eof { at: offset + got as u64 }),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(FailureKind::Os(e)),
+        }
+    }
+    Ok(got)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
