@@ -178,6 +178,7 @@ class View(_HostArrayMixin):
             self.strides = d
         self.data_ptr = data or 0
         self.dtype_name = _dtype_name(self.dtype_code)
+        self._copy = None
         return self
 
     @property

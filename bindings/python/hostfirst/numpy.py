@@ -70,6 +70,6 @@ def load(data: bytes) -> Dict[str, np.ndarray]:
     files are (a FormatError subclass, a ValueError, names what is wrong); TypeError for anything but bytes."""
     f = memory_file(data)
     try:
-        return load_numpy(f, page_cache)
+        return load_numpy(f)
     finally:
         f._release()
