@@ -19,7 +19,8 @@ rm -rf "$TMPDIR"
 mkdir -p "$TMPDIR"
 trap 'rm -rf "$TMPDIR"' EXIT
 # Under CI (a clean clone, built once) incremental compilation's caches (about 1 GiB) buy nothing.
-if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL=0; fi
+# Nor does pip's download cache (JAX and numpy twice, about 1 GiB).
+if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL=0 PIP_NO_CACHE_DIR=1; fi
 echo "test.sh: disk space before the run:" >&2
 df -h . /tmp >&2 || true
 
@@ -60,10 +61,17 @@ cargo test --workspace --features test-hooks --no-fail-fast 2>&1
 # (a test checks that). STAND_IN_SEED picks another shuffle.
 STAND_IN_DEFERRED=1 STAND_IN_SEED="${STAND_IN_SEED:-20261201}" \
     cargo test --features test-hooks --no-fail-fast --test it -- cuda stand_in 2>&1
+# The GPU harness's dry runs leave their generated data (hundreds of MiB) under target/gpu-dry-run; the later
+# phases need none of it, and CI's disk is small.
+if [ "${CI:-}" = true ]; then rm -rf target/gpu-dry-run; fi
+echo "test.sh: disk space after the Rust tests:" >&2
+df -h . >&2 || true
 
 # Python: the manylinux wheel, installed into fresh venvs (numpy 2 with JAX, and numpy 1.26), tested as users get it.
 have python3 || apt_install python3 python3-venv
 bash scripts/test-python.sh
+echo "test.sh: disk space after the Python tests:" >&2
+df -h . >&2 || true
 
 # Windows: hostfirst.dll cross-built for x86_64-pc-windows-gnu, packaged, and its tests run under Wine.
 bash scripts/test-windows.sh
