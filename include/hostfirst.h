@@ -81,7 +81,9 @@
  *   WideCharToMultiByte(CP_UTF8, WC_ERR_INVALID_CHARS, ...); the library converts them back to UTF-16 for
  *   Windows. A path that is not valid UTF-8 gives HOSTFIRST_STATUS_INVALID_ARGUMENT naming it.
  * System libraries.  The CUDA driver is opened at run time, only when something needs CUDA. Linux: libcuda.so.1
- *   (then libcuda.so) by the dynamic loader's search. Windows: nvcuda.dll, and NVML's nvml.dll, from the
+ *   (then libcuda.so) by the dynamic loader's search, and libnvidia-ml.so.1 and libcufile the same way; when
+ *   LD_LIBRARY_PATH has an empty or relative entry (which the loader reads as the current folder) only its
+ *   absolute folders and the system's library folders are searched, by full path. Windows: nvcuda.dll, and NVML's nvml.dll, from the
  *   System32 directory only (LoadLibraryExW with LOAD_LIBRARY_SEARCH_SYSTEM32), never from the current
  *   directory, the program's directory or PATH, so a DLL of that name planted among a user's files (a
  *   downloaded model's folder) is never loaded. The environment variable HOSTFIRST_CUDA_DRIVER, an absolute

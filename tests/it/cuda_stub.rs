@@ -842,6 +842,48 @@ fn libcuda_so_1_is_tried_before_libcuda_so() {
     assert_eq!(cuda_backend(&v)["status"], "available", "libcuda.so.1 won over the stub: {v}");
 }
 
+/// The CUDA driver (and NVML) is never loaded from the current folder, even when an empty `LD_LIBRARY_PATH`
+/// entry (which the loader reads as the current folder) would reach it: the same search as libcufile's
+/// (core/src/os). Run in the stand-in's folder: without the empty entry the stand-in is not on the path; with it,
+/// a bare `dlopen("libcuda.so.1")` loaded it (the control: on the path by its absolute folder, it loads).
+#[test]
+fn the_cuda_driver_is_never_loaded_from_the_current_folder_with_the_stand_in() {
+    let real = std::process::Command::new("ldconfig")
+        .arg("-p")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("libcuda.so.1"));
+    if real.unwrap_or(false) {
+        eprintln!("SKIPPED the_cuda_driver_is_never_loaded_from_the_current_folder: a real libcuda.so.1 is installed");
+        return;
+    }
+    let empty = scratch("cuda_cwd_empty");
+    let devices = |library_path: String| {
+        let mut cmd = std::process::Command::new(cli());
+        cmd.args(["devices", "--json"]).current_dir(stand_in_dir());
+        for k in ["HOSTFIRST_PLATFORMS", "HOSTFIRST_DEFAULT_DEVICE", "CUDA_VISIBLE_DEVICES", "HOSTFIRST_CUDA_DRIVER"] {
+            cmd.env_remove(k);
+        }
+        for (k, v) in stand_in_env(&[]) {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        cmd.env("LD_LIBRARY_PATH", library_path);
+        let out = cmd.output().expect("run the CLI");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        cuda_backend(&json(&String::from_utf8_lossy(&out.stdout))).clone()
+    };
+    for planted in [format!("{}:", empty.display()), format!(":{}", empty.display()), ".".to_string()] {
+        let b = devices(planted.clone());
+        assert_eq!(b["status"], "library_not_found", "LD_LIBRARY_PATH={planted:?}: {b}");
+        let reason = b["reason"].as_str().unwrap();
+        assert!(reason.contains("never the current folder"), "{reason}");
+    }
+    let control = devices(format!("{}:", stand_in_dir().display()));
+    assert_eq!(control["status"], "available", "by its absolute folder the stand-in loads: {control}");
+}
+
 /// The reason given when no driver library loads names the two names tried and what to do, in a few dozen
 /// words (it used to list 34 names, Windows ones included).
 #[test]

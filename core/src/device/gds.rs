@@ -25,23 +25,10 @@
 use super::types::Backend;
 use super::types::BackendStatus;
 use std::ffi::c_int;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The libcufile names, in the order tried.
 pub const LIBRARY_NAMES: &[&str] = &["libcufile.so.0", "libcufile.so"];
-
-/// Absolute folders tried when the loader's own search could reach the current folder.
-const WELL_KNOWN: &[&str] = &[
-    "/usr/local/cuda/lib64",
-    "/usr/local/cuda/targets/x86_64-linux/lib",
-    "/usr/local/cuda/targets/sbsa-linux/lib",
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/usr/lib64",
-    "/usr/lib",
-    "/lib64",
-    "/lib",
-];
 
 /// What the probe looks at: the system's folders (a test points `root` elsewhere), the environment, and the
 /// CUDA facts (whether cuda is available, and which devices support GPUDirect RDMA).
@@ -293,74 +280,23 @@ impl Lib {
     }
 }
 
-/// Folders of `LD_LIBRARY_PATH` that are absolute, and whether it has an entry that is not (empty or relative:
-/// the loader would look in the current folder, or relative to it).
-fn library_path_folders(value: Option<String>) -> (Vec<PathBuf>, bool) {
-    let mut abs = Vec::new();
-    let mut relative = false;
-    if let Some(v) = value {
-        for e in v.split(':') {
-            if Path::new(e).is_absolute() {
-                abs.push(PathBuf::from(e));
-            } else {
-                relative = true;
-            }
-        }
-    }
-    (abs, relative)
-}
-
 /// Opens libcufile (once per process), never from the current folder.
 fn open_library(env: &dyn Fn(&str) -> Option<String>) -> Result<Lib, String> {
     static LIB: crate::forksafe::InitOnce<Result<libloading::Library, String>> = crate::forksafe::InitOnce::new();
     let r = LIB.get_or_init(|| {
-        let (folders, relative) = library_path_folders(env("LD_LIBRARY_PATH"));
-        let mut tried: Vec<String> = Vec::new();
+        let library_path = env("LD_LIBRARY_PATH");
         let mut first_error = None;
-        let mut try_open = |what: &std::ffi::OsStr| -> Option<libloading::Library> {
-            // SAFETY: loading libcufile runs its initialisers, which have no preconditions.
-            match unsafe { libloading::Library::new(what) } {
-                Ok(l) => Some(l),
-                Err(e) => {
-                    first_error.get_or_insert_with(|| match std::error::Error::source(&e) {
-                        Some(why) => format!("{e}: {why}"),
-                        None => e.to_string(),
-                    });
-                    None
-                }
-            }
-        };
         for name in LIBRARY_NAMES {
-            for dir in folders.iter().map(|d| d.as_path()).chain(if relative {
-                WELL_KNOWN.iter().map(Path::new).collect::<Vec<_>>()
-            } else {
-                Vec::new()
-            }) {
-                let p = dir.join(name);
-                if p.exists() {
-                    if let Some(l) = try_open(p.as_os_str()) {
-                        return Ok(l);
-                    }
-                }
-            }
-            if !relative {
-                // The loader's own search: RUNPATH, the cache and the default folders (LD_LIBRARY_PATH holds
-                // only absolute folders, so it never reaches the current one).
-                tried.push((*name).to_string());
-                if let Some(l) = try_open(std::ffi::OsStr::new(name)) {
-                    return Ok(l);
+            match crate::os::open_system_library_with(name, library_path.clone().map(Into::into)) {
+                Ok(l) => return Ok(l),
+                Err(e) => {
+                    first_error.get_or_insert(e);
                 }
             }
         }
-        let how = if relative {
-            "LD_LIBRARY_PATH has an empty or relative entry, so only its absolute folders and the usual CUDA \
-             folders were searched (never the current folder)"
-        } else {
-            "LD_LIBRARY_PATH's folders and the loader's search"
-        };
         let loader = first_error.map(|e| format!(": {e}")).unwrap_or_default();
         Err(format!(
-            "libcufile could not be loaded (tried {} in {how}{loader}); install NVIDIA GPUDirect Storage \
+            "libcufile could not be loaded (tried {}{loader}); install NVIDIA GPUDirect Storage \
              (the nvidia-gds package) or add the folder holding libcufile.so.0 to LD_LIBRARY_PATH",
             LIBRARY_NAMES.join(", ")
         ))
@@ -393,15 +329,6 @@ mod tests {
         assert_eq!(p.status, BackendStatus::UnsupportedPlatform);
         assert!(p.reason.contains("WSL") && p.reason.contains("5.15.167.4-microsoft-standard-WSL2"), "{}", p.reason);
         std::fs::remove_dir_all(&root).unwrap();
-    }
-
-    #[test]
-    fn relative_library_path_entries_are_never_searched() {
-        let (abs, rel) = library_path_folders(Some("/a::b:/c".to_string()));
-        assert_eq!(abs, [PathBuf::from("/a"), PathBuf::from("/c")]);
-        assert!(rel);
-        assert_eq!(library_path_folders(Some("/a".to_string())), (vec![PathBuf::from("/a")], false));
-        assert_eq!(library_path_folders(None), (vec![], false));
     }
 
     #[test]

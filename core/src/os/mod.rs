@@ -70,7 +70,7 @@
 
 use std::ffi::CStr;
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub mod fs;
 #[cfg(unix)]
@@ -254,12 +254,63 @@ pub fn loaded_symbol(name: &CStr) -> Option<std::ptr::NonNull<std::ffi::c_void>>
     imp::loaded_symbol(name)
 }
 
-/// Opens a library of the system (a driver's: the CUDA driver, NVML) by its file name, where the system keeps
-/// such libraries and nowhere a user's files can plant one: Unix, the dynamic loader's search (which never looks
-/// in the current directory); Windows, the System32 directory only (`LOAD_LIBRARY_SEARCH_SYSTEM32`), so an
-/// `nvcuda.dll` in the current directory, the program's directory or on `PATH` is never loaded.
-pub fn open_system_library(name: &str) -> Result<libloading::Library, libloading::Error> {
-    imp::open_system_library(name)
+/// Opens a library of the system (a driver's: the CUDA driver, NVML, libcufile) by its file name, where the
+/// system keeps such libraries and nowhere a user's files can plant one. Windows: the System32 directory only
+/// (`LOAD_LIBRARY_SEARCH_SYSTEM32`), so an `nvcuda.dll` in the current directory, the program's directory or on
+/// `PATH` is never loaded. Unix: the dynamic loader's search, unless `LD_LIBRARY_PATH` has an empty or relative
+/// entry (`/opt/cuda/lib64:` — the loader reads the empty one as the current folder): then only its absolute
+/// folders and [`SYSTEM_LIBRARY_FOLDERS`], by full path, never the current folder. The error is the loader's
+/// message, or says what was searched and why.
+pub fn open_system_library(name: &str) -> Result<libloading::Library, String> {
+    imp::open_system_library(name, std::env::var_os("LD_LIBRARY_PATH"))
+}
+
+/// [`open_system_library`] with `LD_LIBRARY_PATH` given (the gds probe's tests give their own).
+pub fn open_system_library_with(
+    name: &str,
+    library_path: Option<std::ffi::OsString>,
+) -> Result<libloading::Library, String> {
+    imp::open_system_library(name, library_path)
+}
+
+/// The absolute folders searched by full path for a system library on Unix when `LD_LIBRARY_PATH` could lead
+/// the loader into the current folder: the distributions' library folders, CUDA's, and WSL's driver folder.
+pub const SYSTEM_LIBRARY_FOLDERS: &[&str] = &[
+    "/usr/local/cuda/lib64",
+    "/usr/local/cuda/targets/x86_64-linux/lib",
+    "/usr/local/cuda/targets/sbsa-linux/lib",
+    "/usr/lib/wsl/lib",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/lib64",
+    "/lib",
+];
+
+/// `LD_LIBRARY_PATH`'s absolute folders, and whether it has an entry that is not absolute (empty or relative:
+/// the loader would look in the current folder, or relative to it). glibc splits on ':' and ';'.
+pub fn library_path_folders(value: Option<&std::ffi::OsStr>) -> (Vec<PathBuf>, bool) {
+    let mut abs = Vec::new();
+    let mut relative = false;
+    if let Some(v) = value {
+        for e in v.to_string_lossy().split([':', ';']) {
+            if Path::new(e).is_absolute() {
+                abs.push(PathBuf::from(e));
+            } else {
+                relative = true;
+            }
+        }
+    }
+    (abs, relative)
+}
+
+/// The loader's message for a library that did not load (with its cause, where libloading keeps one apart).
+pub fn loader_message(e: &libloading::Error) -> String {
+    match std::error::Error::source(e) {
+        Some(why) => format!("{e}: {why}"),
+        None => e.to_string(),
+    }
 }
 
 /// Opens exactly the library file at `path`, which the user named (an absolute path: no search happens).
@@ -427,7 +478,17 @@ pub fn kill_self() -> ! {
 mod tests {
     use super::*;
 
-    fn scratch(name: &str, len: usize) -> (std::path::PathBuf, File) {
+    #[test]
+    fn relative_library_path_entries_are_never_searched() {
+        let f = |v: &str| library_path_folders(Some(std::ffi::OsStr::new(v)));
+        assert_eq!(f("/a::b:/c"), (vec![PathBuf::from("/a"), PathBuf::from("/c")], true));
+        assert_eq!(f("/a;/b"), (vec![PathBuf::from("/a"), PathBuf::from("/b")], false));
+        assert_eq!(f("/a:"), (vec![PathBuf::from("/a")], true));
+        assert_eq!(f("/a"), (vec![PathBuf::from("/a")], false));
+        assert_eq!(library_path_folders(None), (vec![], false));
+    }
+
+    fn scratch(name: &str, len: usize) -> (PathBuf, File) {
         let dir = std::env::temp_dir().join(format!("hostfirst-os-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join(name);

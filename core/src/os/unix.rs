@@ -4,7 +4,7 @@ use super::{Populate, PopulateError};
 use std::ffi::CStr;
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A file descriptor.
 pub type RawFile = std::os::fd::RawFd;
@@ -262,9 +262,35 @@ pub(super) fn loaded_symbol(name: &CStr) -> Option<std::ptr::NonNull<std::ffi::c
     std::ptr::NonNull::new(unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) })
 }
 
-pub(super) fn open_system_library(name: &str) -> Result<libloading::Library, libloading::Error> {
-    // SAFETY: loading a driver library runs its initialisers, which have no preconditions.
-    unsafe { libloading::Library::new(name) }
+pub(super) fn open_system_library(
+    name: &str,
+    library_path: Option<std::ffi::OsString>,
+) -> Result<libloading::Library, String> {
+    let (folders, relative) = super::library_path_folders(library_path.as_deref());
+    if !relative {
+        // The loader's own search: RUNPATH, LD_LIBRARY_PATH (absolute folders only), its cache and the default
+        // folders. None of them is the current folder.
+        // SAFETY: loading a driver library runs its initialisers, which have no preconditions.
+        return unsafe { libloading::Library::new(name) }.map_err(|e| super::loader_message(&e));
+    }
+    let mut first_error = None;
+    for dir in folders.iter().map(PathBuf::as_path).chain(super::SYSTEM_LIBRARY_FOLDERS.iter().map(Path::new)) {
+        let p = dir.join(name);
+        if p.exists() {
+            // SAFETY: as above; a path with a '/' is opened as it is, without a search.
+            match unsafe { libloading::Library::new(&p) } {
+                Ok(l) => return Ok(l),
+                Err(e) => {
+                    first_error.get_or_insert_with(|| super::loader_message(&e));
+                }
+            }
+        }
+    }
+    Err(format!(
+        "{name}: {}; LD_LIBRARY_PATH has an empty or relative entry, so only its absolute folders and the \
+         system's library folders were searched (never the current folder)",
+        first_error.unwrap_or_else(|| "cannot open shared object file: not found".to_string())
+    ))
 }
 
 pub(super) fn open_library_file(path: &Path) -> Result<libloading::Library, libloading::Error> {

@@ -202,11 +202,16 @@ pub(super) fn loaded_symbol(name: &CStr) -> Option<std::ptr::NonNull<c_void>> {
     })
 }
 
-pub(super) fn open_system_library(name: &str) -> Result<libloading::Library, libloading::Error> {
+pub(super) fn open_system_library(
+    name: &str,
+    _library_path: Option<std::ffi::OsString>,
+) -> Result<libloading::Library, String> {
     use libloading::os::windows::{Library, LOAD_LIBRARY_SEARCH_SYSTEM32};
     // SAFETY: loading a driver library runs its initialisers, which have no preconditions. The flag restricts the
     // search to System32 (Windows 8+, and 7 with KB2533623): never the current or the program's directory or PATH.
-    unsafe { Library::load_with_flags(name, LOAD_LIBRARY_SEARCH_SYSTEM32) }.map(Into::into)
+    unsafe { Library::load_with_flags(name, LOAD_LIBRARY_SEARCH_SYSTEM32) }
+        .map(Into::into)
+        .map_err(|e| super::loader_message(&e))
 }
 
 pub(super) fn open_library_file(path: &Path) -> Result<libloading::Library, libloading::Error> {

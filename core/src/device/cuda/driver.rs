@@ -147,31 +147,24 @@ pub(crate) enum LoadFailure {
 
 /// The loader's reason under libloading's "dlopen failed" / "LoadLibraryExW failed": dlerror's text on Unix,
 /// the system error on Windows.
-fn loader_message(e: &libloading::Error) -> String {
-    match std::error::Error::source(e) {
-        Some(why) => format!("{e}: {why}"),
-        None => e.to_string(),
-    }
-}
-
 /// Opens the driver library (once per process), or says why it does not load. The file [`DRIVER_ENV`] names
 /// when it is set; else the system's, by [`LIBRARY_NAMES`] through [`crate::os::open_system_library`], which on
 /// Windows looks in the System32 directory only, so that an `nvcuda.dll` planted in the current directory (a
-/// downloaded model's folder) or on `PATH` is never loaded.
+/// downloaded model's folder) or on `PATH` is never loaded, and on Unix never reaches the current folder through an
+/// empty or relative `LD_LIBRARY_PATH` entry.
 pub(crate) fn library() -> std::result::Result<&'static libloading::Library, LoadFailure> {
     static LIB: InitOnce<std::result::Result<libloading::Library, LoadFailure>> = InitOnce::new();
     LIB.get_or_init(|| match driver_source(std::env::var_os(DRIVER_ENV).as_deref()) {
         Err(why) => Err(LoadFailure::Named(None, why)),
-        Ok(DriverSource::File(path)) => {
-            crate::os::open_library_file(&path).map_err(|e| LoadFailure::Named(Some(path.clone()), loader_message(&e)))
-        }
+        Ok(DriverSource::File(path)) => crate::os::open_library_file(&path)
+            .map_err(|e| LoadFailure::Named(Some(path.clone()), crate::os::loader_message(&e))),
         Ok(DriverSource::System) => {
             let mut first_error = None;
             for name in LIBRARY_NAMES {
                 match crate::os::open_system_library(name) {
                     Ok(lib) => return Ok(lib),
                     Err(e) => {
-                        first_error.get_or_insert_with(|| loader_message(&e));
+                        first_error.get_or_insert(e);
                     }
                 }
             }

@@ -42,11 +42,10 @@ fn nvml() -> Option<&'static Nvml> {
         let source = super::driver::driver_source(std::env::var_os(super::driver::DRIVER_ENV).as_deref()).ok()?;
         let lib = match source {
             super::driver::DriverSource::File(driver) if cfg!(windows) => {
-                crate::os::open_library_file(&driver.with_file_name(LIBRARY_NAME))
+                crate::os::open_library_file(&driver.with_file_name(LIBRARY_NAME)).ok()
             }
-            _ => crate::os::open_system_library(LIBRARY_NAME),
-        }
-        .ok()?;
+            _ => crate::os::open_system_library(LIBRARY_NAME).ok(),
+        }?;
         // SAFETY: these are NVML's C signatures (nvml.h): `nvmlReturn_t nvmlInit_v2(void)`,
         // `nvmlDeviceGetHandleByUUID(const char*, nvmlDevice_t*)`, `nvmlDeviceGetMemoryInfo(nvmlDevice_t,
         // nvmlMemory_t*)` with `nvmlMemory_t = { unsigned long long total, free, used }`.
