@@ -90,7 +90,7 @@ class ReadPlan:
         if max_over_read is not None and not (isinstance(max_over_read, (int, float))
                                               and float(max_over_read) >= 1.0):
             raise error_named("INVALID_ARGUMENT", f"max_over_read is {max_over_read!r}: the over-read cap is a "
-                              "ratio of bytes read to bytes needed, at least 1.0 (None: 1.25)")
+                              "ratio of pages read to pages needed per request, at least 1.0 (None: 1.25)")
         opened: Optional[File] = None
         if not isinstance(file, File):
             opened = file = File(file)

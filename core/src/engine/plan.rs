@@ -415,6 +415,29 @@ mod tests {
     }
 
     #[test]
+    fn interleaved_slices_of_one_tensor_share_requests_and_land_in_place() {
+        let (_p, f, data) = model("interleaved");
+        // Columns [0, 4096) and [4096, 8192) of rows 4..12: the two slices alternate, row by row, with no gap.
+        let slices = [
+            Slice { name: "a".into(), ranges: vec![(4, 8), (0, 4096)] },
+            Slice { name: "a".into(), ranges: vec![(4, 8), (4096, 4096)] },
+        ];
+        let plan = ReadPlan::new(&f, &slices, ReadPolicy::default(), Tuning::default()).unwrap();
+        assert_eq!((plan.needed(), plan.read_bytes()), (8 * 8192, 8 * 8192));
+        let reqs = plan.requests();
+        assert_eq!(reqs.len(), 1, "one request for the 16 runs: {reqs:?}");
+        assert_eq!((reqs[0].length, reqs[0].slices), (8 * 8192, 2));
+        let (bufs, read) = run(&plan);
+        assert_eq!(read, plan.read_bytes());
+        for (k, buf) in bufs.iter().enumerate() {
+            let want: Vec<u8> =
+                (4..12).flat_map(|r| data[r * 8192 + k * 4096..r * 8192 + (k + 1) * 4096].to_vec()).collect();
+            assert_eq!(buf, &want, "slice {k}");
+        }
+        assert_eq!(plan.per_slice().iter().sum::<u64>(), plan.read_bytes());
+    }
+
+    #[test]
     fn bad_declarations_are_refused_with_their_status() {
         let (_p, f, _) = model("bad");
         let st = |slices: &[Slice], policy: ReadPolicy| {
