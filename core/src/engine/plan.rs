@@ -437,6 +437,31 @@ mod tests {
         assert_eq!(plan.per_slice().iter().sum::<u64>(), plan.read_bytes());
     }
 
+    /// A sharded set: slices of two part files plan one request group per file, requests named by file index.
+    #[test]
+    fn a_sharded_set_plans_each_file_apart() {
+        let (p1, _, d1) = model("part-1.safetensors");
+        let dir = p1.parent().unwrap().to_path_buf();
+        let h = r#"{"z":{"dtype":"U8","shape":[100],"data_offsets":[0,100]}}"#;
+        let mut img = (h.len() as u64).to_le_bytes().to_vec();
+        img.extend_from_slice(h.as_bytes());
+        img.extend((0..100u8).map(|i| i ^ 0x5a));
+        std::fs::write(dir.join("part-2.safetensors"), img).unwrap();
+        let index = r#"{"weight_map": {"a": "part-1.safetensors", "b": "part-1.safetensors", "c": "part-1.safetensors", "z": "part-2.safetensors"}}"#;
+        let ip = dir.join("set.safetensors.index.json");
+        std::fs::write(&ip, index).unwrap();
+        let f = TensorFile::open(&ip).unwrap();
+        let slices = [Slice::whole("z"), Slice::whole("b")];
+        let plan = ReadPlan::new(&f, &slices, ReadPolicy::default(), Tuning::default()).unwrap();
+        assert_eq!(plan.files().count(), 2);
+        let reqs = plan.requests();
+        assert_eq!(reqs.iter().map(|r| (r.file, r.length)).collect::<Vec<_>>(), [(0, 100), (1, 4096)]);
+        let (bufs, read) = run(&plan);
+        assert_eq!(read, 4196);
+        assert_eq!(bufs[0], (0..100u8).map(|i| i ^ 0x5a).collect::<Vec<_>>());
+        assert_eq!(bufs[1], &d1[524288..528384]);
+    }
+
     #[test]
     fn bad_declarations_are_refused_with_their_status() {
         let (_p, f, _) = model("bad");
