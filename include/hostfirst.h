@@ -130,9 +130,10 @@
  *    6. RULES, PLANS AND LOADS
  *    7. GATHER
  *    8. DLPACK
- *    9. SHARD-ON-READ (EXPERIMENTAL: HOSTFIRST_EXPERIMENTAL)
- *   10. WRITING SAFETENSORS FILES
- *   11. TEST HOOKS
+ *    9. READ PLANS
+ *   10. SHARD-ON-READ (EXPERIMENTAL: HOSTFIRST_EXPERIMENTAL)
+ *   11. WRITING SAFETENSORS FILES
+ *   12. TEST HOOKS
  */
 
 #ifdef __cplusplus
@@ -3648,7 +3649,237 @@ void hostfirst_dlpack_capsule_destructor(void *capsule);
 #endif /* HOSTFIRST_EXPERIMENTAL */
 
 /* ==============================================================================================================
- * 9. SHARD-ON-READ (EXPERIMENTAL: HOSTFIRST_EXPERIMENTAL)
+ * 9. READ PLANS
+ *
+ * A hostfirst_read_plan is the set of slices a caller will read from an open file (whole tensors, or a range of
+ * each dimension: hostfirst_read_plan_slice), turned into file requests before any byte moves. Make it with
+ * hostfirst_read_plan_make() (the over-read cap and the reader threads in hostfirst_read_plan_options, from
+ * hostfirst_read_plan_options_init()), inspect it with hostfirst_read_plan_describe() and
+ * hostfirst_read_plan_request(), run it into your buffers with hostfirst_read_plan_execute() as often as you
+ * like, and free it with hostfirst_read_plan_free(). A plan keeps the file's data alive, not the file handle.
+ * ============================================================================================================== */
+
+/**
+ * A declared read plan: the slices of a file's tensors a caller will read, turned into the file requests
+ * that fetch them (neighbouring ranges merged under an over-read cap). Created by
+ * `hostfirst_read_plan_make`, released by `hostfirst_read_plan_free`. Immutable: every call on it is
+ * thread-safe, executing it from several threads at once included.
+ */
+typedef struct hostfirst_read_plan hostfirst_read_plan;
+
+/* ---- Experimental: may change in any minor; #define HOSTFIRST_EXPERIMENTAL to use (see CONVENTIONS) ---- */
+#if defined(HOSTFIRST_EXPERIMENTAL)
+
+/**
+ * `sizeof(hostfirst_read_plan_options)` in its first layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_READ_PLAN_OPTIONS_SIZE_1_0 40
+
+/**
+ * `sizeof(hostfirst_read_plan_stats)` in its first layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_READ_PLAN_STATS_SIZE_1_0 56
+
+/**
+ * `sizeof(hostfirst_read_plan_request_info)` in its first layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_READ_PLAN_REQUEST_INFO_SIZE_1_0 40
+
+/**
+ * Options of `hostfirst_read_plan_make`. Fill it with `hostfirst_read_plan_options_init` (or zero-initialise
+ * and set `struct_size = sizeof(hostfirst_read_plan_options)`), then what you need; zero fields mean the
+ * defaults. A smaller `struct_size` from an older header (at least its first layout) is accepted: fields past
+ * it take their defaults.
+ */
+typedef struct hostfirst_read_plan_options {
+  /**
+   * `sizeof(hostfirst_read_plan_options)`.
+   */
+  size_t struct_size;
+  /**
+   * The over-read cap: the largest ratio of file pages one merged request may take to the pages its ranges
+   * need (0: 1.25; otherwise at least 1.0, or `INVALID_ARGUMENT` naming `max_over_read`). Neighbouring
+   * ranges are read with one request while the merged request stays within it.
+   */
+  double max_over_read;
+  /**
+   * Largest merged request in bytes (0: 1 MiB); a single range longer than this is cut into requests of it.
+   */
+  uint64_t max_read_bytes;
+  /**
+   * Reader threads of an execution (0: the CPUs available to the process, at most 16; at most 1024).
+   */
+  uint32_t threads;
+  /**
+   * Bytes of requests one thread claims at a time (0: 8 MiB).
+   */
+  uint64_t chunk_bytes;
+} hostfirst_read_plan_options;
+
+/**
+ * One declared slice of `hostfirst_read_plan_make`: a tensor, and either the whole of it (`rank` 0) or the
+ * range `[starts[d], starts[d] + lens[d])` of each of its `rank` dimensions. An element of an array: its
+ * layout is fixed (it has no `struct_size`).
+ */
+typedef struct hostfirst_read_plan_slice {
+  /**
+   * The tensor's name (NUL-terminated UTF-8).
+   */
+  const char *name;
+  /**
+   * 0 for the whole tensor, else the tensor's rank (one range per dimension).
+   */
+  size_t rank;
+  /**
+   * `rank` first elements (NULL when `rank` is 0).
+   */
+  const uint64_t *starts;
+  /**
+   * `rank` lengths in elements (NULL when `rank` is 0).
+   */
+  const uint64_t *lens;
+} hostfirst_read_plan_slice;
+
+/**
+ * What a read plan costs, filled by `hostfirst_read_plan_describe`. Set `struct_size =
+ * sizeof(hostfirst_read_plan_stats)` before the call; fields may be appended in later minor versions.
+ */
+typedef struct hostfirst_read_plan_stats {
+  /**
+   * In: the caller's `sizeof(hostfirst_read_plan_stats)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
+  /**
+   * Declared slices.
+   */
+  uint64_t slices;
+  /**
+   * Bytes the slices hold (what the caller needs; the destinations of an execution).
+   */
+  uint64_t needed_bytes;
+  /**
+   * Bytes the requests read from the files (gaps merged into requests included).
+   */
+  uint64_t read_bytes;
+  /**
+   * File requests after coalescing.
+   */
+  uint64_t requests;
+  /**
+   * Largest memory an execution holds at once: the destinations plus the reader threads' scratch for
+   * merged requests.
+   */
+  uint64_t peak_memory_bytes;
+  /**
+   * Files of the set the requests read.
+   */
+  uint64_t files;
+} hostfirst_read_plan_stats;
+
+/**
+ * One request of a read plan, filled by `hostfirst_read_plan_request`. Set `struct_size =
+ * sizeof(hostfirst_read_plan_request_info)` before the call; fields may be appended in later minor versions.
+ */
+typedef struct hostfirst_read_plan_request_info {
+  /**
+   * In: the caller's `sizeof(hostfirst_read_plan_request_info)`. Out: the number of bytes written.
+   */
+  size_t struct_size;
+  /**
+   * The file it reads: 0 for a single file; for a sharded set, the index of the part file in the plan's
+   * order of first use.
+   */
+  uint64_t file;
+  /**
+   * Byte offset in that file.
+   */
+  uint64_t offset;
+  /**
+   * Bytes read.
+   */
+  uint64_t length;
+  /**
+   * Declared slices it serves bytes to.
+   */
+  uint64_t slices;
+} hostfirst_read_plan_request_info;
+
+/**
+ * Fills `*out` with the default read plan options (everything zero) and sets `out->struct_size =
+ * struct_size`. Pass `sizeof *out`: `hostfirst_read_plan_options_init(&opts, sizeof opts)`. Only the fields
+ * that lie wholly within the caller's `struct_size` bytes are written. Errors: `NULL_ARGUMENT`;
+ * `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's first layout (the message names both
+ * sizes). Thread-safe.
+ */
+hostfirst_status hostfirst_read_plan_options_init(struct hostfirst_read_plan_options *out,
+                                                  size_t struct_size);
+
+/**
+ * Makes a read plan for `count` declared slices of `file` (nothing is read): each slice's byte ranges,
+ * sorted by file offset, neighbouring ranges merged into one request while the merged request's pages stay
+ * within `opts->max_over_read` times the pages it needs (slices of different tensors merge too), long ranges
+ * cut at `opts->max_read_bytes`. `opts` may be NULL (the defaults). Writes a new handle to `*out` (free with
+ * `hostfirst_read_plan_free`); the plan keeps the file's data alive, not the `file` handle. Errors:
+ * `NULL_ARGUMENT` (`file`, `out`, `slices` with `count > 0`, a slice's name, or its `starts`/`lens` with
+ * `rank > 0`); `INVALID_HANDLE`; `INVALID_ARGUMENT` (an over-read cap below 1.0, naming `max_over_read`; a
+ * slice's `rank` that is not 0 or the tensor's rank; two slices that share bytes of the file, naming both;
+ * `opts->struct_size`); `NOT_FOUND` (no tensor of that name; the message gives the slice's index);
+ * `OUT_OF_RANGE` (a range past its dimension); `MISALIGNED_SLICE` (a range of a sub-byte tensor that starts
+ * or ends inside a byte). Thread-safe.
+ */
+hostfirst_status hostfirst_read_plan_make(const struct hostfirst_file *file,
+                                          const struct hostfirst_read_plan_slice *slices,
+                                          size_t count,
+                                          const struct hostfirst_read_plan_options *opts,
+                                          struct hostfirst_read_plan **out);
+
+/**
+ * Fills `*out` with what the plan costs: slices, bytes needed, bytes read, requests after coalescing, peak
+ * memory of an execution, files read. Set `out->struct_size` first. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`, `INVALID_ARGUMENT` (`struct_size` too small or too large). Thread-safe.
+ */
+hostfirst_status hostfirst_read_plan_describe(const struct hostfirst_read_plan *plan,
+                                              struct hostfirst_read_plan_stats *out);
+
+/**
+ * Fills `*out` with the plan's `index`-th request (file by file, in file-offset order; `requests` of
+ * `hostfirst_read_plan_describe` says how many). Set `out->struct_size` first. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`, `OUT_OF_RANGE` (the message gives the count), `INVALID_ARGUMENT` (`struct_size` too
+ * small or too large). Thread-safe.
+ */
+hostfirst_status hostfirst_read_plan_request(const struct hostfirst_read_plan *plan,
+                                             uint64_t index,
+                                             struct hostfirst_read_plan_request_info *out);
+
+/**
+ * Executes the plan: reads every declared slice into `dsts[i]` (host memory of `capacities[i]` bytes, one
+ * per slice in declaration order), packed in C order, with the plan's requests and no other read. `count`
+ * must be the plan's slice count and each capacity at least its slice's bytes (checked before anything is
+ * read). Writes the file bytes read (the plan's `read_bytes`) to `*out_bytes_read` when it is not NULL. On
+ * failure the destinations' contents are unspecified. Errors: `NULL_ARGUMENT` (`dsts` or `capacities` with
+ * `count > 0`, a destination of a non-empty slice); `INVALID_HANDLE`; `INVALID_ARGUMENT` (`count` differs
+ * from the slice count, or a capacity is too small: the message names the slice and both sizes);
+ * `TRUNCATED` (a file ends before a request: it was truncated after opening); `IO`. Thread-safe.
+ */
+hostfirst_status hostfirst_read_plan_execute(const struct hostfirst_read_plan *plan,
+                                             void *const *dsts,
+                                             const uint64_t *capacities,
+                                             size_t count,
+                                             uint64_t *out_bytes_read);
+
+/**
+ * Frees a read plan. NULL is a no-op. Errors: `INVALID_HANDLE` (a freed or foreign handle; nothing is
+ * freed). Thread-safe.
+ */
+hostfirst_status hostfirst_read_plan_free(struct hostfirst_read_plan *plan);
+
+#endif /* HOSTFIRST_EXPERIMENTAL */
+
+/* ==============================================================================================================
+ * 10. SHARD-ON-READ (EXPERIMENTAL: HOSTFIRST_EXPERIMENTAL)
  *
  * Shard-on-read gives each process only its part of every tensor, read straight from the file. Describe the
  * devices as a hostfirst_shard_mesh (named axes with sizes; hostfirst_shard_mesh_new()), the partitioning as
@@ -4066,7 +4297,7 @@ hostfirst_status hostfirst_shard_result_free(struct hostfirst_shard_result *resu
 #endif /* HOSTFIRST_EXPERIMENTAL */
 
 /* ==============================================================================================================
- * 10. WRITING SAFETENSORS FILES
+ * 11. WRITING SAFETENSORS FILES
  *
  * A hostfirst_writer writes one safetensors file (or a Hugging Face set of part files and an index): open it on a
  * path with hostfirst_writer_open() (options from hostfirst_writer_options_init()) or on a descriptor with
@@ -4440,7 +4671,7 @@ hostfirst_status hostfirst_writer_part_path(struct hostfirst_writer *writer,
 hostfirst_status hostfirst_writer_free(struct hostfirst_writer *writer);
 
 /* ==============================================================================================================
- * 11. TEST HOOKS
+ * 12. TEST HOOKS
  *
  * Present only in builds with the test-hooks feature (HOSTFIRST_TEST_HOOKS): functions that panic inside the
  * boundary, so the test suite can prove that no panic crosses it.

@@ -14,9 +14,9 @@
  * The wrappers cover the whole C API (a test fails when a hostfirst_* function of hostfirst.h is not called
  * here): the census, devices and default-device scopes; files, views and sharded sets; puts (sync, with
  * stats, async), buffers and their CUDA stream handshake; rules, plans (with the rules that place no tensor)
- * and whole-file loads; the batch gather; shard-on-read (mesh, rules, plan, run); the safetensors writer; DLPack
+ * and whole-file loads; the batch gather; shard-on-read (mesh, rules, plan, run); declared read plans; the safetensors writer; DLPack
  * exports; dtypes, errors and build information. The wrappers of hostfirst.h's experimental tier (shard-on-read,
- * open gather streams, census warnings, the read engine) are there only when HOSTFIRST_EXPERIMENTAL is defined
+ * read plans, open gather streams, census warnings, the read engine) are there only when HOSTFIRST_EXPERIMENTAL is defined
  * before this header is included, as in hostfirst.h. Enum values (statuses, dtypes, device kinds) are the C header's HOSTFIRST_*
  * constants; info structs are the C header's, with strings owned by the handle that filled them.
  *
@@ -545,6 +545,14 @@ struct load_options : hostfirst_load_options {
 struct shard_options : hostfirst_shard_options {
     shard_options() : hostfirst_shard_options{} {
         check(hostfirst_shard_options_init(this, sizeof(hostfirst_shard_options)));
+    }
+};
+
+/// Options of a read plan: the over-read cap, the largest request, reader threads
+/// (hostfirst_read_plan_options_init: all defaults).
+struct read_plan_options : hostfirst_read_plan_options {
+    read_plan_options() : hostfirst_read_plan_options{} {
+        check(hostfirst_read_plan_options_init(this, sizeof(hostfirst_read_plan_options)));
     }
 };
 
@@ -1221,6 +1229,61 @@ public:
 
 private:
     detail::owner<hostfirst_shard_plan, hostfirst_shard_plan_free> p_;
+};
+
+/// One declared slice of a read plan: a tensor, whole (`starts`/`lens` empty) or a range per dimension.
+struct read_slice {
+    std::string name;
+    std::vector<uint64_t> starts, lens;
+};
+
+/// A declared read plan: the slices a caller will read, as coalesced file requests, inspectable before any byte
+/// moves (describe, request) and run into the caller's buffers as often as needed (execute).
+class read_plan {
+public:
+    static read_plan make(const file &f, const std::vector<read_slice> &slices,
+                          const read_plan_options &opts = read_plan_options()) {
+        std::vector<hostfirst_read_plan_slice> raw;
+        for (const auto &s : slices) {
+            if (s.starts.size() != s.lens.size())
+                throw error(HOSTFIRST_STATUS_INVALID_ARGUMENT, "read_plan: slice '" + s.name + "' has " +
+                                                                   std::to_string(s.starts.size()) + " starts but " +
+                                                                   std::to_string(s.lens.size()) + " lens");
+            raw.push_back({s.name.c_str(), s.starts.size(), s.starts.empty() ? nullptr : s.starts.data(),
+                           s.lens.empty() ? nullptr : s.lens.data()});
+        }
+        return detail::adopt<read_plan, hostfirst_read_plan>(hostfirst_read_plan_make, f.c(), raw.data(),
+                                                             raw.size(), &opts);
+    }
+    explicit read_plan(hostfirst_read_plan *p) noexcept : p_(p) {}
+    /// Slices, bytes needed, bytes read, requests, peak memory, files.
+    hostfirst_read_plan_stats describe() const {
+        hostfirst_read_plan_stats st{};
+        st.struct_size = sizeof st;
+        check(hostfirst_read_plan_describe(c(), &st));
+        return st;
+    }
+    /// The index-th request after coalescing (describe().requests of them).
+    hostfirst_read_plan_request_info request(uint64_t index) const {
+        hostfirst_read_plan_request_info r{};
+        r.struct_size = sizeof r;
+        check(hostfirst_read_plan_request(c(), index, &r));
+        return r;
+    }
+    /// Reads every slice into dsts[i] (capacities[i] bytes each, one per slice); returns the file bytes read.
+    uint64_t execute(const std::vector<void *> &dsts, const std::vector<uint64_t> &capacities) const {
+        if (dsts.size() != capacities.size())
+            throw error(HOSTFIRST_STATUS_INVALID_ARGUMENT, "read_plan::execute: " + std::to_string(dsts.size()) +
+                                                               " destinations but " +
+                                                               std::to_string(capacities.size()) + " capacities");
+        uint64_t read = 0;
+        check(hostfirst_read_plan_execute(c(), dsts.data(), capacities.data(), dsts.size(), &read));
+        return read;
+    }
+    const hostfirst_read_plan *c() const noexcept { return p_.get(); }
+
+private:
+    detail::owner<hostfirst_read_plan, hostfirst_read_plan_free> p_;
 };
 #endif /* HOSTFIRST_EXPERIMENTAL */
 

@@ -126,6 +126,9 @@ pub mod gather;
 /// `*_to_dlpack` and the DLPack structs.
 pub mod dlpack;
 
+/// `hostfirst_read_plan_*`: declared read plans.
+pub mod read_plan;
+
 /// `hostfirst_shard_*`: meshes, sharding rules, shard plans and runs (shard-on-read).
 pub mod shard;
 
@@ -139,7 +142,7 @@ pub mod test_hooks;
 // The whole C API at `hostfirst::ffi::*`, for Rust callers and tests that use it as C does.
 pub use self::{
     backend::*, buffer::*, device::*, dlpack::*, dtype::*, file::*, gather::*, load::*, load_bulk::*, plan::*, put::*,
-    rules::*, scope::*, shard::*, status::*, struct_sizes::*, version::*, view::*, writer::*,
+    read_plan::*, rules::*, scope::*, shard::*, status::*, struct_sizes::*, version::*, view::*, writer::*,
 };
 pub use handle::hostfirst_handle_count;
 #[cfg(feature = "test-hooks")]

@@ -77,6 +77,18 @@ pub const HOSTFIRST_SHARD_RUN_OPTIONS_SIZE_1_0: usize = 24;
 /// for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
 pub const HOSTFIRST_SHARD_INFO_SIZE_1_0: usize = 112;
 
+/// `sizeof(hostfirst_read_plan_options)` in its first layout, on the 64-bit targets hostfirst supports: a `struct_size`
+/// for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+pub const HOSTFIRST_READ_PLAN_OPTIONS_SIZE_1_0: usize = 40;
+
+/// `sizeof(hostfirst_read_plan_stats)` in its first layout, on the 64-bit targets hostfirst supports: a `struct_size`
+/// for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+pub const HOSTFIRST_READ_PLAN_STATS_SIZE_1_0: usize = 56;
+
+/// `sizeof(hostfirst_read_plan_request_info)` in its first layout, on the 64-bit targets hostfirst supports: a `struct_size`
+/// for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+pub const HOSTFIRST_READ_PLAN_REQUEST_INFO_SIZE_1_0: usize = 40;
+
 /// `sizeof(hostfirst_writer_options)` in its 1.0 layout, on the 64-bit targets hostfirst supports: a `struct_size`
 /// for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
 pub const HOSTFIRST_WRITER_OPTIONS_SIZE_1_0: usize = 80;
@@ -151,6 +163,18 @@ const _: () = {
     assert!(
         HOSTFIRST_SHARD_INFO_SIZE_1_0 == size_1_0::<super::shard::hostfirst_shard_info>(),
         "HOSTFIRST_SHARD_INFO_SIZE_1_0"
+    );
+    assert!(
+        HOSTFIRST_READ_PLAN_OPTIONS_SIZE_1_0 == size_1_0::<super::read_plan::hostfirst_read_plan_options>(),
+        "HOSTFIRST_READ_PLAN_OPTIONS_SIZE_1_0"
+    );
+    assert!(
+        HOSTFIRST_READ_PLAN_STATS_SIZE_1_0 == size_1_0::<super::read_plan::hostfirst_read_plan_stats>(),
+        "HOSTFIRST_READ_PLAN_STATS_SIZE_1_0"
+    );
+    assert!(
+        HOSTFIRST_READ_PLAN_REQUEST_INFO_SIZE_1_0 == size_1_0::<super::read_plan::hostfirst_read_plan_request_info>(),
+        "HOSTFIRST_READ_PLAN_REQUEST_INFO_SIZE_1_0"
     );
     assert!(
         HOSTFIRST_WRITER_OPTIONS_SIZE_1_0 == size_1_0::<super::writer::hostfirst_writer_options>(),

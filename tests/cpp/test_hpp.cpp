@@ -392,6 +392,25 @@ static int gathers_and_shards(const std::string &fixtures) {
         REQUIRE(sb.buffer.to_vector<uint16_t>() == std::vector<uint16_t>(all.begin() + 2048, all.end()));
         REQUIRE(res.get(1).buffer.to_vector<uint16_t>()[0] == TOKENS0[0]);
         REQUIRE(throws(HOSTFIRST_STATUS_OUT_OF_RANGE, [&] { (void)res.get(2); }));
+
+        /* read plans: tokens [100, 164) and [1000, 1032), planned, inspected, run into vectors */
+        hostfirst::read_plan_options ro;
+        REQUIRE(ro.struct_size == sizeof(hostfirst_read_plan_options) && ro.max_over_read == 0.0);
+        auto rp = hostfirst::read_plan::make(f, {{"tokens", {100}, {64}}, {"tokens", {1000}, {32}}}, ro);
+        auto st = rp.describe();
+        REQUIRE(st.slices == 2 && st.needed_bytes == 192 && st.read_bytes >= 192 && st.files == 1);
+        uint64_t listed = 0;
+        for (uint64_t i = 0; i < st.requests; i++) listed += rp.request(i).length;
+        REQUIRE(listed == st.read_bytes);
+        REQUIRE(throws(HOSTFIRST_STATUS_OUT_OF_RANGE, [&] { (void)rp.request(st.requests); }));
+        std::vector<uint16_t> a(64), b(32);
+        REQUIRE(rp.execute({a.data(), b.data()}, {128, 64}) == st.read_bytes);
+        REQUIRE(a == std::vector<uint16_t>(all.begin() + 100, all.begin() + 164));
+        REQUIRE(b == std::vector<uint16_t>(all.begin() + 1000, all.begin() + 1032));
+        REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { (void)rp.execute({a.data()}, {128}); }));
+        ro.max_over_read = 0.5;
+        REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { (void)hostfirst::read_plan::make(f, {{"tokens", {}, {}}}, ro); }));
+        REQUIRE(throws(HOSTFIRST_STATUS_NOT_FOUND, [&] { (void)hostfirst::read_plan::make(f, {{"nope", {}, {}}}); }));
     }
     REQUIRE(hostfirst::handle_count() == base);
     return 0;

@@ -95,6 +95,19 @@ fn c_shard() {
     run_ok(&bin, &[scratch("c_shard").to_str().unwrap()], &[]);
 }
 
+/// Declared read plans through the C API (tests/c/test_read_plan.c). Outside valgrind, with the pool of preads
+/// (one `pread` per request), the program also checks the process's read syscalls and bytes during an
+/// execution against the plan's requests and read bytes (/proc/self/io; valgrind's own reads would count).
+#[test]
+fn c_read_plan() {
+    assert!(have_cc(), "no C compiler");
+    let bin = compile_c_test("test_read_plan");
+    let dir = scratch("c_read_plan");
+    let count = cfg!(target_os = "linux") && !under_valgrind();
+    let args: Vec<&str> = [dir.to_str().unwrap()].into_iter().chain(count.then_some("count")).collect();
+    run_ok(&bin, &args, &[("HOSTFIRST_IO", Some("pool"))]);
+}
+
 /// fork() while other threads run cpu puts: every child completes a cpu put within a deadline (no lock of
 /// the library is inherited held). Fewer forks under valgrind, where each costs far more.
 #[test]

@@ -141,6 +141,17 @@ hostfirst_dlpack_options. hostfirst_dlpack_capsule_destructor() is the destructo
         rules: &["*dlpack*"],
     },
     Section {
+        title: "READ PLANS",
+        life_cycle: "\
+A hostfirst_read_plan is the set of slices a caller will read from an open file (whole tensors, or a range of
+each dimension: hostfirst_read_plan_slice), turned into file requests before any byte moves. Make it with
+hostfirst_read_plan_make() (the over-read cap and the reader threads in hostfirst_read_plan_options, from
+hostfirst_read_plan_options_init()), inspect it with hostfirst_read_plan_describe() and
+hostfirst_read_plan_request(), run it into your buffers with hostfirst_read_plan_execute() as often as you
+like, and free it with hostfirst_read_plan_free(). A plan keeps the file's data alive, not the file handle.",
+        rules: &["read_plan"],
+    },
+    Section {
         title: "SHARD-ON-READ",
         life_cycle: "\
 Shard-on-read gives each process only its part of every tensor, read straight from the file. Describe the
@@ -479,6 +490,8 @@ fn section_rules_claim_by_name() {
     assert_eq!(title("HOSTFIRST_DLPACK_FLAG_READ_ONLY"), Some("DLPACK"));
     assert_eq!(title("hostfirst_shard_plan_make"), Some("SHARD-ON-READ"));
     assert_eq!(title("hostfirst_plan_make"), Some("RULES, PLANS AND LOADS"));
+    assert_eq!(title("hostfirst_read_plan_make"), Some("READ PLANS"));
+    assert_eq!(title("HOSTFIRST_READ_PLAN_STATS_SIZE_1_0"), Some("READ PLANS"));
     assert_eq!(title("hostfirst_default_device_set"), Some("DEFAULT DEVICE"));
     assert_eq!(title("hostfirst_device_describe"), Some("CENSUS AND DEVICES"));
     assert_eq!(title("hostfirst_gather_stream_push"), Some("GATHER"));

@@ -51,6 +51,7 @@ from ._tensors import Buffer, File, View, load, open, open_raw, rule_pairs  # no
 from ._gather import Gather, OffsetStream
 from ._shard import Shard, load_shards
 from ._safe_open import safe_open
+from ._read_plan import ReadPlan
 from ._save import Writer
 from ._errors import (  # one exception class per status (see hostfirst._errors for the builtin each also is)
     AlreadyUsedError, BufferTooSmallError, BusyError, CancelledError, DeviceErrorError, DuplicateTensorError,
@@ -91,7 +92,7 @@ library_path: str = str(native._hostfirst_path)
 __all__ = [
     "Backend", "Buffer", "CarriedScope", "DefaultDevice", "Device", "DeviceInfo", "File", "Gather", "OffsetStream",
     "Shard", "View", "Writer", "backends", "capture_scope", "default_device", "devices", "handle_count", "library_path",
-    "load", "load_shards", "open", "open_raw", "read_engine", "resolve_target", "rule_pairs", "safe_open",
+    "ReadPlan", "load", "load_shards", "open", "open_raw", "read_engine", "resolve_target", "rule_pairs", "safe_open",
     "set_default_device", "strict", "AlreadyUsedError", "BufferTooSmallError", "BusyError", "CancelledError",
     "DeviceErrorError", "DuplicateTensorError", "Error", "FormatError", "HeaderTooLargeError",
     "HeaderTooSmallError", "HostfirstError", "ImplicitPlacementError", "IncompleteBufferError", "InternalError",

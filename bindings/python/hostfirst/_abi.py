@@ -329,6 +329,51 @@ class ShardInfo(_Mirror):
     ]
 
 
+class ReadPlanSlice(_Mirror):
+    _c_name_ = "hostfirst_read_plan_slice"
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("rank", ctypes.c_size_t),
+        ("starts", P(ctypes.c_uint64)),
+        ("lens", P(ctypes.c_uint64)),
+    ]
+
+
+class ReadPlanOptions(_Mirror):
+    _c_name_ = "hostfirst_read_plan_options"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("max_over_read", ctypes.c_double),
+        ("max_read_bytes", ctypes.c_uint64),
+        ("threads", ctypes.c_uint32),
+        ("chunk_bytes", ctypes.c_uint64),
+    ]
+
+
+class ReadPlanStats(_Mirror):
+    _c_name_ = "hostfirst_read_plan_stats"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("slices", ctypes.c_uint64),
+        ("needed_bytes", ctypes.c_uint64),
+        ("read_bytes", ctypes.c_uint64),
+        ("requests", ctypes.c_uint64),
+        ("peak_memory_bytes", ctypes.c_uint64),
+        ("files", ctypes.c_uint64),
+    ]
+
+
+class ReadPlanRequestInfo(_Mirror):
+    _c_name_ = "hostfirst_read_plan_request_info"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("file", ctypes.c_uint64),
+        ("offset", ctypes.c_uint64),
+        ("length", ctypes.c_uint64),
+        ("slices", ctypes.c_uint64),
+    ]
+
+
 class WriterOptions(_Mirror):
     _c_name_ = "hostfirst_writer_options"
     _fields_ = [
@@ -518,6 +563,13 @@ SIGNATURES = {
     "hostfirst_shard_result_bytes_read": (c_status, [_h, P(_u64)]),
     "hostfirst_shard_result_get": (c_status, [_h, _size, _ph, P(_u64)]),
     "hostfirst_shard_result_free": (c_status, [_h]),
+    # declared read plans
+    "hostfirst_read_plan_options_init": (c_status, [P(ReadPlanOptions), _size]),
+    "hostfirst_read_plan_make": (c_status, [_h, P(ReadPlanSlice), _size, P(ReadPlanOptions), _ph]),
+    "hostfirst_read_plan_describe": (c_status, [_h, P(ReadPlanStats)]),
+    "hostfirst_read_plan_request": (c_status, [_h, _u64, P(ReadPlanRequestInfo)]),
+    "hostfirst_read_plan_execute": (c_status, [_h, P(ctypes.c_void_p), P(_u64), _size, P(_u64)]),
+    "hostfirst_read_plan_free": (c_status, [_h]),
     # the writer
     "hostfirst_writer_options_init": (c_status, [P(WriterOptions), _size]),
     "hostfirst_writer_open": (c_status, [_str, P(WriterOptions), _ph]),

@@ -6,6 +6,7 @@ hostfirst's reader.
         w = f.get_tensor("embeddings.word_embeddings.weight")   # an owned, writable numpy array
         part = f.get_slice("embeddings.word_embeddings.weight")[:, 128:256]   # reads only those columns
         everything = f.get_tensors()                             # {name: array}, in file order, one parallel load
+        weights = dict(f.prefetch(["a", "b"]))                   # safetensors 0.9: one read plan, in parallel
 
 Values, shapes, dtypes, `keys()` (sorted), `offset_keys()` (file order), `metadata()` (None when the header has
 no `__metadata__`, {} when it is empty) and the closed-file errors match `safetensors.safe_open` value for value;
@@ -22,7 +23,8 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import Any, Dict, List, Optional, Union, cast
+from collections import deque
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union, cast
 
 import numpy as np
 
@@ -31,6 +33,7 @@ from ._page_cache import page_cache_value
 from ._core import Device, PathLike, check_backend
 from ._errors import error_named
 from ._owned import copy_named, copy_view, load_numpy, map_numpy
+from ._read_plan import ReadPlan, SliceSpec
 from ._targets import parse_target
 from ._tensors import File, View
 
@@ -107,6 +110,30 @@ class _Slice:
 
     def __repr__(self) -> str:
         return f"<hostfirst slice '{self._tensor.name}' {self._tensor.dtype_name} {list(self._tensor.shape)}>"
+
+
+class PrefetchHandle:
+    """What `safe_open.prefetch` returns (safetensors 0.9's handle): a single-use iterator of `(name, tensor)`
+    pairs, each released by the handle as it is yielded; `len()` is the number not yet yielded. `plan` is the
+    `ReadPlan` that read them (its numbers stay readable after it is closed)."""
+
+    def __init__(self, pairs: List[Tuple[str, Any]], plan: ReadPlan):
+        self._pending = deque(pairs)
+        self.plan = plan
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def __iter__(self) -> "PrefetchHandle":
+        return self
+
+    def __next__(self) -> Tuple[str, Any]:
+        if not self._pending:
+            raise StopIteration
+        return self._pending.popleft()
+
+    def __repr__(self) -> str:
+        return f"<hostfirst PrefetchHandle: {len(self._pending)} tensors left>"
 
 
 class safe_open:  # noqa: N801 - named as safetensors names it
@@ -219,6 +246,47 @@ class safe_open:  # noqa: N801 - named as safetensors names it
         if self.framework == "numpy":
             return dict(arrays)
         return cast(Dict[str, Any], self._jax().host_to_jax(arrays, self.device))
+
+    def read_plan(self, slices: Iterable[SliceSpec], *, max_over_read: Optional[float] = None,
+                  threads: int = 0) -> ReadPlan:
+        """A declared read plan of this file (`hostfirst.ReadPlan`): `slices` are tensor names or `(name, index)`
+        with numpy basic indexing of step 1; inspect its numbers (`needed_bytes`, `read_bytes`, `requests`,
+        `peak_memory_bytes`, `over_read`), then pass it to `prefetch` (or call its `read()`)."""
+        return ReadPlan(self._open(), slices, max_over_read=max_over_read, threads=threads)
+
+    def prefetch(self, names: Union[None, Iterable[str], ReadPlan] = None, dtype: Any = None,
+                 max_inflight: int = 8) -> "PrefetchHandle":
+        """safetensors 0.9's bulk load: a single-use iterator of `(name, tensor)` pairs (`dict(f.prefetch(...))`
+        takes them all; `len()` gives how many remain). `names`: the tensors (None: every tensor of the file), or
+        a `ReadPlan` from `read_plan` (its declared slices, each under its tensor's name). Everything is read by
+        one plan, in parallel, before the first pair is returned: the tensors' byte ranges in file order,
+        neighbouring ones merged under the over-read cap; the handle's `plan` holds its numbers. Pairs come in the
+        order given, duplicates once (None: file order; safetensors leaves the order to its backend). `dtype`, when given, converts each array (`astype`); `max_inflight` (a positive int) is
+        accepted as safetensors accepts it (the engine sets its own queue depth)."""
+        f = self._open()
+        if isinstance(max_inflight, bool) or not isinstance(max_inflight, int) or max_inflight < 1:
+            raise error_named("INVALID_ARGUMENT", f"max_inflight is {max_inflight!r}; a positive int")
+        if isinstance(names, ReadPlan):
+            plan, owned = names, False
+        else:
+            wanted = list(f) if names is None else list(dict.fromkeys(names))
+            for n in wanted:
+                if not isinstance(n, str):
+                    raise error_named("INVALID_ARGUMENT", f"prefetch names: {n!r} is not a str")
+                if n not in f:
+                    raise f.missing(n)
+            plan, owned = ReadPlan(f, wanted), True
+        try:
+            pairs = plan.read()
+        finally:
+            if owned:
+                plan.close()
+        out = []
+        for name, a in pairs:
+            if dtype is not None:
+                a = a.astype(dtype)
+            out.append((name, self._deliver(a, name)))
+        return PrefetchHandle(out, plan)
 
     def get_slice(self, name: str) -> _Slice:
         """A lazy handle: `get_shape()`, `get_dtype()`, and `[...]` with numpy's basic indexing on any dimension,

@@ -62,12 +62,17 @@ def tensors(tokens_path: str, model_path: str) -> int:
         first: npt.NDArray[Any] = so.get_tensor(keys[0])
         part: npt.NDArray[Any] = so.get_slice(keys[0])[...]
         every: Dict[str, Any] = so.get_tensors()
+        plan: hostfirst.ReadPlan = so.read_plan([(keys[0], slice(0, 1))], max_over_read=1.25)
+        cost: Tuple[int, int, int, int, float] = (plan.needed_bytes, plan.read_bytes, plan.requests,
+                                                  plan.peak_memory_bytes, plan.over_read)
+        fetched: Dict[str, Any] = dict(so.prefetch(plan))
+        plan.close()
     arrays: Dict[str, npt.NDArray[Any]] = hostfirst.numpy.load_file(model_path)
     mapped: Dict[str, npt.NDArray[Any]] = hostfirst.numpy.load_file(model_path, zero_copy=True)
     with open(model_path, "rb") as fh:
         from_bytes: Dict[str, npt.NDArray[Any]] = hostfirst.numpy.load(fh.read())
     return (dt.itemsize + len(fmt) + len(placed) + len(pairs) + len(shards) + batch.nbytes + owned.nbytes + seen + len(md or {}) + first.ndim +
-            part.ndim + len(every) + len(arrays) + len(mapped) + len(from_bytes))
+            part.ndim + len(every) + len(cost) + len(fetched) + len(arrays) + len(mapped) + len(from_bytes))
 
 
 def with_jax(tokens_path: str, model_path: str) -> int:

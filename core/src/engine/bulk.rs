@@ -368,6 +368,31 @@ impl ScatterPlan {
     pub fn reads(&self) -> usize {
         self.reads.len()
     }
+
+    /// The reads in file order: `(lo, hi, destinations served)` of each (a destination counted once per read).
+    pub fn requests(&self) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
+        self.reads.iter().map(|r| {
+            let mut dsts: Vec<usize> = r.pieces.iter().map(|p| p.1).collect();
+            dsts.sort_unstable();
+            dsts.dedup();
+            (r.lo, r.hi, dsts.len() as u32)
+        })
+    }
+
+    /// Tasks the reads are grouped into (what the threads claim).
+    pub fn tasks(&self) -> usize {
+        self.tasks.len().saturating_sub(1)
+    }
+
+    /// The largest scratch one task needs: the bytes of its merged reads (a read serving one piece goes
+    /// straight to its destination). [`read_scatter`] keeps one such scratch per thread.
+    pub fn max_task_scratch(&self) -> u64 {
+        self.tasks
+            .windows(2)
+            .map(|w| self.reads[w[0]..w[1]].iter().filter(|r| r.pieces.len() > 1).map(|r| r.hi - r.lo).sum::<u64>())
+            .max()
+            .unwrap_or(0)
+    }
 }
 
 /// The smallest task [`ScatterPlan::new`] cuts for balance (smaller ones would cost more in claiming and

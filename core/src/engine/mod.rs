@@ -37,11 +37,13 @@ pub mod bulk;
 pub mod device;
 pub mod drain;
 pub mod per_file;
+pub mod plan;
 pub mod staging;
 pub mod write;
 pub use bulk::{
     fill_host, read_exact, read_pieces, read_scatter, read_vectored_exact, ScatterDst, ScatterPiece, ScatterPlan,
 };
+pub use plan::{ReadPlan, Request, Slice};
 mod pool;
 #[cfg(target_os = "linux")]
 pub(crate) mod uring;

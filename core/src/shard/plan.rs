@@ -5,7 +5,7 @@
 use super::mesh::Mesh;
 use super::rules::ShardRules;
 use crate::device::{Device, DeviceKind};
-use crate::engine::{ScatterPiece, ScatterPlan, Tuning};
+use crate::engine::{ReadPlan, Tuning};
 use crate::error::{Error, Result, Status};
 use crate::file::layout::coalesce;
 use crate::file::{ReadPolicy, TensorFile, View};
@@ -124,16 +124,20 @@ pub(crate) fn scatter_group(entries: &[ShardEntry]) -> Vec<usize> {
         .collect()
 }
 
-/// The pieces of `views` (parts of one tensor, each the destination of its index), sorted by file offset.
-pub(crate) fn scatter_pieces(views: &[&View]) -> Vec<ScatterPiece> {
-    let mut pieces: Vec<ScatterPiece> = Vec::new();
-    for (j, v) in views.iter().enumerate() {
-        let (Some(runs), Some((_, first))) = (v.runs(), v.file_and_offset()) else { continue };
-        let data_start = first - runs.start;
-        pieces.extend(runs.pieces(0, runs.nbytes()).map(|(src, d, n)| (data_start + src, j, d, n)));
-    }
-    pieces.sort_unstable_by_key(|p| p.0);
-    pieces
+/// The read plan of the host parts `group` of one tensor (indices into `entries`, see [`scatter_group`]): their
+/// runs merged across neighbouring shards under `policy`, one file group whose destinations are the parts in
+/// `group` order. Shard-on-read plans with it ([`ShardPlan::make`]'s costs) and reads with it
+/// ([`super::run`]).
+pub(crate) fn group_plan(
+    entries: &[ShardEntry],
+    group: &[usize],
+    policy: &ReadPolicy,
+    tuning: &Tuning,
+) -> Result<ReadPlan> {
+    let views: Vec<View> = group.iter().map(|&k| entries[k].view.clone()).collect();
+    let rp = ReadPlan::of_views(views, *policy, *tuning)?;
+    debug_assert!(rp.group_count() == 1 && rp.group_members(0).iter().copied().eq(0..group.len()));
+    Ok(rp)
 }
 
 impl ShardPlan {
@@ -229,12 +233,11 @@ impl ShardPlan {
             let mut reads: u64 =
                 own_reads.iter().enumerate().filter(|(k, _)| !group.contains(k)).map(|(_, &r)| r).sum();
             if !group.is_empty() {
-                let views: Vec<&View> = group.iter().map(|&k| &entries[from + k].view).collect();
-                let sp = ScatterPlan::new(&scatter_pieces(&views), views.len(), &policy, &Tuning::default())?;
-                for (&k, &bytes) in group.iter().zip(sp.per_dst()) {
+                let rp = group_plan(&entries[from..], &group, &policy, &Tuning::default())?;
+                for (&k, &bytes) in group.iter().zip(rp.group_per_slice(0)) {
                     entries[from + k].planned_read = bytes;
                 }
-                reads += sp.reads() as u64;
+                reads += rp.request_count();
             }
             if let Some(f) = files.iter_mut().find(|f| f.file == whole.file_display()) {
                 f.planned_read += entries[from..].iter().map(|e| e.planned_read).sum::<u64>();

@@ -1,14 +1,14 @@
 //! Running a shard plan: every device fit-checked first, then one contiguous buffer per shard, filled through
 //! the transfer engine from the shards' runs only. The host parts of one tensor are read together
-//! ([`engine::read_scatter`]): the runs of every part in file order, merged across neighbouring shards this
+//! (one [`ReadPlan`](crate::engine::ReadPlan) of their views, executed by [`engine::read_scatter`]): the runs of every part in file order, merged across neighbouring shards this
 //! process owns while the policy's over-read bound holds (the four column shards of a row are one read),
 //! read by several threads, each with a read set at the queue depth. A CUDA part goes through the pinned
 //! staging ring; a part of a memory buffer is copied in parallel pieces ([`engine::fill_host`]).
 
-use super::plan::{scatter_group, scatter_pieces, ShardPlan};
+use super::plan::{group_plan, scatter_group, ShardPlan};
 use crate::device::DeviceKind;
 use crate::engine::staging::{ring_config, transfer};
-use crate::engine::{self, Progress, ReadFailure, ScatterPlan, Tuning};
+use crate::engine::{self, Progress, Tuning};
 use crate::error::{Error, Result, Status};
 use crate::file::View;
 use crate::place::buffer::{Buffer, Memory};
@@ -131,7 +131,7 @@ pub fn run(plan: &ShardPlan, opts: ShardOptions<'_>) -> Result<ShardLoad> {
 }
 
 /// Reads the host parts `group` of one tensor (indices into `entries`, see [`scatter_group`]) into new
-/// buffers with one [`engine::read_scatter`]: the runs of all of them in file order, merged across
+/// buffers with one [`ReadPlan`](crate::engine::ReadPlan) of their views: the runs of all of them in file order, merged across
 /// neighbouring shards under the plan's policy, read by several threads at the queue depth. `copies`: (entry,
 /// position in `group` of the part it copies), host copies filled from the same reads. Returns the loaded
 /// shards in `group` order, each with its share of the bytes read, then the copies (0 bytes read).
@@ -143,9 +143,7 @@ fn read_group(
     tuning: &Tuning,
     progress: &mut Progress<'_>,
 ) -> Result<Vec<LoadedShard>> {
-    let views: Vec<&View> = group.iter().map(|&k| &entries[k].view).collect();
-    let (file, _) = views[0].file_and_offset().expect("the group reads from a file");
-    let sp = ScatterPlan::new(&scatter_pieces(&views), views.len(), &plan.policy, tuning)?;
+    let rp = group_plan(entries, group, &plan.policy, tuning)?;
     let alloc = |k: usize| {
         let (v, device) = (&entries[k].view, entries[k].device);
         Buffer::alloc(v.name(), v.dtype(), v.shape(), v.nbytes(), device)
@@ -168,10 +166,9 @@ fn read_group(
     for (&(k, g), b) in copies.iter().zip(copy_bufs.iter_mut()) {
         dsts[g].copies.push((b.host_bytes_mut().expect(HOST), prepare(k)));
     }
-    let failed = |f: ReadFailure, j: usize| read_failure(views[j], file, f);
-    engine::read_scatter(crate::os::raw_file(file), &sp, &mut dsts, tuning, progress, &failed)?;
+    rp.execute_group(0, &mut dsts, progress)?;
     drop(dsts);
-    let read = sp.per_dst().iter().copied().chain(copies.iter().map(|_| 0));
+    let read = rp.group_per_slice(0).iter().copied().chain(copies.iter().map(|_| 0));
     Ok(bufs
         .drain(..)
         .chain(copy_bufs.drain(..))
@@ -209,25 +206,6 @@ fn read_shard(
             // A memory buffer (file-backed host parts are read by `read_group`): parallel pieces.
             engine::fill_host(dst, tuning, prepare, reader, progress)?;
             Ok(read.into_inner())
-        }
-    }
-}
-
-/// A failed read of a shard's read set as the error a `pread` of it gives: `TRUNCATED` at the end of the
-/// file, `IO` otherwise.
-fn read_failure(view: &View, file: &std::fs::File, f: ReadFailure) -> Error {
-    match f.kind {
-        engine::FailureKind::Eof { at } => Error::new(
-            Status::Truncated,
-            format!(
-                "{}: tensor '{}': the file ends before byte {at} (it is now {} bytes; was it truncated after opening?)",
-                view.file_display(),
-                view.name(),
-                file.metadata().map(|m| m.len().to_string()).unwrap_or_else(|_| "?".into())
-            ),
-        ),
-        engine::FailureKind::Os(e) => {
-            Error::new(Status::Io, format!("{}: tensor '{}': {e}", view.file_display(), view.name()))
         }
     }
 }
