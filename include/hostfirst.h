@@ -2990,6 +2990,21 @@ hostfirst_status hostfirst_gather_set_ring_bound(struct hostfirst_gather *gather
                                                  size_t bound);
 
 /**
+ * Sets what the gather's later runs from a file leave in the page cache (1.1): `HOSTFIRST_PAGE_CACHE_KEEP`
+ * (0, the default of a new gather), `HOSTFIRST_PAGE_CACHE_DROP` (the pages of the file that a run's windows
+ * brought into the cache are dropped when the run ends, failed or not; pages cached before stay; only the
+ * windows' pages are sampled, with `mincore`, so the cost follows the batch, not the file) or
+ * `HOSTFIRST_PAGE_CACHE_BYPASS` (read as DROP: the windows are small reads through the transfer engine, with
+ * no direct reader yet). Applies to `hostfirst_gather_run`, `hostfirst_gather_run_sequences` and the
+ * streams started on the gather afterwards; a source populated with `hostfirst_view_prefault` is read
+ * through its mapping and a buffer source from memory, under no policy. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`, `INVALID_ARGUMENT` (`page_cache` not a `hostfirst_page_cache`; nothing changed).
+ * Thread-safe. New in 1.1.
+ */
+hostfirst_status hostfirst_gather_set_page_cache(struct hostfirst_gather *gather,
+                                                 hostfirst_page_cache page_cache);
+
+/**
  * Describes the gather's ring: its bound, the batches allocated now, and how many of them are held by
  * consumers (buffer handles not freed, DLPack exports not deleted). Each output may be NULL. Errors:
  * `NULL_ARGUMENT` (gather), `INVALID_HANDLE`. Thread-safe.
@@ -3763,6 +3778,14 @@ typedef struct hostfirst_shard_run_options {
    * Passed to `progress` unchanged.
    */
   void *user;
+  /**
+   * (1.1) What the run leaves in the page cache: `HOSTFIRST_PAGE_CACHE_KEEP` (0, the default),
+   * `HOSTFIRST_PAGE_CACHE_DROP` (the pages of the plan's files that the run brought in are dropped when it
+   * ends, failed or not; pages cached before stay) or `HOSTFIRST_PAGE_CACHE_BYPASS` (for now read as DROP:
+   * shard-on-read has no direct reader yet). Another value is `INVALID_ARGUMENT` naming
+   * `opts->page_cache`.
+   */
+  hostfirst_page_cache page_cache;
 } hostfirst_shard_run_options;
 
 /**
@@ -4021,7 +4044,9 @@ hostfirst_status hostfirst_shard_plan_free(struct hostfirst_shard_plan *plan);
  * thread at a bounded rate with the shard bytes placed so far and in all, at least once, last with `done ==
  * total`; returning nonzero cancels: `CANCELLED`, and everything the run had allocated is freed. Any other
  * failure (`IO`, `TRUNCATED`, `DEVICE_ERROR`) also frees everything. Errors: `NULL_ARGUMENT`,
- * `INVALID_HANDLE`, `INVALID_ARGUMENT` (`opts->struct_size` too small). On failure `*out` is unchanged.
+ * `INVALID_HANDLE`, `INVALID_ARGUMENT` (`opts->struct_size` too small, `opts->page_cache` not a
+ * `hostfirst_page_cache`). On failure `*out` is unchanged. `opts->page_cache` (1.1) says what the run leaves
+ * in the page cache (see `hostfirst_shard_run_options`).
  * Thread-safe; `opts->user` is passed through untouched. The same plan may be run more than once, also from
  * several threads at once. (Earlier in 0.2 this took `progress, user` instead of `opts`.)
  */

@@ -292,3 +292,135 @@ fn cli_page_cache() {
         assert!(err.contains("--page-cache wants keep, drop or bypass, got 'evict'"), "{err}");
     }
 }
+
+/// Shard-on-read takes the policy (issue 45, point 1): a run of a plan that reads the whole file (every
+/// shard of a 2-way mesh owned here) leaves it cached under keep and at most 5 % of it under drop and bypass
+/// (bypass reads as drop there: no direct reader yet); bytes exact; through C, the run options' appended
+/// `page_cache` is refused naming `opts->page_cache` for an unknown value, and nothing is written to `out`.
+#[test]
+fn shard_runs_leave_the_cache_as_said() {
+    use hostfirst::file::ReadPolicy;
+    use hostfirst::shard::{self, Mesh, Owned, ShardOptions, ShardPlan, ShardRules};
+    use std::sync::Arc;
+    let (p, data) = write_file("shard.safetensors");
+    let f = TensorFile::open(&p).unwrap();
+    let mesh = Arc::new(Mesh::new(&[("x", 2)]).unwrap());
+    let mut rules = ShardRules::new(Arc::clone(&mesh));
+    rules.add("t*", "x").unwrap();
+    let owned: Vec<Owned> = (0..2).map(|p| Owned { position: p, device: hostfirst::Device::CPU }).collect();
+    let plan = ShardPlan::make(&f, &rules, &owned, ReadPolicy::default()).unwrap();
+    for policy in PageCache::all() {
+        evict(&p);
+        let load = shard::run(&plan, ShardOptions { page_cache: policy, ..Default::default() }).unwrap();
+        assert_eq!(load.bytes_read(), (TENSORS * ELEMS * 4) as u64, "{policy:?}");
+        for (e, s) in plan.entries.iter().zip(&load.shards) {
+            let i: usize = e.name()[1..].parse().unwrap();
+            let half = ELEMS * 4 / 2;
+            let at = i * ELEMS * 4 + if e.position == 0 { 0 } else { half };
+            let b = s.buffer.lock().unwrap();
+            assert!(b.host_bytes().unwrap() == &data[at..at + half], "{policy:?}: {} at {}", e.name(), e.position);
+        }
+        drop(load);
+        let c = cached(&p);
+        match policy {
+            PageCache::Keep => assert!(c > 0.95, "shard run keep: {c:.3}"),
+            _ => assert!(c <= 0.05, "shard run {policy:?}: {:.1} % of the file stays cached", c * 100.0),
+        }
+    }
+    use hostfirst::ffi::*;
+    let mut ro: hostfirst_shard_run_options = unsafe { std::mem::zeroed() };
+    assert_eq!(hostfirst_shard_run_options_init(&mut ro, std::mem::size_of_val(&ro)), Status::Ok);
+    assert_eq!(ro.page_cache, 0, "the zero value is keep");
+    let path = CString::new(p.to_str().unwrap()).unwrap();
+    let mut file = std::ptr::null_mut();
+    assert_eq!(hostfirst_file_open(path.as_ptr(), &mut file), Status::Ok);
+    let mut cmesh = std::ptr::null_mut();
+    let (names, sizes) = ([c"x".as_ptr()], [2u64]);
+    assert_eq!(hostfirst_shard_mesh_new(names.as_ptr(), sizes.as_ptr(), 1, &mut cmesh), Status::Ok);
+    let mut crules = std::ptr::null_mut();
+    assert_eq!(hostfirst_shard_rules_new(cmesh, &mut crules), Status::Ok);
+    assert_eq!(hostfirst_shard_rules_add(crules, c"t*".as_ptr(), c"x".as_ptr()), Status::Ok);
+    let positions = [0u64, 1];
+    let cpu = hostfirst_device { kind: 1, ordinal: 0 }; // HOSTFIRST_DEVICE_KIND_CPU
+    let devices = [cpu, cpu];
+    let mut cplan = std::ptr::null_mut();
+    assert_eq!(
+        hostfirst_shard_plan_make(file, crules, positions.as_ptr(), devices.as_ptr(), 2, std::ptr::null(), &mut cplan),
+        Status::Ok
+    );
+    for bad in [3u32, u32::MAX] {
+        ro.page_cache = bad;
+        let mut out = 1usize as *mut hostfirst_shard_result;
+        let s = hostfirst_shard_run(cplan, &ro, &mut out);
+        let msg = unsafe { std::ffi::CStr::from_ptr(hostfirst_last_error_message()) }.to_str().unwrap().to_string();
+        assert_eq!(s, Status::InvalidArgument, "{msg}");
+        assert!(msg.contains(&format!("opts->page_cache {bad} is not a hostfirst_page_cache value")), "{msg}");
+        assert_eq!(out as usize, 1, "out unchanged on error");
+    }
+    evict(&p);
+    ro.page_cache = PageCache::Drop as u32;
+    let mut out = std::ptr::null_mut();
+    assert_eq!(hostfirst_shard_run(cplan, &ro, &mut out), Status::Ok);
+    let c = cached(&p);
+    assert!(c <= 0.05, "C shard run drop: {c:.3}");
+    // An older caller's struct (the 1.0 size, without the field) runs with keep.
+    ro.struct_size = HOSTFIRST_SHARD_RUN_OPTIONS_SIZE_1_0;
+    ro.page_cache = 99; // past its struct_size: never read
+    let mut out2 = std::ptr::null_mut();
+    assert_eq!(hostfirst_shard_run(cplan, &ro, &mut out2), Status::Ok);
+    assert_eq!(hostfirst_shard_result_free(out2), Status::Ok);
+    assert_eq!(hostfirst_shard_result_free(out), Status::Ok);
+    assert_eq!(hostfirst_shard_plan_free(cplan), Status::Ok);
+    assert_eq!(hostfirst_shard_rules_free(crules), Status::Ok);
+    assert_eq!(hostfirst_shard_mesh_free(cmesh), Status::Ok);
+    assert_eq!(hostfirst_file_free(file), Status::Ok);
+}
+
+/// Gathers take the policy (issue 45, point 1), through C: `hostfirst_gather_set_page_cache`. A batch of 32
+/// windows of 64 KiB spread over the file leaves the windows' pages cached under keep and at most 5 % of them
+/// under drop and bypass; bytes exact; an unknown value is INVALID_ARGUMENT naming `page_cache`.
+#[test]
+fn gathers_leave_the_cache_as_said() {
+    use hostfirst::ffi::*;
+    let (p, data) = write_file("gather.safetensors");
+    let path = CString::new(p.to_str().unwrap()).unwrap();
+    let (mut file, mut view) = (std::ptr::null_mut(), std::ptr::null_mut());
+    assert_eq!(hostfirst_file_open(path.as_ptr(), &mut file), Status::Ok);
+    assert_eq!(hostfirst_file_view(file, c"t1".as_ptr(), &mut view), Status::Ok);
+    let cpu = hostfirst_device { kind: 1, ordinal: 0 }; // HOSTFIRST_DEVICE_KIND_CPU
+    const BATCH: usize = 32;
+    const WINDOW: usize = 16384; // f32 elements: 64 KiB
+    let mut g = std::ptr::null_mut();
+    assert_eq!(hostfirst_gather_new(cpu, 12 /* HOSTFIRST_DTYPE_F32 */, BATCH as u64, WINDOW as u64, &mut g), Status::Ok);
+    for bad in [3u32, 99, u32::MAX] {
+        assert_eq!(hostfirst_gather_set_page_cache(g, bad), Status::InvalidArgument);
+        let msg = unsafe { std::ffi::CStr::from_ptr(hostfirst_last_error_message()) }.to_str().unwrap().to_string();
+        assert!(msg.contains(&format!("page_cache {bad} is not a hostfirst_page_cache value")), "{msg}");
+    }
+    assert_eq!(hostfirst_gather_set_page_cache(std::ptr::null_mut(), 0), Status::NullArgument);
+    let data_start = std::fs::metadata(&p).unwrap().len() as usize - TENSORS * ELEMS * 4;
+    let offsets: Vec<u64> = (0..BATCH as u64).map(|i| i * (ELEMS as u64 / BATCH as u64) + 1000).collect();
+    for policy in PageCache::all() {
+        assert_eq!(hostfirst_gather_set_page_cache(g, policy as u32), Status::Ok);
+        evict(&p);
+        let mut batch = std::ptr::null_mut();
+        assert_eq!(hostfirst_gather_run(g, view, offsets.as_ptr(), BATCH, &mut batch), Status::Ok, "{policy:?}");
+        let mut got = vec![0u8; BATCH * WINDOW * 4];
+        assert_eq!(hostfirst_buffer_copy_to_host(batch, got.as_mut_ptr().cast(), got.len()), Status::Ok);
+        for (i, &o) in offsets.iter().enumerate() {
+            let at = ELEMS * 4 + o as usize * 4;
+            assert!(got[i * WINDOW * 4..(i + 1) * WINDOW * 4] == data[at..at + WINDOW * 4], "{policy:?}: window {i}");
+        }
+        assert_eq!(hostfirst_buffer_free(batch), Status::Ok);
+        // The fraction of the windows' pages cached now.
+        let c = offsets.iter().map(|&o| cached_range(&p, data_start + ELEMS * 4 + o as usize * 4, WINDOW * 4)).sum::<f64>()
+            / BATCH as f64;
+        match policy {
+            PageCache::Keep => assert!(c > 0.95, "gather keep: {c:.3} of the windows cached"),
+            _ => assert!(c <= 0.05, "gather {policy:?}: {:.1} % of the windows' pages stay cached", c * 100.0),
+        }
+    }
+    assert_eq!(hostfirst_gather_free(g), Status::Ok);
+    assert_eq!(hostfirst_view_free(view), Status::Ok);
+    assert_eq!(hostfirst_file_free(file), Status::Ok);
+}
