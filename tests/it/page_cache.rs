@@ -424,3 +424,160 @@ fn gathers_leave_the_cache_as_said() {
     assert_eq!(hostfirst_view_free(view), Status::Ok);
     assert_eq!(hostfirst_file_free(file), Status::Ok);
 }
+
+// ---- the read report: what bypass does with a file, and whether io_uring and O_DIRECT are usable here ----
+// (issue 45, point 1's fallback reason and point 5's read report)
+
+/// A file of the test's data at `dir/name`; returns its path.
+fn write_file_in(dir: &Path, name: &str) -> (PathBuf, Vec<u8>) {
+    let (p, data) = write_file(name);
+    let q = dir.join(name);
+    std::fs::copy(&p, &q).unwrap();
+    std::fs::remove_file(&p).unwrap();
+    (q, data)
+}
+
+/// On the local disk (the scratch folder under target/, ext4 here): the report says O_DIRECT is usable and
+/// bypass reads directly; a bypass load there leaves at most 5 % cached (the case above).
+#[test]
+fn the_report_on_the_local_disk_says_bypass_reads_directly() {
+    let (p, _) = write_file("report-disk.safetensors");
+    if on_tmpfs(&p) {
+        eprintln!("SKIPPED: the scratch folder {} is on tmpfs here", p.display());
+        return;
+    }
+    let r = TensorFile::open(&p).unwrap().read_engine();
+    assert!(r.contains("; O_DIRECT: usable; "), "{r}");
+    assert!(r.ends_with("; page_cache bypass: direct reads (O_DIRECT) into aligned staging"), "{r}");
+    assert!(r.contains("; io_uring: usable; ") || r.contains("; io_uring: not usable ("), "{r}");
+}
+
+/// On tmpfs (/dev/shm): the report names tmpfs and says what bypass does there: the file's pages are its
+/// only copy, so they stay cached (older kernels also refuse O_DIRECT on tmpfs: then it falls back, saying
+/// so); a bypass load is byte-exact.
+#[test]
+fn the_report_on_tmpfs_says_what_bypass_does_there() {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("SKIPPED: no /dev/shm here");
+        return;
+    }
+    let dir = shm.join(format!("hostfirst-page-cache-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (p, data) = write_file_in(&dir, "tmpfs.safetensors");
+    assert!(on_tmpfs(&p), "/dev/shm is tmpfs");
+    let r = TensorFile::open(&p).unwrap().read_engine();
+    assert!(r.starts_with("tmpfs (f_type 0x1021994, memory)"), "{r}");
+    let bypass = r.split("; page_cache bypass: ").nth(1).unwrap_or_else(|| panic!("no bypass clause: {r}"));
+    assert!(bypass.contains("tmpfs holds its files in memory: their pages stay cached under every policy"), "{r}");
+    if r.contains("; O_DIRECT: usable; ") {
+        assert!(bypass.starts_with("direct reads (O_DIRECT), but tmpfs"), "{r}");
+    } else {
+        assert!(bypass.starts_with("falls back (O_DIRECT not usable: refused by tmpfs"), "{r}");
+    }
+    load_all(&p, &data, PageCache::Bypass);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn ci() -> bool {
+    std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false)
+}
+
+/// A ramfs mount (a file system that refuses O_DIRECT), unmounted and removed when dropped.
+struct Ramfs(PathBuf);
+
+impl Drop for Ramfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Mounts ramfs on a fresh folder under target/, or says why not (None, after saying that the test skipped;
+/// under CI=true as root a failed mount fails the test).
+fn ramfs(test: &str) -> Option<Ramfs> {
+    // SAFETY: no arguments, no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED {test}: mounting ramfs needs root");
+        return None;
+    }
+    let dir = root().join("target/test-tmp").join(format!("ramfs-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = std::process::Command::new("mount").args(["-t", "ramfs", "none"]).arg(&dir).output().unwrap();
+    if !out.status.success() {
+        let why = String::from_utf8_lossy(&out.stderr).to_string();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(!ci(), "{test}: CI=true as root, but ramfs cannot be mounted: {why}");
+        eprintln!("SKIPPED {test}: mount -t ramfs: {why}");
+        return None;
+    }
+    Some(Ramfs(dir))
+}
+
+/// On ramfs, which refuses O_DIRECT (EINVAL at open): the report says O_DIRECT is refused by ramfs and that
+/// bypass falls back, with that reason; a bypass load there is byte-exact (it read through the cache).
+#[test]
+fn the_report_names_the_file_system_that_refuses_o_direct() {
+    let Some(m) = ramfs("odirect") else { return };
+    let (p, data) = write_file_in(&m.0, "ramfs.safetensors");
+    let r = TensorFile::open(&p).unwrap().read_engine();
+    assert!(r.starts_with("ramfs (f_type 0x858458f6, memory)"), "{r}");
+    assert!(r.contains("; O_DIRECT: not usable (refused by ramfs: opening it with O_DIRECT gives Invalid argument"), "{r}");
+    assert!(r.contains("; page_cache bypass: falls back (O_DIRECT not usable: refused by ramfs: "), "{r}");
+    assert!(r.ends_with("reading through the page cache; ramfs holds its files in memory: their pages stay cached under every policy"), "{r}");
+    load_all(&p, &data, PageCache::Bypass);
+    // The fallback the load took says the same.
+    let d = hostfirst::cache::DirectFiles::for_policy(PageCache::Bypass).unwrap();
+    assert!(d.get(&std::fs::File::open(&p).unwrap()).is_none());
+    assert!(d.fallback().unwrap().contains("refuses O_DIRECT"), "{:?}", d.fallback());
+}
+
+/// Runs `hostfirst inspect --json FILE` in a child whose seccomp filter answers `io_uring_setup` with `errno`
+/// (as a container runtime's default profile does) and returns the file's read report.
+fn report_under_seccomp(p: &Path, errno: i32) -> String {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(cli());
+    cmd.args(["inspect", "--json", p.to_str().unwrap()]).env_remove("HOSTFIRST_IO");
+    // SAFETY: the closure runs in the child between fork and exec and makes only async-signal-safe system
+    // calls (prctl) on memory it owns.
+    unsafe {
+        cmd.pre_exec(move || {
+            const IO_URING_SETUP: u32 = 425; // the same number on every Linux architecture
+            let filter = [
+                libc::sock_filter { code: 0x20, jt: 0, jf: 0, k: 0 }, // BPF_LD|BPF_W|BPF_ABS: seccomp_data.nr
+                libc::sock_filter { code: 0x15, jt: 0, jf: 1, k: IO_URING_SETUP }, // BPF_JMP|BPF_JEQ|BPF_K
+                libc::sock_filter { code: 0x06, jt: 0, jf: 0, k: libc::SECCOMP_RET_ERRNO | errno as u32 },
+                libc::sock_filter { code: 0x06, jt: 0, jf: 0, k: libc::SECCOMP_RET_ALLOW },
+            ];
+            let prog = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut _ };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog as *const libc::sock_fprog) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "inspect under seccomp: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["read_engine"].as_str().unwrap_or_else(|| panic!("no read_engine: {v}")).to_string()
+}
+
+/// io_uring refused: under a seccomp filter that answers `io_uring_setup` with EPERM (container runtimes'
+/// default) or ENOSYS, the report says io_uring is not usable and why, and the file is read by the pool.
+#[test]
+fn the_report_says_why_io_uring_is_refused() {
+    let (p, _) = write_file("report-seccomp.safetensors");
+    let r = report_under_seccomp(&p, libc::EPERM);
+    assert!(
+        r.contains("; io_uring: not usable (io_uring_setup refused (Operation not permitted (os error 1)) by this process's seccomp filter"),
+        "{r}"
+    );
+    assert!(r.contains("; reads: pread pool ("), "{r}");
+    let r = report_under_seccomp(&p, libc::ENOSYS);
+    assert!(
+        r.contains("; io_uring: not usable (io_uring_setup unavailable (Function not implemented (os error 38)): this process's seccomp filter answers ENOSYS"),
+        "{r}"
+    );
+}

@@ -748,7 +748,11 @@ class File(Mapping[str, View]):
     def read_engine(self) -> str:
         """How this file is read (hostfirst_file_read_engine): its file system (name, statfs magic, class), whether
         its views are mapped or read with owned reads (network and user-space file systems: NFS, Lustre, GPFS,
-        CephFS, CIFS/SMB, 9p, FUSE, virtiofs) and why, the process's reader, and whether O_DIRECT works for it.
+        CephFS, CIFS/SMB, 9p, FUSE, virtiofs) and why, the process's reader, whether io_uring is usable here and
+        why not ("io_uring: not usable (io_uring_setup refused ... by this process's seccomp filter ...)"),
+        whether O_DIRECT works for it and why not ("refused by ramfs: ..."), and what page_cache="bypass" does
+        with it ("page_cache bypass: direct reads (O_DIRECT) ..." or "falls back (O_DIRECT not usable: ...):
+        reading through the page cache, then dropping ...").
         HOSTFIRST_MAP=auto|always|never in the environment before opening overrides the choice."""
         n = ctypes.c_size_t()
         check(lib.hostfirst_file_read_engine(self._handle(), None, 0, ctypes.byref(n)))
