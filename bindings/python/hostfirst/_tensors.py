@@ -350,7 +350,7 @@ class View(_HostArrayMixin):
         return _dlpack.export(lib.hostfirst_view_to_dlpack, self._h, stream, max_version, dl_device, copy)
 
     def to(self, device: Union[Device, str] = "default", *, copy_on_write: bool = False, resident: bool = False,
-           threads: int = 0, staging_mib: int = 0) -> "Buffer":
+           threads: int = 0, staging_mib: int = 0, page_cache: str = "keep") -> "Buffer":
         """Puts this tensor on a device ("cpu", "cuda:0", "cuda_host", or "default" through the default stack;
         strict mode refuses "default"): fit-checked before allocating; returns a Buffer (DLPack-exportable).
 
@@ -359,9 +359,15 @@ class View(_HostArrayMixin):
         pages not yet written still show other processes' writes to the file, and truncating it raises SIGBUS).
         `resident=True` (CUDA targets): page-lock the mapped range once and copy straight from it (for data
         transferred many times). `threads`: reader threads (0: the CPUs available, at most 16).
-        `staging_mib`: page-locked staging for CUDA puts in MiB (0: 256). See hostfirst_put in the C header."""
+        `staging_mib`: page-locked staging for CUDA puts in MiB (0: 256). `page_cache` ("keep", the default;
+        "drop"; "bypass"): what the put leaves in the page cache (hostfirst_put_options.page_cache); anything else
+        is InvalidArgumentError naming page_cache. See hostfirst_put in the C header."""
+        from ._page_cache import page_cache_value  # imports this module
+
+        policy = page_cache_value(page_cache)
         opts = _abi.PutOptions()
         check(lib.hostfirst_put_options_init(ctypes.byref(opts), ctypes.sizeof(opts)))
+        opts.page_cache = policy
         opts.copy_on_write, opts.resident = int(bool(copy_on_write)), int(bool(resident))
         if int(threads) < 0 or int(staging_mib) < 0:
             raise error_named("INVALID_ARGUMENT",
