@@ -283,7 +283,12 @@ fn cli_page_cache() {
     let data_start = std::fs::metadata(&p).unwrap().len() as usize - TENSORS * ELEMS * 4;
     let c = cached_range(&p, data_start + ELEMS * 4, ELEMS * 4);
     assert!(c <= 0.05, "put drop (put and its verification): {c:.3} of the tensor cached");
-    for cmd in [vec!["load", path, "--rule", "*=cpu"], vec!["put", path, "t0"]] {
+    for cmd in [
+        vec!["load", path, "--rule", "*=cpu"],
+        vec!["put", path, "t0"],
+        vec!["gather", path, "t1", "--batch", "2", "--window", "16"],
+        vec!["shard", path, "--world", "2", "--rank", "0", "--rule", "t*=0"],
+    ] {
         let mut args = cmd.clone();
         args.extend(["--page-cache", "evict"]);
         let out = std::process::Command::new(cli()).args(&args).output().unwrap();
@@ -580,4 +585,40 @@ fn the_report_says_why_io_uring_is_refused() {
         r.contains("; io_uring: not usable (io_uring_setup unavailable (Function not implemented (os error 38)): this process's seccomp filter answers ENOSYS"),
         "{r}"
     );
+}
+
+/// The CLI's other read commands take `--page-cache` too: `gather` (its check of the first batch reads under
+/// the same policy) leaves the tensor's pages cached under keep and at most 5 % of them under drop and bypass;
+/// `shard` (rank 0 of 2: half of each tensor) leaves the file as the policy says.
+#[test]
+fn cli_gather_and_shard_page_cache() {
+    let (p, _) = write_file("cli-gather.safetensors");
+    let path = p.to_str().unwrap();
+    let data_start = std::fs::metadata(&p).unwrap().len() as usize - TENSORS * ELEMS * 4;
+    for policy in ["keep", "drop", "bypass"] {
+        evict(&p);
+        // 8 batches of 16 windows of 1 MiB over t1 (16 MiB): nearly every page of it is read.
+        let args = ["gather", path, "t1", "--batch", "16", "--window", "262144", "--iters", "8", "--device", "cpu"];
+        let mut args = args.to_vec();
+        args.extend(["--page-cache", policy, "--json"]);
+        run_ok(&cli(), &args, &[]);
+        let c = cached_range(&p, data_start + ELEMS * 4, ELEMS * 4);
+        if policy == "keep" {
+            assert!(c > 0.9, "gather keep: {c:.3} of t1 cached");
+        } else {
+            assert!(c <= 0.05, "gather {policy}: {:.1} % of t1 stays cached", c * 100.0);
+        }
+        evict(&p);
+        run_ok(
+            &cli(),
+            &["shard", path, "--world", "2", "--rank", "0", "--rule", "t*=0", "--page-cache", policy, "--json"],
+            &[],
+        );
+        let c = cached(&p);
+        if policy == "keep" {
+            assert!(c > 0.45, "shard keep: {c:.3} of the file cached (half of each tensor read)");
+        } else {
+            assert!(c <= 0.05, "shard {policy}: {:.1} % of the file stays cached", c * 100.0);
+        }
+    }
 }
