@@ -396,7 +396,10 @@ fn gathers_leave_the_cache_as_said() {
     const BATCH: usize = 32;
     const WINDOW: usize = 16384; // f32 elements: 64 KiB
     let mut g = std::ptr::null_mut();
-    assert_eq!(hostfirst_gather_new(cpu, 12 /* HOSTFIRST_DTYPE_F32 */, BATCH as u64, WINDOW as u64, &mut g), Status::Ok);
+    assert_eq!(
+        hostfirst_gather_new(cpu, 12 /* HOSTFIRST_DTYPE_F32 */, BATCH as u64, WINDOW as u64, &mut g),
+        Status::Ok
+    );
     for bad in [3u32, 99, u32::MAX] {
         assert_eq!(hostfirst_gather_set_page_cache(g, bad), Status::InvalidArgument);
         let msg = unsafe { std::ffi::CStr::from_ptr(hostfirst_last_error_message()) }.to_str().unwrap().to_string();
@@ -418,8 +421,9 @@ fn gathers_leave_the_cache_as_said() {
         }
         assert_eq!(hostfirst_buffer_free(batch), Status::Ok);
         // The fraction of the windows' pages cached now.
-        let c = offsets.iter().map(|&o| cached_range(&p, data_start + ELEMS * 4 + o as usize * 4, WINDOW * 4)).sum::<f64>()
-            / BATCH as f64;
+        let c =
+            offsets.iter().map(|&o| cached_range(&p, data_start + ELEMS * 4 + o as usize * 4, WINDOW * 4)).sum::<f64>()
+                / BATCH as f64;
         match policy {
             PageCache::Keep => assert!(c > 0.95, "gather keep: {c:.3} of the windows cached"),
             _ => assert!(c <= 0.05, "gather {policy:?}: {:.1} % of the windows' pages stay cached", c * 100.0),
@@ -527,7 +531,10 @@ fn the_report_names_the_file_system_that_refuses_o_direct() {
     let (p, data) = write_file_in(&m.0, "ramfs.safetensors");
     let r = TensorFile::open(&p).unwrap().read_engine();
     assert!(r.starts_with("ramfs (f_type 0x858458f6, memory)"), "{r}");
-    assert!(r.contains("; O_DIRECT: not usable (refused by ramfs: opening it with O_DIRECT gives Invalid argument"), "{r}");
+    assert!(
+        r.contains("; O_DIRECT: not usable (refused by ramfs: opening it with O_DIRECT gives Invalid argument"),
+        "{r}"
+    );
     assert!(r.contains("; page_cache bypass: falls back (O_DIRECT not usable: refused by ramfs: "), "{r}");
     assert!(r.ends_with("reading through the page cache; ramfs holds its files in memory: their pages stay cached under every policy"), "{r}");
     load_all(&p, &data, PageCache::Bypass);

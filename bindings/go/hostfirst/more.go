@@ -188,7 +188,6 @@ static hostfirst_status hf_go_stream_free(uintptr_t s, hf_go_error **err) {
 import "C"
 
 import (
-	"fmt"
 	"runtime"
 	"unsafe"
 )
@@ -485,10 +484,9 @@ func (g *Gather) SetRingBound(bound int) error {
 // "drop" (the pages the run's windows brought in are dropped when it ends) or "bypass" (read as "drop" for
 // gathers). Another value is StatusInvalidArgument naming page_cache, and nothing changes.
 func (g *Gather) SetPageCache(policy string) error {
-	v, ok := map[string]uint32{"keep": 0, "drop": 1, "bypass": 2}[policy]
-	if !ok {
-		return &Error{Status: StatusInvalidArgument,
-			Message: fmt.Sprintf("page_cache %q is not a page-cache policy: keep, drop or bypass", policy)}
+	v, err := pageCacheValue(policy)
+	if err != nil {
+		return err
 	}
 	p, err := g.h.get()
 	if err != nil {

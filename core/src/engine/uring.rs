@@ -46,9 +46,9 @@ pub(crate) fn setup_refused(e: &std::io::Error) -> String {
         Some(libc::EPERM) | Some(libc::EACCES) if disabled == 2 => {
             format!("io_uring_setup refused ({e}): the kernel disables io_uring (kernel.io_uring_disabled = 2)")
         }
-        Some(libc::EPERM) | Some(libc::EACCES) if disabled == 1 => format!(
-            "io_uring_setup refused ({e}): kernel.io_uring_disabled = 1 lets only kernel.io_uring_group use it"
-        ),
+        Some(libc::EPERM) | Some(libc::EACCES) if disabled == 1 => {
+            format!("io_uring_setup refused ({e}): kernel.io_uring_disabled = 1 lets only kernel.io_uring_group use it")
+        }
         Some(libc::EPERM) | Some(libc::EACCES) if filtered => format!(
             "io_uring_setup refused ({e}) by this process's seccomp filter (container runtimes' default \
              profiles block io_uring)"
