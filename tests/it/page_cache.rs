@@ -473,6 +473,14 @@ fn the_report_on_tmpfs_says_what_bypass_does_there() {
     }
     let dir = shm.join(format!("hostfirst-page-cache-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    /// Removes the folder (memory, on tmpfs) whatever the test did.
+    struct Remove(PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _remove = Remove(dir.clone());
     let (p, data) = write_file_in(&dir, "tmpfs.safetensors");
     assert!(on_tmpfs(&p), "/dev/shm is tmpfs");
     let r = TensorFile::open(&p).unwrap().read_engine();
@@ -485,7 +493,6 @@ fn the_report_on_tmpfs_says_what_bypass_does_there() {
         assert!(bypass.starts_with("falls back (O_DIRECT not usable: refused by tmpfs"), "{r}");
     }
     load_all(&p, &data, PageCache::Bypass);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 fn ci() -> bool {
