@@ -145,7 +145,7 @@ typedef struct {
  * saying what is wrong. */
 int cli_parse_raw(const char *cmd, const char *text, cli_raw *out);
 
-/* `--page-cache keep|drop|bypass` (load, put): what the read leaves in the page cache (hostfirst_page_cache). */
+/* `--page-cache keep|drop|bypass` (load, put, gather, shard): what the read leaves in the page cache (hostfirst_page_cache). */
 #define CLI_PAGE_CACHE_OPTION                                                                                \
     {CLI_OPT_PAGE_CACHE, "--page-cache", "POLICY",                                                           \
      "keep (default: what the read brings into the page cache stays), drop (read through the cache, then "   \

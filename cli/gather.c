@@ -1,5 +1,5 @@
 /* hostfirst gather FILE TENSOR --batch B --window T [--device SPEC] [--iters N] [--seed S] [--prefault]
- *                  [--from-host] [--depth D] [--json]
+ *                  [--from-host] [--depth D] [--page-cache POLICY] [--json]
  *
  * The data-loader loop: B random windows of T elements of a 1-D tensor (nanoGPT's get_batch, offsets from a
  * seeded splitmix64 stream) assembled as a [B, T] batch on the device, N times, into one reused destination.
@@ -29,9 +29,11 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Checks a batch (`batch`, else the gather's current one) against windows read directly with hostfirst_view_copy. */
+/* Checks a batch (`batch`, else the gather's current one) against windows read directly with hostfirst_view_copy
+ * (under a --page-cache policy other than keep: a put of each window to cpu under it, so that the check leaves
+ * the cache as the gather does). */
 static int check_first(hostfirst_gather *g, hostfirst_buffer *batch, const hostfirst_view *v, const uint64_t *offs,
-                       uint64_t b, uint64_t t, size_t elem, int *ok) {
+                       uint64_t b, uint64_t t, size_t elem, hostfirst_page_cache page_cache, int *ok) {
     uint64_t nbytes = 0;
     hostfirst_gather_nbytes(g, &nbytes);
     unsigned char *got = malloc((size_t)nbytes), *want = malloc((size_t)(t * elem));
@@ -44,7 +46,18 @@ static int check_first(hostfirst_gather *g, hostfirst_buffer *batch, const hostf
     for (uint64_t i = 0; rc == 0 && i < b; i++) {
         hostfirst_view *row = NULL;
         st = hostfirst_view_slice_rows(v, offs[i], offs[i] + t, &row);
-        if (st == HOSTFIRST_STATUS_OK) st = hostfirst_view_copy(row, want, (size_t)(t * elem), NULL);
+        if (st == HOSTFIRST_STATUS_OK && page_cache == HOSTFIRST_PAGE_CACHE_KEEP) {
+            st = hostfirst_view_copy(row, want, (size_t)(t * elem), NULL);
+        } else if (st == HOSTFIRST_STATUS_OK) {
+            hostfirst_device cpu = {HOSTFIRST_DEVICE_CPU, 0};
+            hostfirst_put_options po;
+            hostfirst_buffer *copy = NULL;
+            st = hostfirst_put_options_init(&po, sizeof po);
+            po.page_cache = page_cache;
+            if (st == HOSTFIRST_STATUS_OK) st = hostfirst_put(row, &cpu, &po, &copy, NULL);
+            if (st == HOSTFIRST_STATUS_OK) st = hostfirst_buffer_copy_to_host(copy, want, (size_t)(t * elem));
+            hostfirst_buffer_free(copy);
+        }
         hostfirst_view_free(row);
         if (st != HOSTFIRST_STATUS_OK) rc = cli_fail("direct read", st);
         else if (memcmp(got + i * t * elem, want, (size_t)(t * elem)) != 0) *ok = 0;
@@ -59,6 +72,7 @@ typedef struct {
     const char *spec;
     uint64_t batch, window, iters, seed, depth;
     int json, prefault, from_host;
+    hostfirst_page_cache page_cache; /* --page-cache */
     cli_raw raw;
 } gather_args;
 
@@ -76,6 +90,7 @@ static int on_option(void *ctx, int id, const char *v) {
     else if (id == CLI_OPT_FROM_HOST) g->from_host = 1;
     else if (id == CLI_OPT_DEVICE) g->spec = v;
     else if (id == CLI_OPT_RAW) return cli_parse_raw("gather", v, &g->raw);
+    else if (id == CLI_OPT_PAGE_CACHE) return cli_parse_page_cache("gather", v, &g->page_cache);
     return 0;
 }
 
@@ -128,7 +143,10 @@ int cmd_gather(int argc, char **argv) {
     if (from_host) {
         hostfirst_device cpu = {HOSTFIRST_DEVICE_CPU, 0};
         double t0 = now_s();
-        st = hostfirst_put(view, &cpu, NULL, &host, NULL);
+        hostfirst_put_options po;
+        st = hostfirst_put_options_init(&po, sizeof po);
+        po.page_cache = g0.page_cache;
+        if (st == HOSTFIRST_STATUS_OK) st = hostfirst_put(view, &cpu, &po, &host, NULL);
         host_s = now_s() - t0;
         if (st != HOSTFIRST_STATUS_OK) {
             rc = cli_fail("put to cpu", st);
@@ -146,6 +164,7 @@ int cmd_gather(int argc, char **argv) {
         }
     }
     st = hostfirst_gather_new(dev, info.dtype, batch, window, &g);
+    if (st == HOSTFIRST_STATUS_OK) st = hostfirst_gather_set_page_cache(g, g0.page_cache);
     if (st != HOSTFIRST_STATUS_OK) {
         rc = cli_fail("gather", st);
         goto done;
@@ -195,7 +214,7 @@ int cmd_gather(int argc, char **argv) {
             rc = cli_fail("gather", st);
             goto done;
         }
-        if (it == 0 && (rc = check_first(g, b, view, offs, batch, window, elem, &ok)) != 0) goto done;
+        if (it == 0 && (rc = check_first(g, b, view, offs, batch, window, elem, g0.page_cache, &ok)) != 0) goto done;
         hostfirst_buffer_free(b);
         b = NULL;
     }

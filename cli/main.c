@@ -78,6 +78,7 @@ static const cli_option gather_options[] = {
      "prefetch: a background thread fills up to D batches ahead (hostfirst_gather_stream_*); times the wait for "
      "each batch (default 0: each batch gathered when asked)",
      0},
+    CLI_PAGE_CACHE_OPTION,
     CLI_RAW_OPTION,
     {CLI_OPT_JSON, "--json", NULL, "one JSON object instead of text", 0},
     {0, NULL, NULL, NULL, 0},
@@ -93,6 +94,7 @@ static const cli_option shard_options[] = {
      CLI_REQUIRED | CLI_REPEATABLE},
     {CLI_OPT_DEVICE, "--device", "SPEC", "where the shards go: cpu, cuda:N, cuda_host (default: cpu)", 0},
     {CLI_OPT_STRICT, "--strict", NULL, "a rule that splits no tensor is an error (else a warning)", 0},
+    CLI_PAGE_CACHE_OPTION,
     CLI_RAW_OPTION,
     {CLI_OPT_JSON, "--json", NULL, "one JSON object instead of a table", 0},
     {0, NULL, NULL, NULL, 0},

@@ -1,4 +1,5 @@
-/* hostfirst shard FILE --world W --rank R --rule PATTERN=DIM [--rule ...] [--device SPEC] [--json]: loads rank
+/* hostfirst shard FILE --world W --rank R --rule PATTERN=DIM [--rule ...] [--device SPEC] [--page-cache POLICY]
+ * [--json]: loads rank
  * R's shard (an even split along DIM into W parts) of every tensor a rule matches, and every other tensor
  * whole, reading only those bytes (shard-on-read); prints per tensor its global shape, the shard's shape and
  * start along DIM, its size, the FNV-1a 64 of its C-order bytes (the hash of `inspect --checksum`) and the
@@ -26,6 +27,7 @@ typedef struct {
     size_t nrules;
     uint64_t world, rank;
     int json, strict, have_world, have_rank;
+    hostfirst_page_cache page_cache; /* --page-cache */
     cli_raw raw;
 } shard_args;
 
@@ -35,6 +37,7 @@ static int on_option(void *ctx, int id, const char *v) {
     else if (id == CLI_OPT_STRICT) a->strict = 1;
     else if (id == CLI_OPT_DEVICE) a->device = v;
     else if (id == CLI_OPT_RAW) return cli_parse_raw("shard", v, &a->raw);
+    else if (id == CLI_OPT_PAGE_CACHE) return cli_parse_page_cache("shard", v, &a->page_cache);
     else if (id == CLI_OPT_WORLD || id == CLI_OPT_RANK) {
         if (!cli_parse_u64(v, id == CLI_OPT_WORLD ? &a->world : &a->rank))
             return cli_usage_error("shard", "'%s' is not a non-negative integer", v);
@@ -184,7 +187,12 @@ int cmd_shard(int argc, char **argv) {
         refused = args.strict;
         report_unmatched(f, path, i, rules_text[i], args.strict);
     }
-    if (st == HOSTFIRST_STATUS_OK && !refused) st = hostfirst_shard_run(plan, NULL, &res);
+    hostfirst_shard_run_options ro;
+    if (st == HOSTFIRST_STATUS_OK && !refused) st = hostfirst_shard_run_options_init(&ro, sizeof ro);
+    if (st == HOSTFIRST_STATUS_OK && !refused) {
+        ro.page_cache = args.page_cache;
+        st = hostfirst_shard_run(plan, &ro, &res);
+    }
 
     cli_out out = {0};
     cli_out *o = st == HOSTFIRST_STATUS_OK && !refused ? &out : NULL;

@@ -1631,9 +1631,16 @@ hostfirst_status hostfirst_file_find(const struct hostfirst_file *file,
  * (`(NULL, 0)` asks for the length; `*out_len` always gets the length without the NUL): the file system holding it (its name, the mount's own type where it differs, e.g. `fuse.sshfs` or
  * `virtiofs`, its `statfs` magic number and class: `local`, `memory`, `network`, `user-space` or `unknown`),
  * whether its views are **mapped** or read with **owned reads** and why, the process's reader (as
- * `hostfirst_read_engine` names it) and whether direct I/O (`O_DIRECT`) works for the file here, or why not.
- * For example: `"fuse (f_type 0x65735546, user-space): owned reads (...): a user-space file system
- * (...); HOSTFIRST_MAP=always maps it anyway; reads: io_uring (queue depth 64); O_DIRECT: not usable (...)"`.
+ * `hostfirst_read_engine` names it), whether io_uring is usable in this process or why not (since 1.1.0
+ * explained: `io_uring_setup` refused by a seccomp filter or by `kernel.io_uring_disabled`, a kernel without
+ * io_uring, the locked-memory limit), whether direct I/O (`O_DIRECT`) works for the file here or why not
+ * (`refused by <file system>` where the file system refuses it, e.g. ramfs, older tmpfs, many FUSE mounts),
+ * and what `HOSTFIRST_PAGE_CACHE_BYPASS` does with it: `direct reads (O_DIRECT) into aligned staging`, or
+ * `falls back (O_DIRECT not usable: <why>): reading through the page cache, then dropping the pages the read
+ * brought in` (on tmpfs and ramfs it adds that their pages stay cached under every policy: they are the
+ * file). For example: `"fuse (f_type 0x65735546, user-space): owned reads (...): a user-space file system
+ * (...); HOSTFIRST_MAP=always maps it anyway; reads: io_uring (queue depth 64); io_uring: usable; O_DIRECT:
+ * not usable (...); page_cache bypass: falls back (...)"`.
  *
  * The choice is made when the file is opened, from its file system (Linux `fstatfs`): local disks, tmpfs and
  * file systems hostfirst does not know are mapped (views' `data` point into the mapping); network and cluster
@@ -2993,6 +3000,21 @@ hostfirst_status hostfirst_gather_set_ring_bound(struct hostfirst_gather *gather
                                                  size_t bound);
 
 /**
+ * Sets what the gather's later runs from a file leave in the page cache (1.1): `HOSTFIRST_PAGE_CACHE_KEEP`
+ * (0, the default of a new gather), `HOSTFIRST_PAGE_CACHE_DROP` (the pages of the file that a run's windows
+ * brought into the cache are dropped when the run ends, failed or not; pages cached before stay; only the
+ * windows' pages are sampled, with `mincore`, so the cost follows the batch, not the file) or
+ * `HOSTFIRST_PAGE_CACHE_BYPASS` (read as DROP: the windows are small reads through the transfer engine, with
+ * no direct reader yet). Applies to `hostfirst_gather_run`, `hostfirst_gather_run_sequences` and the
+ * streams started on the gather afterwards; a source populated with `hostfirst_view_prefault` is read
+ * through its mapping and a buffer source from memory, under no policy. Errors: `NULL_ARGUMENT`,
+ * `INVALID_HANDLE`, `INVALID_ARGUMENT` (`page_cache` not a `hostfirst_page_cache`; nothing changed).
+ * Thread-safe. New in 1.1.
+ */
+hostfirst_status hostfirst_gather_set_page_cache(struct hostfirst_gather *gather,
+                                                 hostfirst_page_cache page_cache);
+
+/**
  * Describes the gather's ring: its bound, the batches allocated now, and how many of them are held by
  * consumers (buffer handles not freed, DLPack exports not deleted). Each output may be NULL. Errors:
  * `NULL_ARGUMENT` (gather), `INVALID_HANDLE`. Thread-safe.
@@ -3996,6 +4018,14 @@ typedef struct hostfirst_shard_run_options {
    * Passed to `progress` unchanged.
    */
   void *user;
+  /**
+   * (1.1) What the run leaves in the page cache: `HOSTFIRST_PAGE_CACHE_KEEP` (0, the default),
+   * `HOSTFIRST_PAGE_CACHE_DROP` (the pages of the plan's files that the run brought in are dropped when it
+   * ends, failed or not; pages cached before stay) or `HOSTFIRST_PAGE_CACHE_BYPASS` (for now read as DROP:
+   * shard-on-read has no direct reader yet). Another value is `INVALID_ARGUMENT` naming
+   * `opts->page_cache`.
+   */
+  hostfirst_page_cache page_cache;
 } hostfirst_shard_run_options;
 
 /**
@@ -4254,7 +4284,9 @@ hostfirst_status hostfirst_shard_plan_free(struct hostfirst_shard_plan *plan);
  * thread at a bounded rate with the shard bytes placed so far and in all, at least once, last with `done ==
  * total`; returning nonzero cancels: `CANCELLED`, and everything the run had allocated is freed. Any other
  * failure (`IO`, `TRUNCATED`, `DEVICE_ERROR`) also frees everything. Errors: `NULL_ARGUMENT`,
- * `INVALID_HANDLE`, `INVALID_ARGUMENT` (`opts->struct_size` too small). On failure `*out` is unchanged.
+ * `INVALID_HANDLE`, `INVALID_ARGUMENT` (`opts->struct_size` too small, `opts->page_cache` not a
+ * `hostfirst_page_cache`). On failure `*out` is unchanged. `opts->page_cache` (1.1) says what the run leaves
+ * in the page cache (see `hostfirst_shard_run_options`).
  * Thread-safe; `opts->user` is passed through untouched. The same plan may be run more than once, also from
  * several threads at once. (Earlier in 0.2 this took `progress, user` instead of `opts`.)
  */

@@ -118,6 +118,46 @@ fn residency(file: &File) -> std::io::Result<Vec<u8>> {
     Ok(vec)
 }
 
+/// The residency of each page range `[lo, hi)` (sorted, disjoint, within the file) of `file`: one mapping of
+/// the span they cover (touching no page), `mincore` range by range.
+#[cfg(target_os = "linux")]
+fn residency_ranges(file: &File, ranges: &[(u64, u64)]) -> std::io::Result<Vec<Vec<u8>>> {
+    use std::os::fd::AsRawFd;
+    let page = page_size();
+    let (Some(first), Some(last)) = (ranges.first(), ranges.last()) else { return Ok(Vec::new()) };
+    let span = ((last.1 - first.0) as usize) * page;
+    let at = (first.0 as usize * page) as libc::off_t;
+    // SAFETY: a new shared read-only mapping of the span; nothing reads through it, it is unmapped below.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), span, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), at) };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut out = Vec::with_capacity(ranges.len());
+    let mut failed = None;
+    for &(lo, hi) in ranges {
+        let mut vec = vec![0u8; (hi - lo) as usize];
+        let off = (lo - first.0) as usize * page;
+        // SAFETY: `[off, off + vec.len() pages)` lies within the mapping made above; one byte per page.
+        let r = unsafe { libc::mincore(p.cast::<u8>().add(off).cast(), vec.len() * page, vec.as_mut_ptr().cast()) };
+        if r != 0 {
+            failed = Some(std::io::Error::last_os_error());
+            break;
+        }
+        out.push(vec);
+    }
+    // SAFETY: the mapping made above.
+    unsafe { libc::munmap(p, span) };
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn residency_ranges(_file: &File, _ranges: &[(u64, u64)]) -> std::io::Result<Vec<Vec<u8>>> {
+    Err(std::io::Error::new(std::io::ErrorKind::Unsupported, unsupported_here().unwrap_or("")))
+}
+
 #[cfg(not(target_os = "linux"))]
 fn residency(_file: &File) -> std::io::Result<Vec<u8>> {
     Err(std::io::Error::new(std::io::ErrorKind::Unsupported, unsupported_here().unwrap_or("")))
@@ -138,8 +178,9 @@ fn drop_pages(file: &File, first: usize, count: usize) {
 /// ([`CacheScope::begin`]), it gives back, when dropped, the pages of its files that the operation brought
 /// into the cache (`Drop`, `Bypass`); under `Keep` it does nothing and costs nothing.
 pub struct CacheScope {
-    /// Each file (a duplicate descriptor, so the scope outlives no one's file) and its pages cached at the start.
-    files: Vec<(File, Vec<u8>)>,
+    /// Each file (a duplicate descriptor, so the scope outlives no one's file), the first page sampled and the
+    /// residency of the pages from there at the start (the whole file, or one range of it).
+    files: Vec<(File, usize, Vec<u8>)>,
 }
 
 impl CacheScope {
@@ -158,7 +199,50 @@ impl CacheScope {
             }
             seen.push(id);
             if let (Ok(dup), Ok(map)) = (f.try_clone(), residency(f)) {
-                scope.files.push((dup, map));
+                scope.files.push((dup, 0, map));
+            }
+        }
+        scope
+    }
+
+    /// Samples the cache of the byte ranges `ranges` ((offset, length)) of one file under `policy` (nothing
+    /// under `Keep`): what a gather's batch reads, a few pages of a file that may be far larger than memory,
+    /// so only those pages are sampled (`mincore` over one mapping of the span the ranges cover, range by
+    /// range) and only those the batch brought in are dropped when the scope ends. A file that cannot be
+    /// mapped is skipped (its pages are kept).
+    pub fn begin_ranges(policy: PageCache, file: &File, ranges: impl IntoIterator<Item = (u64, u64)>) -> CacheScope {
+        let mut scope = CacheScope { files: Vec::new() };
+        if policy == PageCache::Keep || unsupported_here().is_some() {
+            return scope;
+        }
+        let page = page_size() as u64;
+        let mut pages: Vec<(u64, u64)> = ranges
+            .into_iter()
+            .filter(|r| r.1 > 0)
+            .map(|(o, n)| (o / page, (o.saturating_add(n)).div_ceil(page)))
+            .collect();
+        if pages.is_empty() {
+            return scope;
+        }
+        pages.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(pages.len());
+        for (lo, hi) in pages {
+            match merged.last_mut() {
+                Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+                _ => merged.push((lo, hi)),
+            }
+        }
+        let Ok(len) = file.metadata().map(|m| m.len()) else { return scope };
+        let end_page = len.div_ceil(page);
+        merged.retain_mut(|r| {
+            r.1 = r.1.min(end_page);
+            r.0 < r.1
+        });
+        if let Ok(sampled) = residency_ranges(file, &merged) {
+            for ((lo, _), map) in merged.into_iter().zip(sampled) {
+                if let Ok(dup) = file.try_clone() {
+                    scope.files.push((dup, lo as usize, map));
+                }
             }
         }
         scope
@@ -178,7 +262,7 @@ impl CacheScope {
 impl Drop for CacheScope {
     fn drop(&mut self) {
         #[cfg(target_os = "linux")]
-        for (f, before) in &self.files {
+        for (f, first, before) in &self.files {
             let mut i = 0;
             while i < before.len() {
                 if before[i] & 1 != 0 {
@@ -189,7 +273,7 @@ impl Drop for CacheScope {
                 while i < before.len() && before[i] & 1 == 0 {
                     i += 1;
                 }
-                drop_pages(f, start, i - start);
+                drop_pages(f, first + start, i - start);
             }
         }
     }

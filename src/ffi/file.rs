@@ -327,9 +327,16 @@ pub extern "C" fn hostfirst_file_find(
 /// (`(NULL, 0)` asks for the length; `*out_len` always gets the length without the NUL): the file system holding it (its name, the mount's own type where it differs, e.g. `fuse.sshfs` or
 /// `virtiofs`, its `statfs` magic number and class: `local`, `memory`, `network`, `user-space` or `unknown`),
 /// whether its views are **mapped** or read with **owned reads** and why, the process's reader (as
-/// `hostfirst_read_engine` names it) and whether direct I/O (`O_DIRECT`) works for the file here, or why not.
-/// For example: `"fuse (f_type 0x65735546, user-space): owned reads (...): a user-space file system
-/// (...); HOSTFIRST_MAP=always maps it anyway; reads: io_uring (queue depth 64); O_DIRECT: not usable (...)"`.
+/// `hostfirst_read_engine` names it), whether io_uring is usable in this process or why not (since 1.1.0
+/// explained: `io_uring_setup` refused by a seccomp filter or by `kernel.io_uring_disabled`, a kernel without
+/// io_uring, the locked-memory limit), whether direct I/O (`O_DIRECT`) works for the file here or why not
+/// (`refused by <file system>` where the file system refuses it, e.g. ramfs, older tmpfs, many FUSE mounts),
+/// and what `HOSTFIRST_PAGE_CACHE_BYPASS` does with it: `direct reads (O_DIRECT) into aligned staging`, or
+/// `falls back (O_DIRECT not usable: <why>): reading through the page cache, then dropping the pages the read
+/// brought in` (on tmpfs and ramfs it adds that their pages stay cached under every policy: they are the
+/// file). For example: `"fuse (f_type 0x65735546, user-space): owned reads (...): a user-space file system
+/// (...); HOSTFIRST_MAP=always maps it anyway; reads: io_uring (queue depth 64); io_uring: usable; O_DIRECT:
+/// not usable (...); page_cache bypass: falls back (...)"`.
 ///
 /// The choice is made when the file is opened, from its file system (Linux `fstatfs`): local disks, tmpfs and
 /// file systems hostfirst does not know are mapped (views' `data` point into the mapping); network and cluster

@@ -1,6 +1,6 @@
 //! The batch gather for training loops: `hostfirst_gather_*`, `hostfirst_random_offsets`.
 
-use super::args::{c_dtype, enum_arg, in_ref, opt_out, out_bytes, out_ptr};
+use super::args::{c_dtype, c_page_cache, enum_arg, in_ref, opt_out, out_bytes, out_ptr, page_cache_arg};
 use super::buffer::hostfirst_buffer;
 use super::device::hostfirst_device;
 use super::file::hostfirst_file;
@@ -260,6 +260,26 @@ pub extern "C" fn hostfirst_gather_set_ring_bound(gather: *mut hostfirst_gather,
         let g = handle::get::<hostfirst_gather>(gather, "gather")?;
         let r = g.lock().unwrap_or_else(|e| e.into_inner()).gather.set_ring_bound(bound);
         r
+    })
+}
+
+/// Sets what the gather's later runs from a file leave in the page cache (1.1): `HOSTFIRST_PAGE_CACHE_KEEP`
+/// (0, the default of a new gather), `HOSTFIRST_PAGE_CACHE_DROP` (the pages of the file that a run's windows
+/// brought into the cache are dropped when the run ends, failed or not; pages cached before stay; only the
+/// windows' pages are sampled, with `mincore`, so the cost follows the batch, not the file) or
+/// `HOSTFIRST_PAGE_CACHE_BYPASS` (read as DROP: the windows are small reads through the transfer engine, with
+/// no direct reader yet). Applies to `hostfirst_gather_run`, `hostfirst_gather_run_sequences` and the
+/// streams started on the gather afterwards; a source populated with `hostfirst_view_prefault` is read
+/// through its mapping and a buffer source from memory, under no policy. Errors: `NULL_ARGUMENT`,
+/// `INVALID_HANDLE`, `INVALID_ARGUMENT` (`page_cache` not a `hostfirst_page_cache`; nothing changed).
+/// Thread-safe. New in 1.1.
+#[no_mangle]
+pub extern "C" fn hostfirst_gather_set_page_cache(gather: *mut hostfirst_gather, page_cache: c_page_cache) -> Status {
+    hostfirst_boundary!("hostfirst_gather_set_page_cache", {
+        let g = handle::get::<hostfirst_gather>(gather, "gather")?;
+        let policy = page_cache_arg(page_cache, "page_cache")?;
+        g.lock().unwrap_or_else(|e| e.into_inner()).gather.set_page_cache(policy);
+        Ok(())
     })
 }
 

@@ -1,7 +1,10 @@
 //! Shard-on-read: meshes, sharding rules, shard plans and their runs (`hostfirst_shard_*`).
 
 use super::args::write_out_struct;
-use super::args::{c_str, init_options, opt_out, options_struct, out_ptr, out_struct, out_struct_size, read_options};
+use super::args::{
+    c_page_cache, c_str, init_options, opt_out, options_struct, out_ptr, out_struct, out_struct_size, page_cache_arg,
+    read_options,
+};
 use super::buffer::hostfirst_buffer;
 use super::device::hostfirst_device;
 use super::file::hostfirst_file;
@@ -103,6 +106,12 @@ pub struct hostfirst_shard_run_options {
     pub progress: hostfirst_progress_fn,
     /// Passed to `progress` unchanged.
     pub user: *mut c_void,
+    /// (1.1) What the run leaves in the page cache: `HOSTFIRST_PAGE_CACHE_KEEP` (0, the default),
+    /// `HOSTFIRST_PAGE_CACHE_DROP` (the pages of the plan's files that the run brought in are dropped when it
+    /// ends, failed or not; pages cached before stay) or `HOSTFIRST_PAGE_CACHE_BYPASS` (for now read as DROP:
+    /// shard-on-read has no direct reader yet). Another value is `INVALID_ARGUMENT` naming
+    /// `opts->page_cache`.
+    pub page_cache: c_page_cache,
 }
 
 impl Default for hostfirst_shard_run_options {
@@ -111,11 +120,17 @@ impl Default for hostfirst_shard_run_options {
             struct_size: std::mem::size_of::<hostfirst_shard_run_options>(),
             progress: None,
             user: std::ptr::null_mut(),
+            page_cache: 0,
         }
     }
 }
 
-options_struct!(hostfirst_shard_run_options, first_version_ends_with = user, fields = [struct_size, progress, user]);
+options_struct!(
+    hostfirst_shard_run_options,
+    first_version_ends_with = user,
+    fields = [struct_size, progress, user],
+    appended = [page_cache]
+);
 
 impl Default for hostfirst_shard_options {
     fn default() -> Self {
@@ -529,7 +544,9 @@ pub extern "C" fn hostfirst_shard_plan_free(plan: *mut hostfirst_shard_plan) -> 
 /// thread at a bounded rate with the shard bytes placed so far and in all, at least once, last with `done ==
 /// total`; returning nonzero cancels: `CANCELLED`, and everything the run had allocated is freed. Any other
 /// failure (`IO`, `TRUNCATED`, `DEVICE_ERROR`) also frees everything. Errors: `NULL_ARGUMENT`,
-/// `INVALID_HANDLE`, `INVALID_ARGUMENT` (`opts->struct_size` too small). On failure `*out` is unchanged.
+/// `INVALID_HANDLE`, `INVALID_ARGUMENT` (`opts->struct_size` too small, `opts->page_cache` not a
+/// `hostfirst_page_cache`). On failure `*out` is unchanged. `opts->page_cache` (1.1) says what the run leaves
+/// in the page cache (see `hostfirst_shard_run_options`).
 /// Thread-safe; `opts->user` is passed through untouched. The same plan may be run more than once, also from
 /// several threads at once. (Earlier in 0.2 this took `progress, user` instead of `opts`.)
 #[no_mangle]
@@ -548,7 +565,9 @@ pub extern "C" fn hostfirst_shard_run(
             Some(f) => unsafe { f(done, total, user) != 0 },
             None => false,
         };
-        let opts = ShardOptions { tuning: p.tuning, progress: if progress.is_some() { Some(&mut cb) } else { None } };
+        let page_cache = page_cache_arg(o.page_cache, "opts->page_cache")?;
+        let progress = if progress.is_some() { Some(&mut cb as &mut dyn FnMut(u64, u64) -> bool) } else { None };
+        let opts = ShardOptions { tuning: p.tuning, progress, page_cache };
         let load = shard::run(&p.plan, opts)?;
         *out = handle::insert_new::<hostfirst_shard_result>(load);
         Ok(())

@@ -308,6 +308,11 @@ static int gathers_and_shards(const std::string &fixtures) {
             REQUIRE(held.to_vector<uint16_t>()[4] == TOKENS0[2]); /* unchanged under its holder */
             REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { g.set_ring_bound(0); }));
         }
+        /* the page-cache policy of later runs (1.1): bytes unchanged under drop, an unknown value refused */
+        REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { g.set_page_cache(static_cast<hostfirst_page_cache>(3)); }));
+        g.set_page_cache(HOSTFIRST_PAGE_CACHE_DROP);
+        REQUIRE(g.run(tokens, {1, 2}).to_vector<uint16_t>()[0] == TOKENS0[1]);
+        g.set_page_cache(HOSTFIRST_PAGE_CACHE_KEEP);
         REQUIRE(g.ring().held == 0);
         hostfirst::buffer host = tokens.put(hostfirst::device::cpu());
         hostfirst::buffer fb = g.run_from_buffer(host, {5, 0});
@@ -386,6 +391,14 @@ static int gathers_and_shards(const std::string &fixtures) {
             ro.user = &calls;
             REQUIRE(throws(HOSTFIRST_STATUS_CANCELLED, [&] { (void)sp.run(ro); }));
             REQUIRE(calls == 1 && hostfirst::handle_count() == before);
+            /* the page-cache policy of the run (1.1): zero is keep; drop reads the same bytes; another value
+             * throws INVALID_ARGUMENT */
+            hostfirst::shard_run_options pc;
+            REQUIRE(pc.page_cache == HOSTFIRST_PAGE_CACHE_KEEP);
+            pc.page_cache = HOSTFIRST_PAGE_CACHE_DROP;
+            REQUIRE(sp.run(pc).get(0).buffer.to_vector<uint16_t>() == res.get(0).buffer.to_vector<uint16_t>());
+            pc.page_cache = static_cast<hostfirst_page_cache>(7);
+            REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { (void)sp.run(pc); }));
         }
         hostfirst::shard_buffer sb = res.get(0);
         REQUIRE(sb.bytes_read == 4096 && sb.buffer.shape() == std::vector<uint64_t>({2048}));

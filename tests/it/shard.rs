@@ -139,6 +139,7 @@ fn load_all_and_compare(tag: &str, devices: &[Device]) {
         ShardOptions {
             tuning: hostfirst::engine::Tuning { threads: 2, chunk: 4096, ..Default::default() },
             progress: Some(&mut cb),
+            ..Default::default()
         },
     )
     .unwrap();
@@ -379,7 +380,7 @@ fn neighbouring_shards_are_read_together_within_the_bound() {
         assert_eq!((plan.files[0].reads, plan.planned_read()), (reads, want_bytes), "{owned:?}");
         for threads in [1, 3] {
             let tuning = hostfirst::engine::Tuning { threads, chunk: 256 << 10, ..Default::default() };
-            let load = shard::run(&plan, ShardOptions { tuning, progress: None }).unwrap();
+            let load = shard::run(&plan, ShardOptions { tuning, ..Default::default() }).unwrap();
             assert_eq!(load.bytes_read(), want_bytes, "{owned:?} on {threads} threads");
             for (e, s) in plan.entries.iter().zip(&load.shards) {
                 assert_eq!(buffer_bytes(&s.buffer), block(&data, &wide.3, 32, &e.ranges), "{owned:?} {}", e.position);

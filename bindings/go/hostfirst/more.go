@@ -141,6 +141,12 @@ static hostfirst_status hf_go_gather_set_ring_bound(uintptr_t g, size_t bound, h
 	return st;
 }
 
+static hostfirst_status hf_go_gather_set_page_cache(uintptr_t g, uint32_t policy, hf_go_error **err) {
+	hostfirst_status st = hostfirst_gather_set_page_cache((hostfirst_gather *)g, (hostfirst_page_cache)policy);
+	*err = hf_go_error_take(st);
+	return st;
+}
+
 static hostfirst_status hf_go_gather_run_from_buffer(uintptr_t g, uintptr_t b, const uint64_t *offsets, size_t n,
                                                      uintptr_t *out, hf_go_error **err) {
 	hostfirst_buffer *o = NULL;
@@ -472,6 +478,23 @@ func (g *Gather) SetRingBound(bound int) error {
 	defer runtime.KeepAlive(g)
 	var msg *C.hf_go_error
 	return check(C.hf_go_gather_set_ring_bound(p, C.size_t(bound), &msg), msg)
+}
+
+// SetPageCache sets what the gather's later runs from a file leave in the page cache: "keep" (the default),
+// "drop" (the pages the run's windows brought in are dropped when it ends) or "bypass" (read as "drop" for
+// gathers). Another value is StatusInvalidArgument naming page_cache, and nothing changes.
+func (g *Gather) SetPageCache(policy string) error {
+	v, err := pageCacheValue(policy)
+	if err != nil {
+		return err
+	}
+	p, err := g.h.get()
+	if err != nil {
+		return err
+	}
+	defer runtime.KeepAlive(g)
+	var msg *C.hf_go_error
+	return check(C.hf_go_gather_set_page_cache(p, C.uint32_t(v), &msg), msg)
 }
 
 // RunFromBuffer fills the next batch from a 1-D host buffer (each window a memcpy).

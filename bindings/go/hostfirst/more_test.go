@@ -146,6 +146,12 @@ func TestPutsDevicesStreams(t *testing.T) {
 	if err := g.SetRingBound(5); err != nil {
 		t.Fatal(err)
 	}
+	wantStatus(t, g.SetPageCache("evict"), StatusInvalidArgument, "an unknown page-cache policy")
+	for _, policy := range []string{"bypass", "drop", "keep"} {
+		if err := g.SetPageCache(policy); err != nil {
+			t.Fatalf("SetPageCache(%q): %v", policy, err)
+		}
+	}
 	if bound, _, held, err := g.Ring(); err != nil || bound != 5 || held != 0 {
 		t.Fatalf("ring %d %d %v", bound, held, err)
 	}

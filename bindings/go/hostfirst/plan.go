@@ -80,12 +80,14 @@ static hostfirst_status hf_go_plan_free(uintptr_t p, hf_go_error **err) {
 	return st;
 }
 
-static hostfirst_status hf_go_load_run(uintptr_t f, uintptr_t p, int copy_on_write, uintptr_t *out, hf_go_error **err) {
+static hostfirst_status hf_go_load_run(uintptr_t f, uintptr_t p, int copy_on_write, uint32_t page_cache,
+                                       uintptr_t *out, hf_go_error **err) {
 	hostfirst_load_options o;
 	hostfirst_load *l = NULL;
 	hostfirst_status st = hostfirst_load_options_init(&o, sizeof o);
 	if (st == HOSTFIRST_STATUS_OK) {
 		o.copy_on_write = copy_on_write;
+		o.page_cache = (hostfirst_page_cache)page_cache;
 		st = hostfirst_load_run((const hostfirst_file *)f, (const hostfirst_plan *)p, &o, &l);
 	}
 	if (st == HOSTFIRST_STATUS_OK) *out = (uintptr_t)l;
@@ -134,6 +136,7 @@ static hostfirst_status hf_go_load_free(uintptr_t l, hf_go_error **err) {
 import "C"
 
 import (
+	"fmt"
 	"runtime"
 	"strings"
 	"unsafe"
@@ -358,6 +361,19 @@ type Load struct {
 // LoadOptions are the options of RunLoad; the zero value copies cpu tensors.
 type LoadOptions struct {
 	CopyOnWrite bool // cpu tensors as private copy-on-write mappings instead of copies
+	// PageCache is what the load leaves in the page cache (1.1): "" or "keep" (the default), "drop" or
+	// "bypass" (hostfirst_load_options.page_cache); another value is StatusInvalidArgument naming page_cache.
+	PageCache string
+}
+
+// pageCacheValue is the hostfirst_page_cache value of a policy name ("" is keep).
+func pageCacheValue(policy string) (uint32, error) {
+	v, ok := map[string]uint32{"": 0, "keep": 0, "drop": 1, "bypass": 2}[policy]
+	if !ok {
+		return 0, &Error{Status: StatusInvalidArgument,
+			Message: fmt.Sprintf("page_cache %q is not a page-cache policy: keep, drop or bypass", policy)}
+	}
+	return v, nil
 }
 
 // LoadEntry describes one tensor of a load without a handle.
@@ -386,9 +402,15 @@ func RunLoad(f *File, p *Plan, opts *LoadOptions) (*Load, error) {
 	if opts != nil && opts.CopyOnWrite {
 		cow = 1
 	}
+	policy := uint32(0)
+	if opts != nil {
+		if policy, err = pageCacheValue(opts.PageCache); err != nil {
+			return nil, err
+		}
+	}
 	var id C.uintptr_t
 	var msg *C.hf_go_error
-	if err := check(C.hf_go_load_run(fp, pp, cow, &id, &msg), msg); err != nil {
+	if err := check(C.hf_go_load_run(fp, pp, cow, C.uint32_t(policy), &id, &msg), msg); err != nil {
 		return nil, err
 	}
 	l := &Load{h: handle{id: id}, file: f}

@@ -3,6 +3,7 @@ package hostfirst
 import (
 	"bytes"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -119,4 +120,20 @@ func TestRulesPlanLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	l2.Close()
+	// The page-cache policy (1.1): every policy loads the same tensors; another value is refused by name.
+	for _, policy := range []string{"keep", "drop", "bypass"} {
+		l3, err := RunLoad(f, p, &LoadOptions{PageCache: policy})
+		if err != nil {
+			t.Fatalf("PageCache %q: %v", policy, err)
+		}
+		if n, err := l3.Count(); err != nil || n != len(names) {
+			t.Fatalf("PageCache %q: %d tensors, %v", policy, n, err)
+		}
+		l3.Close()
+	}
+	_, err = RunLoad(f, p, &LoadOptions{PageCache: "evict"})
+	wantStatus(t, err, StatusInvalidArgument, "an unknown page-cache policy")
+	if err == nil || !strings.Contains(err.Error(), `page_cache "evict"`) {
+		t.Fatalf("the refusal names page_cache: %v", err)
+	}
 }

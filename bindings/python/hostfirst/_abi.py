@@ -305,6 +305,7 @@ class ShardRunOptions(_Mirror):
         ("struct_size", ctypes.c_size_t),
         ("progress", ctypes.c_void_p),  # hostfirst_progress_fn
         ("user", ctypes.c_void_p),
+        ("page_cache", ctypes.c_uint32),  # hostfirst_page_cache (1.1)
     ]
 
 
@@ -528,6 +529,7 @@ SIGNATURES = {
     "hostfirst_gather_run_sequences": (c_status, [_h, _h, P(_u64), _size, _u64, P(_u64), _ph]),
     "hostfirst_gather_batch": (c_status, [_h, _ph]),
     "hostfirst_gather_set_ring_bound": (c_status, [_h, _size]),
+    "hostfirst_gather_set_page_cache": (c_status, [_h, _u32]),
     "hostfirst_gather_ring": (c_status, [_h, P(_size), P(_size), P(_size)]),
     "hostfirst_gather_copy_to_host": (c_status, [_h, ctypes.c_void_p, _size]),
     "hostfirst_gather_nbytes": (c_status, [_h, P(_u64)]),

@@ -57,10 +57,17 @@ class Gather:
     holds, from a small ring: a loop that drops each batch before the next run keeps one or two batches and
     allocates nothing per step. When every batch is held at the ring's bound (`ring_bound`, default
     HOSTFIRST_GATHER_DEFAULT_RING_BOUND = 4), `run` raises BusyError and changes nothing. `device` may be
-    "default" (resolved now through the default stack)."""
+    "default" (resolved now through the default stack).
+
+    `page_cache` ("keep", the default; "drop"; "bypass", read as "drop" here): what each run from a file leaves
+    in the page cache (hostfirst_gather_set_page_cache; only the windows' pages are sampled and dropped).
+    Anything else is InvalidArgumentError naming page_cache."""
 
     def __init__(self, device: Union[Device, str], dtype: _dtypes.DTypeLike, batch: int, window: int,
-                 ring_bound: Optional[int] = None):
+                 ring_bound: Optional[int] = None, page_cache: str = "keep"):
+        from ._page_cache import page_cache_value
+
+        policy = page_cache_value(page_cache)  # checked before anything is allocated
         d = resolve_target(device)
         code = _dtypes.code_of(dtype)
         h = ctypes.c_void_p()
@@ -69,6 +76,9 @@ class Gather:
         self._finalizer = weakref.finalize(self, lib.hostfirst_gather_free, h.value)
         if ring_bound is not None:
             check(lib.hostfirst_gather_set_ring_bound(self._h, int(ring_bound)))
+        if policy:
+            check(lib.hostfirst_gather_set_page_cache(self._h, policy))
+        self.page_cache = page_cache
         self.device, self.batch, self.window = d, int(batch), int(window)
         self.dtype = _dtypes.reported(code)
         self.dtype_name = _dtypes.NAMES[code]

@@ -33,10 +33,14 @@ from ._tensors import File, RuleList, View, _Carrier, _Load, make_plan
 PARALLEL_BYTES = 16 << 20
 
 
-def copy_view(view: View) -> np.ndarray:
+def copy_view(view: View, page_cache: str = "keep") -> np.ndarray:
     """An owned, writable numpy copy of `view`'s elements in C order (a strided view's packed bytes); bf16/fp8
     through ml_dtypes. TypeError for the dtypes numpy cannot hold, TruncatedError (never SIGBUS) for a file that
-    shrank since it was opened."""
+    shrank since it was opened. `page_cache` other than "keep" ("drop", "bypass", checked by the caller): a put
+    to cpu under that policy (hostfirst_put_options.page_cache)."""
+    if page_cache != "keep" and view.nbytes:
+        _dtypes.require_numpy_dtype(view.dtype_code)
+        return view.to("cpu", page_cache=page_cache).numpy()
     if native is not None and view.nbytes < PARALLEL_BYTES:
         fast = native.copy(view._h, native_dtypes(), np.ndarray, PARALLEL_BYTES)
         if fast is not None:  # one C call (None: the path below, which raises what it raises)

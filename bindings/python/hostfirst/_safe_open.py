@@ -73,11 +73,12 @@ def index_copy(view: View, key: Any) -> np.ndarray:
     return copy_selection(view, view._select(key))
 
 
-def copy_selection(view: View, sel: Any) -> np.ndarray:
-    """`index_copy` of a selection already made (`view._select(key)`): what it selects, read."""
+def copy_selection(view: View, sel: Any, page_cache: str = "keep") -> np.ndarray:
+    """`index_copy` of a selection already made (`view._select(key)`): what it selects, read (under `page_cache`,
+    see `copy_view`)."""
     if sel.empty is not None:
         return np.empty(sel.empty, _dtypes.require_numpy_dtype(view.dtype_code))
-    a = copy_view(sel.view)
+    a = copy_view(sel.view, page_cache)
     if sel.after is None:
         return a
     part = a[sel.after + (Ellipsis,)]  # `...` last: a 0-d array where every dimension is indexed
@@ -106,7 +107,8 @@ class _Slice:
                 part = self._owner._numpy_of(part, name)
             return self._owner._deliver(np.asarray(part), name)
         sel = self._tensor._select(key)  # a bad index raises here, naming the tensor once
-        return self._owner._deliver(self._owner._owned(lambda: copy_selection(self._tensor, sel), name), name)
+        pc = self._owner.page_cache
+        return self._owner._deliver(self._owner._owned(lambda: copy_selection(self._tensor, sel, pc), name), name)
 
     def __repr__(self) -> str:
         return f"<hostfirst slice '{self._tensor.name}' {self._tensor.dtype_name} {list(self._tensor.shape)}>"
@@ -149,9 +151,10 @@ class safe_open:  # noqa: N801 - named as safetensors names it
     `backend` ("mmap" or "pread", keyword-only): safetensors 0.8's storage choice, checked and accepted; both
     give the same arrays here.
 
-    `page_cache` (keyword-only: "keep", the default; "drop"; "bypass"): what `get_tensors` leaves in the page
-    cache (the C header's hostfirst_page_cache); single-tensor reads (`get_tensor`, slices) keep it as it is for
-    now. Anything else is InvalidArgumentError naming page_cache.
+    `page_cache` (keyword-only: "keep", the default; "drop"; "bypass"): what `get_tensors`, `get_tensor` and
+    `get_slice(...)[...]` leave in the page cache (the C header's hostfirst_page_cache: a load, or a put to cpu
+    per tensor or selection, under the policy). Anything else is InvalidArgumentError naming page_cache. With
+    `zero_copy=True` the arrays are the mapping's pages: no policy applies.
 
     `zero_copy` (keyword-only, default False): False gives owned arrays, as safetensors does: each tensor is read
     (pread/io_uring; parallel for large tensors and `get_tensors`) into memory of its own, writable, and nothing
@@ -229,14 +232,14 @@ class safe_open:  # noqa: N801 - named as safetensors names it
     def get_tensor(self, name: str) -> Any:
         """The whole tensor: a numpy array (numpy) or a jax.Array (jax); owned unless `zero_copy=True`."""
         f = self._open()
-        if not self._mapped:
+        if not self._mapped and self.page_cache == "keep":
             fast = copy_named(f, name)  # the native extension's one call (None: the ctypes path below)
             if fast is not None:
                 return self._deliver(fast, name)
         view = f[name]
         if self._mapped:
             return self._deliver(self._numpy_of(view, name), name)
-        return self._deliver(self._owned(lambda: copy_view(view), name), name)
+        return self._deliver(self._owned(lambda: copy_view(view, self.page_cache), name), name)
 
     def get_tensors(self) -> Dict[str, Any]:
         """Every tensor, {name: array} in file order (safetensors 0.8's `get_tensors`). Owned arrays come from

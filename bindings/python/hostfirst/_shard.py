@@ -69,7 +69,7 @@ def _mesh_axes(mesh: Union[Mapping[str, int], Iterable[Tuple[str, int]]]) -> Tup
 
 def load_shards(path: Union[PathLike, File], mesh: Union[Mapping[str, int], Iterable[Tuple[str, int]]],
                 rules: Sequence[Tuple[str, Any]], owned: Union[Mapping[int, Any], Iterable[int]], *,
-                max_over_read: Optional[float] = None, threads: int = 0) -> List[Shard]:
+                max_over_read: Optional[float] = None, threads: int = 0, page_cache: str = "keep") -> List[Shard]:
     """Loads the shards of the mesh positions this process owns from a file of named tensors: a path opened as
     `hostfirst.open` opens it (safetensors or a sharded set, .npy, an llm.c shard, a Megatron dataset), or a
     File already open (`hostfirst.open_raw` for a headerless token file; the File stays open and the caller's).
@@ -78,7 +78,12 @@ def load_shards(path: Union[PathLike, File], mesh: Union[Mapping[str, int], Iter
     row-major over the axes. rules: [(glob pattern, spec)], the first match wins, unmatched tensors are
     replicated; spec as in `spec_text`, or SKIP (None) to leave the tensors a rule matches out. owned:
     {position: device spec} (or a sequence of positions, all on "cpu"). Every device is fit-checked before anything moves; each shard is read from its byte runs only.
-    Returns the shards, by tensor (file order), then by owned position (the order given)."""
+    Returns the shards, by tensor (file order), then by owned position (the order given).
+    page_cache ("keep", the default; "drop"; "bypass", read as "drop" here): what the run leaves in the page
+    cache (hostfirst_shard_run_options.page_cache); anything else is InvalidArgumentError naming page_cache."""
+    from ._page_cache import page_cache_value
+
+    policy = page_cache_value(page_cache)  # checked before anything is opened
     names, sizes = _mesh_axes(mesh)
     where: Dict[int, Any] = dict(owned) if isinstance(owned, Mapping) else {int(p): "cpu" for p in owned}
     positions = (ctypes.c_uint64 * max(len(where), 1))(*[int(p) for p in where])
@@ -105,7 +110,10 @@ def load_shards(path: Union[PathLike, File], mesh: Union[Mapping[str, int], Iter
                 check(lib.hostfirst_shard_rules_add(rh, str(pattern).encode(), spec_text(spec).encode()))
         check(lib.hostfirst_shard_plan_make(fp, rh, positions, devices, len(where), ctypes.byref(opts),
                                             ctypes.byref(ph)))
-        check(lib.hostfirst_shard_run(ph, None, ctypes.byref(res)))
+        ro = _abi.ShardRunOptions()
+        check(lib.hostfirst_shard_run_options_init(ctypes.byref(ro), ctypes.sizeof(ro)))
+        ro.page_cache = policy
+        check(lib.hostfirst_shard_run(ph, ctypes.byref(ro), ctypes.byref(res)))
         n = ctypes.c_size_t()
         check(lib.hostfirst_shard_plan_count(ph, ctypes.byref(n)))
         out: List[Shard] = []

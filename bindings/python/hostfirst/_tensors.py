@@ -350,7 +350,7 @@ class View(_HostArrayMixin):
         return _dlpack.export(lib.hostfirst_view_to_dlpack, self._h, stream, max_version, dl_device, copy)
 
     def to(self, device: Union[Device, str] = "default", *, copy_on_write: bool = False, resident: bool = False,
-           threads: int = 0, staging_mib: int = 0) -> "Buffer":
+           threads: int = 0, staging_mib: int = 0, page_cache: str = "keep") -> "Buffer":
         """Puts this tensor on a device ("cpu", "cuda:0", "cuda_host", or "default" through the default stack;
         strict mode refuses "default"): fit-checked before allocating; returns a Buffer (DLPack-exportable).
 
@@ -359,9 +359,15 @@ class View(_HostArrayMixin):
         pages not yet written still show other processes' writes to the file, and truncating it raises SIGBUS).
         `resident=True` (CUDA targets): page-lock the mapped range once and copy straight from it (for data
         transferred many times). `threads`: reader threads (0: the CPUs available, at most 16).
-        `staging_mib`: page-locked staging for CUDA puts in MiB (0: 256). See hostfirst_put in the C header."""
+        `staging_mib`: page-locked staging for CUDA puts in MiB (0: 256). `page_cache` ("keep", the default;
+        "drop"; "bypass"): what the put leaves in the page cache (hostfirst_put_options.page_cache); anything else
+        is InvalidArgumentError naming page_cache. See hostfirst_put in the C header."""
+        from ._page_cache import page_cache_value  # imports this module
+
+        policy = page_cache_value(page_cache)
         opts = _abi.PutOptions()
         check(lib.hostfirst_put_options_init(ctypes.byref(opts), ctypes.sizeof(opts)))
+        opts.page_cache = policy
         opts.copy_on_write, opts.resident = int(bool(copy_on_write)), int(bool(resident))
         if int(threads) < 0 or int(staging_mib) < 0:
             raise error_named("INVALID_ARGUMENT",
@@ -748,7 +754,11 @@ class File(Mapping[str, View]):
     def read_engine(self) -> str:
         """How this file is read (hostfirst_file_read_engine): its file system (name, statfs magic, class), whether
         its views are mapped or read with owned reads (network and user-space file systems: NFS, Lustre, GPFS,
-        CephFS, CIFS/SMB, 9p, FUSE, virtiofs) and why, the process's reader, and whether O_DIRECT works for it.
+        CephFS, CIFS/SMB, 9p, FUSE, virtiofs) and why, the process's reader, whether io_uring is usable here and
+        why not ("io_uring: not usable (io_uring_setup refused ... by this process's seccomp filter ...)"),
+        whether O_DIRECT works for it and why not ("refused by ramfs: ..."), and what page_cache="bypass" does
+        with it ("page_cache bypass: direct reads (O_DIRECT) ..." or "falls back (O_DIRECT not usable: ...):
+        reading through the page cache, then dropping ...").
         HOSTFIRST_MAP=auto|always|never in the environment before opening overrides the choice."""
         n = ctypes.c_size_t()
         check(lib.hostfirst_file_read_engine(self._handle(), None, 0, ctypes.byref(n)))

@@ -218,7 +218,7 @@ fn choose() -> u8 {
         let _ = WHY_POOL.set("HOSTFIRST_IO=pool".to_string());
         POOL
     } else {
-        match probe_uring() {
+        match probed() {
             Ok(()) => URING,
             Err(why) => {
                 let _ = WHY_POOL.set(format!("io_uring unavailable: {why}"));
@@ -248,6 +248,24 @@ fn probe_uring() -> std::result::Result<(), String> {
 #[cfg(not(target_os = "linux"))]
 fn probe_uring() -> std::result::Result<(), String> {
     Err("not Linux".to_string())
+}
+
+/// The io_uring probe's answer, made once for the process.
+static PROBED: InitOnce<std::result::Result<(), String>> = InitOnce::new();
+
+fn probed() -> std::result::Result<(), String> {
+    PROBED.get_or_init(probe_uring).clone()
+}
+
+/// Whether io_uring is usable in this process, and why not (issue 45, point 5): the kernel's answer to the
+/// probe, explained (`io_uring_setup` refused by a seccomp filter or by `kernel.io_uring_disabled`, a kernel
+/// without io_uring, the locked-memory limit), or the failure that demoted it later. Probes when
+/// `HOSTFIRST_IO=pool` kept the reader from probing (the answer is then about the system, not the reader).
+pub fn uring_usable() -> std::result::Result<(), String> {
+    if let Some(d) = DEMOTED.get() {
+        return Err(format!("demoted after it failed: {d}"));
+    }
+    probed()
 }
 
 /// Stops using io_uring for the rest of the process (a ring of the needed depth could not be made).

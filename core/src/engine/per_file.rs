@@ -135,12 +135,48 @@ impl FileEngine {
             Access::Mapped => "mapped (views are zero-copy pages of a read-only mapping)",
             Access::Owned => "owned reads (pread into memory hostfirst owns; no mapping is handed out)",
         };
-        let direct = match path.map(crate::os::direct_io) {
+        let probed = path.map(crate::os::direct_io);
+        let name = self.fs.as_ref().map_or("the file system", |f| f.name.as_str());
+        let direct = match &probed {
             Some(Ok(())) => "usable".to_string(),
-            Some(Err(why)) => format!("not usable ({why})"),
+            Some(Err(why)) => format!("not usable ({})", why.replacen("the file system", name, 1)),
             None => "not probed (no path)".to_string(),
         };
-        format!("{fs}: {access}: {}; reads: {}; O_DIRECT: {direct}", self.why, super::describe())
+        let uring = match super::uring_usable() {
+            Ok(()) => "usable".to_string(),
+            Err(why) => format!("not usable ({why})"),
+        };
+        let bypass = self.bypass_clause(probed.as_ref().map(|r| r.as_ref().map(|_| ()).map_err(|w| w.as_str())));
+        format!(
+            "{fs}: {access}: {}; reads: {}; io_uring: {uring}; O_DIRECT: {direct}; page_cache bypass: {bypass}",
+            self.why,
+            super::describe()
+        )
+    }
+
+    /// What `page_cache` BYPASS does with this file (issue 45, point 2), given the direct-I/O probe
+    /// (`None`: not probed): direct reads, or the fallback and its reason.
+    fn bypass_clause(&self, direct: Option<std::result::Result<(), &str>>) -> String {
+        if let Some(why) = crate::cache::unsupported_here() {
+            return format!("as keep ({why})");
+        }
+        let name = self.fs.as_ref().map_or("the file system", |f| f.name.as_str());
+        let memory = self.fs.as_ref().is_some_and(|f| f.class == FsClass::Memory);
+        let in_memory = format!("{name} holds its files in memory: their pages stay cached under every policy");
+        match (direct, memory) {
+            (Some(Ok(())), false) => "direct reads (O_DIRECT) into aligned staging".to_string(),
+            (Some(Ok(())), true) => format!("direct reads (O_DIRECT), but {in_memory}"),
+            (Some(Err(why)), false) => format!(
+                "falls back (O_DIRECT not usable: {}): reading through the page cache, then dropping the pages \
+                 the read brought in",
+                why.replacen("the file system", name, 1)
+            ),
+            (Some(Err(why)), true) => format!(
+                "falls back (O_DIRECT not usable: {}): reading through the page cache; {in_memory}",
+                why.replacen("the file system", name, 1)
+            ),
+            (None, _) => "not probed (no path)".to_string(),
+        }
     }
 }
 

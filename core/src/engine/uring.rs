@@ -15,7 +15,7 @@ const MAX_ENTRY: usize = 1 << 30;
 
 /// Whether io_uring works here: an 8-entry ring, `IORING_OP_READ` in the kernel's probe, a no-op round trip.
 pub(super) fn probe() -> Result<(), String> {
-    let mut ring = IoUring::new(8).map_err(|e| format!("io_uring_setup: {e}"))?;
+    let mut ring = IoUring::new(8).map_err(|e| setup_refused(&e))?;
     let mut p = Probe::new();
     ring.submitter().register_probe(&mut p).map_err(|e| format!("IORING_REGISTER_PROBE: {e}"))?;
     if !p.is_supported(opcode::Read::CODE) {
@@ -30,6 +30,41 @@ pub(super) fn probe() -> Result<(), String> {
         Some((7, r)) if r >= 0 => Ok(()),
         Some((_, r)) => Err(format!("a no-op completed with {r}")),
         None => Err("a no-op did not complete".to_string()),
+    }
+}
+
+/// Why `io_uring_setup` failed, in words: the errno and what gives it here (`/proc/self/status` says
+/// whether a seccomp filter is installed; `/proc/sys/kernel/io_uring_disabled` whether the kernel refuses).
+pub(crate) fn setup_refused(e: &std::io::Error) -> String {
+    let filtered = std::fs::read_to_string("/proc/self/status")
+        .is_ok_and(|s| s.lines().any(|l| l.split_whitespace().eq(["Seccomp:", "2"])));
+    let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .unwrap_or(0);
+    match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) if disabled == 2 => {
+            format!("io_uring_setup refused ({e}): the kernel disables io_uring (kernel.io_uring_disabled = 2)")
+        }
+        Some(libc::EPERM) | Some(libc::EACCES) if disabled == 1 => {
+            format!("io_uring_setup refused ({e}): kernel.io_uring_disabled = 1 lets only kernel.io_uring_group use it")
+        }
+        Some(libc::EPERM) | Some(libc::EACCES) if filtered => format!(
+            "io_uring_setup refused ({e}) by this process's seccomp filter (container runtimes' default \
+             profiles block io_uring)"
+        ),
+        Some(libc::EPERM) | Some(libc::EACCES) => format!("io_uring_setup refused ({e})"),
+        Some(libc::ENOSYS) if filtered => format!(
+            "io_uring_setup unavailable ({e}): this process's seccomp filter answers ENOSYS, or the kernel has \
+             no io_uring"
+        ),
+        Some(libc::ENOSYS) => {
+            format!("the kernel has no io_uring ({e}: before Linux 5.1, or built without CONFIG_IO_URING)")
+        }
+        Some(libc::ENOMEM) => {
+            format!("io_uring_setup: {e} (the locked-memory limit, ulimit -l, is too small for a ring)")
+        }
+        _ => format!("io_uring_setup: {e}"),
     }
 }
 

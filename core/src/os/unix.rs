@@ -110,11 +110,14 @@ pub(super) fn direct_io(path: &Path) -> Result<(), String> {
     #[cfg(target_os = "linux")]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT | libc::O_NONBLOCK)
-            .open(path)
-            .map_err(|e| format!("opening it with O_DIRECT: {e}"))?;
+        let f =
+            std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT | libc::O_NONBLOCK).open(path).map_err(
+                |e| match e.raw_os_error() {
+                    // The open path's check (no direct I/O in the file system's address space operations).
+                    Some(libc::EINVAL) => format!("refused by the file system: opening it with O_DIRECT gives {e}"),
+                    _ => format!("opening it with O_DIRECT: {e}"),
+                },
+            )?;
         let layout = std::alloc::Layout::from_size_align(4096, 4096).expect("a valid layout");
         // SAFETY: a non-zero size.
         let buf = unsafe { std::alloc::alloc(layout) };
@@ -127,6 +130,9 @@ pub(super) fn direct_io(path: &Path) -> Result<(), String> {
         // SAFETY: allocated above with this layout.
         unsafe { std::alloc::dealloc(buf, layout) };
         if n < 0 {
+            if e.raw_os_error() == Some(libc::EINVAL) {
+                return Err(format!("refused by the file system: a direct read of 4 KiB at offset 0 gives {e}"));
+            }
             return Err(format!("a direct read of 4 KiB at offset 0: {e}"));
         }
         Ok(())

@@ -123,6 +123,8 @@ pub struct Gather {
     scratch: Option<Vec<u8>>,
     /// How the windows of a batch are read (queue depth) through the transfer engine.
     tuning: Tuning,
+    /// What each run leaves in the page cache ([`Gather::set_page_cache`]).
+    page_cache: crate::cache::PageCache,
 }
 
 /// A gather's checks of a source and of one batch's offsets ([`Gather::batch_check`]).
@@ -277,6 +279,7 @@ impl Gather {
             stream,
             scratch: None,
             tuning: Tuning::default(),
+            page_cache: crate::cache::PageCache::Keep,
         };
         g.ring.push(g.new_batch()?);
         Ok(g)
@@ -354,6 +357,20 @@ impl Gather {
     /// Batches held by someone besides the ring (exported, handles not freed, references kept).
     pub fn held(&self) -> usize {
         self.ring.iter().filter(|b| Arc::strong_count(b) > 1).count()
+    }
+
+    /// Sets what each run from a file leaves in the page cache: `Keep` (the default), `Drop` (the pages of
+    /// the file a run's windows brought in are given back when the run ends, failed or not; only the windows'
+    /// pages are sampled and dropped, so the cost follows the batch, not the file) or `Bypass` (read as
+    /// `Drop`: windows are a few pages each, read through the transfer engine; no direct reader yet). A
+    /// prefaulted source is read through its mapping and a buffer source from memory: no policy applies.
+    pub fn set_page_cache(&mut self, policy: crate::cache::PageCache) {
+        self.page_cache = policy;
+    }
+
+    /// The page-cache policy of the gather's runs.
+    pub fn page_cache(&self) -> crate::cache::PageCache {
+        self.page_cache
     }
 
     /// Sets the most batches the ring may hold (1 to [`MAX_RING_BOUND`], else `INVALID_ARGUMENT`). Lowering it
@@ -437,6 +454,20 @@ impl Gather {
             Source::Host { bytes, .. } => *bytes,
             Source::View(v) if v.is_prefaulted() => v.mapped(),
             Source::View(v) => {
+                // The page-cache policy: the pages of this batch's windows, sampled now, restored when it ends.
+                let _cache = match v.file_and_offset() {
+                    _ if self.page_cache == crate::cache::PageCache::Keep => None,
+                    Some((file, base)) if v.is_contiguous() => Some(crate::cache::CacheScope::begin_ranges(
+                        self.page_cache,
+                        file,
+                        (0..rows.len()).map(|i| {
+                            let (o, n) = rows.row(i, self.window);
+                            (base + o * elem, n * elem)
+                        }),
+                    )),
+                    Some((file, _)) => Some(crate::cache::CacheScope::begin(self.page_cache, [file])),
+                    None => None,
+                };
                 let Some((file, base)) = v.file_and_offset().filter(|_| v.is_contiguous()) else {
                     for (_, o, d) in parts {
                         v.read_at(o * elem, d)?;

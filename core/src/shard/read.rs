@@ -27,6 +27,11 @@ pub struct ShardOptions<'a> {
     /// Progress sink (bytes placed, total) → true to cancel; the engine's [`Progress`] contract (rate-limited,
     /// monotonic across shards, last with `done == total`).
     pub progress: Option<&'a mut dyn FnMut(u64, u64) -> bool>,
+    /// What the run leaves in the page cache ([`crate::cache`]): `Keep` (the default) or `Drop` (the pages
+    /// of its files that the run brought in are given back when it ends, failed or not). `Bypass` reads
+    /// through the cache as `Drop` does (shard-on-read has no direct reader yet); the file's read-engine
+    /// report says so.
+    pub page_cache: crate::cache::PageCache,
 }
 
 /// One loaded shard (same order as the plan's entries).
@@ -67,6 +72,11 @@ pub fn run(plan: &ShardPlan, opts: ShardOptions<'_>) -> Result<ShardLoad> {
             guards.push((e.view.file_display().to_string(), e.view.readahead_off()));
         }
     }
+    // The page-cache policy: the cache of every file the run reads, sampled now, restored when it ends.
+    let _cache = crate::cache::CacheScope::begin(
+        opts.page_cache,
+        plan.entries.iter().filter(|e| e.copy_of.is_none()).filter_map(|e| e.view.file_and_offset().map(|f| f.0)),
+    );
     let mut progress = Progress::new(opts.progress, total);
     let mut shards: Vec<Option<LoadedShard>> = vec![None; plan.entries.len()];
     let mut base = 0u64;
