@@ -30,7 +30,7 @@ from . import _dtypes
 from ._page_cache import page_cache_value
 from ._core import Device, PathLike, check_backend
 from ._errors import error_named
-from ._owned import copy_named, copy_view, load_numpy, map_numpy
+from ._owned import copy_named, copy_view, index_named, load_numpy, map_numpy
 from ._targets import parse_target
 from ._tensors import File, View
 
@@ -102,6 +102,9 @@ class _Slice:
             if isinstance(part, View):
                 part = self._owner._numpy_of(part, name)
             return self._owner._deliver(np.asarray(part), name)
+        fast = index_named(self._tensor, key)  # ints, step-1 slices, `...`: one C call (None: the path below)
+        if fast is not None:
+            return self._owner._deliver(fast, name)
         sel = self._tensor._select(key)  # a bad index raises here, naming the tensor once
         return self._owner._deliver(self._owner._owned(lambda: copy_selection(self._tensor, sel), name), name)
 
