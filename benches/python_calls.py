@@ -15,7 +15,8 @@ outside it:
     - safetensors.safe_open(..., framework="numpy")
   keys: `safe_open(f).keys()` (each side's open included)
   open10: open the file and get_tensor 10 tensors
-  get_slice: `[f.get_slice(k)[:10] for k in f.keys()]` (the first 10 elements of every tensor, owned arrays)
+  get_slice: `[f.get_slice(k)[:10] for k in f.keys()]` (the first 10 elements of every tensor, owned arrays);
+    also with the extension but the index parsed in Python (View._select), as before the extension parsed it
   view: `[f[k] for k in f]` on `hostfirst.open(path)` (zero-copy Views; safetensors' side: its get_tensor)
 Prints per-pattern medians (ms and per tensor µs) and ratios to safetensors, one JSON line each. Needs numpy and
 safetensors, and the hostfirst package importable (bindings/python) with its extension built
@@ -41,7 +42,7 @@ import safetensors  # noqa: E402
 import safetensors.numpy  # noqa: E402
 
 import hostfirst  # noqa: E402
-from hostfirst import _fast, _owned  # noqa: E402
+from hostfirst import _fast, _owned, _safe_open  # noqa: E402
 
 NATIVE = _fast.native
 
@@ -162,11 +163,16 @@ def main():
         with safetensors.safe_open(path, framework="numpy") as f:
             return [f.get_tensor(k) for k in some]
 
-    def slices(native):
+    def slices(native, native_index=True):
         def run():
             use_native(native)
-            with hostfirst.safe_open(path, framework="numpy") as f:
-                return [f.get_slice(k)[:10] for k in f.keys()]
+            # native_index=False: the index parsed in Python (View._select), as before issue 44's get_slice work
+            _safe_open.index_named = _owned.index_named if native_index else (lambda view, key: None)
+            try:
+                with hostfirst.safe_open(path, framework="numpy") as f:
+                    return [f.get_slice(k)[:10] for k in f.keys()]
+            finally:
+                _safe_open.index_named = _owned.index_named
         return run
 
     def st_slices():
@@ -192,7 +198,8 @@ def main():
                        "safetensors": st_all},
         "keys": {"native": keys(True), "ctypes": keys(False), "safetensors": st_keys},
         "open10": {"native": open10(True), "ctypes": open10(False), "safetensors": st_open10},
-        "get_slice": {"native": slices(True), "ctypes": slices(False), "safetensors": st_slices},
+        "get_slice": {"native": slices(True), "native, index parsed in Python": slices(True, False),
+                      "ctypes": slices(False), "safetensors": st_slices},
         "view": {"native": views(True), "ctypes": views(False), "safetensors": st_all},
     }
     for pattern, sides in patterns.items():

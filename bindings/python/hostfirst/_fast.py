@@ -49,6 +49,9 @@ class Native(Protocol):
 
     def narrow(self, view: Optional[int], dim: int, start: int, length: int) -> Optional[Described]: ...
 
+    def index(self, view: Optional[int], key: Any, dtypes: Dict[int, Any], ndarray: Any,
+              limit: int) -> Optional[Any]: ...
+
     def view_info_size(self) -> int: ...
 
 

@@ -318,6 +318,148 @@ static PyObject *names(PyObject *self, PyObject *args) {
     return list;
 }
 
+/* index(view, key, dtypes, ndarray, limit) -> numpy array or None: `get_slice(name)[key]` of the hostfirst_view*
+ * `view` (an int) for the common indices: an int, a slice of step 1 (or of any step selecting at most one
+ * element), `...`, or a tuple of them. It narrows the view (hostfirst_view_narrow, once per dimension the index
+ * restricts, in dimension order, as View._select does), copies the narrowed view's packed bytes as copy_out
+ * does, and drops the dimensions an int indexed (every one indexed by ints: a 0-d array). None for everything
+ * else, and for anything out of range (steps, lists, None, bools, numpy scalars, two ellipses, too many indices,
+ * an int out of range, a non-OK status, a dtype not in `dtypes`, `limit` bytes or more): the caller's Python
+ * path (View._select) then gives the same array or raises what it always raised. */
+#define MAX_RANK 64
+static PyObject *index_copy(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *view_obj, *key, *dtypes, *ndarray;
+    unsigned long long limit;
+    if (!PyArg_ParseTuple(args, "OOO!OK", &view_obj, &key, &PyDict_Type, &dtypes, &ndarray, &limit)) return NULL;
+    if (!check_bound()) return NULL;
+    if (view_obj == Py_None) Py_RETURN_NONE;
+    const struct hostfirst_view *from = PyLong_AsVoidPtr(view_obj);
+    if (from == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    hf_view_info info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    if (hf.view_describe(from, &info) != 0 || info.rank > MAX_RANK) Py_RETURN_NONE;
+    uint32_t rank = info.rank;
+    uint64_t size[MAX_RANK], start[MAX_RANK], length[MAX_RANK];
+    int dropped[MAX_RANK];
+    for (uint32_t d = 0; d < rank; d++) {
+        size[d] = info.shape[d];
+        start[d] = 0;
+        length[d] = size[d];
+        dropped[d] = 0;
+    }
+    int is_tuple = PyTuple_Check(key);
+    Py_ssize_t n = is_tuple ? PyTuple_Size(key) : 1;
+    Py_ssize_t ellipsis_at = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = is_tuple ? PyTuple_GetItem(key, i) : key;
+        if (k == Py_Ellipsis) {
+            if (ellipsis_at >= 0) Py_RETURN_NONE; /* two ellipses: Python raises */
+            ellipsis_at = i;
+        }
+    }
+    Py_ssize_t indexed = n - (ellipsis_at >= 0);
+    if (indexed > (Py_ssize_t)rank) Py_RETURN_NONE; /* too many indices: Python raises */
+    uint32_t dim = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = is_tuple ? PyTuple_GetItem(key, i) : key;
+        if (k == Py_Ellipsis) {
+            dim += (uint32_t)((Py_ssize_t)rank - indexed);
+            continue;
+        }
+        Py_ssize_t len = (Py_ssize_t)size[dim];
+        if (size[dim] > (uint64_t)PY_SSIZE_T_MAX) Py_RETURN_NONE;
+        if (PySlice_Check(k)) {
+            Py_ssize_t a, b, step;
+            if (PySlice_Unpack(k, &a, &b, &step) < 0) {
+                PyErr_Clear(); /* a slice of non-ints: Python raises its own error */
+                Py_RETURN_NONE;
+            }
+            Py_ssize_t count = PySlice_AdjustIndices(len, &a, &b, step);
+            if (count > 1 && step != 1) Py_RETURN_NONE; /* numpy takes every step-th element: Python path */
+            start[dim] = count ? (uint64_t)a : 0;
+            length[dim] = (uint64_t)count;
+        } else if (PyLong_CheckExact(k)) {
+            int overflow = 0;
+            long long v = PyLong_AsLongLongAndOverflow(k, &overflow);
+            if (overflow || (v == -1 && PyErr_Occurred())) {
+                PyErr_Clear();
+                Py_RETURN_NONE;
+            }
+            if (v < -(long long)len || v >= (long long)len) Py_RETURN_NONE; /* out of range: Python raises */
+            start[dim] = (uint64_t)(v < 0 ? v + (long long)len : v);
+            length[dim] = 1;
+            dropped[dim] = 1;
+        } else {
+            Py_RETURN_NONE; /* bool, None, lists, numpy scalars, anything else: Python path */
+        }
+        dim++;
+    }
+    /* narrow, in dimension order, each dimension the index restricts */
+    struct hostfirst_view *cur = NULL;
+    for (uint32_t d = 0; d < rank; d++) {
+        if (start[d] == 0 && length[d] == size[d]) continue;
+        struct hostfirst_view *next = NULL;
+        hostfirst_status st = hf.view_narrow(cur ? cur : from, d, start[d], length[d], &next);
+        if (cur) hf.view_free(cur);
+        if (st != 0) Py_RETURN_NONE;
+        cur = next;
+    }
+    const struct hostfirst_view *src = cur ? cur : from;
+    PyObject *result = NULL, *shape = NULL, *buf = NULL, *code = NULL;
+    uint64_t nbytes = 0;
+    if (cur) {
+        memset(&info, 0, sizeof info);
+        info.struct_size = sizeof info;
+        if (hf.view_describe(cur, &info) != 0) goto none;
+    }
+    nbytes = info.nbytes;
+    if (nbytes >= limit || nbytes > (uint64_t)PY_SSIZE_T_MAX) goto none;
+    code = PyLong_FromUnsignedLong(info.dtype);
+    if (code == NULL) goto out;
+    PyObject *dtype = PyDict_GetItem(dtypes, code); /* borrowed */
+    if (dtype == NULL) goto none;
+    Py_ssize_t kept = 0;
+    for (uint32_t d = 0; d < rank; d++) kept += !dropped[d];
+    shape = PyTuple_New(kept);
+    if (shape == NULL) goto out;
+    for (uint32_t d = 0, at = 0; d < rank; d++) {
+        if (dropped[d]) continue;
+        PyObject *x = PyLong_FromUnsignedLongLong(length[d]);
+        if (x == NULL) goto out;
+        PyTuple_SetItem(shape, (Py_ssize_t)at++, x); /* steals x */
+    }
+    buf = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)nbytes);
+    if (buf == NULL) goto out;
+    if (nbytes) {
+        char *dst = PyByteArray_AsString(buf);
+        hostfirst_status st;
+        if (nbytes >= RELEASE_GIL_BYTES) {
+            Py_BEGIN_ALLOW_THREADS
+            st = hf.view_copy(src, dst, (size_t)nbytes, NULL);
+            Py_END_ALLOW_THREADS
+        } else {
+            st = hf.view_copy(src, dst, (size_t)nbytes, NULL);
+        }
+        if (st != 0) goto none;
+    }
+    result = PyObject_CallFunctionObjArgs(ndarray, shape, dtype, buf, NULL);
+    goto out;
+none:
+    result = Py_None;
+    Py_INCREF(result);
+out:
+    if (cur) hf.view_free(cur);
+    Py_XDECREF(code);
+    Py_XDECREF(shape);
+    Py_XDECREF(buf);
+    return result;
+}
+
 static PyObject *view_info_size(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
@@ -331,6 +473,7 @@ static PyMethodDef methods[] = {
     {"copy", copy, METH_VARARGS, "copy(view, dtypes, ndarray, limit): a view as an owned array."},
     {"view", view, METH_VARARGS, "view(file, name): a new view's owner and description."},
     {"narrow", narrow, METH_VARARGS, "narrow(view, dim, start, length): a narrowed view's owner and description."},
+    {"index", index_copy, METH_VARARGS, "index(view, key, dtypes, ndarray, limit): view[key] as an owned array."},
     {"view_info_size", view_info_size, METH_NOARGS, "sizeof the hostfirst_view_info mirror."},
     {NULL, NULL, 0, NULL},
 };

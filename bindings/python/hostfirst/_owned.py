@@ -68,6 +68,18 @@ def copy_named(file: File, name: Any) -> Optional[np.ndarray]:
     return cast(Optional[np.ndarray], native.owned(file._h, name, native_dtypes(), np.ndarray, PARALLEL_BYTES))
 
 
+def index_named(view: Optional[int], key: Any) -> Optional[np.ndarray]:
+    """`index_copy(view, key)` of the hostfirst_view* `view` (safe_open's `get_slice(name)[key]`) in one call of the native extension for the
+    common indices (an int, a step-1 slice, `...`, or a tuple of them): the view narrowed in C, its packed bytes
+    copied with pread into an owned, writable, C-contiguous array, the int-indexed dimensions dropped. None where
+    the extension is not loaded, or for anything it leaves to the Python path (`View._select`: steps, lists,
+    numpy scalars, an index out of range, a dtype numpy cannot hold, PARALLEL_BYTES or more), which gives the
+    same array or raises what it always raised."""
+    if native is None:
+        return None
+    return cast(Optional[np.ndarray], native.index(view, key, native_dtypes(), np.ndarray, PARALLEL_BYTES))
+
+
 def native_dtypes() -> Dict[int, "np.dtype[Any]"]:
     """{dtype code: numpy dtype} of the dtypes numpy can hold, for the native extension (made once)."""
     if not _NATIVE_DTYPES:

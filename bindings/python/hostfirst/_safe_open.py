@@ -28,11 +28,11 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Union, cast
 
 import numpy as np
 
-from . import _dtypes
+from . import _dtypes, _fast
 from ._page_cache import page_cache_value
 from ._core import Device, PathLike, check_backend
 from ._errors import error_named
-from ._owned import copy_named, copy_view, load_numpy, map_numpy
+from ._owned import copy_named, copy_view, index_named, load_numpy, map_numpy
 from ._read_plan import ReadPlan, SliceSpec
 from ._targets import parse_target
 from ._tensors import File, View
@@ -89,17 +89,38 @@ class _Slice:
     """`safe_open(...).get_slice(name)`: the tensor's shape and dtype, and `[...]` reading only what it selects
     (numpy's basic indexing on any dimension: ints, slices with any step, `...`, and the empty list `[]`)."""
 
-    def __init__(self, owner: "safe_open", tensor: View):
-        self._owner, self._tensor = owner, tensor
+    __slots__ = ("_owner", "_view", "_described")
+
+    def __init__(self, owner: "safe_open", tensor: Optional[View], described: Any = None):
+        # `described`: the native extension's description of the view (`_fast.Described`, its capsule owning
+        # the view); the View object is made from it only when something other than `[...]` needs it
+        self._owner, self._view, self._described = owner, tensor, described
+
+    @property
+    def _tensor(self) -> View:
+        view = self._view
+        if view is None:
+            view = self._view = View._described(self._described)
+        return view
+
+    def _handle(self) -> Optional[int]:
+        return cast(Optional[int], self._described[1]) if self._view is None else self._view._h
 
     def get_shape(self) -> List[int]:
-        return list(self._tensor.shape)
+        return list(self._tensor.shape if self._view is not None else self._described[4])
 
     def get_dtype(self) -> str:
         """The safetensors dtype name ("F32", "BF16", ...)."""
         return self._tensor.dtype_name
 
     def __getitem__(self, key: Any) -> Any:
+        owner = self._owner
+        if not owner._mapped and owner.page_cache == "keep":
+            # ints, step-1 slices, `...`: one C call (None: below). Under drop or bypass the copy goes through
+            # copy_selection, which reads under the policy.
+            fast = index_named(self._handle(), key)
+            if fast is not None:
+                return fast if owner.framework == "numpy" else owner._deliver(fast, self._tensor.name)
         name = self._tensor.name
         if self._owner._mapped:
             part = self._tensor[key]
@@ -294,7 +315,13 @@ class safe_open:  # noqa: N801 - named as safetensors names it
     def get_slice(self, name: str) -> _Slice:
         """A lazy handle: `get_shape()`, `get_dtype()`, and `[...]` with numpy's basic indexing on any dimension,
         reading only the range that holds what it selects."""
-        return _Slice(self, self._open()[name])
+        f = self._open()
+        native = _fast.native
+        if native is not None and not self._mapped and type(name) is str and f._h is not None:
+            d = native.view(f._h, name)  # one C call (None: a status other than OK, raised by f[name] below)
+            if d is not None:
+                return _Slice(self, None, d)
+        return _Slice(self, f[name])
 
     def _numpy_of(self, view: View, name: str) -> np.ndarray:
         """The zero-copy numpy view of the mapping (`zero_copy=True`); TypeError naming the tensor otherwise."""

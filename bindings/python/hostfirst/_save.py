@@ -1,6 +1,12 @@
 """Writing safetensors files from Python over libhostfirst's `hostfirst_writer_*`: numpy arrays (and hostfirst
-Views and Buffers) are written from where they lie, without the copy `safetensors.numpy.save_file` makes of
-every array (`tobytes`), through a temporary file renamed over the target (never a half-written file).
+Views and Buffers) are written from where they lie (a copy only for an array that is not C-contiguous
+little-endian), through a temporary file renamed over the target (never a half-written file).
+
+`safetensors.numpy.save_file` (0.8, and its main branch) does not copy either: it hands its Rust writer each
+array's data pointer and length (`TensorSpec(data_ptr=a.ctypes.data, data_len=a.nbytes)`), byte-swapping only
+big-endian arrays into a copy. It does not make a non-contiguous array contiguous (0.8.0 writes a transposed
+array's bytes in memory order, so it reads back with its elements moved); this module copies such an array
+into C order first.
 
 `Writer` is the general form (pieces, ranks); `save_file` / `save` are the drop-ins for the `safetensors`
 functions of the same names (hostfirst.numpy, hostfirst.jax)."""

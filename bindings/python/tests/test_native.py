@@ -252,3 +252,70 @@ def test_views_slices_and_copies_are_the_ctypes_paths_and_views_are_freed(tmp_pa
     strip = [row[:-1] if len(row) == 10 else row for row in with_native]
     assert strip == [row[:-1] if len(row) == 10 else row for row in with_ctypes]
     assert all(row[-1] for row in with_ctypes if len(row) == 10)
+
+
+#: Indices the extension parses itself (`_native.index`): ints, step-1 slices, `...`, steps selecting one element.
+NATIVE_KEYS = [0, -1, 3, np.s_[1:3], np.s_[:], np.s_[...], (), np.s_[2:2], np.s_[3:1], np.s_[-2:],
+               np.s_[1:100], np.s_[:, 1:3], np.s_[:, -1], np.s_[1, 2], np.s_[1, 2, 3], np.s_[..., 4],
+               np.s_[..., 1:3], np.s_[1, ..., 2], np.s_[0:4, 0:5, 0:6], np.s_[:, 2:4, 1:5], np.s_[::5],
+               np.s_[2:3:-1], np.s_[-1, -1, -1], np.s_[1:2, ..., 1:2], np.s_[..., 0, 0]]
+#: Indices it leaves to the Python path (View._select): steps, numpy scalars, lists, and every error.
+PYTHON_KEYS = [np.s_[::2], np.s_[::-1, 0], np.s_[:, ::-2], np.int64(2), np.s_[[]], 4, np.s_[:, 5], np.s_[1, 2, 3, 4], None,
+               True, 1.0, np.s_[..., ...], np.s_[[0, 2]]]
+
+
+def test_get_slice_parses_ints_slices_and_ellipsis_in_one_native_call(tmp_path, monkeypatch):
+    """`safe_open(...).get_slice(k)[key]` for ints, step-1 slices and `...` narrows and copies in one call of the
+    extension, without View._select's Python parsing; every other index (steps, lists, numpy scalars, errors)
+    takes the Python path. Arrays (values, dtype, shape, owned, writable, C-contiguous) and errors are the ctypes
+    path's, key for key, and every view the extension narrowed is freed."""
+    needs_native()
+    import gc
+
+    path = tmp_path / "s.safetensors"
+    x = np.arange(4 * 5 * 6, dtype=np.float32).reshape(4, 5, 6)
+    safetensors.numpy.save_file({"x": x, "s": np.array(7.5, np.float64), "e": np.zeros((3, 0), np.int16)}, str(path))
+    calls = []
+    real_select = hostfirst.View._select
+
+    def counted(self, key):
+        calls.append(key)
+        return real_select(self, key)
+
+    monkeypatch.setattr(hostfirst.View, "_select", counted)
+
+    def outcome(f, name, key):
+        try:
+            a = f.get_slice(name)[key]
+        except Exception as e:  # noqa: BLE001 - the exception is the outcome compared
+            return (type(e).__name__, str(e))
+        return (a.dtype.str, a.shape, a.tolist(), a.flags.writeable, a.flags.c_contiguous)
+
+    def read(keys):
+        with hostfirst.safe_open(path, framework="numpy") as f:
+            out = [outcome(f, "x", k) for k in keys]
+            out += [outcome(f, "s", k) for k in ((), np.s_[...], 0)]
+            out += [outcome(f, "e", k) for k in (np.s_[1:], 0, np.s_[:, 0:0])]
+        return out
+
+    gc.collect()
+    before = hostfirst.handle_count()
+    calls.clear()
+    native_out = read(NATIVE_KEYS)
+    native_calls = len(calls)
+    native = _fast.native
+    _fast.native = _owned.native = None
+    try:
+        ctypes_out = read(NATIVE_KEYS)
+    finally:
+        _fast.native = _owned.native = native
+    gc.collect()
+    assert hostfirst.handle_count() == before
+    assert native_out == ctypes_out
+    for k, got in zip(NATIVE_KEYS, native_out):
+        assert got[1:3] == (x[k].shape, x[k].tolist()) and got[3:] == (True, True), k
+    # only the scalar tensor's `0` (too many indices: an error) took the Python path
+    assert native_calls == 1
+    with_native, with_ctypes = both_paths(lambda: read(PYTHON_KEYS))
+    assert with_native == with_ctypes
+    assert any(r[0] == "OutOfRangeError" for r in with_native) and any(r[0] == "TypeError" for r in with_native)
