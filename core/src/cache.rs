@@ -331,9 +331,10 @@ pub fn staging_bytes(threads: usize) -> u64 {
 
 /// The fewest reader threads of a host load under `bypass`, whatever the CPU count. A direct read waits for
 /// the disk and then copies its piece out of the staging; with one thread per CPU of a small machine the
-/// disk sits idle while every thread copies (two threads of 2 × 4 MiB reads: about 0.65× fio's 16 × 4 MiB
-/// on the benchmark VM, BENCHMARKS.md section 16). Eight threads keep about 16 reads of 4 MiB in flight, as
-/// fio's direct sequential read does, for 64 MiB of staging.
+/// disk sits idle while every thread copies (two threads of 1 MiB reads: about 0.4× fio's 16 × 4 MiB on
+/// the 2-core benchmark VM, BENCHMARKS.md section 16; eight threads of 4 MiB reads: about 0.65×). Eight
+/// threads keep about 16 reads of 4 MiB in flight, as fio's direct sequential read does, for 64 MiB of
+/// staging.
 pub const DIRECT_MIN_THREADS: usize = 8;
 
 /// The reader threads of a host load under `bypass`: the CPUs available (as for buffered reads), at least

@@ -257,7 +257,7 @@ const READ_AHEAD_BYTES: usize = 64 << 20;
 /// groups that enter it), so that reads of a cold file stay in flight while the readers copy: the reads of
 /// a buffered load are otherwise one 8 MiB `preadv` per thread at a time, and the kernel's own read-ahead
 /// of a file read by several threads at once keeps little in flight (a cold 2 GiB `keep` load measured
-/// about 0.35× fio's direct read before; BENCHMARKS.md section 16). Advice only: nothing waits, failures are
+/// about 0.3× fio's direct read without this advice, about 0.36× with it; BENCHMARKS.md section 16). Advice only: nothing waits, failures are
 /// ignored (the read that follows reports them), cached pages cost a lookup.
 fn read_ahead(groups: &[Group<'_>], i: usize, ahead: usize) {
     // The last group of the window after group `k`: the groups after it whose spans add up to `ahead`.
