@@ -660,9 +660,10 @@ mod tests {
 
     /// A safetensors file of U8 tensors of `sizes` bytes, one after another (the header padded to an odd
     /// multiple of 8, so no tensor starts on a block boundary), tensor k's byte j = (k * 7919 + j * 31) % 251;
-    /// returns its path and each tensor's bytes.
+    /// returns its path (in a directory of its own, which the caller removes: the path's parent) and each
+    /// tensor's bytes.
     fn file(name: &str, sizes: &[usize]) -> (std::path::PathBuf, Vec<Vec<u8>>) {
-        let dir = std::env::temp_dir().join(format!("hostfirst-arena-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("hostfirst-arena-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut header = String::from("{");
         let mut at = 0;
@@ -720,8 +721,10 @@ mod tests {
                     eprintln!("bypass fell back here: {why}");
                 }
             }
+            drop(tensors);
+            drop(f);
+            std::fs::remove_dir_all(p.parent().unwrap()).unwrap();
         }
-        std::fs::remove_dir_all(std::env::temp_dir().join(format!("hostfirst-arena-{}", std::process::id()))).ok();
     }
 
     /// A file truncated after it was opened fails the load with `TRUNCATED` naming the tensor, under every
@@ -743,6 +746,9 @@ mod tests {
                 assert!(e.message().contains("tensor 't"), "{}", e.message());
             }
         }
+        drop(tensors);
+        drop(f);
+        std::fs::remove_dir_all(p.parent().unwrap()).unwrap();
     }
 
     #[test]

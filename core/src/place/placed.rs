@@ -378,9 +378,9 @@ mod tests {
     }
 
     /// A scratch safetensors file of U8 tensors of `sizes` bytes (contents irrelevant), dropped from the page
-    /// cache; its path.
+    /// cache, in a directory of its own (the caller removes it: the path's parent); its path.
     fn scratch_file(name: &str, sizes: &[usize]) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("hostfirst-placed-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("hostfirst-placed-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let (mut header, mut at) = (String::from("{"), 0);
         for (k, n) in sizes.iter().enumerate() {
@@ -444,6 +444,8 @@ mod tests {
         assert!(e.message().contains(&human_bytes(bytes + ring)), "the need counted with the ring: {e}");
         fit::fake_host_memory_here(Some((margin + bytes + ring, total)));
         load_cpu(&f, PageCache::Bypass).unwrap();
+        drop(f);
+        std::fs::remove_dir_all(p.parent().unwrap()).unwrap();
     }
 
     /// The peak RSS growth of a whole-file load to cpu is at most its destination (the arena) plus, under
@@ -478,6 +480,8 @@ mod tests {
             let loaded = load_cpu(&f, policy).unwrap();
             let growth = kib("VmHWM:").saturating_sub(before);
             drop(loaded);
+            drop(f);
+            std::fs::remove_dir_all(p.parent().unwrap()).unwrap();
             let bound = dest + ring + (8 << 20);
             assert!(
                 growth <= bound,
