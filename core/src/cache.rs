@@ -406,14 +406,30 @@ impl Drop for Staging {
 
 /// The most bytes staged at once (larger spans are read in pieces of this through the staging).
 pub const DIRECT_PIECE: usize = 8 << 20;
-/// The host memory `threads` reader threads may hold as direct-read staging at once (each one piece, aligned):
-/// what the fit check of a `bypass` transfer adds to the host's needs, and the staging in its RSS bound.
+/// The host memory `threads` reader threads may hold as direct-read staging at once (each one piece and a
+/// block, aligned): what the fit check of a `bypass` transfer adds to the host's needs, and the staging ring
+/// in its RSS bound.
 pub fn staging_bytes(threads: usize) -> u64 {
     threads as u64 * (DIRECT_PIECE + DIRECT_ALIGN) as u64
 }
 
-/// The size of each of the concurrent direct reads that fill a staged piece.
-pub const DIRECT_SUB: usize = 1 << 20;
+/// The fewest reader threads of a host load under `bypass`, whatever the CPU count. A direct read waits for
+/// the disk and then copies its piece out of the staging; with one thread per CPU of a small machine the
+/// disk sits idle while every thread copies (two threads of 1 MiB reads: about 0.4× fio's 16 × 4 MiB on
+/// the 2-core benchmark VM, BENCHMARKS.md section 16; eight threads of 4 MiB reads: about 0.65×). Eight
+/// threads keep about 16 reads of 4 MiB in flight, as fio's direct sequential read does, for 64 MiB of
+/// staging.
+pub const DIRECT_MIN_THREADS: usize = 8;
+
+/// The reader threads of a host load under `bypass`: the CPUs available (as for buffered reads), at least
+/// [`DIRECT_MIN_THREADS`]. [`staging_bytes`] of this many is what the fit check counts.
+pub fn direct_threads() -> usize {
+    crate::engine::default_threads().max(DIRECT_MIN_THREADS)
+}
+
+/// The size of each of the concurrent direct reads that fill a staged piece (fio's block in the benchmark's
+/// reference read).
+pub const DIRECT_SUB: usize = 4 << 20;
 
 /// Reads the bytes of `iov` ((address, length) of consecutive pieces of the file from `at`) from `direct`
 /// (an `O_DIRECT` descriptor) through `staging`: whole aligned blocks covering each piece of at most [`DIRECT_PIECE`] bytes,
@@ -432,12 +448,18 @@ pub unsafe fn read_direct(
 ) -> Result<()> {
     let total: usize = iov.iter().map(|v| v.1).sum();
     let end = at + total as u64;
+    // The file's length now: a piece whose last aligned block lies wholly inside the file reads that block
+    // with the others, concurrently; only a block the file ends inside (which comes back short) is read on
+    // its own after them.
+    let flen = direct.metadata().map(|m| m.len()).unwrap_or(0);
     let (mut vi, mut vo) = (0usize, 0usize); // the current destination piece and the offset in it
     let mut pos = at; // the next file byte to deliver
     let align = DIRECT_ALIGN as u64;
     while pos < end {
         let start = pos / align * align;
-        let want_end = end.min(start + DIRECT_PIECE as u64);
+        // A piece and a block from the block start: a range of DIRECT_PIECE bytes that starts inside a block
+        // (a host load's group) is one staged read, not a full piece and then one of a single block.
+        let want_end = end.min(start + (DIRECT_PIECE + DIRECT_ALIGN) as u64);
         let len = ((want_end - start).div_ceil(align) * align) as usize;
         let buf = &mut staging.get(len)?[..len];
         let truncated = |at: u64| {
@@ -451,11 +473,10 @@ pub unsafe fn read_direct(
                 ),
             )
         };
-        // The whole aligned blocks before `want_end` as concurrent reads of DIRECT_SUB bytes (io_uring or the
-        // pread pool: a cold disk needs many reads in flight); the last, partial block after them, one read
-        // at a time (at the end of the file it comes back short, and a direct read cannot resume at an
-        // unaligned offset).
-        let whole = ((want_end - start) / align * align) as usize;
+        // The aligned blocks as concurrent reads of DIRECT_SUB bytes (io_uring or the pread pool: a cold disk
+        // needs many reads in flight); a last block that the file ends inside, after them, one read at a time
+        // (it comes back short, and a direct read cannot resume at an unaligned offset).
+        let whole = if start + len as u64 <= flen { len } else { ((want_end - start) / align * align) as usize };
         let mut reads: Vec<crate::engine::Read<'_>> = buf[..whole]
             .chunks_mut(DIRECT_SUB)
             .enumerate()
@@ -470,7 +491,7 @@ pub unsafe fn read_direct(
             crate::engine::FailureKind::Os(e) => Error::new(Status::Io, format!("{}: direct read failed: {e}", what())),
         })?;
         drop(reads);
-        let tail = (want_end - start) as usize - whole;
+        let tail = ((want_end - start) as usize).saturating_sub(whole);
         if tail > 0 {
             let fd = crate::os::raw_file(direct);
             crate::engine::read_at_least(fd, start + whole as u64, &mut buf[whole..], tail).map_err(|f| match f {

@@ -247,6 +247,36 @@ fn groups<'a>(tensors: &[TensorRef<'a>], offsets: &[usize], cap: usize, policy: 
     out
 }
 
+/// Host loads of at least this many bytes read ahead ([`read_ahead`]).
+const READ_AHEAD_FROM: usize = 64 << 20;
+/// How far ahead of the group a reader takes the kernel's read-ahead is asked to reach.
+const READ_AHEAD_BYTES: usize = 64 << 20;
+
+/// Asks the kernel (`POSIX_FADV_WILLNEED`) to start reading the file groups that lie up to `ahead` bytes
+/// past group `i` (the one a reader just took; the first reader covers the whole window, each later one the
+/// groups that enter it), so that reads of a cold file stay in flight while the readers copy: the reads of
+/// a buffered load are otherwise one 8 MiB `preadv` per thread at a time, and the kernel's own read-ahead
+/// of a file read by several threads at once keeps little in flight (a cold 2 GiB `keep` load measured
+/// about 0.3× fio's direct read without this advice, about 0.36× with it; BENCHMARKS.md section 16). Advice only: nothing waits, failures are
+/// ignored (the read that follows reports them), cached pages cost a lookup.
+fn read_ahead(groups: &[Group<'_>], i: usize, ahead: usize) {
+    // The last group of the window after group `k`: the groups after it whose spans add up to `ahead`.
+    let window_end = |k: usize| {
+        let (mut end, mut covered) = (k, 0usize);
+        while end + 1 < groups.len() && covered < ahead {
+            end += 1;
+            covered += groups[end].span();
+        }
+        end
+    };
+    let from = if i == 0 { 1 } else { window_end(i - 1) + 1 };
+    for g in groups.iter().take(window_end(i) + 1).skip(from) {
+        if let From::File { file, at, span } = g.from {
+            crate::os::advise_willneed(crate::os::raw_file(file), at, span as u64);
+        }
+    }
+}
+
 /// Reads one group into `dst` (the arena's base address for host jobs, with pieces' `dst` offsets; or a slab
 /// with `relative`: pieces land at their `src` offsets).
 ///
@@ -340,6 +370,17 @@ pub(crate) fn load_host(
     rep: &mut Reporter<'_>,
     direct: Option<&crate::cache::DirectFiles>,
 ) -> Result<(Arc<HostAlloc>, Vec<usize>)> {
+    let threads = if direct.is_some() { crate::cache::direct_threads() } else { default_threads() };
+    load_host_threads(tensors, rep, direct, threads)
+}
+
+/// [`load_host`] with `threads` reader threads (at most one per group).
+pub(crate) fn load_host_threads(
+    tensors: &[TensorRef<'_>],
+    rep: &mut Reporter<'_>,
+    direct: Option<&crate::cache::DirectFiles>,
+    threads: usize,
+) -> Result<(Arc<HostAlloc>, Vec<usize>)> {
     let (offsets, size) = layout(tensors, HOST_ALIGN)?;
     let what = format!("{} tensor(s) to cpu", tensors.len());
     let mut arena = HostAlloc::zeroed(size, &what)?;
@@ -347,7 +388,9 @@ pub(crate) fn load_host(
     let per_group = (size / (16 * default_threads())).clamp(MIN_GROUP, HOST_READ_BYTES);
     let groups = groups(tensors, &offsets, per_group, &ReadPolicy::default());
     let base = SendPtr(arena.as_mut_slice().as_mut_ptr());
-    let threads = default_threads().min(groups.len()).max(1);
+    let threads = threads.min(groups.len()).max(1);
+    // Buffered reads of a large load ask the kernel to read ahead (below); direct reads have their own depth.
+    let ahead = if direct.is_none() && size >= READ_AHEAD_FROM { READ_AHEAD_BYTES } else { 0 };
     let next = AtomicUsize::new(0);
     let done = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
@@ -361,6 +404,9 @@ pub(crate) fn load_host(
             }
             let i = next.fetch_add(1, Ordering::Relaxed);
             let Some(g) = groups.get(i) else { return };
+            if ahead > 0 {
+                read_ahead(&groups, i, ahead);
+            }
             // SAFETY: groups write disjoint arena ranges; each group is taken by one thread.
             let r = unsafe { read_group(g, base.get(), false, &mut scratch, &mut io) }.and_then(|()| {
                 done.fetch_add(g.bytes, Ordering::Relaxed);
@@ -608,6 +654,102 @@ fn ring(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::cache::{DirectFiles, PageCache};
+    use crate::file::TensorFile;
+
+    /// A safetensors file of U8 tensors of `sizes` bytes, one after another (the header padded to an odd
+    /// multiple of 8, so no tensor starts on a block boundary), tensor k's byte j = (k * 7919 + j * 31) % 251;
+    /// returns its path (in a directory of its own, which the caller removes: the path's parent) and each
+    /// tensor's bytes.
+    fn file(name: &str, sizes: &[usize]) -> (std::path::PathBuf, Vec<Vec<u8>>) {
+        let dir = std::env::temp_dir().join(format!("hostfirst-arena-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut header = String::from("{");
+        let mut at = 0;
+        for (k, n) in sizes.iter().enumerate() {
+            if k > 0 {
+                header.push(',');
+            }
+            header
+                .push_str(&format!("\"t{k}\":{{\"dtype\":\"U8\",\"shape\":[{n}],\"data_offsets\":[{at},{}]}}", at + n));
+            at += n;
+        }
+        header.push('}');
+        while header.len() % 8 != 0 || (header.len() / 8) % 2 == 0 {
+            header.push(' ');
+        }
+        let data: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| (0..n).map(|j| ((k * 7919 + j * 31) % 251) as u8).collect())
+            .collect();
+        let mut img = (header.len() as u64).to_le_bytes().to_vec();
+        img.extend_from_slice(header.as_bytes());
+        for d in &data {
+            img.extend_from_slice(d);
+        }
+        let p = dir.join(name);
+        std::fs::write(&p, img).unwrap();
+        (p, data)
+    }
+
+    /// Tensors of awkward sizes (empty, one byte, unaligned, larger than a read and than a direct piece), read
+    /// into one arena under every page-cache policy with 1 to 9 reader threads (the direct readers' count
+    /// among them), come out byte for byte; the read-ahead of buffered loads (64 MiB and more) runs in the
+    /// large case.
+    #[test]
+    fn host_loads_are_byte_exact_under_every_policy_and_thread_count() {
+        let small = [5usize, 0, 4096, 3 << 20, 1, (9 << 20) + 4095, 77, 1 << 20];
+        let large = [(40 << 20) + 3, 7, (30 << 20) + 4097];
+        for (name, sizes) in [("small", &small[..]), ("large", &large[..])] {
+            let (p, data) = file(name, sizes);
+            let f = TensorFile::open(&p).unwrap();
+            let tensors: Vec<TensorRef<'_>> = (0..f.len()).map(|i| f.tensor_ref(i).unwrap()).collect();
+            for policy in PageCache::all() {
+                let direct = DirectFiles::for_policy(policy);
+                for threads in [1, 2, 3, crate::cache::DIRECT_MIN_THREADS + 1] {
+                    let mut rep = Reporter::new(None, 0);
+                    let (arena, offsets) = load_host_threads(&tensors, &mut rep, direct.as_ref(), threads).unwrap();
+                    for (k, d) in data.iter().enumerate() {
+                        let got = &arena.as_slice()[offsets[k]..offsets[k] + d.len()];
+                        assert!(got == &d[..], "{name}: {policy:?}, {threads} thread(s): t{k} differs");
+                        assert_eq!(offsets[k] % HOST_ALIGN, 0);
+                    }
+                }
+                if let Some(why) = direct.as_ref().and_then(|d| d.fallback()) {
+                    eprintln!("bypass fell back here: {why}");
+                }
+            }
+            drop(tensors);
+            drop(f);
+            std::fs::remove_dir_all(p.parent().unwrap()).unwrap();
+        }
+    }
+
+    /// A file truncated after it was opened fails the load with `TRUNCATED` naming the tensor, under every
+    /// policy and thread count, and hands out nothing: the arena is never returned (it is freed), whichever
+    /// reader met the end first.
+    #[test]
+    fn a_truncated_file_fails_the_load_and_hands_out_nothing() {
+        let (p, _) = file("trunc", &[3 << 20, 5 << 20, (2 << 20) + 9]);
+        let f = TensorFile::open(&p).unwrap();
+        let tensors: Vec<TensorRef<'_>> = (0..f.len()).map(|i| f.tensor_ref(i).unwrap()).collect();
+        let len = std::fs::metadata(&p).unwrap().len();
+        std::fs::OpenOptions::new().write(true).open(&p).unwrap().set_len(len - (4 << 20)).unwrap();
+        for policy in PageCache::all() {
+            let direct = DirectFiles::for_policy(policy);
+            for threads in [1, 2, crate::cache::DIRECT_MIN_THREADS] {
+                let mut rep = Reporter::new(None, 0);
+                let e = load_host_threads(&tensors, &mut rep, direct.as_ref(), threads).map(|_| ()).unwrap_err();
+                assert_eq!(e.status(), Status::Truncated, "{policy:?}, {threads}: {}", e.message());
+                assert!(e.message().contains("tensor 't"), "{}", e.message());
+            }
+        }
+        drop(tensors);
+        drop(f);
+        std::fs::remove_dir_all(p.parent().unwrap()).unwrap();
+    }
 
     #[test]
     fn page_counts() {

@@ -246,8 +246,11 @@ pub fn load_with(file: &TensorFile, plan: &Plan, opts: LoadOptions<'_>) -> Resul
     }
     match page_cache {
         crate::cache::PageCache::Bypass => {
-            let staging = crate::cache::staging_bytes(super::parallel::default_threads());
-            check_devices(&with_staging(&plan.devices, staging), "load")?
+            // The staging ring of the direct readers (held while the tensors are read) counts as host memory.
+            let staging = crate::cache::staging_bytes(crate::cache::direct_threads());
+            check_devices(&with_staging(&plan.devices, staging), "load").map_err(|e| {
+                e.context(format!("page_cache bypass: counting {} of direct-I/O staging on cpu", human_bytes(staging)))
+            })?
         }
         _ => check_plan(plan)?,
     }
@@ -372,6 +375,144 @@ mod tests {
         assert!(cuda[1].largest.0.contains("staging"), "{:?}", cuda[1].largest);
         assert_eq!(with_staging(&[summary(Device::CPU, 0)], staging)[0].bytes, 0, "nothing read, no staging");
         assert!(with_staging(&[], staging).is_empty());
+    }
+
+    /// A scratch safetensors file of U8 tensors of `sizes` bytes (contents irrelevant), dropped from the page
+    /// cache, in a directory of its own (the caller removes it: the path's parent); its path.
+    fn scratch_file(name: &str, sizes: &[usize]) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("hostfirst-placed-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (mut header, mut at) = (String::from("{"), 0);
+        for (k, n) in sizes.iter().enumerate() {
+            let sep = if k > 0 { "," } else { "" };
+            header.push_str(&format!(
+                "{sep}\"t{k}\":{{\"dtype\":\"U8\",\"shape\":[{n}],\"data_offsets\":[{at},{}]}}",
+                at + n
+            ));
+            at += n;
+        }
+        header.push('}');
+        while header.len() % 8 != 0 {
+            header.push(' ');
+        }
+        let p = dir.join(name);
+        let mut img = (header.len() as u64).to_le_bytes().to_vec();
+        img.extend_from_slice(header.as_bytes());
+        img.extend((0..at).map(|j| (j % 253) as u8));
+        std::fs::write(&p, img).unwrap();
+        let f = std::fs::File::open(&p).unwrap();
+        f.sync_all().unwrap();
+        #[cfg(target_os = "linux")]
+        // SAFETY: advice on an open descriptor.
+        unsafe {
+            libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, libc::POSIX_FADV_DONTNEED)
+        };
+        p
+    }
+
+    fn load_cpu(f: &TensorFile, page_cache: crate::cache::PageCache) -> Result<Loaded> {
+        let plan = Plan::make(f, &crate::place::Rules::parse(["*=cpu"]).unwrap()).unwrap();
+        load_with(f, &plan, LoadOptions { copy_on_write: false, progress: None, page_cache })
+    }
+
+    /// A load whose tensors fit in the host memory free now, but not together with the staging ring of the
+    /// direct readers, runs under keep and drop and is refused under bypass before anything is read
+    /// (`OUT_OF_MEMORY` saying the staging was counted); with room for the ring too it runs.
+    #[test]
+    fn a_bypass_load_that_fits_only_without_its_staging_is_refused() {
+        use crate::cache::PageCache;
+        let p = scratch_file("fit.safetensors", &[3 << 20, 1 << 20]);
+        let f = TensorFile::open(&p).unwrap();
+        let bytes = 4u64 << 20; // both tensors, each 64-byte aligned in the arena: no padding between them
+        let total = 16u64 << 30;
+        let ring = crate::cache::staging_bytes(crate::cache::direct_threads());
+        let margin = fit::host_margin(total);
+        struct Reset;
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                fit::fake_host_memory_here(None);
+            }
+        }
+        let _reset = Reset;
+        fit::fake_host_memory_here(Some((margin + bytes + ring / 2, total)));
+        for policy in [PageCache::Keep, PageCache::Drop] {
+            load_cpu(&f, policy).unwrap_or_else(|e| panic!("{policy:?}: {e}"));
+        }
+        let e = load_cpu(&f, PageCache::Bypass).map(|_| ()).unwrap_err();
+        assert_eq!(e.status(), Status::OutOfMemory, "{e}");
+        assert!(e.message().contains("direct-I/O staging"), "{e}");
+        assert!(e.message().contains(&human_bytes(bytes + ring)), "the need counted with the ring: {e}");
+        fit::fake_host_memory_here(Some((margin + bytes + ring, total)));
+        load_cpu(&f, PageCache::Bypass).unwrap();
+        drop(f);
+        std::fs::remove_dir_all(p.parent().unwrap()).unwrap();
+    }
+
+    /// The peak RSS growth of a whole-file load to cpu is at most its destination (the arena) plus, under
+    /// bypass, the direct readers' staging ring, with a margin of 8 MiB for everything else (thread stacks,
+    /// the plan, the residency map of drop), and at least 90 % of the destination (it is faulted in, so the
+    /// measure sees it). Measured in a child process running only this test (the peak of this process
+    /// counts every test's memory): /proc/self/clear_refs resets the peak before the load, VmHWM after it.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_loads_peak_rss_growth_is_its_destination_and_staging_ring_at_most() {
+        use crate::cache::PageCache;
+        const CHILD: &str = "HOSTFIRST_RSS_CHILD";
+        let name = "a_loads_peak_rss_growth_is_its_destination_and_staging_ring_at_most";
+        if let Ok(policy) = std::env::var(CHILD) {
+            let policy = PageCache::parse(&policy, CHILD).unwrap();
+            let sizes = [(40 << 20) + 5, 3, (56 << 20) + 4093];
+            let p = scratch_file(&format!("rss-{}.safetensors", policy.name()), &sizes);
+            let f = TensorFile::open(&p).unwrap();
+            let dest: usize = sizes.iter().map(|n| n.next_multiple_of(64)).sum();
+            let ring = if policy == PageCache::Bypass {
+                crate::cache::staging_bytes(crate::cache::direct_threads()) as usize
+            } else {
+                0
+            };
+            let kib = |field: &str| -> usize {
+                let s = std::fs::read_to_string("/proc/self/status").unwrap();
+                let line = s.lines().find(|l| l.starts_with(field)).unwrap();
+                line[field.len()..].trim().trim_end_matches("kB").trim().parse::<usize>().unwrap() * 1024
+            };
+            std::fs::write("/proc/self/clear_refs", "5").unwrap(); // the peak is the RSS now
+            let before = kib("VmRSS:");
+            let loaded = load_cpu(&f, policy).unwrap();
+            let growth = kib("VmHWM:").saturating_sub(before);
+            drop(loaded);
+            drop(f);
+            std::fs::remove_dir_all(p.parent().unwrap()).unwrap();
+            let bound = dest + ring + (8 << 20);
+            assert!(
+                growth <= bound,
+                "{policy:?}: peak RSS grew {growth} bytes > destination {dest} + ring {ring} + 8 MiB"
+            );
+            assert!(
+                growth >= dest / 10 * 9,
+                "{policy:?}: peak RSS grew {growth} bytes, under 90 % of the destination {dest}"
+            );
+            std::fs::write(std::env::var("HOSTFIRST_RSS_DONE").unwrap(), "ok").unwrap();
+            return;
+        }
+        let test = format!("{}::{name}", module_path!().split_once("::").map_or("", |m| m.1));
+        for policy in PageCache::all() {
+            let done = std::env::temp_dir().join(format!("hostfirst-rss-{}-{}", std::process::id(), policy.name()));
+            let _ = std::fs::remove_file(&done);
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", &test, "--test-threads=1", "--nocapture"])
+                .env(CHILD, policy.name())
+                .env("HOSTFIRST_RSS_DONE", &done)
+                .output()
+                .unwrap();
+            let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success(), "{policy:?}: the child failed: {said}");
+            assert_eq!(
+                std::fs::read_to_string(&done).ok().as_deref(),
+                Some("ok"),
+                "{policy:?}: the child ran no test: {said}"
+            );
+            std::fs::remove_file(&done).unwrap();
+        }
     }
 
     thread_local! {
