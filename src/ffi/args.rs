@@ -666,6 +666,7 @@ mod tests {
         ("hostfirst_dlpack_tensor", "dlpack.h's DLTensor"),
         ("hostfirst_dlpack_managed_tensor_versioned", "dlpack.h's DLManagedTensorVersioned (versioned by DLPack)"),
         ("hostfirst_dlpack_managed_tensor", "dlpack.h's DLManagedTensor"),
+        ("hostfirst_read_plan_slice", "an element of the caller's array of declared slices (experimental tier)"),
     ];
 
     /// What the test knows of one extensible struct.
@@ -755,6 +756,9 @@ mod tests {
             case::<shard::hostfirst_shard_info>(),
             options_case::<writer::hostfirst_writer_options>(),
             case::<writer::hostfirst_writer_info>(),
+            options_case::<read_plan::hostfirst_read_plan_options>(),
+            case::<read_plan::hostfirst_read_plan_stats>(),
+            case::<read_plan::hostfirst_read_plan_request_info>(),
         ]
     }
 
