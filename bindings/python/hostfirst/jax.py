@@ -357,6 +357,15 @@ def load_file(path: Union[PathLike, File], rules: Optional[Rules] = None,
     view after the file was truncated kills the process with SIGBUS**, and a rewrite in place shows through.
     jax.Arrays never alias the mapping either way.
 
+    On JAX's CPU device there is one copy, not two: hostfirst's readers fill the load's arena (one owned
+    allocation, each tensor 64-byte aligned, the alignment below which XLA's CPU client copies) and each
+    jax.Array is its tensor's part of that arena (`arr.unsafe_buffer_pointer()` is the arena's address; JAX
+    keeps a reference that keeps the arena alive while any of the arrays lives). jax.Arrays are immutable and
+    nothing rewrites the arena while they live: it is memory of the load's own, not the file's mapping, so a
+    change to the file cannot reach them, and host-target numpy arrays of the same load live in their own
+    parts of it. A 64-bit tensor JAX narrows (x64 off) is converted into a new array; other devices (a GPU)
+    get the bytes by DLPack or JAX's own copy, as before.
+
     64-bit tensors (I64, U64, F64) placed on a JAX device while JAX's x64 mode is off would become 32-bit:
     a UserWarning names them first (as `jnp.asarray` warns), and in strict mode (`hostfirst.strict()`) it is
     a TypeError before anything moves. Tensors of a dtype JAX cannot hold (F4, F6) raise TypeError naming the

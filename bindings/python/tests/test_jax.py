@@ -235,3 +235,44 @@ def test_readme_jax_story_passes_mypy(tmp_path):
     out = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--ignore-missing-imports", "story.py"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_cpu_arrays_are_the_load_arena_itself_no_second_copy(tmp_path, monkeypatch):
+    """jax.load_file to JAX's CPU: each jax.Array's buffer is the tensor's part of the load's arena (hostfirst's
+    parallel readers fill it; JAX aliases it, no second copy), in every memory kind, for a run of like rank-1
+    tensors (rows of one 2-D array), a rank-2 tensor and a 1-byte dtype; and the arrays stay right once every
+    other reference to the arena is gone (JAX holds it). A 64-bit tensor JAX narrows (x64 off) is a new array."""
+    import hostfirst.numpy
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    path = tmp_path / "m.safetensors"
+    want = {f"row{i}": np.full(1024, i, np.float32) for i in range(12)}
+    want.update(w=np.arange(300 * 7, dtype=np.float32).reshape(300, 7), b=np.arange(100, dtype=np.int8),
+                h=np.arange(513).astype(ml_dtypes.bfloat16), i=np.arange(33, dtype=np.int64))
+    hostfirst.numpy.save_file(want, path)
+    arena = {}
+    real = hostfirst.jax.host_arrays
+
+    def spy(*args, **kw):
+        out = real(*args, **kw)
+        arena.update({i: a.ctypes.data for i, a in out.items()})
+        return out
+
+    monkeypatch.setattr(hostfirst.jax, "host_arrays", spy)
+    for default in ("cpu", "cpu:device", "cpu:pinned_host", "cpu:unpinned_host"):
+        arena.clear()
+        with jax.enable_x64(True):
+            out = hostfirst.jax.load_file(path, default=default)
+        assert sorted(out) == sorted(want) and len(arena) == len(want)  # (out: file order)
+        for i, (name, a) in enumerate(out.items()):
+            assert a.unsafe_buffer_pointer() == arena[i], (default, name)  # the arena, not a copy of it
+            assert a.unsafe_buffer_pointer() % 64 == 0, name  # XLA's CPU alignment, without which it copies
+    arena.clear()  # (addresses only: the load's numpy arrays are gone already)
+    gc.collect()
+    for name, a in out.items():  # the arena lives as long as the jax.Arrays on it
+        assert np.asarray(a).tobytes() == want[name].tobytes(), name
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the x64 narrowing warning, tested above
+        narrowed = hostfirst.jax.load_file(path, default="cpu")
+    at = list(narrowed).index("i")
+    assert narrowed["i"].dtype == np.int32 and narrowed["i"].unsafe_buffer_pointer() != arena[at]
+    assert np.asarray(narrowed["i"]).tolist() == list(range(33))

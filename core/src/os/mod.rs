@@ -43,7 +43,7 @@
 //! | function | Unix | Windows |
 //! |---|---|---|
 //! | [`populate_read`] | `MADV_POPULATE_READ` (Linux 5.14+; `EFAULT` = the file shrank), else `MADV_WILLNEED` | `PrefetchVirtualMemory`, then one read per page |
-//! | [`populate_write`] | `MADV_POPULATE_WRITE` (Linux 5.14+), else nothing | nothing (first writes fault pages in) |
+//! | [`populate_write`] | `MADV_POPULATE_WRITE` (Linux 5.14+; an EINVAL refusal is learned once), else nothing | nothing (first writes fault pages in) |
 //! | [`page_size`] | `sysconf(_SC_PAGESIZE)` | `GetSystemInfo().dwPageSize` |
 //! | [`host_memory`] | `/proc/meminfo` (`MemTotal`, `MemAvailable`), else `sysconf` pages | `GlobalMemoryStatusEx` (`ullTotalPhys`, `ullAvailPhys`) |
 //! | [`cpu_name`] | `model name` of `/proc/cpuinfo` | `PROCESSOR_IDENTIFIER` (set by Windows for every process) |

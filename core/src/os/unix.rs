@@ -201,21 +201,47 @@ pub(super) unsafe fn populate_read(addr: *const u8, len: usize) -> Result<Popula
     Ok(Populate::AdviceOnly)
 }
 
+/// Whether this kernel refused `MADV_POPULATE_WRITE` (EINVAL: an advice it does not know, Linux < 5.14): found
+/// by the first call, after which no call asks again and the copies simply fault their pages in.
+#[cfg(target_os = "linux")]
+static POPULATE_WRITE_REFUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 pub(super) fn populate_write(bytes: &mut [u8]) {
     #[cfg(target_os = "linux")]
-    {
+    populate_write_with(bytes, &POPULATE_WRITE_REFUSED, |lo, len| {
         const MADV_POPULATE_WRITE: libc::c_int = 23;
-        let page = 4096usize;
-        let start = bytes.as_mut_ptr() as usize;
-        let (lo, hi) = (start.next_multiple_of(page), (start + bytes.len()) / page * page);
-        if hi > lo {
-            // SAFETY: [lo, hi) lies inside `bytes`, which we borrow mutably; populating writable private
-            // memory changes no contents (zero pages stay zero, existing pages are left as they are).
-            unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, MADV_POPULATE_WRITE) };
+        // SAFETY: populate_write_with passes a page-aligned range inside `bytes`, which we borrow mutably;
+        // populating writable private memory changes no contents (zero pages stay zero, others as they are).
+        if unsafe { libc::madvise(lo as *mut libc::c_void, len, MADV_POPULATE_WRITE) } == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
         }
-    }
+    });
     #[cfg(not(target_os = "linux"))]
     let _ = bytes;
+}
+
+/// `populate_write` with the advice call (`advise(start, len)`: Ok or the errno) and the refusal flag given:
+/// the page-aligned inside of `bytes` is advised unless `refused` is set; EINVAL (the kernel does not know the
+/// advice) sets it, so that the refusal costs one system call per process. Other errors (ENOMEM, EFAULT: no
+/// memory to fault in now) refuse nothing for later; either way the caller's copy faults what is left.
+#[cfg(target_os = "linux")]
+fn populate_write_with(
+    bytes: &mut [u8],
+    refused: &std::sync::atomic::AtomicBool,
+    advise: impl Fn(usize, usize) -> Result<(), i32>,
+) {
+    use std::sync::atomic::Ordering;
+    let page = 4096usize;
+    let start = bytes.as_mut_ptr() as usize;
+    let (lo, hi) = (start.next_multiple_of(page), (start + bytes.len()) / page * page);
+    if hi <= lo || refused.load(Ordering::Relaxed) {
+        return;
+    }
+    if advise(lo, hi - lo) == Err(libc::EINVAL) {
+        refused.store(true, Ordering::Relaxed);
+    }
 }
 
 pub(super) fn page_size() -> usize {
@@ -509,4 +535,52 @@ pub(super) fn kill_self() -> ! {
     // SAFETY: a plain system call; the process ends here.
     unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     std::process::abort()
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::populate_write_with;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    /// A kernel older than 5.14 (forced: the advice answers EINVAL): the first populate asks and learns the
+    /// refusal, later ones ask nothing; the memory is left as it was and stays writable (the copy faults it).
+    #[test]
+    fn populate_write_refused_with_einval_is_asked_once_and_the_copy_faults() {
+        let refused = AtomicBool::new(false);
+        let asked = AtomicUsize::new(0);
+        let old_kernel = |_lo: usize, _len: usize| {
+            asked.fetch_add(1, Ordering::Relaxed);
+            Err(libc::EINVAL)
+        };
+        let mut v = vec![3u8; 5 << 20];
+        populate_write_with(&mut v, &refused, old_kernel);
+        assert_eq!(asked.load(Ordering::Relaxed), 1);
+        assert!(refused.load(Ordering::Relaxed));
+        for _ in 0..3 {
+            populate_write_with(&mut v, &refused, old_kernel);
+        }
+        assert_eq!(asked.load(Ordering::Relaxed), 1, "asked again after the kernel refused");
+        assert!(v.iter().all(|&b| b == 3));
+        v.iter_mut().for_each(|b| *b = 9);
+        assert!(v.iter().all(|&b| b == 9));
+    }
+
+    /// ENOMEM or EFAULT now (no memory to fault in at this moment) is no refusal: the next populate asks again.
+    /// Memory smaller than a page inside asks nothing at all.
+    #[test]
+    fn populate_write_other_errors_refuse_nothing_for_later() {
+        let refused = AtomicBool::new(false);
+        let asked = AtomicUsize::new(0);
+        let mut v = vec![0u8; 3 << 20];
+        for errno in [libc::ENOMEM, libc::EFAULT] {
+            populate_write_with(&mut v, &refused, |_, _| {
+                asked.fetch_add(1, Ordering::Relaxed);
+                Err(errno)
+            });
+        }
+        assert_eq!(asked.load(Ordering::Relaxed), 2);
+        assert!(!refused.load(Ordering::Relaxed));
+        let mut small = [0u8; 100];
+        populate_write_with(&mut small, &refused, |_, _| panic!("a range with no whole page was advised"));
+    }
 }
