@@ -263,3 +263,29 @@ fn a_whole_load_is_byte_exact() {
     let data = std::fs::metadata(server().dir.join("large.safetensors")).unwrap().len();
     assert!(bytes <= data + (256 << 10), "a whole load fetched {bytes} bytes of a {data}-byte object");
 }
+
+/// A child after `fork()` reads the parent's open remote file with a runtime and connections of its own: the
+/// parent's runtime threads do not exist in the child (using it would wait forever: the child's alarm turns
+/// that into a failure), and the parent's pooled connections are the parent's sockets.
+#[test]
+fn a_forked_child_reads_with_its_own_runtime() {
+    crate::common::alone(concat!(module_path!(), "::a_forked_child_reads_with_its_own_runtime"), || {
+        let f = open(&url("fork", "small.safetensors")).unwrap();
+        assert_eq!(copy(f, "t000").unwrap(), local("small.safetensors", "t000"));
+        let want = local("small.safetensors", "t002");
+        // SAFETY: the child only reads through the library (its fork handlers keep its locks usable) and exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            unsafe { libc::alarm(30) };
+            let ok = copy(f, "t002").is_ok_and(|b| b == want);
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut st = 0;
+        assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+        assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0, "the child failed or hung (wait status {st})");
+        // The parent's runtime still serves the parent.
+        assert_eq!(copy(f, "t001").unwrap(), local("small.safetensors", "t001"));
+        assert_eq!(hostfirst_file_free(f), Status::Ok);
+    });
+}
