@@ -85,7 +85,8 @@ fn boto(m: &Moto, code: &str) {
 
 fn put(key: &str, bytes: &[u8]) {
     let m = moto();
-    let f = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("moto-{}-{}", std::process::id(), key.replace('/', "_")));
+    let f =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("moto-{}-{}", std::process::id(), key.replace('/', "_")));
     std::fs::write(&f, bytes).unwrap();
     boto(m, &format!("s3.upload_file({:?}, 'models', {key:?})", f.to_str().unwrap()));
     std::fs::remove_file(&f).unwrap();

@@ -408,9 +408,10 @@ impl TensorFile {
             }
             let s = Part::open_file(&p).map_err(|e| match e.status() {
                 // A remote part that is not there: the index names what does not exist, as for a local set.
-                Status::NotFound if remote => {
-                    Error::new(Status::InvalidIndex, format!("{display}: part file '{name}' does not exist: {}", e.message()))
-                }
+                Status::NotFound if remote => Error::new(
+                    Status::InvalidIndex,
+                    format!("{display}: part file '{name}' does not exist: {}", e.message()),
+                ),
                 _ => e.context(format!("{display}: part file '{name}'")),
             })?;
             parts.push(Arc::new(s));

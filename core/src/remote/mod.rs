@@ -304,7 +304,8 @@ async fn fetch(
 ) -> std::result::Result<(object_store::ObjectMeta, Vec<u8>), object_store::Error> {
     let mut attempt = 0usize;
     loop {
-        let opts = GetOptions { range: Some(GetRange::Bounded(range.clone())), if_match: etag.clone(), ..Default::default() };
+        let opts =
+            GetOptions { range: Some(GetRange::Bounded(range.clone())), if_match: etag.clone(), ..Default::default() };
         let r = store.get_opts(&path, opts).await?;
         let meta = r.meta.clone();
         match r.bytes().await {
@@ -489,7 +490,8 @@ mod tests {
         assert_eq!((u.authority.as_str(), u.key.as_str()), ("host:8080", "a/b.safetensors"));
         assert_eq!(u.display, "https://host:8080/a/b.safetensors");
         assert_eq!(u.query.as_deref(), Some("X-Amz-Signature=secret"));
-        for bad in ["s3://bucket", "s3://bucket/", "s3://bucket/dir/", "https://user:pw@h/x", "s3:///k", "s3://b/k?x=1"] {
+        for bad in ["s3://bucket", "s3://bucket/", "s3://bucket/dir/", "https://user:pw@h/x", "s3:///k", "s3://b/k?x=1"]
+        {
             let e = Url::parse(bad).unwrap_err();
             assert_eq!(e.status(), Status::InvalidArgument, "{bad}");
             assert!(!e.message().contains("pw@"), "{}", e.message());
