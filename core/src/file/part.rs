@@ -58,7 +58,8 @@ pub(crate) enum Source {
 /// Where the bytes of a file being opened come from.
 pub(crate) enum Backing {
     File(fs::File),
-    Remote(RemoteObject),
+    /// Boxed: an object's URL, client and ETag are much larger than a descriptor.
+    Remote(Box<RemoteObject>),
 }
 
 /// What [`Part::open_file_detect`] found (a value returned once per open, never stored: no need to box).
@@ -132,7 +133,7 @@ impl Opening {
                 display: obj.display().to_string(),
                 path: path.to_path_buf(),
                 len: obj.len,
-                backing: Backing::Remote(obj),
+                backing: Backing::Remote(Box::new(obj)),
                 first,
             });
         }
@@ -214,7 +215,7 @@ impl Opening {
                     path_c: CName::from_str(&display),
                     display,
                     path: Some(path),
-                    source: Source::Remote(obj),
+                    source: Source::Remote(*obj),
                     header,
                 })
             }
