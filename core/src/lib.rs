@@ -26,6 +26,7 @@ pub mod fork_handlers;
 pub mod forksafe;
 pub mod os;
 pub mod place;
+pub mod remote;
 pub mod scope;
 pub mod shard;
 pub mod write;

@@ -108,6 +108,17 @@ const _: () = assert!(HOSTFIRST_MAX_METADATA_ENTRIES as usize == crate::file::MA
 /// `weight_map`, or a tensor in two part files), `LIMIT_EXCEEDED` (more than `HOSTFIRST_MAX_SET_TENSORS` tensors).
 /// Leading and trailing JSON whitespace around the header object is accepted (as the reference crate does).
 ///
+/// `path` may be a URL (since 1.1): `s3://bucket/key`, `gs://bucket/key`, `az://container/key`, `http://` or
+/// `https://` (any server that supports Range). The object is read with ranged GETs (the header in at most
+/// two), configured from the environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
+/// `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`; the `GOOGLE_*` and `AZURE_*` equivalents;
+/// `HOSTFIRST_REMOTE_RETRIES`, `HOSTFIRST_REMOTE_TIMEOUT`); an index's parts are the objects beside it. A remote
+/// file has no mapping: its views' `data` is NULL and their bytes are fetched on demand by `hostfirst_view_copy`
+/// and loads. The first response's ETag is pinned: a later read of an object replaced since the open fails with
+/// `IO` ("changed since it was opened"), never with bytes of two versions. For a URL also: `NOT_FOUND` (HTTP
+/// 404), `PERMISSION_DENIED` (HTTP 403 or 401), `UNSUPPORTED` (a server that answers a range request with the
+/// whole object), `IO` (a server still failing after the retries, naming the object; never a credential).
+///
 /// On failure `*out` is left unchanged and no handle or file descriptor is left open. Free the handle with
 /// `hostfirst_file_free`. Thread-safe.
 #[no_mangle]

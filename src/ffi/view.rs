@@ -53,7 +53,9 @@ pub struct hostfirst_view_info {
     ///
     /// **NULL when the file is read with owned reads** (see `hostfirst_file_read_engine`): by default a file
     /// on a network or user-space file system (NFS, Lustre, GPFS, CephFS, CIFS/SMB, 9p, FUSE, virtiofs), or
-    /// any file under `HOSTFIRST_MAP=never`. Read such a view with `hostfirst_view_copy`.
+    /// any file under `HOSTFIRST_MAP=never`; and for a remote object (a file opened by URL: `s3://`, `gs://`,
+    /// `az://`, `http(s)://`), which has no mapping: `hostfirst_view_copy` fetches its bytes on demand with ranged
+    /// GETs into the caller's memory. Read such a view with `hostfirst_view_copy`.
     ///
     /// **SIGBUS hazard (Linux, POSIX):** if the file is truncated (by any process) while this pointer is in use,
     /// touching a page past the new end of file raises SIGBUS, which kills the process unless it handles that

@@ -20,7 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 const REGENERATE: &str = "bash scripts/abi-baseline.sh";
-const MAX_LIBRARY_BYTES: u64 = 5 << 20;
+/// The stripped library's cap: 2.6 MiB at 1.0.0, plus the at most 8 MiB issue 46 allows the object-store client
+/// (it added 6.2 MiB: 8.77 MiB in all); an unstripped library is over 100 MiB.
+const MAX_LIBRARY_BYTES: u64 = 11 << 20;
 
 fn root() -> PathBuf {
     crate::common::root()
@@ -198,7 +200,7 @@ fn installed_library_is_stripped_with_debug_info_beside_it() {
     let lib = prefix().join("lib").join(real_name());
     let size = std::fs::metadata(&lib).unwrap().len();
     eprintln!("installed {}: {size} bytes", lib.display());
-    assert!(size <= MAX_LIBRARY_BYTES, "{} is {size} bytes, more than 5 MiB: is it stripped?", lib.display());
+    assert!(size <= MAX_LIBRARY_BYTES, "{} is {size} bytes, more than 11 MiB: is it stripped?", lib.display());
 
     let sections = |f: &Path| {
         let out = run(Command::new("readelf").args(["-S", "-W"]).arg(f));

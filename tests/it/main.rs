@@ -54,6 +54,10 @@ mod place_rules;
 mod python_abi;
 mod readme_example;
 mod release;
+/// Remote sources: s3://, http(s):// (issue 46).
+mod remote;
+/// Remote sources over S3 (moto's server; issue 46).
+mod remote_s3;
 mod shard;
 mod tokens;
 mod valgrind;

@@ -30,6 +30,7 @@ const PASS: &[&str] = &[
     "cli_rules::",
     "cli_shard::",
     "cli_tokens::",
+    "remote_s3::the_cli_inspects_an_s3_object",
     // The MPI ranks start through mpirun, not `common::run`, so they are not under memcheck here (OpenMPI's
     // own allocations would drown the report); the pass re-runs the test as it is.
     "mpi::",

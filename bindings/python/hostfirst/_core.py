@@ -15,6 +15,7 @@ from ._lib import lib
 _OK = STATUS["OK"]
 _OUT_OF_MEMORY = STATUS["OUT_OF_MEMORY"]
 _IO = STATUS["IO"]
+_NOT_FOUND = STATUS["NOT_FOUND"]
 
 KIND_NAMES = {
     _abi.HOSTFIRST_DEVICE_CPU: "cpu",
@@ -111,9 +112,26 @@ def c_path(path: PathLike) -> bytes:
 def check_path(status: int, path: PathLike) -> None:
     """check() for a call that opened `path`: an IO failure on a path that does not exist raises
     MissingFileError, which is also a FileNotFoundError."""
+    if is_url(path):
+        # A remote object (s3://, gs://, az://, http(s)://): a 404 is NOT_FOUND, also a FileNotFoundError; an IO
+        # failure there (a server down, a replaced object) says nothing about a local path.
+        if status == _NOT_FOUND:
+            raise MissingFileError(last_error(), os.fsdecode(path), status=_NOT_FOUND)
+        check(status)
+        return
     if status == _IO and not os.path.lexists(os.fsencode(path)):
         raise MissingFileError(last_error(), os.fsdecode(path))
     check(status)
+
+
+_URL_SCHEMES = (b"s3", b"s3a", b"gs", b"gcs", b"az", b"azure", b"abfs", b"abfss", b"http", b"https")
+
+
+def is_url(path: PathLike) -> bool:
+    """Whether `path` names a remote object, as the library decides (`scheme://...`, a scheme it reads)."""
+    p = os.fsencode(path)
+    scheme, sep, rest = p.partition(b"://")
+    return bool(sep) and bool(rest) and scheme.lower() in _URL_SCHEMES
 
 
 class Device:

@@ -10,6 +10,7 @@ builtin, from that builtin too:
     IO, TRUNCATED, NO_SPACE                  IoError, TruncatedError,      OSError
                                              NoSpaceError
       IO on a path that does not exist       MissingFileError (an IoError) FileNotFoundError
+      NOT_FOUND for a remote object (404)    MissingFileError              FileNotFoundError
     PERMISSION_DENIED                        PermissionDeniedError         PermissionError
     INVALID_ARGUMENT, NULL_ARGUMENT,         InvalidArgumentError, ...     ValueError
       INVALID_HANDLE, BUFFER_TOO_SMALL,
@@ -330,10 +331,11 @@ class NativeExtensionWarning(RuntimeWarning, metaclass=_Documented):
 
 
 class MissingFileError(IoError, FileNotFoundError):
-    """IO on a path that does not exist: also a FileNotFoundError (errno ENOENT, `filename`)."""
+    """IO on a path that does not exist, or NOT_FOUND for a remote object (a 404 for an s3://, gs://, az:// or
+    http(s):// URL; `status` says which): also a FileNotFoundError (errno ENOENT, `filename`)."""
 
-    def __init__(self, message: str, filename: str):
-        super().__init__(message, STATUS["IO"])
+    def __init__(self, message: str, filename: str, status: Optional[int] = None):
+        super().__init__(message, STATUS["IO"] if status is None else status)
         self.errno, self.strerror, self.filename = _errno.ENOENT, "No such file or directory", filename
 
 

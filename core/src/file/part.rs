@@ -4,6 +4,7 @@ use super::header::{self, Header};
 use super::names::CName;
 use crate::engine::per_file::{FileEngine, MapPolicy};
 use crate::error::{Error, Result, Status};
+use crate::remote::RemoteObject;
 use memmap2::Mmap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -50,6 +51,15 @@ pub(crate) enum Source {
         engine: FileEngine,
     },
     Memory(Box<dyn AsRef<[u8]> + Send + Sync>),
+    /// An object read by URL with ranged GETs ([`crate::remote`]): no mapping, owned reads only.
+    Remote(RemoteObject),
+}
+
+/// Where the bytes of a file being opened come from.
+pub(crate) enum Backing {
+    File(fs::File),
+    /// Boxed: an object's URL, client and ETag are much larger than a descriptor.
+    Remote(Box<RemoteObject>),
 }
 
 /// What [`Part::open_file_detect`] found (a value returned once per open, never stored: no need to box).
@@ -99,13 +109,14 @@ pub(crate) fn pread_exact(
     })
 }
 
-/// A regular file being opened: its descriptor, length and first bytes, before any format's header is parsed.
+/// A regular file (or a remote object) being opened: its descriptor, length and first bytes, before any
+/// format's header is parsed.
 pub(crate) struct Opening {
     pub display: String,
     pub path: PathBuf,
-    pub file: fs::File,
+    pub backing: Backing,
     pub len: u64,
-    /// The first `min(len, 4096)` bytes.
+    /// The first `min(len, 4096)` bytes (for a remote object, `min(len, remote::FIRST_READ)`).
     pub first: Vec<u8>,
 }
 
@@ -116,6 +127,16 @@ impl Opening {
     /// Opens `path` (a regular file; [`crate::os::open_read`], so that a FIFO cannot hang the open), takes its length and
     /// reads its first 4 KiB.
     pub(crate) fn new(path: &Path) -> Result<Opening> {
+        if let Some(url) = path.to_str().filter(|p| crate::remote::is_url(p)) {
+            let (obj, first) = RemoteObject::open(url)?;
+            return Ok(Opening {
+                display: obj.display().to_string(),
+                path: path.to_path_buf(),
+                len: obj.len,
+                backing: Backing::Remote(Box::new(obj)),
+                first,
+            });
+        }
         let display = path.to_string_lossy().into_owned(); // what `path.display()` shows, without formatting
         let file = crate::os::open_read(path).map_err(|e| io_error(&display, "cannot open", &e))?;
         let meta = file.metadata().map_err(|e| io_error(&display, "cannot stat", &e))?;
@@ -126,7 +147,7 @@ impl Opening {
         let have = len.min(Opening::FIRST_READ as u64) as usize;
         let mut first = vec![0u8; have];
         pread_exact(&file, 0, &mut first, &display, &|| "reading the header".into())?;
-        Ok(Opening { display, path: path.to_path_buf(), file, len, first })
+        Ok(Opening { display, path: path.to_path_buf(), backing: Backing::File(file), len, first })
     }
 
     /// The file's first byte that is not JSON whitespace (space, tab, CR, LF), `None` when there is none: what
@@ -152,7 +173,10 @@ impl Opening {
 
     /// Reads `dst.len()` bytes at `offset` (`TRUNCATED` past the end).
     pub(crate) fn read(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
-        pread_exact(&self.file, offset, dst, &self.display, &|| "reading the header".into())
+        match &self.backing {
+            Backing::File(file) => pread_exact(file, offset, dst, &self.display, &|| "reading the header".into()),
+            Backing::Remote(obj) => obj.read(offset, dst, &|| "reading the header".into()),
+        }
     }
 
     /// The open as a safetensors file (see [`Part::open_file_detect`]).
@@ -183,7 +207,19 @@ impl Opening {
 
     /// Maps the file read-only (without populating it) and makes the part of `header`.
     pub(crate) fn into_part(self, header: Header) -> Result<Part> {
-        let Opening { display, path, file, len, .. } = self;
+        let Opening { display, path, backing, len, .. } = self;
+        let file = match backing {
+            Backing::File(file) => file,
+            Backing::Remote(obj) => {
+                return Ok(Part {
+                    path_c: CName::from_str(&display),
+                    display,
+                    path: Some(path),
+                    source: Source::Remote(*obj),
+                    header,
+                })
+            }
+        };
         let engine = FileEngine::choose(crate::os::file_system(crate::os::raw_file(&file)), MapPolicy::from_env()?);
         // The length is the one `fstat` gave at open (memmap2 would ask again).
         let map_len = usize::try_from(len)
@@ -249,6 +285,7 @@ impl Part {
         match &self.source {
             Source::File { map, .. } => &map[..],
             Source::Memory(m) => (**m).as_ref(),
+            Source::Remote(_) => &[],
         }
     }
 
@@ -258,6 +295,7 @@ impl Part {
         match &self.source {
             Source::File { engine, .. } => engine.maps(),
             Source::Memory(_) => true,
+            Source::Remote(_) => false,
         }
     }
 
@@ -268,6 +306,7 @@ impl Part {
                 engine.report(self.path.as_deref(), crate::os::mount_type(crate::os::raw_file(file)))
             }
             Source::Memory(_) => "memory: a buffer in this process's memory, read in place".to_string(),
+            Source::Remote(obj) => obj.report(),
         }
     }
 
@@ -319,6 +358,7 @@ impl Part {
     pub(crate) fn is_populated(&self, offset: u64, len: u64) -> bool {
         match &self.source {
             Source::Memory(_) => true,
+            Source::Remote(_) => false,
             Source::File { populated, .. } => {
                 let end = offset.saturating_add(len);
                 populated.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|&(lo, hi)| lo <= offset && end <= hi)
@@ -330,6 +370,7 @@ impl Part {
     pub(crate) fn read_at(&self, offset: u64, dst: &mut [u8], what: &dyn Fn() -> String) -> Result<()> {
         match &self.source {
             Source::File { file, .. } => pread_exact(file, offset, dst, &self.display, what),
+            Source::Remote(obj) => obj.read(offset, dst, what),
             Source::Memory(m) => {
                 let b = (**m).as_ref();
                 let src = usize::try_from(offset).ok().and_then(|o| b.get(o..o.checked_add(dst.len())?)).ok_or_else(

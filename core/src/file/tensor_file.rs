@@ -368,6 +368,12 @@ impl TensorFile {
     pub fn open_index(path: impl AsRef<Path>) -> Result<TensorFile> {
         let path = path.as_ref();
         not_empty(path)?;
+        if let Some(url) = path.to_str().filter(|p| crate::remote::is_url(p)) {
+            // A remote index: its text in one or two GETs; its parts are the objects beside it.
+            let (obj, first) = crate::remote::RemoteObject::open(url)?;
+            let text = obj.read_all(first, super::MAX_INDEX_SIZE, "the index")?;
+            return TensorFile::open_index_text(path, text);
+        }
         let mut tries = 0u32;
         loop {
             tries += 1;
@@ -393,13 +399,21 @@ impl TensorFile {
         for (i, (name, slot)) in part_names.iter_mut().enumerate() {
             *slot = i as u32;
             let p = dir.join(name);
-            if !p.exists() {
+            let remote = p.to_str().is_some_and(crate::remote::is_url);
+            if !remote && !p.exists() {
                 return Err(Error::new(
                     Status::InvalidIndex,
                     format!("{display}: part file '{name}' ({}) does not exist", p.display()),
                 ));
             }
-            let s = Part::open_file(&p).map_err(|e| e.context(format!("{display}: part file '{name}'")))?;
+            let s = Part::open_file(&p).map_err(|e| match e.status() {
+                // A remote part that is not there: the index names what does not exist, as for a local set.
+                Status::NotFound if remote => Error::new(
+                    Status::InvalidIndex,
+                    format!("{display}: part file '{name}' does not exist: {}", e.message()),
+                ),
+                _ => e.context(format!("{display}: part file '{name}'")),
+            })?;
             parts.push(Arc::new(s));
         }
 
@@ -837,7 +851,7 @@ impl<'a> TensorRef<'a> {
     pub(crate) fn file_and_offset(&self) -> Option<(&'a std::fs::File, u64)> {
         match &self.part.source {
             super::part::Source::File { file, .. } => Some((file, self.part.header.data_start() + self.entry.start)),
-            super::part::Source::Memory(_) => None,
+            super::part::Source::Memory(_) | super::part::Source::Remote(_) => None,
         }
     }
     /// Whether the file's mapping may be handed out (see [`View::maps`]).

@@ -147,8 +147,9 @@ impl View {
     /// (`place::Gather::run_from_buffer`). The data is not necessarily aligned for its dtype (see
     /// [`View::alignment`]).
     pub fn mapped(&self) -> &[u8] {
+        // A remote object has no mapping: an empty slice (its data pointer is NULL in the C API).
         let off = self.file_offset() as usize;
-        &self.part.bytes()[off..off + self.span_bytes() as usize]
+        self.part.bytes().get(off..off + self.span_bytes() as usize).unwrap_or(&[])
     }
 
     /// Whether this view's bytes may be handed out as the mapping ([`View::mapped`]): false for a file its read
@@ -357,7 +358,7 @@ impl View {
     pub(crate) fn file_and_offset(&self) -> Option<(&std::fs::File, u64)> {
         match &self.part.source {
             super::part::Source::File { file, .. } => Some((file, self.file_offset())),
-            super::part::Source::Memory(_) => None,
+            super::part::Source::Memory(_) | super::part::Source::Remote(_) => None,
         }
     }
 

@@ -1,0 +1,291 @@
+//! Remote sources (issue 46) through the C API, against local servers on loopback (no internet): the
+//! fault-injecting server of tests/remote/fault_server.py (Python's standard library) for range handling,
+//! request counts, 503s, resets, cut bodies, 200-for-206, 403, 404 and replaced objects; and moto's S3 server
+//! (tests/it/remote_s3.rs) for the real protocol. Every load is compared byte for byte with the local file.
+
+use crate::file_support::{image, last_error};
+use hostfirst::ffi::*;
+use hostfirst::Status;
+use std::ffi::CString;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+
+/// The fault server, started once for the test binary on a free port (it picks one; it prints it), serving
+/// a folder of fixtures; killed when the binary exits (a guard in a static is never dropped, so the server
+/// also exits by itself when its standard input closes).
+pub struct Server {
+    pub port: u16,
+    pub dir: PathBuf,
+    _child: Child,
+}
+
+pub fn server() -> &'static Server {
+    static S: OnceLock<Server> = OnceLock::new();
+    S.get_or_init(|| {
+        // Two retries per request: enough for the flaky paths (two 503s), quick to give up on the down ones.
+        std::env::set_var("HOSTFIRST_REMOTE_RETRIES", "2");
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("remote-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        fixtures(&dir);
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/remote/fault_server.py");
+        // The shell's `read` ends the server when this process exits (its stdin pipe closes).
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg("python3 \"$0\" \"$1\" & pid=$!; read _; kill $pid")
+            .arg(&script)
+            .arg(&dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs the fault server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let port = line.trim().parse().unwrap_or_else(|_| panic!("the fault server printed {line:?}"));
+        Server { port, dir, _child: child }
+    })
+}
+
+/// Tensors of `n` bytes each, filled with a pattern that differs per tensor and per byte.
+pub fn model(tensors: usize, n: usize, metadata_bytes: usize) -> Vec<u8> {
+    let mut h = format!(r#"{{"__metadata__":{{"pad":"{}"}}"#, "x".repeat(metadata_bytes));
+    let mut data = Vec::new();
+    for t in 0..tensors {
+        h.push_str(&format!(
+            r#","t{t:03}":{{"dtype":"U8","shape":[{n}],"data_offsets":[{},{}]}}"#,
+            data.len(),
+            data.len() + n
+        ));
+        data.extend((0..n).map(|i| (i * 7 + t * 13 + i / 251) as u8));
+    }
+    h.push('}');
+    image(&h, &data)
+}
+
+fn fixtures(dir: &Path) {
+    std::fs::write(dir.join("small.safetensors"), model(4, 1000, 0)).unwrap();
+    // A header larger than the first request (256 KiB): the open needs a second one.
+    std::fs::write(dir.join("bigheader.safetensors"), model(3, 100, 300 << 10)).unwrap();
+    // 8 tensors of 512 KiB: a load of one reads that tensor, not the file.
+    std::fs::write(dir.join("large.safetensors"), model(8, 512 << 10, 0)).unwrap();
+    // The replaced object: version 2 has other bytes (and the same layout).
+    std::fs::write(dir.join("swap.safetensors"), model(2, 4096, 0)).unwrap();
+    let mut v2 = model(2, 4096, 0);
+    let n = v2.len();
+    v2[n - 4096..].fill(0xEE);
+    std::fs::write(dir.join("swap.safetensors.v2"), v2).unwrap();
+    // A set: an index and two parts beside it.
+    std::fs::write(dir.join("p-1.safetensors"), model(2, 64, 0)).unwrap();
+    let mut p2 = model(2, 32, 0);
+    // Other names in the second part: t000, t001 -> u000, u001 (same lengths).
+    let hl = u64::from_le_bytes(p2[..8].try_into().unwrap()) as usize;
+    let h = String::from_utf8(p2[8..8 + hl].to_vec()).unwrap().replace("\"t0", "\"u0");
+    p2.splice(8..8 + hl, h.into_bytes());
+    std::fs::write(dir.join("p-2.safetensors"), p2).unwrap();
+    std::fs::write(
+        dir.join("set.safetensors.index.json"),
+        r#"{"metadata":{},"weight_map":{"t000":"p-1.safetensors","t001":"p-1.safetensors","u000":"p-2.safetensors","u001":"p-2.safetensors"}}"#,
+    )
+    .unwrap();
+}
+
+/// One GET to the server's control paths.
+fn control(path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", server().port)).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.split("\r\n\r\n").nth(1).unwrap_or("").to_string()
+}
+
+/// (requests, body bytes) the server counted for paths under `/mode/`.
+fn stats(mode: &str) -> (u64, u64) {
+    let t = control(&format!("/_stats/{mode}"));
+    let mut it = t.split_whitespace().map(|x| x.parse::<u64>().unwrap());
+    (it.next().unwrap(), it.next().unwrap())
+}
+
+fn url(mode: &str, name: &str) -> String {
+    format!("http://127.0.0.1:{}/{mode}/{name}", server().port)
+}
+
+fn open(u: &str) -> Result<*mut hostfirst_file, Status> {
+    let c = CString::new(u).unwrap();
+    let mut f: *mut hostfirst_file = std::ptr::null_mut();
+    match hostfirst_file_open(c.as_ptr(), &mut f) {
+        Status::Ok => Ok(f),
+        st => {
+            assert!(f.is_null(), "output written on failure");
+            Err(st)
+        }
+    }
+}
+
+/// Copies tensor `name` through `hostfirst_view_copy`; checks the view's data pointer is NULL (no mapping).
+fn copy(f: *mut hostfirst_file, name: &str) -> Result<Vec<u8>, Status> {
+    let c = CString::new(name).unwrap();
+    let mut v: *mut hostfirst_view = std::ptr::null_mut();
+    assert_eq!(hostfirst_file_view(f, c.as_ptr(), &mut v), Status::Ok, "{}", last_error());
+    let mut info: hostfirst_view_info = unsafe { std::mem::zeroed() };
+    info.struct_size = std::mem::size_of::<hostfirst_view_info>();
+    assert_eq!(hostfirst_view_describe(v, &mut info), Status::Ok);
+    assert!(info.data.is_null(), "a remote view has no mapping: its data pointer is NULL");
+    let mut buf = vec![0u8; info.nbytes as usize];
+    let mut need = 0u64;
+    let st = hostfirst_view_copy(v, buf.as_mut_ptr().cast(), buf.len(), &mut need);
+    assert_eq!(hostfirst_view_free(v), Status::Ok);
+    if st == Status::Ok {
+        Ok(buf)
+    } else {
+        Err(st)
+    }
+}
+
+/// The bytes of tensor `name` in the local fixture `file`.
+pub fn local(file: &str, name: &str) -> Vec<u8> {
+    let f = hostfirst::TensorFile::open(server().dir.join(file)).unwrap();
+    f.view(name).unwrap().to_vec().unwrap()
+}
+
+/// Each test uses its own mode (path prefix), so the server's counts are its own.
+#[test]
+fn header_in_one_request_and_tensors_byte_exact() {
+    let before = stats("ok").0;
+    let f = open(&url("ok", "small.safetensors")).unwrap_or_else(|s| panic!("{s:?}: {}", last_error()));
+    assert_eq!(stats("ok").0 - before, 1, "a small file's header takes one request");
+    for t in ["t000", "t001", "t002", "t003"] {
+        assert_eq!(copy(f, t).unwrap(), local("small.safetensors", t), "{t}");
+    }
+    assert_eq!(hostfirst_file_free(f), Status::Ok);
+}
+
+#[test]
+fn a_header_larger_than_the_first_request_takes_two() {
+    let f = open(&url("ok2", "bigheader.safetensors")).unwrap_or_else(|s| panic!("{s:?}: {}", last_error()));
+    assert_eq!(stats("ok2").0, 2, "length and first 256 KiB, then the rest of the header");
+    assert_eq!(copy(f, "t002").unwrap(), local("bigheader.safetensors", "t002"));
+    assert_eq!(hostfirst_file_free(f), Status::Ok);
+}
+
+#[test]
+fn a_tensor_read_fetches_only_its_bytes() {
+    let f = open(&url("lazy", "large.safetensors")).unwrap();
+    let (_, opened) = stats("lazy");
+    let got = copy(f, "t005").unwrap();
+    assert_eq!(got, local("large.safetensors", "t005"));
+    let (_, after) = stats("lazy");
+    let fetched = after - opened;
+    let need = got.len() as u64;
+    // <= 1.25x the needed bytes (here exactly them; the first request's 256 KiB came with the open).
+    assert!(fetched <= need + need / 4, "fetched {fetched} bytes for {need}");
+    assert!(fetched >= need);
+    assert_eq!(hostfirst_file_free(f), Status::Ok);
+}
+
+#[test]
+fn throttling_resets_and_cut_bodies_are_retried() {
+    for mode in ["flaky", "reset", "cut"] {
+        let f = open(&url(mode, "small.safetensors")).unwrap_or_else(|s| panic!("{mode}: {s:?}: {}", last_error()));
+        assert_eq!(copy(f, "t001").unwrap(), local("small.safetensors", "t001"), "{mode}");
+        assert_eq!(hostfirst_file_free(f), Status::Ok);
+    }
+}
+
+#[test]
+fn a_server_that_stays_down_gives_io_naming_the_object() {
+    let u = url("down", "small.safetensors");
+    assert_eq!(open(&u).unwrap_err(), Status::Io);
+    let m = last_error();
+    assert!(m.contains(&u), "{m}");
+    assert_eq!(stats("down").0, 3, "the first try and two retries (HOSTFIRST_REMOTE_RETRIES=2)");
+}
+
+#[test]
+fn missing_and_forbidden_objects_have_their_statuses() {
+    assert_eq!(open(&url("ok3", "nope.safetensors")).unwrap_err(), Status::NotFound);
+    assert!(last_error().contains("no such object"), "{}", last_error());
+    assert_eq!(open(&url("forbidden", "small.safetensors")).unwrap_err(), Status::PermissionDenied);
+    assert!(last_error().contains("/forbidden/small.safetensors"), "{}", last_error());
+}
+
+#[test]
+fn a_server_ignoring_range_is_unsupported_never_wrong_bytes() {
+    assert_eq!(open(&url("full", "small.safetensors")).unwrap_err(), Status::Unsupported, "{}", last_error());
+    assert!(last_error().contains("206"), "{}", last_error());
+}
+
+#[test]
+fn a_replaced_object_fails_with_io_never_mixed_bytes() {
+    let f = open(&url("replaced", "swap.safetensors")).unwrap();
+    assert_eq!(copy(f, "t001").unwrap_err(), Status::Io);
+    assert!(last_error().contains("changed since it was opened"), "{}", last_error());
+    assert_eq!(hostfirst_file_free(f), Status::Ok);
+}
+
+#[test]
+fn a_set_opens_its_parts_beside_the_index() {
+    let f = open(&url("set", "set.safetensors.index.json")).unwrap_or_else(|s| panic!("{s:?}: {}", last_error()));
+    let mut n = 0usize;
+    assert_eq!(hostfirst_file_tensor_count(f, &mut n), Status::Ok);
+    assert_eq!(n, 4);
+    assert_eq!(copy(f, "t001").unwrap(), local("p-1.safetensors", "t001"));
+    assert_eq!(copy(f, "u000").unwrap(), local("p-2.safetensors", "u000"));
+    assert_eq!(hostfirst_file_free(f), Status::Ok);
+    // A part that is not there: INVALID_INDEX, as for a local set.
+    std::fs::write(
+        server().dir.join("broken.safetensors.index.json"),
+        r#"{"metadata":{},"weight_map":{"t000":"p-1.safetensors","x":"gone.safetensors"}}"#,
+    )
+    .unwrap();
+    assert_eq!(open(&url("set", "broken.safetensors.index.json")).unwrap_err(), Status::InvalidIndex);
+    assert!(last_error().contains("gone.safetensors"), "{}", last_error());
+}
+
+#[test]
+fn a_whole_load_is_byte_exact() {
+    use hostfirst::place::{load, Placed, Plan, Rules};
+    let file = hostfirst::TensorFile::open(url("load", "large.safetensors")).unwrap();
+    // `host` on a file with no mapping becomes cpu copies, as for a file read with owned reads.
+    let plan = Plan::make(&file, &Rules::parse(["*=host"]).unwrap()).unwrap();
+    let loaded = load(&file, &plan, None).unwrap();
+    assert_eq!(loaded.len(), 8);
+    for i in 0..loaded.len() {
+        let (name, placed) = loaded.at(i).unwrap();
+        let Placed::Buffer(b) = placed else { panic!("{name}: a remote tensor is never a mapped view") };
+        let b = b.lock().unwrap();
+        let mut got = vec![0u8; b.nbytes() as usize];
+        b.read_at(0, &mut got).unwrap();
+        assert_eq!(got, local("large.safetensors", name), "{name}");
+    }
+    let (_, bytes) = stats("load");
+    let data = std::fs::metadata(server().dir.join("large.safetensors")).unwrap().len();
+    assert!(bytes <= data + (256 << 10), "a whole load fetched {bytes} bytes of a {data}-byte object");
+}
+
+/// A child after `fork()` reads the parent's open remote file with a runtime and connections of its own: the
+/// parent's runtime threads do not exist in the child (using it would wait forever: the child's alarm turns
+/// that into a failure), and the parent's pooled connections are the parent's sockets.
+#[test]
+fn a_forked_child_reads_with_its_own_runtime() {
+    crate::common::alone(concat!(module_path!(), "::a_forked_child_reads_with_its_own_runtime"), || {
+        let f = open(&url("fork", "small.safetensors")).unwrap();
+        assert_eq!(copy(f, "t000").unwrap(), local("small.safetensors", "t000"));
+        let want = local("small.safetensors", "t002");
+        // SAFETY: the child only reads through the library (its fork handlers keep its locks usable) and exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            unsafe { libc::alarm(30) };
+            let ok = copy(f, "t002").is_ok_and(|b| b == want);
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut st = 0;
+        assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+        assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0, "the child failed or hung (wait status {st})");
+        // The parent's runtime still serves the parent.
+        assert_eq!(copy(f, "t001").unwrap(), local("small.safetensors", "t001"));
+        assert_eq!(hostfirst_file_free(f), Status::Ok);
+    });
+}
