@@ -264,7 +264,7 @@ fn readme_device_call() -> (String, u64) {
 }
 
 /// The first GPU run, dry: every check passes on the stand-in in this pass's mode (the test command runs it in both),
-/// the call and each step stay within their time limits, what travels is at most 16 MiB (stripped, checksummed
+/// the call and each step stay within their time limits, what travels is at most 40 MiB (stripped, checksummed
 /// carry), the result files are the documented ones, and the README's device call is this script within the
 /// 7 minutes a first call may take.
 #[test]
@@ -286,7 +286,7 @@ fn first_gpu_run_dry_run_passes_on_the_stand_in_within_its_budget() {
     // What travels, checked by the build before any device is asked.
     let line = so.lines().find(|l| l.starts_with("what travels")).unwrap_or_else(|| panic!("{so}"));
     let travels: u64 = line.split("): ").nth(1).and_then(|s| s.split(' ').next()).unwrap().parse().unwrap();
-    assert!(travels <= 16 << 20, "{line}");
+    assert!(travels <= 40 << 20, "{line}");
     let manifest = std::fs::read_to_string(carry.join("manifest")).unwrap();
     for (file, key) in [("hostfirst-bench", "sha256="), ("libhostfirst.so", "lib_sha256=")] {
         let size = std::fs::metadata(carry.join(file)).unwrap().len();

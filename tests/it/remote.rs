@@ -111,7 +111,8 @@ fn url(mode: &str, name: &str) -> String {
     format!("http://127.0.0.1:{}/{mode}/{name}", server().port)
 }
 
-fn open(u: &str) -> Result<*mut hostfirst_file, Status> {
+/// Opens `u` through `hostfirst_file_open` (the output untouched on failure). Shared with remote_s3.rs.
+pub fn open(u: &str) -> Result<*mut hostfirst_file, Status> {
     let c = CString::new(u).unwrap();
     let mut f: *mut hostfirst_file = std::ptr::null_mut();
     match hostfirst_file_open(c.as_ptr(), &mut f) {
@@ -124,7 +125,8 @@ fn open(u: &str) -> Result<*mut hostfirst_file, Status> {
 }
 
 /// Copies tensor `name` through `hostfirst_view_copy`; checks the view's data pointer is NULL (no mapping).
-fn copy(f: *mut hostfirst_file, name: &str) -> Result<Vec<u8>, Status> {
+/// Shared with remote_s3.rs.
+pub fn copy(f: *mut hostfirst_file, name: &str) -> Result<Vec<u8>, Status> {
     let c = CString::new(name).unwrap();
     let mut v: *mut hostfirst_view = std::ptr::null_mut();
     assert_eq!(hostfirst_file_view(f, c.as_ptr(), &mut v), Status::Ok, "{}", last_error());

@@ -4,10 +4,9 @@
 
 use crate::common::{cli, run};
 use crate::file_support::last_error;
-use crate::remote::model;
+use crate::remote::{copy, model, open};
 use hostfirst::ffi::*;
 use hostfirst::Status;
-use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -90,37 +89,6 @@ fn put(key: &str, bytes: &[u8]) {
     std::fs::write(&f, bytes).unwrap();
     boto(m, &format!("s3.upload_file({:?}, 'models', {key:?})", f.to_str().unwrap()));
     std::fs::remove_file(&f).unwrap();
-}
-
-fn open(u: &str) -> Result<*mut hostfirst_file, Status> {
-    let c = CString::new(u).unwrap();
-    let mut f: *mut hostfirst_file = std::ptr::null_mut();
-    match hostfirst_file_open(c.as_ptr(), &mut f) {
-        Status::Ok => Ok(f),
-        st => {
-            assert!(f.is_null());
-            Err(st)
-        }
-    }
-}
-
-fn copy(f: *mut hostfirst_file, name: &str) -> Result<Vec<u8>, Status> {
-    let c = CString::new(name).unwrap();
-    let mut v: *mut hostfirst_view = std::ptr::null_mut();
-    assert_eq!(hostfirst_file_view(f, c.as_ptr(), &mut v), Status::Ok, "{}", last_error());
-    let mut info: hostfirst_view_info = unsafe { std::mem::zeroed() };
-    info.struct_size = std::mem::size_of::<hostfirst_view_info>();
-    assert_eq!(hostfirst_view_describe(v, &mut info), Status::Ok);
-    assert!(info.data.is_null(), "a remote view has no mapping: its data pointer is NULL");
-    let mut n = 0u64;
-    let mut buf = vec![0u8; info.nbytes as usize];
-    let st = hostfirst_view_copy(v, buf.as_mut_ptr().cast(), buf.len(), &mut n);
-    assert_eq!(hostfirst_view_free(v), Status::Ok);
-    if st == Status::Ok {
-        Ok(buf)
-    } else {
-        Err(st)
-    }
 }
 
 fn tensor(image: &[u8], name: &str) -> Vec<u8> {

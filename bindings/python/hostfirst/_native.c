@@ -48,6 +48,19 @@ static int bound = 0;
 /* Copies above this size let other Python threads run meanwhile. */
 #define RELEASE_GIL_BYTES (1u << 20)
 
+/* hostfirst_view_copy of `nbytes` into `dst`, without the GIL for large copies. */
+static hostfirst_status copy_view_bytes(const struct hostfirst_view *view, void *dst, uint64_t nbytes) {
+    hostfirst_status st;
+    if (nbytes >= RELEASE_GIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        st = hf.view_copy(view, dst, (size_t)nbytes, NULL);
+        Py_END_ALLOW_THREADS
+    } else {
+        st = hf.view_copy(view, dst, (size_t)nbytes, NULL);
+    }
+    return st;
+}
+
 #define BOUND 6
 
 static PyObject *bind(PyObject *self, PyObject *table) {
@@ -107,15 +120,7 @@ static PyObject *copy_out(const struct hostfirst_view *view, PyObject *dtypes, P
     if (buf == NULL) goto out;
     if (info.nbytes) {
         char *dst = PyByteArray_AsString(buf);
-        hostfirst_status st;
-        if (info.nbytes >= RELEASE_GIL_BYTES) {
-            Py_BEGIN_ALLOW_THREADS
-            st = hf.view_copy(view, dst, (size_t)info.nbytes, NULL);
-            Py_END_ALLOW_THREADS
-        } else {
-            st = hf.view_copy(view, dst, (size_t)info.nbytes, NULL);
-        }
-        if (st != 0) goto none;
+        if (copy_view_bytes(view, dst, info.nbytes) != 0) goto none;
     }
     result = PyObject_CallFunctionObjArgs(ndarray, shape, dtype, buf, NULL);
     goto out;
@@ -437,15 +442,7 @@ static PyObject *index_copy(PyObject *self, PyObject *args) {
     if (buf == NULL) goto out;
     if (nbytes) {
         char *dst = PyByteArray_AsString(buf);
-        hostfirst_status st;
-        if (nbytes >= RELEASE_GIL_BYTES) {
-            Py_BEGIN_ALLOW_THREADS
-            st = hf.view_copy(src, dst, (size_t)nbytes, NULL);
-            Py_END_ALLOW_THREADS
-        } else {
-            st = hf.view_copy(src, dst, (size_t)nbytes, NULL);
-        }
-        if (st != 0) goto none;
+        if (copy_view_bytes(src, dst, nbytes) != 0) goto none;
     }
     result = PyObject_CallFunctionObjArgs(ndarray, shape, dtype, buf, NULL);
     goto out;
