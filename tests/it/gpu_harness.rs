@@ -290,7 +290,8 @@ fn first_gpu_run_dry_run_passes_on_the_stand_in_within_its_budget() {
     let manifest = std::fs::read_to_string(carry.join("manifest")).unwrap();
     for (file, key) in [("hostfirst-bench", "sha256="), ("libhostfirst.so", "lib_sha256=")] {
         let size = std::fs::metadata(carry.join(file)).unwrap().len();
-        assert!(size < 8 << 20, "{file} is stripped: {size} B");
+        // Stripped: about 11 MB since 1.1's object-store client (the debug info would add several times that).
+        assert!(size < 16 << 20, "{file} is stripped: {size} B");
         let sha = String::from_utf8(Command::new("sha256sum").arg(carry.join(file)).output().unwrap().stdout).unwrap();
         assert!(manifest.contains(&format!("{key}{}", sha.split_whitespace().next().unwrap())), "{manifest}");
     }
