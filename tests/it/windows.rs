@@ -241,10 +241,15 @@ fn so_exports() -> Vec<String> {
 const SYSTEM_DLLS: &[&str] = &[
     "advapi32.dll",
     "api-ms-win-core-synch-l1-2-0.dll",
+    // bcrypt (random numbers, ring/getrandom), crypt32 (the system's certificate store, rustls' native roots)
+    // and secur32: the object-store client of 1.1 (issue 46); all three ship in System32 since Vista.
+    "bcrypt.dll",
     "bcryptprimitives.dll",
+    "crypt32.dll",
     "kernel32.dll",
     "msvcrt.dll",
     "ntdll.dll",
+    "secur32.dll",
     "userenv.dll",
     "ws2_32.dll",
 ];
