@@ -110,8 +110,10 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(2)
             return None
-        self.wfile.write(body)
+        # Counted before it is sent: a client that has the bytes must see them in /_stats (counted after the
+        # write, a stats query right after the client's read could run before this thread got here).
         count(mode, len(body), requests=0)
+        self.wfile.write(body)
         return None
 
     def do_HEAD(self):
