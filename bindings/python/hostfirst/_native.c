@@ -149,6 +149,21 @@ static PyObject *utf8_name(PyObject *name_obj, const char **out) {
     return utf8;
 }
 
+/* hostfirst_file_view of `name_obj` in the hostfirst_file* `file_obj` (an int or None): 1 with *out set, 0
+ * where the caller answers None (no file, a closed file, a name that is not UTF-8, a non-OK status; the ctypes
+ * path then raises what it raises), -1 with a Python error set. */
+static int named_view(PyObject *file_obj, PyObject *name_obj, struct hostfirst_view **out) {
+    if (file_obj == Py_None) return 0;
+    const struct hostfirst_file *file = PyLong_AsVoidPtr(file_obj);
+    if (file == NULL) return PyErr_Occurred() ? -1 : 0;
+    const char *cname;
+    PyObject *utf8 = utf8_name(name_obj, &cname);
+    if (utf8 == NULL) return 0;
+    hostfirst_status st = hf.file_view(file, cname, out);
+    Py_DECREF(utf8);
+    return st == 0 ? 1 : 0;
+}
+
 /* owned(file, name, dtypes, ndarray, limit) -> numpy array or None: the tensor `name` of the hostfirst_file*
  * `file` (an int) as copy_out gives it; None also for a non-OK status of the lookup. */
 static PyObject *owned(PyObject *self, PyObject *args) {
@@ -158,19 +173,10 @@ static PyObject *owned(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OUO!OK", &file_obj, &name_obj, &PyDict_Type, &dtypes, &ndarray, &limit))
         return NULL;
     if (!check_bound()) return NULL;
-    if (file_obj == Py_None) Py_RETURN_NONE;
-    const struct hostfirst_file *file = PyLong_AsVoidPtr(file_obj);
-    if (file == NULL) {
-        if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE; /* a closed file: the ctypes path raises */
-    }
-    const char *cname;
-    PyObject *utf8 = utf8_name(name_obj, &cname);
-    if (utf8 == NULL) Py_RETURN_NONE;
     struct hostfirst_view *view = NULL;
-    hostfirst_status st = hf.file_view(file, cname, &view);
-    Py_DECREF(utf8);
-    if (st != 0) Py_RETURN_NONE;
+    int found = named_view(file_obj, name_obj, &view);
+    if (found < 0) return NULL;
+    if (found == 0) Py_RETURN_NONE;
     PyObject *result = copy_out(view, dtypes, ndarray, limit);
     hf.view_free(view);
     return result;
@@ -252,19 +258,10 @@ static PyObject *view(PyObject *self, PyObject *args) {
     PyObject *file_obj, *name_obj;
     if (!PyArg_ParseTuple(args, "OU", &file_obj, &name_obj)) return NULL;
     if (!check_bound()) return NULL;
-    if (file_obj == Py_None) Py_RETURN_NONE;
-    const struct hostfirst_file *file = PyLong_AsVoidPtr(file_obj);
-    if (file == NULL) {
-        if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
-    }
-    const char *cname;
-    PyObject *utf8 = utf8_name(name_obj, &cname);
-    if (utf8 == NULL) Py_RETURN_NONE;
     struct hostfirst_view *v = NULL;
-    hostfirst_status st = hf.file_view(file, cname, &v);
-    Py_DECREF(utf8);
-    if (st != 0) Py_RETURN_NONE;
+    int found = named_view(file_obj, name_obj, &v);
+    if (found < 0) return NULL;
+    if (found == 0) Py_RETURN_NONE;
     return describe_taken(v);
 }
 
