@@ -334,11 +334,14 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
+    /// The parts a stand-in upload received: (number, bytes).
+    type Received = Arc<Mutex<Vec<(usize, Vec<u8>)>>>;
+
     /// A multipart upload that keeps its parts and answers each after a pause (so parts pile up when the
     /// uploader does not bound them), counting those in flight.
     #[derive(Debug, Default)]
     struct Slow {
-        parts: Arc<Mutex<Vec<(usize, Vec<u8>)>>>,
+        parts: Received,
         live: Arc<AtomicU64>,
         most_live: Arc<AtomicU64>,
         next: usize,
