@@ -552,7 +552,8 @@ def save_file(tensors: Dict[str, Any], filename: Any, metadata: Optional[Dict[st
               max_part_bytes: int = 0, sync: bool = True) -> None:
     """`safetensors.flax.save_file`'s drop-in: the same bytes (metadata in the dict's order), written through a
     temporary file renamed over `filename` (never a half-written file). Sharded jax.Arrays are written shard by
-    shard without being gathered; arrays that span processes make it collective (call it on every process)."""
+    shard without being gathered; arrays that span processes make it collective (call it on every process). To a
+    URL (`s3://...`, one process) each sharded array is gathered to host, one tensor at a time."""
     if not isinstance(tensors, Mapping):
         raise TypeError(f"expected a dict of name -> array, got {type(tensors).__name__}")
     _save_arrays(list(tensors.items()), filename, metadata, max_part_bytes, sync)
