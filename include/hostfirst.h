@@ -4516,8 +4516,20 @@ hostfirst_status hostfirst_writer_options_init(struct hostfirst_writer_options *
  * file it pointed to keeps its bytes, as a Hugging Face cache's blob must); a file replaced keeps its mode
  * (through a link, the mode of the file it pointed to); a new file gets `0666` less the umask.
  *
+ * **A URL saves to object storage.** `path` may be `s3://bucket/key.safetensors` (or `gs://`, `az://`;
+ * configured from the environment as `hostfirst_file_open` is): `finish` streams each file (the same bytes a
+ * local save writes) into a multipart upload of `HOSTFIRST_REMOTE_PART_SIZE` bytes per part (default 16 MiB,
+ * at least 5 MiB; grown so no file needs more than 10,000 parts) with `HOSTFIRST_REMOTE_CONCURRENCY` parts in
+ * flight (default 8): the memory it uses is bounded by part size x (concurrency + 1), never the whole file.
+ * The object appears only when the save completes; a split set completes its part files, then writes the
+ * index. Any failure (a source, a cancel, the server) aborts every upload of the save: no object, no pending
+ * upload, no index; the message names the URL, never credentials. Each tensor is given whole (or as one
+ * piece covering it: `UNSUPPORTED` at `finish` otherwise); `no_sync` has no effect there.
+ *
  * Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` (an empty path, a path that is a directory or whose parent is
- * a file, bad options, `world` > 1 without `agree`, `rank` >= `world`); `IO` (the directory does not exist,
+ * a file, bad options, `world` > 1 without `agree`, `rank` >= `world`; a URL that names no object, or an
+ * upload setting out of range, the message naming the variable); `UNSUPPORTED` (an `http://` or `https://`
+ * URL, which takes no upload; `world` > 1 with a URL); `IO` (the directory does not exist,
  * as a missing file is `IO` to `hostfirst_file_open`; hostfirst makes no directories), `PERMISSION_DENIED`
  * (the directory cannot be read). On failure `*out` is unchanged. Free the handle with `hostfirst_writer_free`.
  * Thread-safe.
@@ -4695,7 +4707,10 @@ hostfirst_status hostfirst_writer_set_metadata(struct hostfirst_writer *writer,
  * `PERMISSION_DENIED` (the directory or the target cannot be written, a read-only file
  * system; on Windows also a target that is mapped, see `hostfirst_writer_open`), `IO`; a source's failure: `TRUNCATED` or `IO` (a view's file changed), `DEVICE_ERROR` (a CUDA
  * copy failed, with the driver's error); `CANCELLED` (the progress callback, or another rank failed). On any
- * error every target is as it was and no temporary file is left. Thread-safe.
+ * error every target is as it was and no temporary file is left. A save to a URL: the server's failures as
+ * `hostfirst_file_open` maps them (`NOT_FOUND` for a missing bucket, `PERMISSION_DENIED`, `IO`), and
+ * `UNSUPPORTED` for a tensor in several pieces; on any error no object and no pending upload is left.
+ * Thread-safe.
  */
 hostfirst_status hostfirst_writer_finish(struct hostfirst_writer *writer,
                                          struct hostfirst_writer_info *out_info);

@@ -85,7 +85,11 @@ class Writer:
     (the target is still replaced by a rename, never written in place). With `world` > 1 the save is
     collective: every rank declares the same tensors (`declare` with the global shape) and adds its pieces
     (`add_piece`); `agree(ok: bool) -> bool` must return whether every rank passed True (an allreduce of a
-    logical and, e.g. over MPI or jax.distributed)."""
+    logical and, e.g. over MPI or jax.distributed).
+
+    `path` may be a URL (`s3://bucket/key.safetensors`, `gs://`, `az://`): `finish` uploads each file with a
+    multipart upload (HOSTFIRST_REMOTE_PART_SIZE, HOSTFIRST_REMOTE_CONCURRENCY) that completes only when the
+    whole save is uploaded; any failure aborts it and leaves no object. One process, whole tensors only."""
 
     def __init__(self, path: PathLike, *, max_part_bytes: int = 0, sync: bool = True, rank: int = 0, world: int = 1,
                  agree: Optional[Callable[[bool], bool]] = None, threads: int = 0, queue_depth: int = 0,
@@ -237,7 +241,9 @@ def save_file(tensors: Dict[str, Any], filename: PathLike, metadata: Optional[Di
     """`safetensors.numpy.save_file`'s drop-in: the same file, byte for byte (metadata in the dict's order),
     written from the arrays where they lie (no copy of each array), through a temporary file in the same
     directory that is synced and renamed over `filename` (never a half-written file; `sync=False` skips the
-    fsyncs). `max_part_bytes` splits it into Hugging Face part files and an index."""
+    fsyncs). `max_part_bytes` splits it into Hugging Face part files and an index. A URL (`s3://bucket/key`,
+    `gs://`, `az://`) uploads the same bytes with a multipart upload that completes only when the save does (see
+    the README, "Object storage")."""
     _check_dict(tensors)
     pairs = check_metadata(metadata)
     with Writer(filename, max_part_bytes=max_part_bytes, sync=sync) as w:

@@ -63,7 +63,7 @@ except ImportError as e:  # pragma: no cover - tested in a venv without JAX (scr
 import numpy as np
 
 from . import _abi, _dtypes, _page_cache
-from ._core import Device, PathLike, c_string, check, check_backend, text
+from ._core import Device, PathLike, c_string, check, check_backend, is_url, text
 from ._devices import is_strict, resolve_target
 from ._errors import OutOfMemoryError, error_named
 from ._lib import lib
@@ -522,11 +522,14 @@ def _save_arrays(named: List[Any], path: Any, metadata: Optional[Dict[str, str]]
         import os
         kw = dict(rank=jax.process_index(), world=jax.process_count(),
                   agree=_distributed_agree(os.path.abspath(os.fsdecode(path))))
+    # An upload to object storage is a stream in file order and takes whole tensors: a sharded array of this
+    # process is gathered to host one tensor at a time (memory: the largest tensor, never the whole file).
+    remote = is_url(path)
     with Writer(path, max_part_bytes=max_part_bytes, sync=sync, **kw) as w:
         for name, a in named:
             if not isinstance(name, str):
                 raise TypeError(f"tensor names must be str, got {name!r}")
-            if isinstance(a, jax.Array) and (multi or len(a.sharding.device_set) > 1):
+            if isinstance(a, jax.Array) and (multi or len(a.sharding.device_set) > 1) and not (remote and not multi):
                 # Shard by shard: each distinct shard once (replica 0), by the process that holds it.
                 w.declare(name, np.dtype(a.dtype), a.shape)
                 for s in a.addressable_shards:
@@ -549,7 +552,8 @@ def save_file(tensors: Dict[str, Any], filename: Any, metadata: Optional[Dict[st
               max_part_bytes: int = 0, sync: bool = True) -> None:
     """`safetensors.flax.save_file`'s drop-in: the same bytes (metadata in the dict's order), written through a
     temporary file renamed over `filename` (never a half-written file). Sharded jax.Arrays are written shard by
-    shard without being gathered; arrays that span processes make it collective (call it on every process)."""
+    shard without being gathered; arrays that span processes make it collective (call it on every process). To a
+    URL (`s3://...`, one process) each sharded array is gathered to host, one tensor at a time."""
     if not isinstance(tensors, Mapping):
         raise TypeError(f"expected a dict of name -> array, got {type(tensors).__name__}")
     _save_arrays(list(tensors.items()), filename, metadata, max_part_bytes, sync)

@@ -111,3 +111,96 @@ def test_load_file_from_s3(moto, tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError) as e:
         hostfirst.numpy.load_file("s3://models/dir/none.safetensors")
     assert "s3cr3t" not in str(e.value)
+
+
+@pytest.fixture
+def s3(moto, monkeypatch):
+    import boto3  # moto's own dependency
+
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "s3cr3t-never-shown", "AWS_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": moto, "AWS_ALLOW_HTTP": "true", "HOSTFIRST_REMOTE_PART_SIZE": str(5 << 20)}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    client = boto3.client("s3", endpoint_url=moto, region_name="us-east-1")
+    if "saves" not in [b["Name"] for b in client.list_buckets()["Buckets"]]:
+        client.create_bucket(Bucket="saves")
+    return client
+
+
+def big_arrays():
+    rng = np.random.default_rng(46)
+    return {"w": rng.integers(0, 255, size=(11 << 20,), dtype=np.uint8),
+            "b": np.arange(1000, dtype=np.float32), "e": np.zeros((0, 3), dtype=np.int16)}
+
+
+def object_bytes(s3, key):
+    return s3.get_object(Bucket="saves", Key=key)["Body"].read()
+
+
+def test_save_file_to_s3_writes_the_local_bytes_in_parts(s3, tmp_path):
+    arrays = big_arrays()
+    hostfirst.numpy.save_file(arrays, str(tmp_path / "m.safetensors"), metadata={"format": "np"})
+    hostfirst.numpy.save_file(arrays, "s3://saves/np/m.safetensors", metadata={"format": "np"})
+    want = (tmp_path / "m.safetensors").read_bytes()
+    assert object_bytes(s3, "np/m.safetensors") == want
+    parts = -(-len(want) // (5 << 20))
+    assert s3.head_object(Bucket="saves", Key="np/m.safetensors")["ETag"].endswith(f'-{parts}"'), "multipart"
+    got = hostfirst.numpy.load_file("s3://saves/np/m.safetensors")
+    for k, v in arrays.items():
+        assert np.array_equal(got[k], v), k
+    # The Writer, a split set: every part file, then the index, read back through the index URL.
+    with hostfirst.Writer("s3://saves/set/m.safetensors", max_part_bytes=6 << 20) as w:
+        for k, v in arrays.items():
+            w.add(k, v)
+    info = w.info
+    assert info["index"] == "s3://saves/set/m.safetensors.index.json", info
+    got = hostfirst.numpy.load_file(info["index"])
+    for k, v in arrays.items():
+        assert np.array_equal(got[k], v), k
+
+
+def test_a_failed_save_to_s3_leaves_no_object_and_no_pending_upload(s3, tmp_path):
+    src = tmp_path / "src.safetensors"
+    tail = np.arange(3 << 18, dtype=np.float32)  # 3 MiB
+    hostfirst.numpy.save_file({"z": tail}, str(src))
+    f = hostfirst.open(str(src))
+    view = f["z"]
+    os.truncate(src, os.path.getsize(src) - tail.nbytes + 1000)
+    with pytest.raises(hostfirst.Error) as e:
+        with hostfirst.Writer("s3://saves/failed/m.safetensors") as w:
+            w.add("a", big_arrays()["w"])
+            w.add("z", view)
+    assert e.value.status_name == "TRUNCATED", e.value
+    assert "s3://saves/failed/m.safetensors" in str(e.value) and "s3cr3t" not in str(e.value)
+    f.close()
+    with pytest.raises(FileNotFoundError):
+        hostfirst.numpy.load_file("s3://saves/failed/m.safetensors")
+    assert s3.list_multipart_uploads(Bucket="saves", Prefix="failed/").get("Uploads", []) == []
+    assert s3.list_objects_v2(Bucket="saves", Prefix="failed/").get("KeyCount", 0) == 0
+    with pytest.raises(hostfirst.Error) as e:
+        hostfirst.numpy.save_file({"a": tail}, "https://127.0.0.1:9/m.safetensors")
+    assert e.value.status_name == "UNSUPPORTED", e.value
+
+
+JAX_SAVE = """
+import sys
+import jax, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import hostfirst.jax
+mesh = Mesh(np.array(jax.devices()[:2]), ("x",))
+w = jax.device_put(np.arange(4096, dtype=np.float32).reshape(64, 64), NamedSharding(mesh, P("x")))
+assert len(w.sharding.device_set) == 2
+t = {"w": w, "b": jax.numpy.ones((7,))}
+hostfirst.jax.save_file(t, sys.argv[1], metadata={"format": "flax"})
+hostfirst.jax.save_file(t, sys.argv[2], metadata={"format": "flax"})
+"""
+
+
+def test_jax_save_file_of_a_sharded_array_to_s3(s3, tmp_path):
+    pytest.importorskip("jax")
+    # A fresh process: XLA_FLAGS (two CPU devices) must be set before JAX starts.
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    subprocess.run([sys.executable, "-c", JAX_SAVE, str(tmp_path / "m.safetensors"), "s3://saves/jax/m.safetensors"],
+                   check=True, env=env, cwd=str(Path(__file__).resolve().parent))
+    assert object_bytes(s3, "jax/m.safetensors") == (tmp_path / "m.safetensors").read_bytes()

@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub(crate) mod runtime;
+pub mod upload;
 
 /// How many leading bytes the first request of an open asks for: the length prefix and, for all but the
 /// largest headers, the whole header.

@@ -57,3 +57,13 @@ where
     });
     rx.recv().map_err(|_| "the remote read's task ended without an answer".to_string())
 }
+
+/// Starts `fut` on the core's runtime without waiting for it (its result travels by whatever it captures: an
+/// upload's parts report on a channel, see `super::upload`).
+pub(crate) fn spawn<F>(fut: F) -> Result<(), String>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    runtime()?.spawn(fut);
+    Ok(())
+}

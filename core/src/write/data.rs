@@ -21,6 +21,7 @@ use crate::engine::{Progress, Tuning};
 use crate::error::{Error, Result, Status};
 use crate::file::layout::Runs;
 use crate::place::{Buffer, Memory};
+use crate::remote::upload::{self, Dest, Upload};
 use std::collections::VecDeque;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -628,24 +629,46 @@ fn sequential(
 ) -> Result<u64> {
     use std::io::Write as _;
     let part = &layout.parts[0];
+    check_whole(decls, part, "<descriptor>", "a descriptor that cannot seek (a pipe)")?;
+    let mut out = file;
+    let mut put = |b: &[u8]| out.write_all(b).map_err(|e| crate::os::io_error("<descriptor>: writing", &e));
+    let mut done = 0u64;
+    stream_part(decls, part, opts, progress, &mut done, &mut put)?;
+    Ok(part.file_len())
+}
+
+/// `UNSUPPORTED` naming `display` and `who` when a tensor of `part` is given in pieces (a stream in file order
+/// takes whole tensors: given whole, or one piece covering it).
+fn check_whole(decls: &[Decl], part: &PartLayout, display: &str, who: &str) -> Result<()> {
     for &(i, _) in &part.tensors {
         let d = &decls[i];
         if d.nbytes > 0 && (d.pieces.len() != 1 || d.pieces[0].start.iter().any(|&s| s != 0)) {
             return Err(Error::new(
                 Status::Unsupported,
                 format!(
-                    "<descriptor>: tensor '{}' is given in pieces; a descriptor that cannot seek (a pipe) takes \
-                     whole tensors only",
-                    d.name.escape_debug()
+                    "{display}: tensor '{}' is given in {} pieces; {who} takes whole tensors only",
+                    d.name.escape_debug(),
+                    d.pieces.len()
                 ),
             ));
         }
     }
+    Ok(())
+}
+
+/// Streams the file of `part` in order into `put`: its header, then each tensor's bytes (whole tensors,
+/// checked by [`check_whole`]): host memory as it lies, views read in chunks of the tuning's size, CUDA buffers
+/// drained through the pinned ring. `done` counts the tensor bytes given to `progress`.
+fn stream_part(
+    decls: &[Decl],
+    part: &PartLayout,
+    opts: &WriteOptions,
+    progress: &mut Progress<'_>,
+    done: &mut u64,
+    put: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<()> {
     let t = tuning(opts);
-    let mut out = file;
-    let mut put = |b: &[u8]| out.write_all(b).map_err(|e| crate::os::io_error("<descriptor>: writing", &e));
     put(&part.header)?;
-    let mut done = 0u64;
     let mut buf: Vec<u8> = Vec::new();
     let guards = lock_buffers(decls);
     for &(i, _) in &part.tensors {
@@ -659,7 +682,8 @@ fn sequential(
                 while off < d.nbytes {
                     let n = (d.nbytes - off).min(t.chunk as u64) as usize;
                     buf.resize(n, 0);
-                    v.read_at(off, &mut buf)?;
+                    v.read_at(off, &mut buf)
+                        .map_err(|e| e.context(format!("reading the source of tensor '{}'", d.name.escape_debug())))?;
                     put(&buf)?;
                     off += n as u64;
                 }
@@ -679,8 +703,73 @@ fn sequential(
                 }
             }
         }
-        done += d.nbytes;
-        progress.at(done)?;
+        *done += d.nbytes;
+        progress.at(*done)?;
     }
-    Ok(part.file_len())
+    Ok(())
+}
+
+/// A save to object storage ([`crate::remote::upload`]): each file streamed in order into its own multipart
+/// upload (the same bytes a local save writes), every upload completed only once all are uploaded, then the
+/// index put; on any failure every upload is aborted (a part file already completed is deleted again) and no
+/// index is written. The error names the URL.
+pub(super) fn finish_remote(
+    dest: &Dest,
+    decls: &[Decl],
+    layout: &Layout,
+    opts: &WriteOptions,
+    progress: Option<&mut dyn FnMut(u64, u64) -> bool>,
+) -> Result<Summary> {
+    let display = dest.display().to_string();
+    let cfg = upload::config().map_err(|e| e.context(&display))?;
+    for p in &layout.parts {
+        check_whole(decls, p, &display, "an upload to object storage (a stream in file order)")?;
+    }
+    let total: u64 = decls.iter().map(|d| d.nbytes).sum();
+    let mut progress = Progress::new(progress, total);
+    let dests: Vec<Dest> = layout.parts.iter().map(|p| dest.sibling(&p.file_name)).collect();
+    let index = layout.index.as_ref().map(|(name, bytes)| (dest.sibling(name), bytes));
+    let mut uploads: Vec<Upload> = Vec::with_capacity(dests.len());
+    let mut run = || -> Result<u64> {
+        let mut done = 0u64;
+        let mut written = 0u64;
+        for (p, d) in layout.parts.iter().zip(&dests) {
+            uploads.push(Upload::start(d, p.file_len(), &cfg)?);
+            let up = uploads.last_mut().expect("just pushed");
+            stream_part(decls, p, opts, &mut progress, &mut done, &mut |b| up.write(b))
+                .and_then(|()| up.finish_parts())
+                .map_err(|e| upload::naming(e, d.display()))?;
+            written += p.file_len();
+        }
+        progress.finish()?;
+        // Every file is uploaded: the objects appear, the parts first, then the index that names them.
+        for up in uploads.iter_mut() {
+            up.complete()?;
+        }
+        if let Some((d, bytes)) = &index {
+            d.put(bytes.to_vec(), "putting the index")?;
+            written += bytes.len() as u64;
+        }
+        Ok(written)
+    };
+    match run() {
+        Ok(written) => Ok(Summary {
+            parts: dests.iter().map(|d| PathBuf::from(d.display())).collect(),
+            index: index.as_ref().map(|(d, _)| PathBuf::from(d.display())),
+            file_bytes: layout.parts.iter().map(PartLayout::file_len).sum::<u64>()
+                + layout.index.as_ref().map_or(0, |(_, b)| b.len() as u64),
+            written,
+            tensors: decls.len(),
+        }),
+        Err(e) => {
+            for (up, d) in uploads.iter_mut().zip(&dests) {
+                if up.is_completed() {
+                    d.delete();
+                } else {
+                    up.abort();
+                }
+            }
+            Err(upload::naming(e, &display))
+        }
+    }
 }

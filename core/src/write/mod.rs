@@ -198,6 +198,9 @@ enum Target {
     /// A descriptor the caller opened: written in place from its current position (seekable), or in order
     /// (a pipe). Never closed by the writer.
     Fd(File),
+    /// An object-store URL (s3://, gs://, az://): each file streamed into a multipart upload, completed only
+    /// when the whole save is uploaded ([`crate::remote::upload`]).
+    Remote(crate::remote::upload::Dest),
 }
 
 /// What a finished save wrote.
@@ -296,10 +299,19 @@ impl Writer {
     /// A writer of the safetensors file `path` (or of the set it names, see [`WriteOptions::max_part_bytes`]).
     /// Nothing is created until [`Writer::finish`]. `INVALID_ARGUMENT` for an empty path, a path whose
     /// directory does not exist, or options that do not fit together.
+    ///
+    /// A URL (`s3://bucket/key.safetensors`, `gs://`, `az://`) saves to object storage: `finish` streams each
+    /// file into a multipart upload and completes it only when the whole save is uploaded; a failure aborts
+    /// every upload (see [`crate::remote::upload`]). `UNSUPPORTED` for an http(s) URL and for a collective
+    /// save (`world` > 1) to a URL; `INVALID_ARGUMENT` for a URL that names no object or upload settings out
+    /// of range.
     pub fn create(path: impl AsRef<Path>, opts: WriteOptions) -> Result<Writer> {
         let path = path.as_ref();
         if path.as_os_str().is_empty() {
             return Err(Error::new(Status::InvalidArgument, "the path is empty: give the file to write"));
+        }
+        if let Some(url) = path.to_str().filter(|p| crate::remote::is_url(p)) {
+            return Writer::create_remote(url, opts);
         }
         let display = path.display().to_string();
         let (dir, _) = staged::split(path)?;
@@ -337,6 +349,24 @@ impl Writer {
             ));
         }
         Ok(Writer::new(Target::Fd(file), display, opts))
+    }
+
+    fn create_remote(url: &str, opts: WriteOptions) -> Result<Writer> {
+        let dest = crate::remote::upload::Dest::parse(url)?;
+        let display = dest.display().to_string();
+        check_options(&opts, &display)?;
+        if opts.collective() {
+            return Err(Error::new(
+                Status::Unsupported,
+                format!(
+                    "{display}: a collective save ({} ranks) to object storage is not supported: save from one \
+                     process, or save to a shared file system",
+                    opts.world
+                ),
+            ));
+        }
+        crate::remote::upload::config().map_err(|e| e.context(&display))?;
+        Ok(Writer::new(Target::Remote(dest), display, opts))
     }
 
     fn new(target: Target, display: String, opts: WriteOptions) -> Writer {
@@ -524,6 +554,7 @@ impl Writer {
         let naming = match &self.target {
             Target::Path(p) => layout::Naming::of(&staged::split(p)?.1),
             Target::Fd(_) => layout::Naming { given: self.display.clone(), stem: None, is_index: false },
+            Target::Remote(d) => layout::Naming::of(d.file_name()),
         };
         let specs: Vec<layout::TensorSpec<'_>> = self
             .decls
@@ -567,6 +598,7 @@ impl Writer {
         match &self.target {
             Target::Path(p) => data::finish_path(p, &self.display, &self.decls, &layout, &self.opts, progress),
             Target::Fd(f) => data::finish_fd(f, &self.decls, &layout, &self.opts, progress),
+            Target::Remote(d) => data::finish_remote(d, &self.decls, &layout, &self.opts, progress),
         }
     }
 
