@@ -57,3 +57,12 @@ where
     });
     rx.recv().map_err(|_| "the remote read's task ended without an answer".to_string())
 }
+
+/// Starts `fut` on the core's runtime without waiting for it (its results travel on a channel of its own).
+pub(crate) fn spawn<F>(fut: F) -> Result<(), String>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    runtime()?.spawn(fut);
+    Ok(())
+}
