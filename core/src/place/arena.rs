@@ -353,7 +353,11 @@ unsafe fn read_group(
                     let (a, z) = (p.src.max(lo), (p.src + p.len).min(hi));
                     // SAFETY: forwarded: the piece's arena range `p.dst..p.dst + p.len` is ours; a..z lies in it.
                     unsafe {
-                        std::ptr::copy_nonoverlapping(b.as_ptr().add(a - lo), (base as *mut u8).add(p.dst + a - p.src), z - a)
+                        std::ptr::copy_nonoverlapping(
+                            b.as_ptr().add(a - lo),
+                            (base as *mut u8).add(p.dst + a - p.src),
+                            z - a,
+                        )
                     };
                 }
             };

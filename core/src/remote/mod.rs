@@ -520,7 +520,11 @@ impl RemoteObject {
                     if pos + b.len() as u64 > len {
                         return Err(Error::new(
                             Status::Io,
-                            format!("{}: {}: the server sent more than the {len} bytes asked for", self.url.display, ctx()),
+                            format!(
+                                "{}: {}: the server sent more than the {len} bytes asked for",
+                                self.url.display,
+                                ctx()
+                            ),
                         ));
                     }
                     sink(pos, &b);
