@@ -15,7 +15,7 @@
 //!   header.
 //! - **Loads** (place::arena) cut a remote object's bytes into ranged GETs of [`part_bytes`] (neighbouring
 //!   tensors merged within the read policy's over-read bound) and keep [`CONCURRENCY`] of them in flight, one
-//!   reader thread each; [`RemoteObject::read_scatter`] hands each body to its reader as it arrives, so every
+//!   reader thread each; `RemoteObject::read_scatter` hands each body to its reader as it arrives, so every
 //!   byte is copied once, from the client's buffer to its place.
 //! - **The ETag of that first response is pinned**: every later ranged GET sends `If-Match` with it and the
 //!   answer's ETag is compared too, so an object replaced while it is read gives `IO` ("changed since it was
