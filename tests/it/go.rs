@@ -28,6 +28,8 @@ fn go_binding_tests_pass_against_the_installed_library() {
         args.push("-race");
     }
     args.push("./...");
+    // TestRemoteURL opens http:// URLs of the fault-injecting server (tests/remote/fault_server.py, loopback).
+    let remote = crate::remote::server();
     let out = Command::new("go")
         .args(&args)
         .current_dir(root.join("bindings/go"))
@@ -38,6 +40,8 @@ fn go_binding_tests_pass_against_the_installed_library() {
         .env("PKG_CONFIG_PATH", lib.join("pkgconfig"))
         .env("LD_LIBRARY_PATH", &lib)
         .env("HOSTFIRST_FIXTURES", root.join("tests/fixtures"))
+        .env("HOSTFIRST_REMOTE_BASE", format!("http://127.0.0.1:{}/go/", remote.port))
+        .env("HOSTFIRST_REMOTE_DIR", &remote.dir)
         // Offline and self-contained: no module downloads, no toolchain switch, caches under target/.
         .env("GOFLAGS", "-mod=mod")
         .env("GOPROXY", "off")
@@ -72,6 +76,7 @@ fn go_binding_tests_pass_against_the_installed_library() {
         "TestErrorsIsStatus",
         "TestFitOnEveryRefusal",
         "TestReadAtIsReaderAt",
+        "TestRemoteURL",
     ] {
         assert!(text.contains(&format!("--- PASS: {name}")), "{name} did not run:\n{text}");
     }

@@ -70,6 +70,10 @@ fn fixtures(dir: &Path) {
     std::fs::write(dir.join("bigheader.safetensors"), model(3, 100, 300 << 10)).unwrap();
     // 8 tensors of 512 KiB: a load of one reads that tensor, not the file.
     std::fs::write(dir.join("large.safetensors"), model(8, 512 << 10, 0)).unwrap();
+    // 16 tensors of 1 MiB: a whole load is 16 ranged GETs of 1 MiB (crate::remote::part_bytes), in flight together.
+    std::fs::write(dir.join("many.safetensors"), model(16, 1 << 20, 0)).unwrap();
+    // 256 tensors of 4 KiB: a whole load merges neighbours into a few ranged GETs, not one per tensor.
+    std::fs::write(dir.join("tiny.safetensors"), model(256, 4096, 0)).unwrap();
     // The replaced object: version 2 has other bytes (and the same layout).
     std::fs::write(dir.join("swap.safetensors"), model(2, 4096, 0)).unwrap();
     let mut v2 = model(2, 4096, 0);
@@ -102,9 +106,31 @@ fn control(path: &str) -> String {
 
 /// (requests, body bytes) the server counted for paths under `/mode/`.
 fn stats(mode: &str) -> (u64, u64) {
+    let (requests, bytes, _) = stats3(mode);
+    (requests, bytes)
+}
+
+/// (requests, body bytes, requests waiting at the gate together when it opened) for paths under `/mode/`.
+fn stats3(mode: &str) -> (u64, u64, u64) {
     let t = control(&format!("/_stats/{mode}"));
     let mut it = t.split_whitespace().map(|x| x.parse::<u64>().unwrap());
-    (it.next().unwrap(), it.next().unwrap())
+    (it.next().unwrap(), it.next().unwrap(), it.next().unwrap())
+}
+
+/// Loads every tensor of `u` to cpu (one job) and checks each byte for byte against the local `file`.
+fn load_all(u: &str, file: &str) {
+    use hostfirst::place::{load, Placed, Plan, Rules};
+    let f = hostfirst::TensorFile::open(u).unwrap_or_else(|e| panic!("{}", e.message()));
+    let plan = Plan::make(&f, &Rules::parse(["*=cpu"]).unwrap()).unwrap();
+    let loaded = load(&f, &plan, None).unwrap_or_else(|e| panic!("{}", e.message()));
+    for i in 0..loaded.len() {
+        let (name, placed) = loaded.at(i).unwrap();
+        let Placed::Buffer(b) = placed else { panic!("{name}: a remote tensor is never a mapped view") };
+        let b = b.lock().unwrap();
+        let mut got = vec![0u8; b.nbytes() as usize];
+        b.read_at(0, &mut got).unwrap();
+        assert!(got == local(file, name), "{name} differs");
+    }
 }
 
 fn url(mode: &str, name: &str) -> String {
@@ -290,4 +316,27 @@ fn a_forked_child_reads_with_its_own_runtime() {
         assert_eq!(copy(f, "t001").unwrap(), local("small.safetensors", "t001"));
         assert_eq!(hostfirst_file_free(f), Status::Ok);
     });
+}
+
+/// A whole load keeps many ranged GETs in flight (crate::remote::CONCURRENCY), not one per core: the gate of
+/// the fault server holds every data request until 8 wait together (a client with fewer in flight leaves it
+/// closed until its 10 s pass, and the count shows its depth). 16 MiB in 16 parts of 1 MiB.
+#[test]
+fn a_whole_load_keeps_many_requests_in_flight() {
+    load_all(&url("gate", "many.safetensors"), "many.safetensors");
+    let (requests, bytes, together) = stats3("gate");
+    assert!(together >= 8, "{together} ranged GETs were in flight together; want at least 8 ({requests} requests)");
+    let data = std::fs::metadata(server().dir.join("many.safetensors")).unwrap().len();
+    assert!(bytes <= data + (256 << 10), "a whole load fetched {bytes} bytes of a {data}-byte object");
+}
+
+/// A whole load merges neighbouring small tensors into one ranged GET (up to a part), within the
+/// over-read bound: 256 tensors of 4 KiB (1 MiB) take the open's request and at most 2 more, not 256.
+#[test]
+fn a_whole_load_of_small_tensors_takes_few_requests() {
+    load_all(&url("few", "tiny.safetensors"), "tiny.safetensors");
+    let (requests, bytes) = stats("few");
+    assert!(requests <= 3, "{requests} requests for 256 small tensors");
+    let data = std::fs::metadata(server().dir.join("tiny.safetensors")).unwrap().len();
+    assert!(bytes <= data + (256 << 10), "a whole load fetched {bytes} bytes of a {data}-byte object");
 }

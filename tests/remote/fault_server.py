@@ -7,8 +7,11 @@ Paths: /ok/NAME (a good server), /full/NAME (answers every range request with 20
 /flaky/NAME (503 SlowDown for the first 2 tries of each range), /reset/NAME (closes the connection without an
 answer on the first try of each range), /cut/NAME (sends half the body of the first try of each range, then
 closes), /down/NAME (always 503), /forbidden/NAME (403), /replaced/NAME (the first request sees NAME with
-ETag "v1"; every later one sees NAME.v2 with ETag "v2", honouring If-Match with 412). /_stats/PREFIX answers
-"requests bytes" counted over the paths starting with /PREFIX/; /_reset_stats clears the counts.
+ETag "v1"; every later one sees NAME.v2 with ETag "v2", honouring If-Match with 412), /gate/NAME (a good
+server that holds every ranged GET not starting at byte 0 until GATE of them wait together, or 10 s have passed;
+then lets every request through). /_stats/PREFIX answers "requests bytes most" counted over the paths starting
+with /PREFIX/, `most` being how many requests waited at the gate together when it opened (a client that keeps
+fewer than GATE requests in flight shows its depth there); /_reset_stats clears the counts.
 """
 
 import hashlib
@@ -21,12 +24,16 @@ ROOT = sys.argv[1]
 LOCK = threading.Lock()
 TRIES = {}  # (path, range) -> tries so far
 SEEN = set()  # paths of /replaced/ served once
-STATS = {}  # prefix -> [requests, body bytes]
+STATS = {}  # prefix -> [requests, body bytes, requests at the gate when it opened]
+GATE = 8
+GATE_COND = threading.Condition(LOCK)
+WAITING = {}  # prefix -> requests that reached the gate before it opened
+OPENED = set()  # prefixes whose gate is open
 
 
 def count(prefix, nbytes, requests=1):
     with LOCK:
-        s = STATS.setdefault(prefix, [0, 0])
+        s = STATS.setdefault(prefix, [0, 0, 0])
         s[0] += requests
         s[1] += nbytes
 
@@ -46,13 +53,15 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         path = self.path.split("?")[0]
         if path.startswith("/_stats/"):
-            s = STATS.get(path[len("/_stats/"):], [0, 0])
-            return self.plain(200, f"{s[0]} {s[1]}".encode())
+            s = STATS.get(path[len("/_stats/"):], [0, 0, 0])
+            return self.plain(200, f"{s[0]} {s[1]} {s[2]}".encode())
         if path == "/_reset_stats":
             with LOCK:
                 STATS.clear()
                 TRIES.clear()
                 SEEN.clear()
+                WAITING.clear()
+                OPENED.clear()
             return self.plain(200)
         parts = path.strip("/").split("/", 1)
         if len(parts) != 2:
@@ -64,6 +73,16 @@ class Handler(BaseHTTPRequestHandler):
             tries = TRIES.get(key, 0)
             TRIES[key] = tries + 1
         count(mode, 0)
+        if mode == "gate" and rng and not rng.startswith("bytes=0-"):
+            with GATE_COND:
+                if mode not in OPENED:
+                    WAITING[mode] = WAITING.get(mode, 0) + 1
+                    GATE_COND.notify_all()
+                    GATE_COND.wait_for(lambda: WAITING[mode] >= GATE or mode in OPENED, timeout=10)
+                    if mode not in OPENED:
+                        OPENED.add(mode)
+                        STATS[mode][2] = WAITING[mode]
+                        GATE_COND.notify_all()
         file = os.path.join(ROOT, name)
         etag = None
         if mode == "replaced":

@@ -854,6 +854,30 @@ impl<'a> TensorRef<'a> {
             super::part::Source::Memory(_) | super::part::Source::Remote(_) => None,
         }
     }
+    /// For a tensor of a remote object: an identity of that object (the same for all its tensors, while they
+    /// live) and the tensor's absolute offset in it; `None` for files and memory.
+    pub(crate) fn remote_and_offset(&self) -> Option<(usize, u64)> {
+        match &self.part.source {
+            super::part::Source::Remote(_) => {
+                Some((std::sync::Arc::as_ptr(self.part) as usize, self.part.header.data_start() + self.entry.start))
+            }
+            _ => None,
+        }
+    }
+    /// Bytes `offset..offset + len` (absolute) of the tensor's remote object, in one ranged GET, handed to
+    /// `sink` as they arrive (`RemoteObject::read_scatter`). `INTERNAL` for a tensor that is not remote.
+    pub(crate) fn read_remote(
+        &self,
+        offset: u64,
+        len: u64,
+        sink: &mut dyn FnMut(u64, &[u8]),
+        what: &dyn Fn() -> String,
+    ) -> Result<()> {
+        match &self.part.source {
+            super::part::Source::Remote(obj) => obj.read_scatter(offset, len, sink, what),
+            _ => Err(Error::new(Status::Internal, format!("{}: not a remote object", what()))),
+        }
+    }
     /// Whether the file's mapping may be handed out (see [`View::maps`]).
     pub fn maps(&self) -> bool {
         self.part.maps()

@@ -135,6 +135,25 @@ enum From<'a> {
     File { file: &'a std::fs::File, at: u64, span: usize },
     /// A tensor over memory (a file opened from bytes): bytes `at..at + span` of it.
     Memory { at: u64, span: usize },
+    /// One ranged GET of `span` bytes of a remote object (the group's tensors') at absolute offset `at`.
+    Remote { at: u64, span: usize },
+}
+
+/// Where a run of bytes a group may merge is read from: a file, or a remote object (its identity).
+#[derive(Clone, Copy)]
+enum Src<'a> {
+    File(&'a std::fs::File),
+    Remote(usize),
+}
+
+impl Src<'_> {
+    /// The sort and identity key: kind, then the object.
+    fn key(&self) -> (u8, usize) {
+        match self {
+            Src::File(f) => (0, *f as *const std::fs::File as usize),
+            Src::Remote(id) => (1, *id),
+        }
+    }
 }
 
 /// One read and where its bytes go.
@@ -150,7 +169,7 @@ struct Group<'a> {
 impl Group<'_> {
     fn span(&self) -> usize {
         match self.from {
-            From::File { span, .. } | From::Memory { span, .. } => span,
+            From::File { span, .. } | From::Memory { span, .. } | From::Remote { span, .. } => span,
         }
     }
 
@@ -178,24 +197,36 @@ fn pages(lo: u64, hi: u64) -> u64 {
     }
 }
 
-/// Cuts the tensors into reads of at most `cap` bytes, merging file neighbours within `policy`'s over-read
-/// bound. `offsets[i]` is where `tensors[i]` goes in the arena.
-fn groups<'a>(tensors: &[TensorRef<'a>], offsets: &[usize], cap: usize, policy: &ReadPolicy) -> Vec<Group<'a>> {
-    let cap = cap.max(1);
+/// Cuts the tensors into reads of at most `cap` bytes (a remote object's: `remote_cap`, one ranged GET
+/// each), merging file (and remote object) neighbours within `policy`'s over-read bound. `offsets[i]` is where
+/// `tensors[i]` goes in the arena.
+fn groups<'a>(
+    tensors: &[TensorRef<'a>],
+    offsets: &[usize],
+    cap: usize,
+    remote_cap: usize,
+    policy: &ReadPolicy,
+) -> Vec<Group<'a>> {
     let mut out = Vec::new();
-    // (file, absolute offset, length, arena offset, tensor) of every piece of a file-backed tensor.
-    let mut file_pieces: Vec<(&std::fs::File, u64, usize, usize, TensorRef<'a>)> = Vec::new();
+    // (source, absolute offset, length, arena offset, tensor) of every piece of a file-backed or remote tensor.
+    let mut file_pieces: Vec<(Src<'a>, u64, usize, usize, TensorRef<'a>)> = Vec::new();
     for (&v, &dst) in tensors.iter().zip(offsets) {
         let n = v.nbytes() as usize;
         if n == 0 {
             continue;
         }
-        match v.file_and_offset() {
-            Some((file, at)) => {
+        let src = match (v.file_and_offset(), v.remote_and_offset()) {
+            (Some((file, at)), _) => Some((Src::File(file), at, cap.max(1))),
+            (None, Some((id, at))) => Some((Src::Remote(id), at, remote_cap.max(1))),
+            (None, None) => None,
+        };
+        let cap = cap.max(1);
+        match src {
+            Some((src, at, cap)) => {
                 let mut k = 0;
                 while k < n {
                     let len = (n - k).min(cap);
-                    file_pieces.push((file, at + k as u64, len, dst + k, v));
+                    file_pieces.push((src, at + k as u64, len, dst + k, v));
                     k += len;
                 }
             }
@@ -214,13 +245,22 @@ fn groups<'a>(tensors: &[TensorRef<'a>], offsets: &[usize], cap: usize, policy: 
             }
         }
     }
-    file_pieces.sort_by_key(|p| (p.0 as *const std::fs::File as usize, p.1));
+    file_pieces.sort_by_key(|p| (p.0.key(), p.1));
     let mut cur: Option<(Group<'a>, u64)> = None; // the open group and the pages its pieces touch
-    for (file, at, len, dst, v) in file_pieces {
+    for (src, at, len, dst, v) in file_pieces {
         let end = at + len as u64;
+        let cap = match src {
+            Src::File(_) => cap.max(1),
+            Src::Remote(_) => remote_cap.max(1),
+        };
         if let Some((g, need)) = cur.as_mut() {
-            if let From::File { file: gf, at: start, span } = &mut g.from {
-                let same = std::ptr::eq(*gf, file);
+            let open = match &mut g.from {
+                From::File { file, at, span } => Some((Src::File(file), at, span)),
+                From::Remote { at, span } => g.tensor.remote_and_offset().map(|(id, _)| (Src::Remote(id), at, span)),
+                From::Memory { .. } => None,
+            };
+            if let Some((gsrc, start, span)) = open {
+                let same = gsrc.key() == src.key();
                 let after = at >= *start + *span as u64;
                 let fits = end - *start <= cap as u64;
                 let need2 = *need + pages(at, end);
@@ -237,7 +277,11 @@ fn groups<'a>(tensors: &[TensorRef<'a>], offsets: &[usize], cap: usize, policy: 
         if let Some((g, _)) = cur.take() {
             out.push(g);
         }
-        let mut g = Group { from: From::File { file, at, span: len }, tensor: v, pieces: Vec::new(), bytes: 0 };
+        let from = match src {
+            Src::File(file) => From::File { file, at, span: len },
+            Src::Remote(_) => From::Remote { at, span: len },
+        };
+        let mut g = Group { from, tensor: v, pieces: Vec::new(), bytes: 0 };
         g.push(Piece { src: 0, dst, len });
         cur = Some((g, pages(at, end)));
     }
@@ -292,6 +336,33 @@ unsafe fn read_group(
 ) -> Result<()> {
     let what = || g.what();
     match g.from {
+        From::Remote { at, span } => {
+            let base = base as usize;
+            let pieces = &g.pieces;
+            // The body lands where its bytes go as it arrives (the bytes between tensors are dropped).
+            let mut sink = |pos: u64, b: &[u8]| {
+                let (lo, hi) = (pos as usize, pos as usize + b.len());
+                if relative {
+                    // SAFETY: forwarded: the slab holds `span` bytes for this group, and hi <= span (checked by
+                    // read_scatter: never more than the range asked for).
+                    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), (base as *mut u8).add(lo), b.len()) };
+                    return;
+                }
+                let first = pieces.partition_point(|p| p.src + p.len <= lo);
+                for p in pieces[first..].iter().take_while(|p| p.src < hi) {
+                    let (a, z) = (p.src.max(lo), (p.src + p.len).min(hi));
+                    // SAFETY: forwarded: the piece's arena range `p.dst..p.dst + p.len` is ours; a..z lies in it.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            b.as_ptr().add(a - lo),
+                            (base as *mut u8).add(p.dst + a - p.src),
+                            z - a,
+                        )
+                    };
+                }
+            };
+            g.tensor.read_remote(at, span as u64, &mut sink, &what)
+        }
         From::Memory { at, span } => {
             let p = g.pieces[0];
             let d = if relative { p.src } else { p.dst };
@@ -363,6 +434,12 @@ impl SendPtr {
     }
 }
 
+/// The size of a load's ranged GETs of remote objects ([`crate::remote::part_bytes`] of the remote bytes).
+fn remote_part(tensors: &[TensorRef<'_>]) -> usize {
+    let total: u64 = tensors.iter().filter(|v| v.remote_and_offset().is_some()).map(|v| v.nbytes()).sum();
+    crate::remote::part_bytes(total)
+}
+
 /// Loads `tensors` into one host arena; returns it with each tensor's offset in it (in order: the tensor's
 /// part is `HostAlloc::sub(&arena, offset, nbytes)`).
 pub(crate) fn load_host(
@@ -386,8 +463,12 @@ pub(crate) fn load_host_threads(
     let mut arena = HostAlloc::zeroed(size, &what)?;
     // Groups small enough that each thread claims many (so they finish together), at most HOST_READ_BYTES.
     let per_group = (size / (16 * default_threads())).clamp(MIN_GROUP, HOST_READ_BYTES);
-    let groups = groups(tensors, &offsets, per_group, &ReadPolicy::default());
+    let groups = groups(tensors, &offsets, per_group, remote_part(tensors), &ReadPolicy::default());
     let base = SendPtr(arena.as_mut_slice().as_mut_ptr());
+    // A remote group is one ranged GET that waits on the network, not on this machine's cores: a load keeps
+    // crate::remote::CONCURRENCY of them in flight (one reader thread each).
+    let remote = groups.iter().filter(|g| matches!(g.from, From::Remote { .. })).count();
+    let threads = if remote > 0 { threads.max(crate::remote::CONCURRENCY.min(remote)) } else { threads };
     let threads = threads.min(groups.len()).max(1);
     // Buffered reads of a large load ask the kernel to read ahead (below); direct reads have their own depth.
     let ahead = if direct.is_none() && size >= READ_AHEAD_FROM { READ_AHEAD_BYTES } else { 0 };
@@ -463,7 +544,7 @@ pub(crate) fn load_cuda(
     if bytes > 0 {
         let cfg = crate::engine::staging::RingConfig::default();
         let (slab_len, count) = crate::engine::staging::geometry(bytes, &cfg);
-        let groups = groups(tensors, &offsets, slab_len, &ReadPolicy::default());
+        let groups = groups(tensors, &offsets, slab_len, remote_part(tensors).min(slab_len), &ReadPolicy::default());
         let count = count.min(groups.len()).max(1);
         let threads = default_threads().min(count).max(1);
         ring(ordinal, &groups, &arena, slab_len, (count, threads), rep, direct)?;

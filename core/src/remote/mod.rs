@@ -13,6 +13,10 @@
 //! - **Opening** reads the header in at most 2 requests: a ranged GET of the first [`FIRST_READ`] bytes, which
 //!   gives the object's length and ETag and usually the whole header, then one more for the rest of a larger
 //!   header.
+//! - **Loads** (place::arena) cut a remote object's bytes into ranged GETs of [`part_bytes`] (neighbouring
+//!   tensors merged within the read policy's over-read bound) and keep [`CONCURRENCY`] of them in flight, one
+//!   reader thread each; `RemoteObject::read_scatter` hands each body to its reader as it arrives, so every
+//!   byte is copied once, from the client's buffer to its place.
 //! - **The ETag of that first response is pinned**: every later ranged GET sends `If-Match` with it and the
 //!   answer's ETag is compared too, so an object replaced while it is read gives `IO` ("changed since it was
 //!   opened"), never bytes of two versions.
@@ -37,6 +41,21 @@ pub mod upload;
 /// How many leading bytes the first request of an open asks for: the length prefix and, for all but the
 /// largest headers, the whole header.
 pub const FIRST_READ: u64 = 256 << 10;
+
+/// How many ranged GETs a load keeps in flight (one reader thread each; boto3's transfers use 10, the
+/// benchmark's peer 16).
+pub const CONCURRENCY: usize = 16;
+/// The largest ranged GET of a load (boto3's default part size).
+pub const MAX_PART: u64 = 8 << 20;
+/// The smallest part a load's remote bytes are cut into so that [`CONCURRENCY`] requests stay in flight.
+pub const MIN_PART: u64 = 1 << 20;
+
+/// The size of a load's ranged GETs for `total` remote bytes: enough parts to keep [`CONCURRENCY`] requests
+/// in flight, each from [`MIN_PART`] to [`MAX_PART`] (neighbouring tensors are merged up to it: a load of many
+/// small tensors takes few requests).
+pub fn part_bytes(total: u64) -> usize {
+    (total / CONCURRENCY as u64).clamp(MIN_PART, MAX_PART) as usize
+}
 
 /// The environment variable that caps the retries of one request.
 pub const RETRIES_ENV: &str = "HOSTFIRST_REMOTE_RETRIES";
@@ -321,6 +340,79 @@ async fn fetch(
     }
 }
 
+/// What the task of one ranged GET ([`stream`]) sends to the thread that waits for it.
+enum Piece {
+    /// An answer began, with this ETag (one per try: a cut body asked for again sends another).
+    Answer(Option<String>),
+    /// Bytes of the body at this position in the range.
+    Bytes(u64, bytes::Bytes),
+    /// The request ended: the body's length, or the error.
+    End(std::result::Result<u64, object_store::Error>),
+}
+
+/// One ranged GET of `range` (If-Match `etag` when given), its body sent in pieces as it arrives. Retries as
+/// [`fetch`]: a body cut after the answer began is asked for again (If-Match that answer's ETag) and sent again
+/// from position 0. Ends when the receiver is gone.
+async fn stream(
+    store: Arc<dyn ObjectStore>,
+    path: ObjectPath,
+    range: std::ops::Range<u64>,
+    mut etag: Option<String>,
+    retries: usize,
+    tx: std::sync::mpsc::Sender<Piece>,
+) {
+    use futures::StreamExt;
+    let mut attempt = 0usize;
+    loop {
+        let opts =
+            GetOptions { range: Some(GetRange::Bounded(range.clone())), if_match: etag.clone(), ..Default::default() };
+        let r = match store.get_opts(&path, opts).await {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = tx.send(Piece::End(Err(e)));
+                return;
+            }
+        };
+        let answer_etag = r.meta.e_tag.clone();
+        if tx.send(Piece::Answer(answer_etag.clone())).is_err() {
+            return;
+        }
+        let mut body = r.into_stream();
+        let mut pos = 0u64;
+        let mut cut = None;
+        while let Some(item) = body.next().await {
+            match item {
+                Ok(b) => {
+                    let n = b.len() as u64;
+                    if tx.send(Piece::Bytes(pos, b)).is_err() {
+                        return;
+                    }
+                    pos += n;
+                }
+                Err(e) => {
+                    cut = Some(e);
+                    break;
+                }
+            }
+        }
+        match cut {
+            None => {
+                let _ = tx.send(Piece::End(Ok(pos)));
+                return;
+            }
+            Some(e) if attempt >= retries => {
+                let _ = tx.send(Piece::End(Err(e)));
+                return;
+            }
+            Some(_) => {
+                etag = etag.or(answer_etag);
+                tokio::time::sleep(Duration::from_millis(100u64 << attempt.min(7))).await;
+                attempt += 1;
+            }
+        }
+    }
+}
+
 impl RemoteObject {
     /// Opens the object at `url` with one ranged GET of its first [`FIRST_READ`] bytes; returns it and those
     /// bytes (all of a smaller object).
@@ -378,40 +470,78 @@ impl RemoteObject {
     /// Fetches `dst.len()` bytes at `offset` with one ranged GET (If-Match the pinned ETag): past the end is
     /// `TRUNCATED`, a changed object `IO`, the other failures as the module documentation says.
     pub(crate) fn read(&self, offset: u64, dst: &mut [u8], what: &dyn Fn() -> String) -> Result<()> {
-        if dst.is_empty() {
+        let n = dst.len() as u64;
+        self.read_scatter(offset, n, &mut |pos, b| dst[pos as usize..pos as usize + b.len()].copy_from_slice(b), what)
+    }
+
+    /// Fetches bytes `offset..offset + len` with one ranged GET (If-Match the pinned ETag) and hands them to
+    /// `sink` as the body arrives, `(position in the range, bytes)`, in order: each byte is copied once, from the
+    /// client's buffer to where `sink` puts it (no whole-range buffer). A body cut and asked for again is handed
+    /// over again from its start (the same positions: the caller's bytes end up right). Errors as [`Self::read`];
+    /// after an error, what `sink` was given is not to be used.
+    pub(crate) fn read_scatter(
+        &self,
+        offset: u64,
+        len: u64,
+        sink: &mut dyn FnMut(u64, &[u8]),
+        what: &dyn Fn() -> String,
+    ) -> Result<()> {
+        if len == 0 {
             return Ok(());
         }
-        let end = offset.checked_add(dst.len() as u64).filter(|&e| e <= self.len).ok_or_else(|| {
+        let end = offset.checked_add(len).filter(|&e| e <= self.len).ok_or_else(|| {
             Error::new(
                 Status::Truncated,
                 format!(
                     "{}: {}: bytes {offset}..{} lie past the end of the {}-byte object",
                     self.url.display,
                     what(),
-                    offset.saturating_add(dst.len() as u64),
+                    offset.saturating_add(len),
                     self.len
                 ),
             )
         })?;
         let store = self.store()?;
         let retries = retry_config()?.max_retries;
-        let got = runtime::run(fetch(store, self.path.clone(), offset..end, self.etag.clone(), retries))
-            .map_err(|e| Error::new(Status::Internal, format!("{}: {e}", self.url.display)))?;
         let ctx = || format!("{} (bytes {offset}..{end})", what());
-        match got {
-            Err(e) => Err(status_of(&self.url.display, &ctx(), &e)),
-            Ok((meta, b)) => {
-                if self.etag.is_some() && meta.e_tag != self.etag {
-                    return Err(changed(&self.url.display, &ctx(), self.etag.as_deref(), meta.e_tag.as_deref()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        runtime::spawn(stream(store, self.path.clone(), offset..end, self.etag.clone(), retries, tx))
+            .map_err(|e| Error::new(Status::Internal, format!("{}: {e}", self.url.display)))?;
+        // Dropping `rx` on an early return makes the task's next send fail, which ends it.
+        loop {
+            match rx.recv() {
+                Err(_) => {
+                    return Err(Error::new(
+                        Status::Internal,
+                        format!("{}: {}: the remote read's task ended without an answer", self.url.display, ctx()),
+                    ))
                 }
-                if b.len() != dst.len() {
+                Ok(Piece::Answer(etag)) => {
+                    if self.etag.is_some() && etag != self.etag {
+                        return Err(changed(&self.url.display, &ctx(), self.etag.as_deref(), etag.as_deref()));
+                    }
+                }
+                Ok(Piece::Bytes(pos, b)) => {
+                    if pos + b.len() as u64 > len {
+                        return Err(Error::new(
+                            Status::Io,
+                            format!(
+                                "{}: {}: the server sent more than the {len} bytes asked for",
+                                self.url.display,
+                                ctx()
+                            ),
+                        ));
+                    }
+                    sink(pos, &b);
+                }
+                Ok(Piece::End(Err(e))) => return Err(status_of(&self.url.display, &ctx(), &e)),
+                Ok(Piece::End(Ok(got))) if got != len => {
                     return Err(Error::new(
                         Status::Io,
-                        format!("{}: {}: the server sent {} bytes for {}", self.url.display, ctx(), b.len(), dst.len()),
-                    ));
+                        format!("{}: {}: the server sent {got} bytes for {len}", self.url.display, ctx()),
+                    ))
                 }
-                dst.copy_from_slice(&b);
-                Ok(())
+                Ok(Piece::End(Ok(_))) => return Ok(()),
             }
         }
     }
