@@ -379,6 +379,12 @@ impl ScatterPlan {
         })
     }
 
+    /// The reads in file order with the pieces each serves: `(lo, hi, pieces)` (a whole-file load turns
+    /// them into its arena groups: [`super::plan::load_requests`]).
+    pub(crate) fn reads_with_pieces(&self) -> impl Iterator<Item = (u64, u64, &[ScatterPiece])> + '_ {
+        self.reads.iter().map(|r| (r.lo, r.hi, r.pieces.as_slice()))
+    }
+
     /// Tasks the reads are grouped into (what the threads claim).
     pub fn tasks(&self) -> usize {
         self.tasks.len().saturating_sub(1)

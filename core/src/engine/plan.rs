@@ -78,6 +78,22 @@ pub(crate) fn scatter_pieces(views: &[&View]) -> Vec<ScatterPiece> {
     pieces
 }
 
+/// The requests of one file of a whole-file load (a job's tensors of that file, each a destination): the
+/// pieces `(file offset, tensor, 0, bytes)`, sorted by file offset, planned by the same rule as every
+/// [`ReadPlan`] ([`ScatterPlan::new`]: neighbours merged while the over-read cap holds, long runs cut) with
+/// `read_size` as the largest request (the load's group: 1 to 8 MiB for host memory, one staging slab for
+/// CUDA). A [`ReadPlan`] of the same tensors under `ReadPolicy { max_read: read_size, .. }` and
+/// `Tuning { chunk: read_size, .. }` has exactly these requests.
+pub(crate) fn load_requests(
+    pieces: &[ScatterPiece],
+    tensors: usize,
+    read_size: usize,
+    policy: &ReadPolicy,
+) -> Result<ScatterPlan> {
+    let policy = ReadPolicy { max_read: read_size as u64, ..*policy };
+    ScatterPlan::new(pieces, tensors, &policy, &Tuning { chunk: read_size, ..Tuning::default() })
+}
+
 impl ReadPlan {
     /// Plans `slices` of `file` under `policy` (the over-read cap and the largest request) and `tuning` (the
     /// threads and piece size the run will use: they decide how the requests are grouped and so the scratch).
