@@ -27,10 +27,11 @@ pub struct ShardOptions<'a> {
     /// Progress sink (bytes placed, total) → true to cancel; the engine's [`Progress`] contract (rate-limited,
     /// monotonic across shards, last with `done == total`).
     pub progress: Option<&'a mut dyn FnMut(u64, u64) -> bool>,
-    /// What the run leaves in the page cache ([`crate::cache`]): `Keep` (the default) or `Drop` (the pages
-    /// of its files that the run brought in are given back when it ends, failed or not). `Bypass` reads
-    /// through the cache as `Drop` does (shard-on-read has no direct reader yet); the file's read-engine
-    /// report says so.
+    /// What the run leaves in the page cache ([`crate::cache`]): `Keep` (the default), `Drop` (the pages
+    /// of its files that the run brought in are given back when it ends, failed or not) or `Bypass` (the
+    /// host parts are read with direct I/O, `O_DIRECT` into aligned staging, where the file system allows
+    /// it: nothing enters the cache; where it does not, and for CUDA parts, which go through the pinned
+    /// staging ring, read as with `Drop`; the file's read-engine report says which).
     pub page_cache: crate::cache::PageCache,
 }
 
@@ -77,6 +78,7 @@ pub fn run(plan: &ShardPlan, opts: ShardOptions<'_>) -> Result<ShardLoad> {
         opts.page_cache,
         plan.entries.iter().filter(|e| e.copy_of.is_none()).filter_map(|e| e.view.file_and_offset().map(|f| f.0)),
     );
+    let direct = crate::cache::DirectFiles::for_policy(opts.page_cache);
     let mut progress = Progress::new(opts.progress, total);
     let mut shards: Vec<Option<LoadedShard>> = vec![None; plan.entries.len()];
     let mut base = 0u64;
@@ -100,7 +102,8 @@ pub fn run(plan: &ShardPlan, opts: ShardOptions<'_>) -> Result<ShardLoad> {
             .collect();
         if !group.is_empty() {
             progress.part(base);
-            let got = read_group(entries, &group, &copies, plan, &opts.tuning, &mut progress).map_err(named)?;
+            let got = read_group(entries, &group, &copies, plan, &opts.tuning, &mut progress, direct.as_ref())
+                .map_err(named)?;
             for (k, loaded) in group.iter().copied().chain(copies.iter().map(|c| c.0)).zip(got) {
                 base += entries[k].nbytes();
                 shards[from + k] = Some(loaded);
@@ -144,7 +147,8 @@ pub fn run(plan: &ShardPlan, opts: ShardOptions<'_>) -> Result<ShardLoad> {
 /// buffers with one [`ReadPlan`](crate::engine::ReadPlan) of their views: the runs of all of them in file order, merged across
 /// neighbouring shards under the plan's policy, read by several threads at the queue depth. `copies`: (entry,
 /// position in `group` of the part it copies), host copies filled from the same reads. Returns the loaded
-/// shards in `group` order, each with its share of the bytes read, then the copies (0 bytes read).
+/// shards in `group` order, each with its share of the bytes read, then the copies (0 bytes read). With
+/// `direct` (page-cache policy `bypass`) the requests are read with direct I/O where the file allows it.
 fn read_group(
     entries: &[super::plan::ShardEntry],
     group: &[usize],
@@ -152,6 +156,7 @@ fn read_group(
     plan: &ShardPlan,
     tuning: &Tuning,
     progress: &mut Progress<'_>,
+    direct: Option<&crate::cache::DirectFiles>,
 ) -> Result<Vec<LoadedShard>> {
     let rp = group_plan(entries, group, &plan.policy, tuning)?;
     let alloc = |k: usize| {
@@ -176,7 +181,7 @@ fn read_group(
     for (&(k, g), b) in copies.iter().zip(copy_bufs.iter_mut()) {
         dsts[g].copies.push((b.host_bytes_mut().expect(HOST), prepare(k)));
     }
-    rp.execute_group(0, &mut dsts, progress)?;
+    rp.execute_group_with(0, &mut dsts, progress, direct)?;
     drop(dsts);
     let read = rp.group_per_slice(0).iter().copied().chain(copies.iter().map(|_| 0));
     Ok(bufs
