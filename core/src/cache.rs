@@ -571,9 +571,12 @@ pub fn read_many_direct(
         }
         let (wave, after) = rest.split_at(count);
         rest = after;
-        let buf = staging
-            .get(total)
-            .map_err(|e| fail(wave[0].0, FailureKind::Os(std::io::Error::new(std::io::ErrorKind::OutOfMemory, e.message().to_string()))))?;
+        let buf = staging.get(total).map_err(|e| {
+            fail(
+                wave[0].0,
+                FailureKind::Os(std::io::Error::new(std::io::ErrorKind::OutOfMemory, e.message().to_string())),
+            )
+        })?;
         let buf = &mut buf[..total];
         // Whole blocks inside the file as concurrent reads; the blocks the file ends inside after them.
         let mut set: Vec<crate::engine::Read<'_>> = Vec::new();

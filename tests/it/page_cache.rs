@@ -716,11 +716,9 @@ fn bypass_reads_shards_and_gathers_directly() {
         Some(Err(why)) if fallback => assert!(why.contains("O_DIRECT"), "{why}"),
         other => panic!("the gather's bypass on a disk that allows O_DIRECT: {other:?}"),
     }
-    let c = offsets
-        .iter()
-        .map(|&o| cached_range(&p, data_start + 2 * ELEMS * 4 + o as usize * 4, WINDOW * 4))
-        .sum::<f64>()
-        / BATCH as f64;
+    let c =
+        offsets.iter().map(|&o| cached_range(&p, data_start + 2 * ELEMS * 4 + o as usize * 4, WINDOW * 4)).sum::<f64>()
+            / BATCH as f64;
     assert!(c <= 0.05, "gather bypass: {:.1} % of the windows' pages stay cached", c * 100.0);
     g.set_page_cache(PageCache::Keep);
     evict(&p);

@@ -178,12 +178,7 @@ impl Group<'_> {
 /// file): the one coalescing and over-read rule of [`ReadPlan`](crate::engine::ReadPlan)s and shard-on-read,
 /// under `policy`'s over-read cap with `cap` as the largest request. Tensors of a memory buffer are copied
 /// in pieces of `cap`.
-fn groups<'a>(
-    tensors: &[TensorRef<'a>],
-    offsets: &[usize],
-    cap: usize,
-    policy: &ReadPolicy,
-) -> Result<Vec<Group<'a>>> {
+fn groups<'a>(tensors: &[TensorRef<'a>], offsets: &[usize], cap: usize, policy: &ReadPolicy) -> Result<Vec<Group<'a>>> {
     let cap = cap.max(1);
     let mut out = Vec::new();
     // (file, absolute offset, tensor index) of every file-backed tensor with bytes.

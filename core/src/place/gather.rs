@@ -127,6 +127,8 @@ pub struct Gather {
     page_cache: crate::cache::PageCache,
     /// What `bypass` did in the last run ([`Gather::last_bypass`]).
     last_bypass: Mutex<Option<std::result::Result<u64, String>>>,
+    /// The aligned staging of `bypass` runs (allocated on the first, kept: about 8 MiB at most).
+    direct_staging: Mutex<crate::cache::Staging>,
 }
 
 /// A gather's checks of a source and of one batch's offsets ([`Gather::batch_check`]).
@@ -283,6 +285,7 @@ impl Gather {
             tuning: Tuning::default(),
             page_cache: crate::cache::PageCache::Keep,
             last_bypass: Mutex::new(None),
+            direct_staging: Mutex::new(crate::cache::Staging::default()),
         };
         g.ring.push(g.new_batch()?);
         Ok(g)
@@ -505,7 +508,10 @@ impl Gather {
                 }
                 let bytes: u64 = reads.iter().map(|r| r.dst.len() as u64).sum();
                 let r = match &twin {
-                    Some(t) => crate::cache::read_many_direct(t, &mut reads, &self.tuning, &mut Default::default()),
+                    Some(t) => {
+                        let mut staging = self.direct_staging.lock().unwrap_or_else(|p| p.into_inner());
+                        crate::cache::read_many_direct(t, &mut reads, &self.tuning, &mut staging)
+                    }
                     None => engine::read_many(&mut reads, &self.tuning),
                 };
                 report(match (&twin, &direct) {
