@@ -15,8 +15,8 @@
 //!   file, into page-aligned staging, then copied to the destination: [`DirectFiles`], [`read_direct`] for loads,
 //!   [`read_many_direct`] for a gather's windows and shard-on-read's requests); where
 //!   the file system refuses `O_DIRECT` (e.g. `EINVAL` from an older tmpfs, most FUSE mounts) or a path has no
-//!   direct reader (a load's `cuda_host` and copy-on-write tensors, a shard run's CUDA parts, a strided
-//!   gather source), the reads go through the cache and the operation ends as with `Drop`, and
+//!   direct reader (a load's `cuda_host` and copy-on-write tensors, a shard run's strided CUDA parts, a
+//!   strided gather source), the reads go through the cache and the operation ends as with `Drop`, and
 //!   [`DirectFiles::fallback`] says why. Either way at most the pages cached before remain.
 //!
 //! On systems without `mincore`/`posix_fadvise`/`O_DIRECT` (Windows), `Drop` and `Bypass` behave as `Keep`

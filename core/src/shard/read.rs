@@ -29,9 +29,9 @@ pub struct ShardOptions<'a> {
     pub progress: Option<&'a mut dyn FnMut(u64, u64) -> bool>,
     /// What the run leaves in the page cache ([`crate::cache`]): `Keep` (the default), `Drop` (the pages
     /// of its files that the run brought in are given back when it ends, failed or not) or `Bypass` (the
-    /// host parts are read with direct I/O, `O_DIRECT` into aligned staging, where the file system allows
-    /// it: nothing enters the cache; where it does not, and for CUDA parts, which go through the pinned
-    /// staging ring, read as with `Drop`; the file's read-engine report says which).
+    /// host parts, and the CUDA parts that are contiguous in the file, are read with direct I/O, `O_DIRECT`
+    /// into aligned staging, where the file system allows it: nothing enters the cache; where it does not,
+    /// and for a strided CUDA part, read as with `Drop`; the file's read-engine report says which).
     pub page_cache: crate::cache::PageCache,
 }
 
@@ -128,7 +128,8 @@ pub fn run(plan: &ShardPlan, opts: ShardOptions<'_>) -> Result<ShardLoad> {
                     let mut buf = Buffer::alloc(view.name(), view.dtype(), view.shape(), view.nbytes(), e.device)?;
                     let fresh_cpu = e.device.kind == DeviceKind::CPU;
                     let read =
-                        read_shard(view, &mut buf, fresh_cpu, plan, &opts.tuning, &mut progress).map_err(named)?;
+                        read_shard(view, &mut buf, fresh_cpu, plan, &opts.tuning, &mut progress, direct.as_ref())
+                            .map_err(named)?;
                     LoadedShard { buffer: Arc::new(Mutex::new(buf)), bytes_read: read }
                 }
             };
@@ -193,7 +194,9 @@ fn read_group(
 }
 
 /// Reads one shard that is not part of a scatter group (a CUDA part through the staging ring, a part of a
-/// memory buffer in parallel pieces) into its new buffer; returns the file bytes read.
+/// memory buffer in parallel pieces) into its new buffer; returns the file bytes read. With `direct`
+/// (page-cache policy `bypass`) a contiguous CUDA part of a file that allows `O_DIRECT` is read with direct
+/// I/O into each reader's aligned staging, then into the ring's slabs.
 fn read_shard(
     view: &View,
     buf: &mut Buffer,
@@ -201,17 +204,35 @@ fn read_shard(
     plan: &ShardPlan,
     tuning: &Tuning,
     progress: &mut Progress<'_>,
+    direct: Option<&crate::cache::DirectFiles>,
 ) -> Result<u64> {
     let policy = plan.policy;
     let read = AtomicU64::new(0);
+    // The direct twin and the tensor's first byte, for a contiguous view of a file under bypass.
+    let twin = match (direct, view.file_and_offset()) {
+        (Some(d), Some((file, at))) if view.is_contiguous() => d.get(file).map(|t| (t, at)),
+        _ => None,
+    };
+    let what = || format!("{}: tensor '{}'", view.file_display(), view.name());
     let reader = |off: u64, d: &mut [u8]| {
-        read.fetch_add(view.read_at_with(off, d, &policy)?, Ordering::Relaxed);
+        match &twin {
+            Some((t, at)) => {
+                crate::cache::read_direct_here(t, at + off, d, &what)?;
+                read.fetch_add(d.len() as u64, Ordering::Relaxed);
+            }
+            None => {
+                read.fetch_add(view.read_at_with(off, d, &policy)?, Ordering::Relaxed);
+            }
+        }
         Ok(())
     };
     match buf.memory_mut() {
         Memory::Cuda(dev) => {
             let mut sink = |done: u64, _t: u64| progress.at(done).is_err();
-            transfer(view.nbytes(), dev, &ring_config(tuning), reader, Some(&mut sink))?;
+            let r = transfer(view.nbytes(), dev, &ring_config(tuning), reader, Some(&mut sink));
+            // The reader threads' staging went with them; a one-slab part was read on this thread.
+            crate::cache::release_staging_here();
+            r?;
             Ok(read.into_inner())
         }
         _ => {
@@ -219,7 +240,9 @@ fn read_shard(
             let prepare: Option<engine::bulk::Prepare<'_>> =
                 if fresh_cpu { Some(&crate::place::host::populate_write) } else { None };
             // A memory buffer (file-backed host parts are read by `read_group`): parallel pieces.
-            engine::fill_host(dst, tuning, prepare, reader, progress)?;
+            let r = engine::fill_host(dst, tuning, prepare, reader, progress);
+            crate::cache::release_staging_here();
+            r?;
             Ok(read.into_inner())
         }
     }
