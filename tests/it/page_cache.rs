@@ -531,7 +531,8 @@ fn ramfs(test: &str) -> Option<Ramfs> {
 }
 
 /// On ramfs, which refuses O_DIRECT (EINVAL at open): the report says O_DIRECT is refused by ramfs and that
-/// bypass falls back, with that reason; a bypass load there is byte-exact (it read through the cache).
+/// bypass falls back, with that reason; a bypass load, gather (unaligned windows) and shard run there are
+/// byte-exact (they read through the cache), and the gather's `last_bypass` gives the reason.
 #[test]
 fn the_report_names_the_file_system_that_refuses_o_direct() {
     let Some(m) = ramfs("odirect") else { return };
@@ -549,6 +550,34 @@ fn the_report_names_the_file_system_that_refuses_o_direct() {
     let d = hostfirst::cache::DirectFiles::for_policy(PageCache::Bypass).unwrap();
     assert!(d.get(&std::fs::File::open(&p).unwrap()).is_none());
     assert!(d.fallback().unwrap().contains("refuses O_DIRECT"), "{:?}", d.fallback());
+    // A bypass gather and shard run there fall back too, byte-exact; the gather says why.
+    let f = TensorFile::open(&p).unwrap();
+    let mut g = hostfirst::place::Gather::new(hostfirst::Device::CPU, hostfirst::DType::F32, 4, 1001).unwrap();
+    g.set_page_cache(PageCache::Bypass);
+    let offsets = [3u64, 5000, 77_777, ELEMS as u64 - 1001];
+    let batch = g.run(&f.view("t3").unwrap(), &offsets).unwrap();
+    let got = batch.lock().unwrap().host_bytes().unwrap().to_vec();
+    for (i, &o) in offsets.iter().enumerate() {
+        let at = 3 * ELEMS * 4 + o as usize * 4;
+        assert!(got[i * 4004..(i + 1) * 4004] == data[at..at + 4004], "ramfs gather window {i}");
+    }
+    match g.last_bypass() {
+        Some(Err(why)) => assert!(why.contains("refuses O_DIRECT"), "{why}"),
+        other => panic!("a bypass gather on ramfs: {other:?}"),
+    }
+    use hostfirst::shard::{self, Mesh, Owned, ShardOptions, ShardPlan, ShardRules};
+    let mesh = std::sync::Arc::new(Mesh::new(&[("x", 2)]).unwrap());
+    let mut rules = ShardRules::new(std::sync::Arc::clone(&mesh));
+    rules.add("t*", "x").unwrap();
+    let owned: Vec<Owned> = (0..2).map(|p| Owned { position: p, device: hostfirst::Device::CPU }).collect();
+    let plan = ShardPlan::make(&f, &rules, &owned, hostfirst::file::ReadPolicy::default()).unwrap();
+    let load = shard::run(&plan, ShardOptions { page_cache: PageCache::Bypass, ..Default::default() }).unwrap();
+    for (e, s) in plan.entries.iter().zip(&load.shards) {
+        let i: usize = e.name()[1..].parse().unwrap();
+        let half = ELEMS * 4 / 2;
+        let at = i * ELEMS * 4 + e.position as usize * half;
+        assert!(s.buffer.lock().unwrap().host_bytes().unwrap() == &data[at..at + half], "ramfs shard {}", e.name());
+    }
 }
 
 /// Runs `hostfirst inspect --json FILE` in a child whose seccomp filter answers `io_uring_setup` with `errno`
