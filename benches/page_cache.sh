@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Cold whole-file loads under each page-cache policy (issue 45, points 1 and 2; issue 44, point 2) beside fio's
 # direct sequential read of the same file (io_uring, 4 MiB blocks, queue depth 16) and beside safetensors 0.8
-# (pip), in the same run. Not part of the test suite.
+# (pip) and safetensors' main branch (built from source), in the same run. Not part of the test suite.
 #   bash benches/page_cache.sh [--mib M] [--reps N] [--dir DIR] [--profile release|debug]
-#                              [--safetensors-main PYTHON] [--drop-caches]
+#                              [--safetensors-main PYTHON | --no-safetensors-main] [--drop-caches]
 # Defaults: a 2048 MiB file under target/ (a real disk, not tmpfs), 3 repetitions, the release build.
 # Rows of each repetition, in an order rotated from one repetition to the next (none always runs first):
 #   fio direct seq (QD16)     fio --rw=read --bs=4M --iodepth=16 --ioengine=io_uring --direct=1: the disk's limit
@@ -14,8 +14,10 @@
 #   hostfirst.numpy P         hostfirst.numpy.load_file(FILE, page_cache=P), P = keep, bypass (a fresh Python;
 #                             the clock around the call)
 #   safetensors 0.8 numpy     safetensors.numpy.load_file(FILE) (pip's 0.8; a fresh Python; the clock around it)
-#   safetensors main numpy    the same with --safetensors-main PYTHON: a Python whose safetensors is built from
-#                             its main branch (another engineer's build; this script only runs it)
+#   safetensors main numpy    the same with safetensors built from its main branch: the venv
+#                             benches/python_vs_safetensors.sh uses (target/st-main-venv, made once by
+#                             benches/st_main_venv.sh: $SAFETENSORS_SRC or a clone), or the Python given with
+#                             --safetensors-main PYTHON; --no-safetensors-main leaves the row out
 # Before every timed read the file is written back and dropped from the cache honestly (fsync +
 # POSIX_FADV_DONTNEED; with --drop-caches, as root, `echo 1 > /proc/sys/vm/drop_caches` as well: it empties the
 # whole machine's cache, which slows whoever shares it), then checked with fincore: a row whose file was still
@@ -29,7 +31,7 @@ lock=/work/notes/bench.lock
 if [ -z "${HOSTFIRST_BENCH_LOCKED:-}" ] && [ -d "$(dirname "$lock")" ] && command -v flock >/dev/null; then
     HOSTFIRST_BENCH_LOCKED=1 exec flock "$lock" bash "$0" "$@"
 fi
-mib=2048 reps=3 dir="target/page-cache-bench" profile=release st_main="" drop_all=0
+mib=2048 reps=3 dir="target/page-cache-bench" profile=release st_main="" no_main=0 drop_all=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --mib) mib="$2"; shift 2 ;;
@@ -37,9 +39,10 @@ while [ $# -gt 0 ]; do
         --dir) dir="$2"; shift 2 ;;
         --profile) profile="$2"; shift 2 ;;
         --safetensors-main) st_main="$2"; shift 2 ;;
+        --no-safetensors-main) no_main=1; shift ;;
         --drop-caches) drop_all=1; shift ;;
         *) echo "usage: bash benches/page_cache.sh [--mib M] [--reps N] [--dir DIR] [--profile release|debug]" \
-                "[--safetensors-main PYTHON] [--drop-caches]" >&2; exit 2 ;;
+                "[--safetensors-main PYTHON | --no-safetensors-main] [--drop-caches]" >&2; exit 2 ;;
     esac
 done
 # shellcheck source=scripts/apt.sh
@@ -56,6 +59,8 @@ if [ "$(cat "$venv/.installed" 2>/dev/null)" != "$want" ]; then
     echo "$want" > "$venv/.installed"
 fi
 py="$venv/bin/python"
+# safetensors' main branch: the shared venv of benches/python_vs_safetensors.sh, made once.
+if [ -z "$st_main" ] && [ "$no_main" = 0 ]; then st_main=$(bash benches/st_main_venv.sh); fi
 if [ "$profile" = release ]; then cargo build --release --lib --quiet >&2; else cargo build --lib --quiet >&2; fi
 lib="$PWD/target/$profile"
 cli="$dir/hostfirst"

@@ -1049,7 +1049,7 @@ public:
     /// The most batches the ring may hold (1 to HOSTFIRST_GATHER_MAX_RING_BOUND).
     void set_ring_bound(size_t bound) { check(hostfirst_gather_set_ring_bound(g_.get(), bound)); }
     /// What later runs from a file leave in the page cache (1.1): HOSTFIRST_PAGE_CACHE_KEEP (the default),
-    /// _DROP or _BYPASS (read as DROP for gathers); another value throws INVALID_ARGUMENT.
+    /// _DROP or _BYPASS (direct I/O where the file system allows it); another value throws INVALID_ARGUMENT.
     void set_page_cache(hostfirst_page_cache policy) { check(hostfirst_gather_set_page_cache(g_.get(), policy)); }
     ring_info ring() const {
         ring_info r{};

@@ -12,9 +12,11 @@
 //!   reading past the end of a partial read when the operation ends are skipped by `DONTNEED` and may stay
 //!   (a whole-file load reads every page it brings in, so none stay there).
 //! - [`PageCache::Bypass`]: reads that can use direct I/O do (`O_DIRECT` on a second descriptor of the same
-//!   file, into page-aligned staging, then copied to the destination: [`DirectFiles`], [`read_direct`]); where
+//!   file, into page-aligned staging, then copied to the destination: [`DirectFiles`], [`read_direct`] for loads,
+//!   [`read_many_direct`] for a gather's windows and shard-on-read's requests); where
 //!   the file system refuses `O_DIRECT` (e.g. `EINVAL` from an older tmpfs, most FUSE mounts) or a path has no
-//!   direct reader yet, the reads go through the cache and the operation ends as with `Drop`, and
+//!   direct reader (a load's `cuda_host` and copy-on-write tensors, a shard run's strided CUDA parts, a
+//!   strided gather source), the reads go through the cache and the operation ends as with `Drop`, and
 //!   [`DirectFiles::fallback`] says why. Either way at most the pages cached before remain.
 //!
 //! On systems without `mincore`/`posix_fadvise`/`O_DIRECT` (Windows), `Drop` and `Bypass` behave as `Keep`
@@ -522,6 +524,115 @@ pub unsafe fn read_direct(
     Ok(())
 }
 
+/// Performs every read of `reads` (any offsets and lengths; their `fd` is not used) with direct I/O on
+/// `direct` (an `O_DIRECT` descriptor of the same file, [`DirectFiles::get`]): each read is covered by whole
+/// aligned blocks read into `staging`, as concurrent reads of at most [`DIRECT_SUB`] bytes through the engine
+/// ([`crate::engine::read_many`]: io_uring or the pread pool, `tuning.queue_depth` in flight), then copied
+/// to its destination; a block the file ends inside is read after them on its own (it comes back short).
+/// Staging holds at most about [`DIRECT_PIECE`] bytes: longer sets go in waves. What a gather's windows and
+/// shard-on-read's requests use under `bypass`, as loads use [`read_direct`]. Failures as
+/// [`crate::engine::read_many`]'s (the index of the read; `Eof` at the first byte the file does not have);
+/// staging that cannot be allocated is an `Os` failure of the first read.
+pub fn read_many_direct(
+    direct: &File,
+    reads: &mut [crate::engine::Read<'_>],
+    tuning: &crate::engine::Tuning,
+    staging: &mut Staging,
+) -> std::result::Result<(), crate::engine::ReadFailure> {
+    use crate::engine::{FailureKind, ReadFailure};
+    let fail = |index: usize, kind: FailureKind| ReadFailure { index, kind };
+    let flen = direct.metadata().map_err(|e| fail(0, FailureKind::Os(e)))?.len();
+    let fd = crate::os::raw_file(direct);
+    let align = DIRECT_ALIGN as u64;
+    // Segments of at most DIRECT_PIECE bytes: (read, offset in its destination, file offset, length).
+    let mut segs: Vec<(usize, usize, u64, usize)> = Vec::with_capacity(reads.len());
+    for (i, r) in reads.iter().enumerate() {
+        let mut k = 0;
+        while k < r.dst.len() {
+            let n = (r.dst.len() - k).min(DIRECT_PIECE);
+            segs.push((i, k, r.offset + k as u64, n));
+            k += n;
+        }
+    }
+    // A segment's aligned blocks: [lo, hi).
+    let blocks = |fo: u64, n: usize| (fo / align * align, (fo + n as u64).div_ceil(align) * align);
+    let mut rest = &segs[..];
+    while !rest.is_empty() {
+        // The next wave: segments while their blocks fit in one piece of staging (at least one).
+        let (mut count, mut total) = (0usize, 0usize);
+        while count < rest.len() {
+            let (lo, hi) = blocks(rest[count].2, rest[count].3);
+            let need = (hi - lo) as usize;
+            if count > 0 && total + need > DIRECT_PIECE + 2 * DIRECT_ALIGN {
+                break;
+            }
+            total += need;
+            count += 1;
+        }
+        let (wave, after) = rest.split_at(count);
+        rest = after;
+        let buf = staging.get(total).map_err(|e| {
+            fail(
+                wave[0].0,
+                FailureKind::Os(std::io::Error::new(std::io::ErrorKind::OutOfMemory, e.message().to_string())),
+            )
+        })?;
+        let buf = &mut buf[..total];
+        // Whole blocks inside the file as concurrent reads; the blocks the file ends inside after them.
+        let mut set: Vec<crate::engine::Read<'_>> = Vec::new();
+        let mut owner: Vec<usize> = Vec::new();
+        let mut tails: Vec<(usize, u64, usize, usize, usize)> = Vec::new(); // (read, file offset, at, len, min)
+        let mut free: &mut [u8] = buf;
+        let mut at = 0usize;
+        for &(i, _, fo, n) in wave {
+            let (lo, hi) = blocks(fo, n);
+            let want_end = fo + n as u64;
+            let span = (hi - lo) as usize;
+            let whole = if hi <= flen { span } else { ((want_end - lo) / align * align) as usize };
+            let (mine, later) = std::mem::take(&mut free).split_at_mut(span);
+            free = later;
+            for (k, d) in mine[..whole].chunks_mut(DIRECT_SUB).enumerate() {
+                set.push(crate::engine::Read { fd, offset: lo + (k * DIRECT_SUB) as u64, dst: d });
+                owner.push(i);
+            }
+            let tail = ((want_end - lo) as usize).saturating_sub(whole);
+            if tail > 0 {
+                tails.push((i, lo + whole as u64, at + whole, span - whole, tail));
+            }
+            at += span;
+        }
+        let r = crate::engine::read_many(&mut set, tuning);
+        drop(set);
+        r.map_err(|f| {
+            let i = owner[f.index];
+            let kind = match f.kind {
+                FailureKind::Eof { at } => FailureKind::Eof { at: at.max(reads[i].offset) },
+                other => other,
+            };
+            fail(i, kind)
+        })?;
+        let buf = &mut staging.get(total).expect("allocated above")[..total];
+        for &(i, fo, at, len, min) in &tails {
+            crate::engine::read_at_least(fd, fo, &mut buf[at..at + len], min).map_err(|k| {
+                let kind = match k {
+                    FailureKind::Eof { at } => FailureKind::Eof { at: at.max(reads[i].offset) },
+                    other => other,
+                };
+                fail(i, kind)
+            })?;
+        }
+        // Copy each segment out of its blocks.
+        let mut at = 0usize;
+        for &(i, k, fo, n) in wave {
+            let (lo, hi) = blocks(fo, n);
+            let from = at + (fo - lo) as usize;
+            reads[i].dst[k..k + n].copy_from_slice(&buf[from..from + n]);
+            at += (hi - lo) as usize;
+        }
+    }
+    Ok(())
+}
+
 thread_local! {
     /// The staging of direct reads made on this thread by [`read_direct_here`].
     static STAGING: std::cell::RefCell<Staging> = std::cell::RefCell::new(Staging::default());
@@ -590,6 +701,30 @@ mod tests {
         // SAFETY: as above.
         let e = unsafe { read_direct(&direct, len as u64 - 200, &iov, &mut staging, &|| "t".into()) }.unwrap_err();
         assert_eq!(e.status(), Status::Truncated, "{}", e.message());
+        // Sets of reads at unaligned offsets and lengths (two in one block, one longer than a piece, one
+        // ending in the file's last partial block) are byte-exact; one past the end is Eof at the file's end.
+        let spans = [(1u64, 10usize), (5, 4000), (4093, DIRECT_PIECE + 5000), (77_777, 1), (len as u64 - 300, 300)];
+        for depth in [1, 64] {
+            let mut bufs: Vec<Vec<u8>> = spans.iter().map(|&(_, n)| vec![0u8; n]).collect();
+            let mut reads: Vec<crate::engine::Read<'_>> = spans
+                .iter()
+                .zip(bufs.iter_mut())
+                .map(|(&(o, _), b)| crate::engine::Read { fd: -1, offset: o, dst: b })
+                .collect();
+            let t = crate::engine::Tuning { queue_depth: depth, ..Default::default() };
+            read_many_direct(&direct, &mut reads, &t, &mut staging).unwrap();
+            for (&(o, n), b) in spans.iter().zip(&bufs) {
+                assert!(b[..] == data[o as usize..o as usize + n], "depth {depth}: {o}+{n}");
+            }
+        }
+        let (mut a, mut b) = (vec![0u8; 100], vec![0u8; 400]);
+        let mut reads = [
+            crate::engine::Read { fd: -1, offset: 3, dst: &mut a },
+            crate::engine::Read { fd: -1, offset: len as u64 - 300, dst: &mut b },
+        ];
+        let f = read_many_direct(&direct, &mut reads, &Default::default(), &mut staging).unwrap_err();
+        assert_eq!(f.index, 1);
+        assert!(matches!(f.kind, crate::engine::FailureKind::Eof { at } if at == len as u64), "{:?}", f.kind);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -267,8 +267,9 @@ pub extern "C" fn hostfirst_gather_set_ring_bound(gather: *mut hostfirst_gather,
 /// (0, the default of a new gather), `HOSTFIRST_PAGE_CACHE_DROP` (the pages of the file that a run's windows
 /// brought into the cache are dropped when the run ends, failed or not; pages cached before stay; only the
 /// windows' pages are sampled, with `mincore`, so the cost follows the batch, not the file) or
-/// `HOSTFIRST_PAGE_CACHE_BYPASS` (read as DROP: the windows are small reads through the transfer engine, with
-/// no direct reader yet). Applies to `hostfirst_gather_run`, `hostfirst_gather_run_sequences` and the
+/// `HOSTFIRST_PAGE_CACHE_BYPASS` (the windows of a contiguous view are read with direct I/O, `O_DIRECT` into
+/// aligned staging, all at once through the transfer engine, so nothing enters the cache; where the file
+/// system refuses `O_DIRECT`, and for a strided view, read as DROP). Applies to `hostfirst_gather_run`, `hostfirst_gather_run_sequences` and the
 /// streams started on the gather afterwards; a source populated with `hostfirst_view_prefault` is read
 /// through its mapping and a buffer source from memory, under no policy. Errors: `NULL_ARGUMENT`,
 /// `INVALID_HANDLE`, `INVALID_ARGUMENT` (`page_cache` not a `hostfirst_page_cache`; nothing changed).

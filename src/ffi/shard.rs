@@ -108,8 +108,9 @@ pub struct hostfirst_shard_run_options {
     pub user: *mut c_void,
     /// (1.1) What the run leaves in the page cache: `HOSTFIRST_PAGE_CACHE_KEEP` (0, the default),
     /// `HOSTFIRST_PAGE_CACHE_DROP` (the pages of the plan's files that the run brought in are dropped when it
-    /// ends, failed or not; pages cached before stay) or `HOSTFIRST_PAGE_CACHE_BYPASS` (for now read as DROP:
-    /// shard-on-read has no direct reader yet). Another value is `INVALID_ARGUMENT` naming
+    /// ends, failed or not; pages cached before stay) or `HOSTFIRST_PAGE_CACHE_BYPASS` (host parts, and CUDA
+    /// parts contiguous in the file, read with direct I/O, `O_DIRECT` into aligned staging, where the file
+    /// system allows it; elsewhere, and for a strided CUDA part, read as DROP). Another value is `INVALID_ARGUMENT` naming
     /// `opts->page_cache`.
     pub page_cache: c_page_cache,
 }

@@ -478,3 +478,25 @@ fn cuda_load_fault_sweep_never_reports_success_and_never_leaks() {
         failed.join("\n")
     );
 }
+
+/// A load's reads are its read plan's (issue 45: one coalescing and over-read rule for loads, read plans and
+/// shard-on-read). The cpu job reads t0, t1, t3 and t5 of a file whose t2 and t4 stay host views (gaps of a
+/// page and of 1 MiB between the tensors read): the load issues exactly the requests that
+/// `ReadPlan::new` gives for those four tensors (a job under 16 MiB per reader thread reads at most 1 MiB
+/// per request: the default policy's `max_read`): t0 (1.5 MiB) as two requests, t1 and t3 merged across
+/// the one-page gap (the cap of 1.25 pages read per page needed holds), t5 alone after the 1 MiB gap.
+#[test]
+fn a_loads_requests_are_its_read_plans() {
+    use hostfirst::engine::{ReadPlan, Slice, Tuning};
+    use hostfirst::file::ReadPolicy;
+    let elems = [3 << 17, 1000, 1024, 8192, 1 << 18, 2048];
+    let (path, want) = write_many("gaps.safetensors", elems.len(), |i| elems[i], false);
+    let f = TensorFile::open(&path).unwrap();
+    let plan = Plan::make(&f, &Rules::parse(["t2=host", "t4=host", "*=cpu"]).unwrap()).unwrap();
+    let loaded = load(&f, &plan, None).unwrap();
+    verify_all(&f, &loaded, &want);
+    let read = ["t0", "t1", "t3", "t5"].map(Slice::whole);
+    let rp = ReadPlan::new(&f, &read, ReadPolicy::default(), Tuning::default()).unwrap();
+    assert_eq!(rp.request_count(), 4, "{:?}", rp.requests());
+    assert_eq!(loaded.read_requests(), rp.request_count(), "the load's requests: {:?}", rp.requests());
+}

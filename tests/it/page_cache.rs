@@ -300,7 +300,7 @@ fn cli_page_cache() {
 
 /// Shard-on-read takes the policy (issue 45, point 1): a run of a plan that reads the whole file (every
 /// shard of a 2-way mesh owned here) leaves it cached under keep and at most 5 % of it under drop and bypass
-/// (bypass reads as drop there: no direct reader yet); bytes exact; through C, the run options' appended
+/// (bypass reads directly there: see `bypass_reads_shards_and_gathers_directly`); bytes exact; through C, the run options' appended
 /// `page_cache` is refused naming `opts->page_cache` for an unknown value, and nothing is written to `out`.
 #[test]
 fn shard_runs_leave_the_cache_as_said() {
@@ -531,7 +531,8 @@ fn ramfs(test: &str) -> Option<Ramfs> {
 }
 
 /// On ramfs, which refuses O_DIRECT (EINVAL at open): the report says O_DIRECT is refused by ramfs and that
-/// bypass falls back, with that reason; a bypass load there is byte-exact (it read through the cache).
+/// bypass falls back, with that reason; a bypass load, gather (unaligned windows) and shard run there are
+/// byte-exact (they read through the cache), and the gather's `last_bypass` gives the reason.
 #[test]
 fn the_report_names_the_file_system_that_refuses_o_direct() {
     let Some(m) = ramfs("odirect") else { return };
@@ -549,6 +550,34 @@ fn the_report_names_the_file_system_that_refuses_o_direct() {
     let d = hostfirst::cache::DirectFiles::for_policy(PageCache::Bypass).unwrap();
     assert!(d.get(&std::fs::File::open(&p).unwrap()).is_none());
     assert!(d.fallback().unwrap().contains("refuses O_DIRECT"), "{:?}", d.fallback());
+    // A bypass gather and shard run there fall back too, byte-exact; the gather says why.
+    let f = TensorFile::open(&p).unwrap();
+    let mut g = hostfirst::place::Gather::new(hostfirst::Device::CPU, hostfirst::DType::F32, 4, 1001).unwrap();
+    g.set_page_cache(PageCache::Bypass);
+    let offsets = [3u64, 5000, 77_777, ELEMS as u64 - 1001];
+    let batch = g.run(&f.view("t3").unwrap(), &offsets).unwrap();
+    let got = batch.lock().unwrap().host_bytes().unwrap().to_vec();
+    for (i, &o) in offsets.iter().enumerate() {
+        let at = 3 * ELEMS * 4 + o as usize * 4;
+        assert!(got[i * 4004..(i + 1) * 4004] == data[at..at + 4004], "ramfs gather window {i}");
+    }
+    match g.last_bypass() {
+        Some(Err(why)) => assert!(why.contains("refuses O_DIRECT"), "{why}"),
+        other => panic!("a bypass gather on ramfs: {other:?}"),
+    }
+    use hostfirst::shard::{self, Mesh, Owned, ShardOptions, ShardPlan, ShardRules};
+    let mesh = std::sync::Arc::new(Mesh::new(&[("x", 2)]).unwrap());
+    let mut rules = ShardRules::new(std::sync::Arc::clone(&mesh));
+    rules.add("t*", "x").unwrap();
+    let owned: Vec<Owned> = (0..2).map(|p| Owned { position: p, device: hostfirst::Device::CPU }).collect();
+    let plan = ShardPlan::make(&f, &rules, &owned, hostfirst::file::ReadPolicy::default()).unwrap();
+    let load = shard::run(&plan, ShardOptions { page_cache: PageCache::Bypass, ..Default::default() }).unwrap();
+    for (e, s) in plan.entries.iter().zip(&load.shards) {
+        let i: usize = e.name()[1..].parse().unwrap();
+        let half = ELEMS * 4 / 2;
+        let at = i * ELEMS * 4 + e.position as usize * half;
+        assert!(s.buffer.lock().unwrap().host_bytes().unwrap() == &data[at..at + half], "ramfs shard {}", e.name());
+    }
 }
 
 /// Runs `hostfirst inspect --json FILE` in a child whose seccomp filter answers `io_uring_setup` with `errno`
@@ -635,4 +664,93 @@ fn cli_gather_and_shard_page_cache() {
             assert!(c <= 0.05, "shard {policy}: {:.1} % of the file stays cached", c * 100.0);
         }
     }
+}
+
+/// `bypass` on shard-on-read and gathers reads with direct I/O (issue 45, point 2): nothing the run reads
+/// enters the page cache, even while the run still holds it. A 2-way shard run of a cold file, looked at
+/// from its final progress call (every byte read, the run's cache scope not yet restored): under `drop`
+/// the file is cached then (the observable works), under `bypass` at most 5 % of it is; afterwards at most
+/// 5 % either way; bytes exact (the shards start at unaligned file offsets: the data section starts 8 +
+/// header bytes in). A gather of 32 windows of 16,383 f32 (65,532 bytes: unaligned lengths) at unaligned
+/// offsets reports its windows read directly ([`Gather::last_bypass`]) and leaves at most 5 % of their
+/// pages cached; bytes exact. On tmpfs (O_DIRECT refused by older kernels) the stated fallback is checked
+/// instead.
+#[test]
+fn bypass_reads_shards_and_gathers_directly() {
+    use hostfirst::file::ReadPolicy;
+    use hostfirst::place::Gather;
+    use hostfirst::shard::{self, Mesh, Owned, ShardOptions, ShardPlan, ShardRules};
+    use std::sync::Arc;
+    let (p, data) = write_file("direct.safetensors");
+    let f = TensorFile::open(&p).unwrap();
+    let data_start = std::fs::metadata(&p).unwrap().len() as usize - TENSORS * ELEMS * 4;
+    assert_ne!(data_start % 4096, 0, "the tensors start at unaligned offsets");
+    let direct_here = hostfirst::cache::DirectFiles::default();
+    let fallback = direct_here.get(&std::fs::File::open(&p).unwrap()).is_none();
+    if fallback {
+        eprintln!("{} refuses O_DIRECT: bypass falls back here ({:?})", p.display(), direct_here.fallback());
+    }
+    let mesh = Arc::new(Mesh::new(&[("x", 2)]).unwrap());
+    let mut rules = ShardRules::new(Arc::clone(&mesh));
+    rules.add("t*", "x").unwrap();
+    let owned: Vec<Owned> = (0..2).map(|p| Owned { position: p, device: hostfirst::Device::CPU }).collect();
+    let plan = ShardPlan::make(&f, &rules, &owned, ReadPolicy::default()).unwrap();
+    for policy in [PageCache::Drop, PageCache::Bypass] {
+        evict(&p);
+        let mut at_end = None;
+        let mut sink = |d: u64, t: u64| {
+            if d == t {
+                at_end = Some(cached(&p));
+            }
+            false
+        };
+        let opts = ShardOptions { page_cache: policy, progress: Some(&mut sink), ..Default::default() };
+        let load = shard::run(&plan, opts).unwrap();
+        for (e, s) in plan.entries.iter().zip(&load.shards) {
+            let i: usize = e.name()[1..].parse().unwrap();
+            let half = ELEMS * 4 / 2;
+            let at = i * ELEMS * 4 + if e.position == 0 { 0 } else { half };
+            let b = s.buffer.lock().unwrap();
+            assert!(b.host_bytes().unwrap() == &data[at..at + half], "{policy:?}: {} at {}", e.name(), e.position);
+        }
+        drop(load);
+        let during = at_end.expect("a final progress call");
+        match policy {
+            PageCache::Drop => assert!(during > 0.9, "drop: {during:.3} cached before the run's end"),
+            _ if fallback => {}
+            _ => assert!(during <= 0.05, "shard bypass: {:.1} % of the file entered the cache", during * 100.0),
+        }
+        let c = cached(&p);
+        assert!(c <= 0.05, "shard run {policy:?}: {:.1} % stays cached", c * 100.0);
+    }
+
+    const BATCH: usize = 32;
+    const WINDOW: usize = 16383;
+    let mut g = Gather::new(hostfirst::Device::CPU, hostfirst::DType::F32, BATCH as u64, WINDOW as u64).unwrap();
+    g.set_page_cache(PageCache::Bypass);
+    let view = f.view("t2").unwrap();
+    let offsets: Vec<u64> = (0..BATCH as u64).map(|i| i * (ELEMS as u64 / BATCH as u64) + 1001 + 3 * i).collect();
+    evict(&p);
+    let batch = g.run(&view, &offsets).unwrap();
+    {
+        let b = batch.lock().unwrap();
+        let got = b.host_bytes().unwrap();
+        for (i, &o) in offsets.iter().enumerate() {
+            let at = 2 * ELEMS * 4 + o as usize * 4;
+            assert!(got[i * WINDOW * 4..(i + 1) * WINDOW * 4] == data[at..at + WINDOW * 4], "window {i}");
+        }
+    }
+    match g.last_bypass() {
+        Some(Ok(n)) => assert_eq!(n, (BATCH * WINDOW * 4) as u64),
+        Some(Err(why)) if fallback => assert!(why.contains("O_DIRECT"), "{why}"),
+        other => panic!("the gather's bypass on a disk that allows O_DIRECT: {other:?}"),
+    }
+    let c =
+        offsets.iter().map(|&o| cached_range(&p, data_start + 2 * ELEMS * 4 + o as usize * 4, WINDOW * 4)).sum::<f64>()
+            / BATCH as f64;
+    assert!(c <= 0.05, "gather bypass: {:.1} % of the windows' pages stay cached", c * 100.0);
+    g.set_page_cache(PageCache::Keep);
+    evict(&p);
+    g.run(&view, &offsets).unwrap();
+    assert_eq!(g.last_bypass(), None, "keep: no bypass report");
 }

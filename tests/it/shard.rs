@@ -486,3 +486,65 @@ fn strided_views_export_with_strides_or_as_packed_copies() {
     b.copy_to_host(&mut back).unwrap();
     assert_eq!(back, want);
 }
+
+/// `bypass` reads the CUDA parts of a shard run with direct I/O too (issue 45, point 2): the staging ring's
+/// readers fill its slabs from their own aligned staging, so nothing the run reads enters the page cache.
+/// Two row shards of each of two f32 tensors (rows of 1,003 and 1,001 elements: unaligned starts and lengths)
+/// on cuda:0 of the stand-in, from a cold file; at the run's final progress call (every byte read, its cache
+/// scope not yet restored) the file is cached under `drop` (the observable works) and at most 5 % of it under
+/// `bypass`; afterwards at most 5 % either way; every shard byte-exact.
+#[test]
+fn bypass_reads_cuda_shards_directly_through_the_stand_in() {
+    in_stand_in_child(concat!(module_path!(), "::bypass_reads_cuda_shards_directly_through_the_stand_in"), &[], || {
+        use hostfirst::cache::{resident_pages, PageCache};
+        use std::os::fd::AsRawFd;
+        let p = scratch(&format!("shard-bypass-{}", std::process::id())).join("cuda.safetensors");
+        let (w, v) = (T("w", "F32", 32, vec![1000, 1003]), T("v", "F32", 32, vec![2048, 1001]));
+        let bytes = write_st(&p, &[&w, &v], 7);
+        let cached = || {
+            let (r, n) = resident_pages(&std::fs::File::open(&p).unwrap()).unwrap();
+            r as f64 / n as f64
+        };
+        let direct_here = hostfirst::cache::DirectFiles::default();
+        let fallback = direct_here.get(&std::fs::File::open(&p).unwrap()).is_none();
+        let f = TensorFile::open(&p).unwrap();
+        let mesh = Arc::new(Mesh::new(&[("x", 2)]).unwrap());
+        let mut rules = ShardRules::new(Arc::clone(&mesh));
+        rules.add("*", "x").unwrap();
+        let owned: Vec<Owned> = (0..2).map(|p| Owned { position: p, device: Device::cuda(0) }).collect();
+        let plan = ShardPlan::make(&f, &rules, &owned, ReadPolicy::default()).unwrap();
+        for policy in [PageCache::Drop, PageCache::Bypass] {
+            let file = std::fs::File::open(&p).unwrap();
+            file.sync_all().unwrap();
+            // SAFETY: advice on an open descriptor.
+            assert_eq!(unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+            let mut at_end = None;
+            let mut sink = |d: u64, t: u64| {
+                if d == t {
+                    at_end = Some(cached());
+                }
+                false
+            };
+            let opts = ShardOptions { page_cache: policy, progress: Some(&mut sink), ..Default::default() };
+            let load = shard::run(&plan, opts).unwrap();
+            for (e, s) in plan.entries.iter().zip(&load.shards) {
+                let data = &bytes.iter().find(|(n, _)| n == e.name()).unwrap().1;
+                let half = data.len() / 2;
+                let want = &data[e.position as usize * half..(e.position as usize + 1) * half];
+                assert!(buffer_bytes(&s.buffer) == want, "{policy:?}: {} at {}", e.name(), e.position);
+                assert_eq!(s.buffer.lock().unwrap().device(), Device::cuda(0));
+            }
+            drop(load);
+            let during = at_end.expect("a final progress call");
+            match policy {
+                PageCache::Drop => assert!(during > 0.9, "drop: {during:.3} cached before the run's end"),
+                _ if fallback => eprintln!("O_DIRECT refused here: {:?}", direct_here.fallback()),
+                _ => assert!(during <= 0.05, "cuda shard bypass: {:.1} % entered the cache", during * 100.0),
+            }
+            let c = cached();
+            assert!(c <= 0.05, "{policy:?}: {:.1} % stays cached", c * 100.0);
+        }
+        hostfirst::place::release_cached_memory();
+        assert_eq!(stand_in_query("stand_in_live_allocations"), 0);
+    });
+}

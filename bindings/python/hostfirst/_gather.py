@@ -59,7 +59,7 @@ class Gather:
     HOSTFIRST_GATHER_DEFAULT_RING_BOUND = 4), `run` raises BusyError and changes nothing. `device` may be
     "default" (resolved now through the default stack).
 
-    `page_cache` ("keep", the default; "drop"; "bypass", read as "drop" here): what each run from a file leaves
+    `page_cache` ("keep", the default; "drop"; "bypass": direct I/O where the file system allows it): what each run from a file leaves
     in the page cache (hostfirst_gather_set_page_cache; only the windows' pages are sampled and dropped).
     Anything else is InvalidArgumentError naming page_cache."""
 

@@ -79,7 +79,7 @@ def load_shards(path: Union[PathLike, File], mesh: Union[Mapping[str, int], Iter
     replicated; spec as in `spec_text`, or SKIP (None) to leave the tensors a rule matches out. owned:
     {position: device spec} (or a sequence of positions, all on "cpu"). Every device is fit-checked before anything moves; each shard is read from its byte runs only.
     Returns the shards, by tensor (file order), then by owned position (the order given).
-    page_cache ("keep", the default; "drop"; "bypass", read as "drop" here): what the run leaves in the page
+    page_cache ("keep", the default; "drop"; "bypass": host parts read with direct I/O where the file system allows it): what the run leaves in the page
     cache (hostfirst_shard_run_options.page_cache); anything else is InvalidArgumentError naming page_cache."""
     from ._page_cache import page_cache_value
 

@@ -379,6 +379,12 @@ impl ScatterPlan {
         })
     }
 
+    /// The reads in file order with the pieces each serves: `(lo, hi, pieces)` (a whole-file load turns
+    /// them into its arena groups: [`super::plan::load_requests`]).
+    pub(crate) fn reads_with_pieces(&self) -> impl Iterator<Item = (u64, u64, &[ScatterPiece])> + '_ {
+        self.reads.iter().map(|r| (r.lo, r.hi, r.pieces.as_slice()))
+    }
+
     /// Tasks the reads are grouped into (what the threads claim).
     pub fn tasks(&self) -> usize {
         self.tasks.len().saturating_sub(1)
@@ -464,6 +470,21 @@ pub fn read_scatter(
     progress: &mut Progress<'_>,
     failed: &(dyn Fn(ReadFailure, usize) -> Error + Sync),
 ) -> Result<()> {
+    read_scatter_with(fd, None, plan, dsts, tuning, progress, failed)
+}
+
+/// [`read_scatter`], with `direct` (an `O_DIRECT` descriptor of the same file: page-cache policy `bypass`)
+/// reading each task's requests with direct I/O through the thread's aligned staging
+/// ([`crate::cache::read_many_direct`]; nothing is announced to the kernel ahead, nothing enters the cache).
+pub fn read_scatter_with(
+    fd: RawFile,
+    direct: Option<&std::fs::File>,
+    plan: &ScatterPlan,
+    dsts: &mut [ScatterDst<'_>],
+    tuning: &Tuning,
+    progress: &mut Progress<'_>,
+    failed: &(dyn Fn(ReadFailure, usize) -> Error + Sync),
+) -> Result<()> {
     let t = tuning.resolved();
     let ntasks = plan.tasks.len().saturating_sub(1);
     if ntasks == 0 {
@@ -497,7 +518,7 @@ pub fn read_scatter(
         stop.store(true, Ordering::Relaxed);
         first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
     };
-    let task = |k: usize, scratch: &mut Vec<u8>| -> Result<u64> {
+    let task = |k: usize, scratch: &mut Vec<u8>, staging: &mut crate::cache::Staging| -> Result<u64> {
         let reads = &plan.reads[plan.tasks[k]..plan.tasks[k + 1]];
         // The part of each in-order destination that this task fills (its first to its last piece), prepared
         // in the destination and its copies.
@@ -535,7 +556,11 @@ pub fn read_scatter(
                 free = after;
             }
         }
-        read_many(&mut set, &sub).map_err(|f| {
+        let r = match direct {
+            Some(d) => crate::cache::read_many_direct(d, &mut set, &sub, staging),
+            None => read_many(&mut set, &sub),
+        };
+        r.map_err(|f| {
             let j = owner[f.index];
             failed(f, j)
         })?;
@@ -577,6 +602,7 @@ pub fn read_scatter(
     };
     let worker = |after: &mut dyn FnMut() -> Result<()>| {
         let mut scratch = Vec::new();
+        let mut staging = crate::cache::Staging::default();
         loop {
             if stop.load(Ordering::Relaxed) {
                 break;
@@ -585,10 +611,10 @@ pub fn read_scatter(
             if k >= ntasks {
                 break;
             }
-            if let Some(ahead) = (k + threads < ntasks).then_some(k + threads) {
+            if let Some(ahead) = (k + threads < ntasks && direct.is_none()).then_some(k + threads) {
                 hint(ahead);
             }
-            match task(k, &mut scratch) {
+            match task(k, &mut scratch, &mut staging) {
                 Ok(n) => {
                     done.fetch_add(n, Ordering::Relaxed);
                 }

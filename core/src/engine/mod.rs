@@ -41,7 +41,8 @@ pub mod plan;
 pub mod staging;
 pub mod write;
 pub use bulk::{
-    fill_host, read_exact, read_pieces, read_scatter, read_vectored_exact, ScatterDst, ScatterPiece, ScatterPlan,
+    fill_host, read_exact, read_pieces, read_scatter, read_scatter_with, read_vectored_exact, ScatterDst, ScatterPiece,
+    ScatterPlan,
 };
 pub use plan::{ReadPlan, Request, Slice};
 mod pool;

@@ -11,7 +11,7 @@
 //! destinations plus the scratch the merged requests go through). [`ReadPlan::execute`] issues exactly those
 //! requests, through the engine's parallel readers ([`super::read_scatter`]).
 
-use super::{read_scatter, FailureKind, Progress, ReadFailure, ScatterDst, ScatterPiece, ScatterPlan, Tuning};
+use super::{read_scatter_with, FailureKind, Progress, ReadFailure, ScatterDst, ScatterPiece, ScatterPlan, Tuning};
 use crate::error::{Error, Result, Status};
 use crate::file::{ReadPolicy, TensorFile, View};
 
@@ -76,6 +76,22 @@ pub(crate) fn scatter_pieces(views: &[&View]) -> Vec<ScatterPiece> {
     }
     pieces.sort_unstable_by_key(|p| p.0);
     pieces
+}
+
+/// The requests of one file of a whole-file load (a job's tensors of that file, each a destination): the
+/// pieces `(file offset, tensor, 0, bytes)`, sorted by file offset, planned by the same rule as every
+/// [`ReadPlan`] ([`ScatterPlan::new`]: neighbours merged while the over-read cap holds, long runs cut) with
+/// `read_size` as the largest request (the load's group: 1 to 8 MiB for host memory, one staging slab for
+/// CUDA). A [`ReadPlan`] of the same tensors under `ReadPolicy { max_read: read_size, .. }` and
+/// `Tuning { chunk: read_size, .. }` has exactly these requests.
+pub(crate) fn load_requests(
+    pieces: &[ScatterPiece],
+    tensors: usize,
+    read_size: usize,
+    policy: &ReadPolicy,
+) -> Result<ScatterPlan> {
+    let policy = ReadPolicy { max_read: read_size as u64, ..*policy };
+    ScatterPlan::new(pieces, tensors, &policy, &Tuning { chunk: read_size, ..Tuning::default() })
 }
 
 impl ReadPlan {
@@ -294,11 +310,26 @@ impl ReadPlan {
         dsts: &mut [ScatterDst<'_>],
         progress: &mut Progress<'_>,
     ) -> Result<u64> {
+        self.execute_group_with(g, dsts, progress, None)
+    }
+
+    /// [`ReadPlan::execute_group`] under a page-cache policy's direct files (`bypass`: `direct` is
+    /// [`crate::cache::DirectFiles::for_policy`]'s set): the group's requests are read with direct I/O where
+    /// the file has an `O_DIRECT` twin, through the page cache otherwise (the set says why).
+    pub(crate) fn execute_group_with(
+        &self,
+        g: usize,
+        dsts: &mut [ScatterDst<'_>],
+        progress: &mut Progress<'_>,
+        direct: Option<&crate::cache::DirectFiles>,
+    ) -> Result<u64> {
         let group = &self.groups[g];
         let first = &self.views[group.members[0]];
         let (file, _) = first.file_and_offset().expect("a file group reads from a file");
         let failed = |f: ReadFailure, j: usize| read_failure(&self.views[group.members[j]], file, f);
-        read_scatter(crate::os::raw_file(file), &group.scatter, dsts, &self.tuning, progress, &failed)?;
+        let twin = direct.and_then(|d| d.get(file));
+        let fd = crate::os::raw_file(file);
+        read_scatter_with(fd, twin.as_deref(), &group.scatter, dsts, &self.tuning, progress, &failed)?;
         Ok(group.scatter.bytes())
     }
 

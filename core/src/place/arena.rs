@@ -9,9 +9,11 @@
 //!   job drops its arena before returning, so nothing it allocated survives (the one exception, by the rule
 //!   of [`crate::device::cuda::inflight`]: device memory a failed copy may still write is leaked, never freed
 //!   under it, when that copy cannot be established to have ended).
-//! - **Reads**: tensors are sorted by their offset in their file and neighbours are read together when the
-//!   merged read stays within the read policy's over-read bound ([`ReadPolicy::max_over_read`], counted in
-//!   pages) and within one read's size (8 MiB for host memory, one staging slab for CUDA). Host reads go
+//! - **Reads**: the requests are the job's read plan's, file by file ([`crate::engine::plan::load_requests`],
+//!   the rule of every [`ReadPlan`](crate::engine::ReadPlan) and of shard-on-read): tensors sorted by their
+//!   offset in their file, neighbours read together while the merged read stays within the read policy's
+//!   over-read bound ([`ReadPolicy::max_over_read`], counted in pages) and within one read's size (1 to
+//!   8 MiB for host memory, one staging slab for CUDA), longer tensors cut at that size. Host reads go
 //!   straight into the arena with `preadv` (the bytes between tensors into a scratch buffer); CUDA reads fill
 //!   a page-locked slab with one `pread`, and one `cuMemcpyHtoDAsync` per run of tensors that are contiguous
 //!   in both the file and the arena moves it to the device. `pread` (never the mapping) turns a truncated
@@ -40,20 +42,21 @@ pub const CUDA_ALIGN: usize = 256;
 pub const HOST_READ_BYTES: usize = 8 << 20;
 /// The smallest group a host load cuts for balance between its threads.
 const MIN_GROUP: usize = 1 << 20;
-const PAGE: u64 = 4096;
 
 /// Progress of a whole load: `sink(done, total)` at most every [`PROGRESS_INTERVAL`]; true cancels.
 pub(crate) struct Reporter<'a> {
     sink: Option<&'a mut dyn FnMut(u64, u64) -> bool>,
     /// Bytes of jobs (or tensors) already finished.
     pub base: u64,
+    /// File requests the finished jobs issued (their read plans' requests).
+    pub requests: u64,
     total: u64,
     last: Instant,
 }
 
 impl<'a> Reporter<'a> {
     pub(crate) fn new(sink: Option<&'a mut dyn FnMut(u64, u64) -> bool>, total: u64) -> Reporter<'a> {
-        Reporter { sink, base: 0, total, last: Instant::now() }
+        Reporter { sink, base: 0, requests: 0, total, last: Instant::now() }
     }
 
     /// Reports `base + done` if the interval has passed; `CANCELLED` when the callback asks.
@@ -189,48 +192,31 @@ impl Group<'_> {
     }
 }
 
-fn pages(lo: u64, hi: u64) -> u64 {
-    if hi <= lo {
-        0
-    } else {
-        hi.div_ceil(PAGE) - lo / PAGE
-    }
-}
-
-/// Cuts the tensors into reads of at most `cap` bytes (a remote object's: `remote_cap`, one ranged GET
-/// each), merging file (and remote object) neighbours within `policy`'s over-read bound. `offsets[i]` is where
-/// `tensors[i]` goes in the arena.
+/// Cuts the tensors into reads: of at most `cap` bytes for a file, `remote_cap` for a remote object (one ranged
+/// GET each). `offsets[i]` is where `tensors[i]` goes in the arena. The reads of file-backed and remote tensors
+/// are the read plan's ([`crate::engine::plan::load_requests`], source by source): the one coalescing and
+/// over-read rule of [`ReadPlan`](crate::engine::ReadPlan)s and shard-on-read, under `policy`'s over-read cap
+/// with the source's cap as the largest request. Tensors of a memory buffer are copied in pieces of `cap`.
 fn groups<'a>(
     tensors: &[TensorRef<'a>],
     offsets: &[usize],
     cap: usize,
     remote_cap: usize,
     policy: &ReadPolicy,
-) -> Vec<Group<'a>> {
+) -> Result<Vec<Group<'a>>> {
+    let cap = cap.max(1);
     let mut out = Vec::new();
-    // (source, absolute offset, length, arena offset, tensor) of every piece of a file-backed or remote tensor.
-    let mut file_pieces: Vec<(Src<'a>, u64, usize, usize, TensorRef<'a>)> = Vec::new();
-    for (&v, &dst) in tensors.iter().zip(offsets) {
+    // (source, absolute offset, tensor index) of every file-backed or remote tensor with bytes.
+    let mut sourced: Vec<(Src<'a>, u64, usize)> = Vec::new();
+    for (i, (&v, &dst)) in tensors.iter().zip(offsets).enumerate() {
         let n = v.nbytes() as usize;
         if n == 0 {
             continue;
         }
-        let src = match (v.file_and_offset(), v.remote_and_offset()) {
-            (Some((file, at)), _) => Some((Src::File(file), at, cap.max(1))),
-            (None, Some((id, at))) => Some((Src::Remote(id), at, remote_cap.max(1))),
-            (None, None) => None,
-        };
-        let cap = cap.max(1);
-        match src {
-            Some((src, at, cap)) => {
-                let mut k = 0;
-                while k < n {
-                    let len = (n - k).min(cap);
-                    file_pieces.push((src, at + k as u64, len, dst + k, v));
-                    k += len;
-                }
-            }
-            None => {
+        match (v.file_and_offset(), v.remote_and_offset()) {
+            (Some((file, at)), _) => sourced.push((Src::File(file), at, i)),
+            (None, Some((id, at))) => sourced.push((Src::Remote(id), at, i)),
+            (None, None) => {
                 let mut k = 0;
                 while k < n {
                     let len = (n - k).min(cap);
@@ -245,50 +231,38 @@ fn groups<'a>(
             }
         }
     }
-    file_pieces.sort_by_key(|p| (p.0.key(), p.1));
-    let mut cur: Option<(Group<'a>, u64)> = None; // the open group and the pages its pieces touch
-    for (src, at, len, dst, v) in file_pieces {
-        let end = at + len as u64;
-        let cap = match src {
-            Src::File(_) => cap.max(1),
+    sourced.sort_unstable_by_key(|p| (p.0.key(), p.1));
+    for same in sourced.chunk_by(|a, b| a.0.key() == b.0.key()) {
+        let src = same[0].0;
+        let read_size = match src {
+            Src::File(_) => cap,
             Src::Remote(_) => remote_cap.max(1),
         };
-        if let Some((g, need)) = cur.as_mut() {
-            let open = match &mut g.from {
-                From::File { file, at, span } => Some((Src::File(file), at, span)),
-                From::Remote { at, span } => g.tensor.remote_and_offset().map(|(id, _)| (Src::Remote(id), at, span)),
-                From::Memory { .. } => None,
+        // Destination j of the plan is tensor same[j].2; the pieces come sorted by offset.
+        let pieces: Vec<crate::engine::ScatterPiece> =
+            same.iter().enumerate().map(|(j, &(_, at, i))| (at, j, 0, tensors[i].nbytes())).collect();
+        let plan = crate::engine::plan::load_requests(&pieces, same.len(), read_size, policy)?;
+        for (lo, hi, served) in plan.reads_with_pieces() {
+            let first = tensors[same[served[0].1].2];
+            let span = (hi - lo) as usize;
+            let from = match src {
+                Src::File(file) => From::File { file, at: lo, span },
+                Src::Remote(_) => From::Remote { at: lo, span },
             };
-            if let Some((gsrc, start, span)) = open {
-                let same = gsrc.key() == src.key();
-                let after = at >= *start + *span as u64;
-                let fits = end - *start <= cap as u64;
-                let need2 = *need + pages(at, end);
-                let bounded = pages(*start, end) as f64 <= policy.max_over_read * need2 as f64;
-                if same && after && fits && bounded {
-                    *span = (end - *start) as usize;
-                    let src = (at - *start) as usize;
-                    *need = need2;
-                    g.push(Piece { src, dst, len });
-                    continue;
-                }
+            let mut g = Group { from, tensor: first, pieces: Vec::new(), bytes: 0 };
+            for &(src, j, d, n) in served {
+                let i = same[j].2;
+                g.push(Piece { src: (src - lo) as usize, dst: offsets[i] + d as usize, len: n as usize });
             }
-        }
-        if let Some((g, _)) = cur.take() {
             out.push(g);
         }
-        let from = match src {
-            Src::File(file) => From::File { file, at, span: len },
-            Src::Remote(_) => From::Remote { at, span: len },
-        };
-        let mut g = Group { from, tensor: v, pieces: Vec::new(), bytes: 0 };
-        g.push(Piece { src: 0, dst, len });
-        cur = Some((g, pages(at, end)));
     }
-    if let Some((g, _)) = cur {
-        out.push(g);
-    }
-    out
+    Ok(out)
+}
+
+/// The file requests of `groups` (what a job issues; the read plan's request count).
+fn file_requests(groups: &[Group<'_>]) -> u64 {
+    groups.iter().filter(|g| matches!(g.from, From::File { .. })).count() as u64
 }
 
 /// Host loads of at least this many bytes read ahead ([`read_ahead`]).
@@ -463,7 +437,7 @@ pub(crate) fn load_host_threads(
     let mut arena = HostAlloc::zeroed(size, &what)?;
     // Groups small enough that each thread claims many (so they finish together), at most HOST_READ_BYTES.
     let per_group = (size / (16 * default_threads())).clamp(MIN_GROUP, HOST_READ_BYTES);
-    let groups = groups(tensors, &offsets, per_group, remote_part(tensors), &ReadPolicy::default());
+    let groups = groups(tensors, &offsets, per_group, remote_part(tensors), &ReadPolicy::default())?;
     let base = SendPtr(arena.as_mut_slice().as_mut_ptr());
     // A remote group is one ranged GET that waits on the network, not on this machine's cores: a load keeps
     // crate::remote::CONCURRENCY of them in flight (one reader thread each).
@@ -509,6 +483,7 @@ pub(crate) fn load_host_threads(
     if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e); // the arena is dropped here: nothing kept
     }
+    rep.requests += file_requests(&groups);
     Ok((Arc::new(arena), offsets))
 }
 
@@ -544,10 +519,11 @@ pub(crate) fn load_cuda(
     if bytes > 0 {
         let cfg = crate::engine::staging::RingConfig::default();
         let (slab_len, count) = crate::engine::staging::geometry(bytes, &cfg);
-        let groups = groups(tensors, &offsets, slab_len, remote_part(tensors).min(slab_len), &ReadPolicy::default());
+        let groups = groups(tensors, &offsets, slab_len, remote_part(tensors).min(slab_len), &ReadPolicy::default())?;
         let count = count.min(groups.len()).max(1);
         let threads = default_threads().min(count).max(1);
         ring(ordinal, &groups, &arena, slab_len, (count, threads), rep, direct)?;
+        rep.requests += file_requests(&groups);
     }
     Ok((Arc::new(arena), offsets))
 }
@@ -830,13 +806,5 @@ mod tests {
         drop(tensors);
         drop(f);
         std::fs::remove_dir_all(p.parent().unwrap()).unwrap();
-    }
-
-    #[test]
-    fn page_counts() {
-        assert_eq!(pages(0, 1), 1);
-        assert_eq!(pages(4095, 4097), 2);
-        assert_eq!(pages(4096, 8192), 1);
-        assert_eq!(pages(5, 5), 0);
     }
 }

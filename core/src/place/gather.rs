@@ -125,6 +125,10 @@ pub struct Gather {
     tuning: Tuning,
     /// What each run leaves in the page cache ([`Gather::set_page_cache`]).
     page_cache: crate::cache::PageCache,
+    /// What `bypass` did in the last run ([`Gather::last_bypass`]).
+    last_bypass: Mutex<Option<std::result::Result<u64, String>>>,
+    /// The aligned staging of `bypass` runs (allocated on the first, kept: about 8 MiB at most).
+    direct_staging: Mutex<crate::cache::Staging>,
 }
 
 /// A gather's checks of a source and of one batch's offsets ([`Gather::batch_check`]).
@@ -280,6 +284,8 @@ impl Gather {
             scratch: None,
             tuning: Tuning::default(),
             page_cache: crate::cache::PageCache::Keep,
+            last_bypass: Mutex::new(None),
+            direct_staging: Mutex::new(crate::cache::Staging::default()),
         };
         g.ring.push(g.new_batch()?);
         Ok(g)
@@ -361,9 +367,11 @@ impl Gather {
 
     /// Sets what each run from a file leaves in the page cache: `Keep` (the default), `Drop` (the pages of
     /// the file a run's windows brought in are given back when the run ends, failed or not; only the windows'
-    /// pages are sampled and dropped, so the cost follows the batch, not the file) or `Bypass` (read as
-    /// `Drop`: windows are a few pages each, read through the transfer engine; no direct reader yet). A
-    /// prefaulted source is read through its mapping and a buffer source from memory: no policy applies.
+    /// pages are sampled and dropped, so the cost follows the batch, not the file) or `Bypass` (the windows
+    /// of a contiguous view are read with direct I/O, `O_DIRECT` into aligned staging, all at once through
+    /// the transfer engine, where the file system allows it: nothing enters the cache; where it does not, or
+    /// for a strided view, read as with `Drop`; [`Gather::last_bypass`] says which). A prefaulted source is
+    /// read through its mapping and a buffer source from memory: no policy applies.
     pub fn set_page_cache(&mut self, policy: crate::cache::PageCache) {
         self.page_cache = policy;
     }
@@ -371,6 +379,14 @@ impl Gather {
     /// The page-cache policy of the gather's runs.
     pub fn page_cache(&self) -> crate::cache::PageCache {
         self.page_cache
+    }
+
+    /// What `bypass` did in the last run that read windows from a file: `Some(Ok(bytes))` when they were
+    /// read with direct I/O (the windows' bytes), `Some(Err(why))` when they were read
+    /// through the page cache instead (the file system refuses `O_DIRECT`, a strided view); `None` when the
+    /// last run was not under `bypass` or read no file.
+    pub fn last_bypass(&self) -> Option<std::result::Result<u64, String>> {
+        self.last_bypass.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Sets the most batches the ring may hold (1 to [`MAX_RING_BOUND`], else `INVALID_ARGUMENT`). Lowering it
@@ -468,12 +484,20 @@ impl Gather {
                     Some((file, _)) => Some(crate::cache::CacheScope::begin(self.page_cache, [file])),
                     None => None,
                 };
+                let bypass = self.page_cache == crate::cache::PageCache::Bypass;
+                let report = |r: std::result::Result<u64, String>| {
+                    *self.last_bypass.lock().unwrap_or_else(|p| p.into_inner()) = bypass.then_some(r);
+                };
                 let Some((file, base)) = v.file_and_offset().filter(|_| v.is_contiguous()) else {
+                    report(Err("a strided view is read through the page cache, then dropped".to_string()));
                     for (_, o, d) in parts {
                         v.read_at(o * elem, d)?;
                     }
                     return Ok(());
                 };
+                // Under bypass, the file's O_DIRECT twin (or why there is none).
+                let direct = bypass.then(crate::cache::DirectFiles::default);
+                let twin = direct.as_ref().and_then(|d| d.get(file));
                 let _readahead_off = v.readahead_off();
                 let fd = crate::os::raw_file(file);
                 let mut index = Vec::with_capacity(rows.len());
@@ -482,7 +506,19 @@ impl Gather {
                     index.push(i);
                     reads.push(engine::Read { fd, offset: base + o * elem, dst: d });
                 }
-                return engine::read_many(&mut reads, &self.tuning).map_err(|f| {
+                let bytes: u64 = reads.iter().map(|r| r.dst.len() as u64).sum();
+                let r = match &twin {
+                    Some(t) => {
+                        let mut staging = self.direct_staging.lock().unwrap_or_else(|p| p.into_inner());
+                        crate::cache::read_many_direct(t, &mut reads, &self.tuning, &mut staging)
+                    }
+                    None => engine::read_many(&mut reads, &self.tuning),
+                };
+                report(match (&twin, &direct) {
+                    (Some(_), _) => Ok(bytes),
+                    (None, d) => Err(d.as_ref().and_then(|d| d.fallback()).unwrap_or_default()),
+                });
+                return r.map_err(|f| {
                     let i = index[f.index];
                     let word = if matches!(rows, Rows::Windows(_)) { "window" } else { "row" };
                     let at = format!("{word} {i} (offset {})", rows.row(i, self.window).0);

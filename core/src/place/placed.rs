@@ -32,6 +32,8 @@ pub struct Loaded {
     file: TensorFile,
     entries: Vec<Entry>,
     arenas: Vec<Arena>,
+    /// File requests the device jobs issued.
+    requests: u64,
 }
 
 /// One tensor of a load: placed, or placed when first asked for (a host view of the file, or a part of a
@@ -92,6 +94,14 @@ pub struct Described<'a> {
 }
 
 impl Loaded {
+    /// The file requests the load's `cpu` and `cuda` jobs issued: the requests of their read plans (one
+    /// [`crate::engine::ReadPlan`] rule for loads and shard-on-read: neighbouring tensors merged while the
+    /// over-read cap holds, at most one group's bytes per request: 1 MiB for a job under 16 MiB per reader
+    /// thread, up to 8 MiB; one staging slab for CUDA). Tensors placed one by one (copy-on-write, `cuda_host`)
+    /// and host views are not counted.
+    pub fn read_requests(&self) -> u64 {
+        self.requests
+    }
     /// Number of tensors.
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -342,7 +352,7 @@ pub fn load_with(file: &TensorFile, plan: &Plan, opts: LoadOptions<'_>) -> Resul
     if rep.active() {
         rep.call(total)?;
     }
-    Ok(Loaded { file: file.clone(), entries, arenas })
+    Ok(Loaded { file: file.clone(), entries, arenas, requests: rep.requests })
 }
 
 #[cfg(test)]

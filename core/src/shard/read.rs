@@ -27,10 +27,11 @@ pub struct ShardOptions<'a> {
     /// Progress sink (bytes placed, total) → true to cancel; the engine's [`Progress`] contract (rate-limited,
     /// monotonic across shards, last with `done == total`).
     pub progress: Option<&'a mut dyn FnMut(u64, u64) -> bool>,
-    /// What the run leaves in the page cache ([`crate::cache`]): `Keep` (the default) or `Drop` (the pages
-    /// of its files that the run brought in are given back when it ends, failed or not). `Bypass` reads
-    /// through the cache as `Drop` does (shard-on-read has no direct reader yet); the file's read-engine
-    /// report says so.
+    /// What the run leaves in the page cache ([`crate::cache`]): `Keep` (the default), `Drop` (the pages
+    /// of its files that the run brought in are given back when it ends, failed or not) or `Bypass` (the
+    /// host parts, and the CUDA parts that are contiguous in the file, are read with direct I/O, `O_DIRECT`
+    /// into aligned staging, where the file system allows it: nothing enters the cache; where it does not,
+    /// and for a strided CUDA part, read as with `Drop`; the file's read-engine report says which).
     pub page_cache: crate::cache::PageCache,
 }
 
@@ -77,6 +78,7 @@ pub fn run(plan: &ShardPlan, opts: ShardOptions<'_>) -> Result<ShardLoad> {
         opts.page_cache,
         plan.entries.iter().filter(|e| e.copy_of.is_none()).filter_map(|e| e.view.file_and_offset().map(|f| f.0)),
     );
+    let direct = crate::cache::DirectFiles::for_policy(opts.page_cache);
     let mut progress = Progress::new(opts.progress, total);
     let mut shards: Vec<Option<LoadedShard>> = vec![None; plan.entries.len()];
     let mut base = 0u64;
@@ -100,7 +102,8 @@ pub fn run(plan: &ShardPlan, opts: ShardOptions<'_>) -> Result<ShardLoad> {
             .collect();
         if !group.is_empty() {
             progress.part(base);
-            let got = read_group(entries, &group, &copies, plan, &opts.tuning, &mut progress).map_err(named)?;
+            let got = read_group(entries, &group, &copies, plan, &opts.tuning, &mut progress, direct.as_ref())
+                .map_err(named)?;
             for (k, loaded) in group.iter().copied().chain(copies.iter().map(|c| c.0)).zip(got) {
                 base += entries[k].nbytes();
                 shards[from + k] = Some(loaded);
@@ -125,7 +128,8 @@ pub fn run(plan: &ShardPlan, opts: ShardOptions<'_>) -> Result<ShardLoad> {
                     let mut buf = Buffer::alloc(view.name(), view.dtype(), view.shape(), view.nbytes(), e.device)?;
                     let fresh_cpu = e.device.kind == DeviceKind::CPU;
                     let read =
-                        read_shard(view, &mut buf, fresh_cpu, plan, &opts.tuning, &mut progress).map_err(named)?;
+                        read_shard(view, &mut buf, fresh_cpu, plan, &opts.tuning, &mut progress, direct.as_ref())
+                            .map_err(named)?;
                     LoadedShard { buffer: Arc::new(Mutex::new(buf)), bytes_read: read }
                 }
             };
@@ -144,7 +148,8 @@ pub fn run(plan: &ShardPlan, opts: ShardOptions<'_>) -> Result<ShardLoad> {
 /// buffers with one [`ReadPlan`](crate::engine::ReadPlan) of their views: the runs of all of them in file order, merged across
 /// neighbouring shards under the plan's policy, read by several threads at the queue depth. `copies`: (entry,
 /// position in `group` of the part it copies), host copies filled from the same reads. Returns the loaded
-/// shards in `group` order, each with its share of the bytes read, then the copies (0 bytes read).
+/// shards in `group` order, each with its share of the bytes read, then the copies (0 bytes read). With
+/// `direct` (page-cache policy `bypass`) the requests are read with direct I/O where the file allows it.
 fn read_group(
     entries: &[super::plan::ShardEntry],
     group: &[usize],
@@ -152,6 +157,7 @@ fn read_group(
     plan: &ShardPlan,
     tuning: &Tuning,
     progress: &mut Progress<'_>,
+    direct: Option<&crate::cache::DirectFiles>,
 ) -> Result<Vec<LoadedShard>> {
     let rp = group_plan(entries, group, &plan.policy, tuning)?;
     let alloc = |k: usize| {
@@ -176,7 +182,7 @@ fn read_group(
     for (&(k, g), b) in copies.iter().zip(copy_bufs.iter_mut()) {
         dsts[g].copies.push((b.host_bytes_mut().expect(HOST), prepare(k)));
     }
-    rp.execute_group(0, &mut dsts, progress)?;
+    rp.execute_group_with(0, &mut dsts, progress, direct)?;
     drop(dsts);
     let read = rp.group_per_slice(0).iter().copied().chain(copies.iter().map(|_| 0));
     Ok(bufs
@@ -188,7 +194,9 @@ fn read_group(
 }
 
 /// Reads one shard that is not part of a scatter group (a CUDA part through the staging ring, a part of a
-/// memory buffer in parallel pieces) into its new buffer; returns the file bytes read.
+/// memory buffer in parallel pieces) into its new buffer; returns the file bytes read. With `direct`
+/// (page-cache policy `bypass`) a contiguous CUDA part of a file that allows `O_DIRECT` is read with direct
+/// I/O into each reader's aligned staging, then into the ring's slabs.
 fn read_shard(
     view: &View,
     buf: &mut Buffer,
@@ -196,17 +204,35 @@ fn read_shard(
     plan: &ShardPlan,
     tuning: &Tuning,
     progress: &mut Progress<'_>,
+    direct: Option<&crate::cache::DirectFiles>,
 ) -> Result<u64> {
     let policy = plan.policy;
     let read = AtomicU64::new(0);
+    // The direct twin and the tensor's first byte, for a contiguous view of a file under bypass.
+    let twin = match (direct, view.file_and_offset()) {
+        (Some(d), Some((file, at))) if view.is_contiguous() => d.get(file).map(|t| (t, at)),
+        _ => None,
+    };
+    let what = || format!("{}: tensor '{}'", view.file_display(), view.name());
     let reader = |off: u64, d: &mut [u8]| {
-        read.fetch_add(view.read_at_with(off, d, &policy)?, Ordering::Relaxed);
+        match &twin {
+            Some((t, at)) => {
+                crate::cache::read_direct_here(t, at + off, d, &what)?;
+                read.fetch_add(d.len() as u64, Ordering::Relaxed);
+            }
+            None => {
+                read.fetch_add(view.read_at_with(off, d, &policy)?, Ordering::Relaxed);
+            }
+        }
         Ok(())
     };
     match buf.memory_mut() {
         Memory::Cuda(dev) => {
             let mut sink = |done: u64, _t: u64| progress.at(done).is_err();
-            transfer(view.nbytes(), dev, &ring_config(tuning), reader, Some(&mut sink))?;
+            let r = transfer(view.nbytes(), dev, &ring_config(tuning), reader, Some(&mut sink));
+            // The reader threads' staging went with them; a one-slab part was read on this thread.
+            crate::cache::release_staging_here();
+            r?;
             Ok(read.into_inner())
         }
         _ => {
@@ -214,7 +240,9 @@ fn read_shard(
             let prepare: Option<engine::bulk::Prepare<'_>> =
                 if fresh_cpu { Some(&crate::place::host::populate_write) } else { None };
             // A memory buffer (file-backed host parts are read by `read_group`): parallel pieces.
-            engine::fill_host(dst, tuning, prepare, reader, progress)?;
+            let r = engine::fill_host(dst, tuning, prepare, reader, progress);
+            crate::cache::release_staging_here();
+            r?;
             Ok(read.into_inner())
         }
     }
