@@ -92,6 +92,22 @@ static int check_bound(void) {
     return bound;
 }
 
+/* The numpy dtype of `code` in `dtypes` (borrowed), NULL where it has none (no exception set) or on an error
+ * (an exception set). `dtypes` is hostfirst._owned's table, a dict whose __missing__ resolves a code on its first
+ * use and stores it (so ml_dtypes is imported only when a bf16 or fp8 tensor is read, never for an f32 one);
+ * KeyError from it means "numpy has no such dtype". */
+static PyObject *lookup_dtype(PyObject *dtypes, PyObject *code) {
+    PyObject *dtype = PyDict_GetItem(dtypes, code); /* borrowed */
+    if (dtype != NULL) return dtype;
+    PyObject *got = PyObject_GetItem(dtypes, code); /* calls __missing__ */
+    if (got == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_KeyError)) PyErr_Clear();
+        return NULL;
+    }
+    Py_DECREF(got);
+    return PyDict_GetItem(dtypes, code); /* what __missing__ stored, or NULL */
+}
+
 /* The owned numpy array of `view` (numpy.ndarray(shape, dtype, buffer) over a bytearray that hostfirst_view_copy
  * filled, with pread: owned, writable, C-contiguous), Py_None (a new reference) where the caller's Python path
  * must do it (a non-OK status, a dtype not in `dtypes`, a strided view, `limit` bytes or more), NULL with a
@@ -107,8 +123,11 @@ static PyObject *copy_out(const struct hostfirst_view *view, PyObject *dtypes, P
         goto none;
     code = PyLong_FromUnsignedLong(info.dtype);
     if (code == NULL) goto out;
-    PyObject *dtype = PyDict_GetItem(dtypes, code); /* borrowed */
-    if (dtype == NULL) goto none;
+    PyObject *dtype = lookup_dtype(dtypes, code); /* borrowed */
+    if (dtype == NULL) {
+        if (PyErr_Occurred()) goto out;
+        goto none;
+    }
     shape = PyTuple_New((Py_ssize_t)info.rank);
     if (shape == NULL) goto out;
     for (uint32_t d = 0; d < info.rank; d++) {
@@ -423,8 +442,11 @@ static PyObject *index_copy(PyObject *self, PyObject *args) {
     if (nbytes >= limit || nbytes > (uint64_t)PY_SSIZE_T_MAX) goto none;
     code = PyLong_FromUnsignedLong(info.dtype);
     if (code == NULL) goto out;
-    PyObject *dtype = PyDict_GetItem(dtypes, code); /* borrowed */
-    if (dtype == NULL) goto none;
+    PyObject *dtype = lookup_dtype(dtypes, code); /* borrowed */
+    if (dtype == NULL) {
+        if (PyErr_Occurred()) goto out;
+        goto none;
+    }
     Py_ssize_t kept = 0;
     for (uint32_t d = 0; d < rank; d++) kept += !dropped[d];
     shape = PyTuple_New(kept);

@@ -54,7 +54,21 @@ def copy_view(view: View, page_cache: str = "keep") -> np.ndarray:
     return out
 
 
-_NATIVE_DTYPES: Dict[int, "np.dtype[Any]"] = {}  # dtype code -> numpy dtype, the ones numpy can hold
+class _DtypeTable(Dict[int, "np.dtype[Any]"]):
+    """{dtype code: numpy dtype} for the native extension, filled on first use of each code (`__missing__`, which
+    the extension calls on a miss): reading an f32 tensor never imports ml_dtypes (about 0.5 s on first import
+    here); a bf16/fp8 tensor imports it then. KeyError: numpy has no dtype for the code (the extension then
+    leaves the tensor to the Python path)."""
+
+    def __missing__(self, code: int) -> "np.dtype[Any]":
+        dt = _dtypes.numpy_dtype(code)
+        if dt is None:
+            raise KeyError(code)
+        self[code] = dt
+        return dt
+
+
+_NATIVE_DTYPES = _DtypeTable()  # dtype code -> numpy dtype, the ones numpy can hold, as they are first asked for
 
 
 def copy_named(file: File, name: Any) -> Optional[np.ndarray]:
@@ -81,12 +95,7 @@ def index_named(view: Optional[int], key: Any) -> Optional[np.ndarray]:
 
 
 def native_dtypes() -> Dict[int, "np.dtype[Any]"]:
-    """{dtype code: numpy dtype} of the dtypes numpy can hold, for the native extension (made once)."""
-    if not _NATIVE_DTYPES:
-        for code in _dtypes.NAMES:
-            dt = _dtypes.numpy_dtype(code)
-            if dt is not None:
-                _NATIVE_DTYPES[code] = dt
+    """The table of numpy dtypes the native extension looks codes up in (see `_DtypeTable`)."""
     return _NATIVE_DTYPES
 
 

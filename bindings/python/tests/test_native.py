@@ -151,6 +151,42 @@ print(_fast.native is not None, digest, [(c.category.__name__, str(c.message)) f
 """
 
 
+LAZY_ML_DTYPES = """
+import sys
+import numpy as np
+import hostfirst
+from hostfirst import _safe_open
+served = []
+real = _safe_open.copy_named
+def counted(f, name):
+    a = real(f, name)
+    served.append(a is not None)
+    return a
+_safe_open.copy_named = counted
+with hostfirst.safe_open({path!r}) as f:
+    a = f.get_tensor("f32")
+    after_f32 = "ml_dtypes" in sys.modules
+    b = f.get_tensor("bf16")
+print(after_f32, "ml_dtypes" in sys.modules, a.dtype.str, a.tolist(), b.dtype.name, b.astype(np.float32).tolist(),
+      served)
+"""
+
+
+def test_reading_f32_never_imports_ml_dtypes_and_bf16_still_takes_the_native_call(tmp_path):
+    """A fresh process's first get_tensor of an f32 tensor imports no ml_dtypes (its first import cost about 0.5 s
+    here, which made a one-shot get_all of 20k tensors 5x slower than its later rounds); a bf16 tensor imports it
+    then, and both are served by the extension's one call."""
+    needs_native()
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    path = tmp_path / "two.safetensors"
+    bf = np.array([1.5, -2.0, 0.25], dtype=ml_dtypes.bfloat16)
+    safetensors.numpy.save_file({"f32": np.arange(4, dtype=np.float32), "bf16": bf}, str(path))
+    r = run_child(LAZY_ML_DTYPES.format(path=str(path)), PKG.parent)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[0] == "False True <f4 [0.0, 1.0, 2.0, 3.0] bfloat16 [1.5, -2.0, 0.25] [True, True]", (
+        r.stdout + r.stderr)
+
+
 @pytest.mark.parametrize("case", ["corrupt", "corrupt_but_off", "absent", "absent_but_asked"])
 def test_the_fallback_warns_only_when_the_extension_was_expected(tmp_path, case):
     """A copy of the package whose extension is a corrupt file (or absent): the ctypes path gives the same bytes;
