@@ -487,3 +487,23 @@ fn remote_options_are_checked() {
     let _ = std::fs::remove_file(&file);
     assert_eq!(HOSTFIRST_REMOTE_OPTIONS_SIZE_1_0, std::mem::size_of::<hostfirst_remote_options>());
 }
+
+#[test]
+fn a_large_read_is_cut_into_max_concurrency_requests() {
+    crate::common::alone(concat!(module_path!(), "::a_large_read_is_cut_into_max_concurrency_requests"), || {
+        // One 24 MiB tensor: more than twice the 8 MiB piece.
+        std::fs::write(server().dir.join("huge.safetensors"), model(1, 24 << 20, 0)).unwrap();
+        for (concurrency, requests) in [(1u32, 1u64), (2, 2), (3, 3), (16, 3)] {
+            assert_eq!(configure(None, 0, concurrency), Status::Ok);
+            let mode = format!("conc{concurrency}");
+            let f = open(&url(&mode, "huge.safetensors")).unwrap();
+            let (before, _) = stats(&mode);
+            assert_eq!(copy(f, "t000").unwrap(), local("huge.safetensors", "t000"), "{concurrency}");
+            let (after, _) = stats(&mode);
+            assert_eq!(after - before, requests, "max_concurrency {concurrency}: at most 24 MiB / 8 MiB pieces");
+            assert_eq!(hostfirst_file_free(f), Status::Ok);
+        }
+        assert_eq!(configure(None, 0, 0), Status::Ok);
+        let _ = std::fs::remove_file(server().dir.join("huge.safetensors"));
+    });
+}
