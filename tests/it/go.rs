@@ -72,6 +72,7 @@ fn go_binding_tests_pass_against_the_installed_library() {
         "TestErrorsIsStatus",
         "TestFitOnEveryRefusal",
         "TestReadAtIsReaderAt",
+        "TestRemoteConfigure",
     ] {
         assert!(text.contains(&format!("--- PASS: {name}")), "{name} did not run:\n{text}");
     }
