@@ -4743,7 +4743,7 @@ typedef struct hostfirst_remote_options {
    */
   size_t struct_size;
   /**
-   * Concurrent ranged GETs of one read (a read of more than 8 MiB is cut into pieces of at least 8 MiB),
+   * Concurrent ranged GETs of one read (a read of 16 MiB or more is cut into pieces of at least 8 MiB),
    * and of one multipart upload (0: `HOSTFIRST_REMOTE_CONCURRENCY`, else 8; at most 1024).
    */
   uint32_t max_concurrency;

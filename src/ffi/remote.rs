@@ -15,7 +15,7 @@ use std::time::Duration;
 pub struct hostfirst_remote_options {
     /// `sizeof(hostfirst_remote_options)`.
     pub struct_size: usize,
-    /// Concurrent ranged GETs of one read (a read of more than 8 MiB is cut into pieces of at least 8 MiB),
+    /// Concurrent ranged GETs of one read (a read of 16 MiB or more is cut into pieces of at least 8 MiB),
     /// and of one multipart upload (0: `HOSTFIRST_REMOTE_CONCURRENCY`, else 8; at most 1024).
     pub max_concurrency: u32,
     /// Retries of one request after a throttling answer (503, 429), a reset or a cut body, with exponential

@@ -98,8 +98,7 @@ impl ObjectCache {
         if std::fs::create_dir_all(&self.dir).is_err() {
             return;
         }
-        let tmp =
-            self.dir.join(format!(".{i}.{}.{}.tmp", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+        let tmp = self.dir.join(format!(".{i}.{}.{}.tmp", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
         let written = (|| -> std::io::Result<()> {
             let mut f = std::fs::File::create(&tmp)?;
             f.write_all(data)?;

@@ -13,7 +13,7 @@
 //!   `HOSTFIRST_REMOTE_TIMEOUT`, `HOSTFIRST_REMOTE_CONCURRENCY`, `HOSTFIRST_REMOTE_PART_SIZE`,
 //!   `HOSTFIRST_REMOTE_CACHE`, `HOSTFIRST_REMOTE_CACHE_MAX_BYTES`, else the defaults. An open resolves them
 //!   once, when it starts.
-//! - **Concurrency**: a read of more than [`PIECE`] bytes is cut into pieces of at least [`PIECE`] bytes
+//! - **Concurrency**: a read of at least twice [`PIECE`] bytes is cut into pieces of at least [`PIECE`] bytes
 //!   fetched by up to `max_concurrency` concurrent ranged GETs (the engine's threads add their own).
 //! - **The local cache** ([`cache`], when a cache folder is set): data ranges are kept on disk in aligned
 //!   chunks keyed by (URL without credentials, ETag, length), so a second open of an unchanged object reads its
@@ -118,7 +118,8 @@ impl Url {
     /// The store and the object's path in it, configured from the environment.
     fn store(&self, eff: &Effective) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
         let retry = retry_config(eff);
-        let (timeout, connect) = (format!("{}ms", eff.request_timeout.as_millis()), format!("{}ms", eff.connect_timeout.as_millis()));
+        let (timeout, connect) =
+            (format!("{}ms", eff.request_timeout.as_millis()), format!("{}ms", eff.connect_timeout.as_millis()));
         use object_store::ClientConfigKey::{ConnectTimeout, Timeout};
         let fail = |e: object_store::Error| {
             Error::new(Status::InvalidArgument, format!("{}: cannot configure the client: {}", self.display, scrub(&e)))
@@ -461,10 +462,8 @@ impl RemoteObject {
         let retries = self.eff.retries;
         let mut out = Vec::with_capacity(ranges.len());
         for batch in ranges.chunks(self.eff.concurrency.max(1)) {
-            let jobs: Vec<_> = batch
-                .iter()
-                .map(|r| (Arc::clone(&store), self.path.clone(), r.clone(), self.etag.clone()))
-                .collect();
+            let jobs: Vec<_> =
+                batch.iter().map(|r| (Arc::clone(&store), self.path.clone(), r.clone(), self.etag.clone())).collect();
             let got = runtime::run(async move {
                 let tasks: Vec<_> =
                     jobs.into_iter().map(|(s, p, r, e)| tokio::spawn(fetch(s, p, r, e, retries))).collect();
@@ -478,19 +477,32 @@ impl RemoteObject {
             for (r, g) in batch.iter().zip(got) {
                 let ctx = || format!("{} (bytes {}..{})", what(), r.start, r.end);
                 let g = g.map_err(|e| {
-                    Error::new(Status::Internal, format!("{}: {}: the request's task failed: {e}", self.url.display, ctx()))
+                    Error::new(
+                        Status::Internal,
+                        format!("{}: {}: the request's task failed: {e}", self.url.display, ctx()),
+                    )
                 })?;
                 match g {
                     Err(e) => return Err(status_of(&self.url.display, &ctx(), &e)),
                     Ok((meta, b)) => {
                         if self.etag.is_some() && meta.e_tag != self.etag {
-                            return Err(changed(&self.url.display, &ctx(), self.etag.as_deref(), meta.e_tag.as_deref()));
+                            return Err(changed(
+                                &self.url.display,
+                                &ctx(),
+                                self.etag.as_deref(),
+                                meta.e_tag.as_deref(),
+                            ));
                         }
                         let want = (r.end - r.start) as usize;
                         if b.len() != want {
                             return Err(Error::new(
                                 Status::Io,
-                                format!("{}: {}: the server sent {} bytes for {want}", self.url.display, ctx(), b.len()),
+                                format!(
+                                    "{}: {}: the server sent {} bytes for {want}",
+                                    self.url.display,
+                                    ctx(),
+                                    b.len()
+                                ),
                             ));
                         }
                         out.push(b);
