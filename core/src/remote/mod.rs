@@ -286,10 +286,10 @@ pub(crate) struct RemoteObject {
     pub len: u64,
     /// The ETag of the first response; every later read must see the same.
     etag: Option<String>,
-    /// The settings resolved when it was opened.
-    eff: Effective,
+    /// The settings resolved when it was opened (boxed, as the cache: a file's sources stay small).
+    eff: Box<Effective>,
     /// Its chunks in the local cache (a cache folder is set and the server sent an ETag).
-    cache: Option<cache::ObjectCache>,
+    cache: Option<Box<cache::ObjectCache>>,
 }
 
 /// One ranged GET of `range`, `If-Match` `etag` when given. object_store retries the request itself (503,
@@ -337,7 +337,7 @@ impl RemoteObject {
             Err(e) => return Err(status_of(&url.display, "opening", &e)),
         };
         let cache = match (&eff.cache, &meta.e_tag) {
-            (Some(c), Some(etag)) => Some(cache::ObjectCache::new(c, &url.display, etag, meta.size)),
+            (Some(c), Some(etag)) => Some(Box::new(cache::ObjectCache::new(c, &url.display, etag, meta.size))),
             _ => None,
         };
         let obj = RemoteObject {
@@ -346,7 +346,7 @@ impl RemoteObject {
             len: meta.size,
             etag: meta.e_tag,
             url,
-            eff,
+            eff: Box::new(eff),
             cache,
         };
         let want = FIRST_READ.min(obj.len) as usize;
