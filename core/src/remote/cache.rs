@@ -152,3 +152,52 @@ pub(crate) fn trim(root: &Path, max_bytes: u64) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn trimming_removes_the_least_recently_used_chunks_past_the_bound() {
+        let root = std::env::temp_dir().join(format!("hostfirst-cache-trim-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let obj = root.join("0123456789abcdef");
+        std::fs::create_dir_all(&obj).unwrap();
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        // Four chunks of 100 bytes, used at t0+0 .. t0+3 (written in another order), and a file that is no chunk.
+        for (name, age) in [("2.chunk", 2u64), ("0.chunk", 0), ("3.chunk", 3), ("1.chunk", 1)] {
+            let p = obj.join(name);
+            std::fs::write(&p, [0u8; 100]).unwrap();
+            std::fs::File::options().write(true).open(&p).unwrap().set_modified(t0 + Duration::from_secs(age)).unwrap();
+        }
+        std::fs::write(obj.join(".5.1.2.tmp"), [0u8; 1000]).unwrap();
+        trim(&root, 400); // within the bound: nothing removed
+        assert_eq!(std::fs::read_dir(&obj).unwrap().count(), 5);
+        trim(&root, 300); // past it: down to 90% (270 bytes): the two oldest go
+        let mut left: Vec<String> =
+            std::fs::read_dir(&obj).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        left.sort();
+        assert_eq!(left, [".5.1.2.tmp", "2.chunk", "3.chunk"]);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_chunk_is_read_back_only_whole_and_under_its_own_key() {
+        let dir = std::env::temp_dir().join(format!("hostfirst-cache-get-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let s = CacheSettings { dir: dir.clone(), max_bytes: 1 << 30 };
+        let len = CHUNK + 10;
+        let a = ObjectCache::new(&s, "http://h/x", "\"v1\"", len);
+        let tail: Vec<u8> = (0..10).collect();
+        a.put(1, &tail);
+        assert_eq!(a.get(1).as_deref(), Some(&tail[..]));
+        assert_eq!(a.get(0), None, "never written");
+        // Another ETag is another key: nothing of the first is served for it.
+        assert_eq!(ObjectCache::new(&s, "http://h/x", "\"v2\"", len).get(1), None);
+        // The same folder name with another key's trailer (a digest collision) is refused.
+        let other = ObjectCache { key: a.key ^ 1, ..ObjectCache::new(&s, "http://h/x", "\"v1\"", len) };
+        assert_eq!(other.get(1), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
