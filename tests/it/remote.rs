@@ -307,6 +307,14 @@ fn configure(cache: Option<&Path>, retries: i32, concurrency: u32) -> Status {
     hostfirst_remote_configure(&o)
 }
 
+/// Runs `body` alone in a child process (the settings are process-wide), then removes the child's fixtures.
+fn alone_remote(test: &str, body: impl FnOnce()) {
+    crate::common::alone(test, || {
+        body();
+        let _ = std::fs::remove_dir_all(&server().dir);
+    });
+}
+
 /// A fresh folder for a test's cache.
 fn cache_dir(name: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("rcache-{name}-{}", std::process::id()));
@@ -348,7 +356,7 @@ const LARGE: &[&str] = &["t000", "t001", "t002", "t003", "t004", "t005", "t006",
 
 #[test]
 fn with_a_cache_a_second_open_and_load_moves_no_data_bytes() {
-    crate::common::alone(concat!(module_path!(), "::with_a_cache_a_second_open_and_load_moves_no_data_bytes"), || {
+    alone_remote(concat!(module_path!(), "::with_a_cache_a_second_open_and_load_moves_no_data_bytes"), || {
         let dir = cache_dir("second");
         assert_eq!(configure(Some(&dir), 0, 0), Status::Ok, "{}", last_error());
         let first = open_and_load("c1", "large.safetensors", LARGE);
@@ -365,32 +373,29 @@ fn with_a_cache_a_second_open_and_load_moves_no_data_bytes() {
 
 #[test]
 fn a_replaced_object_is_fetched_anew_never_served_from_the_cache() {
-    crate::common::alone(
-        concat!(module_path!(), "::a_replaced_object_is_fetched_anew_never_served_from_the_cache"),
-        || {
-            let dir = cache_dir("replaced");
-            assert_eq!(configure(Some(&dir), 0, 0), Status::Ok, "{}", last_error());
-            let path = server().dir.join("rep.safetensors");
-            std::fs::write(&path, model(2, 4096, 0)).unwrap();
-            assert!(open_and_load("c2", "rep.safetensors", &["t000", "t001"]) > 0);
-            // Version 2: the same layout, other bytes (the server's ETag is the content's digest).
-            let mut v2 = model(2, 4096, 0);
-            let n = v2.len();
-            v2[n - 8192..].fill(0x5A);
-            std::fs::write(&path, &v2).unwrap();
-            // open_and_load compares with the local file, which is now version 2.
-            let moved = open_and_load("c2", "rep.safetensors", &["t000", "t001"]);
-            assert!(moved > 0, "the replaced object's data came from the cache");
-            assert_eq!(local("rep.safetensors", "t001"), vec![0x5A; 4096]);
-            assert_eq!(configure(None, 0, 0), Status::Ok);
-            let _ = std::fs::remove_dir_all(&dir);
-        },
-    );
+    alone_remote(concat!(module_path!(), "::a_replaced_object_is_fetched_anew_never_served_from_the_cache"), || {
+        let dir = cache_dir("replaced");
+        assert_eq!(configure(Some(&dir), 0, 0), Status::Ok, "{}", last_error());
+        let path = server().dir.join("rep.safetensors");
+        std::fs::write(&path, model(2, 4096, 0)).unwrap();
+        assert!(open_and_load("c2", "rep.safetensors", &["t000", "t001"]) > 0);
+        // Version 2: the same layout, other bytes (the server's ETag is the content's digest).
+        let mut v2 = model(2, 4096, 0);
+        let n = v2.len();
+        v2[n - 8192..].fill(0x5A);
+        std::fs::write(&path, &v2).unwrap();
+        // open_and_load compares with the local file, which is now version 2.
+        let moved = open_and_load("c2", "rep.safetensors", &["t000", "t001"]);
+        assert!(moved > 0, "the replaced object's data came from the cache");
+        assert_eq!(local("rep.safetensors", "t001"), vec![0x5A; 4096]);
+        assert_eq!(configure(None, 0, 0), Status::Ok);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
 }
 
 #[test]
 fn a_truncated_or_corrupt_chunk_is_fetched_again() {
-    crate::common::alone(concat!(module_path!(), "::a_truncated_or_corrupt_chunk_is_fetched_again"), || {
+    alone_remote(concat!(module_path!(), "::a_truncated_or_corrupt_chunk_is_fetched_again"), || {
         let dir = cache_dir("damaged");
         assert_eq!(configure(Some(&dir), 0, 0), Status::Ok, "{}", last_error());
         open_and_load("c3", "large.safetensors", LARGE);
@@ -417,40 +422,37 @@ fn a_truncated_or_corrupt_chunk_is_fetched_again() {
 
 #[test]
 fn no_cache_without_the_setting_and_the_environment_names_one() {
-    crate::common::alone(
-        concat!(module_path!(), "::no_cache_without_the_setting_and_the_environment_names_one"),
-        || {
-            std::env::remove_var("HOSTFIRST_REMOTE_CACHE");
-            let data = 8 * (512 << 10) - (256 << 10);
-            assert!(open_and_load("c4", "large.safetensors", LARGE) >= data);
-            assert!(open_and_load("c4", "large.safetensors", LARGE) >= data, "a second load without a cache");
-            // A relative folder in the environment is refused (never a cache in whatever folder the process runs in).
-            std::env::set_var("HOSTFIRST_REMOTE_CACHE", "relative-cache");
-            assert_eq!(open(&url("c4", "small.safetensors")).unwrap_err(), Status::InvalidArgument);
-            assert!(last_error().contains("HOSTFIRST_REMOTE_CACHE"), "{}", last_error());
-            // The environment names a cache; a configured folder wins over it; NULL goes back to the environment.
-            let (env_dir, conf_dir) = (cache_dir("env"), cache_dir("conf"));
-            std::env::set_var("HOSTFIRST_REMOTE_CACHE", &env_dir);
-            open_and_load("c4", "large.safetensors", LARGE);
-            assert!(!chunks(&env_dir).is_empty(), "HOSTFIRST_REMOTE_CACHE was not used");
-            assert_eq!(open_and_load("c4", "large.safetensors", LARGE), 0);
-            assert_eq!(configure(Some(&conf_dir), 0, 0), Status::Ok);
-            let before = chunks(&env_dir).len();
-            assert!(open_and_load("c4", "large.safetensors", LARGE) >= data, "the configured folder is a new cache");
-            assert!(!chunks(&conf_dir).is_empty());
-            assert_eq!(chunks(&env_dir).len(), before);
-            assert_eq!(configure(None, 0, 0), Status::Ok);
-            assert_eq!(open_and_load("c4", "large.safetensors", LARGE), 0, "back to the environment's cache");
-            std::env::remove_var("HOSTFIRST_REMOTE_CACHE");
-            let _ = std::fs::remove_dir_all(&env_dir);
-            let _ = std::fs::remove_dir_all(&conf_dir);
-        },
-    );
+    alone_remote(concat!(module_path!(), "::no_cache_without_the_setting_and_the_environment_names_one"), || {
+        std::env::remove_var("HOSTFIRST_REMOTE_CACHE");
+        let data = 8 * (512 << 10) - (256 << 10);
+        assert!(open_and_load("c4", "large.safetensors", LARGE) >= data);
+        assert!(open_and_load("c4", "large.safetensors", LARGE) >= data, "a second load without a cache");
+        // A relative folder in the environment is refused (never a cache in whatever folder the process runs in).
+        std::env::set_var("HOSTFIRST_REMOTE_CACHE", "relative-cache");
+        assert_eq!(open(&url("c4", "small.safetensors")).unwrap_err(), Status::InvalidArgument);
+        assert!(last_error().contains("HOSTFIRST_REMOTE_CACHE"), "{}", last_error());
+        // The environment names a cache; a configured folder wins over it; NULL goes back to the environment.
+        let (env_dir, conf_dir) = (cache_dir("env"), cache_dir("conf"));
+        std::env::set_var("HOSTFIRST_REMOTE_CACHE", &env_dir);
+        open_and_load("c4", "large.safetensors", LARGE);
+        assert!(!chunks(&env_dir).is_empty(), "HOSTFIRST_REMOTE_CACHE was not used");
+        assert_eq!(open_and_load("c4", "large.safetensors", LARGE), 0);
+        assert_eq!(configure(Some(&conf_dir), 0, 0), Status::Ok);
+        let before = chunks(&env_dir).len();
+        assert!(open_and_load("c4", "large.safetensors", LARGE) >= data, "the configured folder is a new cache");
+        assert!(!chunks(&conf_dir).is_empty());
+        assert_eq!(chunks(&env_dir).len(), before);
+        assert_eq!(configure(None, 0, 0), Status::Ok);
+        assert_eq!(open_and_load("c4", "large.safetensors", LARGE), 0, "back to the environment's cache");
+        std::env::remove_var("HOSTFIRST_REMOTE_CACHE");
+        let _ = std::fs::remove_dir_all(&env_dir);
+        let _ = std::fs::remove_dir_all(&conf_dir);
+    });
 }
 
 #[test]
 fn configured_retries_win_over_the_environment() {
-    crate::common::alone(concat!(module_path!(), "::configured_retries_win_over_the_environment"), || {
+    alone_remote(concat!(module_path!(), "::configured_retries_win_over_the_environment"), || {
         let u = url("down", "small.safetensors");
         // HOSTFIRST_REMOTE_RETRIES=2 (set by server()): the first try and two retries.
         assert_eq!(open(&u).unwrap_err(), Status::Io);
@@ -496,7 +498,7 @@ fn remote_options_are_checked() {
 
 #[test]
 fn a_large_read_is_cut_into_max_concurrency_requests() {
-    crate::common::alone(concat!(module_path!(), "::a_large_read_is_cut_into_max_concurrency_requests"), || {
+    alone_remote(concat!(module_path!(), "::a_large_read_is_cut_into_max_concurrency_requests"), || {
         // One 24 MiB tensor: more than twice the 8 MiB piece.
         std::fs::write(server().dir.join("huge.safetensors"), model(1, 24 << 20, 0)).unwrap();
         for (concurrency, requests) in [(1u32, 1u64), (2, 2), (3, 3), (16, 3)] {
