@@ -133,7 +133,8 @@
  *    9. READ PLANS
  *   10. SHARD-ON-READ (EXPERIMENTAL: HOSTFIRST_EXPERIMENTAL)
  *   11. WRITING SAFETENSORS FILES
- *   12. TEST HOOKS
+ *   12. OBJECT STORAGE
+ *   13. TEST HOOKS
  */
 
 #ifdef __cplusplus
@@ -4733,7 +4734,95 @@ hostfirst_status hostfirst_writer_part_path(struct hostfirst_writer *writer,
 hostfirst_status hostfirst_writer_free(struct hostfirst_writer *writer);
 
 /* ==============================================================================================================
- * 12. TEST HOOKS
+ * 12. OBJECT STORAGE
+ *
+ * hostfirst_file_open() and the other opens accept s3://, gs://, az:// and http(s):// URLs (see the README,
+ * Object storage). hostfirst_remote_configure() sets the process-wide remote settings (concurrency, part size,
+ * timeouts, retries, the local cache folder and its bound) from a hostfirst_remote_options filled by
+ * hostfirst_remote_options_init(); they apply to opens that start after the call, and NULL returns to the
+ * environment variables and the defaults.
+ * ============================================================================================================== */
+
+/**
+ * `sizeof(hostfirst_remote_options)` in its first layout, on the 64-bit targets hostfirst supports: a `struct_size`
+ * for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+ */
+#define HOSTFIRST_REMOTE_OPTIONS_SIZE_1_0 48
+
+/**
+ * Settings of remote sources (s3://, gs://, az://, http(s)://) for `hostfirst_remote_configure`. Fill it with
+ * `hostfirst_remote_options_init(&opts, sizeof opts)`, then set what you need. A zero field (NULL for
+ * `cache_dir`) means "not configured": the environment variable named beside it decides, else the default.
+ */
+typedef struct hostfirst_remote_options {
+  /**
+   * `sizeof(hostfirst_remote_options)`.
+   */
+  size_t struct_size;
+  /**
+   * Concurrent ranged GETs of one read (a read of 16 MiB or more is cut into pieces of at least 8 MiB),
+   * and of one multipart upload (0: `HOSTFIRST_REMOTE_CONCURRENCY`, else 8; at most 1024).
+   */
+  uint32_t max_concurrency;
+  /**
+   * Retries of one request after a throttling answer (503, 429), a reset or a cut body, with exponential
+   * backoff (0: `HOSTFIRST_REMOTE_RETRIES`, else 10; -1: no retries; at most 100).
+   */
+  int32_t max_retries;
+  /**
+   * Bytes per part of a multipart upload (0: `HOSTFIRST_REMOTE_PART_SIZE`, else the uploader's default).
+   */
+  uint64_t part_size;
+  /**
+   * Milliseconds one request may take (0: `HOSTFIRST_REMOTE_TIMEOUT` seconds, else 30 s).
+   */
+  uint32_t request_timeout_ms;
+  /**
+   * Milliseconds to connect (0: the request timeout, at most 10 s).
+   */
+  uint32_t connect_timeout_ms;
+  /**
+   * The local cache folder (UTF-8; made if missing; a relative path is taken against the current folder at
+   * this call). NULL or "": `HOSTFIRST_REMOTE_CACHE` (an absolute path), else no cache. The library copies
+   * the string.
+   */
+  const char *cache_dir;
+  /**
+   * The bound on the bytes of the cache folder's chunks; the least recently used are removed past it (0:
+   * `HOSTFIRST_REMOTE_CACHE_MAX_BYTES`, else 10 GiB).
+   */
+  uint64_t cache_max_bytes;
+} hostfirst_remote_options;
+
+/**
+ * Fills `*out` with the default remote options (everything zero/NULL: nothing configured) and sets
+ * `out->struct_size = struct_size`. Pass `sizeof *out`: `hostfirst_remote_options_init(&opts, sizeof opts)`.
+ * Only the fields that lie wholly within the caller's `struct_size` bytes are written. Errors:
+ * `NULL_ARGUMENT`; `INVALID_ARGUMENT` for a `struct_size` smaller than the struct's first layout or larger
+ * than 4096 (the message names the sizes). Thread-safe.
+ */
+hostfirst_status hostfirst_remote_options_init(struct hostfirst_remote_options *out,
+                                               size_t struct_size);
+
+/**
+ * Sets the settings of remote sources for the whole process, replacing any earlier configuration; `opts`
+ * NULL returns to the environment and the defaults. Each setting is taken from the configured field when it
+ * is non-zero, else from its environment variable (read when an open starts), else the default: **configured
+ * value > environment variable > default** (see `hostfirst_remote_options`). The settings apply to opens
+ * that start after this call returns; files already open keep the settings they were opened with. With a
+ * cache folder, the data ranges of objects that have an ETag are kept there in aligned 4 MiB chunks under a
+ * key of (URL without credentials, ETag, length), and read from there by later opens of the unchanged object;
+ * an open's first request always goes to the server, so an object replaced since (a new ETag) is never served
+ * from the cache. Nothing is read from the current folder unless `cache_dir` names it. Errors:
+ * `INVALID_ARGUMENT` for a bad `struct_size`, a field out of range (named with its value) or a non-zero byte
+ * past this library's struct or a `cache_dir` that is not UTF-8; `IO` for a cache folder
+ * that cannot be made (named). On failure the earlier configuration stays. Thread-safe (an open running at
+ * the same time sees the old or the new settings, never a mix).
+ */
+hostfirst_status hostfirst_remote_configure(const struct hostfirst_remote_options *opts);
+
+/* ==============================================================================================================
+ * 13. TEST HOOKS
  *
  * Present only in builds with the test-hooks feature (HOSTFIRST_TEST_HOOKS): functions that panic inside the
  * boundary, so the test suite can prove that no panic crosses it.

@@ -14,7 +14,7 @@
  * The wrappers cover the whole C API (a test fails when a hostfirst_* function of hostfirst.h is not called
  * here): the census, devices and default-device scopes; files, views and sharded sets; puts (sync, with
  * stats, async), buffers and their CUDA stream handshake; rules, plans (with the rules that place no tensor)
- * and whole-file loads; the batch gather; shard-on-read (mesh, rules, plan, run); declared read plans; the safetensors writer; DLPack
+ * and whole-file loads; the batch gather; remote settings (remote_options, remote_configure); shard-on-read (mesh, rules, plan, run); declared read plans; the safetensors writer; DLPack
  * exports; dtypes, errors and build information. The wrappers of hostfirst.h's experimental tier (shard-on-read,
  * read plans, open gather streams, census warnings, the read engine) are there only when HOSTFIRST_EXPERIMENTAL is defined
  * before this header is included, as in hostfirst.h. Enum values (statuses, dtypes, device kinds) are the C header's HOSTFIRST_*
@@ -539,6 +539,22 @@ struct load_options : hostfirst_load_options {
         check(hostfirst_load_options_init(this, sizeof(hostfirst_load_options)));
     }
 };
+
+/// Settings of remote sources (hostfirst_remote_options_init: nothing configured, so the environment and the
+/// defaults decide). Set what you need (cache_dir may point at a std::string's c_str(): the library copies it),
+/// then pass it to remote_configure().
+struct remote_options : hostfirst_remote_options {
+    remote_options() : hostfirst_remote_options{} {
+        check(hostfirst_remote_options_init(this, sizeof(hostfirst_remote_options)));
+    }
+};
+
+/// Sets the process-wide settings of remote sources (hostfirst_remote_configure): configured fields win over
+/// the environment variables; they apply to opens that start after the call.
+inline void remote_configure(const remote_options &opts) { check(hostfirst_remote_configure(&opts)); }
+
+/// Forgets the configured remote settings: the environment and the defaults decide again.
+inline void remote_reset() { check(hostfirst_remote_configure(nullptr)); }
 
 #if defined(HOSTFIRST_EXPERIMENTAL) /* experimental: may change in any minor (hostfirst.h, CONVENTIONS) */
 /// Options of a shard plan: read merging and how its runs read (hostfirst_shard_options_init).

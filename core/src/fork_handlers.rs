@@ -19,6 +19,7 @@ pub fn prepare() {
         crate::engine::uring::RINGS.hold(),
         crate::device::cuda::capture::DEFERRED.hold(),
         crate::remote::runtime::RUNTIME.hold(),
+        crate::remote::settings::CONFIGURED.hold(),
     ]);
 }
 

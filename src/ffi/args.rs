@@ -759,6 +759,7 @@ mod tests {
             options_case::<read_plan::hostfirst_read_plan_options>(),
             case::<read_plan::hostfirst_read_plan_stats>(),
             case::<read_plan::hostfirst_read_plan_request_info>(),
+            options_case::<remote::hostfirst_remote_options>(),
         ]
     }
 

@@ -135,6 +135,8 @@ pub mod shard;
 /// `hostfirst_writer_*`: the streaming safetensors writer.
 pub mod writer;
 
+/// `hostfirst_remote_*`: the settings of remote sources (object storage, http).
+pub mod remote;
 /// `hostfirst__test_*` (feature `test-hooks`).
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;
@@ -142,7 +144,7 @@ pub mod test_hooks;
 // The whole C API at `hostfirst::ffi::*`, for Rust callers and tests that use it as C does.
 pub use self::{
     backend::*, buffer::*, device::*, dlpack::*, dtype::*, file::*, gather::*, load::*, load_bulk::*, plan::*, put::*,
-    read_plan::*, rules::*, scope::*, shard::*, status::*, struct_sizes::*, version::*, view::*, writer::*,
+    read_plan::*, remote::*, rules::*, scope::*, shard::*, status::*, struct_sizes::*, version::*, view::*, writer::*,
 };
 pub use handle::hostfirst_handle_count;
 #[cfg(feature = "test-hooks")]

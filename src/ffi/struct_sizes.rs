@@ -97,6 +97,10 @@ pub const HOSTFIRST_WRITER_OPTIONS_SIZE_1_0: usize = 80;
 /// for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
 pub const HOSTFIRST_WRITER_INFO_SIZE_1_0: usize = 48;
 
+/// `sizeof(hostfirst_remote_options)` in its first layout, on the 64-bit targets hostfirst supports: a `struct_size`
+/// for bindings that cannot run `sizeof` (any value from this up to 4096 is accepted; C programs use `sizeof`).
+pub const HOSTFIRST_REMOTE_OPTIONS_SIZE_1_0: usize = 48;
+
 // The constants are the structs' 1.0 sizes on the targets hostfirst builds for; on any other layout the build
 // fails here, naming the constant, rather than publishing a wrong number.
 const _: () = {
@@ -183,5 +187,9 @@ const _: () = {
     assert!(
         HOSTFIRST_WRITER_INFO_SIZE_1_0 == size_1_0::<super::writer::hostfirst_writer_info>(),
         "HOSTFIRST_WRITER_INFO_SIZE_1_0"
+    );
+    assert!(
+        HOSTFIRST_REMOTE_OPTIONS_SIZE_1_0 == size_1_0::<super::remote::hostfirst_remote_options>(),
+        "HOSTFIRST_REMOTE_OPTIONS_SIZE_1_0"
     );
 };

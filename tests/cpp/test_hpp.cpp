@@ -769,8 +769,27 @@ static int writer_wrappers(const std::string &fixtures) {
     return 0;
 }
 
+/* Remote settings: checked fields, a cache folder made by the call, configured retries used by an open. */
+static int remote_settings() {
+    hostfirst::remote_options o;
+    REQUIRE(o.struct_size == sizeof(hostfirst_remote_options) && o.cache_dir == nullptr && o.max_retries == 0);
+    o.max_retries = -2;
+    REQUIRE(throws(HOSTFIRST_STATUS_INVALID_ARGUMENT, [&] { hostfirst::remote_configure(o); }, "max_retries"));
+    std::string dir = "/tmp/hostfirst-hpp-remote-cache-" + std::to_string(getpid());
+    o.max_retries = -1;
+    o.cache_dir = dir.c_str();
+    hostfirst::remote_configure(o);
+    REQUIRE(::access(dir.c_str(), F_OK) == 0);
+    /* Nothing listens on port 1: refused at once, and with no retries the open gives up after one try. */
+    REQUIRE(throws(HOSTFIRST_STATUS_IO, [&] { (void)hostfirst::file::open("http://127.0.0.1:1/x.safetensors"); }));
+    hostfirst::remote_reset();
+    ::rmdir(dir.c_str());
+    return 0;
+}
+
 static int host_wrappers(const std::string &fixtures) {
     if (writer_wrappers(fixtures) != 0) return 1;
+    if (remote_settings() != 0) return 1;
     if (files_views_dlpack(fixtures) != 0) return 1;
     if (views_buffers_puts(fixtures) != 0) return 1;
     if (throwing_callbacks(fixtures) != 0) return 1;

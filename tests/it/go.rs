@@ -77,6 +77,7 @@ fn go_binding_tests_pass_against_the_installed_library() {
         "TestFitOnEveryRefusal",
         "TestReadAtIsReaderAt",
         "TestRemoteURL",
+        "TestRemoteConfigure",
     ] {
         assert!(text.contains(&format!("--- PASS: {name}")), "{name} did not run:\n{text}");
     }

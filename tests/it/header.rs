@@ -179,6 +179,16 @@ calls your hostfirst_agree_fn between its steps.",
         rules: &["writer", "agree"],
     },
     Section {
+        title: "OBJECT STORAGE",
+        life_cycle: "\
+hostfirst_file_open() and the other opens accept s3://, gs://, az:// and http(s):// URLs (see the README,
+Object storage). hostfirst_remote_configure() sets the process-wide remote settings (concurrency, part size,
+timeouts, retries, the local cache folder and its bound) from a hostfirst_remote_options filled by
+hostfirst_remote_options_init(); they apply to opens that start after the call, and NULL returns to the
+environment variables and the defaults.",
+        rules: &["remote"],
+    },
+    Section {
         title: "TEST HOOKS",
         life_cycle: "\
 Present only in builds with the test-hooks feature (HOSTFIRST_TEST_HOOKS): functions that panic inside the

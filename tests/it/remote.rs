@@ -340,3 +340,227 @@ fn a_whole_load_of_small_tensors_takes_few_requests() {
     let data = std::fs::metadata(server().dir.join("tiny.safetensors")).unwrap().len();
     assert!(bytes <= data + (256 << 10), "a whole load fetched {bytes} bytes of a {data}-byte object");
 }
+
+// ---- Settings and the local cache (issue 46, parts 1 and 2). The settings are process-wide, so each test runs
+// alone in a child process of its own (with its own fault server and counts).
+
+/// Configures the process's remote settings: `cache` as the cache folder (None: none), `retries` as
+/// `max_retries` (0: not configured), `concurrency` as `max_concurrency` (0: not configured).
+fn configure(cache: Option<&Path>, retries: i32, concurrency: u32) -> Status {
+    let mut o: hostfirst_remote_options = unsafe { std::mem::zeroed() };
+    assert_eq!(hostfirst_remote_options_init(&mut o, std::mem::size_of::<hostfirst_remote_options>()), Status::Ok);
+    let dir = cache.map(|d| CString::new(d.to_str().unwrap()).unwrap());
+    o.cache_dir = dir.as_ref().map_or(std::ptr::null(), |d| d.as_ptr());
+    o.max_retries = retries;
+    o.max_concurrency = concurrency;
+    hostfirst_remote_configure(&o)
+}
+
+/// Runs `body` alone in a child process (the settings are process-wide), then removes the child's fixtures.
+fn alone_remote(test: &str, body: impl FnOnce()) {
+    crate::common::alone(test, || {
+        body();
+        let _ = std::fs::remove_dir_all(&server().dir);
+    });
+}
+
+/// A fresh folder for a test's cache.
+fn cache_dir(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("rcache-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// The chunk files under a cache folder.
+fn chunks(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.extension().is_some_and(|x| x == "chunk") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Opens `u`, copies every tensor and checks each against the local fixture `file`; returns the data bytes the
+/// server sent for `mode` after the open (the load's own bytes).
+fn open_and_load(mode: &str, file: &str, tensors: &[&str]) -> u64 {
+    let f = open(&url(mode, file)).unwrap_or_else(|s| panic!("{s:?}: {}", last_error()));
+    let (_, opened) = stats(mode);
+    for t in tensors {
+        assert_eq!(copy(f, t).unwrap_or_else(|s| panic!("{t}: {s:?}: {}", last_error())), local(file, t), "{t}");
+    }
+    assert_eq!(hostfirst_file_free(f), Status::Ok);
+    stats(mode).1 - opened
+}
+
+const LARGE: &[&str] = &["t000", "t001", "t002", "t003", "t004", "t005", "t006", "t007"];
+
+#[test]
+fn with_a_cache_a_second_open_and_load_moves_no_data_bytes() {
+    alone_remote(concat!(module_path!(), "::with_a_cache_a_second_open_and_load_moves_no_data_bytes"), || {
+        let dir = cache_dir("second");
+        assert_eq!(configure(Some(&dir), 0, 0), Status::Ok, "{}", last_error());
+        let first = open_and_load("c1", "large.safetensors", LARGE);
+        assert!(first >= 8 * (512 << 10) - (256 << 10), "the first load fetched {first} bytes");
+        assert!(!chunks(&dir).is_empty(), "no chunk was kept under {}", dir.display());
+        let (requests, _) = stats("c1");
+        let second = open_and_load("c1", "large.safetensors", LARGE);
+        assert_eq!(second, 0, "the second load fetched {second} data bytes from the server");
+        assert_eq!(stats("c1").0 - requests, 1, "the second open+load: its first request only");
+        assert_eq!(configure(None, 0, 0), Status::Ok);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+#[test]
+fn a_replaced_object_is_fetched_anew_never_served_from_the_cache() {
+    alone_remote(concat!(module_path!(), "::a_replaced_object_is_fetched_anew_never_served_from_the_cache"), || {
+        let dir = cache_dir("replaced");
+        assert_eq!(configure(Some(&dir), 0, 0), Status::Ok, "{}", last_error());
+        let path = server().dir.join("rep.safetensors");
+        std::fs::write(&path, model(2, 4096, 0)).unwrap();
+        assert!(open_and_load("c2", "rep.safetensors", &["t000", "t001"]) > 0);
+        // Version 2: the same layout, other bytes (the server's ETag is the content's digest).
+        let mut v2 = model(2, 4096, 0);
+        let n = v2.len();
+        v2[n - 8192..].fill(0x5A);
+        std::fs::write(&path, &v2).unwrap();
+        // open_and_load compares with the local file, which is now version 2.
+        let moved = open_and_load("c2", "rep.safetensors", &["t000", "t001"]);
+        assert!(moved > 0, "the replaced object's data came from the cache");
+        assert_eq!(local("rep.safetensors", "t001"), vec![0x5A; 4096]);
+        assert_eq!(configure(None, 0, 0), Status::Ok);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+#[test]
+fn a_truncated_or_corrupt_chunk_is_fetched_again() {
+    alone_remote(concat!(module_path!(), "::a_truncated_or_corrupt_chunk_is_fetched_again"), || {
+        let dir = cache_dir("damaged");
+        assert_eq!(configure(Some(&dir), 0, 0), Status::Ok, "{}", last_error());
+        open_and_load("c3", "large.safetensors", LARGE);
+        let files = chunks(&dir);
+        assert!(!files.is_empty());
+        let whole: Vec<u64> = files.iter().map(|p| std::fs::metadata(p).unwrap().len()).collect();
+        // A half-written chunk (as a crash before the rename could never leave, but a full disk or a user might).
+        let bytes = std::fs::read(&files[0]).unwrap();
+        std::fs::write(&files[0], &bytes[..bytes.len() / 2]).unwrap();
+        let moved = open_and_load("c3", "large.safetensors", LARGE);
+        assert!(moved > 0, "a truncated chunk was used");
+        assert_eq!(std::fs::metadata(&files[0]).unwrap().len(), whole[0], "the refetched chunk was kept whole");
+        // A chunk of the right length with one byte changed.
+        let mut bytes = std::fs::read(&files[0]).unwrap();
+        bytes[100] ^= 0xFF;
+        std::fs::write(&files[0], &bytes).unwrap();
+        let moved = open_and_load("c3", "large.safetensors", LARGE);
+        assert!(moved > 0, "a corrupt chunk was used");
+        assert_eq!(open_and_load("c3", "large.safetensors", LARGE), 0, "the chunk was replaced by a good one");
+        assert_eq!(configure(None, 0, 0), Status::Ok);
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
+
+#[test]
+fn no_cache_without_the_setting_and_the_environment_names_one() {
+    alone_remote(concat!(module_path!(), "::no_cache_without_the_setting_and_the_environment_names_one"), || {
+        std::env::remove_var("HOSTFIRST_REMOTE_CACHE");
+        let data = 8 * (512 << 10) - (256 << 10);
+        assert!(open_and_load("c4", "large.safetensors", LARGE) >= data);
+        assert!(open_and_load("c4", "large.safetensors", LARGE) >= data, "a second load without a cache");
+        // A relative folder in the environment is refused (never a cache in whatever folder the process runs in).
+        std::env::set_var("HOSTFIRST_REMOTE_CACHE", "relative-cache");
+        assert_eq!(open(&url("c4", "small.safetensors")).unwrap_err(), Status::InvalidArgument);
+        assert!(last_error().contains("HOSTFIRST_REMOTE_CACHE"), "{}", last_error());
+        // The environment names a cache; a configured folder wins over it; NULL goes back to the environment.
+        let (env_dir, conf_dir) = (cache_dir("env"), cache_dir("conf"));
+        std::env::set_var("HOSTFIRST_REMOTE_CACHE", &env_dir);
+        open_and_load("c4", "large.safetensors", LARGE);
+        assert!(!chunks(&env_dir).is_empty(), "HOSTFIRST_REMOTE_CACHE was not used");
+        assert_eq!(open_and_load("c4", "large.safetensors", LARGE), 0);
+        assert_eq!(configure(Some(&conf_dir), 0, 0), Status::Ok);
+        let before = chunks(&env_dir).len();
+        assert!(open_and_load("c4", "large.safetensors", LARGE) >= data, "the configured folder is a new cache");
+        assert!(!chunks(&conf_dir).is_empty());
+        assert_eq!(chunks(&env_dir).len(), before);
+        assert_eq!(configure(None, 0, 0), Status::Ok);
+        assert_eq!(open_and_load("c4", "large.safetensors", LARGE), 0, "back to the environment's cache");
+        std::env::remove_var("HOSTFIRST_REMOTE_CACHE");
+        let _ = std::fs::remove_dir_all(&env_dir);
+        let _ = std::fs::remove_dir_all(&conf_dir);
+    });
+}
+
+#[test]
+fn configured_retries_win_over_the_environment() {
+    alone_remote(concat!(module_path!(), "::configured_retries_win_over_the_environment"), || {
+        let u = url("down", "small.safetensors");
+        // HOSTFIRST_REMOTE_RETRIES=2 (set by server()): the first try and two retries.
+        assert_eq!(open(&u).unwrap_err(), Status::Io);
+        assert_eq!(stats("down").0, 3);
+        assert_eq!(configure(None, -1, 0), Status::Ok, "{}", last_error());
+        assert_eq!(open(&u).unwrap_err(), Status::Io);
+        assert_eq!(stats("down").0, 4, "max_retries = -1: one try, no retries");
+        assert_eq!(configure(None, 1, 0), Status::Ok);
+        assert_eq!(open(&u).unwrap_err(), Status::Io);
+        assert_eq!(stats("down").0, 6, "max_retries = 1");
+        assert_eq!(hostfirst_remote_configure(std::ptr::null()), Status::Ok);
+        assert_eq!(open(&u).unwrap_err(), Status::Io);
+        assert_eq!(stats("down").0, 9, "NULL: back to the environment");
+    });
+}
+
+#[test]
+fn remote_options_are_checked() {
+    assert_eq!(hostfirst_remote_options_init(std::ptr::null_mut(), 48), Status::NullArgument);
+    let mut o: hostfirst_remote_options = unsafe { std::mem::zeroed() };
+    assert_eq!(hostfirst_remote_options_init(&mut o, 8), Status::InvalidArgument);
+    assert_eq!(hostfirst_remote_options_init(&mut o, std::mem::size_of::<hostfirst_remote_options>()), Status::Ok);
+    o.max_retries = -2;
+    assert_eq!(hostfirst_remote_configure(&o), Status::InvalidArgument);
+    assert!(last_error().contains("max_retries is -2"), "{}", last_error());
+    o.max_retries = 101;
+    assert_eq!(hostfirst_remote_configure(&o), Status::InvalidArgument);
+    o.max_retries = 0;
+    o.max_concurrency = 5000;
+    assert_eq!(hostfirst_remote_configure(&o), Status::InvalidArgument);
+    assert!(last_error().contains("max_concurrency is 5000"), "{}", last_error());
+    o.max_concurrency = 0;
+    // A cache folder that cannot be made (its parent is a file): IO naming it.
+    let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("rcache-file-{}", std::process::id()));
+    std::fs::write(&file, b"x").unwrap();
+    let bad = CString::new(file.join("sub").to_str().unwrap()).unwrap();
+    o.cache_dir = bad.as_ptr();
+    assert_eq!(hostfirst_remote_configure(&o), Status::Io);
+    assert!(last_error().contains("rcache-file-"), "{}", last_error());
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(HOSTFIRST_REMOTE_OPTIONS_SIZE_1_0, std::mem::size_of::<hostfirst_remote_options>());
+}
+
+#[test]
+fn a_large_read_is_cut_into_max_concurrency_requests() {
+    alone_remote(concat!(module_path!(), "::a_large_read_is_cut_into_max_concurrency_requests"), || {
+        // One 24 MiB tensor: more than twice the 8 MiB piece.
+        std::fs::write(server().dir.join("huge.safetensors"), model(1, 24 << 20, 0)).unwrap();
+        for (concurrency, requests) in [(1u32, 1u64), (2, 2), (3, 3), (16, 3)] {
+            assert_eq!(configure(None, 0, concurrency), Status::Ok);
+            let mode = format!("conc{concurrency}");
+            let f = open(&url(&mode, "huge.safetensors")).unwrap();
+            let (before, _) = stats(&mode);
+            assert_eq!(copy(f, "t000").unwrap(), local("huge.safetensors", "t000"), "{concurrency}");
+            let (after, _) = stats(&mode);
+            assert_eq!(after - before, requests, "max_concurrency {concurrency}: at most 24 MiB / 8 MiB pieces");
+            assert_eq!(hostfirst_file_free(f), Status::Ok);
+        }
+        assert_eq!(configure(None, 0, 0), Status::Ok);
+        let _ = std::fs::remove_file(server().dir.join("huge.safetensors"));
+    });
+}

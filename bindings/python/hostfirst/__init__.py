@@ -66,6 +66,7 @@ from ._errors import (  # one exception class per status (see hostfirst._errors 
     NativeExtensionWarning,
 )
 from . import numpy  # noqa: E402 - hostfirst.numpy.load_file, after the names it uses
+from . import remote  # noqa: E402 - hostfirst.remote.configure (settings of s3://, gs://, az://, http(s):// sources)
 
 __version__ = native.hostfirst_version().decode()
 

@@ -351,6 +351,20 @@ class ReadPlanOptions(_Mirror):
     ]
 
 
+class RemoteOptions(_Mirror):
+    _c_name_ = "hostfirst_remote_options"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("max_concurrency", ctypes.c_uint32),
+        ("max_retries", ctypes.c_int32),
+        ("part_size", ctypes.c_uint64),
+        ("request_timeout_ms", ctypes.c_uint32),
+        ("connect_timeout_ms", ctypes.c_uint32),
+        ("cache_dir", ctypes.c_char_p),
+        ("cache_max_bytes", ctypes.c_uint64),
+    ]
+
+
 class ReadPlanStats(_Mirror):
     _c_name_ = "hostfirst_read_plan_stats"
     _fields_ = [
@@ -572,6 +586,9 @@ SIGNATURES = {
     "hostfirst_read_plan_request": (c_status, [_h, _u64, P(ReadPlanRequestInfo)]),
     "hostfirst_read_plan_execute": (c_status, [_h, P(ctypes.c_void_p), P(_u64), _size, P(_u64)]),
     "hostfirst_read_plan_free": (c_status, [_h]),
+    # remote settings
+    "hostfirst_remote_options_init": (c_status, [P(RemoteOptions), _size]),
+    "hostfirst_remote_configure": (c_status, [P(RemoteOptions)]),
     # the writer
     "hostfirst_writer_options_init": (c_status, [P(WriterOptions), _size]),
     "hostfirst_writer_open": (c_status, [_str, P(WriterOptions), _ph]),

@@ -204,3 +204,41 @@ def test_jax_save_file_of_a_sharded_array_to_s3(s3, tmp_path):
     subprocess.run([sys.executable, "-c", JAX_SAVE, str(tmp_path / "m.safetensors"), "s3://saves/jax/m.safetensors"],
                    check=True, env=env, cwd=str(Path(__file__).resolve().parent))
     assert object_bytes(s3, "jax/m.safetensors") == (tmp_path / "m.safetensors").read_bytes()
+
+
+def stats(base, mode):
+    import urllib.request
+
+    with urllib.request.urlopen(f"{base}/_stats/{mode}") as r:
+        return tuple(int(x) for x in r.read().split())
+
+
+def test_configure_sets_a_cache_folder_and_reset_forgets_it(fault_server, tmp_path):
+    base, arrays = fault_server
+    cache = tmp_path / "cache"
+    try:
+        with pytest.raises(hostfirst.InvalidArgumentError, match="max_retries is 101"):
+            hostfirst.remote.configure(max_retries=101)
+        with pytest.raises(hostfirst.InvalidArgumentError, match="max_concurrency is 5000"):
+            hostfirst.remote.configure(max_concurrency=5000)
+        with pytest.raises(ValueError):
+            hostfirst.remote.configure(max_concurrency=0)
+        hostfirst.remote.configure(cache_dir=cache, max_concurrency=4, request_timeout=30, max_retries=3)
+        assert cache.is_dir()
+        hostfirst.numpy.load_file(f"{base}/pycache/m.safetensors")
+        assert list(cache.rglob("*.chunk")), "nothing was kept in the cache"
+        before = stats(base, "pycache")
+        again = hostfirst.numpy.load_file(f"{base}/pycache/m.safetensors")
+        for k, v in arrays.items():
+            assert np.array_equal(again[k], v), k
+        after = stats(base, "pycache")
+        # The open's first request (it gives the current ETag) and nothing else: the data came from the cache.
+        assert after[0] - before[0] == 1, (before, after)
+        hostfirst.remote.reset()
+        hostfirst.numpy.load_file(f"{base}/pycache2/m.safetensors")
+        before = stats(base, "pycache2")
+        hostfirst.numpy.load_file(f"{base}/pycache2/m.safetensors")
+        after = stats(base, "pycache2")
+        assert after[0] - before[0] > 1, "without the cache the load fetches its data again"
+    finally:
+        hostfirst.remote.reset()

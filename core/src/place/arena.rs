@@ -411,7 +411,7 @@ impl SendPtr {
 /// The size of a load's ranged GETs of remote objects ([`crate::remote::part_bytes`] of the remote bytes).
 fn remote_part(tensors: &[TensorRef<'_>]) -> usize {
     let total: u64 = tensors.iter().filter(|v| v.remote_and_offset().is_some()).map(|v| v.nbytes()).sum();
-    crate::remote::part_bytes(total)
+    crate::remote::part_bytes(total, crate::remote::load_concurrency())
 }
 
 /// Loads `tensors` into one host arena; returns it with each tensor's offset in it (in order: the tensor's
@@ -440,9 +440,9 @@ pub(crate) fn load_host_threads(
     let groups = groups(tensors, &offsets, per_group, remote_part(tensors), &ReadPolicy::default())?;
     let base = SendPtr(arena.as_mut_slice().as_mut_ptr());
     // A remote group is one ranged GET that waits on the network, not on this machine's cores: a load keeps
-    // crate::remote::CONCURRENCY of them in flight (one reader thread each).
+    // crate::remote::load_concurrency() of them in flight (one reader thread each).
     let remote = groups.iter().filter(|g| matches!(g.from, From::Remote { .. })).count();
-    let threads = if remote > 0 { threads.max(crate::remote::CONCURRENCY.min(remote)) } else { threads };
+    let threads = if remote > 0 { threads.max(crate::remote::load_concurrency().min(remote)) } else { threads };
     let threads = threads.min(groups.len()).max(1);
     // Buffered reads of a large load ask the kernel to read ahead (below); direct reads have their own depth.
     let ahead = if direct.is_none() && size >= READ_AHEAD_FROM { READ_AHEAD_BYTES } else { 0 };

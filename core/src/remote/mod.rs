@@ -8,8 +8,17 @@
 //!   `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP=true` for a
 //!   plain-http endpoint; `GOOGLE_SERVICE_ACCOUNT` (and the other `GOOGLE_*` keys) for gs://;
 //!   `AZURE_STORAGE_ACCOUNT_NAME`, `AZURE_STORAGE_ACCOUNT_KEY` (and the other `AZURE_*` keys) for az://.
-//!   `HOSTFIRST_REMOTE_RETRIES` (default 10) caps the retries of one request, `HOSTFIRST_REMOTE_TIMEOUT`
-//!   (seconds, default 30) bounds one request.
+//!   The library's own settings (retries, timeouts, concurrency, upload part size, the local cache) are read in
+//!   one place, [`settings`]: what `hostfirst_remote_configure` set, else `HOSTFIRST_REMOTE_RETRIES`,
+//!   `HOSTFIRST_REMOTE_TIMEOUT`, `HOSTFIRST_REMOTE_CONCURRENCY`, `HOSTFIRST_REMOTE_PART_SIZE`,
+//!   `HOSTFIRST_REMOTE_CACHE`, `HOSTFIRST_REMOTE_CACHE_MAX_BYTES`, else the defaults. An open resolves them
+//!   once, when it starts.
+//! - **Concurrency**: a read of at least twice [`PIECE`] bytes is cut into pieces of at least [`PIECE`] bytes
+//!   fetched by up to `max_concurrency` concurrent ranged GETs (the engine's threads add their own).
+//! - **The local cache** ([`cache`], when a cache folder is set): data ranges are kept on disk in aligned
+//!   chunks keyed by (URL without credentials, ETag, length), so a second open of an unchanged object reads its
+//!   data from disk; the open's first GET still goes to the server and gives the current ETag, so a replaced
+//!   object is never served from the cache, and an object without an ETag is not cached.
 //! - **Opening** reads the header in at most 2 requests: a ranged GET of the first [`FIRST_READ`] bytes, which
 //!   gives the object's length and ETag and usually the whole header, then one more for the rest of a larger
 //!   header.
@@ -35,32 +44,39 @@ use object_store::{GetOptions, GetRange, ObjectStore};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub(crate) mod cache;
 pub(crate) mod runtime;
+pub mod settings;
 pub mod upload;
+
+use settings::Effective;
 
 /// How many leading bytes the first request of an open asks for: the length prefix and, for all but the
 /// largest headers, the whole header.
 pub const FIRST_READ: u64 = 256 << 10;
 
-/// How many ranged GETs a load keeps in flight (one reader thread each; boto3's transfers use 10, the
-/// benchmark's peer 16).
-pub const CONCURRENCY: usize = 16;
 /// The largest ranged GET of a load (boto3's default part size).
 pub const MAX_PART: u64 = 8 << 20;
-/// The smallest part a load's remote bytes are cut into so that [`CONCURRENCY`] requests stay in flight.
+/// The smallest part a load's remote bytes are cut into so that [`settings::DEFAULT_CONCURRENCY`] (or the configured number of) requests stay in flight.
 pub const MIN_PART: u64 = 1 << 20;
 
-/// The size of a load's ranged GETs for `total` remote bytes: enough parts to keep [`CONCURRENCY`] requests
-/// in flight, each from [`MIN_PART`] to [`MAX_PART`] (neighbouring tensors are merged up to it: a load of many
-/// small tensors takes few requests).
-pub fn part_bytes(total: u64) -> usize {
-    (total / CONCURRENCY as u64).clamp(MIN_PART, MAX_PART) as usize
+/// How many ranged GETs a load keeps in flight (one reader thread each): the `max_concurrency` setting when the
+/// load starts ([`settings::effective`]; default [`settings::DEFAULT_CONCURRENCY`]).
+pub fn load_concurrency() -> usize {
+    settings::effective().map_or(settings::DEFAULT_CONCURRENCY, |e| e.concurrency).max(1)
 }
 
-/// The environment variable that caps the retries of one request.
-pub const RETRIES_ENV: &str = "HOSTFIRST_REMOTE_RETRIES";
-/// The environment variable that bounds one request (seconds).
-pub const TIMEOUT_ENV: &str = "HOSTFIRST_REMOTE_TIMEOUT";
+/// The size of a load's ranged GETs for `total` remote bytes: enough parts to keep `concurrency` requests in
+/// flight, each from [`MIN_PART`] to [`MAX_PART`] (neighbouring tensors are merged up to it: a load of many
+/// small tensors takes few requests).
+pub fn part_bytes(total: u64, concurrency: usize) -> usize {
+    (total / concurrency.max(1) as u64).clamp(MIN_PART, MAX_PART) as usize
+}
+
+pub use settings::{RETRIES_ENV, TIMEOUT_ENV};
+
+/// The smallest piece a read is cut into for concurrent requests: reads up to twice this are one request.
+pub const PIECE: u64 = 8 << 20;
 
 /// The URL schemes a path may start with to name a remote object.
 const SCHEMES: &[&str] = &["s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss", "http", "https"];
@@ -123,9 +139,10 @@ impl Url {
     }
 
     /// The store and the object's path in it, configured from the environment.
-    fn store(&self) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
-        let retry = retry_config()?;
-        let (timeout, connect) = timeouts()?;
+    fn store(&self, eff: &Effective) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
+        let retry = retry_config(eff);
+        let (timeout, connect) =
+            (format!("{}ms", eff.request_timeout.as_millis()), format!("{}ms", eff.connect_timeout.as_millis()));
         use object_store::ClientConfigKey::{ConnectTimeout, Timeout};
         let fail = |e: object_store::Error| {
             Error::new(Status::InvalidArgument, format!("{}: cannot configure the client: {}", self.display, scrub(&e)))
@@ -190,33 +207,16 @@ impl Url {
     }
 }
 
-fn env_number(name: &str, default: u64, max: u64) -> Result<u64> {
-    match std::env::var(name) {
-        Err(_) => Ok(default),
-        Ok(v) if v.trim().is_empty() => Ok(default),
-        Ok(v) => v.trim().parse::<u64>().ok().filter(|&n| n <= max).ok_or_else(|| {
-            Error::new(Status::InvalidArgument, format!("{name}='{v}' is not a whole number from 0 to {max}"))
-        }),
-    }
-}
-
-fn retry_config() -> Result<object_store::RetryConfig> {
-    let retries = env_number(RETRIES_ENV, 10, 100)?;
-    Ok(object_store::RetryConfig {
+fn retry_config(eff: &Effective) -> object_store::RetryConfig {
+    object_store::RetryConfig {
         backoff: object_store::BackoffConfig {
             init_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(15),
             base: 2.0,
         },
-        max_retries: retries as usize,
+        max_retries: eff.retries,
         retry_timeout: Duration::from_secs(180),
-    })
-}
-
-/// The request and connect timeouts (`HOSTFIRST_REMOTE_TIMEOUT`), as object_store's configuration reads them.
-fn timeouts() -> Result<(String, String)> {
-    let secs = env_number(TIMEOUT_ENV, 30, 86_400)?.max(1);
-    Ok((format!("{secs}s"), format!("{}s", secs.min(10))))
+    }
 }
 
 /// `text` with the user info and query of a URL cut out (for a message about a URL that did not parse).
@@ -309,6 +309,10 @@ pub(crate) struct RemoteObject {
     pub len: u64,
     /// The ETag of the first response; every later read must see the same.
     etag: Option<String>,
+    /// The settings resolved when it was opened (boxed, as the cache: a file's sources stay small).
+    eff: Box<Effective>,
+    /// Its chunks in the local cache (a cache folder is set and the server sent an ETag).
+    cache: Option<Box<cache::ObjectCache>>,
 }
 
 /// One ranged GET of `range`, `If-Match` `etag` when given. object_store retries the request itself (503,
@@ -418,8 +422,9 @@ impl RemoteObject {
     /// bytes (all of a smaller object).
     pub(crate) fn open(url: &str) -> Result<(RemoteObject, Vec<u8>)> {
         let url = Url::parse(url)?;
-        let (store, path) = url.store()?;
-        let retries = retry_config()?.max_retries;
+        let eff = settings::effective()?;
+        let (store, path) = url.store(&eff)?;
+        let retries = eff.retries;
         let (s2, p2) = (Arc::clone(&store), path.clone());
         let got = runtime::run(fetch(s2, p2, 0..FIRST_READ, None, retries))
             .map_err(|e| Error::new(Status::Internal, format!("{}: {e}", url.display)))?;
@@ -427,12 +432,18 @@ impl RemoteObject {
             Ok(x) => x,
             Err(e) => return Err(status_of(&url.display, "opening", &e)),
         };
+        let cache = match (&eff.cache, &meta.e_tag) {
+            (Some(c), Some(etag)) => Some(Box::new(cache::ObjectCache::new(c, &url.display, etag, meta.size))),
+            _ => None,
+        };
         let obj = RemoteObject {
             path,
             store: Mutex::new(StoreIn { pid: std::process::id(), store }),
             len: meta.size,
             etag: meta.e_tag,
             url,
+            eff: Box::new(eff),
+            cache,
         };
         let want = FIRST_READ.min(obj.len) as usize;
         if bytes.len() != want {
@@ -459,7 +470,7 @@ impl RemoteObject {
         let mut s = self.store.lock().unwrap_or_else(|p| p.into_inner());
         let pid = std::process::id();
         if s.pid != pid {
-            let (store, _) = self.url.store()?;
+            let (store, _) = self.url.store(&self.eff)?;
             // The parent's client (its pooled connections are the parent's sockets) is never used or dropped here.
             std::mem::forget(std::mem::replace(&mut s.store, store));
             s.pid = pid;
@@ -467,18 +478,41 @@ impl RemoteObject {
         Ok(Arc::clone(&s.store))
     }
 
-    /// Fetches `dst.len()` bytes at `offset` with one ranged GET (If-Match the pinned ETag): past the end is
+    /// Fetches `dst.len()` bytes at `offset` (If-Match the pinned ETag): through the local cache where one is
+    /// set; else a read of two [`PIECE`]s or more is cut into pieces of at least [`PIECE`] fetched by up to
+    /// `max_concurrency` GETs at once, and a smaller one is one GET whose body streams into `dst`. Past the end is
     /// `TRUNCATED`, a changed object `IO`, the other failures as the module documentation says.
     pub(crate) fn read(&self, offset: u64, dst: &mut [u8], what: &dyn Fn() -> String) -> Result<()> {
-        let n = dst.len() as u64;
-        self.read_scatter(offset, n, &mut |pos, b| dst[pos as usize..pos as usize + b.len()].copy_from_slice(b), what)
+        let len = dst.len() as u64;
+        if len == 0 {
+            return Ok(());
+        }
+        let end = self.check_range(offset, len, what)?;
+        if let Some(c) = &self.cache {
+            return self.read_cached(c, offset, dst, what);
+        }
+        let pieces = (len / PIECE).clamp(1, self.eff.concurrency.max(1) as u64);
+        if pieces == 1 {
+            return self.stream(offset, len, &mut |pos, b| dst[pos as usize..pos as usize + b.len()].copy_from_slice(b), what);
+        }
+        let step = len.div_ceil(pieces);
+        let ranges: Vec<_> =
+            (0..pieces).map(|i| offset + i * step..(offset + (i + 1) * step).min(end)).filter(|r| r.start < r.end).collect();
+        let mut at = 0usize;
+        for (r, b) in ranges.iter().zip(self.fetch_ranges(&ranges, what)?) {
+            let n = (r.end - r.start) as usize;
+            dst[at..at + n].copy_from_slice(&b);
+            at += n;
+        }
+        Ok(())
     }
 
     /// Fetches bytes `offset..offset + len` with one ranged GET (If-Match the pinned ETag) and hands them to
     /// `sink` as the body arrives, `(position in the range, bytes)`, in order: each byte is copied once, from the
     /// client's buffer to where `sink` puts it (no whole-range buffer). A body cut and asked for again is handed
-    /// over again from its start (the same positions: the caller's bytes end up right). Errors as [`Self::read`];
-    /// after an error, what `sink` was given is not to be used.
+    /// over again from its start (the same positions: the caller's bytes end up right). With a local cache the
+    /// bytes go through it ([`Self::read`], then one `sink` call). Errors as [`Self::read`]; after an error, what
+    /// `sink` was given is not to be used.
     pub(crate) fn read_scatter(
         &self,
         offset: u64,
@@ -489,7 +523,19 @@ impl RemoteObject {
         if len == 0 {
             return Ok(());
         }
-        let end = offset.checked_add(len).filter(|&e| e <= self.len).ok_or_else(|| {
+        self.check_range(offset, len, what)?;
+        if self.cache.is_some() {
+            let mut buf = vec![0u8; len as usize];
+            self.read(offset, &mut buf, what)?;
+            sink(0, &buf);
+            return Ok(());
+        }
+        self.stream(offset, len, sink, what)
+    }
+
+    /// The end of `offset..offset + len`, or `TRUNCATED` where it lies past the object's end.
+    fn check_range(&self, offset: u64, len: u64, what: &dyn Fn() -> String) -> Result<u64> {
+        offset.checked_add(len).filter(|&e| e <= self.len).ok_or_else(|| {
             Error::new(
                 Status::Truncated,
                 format!(
@@ -500,9 +546,15 @@ impl RemoteObject {
                     self.len
                 ),
             )
-        })?;
+        })
+    }
+
+    /// One ranged GET of `offset..offset + len` (within the object), its body handed to `sink` as it arrives
+    /// (see [`Self::read_scatter`]).
+    fn stream(&self, offset: u64, len: u64, sink: &mut dyn FnMut(u64, &[u8]), what: &dyn Fn() -> String) -> Result<()> {
+        let end = offset + len;
         let store = self.store()?;
-        let retries = retry_config()?.max_retries;
+        let retries = self.eff.retries;
         let ctx = || format!("{} (bytes {offset}..{end})", what());
         let (tx, rx) = std::sync::mpsc::channel();
         runtime::spawn(stream(store, self.path.clone(), offset..end, self.etag.clone(), retries, tx))
@@ -546,6 +598,97 @@ impl RemoteObject {
         }
     }
 
+    /// A read through the local cache: the chunks it covers from disk where they are whole there, the others
+    /// fetched (concurrently) and kept.
+    fn read_cached(
+        &self,
+        c: &cache::ObjectCache,
+        offset: u64,
+        dst: &mut [u8],
+        what: &dyn Fn() -> String,
+    ) -> Result<()> {
+        let end = offset + dst.len() as u64;
+        let chunks = offset / cache::CHUNK..end.div_ceil(cache::CHUNK);
+        let mut have: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut missing = Vec::new();
+        for i in chunks {
+            match c.get(i) {
+                Some(b) => have.push((i, b)),
+                None => missing.push(i),
+            }
+        }
+        let ranges: Vec<_> = missing.iter().map(|&i| c.range(i)).collect();
+        for (&i, b) in missing.iter().zip(self.fetch_ranges(&ranges, what)?) {
+            c.put(i, &b);
+            have.push((i, b));
+        }
+        for (i, b) in have {
+            let r = c.range(i);
+            let (lo, hi) = (r.start.max(offset), r.end.min(end));
+            dst[(lo - offset) as usize..(hi - offset) as usize]
+                .copy_from_slice(&b[(lo - r.start) as usize..(hi - r.start) as usize]);
+        }
+        Ok(())
+    }
+
+    /// Fetches `ranges` (each within the object) with up to `concurrency` ranged GETs at once (If-Match the
+    /// pinned ETag); each answer is checked for the ETag and its length.
+    fn fetch_ranges(&self, ranges: &[std::ops::Range<u64>], what: &dyn Fn() -> String) -> Result<Vec<Vec<u8>>> {
+        let store = self.store()?;
+        let retries = self.eff.retries;
+        let mut out = Vec::with_capacity(ranges.len());
+        for batch in ranges.chunks(self.eff.concurrency.max(1)) {
+            let jobs: Vec<_> =
+                batch.iter().map(|r| (Arc::clone(&store), self.path.clone(), r.clone(), self.etag.clone())).collect();
+            let got = runtime::run(async move {
+                let tasks: Vec<_> =
+                    jobs.into_iter().map(|(s, p, r, e)| tokio::spawn(fetch(s, p, r, e, retries))).collect();
+                let mut all = Vec::with_capacity(tasks.len());
+                for t in tasks {
+                    all.push(t.await);
+                }
+                all
+            })
+            .map_err(|e| Error::new(Status::Internal, format!("{}: {e}", self.url.display)))?;
+            for (r, g) in batch.iter().zip(got) {
+                let ctx = || format!("{} (bytes {}..{})", what(), r.start, r.end);
+                let g = g.map_err(|e| {
+                    Error::new(
+                        Status::Internal,
+                        format!("{}: {}: the request's task failed: {e}", self.url.display, ctx()),
+                    )
+                })?;
+                match g {
+                    Err(e) => return Err(status_of(&self.url.display, &ctx(), &e)),
+                    Ok((meta, b)) => {
+                        if self.etag.is_some() && meta.e_tag != self.etag {
+                            return Err(changed(
+                                &self.url.display,
+                                &ctx(),
+                                self.etag.as_deref(),
+                                meta.e_tag.as_deref(),
+                            ));
+                        }
+                        let want = (r.end - r.start) as usize;
+                        if b.len() != want {
+                            return Err(Error::new(
+                                Status::Io,
+                                format!(
+                                    "{}: {}: the server sent {} bytes for {want}",
+                                    self.url.display,
+                                    ctx(),
+                                    b.len()
+                                ),
+                            ));
+                        }
+                        out.push(b);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// The whole object (at most `cap` bytes: `LIMIT_EXCEEDED` past it), for an index's JSON.
     pub(crate) fn read_all(&self, first: Vec<u8>, cap: u64, what: &str) -> Result<Vec<u8>> {
         if self.len > cap {
@@ -567,10 +710,16 @@ impl RemoteObject {
     pub(crate) fn report(&self) -> String {
         format!(
             "remote: {} ({} bytes, ETag {}), read with ranged GETs (object_store) into memory hostfirst owns; no \
-             mapping: views' data pointers are NULL, read them with hostfirst_view_copy",
+             mapping: views' data pointers are NULL, read them with hostfirst_view_copy; up to {} requests at once; {}",
             self.url.display,
             self.len,
-            self.etag.as_deref().unwrap_or("none: the server sent none, so a replaced object cannot be detected")
+            self.etag.as_deref().unwrap_or("none: the server sent none, so a replaced object cannot be detected"),
+            self.eff.concurrency,
+            match (&self.eff.cache, &self.cache) {
+                (Some(c), Some(_)) => format!("cached under {}", c.dir.display()),
+                (Some(_), None) => "not cached (no ETag)".to_string(),
+                _ => "no local cache".to_string(),
+            }
         )
     }
 }

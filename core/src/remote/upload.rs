@@ -21,10 +21,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 
-/// The environment variable of the part size (bytes).
-pub const PART_SIZE_ENV: &str = "HOSTFIRST_REMOTE_PART_SIZE";
-/// The environment variable of the parts in flight at once.
-pub const CONCURRENCY_ENV: &str = "HOSTFIRST_REMOTE_CONCURRENCY";
 /// The default part size: 16 MiB.
 pub const DEFAULT_PART_SIZE: u64 = 16 << 20;
 /// The smallest part size: 5 MiB (S3 refuses a smaller part unless it is the last).
@@ -45,26 +41,33 @@ pub struct UploadConfig {
     pub concurrency: usize,
 }
 
-/// The upload settings, from the environment: the one place they are read (an options struct may feed this
-/// later). `INVALID_ARGUMENT` naming the variable for a part size under 5 MiB (or over 5 GiB), a concurrency
-/// of 0 or over 256, or text that is not a number.
+/// The upload settings, from [`super::settings`] (the one place remote settings are read: configured by
+/// `hostfirst_remote_configure`, else `HOSTFIRST_REMOTE_PART_SIZE` / `HOSTFIRST_REMOTE_CONCURRENCY`, else
+/// [`DEFAULT_PART_SIZE`] / [`DEFAULT_CONCURRENCY`]). `INVALID_ARGUMENT` naming the setting for a part size under
+/// 5 MiB (or over 5 GiB), or a concurrency over 256.
 pub fn config() -> Result<UploadConfig> {
-    let number = |name: &str, default: u64, lo: u64, hi: u64, unit: &str| -> Result<u64> {
-        let v = match std::env::var(name) {
-            Ok(v) if !v.trim().is_empty() => v,
-            _ => return Ok(default),
-        };
-        v.trim().parse::<u64>().ok().filter(|n| (lo..=hi).contains(n)).ok_or_else(|| {
-            Error::new(
-                Status::InvalidArgument,
-                format!("{name}='{v}': give a whole number of {unit} from {lo} to {hi}"),
-            )
-        })
-    };
-    Ok(UploadConfig {
-        part_size: number(PART_SIZE_ENV, DEFAULT_PART_SIZE, MIN_PART_SIZE, MAX_PART_SIZE, "bytes")?,
-        concurrency: number(CONCURRENCY_ENV, DEFAULT_CONCURRENCY as u64, 1, 256, "parts")? as usize,
-    })
+    use super::settings::{CONCURRENCY_ENV, PART_SIZE_ENV};
+    let part_size = super::settings::part_size()?.unwrap_or(DEFAULT_PART_SIZE);
+    if !(MIN_PART_SIZE..=MAX_PART_SIZE).contains(&part_size) {
+        return Err(Error::new(
+            Status::InvalidArgument,
+            format!(
+                "upload part size {part_size} (part_size or {PART_SIZE_ENV}): give a whole number of bytes from \
+                 {MIN_PART_SIZE} to {MAX_PART_SIZE}"
+            ),
+        ));
+    }
+    let concurrency = super::settings::upload_concurrency()?.unwrap_or(DEFAULT_CONCURRENCY);
+    if !(1..=256).contains(&concurrency) {
+        return Err(Error::new(
+            Status::InvalidArgument,
+            format!(
+                "upload concurrency {concurrency} (max_concurrency or {CONCURRENCY_ENV}): give a whole number of \
+                 parts from 1 to 256"
+            ),
+        ));
+    }
+    Ok(UploadConfig { part_size, concurrency })
 }
 
 /// The part size a file of `file_len` bytes is uploaded with: `configured`, grown (to a whole MiB) where the
@@ -100,7 +103,7 @@ impl Dest {
             ));
         }
         // The store is built here too, so that a configuration error shows at create, not at finish.
-        url.store()?;
+        url.store(&super::settings::effective()?)?;
         Ok(Dest { url })
     }
 
@@ -127,7 +130,7 @@ impl Dest {
     }
 
     fn store(&self) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
-        self.url.store()
+        self.url.store(&super::settings::effective()?)
     }
 
     /// Puts `bytes` as the whole object in one request (an index).
@@ -425,6 +428,7 @@ mod tests {
 
     #[test]
     fn the_part_size_grows_for_a_large_file_and_the_environment_is_checked() {
+        use crate::remote::settings::{CONCURRENCY_ENV, PART_SIZE_ENV};
         assert_eq!(part_size_for(DEFAULT_PART_SIZE, 1 << 30), DEFAULT_PART_SIZE);
         let big = 1u64 << 40; // 1 TiB: 10,000 parts of 16 MiB are not enough
         let p = part_size_for(DEFAULT_PART_SIZE, big);
@@ -435,7 +439,7 @@ mod tests {
         assert_eq!(e.status(), Status::InvalidArgument);
         assert!(e.message().contains(PART_SIZE_ENV), "{}", e.message());
         std::env::set_var(PART_SIZE_ENV, (5u64 << 20).to_string());
-        std::env::set_var(CONCURRENCY_ENV, "0");
+        std::env::set_var(CONCURRENCY_ENV, "300");
         let e = config().unwrap_err();
         assert!(e.status() == Status::InvalidArgument && e.message().contains(CONCURRENCY_ENV), "{}", e.message());
         std::env::set_var(CONCURRENCY_ENV, "3");
