@@ -493,11 +493,18 @@ impl RemoteObject {
         }
         let pieces = (len / PIECE).clamp(1, self.eff.concurrency.max(1) as u64);
         if pieces == 1 {
-            return self.stream(offset, len, &mut |pos, b| dst[pos as usize..pos as usize + b.len()].copy_from_slice(b), what);
+            return self.stream(
+                offset,
+                len,
+                &mut |pos, b| dst[pos as usize..pos as usize + b.len()].copy_from_slice(b),
+                what,
+            );
         }
         let step = len.div_ceil(pieces);
-        let ranges: Vec<_> =
-            (0..pieces).map(|i| offset + i * step..(offset + (i + 1) * step).min(end)).filter(|r| r.start < r.end).collect();
+        let ranges: Vec<_> = (0..pieces)
+            .map(|i| offset + i * step..(offset + (i + 1) * step).min(end))
+            .filter(|r| r.start < r.end)
+            .collect();
         let mut at = 0usize;
         for (r, b) in ranges.iter().zip(self.fetch_ranges(&ranges, what)?) {
             let n = (r.end - r.start) as usize;
