@@ -95,7 +95,7 @@ static int check_bound(void) {
 /* The numpy dtype of `code` in `dtypes` (borrowed), NULL where it has none (no exception set) or on an error
  * (an exception set). `dtypes` is hostfirst._owned's table, a dict whose __missing__ resolves a code on its first
  * use and stores it (so ml_dtypes is imported only when a bf16 or fp8 tensor is read, never for an f32 one);
- * KeyError from it means "numpy has no such dtype". */
+ * where numpy has no such dtype it stores nothing (and returns None; a KeyError is taken the same way). */
 static PyObject *lookup_dtype(PyObject *dtypes, PyObject *code) {
     PyObject *dtype = PyDict_GetItem(dtypes, code); /* borrowed */
     if (dtype != NULL) return dtype;

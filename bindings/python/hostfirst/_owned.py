@@ -57,14 +57,13 @@ def copy_view(view: View, page_cache: str = "keep") -> np.ndarray:
 class _DtypeTable(Dict[int, "np.dtype[Any]"]):
     """{dtype code: numpy dtype} for the native extension, filled on first use of each code (`__missing__`, which
     the extension calls on a miss): reading an f32 tensor never imports ml_dtypes (about 0.5 s on first import
-    here); a bf16/fp8 tensor imports it then. KeyError: numpy has no dtype for the code (the extension then
-    leaves the tensor to the Python path)."""
+    here); a bf16/fp8 tensor imports it then. None for a code numpy has no dtype for (not stored: the extension
+    then leaves the tensor to the Python path)."""
 
-    def __missing__(self, code: int) -> "np.dtype[Any]":
+    def __missing__(self, code: int) -> Optional["np.dtype[Any]"]:
         dt = _dtypes.numpy_dtype(code)
-        if dt is None:
-            raise KeyError(code)
-        self[code] = dt
+        if dt is not None:
+            self[code] = dt
         return dt
 
 

@@ -19,6 +19,7 @@ from typing import Optional, Union
 
 from . import _abi
 from ._core import check
+from ._errors import error_named
 from ._lib import lib
 
 __all__ = ["configure", "reset"]
@@ -28,7 +29,7 @@ def _ms(seconds: Optional[float], name: str) -> int:
     if seconds is None:
         return 0
     if not seconds > 0:
-        raise ValueError(f"{name} must be a positive number of seconds, not {seconds!r}")
+        raise error_named("INVALID_ARGUMENT", f"{name} must be a positive number of seconds, not {seconds!r}")
     return max(1, min(int(round(seconds * 1000)), 2**32 - 1))
 
 
@@ -53,15 +54,15 @@ def configure(*, max_concurrency: Optional[int] = None, max_retries: Optional[in
     check(lib.hostfirst_remote_options_init(ctypes.byref(o), ctypes.sizeof(o)))
     if max_concurrency is not None:
         if not 1 <= max_concurrency < 2**32:  # (0 would mean "not configured"; the library checks the top)
-            raise ValueError(f"max_concurrency is {max_concurrency}; from 1 to 1024")
+            raise error_named("INVALID_ARGUMENT", f"max_concurrency is {max_concurrency}; from 1 to 1024")
         o.max_concurrency = max_concurrency
     if max_retries is not None:
         if not 0 <= max_retries < 2**31:  # (the library checks the top)
-            raise ValueError(f"max_retries is {max_retries}; from 0 to 100")
+            raise error_named("INVALID_ARGUMENT", f"max_retries is {max_retries}; from 0 to 100")
         o.max_retries = -1 if max_retries == 0 else max_retries
     if part_size is not None:
         if not 0 < part_size < 2**64:
-            raise ValueError(f"part_size is {part_size}; a positive number of bytes")
+            raise error_named("INVALID_ARGUMENT", f"part_size is {part_size}; a positive number of bytes")
         o.part_size = part_size
     o.request_timeout_ms = _ms(request_timeout, "request_timeout")
     o.connect_timeout_ms = _ms(connect_timeout, "connect_timeout")
@@ -71,7 +72,7 @@ def configure(*, max_concurrency: Optional[int] = None, max_retries: Optional[in
         o.cache_dir = keep
     if cache_max_bytes is not None:
         if not 0 < cache_max_bytes < 2**64:
-            raise ValueError(f"cache_max_bytes is {cache_max_bytes}; a positive number of bytes")
+            raise error_named("INVALID_ARGUMENT", f"cache_max_bytes is {cache_max_bytes}; a positive number of bytes")
         o.cache_max_bytes = cache_max_bytes
     check(lib.hostfirst_remote_configure(ctypes.byref(o)))
     del keep
