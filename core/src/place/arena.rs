@@ -411,6 +411,9 @@ impl SendPtr {
 /// The size of a load's ranged GETs of remote objects ([`crate::remote::part_bytes`] of the remote bytes).
 fn remote_part(tensors: &[TensorRef<'_>]) -> usize {
     let total: u64 = tensors.iter().filter(|v| v.remote_and_offset().is_some()).map(|v| v.nbytes()).sum();
+    if total == 0 {
+        return usize::MAX; // no remote tensor: the cap is never used, and a local load reads no remote settings
+    }
     crate::remote::part_bytes(total, crate::remote::load_concurrency())
 }
 
